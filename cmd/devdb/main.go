@@ -1,0 +1,125 @@
+// Command devdb serves a MongoDB-protocol database for development and tests:
+// FerretDB v1 with its SQLite backend, behind a front that runs one command at
+// a time so that findAndModify is atomic, as docket needs.
+//
+// Usage:
+//
+//	devdb [--addr 127.0.0.1:27017] [--dir .docket/data] [--log-format json|console] [--verbose]
+//
+// It logs one line, "devdb listening", with the address and the connection
+// URI, and runs until SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/docketq/docket/internal/devdb"
+)
+
+// startTimeout bounds how long devdb waits for FerretDB to come up.
+const startTimeout = time.Minute
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	fs := flag.NewFlagSet("devdb", flag.ContinueOnError)
+	addr := fs.String("addr", devdb.DefaultAddr, "TCP address to listen on (host:port; port 0 picks a free one)")
+	dir := fs.String("dir", ".docket/data", "directory for the SQLite files; created if missing")
+	logFormat := fs.String("log-format", "json", "log format: json or console")
+	verbose := fs.Bool("verbose", false, "also write FerretDB's own logs to stderr")
+
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "devdb: unexpected arguments: %v\n", fs.Args())
+		return 2
+	}
+
+	logger, err := newLogger(*logFormat)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "devdb: %v\n", err)
+		return 2
+	}
+	defer func() { _ = logger.Sync() }()
+
+	var ferretLog io.Writer = io.Discard
+	if *verbose {
+		ferretLog = os.Stderr
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+
+	srv, err := devdb.Start(startCtx, devdb.Config{
+		Addr:        *addr,
+		Dir:         *dir,
+		Logger:      logger,
+		FerretDBLog: ferretLog,
+	})
+	if err != nil {
+		logger.Error("devdb failed to start", zap.Error(err))
+		return 1
+	}
+
+	logger.Info("devdb listening",
+		zap.String("addr", srv.Addr()),
+		zap.String("uri", srv.URI()),
+		zap.String("dir", srv.Dir()))
+
+	<-ctx.Done()
+	stop() // a second signal now kills the process the default way
+
+	logger.Info("devdb shutting down")
+	if err := srv.Close(); err != nil {
+		logger.Error("devdb shutdown failed", zap.Error(err))
+		return 1
+	}
+	logger.Info("devdb stopped")
+
+	return 0
+}
+
+// newLogger returns a production logger writing to stderr, as JSON or as
+// human-readable console lines.
+func newLogger(format string) (*zap.Logger, error) {
+	cfg := zap.NewProductionConfig()
+	cfg.Sampling = nil
+	cfg.DisableStacktrace = true
+	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+
+	switch format {
+	case "json":
+	case "console":
+		cfg.Encoding = "console"
+		cfg.EncoderConfig.EncodeLevel = zapcore.CapitalLevelEncoder
+	default:
+		return nil, fmt.Errorf("--log-format must be json or console, not %q", format)
+	}
+
+	logger, err := cfg.Build()
+	if err != nil {
+		return nil, fmt.Errorf("build logger: %w", err)
+	}
+
+	return logger, nil
+}

@@ -1,0 +1,210 @@
+// Package devdb runs a MongoDB-protocol server for development and tests:
+// FerretDB v1 embedded with its SQLite backend, behind a wire-level front that
+// runs one command at a time.
+//
+// FerretDB v1 does not make findAndModify (nor update) atomic: it reads the
+// matching documents, then writes them by _id, with nothing held in between,
+// so two concurrent claims can take the same job. docket relies on MongoDB's
+// single-document atomicity, so the front serializes commands: it reads one
+// whole request from a client connection, takes a global lock, forwards the
+// request to a FerretDB connection dedicated to that client connection, reads
+// the reply and releases the lock. Commands that only describe the server
+// (hello, isMaster) skip the lock, since an awaitable hello may block on the
+// server for seconds.
+//
+// devdb is not a production database: FerretDB v1 filters and sorts in Go over
+// whole collections, and the front removes all concurrency between commands.
+package devdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/FerretDB/FerretDB/ferretdb"
+	"go.uber.org/zap"
+)
+
+// DefaultAddr is the address the server listens on when Config.Addr is empty:
+// MongoDB's own default port, on the loopback interface.
+const DefaultAddr = "127.0.0.1:27017"
+
+// Config configures a Server.
+type Config struct {
+	// Addr is the TCP address clients connect to, as host:port. Port 0 picks
+	// a free port; Server.URI reports the one chosen.
+	// Defaults to DefaultAddr.
+	Addr string
+
+	// Dir is the directory holding the SQLite files, one per database. It is
+	// created if missing. Required.
+	Dir string
+
+	// Logger receives the front's logs.
+	// Defaults to a no-op logger.
+	Logger *zap.Logger
+
+	// FerretDBLog receives FerretDB's own logs, as text.
+	// Defaults to io.Discard.
+	FerretDBLog io.Writer
+}
+
+func (c Config) withDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.FerretDBLog == nil {
+		c.FerretDBLog = io.Discard
+	}
+
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Dir == "" {
+		return errors.New("devdb: Config.Dir is required")
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("devdb: Config.Addr %q is not host:port: %w", c.Addr, err)
+	}
+
+	return nil
+}
+
+// ferretNewMu serializes calls to ferretdb.New, which writes package-level
+// state of FerretDB's (the version's Package field) without a lock.
+var ferretNewMu sync.Mutex
+
+// Server is a running devdb: FerretDB and the front before it.
+type Server struct {
+	front *front
+	uri   string
+	dir   string
+
+	stopFerret context.CancelFunc
+	ferretDone chan struct{}
+}
+
+// Start starts FerretDB on cfg.Dir and the front on cfg.Addr. ctx bounds the
+// start-up only; the server runs until Close. Several servers may run in one
+// process, each on its own directory.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("devdb: data directory %q: %w", cfg.Dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("devdb: create data directory: %w", err)
+	}
+
+	// Listen before starting FerretDB, so that a busy address fails fast and
+	// says which address it was.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("devdb: cannot listen on %s (is another server using it?): %w", cfg.Addr, err)
+	}
+
+	// FerretDB wants a "file:" URI naming a directory, ending in '/'.
+	sqliteURL := (&url.URL{Scheme: "file", Path: dir + "/"}).String()
+
+	ferretNewMu.Lock()
+	fdb, err := ferretdb.New(&ferretdb.Config{
+		Listener:  ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
+		Handler:   "sqlite",
+		SQLiteURL: sqliteURL,
+		Logger:    slog.New(slog.NewTextHandler(cfg.FerretDBLog, nil)),
+	})
+	ferretNewMu.Unlock()
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("devdb: start FerretDB on %s: %w", dir, err)
+	}
+
+	runCtx, stopFerret := context.WithCancel(context.Background())
+	ferretDone := make(chan struct{})
+	go func() {
+		defer close(ferretDone)
+		_ = fdb.Run(runCtx)
+	}()
+
+	// MongoDBURI blocks until FerretDB listens.
+	uriCh := make(chan string, 1)
+	go func() { uriCh <- fdb.MongoDBURI() }()
+
+	var backendURI string
+	select {
+	case backendURI = <-uriCh:
+	case <-ferretDone:
+		stopFerret()
+		_ = ln.Close()
+		return nil, errors.New("devdb: FerretDB stopped during start-up")
+	case <-ctx.Done():
+		stopFerret()
+		<-ferretDone
+		_ = ln.Close()
+		return nil, fmt.Errorf("devdb: start-up: %w", ctx.Err())
+	}
+
+	u, err := url.Parse(backendURI)
+	if err != nil {
+		stopFerret()
+		<-ferretDone
+		_ = ln.Close()
+		return nil, fmt.Errorf("devdb: FerretDB URI %q: %w", backendURI, err)
+	}
+
+	log := cfg.Logger.Named("devdb")
+	s := &Server{
+		front:      newFront(ln, u.Host, log),
+		uri:        "mongodb://" + ln.Addr().String() + "/",
+		dir:        dir,
+		stopFerret: stopFerret,
+		ferretDone: ferretDone,
+	}
+
+	log.Debug("started", zap.String("backend", u.Host), zap.String("dir", dir))
+
+	return s, nil
+}
+
+// URI returns the MongoDB connection string of the server.
+func (s *Server) URI() string {
+	return s.uri
+}
+
+// Addr returns the address the server listens on, as host:port.
+func (s *Server) Addr() string {
+	return s.front.ln.Addr().String()
+}
+
+// Dir returns the absolute path of the data directory.
+func (s *Server) Dir() string {
+	return s.dir
+}
+
+// Close stops accepting connections, closes the open ones and stops FerretDB,
+// which closes its SQLite files. It returns when everything has stopped. It is
+// safe to call more than once.
+func (s *Server) Close() error {
+	err := s.front.close()
+
+	s.stopFerret()
+	<-s.ferretDone
+
+	return err
+}
