@@ -1,0 +1,118 @@
+package jobs
+
+import (
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// State is where a job is in its life.
+type State string
+
+// The states of a job. A job is created available, moves to running when a
+// worker claims it, and ends succeeded, dead or cancelled. A failed attempt
+// that may be retried moves it back to available with a later runAt.
+const (
+	StateAvailable State = "available"
+	StateRunning   State = "running"
+	StateSucceeded State = "succeeded"
+	StateDead      State = "dead"
+	StateCancelled State = "cancelled"
+)
+
+// Finished reports whether s is a final state.
+func (s State) Finished() bool {
+	return s == StateSucceeded || s == StateDead || s == StateCancelled
+}
+
+// Valid reports whether s is one of the known states.
+func (s State) Valid() bool {
+	switch s {
+	case StateAvailable, StateRunning, StateSucceeded, StateDead, StateCancelled:
+		return true
+	}
+	return false
+}
+
+// Defaults applied to a job when it is enqueued without them.
+const (
+	// DefaultQueue is the queue a job goes to when none is given.
+	DefaultQueue = "default"
+	// DefaultMaxAttempts is how many times a job runs before it is dead.
+	DefaultMaxAttempts = 25
+	// MaxErrors is how many attempt errors a job keeps, newest last.
+	MaxErrors = 20
+	// MaxArgsBytes is the largest encoded args document accepted.
+	MaxArgsBytes = 1 << 20
+)
+
+// Job is one document in the jobs collection. Field names (the bson tags)
+// are a public contract: they are never renamed.
+type Job struct {
+	// ID is a UUID (version 7, so ids sort by creation time) as a string.
+	ID string `bson:"_id"`
+	// Kind names the handler that runs the job.
+	Kind string `bson:"kind"`
+	// Queue is the queue the job is in; workers serve a set of queues.
+	Queue string `bson:"queue"`
+	// Args is the handler's input, always a document.
+	Args bson.Raw `bson:"args"`
+	// State is the job's state.
+	State State `bson:"state"`
+	// Priority orders claims: higher first.
+	Priority int `bson:"priority"`
+	// RunAt is the earliest time the job may be claimed.
+	RunAt time.Time `bson:"runAt"`
+	// Attempt counts claims, including the current one.
+	Attempt int `bson:"attempt"`
+	// MaxAttempts is how many attempts the job gets before it is dead.
+	MaxAttempts int `bson:"maxAttempts"`
+	// Owner is the id of the worker that holds, or last held, the job.
+	Owner string `bson:"owner,omitempty"`
+	// LeaseToken is the fresh token stamped by the claim that holds the job;
+	// every write by the holder is fenced on it.
+	LeaseToken string `bson:"leaseToken,omitempty"`
+	// LeaseExpiresAt is when the holder's lease ends unless renewed.
+	LeaseExpiresAt *time.Time `bson:"leaseExpiresAt,omitempty"`
+	// HeartbeatAt is the holder's last renewal.
+	HeartbeatAt *time.Time `bson:"heartbeatAt,omitempty"`
+	// CancelRequestedAt is set when a running job is asked to stop.
+	CancelRequestedAt *time.Time `bson:"cancelRequestedAt,omitempty"`
+	// Errors holds the last MaxErrors attempt errors, oldest first.
+	Errors []AttemptError `bson:"errors"`
+	// UniqueKey, while the job is unfinished, keeps any other unfinished job
+	// with the same key from being enqueued.
+	UniqueKey string `bson:"uniqueKey,omitempty"`
+	// FinishedUniqueKey holds the job's unique key once it has finished, so
+	// that the key is free for a new job.
+	FinishedUniqueKey string `bson:"finishedUniqueKey,omitempty"`
+	// CreatedAt is when the job was enqueued.
+	CreatedAt time.Time `bson:"createdAt"`
+	// UpdatedAt is the time of the last change of state.
+	UpdatedAt time.Time `bson:"updatedAt"`
+	// FinishedAt is when the job reached a final state.
+	FinishedAt *time.Time `bson:"finishedAt,omitempty"`
+}
+
+// AttemptError records why one attempt did not succeed.
+type AttemptError struct {
+	// Attempt is the attempt that failed.
+	Attempt int `bson:"attempt"`
+	// At is when the failure was recorded.
+	At time.Time `bson:"at"`
+	// Owner is the worker that ran the attempt.
+	Owner string `bson:"owner,omitempty"`
+	// Message says what went wrong.
+	Message string `bson:"message"`
+}
+
+// AppendError returns errs with e added, keeping only the newest MaxErrors.
+// It never modifies errs.
+func AppendError(errs []AttemptError, e AttemptError) []AttemptError {
+	out := make([]AttemptError, 0, min(len(errs)+1, MaxErrors))
+	if keep := MaxErrors - 1; len(errs) > keep {
+		errs = errs[len(errs)-keep:]
+	}
+	out = append(out, errs...)
+	return append(out, e)
+}

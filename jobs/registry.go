@@ -1,0 +1,144 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// DefaultTimeout bounds one attempt of a job whose kind sets no timeout.
+const DefaultTimeout = time.Minute
+
+// Handler runs one attempt of a job. A nil error completes the job; a
+// [PermanentError] sends it to the dead state; any other error retries it
+// with backoff. The context is cancelled when the job times out, is
+// cancelled, or its lease is lost.
+type Handler interface {
+	Work(ctx context.Context, job *Job) error
+}
+
+// HandlerFunc adapts a function to a Handler.
+type HandlerFunc func(ctx context.Context, job *Job) error
+
+// Work calls f.
+func (f HandlerFunc) Work(ctx context.Context, job *Job) error { return f(ctx, job) }
+
+// Args is implemented by typed job args: Kind names the handler they are for.
+type Args interface {
+	Kind() string
+}
+
+// Validator is implemented by args that can check themselves. An error from
+// Validate is permanent: the job goes to the dead state with it.
+type Validator interface {
+	Validate() error
+}
+
+// KindOptions tune how one kind runs.
+type KindOptions struct {
+	// Timeout bounds each attempt. Defaults to DefaultTimeout.
+	Timeout time.Duration
+}
+
+type entry struct {
+	handler Handler
+	opts    KindOptions
+}
+
+// Registry maps job kinds to handlers. It is safe for concurrent use;
+// registering a kind twice is an error.
+type Registry struct {
+	mu    sync.RWMutex
+	kinds map[string]entry
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	return &Registry{kinds: map[string]entry{}}
+}
+
+// Add registers h for kind.
+func (r *Registry) Add(kind string, h Handler, opts KindOptions) error {
+	if kind == "" {
+		return errors.New("jobs: register: kind must not be empty")
+	}
+	if h == nil {
+		return fmt.Errorf("jobs: register %q: handler must not be nil", kind)
+	}
+	if opts.Timeout < 0 {
+		return fmt.Errorf("jobs: register %q: timeout %s must not be negative", kind, opts.Timeout)
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.kinds[kind]; dup {
+		return fmt.Errorf("jobs: register %q: kind is already registered", kind)
+	}
+	r.kinds[kind] = entry{handler: h, opts: opts}
+	return nil
+}
+
+// Lookup returns the handler for kind and its options.
+func (r *Registry) Lookup(kind string) (Handler, KindOptions, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.kinds[kind]
+	return e.handler, e.opts, ok
+}
+
+// Kinds returns the registered kinds, sorted.
+func (r *Registry) Kinds() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.kinds))
+	for k := range r.kinds {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Register adds a typed handler: the job's args are decoded into a T (and
+// validated when T is a [Validator]) before fn runs. Args that do not decode
+// or validate fail the job permanently.
+func Register[T Args](r *Registry, fn func(ctx context.Context, job *Job, args T) error, opts KindOptions) error {
+	var zero T
+	kind := zero.Kind()
+	return r.Add(kind, HandlerFunc(func(ctx context.Context, job *Job) error {
+		args, err := DecodeArgs[T](job.Args)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, job, args)
+	}), opts)
+}
+
+// DecodeArgs decodes raw into a T and validates it. Every error it returns
+// is permanent and names what is wrong.
+func DecodeArgs[T any](raw bson.Raw) (T, error) {
+	var args T
+	if len(raw) == 0 {
+		raw = emptyDoc
+	}
+	if err := bson.Unmarshal(raw, &args); err != nil {
+		return args, Permanent(&ArgsError{Reason: err.Error()})
+	}
+	if v, ok := any(&args).(Validator); ok {
+		if err := v.Validate(); err != nil {
+			if IsPermanent(err) {
+				return args, err
+			}
+			return args, Permanent(err)
+		}
+	}
+	return args, nil
+}
+
+var emptyDoc = bson.Raw{5, 0, 0, 0, 0}

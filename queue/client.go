@@ -1,0 +1,232 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+	"go.uber.org/zap"
+)
+
+// Defaults for Config.
+const (
+	// DefaultCollection is the name of the jobs collection.
+	DefaultCollection = "jobs"
+	// DefaultWriteConcern is the write concern of every write that changes a
+	// job's state.
+	DefaultWriteConcern = "majority"
+	// DefaultRetryBase is the backoff after a job's first failed attempt.
+	DefaultRetryBase = time.Second
+	// DefaultRetryMax caps the backoff between attempts.
+	DefaultRetryMax = time.Hour
+)
+
+// Config configures a Client.
+type Config struct {
+	// Collection is the jobs collection. Defaults to DefaultCollection.
+	Collection string `yaml:"collection"`
+	// WriteConcern is "majority" or a number of nodes ("1"). Defaults to
+	// DefaultWriteConcern.
+	WriteConcern string `yaml:"writeConcern"`
+	// RetryBase is the backoff after a first failed attempt; it doubles with
+	// each further attempt, with jitter. Defaults to DefaultRetryBase.
+	RetryBase time.Duration `yaml:"retryBase"`
+	// RetryMax caps the backoff. Defaults to DefaultRetryMax.
+	RetryMax time.Duration `yaml:"retryMax"`
+	// Logger receives the client's logs. Defaults to a no-op logger.
+	Logger *zap.Logger `yaml:"-"`
+}
+
+// WithDefaults returns c with every unset field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Collection == "" {
+		c.Collection = DefaultCollection
+	}
+	if c.WriteConcern == "" {
+		c.WriteConcern = DefaultWriteConcern
+	}
+	if c.RetryBase == 0 {
+		c.RetryBase = DefaultRetryBase
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = DefaultRetryMax
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c
+}
+
+// Validate reports the first invalid field, naming it and its value.
+func (c Config) Validate() error {
+	if _, err := parseWriteConcern(c.WriteConcern); err != nil {
+		return err
+	}
+	if c.RetryBase <= 0 {
+		return fmt.Errorf("queue.retryBase: %s must be positive", c.RetryBase)
+	}
+	if c.RetryMax < c.RetryBase {
+		return fmt.Errorf("queue.retryMax: %s must be at least queue.retryBase (%s)", c.RetryMax, c.RetryBase)
+	}
+	return nil
+}
+
+func parseWriteConcern(s string) (*writeconcern.WriteConcern, error) {
+	if s == "majority" {
+		return writeconcern.Majority(), nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return nil, fmt.Errorf("queue.writeConcern: %q must be \"majority\" or a number of nodes of at least 1", s)
+	}
+	return &writeconcern.WriteConcern{W: n}, nil
+}
+
+// Client reads and writes jobs in one database.
+type Client struct {
+	cfg  Config
+	coll *mongo.Collection
+	log  *zap.Logger
+}
+
+// New returns a Client for the jobs collection of db.
+func New(db *mongo.Database, cfg Config) (*Client, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	wc, _ := parseWriteConcern(cfg.WriteConcern)
+	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc))
+	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue")}, nil
+}
+
+// Collection returns the jobs collection, with the configured write concern.
+func (c *Client) Collection() *mongo.Collection { return c.coll }
+
+// Indexes returns the indexes docket creates on the jobs collection, fresh
+// each call (the driver writes to the option builders). Optional fields are
+// indexed sparse: on MongoDB, a unique index that is not sparse lets only
+// one document lack the field.
+func Indexes() []mongo.IndexModel {
+	return []mongo.IndexModel{
+		{ // the claim: runnable jobs of some queues, best first
+			Keys:    bson.D{{Key: "state", Value: 1}, {Key: "queue", Value: 1}, {Key: "priority", Value: -1}, {Key: "runAt", Value: 1}},
+			Options: options.Index().SetName("claim"),
+		},
+		{ // the reaper: running jobs by lease expiry
+			Keys:    bson.D{{Key: "state", Value: 1}, {Key: "leaseExpiresAt", Value: 1}},
+			Options: options.Index().SetName("reap"),
+		},
+		{ // retention: finished jobs by age
+			Keys:    bson.D{{Key: "state", Value: 1}, {Key: "finishedAt", Value: 1}},
+			Options: options.Index().SetName("finished"),
+		},
+		{ // at most one unfinished job per unique key
+			Keys:    bson.D{{Key: "uniqueKey", Value: 1}},
+			Options: options.Index().SetName("uniqueKey").SetUnique(true).SetSparse(true),
+		},
+	}
+}
+
+// EnsureIndexes creates the indexes the claim, the reaper and unique keys
+// need. It is idempotent and safe to run from many processes at once.
+func (c *Client) EnsureIndexes(ctx context.Context) error {
+	return EnsureIndexes(ctx, c.coll, Indexes())
+}
+
+// EnsureIndexes creates those of models that coll lacks, by name. Asking
+// only for the missing ones keeps start-up cheap, and sidesteps FerretDB
+// v1, whose createIndexes panics when given indexes that already exist.
+func EnsureIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.IndexModel) error {
+	specs, err := coll.Indexes().ListSpecifications(ctx)
+	if err != nil {
+		return fmt.Errorf("queue: list indexes of %s: %w", coll.Name(), err)
+	}
+	have := map[string]bool{}
+	for _, s := range specs {
+		have[s.Name] = true
+	}
+	var missing []mongo.IndexModel
+	for _, m := range models {
+		var o options.IndexOptions
+		if m.Options != nil {
+			for _, set := range m.Options.List() {
+				_ = set(&o)
+			}
+		}
+		if o.Name == nil || !have[*o.Name] {
+			missing = append(missing, m)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if _, err := coll.Indexes().CreateMany(ctx, missing); err != nil {
+		return fmt.Errorf("queue: create indexes on %s: %w", coll.Name(), err)
+	}
+	return nil
+}
+
+// Get returns the job with id, or ErrNotFound.
+func (c *Client) Get(ctx context.Context, id string) (*jobs.Job, error) {
+	var j jobs.Job
+	err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&j)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, fmt.Errorf("queue: job %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("queue: get job %s: %w", id, err)
+	}
+	return &j, nil
+}
+
+// ErrNotFound is returned for a job id that is not in the collection.
+var ErrNotFound = errors.New("job not found")
+
+// ErrLeaseLost is returned by a fenced write that matched nothing: the
+// caller no longer holds the job's lease.
+var ErrLeaseLost = errors.New("lease lost")
+
+func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
+
+// Count is the number of jobs of one kind in one state.
+type Count struct {
+	Kind  string     `bson:"kind"`
+	State jobs.State `bson:"state"`
+	N     int        `bson:"n"`
+}
+
+// Counts returns how many jobs there are of each kind in each state.
+func (c *Client) Counts(ctx context.Context) ([]Count, error) {
+	cur, err := c.coll.Aggregate(ctx, mongo.Pipeline{
+		{{Key: "$group", Value: bson.D{
+			{Key: "_id", Value: bson.D{{Key: "kind", Value: "$kind"}, {Key: "state", Value: "$state"}}},
+			{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
+		}}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: count jobs: %w", err)
+	}
+	var rows []struct {
+		ID struct {
+			Kind  string     `bson:"kind"`
+			State jobs.State `bson:"state"`
+		} `bson:"_id"`
+		N int `bson:"n"`
+	}
+	if err := cur.All(ctx, &rows); err != nil {
+		return nil, fmt.Errorf("queue: count jobs: %w", err)
+	}
+	out := make([]Count, len(rows))
+	for i, r := range rows {
+		out[i] = Count{Kind: r.ID.Kind, State: r.ID.State, N: r.N}
+	}
+	return out, nil
+}

@@ -1,0 +1,6 @@
+// Package queue holds every write docket makes to the jobs collection:
+// enqueueing, claiming, renewing and finishing leases, cancelling, and
+// re-queueing jobs whose lease expired. Every write by a lease holder is
+// fenced on the job's id, its running state and the holder's lease token, so
+// a worker that lost its lease can change nothing.
+package queue
