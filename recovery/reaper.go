@@ -1,0 +1,151 @@
+package recovery
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"github.com/robfig/cron/v3"
+	"go.uber.org/zap"
+)
+
+// Defaults for ReaperConfig.
+const (
+	// DefaultReapSchedule is how often the reaper runs.
+	DefaultReapSchedule = "@every 15s"
+	// DefaultReapGrace is how long past its expiry a lease is left alone,
+	// to allow for clock skew between machines.
+	DefaultReapGrace = 5 * time.Second
+	// DefaultReapBatch is how many expired jobs one pass re-queues at most.
+	DefaultReapBatch = 500
+	// DefaultSucceededRetention is how long succeeded and cancelled jobs are
+	// kept.
+	DefaultSucceededRetention = 24 * time.Hour
+)
+
+// ReaperConfig configures a Reaper.
+type ReaperConfig struct {
+	// Schedule is a robfig/cron spec ("@every 15s", "*/1 * * * *").
+	// Defaults to DefaultReapSchedule.
+	Schedule string `yaml:"schedule"`
+	// Grace is how long past its expiry a lease is left alone. Defaults to
+	// DefaultReapGrace.
+	Grace time.Duration `yaml:"grace"`
+	// Batch caps the jobs one pass re-queues. Defaults to DefaultReapBatch.
+	Batch int `yaml:"batch"`
+	// SucceededRetention is how long succeeded and cancelled jobs are kept
+	// before they are deleted; negative keeps them forever. Defaults to
+	// DefaultSucceededRetention.
+	SucceededRetention time.Duration `yaml:"succeededRetention"`
+	// DeadRetention is how long dead jobs are kept; zero or negative keeps
+	// them forever. Defaults to 0: dead jobs wait for a human.
+	DeadRetention time.Duration `yaml:"deadRetention"`
+	// Logger receives the reaper's logs. Defaults to a no-op logger.
+	Logger *zap.Logger `yaml:"-"`
+}
+
+// WithDefaults returns c with every unset field set to its default.
+func (c ReaperConfig) WithDefaults() ReaperConfig {
+	if c.Schedule == "" {
+		c.Schedule = DefaultReapSchedule
+	}
+	if c.Grace == 0 {
+		c.Grace = DefaultReapGrace
+	}
+	if c.Batch == 0 {
+		c.Batch = DefaultReapBatch
+	}
+	if c.SucceededRetention == 0 {
+		c.SucceededRetention = DefaultSucceededRetention
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c
+}
+
+// Validate reports the first invalid field, naming it and its value.
+func (c ReaperConfig) Validate() error {
+	if _, err := cron.ParseStandard(c.Schedule); err != nil {
+		return fmt.Errorf("reaper.schedule: %q is not a cron schedule: %w", c.Schedule, err)
+	}
+	if c.Grace < 0 {
+		return fmt.Errorf("reaper.grace: %s must not be negative", c.Grace)
+	}
+	if c.Batch < 1 {
+		return fmt.Errorf("reaper.batch: %d must be at least 1", c.Batch)
+	}
+	return nil
+}
+
+// Reaper re-queues jobs whose lease expired and deletes finished jobs past
+// their retention.
+type Reaper struct {
+	cfg ReaperConfig
+	q   *queue.Client
+	log *zap.Logger
+}
+
+// NewReaper returns a Reaper over q.
+func NewReaper(q *queue.Client, cfg ReaperConfig) (*Reaper, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Reaper{cfg: cfg, q: q, log: cfg.Logger.Named("reaper")}, nil
+}
+
+// Schedule returns the reaper's cron spec.
+func (r *Reaper) Schedule() string { return r.cfg.Schedule }
+
+// RunOnce makes one pass: it re-queues expired leases until none is left
+// (or ctx ends), then applies retention.
+func (r *Reaper) RunOnce(ctx context.Context) (queue.ReapResult, error) {
+	var total queue.ReapResult
+	for {
+		res, err := r.q.Reap(ctx, r.cfg.Grace, r.cfg.Batch)
+		total.Requeued += res.Requeued
+		total.Dead += res.Dead
+		if err != nil {
+			return total, err
+		}
+		if res.Requeued+res.Dead < r.cfg.Batch {
+			break
+		}
+	}
+	if total.Requeued+total.Dead > 0 {
+		r.log.Info("reaped expired leases", zap.Int("requeued", total.Requeued), zap.Int("dead", total.Dead))
+	}
+	for _, rule := range []struct {
+		age    time.Duration
+		states []jobs.State
+	}{
+		{r.cfg.SucceededRetention, []jobs.State{jobs.StateSucceeded, jobs.StateCancelled}},
+		{r.cfg.DeadRetention, []jobs.State{jobs.StateDead}},
+	} {
+		if rule.age <= 0 {
+			continue
+		}
+		for _, s := range rule.states {
+			n, err := r.q.Clean(ctx, s, rule.age, r.cfg.Batch)
+			if err != nil {
+				return total, err
+			}
+			if n > 0 {
+				r.log.Info("deleted finished jobs past retention", zap.String("state", string(s)), zap.Int("deleted", n))
+			}
+		}
+	}
+	return total, nil
+}
+
+// Run is a cron job: one pass, with its error logged.
+func (r *Reaper) Run() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := r.RunOnce(ctx); err != nil {
+		r.log.Warn("reaper pass failed; it runs again on schedule", zap.Error(err))
+	}
+}

@@ -1,0 +1,173 @@
+package recovery
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/queue"
+	"github.com/robfig/cron/v3"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
+)
+
+// Defaults for RenameSweeperConfig.
+const (
+	// DefaultRenameSweepSchedule is how often the sweeper runs.
+	DefaultRenameSweepSchedule = "@every 30s"
+	// DefaultRenameSweepThreshold is how long a user may keep a syncing
+	// flag before the sweeper gives them a sync job.
+	DefaultRenameSweepThreshold = time.Minute
+	// DefaultRenameSweepBatch is how many users one query of a pass reads
+	// at most.
+	DefaultRenameSweepBatch = 500
+)
+
+// RenameSweeperConfig configures a RenameSweeper.
+type RenameSweeperConfig struct {
+	// Schedule is a robfig/cron spec ("@every 30s", "*/1 * * * *").
+	// Defaults to DefaultRenameSweepSchedule.
+	Schedule string `yaml:"schedule"`
+	// Threshold is how old a user's syncing flag must be before the pass
+	// enqueues a sync job for them; make it longer than a rename job
+	// normally takes. Defaults to DefaultRenameSweepThreshold.
+	Threshold time.Duration `yaml:"threshold"`
+	// Batch caps the users one query of a pass reads; a pass reads batch
+	// after batch until it has seen every user due. Defaults to
+	// DefaultRenameSweepBatch.
+	Batch int `yaml:"batch"`
+	// Logger receives the sweeper's logs. Defaults to a no-op logger.
+	Logger *zap.Logger `yaml:"-"`
+}
+
+// WithDefaults returns c with every unset field set to its default.
+func (c RenameSweeperConfig) WithDefaults() RenameSweeperConfig {
+	if c.Schedule == "" {
+		c.Schedule = DefaultRenameSweepSchedule
+	}
+	if c.Threshold == 0 {
+		c.Threshold = DefaultRenameSweepThreshold
+	}
+	if c.Batch == 0 {
+		c.Batch = DefaultRenameSweepBatch
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c
+}
+
+// Validate reports the first invalid field, naming it and its value.
+func (c RenameSweeperConfig) Validate() error {
+	if _, err := cron.ParseStandard(c.Schedule); err != nil {
+		return fmt.Errorf("renameSweeper.schedule: %q is not a cron schedule: %w", c.Schedule, err)
+	}
+	if c.Threshold <= 0 {
+		return fmt.Errorf("renameSweeper.threshold: %s must be positive", c.Threshold)
+	}
+	if c.Batch < 1 {
+		return fmt.Errorf("renameSweeper.batch: %d must be at least 1", c.Batch)
+	}
+	return nil
+}
+
+// RenameSweeper finishes renames whose job was lost: a rename-user job that
+// died (its attempts used up, or a bug) after setting the user's name, so
+// that the user's comments may still carry an older name. Every user whose
+// syncing flag is older than the threshold gets a sync-only rename-user
+// job, which copies the user's current name into their comments and
+// clears the flag.
+type RenameSweeper struct {
+	cfg   RenameSweeperConfig
+	users *mongo.Collection
+	q     *queue.Client
+	log   *zap.Logger
+}
+
+// NewRenameSweeper returns a RenameSweeper for the users in db, enqueueing
+// its jobs with q.
+func NewRenameSweeper(db *mongo.Database, q *queue.Client, cfg RenameSweeperConfig) (*RenameSweeper, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &RenameSweeper{
+		cfg:   cfg,
+		users: db.Collection(handlers.UsersCollection),
+		q:     q,
+		log:   cfg.Logger.Named("rename-sweeper"),
+	}, nil
+}
+
+// Schedule returns the sweeper's cron spec.
+func (s *RenameSweeper) Schedule() string { return s.cfg.Schedule }
+
+// RunOnce makes one pass: every user whose syncing flag is older than the
+// threshold gets a sync-only rename-user job, unless an unfinished one for
+// them exists already (the unique key handlers.RenameSyncUniqueKey). It
+// returns how many jobs it enqueued.
+func (s *RenameSweeper) RunOnce(ctx context.Context) (int, error) {
+	cutoff := time.Now().Add(-s.cfg.Threshold)
+	enqueued := 0
+	after := ""
+	for {
+		filter := bson.D{{Key: "syncing", Value: bson.D{{Key: "$lt", Value: cutoff}}}}
+		if after != "" {
+			filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}}})
+		}
+		cur, err := s.users.Find(ctx, filter, options.Find().
+			SetSort(bson.D{{Key: "_id", Value: 1}}).
+			SetLimit(int64(s.cfg.Batch)).
+			SetProjection(bson.D{{Key: "syncing", Value: 1}}))
+		if err != nil {
+			return enqueued, fmt.Errorf("recovery: find users with unsynced renames: %w", err)
+		}
+		var due []struct {
+			ID      string    `bson:"_id"`
+			Syncing time.Time `bson:"syncing"`
+		}
+		if err := cur.All(ctx, &due); err != nil {
+			return enqueued, fmt.Errorf("recovery: read users with unsynced renames: %w", err)
+		}
+		if len(due) == 0 {
+			break
+		}
+		ins := make([]queue.Insert, len(due))
+		for i, u := range due {
+			ins[i] = queue.Insert{
+				Kind: handlers.RenameKind,
+				Args: handlers.RenameArgs{UserID: u.ID, Sync: true},
+				Opts: queue.InsertOpts{UniqueKey: handlers.RenameSyncUniqueKey(u.ID)},
+			}
+		}
+		res, err := s.q.EnqueueMany(ctx, ins)
+		if err != nil {
+			return enqueued, fmt.Errorf("recovery: enqueue sync jobs for unsynced renames: %w", err)
+		}
+		for i, r := range res {
+			if r.Duplicate {
+				continue // its sync job is waiting, retrying or running
+			}
+			enqueued++
+			s.log.Info("enqueued a sync job for an unsynced rename",
+				zap.String("user_id", due[i].ID), zap.Time("syncing", due[i].Syncing), zap.String("job_id", r.ID))
+		}
+		if len(due) < s.cfg.Batch {
+			break
+		}
+		after = due[len(due)-1].ID
+	}
+	return enqueued, nil
+}
+
+// Run is a cron job: one pass, with its error logged.
+func (s *RenameSweeper) Run() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.RunOnce(ctx); err != nil {
+		s.log.Warn("rename sweeper pass failed; it runs again on schedule", zap.Error(err))
+	}
+}

@@ -1,0 +1,225 @@
+package recovery
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/queue"
+	"github.com/robfig/cron/v3"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
+)
+
+// Defaults for TransferRecoveryConfig.
+const (
+	// DefaultTransferRecoverySchedule is how often the pass runs.
+	DefaultTransferRecoverySchedule = "@every 15s"
+	// DefaultTransferRecoveryThreshold is how long a transaction may stay
+	// unfinished without a change before it counts as stalled.
+	DefaultTransferRecoveryThreshold = 30 * time.Second
+	// DefaultTransferRecoveryBatch is how many transactions one query of
+	// the pass reads at most.
+	DefaultTransferRecoveryBatch = 500
+)
+
+// TransferRecoveryConfig configures a TransferRecovery.
+type TransferRecoveryConfig struct {
+	// Schedule is a robfig/cron spec ("@every 15s", "*/1 * * * *").
+	// Defaults to DefaultTransferRecoverySchedule.
+	Schedule string `yaml:"schedule"`
+	// Threshold is how long a transaction may stay initial, pending,
+	// applied or canceling without a change before the pass gives it a job.
+	// Defaults to DefaultTransferRecoveryThreshold.
+	Threshold time.Duration `yaml:"threshold"`
+	// Batch caps the transactions one query of the pass reads; a pass reads
+	// batch after batch until it has seen every stalled transaction.
+	// Defaults to DefaultTransferRecoveryBatch.
+	Batch int `yaml:"batch"`
+	// Logger receives the pass's logs. Defaults to a no-op logger.
+	Logger *zap.Logger `yaml:"-"`
+}
+
+// WithDefaults returns c with every unset field set to its default.
+func (c TransferRecoveryConfig) WithDefaults() TransferRecoveryConfig {
+	if c.Schedule == "" {
+		c.Schedule = DefaultTransferRecoverySchedule
+	}
+	if c.Threshold == 0 {
+		c.Threshold = DefaultTransferRecoveryThreshold
+	}
+	if c.Batch == 0 {
+		c.Batch = DefaultTransferRecoveryBatch
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c
+}
+
+// Validate reports the first invalid field, naming it and its value.
+func (c TransferRecoveryConfig) Validate() error {
+	if _, err := cron.ParseStandard(c.Schedule); err != nil {
+		return fmt.Errorf("transferRecovery.schedule: %q is not a cron schedule: %w", c.Schedule, err)
+	}
+	if c.Threshold <= 0 {
+		return fmt.Errorf("transferRecovery.threshold: %s must be positive", c.Threshold)
+	}
+	if c.Batch < 1 {
+		return fmt.Errorf("transferRecovery.batch: %d must be at least 1", c.Batch)
+	}
+	return nil
+}
+
+// TransferRecovery finishes transfers whose job was lost: a crash between
+// writing a transaction and enqueueing its job, or a job that died (its
+// attempts used up) with the transaction half done. Each stalled
+// transaction gets a transfer job, which resumes it from the state it is
+// in, taking it over from its dead owner.
+type TransferRecovery struct {
+	cfg TransferRecoveryConfig
+	txs *mongo.Collection
+	q   *queue.Client
+	log *zap.Logger
+}
+
+// NewTransferRecovery returns a TransferRecovery for the transactions in db,
+// enqueueing its jobs with q.
+func NewTransferRecovery(db *mongo.Database, q *queue.Client, cfg TransferRecoveryConfig) (*TransferRecovery, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &TransferRecovery{
+		cfg: cfg,
+		txs: db.Collection(handlers.TransactionsCollection),
+		q:   q,
+		log: cfg.Logger.Named("transfer-recovery"),
+	}, nil
+}
+
+// Schedule returns the pass's cron spec.
+func (r *TransferRecovery) Schedule() string { return r.cfg.Schedule }
+
+// RunOnce makes one pass: every transaction unfinished and unchanged for
+// longer than the threshold gets a transfer job, unless an unfinished job
+// for it exists already (the unique key handlers.TransferUniqueKey). It
+// returns how many jobs it enqueued.
+func (r *TransferRecovery) RunOnce(ctx context.Context) (int, error) {
+	cutoff := time.Now().Add(-r.cfg.Threshold)
+	states := make(bson.A, len(handlers.UnfinishedTxStates))
+	for i, s := range handlers.UnfinishedTxStates {
+		states[i] = s
+	}
+	enqueued := 0
+	after := ""
+	for {
+		filter := bson.D{
+			{Key: "state", Value: bson.D{{Key: "$in", Value: states}}},
+			{Key: "lastModified", Value: bson.D{{Key: "$lt", Value: cutoff}}},
+		}
+		if after != "" {
+			filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}}})
+		}
+		cur, err := r.txs.Find(ctx, filter, options.Find().
+			SetSort(bson.D{{Key: "_id", Value: 1}}).
+			SetLimit(int64(r.cfg.Batch)).
+			SetProjection(bson.D{{Key: "state", Value: 1}}))
+		if err != nil {
+			return enqueued, fmt.Errorf("recovery: find stalled transfers: %w", err)
+		}
+		var stalled []stalledTx
+		if err := cur.All(ctx, &stalled); err != nil {
+			return enqueued, fmt.Errorf("recovery: read stalled transfers: %w", err)
+		}
+		if len(stalled) == 0 {
+			break
+		}
+		n, err := r.enqueue(ctx, stalled)
+		enqueued += n
+		if err != nil {
+			return enqueued, err
+		}
+		if len(stalled) < r.cfg.Batch {
+			break
+		}
+		after = stalled[len(stalled)-1].ID
+	}
+	return enqueued, nil
+}
+
+// stalledTx is a transaction the pass found stalled.
+type stalledTx struct {
+	ID    string `bson:"_id"`
+	State string `bson:"state"`
+}
+
+// enqueue gives each of stalled a job unless it has an unfinished one, and
+// returns how many jobs it added. The jobs that hold the transactions' keys
+// are looked up first, in one query, so that a pass over transactions whose
+// jobs are merely slow writes nothing; the unique key still settles a race
+// with a job enqueued in between.
+func (r *TransferRecovery) enqueue(ctx context.Context, stalled []stalledTx) (int, error) {
+	keys := make(bson.A, len(stalled))
+	for i, tx := range stalled {
+		keys[i] = handlers.TransferUniqueKey(tx.ID)
+	}
+	cur, err := r.q.Collection().Find(ctx, bson.D{{Key: "uniqueKey", Value: bson.D{{Key: "$in", Value: keys}}}},
+		options.Find().SetProjection(bson.D{{Key: "uniqueKey", Value: 1}}))
+	if err != nil {
+		return 0, fmt.Errorf("recovery: find the jobs of stalled transfers: %w", err)
+	}
+	var held []struct {
+		UniqueKey string `bson:"uniqueKey"`
+	}
+	if err := cur.All(ctx, &held); err != nil {
+		return 0, fmt.Errorf("recovery: read the jobs of stalled transfers: %w", err)
+	}
+	alive := make(map[string]bool, len(held))
+	for _, h := range held {
+		alive[h.UniqueKey] = true
+	}
+	var ins []queue.Insert
+	var txs []stalledTx
+	for _, tx := range stalled {
+		key := handlers.TransferUniqueKey(tx.ID)
+		if alive[key] {
+			continue // its job is waiting, retrying or running
+		}
+		ins = append(ins, queue.Insert{
+			Kind: handlers.TransferKind,
+			Args: handlers.TransferArgs{TxID: tx.ID},
+			Opts: queue.InsertOpts{UniqueKey: key},
+		})
+		txs = append(txs, tx)
+	}
+	if len(ins) == 0 {
+		return 0, nil
+	}
+	res, err := r.q.EnqueueMany(ctx, ins)
+	if err != nil {
+		return 0, fmt.Errorf("recovery: enqueue jobs for stalled transfers: %w", err)
+	}
+	n := 0
+	for i, rs := range res {
+		if rs.Duplicate {
+			continue // a job was enqueued for it in the meantime
+		}
+		n++
+		r.log.Info("enqueued a job for a stalled transfer",
+			zap.String("tx_id", txs[i].ID), zap.String("state", txs[i].State), zap.String("job_id", rs.ID))
+	}
+	return n, nil
+}
+
+// Run is a cron job: one pass, with its error logged.
+func (r *TransferRecovery) Run() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := r.RunOnce(ctx); err != nil {
+		r.log.Warn("transfer recovery pass failed; it runs again on schedule", zap.Error(err))
+	}
+}
