@@ -1,0 +1,28 @@
+# docket: `make run` starts the demo on the embedded server, `make test` runs
+# every test. Both need only Go (and, for the cross-language test, what
+# .ci/run installs).
+
+GO      ?= go
+BIN     := bin
+PKGS    := ./cmd/worker ./cmd/enqueue ./cmd/devdb
+
+.PHONY: all build run test vet race-free clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ $(PKGS)
+
+# Builds everything, starts devdb (unless DOCKET_MONGO_URI is set), two
+# workers and a demo batch, and shows the jobs being processed until Ctrl-C.
+run: build
+	@scripts/run.sh
+
+# go vet, then every test under the race detector.
+test:
+	$(GO) vet ./...
+	$(GO) test -race -timeout 20m ./...
+
+clean:
+	rm -rf $(BIN) .docket

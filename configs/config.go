@@ -1,0 +1,204 @@
+package configs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/docketq/docket/queue"
+	"github.com/docketq/docket/recovery"
+	"github.com/docketq/docket/worker"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"gopkg.in/yaml.v3"
+)
+
+// Defaults for MongoConfig and LogConfig.
+const (
+	// DefaultMongoURI is the server docket connects to: devdb's default
+	// address, or a local MongoDB.
+	DefaultMongoURI = "mongodb://127.0.0.1:27017"
+	// DefaultDB is the database holding jobs and handler data.
+	DefaultDB = "docket"
+	// DefaultConnectTimeout bounds server selection and each operation of a
+	// one-shot command such as enqueue.
+	DefaultConnectTimeout = 10 * time.Second
+	// DefaultLogFormat is the log encoding.
+	DefaultLogFormat = "json"
+	// DefaultLogLevel is the lowest level logged.
+	DefaultLogLevel = "info"
+)
+
+// Config is the whole configuration of a docket process.
+type Config struct {
+	Mongo  MongoConfig           `yaml:"mongo"`
+	Queue  queue.Config          `yaml:"queue"`
+	Worker worker.Config         `yaml:"worker"`
+	Reaper recovery.ReaperConfig `yaml:"reaper"`
+	// RenameSweeper re-syncs users whose rename sync stalled.
+	RenameSweeper recovery.RenameSweeperConfig `yaml:"renameSweeper"`
+	// TransferRecovery finishes transfers whose job stalled or died.
+	TransferRecovery recovery.TransferRecoveryConfig `yaml:"transferRecovery"`
+	Log              LogConfig                       `yaml:"log"`
+}
+
+// MongoConfig says which server and database to use.
+type MongoConfig struct {
+	// URI is a MongoDB connection string; TLS and authentication are set
+	// with its standard options. Defaults to DefaultMongoURI.
+	URI string `yaml:"uri"`
+	// DB is the database. Defaults to DefaultDB.
+	DB string `yaml:"db"`
+	// Timeout bounds server selection and one-shot commands. Defaults to
+	// DefaultConnectTimeout.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// LogConfig says how to log.
+type LogConfig struct {
+	// Format is "json" or "console". Defaults to DefaultLogFormat.
+	Format string `yaml:"format"`
+	// Level is "debug", "info", "warn" or "error". Defaults to
+	// DefaultLogLevel.
+	Level string `yaml:"level"`
+}
+
+// WithDefaults returns c with every unset field of every component set to
+// its default.
+func (c Config) WithDefaults() Config {
+	if c.Mongo.URI == "" {
+		c.Mongo.URI = DefaultMongoURI
+	}
+	if c.Mongo.DB == "" {
+		c.Mongo.DB = DefaultDB
+	}
+	if c.Mongo.Timeout == 0 {
+		c.Mongo.Timeout = DefaultConnectTimeout
+	}
+	if c.Log.Format == "" {
+		c.Log.Format = DefaultLogFormat
+	}
+	if c.Log.Level == "" {
+		c.Log.Level = DefaultLogLevel
+	}
+	c.Queue = c.Queue.WithDefaults()
+	c.Worker = c.Worker.WithDefaults()
+	c.Reaper = c.Reaper.WithDefaults()
+	c.RenameSweeper = c.RenameSweeper.WithDefaults()
+	c.TransferRecovery = c.TransferRecovery.WithDefaults()
+	return c
+}
+
+// Validate reports the first invalid setting, naming it and its value.
+func (c Config) Validate() error {
+	if err := c.Mongo.Validate(); err != nil {
+		return err
+	}
+	switch c.Log.Format {
+	case "json", "console":
+	default:
+		return fmt.Errorf("log.format: %q must be \"json\" or \"console\"", c.Log.Format)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log.level: %q must be debug, info, warn or error", c.Log.Level)
+	}
+	if err := c.Queue.Validate(); err != nil {
+		return err
+	}
+	if err := c.Worker.Validate(); err != nil {
+		return err
+	}
+	if err := c.Reaper.Validate(); err != nil {
+		return err
+	}
+	if err := c.RenameSweeper.Validate(); err != nil {
+		return err
+	}
+	return c.TransferRecovery.Validate()
+}
+
+// Validate checks the URI, the database name and the timeout.
+func (m MongoConfig) Validate() error {
+	if !strings.HasPrefix(m.URI, "mongodb://") && !strings.HasPrefix(m.URI, "mongodb+srv://") {
+		return fmt.Errorf("mongo.uri: %q must start with mongodb:// or mongodb+srv://", RedactURI(m.URI))
+	}
+	if err := options.Client().ApplyURI(m.URI).Validate(); err != nil {
+		return fmt.Errorf("mongo.uri: %q: %s", RedactURI(m.URI), Redact(err.Error(), m.URI))
+	}
+	if m.DB == "" || strings.ContainsAny(m.DB, "/\\. \"$") {
+		return fmt.Errorf("mongo.db: %q is not a valid database name", m.DB)
+	}
+	if m.Timeout <= 0 {
+		return fmt.Errorf("mongo.timeout: %s must be positive", m.Timeout)
+	}
+	return nil
+}
+
+// ClientOptions returns the driver options for the configured server.
+func (m MongoConfig) ClientOptions() *options.ClientOptions {
+	return options.Client().ApplyURI(m.URI).
+		SetServerSelectionTimeout(m.Timeout).
+		SetConnectTimeout(m.Timeout).
+		SetAppName("docket")
+}
+
+// LoadFile reads the YAML file at path into c, leaving settings the file
+// does not name as they were. Unknown keys are errors.
+func LoadFile(path string, c *Config) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	return nil
+}
+
+// RedactURI returns uri with its password, if any, replaced by "xxxxx".
+func RedactURI(uri string) string {
+	return Redact(uri, uri)
+}
+
+// Redact returns s with the password of uri, wherever it appears, replaced
+// by "xxxxx". Use it on any text (an error from the driver) that might
+// quote the URI.
+func Redact(s, uri string) string {
+	pw := password(uri)
+	if pw == "" {
+		return s
+	}
+	s = strings.ReplaceAll(s, pw, "xxxxx")
+	if raw, err := url.PathUnescape(pw); err == nil && raw != pw {
+		s = strings.ReplaceAll(s, raw, "xxxxx")
+	}
+	return s
+}
+
+// password extracts the password of a mongodb:// URI as written in it.
+func password(uri string) string {
+	rest, ok := strings.CutPrefix(uri, "mongodb://")
+	if !ok {
+		rest, ok = strings.CutPrefix(uri, "mongodb+srv://")
+	}
+	if !ok {
+		return ""
+	}
+	at := strings.LastIndex(strings.SplitN(rest, "/", 2)[0], "@")
+	if at < 0 {
+		return ""
+	}
+	_, pw, ok := strings.Cut(rest[:at], ":")
+	if !ok || pw == "" {
+		return ""
+	}
+	return pw
+}

@@ -1,0 +1,113 @@
+package configs_test
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/configs"
+	"github.com/stretchr/testify/require"
+)
+
+func load(t *testing.T, env map[string]string, args ...string) (configs.Config, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return configs.Load(fs, "worker", args, func(k string) string { return env[k] })
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := load(t, nil)
+	require.NoError(t, err)
+	require.Equal(t, "mongodb://127.0.0.1:27017", c.Mongo.URI)
+	require.Equal(t, "docket", c.Mongo.DB)
+	require.Equal(t, []string{"default"}, c.Worker.Queues)
+	require.Equal(t, 10, c.Worker.Concurrency)
+	require.Equal(t, 30*time.Second, c.Worker.Lease)
+	require.Equal(t, 10*time.Second, c.Worker.HeartbeatInterval)
+	require.Equal(t, 30*time.Second, c.Worker.ShutdownTimeout)
+	require.Equal(t, "@every 15s", c.Reaper.Schedule)
+	require.Equal(t, 5*time.Second, c.Reaper.Grace)
+	require.Equal(t, "majority", c.Queue.WriteConcern)
+	require.Equal(t, "json", c.Log.Format)
+	require.NotEmpty(t, c.Worker.ID)
+}
+
+// TestPrecedence: file < environment < flags.
+func TestPrecedence(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "docket.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+mongo:
+  uri: mongodb://file:27017
+  db: filedb
+worker:
+  concurrency: 3
+  queues: [a, b]
+  lease: 1m
+reaper:
+  grace: 2s
+`), 0o600))
+	c, err := load(t, map[string]string{"DOCKET_CONFIG": path, "DOCKET_DB": "envdb", "DOCKET_CONCURRENCY": "7"}, "--concurrency", "9")
+	require.NoError(t, err)
+	require.Equal(t, "mongodb://file:27017", c.Mongo.URI)
+	require.Equal(t, "envdb", c.Mongo.DB)
+	require.Equal(t, 9, c.Worker.Concurrency)
+	require.Equal(t, []string{"a", "b"}, c.Worker.Queues)
+	require.Equal(t, time.Minute, c.Worker.Lease)
+	require.Equal(t, 2*time.Second, c.Reaper.Grace)
+	require.Equal(t, 10*time.Second, c.Worker.HeartbeatInterval, "unset fields keep their defaults")
+
+	c, err = load(t, map[string]string{"DOCKET_QUEUES": "x, y"}, "--config", path)
+	require.NoError(t, err)
+	require.Equal(t, []string{"x", "y"}, c.Worker.Queues)
+}
+
+func TestTheDocumentedExampleLoads(t *testing.T) {
+	c, err := load(t, nil, "--config", "docket.yaml")
+	require.NoError(t, err)
+	require.Equal(t, 10, c.Worker.Concurrency)
+}
+
+func TestErrorsNameTheSettingAndValue(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"DOCKET_CONCURRENCY": "ten"}, nil, `DOCKET_CONCURRENCY (worker.concurrency): "ten": not an integer`},
+		{map[string]string{"DOCKET_QUEUES": " , "}, nil, `DOCKET_QUEUES (worker.queues)`},
+		{nil, []string{"--concurrency", "0"}, "worker.concurrency: 0 must be at least 1"},
+		{nil, []string{"--concurrency", "-1"}, "worker.concurrency: -1 must be at least 1"},
+		{nil, []string{"--lease", "500ms"}, "worker.lease: 500ms must be at least 1s"},
+		{nil, []string{"--poll-min", "2s", "--poll-max", "1s"}, "worker.pollMax: 1s must be at least worker.pollMin (2s)"},
+		{nil, []string{"--retry-base", "1m", "--retry-max", "1s"}, "queue.retryMax: 1s"},
+		{nil, []string{"--db", "a.b"}, `mongo.db: "a.b"`},
+		{nil, []string{"--log-level", "loud"}, `log.level: "loud"`},
+		{nil, []string{"--reap-grace", "-1s"}, "reaper.grace: -1s"},
+		{map[string]string{"DOCKET_MONGO_URI": "mongodb://u:hunter2@h:port/"}, nil, `mongo.uri: "mongodb://u:xxxxx@h:port/`},
+	} {
+		_, err := load(t, tc.env, tc.args...)
+		if tc.want == "" {
+			require.NoError(t, err, "%v %v", tc.env, tc.args)
+			continue
+		}
+		require.ErrorContains(t, err, tc.want, "%v %v", tc.env, tc.args)
+		require.NotContains(t, err.Error(), "hunter2")
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for _, tc := range []struct{ uri, want string }{
+		{"mongodb://127.0.0.1:27017", "mongodb://127.0.0.1:27017"},
+		{"mongodb://user:pw@h:1/db", "mongodb://user:xxxxx@h:1/db"},
+		{"mongodb+srv://user:p%40ss@cluster.example.net/?tls=true", "mongodb+srv://user:xxxxx@cluster.example.net/?tls=true"},
+		{"mongodb://user@h:1", "mongodb://user@h:1"},
+	} {
+		require.Equal(t, tc.want, configs.RedactURI(tc.uri))
+	}
+	require.Equal(t, "auth failed for p@ss", configs.Redact("auth failed for p@ss", "mongodb://h"))
+	require.Equal(t, "auth failed for xxxxx", configs.Redact("auth failed for p@ss", "mongodb://u:p%40ss@h"))
+}

@@ -1,0 +1,179 @@
+package configs
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// setting is one configurable value, reachable from the environment and
+// from a flag.
+type setting struct {
+	field string // the YAML path, named in errors
+	env   string
+	flag  string
+	usage string
+	value flag.Value
+}
+
+// settings lists the settings of c that a process of the given role
+// exposes: "worker" gets everything, "enqueue" the database and logging.
+func settings(c *Config, role string) []setting {
+	s := []setting{
+		{"mongo.uri", "DOCKET_MONGO_URI", "mongo-uri", "MongoDB connection string (TLS and auth through its options)", (*uriValue)(&c.Mongo.URI)},
+		{"mongo.db", "DOCKET_DB", "db", "database for jobs and handler data", (*stringValue)(&c.Mongo.DB)},
+		{"mongo.timeout", "DOCKET_MONGO_TIMEOUT", "mongo-timeout", "server selection and command timeout", (*durationValue)(&c.Mongo.Timeout)},
+		{"log.format", "DOCKET_LOG_FORMAT", "log-format", "log format: json or console", (*stringValue)(&c.Log.Format)},
+		{"log.level", "DOCKET_LOG_LEVEL", "log-level", "lowest level logged: debug, info, warn or error", (*stringValue)(&c.Log.Level)},
+		{"queue.writeConcern", "DOCKET_WRITE_CONCERN", "write-concern", "write concern of job state changes: majority or a number", (*stringValue)(&c.Queue.WriteConcern)},
+	}
+	if role != "worker" {
+		return s
+	}
+	return append(s,
+		setting{"worker.id", "DOCKET_WORKER_ID", "id", "worker id, unique across machines (default host-pid-random)", (*stringValue)(&c.Worker.ID)},
+		setting{"worker.queues", "DOCKET_QUEUES", "queues", "comma-separated queues to serve", (*listValue)(&c.Worker.Queues)},
+		setting{"worker.concurrency", "DOCKET_CONCURRENCY", "concurrency", "jobs run at once", (*intValue)(&c.Worker.Concurrency)},
+		setting{"worker.lease", "DOCKET_LEASE", "lease", "lease a claim or heartbeat holds a job for", (*durationValue)(&c.Worker.Lease)},
+		setting{"worker.heartbeatInterval", "DOCKET_HEARTBEAT_INTERVAL", "heartbeat-interval", "how often a running job's lease is renewed", (*durationValue)(&c.Worker.HeartbeatInterval)},
+		setting{"worker.shutdownTimeout", "DOCKET_SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long a stop waits for running jobs", (*durationValue)(&c.Worker.ShutdownTimeout)},
+		setting{"worker.pollMin", "DOCKET_POLL_MIN", "poll-min", "first wait after an empty claim", (*durationValue)(&c.Worker.PollMin)},
+		setting{"worker.pollMax", "DOCKET_POLL_MAX", "poll-max", "longest wait between claims on an idle queue", (*durationValue)(&c.Worker.PollMax)},
+		setting{"queue.retryBase", "DOCKET_RETRY_BASE", "retry-base", "backoff after a first failed attempt (doubles each attempt)", (*durationValue)(&c.Queue.RetryBase)},
+		setting{"queue.retryMax", "DOCKET_RETRY_MAX", "retry-max", "longest backoff between attempts", (*durationValue)(&c.Queue.RetryMax)},
+		setting{"reaper.schedule", "DOCKET_REAP_SCHEDULE", "reap-schedule", "cron schedule of the reaper", (*stringValue)(&c.Reaper.Schedule)},
+		setting{"reaper.grace", "DOCKET_REAP_GRACE", "reap-grace", "how long past expiry a lease is left alone (clock skew)", (*durationValue)(&c.Reaper.Grace)},
+		setting{"reaper.succeededRetention", "DOCKET_SUCCEEDED_RETENTION", "succeeded-retention", "how long succeeded and cancelled jobs are kept (negative: forever)", (*durationValue)(&c.Reaper.SucceededRetention)},
+		setting{"renameSweeper.schedule", "DOCKET_RENAME_SWEEP_SCHEDULE", "rename-sweep-schedule", "cron schedule of the rename sweeper", (*stringValue)(&c.RenameSweeper.Schedule)},
+		setting{"renameSweeper.threshold", "DOCKET_RENAME_SWEEP_THRESHOLD", "rename-sweep-threshold", "age of a syncing flag that the sweeper repairs", (*durationValue)(&c.RenameSweeper.Threshold)},
+		setting{"transferRecovery.schedule", "DOCKET_TRANSFER_RECOVERY_SCHEDULE", "transfer-recovery-schedule", "cron schedule of transfer recovery", (*stringValue)(&c.TransferRecovery.Schedule)},
+		setting{"transferRecovery.threshold", "DOCKET_TRANSFER_RECOVERY_THRESHOLD", "transfer-recovery-threshold", "age of an unfinished transaction that recovery finishes", (*durationValue)(&c.TransferRecovery.Threshold)},
+		setting{"reaper.deadRetention", "DOCKET_DEAD_RETENTION", "dead-retention", "how long dead jobs are kept (0: forever)", (*durationValue)(&c.Reaper.DeadRetention)},
+	)
+}
+
+// Load builds the configuration of a process of the given role ("worker"
+// or "enqueue") from, in increasing precedence: defaults, the YAML file
+// named by --config or DOCKET_CONFIG, DOCKET_* environment variables, and
+// the flags in args. It registers its flags on fs, parses args with it and
+// returns the validated configuration. Errors name the setting and value.
+func Load(fs *flag.FlagSet, role string, args []string, getenv func(string) string) (Config, error) {
+	var c Config
+	path := getenv("DOCKET_CONFIG")
+	if p, ok := flagValue(args, "config"); ok {
+		path = p
+	}
+	if path != "" {
+		if err := LoadFile(path, &c); err != nil {
+			return c, err
+		}
+	}
+	ss := settings(&c, role)
+	for _, s := range ss {
+		if v := getenv(s.env); v != "" {
+			if err := s.value.Set(v); err != nil {
+				return c, fmt.Errorf("%s (%s): %q: %w", s.env, s.field, redactIf(s, v), err)
+			}
+		}
+	}
+	c = c.WithDefaults()
+	ss = settings(&c, role) // rebind: WithDefaults returned a copy
+	fs.String("config", path, "YAML config file (also DOCKET_CONFIG); see configs/docket.yaml")
+	for _, s := range ss {
+		fs.Var(s.value, s.flag, fmt.Sprintf("%s (%s, %s)", s.usage, s.env, s.field))
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+func redactIf(s setting, v string) string {
+	if _, ok := s.value.(*uriValue); ok {
+		return RedactURI(v)
+	}
+	return v
+}
+
+// flagValue finds -name=v, --name=v, -name v or --name v in args.
+func flagValue(args []string, name string) (string, bool) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		trimmed := strings.TrimLeft(a, "-")
+		if trimmed == a || len(a)-len(trimmed) > 2 {
+			continue
+		}
+		if v, ok := strings.CutPrefix(trimmed, name+"="); ok {
+			return v, true
+		}
+		if trimmed == name && i+1 < len(args) {
+			return args[i+1], true
+		}
+	}
+	return "", false
+}
+
+// Getenv is os.Getenv, for Load.
+var Getenv = os.Getenv
+
+type stringValue string
+
+func (v *stringValue) String() string     { return string(*v) }
+func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
+
+// uriValue is a connection string that never shows its password, not even
+// as a flag's default in --help.
+type uriValue string
+
+func (v *uriValue) String() string     { return RedactURI(string(*v)) }
+func (v *uriValue) Set(s string) error { *v = uriValue(s); return nil }
+
+type intValue int
+
+func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
+func (v *intValue) Set(s string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("not an integer")
+	}
+	*v = intValue(n)
+	return nil
+}
+
+type durationValue time.Duration
+
+func (v *durationValue) String() string { return time.Duration(*v).String() }
+func (v *durationValue) Set(s string) error {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("not a duration such as 500ms, 30s or 5m")
+	}
+	*v = durationValue(d)
+	return nil
+}
+
+type listValue []string
+
+func (v *listValue) String() string { return strings.Join(*v, ",") }
+func (v *listValue) Set(s string) error {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return fmt.Errorf("needs at least one name")
+	}
+	*v = out
+	return nil
+}

@@ -1,0 +1,56 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/docketq/docket/configs"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.uber.org/zap"
+)
+
+// connect returns a client for the configured server. The driver connects
+// lazily, so this fails only on a malformed URI.
+func connect(cfg configs.MongoConfig) (*mongo.Client, error) {
+	client, err := mongo.Connect(cfg.ClientOptions())
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %s", configs.RedactURI(cfg.URI), configs.Redact(err.Error(), cfg.URI))
+	}
+	return client, nil
+}
+
+// waitForServer pings until the server answers or ctx ends, logging one
+// line per backoff step.
+func waitForServer(ctx context.Context, client *mongo.Client, cfg configs.MongoConfig, log *zap.Logger, setup func(context.Context) error) error {
+	backoff := time.Duration(0)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+		err := client.Ping(pctx, readpref.Primary())
+		if err == nil {
+			err = setup(pctx)
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		backoff = min(max(2*backoff, 500*time.Millisecond), 10*time.Second)
+		log.Warn("database not reachable; retrying",
+			zap.String("uri", configs.RedactURI(cfg.URI)),
+			zap.String("error", configs.Redact(err.Error(), cfg.URI)),
+			zap.Duration("retry_in", backoff))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// errUsage marks an error in the command line: exit status 2.
+var errUsage = errors.New("usage")

@@ -1,0 +1,378 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/docketq/docket/configs"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// env is what an enqueue subcommand works with.
+type env struct {
+	ctx    context.Context
+	cfg    configs.Config
+	db     *mongo.Database
+	q      *queue.Client
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// subcommand is one `enqueue NAME` command.
+type subcommand struct {
+	summary string
+	// flags registers the subcommand's own flags and returns the function
+	// that runs it once they are parsed.
+	flags func(fs *flag.FlagSet) func(e *env, args []string) error
+}
+
+// subcommands maps names to enqueue's subcommands.
+var subcommands = map[string]subcommand{
+	"job":    {"enqueue one job of any kind: --kind K --args '{json}'", jobCommand},
+	"batch":  {"enqueue many jobs, one JSON object per line, from --file or stdin", batchCommand},
+	"cancel": {"cancel jobs by id: available ones at once, running ones at their next heartbeat", cancelCommand},
+	"status": {"print jobs by id as JSON", statusCommand},
+	"stats":  {"print how many jobs there are of each kind in each state", statsCommand},
+}
+
+// Enqueue is the main function of the enqueue command; it returns the exit
+// status: 0 done, 1 a failure (the database unreachable), 2 bad input.
+func Enqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	usage := func() {
+		fmt.Fprintf(stderr, "Usage: enqueue COMMAND [flags]\n\nCommands:\n")
+		names := make([]string, 0, len(subcommands))
+		for n := range subcommands {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Fprintf(stderr, "  %-10s %s\n", n, subcommands[n].summary)
+		}
+		fmt.Fprintf(stderr, "\nRun `enqueue COMMAND --help` for its flags. Each prints the ids of the jobs it made, one per line.\n")
+	}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage()
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	sc, ok := subcommands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "enqueue: unknown command %q\n", args[0])
+		usage()
+		return 2
+	}
+	fs := flag.NewFlagSet("enqueue "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	run := sc.flags(fs)
+	cfg, err := configs.Load(fs, "enqueue", args[1:], configs.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "enqueue %s: %v\n", args[0], err)
+		return 2
+	}
+	client, err := connect(cfg.Mongo)
+	if err != nil {
+		fmt.Fprintf(stderr, "enqueue %s: %v\n", args[0], err)
+		return 2
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Mongo.Timeout)
+	defer cancel()
+	db := client.Database(cfg.Mongo.DB)
+	q, err := queue.New(db, cfg.Queue)
+	if err != nil {
+		fmt.Fprintf(stderr, "enqueue %s: %v\n", args[0], err)
+		return 2
+	}
+	e := &env{ctx: ctx, cfg: cfg, db: db, q: q, stdin: stdin, stdout: stdout, stderr: stderr}
+	err = run(e, fs.Args())
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "enqueue %s: %v\n", args[0], err)
+		return 2
+	case ctx.Err() != nil || mongo.IsTimeout(err) || mongo.IsNetworkError(err):
+		fmt.Fprintf(stderr, "enqueue %s: MongoDB at %s did not answer within %s: %s\n", args[0],
+			configs.RedactURI(cfg.Mongo.URI), cfg.Mongo.Timeout, configs.Redact(err.Error(), cfg.Mongo.URI))
+		return 1
+	default:
+		fmt.Fprintf(stderr, "enqueue %s: %s\n", args[0], configs.Redact(err.Error(), cfg.Mongo.URI))
+		return 1
+	}
+}
+
+// usageError is bad input: exit status 2, nothing written.
+type usageError struct{ error }
+
+func badInput(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// insertOptsFlags registers the options every job can take.
+func insertOptsFlags(fs *flag.FlagSet, o *queue.InsertOpts) *string {
+	fs.StringVar(&o.Queue, "queue", "", "queue (default \"default\")")
+	fs.IntVar(&o.Priority, "priority", 0, "priority, higher runs first")
+	fs.DurationVar(&o.Delay, "delay", 0, "run no sooner than this from now")
+	fs.IntVar(&o.MaxAttempts, "max-attempts", 0, "attempts before the job is dead (default 25)")
+	fs.StringVar(&o.UniqueKey, "unique-key", "", "while a job with this key is unfinished, return its id instead")
+	return fs.String("run-at", "", "run no sooner than this time (RFC 3339)")
+}
+
+func parseRunAt(s string, o *queue.InsertOpts) error {
+	if s == "" {
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return badInput("--run-at: %q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", s)
+	}
+	o.RunAt = t
+	return nil
+}
+
+// parseArgs turns a JSON object (MongoDB extended JSON allowed) into a
+// document, naming the problem when it is not one.
+func parseArgs(s string) (bson.Raw, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return bson.Raw{5, 0, 0, 0, 0}, nil
+	}
+	if !strings.HasPrefix(s, "{") {
+		return nil, fmt.Errorf("args must be a JSON object, got %.40q", s)
+	}
+	var doc bson.Raw
+	if err := bson.UnmarshalExtJSON([]byte(s), false, &doc); err != nil {
+		return nil, fmt.Errorf("args are not valid JSON: %v", err)
+	}
+	return doc, nil
+}
+
+// enqueueAndPrint enqueues ins and prints their ids, one per line.
+func enqueueAndPrint(e *env, ins []queue.Insert) error {
+	res, err := e.q.EnqueueMany(e.ctx, ins)
+	var ve *queue.ValidationError
+	if errors.As(err, &ve) {
+		return usageError{err}
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		fmt.Fprintln(e.stdout, r.ID)
+		if r.Duplicate {
+			fmt.Fprintf(e.stderr, "%s: not added: an unfinished job holds the unique key\n", r.ID)
+		}
+	}
+	return nil
+}
+
+func jobCommand(fs *flag.FlagSet) func(*env, []string) error {
+	var in queue.Insert
+	fs.StringVar(&in.Kind, "kind", "", "job kind (required)")
+	args := fs.String("args", "{}", "args as a JSON object")
+	runAt := insertOptsFlags(fs, &in.Opts)
+	return func(e *env, rest []string) error {
+		if len(rest) > 0 {
+			return badInput("unexpected argument %q", rest[0])
+		}
+		if in.Kind == "" {
+			return badInput("--kind is required")
+		}
+		raw, err := parseArgs(*args)
+		if err != nil {
+			return badInput("--args: %v", err)
+		}
+		in.Args = raw
+		if err := parseRunAt(*runAt, &in.Opts); err != nil {
+			return err
+		}
+		return enqueueAndPrint(e, []queue.Insert{in})
+	}
+}
+
+// batchLine is one line of `enqueue batch` input.
+type batchLine struct {
+	Kind        string          `json:"kind"`
+	Args        json.RawMessage `json:"args"`
+	Queue       string          `json:"queue"`
+	Priority    int             `json:"priority"`
+	Delay       string          `json:"delay"`
+	RunAt       string          `json:"runAt"`
+	MaxAttempts int             `json:"maxAttempts"`
+	UniqueKey   string          `json:"uniqueKey"`
+}
+
+func batchCommand(fs *flag.FlagSet) func(*env, []string) error {
+	file := fs.String("file", "-", "file of JSON lines, - for stdin; each line: {\"kind\": K, \"args\": {...}, \"queue\", \"priority\", \"delay\", \"runAt\", \"maxAttempts\", \"uniqueKey\"}")
+	return func(e *env, rest []string) error {
+		if len(rest) > 0 {
+			return badInput("unexpected argument %q", rest[0])
+		}
+		r := e.stdin
+		if *file != "-" {
+			f, err := os.Open(*file)
+			if err != nil {
+				return badInput("--file: %v", err)
+			}
+			defer f.Close()
+			r = f
+		}
+		ins, err := readBatch(r)
+		if err != nil {
+			return err
+		}
+		if len(ins) == 0 {
+			return badInput("no jobs in the input")
+		}
+		return enqueueAndPrint(e, ins)
+	}
+}
+
+// readBatch parses JSON lines; blank lines and lines starting with # are
+// skipped. An error names the line and the field.
+func readBatch(r io.Reader) ([]queue.Insert, error) {
+	var ins []queue.Insert
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 4<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		var bl batchLine
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&bl); err != nil {
+			return nil, badInput("line %d: %v", n, err)
+		}
+		if bl.Kind == "" {
+			return nil, badInput("line %d: kind: must not be empty", n)
+		}
+		args, err := parseArgs(string(bl.Args))
+		if err != nil {
+			return nil, badInput("line %d: %v", n, err)
+		}
+		in := queue.Insert{Kind: bl.Kind, Args: args, Opts: queue.InsertOpts{
+			Queue: bl.Queue, Priority: bl.Priority, MaxAttempts: bl.MaxAttempts, UniqueKey: bl.UniqueKey,
+		}}
+		if bl.Delay != "" {
+			if in.Opts.Delay, err = time.ParseDuration(bl.Delay); err != nil {
+				return nil, badInput("line %d: delay: %q is not a duration such as 30s", n, bl.Delay)
+			}
+		}
+		if err := parseRunAt(bl.RunAt, &in.Opts); err != nil {
+			return nil, badInput("line %d: runAt: %q is not an RFC 3339 time", n, bl.RunAt)
+		}
+		ins = append(ins, in)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, badInput("reading input: %v", err)
+	}
+	return ins, nil
+}
+
+func cancelCommand(fs *flag.FlagSet) func(*env, []string) error {
+	return func(e *env, ids []string) error {
+		if len(ids) == 0 {
+			return badInput("give the ids of the jobs to cancel")
+		}
+		var failed []string
+		for _, id := range ids {
+			out, err := e.q.Cancel(e.ctx, id)
+			if errors.Is(err, queue.ErrNotFound) || errors.Is(err, queue.ErrFinished) {
+				fmt.Fprintf(e.stderr, "%s: %v\n", id, err)
+				failed = append(failed, id)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s\t%s\n", id, out)
+		}
+		if len(failed) > 0 {
+			return usageError{fmt.Errorf("%d of %d jobs not cancelled", len(failed), len(ids))}
+		}
+		return nil
+	}
+}
+
+func statusCommand(fs *flag.FlagSet) func(*env, []string) error {
+	return func(e *env, ids []string) error {
+		if len(ids) == 0 {
+			return badInput("give the ids of the jobs to show")
+		}
+		for _, id := range ids {
+			j, err := e.q.Get(e.ctx, id)
+			if errors.Is(err, queue.ErrNotFound) {
+				return usageError{err}
+			}
+			if err != nil {
+				return err
+			}
+			b, err := bson.MarshalExtJSON(j, false, false)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(e.stdout, string(b))
+		}
+		return nil
+	}
+}
+
+func statsCommand(fs *flag.FlagSet) func(*env, []string) error {
+	return func(e *env, rest []string) error {
+		if len(rest) > 0 {
+			return badInput("unexpected argument %q", rest[0])
+		}
+		counts, err := e.q.Counts(e.ctx)
+		if err != nil {
+			return err
+		}
+		states := []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}
+		byKind := map[string]map[jobs.State]int{}
+		for _, c := range counts {
+			if byKind[c.Kind] == nil {
+				byKind[c.Kind] = map[jobs.State]int{}
+			}
+			byKind[c.Kind][c.State] += c.N
+		}
+		kinds := make([]string, 0, len(byKind))
+		for k := range byKind {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprint(tw, "kind\t")
+		for _, s := range states {
+			fmt.Fprintf(tw, "%s\t", s)
+		}
+		fmt.Fprintln(tw)
+		for _, k := range kinds {
+			fmt.Fprintf(tw, "%s\t", k)
+			for _, s := range states {
+				fmt.Fprintf(tw, "%d\t", byKind[k][s])
+			}
+			fmt.Fprintln(tw)
+		}
+		return tw.Flush()
+	}
+}

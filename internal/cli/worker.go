@@ -1,0 +1,177 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/docketq/docket/configs"
+	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"github.com/docketq/docket/recovery"
+	"github.com/docketq/docket/worker"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.uber.org/zap"
+)
+
+// Registrar adds a process's handlers to its registry.
+type Registrar func(reg *jobs.Registry, db *mongo.Database, q *queue.Client, log *zap.Logger) error
+
+// Worker is the main function of the worker command: it runs a worker pool
+// and the reaper until SIGINT or SIGTERM, and returns the exit status.
+// `worker reap` runs one reaper pass and exits.
+func Worker(args []string, stdout, stderr io.Writer, register Registrar) int {
+	reapOnce := len(args) > 0 && args[0] == "reap"
+	if reapOnce {
+		args = args[1:]
+	}
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: worker [reap] [flags]\n\nRuns a pool of goroutines that claim and run jobs, and the reaper.\n`worker reap` runs one reaper pass and exits.\nSettings come from --config, then DOCKET_* variables, then flags.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	cfg, err := configs.Load(fs, "worker", args, configs.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "worker: %v\n", err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "worker: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	base, err := cfg.Log.NewLogger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "worker: %v\n", err)
+		return 2
+	}
+	defer func() { _ = base.Sync() }()
+	log := base.With(zap.String("worker", cfg.Worker.ID))
+
+	client, err := connect(cfg.Mongo)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 1
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	db := client.Database(cfg.Mongo.DB)
+
+	qcfg := cfg.Queue
+	qcfg.Logger = log
+	q, err := queue.New(db, qcfg)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	rcfg := cfg.Reaper
+	rcfg.Logger = log
+	reaper, err := recovery.NewReaper(q, rcfg)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	startCtx, cancelStart := context.WithCancel(context.Background())
+	defer cancelStart()
+	go func() {
+		select {
+		case <-sigs:
+			cancelStart()
+		case <-startCtx.Done():
+		}
+	}()
+
+	if reapOnce {
+		res, err := reaper.RunOnce(startCtx)
+		if err != nil {
+			log.Error("reap failed", zap.String("error", configs.Redact(err.Error(), cfg.Mongo.URI)))
+			return 1
+		}
+		fmt.Fprintf(stdout, "requeued %d, dead %d\n", res.Requeued, res.Dead)
+		return 0
+	}
+
+	setup := func(ctx context.Context) error {
+		if err := q.EnsureIndexes(ctx); err != nil {
+			return err
+		}
+		return handlers.Setup(ctx, db)
+	}
+	if err := waitForServer(startCtx, client, cfg.Mongo, log, setup); err != nil {
+		log.Info("stopped before the database was reachable")
+		return 0
+	}
+	cancelStart()
+
+	reg := jobs.NewRegistry()
+	if err := register(reg, db, q, log); err != nil {
+		log.Error("cannot register handlers", zap.Error(err))
+		return 2
+	}
+	wcfg := cfg.Worker
+	wcfg.Logger = base
+	w, err := worker.New(q, reg, wcfg)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	scfg := cfg.RenameSweeper
+	scfg.Logger = log
+	sweeper, err := recovery.NewRenameSweeper(db, q, scfg)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	tcfg := cfg.TransferRecovery
+	tcfg.Logger = log
+	txRecovery, err := recovery.NewTransferRecovery(db, q, tcfg)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	sched, err := recovery.NewScheduler(log, reaper, sweeper, txRecovery)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	w.Start(context.Background())
+	sched.Start()
+
+	sig := <-sigs
+	log.Info("stopping: waiting for running jobs; signal again to stop at once",
+		zap.String("signal", sig.String()), zap.Duration("shutdown_timeout", cfg.Worker.ShutdownTimeout))
+	stopCtx, hardStop := context.WithCancel(context.Background())
+	defer hardStop()
+	go func() {
+		select {
+		case s := <-sigs:
+			log.Info("second signal: cancelling running jobs and releasing their leases", zap.String("signal", s.String()))
+			hardStop()
+		case <-stopCtx.Done():
+		}
+	}()
+	reaping := sched.Stop()
+	if err := w.Stop(stopCtx); err != nil {
+		log.Error("stop", zap.Error(err))
+		return 1
+	}
+	select {
+	case <-reaping:
+	case <-time.After(5 * time.Second):
+		log.Warn("a reaper pass was still running at exit; its fenced writes are safe to abandon")
+	}
+	return 0
+}

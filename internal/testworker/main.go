@@ -1,0 +1,70 @@
+// Command testworker is the worker command with extra, test-only job kinds
+// registered, for the multi-process tests. It runs exactly the code of
+// cmd/worker (internal/cli.Worker); only its registry differs.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/internal/cli"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.uber.org/zap"
+)
+
+// RecordArgs are the args of a record job.
+type RecordArgs struct {
+	// SleepMs is how long the attempt takes.
+	SleepMs int `bson:"sleepMs"`
+	// SleepAttempts limits the sleep to attempts up to this one; 0 means
+	// every attempt.
+	SleepAttempts int `bson:"sleepAttempts"`
+	// IgnoreCancel makes the handler sleep through its context's end.
+	IgnoreCancel bool `bson:"ignoreCancel"`
+	// FailAttempts makes attempts up to this one fail.
+	FailAttempts int `bson:"failAttempts"`
+}
+
+// Kind implements jobs.Args.
+func (RecordArgs) Kind() string { return "record" }
+
+func main() {
+	os.Exit(cli.Worker(os.Args[1:], os.Stdout, os.Stderr,
+		func(reg *jobs.Registry, db *mongo.Database, q *queue.Client, log *zap.Logger) error {
+			if err := handlers.Register(reg, handlers.Deps{DB: db, Queue: q, Logger: log}); err != nil {
+				return err
+			}
+			execs := db.Collection("executions")
+			return jobs.Register(reg, func(ctx context.Context, j *jobs.Job, a RecordArgs) error {
+				// Record the execution first: the tests count them.
+				if _, err := execs.InsertOne(ctx, bson.M{
+					"jobId": j.ID, "attempt": j.Attempt, "owner": j.Owner, "token": j.LeaseToken, "at": time.Now(),
+				}); err != nil {
+					return err
+				}
+				if a.SleepAttempts == 0 || j.Attempt <= a.SleepAttempts {
+					d := time.Duration(a.SleepMs) * time.Millisecond
+					if a.IgnoreCancel {
+						time.Sleep(d)
+					} else {
+						select {
+						case <-time.After(d):
+						case <-ctx.Done():
+							return context.Cause(ctx)
+						}
+					}
+				}
+				if j.Attempt <= a.FailAttempts {
+					return errors.New(fmt.Sprint("failing attempt ", j.Attempt))
+				}
+				return nil
+			}, jobs.KindOptions{})
+		}))
+}

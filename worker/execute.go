@@ -1,0 +1,212 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"go.uber.org/zap"
+)
+
+// run is one claimed job while this worker holds it.
+type run struct {
+	job   *jobs.Job
+	lease queue.Lease
+
+	mu      sync.Mutex
+	expires time.Time // the lease's expiry as last renewed
+	lost    bool      // a fenced write matched nothing
+	settled bool      // the final write was made or handed off
+}
+
+// settle claims the right to make the job's final write; only the first
+// caller gets it.
+func (r *run) settle() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.settled {
+		return false
+	}
+	r.settled = true
+	return true
+}
+
+func (r *run) leaseExpiry() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.expires
+}
+
+// execute runs one attempt of r's job and records its outcome.
+func (w *Worker) execute(r *run) {
+	job := r.job
+	log := w.log.With(job.LogFields()...)
+	h, opts, ok := w.reg.Lookup(job.Kind)
+	if !ok { // cannot happen: claims only match registered kinds
+		h = jobs.HandlerFunc(func(context.Context, *jobs.Job) error {
+			return jobs.Permanent(fmt.Errorf("no handler for kind %q", job.Kind))
+		})
+		opts.Timeout = jobs.DefaultTimeout
+	}
+	ctx, cancel := context.WithCancelCause(w.jobsCtx)
+	defer cancel(nil)
+	ctx, cancelTimeout := context.WithTimeoutCause(ctx, opts.Timeout, ErrTimeout)
+	defer cancelTimeout()
+
+	hbStop := make(chan struct{})
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		w.heartbeat(r, cancel, hbStop, log)
+	}()
+
+	log.Info("job started")
+	start := time.Now()
+	err := w.call(ctx, h, job, log)
+	cause := context.Cause(ctx)
+	close(hbStop)
+	<-hbDone
+	elapsed := time.Since(start)
+
+	r.mu.Lock()
+	lost := r.lost
+	r.mu.Unlock()
+	if lost {
+		log.Warn("job ended after its lease was lost; writing nothing",
+			zap.Duration("duration", elapsed), zap.NamedError("handler_error", err))
+		return
+	}
+	if !r.settle() {
+		log.Warn("job ended after its lease was released at shutdown; writing nothing", zap.Duration("duration", elapsed))
+		return
+	}
+
+	var outcome string
+	var write func(context.Context) error
+	switch {
+	case err == nil:
+		outcome = "succeeded"
+		write = func(ctx context.Context) error { return w.q.Complete(ctx, r.lease) }
+	case errors.Is(cause, ErrShutdown):
+		outcome = "released"
+		write = func(ctx context.Context) error { return w.q.Release(ctx, r.lease) }
+	case errors.Is(cause, jobs.ErrCancelled):
+		outcome = "cancelled"
+		write = func(ctx context.Context) error {
+			return w.q.Cancelled(ctx, r.lease, job, fmt.Sprintf("cancelled while running: %v", err))
+		}
+	default:
+		if errors.Is(cause, ErrTimeout) {
+			err = fmt.Errorf("timed out after %s: %w", opts.Timeout, err)
+		}
+		write = func(ctx context.Context) error {
+			f, ferr := w.q.Fail(ctx, r.lease, job, err)
+			outcome = "failed, " + string(f.State)
+			if f.State == jobs.StateAvailable {
+				outcome += " again at " + f.RunAt.Format(time.RFC3339Nano)
+			}
+			return ferr
+		}
+	}
+	werr := w.persist(r, write, log)
+	fields := []zap.Field{zap.Duration("duration", elapsed), zap.String("outcome", outcome)}
+	if err != nil {
+		fields = append(fields, zap.NamedError("handler_error", err))
+	}
+	switch {
+	case werr == nil:
+		log.Info("job finished", fields...)
+	case errors.Is(werr, queue.ErrLeaseLost):
+		log.Warn("job finished but its lease was lost; wrote nothing", append(fields, zap.Error(werr))...)
+	default:
+		log.Error("job finished but its outcome could not be recorded before the lease expired; the reaper will re-queue it",
+			append(fields, zap.Error(werr))...)
+	}
+}
+
+// call runs the handler, turning a panic into the attempt's error.
+func (w *Worker) call(ctx context.Context, h jobs.Handler, job *jobs.Job, log *zap.Logger) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+			log.Error("handler panicked", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+		}
+	}()
+	return h.Work(ctx, job)
+}
+
+// persist makes the job's final write, retrying transient failures (the
+// database away) until the lease would have expired: after that another
+// worker may hold the job, and the fenced write could only fail.
+func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Logger) error {
+	var backoff time.Duration
+	for {
+		remaining := time.Until(r.leaseExpiry())
+		if remaining <= 0 {
+			remaining = time.Second // one last try: the job may still be ours
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), min(remaining, claimTimeout))
+		err := write(ctx)
+		cancel()
+		if err == nil || errors.Is(err, queue.ErrLeaseLost) {
+			return err
+		}
+		backoff = grow(backoff, 100*time.Millisecond, 2*time.Second)
+		if time.Now().Add(backoff).After(r.leaseExpiry()) {
+			return err
+		}
+		log.Warn("recording the job's outcome failed; retrying", zap.Error(err), zap.Duration("retry_in", backoff))
+		time.Sleep(backoff)
+	}
+}
+
+// heartbeat renews r's lease every interval until stop closes. It cancels
+// the job's context when the lease is lost, when it expires unrenewed, or
+// when someone cancels the job.
+func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, stop <-chan struct{}, log *zap.Logger) {
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-w.jobsCtx.Done():
+			return
+		case <-t.C:
+		}
+		// A renewal may take until the lease would expire: a slow server
+		// is not a lost lease.
+		ctx, c := context.WithTimeout(w.jobsCtx, max(time.Until(r.leaseExpiry()), w.cfg.HeartbeatInterval))
+		ren, err := w.q.Heartbeat(ctx, r.lease, w.cfg.Lease)
+		c()
+		switch {
+		case errors.Is(err, queue.ErrLeaseLost):
+			r.mu.Lock()
+			r.lost = true
+			r.mu.Unlock()
+			log.Warn("lease lost: another worker or the reaper took the job; cancelling the handler")
+			cancel(ErrLeaseLost)
+			return
+		case err != nil:
+			if time.Now().After(r.leaseExpiry()) {
+				log.Warn("lease expired without renewal; cancelling the handler", zap.Error(err))
+				cancel(ErrLeaseLost)
+			} else {
+				log.Warn("heartbeat failed; retrying", zap.Error(err))
+			}
+		default:
+			r.mu.Lock()
+			r.expires = ren.ExpiresAt
+			r.mu.Unlock()
+			if ren.CancelRequested {
+				log.Info("job cancel requested; cancelling the handler")
+				cancel(jobs.ErrCancelled)
+			}
+		}
+	}
+}

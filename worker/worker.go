@@ -1,0 +1,259 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"go.uber.org/zap"
+	"golang.org/x/sync/semaphore"
+)
+
+// claimTimeout bounds one claim round trip. A claim is never cancelled by a
+// stop: a claim whose reply was lost would hold a job until the reaper.
+const claimTimeout = 10 * time.Second
+
+// Errors that end a job's context, seen by handlers through context.Cause.
+var (
+	// ErrLeaseLost: another worker or the reaper took the job.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrShutdown: the worker is stopping and gives the job back.
+	ErrShutdown = errors.New("worker shutting down")
+	// ErrTimeout: the attempt ran past its kind's timeout.
+	ErrTimeout = errors.New("job timed out")
+)
+
+// Worker claims and runs jobs. Start it once; stop it with Stop or
+// StopAndCancel.
+type Worker struct {
+	cfg Config
+	q   *queue.Client
+	reg *jobs.Registry
+	log *zap.Logger
+
+	sem  *semaphore.Weighted
+	wake chan struct{}
+
+	stopClaiming context.CancelFunc
+	claimingCtx  context.Context
+	dispatchDone chan struct{}
+	jobsCtx      context.Context
+	cancelJobs   context.CancelCauseFunc
+	startOnce    sync.Once
+	stopOnce     sync.Once
+	running      sync.WaitGroup
+	mu           sync.Mutex
+	active       map[string]*run
+}
+
+// New returns a Worker that runs the kinds in reg from the jobs of q.
+func New(q *queue.Client, reg *jobs.Registry, cfg Config) (*Worker, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(reg.Kinds()) == 0 {
+		return nil, errors.New("worker: the registry has no kinds: register a handler first")
+	}
+	w := &Worker{
+		cfg:          cfg,
+		q:            q,
+		reg:          reg,
+		log:          cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)),
+		sem:          semaphore.NewWeighted(int64(cfg.Concurrency)),
+		wake:         make(chan struct{}, 1),
+		dispatchDone: make(chan struct{}),
+		active:       map[string]*run{},
+	}
+	w.claimingCtx, w.stopClaiming = context.WithCancel(context.Background())
+	w.jobsCtx, w.cancelJobs = context.WithCancelCause(context.Background())
+	return w, nil
+}
+
+// ID returns the worker's id.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Start begins claiming jobs. Cancelling ctx stops the worker at once, as
+// StopAndCancel does.
+func (w *Worker) Start(ctx context.Context) {
+	w.startOnce.Do(func() {
+		w.log.Info("worker started",
+			zap.Strings("queues", w.cfg.Queues),
+			zap.Strings("kinds", w.reg.Kinds()),
+			zap.Int("concurrency", w.cfg.Concurrency))
+		go w.dispatch()
+		context.AfterFunc(ctx, func() { _ = w.StopAndCancel(context.Background()) })
+	})
+}
+
+// Stop stops claiming and waits for running jobs to finish. When ctx ends or
+// the shutdown timeout passes first, it cancels the jobs still running and
+// releases their leases so that another worker takes them at once.
+func (w *Worker) Stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.ShutdownTimeout)
+	defer cancel()
+	return w.stop(ctx)
+}
+
+// StopAndCancel stops claiming, cancels every running job at once and
+// releases its lease.
+func (w *Worker) StopAndCancel(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	cancel()
+	return w.stop(ctx)
+}
+
+func (w *Worker) stop(graceful context.Context) error {
+	var err error
+	w.stopOnce.Do(func() {
+		w.stopClaiming()
+		<-w.dispatchDone
+		w.mu.Lock()
+		n := len(w.active)
+		w.mu.Unlock()
+		w.log.Info("worker stopping", zap.Int("running_jobs", n))
+		done := make(chan struct{})
+		go func() { w.running.Wait(); close(done) }()
+		select {
+		case <-done:
+			w.log.Info("worker stopped", zap.Int("released", 0))
+			return
+		case <-graceful.Done():
+		}
+		w.cancelJobs(ErrShutdown)
+		// Handlers that honour their context return now and release their
+		// own leases; give them a moment, then release the rest ourselves.
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+		}
+		released := w.releaseAbandoned()
+		w.log.Info("worker stopped", zap.Int("released", released))
+		err = graceful.Err()
+	})
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// releaseAbandoned releases the leases of jobs whose handlers ignored the
+// cancellation, so that another worker can take them now.
+func (w *Worker) releaseAbandoned() int {
+	w.mu.Lock()
+	runs := make([]*run, 0, len(w.active))
+	for _, r := range w.active {
+		runs = append(runs, r)
+	}
+	w.mu.Unlock()
+	n := 0
+	for _, r := range runs {
+		if !r.settle() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := w.q.Release(ctx, r.lease)
+		cancel()
+		if err != nil {
+			w.log.Warn("release failed; the reaper will re-queue the job", r.job.LogFields(zap.Error(err))...)
+			continue
+		}
+		w.log.Warn("released the lease of a job whose handler ignored cancellation", r.job.LogFields()...)
+		n++
+	}
+	return n
+}
+
+// dispatch claims a job whenever a slot is free, until the worker stops.
+func (w *Worker) dispatch() {
+	defer close(w.dispatchDone)
+	kinds := w.reg.Kinds()
+	params := queue.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: kinds, Lease: w.cfg.Lease}
+	var idle, failing time.Duration
+	for {
+		if err := w.sem.Acquire(w.claimingCtx, 1); err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+		job, err := w.q.Claim(ctx, params)
+		cancel()
+		if err == nil && job != nil {
+			idle, failing = 0, 0
+			w.launch(job)
+			continue
+		}
+		w.sem.Release(1)
+		var wait time.Duration
+		if err != nil {
+			failing = grow(failing, 100*time.Millisecond, 5*time.Second)
+			wait = failing
+			w.log.Warn("claim failed; retrying", zap.Error(err), zap.Duration("retry_in", wait))
+		} else {
+			if failing > 0 {
+				w.log.Info("claiming again: the database is reachable")
+				failing = 0
+			}
+			idle = grow(idle, w.cfg.PollMin, w.cfg.PollMax)
+			wait = jitter(idle, w.cfg.PollMax)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-w.claimingCtx.Done():
+			t.Stop()
+			return
+		case <-w.wake:
+			idle = 0
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// grow doubles d, starting at lo and capped at hi.
+func grow(d, lo, hi time.Duration) time.Duration {
+	if d == 0 {
+		return lo
+	}
+	return min(2*d, hi)
+}
+
+// jitter spreads d over ±20%, capped at hi, so idle workers do not poll in
+// step.
+func jitter(d, hi time.Duration) time.Duration {
+	return min(time.Duration(float64(d)*(0.8+0.4*rand.Float64())), hi)
+}
+
+func (w *Worker) signalWake() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// launch runs job in its own goroutine, holding a slot until it settles.
+func (w *Worker) launch(job *jobs.Job) {
+	r := &run{job: job, lease: queue.LeaseOf(job), expires: *job.LeaseExpiresAt}
+	w.mu.Lock()
+	w.active[job.ID] = r
+	w.mu.Unlock()
+	w.running.Add(1)
+	go func() {
+		defer w.running.Done()
+		defer w.signalWake()
+		defer w.sem.Release(1)
+		defer func() {
+			w.mu.Lock()
+			delete(w.active, job.ID)
+			w.mu.Unlock()
+		}()
+		w.execute(r)
+	}()
+}
+
+// String describes the worker for logs.
+func (w *Worker) String() string { return fmt.Sprintf("worker %s", w.cfg.ID) }
