@@ -21,6 +21,7 @@ run: build
 
 # go vet, then every test under the race detector.
 test:
+	@scripts/test-deps.sh
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
 
