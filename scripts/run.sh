@@ -16,12 +16,12 @@ stop() {
 	echo "== stopping workers (they finish or release their jobs) =="
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	bin/enqueue stats 2>/dev/null || true
 	if [ -n "$devdb_pid" ]; then
 		echo "== stopping devdb =="
 		kill -TERM "$devdb_pid" 2>/dev/null || true
 		wait "$devdb_pid" 2>/dev/null || true
 	fi
-	bin/enqueue stats 2>/dev/null || true
 	exit 0
 }
 
@@ -54,8 +54,9 @@ done
 echo "== enqueueing the demo batch =="
 scripts/demo-batch.sh
 
-echo "== processing; Ctrl-C to stop =="
+echo "== processing; a few more jobs every 10 s; Ctrl-C to stop =="
 while true; do
-	sleep 5
+	sleep 10
+	scripts/demo-batch.sh --more >/dev/null || true
 	bin/enqueue stats || true
 done
