@@ -10,11 +10,16 @@ addr=${DOCKET_DEVDB_ADDR:-127.0.0.1:27017}
 pids=()
 devdb_pid=
 
+# stop ends the demo. Ctrl-C has already sent SIGINT to the workers (they
+# share the terminal's process group); a second signal would make them
+# cancel their jobs, so they are only signalled when it was not Ctrl-C.
 stop() {
 	trap - INT TERM EXIT
 	echo
 	echo "== stopping workers (they finish or release their jobs) =="
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	if [ "$1" != INT ]; then
+		for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	fi
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 	bin/enqueue stats 2>/dev/null || true
 	if [ -n "$devdb_pid" ]; then
@@ -43,7 +48,8 @@ if [ -z "${DOCKET_MONGO_URI:-}" ]; then
 		sleep 0.1
 	done
 fi
-trap stop INT TERM EXIT
+trap "stop INT" INT
+trap "stop TERM" TERM EXIT
 
 echo "== starting two workers =="
 for i in 1 2; do
