@@ -7,7 +7,6 @@ import (
 
 	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/queue"
-	"github.com/robfig/cron/v3"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -26,53 +25,21 @@ const (
 	DefaultRenameSweepBatch = 500
 )
 
-// RenameSweeperConfig configures a RenameSweeper.
-type RenameSweeperConfig struct {
-	// Schedule is a robfig/cron spec ("@every 30s", "*/1 * * * *").
-	// Defaults to DefaultRenameSweepSchedule.
-	Schedule string `yaml:"schedule"`
-	// Threshold is how old a user's syncing flag must be before the pass
-	// enqueues a sync job for them; make it longer than a rename job
-	// normally takes. Defaults to DefaultRenameSweepThreshold.
-	Threshold time.Duration `yaml:"threshold"`
-	// Batch caps the users one query of a pass reads; a pass reads batch
-	// after batch until it has seen every user due. Defaults to
-	// DefaultRenameSweepBatch.
-	Batch int `yaml:"batch"`
-	// Logger receives the sweeper's logs. Defaults to a no-op logger.
-	Logger *zap.Logger `yaml:"-"`
-}
+// RenameSweeperConfig configures a RenameSweeper: Schedule defaults to
+// DefaultRenameSweepSchedule, Threshold (how old a user's syncing flag must
+// be before the pass enqueues a sync job; longer than a rename job normally
+// takes) to DefaultRenameSweepThreshold, Batch to DefaultRenameSweepBatch.
+type RenameSweeperConfig SweepConfig
 
 // WithDefaults returns c with every unset field set to its default.
 func (c RenameSweeperConfig) WithDefaults() RenameSweeperConfig {
-	if c.Schedule == "" {
-		c.Schedule = DefaultRenameSweepSchedule
-	}
-	if c.Threshold == 0 {
-		c.Threshold = DefaultRenameSweepThreshold
-	}
-	if c.Batch == 0 {
-		c.Batch = DefaultRenameSweepBatch
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
-	}
-	return c
+	return RenameSweeperConfig(SweepConfig(c).withDefaults(SweepConfig{
+		Schedule: DefaultRenameSweepSchedule, Threshold: DefaultRenameSweepThreshold, Batch: DefaultRenameSweepBatch,
+	}))
 }
 
 // Validate reports the first invalid field, naming it and its value.
-func (c RenameSweeperConfig) Validate() error {
-	if _, err := cron.ParseStandard(c.Schedule); err != nil {
-		return fmt.Errorf("renameSweeper.schedule: %q is not a cron schedule: %w", c.Schedule, err)
-	}
-	if c.Threshold <= 0 {
-		return fmt.Errorf("renameSweeper.threshold: %s must be positive", c.Threshold)
-	}
-	if c.Batch < 1 {
-		return fmt.Errorf("renameSweeper.batch: %d must be at least 1", c.Batch)
-	}
-	return nil
-}
+func (c RenameSweeperConfig) Validate() error { return SweepConfig(c).validate("renameSweeper") }
 
 // RenameSweeper finishes renames whose job was lost: a rename-user job that
 // died (its attempts used up, or a bug) after setting the user's name, so

@@ -7,7 +7,6 @@ import (
 
 	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/queue"
-	"github.com/robfig/cron/v3"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -26,53 +25,22 @@ const (
 	DefaultTransferRecoveryBatch = 500
 )
 
-// TransferRecoveryConfig configures a TransferRecovery.
-type TransferRecoveryConfig struct {
-	// Schedule is a robfig/cron spec ("@every 15s", "*/1 * * * *").
-	// Defaults to DefaultTransferRecoverySchedule.
-	Schedule string `yaml:"schedule"`
-	// Threshold is how long a transaction may stay initial, pending,
-	// applied or canceling without a change before the pass gives it a job.
-	// Defaults to DefaultTransferRecoveryThreshold.
-	Threshold time.Duration `yaml:"threshold"`
-	// Batch caps the transactions one query of the pass reads; a pass reads
-	// batch after batch until it has seen every stalled transaction.
-	// Defaults to DefaultTransferRecoveryBatch.
-	Batch int `yaml:"batch"`
-	// Logger receives the pass's logs. Defaults to a no-op logger.
-	Logger *zap.Logger `yaml:"-"`
-}
+// TransferRecoveryConfig configures a TransferRecovery: Schedule defaults
+// to DefaultTransferRecoverySchedule, Threshold (how long a transaction may
+// stay initial, pending, applied or canceling without a change before the
+// pass gives it a job) to DefaultTransferRecoveryThreshold, Batch to
+// DefaultTransferRecoveryBatch.
+type TransferRecoveryConfig SweepConfig
 
 // WithDefaults returns c with every unset field set to its default.
 func (c TransferRecoveryConfig) WithDefaults() TransferRecoveryConfig {
-	if c.Schedule == "" {
-		c.Schedule = DefaultTransferRecoverySchedule
-	}
-	if c.Threshold == 0 {
-		c.Threshold = DefaultTransferRecoveryThreshold
-	}
-	if c.Batch == 0 {
-		c.Batch = DefaultTransferRecoveryBatch
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
-	}
-	return c
+	return TransferRecoveryConfig(SweepConfig(c).withDefaults(SweepConfig{
+		Schedule: DefaultTransferRecoverySchedule, Threshold: DefaultTransferRecoveryThreshold, Batch: DefaultTransferRecoveryBatch,
+	}))
 }
 
 // Validate reports the first invalid field, naming it and its value.
-func (c TransferRecoveryConfig) Validate() error {
-	if _, err := cron.ParseStandard(c.Schedule); err != nil {
-		return fmt.Errorf("transferRecovery.schedule: %q is not a cron schedule: %w", c.Schedule, err)
-	}
-	if c.Threshold <= 0 {
-		return fmt.Errorf("transferRecovery.threshold: %s must be positive", c.Threshold)
-	}
-	if c.Batch < 1 {
-		return fmt.Errorf("transferRecovery.batch: %d must be at least 1", c.Batch)
-	}
-	return nil
-}
+func (c TransferRecoveryConfig) Validate() error { return SweepConfig(c).validate("transferRecovery") }
 
 // TransferRecovery finishes transfers whose job was lost: a crash between
 // writing a transaction and enqueueing its job, or a job that died (its

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -20,45 +21,44 @@ func init() {
 	subcommands["seed"] = subcommand{"create demo users, comments and accounts", seedCommand}
 }
 
-func addFriendCommand(fs *flag.FlagSet) func(*env, []string) error {
-	var a handlers.AddFriendArgs
-	fs.StringVar(&a.UserA, "user-a", "", "one user's id (required)")
-	fs.StringVar(&a.UserB, "user-b", "", "the other user's id (required)")
-	var o queue.InsertOpts
-	runAt := insertOptsFlags(fs, &o)
-	return func(e *env, rest []string) error {
-		if len(rest) > 0 {
-			return badInput("unexpected argument %q", rest[0])
+// validArgs are typed job args that check themselves.
+type validArgs interface {
+	jobs.Args
+	jobs.Validator
+}
+
+// argsCommand is a subcommand that enqueues one job of T's kind, with the
+// args that bind reads from its flags and the options every job takes.
+func argsCommand[T validArgs](bind func(fs *flag.FlagSet, a *T)) func(*flag.FlagSet) func(*env, []string) error {
+	return func(fs *flag.FlagSet) func(*env, []string) error {
+		var a T
+		bind(fs, &a)
+		var o queue.InsertOpts
+		runAt := insertOptsFlags(fs, &o)
+		return func(e *env, rest []string) error {
+			if len(rest) > 0 {
+				return badInput("unexpected argument %q", rest[0])
+			}
+			if err := a.Validate(); err != nil {
+				return usageError{err}
+			}
+			if err := parseRunAt(*runAt, &o); err != nil {
+				return err
+			}
+			return enqueueAndPrint(e, []queue.Insert{{Kind: a.Kind(), Args: a, Opts: o}})
 		}
-		if err := a.Validate(); err != nil {
-			return usageError{err}
-		}
-		if err := parseRunAt(*runAt, &o); err != nil {
-			return err
-		}
-		return enqueueAndPrint(e, []queue.Insert{{Kind: a.Kind(), Args: a, Opts: o}})
 	}
 }
 
-func renameCommand(fs *flag.FlagSet) func(*env, []string) error {
-	var a handlers.RenameArgs
+var addFriendCommand = argsCommand(func(fs *flag.FlagSet, a *handlers.AddFriendArgs) {
+	fs.StringVar(&a.UserA, "user-a", "", "one user's id (required)")
+	fs.StringVar(&a.UserB, "user-b", "", "the other user's id (required)")
+})
+
+var renameCommand = argsCommand(func(fs *flag.FlagSet, a *handlers.RenameArgs) {
 	fs.StringVar(&a.UserID, "user", "", "the user's id (required)")
 	fs.StringVar(&a.NewName, "name", "", "the new name, 1 to 100 characters (required)")
-	var o queue.InsertOpts
-	runAt := insertOptsFlags(fs, &o)
-	return func(e *env, rest []string) error {
-		if len(rest) > 0 {
-			return badInput("unexpected argument %q", rest[0])
-		}
-		if err := a.Validate(); err != nil {
-			return usageError{err}
-		}
-		if err := parseRunAt(*runAt, &o); err != nil {
-			return err
-		}
-		return enqueueAndPrint(e, []queue.Insert{{Kind: a.Kind(), Args: a, Opts: o}})
-	}
-}
+})
 
 func transferCommand(fs *flag.FlagSet) func(*env, []string) error {
 	from := fs.String("from", "", "source account id")

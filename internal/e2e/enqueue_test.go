@@ -94,3 +94,62 @@ func TestEnqueueRejectsBadInputAndWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+func TestEnqueueHandlerCommands(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	q := newQueue(t, db)
+	bin := enqueueBinary(t)
+	ctx := context.Background()
+	out, stderr, code := run(t, bin, db, nil, "", "seed", "--users", "3", "--accounts", "2", "--balance", "500", "--comments", "5")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "users: 3 created")
+	out, _, code = run(t, bin, db, nil, "", "seed", "--users", "3", "--accounts", "2", "--comments", "5")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "users: 0 created, 3 already there")
+
+	for _, tc := range []struct {
+		args []string
+		kind string
+	}{
+		{[]string{"add-friend", "--user-a", "u1", "--user-b", "u2"}, "add-friend"},
+		{[]string{"rename", "--user", "u1", "--name", "Ada"}, "rename-user"},
+	} {
+		out, stderr, code := run(t, bin, db, nil, "", tc.args...)
+		require.Equal(t, 0, code, stderr)
+		j, err := q.Get(ctx, strings.TrimSpace(out))
+		require.NoError(t, err)
+		require.Equal(t, tc.kind, j.Kind)
+	}
+	out, stderr, code = run(t, bin, db, nil, "", "transfer", "--from", "a1", "--to", "a2", "--amount", "150")
+	require.Equal(t, 0, code, stderr)
+	fields := strings.Fields(out)
+	require.Len(t, fields, 3, out)
+	j, err := q.Get(ctx, fields[0])
+	require.NoError(t, err)
+	require.Equal(t, "transfer", j.Kind)
+	require.Equal(t, fields[2], j.Args.Lookup("txId").StringValue())
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"add-friend", "--user-a", "u1", "--user-b", "u1"}, "invalid args"},
+		{[]string{"add-friend", "--user-a", "u1"}, "userB"},
+		{[]string{"rename", "--user", "u1", "--name", ""}, "newName"},
+		{[]string{"rename", "--user", "u1", "--name", strings.Repeat("x", 101)}, "newName"},
+		{[]string{"transfer", "--from", "a1", "--to", "a2", "--amount", "0"}, "amount"},
+		{[]string{"transfer", "--from", "a1", "--to", "a1", "--amount", "5"}, "invalid transfer"},
+		{[]string{"transfer", "--from", "a1", "--to", "nope", "--amount", "5"}, "nope"},
+		{[]string{"transfer", "--from", "a1", "--to", "a2", "--amount", "1.5"}, "invalid value"},
+		{[]string{"transfer", "--reverse", "no-such-tx"}, "no-such-tx"},
+		{[]string{"seed", "--users", "-1"}, "must not be negative"},
+	} {
+		_, stderr, code := run(t, bin, db, nil, "", tc.args...)
+		require.Equal(t, 2, code, "%v: %s", tc.args, stderr)
+		require.Contains(t, stderr, tc.want, "%v", tc.args)
+	}
+	n, err := q.Collection().CountDocuments(ctx, bson.M{})
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n, "bad input must enqueue nothing")
+}
