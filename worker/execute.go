@@ -171,6 +171,9 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, stop <-chan struct{}, log *zap.Logger) {
 	t := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer t.Stop()
+	// While the database is away every heartbeat fails: say so once, and
+	// once more when a renewal gets through, rather than at every tick.
+	failures := 0
 	for {
 		select {
 		case <-stop:
@@ -196,10 +199,16 @@ func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, stop <-chan s
 			if time.Now().After(r.leaseExpiry()) {
 				log.Warn("lease expired without renewal; cancelling the handler", zap.Error(err))
 				cancel(ErrLeaseLost)
-			} else {
-				log.Warn("heartbeat failed; retrying", zap.Error(err))
+			} else if failures == 0 {
+				log.Warn("heartbeat failed; retrying every heartbeat until the lease expires",
+					zap.Error(err), zap.Time("lease_expires_at", r.leaseExpiry()))
 			}
+			failures++
 		default:
+			if failures > 0 {
+				log.Info("heartbeat renewed the lease again", zap.Int("failed_heartbeats", failures))
+				failures = 0
+			}
 			r.mu.Lock()
 			r.expires = ren.ExpiresAt
 			r.mu.Unlock()
