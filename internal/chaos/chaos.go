@@ -1,0 +1,615 @@
+//go:build linux
+
+// Package chaos runs docket the way failure meets it in production: real
+// worker processes on a real devdb process, SIGKILLed, SIGSTOPped past their
+// leases and cut off from the database while a mixed load of transfers,
+// friendships and racing renames runs. Then it lets the queue drain and
+// checks every job, every handler invariant, and that no worker wrote
+// anything after it had lost a lease.
+//
+// A run is driven by one seed: the same seed makes the same load and the
+// same schedule of failures (the timing of processes still varies).
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Config sizes a run.
+type Config struct {
+	// Seed drives the load and the failures. Defaults to the clock.
+	Seed uint64
+	// Jobs is about how many jobs the load enqueues (the sweepers may add
+	// a few). Defaults to 200.
+	Jobs int
+	// Waves is how many batches the load is enqueued in, spread over the
+	// run so that jobs keep arriving while processes fail. Defaults to 4.
+	Waves int
+	// Workers is how many worker processes run at once. Defaults to 4.
+	Workers int
+	// Outage is how long devdb is stopped. Defaults to a seeded 5–10 s.
+	Outage time.Duration
+	// Stall is how long one worker is SIGSTOPped; it must be longer than
+	// the lease (2 s). Defaults to 4 s.
+	Stall time.Duration
+	// Drain bounds the wait for the queue to empty. Defaults to 2 min.
+	Drain time.Duration
+	// Users, Accounts and Comments size the seeded data. Default 12, 8, 40.
+	Users, Accounts, Comments int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Seed == 0 {
+		c.Seed = uint64(time.Now().UnixNano())
+	}
+	if c.Jobs == 0 {
+		c.Jobs = 200
+	}
+	if c.Waves == 0 {
+		c.Waves = 4
+	}
+	if c.Workers == 0 {
+		c.Workers = 4
+	}
+	if c.Stall == 0 {
+		c.Stall = 4 * time.Second
+	}
+	if c.Drain == 0 {
+		c.Drain = 2 * time.Minute
+	}
+	if c.Users == 0 {
+		c.Users = 12
+	}
+	if c.Accounts == 0 {
+		c.Accounts = 8
+	}
+	if c.Comments == 0 {
+		c.Comments = 40
+	}
+	return c
+}
+
+// Result is what a run did.
+type Result struct {
+	Seed uint64
+	// Jobs is every job in the collection at the end, by final state.
+	Jobs, Succeeded, Dead, Cancelled int
+	// Retried jobs took more than one attempt; MaxAttempt is the most.
+	Retried, MaxAttempt int
+	// Kills is how many workers were SIGKILLed, Stalls how many were
+	// SIGSTOPped past their lease.
+	Kills, Stalls int
+	// Outage is how long devdb was down.
+	Outage time.Duration
+	// StalledJobs were held by a stalled worker when it was stopped.
+	StalledJobs int
+	// UnloggedFinishes are jobs whose final write was made by a worker
+	// killed before it could log it.
+	UnloggedFinishes int
+	// Transfers done and cancelled.
+	TxDone, TxCancelled int
+	// OutageLogLines is the most warnings one worker logged while devdb
+	// was down.
+	OutageLogLines int
+	// Elapsed is the whole run, from devdb's start to the last check.
+	Elapsed time.Duration
+}
+
+// String is the one-line summary the README quotes.
+func (r Result) String() string {
+	return fmt.Sprintf("seed %d: %d jobs (%d succeeded, %d dead as expected, %d cancelled; %d retried, max attempt %d), "+
+		"%d transfers done and %d cancelled, %d SIGKILLs, %d SIGSTOP past the lease (%d jobs held), devdb down %s "+
+		"(at most %d warnings per worker), %d finishes by killed workers before they logged, in %s",
+		r.Seed, r.Jobs, r.Succeeded, r.Dead, r.Cancelled, r.Retried, r.MaxAttempt,
+		r.TxDone, r.TxCancelled, r.Kills, r.Stalls, r.StalledJobs, r.Outage.Round(100*time.Millisecond),
+		r.OutageLogLines, r.UnloggedFinishes, r.Elapsed.Round(time.Second))
+}
+
+// Worker flags: leases short enough that a dead or stalled worker's jobs
+// move on within seconds, sweepers that repair within seconds.
+var workerFlags = []string{
+	"--lease", "2s", "--heartbeat-interval", "500ms",
+	"--reap-schedule", "@every 1s", "--reap-grace", "1ms",
+	"--rename-sweep-schedule", "@every 2s", "--rename-sweep-threshold", "3s",
+	"--transfer-recovery-schedule", "@every 2s", "--transfer-recovery-threshold", "5s",
+	"--retry-base", "100ms", "--retry-max", "2s", "--poll-max", "500ms",
+	"--shutdown-timeout", "3s", "--mongo-timeout", "3s", "--log-format", "json",
+}
+
+// run is the state of one chaos run.
+type run struct {
+	t   testing.TB
+	cfg Config
+	rng *rand.Rand
+	dbx *testdb.DevDB
+	db  *mongo.Database
+	q   *queue.Client
+	env []string
+
+	workerBin, enqueueBin string
+
+	mu      sync.Mutex
+	procs   []*process // every worker ever started
+	nextID  int
+	res     Result
+	stalls  []stallRecord
+	outages [][2]time.Time
+
+	cancelled map[string]bool // jobs the run cancelled
+	openings  map[string]int64
+}
+
+// stallRecord is one SIGSTOP: the worker and the leases it held.
+type stallRecord struct {
+	p      *process
+	held   map[string]jobs.Job // job id → the job as it held it
+	resume time.Time
+}
+
+// Run runs the chaos described by cfg against a devdb of its own, fails t
+// on every broken promise, and returns what happened.
+func Run(t testing.TB, cfg Config) Result {
+	t.Helper()
+	cfg = cfg.withDefaults()
+	start := time.Now()
+	t.Logf("chaos: seed %d (replay with DOCKET_CHAOS_SEED=%d), %d jobs, %d workers", cfg.Seed, cfg.Seed, cfg.Jobs, cfg.Workers)
+	r := &run{
+		t:         t,
+		cfg:       cfg,
+		rng:       rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		cancelled: map[string]bool{},
+		openings:  map[string]int64{},
+	}
+	r.res.Seed = cfg.Seed
+	r.workerBin = testdb.BuildBinary(t, "github.com/docketq/docket/cmd/worker", false)
+	r.enqueueBin = testdb.BuildBinary(t, "github.com/docketq/docket/cmd/enqueue", false)
+	r.dbx = testdb.StartDevDB(t, "")
+	r.env = []string{"DOCKET_MONGO_URI=" + r.dbx.URI(), "DOCKET_DB=chaos"}
+
+	client, err := mongo.Connect(options.Client().ApplyURI(r.dbx.URI()).SetServerSelectionTimeout(30 * time.Second))
+	if err != nil {
+		t.Fatalf("chaos: connect: %v", err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	r.db = client.Database("chaos")
+	if r.q, err = queue.New(r.db, queue.Config{}); err != nil {
+		t.Fatalf("chaos: %v", err)
+	}
+	t.Cleanup(r.cleanup)
+
+	const balance = 100_000
+	r.enqueue("", "seed", "--users", strconv.Itoa(cfg.Users), "--accounts", strconv.Itoa(cfg.Accounts),
+		"--balance", strconv.Itoa(balance), "--comments", strconv.Itoa(cfg.Comments), "--seed", strconv.FormatUint(cfg.Seed, 10))
+	for i := 1; i <= cfg.Accounts; i++ {
+		r.openings[fmt.Sprintf("a%d", i)] = balance
+	}
+	for range cfg.Workers {
+		r.startWorker()
+	}
+
+	stopKiller := make(chan struct{})
+	killerDone := make(chan struct{})
+	go r.killer(stopKiller, killerDone)
+
+	// The director: waves of load, with one stall and one outage between
+	// them, so that each meets running jobs.
+	stallAfter, outageAfter := 0, cfg.Waves/2
+	if cfg.Waves == 1 {
+		outageAfter = 0
+	}
+	perWave := max(cfg.Jobs/cfg.Waves, 1)
+	stallDone := make(chan struct{})
+	for w := range cfg.Waves {
+		if w == stallAfter { // it waits for the wave's jobs to run
+			go func() {
+				defer close(stallDone)
+				r.stall()
+			}()
+		}
+		r.wave(w, perWave)
+		if t.Failed() {
+			break
+		}
+		if w == outageAfter {
+			<-stallDone // one fault at a time, so that each is judged alone
+			r.sleep(500*time.Millisecond, 1500*time.Millisecond)
+			r.outage()
+		}
+		r.sleep(time.Second, 2*time.Second)
+	}
+	<-stallDone
+
+	drained := r.drain()
+	close(stopKiller)
+	<-killerDone
+	if !drained {
+		return r.res
+	}
+	r.stopWorkers()
+	r.check()
+	r.res.Elapsed = time.Since(start)
+	t.Logf("chaos: %s", r.res)
+	return r.res
+}
+
+// sleep sleeps a random time in [lo, hi).
+func (r *run) sleep(lo, hi time.Duration) {
+	time.Sleep(r.between(lo, hi))
+}
+
+func (r *run) between(lo, hi time.Duration) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return lo + time.Duration(r.rng.Int64N(int64(hi-lo)))
+}
+
+func (r *run) intN(n int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rng.IntN(n)
+}
+
+// startWorker starts one more worker process with a concurrency of its own.
+func (r *run) startWorker() *process {
+	r.mu.Lock()
+	r.nextID++
+	id := fmt.Sprintf("chaos-w%02d", r.nextID)
+	conc := 2 + r.rng.IntN(4)
+	r.mu.Unlock()
+	args := append([]string{"--id", id, "--concurrency", strconv.Itoa(conc)}, workerFlags...)
+	p, err := startProcess(r.workerBin, id, r.env, args)
+	if err != nil {
+		r.t.Errorf("chaos: start worker %s: %v", id, err)
+		return nil
+	}
+	r.mu.Lock()
+	r.procs = append(r.procs, p)
+	r.mu.Unlock()
+	return p
+}
+
+// live returns the workers that are running and neither stalled nor being
+// killed.
+func (r *run) live() []*process {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*process
+	for _, p := range r.procs {
+		if !p.killed && !p.stalled && !p.stopped && !p.exited() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// killer SIGKILLs a random live worker every 1–3 s and starts a
+// replacement, until stop closes.
+func (r *run) killer(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(r.between(time.Second, 3*time.Second)):
+		}
+		live := r.live()
+		if len(live) == 0 {
+			continue
+		}
+		p := live[r.intN(len(live))]
+		r.mu.Lock()
+		p.killed = true
+		r.res.Kills++
+		r.mu.Unlock()
+		p.kill()
+		r.startWorker()
+	}
+}
+
+// wave enqueues about n jobs of every kind, through the Go client and the
+// enqueue command.
+func (r *run) wave(w, n int) {
+	ctx := context.Background()
+	users := func() string { return fmt.Sprintf("u%d", 1+r.intN(min(8, r.cfg.Users))) }
+	renamed := func() string { return fmt.Sprintf("u%d", 1+r.intN(min(5, r.cfg.Users))) }
+	account := func() string { return fmt.Sprintf("a%d", 1+r.intN(r.cfg.Accounts)) }
+	var total int64
+	for _, b := range r.openings {
+		total += b
+	}
+
+	nTransfers, nFriends := n*2/5, n*7/20
+	nRenames := n - nTransfers - nFriends
+
+	// Transfers through the Go client; one in ten asks for more money than
+	// there is, and must end cancelled.
+	for i := range nTransfers {
+		from, to := account(), account()
+		for to == from {
+			to = account()
+		}
+		amount := int64(1 + r.intN(10_000))
+		if r.intN(10) == 0 {
+			amount = total + 1
+		}
+		if i%10 == 9 { // and some through the command
+			r.enqueue("", "transfer", "--from", from, "--to", to, "--amount", strconv.FormatInt(amount, 10))
+			continue
+		}
+		if _, _, err := handlers.EnqueueTransfer(ctx, r.db, r.q, from, to, amount); err != nil {
+			r.t.Errorf("chaos: enqueue transfer: %v", err)
+			return
+		}
+	}
+	if w == 0 {
+		r.badTransfers(ctx)
+		r.cancelSome()
+	}
+
+	// Friendships: repeats (a small pool), reversed pairs, and a few with a
+	// user who does not exist, which must end dead.
+	var ins []queue.Insert
+	var batch []string
+	for i := range nFriends {
+		a, b := users(), users()
+		for b == a {
+			b = users()
+		}
+		if i%25 == 24 {
+			b = fmt.Sprintf("ghost%d", w)
+		}
+		args := handlers.AddFriendArgs{UserA: a, UserB: b}
+		if i%3 == 0 {
+			batch = append(batch, fmt.Sprintf(`{"kind": %q, "args": {"userA": %q, "userB": %q}}`, handlers.AddFriendKind, a, b))
+		} else {
+			ins = append(ins, queue.Insert{Kind: handlers.AddFriendKind, Args: args})
+		}
+		if r.intN(5) == 0 { // the same pair the other way round
+			ins = append(ins, queue.Insert{Kind: handlers.AddFriendKind, Args: handlers.AddFriendArgs{UserA: b, UserB: a}})
+		}
+	}
+	// Renames: several per user, racing each other.
+	for i := range nRenames {
+		u := renamed()
+		name := fmt.Sprintf("%s-w%d-n%d", u, w, i)
+		if i%3 == 0 {
+			batch = append(batch, fmt.Sprintf(`{"kind": %q, "args": {"userId": %q, "newName": %q}}`, handlers.RenameKind, u, name))
+		} else {
+			ins = append(ins, queue.Insert{Kind: handlers.RenameKind, Args: handlers.RenameArgs{UserID: u, NewName: name}})
+		}
+	}
+	// Interleave the two enqueuers so that renames of a user race.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.enqueue(strings.Join(batch, "\n")+"\n", "batch")
+	}()
+	_, err := r.q.EnqueueMany(ctx, ins)
+	<-done
+	if err != nil {
+		r.t.Errorf("chaos: enqueue: %v", err)
+		return
+	}
+	r.enqueue("", "rename", "--user", renamed(), "--name", fmt.Sprintf("cli-w%d", w))
+	r.enqueue("", "add-friend", "--user-a", users(), "--user-b", fmt.Sprintf("ghost-cli%d", w))
+}
+
+// badTransfers writes transactions that can never apply, as a careless
+// app would, and gives each a job: each must end cancelled with a reason,
+// its job succeeded.
+func (r *run) badTransfers(ctx context.Context) {
+	for i, tx := range []bson.D{
+		{{Key: "source", Value: "a1"}, {Key: "destination", Value: "a2"}, {Key: "value", Value: 5.5}},
+		{{Key: "source", Value: "a1"}, {Key: "destination", Value: "a2"}, {Key: "value", Value: "100"}},
+		{{Key: "source", Value: "a1"}, {Key: "destination", Value: "nope"}, {Key: "value", Value: int64(100)}},
+		{{Key: "source", Value: "a2"}, {Key: "destination", Value: "a1"}, {Key: "value", Value: int64(-100)}},
+	} {
+		id := fmt.Sprintf("bad-tx-%d", i)
+		doc := append(bson.D{{Key: "_id", Value: id}, {Key: "state", Value: handlers.TxInitial}, {Key: "lastModified", Value: time.Now()}}, tx...)
+		if _, err := r.db.Collection(handlers.TransactionsCollection).InsertOne(ctx, doc); err != nil {
+			r.t.Errorf("chaos: insert transaction: %v", err)
+			return
+		}
+		if _, err := r.q.Enqueue(ctx, handlers.TransferKind, handlers.TransferArgs{TxID: id},
+			queue.InsertOpts{UniqueKey: handlers.TransferUniqueKey(id)}); err != nil {
+			r.t.Errorf("chaos: enqueue transfer: %v", err)
+		}
+	}
+}
+
+// cancelSome enqueues delayed jobs and cancels them with the command.
+func (r *run) cancelSome() {
+	var ids []string
+	for range 2 {
+		out := r.enqueue("", "job", "--kind", handlers.NoopArgs{}.Kind(), "--args", "{}", "--delay", "1h")
+		ids = append(ids, strings.TrimSpace(out))
+	}
+	r.enqueue("", append([]string{"cancel"}, ids...)...)
+	for _, id := range ids {
+		r.cancelled[id] = true
+	}
+}
+
+// enqueue runs the enqueue command, which must succeed, and returns its
+// standard output.
+func (r *run) enqueue(stdin string, args ...string) string {
+	r.t.Helper()
+	out, stderr, code := runCommand(r.enqueueBin, r.env, stdin, args...)
+	if code != 0 {
+		r.t.Errorf("chaos: enqueue %s: exit %d: %s", strings.Join(args, " "), code, stderr)
+	}
+	return out
+}
+
+// stall SIGSTOPs a worker that holds jobs for longer than its lease, then
+// SIGCONTs it, recording the leases it held.
+func (r *run) stall() {
+	ctx := context.Background()
+	// Wait for a worker with running jobs.
+	var victim *process
+	deadline := time.Now().Add(20 * time.Second)
+	for victim == nil && time.Now().Before(deadline) {
+		owners := map[string]bool{}
+		cur, err := r.q.Collection().Find(ctx, bson.M{"state": jobs.StateRunning})
+		if err == nil {
+			var running []jobs.Job
+			_ = cur.All(ctx, &running)
+			for _, j := range running {
+				owners[j.Owner] = true
+			}
+		}
+		r.mu.Lock()
+		for _, p := range r.procs {
+			if owners[p.id] && !p.killed && !p.exited() {
+				victim = p
+				victim.stalled = true
+				break
+			}
+		}
+		r.mu.Unlock()
+		if victim == nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if victim == nil {
+		r.t.Logf("chaos: no worker held a job for 20 s; no stall")
+		return
+	}
+	_ = victim.cmd.Process.Signal(syscall.SIGSTOP)
+	rec := stallRecord{p: victim, held: map[string]jobs.Job{}}
+	cur, err := r.q.Collection().Find(ctx, bson.M{"state": jobs.StateRunning, "owner": victim.id})
+	if err == nil {
+		var held []jobs.Job
+		_ = cur.All(ctx, &held)
+		for _, j := range held {
+			rec.held[j.ID] = j
+		}
+	}
+	time.Sleep(r.cfg.Stall)
+	rec.resume = time.Now()
+	_ = victim.cmd.Process.Signal(syscall.SIGCONT)
+	r.mu.Lock()
+	victim.stalled = false
+	r.stalls = append(r.stalls, rec)
+	r.res.Stalls++
+	r.res.StalledJobs += len(rec.held)
+	r.mu.Unlock()
+}
+
+// outage stops devdb, waits, and starts it again on the same data
+// directory and port.
+func (r *run) outage() {
+	d := r.cfg.Outage
+	if d == 0 {
+		d = r.between(5*time.Second, 10*time.Second)
+	}
+	down := time.Now()
+	r.dbx.Stop()
+	time.Sleep(d)
+	r.dbx.Restart()
+	up := time.Now()
+	r.mu.Lock()
+	r.outages = append(r.outages, [2]time.Time{down, up})
+	r.res.Outage += up.Sub(down)
+	r.mu.Unlock()
+}
+
+// drain waits until nothing is left to do: no job available or running, no
+// unfinished transaction, no user whose comments are being synced.
+func (r *run) drain() bool {
+	ctx := context.Background()
+	deadline := time.Now().Add(r.cfg.Drain)
+	var last string
+	for time.Now().Before(deadline) {
+		open, err1 := r.q.Collection().CountDocuments(ctx, bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}})
+		txs, err2 := r.db.Collection(handlers.TransactionsCollection).CountDocuments(ctx,
+			bson.M{"state": bson.M{"$nin": bson.A{handlers.TxDone, handlers.TxCancelled}}})
+		syncing, err3 := r.db.Collection(handlers.UsersCollection).CountDocuments(ctx, bson.M{"syncing": bson.M{"$exists": true}})
+		if err1 == nil && err2 == nil && err3 == nil && open == 0 && txs == 0 && syncing == 0 {
+			return true
+		}
+		last = fmt.Sprintf("%d jobs open, %d transactions unfinished, %d users syncing (errors: %v %v %v)", open, txs, syncing, err1, err2, err3)
+		time.Sleep(500 * time.Millisecond)
+	}
+	r.t.Errorf("chaos: the queue did not drain in %s: %s", r.cfg.Drain, last)
+	r.dumpOpen()
+	return false
+}
+
+func (r *run) dumpOpen() {
+	cur, err := r.q.Collection().Find(context.Background(), bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}},
+		options.Find().SetLimit(10))
+	if err != nil {
+		return
+	}
+	var open []bson.M
+	_ = cur.All(context.Background(), &open)
+	for _, j := range open {
+		r.t.Logf("open job: %v", j)
+	}
+}
+
+// stopWorkers SIGTERMs every worker still running; each must exit 0. A
+// worker that exited by itself during the run is a failure: workers ride
+// out every fault.
+func (r *run) stopWorkers() {
+	r.mu.Lock()
+	procs := append([]*process(nil), r.procs...)
+	r.mu.Unlock()
+	for _, p := range procs {
+		if p.killed {
+			continue
+		}
+		if p.exited() {
+			r.t.Errorf("chaos: worker %s exited by itself (status %d); its last lines:\n%s", p.id, p.exitCode(), tail(p.out.String(), 20))
+			continue
+		}
+		r.mu.Lock()
+		p.stopped = true
+		r.mu.Unlock()
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		if !p.stopped {
+			continue
+		}
+		select {
+		case <-p.done:
+			if c := p.exitCode(); c != 0 {
+				r.t.Errorf("chaos: worker %s exited %d after SIGTERM:\n%s", p.id, c, tail(p.out.String(), 20))
+			}
+		case <-time.After(30 * time.Second):
+			r.t.Errorf("chaos: worker %s did not exit within 30 s of SIGTERM", p.id)
+		}
+	}
+}
+
+func (r *run) cleanup() {
+	r.mu.Lock()
+	procs := append([]*process(nil), r.procs...)
+	r.mu.Unlock()
+	for _, p := range procs {
+		p.kill()
+	}
+	if r.t.Failed() {
+		for _, p := range procs {
+			r.t.Logf("chaos: last lines of worker %s:\n%s", p.id, tail(p.out.String(), 15))
+		}
+	}
+}

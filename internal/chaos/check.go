@@ -1,0 +1,389 @@
+//go:build linux
+
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/jobs"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// runCommand runs bin to completion and returns its output and exit status.
+func runCommand(bin string, env []string, stdin string, args ...string) (string, string, int) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdin = strings.NewReader(stdin)
+	err := cmd.Run()
+	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+		return "", err.Error(), -1
+	}
+	return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
+}
+
+// logLine is the part of a worker's JSON log line the checks read.
+type logLine struct {
+	TS      string `json:"ts"`
+	Level   string `json:"level"`
+	Msg     string `json:"msg"`
+	Worker  string `json:"worker"`
+	JobID   string `json:"job_id"`
+	Attempt int    `json:"attempt"`
+	Outcome string `json:"outcome"`
+}
+
+func (l logLine) time() time.Time {
+	t, _ := time.Parse("2006-01-02T15:04:05.000Z0700", l.TS)
+	return t
+}
+
+// final reports whether the line records a job's final write.
+func (l logLine) final() bool {
+	return l.Msg == "job finished" &&
+		(l.Outcome == "succeeded" || l.Outcome == "cancelled" || strings.HasPrefix(l.Outcome, "failed, dead"))
+}
+
+func parseLog(out string) []logLine {
+	var lines []logLine
+	for _, s := range strings.Split(out, "\n") {
+		var l logLine
+		if json.Unmarshal([]byte(s), &l) == nil && l.Msg != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// expectedDeath says why job j must end dead, or "" when it must not.
+func expectedDeath(j *jobs.Job) string {
+	if j.Kind != handlers.AddFriendKind {
+		return ""
+	}
+	var a handlers.AddFriendArgs
+	if bson.Unmarshal(j.Args, &a) == nil && (strings.HasPrefix(a.UserA, "ghost") || strings.HasPrefix(a.UserB, "ghost")) {
+		return handlers.ErrUnknownUser.Error()
+	}
+	return ""
+}
+
+// check runs every check on the drained system.
+func (r *run) check() {
+	ctx := context.Background()
+	cur, err := r.q.Collection().Find(ctx, bson.M{})
+	if err != nil {
+		r.t.Fatalf("chaos: read jobs: %v", err)
+	}
+	var all []jobs.Job
+	if err := cur.All(ctx, &all); err != nil {
+		r.t.Fatalf("chaos: read jobs: %v", err)
+	}
+	byID := map[string]*jobs.Job{}
+	for i := range all {
+		j := &all[i]
+		byID[j.ID] = j
+		r.checkJob(j)
+	}
+	r.checkFencing(byID)
+	r.checkMoney()
+	r.checkUsers(all)
+}
+
+// checkJob: every job succeeded, or is dead or cancelled as the run meant.
+func (r *run) checkJob(j *jobs.Job) {
+	r.res.Jobs++
+	r.res.MaxAttempt = max(r.res.MaxAttempt, j.Attempt)
+	if j.Attempt > 1 {
+		r.res.Retried++
+	}
+	lastErr := ""
+	if len(j.Errors) > 0 {
+		lastErr = j.Errors[len(j.Errors)-1].Message
+	}
+	switch want := expectedDeath(j); {
+	case r.cancelled[j.ID]:
+		if j.State != jobs.StateCancelled {
+			r.t.Errorf("chaos: job %s was cancelled but is %s", j.ID, j.State)
+		}
+		r.res.Cancelled++
+	case want != "":
+		if j.State != jobs.StateDead || !strings.Contains(lastErr, want) {
+			r.t.Errorf("chaos: job %s (%s %s) should be dead with %q; it is %s, last error %q", j.ID, j.Kind, j.Args, want, j.State, lastErr)
+		}
+		r.res.Dead++
+	case j.State == jobs.StateSucceeded:
+		r.res.Succeeded++
+	default:
+		r.t.Errorf("chaos: job %s (%s %s) is %s after %d attempts; errors: %+v", j.ID, j.Kind, j.Args, j.State, j.Attempt, j.Errors)
+	}
+}
+
+// checkFencing: from the workers' logs and the job documents, no write by a
+// worker that had lost its lease took effect. Every final write a worker
+// logged must be the one the document shows (its owner and attempt), and no
+// job was finished twice; a final write nobody logged must be that of a
+// worker SIGKILLed before it could log. A worker stalled past its lease
+// must have found its leases lost and written nothing for them.
+func (r *run) checkFencing(byID map[string]*jobs.Job) {
+	killed := map[string]bool{}
+	finals := map[string][]logLine{}
+	logs := map[string][]logLine{}
+	for _, p := range r.procs {
+		killed[p.id] = p.killed
+		logs[p.id] = parseLog(p.out.String())
+		for _, l := range logs[p.id] {
+			if l.final() {
+				finals[l.JobID] = append(finals[l.JobID], l)
+			}
+		}
+		r.res.OutageLogLines = max(r.res.OutageLogLines, r.outageWarnings(p, logs[p.id]))
+	}
+	for id, j := range byID {
+		f := finals[id]
+		switch {
+		case len(f) > 1:
+			r.t.Errorf("chaos: job %s was finished %d times: %+v", id, len(f), f)
+		case len(f) == 1:
+			if f[0].Worker != j.Owner || f[0].Attempt != j.Attempt {
+				r.t.Errorf("chaos: job %s: worker %s logged finishing attempt %d (%s), but the document shows owner %s, attempt %d, %s",
+					id, f[0].Worker, f[0].Attempt, f[0].Outcome, j.Owner, j.Attempt, j.State)
+			}
+		case j.Owner == "": // never ran: cancelled while queued
+		case killed[j.Owner]:
+			r.res.UnloggedFinishes++
+		default:
+			r.t.Errorf("chaos: job %s is %s by %s (attempt %d), yet no worker logged finishing it", id, j.State, j.Owner, j.Attempt)
+		}
+	}
+	for _, s := range r.stalls {
+		lines := logs[s.p.id]
+		for id, held := range s.held {
+			j := byID[id]
+			if j == nil || (j.Owner == s.p.id && j.Attempt == held.Attempt) {
+				continue // not taken from it while it was stopped
+			}
+			for _, l := range lines {
+				if l.JobID == id && l.Attempt == held.Attempt && l.final() {
+					r.t.Errorf("chaos: stalled worker %s finished job %s attempt %d after losing its lease", s.p.id, id, held.Attempt)
+				}
+			}
+			if s.p.killed {
+				continue // killed since: it may not have got to notice
+			}
+			noticed := slices.ContainsFunc(lines, func(l logLine) bool {
+				return l.JobID == id && l.Attempt == held.Attempt && strings.Contains(l.Msg, "lease") && !l.time().Before(s.resume.Add(-time.Second))
+			})
+			if !noticed {
+				r.t.Errorf("chaos: stalled worker %s never logged that it lost job %s (attempt %d)", s.p.id, id, held.Attempt)
+			}
+		}
+	}
+}
+
+// outageWarnings counts the warnings and errors p logged while devdb was
+// down and in the second after.
+func (r *run) outageWarnings(p *process, lines []logLine) int {
+	n := 0
+	for _, o := range r.outages {
+		for _, l := range lines {
+			if ts := l.time(); (l.Level == "warn" || l.Level == "error") && !ts.Before(o[0]) && ts.Before(o[1].Add(time.Second)) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// checkMoney: money conserved to the cent, each balance its opening plus
+// done incoming minus done outgoing, nothing pending, every transaction
+// done or cancelled with a reason.
+func (r *run) checkMoney() {
+	ctx := context.Background()
+	cur, err := r.db.Collection(handlers.AccountsCollection).Find(ctx, bson.M{})
+	if err != nil {
+		r.t.Fatalf("chaos: read accounts: %v", err)
+	}
+	var accts []handlers.Account
+	if err := cur.All(ctx, &accts); err != nil {
+		r.t.Fatalf("chaos: read accounts: %v", err)
+	}
+	cur, err = r.db.Collection(handlers.TransactionsCollection).Find(ctx, bson.M{})
+	if err != nil {
+		r.t.Fatalf("chaos: read transactions: %v", err)
+	}
+	var txs []struct {
+		ID          string           `bson:"_id"`
+		Source      any              `bson:"source"`
+		Destination any              `bson:"destination"`
+		Value       bson.RawValue    `bson:"value"`
+		State       handlers.TxState `bson:"state"`
+		Reason      string           `bson:"reason"`
+	}
+	if err := cur.All(ctx, &txs); err != nil {
+		r.t.Fatalf("chaos: read transactions: %v", err)
+	}
+	want := map[string]int64{}
+	var openingTotal, total int64
+	for id, b := range r.openings {
+		want[id] = b
+		openingTotal += b
+	}
+	for _, tx := range txs {
+		switch tx.State {
+		case handlers.TxDone:
+			r.res.TxDone++
+			v, ok := tx.Value.Int64OK()
+			src, _ := tx.Source.(string)
+			dst, _ := tx.Destination.(string)
+			_, srcOK := r.openings[src]
+			_, dstOK := r.openings[dst]
+			if !ok || !srcOK || !dstOK || strings.HasPrefix(tx.ID, "bad-tx-") {
+				r.t.Errorf("chaos: transaction %s is done but could never apply: %v → %v, %v", tx.ID, tx.Source, tx.Destination, tx.Value)
+				continue
+			}
+			want[src] -= v
+			want[dst] += v
+		case handlers.TxCancelled:
+			r.res.TxCancelled++
+			if tx.Reason == "" {
+				r.t.Errorf("chaos: transaction %s was cancelled without a reason", tx.ID)
+			}
+		default:
+			r.t.Errorf("chaos: transaction %s is %s", tx.ID, tx.State)
+		}
+	}
+	if len(accts) != len(r.openings) {
+		r.t.Errorf("chaos: %d accounts, want %d", len(accts), len(r.openings))
+	}
+	for _, a := range accts {
+		total += a.Balance
+		if len(a.PendingTransactions) > 0 {
+			r.t.Errorf("chaos: account %s still has pending transactions %v", a.ID, a.PendingTransactions)
+		}
+		if a.Balance < 0 {
+			r.t.Errorf("chaos: account %s is overdrawn: %d", a.ID, a.Balance)
+		}
+		if a.Balance != want[a.ID] {
+			r.t.Errorf("chaos: account %s has %d cents; opening plus done incoming minus done outgoing is %d", a.ID, a.Balance, want[a.ID])
+		}
+	}
+	if total != openingTotal {
+		r.t.Errorf("chaos: money was created or destroyed: %d cents, opened with %d", total, openingTotal)
+	}
+}
+
+// checkUsers: friend lists symmetric, duplicate-free and exactly the pairs
+// of the succeeded add-friend jobs; every user named by their last rename,
+// every comment carrying its author's current name, no syncing flag left.
+func (r *run) checkUsers(all []jobs.Job) {
+	ctx := context.Background()
+	wantFriends := map[string]map[string]bool{}
+	wantName := map[string]string{}
+	lastRename := map[string]string{}
+	for i := 1; i <= r.cfg.Users; i++ {
+		wantName[fmt.Sprintf("u%d", i)] = fmt.Sprintf("user %d", i)
+	}
+	for i := range all {
+		j := &all[i]
+		if j.State != jobs.StateSucceeded {
+			continue
+		}
+		switch j.Kind {
+		case handlers.AddFriendKind:
+			var a handlers.AddFriendArgs
+			if err := bson.Unmarshal(j.Args, &a); err != nil {
+				r.t.Errorf("chaos: job %s: %v", j.ID, err)
+				continue
+			}
+			for _, p := range [][2]string{{a.UserA, a.UserB}, {a.UserB, a.UserA}} {
+				if wantFriends[p[0]] == nil {
+					wantFriends[p[0]] = map[string]bool{}
+				}
+				wantFriends[p[0]][p[1]] = true
+			}
+		case handlers.RenameKind:
+			var a handlers.RenameArgs
+			if err := bson.Unmarshal(j.Args, &a); err != nil {
+				r.t.Errorf("chaos: job %s: %v", j.ID, err)
+				continue
+			}
+			if !a.Sync && j.ID > lastRename[a.UserID] {
+				lastRename[a.UserID], wantName[a.UserID] = j.ID, a.NewName
+			}
+		}
+	}
+	cur, err := r.db.Collection(handlers.UsersCollection).Find(ctx, bson.M{})
+	if err != nil {
+		r.t.Fatalf("chaos: read users: %v", err)
+	}
+	var users []struct {
+		ID      string   `bson:"_id"`
+		Name    string   `bson:"name"`
+		Friends []string `bson:"friends"`
+		Syncing any      `bson:"syncing"`
+	}
+	if err := cur.All(ctx, &users); err != nil {
+		r.t.Fatalf("chaos: read users: %v", err)
+	}
+	friends := map[string][]string{}
+	names := map[string]string{}
+	for _, u := range users {
+		friends[u.ID], names[u.ID] = u.Friends, u.Name
+		if u.Syncing != nil {
+			r.t.Errorf("chaos: user %s is still syncing", u.ID)
+		}
+		if u.Name != wantName[u.ID] {
+			r.t.Errorf("chaos: user %s is named %q; the last rename enqueued (%s) says %q", u.ID, u.Name, lastRename[u.ID], wantName[u.ID])
+		}
+	}
+	for _, u := range users {
+		seen := map[string]bool{}
+		for _, f := range u.Friends {
+			if seen[f] {
+				r.t.Errorf("chaos: user %s has %s twice among their friends", u.ID, f)
+			}
+			seen[f] = true
+			if !slices.Contains(friends[f], u.ID) {
+				r.t.Errorf("chaos: %s is a friend of %s, not the reverse", f, u.ID)
+			}
+			if !wantFriends[u.ID][f] {
+				r.t.Errorf("chaos: %s is a friend of %s, but no add-friend job made them so", f, u.ID)
+			}
+		}
+		for f := range wantFriends[u.ID] {
+			if !seen[f] {
+				r.t.Errorf("chaos: %s should be a friend of %s: an add-friend job succeeded", f, u.ID)
+			}
+		}
+	}
+	cur, err = r.db.Collection(handlers.CommentsCollection).Find(ctx, bson.M{})
+	if err != nil {
+		r.t.Fatalf("chaos: read comments: %v", err)
+	}
+	var comments []struct {
+		ID    string `bson:"_id"`
+		UID   string `bson:"uid"`
+		UName string `bson:"uname"`
+	}
+	if err := cur.All(ctx, &comments); err != nil {
+		r.t.Fatalf("chaos: read comments: %v", err)
+	}
+	if len(comments) != r.cfg.Comments {
+		r.t.Errorf("chaos: %d comments, seeded %d", len(comments), r.cfg.Comments)
+	}
+	for _, c := range comments {
+		if c.UName != names[c.UID] {
+			r.t.Errorf("chaos: comment %s by %s carries the name %q; the user is named %q", c.ID, c.UID, c.UName, names[c.UID])
+		}
+	}
+}

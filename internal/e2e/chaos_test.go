@@ -1,0 +1,35 @@
+//go:build linux
+
+package e2e
+
+import (
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/internal/chaos"
+)
+
+// TestChaos runs docket under SIGKILLs, a SIGSTOP past the lease and a
+// devdb outage while a mixed load runs, then checks every job and every
+// handler invariant (internal/chaos). The short form runs in `make test`;
+// DOCKET_CHAOS=long (`make chaos`) runs the long one. DOCKET_CHAOS_SEED
+// replays a run's load and schedule of failures.
+//
+// Not parallel: it measures whether docket rides out failures, and a
+// server shared with other tests would only slow the drain.
+func TestChaos(t *testing.T) {
+	cfg := chaos.Config{Jobs: 200, Waves: 4, Outage: 5 * time.Second, Drain: 90 * time.Second}
+	if os.Getenv("DOCKET_CHAOS") == "long" {
+		cfg = chaos.Config{Jobs: 1500, Waves: 12, Drain: 10 * time.Minute}
+	}
+	if s := os.Getenv("DOCKET_CHAOS_SEED"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("DOCKET_CHAOS_SEED: %q: %v", s, err)
+		}
+		cfg.Seed = seed
+	}
+	chaos.Run(t, cfg)
+}
