@@ -94,6 +94,8 @@ type Client struct {
 	cfg  Config
 	coll *mongo.Collection
 	log  *zap.Logger
+
+	completions *completer // nil unless WithBatchedCompletion
 }
 
 // New returns a Client for the jobs collection of db.

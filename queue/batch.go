@@ -1,0 +1,316 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/google/uuid"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// claimBatchTries is how many times ClaimBatch looks for candidates again
+// when other workers took every one it found.
+const claimBatchTries = 3
+
+// claimFilter matches the jobs that p may claim at t.
+func claimFilter(p ClaimParams, t time.Time) bson.D {
+	return bson.D{
+		{Key: "state", Value: jobs.StateAvailable},
+		{Key: "queue", Value: bson.D{{Key: "$in", Value: p.Queues}}},
+		{Key: "kind", Value: bson.D{{Key: "$in", Value: p.Kinds}}},
+		{Key: "runAt", Value: bson.D{{Key: "$lte", Value: t}}},
+	}
+}
+
+// claimUpdate stamps a job claimed at t with p.Owner and token.
+func claimUpdate(p ClaimParams, t time.Time, token string) bson.D {
+	return bson.D{
+		{Key: "$set", Value: bson.D{
+			{Key: "state", Value: jobs.StateRunning},
+			{Key: "owner", Value: p.Owner},
+			{Key: "leaseToken", Value: token},
+			{Key: "leaseExpiresAt", Value: t.Add(p.Lease)},
+			{Key: "heartbeatAt", Value: t},
+			{Key: "updatedAt", Value: t},
+		}},
+		{Key: "$inc", Value: bson.D{{Key: "attempt", Value: 1}}},
+	}
+}
+
+// ClaimBatch claims up to k of the best runnable jobs in two round trips
+// instead of k: it reads up to k candidates in claim order, then stamps
+// those still as it read them with one updateMany. It returns the jobs it
+// claimed, none and no error when there is nothing to claim.
+//
+// All jobs of one batch share the batch's fresh lease token. Every write by
+// the holder is fenced on {_id, state: running, leaseToken}, so each job's
+// fence is still its own: the token is never reused by another claim, and a
+// job re-claimed by anyone else gets a new one. MongoDB cannot give each
+// document of an updateMany a different value without a pipeline update,
+// which FerretDB lacks.
+//
+// The updateMany matches each candidate on its id, its attempt and its
+// updatedAt as read, on top of the claim filter: a job that anyone touched
+// in between (claimed, failed, reaped, released) does not match, so when
+// every candidate matched the documents are exactly those read, and the
+// claimed jobs are built from them with no third round trip. When only some
+// matched (another worker won a race for the rest), a third query reads
+// back those carrying this batch's token. k == 1 is Claim.
+func (c *Client) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
+	if k < 1 {
+		return nil, fmt.Errorf("queue: claim batch: k is %d, must be at least 1", k)
+	}
+	if k == 1 {
+		j, err := c.Claim(ctx, p)
+		if j == nil || err != nil {
+			return nil, err
+		}
+		return []*jobs.Job{j}, nil
+	}
+	if len(p.Queues) == 0 || len(p.Kinds) == 0 {
+		return nil, errors.New("queue: claim needs at least one queue and one kind")
+	}
+	for range claimBatchTries {
+		claimed, raced, err := c.claimBatchOnce(ctx, p, k)
+		if err != nil || len(claimed) > 0 || !raced {
+			return claimed, err
+		}
+	}
+	return nil, nil
+}
+
+// claimBatchOnce makes one attempt of ClaimBatch. raced reports that
+// candidates were found but others claimed them all first.
+func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, raced bool, err error) {
+	t := now()
+	filter := claimFilter(p, t)
+	cur, err := c.coll.Find(ctx, filter, options.Find().SetSort(claimSort).SetLimit(int64(k)))
+	if err != nil {
+		return nil, false, fmt.Errorf("queue: claim batch: find candidates: %w", err)
+	}
+	var docs []bson.Raw
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, false, fmt.Errorf("queue: claim batch: read candidates: %w", err)
+	}
+	if len(docs) == 0 {
+		return nil, false, nil
+	}
+
+	cands := make([]*jobs.Job, len(docs))
+	asRead := make(bson.A, len(docs))
+	for i, d := range docs {
+		var j jobs.Job
+		if err := bson.Unmarshal(d, &j); err != nil {
+			return nil, false, fmt.Errorf("queue: claim batch: decode candidate: %w", err)
+		}
+		cands[i] = &j
+		asRead[i] = bson.D{
+			{Key: "_id", Value: j.ID},
+			{Key: "attempt", Value: rawOrNull(d, "attempt")},
+			{Key: "updatedAt", Value: rawOrNull(d, "updatedAt")},
+		}
+	}
+
+	token := uuid.NewString()
+	match := append(filter, bson.E{Key: "$or", Value: asRead})
+	res, err := c.coll.UpdateMany(ctx, match, claimUpdate(p, t, token))
+	if err != nil {
+		return nil, false, fmt.Errorf("queue: claim batch: %w", err)
+	}
+	switch {
+	case res.MatchedCount == 0:
+		return nil, true, nil
+	case int(res.MatchedCount) == len(cands):
+		for _, j := range cands {
+			stampClaim(j, p, t, token)
+		}
+		return cands, false, nil
+	}
+
+	ids := make(bson.A, len(cands))
+	for i, j := range cands {
+		ids[i] = j.ID
+	}
+	cur, err = c.coll.Find(ctx, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
+		{Key: "state", Value: jobs.StateRunning},
+		{Key: "leaseToken", Value: token},
+	}, options.Find().SetSort(claimSort))
+	if err != nil {
+		// The jobs are ours but we cannot know which: the reaper frees them.
+		return nil, false, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
+	}
+	if err := cur.All(ctx, &claimed); err != nil {
+		return nil, false, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
+	}
+	return claimed, false, nil
+}
+
+// rawOrNull is the value of field in d, or null, which matches a field
+// that is missing.
+func rawOrNull(d bson.Raw, field string) any {
+	v, err := d.LookupErr(field)
+	if err != nil {
+		return nil
+	}
+	return v
+}
+
+// stampClaim makes j what claimUpdate made of its document.
+func stampClaim(j *jobs.Job, p ClaimParams, t time.Time, token string) {
+	expires, hb := t.Add(p.Lease), t
+	j.State = jobs.StateRunning
+	j.Owner = p.Owner
+	j.LeaseToken = token
+	j.LeaseExpiresAt = &expires
+	j.HeartbeatAt = &hb
+	j.UpdatedAt = t
+	j.Attempt++
+}
+
+// CompleteMany marks succeeded every job that its lease in ls still holds,
+// with one unordered bulkWrite of fenced updates, and returns the leases
+// that no longer held their job (as Complete would have returned
+// ErrLeaseLost for them). On an error, which jobs were completed is
+// unknown: a retry reports those already completed as lost.
+func (c *Client) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err error) {
+	if len(ls) == 0 {
+		return nil, nil
+	}
+	t := now()
+	models := make([]mongo.WriteModel, len(ls))
+	for i, l := range ls {
+		models[i] = mongo.NewUpdateOneModel().SetFilter(fence(l)).SetUpdate(finish(jobs.StateSucceeded, t))
+	}
+	res, err := c.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	if err != nil {
+		return nil, fmt.Errorf("queue: complete %d jobs: %w", len(ls), err)
+	}
+	if int(res.MatchedCount) == len(ls) {
+		return nil, nil
+	}
+	// Some fences matched nothing: find out which. A job this call
+	// completed is succeeded and still carries the token; no one else
+	// writes that pair.
+	ids := make(bson.A, len(ls))
+	for i, l := range ls {
+		ids[i] = l.JobID
+	}
+	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}, {Key: "finishedAt", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("queue: complete %d jobs: find the lost leases: %w", len(ls), err)
+	}
+	var docs []jobs.Job
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("queue: complete %d jobs: find the lost leases: %w", len(ls), err)
+	}
+	done := map[string]string{}
+	for _, d := range docs {
+		if d.State == jobs.StateSucceeded && d.FinishedAt != nil && d.FinishedAt.Equal(t) {
+			done[d.ID] = d.LeaseToken
+		}
+	}
+	for _, l := range ls {
+		if tok, ok := done[l.JobID]; !ok || tok != l.Token {
+			lost = append(lost, l)
+		}
+	}
+	return lost, nil
+}
+
+// DefaultCompleteLinger is how long a batched completion waits for others
+// to join it before it is written.
+const DefaultCompleteLinger = 2 * time.Millisecond
+
+// completeTimeout bounds one flush of batched completions.
+const completeTimeout = 10 * time.Second
+
+// WithBatchedCompletion returns a Client like c whose Complete joins
+// concurrent completions into one CompleteMany (group commit): the first
+// waits linger for others, then one bulkWrite writes them all, and each
+// caller learns its own job's outcome, with the same errors as Complete.
+// Completions arriving while a flush is in flight go in the next one. The
+// other methods are c's.
+func (c *Client) WithBatchedCompletion(linger time.Duration) *Client {
+	b := *c
+	b.completions = &completer{c: c, linger: linger}
+	return &b
+}
+
+// completer gathers Complete calls into CompleteMany flushes.
+type completer struct {
+	c      *Client // without batching
+	linger time.Duration
+
+	mu       sync.Mutex
+	pending  []pendingCompletion
+	flushing bool
+}
+
+type pendingCompletion struct {
+	lease Lease
+	done  chan error // buffered: a caller that gave up does not block the flush
+}
+
+func (b *completer) complete(ctx context.Context, l Lease) error {
+	p := pendingCompletion{lease: l, done: make(chan error, 1)}
+	b.mu.Lock()
+	b.pending = append(b.pending, p)
+	start := !b.flushing
+	b.flushing = true
+	b.mu.Unlock()
+	if start {
+		go b.flush()
+	}
+	select {
+	case err := <-p.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("queue: complete job %s: %w", l.JobID, ctx.Err())
+	}
+}
+
+// flush writes pending completions until none are left.
+func (b *completer) flush() {
+	time.Sleep(b.linger)
+	for {
+		b.mu.Lock()
+		batch := b.pending
+		b.pending = nil
+		if len(batch) == 0 {
+			b.flushing = false
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+
+		ls := make([]Lease, len(batch))
+		for i, p := range batch {
+			ls[i] = p.lease
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), completeTimeout)
+		lost, err := b.c.CompleteMany(ctx, ls)
+		cancel()
+		isLost := make(map[Lease]bool, len(lost))
+		for _, l := range lost {
+			isLost[l] = true
+		}
+		for _, p := range batch {
+			switch {
+			case err != nil:
+				p.done <- fmt.Errorf("queue: complete job %s: %w", p.lease.JobID, err)
+			case isLost[p.lease]:
+				p.done <- fmt.Errorf("queue: complete job %s: %w", p.lease.JobID, ErrLeaseLost)
+			default:
+				p.done <- nil
+			}
+		}
+	}
+}
