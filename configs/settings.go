@@ -42,6 +42,7 @@ func settings(c *Config, role string) []setting {
 		setting{"worker.shutdownTimeout", "DOCKET_SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long a stop waits for running jobs", (*durationValue)(&c.Worker.ShutdownTimeout)},
 		setting{"worker.pollMin", "DOCKET_POLL_MIN", "poll-min", "first wait after an empty claim", (*durationValue)(&c.Worker.PollMin)},
 		setting{"worker.pollMax", "DOCKET_POLL_MAX", "poll-max", "longest wait between claims on an idle queue", (*durationValue)(&c.Worker.PollMax)},
+		setting{"worker.claimBatch", "DOCKET_CLAIM_BATCH", "claim-batch", "most jobs one claim takes (1: one findAndModify per job)", (*intValue)(&c.Worker.ClaimBatch)},
 		setting{"queue.retryBase", "DOCKET_RETRY_BASE", "retry-base", "backoff after a first failed attempt (doubles each attempt)", (*durationValue)(&c.Queue.RetryBase)},
 		setting{"queue.retryMax", "DOCKET_RETRY_MAX", "retry-max", "longest backoff between attempts", (*durationValue)(&c.Queue.RetryMax)},
 		setting{"reaper.schedule", "DOCKET_REAP_SCHEDULE", "reap-schedule", "cron schedule of the reaper", (*stringValue)(&c.Reaper.Schedule)},

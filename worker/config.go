@@ -26,6 +26,9 @@ const (
 	DefaultPollMin = 50 * time.Millisecond
 	// DefaultPollMax caps the wait between claims on an idle queue.
 	DefaultPollMax = time.Second
+	// DefaultClaimBatch is how many jobs one claim takes at most: 1 claims
+	// one job per findAndModify (see docs/BENCHMARKS.md for the trade-off).
+	DefaultClaimBatch = 1
 )
 
 // Config configures a Worker.
@@ -54,6 +57,12 @@ type Config struct {
 	// PollMax caps the wait between claims on an idle queue. Defaults to
 	// DefaultPollMax.
 	PollMax time.Duration `yaml:"pollMax"`
+	// ClaimBatch is how many jobs one claim takes at most, capped by the
+	// free slots. Above 1, the worker claims with queue.ClaimBatch and
+	// writes the completions of jobs that end together in one bulkWrite:
+	// fewer commands per job, a little latency for each. Defaults to
+	// DefaultClaimBatch.
+	ClaimBatch int `yaml:"claimBatch"`
 	// Logger receives the worker's logs. Defaults to a no-op logger.
 	Logger *zap.Logger `yaml:"-"`
 }
@@ -84,6 +93,9 @@ func (c Config) WithDefaults() Config {
 	if c.PollMax == 0 {
 		c.PollMax = DefaultPollMax
 	}
+	if c.ClaimBatch == 0 {
+		c.ClaimBatch = DefaultClaimBatch
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -110,6 +122,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("worker.pollMin: %s must be positive", c.PollMin)
 	case c.PollMax < c.PollMin:
 		return fmt.Errorf("worker.pollMax: %s must be at least worker.pollMin (%s)", c.PollMax, c.PollMin)
+	case c.ClaimBatch < 1:
+		return fmt.Errorf("worker.claimBatch: %d must be at least 1", c.ClaimBatch)
 	}
 	return nil
 }

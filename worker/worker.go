@@ -18,6 +18,10 @@ import (
 // stop: a claim whose reply was lost would hold a job until the reaper.
 const claimTimeout = 10 * time.Second
 
+// claimGather is how long a batch claim waits for running jobs to free more
+// slots before it claims with the slots it has.
+const claimGather = 50 * time.Millisecond
+
 // Errors that end a job's context, seen by handlers through context.Cause.
 var (
 	// ErrLeaseLost: another worker or the reaper took the job.
@@ -59,6 +63,9 @@ func New(q *queue.Client, reg *jobs.Registry, cfg Config) (*Worker, error) {
 	}
 	if len(reg.Kinds()) == 0 {
 		return nil, errors.New("worker: the registry has no kinds: register a handler first")
+	}
+	if cfg.ClaimBatch > 1 {
+		q = q.WithBatchedCompletion(queue.DefaultCompleteLinger)
 	}
 	w := &Worker{
 		cfg:          cfg,
@@ -169,7 +176,7 @@ func (w *Worker) releaseAbandoned() int {
 	return n
 }
 
-// dispatch claims a job whenever a slot is free, until the worker stops.
+// dispatch claims jobs whenever a slot is free, until the worker stops.
 func (w *Worker) dispatch() {
 	defer close(w.dispatchDone)
 	kinds := w.reg.Kinds()
@@ -179,15 +186,20 @@ func (w *Worker) dispatch() {
 		if err := w.sem.Acquire(w.claimingCtx, 1); err != nil {
 			return
 		}
+		slots := w.gatherSlots()
 		ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-		job, err := w.q.Claim(ctx, params)
+		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
-		if err == nil && job != nil {
-			idle, failing = 0, 0
+		for _, job := range claimed {
 			w.launch(job)
+		}
+		if unused := slots - len(claimed); unused > 0 {
+			w.sem.Release(int64(unused))
+		}
+		if err == nil && len(claimed) > 0 {
+			idle, failing = 0, 0
 			continue
 		}
-		w.sem.Release(1)
 		var wait time.Duration
 		if err != nil {
 			failing = grow(failing, 100*time.Millisecond, 5*time.Second)
@@ -212,6 +224,43 @@ func (w *Worker) dispatch() {
 		}
 		t.Stop()
 	}
+}
+
+// gatherSlots takes, on top of the one slot held, up to ClaimBatch-1 more,
+// and returns how many it holds. While jobs are running it waits up to
+// claimGather for them to free slots, so that jobs that end together are
+// replaced by one claim rather than one claim each. With ClaimBatch 1 it
+// returns 1 at once.
+func (w *Worker) gatherSlots() int {
+	k := min(w.cfg.ClaimBatch, w.cfg.Concurrency)
+	n := 1
+	for n < k && w.sem.TryAcquire(1) {
+		n++
+	}
+	if n == k {
+		return n
+	}
+	deadline := time.NewTimer(claimGather)
+	defer deadline.Stop()
+	for n < k && w.runningJobs() > 0 {
+		select {
+		case <-w.wake: // a job ended
+		case <-deadline.C:
+			return n
+		case <-w.claimingCtx.Done():
+			return n
+		}
+		for n < k && w.sem.TryAcquire(1) {
+			n++
+		}
+	}
+	return n
+}
+
+func (w *Worker) runningJobs() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.active)
 }
 
 // grow doubles d, starting at lo and capped at hi.

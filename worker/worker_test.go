@@ -367,3 +367,68 @@ func TestConfigValidation(t *testing.T) {
 	}
 	require.ErrorContains(t, reg.Add("k", jobs.HandlerFunc(func(context.Context, *jobs.Job) error { return nil }), jobs.KindOptions{}), "already registered")
 }
+
+func TestBatchModeRunsJobsOnceEach(t *testing.T) {
+	b := setup(t)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	b.handle(t, "k", func(_ context.Context, j *jobs.Job) error {
+		mu.Lock()
+		runs[j.ID]++
+		mu.Unlock()
+		return nil
+	}, jobs.KindOptions{})
+	ins := make([]queue.Insert, 200)
+	for i := range ins {
+		ins[i] = queue.Insert{Kind: "k"}
+	}
+	res, err := b.q.EnqueueMany(b.ctx, ins)
+	require.NoError(t, err)
+	b.start(t, worker.Config{Concurrency: 8, ClaimBatch: 8})
+	b.start(t, worker.Config{Concurrency: 8, ClaimBatch: 8})
+	for _, r := range res {
+		j := b.waitState(t, r.ID, jobs.StateSucceeded)
+		require.Equal(t, 1, j.Attempt)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, runs, len(res))
+	for id, n := range runs {
+		require.Equal(t, 1, n, "job %s ran %d times", id, n)
+	}
+	require.Zero(t, b.logs.FilterMessageSnippet("lease was lost").Len())
+}
+
+func TestBatchModeStopReleasesEveryLeaseOfTheBatch(t *testing.T) {
+	b := setup(t)
+	started := make(chan struct{}, 4)
+	b.handle(t, "k", func(ctx context.Context, _ *jobs.Job) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}, jobs.KindOptions{})
+	ins := make([]queue.Insert, 4)
+	for i := range ins {
+		ins[i] = queue.Insert{Kind: "k"}
+	}
+	res, err := b.q.EnqueueMany(b.ctx, ins)
+	require.NoError(t, err)
+	w := b.start(t, worker.Config{Concurrency: 4, ClaimBatch: 4})
+	for range ins {
+		<-started
+	}
+	require.NoError(t, w.StopAndCancel(b.ctx))
+	for _, r := range res {
+		j, err := b.q.Get(b.ctx, r.ID)
+		require.NoError(t, err)
+		require.Equal(t, jobs.StateAvailable, j.State)
+		require.Zero(t, j.Attempt, "a released attempt is not counted")
+	}
+}
+
+func TestClaimBatchValidation(t *testing.T) {
+	reg := jobs.NewRegistry()
+	require.NoError(t, reg.Add("k", jobs.HandlerFunc(func(context.Context, *jobs.Job) error { return nil }), jobs.KindOptions{}))
+	_, err := worker.New(&queue.Client{}, reg, worker.Config{ClaimBatch: -1})
+	require.ErrorContains(t, err, "worker.claimBatch: -1")
+}
