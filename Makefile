@@ -6,7 +6,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./cmd/worker ./cmd/enqueue ./cmd/devdb
 
-.PHONY: all build run test vet race-free clean
+.PHONY: all build run test vet race-free clean bench
 
 all: build
 
@@ -24,6 +24,14 @@ test:
 	@scripts/test-deps.sh
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
+
+# Throughput, commands per job, latency, idle cost and scaling on a devdb of
+# its own (about a minute); BENCH_FLAGS="--json" or "--mongo-uri ..." to vary.
+# Results and targets: docs/BENCHMARKS.md.
+bench:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/bench
+	$(BIN)/bench $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(BIN) .docket

@@ -1,0 +1,323 @@
+// Package bench measures docket against a MongoDB-protocol server: burn-down
+// throughput with single and batch claims, commands per job, claim and
+// enqueue-to-start latency, steady-state lag, idle cost, scaling over worker
+// processes, and a raw findAndModify loop at the same concurrency as the
+// baseline. Workers run as real processes: this binary re-executed as
+// `bench worker`, which counts its commands with the driver's command
+// monitor and reports them; the parent reads each one's CPU time and peak
+// memory from its rusage.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/docketq/docket/internal/devdb"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Options size the runs. The defaults take about a minute on devdb.
+type Options struct {
+	MongoURI    string
+	Jobs        int
+	Procs       int
+	Concurrency int
+	ClaimBatch  int
+
+	SteadyRate float64
+	SteadyFor  time.Duration
+
+	IdleWarmup time.Duration
+	IdleFor    time.Duration
+
+	SleepJobs        int
+	Sleep            time.Duration
+	SleepConcurrency int
+
+	Runs []string
+	JSON bool
+}
+
+var allRuns = []string{"single", "raw", "batch", "steady", "idle", "scaling"}
+
+// Main is the bench command. `bench worker ...` is a worker process of a
+// run.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "worker" {
+		return runWorker(args[1:], stdout, stderr)
+	}
+	var o Options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.MongoURI, "mongo-uri", "", "server to measure (default: start a devdb of its own)")
+	fs.IntVar(&o.Jobs, "jobs", 300, "no-op jobs per burn-down")
+	fs.IntVar(&o.Procs, "procs", 2, "worker processes in burn-downs and steady state")
+	fs.IntVar(&o.Concurrency, "concurrency", 10, "jobs at once per worker process (the raw loop runs procs x this goroutines)")
+	fs.IntVar(&o.ClaimBatch, "claim-batch", 10, "claim batch of the batch burn-down")
+	fs.Float64Var(&o.SteadyRate, "steady-rate", 20, "jobs enqueued per second in steady state")
+	fs.DurationVar(&o.SteadyFor, "steady-for", 10*time.Second, "how long steady state enqueues")
+	fs.DurationVar(&o.IdleWarmup, "idle-warmup", 10*time.Second, "empty-queue time before idle is measured")
+	fs.DurationVar(&o.IdleFor, "idle-for", 10*time.Second, "how long idle is measured")
+	fs.IntVar(&o.SleepJobs, "sleep-jobs", 200, "jobs per scaling run")
+	fs.DurationVar(&o.Sleep, "sleep", 20*time.Millisecond, "how long a scaling job's handler sleeps")
+	fs.IntVar(&o.SleepConcurrency, "sleep-concurrency", 2, "jobs at once per worker process in scaling runs")
+	runs := fs.String("runs", strings.Join(allRuns, ","), "runs to make, of "+strings.Join(allRuns, ","))
+	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON instead of a table")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	for _, r := range strings.Split(*runs, ",") {
+		if !slices.Contains(allRuns, r) {
+			fmt.Fprintf(stderr, "bench: --runs: unknown run %q\n", r)
+			return 2
+		}
+		o.Runs = append(o.Runs, r)
+	}
+	if o.Jobs < 1 || o.Procs < 1 || o.Concurrency < 1 || o.ClaimBatch < 1 || o.SteadyRate <= 0 || o.SleepJobs < 1 || o.SleepConcurrency < 1 {
+		fmt.Fprintln(stderr, "bench: sizes and rates must be positive")
+		return 2
+	}
+
+	res, err := Run(context.Background(), o, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 1
+	}
+	if o.JSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(res)
+	} else {
+		res.writeTable(stdout)
+	}
+	return 0
+}
+
+// Run makes the runs o names and returns their results; progress goes to
+// log.
+func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
+	res := &Results{Options: o, Server: "given"}
+	uri := o.MongoURI
+	if uri == "" {
+		dir, err := os.MkdirTemp("", "docket-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		srv, err := devdb.Start(ctx, devdb.Config{Addr: "127.0.0.1:0", Dir: dir})
+		if err != nil {
+			return nil, err
+		}
+		defer srv.Close()
+		uri = srv.URI()
+		res.Server = "devdb"
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = client.Disconnect(context.Background()) }()
+	b := &bencher{o: o, uri: uri, client: client, log: log, stamp: time.Now().Format("150405")}
+	start := time.Now()
+
+	for _, r := range o.Runs {
+		fmt.Fprintf(log, "bench: %s...\n", r)
+		t := time.Now()
+		var err error
+		switch r {
+		case "single":
+			res.Single, err = b.burnDown(ctx, "single", o.Jobs, o.Procs, o.Concurrency, 1, "noop", nil)
+		case "batch":
+			res.Batch, err = b.burnDown(ctx, "batch", o.Jobs, o.Procs, o.Concurrency, o.ClaimBatch, "noop", nil)
+		case "raw":
+			res.Raw, err = b.rawLoop(ctx)
+		case "steady":
+			res.Steady, err = b.steady(ctx)
+		case "idle":
+			res.Idle, err = b.idle(ctx)
+		case "scaling":
+			for _, p := range []int{1, 2, 4} {
+				var s *BurnDown
+				s, err = b.burnDown(ctx, fmt.Sprintf("scaling%d", p), o.SleepJobs, p, o.SleepConcurrency, 1,
+					"bench-sleep", SleepArgs{Ms: int(o.Sleep / time.Millisecond)})
+				if err != nil {
+					break
+				}
+				res.Scaling = append(res.Scaling, s)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", r, err)
+		}
+		fmt.Fprintf(log, "bench: %s took %s\n", r, time.Since(t).Round(100*time.Millisecond))
+	}
+	res.Took = time.Since(start).Round(100 * time.Millisecond).String()
+	res.derive()
+	return res, nil
+}
+
+type bencher struct {
+	o      Options
+	uri    string
+	client *mongo.Client
+	log    io.Writer
+	stamp  string
+}
+
+// freshDB returns an empty database for one run: devdb's claims scan the
+// whole collection, so runs must not see each other's jobs.
+func (b *bencher) freshDB(ctx context.Context, name string) (*mongo.Database, *queue.Client, error) {
+	db := b.client.Database("bench_" + b.stamp + "_" + name)
+	if err := db.Drop(ctx); err != nil {
+		return nil, nil, err
+	}
+	q, err := queue.New(db, queue.Config{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return db, q, q.EnsureIndexes(ctx)
+}
+
+func (b *bencher) enqueue(ctx context.Context, q *queue.Client, n int, kind string, args any) error {
+	for i := 0; i < n; i += 500 {
+		ins := make([]queue.Insert, min(500, n-i))
+		for k := range ins {
+			ins[k] = queue.Insert{Kind: kind, Args: args}
+		}
+		if _, err := q.EnqueueMany(ctx, ins); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startWorkers starts procs worker processes on db and waits until all have
+// set up.
+func (b *bencher) startWorkers(db string, procs, concurrency, claimBatch int) ([]*proc, error) {
+	var ps []*proc
+	for range procs {
+		p, err := startWorker(workerOpts{uri: b.uri, db: db, concurrency: concurrency, claimBatch: claimBatch}, b.log)
+		if err != nil {
+			stopAll(ps)
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		if err := p.waitReady(time.Minute); err != nil {
+			stopAll(ps)
+			return nil, err
+		}
+	}
+	return ps, nil
+}
+
+func stopAll(ps []*proc) ([]usage, error) {
+	us := make([]usage, len(ps))
+	var errs []error
+	for i, p := range ps {
+		var err error
+		us[i], err = p.stop()
+		errs = append(errs, err)
+	}
+	return us, errors.Join(errs...)
+}
+
+func completed(ps []*proc) int64 {
+	var n int64
+	for _, p := range ps {
+		n += p.snapshot().Completed
+	}
+	return n
+}
+
+// burnDown enqueues n jobs, then runs procs worker processes until every
+// job has been completed.
+func (b *bencher) burnDown(ctx context.Context, name string, n, procs, concurrency, claimBatch int, kind string, args any) (*BurnDown, error) {
+	db, q, err := b.freshDB(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = db.Drop(context.Background()) }()
+	if err := b.enqueue(ctx, q, n, kind, args); err != nil {
+		return nil, err
+	}
+	ps, err := b.startWorkers(db.Name(), procs, concurrency, claimBatch)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	for completed(ps) < int64(n) {
+		if time.Since(start) > 10*time.Minute {
+			stopAll(ps)
+			return nil, fmt.Errorf("%d of %d jobs completed after 10 min", completed(ps), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	us, err := stopAll(ps)
+	if err != nil {
+		return nil, err
+	}
+	r := &BurnDown{Name: name, Jobs: n, Procs: procs, Concurrency: concurrency, ClaimBatch: claimBatch,
+		Seconds: elapsed.Seconds(), JobsPerSec: float64(n) / elapsed.Seconds()}
+	r.addUsage(us)
+	starts, _, err := jobTimes(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	r.StartP50, r.StartP99 = pct(starts, 50), pct(starts, 99)
+	return r, nil
+}
+
+// jobTimes returns, for every finished job, enqueue-to-start and
+// enqueue-to-finish in ms. A claim sets heartbeatAt; jobs shorter than the
+// heartbeat interval keep it.
+func jobTimes(ctx context.Context, q *queue.Client) (start, finish []float64, err error) {
+	cur, err := q.Collection().Find(ctx, bson.D{{Key: "state", Value: jobs.StateSucceeded}},
+		options.Find().SetProjection(bson.D{{Key: "createdAt", Value: 1}, {Key: "heartbeatAt", Value: 1}, {Key: "finishedAt", Value: 1}}))
+	if err != nil {
+		return nil, nil, err
+	}
+	var js []jobs.Job
+	if err := cur.All(ctx, &js); err != nil {
+		return nil, nil, err
+	}
+	for _, j := range js {
+		if j.HeartbeatAt != nil {
+			start = append(start, ms(j.HeartbeatAt.Sub(j.CreatedAt)))
+		}
+		if j.FinishedAt != nil {
+			finish = append(finish, ms(j.FinishedAt.Sub(j.CreatedAt)))
+		}
+	}
+	return start, finish, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// pct is the p-th percentile of xs (nearest rank), 0 for none.
+func pct(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}

@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/event"
+)
+
+// monitor counts the commands a client sends, with the driver's command
+// monitor, and learns from them how long claims take and how many jobs
+// were completed, without hooks in docket.
+type monitor struct {
+	jobsColl string
+
+	commands  atomic.Int64
+	completed atomic.Int64
+
+	mu      sync.Mutex
+	byName  map[string]int64
+	started map[int64]cmdKind
+	claims  []float64 // claim round trips, ms
+	pending time.Duration
+}
+
+type cmdKind int
+
+const (
+	cmdOther       cmdKind = iota
+	cmdClaim               // findAndModify with a sort: a single claim
+	cmdBatchFind           // find with a sort: a batch claim's candidates
+	cmdBatchUpdate         // updateMany to running: a batch claim's stamp
+	cmdComplete            // update to succeeded: one or many completions
+)
+
+func newMonitor(jobsColl string) *monitor {
+	return &monitor{jobsColl: jobsColl, byName: map[string]int64{}, started: map[int64]cmdKind{}}
+}
+
+func (m *monitor) commandMonitor() *event.CommandMonitor {
+	return &event.CommandMonitor{
+		Started:   m.onStarted,
+		Succeeded: m.onSucceeded,
+		Failed:    func(_ context.Context, e *event.CommandFailedEvent) { m.forget(e.RequestID) },
+	}
+}
+
+func (m *monitor) onStarted(_ context.Context, e *event.CommandStartedEvent) {
+	m.commands.Add(1)
+	k := m.classify(e)
+	m.mu.Lock()
+	m.byName[e.CommandName]++
+	if k != cmdOther {
+		m.started[e.RequestID] = k
+	}
+	m.mu.Unlock()
+}
+
+func (m *monitor) classify(e *event.CommandStartedEvent) cmdKind {
+	coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
+	if coll != m.jobsColl {
+		return cmdOther
+	}
+	switch e.CommandName {
+	case "findAndModify":
+		if _, err := e.Command.LookupErr("sort"); err == nil {
+			return cmdClaim
+		}
+	case "find":
+		if _, err := e.Command.LookupErr("sort"); err == nil {
+			return cmdBatchFind
+		}
+	case "update":
+		// The statements go in the command itself or, with OP_MSG, in a
+		// document sequence the event folds into "updates".
+		ups, ok := e.Command.Lookup("updates").ArrayOK()
+		if !ok {
+			return cmdOther
+		}
+		vals, err := ups.Values()
+		if err != nil || len(vals) == 0 {
+			return cmdOther
+		}
+		doc, ok := vals[0].DocumentOK()
+		if !ok {
+			return cmdOther
+		}
+		state, _ := doc.Lookup("u", "$set", "state").StringValueOK()
+		multi, _ := doc.Lookup("multi").BooleanOK()
+		switch {
+		case state == "succeeded":
+			return cmdComplete
+		case state == "running" && multi:
+			return cmdBatchUpdate
+		}
+	}
+	return cmdOther
+}
+
+func (m *monitor) forget(id int64) {
+	m.mu.Lock()
+	delete(m.started, id)
+	m.mu.Unlock()
+}
+
+func (m *monitor) onSucceeded(_ context.Context, e *event.CommandSucceededEvent) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k, ok := m.started[e.RequestID]
+	if !ok {
+		return
+	}
+	delete(m.started, e.RequestID)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	switch k {
+	case cmdClaim:
+		m.claims = append(m.claims, ms(e.Duration))
+	case cmdBatchFind:
+		// One dispatch goroutine per worker claims, so a batch's find and
+		// its update follow each other; an empty find is a whole claim.
+		if batch, ok := e.Reply.Lookup("cursor", "firstBatch").ArrayOK(); ok {
+			if vals, _ := batch.Values(); len(vals) == 0 {
+				m.claims = append(m.claims, ms(e.Duration))
+				return
+			}
+		}
+		m.pending = e.Duration
+	case cmdBatchUpdate:
+		m.claims = append(m.claims, ms(m.pending+e.Duration))
+		m.pending = 0
+	case cmdComplete:
+		if n, ok := e.Reply.Lookup("n").AsInt64OK(); ok {
+			m.completed.Add(n)
+		}
+	}
+}
+
+// snapshot is what a worker process reports.
+type snapshot struct {
+	Commands  int64            `json:"commands"`
+	Completed int64            `json:"completed"`
+	Ready     bool             `json:"ready,omitempty"`
+	Final     bool             `json:"final,omitempty"`
+	ByName    map[string]int64 `json:"byName,omitempty"`
+	ClaimMs   []float64        `json:"claimMs,omitempty"`
+}
+
+func (m *monitor) snapshot(full bool) snapshot {
+	s := snapshot{Commands: m.commands.Load(), Completed: m.completed.Load()}
+	if full {
+		m.mu.Lock()
+		s.ByName = make(map[string]int64, len(m.byName))
+		for k, v := range m.byName {
+			s.ByName[k] = v
+		}
+		s.ClaimMs = append([]float64(nil), m.claims...)
+		m.mu.Unlock()
+	}
+	return s
+}

@@ -1,0 +1,138 @@
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is one worker process: this binary run as `bench worker`.
+type proc struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	last snapshot // the latest line it printed
+	base snapshot // its ready line: the commands of its set-up
+	rdy  chan struct{}
+	done chan struct{} // closed when its stdout ends
+	errs *prefixWriter
+}
+
+// workerOpts are a worker process's settings.
+type workerOpts struct {
+	uri, db     string
+	concurrency int
+	claimBatch  int
+}
+
+func startWorker(o workerOpts, stderr io.Writer) (*proc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "worker",
+		"--mongo-uri", o.uri, "--db", o.db,
+		"--concurrency", strconv.Itoa(o.concurrency),
+		"--claim-batch", strconv.Itoa(o.claimBatch),
+		"--log-level", "error")
+	cmd.Env = append(os.Environ(), "DOCKET_CONFIG=")
+	p := &proc{cmd: cmd, rdy: make(chan struct{}), done: make(chan struct{}), errs: &prefixWriter{w: stderr}}
+	cmd.Stderr = p.errs
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start worker process: %w", err)
+	}
+	p.errs.prefix = fmt.Sprintf("worker[%d]: ", cmd.Process.Pid)
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		for sc.Scan() {
+			var s snapshot
+			if json.Unmarshal(sc.Bytes(), &s) != nil {
+				continue
+			}
+			p.mu.Lock()
+			p.last = s
+			if s.Ready {
+				p.base = s
+				close(p.rdy)
+			}
+			p.mu.Unlock()
+		}
+	}()
+	return p, nil
+}
+
+func (p *proc) snapshot() snapshot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
+}
+
+// waitReady waits until the process has set up and is about to claim.
+func (p *proc) waitReady(timeout time.Duration) error {
+	select {
+	case <-p.rdy:
+		return nil
+	case <-p.done:
+		return fmt.Errorf("worker process exited before it was ready")
+	case <-time.After(timeout):
+		return fmt.Errorf("worker process not ready after %s", timeout)
+	}
+}
+
+// usage is what a stopped worker process used.
+type usage struct {
+	Commands int64            `json:"commands"` // after set-up
+	ByName   map[string]int64 `json:"byName"`
+	ClaimMs  []float64        `json:"-"`
+	CPU      time.Duration    `json:"cpu"`
+	MaxRSSMB float64          `json:"maxRssMB"`
+}
+
+// stop sends SIGTERM, waits for the final report and returns the process's
+// counts and resource use.
+func (p *proc) stop() (usage, error) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.done
+	err := p.cmd.Wait()
+	p.mu.Lock()
+	last, base := p.last, p.base
+	p.mu.Unlock()
+	u := usage{Commands: last.Commands - base.Commands, ByName: last.ByName, ClaimMs: last.ClaimMs}
+	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		u.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		u.MaxRSSMB = float64(ru.Maxrss) / 1024 // KiB on Linux
+	}
+	if err != nil {
+		return u, fmt.Errorf("worker process: %w", err)
+	}
+	if !last.Final {
+		return u, fmt.Errorf("worker process ended without its final report")
+	}
+	return u, nil
+}
+
+// prefixWriter passes a child's stderr on, each write prefixed.
+type prefixWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix string
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, _ = fmt.Fprintf(p.w, "%s%s", p.prefix, b)
+	return len(b), nil
+}

@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// Results are one bench run's measurements.
+type Results struct {
+	Options Options `json:"options"`
+	Server  string  `json:"server"`
+	Took    string  `json:"took"`
+
+	Single  *BurnDown   `json:"single,omitempty"`
+	Raw     *BurnDown   `json:"raw,omitempty"`
+	Batch   *BurnDown   `json:"batch,omitempty"`
+	Steady  *Steady     `json:"steady,omitempty"`
+	Idle    *Idle       `json:"idle,omitempty"`
+	Scaling []*BurnDown `json:"scaling,omitempty"`
+
+	// SingleVsRaw and BatchVsRaw are docket's burn-down throughput as a
+	// ratio of the raw loop's in the same run.
+	SingleVsRaw float64 `json:"singleVsRaw,omitempty"`
+	BatchVsRaw  float64 `json:"batchVsRaw,omitempty"`
+	// Scaling4vs1 is the sleeping-handler throughput of 4 worker processes
+	// as a ratio of 1's.
+	Scaling4vs1 float64 `json:"scaling4vs1,omitempty"`
+}
+
+// BurnDown is one burn-down: n jobs enqueued, then run until none is left.
+type BurnDown struct {
+	Name        string  `json:"name"`
+	Jobs        int     `json:"jobs"`
+	Procs       int     `json:"procs"`
+	Concurrency int     `json:"concurrency"`
+	ClaimBatch  int     `json:"claimBatch"`
+	Seconds     float64 `json:"seconds"`
+	JobsPerSec  float64 `json:"jobsPerSec"`
+	// Commands counts every command the workers sent after setting up,
+	// including empty claims and maintenance.
+	Commands       int64            `json:"commands"`
+	CommandsPerJob float64          `json:"commandsPerJob"`
+	ByName         map[string]int64 `json:"byName"`
+	// ClaimP50/P99 are claim round trips in ms (a batch claim's find and
+	// update together); StartP50/P99 are enqueue-to-start in ms.
+	Claims     int       `json:"claims"`
+	ClaimP50   float64   `json:"claimP50ms"`
+	ClaimP99   float64   `json:"claimP99ms"`
+	StartP50   float64   `json:"startP50ms"`
+	StartP99   float64   `json:"startP99ms"`
+	PerProcess []Process `json:"perProcess,omitempty"`
+}
+
+// Process is one worker process's resource use.
+type Process struct {
+	CPUSeconds float64 `json:"cpuSeconds"`
+	MaxRSSMB   float64 `json:"maxRssMB"`
+	Commands   int64   `json:"commands"`
+}
+
+// Steady is the steady-state run.
+type Steady struct {
+	Jobs           int     `json:"jobs"`
+	Procs          int     `json:"procs"`
+	Concurrency    int     `json:"concurrency"`
+	RatePerSec     float64 `json:"ratePerSec"`
+	DrainSeconds   float64 `json:"drainSeconds"`
+	LagP50         float64 `json:"lagP50ms"` // enqueue to start
+	LagP99         float64 `json:"lagP99ms"`
+	LatencyP50     float64 `json:"latencyP50ms"` // enqueue to finish
+	LatencyP99     float64 `json:"latencyP99ms"`
+	CommandsPerJob float64 `json:"commandsPerJob"`
+}
+
+// Idle is one worker process on an empty queue.
+type Idle struct {
+	Seconds  float64          `json:"seconds"`
+	Commands int64            `json:"commands"`
+	PerSec   float64          `json:"perSec"`
+	ByName   map[string]int64 `json:"byName"`
+}
+
+func (r *BurnDown) addUsage(us []usage) {
+	r.ByName = map[string]int64{}
+	var claims []float64
+	for _, u := range us {
+		r.Commands += u.Commands
+		for k, v := range u.ByName {
+			r.ByName[k] += v
+		}
+		claims = append(claims, u.ClaimMs...)
+		r.PerProcess = append(r.PerProcess, Process{CPUSeconds: u.CPU.Seconds(), MaxRSSMB: u.MaxRSSMB, Commands: u.Commands})
+	}
+	r.CommandsPerJob = float64(r.Commands) / float64(r.Jobs)
+	r.Claims = len(claims)
+	r.ClaimP50, r.ClaimP99 = pct(claims, 50), pct(claims, 99)
+}
+
+func (r *Results) derive() {
+	if r.Raw != nil && r.Raw.JobsPerSec > 0 {
+		if r.Single != nil {
+			r.SingleVsRaw = r.Single.JobsPerSec / r.Raw.JobsPerSec
+		}
+		if r.Batch != nil {
+			r.BatchVsRaw = r.Batch.JobsPerSec / r.Raw.JobsPerSec
+		}
+	}
+	if len(r.Scaling) == 3 && r.Scaling[0].JobsPerSec > 0 {
+		r.Scaling4vs1 = r.Scaling[2].JobsPerSec / r.Scaling[0].JobsPerSec
+	}
+}
+
+func (r *Results) writeTable(w io.Writer) {
+	fmt.Fprintf(w, "server: %s; took %s\n\n", r.Server, r.Took)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "run\tjobs\tprocs x conc\tbatch\tjobs/s\tcmds/job\tclaim p50\tclaim p99\tstart p50\tstart p99\tcpu/proc\trss/proc\t")
+	rows := []*BurnDown{r.Single, r.Raw, r.Batch}
+	rows = append(rows, r.Scaling...)
+	for _, b := range rows {
+		if b == nil {
+			continue
+		}
+		cpu, rss := "-", "-"
+		if len(b.PerProcess) > 0 {
+			var c, m float64
+			for _, p := range b.PerProcess {
+				c += p.CPUSeconds
+				m = max(m, p.MaxRSSMB)
+			}
+			cpu = fmt.Sprintf("%.2fs", c/float64(len(b.PerProcess)))
+			rss = fmt.Sprintf("%.0fMB", m)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d x %d\t%d\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			b.Name, b.Jobs, b.Procs, b.Concurrency, b.ClaimBatch, b.JobsPerSec, b.CommandsPerJob,
+			msStr(b.ClaimP50), msStr(b.ClaimP99), msStr(b.StartP50), msStr(b.StartP99), cpu, rss)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	if r.SingleVsRaw > 0 {
+		fmt.Fprintf(w, "docket/raw throughput: single %.2f", r.SingleVsRaw)
+		if r.BatchVsRaw > 0 {
+			fmt.Fprintf(w, ", batch %.2f", r.BatchVsRaw)
+		}
+		fmt.Fprintln(w)
+	}
+	if r.Scaling4vs1 > 0 {
+		fmt.Fprintf(w, "sleeping handler, 4 processes / 1: %.2fx\n", r.Scaling4vs1)
+	}
+	if s := r.Steady; s != nil {
+		fmt.Fprintf(w, "steady: %d jobs at %.1f/s over %d x %d: lag p50 %s p99 %s, enqueue-to-finish p50 %s p99 %s, drained %.1fs after the last enqueue, %.2f cmds/job\n",
+			s.Jobs, s.RatePerSec, s.Procs, s.Concurrency, msStr(s.LagP50), msStr(s.LagP99), msStr(s.LatencyP50), msStr(s.LatencyP99), s.DrainSeconds, s.CommandsPerJob)
+	}
+	if i := r.Idle; i != nil {
+		fmt.Fprintf(w, "idle: %.2f commands/s per worker process (%d in %.1fs) %v\n", i.PerSec, i.Commands, i.Seconds, i.ByName)
+	}
+}
+
+func msStr(v float64) string {
+	return (time.Duration(v * float64(time.Millisecond))).Round(100 * time.Microsecond).String()
+}
