@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
 )
 
 // ClaimParams say which jobs a worker may claim and for how long.
@@ -64,15 +65,96 @@ func (c *Client) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 		{Key: "$inc", Value: bson.D{{Key: "attempt", Value: 1}}},
 	}
 	opts := options.FindOneAndUpdate().SetSort(claimSort).SetReturnDocument(options.After)
-	var j jobs.Job
-	err := c.coll.FindOneAndUpdate(ctx, filter, update, opts).Decode(&j)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, nil
+	// A document that an app wrote by hand with a field of the wrong type
+	// must not block the queue: it is buried (dead, with what is wrong) and
+	// the claim goes on to the next job.
+	for range maxBuried + 1 {
+		raw, err := c.coll.FindOneAndUpdate(ctx, filter, update, opts).Raw()
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return nil, nil
+		}
+		var se mongo.ServerError
+		if errors.As(err, &se) && se.HasErrorCode(errTypeMismatch) {
+			// $inc met a non-numeric attempt: nothing was claimed.
+			if n, berr := c.buryBadAttempts(ctx, filter, t); berr != nil || n == 0 {
+				return nil, fmt.Errorf("queue: claim: %w", err)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("queue: claim: %w", err)
+		}
+		var j jobs.Job
+		if derr := bson.Unmarshal(raw, &j); derr != nil {
+			if berr := c.buryMalformed(ctx, raw, t, derr); berr != nil {
+				return nil, fmt.Errorf("queue: claim: %w (and marking it dead: %w)", derr, berr)
+			}
+			continue
+		}
+		return &j, nil
 	}
+	return nil, nil
+}
+
+// maxBuried bounds how many malformed jobs one claim buries before it
+// returns; the next claim goes on.
+const maxBuried = 10
+
+// errTypeMismatch is the server's code for an update applied to a field of
+// the wrong type.
+const errTypeMismatch = 14
+
+// malformed is the start of the message a malformed job dies with.
+const malformed = "malformed job document (see the job document in the README): "
+
+// buryMalformed sends the job in raw, which this claim has just stamped
+// running but which does not decode, to dead with the decoding error. The
+// write is fenced on the claim's lease token.
+func (c *Client) buryMalformed(ctx context.Context, raw bson.Raw, t time.Time, cause error) error {
+	id := raw.Lookup("_id")
+	token, _ := raw.Lookup("leaseToken").StringValueOK()
+	owner, _ := raw.Lookup("owner").StringValueOK()
+	attempt, _ := raw.Lookup("attempt").AsInt64OK()
+	msg := malformed + cause.Error()
+	errs := bson.A{jobs.AttemptError{Attempt: int(attempt), At: t, Owner: owner, Message: msg}}
+	_, err := c.coll.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: token}},
+		finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs}))
+	if err == nil {
+		c.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
+	}
+	return err
+}
+
+// buryBadAttempts sends to dead the claimable jobs whose attempt is not a
+// number, which a claim's $inc cannot count, and returns how many.
+func (c *Client) buryBadAttempts(ctx context.Context, filter bson.D, t time.Time) (int, error) {
+	bad := append(bson.D{}, filter...)
+	bad = append(bad, bson.E{Key: "attempt", Value: bson.D{{Key: "$exists", Value: true}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "number"}}}}})
+	cur, err := c.coll.Find(ctx, bad, options.Find().SetLimit(maxBuried).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "attempt", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("queue: claim: %w", err)
+		return 0, err
 	}
-	return &j, nil
+	var docs []bson.Raw
+	if err := cur.All(ctx, &docs); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, d := range docs {
+		id, attempt := d.Lookup("_id"), d.Lookup("attempt")
+		msg := fmt.Sprintf("%sattempt: %s %s is not a number", malformed, attempt.Type, attempt)
+		res, err := c.coll.UpdateOne(ctx,
+			bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateAvailable}, {Key: "attempt", Value: attempt}},
+			finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: msg}}}))
+		if err != nil {
+			return n, err
+		}
+		if res.MatchedCount == 1 {
+			n++
+			c.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
+		}
+	}
+	return n, nil
 }
 
 // LeaseOf returns the lease that j carries.
