@@ -78,11 +78,28 @@ func (c *Client) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.
 	}
 	for range claimBatchTries {
 		claimed, raced, err := c.claimBatchOnce(ctx, p, k)
+		if errors.Is(err, errMalformedCandidate) || isTypeMismatch(err) {
+			// A hand-written job with a field of the wrong type is among the
+			// candidates: a single claim buries such jobs and goes on.
+			j, err := c.Claim(ctx, p)
+			if j == nil || err != nil {
+				return nil, err
+			}
+			return []*jobs.Job{j}, nil
+		}
 		if err != nil || len(claimed) > 0 || !raced {
 			return claimed, err
 		}
 	}
 	return nil, nil
+}
+
+// errMalformedCandidate: a candidate of a batch claim does not decode.
+var errMalformedCandidate = errors.New("malformed job document")
+
+func isTypeMismatch(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && se.HasErrorCode(errTypeMismatch)
 }
 
 // claimBatchOnce makes one attempt of ClaimBatch. raced reports that
@@ -107,7 +124,7 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (clai
 	for i, d := range docs {
 		var j jobs.Job
 		if err := bson.Unmarshal(d, &j); err != nil {
-			return nil, false, fmt.Errorf("queue: claim batch: decode candidate: %w", err)
+			return nil, false, fmt.Errorf("queue: claim batch: candidate %v: %w: %w", d.Lookup("_id"), errMalformedCandidate, err)
 		}
 		cands[i] = &j
 		asRead[i] = bson.D{

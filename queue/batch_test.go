@@ -203,3 +203,31 @@ func TestNoDoubleClaimInBatches(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, left)
 }
+
+func TestClaimBatchBuriesMalformedJobsAndGoesOn(t *testing.T) {
+	b := setup(t)
+	res, err := b.q.EnqueueMany(b.ctx, []queue.Insert{{Kind: "k"}, {Kind: "k"}})
+	require.NoError(t, err)
+	now := time.Now()
+	for _, doc := range []bson.M{
+		{"_id": "bad-attempt", "kind": "k", "queue": "default", "state": "available", "runAt": now.Add(-time.Hour), "attempt": "one", "args": bson.M{}},
+		{"_id": "bad-args", "kind": "k", "queue": "default", "state": "available", "runAt": now.Add(-time.Hour), "args": "a string"},
+	} {
+		_, err := b.q.Collection().InsertOne(b.ctx, doc)
+		require.NoError(t, err)
+	}
+	got := map[string]bool{}
+	for range 6 {
+		js, err := b.q.ClaimBatch(b.ctx, claimAll, 4)
+		require.NoError(t, err)
+		for _, j := range js {
+			got[j.ID] = true
+		}
+	}
+	require.Equal(t, map[string]bool{res[0].ID: true, res[1].ID: true}, got)
+	for _, id := range []string{"bad-attempt", "bad-args"} {
+		var doc bson.M
+		require.NoError(t, b.q.Collection().FindOne(b.ctx, bson.M{"_id": id}).Decode(&doc))
+		require.Equal(t, "dead", doc["state"], id)
+	}
+}
