@@ -127,6 +127,11 @@ func DecodeArgs[T any](raw bson.Raw) (T, error) {
 	if len(raw) == 0 {
 		raw = emptyDoc
 	}
+	// Unmarshal can loop forever on malformed bytes (found by fuzzing);
+	// a server never returns such a document, but a caller might pass one.
+	if err := raw.Validate(); err != nil {
+		return args, Permanent(&ArgsError{Reason: "not a valid BSON document: " + err.Error()})
+	}
 	if err := bson.Unmarshal(raw, &args); err != nil {
 		return args, Permanent(&ArgsError{Reason: err.Error()})
 	}
