@@ -6,7 +6,7 @@ GO      ?= go
 BIN     := bin
 PKGS    := ./cmd/worker ./cmd/enqueue ./cmd/devdb
 
-.PHONY: all build run test vet race-free clean bench
+.PHONY: all build run test vet race-free clean bench chaos
 
 all: build
 
@@ -35,3 +35,9 @@ bench:
 
 clean:
 	rm -rf $(BIN) .docket
+
+# The long chaos run (a short one runs in `make test`): 4 worker processes
+# SIGKILLed, SIGSTOPped and cut off from devdb under a mixed load, then every
+# invariant checked. DOCKET_CHAOS_SEED=N replays a run.
+chaos:
+	DOCKET_CHAOS=long $(GO) test -run '^TestChaos$$' -count=1 -v -timeout 20m ./internal/e2e/

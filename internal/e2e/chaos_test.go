@@ -22,7 +22,7 @@ import (
 func TestChaos(t *testing.T) {
 	cfg := chaos.Config{Jobs: 200, Waves: 4, Outage: 5 * time.Second, Drain: 90 * time.Second}
 	if os.Getenv("DOCKET_CHAOS") == "long" {
-		cfg = chaos.Config{Jobs: 1500, Waves: 12, Drain: 10 * time.Minute}
+		cfg = chaos.Config{Jobs: 500, Waves: 8, Drain: 5 * time.Minute}
 	}
 	if s := os.Getenv("DOCKET_CHAOS_SEED"); s != "" {
 		seed, err := strconv.ParseUint(s, 10, 64)
