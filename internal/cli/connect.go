@@ -7,15 +7,21 @@ import (
 	"time"
 
 	"github.com/docketq/docket/configs"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.uber.org/zap"
 )
 
-// connect returns a client for the configured server. The driver connects
-// lazily, so this fails only on a malformed URI.
-func connect(cfg configs.MongoConfig) (*mongo.Client, error) {
-	client, err := mongo.Connect(cfg.ClientOptions())
+// connect returns a client for the configured server, watched by mon when
+// it is not nil. The driver connects lazily, so this fails only on a
+// malformed URI.
+func connect(cfg configs.MongoConfig, mon *event.CommandMonitor) (*mongo.Client, error) {
+	opts := cfg.ClientOptions()
+	if mon != nil {
+		opts.SetMonitor(mon)
+	}
+	client, err := mongo.Connect(opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %s", configs.RedactURI(cfg.URI), configs.Redact(err.Error(), cfg.URI))
 	}

@@ -89,7 +89,7 @@ func Enqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "enqueue %s: %v\n", args[0], err)
 		return 2
 	}
-	client, err := connect(cfg.Mongo)
+	client, err := connect(cfg.Mongo, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "enqueue %s: %v\n", args[0], err)
 		return 2

@@ -17,6 +17,7 @@ import (
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
 	"github.com/docketq/docket/worker"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap"
 )
@@ -24,10 +25,27 @@ import (
 // Registrar adds a process's handlers to its registry.
 type Registrar func(reg *jobs.Registry, db *mongo.Database, q *queue.Client, log *zap.Logger) error
 
+// WorkerOptions are what a process running Worker adds to it.
+type WorkerOptions struct {
+	// Register adds the process's handlers. Required.
+	Register Registrar
+	// Monitor, when set, watches every command of the process's client
+	// (the bench counts commands per job with it).
+	Monitor *event.CommandMonitor
+	// Started, when set, is called once the worker and its maintenance
+	// run; Stopped once they have stopped, before Worker returns.
+	Started, Stopped func()
+}
+
 // Worker is the main function of the worker command: it runs a worker pool
 // and the reaper until SIGINT or SIGTERM, and returns the exit status.
 // `worker reap` runs one reaper pass and exits.
 func Worker(args []string, stdout, stderr io.Writer, register Registrar) int {
+	return WorkerWith(args, stdout, stderr, WorkerOptions{Register: register})
+}
+
+// WorkerWith is Worker with the hooks of opts.
+func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int {
 	reapOnce := len(args) > 0 && args[0] == "reap"
 	if reapOnce {
 		args = args[1:]
@@ -58,7 +76,7 @@ func Worker(args []string, stdout, stderr io.Writer, register Registrar) int {
 	defer func() { _ = base.Sync() }()
 	log := base.With(zap.String("worker", cfg.Worker.ID))
 
-	client, err := connect(cfg.Mongo)
+	client, err := connect(cfg.Mongo, opts.Monitor)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 1
@@ -117,7 +135,7 @@ func Worker(args []string, stdout, stderr io.Writer, register Registrar) int {
 	cancelStart()
 
 	reg := jobs.NewRegistry()
-	if err := register(reg, db, q, log); err != nil {
+	if err := opts.Register(reg, db, q, log); err != nil {
 		log.Error("cannot register handlers", zap.Error(err))
 		return 2
 	}
@@ -149,6 +167,9 @@ func Worker(args []string, stdout, stderr io.Writer, register Registrar) int {
 	}
 	w.Start(context.Background())
 	sched.Start()
+	if opts.Started != nil {
+		opts.Started()
+	}
 
 	sig := <-sigs
 	log.Info("stopping: waiting for running jobs; signal again to stop at once",
@@ -172,6 +193,9 @@ func Worker(args []string, stdout, stderr io.Writer, register Registrar) int {
 	case <-reaping:
 	case <-time.After(5 * time.Second):
 		log.Warn("a reaper pass was still running at exit; its fenced writes are safe to abandon")
+	}
+	if opts.Stopped != nil {
+		opts.Stopped()
 	}
 	return 0
 }
