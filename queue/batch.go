@@ -43,10 +43,15 @@ func claimUpdate(p ClaimParams, t time.Time, token string) bson.D {
 	}
 }
 
+// claimWindow is how many blocks of k candidates a batch claim reads: when
+// another worker stamped the first block between this claim's read and its
+// stamp, the claim tries the next block instead of reading again.
+const claimWindow = 2
+
 // ClaimBatch claims up to k of the best runnable jobs in two round trips
-// instead of k: it reads up to k candidates in claim order, then stamps
-// those still as it read them with one updateMany. It returns the jobs it
-// claimed, none and no error when there is nothing to claim.
+// instead of k: it reads candidates in claim order, then stamps up to k of
+// them, those still as it read them, with one updateMany. It returns the
+// jobs it claimed, none and no error when there is nothing to claim.
 //
 // All jobs of one batch share the batch's fresh lease token. Every write by
 // the holder is fenced on {_id, state: running, leaseToken}, so each job's
@@ -56,12 +61,19 @@ func claimUpdate(p ClaimParams, t time.Time, token string) bson.D {
 // which FerretDB lacks.
 //
 // The updateMany matches each candidate on its id, its attempt and its
-// updatedAt as read, on top of the claim filter: a job that anyone touched
-// in between (claimed, failed, reaped, released) does not match, so when
-// every candidate matched the documents are exactly those read, and the
-// claimed jobs are built from them with no third round trip. When only some
+// updatedAt as read (an $or of them), on top of the claim filter: a job
+// that anyone touched in between (claimed, failed, reaped, released) does
+// not match, so when every candidate matched the documents are exactly
+// those read, and the claimed jobs are built from them with no third round
+// trip. (One updateMany, rather than a bulkWrite of an updateOne per job,
+// because FerretDB pushes down only a filter that is {_id} alone: each
+// updateOne would scan the collection until its job, the updateMany scans
+// it once. On MongoDB both use the _id index.) When only some
 // matched (another worker won a race for the rest), a third query reads
-// back those carrying this batch's token. k == 1 is Claim.
+// back those carrying this batch's token. When none matched, the claim
+// stamps the next block of the candidates it read (it reads claimWindow
+// blocks), so that two workers that read the same candidates split them
+// rather than one of them reading again. k == 1 is Claim.
 func (c *Client) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
 	if k < 1 {
 		return nil, fmt.Errorf("queue: claim batch: k is %d, must be at least 1", k)
@@ -107,7 +119,7 @@ func isTypeMismatch(err error) bool {
 func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, raced bool, err error) {
 	t := now()
 	filter := claimFilter(p, t)
-	cur, err := c.coll.Find(ctx, filter, options.Find().SetSort(claimSort).SetLimit(int64(k)))
+	cur, err := c.coll.Find(ctx, filter, options.Find().SetSort(claimSort).SetLimit(int64(k*claimWindow)))
 	if err != nil {
 		return nil, false, fmt.Errorf("queue: claim batch: find candidates: %w", err)
 	}
@@ -134,39 +146,57 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (clai
 		}
 	}
 
+	if c.betweenReadAndStamp != nil {
+		c.betweenReadAndStamp()
+	}
 	token := uuid.NewString()
-	match := append(filter, bson.E{Key: "$or", Value: asRead})
-	res, err := c.coll.UpdateMany(ctx, match, claimUpdate(p, t, token))
-	if err != nil {
-		return nil, false, fmt.Errorf("queue: claim batch: %w", err)
-	}
-	switch {
-	case res.MatchedCount == 0:
-		return nil, true, nil
-	case int(res.MatchedCount) == len(cands):
-		for _, j := range cands {
-			stampClaim(j, p, t, token)
+	update := claimUpdate(p, t, token)
+	for from := 0; from < len(cands); from += k {
+		to := min(from+k, len(cands))
+		block := cands[from:to]
+		match := append(append(bson.D{}, filter...), bson.E{Key: "$or", Value: asRead[from:to]})
+		res, err := c.coll.UpdateMany(ctx, match, update)
+		if err != nil {
+			// Some jobs may be ours but we cannot know which: the reaper
+			// frees them.
+			return nil, false, fmt.Errorf("queue: claim batch: %w", err)
 		}
-		return cands, false, nil
+		switch {
+		case res.MatchedCount == 0:
+			continue // another worker took this block: try the next
+		case int(res.MatchedCount) == len(block):
+			for _, j := range block {
+				stampClaim(j, p, t, token)
+			}
+			return block, false, nil
+		}
+		claimed, err := c.readBack(ctx, block, token)
+		return claimed, false, err
 	}
+	return nil, true, nil
+}
 
-	ids := make(bson.A, len(cands))
-	for i, j := range cands {
+// readBack reads which of the candidates in block a batch claim stamped
+// with token.
+func (c *Client) readBack(ctx context.Context, block []*jobs.Job, token string) ([]*jobs.Job, error) {
+	ids := make(bson.A, len(block))
+	for i, j := range block {
 		ids[i] = j.ID
 	}
-	cur, err = c.coll.Find(ctx, bson.D{
+	cur, err := c.coll.Find(ctx, bson.D{
 		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
 		{Key: "state", Value: jobs.StateRunning},
 		{Key: "leaseToken", Value: token},
 	}, options.Find().SetSort(claimSort))
 	if err != nil {
 		// The jobs are ours but we cannot know which: the reaper frees them.
-		return nil, false, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
+		return nil, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
 	}
+	var claimed []*jobs.Job
 	if err := cur.All(ctx, &claimed); err != nil {
-		return nil, false, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
+		return nil, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
 	}
-	return claimed, false, nil
+	return claimed, nil
 }
 
 // rawOrNull is the value of field in d, or null, which matches a field
@@ -192,20 +222,28 @@ func stampClaim(j *jobs.Job, p ClaimParams, t time.Time, token string) {
 }
 
 // CompleteMany marks succeeded every job that its lease in ls still holds,
-// with one unordered bulkWrite of fenced updates, and returns the leases
-// that no longer held their job (as Complete would have returned
-// ErrLeaseLost for them). On an error, which jobs were completed is
-// unknown: a retry reports those already completed as lost.
+// with one updateMany whose filter is an $or of each job's own fence
+// ({_id, leaseToken}, all running), and returns the leases that no longer
+// held their job (as Complete would have returned ErrLeaseLost for them).
+// On an error, which jobs were completed is unknown: a retry reports those
+// already completed as lost.
+//
+// One updateMany rather than a bulkWrite of fenced updateOnes: FerretDB
+// pushes down only a filter that is {_id} alone, so each updateOne would
+// scan the collection until its job, where the updateMany scans it once.
+// On MongoDB both use the _id index.
 func (c *Client) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err error) {
 	if len(ls) == 0 {
 		return nil, nil
 	}
 	t := now()
-	models := make([]mongo.WriteModel, len(ls))
+	fences := make(bson.A, len(ls))
 	for i, l := range ls {
-		models[i] = mongo.NewUpdateOneModel().SetFilter(fence(l)).SetUpdate(finish(jobs.StateSucceeded, t))
+		fences[i] = bson.D{{Key: "_id", Value: l.JobID}, {Key: "leaseToken", Value: l.Token}}
 	}
-	res, err := c.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	res, err := c.coll.UpdateMany(ctx,
+		bson.D{{Key: "state", Value: jobs.StateRunning}, {Key: "$or", Value: fences}},
+		finish(jobs.StateSucceeded, t))
 	if err != nil {
 		return nil, fmt.Errorf("queue: complete %d jobs: %w", len(ls), err)
 	}
@@ -251,7 +289,7 @@ const completeTimeout = 10 * time.Second
 
 // WithBatchedCompletion returns a Client like c whose Complete joins
 // concurrent completions into one CompleteMany (group commit): the first
-// waits linger for others, then one bulkWrite writes them all, and each
+// waits linger for others, then one updateMany writes them all, and each
 // caller learns its own job's outcome, with the same errors as Complete.
 // Completions arriving while a flush is in flight go in the next one. The
 // other methods are c's.

@@ -2,7 +2,6 @@ package queue_test
 
 import (
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -137,17 +136,11 @@ func TestBatchedCompletionReportsEachOutcome(t *testing.T) {
 }
 
 // TestNoDoubleClaimInBatches is TestNoDoubleClaim with batch claims and
-// batched completions: 16 goroutines; every job must be claimed exactly
-// once. It runs 300 jobs (about 10 s on devdb), 1,000 with
-// DOCKET_TEST_LONG=1 (about 100 s: the 16 claimers read the same
-// candidates and one wins each round, on a server that runs one command
-// at a time).
+// batched completions: 1,000 jobs, 16 goroutines claiming up to 8 at a
+// time; every job must be claimed exactly once.
 func TestNoDoubleClaimInBatches(t *testing.T) {
 	b := setup(t)
-	n := 300
-	if os.Getenv("DOCKET_TEST_LONG") != "" {
-		n = 1000
-	}
+	const n = 1000
 	ins := make([]queue.Insert, n)
 	for i := range ins {
 		ins[i] = queue.Insert{Kind: "k", Args: bson.M{"i": i}}
@@ -230,4 +223,118 @@ func TestClaimBatchBuriesMalformedJobsAndGoesOn(t *testing.T) {
 		require.NoError(t, b.q.Collection().FindOne(b.ctx, bson.M{"_id": id}).Decode(&doc))
 		require.Equal(t, "dead", doc["state"], id)
 	}
+}
+
+// raceOnce returns a client whose next batch claim, between reading its
+// candidates and stamping them, lets other run first (once), and counts
+// the candidate reads of its claims in reads.
+func raceOnce(b bundle, other func()) (c *queue.Client, reads *int) {
+	var once sync.Once
+	reads = new(int)
+	return queue.WithRaceBeforeStamp(b.q, func() { *reads++; once.Do(other) }), reads
+}
+
+func enqueueN(t *testing.T, b bundle, n int) []string {
+	t.Helper()
+	ins := make([]queue.Insert, n)
+	for i := range ins {
+		ins[i] = queue.Insert{Kind: "k", Args: bson.M{"i": i}}
+	}
+	res, err := b.q.EnqueueMany(b.ctx, ins)
+	require.NoError(t, err)
+	ids := make([]string, n)
+	for i, r := range res {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+func ids(js []*jobs.Job) []string {
+	out := make([]string, len(js))
+	for i, j := range js {
+		out[i] = j.ID
+	}
+	return out
+}
+
+// requireStored checks that each claimed job is what the collection holds.
+func requireStored(t *testing.T, b bundle, got []*jobs.Job) {
+	t.Helper()
+	for _, j := range got {
+		stored := b.get(t, j.ID)
+		require.Equal(t, jobs.StateRunning, stored.State)
+		require.Equal(t, stored.Attempt, j.Attempt)
+		require.Equal(t, stored.LeaseToken, j.LeaseToken)
+		require.Equal(t, stored.Owner, j.Owner)
+	}
+}
+
+func TestClaimBatchTakesTheNextBlockWhenAnotherWorkerStampedTheFirst(t *testing.T) {
+	b := setup(t)
+	all := enqueueN(t, b, 6)
+	p := claimAll
+	p.Owner = "w2"
+	var theirs []*jobs.Job
+	racer, reads := raceOnce(b, func() {
+		var err error
+		theirs, err = b.q.ClaimBatch(b.ctx, p, 3)
+		require.NoError(t, err)
+	})
+	got, err := racer.ClaimBatch(b.ctx, claimAll, 3)
+	require.NoError(t, err)
+	require.Equal(t, 1, *reads, "the claim read the candidates again")
+	require.Equal(t, all[:3], ids(theirs))
+	require.Equal(t, all[3:], ids(got), "the second block of the candidates read")
+	requireStored(t, b, got)
+	requireStored(t, b, theirs)
+}
+
+func TestClaimBatchReadsBackWhenAnotherWorkerTookPartOfTheBlock(t *testing.T) {
+	b := setup(t)
+	all := enqueueN(t, b, 6)
+	p := claimAll
+	p.Owner = "w2"
+	var theirs *jobs.Job
+	racer, _ := raceOnce(b, func() { theirs = b.claim(t, p) })
+	got, err := racer.ClaimBatch(b.ctx, claimAll, 3)
+	require.NoError(t, err)
+	require.Equal(t, all[0], theirs.ID)
+	require.Equal(t, all[1:3], ids(got), "what is left of the first block")
+	requireStored(t, b, got)
+	require.Equal(t, "w2", b.get(t, all[0]).Owner)
+}
+
+func TestClaimBatchReadsAgainWhenEveryCandidateWasTaken(t *testing.T) {
+	b := setup(t)
+	all := enqueueN(t, b, 9)
+	p := claimAll
+	p.Owner = "w2"
+	racer, reads := raceOnce(b, func() {
+		theirs, err := b.q.ClaimBatch(b.ctx, p, 6)
+		require.NoError(t, err)
+		require.Len(t, theirs, 6)
+	})
+	got, err := racer.ClaimBatch(b.ctx, claimAll, 3)
+	require.NoError(t, err)
+	require.Equal(t, 2, *reads, "both blocks were taken: the claim reads again")
+	require.Equal(t, all[6:], ids(got))
+	requireStored(t, b, got)
+}
+
+func TestClaimBatchDoesNotTakeAJobChangedSinceItWasRead(t *testing.T) {
+	b := setup(t)
+	all := enqueueN(t, b, 3)
+	// Between the read and the stamp, another worker claims the first job
+	// and releases it: it is available again, but not as read.
+	p := claimAll
+	p.Owner = "w2"
+	racer, _ := raceOnce(b, func() {
+		j := b.claim(t, p)
+		require.NoError(t, b.q.Release(b.ctx, queue.LeaseOf(j)))
+	})
+	got, err := racer.ClaimBatch(b.ctx, claimAll, 3)
+	require.NoError(t, err)
+	require.Equal(t, all[1:], ids(got))
+	requireStored(t, b, got)
+	require.Equal(t, jobs.StateAvailable, b.get(t, all[0]).State)
 }

@@ -96,6 +96,10 @@ type Client struct {
 	log  *zap.Logger
 
 	completions *completer // nil unless WithBatchedCompletion
+
+	// betweenReadAndStamp, when set (by tests), runs in a batch claim after
+	// the candidates are read and before they are stamped.
+	betweenReadAndStamp func()
 }
 
 // New returns a Client for the jobs collection of db.

@@ -82,7 +82,7 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 
 // Complete marks the job l holds succeeded. On a Client made by
 // WithBatchedCompletion, the write joins concurrent completions in one
-// bulkWrite; the outcome is the same.
+// updateMany; the outcome is the same.
 func (c *Client) Complete(ctx context.Context, l Lease) error {
 	if c.completions != nil {
 		return c.completions.complete(ctx, l)
