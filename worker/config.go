@@ -59,7 +59,7 @@ type Config struct {
 	PollMax time.Duration `yaml:"pollMax"`
 	// ClaimBatch is how many jobs one claim takes at most, capped by the
 	// free slots. Above 1, the worker claims with queue.ClaimBatch and
-	// writes the completions of jobs that end together in one bulkWrite:
+	// writes the completions of jobs that end together in one updateMany:
 	// fewer commands per job, a little latency for each. Defaults to
 	// DefaultClaimBatch.
 	ClaimBatch int `yaml:"claimBatch"`

@@ -68,6 +68,7 @@ func (w *Worker) execute(r *run) {
 	log.Info("job started")
 	start := time.Now()
 	err := w.call(ctx, h, job, log)
+	w.inHandler.Add(-1)
 	cause := context.Cause(ctx)
 	close(hbStop)
 	<-hbDone

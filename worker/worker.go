@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -21,6 +22,10 @@ const claimTimeout = 10 * time.Second
 // claimGather is how long a batch claim waits for running jobs to free more
 // slots before it claims with the slots it has.
 const claimGather = 50 * time.Millisecond
+
+// claimGatherMax bounds how long a batch claim waits for the slots of jobs
+// whose outcomes are being written.
+const claimGatherMax = time.Second
 
 // Errors that end a job's context, seen by handlers through context.Cause.
 var (
@@ -51,6 +56,7 @@ type Worker struct {
 	startOnce    sync.Once
 	stopOnce     sync.Once
 	running      sync.WaitGroup
+	inHandler    atomic.Int64 // jobs whose handlers have not returned
 	mu           sync.Mutex
 	active       map[string]*run
 }
@@ -227,9 +233,11 @@ func (w *Worker) dispatch() {
 }
 
 // gatherSlots takes, on top of the one slot held, up to ClaimBatch-1 more,
-// and returns how many it holds. While jobs are running it waits up to
-// claimGather for them to free slots, so that jobs that end together are
-// replaced by one claim rather than one claim each. With ClaimBatch 1 it
+// and returns how many it holds, so that jobs that end together are
+// replaced by one claim rather than one claim each. It waits for the slots
+// of jobs whose handlers have returned (their outcome is being written, so
+// the slot frees within a round trip) up to claimGatherMax, and for jobs
+// still in their handlers only up to claimGather. With ClaimBatch 1 it
 // returns 1 at once.
 func (w *Worker) gatherSlots() int {
 	k := min(w.cfg.ClaimBatch, w.cfg.Concurrency)
@@ -240,13 +248,24 @@ func (w *Worker) gatherSlots() int {
 	if n == k {
 		return n
 	}
-	deadline := time.NewTimer(claimGather)
-	defer deadline.Stop()
-	for n < k && w.runningJobs() > 0 {
+	start := time.Now()
+	tick := time.NewTicker(claimGather / 5)
+	defer tick.Stop()
+	for n < k {
+		running, inHandler := w.runningJobs(), int(w.inHandler.Load())
+		waited := time.Since(start)
+		switch {
+		case running == 0:
+			return n
+		case running > inHandler && waited < claimGatherMax:
+			// Jobs are writing their outcomes: their slots come soon.
+		case inHandler > 0 && waited < claimGather:
+		default:
+			return n
+		}
 		select {
 		case <-w.wake: // a job ended
-		case <-deadline.C:
-			return n
+		case <-tick.C:
 		case <-w.claimingCtx.Done():
 			return n
 		}
@@ -291,6 +310,7 @@ func (w *Worker) launch(job *jobs.Job) {
 	w.active[job.ID] = r
 	w.mu.Unlock()
 	w.running.Add(1)
+	w.inHandler.Add(1)
 	go func() {
 		defer w.running.Done()
 		defer w.signalWake()
