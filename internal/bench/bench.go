@@ -23,6 +23,7 @@ import (
 	"github.com/docketq/docket/internal/devdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"github.com/docketq/docket/worker"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -38,6 +39,8 @@ type Options struct {
 
 	SteadyRate float64
 	SteadyFor  time.Duration
+	// SteadyClaimBatch is the claim batch of the steady-state workers.
+	SteadyClaimBatch int
 
 	IdleWarmup time.Duration
 	IdleFor    time.Duration
@@ -45,6 +48,7 @@ type Options struct {
 	SleepJobs        int
 	Sleep            time.Duration
 	SleepConcurrency int
+	SleepClaimBatch  int
 
 	Runs []string
 	JSON bool
@@ -64,15 +68,17 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.MongoURI, "mongo-uri", "", "server to measure (default: start a devdb of its own)")
 	fs.IntVar(&o.Jobs, "jobs", 300, "no-op jobs per burn-down")
 	fs.IntVar(&o.Procs, "procs", 2, "worker processes in burn-downs and steady state")
-	fs.IntVar(&o.Concurrency, "concurrency", 10, "jobs at once per worker process (the raw loop runs procs x this goroutines)")
-	fs.IntVar(&o.ClaimBatch, "claim-batch", 10, "claim batch of the batch burn-down")
+	fs.IntVar(&o.Concurrency, "concurrency", 20, "jobs at once per worker process (the raw loop runs procs x this goroutines)")
+	fs.IntVar(&o.ClaimBatch, "claim-batch", 20, "claim batch of the batch burn-down")
 	fs.Float64Var(&o.SteadyRate, "steady-rate", 20, "jobs enqueued per second in steady state")
 	fs.DurationVar(&o.SteadyFor, "steady-for", 10*time.Second, "how long steady state enqueues")
+	fs.IntVar(&o.SteadyClaimBatch, "steady-claim-batch", worker.DefaultClaimBatch, "claim batch of the steady-state workers")
 	fs.DurationVar(&o.IdleWarmup, "idle-warmup", 10*time.Second, "empty-queue time before idle is measured")
 	fs.DurationVar(&o.IdleFor, "idle-for", 10*time.Second, "how long idle is measured")
-	fs.IntVar(&o.SleepJobs, "sleep-jobs", 200, "jobs per scaling run")
-	fs.DurationVar(&o.Sleep, "sleep", 20*time.Millisecond, "how long a scaling job's handler sleeps")
-	fs.IntVar(&o.SleepConcurrency, "sleep-concurrency", 2, "jobs at once per worker process in scaling runs")
+	fs.IntVar(&o.SleepJobs, "sleep-jobs", 100, "jobs per scaling run")
+	fs.DurationVar(&o.Sleep, "sleep", 100*time.Millisecond, "how long a scaling job's handler sleeps")
+	fs.IntVar(&o.SleepConcurrency, "sleep-concurrency", 1, "jobs at once per worker process in scaling runs")
+	fs.IntVar(&o.SleepClaimBatch, "sleep-claim-batch", 1, "claim batch of the scaling runs")
 	runs := fs.String("runs", strings.Join(allRuns, ","), "runs to make, of "+strings.Join(allRuns, ","))
 	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON instead of a table")
 	if err := fs.Parse(args); err != nil {
@@ -88,7 +94,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		o.Runs = append(o.Runs, r)
 	}
-	if o.Jobs < 1 || o.Procs < 1 || o.Concurrency < 1 || o.ClaimBatch < 1 || o.SteadyRate <= 0 || o.SleepJobs < 1 || o.SleepConcurrency < 1 {
+	if o.Jobs < 1 || o.Procs < 1 || o.Concurrency < 1 || o.ClaimBatch < 1 || o.SteadyRate <= 0 || o.SleepJobs < 1 || o.SleepConcurrency < 1 || o.SleepClaimBatch < 1 || o.SteadyClaimBatch < 1 {
 		fmt.Fprintln(stderr, "bench: sizes and rates must be positive")
 		return 2
 	}
@@ -153,7 +159,7 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 		case "scaling":
 			for _, p := range []int{1, 2, 4} {
 				var s *BurnDown
-				s, err = b.burnDown(ctx, fmt.Sprintf("scaling%d", p), o.SleepJobs, p, o.SleepConcurrency, 1,
+				s, err = b.burnDown(ctx, fmt.Sprintf("scaling%d", p), o.SleepJobs, p, o.SleepConcurrency, o.SleepClaimBatch,
 					"bench-sleep", SleepArgs{Ms: int(o.Sleep / time.Millisecond)})
 				if err != nil {
 					break

@@ -31,7 +31,7 @@ const (
 	cmdOther       cmdKind = iota
 	cmdClaim               // findAndModify with a sort: a single claim
 	cmdBatchFind           // find with a sort: a batch claim's candidates
-	cmdBatchUpdate         // updateMany to running: a batch claim's stamp
+	cmdBatchUpdate         // updates to running: a batch claim's stamp
 	cmdComplete            // update to succeeded: one or many completions
 )
 
@@ -88,11 +88,10 @@ func (m *monitor) classify(e *event.CommandStartedEvent) cmdKind {
 			return cmdOther
 		}
 		state, _ := doc.Lookup("u", "$set", "state").StringValueOK()
-		multi, _ := doc.Lookup("multi").BooleanOK()
-		switch {
-		case state == "succeeded":
+		switch state {
+		case "succeeded":
 			return cmdComplete
-		case state == "running" && multi:
+		case "running":
 			return cmdBatchUpdate
 		}
 	}

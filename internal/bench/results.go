@@ -65,6 +65,7 @@ type Steady struct {
 	Jobs           int     `json:"jobs"`
 	Procs          int     `json:"procs"`
 	Concurrency    int     `json:"concurrency"`
+	ClaimBatch     int     `json:"claimBatch"`
 	RatePerSec     float64 `json:"ratePerSec"`
 	DrainSeconds   float64 `json:"drainSeconds"`
 	LagP50         float64 `json:"lagP50ms"` // enqueue to start
@@ -149,8 +150,8 @@ func (r *Results) writeTable(w io.Writer) {
 		fmt.Fprintf(w, "sleeping handler, 4 processes / 1: %.2fx\n", r.Scaling4vs1)
 	}
 	if s := r.Steady; s != nil {
-		fmt.Fprintf(w, "steady: %d jobs at %.1f/s over %d x %d: lag p50 %s p99 %s, enqueue-to-finish p50 %s p99 %s, drained %.1fs after the last enqueue, %.2f cmds/job\n",
-			s.Jobs, s.RatePerSec, s.Procs, s.Concurrency, msStr(s.LagP50), msStr(s.LagP99), msStr(s.LatencyP50), msStr(s.LatencyP99), s.DrainSeconds, s.CommandsPerJob)
+		fmt.Fprintf(w, "steady: %d jobs at %.1f/s over %d x %d, claim batch %d: lag p50 %s p99 %s, enqueue-to-finish p50 %s p99 %s, drained %.1fs after the last enqueue, %.2f cmds/job\n",
+			s.Jobs, s.RatePerSec, s.Procs, s.Concurrency, s.ClaimBatch, msStr(s.LagP50), msStr(s.LagP99), msStr(s.LatencyP50), msStr(s.LatencyP99), s.DrainSeconds, s.CommandsPerJob)
 	}
 	if i := r.Idle; i != nil {
 		fmt.Fprintf(w, "idle: %.2f commands/s per worker process (%d in %.1fs) %v\n", i.PerSec, i.Commands, i.Seconds, i.ByName)

@@ -98,7 +98,7 @@ func (b *bencher) steady(ctx context.Context) (*Steady, error) {
 		return nil, err
 	}
 	defer func() { _ = db.Drop(context.Background()) }()
-	ps, err := b.startWorkers(db.Name(), b.o.Procs, b.o.Concurrency, 1)
+	ps, err := b.startWorkers(db.Name(), b.o.Procs, b.o.Concurrency, b.o.SteadyClaimBatch)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +138,7 @@ func (b *bencher) steady(ctx context.Context) (*Steady, error) {
 		cmds += u.Commands
 	}
 	return &Steady{
-		Jobs: n, Procs: b.o.Procs, Concurrency: b.o.Concurrency,
+		Jobs: n, Procs: b.o.Procs, Concurrency: b.o.Concurrency, ClaimBatch: b.o.SteadyClaimBatch,
 		RatePerSec: float64(n) / enqueued.Seconds(), DrainSeconds: (drained - enqueued).Seconds(),
 		LagP50: pct(starts, 50), LagP99: pct(starts, 99),
 		LatencyP50: pct(finishes, 50), LatencyP99: pct(finishes, 99),
