@@ -3,6 +3,9 @@ package bench
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -77,10 +80,12 @@ type Steady struct {
 
 // Idle is one worker process on an empty queue.
 type Idle struct {
-	Seconds  float64          `json:"seconds"`
-	Commands int64            `json:"commands"`
-	PerSec   float64          `json:"perSec"`
-	ByName   map[string]int64 `json:"byName"`
+	Seconds  float64 `json:"seconds"`
+	Commands int64   `json:"commands"`
+	PerSec   float64 `json:"perSec"`
+	// ByName counts the worker process's commands over its life,
+	// set-up and warm-up included.
+	ByName map[string]int64 `json:"byName"`
 }
 
 func (r *BurnDown) addUsage(us []usage) {
@@ -154,10 +159,21 @@ func (r *Results) writeTable(w io.Writer) {
 			s.Jobs, s.RatePerSec, s.Procs, s.Concurrency, s.ClaimBatch, msStr(s.LagP50), msStr(s.LagP99), msStr(s.LatencyP50), msStr(s.LatencyP99), s.DrainSeconds, s.CommandsPerJob)
 	}
 	if i := r.Idle; i != nil {
-		fmt.Fprintf(w, "idle: %.2f commands/s per worker process (%d in %.1fs) %v\n", i.PerSec, i.Commands, i.Seconds, i.ByName)
+		fmt.Fprintf(w, "idle: %.2f commands/s per worker process (%d in %.1fs); over its life, set-up included: %s\n",
+			i.PerSec, i.Commands, i.Seconds, countsStr(i.ByName))
 	}
 }
 
 func msStr(v float64) string {
 	return (time.Duration(v * float64(time.Millisecond))).Round(100 * time.Microsecond).String()
+}
+
+// countsStr lists counts by name, in name order: "find 5, ping 1".
+func countsStr(m map[string]int64) string {
+	names := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %d", n, m[n])
+	}
+	return strings.Join(parts, ", ")
 }
