@@ -141,12 +141,7 @@ func TestBatchedCompletionReportsEachOutcome(t *testing.T) {
 func TestNoDoubleClaimInBatches(t *testing.T) {
 	b := setup(t)
 	const n = 1000
-	ins := make([]queue.Insert, n)
-	for i := range ins {
-		ins[i] = queue.Insert{Kind: "k", Args: bson.M{"i": i}}
-	}
-	_, err := b.q.EnqueueMany(b.ctx, ins)
-	require.NoError(t, err)
+	enqueueN(t, b, n)
 
 	var mu sync.Mutex
 	claims := map[string]int{}
@@ -234,21 +229,6 @@ func raceOnce(b bundle, other func()) (c *queue.Client, reads *int) {
 	return queue.WithRaceBeforeStamp(b.q, func() { *reads++; once.Do(other) }), reads
 }
 
-func enqueueN(t *testing.T, b bundle, n int) []string {
-	t.Helper()
-	ins := make([]queue.Insert, n)
-	for i := range ins {
-		ins[i] = queue.Insert{Kind: "k", Args: bson.M{"i": i}}
-	}
-	res, err := b.q.EnqueueMany(b.ctx, ins)
-	require.NoError(t, err)
-	ids := make([]string, n)
-	for i, r := range res {
-		ids[i] = r.ID
-	}
-	return ids
-}
-
 func ids(js []*jobs.Job) []string {
 	out := make([]string, len(js))
 	for i, j := range js {
@@ -272,12 +252,10 @@ func requireStored(t *testing.T, b bundle, got []*jobs.Job) {
 func TestClaimBatchTakesTheNextBlockWhenAnotherWorkerStampedTheFirst(t *testing.T) {
 	b := setup(t)
 	all := enqueueN(t, b, 6)
-	p := claimAll
-	p.Owner = "w2"
 	var theirs []*jobs.Job
 	racer, reads := raceOnce(b, func() {
 		var err error
-		theirs, err = b.q.ClaimBatch(b.ctx, p, 3)
+		theirs, err = b.q.ClaimBatch(b.ctx, claimAsW2, 3)
 		require.NoError(t, err)
 	})
 	got, err := racer.ClaimBatch(b.ctx, claimAll, 3)
@@ -292,10 +270,8 @@ func TestClaimBatchTakesTheNextBlockWhenAnotherWorkerStampedTheFirst(t *testing.
 func TestClaimBatchReadsBackWhenAnotherWorkerTookPartOfTheBlock(t *testing.T) {
 	b := setup(t)
 	all := enqueueN(t, b, 6)
-	p := claimAll
-	p.Owner = "w2"
 	var theirs *jobs.Job
-	racer, _ := raceOnce(b, func() { theirs = b.claim(t, p) })
+	racer, _ := raceOnce(b, func() { theirs = b.claim(t, claimAsW2) })
 	got, err := racer.ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Equal(t, all[0], theirs.ID)
@@ -307,10 +283,8 @@ func TestClaimBatchReadsBackWhenAnotherWorkerTookPartOfTheBlock(t *testing.T) {
 func TestClaimBatchReadsAgainWhenEveryCandidateWasTaken(t *testing.T) {
 	b := setup(t)
 	all := enqueueN(t, b, 9)
-	p := claimAll
-	p.Owner = "w2"
 	racer, reads := raceOnce(b, func() {
-		theirs, err := b.q.ClaimBatch(b.ctx, p, 6)
+		theirs, err := b.q.ClaimBatch(b.ctx, claimAsW2, 6)
 		require.NoError(t, err)
 		require.Len(t, theirs, 6)
 	})
@@ -326,10 +300,8 @@ func TestClaimBatchDoesNotTakeAJobChangedSinceItWasRead(t *testing.T) {
 	all := enqueueN(t, b, 3)
 	// Between the read and the stamp, another worker claims the first job
 	// and releases it: it is available again, but not as read.
-	p := claimAll
-	p.Owner = "w2"
 	racer, _ := raceOnce(b, func() {
-		j := b.claim(t, p)
+		j := b.claim(t, claimAsW2)
 		require.NoError(t, b.q.Release(b.ctx, queue.LeaseOf(j)))
 	})
 	got, err := racer.ClaimBatch(b.ctx, claimAll, 3)

@@ -36,6 +36,25 @@ func setup(t *testing.T) bundle {
 
 var claimAll = queue.ClaimParams{Owner: "w1", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute}
 
+// claimAsW2 is claimAll by another worker.
+var claimAsW2 = func() queue.ClaimParams { p := claimAll; p.Owner = "w2"; return p }()
+
+// enqueueN enqueues n jobs of kind k and returns their ids in order.
+func enqueueN(t *testing.T, b bundle, n int) []string {
+	t.Helper()
+	ins := make([]queue.Insert, n)
+	for i := range ins {
+		ins[i] = queue.Insert{Kind: "k", Args: bson.M{"i": i}}
+	}
+	res, err := b.q.EnqueueMany(b.ctx, ins)
+	require.NoError(t, err)
+	ids := make([]string, n)
+	for i, r := range res {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
 func (b bundle) claim(t *testing.T, p queue.ClaimParams) *jobs.Job {
 	t.Helper()
 	j, err := b.q.Claim(b.ctx, p)
@@ -207,12 +226,7 @@ func TestClaimsAreFreshLeases(t *testing.T) {
 func TestNoDoubleClaim(t *testing.T) {
 	b := setup(t)
 	const n = 1000
-	ins := make([]queue.Insert, n)
-	for i := range ins {
-		ins[i] = queue.Insert{Kind: "k", Args: bson.M{"i": i}}
-	}
-	_, err := b.q.EnqueueMany(b.ctx, ins)
-	require.NoError(t, err)
+	enqueueN(t, b, n)
 
 	var mu sync.Mutex
 	claims := map[string]int{}
@@ -267,9 +281,7 @@ func (b bundle) takeOver(t *testing.T, j *jobs.Job) *jobs.Job {
 	res, err := b.q.Reap(b.ctx, time.Second, 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Requeued)
-	p := claimAll
-	p.Owner = "w2"
-	j2 := b.claim(t, p)
+	j2 := b.claim(t, claimAsW2)
 	require.NotNil(t, j2)
 	require.Equal(t, j.ID, j2.ID)
 	require.Equal(t, 2, j2.Attempt)
