@@ -47,23 +47,8 @@ func (c *Client) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 		return nil, errors.New("queue: claim needs at least one queue and one kind")
 	}
 	t := now()
-	filter := bson.D{
-		{Key: "state", Value: jobs.StateAvailable},
-		{Key: "queue", Value: bson.D{{Key: "$in", Value: p.Queues}}},
-		{Key: "kind", Value: bson.D{{Key: "$in", Value: p.Kinds}}},
-		{Key: "runAt", Value: bson.D{{Key: "$lte", Value: t}}},
-	}
-	update := bson.D{
-		{Key: "$set", Value: bson.D{
-			{Key: "state", Value: jobs.StateRunning},
-			{Key: "owner", Value: p.Owner},
-			{Key: "leaseToken", Value: uuid.NewString()},
-			{Key: "leaseExpiresAt", Value: t.Add(p.Lease)},
-			{Key: "heartbeatAt", Value: t},
-			{Key: "updatedAt", Value: t},
-		}},
-		{Key: "$inc", Value: bson.D{{Key: "attempt", Value: 1}}},
-	}
+	filter := claimFilter(p, t)
+	update := claimUpdate(p, t, uuid.NewString())
 	opts := options.FindOneAndUpdate().SetSort(claimSort).SetReturnDocument(options.After)
 	// A document that an app wrote by hand with a field of the wrong type
 	// must not block the queue: it is buried (dead, with what is wrong) and
