@@ -223,7 +223,7 @@ func stampClaim(j *jobs.Job, p ClaimParams, t time.Time, token string) {
 
 // CompleteMany marks succeeded every job that its lease in ls still holds,
 // with one updateMany whose filter is an $or of each job's own fence
-// ({_id, leaseToken}, all running), and returns the leases that no longer
+// ({_id, state: running, leaseToken}), and returns the leases that no longer
 // held their job (as Complete would have returned ErrLeaseLost for them).
 // On an error, which jobs were completed is unknown: a retry reports those
 // already completed as lost.
@@ -239,11 +239,9 @@ func (c *Client) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, er
 	t := now()
 	fences := make(bson.A, len(ls))
 	for i, l := range ls {
-		fences[i] = bson.D{{Key: "_id", Value: l.JobID}, {Key: "leaseToken", Value: l.Token}}
+		fences[i] = fence(l)
 	}
-	res, err := c.coll.UpdateMany(ctx,
-		bson.D{{Key: "state", Value: jobs.StateRunning}, {Key: "$or", Value: fences}},
-		finish(jobs.StateSucceeded, t))
+	res, err := c.coll.UpdateMany(ctx, bson.D{{Key: "$or", Value: fences}}, finish(jobs.StateSucceeded, t))
 	if err != nil {
 		return nil, fmt.Errorf("queue: complete %d jobs: %w", len(ls), err)
 	}

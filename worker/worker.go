@@ -260,6 +260,7 @@ func (w *Worker) gatherSlots() int {
 		case running > inHandler && waited < claimGatherMax:
 			// Jobs are writing their outcomes: their slots come soon.
 		case inHandler > 0 && waited < claimGather:
+			// Jobs are in their handlers: wait a little for them.
 		default:
 			return n
 		}
