@@ -29,14 +29,14 @@ import (
 // The steps a transfer reports, in order, on each of its paths.
 var (
 	transferApplySteps = []string{
-		"transfer:pending", "transfer:debit", "transfer:credit", "transfer:applied",
+		"transfer:pending", "transfer:applying", "transfer:debit", "transfer:credit", "transfer:applied",
 		"transfer:pull-source", "transfer:pull-destination", "transfer:done",
 	}
-	// A transfer to a missing account: the debit applies, the credit
-	// cannot, and the debit is undone.
+	// A transfer to a missing account: found before any account is
+	// written, so the rollback only fences the accounts.
 	transferRollbackSteps = []string{
-		"transfer:pending", "transfer:debit", "transfer:credit", "transfer:canceling",
-		"transfer:undo-source", "transfer:undo-destination", "transfer:cancelled",
+		"transfer:pending", "transfer:canceling",
+		"transfer:close-source", "transfer:close-destination", "transfer:cancelled",
 	}
 )
 
@@ -598,7 +598,10 @@ func TestTransferOwnerFence(t *testing.T) {
 	other := b.claimID(t, otherID)
 	require.NoError(t, h.Work(b.ctx, other))
 	b.finish(t, other, nil)
-	require.Equal(t, append([]string{"transfer:takeover"}, transferApplySteps[1:]...), steps)
+	require.Equal(t, []string{
+		"transfer:takeover", "transfer:fence-source", "transfer:fence-destination", "transfer:applying",
+		"transfer:credit", "transfer:applied", "transfer:pull-source", "transfer:pull-destination", "transfer:done",
+	}, steps, "the debit is not made twice")
 	tx := b.tx(t, txID)
 	require.Equal(t, handlers.TxDone, tx.State)
 	require.Equal(t, otherID, tx.Owner)

@@ -2,7 +2,6 @@ package recovery
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -49,11 +48,10 @@ func (c TransferRecoveryConfig) Validate() error { return SweepConfig(c).validat
 // transaction gets a transfer job, which resumes it from the state it is
 // in, taking it over from its dead owner.
 type TransferRecovery struct {
-	accounts *mongo.Collection
-	cfg      TransferRecoveryConfig
-	txs      *mongo.Collection
-	q        *queue.Client
-	log      *zap.Logger
+	cfg TransferRecoveryConfig
+	txs *mongo.Collection
+	q   *queue.Client
+	log *zap.Logger
 }
 
 // NewTransferRecovery returns a TransferRecovery for the transactions in db,
@@ -64,11 +62,10 @@ func NewTransferRecovery(db *mongo.Database, q *queue.Client, cfg TransferRecove
 		return nil, err
 	}
 	return &TransferRecovery{
-		cfg:      cfg,
-		accounts: db.Collection(handlers.AccountsCollection),
-		txs:      db.Collection(handlers.TransactionsCollection),
-		q:        q,
-		log:      cfg.Logger.Named("transfer-recovery"),
+		cfg: cfg,
+		txs: db.Collection(handlers.TransactionsCollection),
+		q:   q,
+		log: cfg.Logger.Named("transfer-recovery"),
 	}, nil
 }
 
@@ -88,12 +85,16 @@ func (r *TransferRecovery) RunOnce(ctx context.Context) (int, error) {
 	enqueued := 0
 	after := ""
 	for {
+		// A transfer job names its transaction by a string id: others are
+		// not this pass's to drive.
+		id := bson.D{{Key: "$type", Value: "string"}}
+		if after != "" {
+			id = append(id, bson.E{Key: "$gt", Value: after})
+		}
 		filter := bson.D{
 			{Key: "state", Value: bson.D{{Key: "$in", Value: states}}},
 			{Key: "lastModified", Value: bson.D{{Key: "$lt", Value: cutoff}}},
-		}
-		if after != "" {
-			filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}}})
+			{Key: "_id", Value: id},
 		}
 		cur, err := r.txs.Find(ctx, filter, options.Find().
 			SetSort(bson.D{{Key: "_id", Value: 1}}).
@@ -102,99 +103,51 @@ func (r *TransferRecovery) RunOnce(ctx context.Context) (int, error) {
 		if err != nil {
 			return enqueued, fmt.Errorf("recovery: find stalled transfers: %w", err)
 		}
-		var stalled []stalledTx
-		if err := cur.All(ctx, &stalled); err != nil {
-			return enqueued, fmt.Errorf("recovery: read stalled transfers: %w", err)
-		}
-		if len(stalled) == 0 {
-			break
+		stalled, read, err := r.decodeStalled(ctx, cur)
+		if err != nil {
+			return enqueued, err
 		}
 		n, err := r.enqueue(ctx, stalled)
 		enqueued += n
 		if err != nil {
 			return enqueued, err
 		}
-		if len(stalled) < r.cfg.Batch {
-			break
+		if read < r.cfg.Batch || len(stalled) == 0 {
+			return enqueued, nil
 		}
 		after = stalled[len(stalled)-1].ID
 	}
-	if _, err := r.repairOrphans(ctx); err != nil {
-		return enqueued, err
-	}
-	return enqueued, nil
-}
-
-// repairOrphans undoes account writes made by a transfer attempt that had
-// lost its lease without knowing it (a worker stalled past its lease, then
-// resumed): such an attempt may debit or credit an account after the live
-// attempt has pulled the transaction from it, leaving a finished (done or
-// cancelled) transaction among the account's pendingTransactions, which the
-// two-phase protocol never does. The marker says exactly what was applied,
-// so the repair is exact: give the value back to a source, take it back
-// from a destination, pull the marker, all guarded on the marker. It
-// returns how many accounts it repaired.
-//
-// Not covered: a second zombie, or a retried step, pulling such a marker
-// before this pass sees it; that would need account writes fenced on the
-// attempt, which pendingTransactions of plain ids cannot carry.
-func (r *TransferRecovery) repairOrphans(ctx context.Context) (int, error) {
-	cur, err := r.accounts.Find(ctx,
-		bson.D{{Key: "pendingTransactions.0", Value: bson.D{{Key: "$exists", Value: true}}}},
-		options.Find().SetProjection(bson.D{{Key: "pendingTransactions", Value: 1}}))
-	if err != nil {
-		return 0, fmt.Errorf("recovery: find accounts with pending transfers: %w", err)
-	}
-	var accts []handlers.Account
-	if err := cur.All(ctx, &accts); err != nil {
-		return 0, fmt.Errorf("recovery: read accounts with pending transfers: %w", err)
-	}
-	repaired := 0
-	for _, a := range accts {
-		for _, txID := range a.PendingTransactions {
-			var tx handlers.Transaction
-			err := r.txs.FindOne(ctx, bson.D{{Key: "_id", Value: txID}}).Decode(&tx)
-			if err != nil {
-				if !errors.Is(err, mongo.ErrNoDocuments) {
-					r.log.Warn("cannot read a pending transfer", zap.String("tx_id", txID), zap.Error(err))
-				}
-				continue
-			}
-			if !tx.State.Finished() {
-				continue // its job is still at work
-			}
-			var delta int64
-			switch a.ID {
-			case tx.Source:
-				delta = tx.Value
-			case tx.Destination:
-				delta = -tx.Value
-			default:
-				continue
-			}
-			res, err := r.accounts.UpdateOne(ctx,
-				bson.D{{Key: "_id", Value: a.ID}, {Key: "pendingTransactions", Value: txID}},
-				bson.D{
-					{Key: "$inc", Value: bson.D{{Key: "balance", Value: delta}}},
-					{Key: "$pull", Value: bson.D{{Key: "pendingTransactions", Value: txID}}},
-				})
-			if err != nil {
-				return repaired, fmt.Errorf("recovery: repair account %s: %w", a.ID, err)
-			}
-			if res.ModifiedCount == 1 {
-				repaired++
-				r.log.Warn("undid a late write by a transfer attempt that had lost its lease",
-					zap.String("account", a.ID), zap.String("tx_id", txID), zap.String("tx_state", string(tx.State)), zap.Int64("delta", delta))
-			}
-		}
-	}
-	return repaired, nil
 }
 
 // stalledTx is a transaction the pass found stalled.
 type stalledTx struct {
 	ID    string `bson:"_id"`
 	State string `bson:"state"`
+}
+
+// decodeStalled reads the transactions cur returns one by one, and returns
+// those it can give a job and how many documents it read. Another
+// application may have written a transaction whose id is not a string (a
+// transfer job names its transaction by a string): it is skipped with a
+// log line, and never stops the pass.
+func (r *TransferRecovery) decodeStalled(ctx context.Context, cur *mongo.Cursor) ([]stalledTx, int, error) {
+	defer cur.Close(ctx)
+	var stalled []stalledTx
+	n := 0
+	for cur.Next(ctx) {
+		n++
+		var tx stalledTx
+		if err := bson.Unmarshal(cur.Current, &tx); err != nil {
+			r.log.Warn("skipping a stalled transaction that no transfer job can name",
+				zap.Stringer("id", cur.Current.Lookup("_id")), zap.Error(err))
+			continue
+		}
+		stalled = append(stalled, tx)
+	}
+	if err := cur.Err(); err != nil {
+		return nil, n, fmt.Errorf("recovery: read stalled transfers: %w", err)
+	}
+	return stalled, n, nil
 }
 
 // enqueue gives each of stalled a job unless it has an unfinished one, and
