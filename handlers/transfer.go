@@ -336,3 +336,25 @@ func CancelTransfer(ctx context.Context, db *mongo.Database, txID string) error 
 	return fmt.Errorf("handlers: cancel transfer %s: %w: it is %s and has started applying; once it is done, undo it with a reversal (enqueue transfer --reverse %s)",
 		txID, ErrNotCancellable, tx.State, txID)
 }
+
+// CancelJob cancels the job id as queue.Cancel does, and first, for a
+// transfer job, cancels its transfer with CancelTransfer: cancelling only
+// the job would leave the transaction to the transfer recovery pass, which
+// would finish it. A transfer that can no longer be cancelled leaves its
+// job untouched and returns ErrNotCancellable.
+func CancelJob(ctx context.Context, db *mongo.Database, q *queue.Client, id string) (queue.CancelOutcome, error) {
+	j, err := q.Get(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if j.Kind == TransferKind && !j.State.Finished() {
+		args, err := jobs.DecodeArgs[TransferArgs](j.Args)
+		if err != nil {
+			return 0, fmt.Errorf("handlers: cancel job %s: %w", id, err)
+		}
+		if err := CancelTransfer(ctx, db, args.TxID); err != nil {
+			return 0, err
+		}
+	}
+	return q.Cancel(ctx, id)
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"github.com/docketq/docket/recovery"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -315,4 +316,44 @@ func TestCancelTransfer(t *testing.T) {
 		require.ErrorContains(t, err, "it is done")
 		require.ErrorIs(t, handlers.CancelTransfer(b.ctx, b.db, "nope"), handlers.ErrTransactionNotFound)
 	})
+}
+
+// TestCancelTransferJob: cancelling a transfer's job cancels the transfer
+// too, so that the recovery pass, which gives a job to every unfinished
+// transaction, rolls it back instead of applying it.
+func TestCancelTransferJob(t *testing.T) {
+	b := transferSetup(t)
+	opening := map[string]int64{"alice": 1_000, "bob": 200}
+	b.open(t, opening)
+	txID, jobID, err := handlers.EnqueueTransfer(b.ctx, b.db, b.q, "alice", "bob", 400)
+	require.NoError(t, err)
+	out, err := handlers.CancelJob(b.ctx, b.db, b.q, jobID)
+	require.NoError(t, err)
+	require.Equal(t, queue.Cancelled, out)
+
+	rec, err := recovery.NewTransferRecovery(b.db, b.q, recovery.TransferRecoveryConfig{Threshold: time.Nanosecond, Logger: b.log})
+	require.NoError(t, err)
+	n, err := rec.RunOnce(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the unfinished transaction gets a job")
+	j := b.claim(t)
+	require.NotEqual(t, jobID, j.ID)
+	require.NoError(t, b.handler(t, nil).Work(b.ctx, j))
+	tx := b.tx(t, txID)
+	require.Equal(t, handlers.TxCancelled, tx.State)
+	require.Equal(t, "cancelled by request", tx.Reason)
+	require.Equal(t, opening, b.balances(t))
+
+	// A transfer that has started applying keeps its job.
+	txID, jobID, err = handlers.EnqueueTransfer(b.ctx, b.db, b.q, "alice", "bob", 100)
+	require.NoError(t, err)
+	a := b.start(t, b.handler(t, stallHook), &attemptCtl{stallAt: "transfer:applying"})
+	_, err = handlers.CancelJob(b.ctx, b.db, b.q, jobID)
+	require.ErrorIs(t, err, handlers.ErrNotCancellable)
+	got, err := b.q.Get(b.ctx, jobID)
+	require.NoError(t, err)
+	require.Nil(t, got.CancelRequestedAt, "the job is not asked to stop")
+	close(a.ctl.resume)
+	require.NoError(t, a.wait(t))
+	require.Equal(t, handlers.TxDone, b.tx(t, txID).State)
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/configs"
+	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -297,8 +298,8 @@ func cancelCommand(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		var failed []string
 		for _, id := range ids {
-			out, err := e.q.Cancel(e.ctx, id)
-			if errors.Is(err, queue.ErrNotFound) || errors.Is(err, queue.ErrFinished) {
+			out, err := handlers.CancelJob(e.ctx, e.db, e.q, id)
+			if errors.Is(err, queue.ErrNotFound) || errors.Is(err, queue.ErrFinished) || errors.Is(err, handlers.ErrNotCancellable) {
 				fmt.Fprintf(e.stderr, "%s: %v\n", id, err)
 				failed = append(failed, id)
 				continue
