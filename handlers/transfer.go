@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 )
 
@@ -152,9 +153,11 @@ var (
 )
 
 // transferColls returns the accounts and transactions collections of db,
-// writing with majority: money is not written with a weaker concern.
+// writing with majority (money is not written with a weaker concern) and
+// reading from the primary, whatever the URI asks: every read decides a
+// write.
 func transferColls(db *mongo.Database) (accounts, txs *mongo.Collection) {
-	o := options.Collection().SetWriteConcern(writeconcern.Majority())
+	o := options.Collection().SetWriteConcern(writeconcern.Majority()).SetReadPreference(readpref.Primary())
 	return db.Collection(AccountsCollection, o), db.Collection(TransactionsCollection, o)
 }
 
@@ -343,16 +346,28 @@ func CancelTransfer(ctx context.Context, db *mongo.Database, txID string) error 
 // would finish it. A transfer that can no longer be cancelled leaves its
 // job untouched and returns ErrNotCancellable.
 func CancelJob(ctx context.Context, db *mongo.Database, q *queue.Client, id string) (queue.CancelOutcome, error) {
-	j, err := q.Get(ctx, id)
-	if err != nil {
-		return 0, err
+	// Read only what is needed, as it is: the job may have been written by
+	// another application with fields docket's Job does not decode.
+	raw, err := q.Collection().FindOne(ctx, bson.D{{Key: "_id", Value: id}},
+		options.FindOne().SetProjection(bson.D{{Key: "kind", Value: 1}, {Key: "state", Value: 1}, {Key: "args", Value: 1}})).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return 0, fmt.Errorf("handlers: cancel job %s: %w", id, queue.ErrNotFound)
 	}
-	if j.Kind == TransferKind && !j.State.Finished() {
-		args, err := jobs.DecodeArgs[TransferArgs](j.Args)
+	if err != nil {
+		return 0, fmt.Errorf("handlers: cancel job %s: %w", id, err)
+	}
+	kind, _ := raw.Lookup("kind").StringValueOK()
+	state, _ := raw.Lookup("state").StringValueOK()
+	if kind == TransferKind && !jobs.State(state).Finished() {
+		args, ok := raw.Lookup("args").DocumentOK()
+		if !ok {
+			return 0, fmt.Errorf("handlers: cancel job %s: args: not a document", id)
+		}
+		a, err := jobs.DecodeArgs[TransferArgs](args)
 		if err != nil {
 			return 0, fmt.Errorf("handlers: cancel job %s: %w", id, err)
 		}
-		if err := CancelTransfer(ctx, db, args.TxID); err != nil {
+		if err := CancelTransfer(ctx, db, a.TxID); err != nil {
 			return 0, err
 		}
 	}

@@ -322,14 +322,16 @@ func statusCommand(fs *flag.FlagSet) func(*env, []string) error {
 			return badInput("give the ids of the jobs to show")
 		}
 		for _, id := range ids {
-			j, err := e.q.Get(e.ctx, id)
-			if errors.Is(err, queue.ErrNotFound) {
-				return usageError{err}
+			// The document as stored: one another application wrote with
+			// fields of other types is shown as it is.
+			raw, err := e.q.Collection().FindOne(e.ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+			if errors.Is(err, mongo.ErrNoDocuments) {
+				return usageError{fmt.Errorf("queue: job %s: %w", id, queue.ErrNotFound)}
 			}
 			if err != nil {
 				return err
 			}
-			b, err := bson.MarshalExtJSON(j, false, false)
+			b, err := bson.MarshalExtJSON(raw, false, false)
 			if err != nil {
 				return err
 			}

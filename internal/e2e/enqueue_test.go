@@ -130,6 +130,23 @@ func TestEnqueueHandlerCommands(t *testing.T) {
 	require.Equal(t, "transfer", j.Kind)
 	require.Equal(t, fields[2], j.Args.Lookup("txId").StringValue())
 
+	// Cancelling a transfer's job cancels the transfer: recovery rolls it
+	// back instead of applying it.
+	out, stderr, code = run(t, bin, db, nil, "", "cancel", fields[0])
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "cancelled")
+	tx, err := db.Collection("transactions").FindOne(ctx, bson.M{"_id": fields[2]}).Raw()
+	require.NoError(t, err)
+	require.NotZero(t, tx.Lookup("cancelRequestedAt").Type, "the transfer is asked to cancel: %s", tx)
+
+	// status shows a job another application wrote with fields of other
+	// types as it is stored.
+	_, err = q.Collection().InsertOne(ctx, bson.M{"_id": "odd", "kind": "noop", "attempt": "x", "state": "running", "errors": 5})
+	require.NoError(t, err)
+	out, stderr, code = run(t, bin, db, nil, "", "status", "odd")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, `"attempt":"x"`)
+
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -151,5 +168,5 @@ func TestEnqueueHandlerCommands(t *testing.T) {
 	}
 	n, err := q.Collection().CountDocuments(ctx, bson.M{})
 	require.NoError(t, err)
-	require.EqualValues(t, 3, n, "bad input must enqueue nothing")
+	require.EqualValues(t, 4, n, "bad input must enqueue nothing")
 }
