@@ -1,0 +1,348 @@
+// Package leadership elects one leader among docket's processes, so that
+// work that must not grow with the number of processes (the reaper,
+// retention, sweepers, periodic jobs) runs in one of them.
+//
+// The leader holds a lease document in the database, one per leadership
+// name: {_id: name, owner, token, term, version, renewedAt, electedAt}.
+// Every write to it is a compare-and-set on the token and version the
+// writer last read, so two processes never both win a round.
+//
+// No process compares its clock with another's. The leader counts its own
+// lease from the moment it sent its last successful renewal; a follower
+// counts from the moment it first saw the document's current version, and
+// takes over only once that version has stayed unchanged for the whole TTL
+// on its own clock. The renewal was applied after it was sent and seen after
+// it was applied, so the leader stops trusting its term (TTL minus a safety
+// margin after sending) before any follower can take the lease: at no moment
+// do two live processes each believe they lead. A process that stalls (a
+// SIGSTOP, a VM pause) resumes past its trusted term and knows it no longer
+// leads; work it had already started must be harmless to repeat, which is
+// true of every maintenance pass docket runs (each write is fenced on what
+// it read).
+package leadership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.uber.org/zap"
+)
+
+// Defaults for Config.
+const (
+	// DefaultName is the leadership docket's maintenance runs under.
+	DefaultName = "maintenance"
+	// DefaultTTL is how long a leader that stopped renewing keeps the lease.
+	DefaultTTL = 15 * time.Second
+	// DefaultCollection holds the lease documents.
+	DefaultCollection = "leaders"
+)
+
+// safetyMargin is taken off the leader's own count of its term, against the
+// clocks of two machines running at slightly different rates.
+const safetyMargin = time.Second
+
+// Config configures an Elector.
+type Config struct {
+	// ID names this process in the lease document and the logs. Required.
+	ID string
+	// Name is the leadership to take part in. Defaults to DefaultName.
+	Name string
+	// TTL is how long the lease outlives its leader's last renewal.
+	// Defaults to DefaultTTL; at least 3 s.
+	TTL time.Duration
+	// Interval is how often the leader renews and a follower looks. Defaults
+	// to TTL/3; at most TTL/2, so a leader renews at least twice per TTL.
+	Interval time.Duration
+	// Logger receives the elector's logs. Defaults to a no-op logger.
+	Logger *zap.Logger
+}
+
+// WithDefaults returns c with every unset field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Name == "" {
+		c.Name = DefaultName
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.Interval == 0 {
+		c.Interval = c.TTL / 3
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c
+}
+
+// Validate reports the first invalid field, naming it and its value.
+func (c Config) Validate() error {
+	switch {
+	case c.ID == "":
+		return errors.New("leadership: ID must not be empty")
+	case c.TTL < 3*safetyMargin:
+		return fmt.Errorf("leadership.ttl: %s must be at least %s", c.TTL, 3*safetyMargin)
+	case c.Interval <= 0 || c.Interval > c.TTL/2:
+		return fmt.Errorf("leadership.interval: %s must be positive and at most half the ttl (%s)", c.Interval, c.TTL/2)
+	}
+	return nil
+}
+
+// Term is one uninterrupted leadership of this process.
+type Term struct {
+	// Number counts the terms of the leadership, across processes: a new
+	// leader's term is higher than every earlier one.
+	Number int64
+	// Token is the term's own fresh id.
+	Token string
+}
+
+// Elector takes part in one leadership. Run it; ask Leading whenever it
+// matters.
+type Elector struct {
+	coll *mongo.Collection
+	cfg  Config
+	log  *zap.Logger
+
+	mu       sync.Mutex
+	term     Term
+	leading  bool
+	trusted  time.Time // monotonic: the leader trusts its term until then
+	version  int64     // the lease document's version as this leader wrote it
+	seen     bson.Raw  // a follower's last look at the lease document
+	seenAt   time.Time // monotonic: when seen first looked that way
+	changes  chan struct{}
+	pauseFor func() // tests: called before each round
+}
+
+// New returns an Elector for the leadership cfg.Name, with its lease
+// document in coll.
+func New(coll *mongo.Collection, cfg Config) (*Elector, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Elector{
+		coll:    coll,
+		cfg:     cfg,
+		log:     cfg.Logger.Named("leadership").With(zap.String("leadership", cfg.Name), zap.String("id", cfg.ID)),
+		changes: make(chan struct{}, 1),
+	}, nil
+}
+
+// Leading reports whether this process leads now, and its term. It
+// consults only memory: call it before each pass of leader-only work.
+func (e *Elector) Leading() (Term, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.leading && time.Now().Before(e.trusted) {
+		return e.term, true
+	}
+	return Term{}, false
+}
+
+// Changes receives a value whenever this process gains or loses the
+// leadership (coalesced: read Leading for the state).
+func (e *Elector) Changes() <-chan struct{} { return e.changes }
+
+// Run takes part in the election until ctx ends, then resigns if it leads,
+// so that another process takes over at once rather than after the TTL.
+func (e *Elector) Run(ctx context.Context) {
+	defer e.resign()
+	for {
+		if e.pauseFor != nil {
+			e.pauseFor()
+		}
+		e.round(ctx)
+		wait := e.cfg.Interval
+		if _, leading := e.Leading(); !leading {
+			// Followers look at jittered times, so that they do not all try
+			// to take an expired lease in the same instant.
+			wait = e.cfg.Interval/2 + rand.N(e.cfg.Interval)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// round renews the lease when leading, or looks at it (and takes it when it
+// has expired) when following.
+func (e *Elector) round(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.Interval)
+	defer cancel()
+	e.mu.Lock()
+	leading, term, version := e.leading, e.term, e.version
+	e.mu.Unlock()
+	if leading {
+		e.renew(ctx, term, version)
+		return
+	}
+	e.follow(ctx)
+}
+
+func (e *Elector) renew(ctx context.Context, term Term, version int64) {
+	sent := time.Now()
+	res, err := e.coll.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: e.cfg.Name}, {Key: "token", Value: term.Token}, {Key: "version", Value: version}},
+		bson.D{
+			{Key: "$inc", Value: bson.D{{Key: "version", Value: int64(1)}}},
+			{Key: "$currentDate", Value: bson.D{{Key: "renewedAt", Value: true}}},
+		})
+	switch {
+	case err != nil:
+		// The lease may still be ours: keep trusting it until its end.
+		if _, ok := e.Leading(); !ok {
+			e.lose("the lease could not be renewed before the term's end", err)
+		} else {
+			e.log.Warn("renewing the leadership failed; retrying", zap.Error(err))
+		}
+	case res.MatchedCount == 0:
+		e.lose("another process took the lease", nil)
+	default:
+		e.mu.Lock()
+		e.version = version + 1
+		e.trusted = sent.Add(e.cfg.TTL - safetyMargin)
+		e.mu.Unlock()
+	}
+}
+
+func (e *Elector) follow(ctx context.Context) {
+	raw, err := e.coll.FindOne(ctx, bson.D{{Key: "_id", Value: e.cfg.Name}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		e.elect(ctx, nil)
+		return
+	}
+	if err != nil {
+		e.log.Warn("reading the leadership failed; retrying", zap.Error(err))
+		return
+	}
+	// The time the reply came back, not the time the read was sent: the
+	// version read may have been written after that.
+	now := time.Now()
+	e.mu.Lock()
+	if string(e.seen) != string(raw) {
+		e.seen, e.seenAt = append(bson.Raw(nil), raw...), now
+		e.mu.Unlock()
+		if token, _ := raw.Lookup("token").StringValueOK(); token != "" {
+			return // a leader renewed it since our last look
+		}
+		e.elect(ctx, raw) // resigned: no need to wait
+		return
+	}
+	expired := now.Sub(e.seenAt) >= e.cfg.TTL
+	e.mu.Unlock()
+	if expired {
+		e.elect(ctx, raw)
+	}
+}
+
+// elect takes the lease: by inserting it when there is none (prev nil),
+// else by replacing exactly the document prev, as read.
+func (e *Elector) elect(ctx context.Context, prev bson.Raw) {
+	term := Term{Number: 1, Token: uuid.NewString()}
+	version := int64(1)
+	if prev != nil {
+		if n, ok := prev.Lookup("term").AsInt64OK(); ok {
+			term.Number = n + 1
+		}
+		if v, ok := prev.Lookup("version").AsInt64OK(); ok {
+			version = v + 1
+		}
+	}
+	doc := bson.D{
+		{Key: "_id", Value: e.cfg.Name},
+		{Key: "owner", Value: e.cfg.ID},
+		{Key: "token", Value: term.Token},
+		{Key: "term", Value: term.Number},
+		{Key: "version", Value: version},
+		{Key: "electedAt", Value: time.Now().UTC()},
+		{Key: "renewedAt", Value: time.Now().UTC()},
+	}
+	sent := time.Now()
+	var won bool
+	if prev == nil {
+		_, err := e.coll.InsertOne(ctx, doc)
+		if err != nil && !mongo.IsDuplicateKeyError(err) {
+			e.log.Warn("taking the leadership failed; retrying", zap.Error(err))
+		}
+		won = err == nil
+	} else {
+		// Match the lease as read: every write to it (ours, or another
+		// elector's) changes its version or its token, so a lease anyone
+		// wrote since is left alone.
+		filter := bson.D{{Key: "_id", Value: e.cfg.Name}}
+		for _, f := range []string{"token", "version", "owner"} {
+			if v := prev.Lookup(f); v.Type == 0 {
+				filter = append(filter, bson.E{Key: f, Value: bson.D{{Key: "$exists", Value: false}}})
+			} else {
+				filter = append(filter, bson.E{Key: f, Value: v})
+			}
+		}
+		res, err := e.coll.ReplaceOne(ctx, filter, doc)
+		if err != nil {
+			e.log.Warn("taking the leadership failed; retrying", zap.Error(err))
+		}
+		won = err == nil && res.MatchedCount == 1
+	}
+	if !won {
+		return
+	}
+	e.mu.Lock()
+	e.leading, e.term, e.version = true, term, version
+	e.trusted = sent.Add(e.cfg.TTL - safetyMargin)
+	e.seen = nil
+	e.mu.Unlock()
+	e.log.Info("leading", zap.Int64("term", term.Number))
+	e.notify()
+}
+
+func (e *Elector) lose(why string, err error) {
+	e.mu.Lock()
+	was := e.leading
+	e.leading, e.seen = false, nil
+	e.mu.Unlock()
+	if was {
+		e.log.Warn("no longer leading: "+why, zap.Error(err))
+		e.notify()
+	}
+}
+
+// resign gives the lease up, so that a follower takes it at its next look.
+func (e *Elector) resign() {
+	term, leading := e.Leading()
+	e.mu.Lock()
+	version := e.version
+	e.leading = false
+	e.mu.Unlock()
+	if !leading {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Interval)
+	defer cancel()
+	_, err := e.coll.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: e.cfg.Name}, {Key: "token", Value: term.Token}, {Key: "version", Value: version}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "token", Value: ""}, {Key: "owner", Value: ""}}}, {Key: "$inc", Value: bson.D{{Key: "version", Value: int64(1)}}}})
+	if err != nil {
+		e.log.Warn("resigning failed; the lease expires after its ttl", zap.Error(err))
+		return
+	}
+	e.log.Info("resigned", zap.Int64("term", term.Number))
+	e.notify()
+}
+
+func (e *Elector) notify() {
+	select {
+	case e.changes <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,211 @@
+package leadership
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.uber.org/zap/zaptest"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+const (
+	testTTL      = 3 * time.Second
+	testInterval = 300 * time.Millisecond
+)
+
+// node is one elector in a test, with a switch that stalls it (as a
+// SIGSTOP would: no renewals, no resignation) until released.
+type node struct {
+	e      *Elector
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu    sync.Mutex
+	stall chan struct{} // non-nil while stalled
+}
+
+func (n *node) pause() {
+	n.mu.Lock()
+	n.stall = make(chan struct{})
+	n.mu.Unlock()
+}
+
+func (n *node) resume() {
+	n.mu.Lock()
+	close(n.stall)
+	n.stall = nil
+	n.mu.Unlock()
+}
+
+func startNodes(t *testing.T, coll *mongo.Collection, count int) []*node {
+	t.Helper()
+	nodes := make([]*node, count)
+	for i := range nodes {
+		e, err := New(coll, Config{ID: fmt.Sprintf("p%d", i), TTL: testTTL, Interval: testInterval, Logger: zaptest.NewLogger(t)})
+		require.NoError(t, err)
+		n := &node{e: e, done: make(chan struct{})}
+		e.pauseFor = func() {
+			n.mu.Lock()
+			ch := n.stall
+			n.mu.Unlock()
+			if ch != nil {
+				<-ch
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		n.cancel = cancel
+		go func() { defer close(n.done); e.Run(ctx) }()
+		nodes[i] = n
+		t.Cleanup(func() {
+			n.mu.Lock()
+			if n.stall != nil {
+				close(n.stall)
+				n.stall = nil
+			}
+			n.mu.Unlock()
+			cancel()
+			<-n.done
+		})
+	}
+	return nodes
+}
+
+// leaders returns the nodes that say they lead now.
+func leaders(nodes []*node) []int {
+	var out []int
+	for i, n := range nodes {
+		if _, ok := n.e.Leading(); ok {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// waitLeader waits for exactly one leader among nodes other than except,
+// checking at every look that there are never two, and returns it.
+func waitLeader(t *testing.T, nodes []*node, within time.Duration, except int) int {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		l := leaders(nodes)
+		require.LessOrEqual(t, len(l), 1, "two processes lead at once: %v", l)
+		if len(l) == 1 && l[0] != except {
+			return l[0]
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.FailNow(t, "no leader elected", "within %s", within)
+	return -1
+}
+
+// watchOne checks for d that there is never more than one leader.
+func watchOne(t *testing.T, nodes []*node, d time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		require.LessOrEqual(t, len(leaders(nodes)), 1, "two processes lead at once")
+	}
+}
+
+func TestOneLeaderAmongMany(t *testing.T) {
+	t.Parallel()
+	coll := testdb.NewDB(t).Collection(DefaultCollection)
+	nodes := startNodes(t, coll, 4)
+	first := waitLeader(t, nodes, 5*time.Second, -1)
+	watchOne(t, nodes, 2*testTTL)
+	require.Equal(t, []int{first}, leaders(nodes), "a renewing leader keeps the lease")
+	term, _ := nodes[first].e.Leading()
+	require.EqualValues(t, 1, term.Number)
+}
+
+// TestFailoverAfterTheLeaderStalls: a leader that stops renewing (a
+// SIGKILL, or a SIGSTOP that lasts) stops trusting its term before anyone
+// else takes over, another process leads within the TTL and a few looks,
+// and when the stalled one resumes it learns it was deposed and leaves the
+// lease alone.
+func TestFailoverAfterTheLeaderStalls(t *testing.T) {
+	t.Parallel()
+	coll := testdb.NewDB(t).Collection(DefaultCollection)
+	nodes := startNodes(t, coll, 3)
+	old := waitLeader(t, nodes, 5*time.Second, -1)
+	oldTerm, _ := nodes[old].e.Leading()
+	nodes[old].pause()
+	stalled := time.Now()
+	next := waitLeader(t, nodes, testTTL+5*testInterval+time.Second, old)
+	took := time.Since(stalled)
+	t.Logf("failover took %s (ttl %s, interval %s)", took, testTTL, testInterval)
+	require.GreaterOrEqual(t, took, testTTL-safetyMargin-testInterval, "the lease was taken before it could have expired")
+	newTerm, _ := nodes[next].e.Leading()
+	require.Greater(t, newTerm.Number, oldTerm.Number)
+
+	nodes[old].resume()
+	watchOne(t, nodes, 3*testInterval)
+	require.Equal(t, []int{next}, leaders(nodes), "the resumed process does not lead")
+	var doc struct {
+		Owner string `bson:"owner"`
+		Term  int64  `bson:"term"`
+	}
+	require.NoError(t, coll.FindOne(context.Background(), bson.D{{Key: "_id", Value: DefaultName}}).Decode(&doc))
+	require.Equal(t, fmt.Sprintf("p%d", next), doc.Owner)
+	require.Equal(t, newTerm.Number, doc.Term)
+}
+
+// TestResignHandsOverAtOnce: a leader that stops gracefully resigns, and
+// another process leads at its next look rather than after the TTL.
+func TestResignHandsOverAtOnce(t *testing.T) {
+	t.Parallel()
+	coll := testdb.NewDB(t).Collection(DefaultCollection)
+	nodes := startNodes(t, coll, 2)
+	old := waitLeader(t, nodes, 5*time.Second, -1)
+	start := time.Now()
+	nodes[old].cancel()
+	<-nodes[old].done
+	waitLeader(t, nodes, testTTL-safetyMargin, old)
+	t.Logf("handover after resigning took %s", time.Since(start))
+}
+
+// TestForeignLeaseDocuments: a lease document another program wrote, with
+// fields of any type, neither blocks the election nor crashes it.
+func TestForeignLeaseDocuments(t *testing.T) {
+	t.Parallel()
+	for name, doc := range map[string]bson.D{
+		"odd types":             {{Key: "owner", Value: 5}, {Key: "token", Value: 7}, {Key: "version", Value: "x"}, {Key: "term", Value: nil}},
+		"empty":                 {},
+		"a lease never renewed": {{Key: "owner", Value: "gone"}, {Key: "token", Value: "t"}, {Key: "version", Value: int64(4)}, {Key: "term", Value: int64(9)}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			coll := testdb.NewDB(t).Collection(DefaultCollection)
+			_, err := coll.InsertOne(context.Background(), append(bson.D{{Key: "_id", Value: DefaultName}}, doc...))
+			require.NoError(t, err)
+			nodes := startNodes(t, coll, 2)
+			l := waitLeader(t, nodes, testTTL+5*testInterval+time.Second, -1)
+			term, _ := nodes[l].e.Leading()
+			if name == "a lease never renewed" {
+				require.EqualValues(t, 10, term.Number, "terms keep counting up")
+			}
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "ID must not be empty"},
+		{Config{ID: "a", TTL: time.Second}, "leadership.ttl: 1s must be at least 3s"},
+		{Config{ID: "a", TTL: 9 * time.Second, Interval: 5 * time.Second}, "leadership.interval: 5s must be positive and at most half the ttl (4.5s)"},
+	} {
+		_, err := New(nil, tc.cfg)
+		require.ErrorContains(t, err, tc.want)
+	}
+}
