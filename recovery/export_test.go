@@ -1,0 +1,6 @@
+package recovery
+
+import "time"
+
+// SetNow makes the enqueuer read the time from now: tests drive its clock.
+func (p *PeriodicEnqueuer) SetNow(now func() time.Time) { p.now = now }

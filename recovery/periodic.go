@@ -1,0 +1,259 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/docketq/docket/queue"
+	"github.com/robfig/cron/v3"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+	"go.uber.org/zap"
+)
+
+// PeriodicJob is a job enqueued on a schedule.
+type PeriodicJob struct {
+	// Name identifies the periodic job across restarts; its ticks are
+	// counted under it. Required, at most 100 bytes.
+	Name string `yaml:"name"`
+	// Schedule is a cron spec: five fields, or six with seconds first
+	// ("*/10 * * * * *"), or a descriptor ("@hourly", "@every 30s").
+	Schedule string `yaml:"schedule"`
+	// Kind, Args, Queue, Priority and MaxAttempts are those of each job
+	// enqueued; Args defaults to {}.
+	Kind        string         `yaml:"kind"`
+	Args        map[string]any `yaml:"args"`
+	Queue       string         `yaml:"queue"`
+	Priority    int            `yaml:"priority"`
+	MaxAttempts int            `yaml:"maxAttempts"`
+}
+
+// DefaultPeriodicCollection holds the state of the periodic jobs: for each
+// name, the last tick enqueued.
+const DefaultPeriodicCollection = "periodic"
+
+// periodicParser reads schedules with an optional seconds field.
+var periodicParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// maxTickSteps bounds the walk from the last tick enqueued to now (a
+// one-second schedule after eleven days away).
+const maxTickSteps = 1_000_000
+
+// PeriodicEnqueuer enqueues each tick of its periodic jobs exactly once,
+// however many processes run one: it is meant to run in the elected
+// leader, but two running at once (a deposed leader that stalled, say)
+// still enqueue each tick once.
+//
+// For each job it keeps {_id: name, lastTick, pending} in the periodic
+// collection. A pass takes the latest tick that is due: it first moves
+// lastTick to it with pending set, by a write conditioned on the state it
+// read, then inserts the tick's job under an id made from the name and the
+// tick, then clears pending. A pass that finds pending set (its writer
+// died between the two writes) inserts that tick's job first; the id makes
+// a second insert of a tick a duplicate, never a second job.
+//
+// Ticks missed while no process ran (or while the leader was changing) are
+// not caught up one by one: the latest missed tick is enqueued once, and
+// the earlier ones are skipped. A job's first pass enqueues nothing: it
+// starts counting ticks from then.
+type PeriodicEnqueuer struct {
+	q     *queue.Client
+	state *mongo.Collection
+	jobs  []periodicJob
+	log   *zap.Logger
+	now   func() time.Time
+}
+
+type periodicJob struct {
+	PeriodicJob
+	sched cron.Schedule
+}
+
+// NewPeriodicEnqueuer returns an enqueuer of jobs into q, keeping its state
+// in db. Every job is checked now: a bad schedule, name or kind is an
+// error naming the job.
+func NewPeriodicEnqueuer(db *mongo.Database, q *queue.Client, list []PeriodicJob, log *zap.Logger) (*PeriodicEnqueuer, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	p := &PeriodicEnqueuer{q: q, log: log.Named("periodic"), now: time.Now}
+	seen := map[string]bool{}
+	for i, j := range list {
+		name := fmt.Sprintf("periodic job %d (%q)", i, j.Name)
+		switch {
+		case j.Name == "" || len(j.Name) > 100:
+			return nil, fmt.Errorf("recovery: %s: name must be 1 to 100 bytes", name)
+		case seen[j.Name]:
+			return nil, fmt.Errorf("recovery: %s: a second job with the same name", name)
+		case j.Kind == "":
+			return nil, fmt.Errorf("recovery: %s: kind must not be empty", name)
+		}
+		seen[j.Name] = true
+		sched, err := periodicParser.Parse(j.Schedule)
+		if err != nil {
+			return nil, fmt.Errorf("recovery: %s: schedule %q: %w", name, j.Schedule, err)
+		}
+		if _, err := queue.NewJob(j.insert(), time.Now()); err != nil {
+			return nil, fmt.Errorf("recovery: %s: %w", name, err)
+		}
+		p.jobs = append(p.jobs, periodicJob{PeriodicJob: j, sched: sched})
+	}
+	p.state = db.Collection(DefaultPeriodicCollection, options.Collection().SetWriteConcern(writeconcern.Majority()))
+	return p, nil
+}
+
+func (j PeriodicJob) insert() queue.Insert {
+	var args any = j.Args
+	if j.Args == nil {
+		args = bson.D{}
+	}
+	return queue.Insert{Kind: j.Kind, Args: args, Opts: queue.InsertOpts{Queue: j.Queue, Priority: j.Priority, MaxAttempts: j.MaxAttempts}}
+}
+
+// Schedule is checked every second: the enqueuer works out which ticks are
+// due itself.
+func (p *PeriodicEnqueuer) Schedule() string { return "@every 1s" }
+
+// Run is a cron job: one pass, with its error logged.
+func (p *PeriodicEnqueuer) Run() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := p.RunOnce(ctx); err != nil {
+		p.log.Warn("periodic pass failed; it runs again in a second", zap.Error(err))
+	}
+}
+
+// RunOnce enqueues the due tick of each job, and returns how many jobs it
+// enqueued.
+func (p *PeriodicEnqueuer) RunOnce(ctx context.Context) (int, error) {
+	n := 0
+	var errs []error
+	for _, j := range p.jobs {
+		added, err := p.runJob(ctx, j)
+		if added {
+			n++
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("periodic job %q: %w", j.Name, err))
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// periodicState is a job's state document, as read.
+type periodicState struct {
+	LastTick time.Time  `bson:"lastTick"`
+	Pending  *time.Time `bson:"pending"`
+}
+
+func (p *PeriodicEnqueuer) runJob(ctx context.Context, j periodicJob) (bool, error) {
+	now := p.now().UTC().Truncate(time.Millisecond)
+	raw, err := p.state.FindOne(ctx, bson.D{{Key: "_id", Value: j.Name}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		// The first pass ever: count ticks from now.
+		_, err := p.state.InsertOne(ctx, bson.D{{Key: "_id", Value: j.Name}, {Key: "lastTick", Value: now}})
+		if err != nil && !mongo.IsDuplicateKeyError(err) {
+			return false, fmt.Errorf("record its first pass: %w", err)
+		}
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read its state: %w", err)
+	}
+	var st periodicState
+	if err := bson.Unmarshal(raw, &st); err != nil || st.LastTick.IsZero() {
+		// A state document another program wrote badly: count ticks from
+		// now rather than stop the job forever. The write is conditioned on
+		// the document as read.
+		p.log.Warn("the state of a periodic job is unusable; counting its ticks from now",
+			zap.String("name", j.Name), zap.Stringer("state", raw), zap.NamedError("decode_error", err))
+		var asRead any = raw.Lookup("lastTick")
+		if raw.Lookup("lastTick").Type == 0 {
+			asRead = bson.D{{Key: "$exists", Value: false}}
+		}
+		_, err := p.state.ReplaceOne(ctx, bson.D{{Key: "_id", Value: j.Name}, {Key: "lastTick", Value: asRead}},
+			bson.D{{Key: "_id", Value: j.Name}, {Key: "lastTick", Value: now}})
+		return false, err
+	}
+	added := false
+	if st.Pending != nil { // its writer stopped between the two writes
+		if added, err = p.enqueueTick(ctx, j, *st.Pending, now); err != nil {
+			return false, err
+		}
+		if err := p.clearPending(ctx, j.Name, *st.Pending); err != nil {
+			return added, err
+		}
+		st.LastTick = *st.Pending
+	}
+	tick, ok := latestTick(j.sched, st.LastTick, now)
+	if !ok {
+		return added, nil
+	}
+	res, err := p.state.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: j.Name}, {Key: "lastTick", Value: st.LastTick}, {Key: "pending", Value: nil}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "lastTick", Value: tick}, {Key: "pending", Value: tick}}}})
+	if err != nil {
+		return added, fmt.Errorf("take tick %s: %w", tick.Format(time.RFC3339Nano), err)
+	}
+	if res.MatchedCount == 0 {
+		return added, nil // another enqueuer took it: it inserts the job
+	}
+	ok, err = p.enqueueTick(ctx, j, tick, now)
+	if err != nil {
+		return added, err
+	}
+	return added || ok, p.clearPending(ctx, j.Name, tick)
+}
+
+// latestTick returns the latest tick of sched after last and at or before
+// now.
+func latestTick(sched cron.Schedule, last, now time.Time) (time.Time, bool) {
+	var tick time.Time
+	found := false
+	for t, i := sched.Next(last), 0; !t.After(now) && !t.IsZero(); t, i = sched.Next(t), i+1 {
+		tick, found = t, true
+		if i == maxTickSteps {
+			break
+		}
+	}
+	return tick.UTC().Truncate(time.Millisecond), found
+}
+
+// PeriodicJobID is the id of the job enqueued for tick of the periodic job
+// name.
+func PeriodicJobID(name string, tick time.Time) string {
+	return "periodic:" + name + ":" + tick.UTC().Format(time.RFC3339Nano)
+}
+
+// enqueueTick inserts the job of tick, runnable now; a job already there
+// for it is not an error. It reports whether it inserted one.
+func (p *PeriodicEnqueuer) enqueueTick(ctx context.Context, j periodicJob, tick, now time.Time) (bool, error) {
+	job, err := queue.NewJob(j.insert(), now)
+	if err != nil {
+		return false, err
+	}
+	job.ID = PeriodicJobID(j.Name, tick)
+	_, err = p.q.Collection().InsertOne(ctx, job)
+	if mongo.IsDuplicateKeyError(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("enqueue tick %s: %w", tick.Format(time.RFC3339Nano), err)
+	}
+	p.log.Info("enqueued a periodic job", zap.String("name", j.Name), zap.Time("tick", tick), zap.String("job_id", job.ID))
+	return true, nil
+}
+
+func (p *PeriodicEnqueuer) clearPending(ctx context.Context, name string, tick time.Time) error {
+	_, err := p.state.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: name}, {Key: "pending", Value: tick}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "pending", Value: ""}}}})
+	if err != nil {
+		return fmt.Errorf("clear tick %s: %w", tick.Format(time.RFC3339Nano), err)
+	}
+	return nil
+}
