@@ -48,6 +48,7 @@ func Register(reg *jobs.Registry, d Deps) error {
 		registerAddFriend(reg, d),
 		registerRename(reg, d),
 		registerTransfer(reg, d),
+		registerTree(reg, d),
 	)
 }
 
@@ -58,5 +59,6 @@ func Setup(ctx context.Context, db *mongo.Database) error {
 		setupAddFriend(ctx, db),
 		setupRename(ctx, db),
 		setupTransfer(ctx, db),
+		setupTree(ctx, db),
 	)
 }

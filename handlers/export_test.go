@@ -1,0 +1,11 @@
+package handlers
+
+// SetAfterTreeRead makes ReadTree call f between reading a version's nodes
+// and checking that the version is still kept; nil removes it.
+func SetAfterTreeRead(f func()) {
+	if f == nil {
+		afterTreeRead.Store(nil)
+		return
+	}
+	afterTreeRead.Store(&f)
+}

@@ -1,0 +1,583 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"github.com/google/uuid"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+	"go.uber.org/zap"
+)
+
+// PublishTreeKind is the job kind that publishes a new version of a tree.
+//
+// A tree (a catalog of categories and items, a document of sections) is too
+// big for one document, yet readers must never see half of a change. The
+// pattern is versioning: nothing is updated in place. A publish writes each
+// node that changed as a new document with a new version (a removed node as
+// a tombstone), then publishes the version with one atomic write to the
+// tree's document. A reader reads the tree's published version, then for
+// each node its newest document at or below that version among the
+// published ones; a version that was never published (its attempt crashed,
+// or lost a race) is ignored, and removed by the sweeper.
+//
+//	trees     {_id: tree, next, published, versions: [{v, job, at}], minKept}
+//	treeNodes {_id, tree, node, version, parent, data, deleted}
+//
+// Versions are allocated from the tree's counter after the publisher has
+// read the published version, so a new version is always higher than the
+// one it was computed against; the publishing write is conditioned on that
+// version still being the published one. A publish whose base moved under
+// it starts again from the new one: the last publish to complete is the
+// tree. A job that published its tree (in any attempt) does not publish it
+// again.
+const PublishTreeKind = "publish-tree"
+
+// Collections of the publish-tree handler.
+const (
+	// TreesCollection holds one document per tree: its published version.
+	TreesCollection = "trees"
+	// TreeNodesCollection holds every version of every node.
+	TreeNodesCollection = "treeNodes"
+)
+
+// Limits of a published tree.
+const (
+	// MaxTreeNodes is the most nodes one tree may have.
+	MaxTreeNodes = 10_000
+	// MaxTreeIDLen bounds tree and node ids, in bytes.
+	MaxTreeIDLen = 200
+)
+
+// Errors of the tree read path.
+var (
+	// ErrTreeNotFound: no version of the tree has been published.
+	ErrTreeNotFound = errors.New("tree not found")
+	// ErrTreeVersionNotFound: the version asked for was never published,
+	// or is no longer kept.
+	ErrTreeVersionNotFound = errors.New("tree version not found")
+)
+
+// TreeNode is one node of a tree as published and as read.
+type TreeNode struct {
+	// ID names the node within its tree.
+	ID string `bson:"id" json:"id"`
+	// Parent is the id of the node's parent; empty for the root.
+	Parent string `bson:"parent,omitempty" json:"parent,omitempty"`
+	// Data is the node's content, a document.
+	Data bson.Raw `bson:"data,omitempty" json:"-"`
+}
+
+// PublishTreeArgs are the args of a publish-tree job: the whole tree as it
+// is to be. Nodes that did not change are not written again.
+type PublishTreeArgs struct {
+	Tree  string     `bson:"tree"`
+	Nodes []TreeNode `bson:"nodes"`
+}
+
+// Kind implements jobs.Args.
+func (PublishTreeArgs) Kind() string { return PublishTreeKind }
+
+// Validate implements jobs.Validator: a tree is one root, every other node
+// has a parent in the tree, and every node is reached from the root.
+func (a PublishTreeArgs) Validate() error {
+	if a.Tree == "" || len(a.Tree) > MaxTreeIDLen {
+		return jobs.InvalidArgs("tree", "must be 1 to %d bytes", MaxTreeIDLen)
+	}
+	return validateTree(a.Nodes)
+}
+
+func validateTree(nodes []TreeNode) error {
+	if len(nodes) == 0 || len(nodes) > MaxTreeNodes {
+		return jobs.InvalidArgs("nodes", "must hold 1 to %d nodes, not %d", MaxTreeNodes, len(nodes))
+	}
+	children := map[string][]string{}
+	ids := map[string]bool{}
+	root := ""
+	for i, n := range nodes {
+		field := fmt.Sprintf("nodes[%d]", i)
+		switch {
+		case n.ID == "" || len(n.ID) > MaxTreeIDLen:
+			return jobs.InvalidArgs(field+".id", "must be 1 to %d bytes", MaxTreeIDLen)
+		case ids[n.ID]:
+			return jobs.InvalidArgs(field+".id", "%q appears twice", n.ID)
+		case n.Parent == "" && root != "":
+			return jobs.InvalidArgs(field+".parent", "missing: %q would be a second root beside %q", n.ID, root)
+		case n.Parent == n.ID:
+			return jobs.InvalidArgs(field+".parent", "node %q is its own parent", n.ID)
+		}
+		ids[n.ID] = true
+		if n.Parent == "" {
+			root = n.ID
+		} else {
+			children[n.Parent] = append(children[n.Parent], n.ID)
+		}
+	}
+	if root == "" {
+		return jobs.InvalidArgs("nodes", "no root: every node has a parent")
+	}
+	for i, n := range nodes {
+		if n.Parent != "" && !ids[n.Parent] {
+			return jobs.InvalidArgs(fmt.Sprintf("nodes[%d].parent", i), "%q is not a node of the tree", n.Parent)
+		}
+	}
+	reached := 0
+	for stack := []string{root}; len(stack) > 0; {
+		id := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		reached++
+		stack = append(stack, children[id]...)
+	}
+	if reached != len(nodes) {
+		return jobs.InvalidArgs("nodes", "%d of %d nodes are not reached from the root %q (a cycle)", len(nodes)-reached, len(nodes), root)
+	}
+	return nil
+}
+
+// Steps of a publish-tree job, reported to Deps.Hook after each write.
+const (
+	stepTreeAllocate = "tree:allocate"
+	stepTreeNodes    = "tree:nodes"
+	stepTreePublish  = "tree:publish"
+)
+
+// treeColls returns the trees and tree nodes collections of db, written
+// with majority and read from the primary.
+func treeColls(db *mongo.Database) (trees, nodes *mongo.Collection) {
+	o := options.Collection().SetWriteConcern(writeconcern.Majority()).SetReadPreference(readpref.Primary())
+	return db.Collection(TreesCollection, o), db.Collection(TreeNodesCollection, o)
+}
+
+// setupTree creates the index that makes a node's version unique, and the
+// one readers use.
+func setupTree(ctx context.Context, db *mongo.Database) error {
+	_, nodes := treeColls(db)
+	return queue.EnsureIndexes(ctx, nodes, []mongo.IndexModel{{
+		Keys:    bson.D{{Key: "tree", Value: 1}, {Key: "node", Value: 1}, {Key: "version", Value: 1}},
+		Options: options.Index().SetName("tree_node_version").SetUnique(true),
+	}})
+}
+
+func registerTree(reg *jobs.Registry, d Deps) error {
+	trees, nodes := treeColls(d.DB)
+	h := &treeHandler{d: d, trees: trees, nodes: nodes, log: d.logger().Named("publish-tree")}
+	return jobs.Register(reg, h.work, jobs.KindOptions{})
+}
+
+type treeHandler struct {
+	d            Deps
+	trees, nodes *mongo.Collection
+	log          *zap.Logger
+}
+
+// maxPublishRounds bounds how often one attempt starts again because
+// another publish of the same tree completed first.
+const maxPublishRounds = 8
+
+func (h *treeHandler) work(ctx context.Context, job *jobs.Job, args PublishTreeArgs) error {
+	for range maxPublishRounds {
+		st, err := readTreeState(ctx, h.trees, args.Tree)
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(st.Versions, func(v treeVersion) bool { return v.Job == job.ID }) {
+			return nil // an earlier attempt of this job published it
+		}
+		current, err := resolveTree(ctx, h.nodes, args.Tree, st, st.Published, h.log)
+		if err != nil {
+			return err
+		}
+		version, err := h.allocate(ctx, args.Tree)
+		if err != nil {
+			return err
+		}
+		if err := h.d.step(ctx, stepTreeAllocate); err != nil {
+			return err
+		}
+		if docs := treeDiff(args.Tree, version, current, args.Nodes); len(docs) > 0 {
+			if _, err := h.nodes.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil {
+				return fmt.Errorf("tree %q: write version %d: %w", args.Tree, version, err)
+			}
+		}
+		if err := h.d.step(ctx, stepTreeNodes); err != nil {
+			return err
+		}
+		publishedAs := bson.E{Key: "published", Value: st.Published}
+		if st.Published == 0 {
+			publishedAs.Value = bson.D{{Key: "$in", Value: bson.A{nil, int64(0)}}}
+		}
+		res, err := h.trees.UpdateOne(ctx, bson.D{{Key: "_id", Value: args.Tree}, publishedAs}, bson.D{
+			{Key: "$set", Value: bson.D{{Key: "published", Value: version}}},
+			{Key: "$push", Value: bson.D{{Key: "versions", Value: treeVersion{V: version, Job: job.ID, At: time.Now().UTC()}}}},
+		})
+		if err != nil {
+			return fmt.Errorf("tree %q: publish version %d: %w", args.Tree, version, err)
+		}
+		if err := h.d.step(ctx, stepTreePublish); err != nil {
+			return err
+		}
+		if res.MatchedCount == 1 {
+			h.log.Info("published a tree", job.LogFields(zap.String("tree", args.Tree), zap.Int64("version", version))...)
+			return nil
+		}
+		// Another publish completed since we read the tree: its version is
+		// the new base. Ours is abandoned; the sweeper removes it.
+	}
+	return fmt.Errorf("tree %q: other publishes kept completing first; retrying", args.Tree)
+}
+
+// allocate takes a new version of tree, higher than every version taken
+// before it.
+func (h *treeHandler) allocate(ctx context.Context, tree string) (int64, error) {
+	var got struct {
+		Next int64 `bson:"next"`
+	}
+	err := h.trees.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: tree}},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "next", Value: int64(1)}}}},
+		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&got)
+	if err != nil {
+		return 0, fmt.Errorf("tree %q: allocate a version: %w", tree, err)
+	}
+	return got.Next, nil
+}
+
+// treeVersion is one published version of a tree.
+type treeVersion struct {
+	V   int64     `bson:"v"`
+	Job string    `bson:"job"`
+	At  time.Time `bson:"at"`
+}
+
+// treeState is a tree's document.
+type treeState struct {
+	Published int64         `bson:"published"`
+	Versions  []treeVersion `bson:"versions"`
+	// MinKept: every node document of a lower version belongs to a
+	// published version (the sweeper removed the rest), so readers need
+	// not find it in Versions, which the sweeper trims.
+	MinKept int64 `bson:"minKept"`
+}
+
+// kept reports whether version v is published and still kept.
+func (s treeState) kept(v int64) bool {
+	return v >= s.MinKept && slices.ContainsFunc(s.Versions, func(tv treeVersion) bool { return tv.V == v })
+}
+
+func readTreeState(ctx context.Context, trees *mongo.Collection, tree string) (treeState, error) {
+	var st treeState
+	err := trees.FindOne(ctx, bson.D{{Key: "_id", Value: tree}}).Decode(&st)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return treeState{}, nil
+	}
+	if err != nil {
+		return treeState{}, fmt.Errorf("tree %q: read its document: %w", tree, err)
+	}
+	return st, nil
+}
+
+// nodeDoc is one version of one node.
+type nodeDoc struct {
+	ID      string   `bson:"_id"`
+	Tree    string   `bson:"tree"`
+	Node    string   `bson:"node"`
+	Version int64    `bson:"version"`
+	Parent  string   `bson:"parent,omitempty"`
+	Data    bson.Raw `bson:"data,omitempty"`
+	Deleted bool     `bson:"deleted,omitempty"`
+}
+
+// resolveTree returns the nodes of tree at version target: for each node,
+// its newest document at or below target that belongs to a published
+// version, unless that is a tombstone.
+func resolveTree(ctx context.Context, nodes *mongo.Collection, tree string, st treeState, target int64, log *zap.Logger) (map[string]nodeDoc, error) {
+	out := map[string]nodeDoc{}
+	if target == 0 {
+		return out, nil
+	}
+	published := bson.A{}
+	for _, v := range st.Versions {
+		if v.V <= target {
+			published = append(published, v.V)
+		}
+	}
+	cur, err := nodes.Find(ctx, bson.D{
+		{Key: "tree", Value: tree},
+		{Key: "version", Value: bson.D{{Key: "$lte", Value: target}}},
+		{Key: "$or", Value: bson.A{
+			bson.D{{Key: "version", Value: bson.D{{Key: "$in", Value: published}}}},
+			bson.D{{Key: "version", Value: bson.D{{Key: "$lt", Value: st.MinKept}}}},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tree %q: read version %d: %w", tree, target, err)
+	}
+	defer cur.Close(ctx)
+	newest := map[string]nodeDoc{}
+	for cur.Next(ctx) {
+		var d nodeDoc
+		if err := bson.Unmarshal(cur.Current, &d); err != nil {
+			log.Warn("skipping a tree node document that does not decode", zap.String("tree", tree), zap.Error(err))
+			continue
+		}
+		if old, ok := newest[d.Node]; !ok || d.Version > old.Version {
+			newest[d.Node] = d
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("tree %q: read version %d: %w", tree, target, err)
+	}
+	for id, d := range newest {
+		if !d.Deleted {
+			out[id] = d
+		}
+	}
+	return out, nil
+}
+
+// treeDiff returns the documents that make version of tree hold want, given
+// the nodes current holds: a new document for each node added or changed, a
+// tombstone for each node removed.
+func treeDiff(tree string, version int64, current map[string]nodeDoc, want []TreeNode) []any {
+	var docs []any
+	keep := map[string]bool{}
+	for _, n := range want {
+		keep[n.ID] = true
+		if old, ok := current[n.ID]; ok && old.Parent == n.Parent && bytes.Equal(normData(old.Data), normData(n.Data)) {
+			continue
+		}
+		docs = append(docs, nodeDoc{ID: uuid.NewString(), Tree: tree, Node: n.ID, Version: version, Parent: n.Parent, Data: n.Data})
+	}
+	for id := range current {
+		if !keep[id] {
+			docs = append(docs, nodeDoc{ID: uuid.NewString(), Tree: tree, Node: id, Version: version, Deleted: true})
+		}
+	}
+	return docs
+}
+
+// normData makes an absent document and an empty one compare equal.
+func normData(d bson.Raw) bson.Raw {
+	if len(d) == 0 {
+		return bson.Raw{5, 0, 0, 0, 0}
+	}
+	return d
+}
+
+// Tree is a consistent snapshot of one published version of a tree.
+type Tree struct {
+	// ID names the tree.
+	ID string
+	// Version is the published version read.
+	Version int64
+	// Nodes are the tree's nodes, the root first, then in id order.
+	Nodes []TreeNode
+}
+
+// afterTreeRead, when set by a test, runs in ReadTree between reading the
+// nodes and checking that the version is still kept.
+var afterTreeRead atomic.Pointer[func()]
+
+// maxReadRounds bounds how often ReadTree reads again because the sweeper
+// removed the version it was reading.
+const maxReadRounds = 5
+
+// ReadTree returns version of tree (0: the published one) as one complete
+// snapshot: never part of one version and part of another, never a version
+// that was not published. It fails with ErrTreeNotFound when nothing was
+// ever published, ErrTreeVersionNotFound for a version never published or
+// no longer kept.
+func ReadTree(ctx context.Context, db *mongo.Database, tree string, version int64) (*Tree, error) {
+	trees, nodes := treeColls(db)
+	for range maxReadRounds {
+		st, err := readTreeState(ctx, trees, tree)
+		if err != nil {
+			return nil, err
+		}
+		if st.Published == 0 {
+			return nil, fmt.Errorf("handlers: tree %q: %w", tree, ErrTreeNotFound)
+		}
+		target := version
+		if target == 0 {
+			target = st.Published
+		}
+		if !st.kept(target) {
+			return nil, fmt.Errorf("handlers: tree %q version %d: %w", tree, target, ErrTreeVersionNotFound)
+		}
+		got, err := resolveTree(ctx, nodes, tree, st, target, zap.NewNop())
+		if err != nil {
+			return nil, err
+		}
+		if f := afterTreeRead.Load(); f != nil {
+			(*f)()
+		}
+		// The sweeper removes a version's documents only once it no longer
+		// keeps the version: if it still does, what was read is whole.
+		after, err := readTreeState(ctx, trees, tree)
+		if err != nil {
+			return nil, err
+		}
+		if !after.kept(target) {
+			if version != 0 {
+				return nil, fmt.Errorf("handlers: tree %q version %d: %w", tree, target, ErrTreeVersionNotFound)
+			}
+			continue
+		}
+		t := &Tree{ID: tree, Version: target}
+		for _, d := range got {
+			t.Nodes = append(t.Nodes, TreeNode{ID: d.Node, Parent: d.Parent, Data: d.Data})
+		}
+		slices.SortFunc(t.Nodes, func(a, b TreeNode) int {
+			switch {
+			case a.Parent == "" && b.Parent != "":
+				return -1
+			case b.Parent == "" && a.Parent != "":
+				return 1
+			}
+			return strings.Compare(a.ID, b.ID)
+		})
+		if err := validateTree(t.Nodes); err != nil {
+			return nil, fmt.Errorf("handlers: tree %q version %d is not a whole tree: %w", tree, target, err)
+		}
+		return t, nil
+	}
+	return nil, fmt.Errorf("handlers: tree %q: the sweeper kept removing the version being read; try again", tree)
+}
+
+// DefaultTreeKeep is how many published versions of each tree the sweeper
+// keeps readable.
+const DefaultTreeKeep = 5
+
+// SweepTrees removes, in every tree, the node documents of versions that
+// were never published and can no longer be (their publish lost a race or
+// crashed), and keeps keep published versions readable, removing the
+// documents only older versions needed. It returns how many documents it
+// removed. A reader never sees the difference: a version stops being kept
+// (in the tree's document) before any document it needs is removed, and a
+// reader checks that its version is still kept after reading.
+func SweepTrees(ctx context.Context, db *mongo.Database, keep int, log *zap.Logger) (int, error) {
+	if keep < 1 {
+		return 0, fmt.Errorf("handlers: sweep trees: keep %d must be at least 1", keep)
+	}
+	trees, nodes := treeColls(db)
+	cur, err := trees.Find(ctx, bson.D{{Key: "published", Value: bson.D{{Key: "$gt", Value: 0}}}}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return 0, fmt.Errorf("handlers: sweep trees: %w", err)
+	}
+	var ids []string
+	for cur.Next(ctx) {
+		if id, ok := cur.Current.Lookup("_id").StringValueOK(); ok {
+			ids = append(ids, id)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return 0, fmt.Errorf("handlers: sweep trees: %w", err)
+	}
+	removed := 0
+	for _, id := range ids {
+		n, err := sweepTree(ctx, trees, nodes, id, keep)
+		removed += n
+		if err != nil {
+			return removed, err
+		}
+		if n > 0 {
+			log.Info("swept a tree", zap.String("tree", id), zap.Int("removed", n))
+		}
+	}
+	return removed, nil
+}
+
+func sweepTree(ctx context.Context, trees, nodes *mongo.Collection, tree string, keep int) (int, error) {
+	st, err := readTreeState(ctx, trees, tree)
+	if err != nil {
+		return 0, err
+	}
+	published := bson.A{}
+	for _, v := range st.Versions {
+		published = append(published, v.V)
+	}
+	// 1. Versions below the published one that were never published can
+	// never be: publishing needs the published version to be the one the
+	// publish started from, which is below the version it took.
+	res, err := nodes.DeleteMany(ctx, bson.D{
+		{Key: "tree", Value: tree},
+		{Key: "version", Value: bson.D{{Key: "$gte", Value: st.MinKept}, {Key: "$lt", Value: st.Published}, {Key: "$nin", Value: published}}},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("tree %q: remove abandoned versions: %w", tree, err)
+	}
+	removed := int(res.DeletedCount)
+	if len(st.Versions) <= keep {
+		return removed, nil
+	}
+	// 2. Stop keeping the oldest versions, conditioned on no publish since
+	// the read, before removing anything they needed.
+	kept := st.Versions[len(st.Versions)-keep:]
+	minKept := kept[0].V
+	upd, err := trees.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: tree}, {Key: "published", Value: st.Published}, {Key: "minKept", Value: minKeptAsRead(st.MinKept)}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "versions", Value: kept}, {Key: "minKept", Value: minKept}}}})
+	if err != nil {
+		return removed, fmt.Errorf("tree %q: trim its versions: %w", tree, err)
+	}
+	if upd.MatchedCount == 0 {
+		return removed, nil // published or swept meanwhile: next pass
+	}
+	// 3. Below minKept every node needs only its newest document, and not
+	// even that when it is a tombstone.
+	cur, err := nodes.Find(ctx, bson.D{{Key: "tree", Value: tree}, {Key: "version", Value: bson.D{{Key: "$lte", Value: minKept}}}},
+		options.Find().SetProjection(bson.D{{Key: "node", Value: 1}, {Key: "version", Value: 1}, {Key: "deleted", Value: 1}}))
+	if err != nil {
+		return removed, fmt.Errorf("tree %q: read old versions: %w", tree, err)
+	}
+	var docs []nodeDoc
+	for cur.Next(ctx) {
+		var d nodeDoc
+		if bson.Unmarshal(cur.Current, &d) == nil {
+			docs = append(docs, d)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return removed, fmt.Errorf("tree %q: read old versions: %w", tree, err)
+	}
+	newest := map[string]nodeDoc{}
+	for _, d := range docs {
+		if old, ok := newest[d.Node]; !ok || d.Version > old.Version {
+			newest[d.Node] = d
+		}
+	}
+	var gone bson.A
+	for _, d := range docs {
+		if n := newest[d.Node]; n.ID != d.ID || n.Deleted {
+			gone = append(gone, d.ID)
+		}
+	}
+	for len(gone) > 0 {
+		batch := gone[:min(len(gone), 1000)]
+		gone = gone[len(batch):]
+		res, err := nodes.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: batch}}}})
+		if err != nil {
+			return removed, fmt.Errorf("tree %q: remove superseded versions: %w", tree, err)
+		}
+		removed += int(res.DeletedCount)
+	}
+	return removed, nil
+}
+
+func minKeptAsRead(v int64) any {
+	if v == 0 {
+		return bson.D{{Key: "$in", Value: bson.A{nil, int64(0)}}}
+	}
+	return v
+}
