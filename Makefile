@@ -4,7 +4,7 @@
 
 GO      ?= go
 BIN     := bin
-PKGS    := ./cmd/worker ./cmd/enqueue ./cmd/devdb
+PKGS    := ./cmd/worker ./cmd/enqueue ./cmd/docketctl ./cmd/devdb
 
 .PHONY: all build run test vet race-free clean bench chaos
 

@@ -54,17 +54,23 @@ var subcommands = map[string]subcommand{
 // Enqueue is the main function of the enqueue command; it returns the exit
 // status: 0 done, 1 a failure (the database unreachable), 2 bad input.
 func Enqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return runTool("enqueue", subcommands, "Each prints the ids of the jobs it made, one per line.", args, stdin, stdout, stderr)
+}
+
+// runTool runs the subcommand of tool that args name, and returns the exit
+// status: 0 done, 1 a failure (the database unreachable), 2 bad input.
+func runTool(tool string, cmds map[string]subcommand, note string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	usage := func() {
-		fmt.Fprintf(stderr, "Usage: enqueue COMMAND [flags]\n\nCommands:\n")
-		names := make([]string, 0, len(subcommands))
-		for n := range subcommands {
+		fmt.Fprintf(stderr, "Usage: %s COMMAND [flags]\n\nCommands:\n", tool)
+		names := make([]string, 0, len(cmds))
+		for n := range cmds {
 			names = append(names, n)
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			fmt.Fprintf(stderr, "  %-10s %s\n", n, subcommands[n].summary)
+			fmt.Fprintf(stderr, "  %-10s %s\n", n, cmds[n].summary)
 		}
-		fmt.Fprintf(stderr, "\nRun `enqueue COMMAND --help` for its flags. Each prints the ids of the jobs it made, one per line.\n")
+		fmt.Fprintf(stderr, "\nRun `%s COMMAND --help` for its flags. %s\n", tool, note)
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage()
@@ -73,26 +79,27 @@ func Enqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	sc, ok := subcommands[args[0]]
+	sc, ok := cmds[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "enqueue: unknown command %q\n", args[0])
+		fmt.Fprintf(stderr, "%s: unknown command %q\n", tool, args[0])
 		usage()
 		return 2
 	}
-	fs := flag.NewFlagSet("enqueue "+args[0], flag.ContinueOnError)
+	name := tool + " " + args[0]
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	run := sc.flags(fs)
-	cfg, err := configs.Load(fs, "enqueue", args[1:], configs.Getenv)
+	cfg, err := configs.Load(fs, tool, args[1:], configs.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "enqueue %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
 	client, err := connect(cfg.Mongo, nil)
 	if err != nil {
-		fmt.Fprintf(stderr, "enqueue %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
@@ -101,7 +108,7 @@ func Enqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	db := client.Database(cfg.Mongo.DB)
 	q, err := queue.New(db, cfg.Queue)
 	if err != nil {
-		fmt.Fprintf(stderr, "enqueue %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
 	e := &env{ctx: ctx, cfg: cfg, db: db, q: q, stdin: stdin, stdout: stdout, stderr: stderr}
@@ -111,14 +118,14 @@ func Enqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case err == nil:
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "enqueue %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	case ctx.Err() != nil || mongo.IsTimeout(err) || mongo.IsNetworkError(err):
-		fmt.Fprintf(stderr, "enqueue %s: MongoDB at %s did not answer within %s: %s\n", args[0],
+		fmt.Fprintf(stderr, "%s: MongoDB at %s did not answer within %s: %s\n", name,
 			configs.RedactURI(cfg.Mongo.URI), cfg.Mongo.Timeout, configs.Redact(err.Error(), cfg.Mongo.URI))
 		return 1
 	default:
-		fmt.Fprintf(stderr, "enqueue %s: %s\n", args[0], configs.Redact(err.Error(), cfg.Mongo.URI))
+		fmt.Fprintf(stderr, "%s: %s\n", name, configs.Redact(err.Error(), cfg.Mongo.URI))
 		return 1
 	}
 }

@@ -1,0 +1,345 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// ctlCommands are docketctl's subcommands: the operator's view of the jobs.
+var ctlCommands = map[string]subcommand{
+	"stats":  {"jobs per queue, kind and state, and each queue's longest-waiting job", ctlStats},
+	"list":   {"list jobs: --state, --kind, --queue, --since, --until filter; --after pages", ctlList},
+	"show":   {"show jobs by id, with every attempt's error", ctlShow},
+	"retry":  {"run jobs again now, attempts reset, errors kept: by id, or --state dead [--kind K] [--queue Q]", ctlRetry},
+	"cancel": {"cancel jobs by id: available ones at once, running ones at their next heartbeat", cancelCommand},
+	"delete": {"delete finished jobs by id (--force: available ones too; never a running one)", ctlDelete},
+	"purge":  {"delete the jobs that finished in a state long ago: --state succeeded --older-than 24h", ctlPurge},
+}
+
+// Ctl is the main function of the docketctl command; it returns the exit
+// status: 0 done, 1 a failure (the database unreachable), 2 bad input or a
+// job left alone.
+func Ctl(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return runTool("docketctl", ctlCommands, "Actions print what they changed; a job they left alone exits 2.", args, stdin, stdout, stderr)
+}
+
+// listFlag is a comma-separated list flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l = append(*l, v)
+		}
+	}
+	return nil
+}
+
+// filterFlags registers the flags that select jobs.
+func filterFlags(fs *flag.FlagSet) (states, kinds, queues *listFlag) {
+	states, kinds, queues = &listFlag{}, &listFlag{}, &listFlag{}
+	fs.Var(states, "state", "states, comma-separated: available, running, succeeded, dead, cancelled")
+	fs.Var(kinds, "kind", "kinds, comma-separated")
+	fs.Var(queues, "queue", "queues, comma-separated")
+	return states, kinds, queues
+}
+
+func parseStates(states []string) ([]jobs.State, error) {
+	out := make([]jobs.State, len(states))
+	for i, s := range states {
+		out[i] = jobs.State(s)
+		if !out[i].Valid() {
+			return nil, badInput("--state: %q is not a state (available, running, succeeded, dead, cancelled)", s)
+		}
+	}
+	return out, nil
+}
+
+// parseWhen reads a time as RFC 3339 or as a duration ago ("2h").
+func parseWhen(flagName, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return time.Now().Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, badInput("--%s: %q is neither a time such as 2026-11-23T08:00:00Z nor a duration ago such as 2h", flagName, s)
+	}
+	return t, nil
+}
+
+func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
+	return func(e *env, rest []string) error {
+		if len(rest) > 0 {
+			return badInput("unexpected argument %q", rest[0])
+		}
+		stats, err := e.q.Stats(e.ctx)
+		if err != nil {
+			return err
+		}
+		states := []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprint(tw, "queue\tkind\t")
+		for _, s := range states {
+			fmt.Fprintf(tw, "%s\t", s)
+		}
+		fmt.Fprintln(tw, "oldest waiting")
+		sort.Slice(stats, func(i, j int) bool { return stats[i].Queue < stats[j].Queue })
+		for _, qs := range stats {
+			kinds := make([]string, 0, len(qs.Counts))
+			for k := range qs.Counts {
+				kinds = append(kinds, k)
+			}
+			sort.Strings(kinds)
+			for i, k := range kinds {
+				fmt.Fprintf(tw, "%s\t%s\t", qs.Queue, k)
+				for _, s := range states {
+					fmt.Fprintf(tw, "%d\t", qs.Counts[k][string(s)])
+				}
+				if i == 0 && !qs.OldestAvailable.IsZero() {
+					fmt.Fprintf(tw, "%s", time.Since(qs.OldestAvailable).Round(time.Millisecond))
+				}
+				fmt.Fprintln(tw)
+			}
+		}
+		return tw.Flush()
+	}
+}
+
+func ctlList(fs *flag.FlagSet) func(*env, []string) error {
+	states, kinds, queues := filterFlags(fs)
+	since := fs.String("since", "", "created at or after: a time (RFC 3339) or a duration ago (2h)")
+	until := fs.String("until", "", "created before: a time (RFC 3339) or a duration ago")
+	limit := fs.Int("limit", 50, "jobs per page, 1 to 1000")
+	after := fs.String("after", "", "list jobs after this id (the next page)")
+	asJSON := fs.Bool("json", false, "print the job documents as JSON, one per line")
+	return func(e *env, rest []string) error {
+		if len(rest) > 0 {
+			return badInput("unexpected argument %q", rest[0])
+		}
+		if *limit < 1 || *limit > 1000 {
+			return badInput("--limit: %d must be 1 to 1000", *limit)
+		}
+		f := queue.JobFilter{Kinds: *kinds, Queues: *queues}
+		var err error
+		if f.States, err = parseStates(*states); err != nil {
+			return err
+		}
+		if f.CreatedAfter, err = parseWhen("since", *since); err != nil {
+			return err
+		}
+		if f.CreatedBefore, err = parseWhen("until", *until); err != nil {
+			return err
+		}
+		list, more, err := e.q.List(e.ctx, f, *after, *limit)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			for _, j := range list {
+				b, err := bson.MarshalExtJSON(j.Raw, false, false)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(e.stdout, string(b))
+			}
+		} else {
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "id\tkind\tqueue\tstate\tattempt\tupdated\tlast error")
+			for _, j := range list {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Kind, j.Queue, j.State, j.Attempt, j.MaxAttempts,
+					j.UpdatedAt.Format(time.RFC3339), truncate(j.LastError, 60))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
+		if more {
+			fmt.Fprintf(e.stderr, "more: --after %s\n", list[len(list)-1].ID)
+		}
+		return nil
+	}
+}
+
+func truncate(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+func ctlShow(fs *flag.FlagSet) func(*env, []string) error {
+	asJSON := fs.Bool("json", false, "print the job documents as JSON, one per line")
+	return func(e *env, ids []string) error {
+		if len(ids) == 0 {
+			return badInput("give the ids of the jobs to show")
+		}
+		list, _, err := e.q.List(e.ctx, queue.JobFilter{IDs: ids}, "", len(ids))
+		if err != nil {
+			return err
+		}
+		var missing []string
+		for _, id := range ids {
+			if !slices.ContainsFunc(list, func(j queue.JobSummary) bool { return j.ID == id }) {
+				missing = append(missing, id)
+			}
+		}
+		for _, j := range list {
+			if *asJSON {
+				b, err := bson.MarshalExtJSON(j.Raw, false, false)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(e.stdout, string(b))
+				continue
+			}
+			showJob(e.stdout, j)
+		}
+		if len(missing) > 0 {
+			return usageError{fmt.Errorf("no job with id %s", strings.Join(missing, ", "))}
+		}
+		return nil
+	}
+}
+
+// showJob prints one job for a person: its fields, each attempt's error,
+// its args.
+func showJob(w io.Writer, j queue.JobSummary) {
+	fmt.Fprintf(w, "job %s\n", j.ID)
+	for _, f := range []string{"kind", "queue", "state", "priority", "attempt", "maxAttempts", "runAt", "createdAt", "updatedAt", "finishedAt", "owner", "uniqueKey", "finishedUniqueKey", "cancelRequestedAt"} {
+		if v := j.Raw.Lookup(f); v.Type != 0 {
+			fmt.Fprintf(w, "  %-18s %s\n", f+":", showValue(v))
+		}
+	}
+	if errs, ok := j.Raw.Lookup("errors").ArrayOK(); ok {
+		vals, _ := errs.Values()
+		if len(vals) > 0 {
+			fmt.Fprintf(w, "  errors:\n")
+		}
+		for _, v := range vals {
+			d, ok := v.DocumentOK()
+			if !ok {
+				fmt.Fprintf(w, "    %s\n", v)
+				continue
+			}
+			fmt.Fprintf(w, "    attempt %s at %s by %s: %s\n", showValue(d.Lookup("attempt")), showValue(d.Lookup("at")),
+				showValue(d.Lookup("owner")), showValue(d.Lookup("message")))
+		}
+	}
+	if args := j.Raw.Lookup("args"); args.Type != 0 {
+		b, err := bson.MarshalExtJSON(bson.D{{Key: "args", Value: args}}, false, false)
+		if err == nil {
+			fmt.Fprintf(w, "  args:              %s\n", strings.TrimSuffix(strings.TrimPrefix(string(b), `{"args":`), "}"))
+		}
+	}
+}
+
+func showValue(v bson.RawValue) string {
+	switch {
+	case v.Type == 0:
+		return "-"
+	case v.Type == bson.TypeString:
+		return v.StringValue()
+	case v.Type == bson.TypeDateTime:
+		return v.Time().UTC().Format(time.RFC3339Nano)
+	case v.Type == bson.TypeInt32 || v.Type == bson.TypeInt64:
+		n, _ := v.AsInt64OK()
+		return fmt.Sprint(n)
+	}
+	return v.String()
+}
+
+// report prints what an action did to each job, and returns a usage error
+// (exit 2) when it left any alone.
+func report(e *env, verb string, results []queue.ActionResult) error {
+	left := 0
+	for _, r := range results {
+		if r.Err != nil {
+			left++
+			fmt.Fprintf(e.stdout, "%s\tnot %s: %v\n", r.ID, verb, r.Err)
+			continue
+		}
+		fmt.Fprintf(e.stdout, "%s\t%s (was %s)\n", r.ID, verb, r.From)
+	}
+	if left > 0 {
+		return usageError{fmt.Errorf("%d of %d jobs not %s", left, len(results), verb)}
+	}
+	return nil
+}
+
+func ctlRetry(fs *flag.FlagSet) func(*env, []string) error {
+	states, kinds, queues := filterFlags(fs)
+	return func(e *env, ids []string) error {
+		f := queue.JobFilter{IDs: ids, Kinds: *kinds, Queues: *queues}
+		var err error
+		if f.States, err = parseStates(*states); err != nil {
+			return err
+		}
+		if len(ids) == 0 && len(f.States) == 0 {
+			return badInput("give job ids, or a filter with --state (such as --state dead --kind transfer)")
+		}
+		if slices.Contains(f.States, jobs.StateRunning) {
+			return badInput("--state running: a running job is its worker's; it is never retried")
+		}
+		results, err := e.q.Retry(e.ctx, f)
+		if err != nil {
+			return err
+		}
+		if len(results) == 0 {
+			fmt.Fprintln(e.stdout, "no job matched")
+			return nil
+		}
+		return report(e, "retried", results)
+	}
+}
+
+func ctlDelete(fs *flag.FlagSet) func(*env, []string) error {
+	force := fs.Bool("force", false, "also delete jobs that have not finished (available); never a running one")
+	return func(e *env, ids []string) error {
+		if len(ids) == 0 {
+			return badInput("give the ids of the jobs to delete")
+		}
+		results, err := e.q.Delete(e.ctx, queue.JobFilter{IDs: ids}, *force)
+		if err != nil {
+			return err
+		}
+		return report(e, "deleted", results)
+	}
+}
+
+func ctlPurge(fs *flag.FlagSet) func(*env, []string) error {
+	state := fs.String("state", "", "the finished state to purge: succeeded, dead or cancelled (required)")
+	olderThan := fs.Duration("older-than", 0, "purge jobs that finished longer ago than this, such as 24h (required)")
+	return func(e *env, rest []string) error {
+		if len(rest) > 0 {
+			return badInput("unexpected argument %q", rest[0])
+		}
+		s := jobs.State(*state)
+		if !s.Finished() {
+			return badInput("--state: %q must be succeeded, dead or cancelled", *state)
+		}
+		if *olderThan <= 0 {
+			return badInput("--older-than: give how long ago the jobs finished, such as 24h")
+		}
+		n, err := e.q.Purge(e.ctx, s, *olderThan)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "purged %d %s jobs that finished more than %s ago\n", n, s, *olderThan)
+		return nil
+	}
+}

@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+func ctlBinary(t *testing.T) string {
+	return testdb.BuildBinary(t, "github.com/docketq/docket/cmd/docketctl", true)
+}
+
+// setState moves job id to state s by hand, as a worker would have.
+func setState(t *testing.T, q *queue.Client, id string, set bson.D) {
+	t.Helper()
+	_, err := q.Collection().UpdateOne(context.Background(), bson.M{"_id": id}, bson.D{{Key: "$set", Value: set}})
+	require.NoError(t, err)
+}
+
+func jobState(t *testing.T, q *queue.Client, id string) jobs.State {
+	t.Helper()
+	j, err := q.Get(context.Background(), id)
+	require.NoError(t, err)
+	return j.State
+}
+
+// TestDocketctl: an operator finds a dead job, reads why it died, retries
+// it, and a worker runs it; running jobs are never touched; bad input exits
+// 2 naming what is wrong.
+func TestDocketctl(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	q := newQueue(t, db)
+	ctx := context.Background()
+	bin := ctlBinary(t)
+	ctl := func(args ...string) (string, string, int) { t.Helper(); return run(t, bin, db, nil, "", args...) }
+
+	ids := make([]string, 6)
+	for i := range ids {
+		res, err := q.Enqueue(ctx, "record", bson.M{"i": i}, queue.InsertOpts{Queue: "mail", UniqueKey: map[bool]string{true: "uk"}[i == 0]})
+		require.NoError(t, err)
+		ids[i] = res.ID
+	}
+	past := time.Now().Add(-48 * time.Hour)
+	setState(t, q, ids[0], bson.D{{Key: "state", Value: "dead"}, {Key: "attempt", Value: 25}, {Key: "finishedAt", Value: past},
+		{Key: "errors", Value: bson.A{bson.M{"attempt": 25, "at": past, "owner": "w1", "message": "smtp: connection refused"}}}})
+	_, err := q.Collection().UpdateOne(ctx, bson.M{"_id": ids[0]}, bson.M{"$rename": bson.M{"uniqueKey": "finishedUniqueKey"}})
+	require.NoError(t, err)
+	setState(t, q, ids[1], bson.D{{Key: "state", Value: "running"}, {Key: "leaseToken", Value: "t"}, {Key: "attempt", Value: 1}})
+	setState(t, q, ids[2], bson.D{{Key: "state", Value: "succeeded"}, {Key: "finishedAt", Value: past}})
+	setState(t, q, ids[3], bson.D{{Key: "state", Value: "succeeded"}, {Key: "finishedAt", Value: time.Now()}})
+	setState(t, q, ids[4], bson.D{{Key: "runAt", Value: time.Now().Add(time.Hour)}}) // waits: no worker takes it
+
+	out, stderr, code := ctl("stats")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `mail\s+record\s+2\s+1\s+2\s+1\s+0`, out)
+
+	out, stderr, code = ctl("list", "--state", "dead")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, ids[0])
+	require.Contains(t, out, "smtp: connection refused")
+	require.NotContains(t, out, ids[1])
+
+	out, stderr, code = ctl("list", "--queue", "mail", "--limit", "2")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stderr, "more: --after ")
+	next := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(stderr), "more: --after "))
+	out2, _, code := ctl("list", "--queue", "mail", "--limit", "10", "--after", next)
+	require.Equal(t, 0, code)
+	require.Equal(t, 4, strings.Count(out2, "record"), "the second page holds the rest: %s", out2)
+
+	out, stderr, code = ctl("show", ids[0])
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "attempt 25 at")
+	require.Contains(t, out, "by w1: smtp: connection refused")
+
+	// Retry: the dead job runs again, its errors kept; the running one is
+	// left alone, and says why.
+	out, stderr, code = ctl("retry", ids[0], ids[1])
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, out, ids[0]+"\tretried (was dead)")
+	require.Contains(t, out, ids[1]+"\tnot retried: job is running")
+	j, err := q.Get(ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateAvailable, j.State)
+	require.Zero(t, j.Attempt)
+	require.Len(t, j.Errors, 1, "past errors are kept")
+	require.Equal(t, "uk", j.UniqueKey, "its unique key is back")
+	require.Equal(t, jobs.StateRunning, jobState(t, q, ids[1]))
+
+	w := startWorker(t, db, "worker", append(fastWorker, "--queues", "mail")...)
+	waitJob(t, q, ids[0], time.Minute, "succeeded", inState(jobs.StateSucceeded))
+
+	// Delete: finished only, unless --force; running never.
+	out, _, code = ctl("delete", ids[2], ids[4], ids[1], "nope")
+	require.Equal(t, 2, code)
+	require.Contains(t, out, ids[2]+"\tdeleted (was succeeded)")
+	require.Contains(t, out, "not deleted: job has not finished")
+	require.Contains(t, out, ids[1]+"\tnot deleted: job is running")
+	require.Contains(t, out, "nope\tnot deleted: job not found")
+
+	old, err := q.Enqueue(ctx, "record", bson.M{}, queue.InsertOpts{Queue: "archive"})
+	require.NoError(t, err)
+	setState(t, q, old.ID, bson.D{{Key: "state", Value: "succeeded"}, {Key: "finishedAt", Value: past}})
+	out, stderr, code = ctl("purge", "--state", "succeeded", "--older-than", "24h")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "purged 1 succeeded jobs")
+	_, err = q.Get(ctx, old.ID)
+	require.ErrorIs(t, err, queue.ErrNotFound)
+	_, err = q.Get(ctx, ids[3])
+	require.NoError(t, err, "a job that finished recently is kept")
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"retry"}, "give job ids, or a filter"},
+		{[]string{"retry", "--state", "running"}, "never retried"},
+		{[]string{"list", "--state", "dying"}, `"dying" is not a state`},
+		{[]string{"list", "--since", "yesterday"}, "--since"},
+		{[]string{"list", "--limit", "0"}, "--limit"},
+		{[]string{"purge", "--state", "available", "--older-than", "1h"}, "must be succeeded, dead or cancelled"},
+		{[]string{"purge", "--state", "dead"}, "--older-than"},
+		{[]string{"show", "nope"}, "no job with id nope"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+	} {
+		_, stderr, code := ctl(tc.args...)
+		require.Equal(t, 2, code, "%v: %s", tc.args, stderr)
+		require.Contains(t, stderr, tc.want, "%v", tc.args)
+	}
+	w.signal(15)
+	require.Equal(t, 0, w.wait(time.Minute))
+}

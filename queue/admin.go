@@ -1,0 +1,342 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// The operator's view of the jobs collection: listing, retrying, deleting
+// and purging jobs. Every write here is conditioned on the state it was
+// decided on, and none ever touches a running job: its worker holds it.
+
+// JobFilter selects jobs. Empty fields select everything.
+type JobFilter struct {
+	// IDs, when set, selects these jobs only.
+	IDs []string
+	// States, Kinds and Queues select jobs in any of them.
+	States []jobs.State
+	Kinds  []string
+	Queues []string
+	// CreatedAfter and CreatedBefore bound the jobs' createdAt.
+	CreatedAfter, CreatedBefore time.Time
+}
+
+func (f JobFilter) query() bson.D {
+	q := bson.D{}
+	in := func(field string, vals []string) {
+		if len(vals) > 0 {
+			q = append(q, bson.E{Key: field, Value: bson.D{{Key: "$in", Value: vals}}})
+		}
+	}
+	in("_id", f.IDs)
+	states := make([]string, len(f.States))
+	for i, s := range f.States {
+		states[i] = string(s)
+	}
+	in("state", states)
+	in("kind", f.Kinds)
+	in("queue", f.Queues)
+	created := bson.D{}
+	if !f.CreatedAfter.IsZero() {
+		created = append(created, bson.E{Key: "$gte", Value: f.CreatedAfter})
+	}
+	if !f.CreatedBefore.IsZero() {
+		created = append(created, bson.E{Key: "$lt", Value: f.CreatedBefore})
+	}
+	if len(created) > 0 {
+		q = append(q, bson.E{Key: "createdAt", Value: created})
+	}
+	return q
+}
+
+// JobSummary is a job as an operator lists it. Fields are read one by one
+// from the stored document: a job another application wrote with fields of
+// other types is still listed, with what can be read.
+type JobSummary struct {
+	ID          string
+	Kind        string
+	Queue       string
+	State       string
+	Attempt     int64
+	MaxAttempts int64
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	// LastError is the message of the newest recorded attempt error.
+	LastError string
+	// Raw is the stored document.
+	Raw bson.Raw
+}
+
+// Summarize reads a JobSummary from a stored job document.
+func Summarize(raw bson.Raw) JobSummary {
+	s := JobSummary{Raw: raw}
+	s.ID = fmt.Sprint(raw.Lookup("_id"))
+	if id, ok := raw.Lookup("_id").StringValueOK(); ok {
+		s.ID = id
+	}
+	s.Kind, _ = raw.Lookup("kind").StringValueOK()
+	s.Queue, _ = raw.Lookup("queue").StringValueOK()
+	s.State, _ = raw.Lookup("state").StringValueOK()
+	s.Attempt, _ = raw.Lookup("attempt").AsInt64OK()
+	s.MaxAttempts, _ = raw.Lookup("maxAttempts").AsInt64OK()
+	if t, ok := raw.Lookup("createdAt").TimeOK(); ok {
+		s.CreatedAt = t.UTC()
+	}
+	if t, ok := raw.Lookup("updatedAt").TimeOK(); ok {
+		s.UpdatedAt = t.UTC()
+	}
+	if errs, ok := raw.Lookup("errors").ArrayOK(); ok {
+		if vals, err := errs.Values(); err == nil && len(vals) > 0 {
+			if d, ok := vals[len(vals)-1].DocumentOK(); ok {
+				s.LastError, _ = d.Lookup("message").StringValueOK()
+			}
+		}
+	}
+	return s
+}
+
+// List returns up to limit jobs that f selects, in id order, starting after
+// the id after ("" from the start), and whether there are more.
+func (c *Client) List(ctx context.Context, f JobFilter, after string, limit int) ([]JobSummary, bool, error) {
+	q := f.query()
+	if after != "" {
+		q = append(q, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}}})
+	}
+	cur, err := c.coll.Find(ctx, q, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)+1))
+	if err != nil {
+		return nil, false, fmt.Errorf("queue: list jobs: %w", err)
+	}
+	defer cur.Close(ctx)
+	var out []JobSummary
+	for cur.Next(ctx) {
+		out = append(out, Summarize(append(bson.Raw(nil), cur.Current...)))
+	}
+	if err := cur.Err(); err != nil {
+		return nil, false, fmt.Errorf("queue: list jobs: %w", err)
+	}
+	more := len(out) > limit
+	if more {
+		out = out[:limit]
+	}
+	return out, more, nil
+}
+
+// Outcomes of an operator's action on one job.
+var (
+	// ErrJobRunning: the job is running; its worker holds it, and the
+	// action leaves it alone.
+	ErrJobRunning = errors.New("job is running")
+	// ErrUniqueKeyHeld: retrying the job would give it back a unique key
+	// that an unfinished job now holds.
+	ErrUniqueKeyHeld = errors.New("an unfinished job holds its unique key")
+	// ErrNotFinished: the job has not finished; delete it with force.
+	ErrNotFinished = errors.New("job has not finished")
+)
+
+// ActionResult is what an action did to one job.
+type ActionResult struct {
+	ID string
+	// From is the state the job was in.
+	From string
+	// Err says why the job was left alone; nil when the action was done.
+	Err error
+}
+
+// matching returns the ids and states of the jobs f selects; with f.IDs
+// set, an id no job has is returned with ErrNotFound.
+func (c *Client) matching(ctx context.Context, f JobFilter) ([]ActionResult, error) {
+	cur, err := c.coll.Find(ctx, f.query(), options.Find().SetProjection(bson.D{{Key: "state", Value: 1}}).SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("queue: find jobs: %w", err)
+	}
+	defer cur.Close(ctx)
+	found := map[string]bool{}
+	var out []ActionResult
+	for cur.Next(ctx) {
+		id, ok := cur.Current.Lookup("_id").StringValueOK()
+		if !ok {
+			continue // not a job docket can name
+		}
+		state, _ := cur.Current.Lookup("state").StringValueOK()
+		found[id] = true
+		out = append(out, ActionResult{ID: id, From: state})
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("queue: find jobs: %w", err)
+	}
+	for _, id := range f.IDs {
+		if !found[id] {
+			out = append(out, ActionResult{ID: id, Err: ErrNotFound})
+		}
+	}
+	return out, nil
+}
+
+// Retry makes the jobs f selects available now, with their attempts reset
+// and their past errors kept: dead, cancelled and succeeded jobs run again,
+// an available one runs now. A running job is left alone (ErrJobRunning);
+// so is a finished job whose unique key an unfinished job now holds
+// (ErrUniqueKeyHeld). Each write is conditioned on the state it was decided
+// on.
+func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error) {
+	found, err := c.matching(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	t := now()
+	for i := range found {
+		r := &found[i]
+		if r.Err != nil {
+			continue
+		}
+		if !jobs.State(r.From).Valid() || r.From == string(jobs.StateRunning) {
+			r.Err = ErrJobRunning
+			if r.From != string(jobs.StateRunning) {
+				r.Err = fmt.Errorf("state %q is not one docket knows", r.From)
+			}
+			continue
+		}
+		update := bson.D{
+			{Key: "$set", Value: bson.D{
+				{Key: "state", Value: jobs.StateAvailable}, {Key: "runAt", Value: t},
+				{Key: "attempt", Value: 0}, {Key: "updatedAt", Value: t},
+			}},
+			{Key: "$unset", Value: bson.D{
+				{Key: "finishedAt", Value: ""}, {Key: "cancelRequestedAt", Value: ""},
+				{Key: "leaseToken", Value: ""}, {Key: "leaseExpiresAt", Value: ""}, {Key: "heartbeatAt", Value: ""},
+			}},
+		}
+		if jobs.State(r.From).Finished() {
+			update = append(update, bson.E{Key: "$rename", Value: bson.D{{Key: "finishedUniqueKey", Value: "uniqueKey"}}})
+		}
+		res, err := c.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: r.ID}, {Key: "state", Value: r.From}}, update)
+		switch {
+		case mongo.IsDuplicateKeyError(err):
+			r.Err = ErrUniqueKeyHeld
+		case err != nil:
+			return found, fmt.Errorf("queue: retry job %s: %w", r.ID, err)
+		case res.MatchedCount == 0:
+			r.Err = fmt.Errorf("its state changed from %s meanwhile; left alone", r.From)
+		}
+	}
+	return found, nil
+}
+
+// Delete removes the jobs f selects that have finished; with force, also
+// those that are available. A running job is never removed.
+func (c *Client) Delete(ctx context.Context, f JobFilter, force bool) ([]ActionResult, error) {
+	found, err := c.matching(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	for i := range found {
+		r := &found[i]
+		if r.Err != nil {
+			continue
+		}
+		s := jobs.State(r.From)
+		switch {
+		case s == jobs.StateRunning:
+			r.Err = ErrJobRunning
+			continue
+		case !s.Finished() && !force:
+			r.Err = fmt.Errorf("%w (it is %s); --force deletes it", ErrNotFinished, r.From)
+			continue
+		}
+		res, err := c.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: r.ID}, {Key: "state", Value: r.From}})
+		if err != nil {
+			return found, fmt.Errorf("queue: delete job %s: %w", r.ID, err)
+		}
+		if res.DeletedCount == 0 {
+			r.Err = fmt.Errorf("its state changed from %s meanwhile; left alone", r.From)
+		}
+	}
+	return found, nil
+}
+
+// Purge deletes the jobs that finished in state s more than age ago, and
+// returns how many.
+func (c *Client) Purge(ctx context.Context, s jobs.State, age time.Duration) (int64, error) {
+	if !s.Finished() {
+		return 0, fmt.Errorf("queue: purge: state %q is not a finished state (succeeded, dead, cancelled)", s)
+	}
+	res, err := c.coll.DeleteMany(ctx, bson.D{{Key: "state", Value: s}, {Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: now().Add(-age)}}}})
+	if err != nil {
+		return 0, fmt.Errorf("queue: purge %s jobs: %w", s, err)
+	}
+	return res.DeletedCount, nil
+}
+
+// QueueStats are the counts of one queue.
+type QueueStats struct {
+	Queue string
+	// Counts maps kind, then state, to how many jobs there are.
+	Counts map[string]map[string]int64
+	// OldestAvailable is the runAt of the queue's longest-waiting runnable
+	// job; zero when none waits.
+	OldestAvailable time.Time
+}
+
+// Stats counts the jobs per queue, kind and state, and finds each queue's
+// longest-waiting runnable job.
+func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
+	cur, err := c.coll.Aggregate(ctx, mongo.Pipeline{
+		{{Key: "$group", Value: bson.D{
+			{Key: "_id", Value: bson.D{{Key: "queue", Value: "$queue"}, {Key: "kind", Value: "$kind"}, {Key: "state", Value: "$state"}}},
+			{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
+		}}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: stats: %w", err)
+	}
+	defer cur.Close(ctx)
+	byQueue := map[string]*QueueStats{}
+	var order []string
+	for cur.Next(ctx) {
+		id, _ := cur.Current.Lookup("_id").DocumentOK()
+		str := func(k string) string {
+			if s, ok := id.Lookup(k).StringValueOK(); ok {
+				return s
+			}
+			return "(" + id.Lookup(k).Type.String() + ")"
+		}
+		q, kind, state := str("queue"), str("kind"), str("state")
+		n, _ := cur.Current.Lookup("n").AsInt64OK()
+		qs := byQueue[q]
+		if qs == nil {
+			qs = &QueueStats{Queue: q, Counts: map[string]map[string]int64{}}
+			byQueue[q] = qs
+			order = append(order, q)
+		}
+		if qs.Counts[kind] == nil {
+			qs.Counts[kind] = map[string]int64{}
+		}
+		qs.Counts[kind][state] += n
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("queue: stats: %w", err)
+	}
+	out := make([]QueueStats, 0, len(order))
+	for _, q := range order {
+		qs := byQueue[q]
+		raw, err := c.coll.FindOne(ctx,
+			bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "queue", Value: q}, {Key: "runAt", Value: bson.D{{Key: "$lte", Value: now()}}}},
+			options.FindOne().SetSort(bson.D{{Key: "runAt", Value: 1}}).SetProjection(bson.D{{Key: "runAt", Value: 1}})).Raw()
+		if err == nil {
+			if t, ok := raw.Lookup("runAt").TimeOK(); ok {
+				qs.OldestAvailable = t.UTC()
+			}
+		} else if !errors.Is(err, mongo.ErrNoDocuments) {
+			return nil, fmt.Errorf("queue: stats: oldest job of %s: %w", q, err)
+		}
+		out = append(out, *qs)
+	}
+	return out, nil
+}
