@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -158,47 +157,21 @@ func LoadFile(path string, c *Config) error {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config file %s: %w", path, err)
+		return fmt.Errorf("config file %s: %s", path, redactFile(err.Error(), b))
 	}
 	return nil
 }
 
-// RedactURI returns uri with its password, if any, replaced by "xxxxx".
-func RedactURI(uri string) string {
-	return Redact(uri, uri)
-}
-
-// Redact returns s with the password of uri, wherever it appears, replaced
-// by "xxxxx". Use it on any text (an error from the driver) that might
-// quote the URI.
-func Redact(s, uri string) string {
-	pw := password(uri)
-	if pw == "" {
-		return s
+// redactFile redacts from msg, an error about the YAML text b, the password
+// of any connection string b holds: a YAML error can quote a value, and the
+// URI is not known yet when the file does not decode.
+func redactFile(msg string, b []byte) string {
+	for _, line := range strings.Split(string(b), "\n") {
+		_, v, ok := strings.Cut(line, ":")
+		if !ok || !strings.Contains(v, "@") {
+			continue
+		}
+		msg = Redact(msg, strings.Trim(v, " \t\r'\""))
 	}
-	s = strings.ReplaceAll(s, pw, "xxxxx")
-	if raw, err := url.PathUnescape(pw); err == nil && raw != pw {
-		s = strings.ReplaceAll(s, raw, "xxxxx")
-	}
-	return s
-}
-
-// password extracts the password of a mongodb:// URI as written in it.
-func password(uri string) string {
-	rest, ok := strings.CutPrefix(uri, "mongodb://")
-	if !ok {
-		rest, ok = strings.CutPrefix(uri, "mongodb+srv://")
-	}
-	if !ok {
-		return ""
-	}
-	at := strings.LastIndex(strings.SplitN(rest, "/", 2)[0], "@")
-	if at < 0 {
-		return ""
-	}
-	_, pw, ok := strings.Cut(rest[:at], ":")
-	if !ok || pw == "" {
-		return ""
-	}
-	return pw
+	return msg
 }
