@@ -26,6 +26,10 @@ const (
 	// DefaultConnectTimeout bounds server selection and each operation of a
 	// one-shot command such as enqueue.
 	DefaultConnectTimeout = 10 * time.Second
+	// DefaultWriteTimeout is the longest an operation without a deadline of
+	// its own waits, including for its write concern, unless the worker's
+	// lease asks for less (see MongoConfig.WriteTimeout).
+	DefaultWriteTimeout = 10 * time.Second
 	// DefaultLogFormat is the log encoding.
 	DefaultLogFormat = "json"
 	// DefaultLogLevel is the lowest level logged.
@@ -55,6 +59,16 @@ type MongoConfig struct {
 	// Timeout bounds server selection and one-shot commands. Defaults to
 	// DefaultConnectTimeout.
 	Timeout time.Duration `yaml:"timeout"`
+	// WriteTimeout bounds every operation that has no deadline of its own,
+	// and with it how long a write waits for its write concern: with a
+	// lost majority, a "majority" write otherwise waits forever. The
+	// driver sends the remaining time as maxTimeMS, which MongoDB applies
+	// to the write-concern wait too (error MaxTimeMSExpired), and gives up
+	// client-side at the same deadline. It must be shorter than
+	// worker.lease minus worker.heartbeatInterval, so that a heartbeat's
+	// outcome is known before the lease it renews lapses. Defaults to the
+	// smaller of DefaultWriteTimeout and half of that difference.
+	WriteTimeout time.Duration `yaml:"writeTimeout"`
 }
 
 // LogConfig says how to log.
@@ -86,6 +100,9 @@ func (c Config) WithDefaults() Config {
 	}
 	c.Queue = c.Queue.WithDefaults()
 	c.Worker = c.Worker.WithDefaults()
+	if c.Mongo.WriteTimeout == 0 {
+		c.Mongo.WriteTimeout = autoWriteTimeout(c.Worker)
+	}
 	c.Reaper = c.Reaper.WithDefaults()
 	c.RenameSweeper = c.RenameSweeper.WithDefaults()
 	c.TransferRecovery = c.TransferRecovery.WithDefaults()
@@ -113,6 +130,10 @@ func (c Config) Validate() error {
 	if err := c.Worker.Validate(); err != nil {
 		return err
 	}
+	if limit := c.Worker.Lease - c.Worker.HeartbeatInterval; c.Mongo.WriteTimeout >= limit {
+		return fmt.Errorf("mongo.writeTimeout: %s must be shorter than worker.lease minus worker.heartbeatInterval (%s - %s = %s), so that a heartbeat that times out does so before the lease it renews lapses",
+			c.Mongo.WriteTimeout, c.Worker.Lease, c.Worker.HeartbeatInterval, limit)
+	}
 	if err := c.Reaper.Validate(); err != nil {
 		return err
 	}
@@ -136,15 +157,36 @@ func (m MongoConfig) Validate() error {
 	if m.Timeout <= 0 {
 		return fmt.Errorf("mongo.timeout: %s must be positive", m.Timeout)
 	}
+	if m.WriteTimeout <= 0 {
+		return fmt.Errorf("mongo.writeTimeout: %s must be positive", m.WriteTimeout)
+	}
 	return nil
 }
 
+// autoWriteTimeout is MongoConfig.WriteTimeout's default for worker w:
+// DefaultWriteTimeout, or half of what the lease leaves past one heartbeat
+// interval when that is less, so that a heartbeat timing out leaves time
+// for the next one. w must have its defaults.
+func autoWriteTimeout(w worker.Config) time.Duration {
+	if half := (w.Lease - w.HeartbeatInterval) / 2; half > 0 && half < DefaultWriteTimeout {
+		return half
+	}
+	return DefaultWriteTimeout
+}
+
 // ClientOptions returns the driver options for the configured server.
+// WriteTimeout is the client's operation timeout (timeoutMS): mongo-driver
+// v2 has no wtimeout, and bounds an operation, its write-concern wait
+// included, by its context's deadline or else by this timeout.
 func (m MongoConfig) ClientOptions() *options.ClientOptions {
-	return options.Client().ApplyURI(m.URI).
+	o := options.Client().ApplyURI(m.URI).
 		SetServerSelectionTimeout(m.Timeout).
 		SetConnectTimeout(m.Timeout).
 		SetAppName("docket")
+	if m.WriteTimeout > 0 {
+		o.SetTimeout(m.WriteTimeout)
+	}
+	return o
 }
 
 // LoadFile reads the YAML file at path into c, leaving settings the file
