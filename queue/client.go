@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 	"go.uber.org/zap"
 )
@@ -103,13 +104,18 @@ type Client struct {
 }
 
 // New returns a Client for the jobs collection of db.
+//
+// The collection reads from the primary whatever readPreference db's
+// client has: docket reads what it has just written (a batch claim's read
+// back, a unique key's holder, a job's state before a cancel), which a
+// secondary may not have yet.
 func New(db *mongo.Database, cfg Config) (*Client, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	wc, _ := parseWriteConcern(cfg.WriteConcern)
-	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc))
+	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
 	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue")}, nil
 }
 
