@@ -13,6 +13,7 @@ import (
 	"github.com/docketq/docket/recovery"
 	"github.com/docketq/docket/worker"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"gopkg.in/yaml.v3"
 )
 
@@ -177,11 +178,15 @@ func autoWriteTimeout(w worker.Config) time.Duration {
 // ClientOptions returns the driver options for the configured server.
 // WriteTimeout is the client's operation timeout (timeoutMS): mongo-driver
 // v2 has no wtimeout, and bounds an operation, its write-concern wait
-// included, by its context's deadline or else by this timeout.
+// included, by its context's deadline or else by this timeout. Reads go to
+// the primary whatever readPreference the URI names: every read a docket
+// process makes (a batch claim's read-back, a unique key's holder, the
+// accounts and transaction a transfer loads) must see its own writes.
 func (m MongoConfig) ClientOptions() *options.ClientOptions {
 	o := options.Client().ApplyURI(m.URI).
 		SetServerSelectionTimeout(m.Timeout).
 		SetConnectTimeout(m.Timeout).
+		SetReadPreference(readpref.Primary()).
 		SetAppName("docket")
 	if m.WriteTimeout > 0 {
 		o.SetTimeout(m.WriteTimeout)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/docketq/docket/configs"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 )
 
 func TestWriteTimeoutDefaults(t *testing.T) {
@@ -62,4 +63,12 @@ func TestWriteTimeoutErrors(t *testing.T) {
 	c := configs.Config{}.WithDefaults()
 	c.Mongo.WriteTimeout = -time.Second
 	require.ErrorContains(t, c.Validate(), "mongo.writeTimeout: -1s must be positive")
+}
+
+// TestClientReadsFromPrimary: a readPreference in the URI does not reach a
+// docket process's reads, which must see their own writes.
+func TestClientReadsFromPrimary(t *testing.T) {
+	c, err := load(t, map[string]string{"DOCKET_MONGO_URI": "mongodb://db1,db2/?replicaSet=rs0&readPreference=secondaryPreferred"})
+	require.NoError(t, err)
+	require.Equal(t, readpref.PrimaryMode, c.Mongo.ClientOptions().ReadPreference.Mode())
 }
