@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/docketq/docket/recovery"
 	"github.com/docketq/docket/worker"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"gopkg.in/yaml.v3"
 )
 
@@ -27,6 +27,10 @@ const (
 	// DefaultConnectTimeout bounds server selection and each operation of a
 	// one-shot command such as enqueue.
 	DefaultConnectTimeout = 10 * time.Second
+	// DefaultWriteTimeout is the longest an operation without a deadline of
+	// its own waits, including for its write concern, unless the worker's
+	// lease asks for less (see MongoConfig.WriteTimeout).
+	DefaultWriteTimeout = 10 * time.Second
 	// DefaultLogFormat is the log encoding.
 	DefaultLogFormat = "json"
 	// DefaultLogLevel is the lowest level logged.
@@ -56,6 +60,16 @@ type MongoConfig struct {
 	// Timeout bounds server selection and one-shot commands. Defaults to
 	// DefaultConnectTimeout.
 	Timeout time.Duration `yaml:"timeout"`
+	// WriteTimeout bounds every operation that has no deadline of its own,
+	// and with it how long a write waits for its write concern: with a
+	// lost majority, a "majority" write otherwise waits forever. The
+	// driver sends the remaining time as maxTimeMS, which MongoDB applies
+	// to the write-concern wait too (error MaxTimeMSExpired), and gives up
+	// client-side at the same deadline. It must be shorter than
+	// worker.lease minus worker.heartbeatInterval, so that a heartbeat's
+	// outcome is known before the lease it renews lapses. Defaults to the
+	// smaller of DefaultWriteTimeout and half of that difference.
+	WriteTimeout time.Duration `yaml:"writeTimeout"`
 }
 
 // LogConfig says how to log.
@@ -87,6 +101,9 @@ func (c Config) WithDefaults() Config {
 	}
 	c.Queue = c.Queue.WithDefaults()
 	c.Worker = c.Worker.WithDefaults()
+	if c.Mongo.WriteTimeout == 0 {
+		c.Mongo.WriteTimeout = autoWriteTimeout(c.Worker)
+	}
 	c.Reaper = c.Reaper.WithDefaults()
 	c.RenameSweeper = c.RenameSweeper.WithDefaults()
 	c.TransferRecovery = c.TransferRecovery.WithDefaults()
@@ -114,6 +131,10 @@ func (c Config) Validate() error {
 	if err := c.Worker.Validate(); err != nil {
 		return err
 	}
+	if limit := c.Worker.Lease - c.Worker.HeartbeatInterval; c.Mongo.WriteTimeout >= limit {
+		return fmt.Errorf("mongo.writeTimeout: %s must be shorter than worker.lease minus worker.heartbeatInterval (%s - %s = %s), so that a heartbeat that times out does so before the lease it renews lapses",
+			c.Mongo.WriteTimeout, c.Worker.Lease, c.Worker.HeartbeatInterval, limit)
+	}
 	if err := c.Reaper.Validate(); err != nil {
 		return err
 	}
@@ -137,15 +158,40 @@ func (m MongoConfig) Validate() error {
 	if m.Timeout <= 0 {
 		return fmt.Errorf("mongo.timeout: %s must be positive", m.Timeout)
 	}
+	if m.WriteTimeout <= 0 {
+		return fmt.Errorf("mongo.writeTimeout: %s must be positive", m.WriteTimeout)
+	}
 	return nil
 }
 
+// autoWriteTimeout is MongoConfig.WriteTimeout's default for worker w:
+// DefaultWriteTimeout, or half of what the lease leaves past one heartbeat
+// interval when that is less, so that a heartbeat timing out leaves time
+// for the next one. w must have its defaults.
+func autoWriteTimeout(w worker.Config) time.Duration {
+	if half := (w.Lease - w.HeartbeatInterval) / 2; half > 0 && half < DefaultWriteTimeout {
+		return half
+	}
+	return DefaultWriteTimeout
+}
+
 // ClientOptions returns the driver options for the configured server.
+// WriteTimeout is the client's operation timeout (timeoutMS): mongo-driver
+// v2 has no wtimeout, and bounds an operation, its write-concern wait
+// included, by its context's deadline or else by this timeout. Reads go to
+// the primary whatever readPreference the URI names: every read a docket
+// process makes (a batch claim's read-back, a unique key's holder, the
+// accounts and transaction a transfer loads) must see its own writes.
 func (m MongoConfig) ClientOptions() *options.ClientOptions {
-	return options.Client().ApplyURI(m.URI).
+	o := options.Client().ApplyURI(m.URI).
 		SetServerSelectionTimeout(m.Timeout).
 		SetConnectTimeout(m.Timeout).
+		SetReadPreference(readpref.Primary()).
 		SetAppName("docket")
+	if m.WriteTimeout > 0 {
+		o.SetTimeout(m.WriteTimeout)
+	}
+	return o
 }
 
 // LoadFile reads the YAML file at path into c, leaving settings the file
@@ -158,47 +204,21 @@ func LoadFile(path string, c *Config) error {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config file %s: %w", path, err)
+		return fmt.Errorf("config file %s: %s", path, redactFile(err.Error(), b))
 	}
 	return nil
 }
 
-// RedactURI returns uri with its password, if any, replaced by "xxxxx".
-func RedactURI(uri string) string {
-	return Redact(uri, uri)
-}
-
-// Redact returns s with the password of uri, wherever it appears, replaced
-// by "xxxxx". Use it on any text (an error from the driver) that might
-// quote the URI.
-func Redact(s, uri string) string {
-	pw := password(uri)
-	if pw == "" {
-		return s
+// redactFile redacts from msg, an error about the YAML text b, the password
+// of any connection string b holds: a YAML error can quote a value, and the
+// URI is not known yet when the file does not decode.
+func redactFile(msg string, b []byte) string {
+	for _, line := range strings.Split(string(b), "\n") {
+		_, v, ok := strings.Cut(line, ":")
+		if !ok || !strings.Contains(v, "@") {
+			continue
+		}
+		msg = Redact(msg, strings.Trim(v, " \t\r'\""))
 	}
-	s = strings.ReplaceAll(s, pw, "xxxxx")
-	if raw, err := url.PathUnescape(pw); err == nil && raw != pw {
-		s = strings.ReplaceAll(s, raw, "xxxxx")
-	}
-	return s
-}
-
-// password extracts the password of a mongodb:// URI as written in it.
-func password(uri string) string {
-	rest, ok := strings.CutPrefix(uri, "mongodb://")
-	if !ok {
-		rest, ok = strings.CutPrefix(uri, "mongodb+srv://")
-	}
-	if !ok {
-		return ""
-	}
-	at := strings.LastIndex(strings.SplitN(rest, "/", 2)[0], "@")
-	if at < 0 {
-		return ""
-	}
-	_, pw, ok := strings.Cut(rest[:at], ":")
-	if !ok || pw == "" {
-		return ""
-	}
-	return pw
+	return msg
 }

@@ -26,6 +26,7 @@ func settings(c *Config, role string) []setting {
 		{"mongo.uri", "DOCKET_MONGO_URI", "mongo-uri", "MongoDB connection string (TLS and auth through its options)", (*uriValue)(&c.Mongo.URI)},
 		{"mongo.db", "DOCKET_DB", "db", "database for jobs and handler data", (*stringValue)(&c.Mongo.DB)},
 		{"mongo.timeout", "DOCKET_MONGO_TIMEOUT", "mongo-timeout", "server selection and command timeout", (*durationValue)(&c.Mongo.Timeout)},
+		{"mongo.writeTimeout", "DOCKET_WRITE_TIMEOUT", "write-timeout", "longest wait of an operation without a deadline of its own, write concern included (default: 10s, or less with a short lease)", (*durationValue)(&c.Mongo.WriteTimeout)},
 		{"log.format", "DOCKET_LOG_FORMAT", "log-format", "log format: json or console", (*stringValue)(&c.Log.Format)},
 		{"log.level", "DOCKET_LOG_LEVEL", "log-level", "lowest level logged: debug, info, warn or error", (*stringValue)(&c.Log.Level)},
 		{"queue.writeConcern", "DOCKET_WRITE_CONCERN", "write-concern", "write concern of job state changes: majority or a number", (*stringValue)(&c.Queue.WriteConcern)},
@@ -80,6 +81,7 @@ func Load(fs *flag.FlagSet, role string, args []string, getenv func(string) stri
 			}
 		}
 	}
+	autoWT := c.Mongo.WriteTimeout == 0 // follows the final lease unless set
 	c = c.WithDefaults()
 	ss = settings(&c, role) // rebind: WithDefaults returned a copy
 	fs.String("config", path, "YAML config file (also DOCKET_CONFIG); see configs/docket.yaml")
@@ -89,10 +91,20 @@ func Load(fs *flag.FlagSet, role string, args []string, getenv func(string) stri
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	if autoWT && !isSet(fs, "write-timeout") {
+		c.Mongo.WriteTimeout = autoWriteTimeout(c.Worker)
+	}
 	if err := c.Validate(); err != nil {
 		return c, err
 	}
 	return c, nil
+}
+
+// isSet reports whether the flag name was given on the command line.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func redactIf(s setting, v string) string {

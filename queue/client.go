@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 	"go.uber.org/zap"
 )
@@ -103,13 +104,18 @@ type Client struct {
 }
 
 // New returns a Client for the jobs collection of db.
+//
+// The collection reads from the primary whatever readPreference db's
+// client has: docket reads what it has just written (a batch claim's read
+// back, a unique key's holder, a job's state before a cancel), which a
+// secondary may not have yet.
 func New(db *mongo.Database, cfg Config) (*Client, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	wc, _ := parseWriteConcern(cfg.WriteConcern)
-	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc))
+	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
 	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue")}, nil
 }
 
@@ -120,17 +126,35 @@ func (c *Client) Collection() *mongo.Collection { return c.coll }
 // each call (the driver writes to the option builders). Optional fields are
 // indexed sparse: on MongoDB, a unique index that is not sparse lets only
 // one document lack the field.
+//
+// Each index is laid out equality, sort, range for the query it serves (the
+// table is in docs/notes/ops.md). An index whose keys change gets a new
+// name: EnsureIndexes looks indexes up by name, so a changed index under
+// its old name would never be built on an existing deployment. The index
+// it replaces is left in place, never dropped by docket; ClaimIndexV1 names
+// it for the one-line manual drop.
 func Indexes() []mongo.IndexModel {
 	return []mongo.IndexModel{
-		{ // the claim: runnable jobs of some queues, best first
-			Keys:    bson.D{{Key: "state", Value: 1}, {Key: "queue", Value: 1}, {Key: "priority", Value: -1}, {Key: "runAt", Value: 1}},
-			Options: options.Index().SetName("claim"),
+		{ // the claim and the batch claim's find:
+			//   {state: available, queue: {$in}, kind: {$in}, runAt: {$lte: now}}
+			//   sorted {priority: -1, runAt: 1, _id: 1}
+			// state, queue and kind are equalities (each $in is a few
+			// points: the planner scans each queue × kind prefix and merges
+			// the scans in sort order, a SORT_MERGE, no blocking SORT, up to
+			// 200 combinations); then the whole sort, _id included, so that
+			// the index order is the claim order; runAt's range is checked
+			// on the keys as the scan walks them.
+			Keys: bson.D{
+				{Key: "state", Value: 1}, {Key: "queue", Value: 1}, {Key: "kind", Value: 1},
+				{Key: "priority", Value: -1}, {Key: "runAt", Value: 1}, {Key: "_id", Value: 1},
+			},
+			Options: options.Index().SetName(ClaimIndex),
 		},
-		{ // the reaper: running jobs by lease expiry
+		{ // the reaper: {state: running, leaseExpiresAt: {$lt}}, unsorted
 			Keys:    bson.D{{Key: "state", Value: 1}, {Key: "leaseExpiresAt", Value: 1}},
 			Options: options.Index().SetName("reap"),
 		},
-		{ // retention: finished jobs by age
+		{ // retention: {state: s, finishedAt: {$lt}}, unsorted
 			Keys:    bson.D{{Key: "state", Value: 1}, {Key: "finishedAt", Value: 1}},
 			Options: options.Index().SetName("finished"),
 		},
@@ -140,6 +164,16 @@ func Indexes() []mongo.IndexModel {
 		},
 	}
 }
+
+// ClaimIndex is the name of the index the claim uses.
+const ClaimIndex = "claim_v2"
+
+// ClaimIndexV1 is the name of the claim index before ClaimIndex, keyed
+// {state, queue, priority: -1, runAt}: without kind and _id, a claim on a
+// large backlog sorted in memory. Docket no longer creates it nor drops it;
+// once every worker runs a version that creates ClaimIndex, drop it with
+// db.jobs.dropIndex("claim").
+const ClaimIndexV1 = "claim"
 
 // EnsureIndexes creates the indexes the claim, the reaper and unique keys
 // need. It is idempotent and safe to run from many processes at once.
