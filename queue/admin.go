@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -285,18 +286,30 @@ type QueueStats struct {
 }
 
 // Stats counts the jobs per queue, kind and state, and finds each queue's
-// longest-waiting runnable job.
+// longest-waiting runnable job, in one pass over the collection (on
+// MongoDB the claim index holds every field the pass reads).
 func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
-	cur, err := c.coll.Aggregate(ctx, mongo.Pipeline{
-		{{Key: "$group", Value: bson.D{
-			{Key: "_id", Value: bson.D{{Key: "queue", Value: "$queue"}, {Key: "kind", Value: "$kind"}, {Key: "state", Value: "$state"}}},
-			{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
-		}}},
-	})
+	group := bson.D{
+		{Key: "_id", Value: bson.D{{Key: "queue", Value: "$queue"}, {Key: "kind", Value: "$kind"}, {Key: "state", Value: "$state"}}},
+		{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
+	}
+	withMin := !noGroupMin.Load()
+	if withMin {
+		group = append(group, bson.E{Key: "oldest", Value: bson.D{{Key: "$min", Value: "$runAt"}}})
+	}
+	cur, err := c.coll.Aggregate(ctx, mongo.Pipeline{{{Key: "$group", Value: group}}})
+	var se mongo.ServerError
+	if withMin && errors.As(err, &se) && se.HasErrorCode(errNotImplemented) {
+		// FerretDB v1 has no $min accumulator: find each queue's oldest
+		// job with a query of its own instead.
+		noGroupMin.Store(true)
+		return c.Stats(ctx)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: stats: %w", err)
 	}
 	defer cur.Close(ctx)
+	t := now()
 	byQueue := map[string]*QueueStats{}
 	var order []string
 	for cur.Next(ctx) {
@@ -319,6 +332,13 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 			qs.Counts[kind] = map[string]int64{}
 		}
 		qs.Counts[kind][state] += n
+		// The earliest runAt of the available jobs waits longest, if it is
+		// due at all.
+		if oldest, ok := cur.Current.Lookup("oldest").TimeOK(); ok && state == string(jobs.StateAvailable) && !oldest.After(t) {
+			if qs.OldestAvailable.IsZero() || oldest.Before(qs.OldestAvailable) {
+				qs.OldestAvailable = oldest.UTC()
+			}
+		}
 	}
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("queue: stats: %w", err)
@@ -326,17 +346,47 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	out := make([]QueueStats, 0, len(order))
 	for _, q := range order {
 		qs := byQueue[q]
-		raw, err := c.coll.FindOne(ctx,
-			bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "queue", Value: q}, {Key: "runAt", Value: bson.D{{Key: "$lte", Value: now()}}}},
-			options.FindOne().SetSort(bson.D{{Key: "runAt", Value: 1}}).SetProjection(bson.D{{Key: "runAt", Value: 1}})).Raw()
-		if err == nil {
-			if t, ok := raw.Lookup("runAt").TimeOK(); ok {
-				qs.OldestAvailable = t.UTC()
+		if !withMin && qs.Counts != nil {
+			raw, err := c.coll.FindOne(ctx,
+				bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "queue", Value: q}, {Key: "runAt", Value: bson.D{{Key: "$lte", Value: t}}}},
+				options.FindOne().SetSort(bson.D{{Key: "runAt", Value: 1}}).SetProjection(bson.D{{Key: "runAt", Value: 1}})).Raw()
+			switch {
+			case err == nil:
+				if at, ok := raw.Lookup("runAt").TimeOK(); ok {
+					qs.OldestAvailable = at.UTC()
+				}
+			case !errors.Is(err, mongo.ErrNoDocuments):
+				return nil, fmt.Errorf("queue: stats: oldest job of %s: %w", q, err)
 			}
-		} else if !errors.Is(err, mongo.ErrNoDocuments) {
-			return nil, fmt.Errorf("queue: stats: oldest job of %s: %w", q, err)
 		}
 		out = append(out, *qs)
 	}
 	return out, nil
+}
+
+// noGroupMin is set once a server has refused the $min accumulator (FerretDB
+// v1 does); Stats then finds each queue's oldest job with a query.
+var noGroupMin atomic.Bool
+
+// errNotImplemented is the server's code for a feature it lacks.
+const errNotImplemented = 238
+
+// Finished returns when the jobs that ended in each of states at or after
+// since ended. It reads the finished index only.
+func (c *Client) Finished(ctx context.Context, since time.Time, states ...jobs.State) (map[jobs.State][]time.Time, error) {
+	cur, err := c.coll.Find(ctx,
+		bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: states}}}, {Key: "finishedAt", Value: bson.D{{Key: "$gte", Value: since}}}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 0}, {Key: "state", Value: 1}, {Key: "finishedAt", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("queue: jobs finished since %s: %w", since.Format(time.RFC3339), err)
+	}
+	defer cur.Close(ctx)
+	out := map[jobs.State][]time.Time{}
+	for cur.Next(ctx) {
+		s, _ := cur.Current.Lookup("state").StringValueOK()
+		if t, ok := cur.Current.Lookup("finishedAt").TimeOK(); ok {
+			out[jobs.State(s)] = append(out[jobs.State(s)], t)
+		}
+	}
+	return out, cur.Err()
 }

@@ -1,15 +1,24 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/docketq/docket/configs"
+	"github.com/docketq/docket/internal/dashboard"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -17,13 +26,14 @@ import (
 
 // ctlCommands are docketctl's subcommands: the operator's view of the jobs.
 var ctlCommands = map[string]subcommand{
-	"stats":  {"jobs per queue, kind and state, and each queue's longest-waiting job", ctlStats},
-	"list":   {"list jobs: --state, --kind, --queue, --since, --until filter; --after pages", ctlList},
-	"show":   {"show jobs by id, with every attempt's error", ctlShow},
-	"retry":  {"run jobs again now, attempts reset, errors kept: by id, or --state dead [--kind K] [--queue Q]", ctlRetry},
-	"cancel": {"cancel jobs by id: available ones at once, running ones at their next heartbeat", cancelCommand},
-	"delete": {"delete finished jobs by id (--force: available ones too; never a running one)", ctlDelete},
-	"purge":  {"delete the jobs that finished in a state long ago: --state succeeded --older-than 24h", ctlPurge},
+	"stats":     {"jobs per queue, kind and state, and each queue's longest-waiting job", ctlStats},
+	"list":      {"list jobs: --state, --kind, --queue, --since, --until filter; --after pages", ctlList},
+	"show":      {"show jobs by id, with every attempt's error", ctlShow},
+	"retry":     {"run jobs again now, attempts reset, errors kept: by id, or --state dead [--kind K] [--queue Q]", ctlRetry},
+	"cancel":    {"cancel jobs by id: available ones at once, running ones at their next heartbeat", cancelCommand},
+	"delete":    {"delete finished jobs by id (--force: available ones too; never a running one)", ctlDelete},
+	"purge":     {"delete the jobs that finished in a state long ago: --state succeeded --older-than 24h", ctlPurge},
+	"dashboard": {"serve the web dashboard: --addr 127.0.0.1:8080 (any other address needs " + dashboard.PasswordEnv + ")", ctlDashboard},
 }
 
 // Ctl is the main function of the docketctl command; it returns the exit
@@ -340,6 +350,46 @@ func ctlPurge(fs *flag.FlagSet) func(*env, []string) error {
 			return err
 		}
 		fmt.Fprintf(e.stdout, "purged %d %s jobs that finished more than %s ago\n", n, s, *olderThan)
+		return nil
+	}
+}
+
+func ctlDashboard(fs *flag.FlagSet) func(*env, []string) error {
+	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on; any but loopback needs "+dashboard.PasswordEnv)
+	refresh := fs.Int("refresh", 5, "seconds between page refreshes (0: the default, negative: off)")
+	return func(e *env, rest []string) error {
+		if len(rest) > 0 {
+			return badInput("unexpected argument %q", rest[0])
+		}
+		log, err := e.cfg.Log.NewLogger(e.stderr)
+		if err != nil {
+			return usageError{err}
+		}
+		srv, err := dashboard.New(e.db, e.q, dashboard.Config{
+			Addr: *addr, Password: os.Getenv(dashboard.PasswordEnv), Refresh: *refresh, Logger: log,
+			Redact: func(s string) string { return configs.Redact(s, e.cfg.Mongo.URI) },
+		})
+		if err != nil {
+			return usageError{err}
+		}
+		ln, err := net.Listen("tcp", *addr)
+		if err != nil {
+			return usageError{fmt.Errorf("--addr: %w", err)}
+		}
+		hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		defer signal.Stop(sigs)
+		go func() {
+			<-sigs
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = hs.Shutdown(ctx)
+		}()
+		fmt.Fprintf(e.stdout, "dashboard: http://%s/\n", ln.Addr())
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
 		return nil
 	}
 }

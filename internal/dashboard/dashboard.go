@@ -1,0 +1,241 @@
+// Package dashboard serves docket's web dashboard: an overview of the
+// queues, the jobs with filters and paging, each job with its attempts'
+// errors, and the operator's actions (retry, cancel, delete), each
+// confirmed and reporting what it changed.
+//
+// Every page is rendered on the server from html/template, so whatever a
+// job holds (args with "<script>", an error message) is shown as text. The
+// assets are embedded: nothing is fetched from elsewhere. The server listens
+// on loopback unless a password is set; actions are POSTs carrying a token
+// only the dashboard's own pages hold.
+package dashboard
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.uber.org/zap"
+
+	"github.com/docketq/docket/queue"
+)
+
+//go:embed assets templates
+var files embed.FS
+
+// PasswordEnv is the environment variable docketctl dashboard reads the
+// password from.
+const PasswordEnv = "DOCKET_DASHBOARD_PASSWORD"
+
+// requestTimeout bounds the database work of one page or action.
+const requestTimeout = 10 * time.Second
+
+// Config configures a Server.
+type Config struct {
+	// Addr is where the server listens; only used to decide whether a
+	// password is required.
+	Addr string
+	// Password, when set, is asked of every request (HTTP basic auth, any
+	// user name). Required unless Addr is a loopback address.
+	Password string
+	// Refresh is how often pages refresh their content, in seconds.
+	// Defaults to 5; negative turns it off.
+	Refresh int
+	// Redact removes credentials from an error message before it is shown
+	// or logged. Defaults to the identity.
+	Redact func(string) string
+	// Logger receives the server's logs. Defaults to a no-op logger.
+	Logger *zap.Logger
+}
+
+// Server is the dashboard.
+type Server struct {
+	cfg   Config
+	db    *mongo.Database
+	q     *queue.Client
+	csrf  string
+	pages map[string]*template.Template
+	mux   *http.ServeMux
+	log   *zap.Logger
+}
+
+// New returns the dashboard over the jobs of q in db. It refuses an Addr
+// other than loopback without a password.
+func New(db *mongo.Database, q *queue.Client, cfg Config) (*Server, error) {
+	if cfg.Refresh == 0 {
+		cfg.Refresh = 5
+	}
+	if cfg.Redact == nil {
+		cfg.Redact = func(s string) string { return s }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if !isLoopback(cfg.Addr) && cfg.Password == "" {
+		return nil, fmt.Errorf("dashboard: %q is not a loopback address: set %s to serve it there", cfg.Addr, PasswordEnv)
+	}
+	token := make([]byte, 32)
+	if _, err := rand.Read(token); err != nil {
+		return nil, fmt.Errorf("dashboard: csrf token: %w", err)
+	}
+	s := &Server{cfg: cfg, db: db, q: q, csrf: hex.EncodeToString(token), pages: map[string]*template.Template{},
+		mux: http.NewServeMux(), log: cfg.Logger.Named("dashboard")}
+	for _, page := range []string{"overview", "jobs", "job", "confirm", "result", "error"} {
+		t, err := template.New(page).ParseFS(files, "templates/base.html", "templates/"+page+".html")
+		if err != nil {
+			return nil, fmt.Errorf("dashboard: template %s: %w", page, err)
+		}
+		s.pages[page] = t
+	}
+	assets, _ := fs.Sub(files, "assets")
+	s.mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	s.mux.HandleFunc("GET /{$}", s.overview)
+	s.mux.HandleFunc("GET /jobs", s.jobs)
+	s.mux.HandleFunc("GET /jobs/{id}", s.job)
+	s.mux.HandleFunc("GET /jobs/{id}/{action}", s.confirm)
+	s.mux.HandleFunc("POST /jobs/{id}/{action}", s.act)
+	return s, nil
+}
+
+// isLoopback reports whether addr (host:port) listens on loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// ServeHTTP serves the dashboard with its security headers and, when a
+// password is set, basic auth.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+	if s.cfg.Password != "" {
+		_, pw, ok := r.BasicAuth()
+		if !ok || subtle.ConstantTimeCompare([]byte(pw), []byte(s.cfg.Password)) != 1 {
+			h.Set("WWW-Authenticate", `Basic realm="docket", charset="UTF-8"`)
+			http.Error(w, "the dashboard needs its password", http.StatusUnauthorized)
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// page is what every template gets.
+type page struct {
+	Title   string
+	Nav     string
+	Refresh int
+}
+
+// render writes template name with data; a request marked partial (the
+// page's own refresh) gets only the content.
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
+	t := s.pages[name]
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	tmpl := "base"
+	if r.Header.Get("X-Docket-Partial") == "1" {
+		tmpl = "content"
+	}
+	if err := t.ExecuteTemplate(w, tmpl, data); err != nil {
+		s.log.Warn("rendering a page failed", zap.String("page", name), zap.String("error", s.cfg.Redact(err.Error())))
+	}
+}
+
+// fail shows an error page; the message never holds a credential.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+	msg := s.cfg.Redact(err.Error())
+	if status >= 500 {
+		s.log.Warn("a dashboard request failed", zap.String("path", r.URL.Path), zap.String("error", msg))
+	}
+	s.render(w, r, status, "error", struct {
+		page
+		Message string
+	}{page{Title: "Error"}, msg})
+}
+
+func (s *Server) ctx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), requestTimeout)
+}
+
+// checkPost refuses a POST that does not come from one of the dashboard's
+// own pages: it must carry the token they hold, and an Origin, when the
+// browser sends one, must be this server.
+func (s *Server) checkPost(r *http.Request) error {
+	if err := r.ParseForm(); err != nil {
+		return err
+	}
+	if subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf")), []byte(s.csrf)) != 1 {
+		return errors.New("this form is stale or did not come from the dashboard: reload the page and try again")
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host {
+			return fmt.Errorf("a request from another site (%s) is refused", o)
+		}
+	}
+	return nil
+}
+
+// since says how long ago t was, for people.
+func since(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := time.Since(t)
+	switch {
+	case d < 0:
+		return "in " + (-d).Round(time.Second).String()
+	case d < time.Minute:
+		return d.Round(time.Second).String() + " ago"
+	case d < time.Hour:
+		return d.Round(time.Second).String() + " ago"
+	case d < 48*time.Hour:
+		return d.Round(time.Minute).String() + " ago"
+	}
+	return t.UTC().Format("2006-01-02 15:04")
+}
+
+// query builds a /jobs URL with the non-empty values.
+func jobsURL(vals ...string) string {
+	q := url.Values{}
+	for i := 0; i+1 < len(vals); i += 2 {
+		if vals[i+1] != "" {
+			q.Set(vals[i], vals[i+1])
+		}
+	}
+	if len(q) == 0 {
+		return "/jobs"
+	}
+	return "/jobs?" + q.Encode()
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}

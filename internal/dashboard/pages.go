@@ -1,0 +1,362 @@
+package dashboard
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/zap"
+
+	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+)
+
+// states are the job states in the order pages show them.
+var states = []string{
+	string(jobs.StateAvailable), string(jobs.StateRunning), string(jobs.StateSucceeded),
+	string(jobs.StateDead), string(jobs.StateCancelled),
+}
+
+type count struct {
+	State string
+	N     int64
+	Link  string
+}
+
+type queueRow struct {
+	Queue, Kind, Oldest string
+	Counts              []count
+}
+
+type bar struct {
+	X, W, YOk, HOk, YFailed, HFailed int
+	Ok, Failed                       int
+	Label                            string
+}
+
+type chart struct {
+	Width, Max, TotalOk, TotalFailed int
+	Bars                             []bar
+}
+
+// minuteChart counts ok and failed per minute over the hour before now,
+// as bars 140 units high at most.
+func minuteChart(ok, failed []time.Time, now time.Time) chart {
+	const minutes, height = 60, 130
+	start := now.Truncate(time.Minute).Add(-(minutes - 1) * time.Minute)
+	okN, failN := make([]int, minutes), make([]int, minutes)
+	bucket := func(ts []time.Time, into []int) int {
+		n := 0
+		for _, t := range ts {
+			if i := int(t.Sub(start) / time.Minute); i >= 0 && i < minutes {
+				into[i]++
+				n++
+			}
+		}
+		return n
+	}
+	c := chart{Width: minutes * 10, TotalOk: bucket(ok, okN), TotalFailed: bucket(failed, failN)}
+	for i := range minutes {
+		c.Max = max(c.Max, okN[i]+failN[i])
+	}
+	scale := func(n int) int {
+		if c.Max == 0 {
+			return 0
+		}
+		return n * height / c.Max
+	}
+	for i := range minutes {
+		hOk, hFailed := scale(okN[i]), scale(failN[i])
+		c.Bars = append(c.Bars, bar{
+			X: i * 10, W: 8, Ok: okN[i], Failed: failN[i],
+			YOk: 140 - hOk, HOk: hOk, YFailed: 140 - hOk - hFailed, HFailed: hFailed,
+			Label: start.Add(time.Duration(i) * time.Minute).UTC().Format("15:04"),
+		})
+	}
+	return c
+}
+
+func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	stats, err := s.q.Stats(ctx)
+	if err != nil {
+		s.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	now := time.Now()
+	finished, err := s.q.Finished(ctx, now.Add(-time.Hour), jobs.StateSucceeded, jobs.StateDead)
+	if err != nil {
+		s.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	ok, failed := finished[jobs.StateSucceeded], finished[jobs.StateDead]
+	totals := map[string]int64{}
+	var rows []queueRow
+	var oldest time.Time
+	sort.Slice(stats, func(i, j int) bool { return stats[i].Queue < stats[j].Queue })
+	for _, qs := range stats {
+		if !qs.OldestAvailable.IsZero() && (oldest.IsZero() || qs.OldestAvailable.Before(oldest)) {
+			oldest = qs.OldestAvailable
+		}
+		kinds := make([]string, 0, len(qs.Counts))
+		for k := range qs.Counts {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		for i, k := range kinds {
+			row := queueRow{Queue: qs.Queue, Kind: k}
+			if i == 0 {
+				row.Oldest = since(qs.OldestAvailable)
+			}
+			for _, st := range states {
+				n := qs.Counts[k][st]
+				totals[st] += n
+				row.Counts = append(row.Counts, count{State: st, N: n, Link: jobsURL("queue", qs.Queue, "kind", k, "state", st)})
+			}
+			rows = append(rows, row)
+		}
+	}
+	var cards []count
+	for _, st := range states {
+		cards = append(cards, count{State: st, N: totals[st]})
+	}
+	s.render(w, r, http.StatusOK, "overview", struct {
+		page
+		Totals []count
+		Oldest string
+		States []string
+		Rows   []queueRow
+		Chart  chart
+	}{page{Title: "Overview", Nav: "overview", Refresh: s.cfg.Refresh}, cards, since(oldest), states, rows, minuteChart(ok, failed, now)})
+}
+
+// pageSize is how many jobs a page lists.
+const pageSize = 50
+
+type jobRow struct {
+	ID, Kind, Queue, State, Updated, LastError string
+	Attempt, MaxAttempts                       int64
+}
+
+func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	q := r.URL.Query()
+	f := struct{ State, Kind, Queue string }{q.Get("state"), q.Get("kind"), q.Get("queue")}
+	var filter queue.JobFilter
+	if f.State != "" {
+		if !jobs.State(f.State).Valid() {
+			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("state %q is not a job state", f.State))
+			return
+		}
+		filter.States = []jobs.State{jobs.State(f.State)}
+	}
+	if f.Kind != "" {
+		filter.Kinds = []string{f.Kind}
+	}
+	if f.Queue != "" {
+		filter.Queues = []string{f.Queue}
+	}
+	list, more, err := s.q.List(ctx, filter, q.Get("after"), pageSize)
+	if err != nil {
+		s.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	rows := make([]jobRow, len(list))
+	for i, j := range list {
+		rows[i] = jobRow{ID: j.ID, Kind: j.Kind, Queue: j.Queue, State: j.State, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
+			Updated: since(j.UpdatedAt), LastError: oneLine(j.LastError, 80)}
+	}
+	next := ""
+	if more {
+		next = jobsURL("state", f.State, "kind", f.Kind, "queue", f.Queue, "after", list[len(list)-1].ID)
+	}
+	s.render(w, r, http.StatusOK, "jobs", struct {
+		page
+		States []string
+		Filter struct{ State, Kind, Queue string }
+		Jobs   []jobRow
+		Next   string
+		First  string
+	}{page{Title: "Jobs", Nav: "jobs", Refresh: s.cfg.Refresh}, states, f, rows, next, jobsURL("state", f.State, "kind", f.Kind, "queue", f.Queue)})
+}
+
+type field struct{ Name, Value string }
+
+type event struct {
+	at       time.Time
+	At, What string
+}
+
+// get reads one job as stored.
+func (s *Server) get(r *http.Request, id string) (queue.JobSummary, error) {
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	list, _, err := s.q.List(ctx, queue.JobFilter{IDs: []string{id}}, "", 1)
+	if err != nil {
+		return queue.JobSummary{}, err
+	}
+	if len(list) == 0 {
+		return queue.JobSummary{}, fmt.Errorf("job %s: %w", id, queue.ErrNotFound)
+	}
+	return list[0], nil
+}
+
+func showValue(v bson.RawValue) string {
+	switch v.Type {
+	case bson.TypeString:
+		return v.StringValue()
+	case bson.TypeDateTime:
+		t := v.Time()
+		return t.UTC().Format(time.RFC3339) + " (" + since(t) + ")"
+	case bson.TypeInt32, bson.TypeInt64:
+		n, _ := v.AsInt64OK()
+		return strconv.FormatInt(n, 10)
+	}
+	return v.String()
+}
+
+func (s *Server) job(w http.ResponseWriter, r *http.Request) {
+	j, err := s.get(r, r.PathValue("id"))
+	if errors.Is(err, queue.ErrNotFound) {
+		s.fail(w, r, http.StatusNotFound, err)
+		return
+	}
+	if err != nil {
+		s.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	var fields []field
+	for _, name := range []string{"kind", "queue", "priority", "attempt", "maxAttempts", "runAt", "createdAt", "updatedAt",
+		"finishedAt", "owner", "leaseExpiresAt", "uniqueKey", "finishedUniqueKey", "cancelRequestedAt"} {
+		if v := j.Raw.Lookup(name); v.Type != 0 {
+			fields = append(fields, field{name, showValue(v)})
+		}
+	}
+	var timeline []event
+	add := func(v bson.RawValue, what string) {
+		if t, ok := v.TimeOK(); ok {
+			timeline = append(timeline, event{at: t, What: what})
+		}
+	}
+	add(j.Raw.Lookup("createdAt"), "enqueued")
+	if errs, ok := j.Raw.Lookup("errors").ArrayOK(); ok {
+		vals, _ := errs.Values()
+		for _, v := range vals {
+			if d, ok := v.DocumentOK(); ok {
+				add(d.Lookup("at"), fmt.Sprintf("attempt %s failed on %s: %s", showValue(d.Lookup("attempt")), showValue(d.Lookup("owner")), showValue(d.Lookup("message"))))
+			}
+		}
+	}
+	if j.State == string(jobs.StateRunning) {
+		add(j.Raw.Lookup("heartbeatAt"), fmt.Sprintf("attempt %d running on %s (last heartbeat)", j.Attempt, showValue(j.Raw.Lookup("owner"))))
+	}
+	add(j.Raw.Lookup("finishedAt"), "ended "+j.State)
+	sort.SliceStable(timeline, func(a, b int) bool { return timeline[a].at.Before(timeline[b].at) })
+	for i := range timeline {
+		timeline[i].At = timeline[i].at.UTC().Format("2006-01-02 15:04:05.000")
+	}
+	args := "{}"
+	switch v := j.Raw.Lookup("args"); v.Type {
+	case 0:
+	case bson.TypeEmbeddedDocument:
+		if b, err := bson.MarshalExtJSONIndent(v.Document(), false, false, "", "  "); err == nil {
+			args = string(b)
+		}
+	default: // not a document: another app wrote it; show it as it is
+		args = v.String()
+	}
+	st := jobs.State(j.State)
+	s.render(w, r, http.StatusOK, "job", struct {
+		page
+		Job                            queue.JobSummary
+		Fields                         []field
+		Timeline                       []event
+		Args                           string
+		CanRetry, CanCancel, CanDelete bool
+	}{page{Title: "Job " + j.ID, Nav: "jobs", Refresh: s.cfg.Refresh}, j, fields, timeline, args,
+		st.Valid() && st != jobs.StateRunning, st == jobs.StateAvailable || st == jobs.StateRunning, st.Finished()})
+}
+
+// actions are the operator's actions on one job.
+var actions = map[string]struct{ verb, explain string }{
+	"retry":  {"Retry", "The job becomes available now, its attempts reset and its past errors kept. A running job is never retried."},
+	"cancel": {"Cancel", "An available job is cancelled at once; a running one is asked to stop at its next heartbeat. A transfer that has started applying cannot be cancelled."},
+	"delete": {"Delete", "The job document is removed for good. Only a finished job can be deleted here."},
+}
+
+func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
+	a, ok := actions[r.PathValue("action")]
+	if !ok {
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no action %q", r.PathValue("action")))
+		return
+	}
+	s.render(w, r, http.StatusOK, "confirm", struct {
+		page
+		ID, Action, Verb, Explain, CSRF string
+	}{page{Title: a.verb + " job", Nav: "jobs"}, r.PathValue("id"), r.PathValue("action"), a.verb, a.explain, s.csrf})
+}
+
+func (s *Server) act(w http.ResponseWriter, r *http.Request) {
+	if err := s.checkPost(r); err != nil {
+		s.fail(w, r, http.StatusForbidden, err)
+		return
+	}
+	id, action := r.PathValue("id"), r.PathValue("action")
+	ctx, cancel := s.ctx(r)
+	defer cancel()
+	var msg string
+	var failed bool
+	switch action {
+	case "retry", "delete":
+		var res []queue.ActionResult
+		var err error
+		if action == "retry" {
+			res, err = s.q.Retry(ctx, queue.JobFilter{IDs: []string{id}})
+		} else {
+			res, err = s.q.Delete(ctx, queue.JobFilter{IDs: []string{id}}, false)
+		}
+		if err != nil {
+			s.fail(w, r, http.StatusServiceUnavailable, err)
+			return
+		}
+		verb := map[string]string{"retry": "retried", "delete": "deleted"}[action]
+		for _, x := range res {
+			if x.Err != nil {
+				msg, failed = fmt.Sprintf("Job %s not %s: %v.", x.ID, verb, x.Err), true
+			} else {
+				msg = fmt.Sprintf("Job %s %s (it was %s).", x.ID, verb, x.From)
+			}
+		}
+	case "cancel":
+		out, err := handlers.CancelJob(ctx, s.db, s.q, id)
+		switch {
+		case errors.Is(err, queue.ErrNotFound), errors.Is(err, queue.ErrFinished), errors.Is(err, handlers.ErrNotCancellable):
+			msg, failed = fmt.Sprintf("Job %s not cancelled: %s.", id, s.cfg.Redact(err.Error())), true
+		case err != nil:
+			s.fail(w, r, http.StatusServiceUnavailable, err)
+			return
+		default:
+			msg = fmt.Sprintf("Job %s: %s.", id, out)
+		}
+	default:
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no action %q", action))
+		return
+	}
+	status := http.StatusOK
+	if failed {
+		status = http.StatusConflict
+	}
+	s.log.Info("dashboard action", zap.String("action", action), zap.String("job_id", id), zap.String("result", msg))
+	s.render(w, r, status, "result", struct {
+		page
+		ID, Message string
+		Failed      bool
+	}{page{Title: "Done", Nav: "jobs"}, id, msg, failed})
+}
