@@ -365,7 +365,7 @@ func TestConcurrentUsersLoad(t *testing.T) {
 		for _, id := range ids[:renamedUsers] {
 			name := fmt.Sprintf("%s-v%d", id, i)
 			p := planned{job: renameJob(t, id, name), retry: rng.IntN(2) == 0}
-			wantName[id] = name // jobs made later have later ids
+			wantName[id] = name // jobs made later have a later createdAt (or the same and a later id)
 			if rng.IntN(3) == 0 {
 				p.crashAt = renameSteps[rng.IntN(len(renameSteps))]
 			}
