@@ -558,6 +558,28 @@ func harnessCases() []harnessCase {
 			want: jobs.StateSucceeded,
 		},
 		{
+			// A user whose friends another app wrote as null: the job is
+			// dead at its first check, writing nothing, whoever runs it.
+			name: "add-friend-unusable-user",
+			setup: func(t *testing.T, h *harnessEnv) {
+				harnessUsers(t, h, map[string][]string{"u1": {"u3"}, "u3": {"u1"}})
+				_, err := h.users.InsertOne(h.ctx, bson.D{{Key: "_id", Value: "u2"}, {Key: "name", Value: "name-u2"}, {Key: "friends", Value: nil}})
+				require.NoError(t, err)
+				h.enqueue(t, handlers.AddFriendKind, handlers.AddFriendArgs{UserA: "u1", UserB: "u2"})
+			},
+			check: func(t *testing.T, h *harnessEnv) {
+				var u1 struct {
+					Friends []string `bson:"friends"`
+				}
+				require.NoError(t, h.users.FindOne(h.ctx, bson.D{{Key: "_id", Value: "u1"}}).Decode(&u1))
+				require.Equal(t, []string{"u3"}, u1.Friends)
+				raw, err := h.users.FindOne(h.ctx, bson.D{{Key: "_id", Value: "u2"}}).Raw()
+				require.NoError(t, err)
+				require.Equal(t, bson.TypeNull, raw.Lookup("friends").Type, "u2 was written")
+			},
+			want: jobs.StateDead,
+		},
+		{
 			name: "rename",
 			setup: func(t *testing.T, h *harnessEnv) {
 				harnessRenameSetup(t, h)
@@ -587,6 +609,31 @@ func harnessCases() []harnessCase {
 				harnessRequireNames(t, h, map[string]string{"u1": "Bea", "u2": "name-u2"})
 			},
 			want: jobs.StateSucceeded,
+		},
+		{
+			// A rename inserted by another app without createdAt cannot be
+			// ordered: dead, nothing written.
+			name: "rename-unordered",
+			setup: func(t *testing.T, h *harnessEnv) {
+				harnessUsers(t, h, map[string][]string{"u1": {}})
+				now := time.Now()
+				_, err := h.q.Collection().InsertOne(h.ctx, bson.D{
+					{Key: "_id", Value: "f47ac10b-58cc-4372-a567-0e02b2c3d479"}, {Key: "kind", Value: handlers.RenameKind},
+					{Key: "args", Value: bson.D{{Key: "userId", Value: "u1"}, {Key: "newName", Value: "Ann"}}},
+					{Key: "state", Value: jobs.StateAvailable}, {Key: "queue", Value: jobs.DefaultQueue}, {Key: "runAt", Value: now},
+				})
+				require.NoError(t, err)
+				h.subject = "f47ac10b-58cc-4372-a567-0e02b2c3d479"
+			},
+			recover: harnessRenameSweep,
+			pending: harnessSyncing,
+			check: func(t *testing.T, h *harnessEnv) {
+				harnessRequireNames(t, h, map[string]string{"u1": "name-u1"})
+				j, err := h.q.Get(h.ctx, h.subject)
+				require.NoError(t, err)
+				require.Contains(t, j.Errors[len(j.Errors)-1].Message, "createdAt: missing")
+			},
+			want: jobs.StateDead,
 		},
 		{
 			name: "transfer",
