@@ -606,34 +606,47 @@ func harnessCases() []harnessCase {
 			recover: harnessRenameSweep,
 			pending: harnessSyncing,
 			check: func(t *testing.T, h *harnessEnv) {
-				harnessRequireNames(t, h, map[string]string{"u1": "Bea", "u2": "name-u2"})
+				harnessRequireNames(t, h, map[string]string{"u1": harnessLastRename(t, h, "u1"), "u2": "name-u2"})
 			},
 			want: jobs.StateSucceeded,
 		},
 		{
-			// A rename inserted by another app without createdAt cannot be
-			// ordered: dead, nothing written.
-			name: "rename-unordered",
+			// A rename inserted by another app with a uuid4 id and no
+			// createdAt: the first attempt that gets to it stamps the time
+			// into the job (one more write), and the rename enqueued or
+			// stamped last wins: the docket one enqueued meanwhile, unless
+			// every attempt that ran before it was killed or stalled before
+			// the stamp.
+			name: "rename-plain-insert-vs-newer",
 			setup: func(t *testing.T, h *harnessEnv) {
-				harnessUsers(t, h, map[string][]string{"u1": {}})
-				now := time.Now()
+				harnessUsers(t, h, map[string][]string{"u1": {}, "u2": {}})
+				for uid, n := range map[string]int{"u1": 3, "u2": 2} {
+					for i := range n {
+						_, err := h.comments.InsertOne(h.ctx, bson.D{
+							{Key: "_id", Value: fmt.Sprintf("%s-c%d", uid, i)}, {Key: "uid", Value: uid}, {Key: "uname", Value: "name-" + uid},
+						})
+						require.NoError(t, err)
+					}
+				}
 				_, err := h.q.Collection().InsertOne(h.ctx, bson.D{
 					{Key: "_id", Value: "f47ac10b-58cc-4372-a567-0e02b2c3d479"}, {Key: "kind", Value: handlers.RenameKind},
 					{Key: "args", Value: bson.D{{Key: "userId", Value: "u1"}, {Key: "newName", Value: "Ann"}}},
-					{Key: "state", Value: jobs.StateAvailable}, {Key: "queue", Value: jobs.DefaultQueue}, {Key: "runAt", Value: now},
+					{Key: "state", Value: jobs.StateAvailable}, {Key: "queue", Value: jobs.DefaultQueue}, {Key: "runAt", Value: time.Now()},
 				})
 				require.NoError(t, err)
 				h.subject = "f47ac10b-58cc-4372-a567-0e02b2c3d479"
 			},
+			interfere: func(t *testing.T, h *harnessEnv) {
+				_, err := h.q.Enqueue(h.ctx, handlers.RenameKind, handlers.RenameArgs{UserID: "u1", NewName: "Bea"}, queue.InsertOpts{})
+				require.NoError(t, err)
+				require.True(t, h.runFully(t), "the newer rename was not claimed")
+			},
 			recover: harnessRenameSweep,
 			pending: harnessSyncing,
 			check: func(t *testing.T, h *harnessEnv) {
-				harnessRequireNames(t, h, map[string]string{"u1": "name-u1"})
-				j, err := h.q.Get(h.ctx, h.subject)
-				require.NoError(t, err)
-				require.Contains(t, j.Errors[len(j.Errors)-1].Message, "createdAt: missing")
+				harnessRequireNames(t, h, map[string]string{"u1": harnessLastRename(t, h, "u1"), "u2": "name-u2"})
 			},
-			want: jobs.StateDead,
+			want: jobs.StateSucceeded,
 		},
 		{
 			name: "transfer",
@@ -735,6 +748,31 @@ func harnessSyncing(t *testing.T, h *harnessEnv) bool {
 	n, err := h.users.CountDocuments(h.ctx, bson.D{{Key: "syncing", Value: bson.D{{Key: "$exists", Value: true}}}})
 	require.NoError(t, err)
 	return n > 0
+}
+
+// harnessLastRename returns the name that the succeeded rename of uid
+// with the greatest (createdAt, _id) sets: the one that must win.
+func harnessLastRename(t *testing.T, h *harnessEnv, uid string) string {
+	t.Helper()
+	cur, err := h.q.Collection().Find(h.ctx, bson.D{{Key: "kind", Value: handlers.RenameKind}, {Key: "state", Value: jobs.StateSucceeded}})
+	require.NoError(t, err)
+	var all []jobs.Job
+	require.NoError(t, cur.All(h.ctx, &all))
+	var last *jobs.Job
+	name := "name-" + uid
+	for i := range all {
+		j := &all[i]
+		args, err := jobs.DecodeArgs[handlers.RenameArgs](j.Args)
+		require.NoError(t, err)
+		if args.Sync || args.UserID != uid {
+			continue
+		}
+		require.False(t, j.CreatedAt.IsZero(), "rename %s succeeded without a createdAt", j.ID)
+		if last == nil || j.CreatedAt.After(last.CreatedAt) || j.CreatedAt.Equal(last.CreatedAt) && j.ID > last.ID {
+			last, name = j, args.NewName
+		}
+	}
+	return name
 }
 
 // harnessRequireNames checks each user's name, that no syncing flag is

@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.uber.org/zap"
 )
 
@@ -46,12 +47,13 @@ const RenameKind = "rename-user"
 const MaxUserNameLen = 100
 
 // RenameMaxFutureSkew is how far in the future (by the worker's clock) a
-// rename job's createdAt may be. A rename is ordered by its createdAt, so
-// one stamped in the future would win over every rename enqueued before
-// that time; a job whose createdAt is further ahead than this fails
-// permanently instead. It bounds the clock skew between enqueuers and
-// workers that docket tolerates for renames.
-const RenameMaxFutureSkew = time.Minute
+// rename job's createdAt may be when the job first runs. A rename is
+// ordered by its createdAt, so one stamped in the future would win over
+// every rename enqueued before that time: a createdAt further ahead than
+// this, like a missing one, is replaced by the time of the job's first
+// attempt (see renameHandler). It is the clock skew between enqueuers and
+// workers that docket takes at its word.
+const RenameMaxFutureSkew = time.Second
 
 // RenameArgs are the args of a rename-user job. There are two forms:
 //
@@ -129,10 +131,12 @@ const (
 // the time the job was enqueued, which docket's Enqueue stamps and which
 // the documented schema asks other apps to stamp; the id only breaks ties.
 // Ids alone do not order renames: an app that inserts jobs itself chooses
-// them (a uuid4 sorts above every later UUIDv7, forever). A rename job
-// without createdAt, or with one more than RenameMaxFutureSkew ahead of the
-// worker's clock, fails permanently, naming the field, since it cannot be
-// ordered. Step 1 applies only while the user's (renameAt, renameJob) is
+// them (a uuid4 sorts above every later UUIDv7, forever). A job inserted
+// without createdAt (the schema makes it optional), or with one more than
+// RenameMaxFutureSkew ahead of the worker's clock, is ordered at its first
+// attempt instead: that attempt writes its own time into the job's
+// createdAt ($min, fenced on its lease token, the "rename:order" step) and
+// reads it back, and every later attempt finds it there. Step 1 applies only while the user's (renameAt, renameJob) is
 // not newer than the job's key, and step 2 only rewrites comments whose
 // (unameAt, unameJob) is older than the key it read with the name (or of
 // another shape: written by another app). So when renames race, the user
@@ -165,6 +169,7 @@ const (
 // threshold and enqueues a sync-only job.
 type renameHandler struct {
 	d        Deps
+	jobs     *mongo.Collection
 	users    *mongo.Collection
 	comments *mongo.Collection
 	log      *zap.Logger
@@ -173,6 +178,7 @@ type renameHandler struct {
 func registerRename(reg *jobs.Registry, d Deps) error {
 	h := &renameHandler{
 		d:        d,
+		jobs:     d.Queue.Collection().Database().Collection(d.Queue.Collection().Name(), options.Collection().SetReadPreference(readpref.Primary())),
 		users:    usersCollection(d.DB),
 		comments: commentsCollection(d.DB),
 		log:      d.logger().Named("rename"),
@@ -210,31 +216,48 @@ func (h *renameHandler) work(ctx context.Context, job *jobs.Job, args RenameArgs
 	return h.sync(ctx, args.UserID, log)
 }
 
-// ErrRenameUnordered is wrapped by the permanent error of a rename-user job
-// that cannot be ordered among the user's renames: its createdAt is
-// missing or too far in the future (see RenameMaxFutureSkew).
-var ErrRenameUnordered = errors.New("rename cannot be ordered")
-
 // renameKey is the order key of a rename: its job's createdAt, then id.
 type renameKey struct {
 	at  bson.DateTime
 	job string
 }
 
-// keyOf returns the order key of rename job j, or the permanent error of a
-// job that has none.
-func keyOf(j *jobs.Job, now time.Time) (renameKey, error) {
-	switch {
-	case j.CreatedAt.IsZero():
-		return renameKey{}, jobs.Permanent(fmt.Errorf(
-			"createdAt: missing; a rename-user job needs the date it was enqueued, which orders it among the user's renames: %w",
-			ErrRenameUnordered))
-	case j.CreatedAt.After(now.Add(RenameMaxFutureSkew)):
-		return renameKey{}, jobs.Permanent(fmt.Errorf(
-			"createdAt: %s is more than %s ahead of this worker's clock (%s); it would outrank every rename enqueued until then: %w",
-			j.CreatedAt.UTC().Format(time.RFC3339Nano), RenameMaxFutureSkew, now.UTC().Format(time.RFC3339Nano), ErrRenameUnordered))
+// stepRenameOrder is the write that stamps the first attempt's time on a
+// rename job without a usable createdAt.
+const stepRenameOrder = "rename:order"
+
+// order returns the order key of rename job j. A createdAt that is missing
+// or more than RenameMaxFutureSkew ahead of now is replaced, in the job
+// document, by the time of the first attempt that sees it: $min sets a
+// missing field and lowers a future one, and once lowered it is never
+// raised, so every attempt, stale or not, reads back the same key.
+func (h *renameHandler) order(ctx context.Context, j *jobs.Job, now time.Time) (renameKey, error) {
+	if !j.CreatedAt.IsZero() && !j.CreatedAt.After(now.Add(RenameMaxFutureSkew)) {
+		return renameKey{at: bson.NewDateTimeFromTime(j.CreatedAt), job: j.ID}, nil
 	}
-	return renameKey{at: bson.NewDateTimeFromTime(j.CreatedAt), job: j.ID}, nil
+	fence := bson.D{{Key: "_id", Value: j.ID}, {Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: j.LeaseToken}}
+	if _, err := h.jobs.UpdateOne(ctx, fence, bson.D{{Key: "$min", Value: bson.D{{Key: "createdAt", Value: now}}}}); err != nil {
+		return renameKey{}, fmt.Errorf("stamp rename job %s with its first attempt's time: %w", j.ID, err)
+	}
+	if err := h.d.step(ctx, stepRenameOrder); err != nil {
+		return renameKey{}, err
+	}
+	raw, err := h.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
+		options.FindOne().SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		// Not in the jobs collection: a handler run directly (tests).
+		return renameKey{at: bson.NewDateTimeFromTime(now), job: j.ID}, nil
+	}
+	if err != nil {
+		return renameKey{}, fmt.Errorf("read back the createdAt of rename job %s: %w", j.ID, err)
+	}
+	at, ok := raw.Lookup("createdAt").TimeOK()
+	if !ok || at.After(now.Add(RenameMaxFutureSkew)) {
+		// The stamp did not apply: this attempt lost its lease before it.
+		return renameKey{}, fmt.Errorf("rename job %s: createdAt still unusable (%s) after stamping it: %w",
+			j.ID, describeUserValue(raw.Lookup("createdAt")), queue.ErrLeaseLost)
+	}
+	return renameKey{at: bson.NewDateTimeFromTime(at), job: j.ID}, nil
 }
 
 // renameUser is what a rename read of a user: the fields it compares or
@@ -305,7 +328,7 @@ func (h *renameHandler) readUser(ctx context.Context, id string, forSync bool) (
 // rename is step 1.
 func (h *renameHandler) rename(ctx context.Context, job *jobs.Job, args RenameArgs, log *zap.Logger) error {
 	stamp := time.Now().UTC().Truncate(time.Millisecond)
-	key, err := keyOf(job, stamp)
+	key, err := h.order(ctx, job, stamp)
 	if err != nil {
 		return err
 	}

@@ -541,37 +541,67 @@ func TestRenameForeignIDThenDocket(t *testing.T) {
 	}
 }
 
-// TestRenameUnordered: a rename whose createdAt is missing (a plain insert
-// may leave it out) or far in the future cannot be ordered: it fails
-// permanently, naming the field, and writes nothing.
-func TestRenameUnordered(t *testing.T) {
-	e := renameUsers(t)
+// TestRenameCreatedAtMissingOrAhead: a rename inserted by another app
+// without createdAt (the schema makes it optional), or with one in the
+// future, is ordered at its first attempt, which stamps that time into the
+// job: a docket rename enqueued after that attempt wins, and no later
+// attempt of the first job brings its name back.
+func TestRenameCreatedAtMissingOrAhead(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
-		name string
-		at   time.Time
-		msg  string
+		name      string
+		createdAt any // nil: missing
 	}{
-		{"missing", time.Time{}, "createdAt: missing"},
-		{"an hour ahead", time.Now().Add(time.Hour), "ahead of this worker's clock"},
+		{"missing", nil},
+		{"an hour ahead", time.Now().Add(time.Hour)},
+		{"a year ahead", time.Now().AddDate(1, 0, 0)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			j := renameJob(t, "u1", "Ann")
-			j.CreatedAt = tc.at
+			e := renameUsers(t)
+			doc := bson.D{
+				{Key: "_id", Value: "f47ac10b-58cc-4372-a567-0e02b2c3d479"}, // uuid4: above every UUIDv7
+				{Key: "kind", Value: handlers.RenameKind},
+				{Key: "args", Value: bson.D{{Key: "userId", Value: "u1"}, {Key: "newName", Value: "Foreign"}}},
+				{Key: "state", Value: jobs.StateAvailable}, {Key: "queue", Value: jobs.DefaultQueue}, {Key: "runAt", Value: time.Now()},
+			}
+			if tc.createdAt != nil {
+				doc = append(doc, bson.E{Key: "createdAt", Value: tc.createdAt})
+			}
+			_, err := e.q.Collection().InsertOne(e.ctx, doc)
+			require.NoError(t, err)
+
+			foreign := claimUserJob(t, e)
+			require.NotNil(t, foreign)
+			before := time.Now()
 			ctx, steps := recordUserSteps(e.ctx)
-			err := e.run(ctx, t, j)
-			t.Log(err)
-			require.ErrorIs(t, err, handlers.ErrRenameUnordered)
-			require.True(t, jobs.IsPermanent(err))
-			require.Contains(t, err.Error(), tc.msg)
-			require.Empty(t, *steps)
-			e.requireSynced(t, "u1", "name-u1", 6)
+			require.NoError(t, e.run(ctx, t, foreign))
+			require.Equal(t, append([]string{"rename:order"}, renameSteps...), *steps)
+			e.requireSynced(t, "u1", "Foreign", 6)
+			stamped, err := e.q.Get(e.ctx, foreign.ID)
+			require.NoError(t, err)
+			require.WithinDuration(t, before, stamped.CreatedAt, 5*time.Second, "createdAt of the foreign job")
+
+			_, err = e.q.Enqueue(e.ctx, handlers.RenameKind, handlers.RenameArgs{UserID: "u1", NewName: "Docket"}, queue.InsertOpts{})
+			require.NoError(t, err)
+			docket := claimUserJob(t, e)
+			require.NotNil(t, docket)
+			require.NoError(t, e.run(e.ctx, t, docket))
+			e.requireSynced(t, "u1", "Docket", 6)
+
+			// The foreign job's first attempt again (stale), and a retry
+			// that reads the stamp from the job: neither renames back.
+			for _, j := range []*jobs.Job{foreign, retryUserJob(stamped)} {
+				ctx, steps := recordUserSteps(e.ctx)
+				require.NoError(t, e.run(ctx, t, j))
+				require.NotContains(t, *steps, "rename:user")
+				e.requireSynced(t, "u1", "Docket", 6)
+			}
+			again, err := e.q.Get(e.ctx, foreign.ID)
+			require.NoError(t, err)
+			require.Equal(t, stamped.CreatedAt, again.CreatedAt, "the stamp moved")
+			e.requireSynced(t, "u2", "name-u2", 4)
 		})
 	}
-	// Within the skew it is a rename like any other.
-	j := renameJob(t, "u1", "Ann")
-	j.CreatedAt = time.Now().Add(handlers.RenameMaxFutureSkew / 2)
-	require.NoError(t, e.run(e.ctx, t, j))
-	e.requireSynced(t, "u1", "Ann", 6)
 }
 
 // TestRenameUnusableUser: a user another app wrote with a rename field of
