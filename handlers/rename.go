@@ -25,8 +25,9 @@ import (
 // On the user, a rename keeps three fields beside name:
 //   - syncing: the time the name was set, present while the comments may
 //     still carry an older name. The rename sweeper looks for old ones.
-//   - renameAt: the createdAt of the rename job that set the name, the
-//     time docket's enqueue stamped on it.
+//   - renameAt: the createdAt of the rename job that set the name: the
+//     time docket's enqueue stamped on it (or, for a job inserted without
+//     one, the time of its first attempt; see renameHandler).
 //   - renameJob: the id of that job, which breaks ties between renames
 //     enqueued in the same millisecond.
 //
@@ -114,8 +115,9 @@ const (
 	stepRenameDone     = "rename:done"     // syncing unset
 )
 
-// renameHandler runs rename-user jobs in three writes, none of which needs
-// a transaction:
+// renameHandler runs rename-user jobs in three writes (four for a job
+// without a usable createdAt, see Order), none of which needs a
+// transaction:
 //
 //  1. One updateOne on the user sets name, syncing (now), renameAt (the
 //     job's createdAt) and renameJob (the job's id).
@@ -136,10 +138,11 @@ const (
 // RenameMaxFutureSkew ahead of the worker's clock, is ordered at its first
 // attempt instead: that attempt writes its own time into the job's
 // createdAt ($min, fenced on its lease token, the "rename:order" step) and
-// reads it back, and every later attempt finds it there. Step 1 applies only while the user's (renameAt, renameJob) is
-// not newer than the job's key, and step 2 only rewrites comments whose
-// (unameAt, unameJob) is older than the key it read with the name (or of
-// another shape: written by another app). So when renames race, the user
+// reads it back, and every later attempt finds it there. Step 1 applies
+// only while the user's (renameAt, renameJob) is not newer than the job's
+// key, and step 2 only rewrites comments whose (unameAt, unameJob) is older
+// than the key it read with the name (or of another shape: written by
+// another app). So when renames race, the user
 // and every comment end on the name of the rename enqueued last; a crashed
 // rename retried after a newer one has finished cannot bring its older
 // name back, and a slow sync that read an older name cannot overwrite a
