@@ -1,34 +1,5 @@
 package handlers_test
 
-// The schedule harness: for each multi-write handler, and for the lease
-// protocol itself, it runs real attempts of a real job (queue.Claim, the
-// registered handler, queue.Complete/Fail on the attempt's own lease)
-// against devdb and explores where a process can stall or die:
-//
-//   - two attempts: attempt A stalls after its write i (i = 0: right after
-//     its claim, before the handler starts), its lease lapses and the reaper
-//     re-queues the job; attempt B claims it and either runs to completion
-//     or stops dead after its write j, SIGKILL-like (no further write, no
-//     Fail or Complete: the job stays running until reaped). Then A resumes
-//     with its context alive, as a stalled process does (its heartbeat
-//     stalled too, so it does not know yet), finishes its handler, and its
-//     Complete or Fail, and a Heartbeat, must be refused (lease lost);
-//   - three attempts: A stalls after i, B after j, C completes the job, and
-//     A and B resume in both orders.
-//
-// Then the reaper, the kind's sweeper or recovery pass and further attempts
-// run until nothing is left to do, and the case's invariants are checked
-// from the database, with the job's final state, the rule that the job
-// reached a final state exactly once, and the rule that an attempt killed
-// after write j made no write after it.
-//
-// The points between writes come from a dry run with a recording Deps.Hook,
-// so a handler is one table entry (harnessCases). The count of schedules
-// explored is logged and printed (go test -v shows it). DOCKET_HARNESS=full
-// runs every schedule; by default a deterministic sample of the
-// three-attempt schedules runs beside every two-attempt one (see
-// harnessSample).
-
 import (
 	"context"
 	"errors"
@@ -411,7 +382,7 @@ func harnessSchedules(n int, full bool) []harnessSchedule {
 			for _, bFirst := range []bool{false, true} {
 				s := harnessSchedule{i: i, j: j, three: true, bFirst: bFirst,
 					display: fmt.Sprintf("A-stall-%d/B-stall-%d/C-completes/%s", i, j, map[bool]string{false: "A-then-B", true: "B-then-A"}[bFirst])}
-				if full || harnessSample(i, j, bFirst, n) {
+				if full || harnessSample(i, j, n) {
 					out = append(out, s)
 				}
 			}
@@ -420,10 +391,11 @@ func harnessSchedules(n int, full bool) []harnessSchedule {
 	return out
 }
 
-// harnessSample picks the three-attempt schedules of a default run: both
-// resume orders where i == j, and the extremes (a stall before any write,
-// after the last one), so every stall point is paired at least once.
-func harnessSample(i, j int, bFirst bool, n int) bool {
+// harnessSample picks the three-attempt schedules of a default run (both
+// resume orders of each): i == j, and every pair with an extreme (a stall
+// before any write, or after the last one), so every stall point of A and
+// of B is explored at least once.
+func harnessSample(i, j, n int) bool {
 	return i == j || i == 0 || j == 0 || i == n || j == n
 }
 
@@ -494,6 +466,34 @@ func (c harnessCase) dryRun(t *testing.T) []string {
 	return a.writes
 }
 
+// TestHarness is the schedule harness: for each multi-write handler, and for the lease
+// protocol itself, it runs real attempts of a real job (queue.Claim, the
+// registered handler, queue.Complete/Fail on the attempt's own lease)
+// against devdb and explores where a process can stall or die:
+//
+//   - two attempts: attempt A stalls after its write i (i = 0: right after
+//     its claim, before the handler starts), its lease lapses and the reaper
+//     re-queues the job; attempt B claims it and either runs to completion
+//     or stops dead after its write j, SIGKILL-like (no further write, no
+//     Fail or Complete: the job stays running until reaped). Then A resumes
+//     with its context alive, as a stalled process does (its heartbeat
+//     stalled too, so it does not know yet), finishes its handler, and its
+//     Complete or Fail, and a Heartbeat, must be refused (lease lost);
+//   - three attempts: A stalls after i, B after j, C completes the job, and
+//     A and B resume in both orders.
+//
+// Then the reaper, the kind's sweeper or recovery pass and further attempts
+// run until nothing is left to do, and the case's invariants are checked
+// from the database, with the job's final state, the rule that the job
+// reached a final state exactly once, and the rule that an attempt killed
+// after write j made no write after it.
+//
+// The points between writes come from a dry run with a recording Deps.Hook,
+// so a handler is one table entry (harnessCases). The count of schedules
+// explored is logged and printed (go test -v shows it). DOCKET_HARNESS=full
+// runs every schedule; by default a deterministic sample of the
+// three-attempt schedules runs beside every two-attempt one (see
+// harnessSample).
 func TestHarness(t *testing.T) {
 	full := os.Getenv("DOCKET_HARNESS") == "full"
 	for _, c := range harnessCases() {
