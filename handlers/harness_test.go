@@ -466,10 +466,11 @@ func (c harnessCase) dryRun(t *testing.T) []string {
 	return a.writes
 }
 
-// TestHarness is the schedule harness: for each multi-write handler, and for the lease
-// protocol itself, it runs real attempts of a real job (queue.Claim, the
-// registered handler, queue.Complete/Fail on the attempt's own lease)
-// against devdb and explores where a process can stall or die:
+// TestHarness is the schedule harness: for each multi-write handler, and
+// for the lease protocol itself, it runs real attempts of a real job
+// (queue.Claim, the registered handler, queue.Complete/Fail on the
+// attempt's own lease) against devdb and explores where a process can
+// stall or die:
 //
 //   - two attempts: attempt A stalls after its write i (i = 0: right after
 //     its claim, before the handler starts), its lease lapses and the reaper
