@@ -275,8 +275,8 @@ func TestAddFriendUnknownUser(t *testing.T) {
 		msg    string
 		writes []string
 	}{
-		{"userB", handlers.AddFriendArgs{UserA: "u1", UserB: "ghost"}, `userB "ghost"`, []string{"add-friend:unlink"}},
-		{"userA", handlers.AddFriendArgs{UserA: "ghost", UserB: "u1"}, `userA "ghost"`, []string{"add-friend:unlink"}},
+		{"userB", handlers.AddFriendArgs{UserA: "u1", UserB: "ghost"}, `userB "ghost"`, []string{}},
+		{"userA", handlers.AddFriendArgs{UserA: "ghost", UserB: "u1"}, `userA "ghost"`, []string{}},
 		{"both", handlers.AddFriendArgs{UserA: "ghost1", UserB: "ghost2"}, `userA "ghost1", userB "ghost2"`, []string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -352,5 +352,124 @@ func TestAddFriendUserDeleted(t *testing.T) {
 		e.requireFriends(t, map[string][]string{"u1": {"u2"}})
 		require.NoError(t, deleteU2(""))
 		requireUnknown(t, e, e.run(e.ctx, t, retryUserJob(j)))
+	})
+}
+
+// rawUser returns the document of user id as stored.
+func (e *usersEnv) rawUser(t *testing.T, id string) bson.Raw {
+	t.Helper()
+	raw, err := e.users.FindOne(e.ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+	require.NoError(t, err)
+	return raw
+}
+
+// unusableFriends are shapes of friends that another app may write and
+// that add-friend cannot extend or that the other handlers cannot read.
+var unusableFriends = []struct {
+	name  string
+	value any
+	want  string // in the error
+}{
+	{"null", nil, "friends is null"},
+	{"string", "u9", "friends is a string"},
+	{"number", 42, "friends is a 32-bit integer"},
+	{"double", 1.5, "friends is a double"},
+	{"document", bson.D{{Key: "u9", Value: true}}, "friends is a embedded document"},
+	{"array with a number", bson.A{"u9", 7}, "friends[1] is a 32-bit integer"},
+	{"array with null", bson.A{nil}, "friends[0] is null"},
+	{"array with a document", bson.A{bson.D{{Key: "id", Value: "u9"}}}, "friends[0] is a embedded document"},
+}
+
+// TestAddFriendUnusableUser: a user whose friends another app wrote in a
+// shape add-friend cannot extend fails the job permanently, naming the
+// user and the field, before any write: neither user changes.
+func TestAddFriendUnusableUser(t *testing.T) {
+	t.Parallel()
+	for _, tc := range unusableFriends {
+		for _, bad := range []string{"userA", "userB"} {
+			t.Run(tc.name+"/"+bad, func(t *testing.T) {
+				e := newUsersEnv(t)
+				e.addUsers(t, "u1", "u2")
+				badID := map[string]string{"userA": "u1", "userB": "u2"}[bad]
+				_, err := e.users.UpdateOne(e.ctx, bson.D{{Key: "_id", Value: badID}},
+					bson.D{{Key: "$set", Value: bson.D{{Key: "friends", Value: tc.value}}}})
+				require.NoError(t, err)
+				before := map[string]bson.Raw{"u1": e.rawUser(t, "u1"), "u2": e.rawUser(t, "u2")}
+
+				ctx, steps := recordUserSteps(e.ctx)
+				err = e.run(ctx, t, newUserJob(t, handlers.AddFriendKind, handlers.AddFriendArgs{UserA: "u1", UserB: "u2"}))
+				t.Log(err)
+				require.ErrorIs(t, err, handlers.ErrUnusableUser)
+				require.True(t, jobs.IsPermanent(err), "%v is not permanent", err)
+				require.Contains(t, err.Error(), fmt.Sprintf("%s %q: %s", bad, badID, tc.want))
+				require.Empty(t, *steps, "the job wrote")
+				for id, doc := range before {
+					require.Equal(t, doc.String(), e.rawUser(t, id).String(), "user %s changed", id)
+				}
+			})
+		}
+	}
+}
+
+// TestAddFriendUserRewritten rewrites u2's friends to null while a job
+// makes u1 and u2 friends: whenever the job notices, it fails permanently
+// and leaves no one-sided friendship, whatever crashed before.
+func TestAddFriendUserRewritten(t *testing.T) {
+	t.Parallel()
+	args := handlers.AddFriendArgs{UserA: "u1", UserB: "u2"}
+	start := func(t *testing.T) (*usersEnv, *jobs.Job, func() error) {
+		e := newUsersEnv(t)
+		e.addUsers(t, "u1", "u2")
+		nullU2 := func() error {
+			_, err := e.users.UpdateOne(e.ctx, bson.D{{Key: "_id", Value: "u2"}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: "friends", Value: nil}}}})
+			return err
+		}
+		return e, newUserJob(t, handlers.AddFriendKind, args), nullU2
+	}
+	requireRefused := func(t *testing.T, e *usersEnv, err error) {
+		t.Helper()
+		require.ErrorIs(t, err, handlers.ErrUnusableUser)
+		require.True(t, jobs.IsPermanent(err))
+		require.Contains(t, err.Error(), `userB "u2": friends is null`)
+		require.Empty(t, e.user(t, "u1").Friends, "u1 lists u2 alone")
+		require.Equal(t, bson.TypeNull, e.rawUser(t, "u2").Lookup("friends").Type, "u2 was written")
+	}
+
+	t.Run("between the check and the writes", func(t *testing.T) {
+		e, j, nullU2 := start(t)
+		var steps []string
+		err := e.run(withUserSteps(e.ctx, func(s string) error {
+			steps = append(steps, s)
+			if s == "add-friend:a" {
+				return nullU2()
+			}
+			return nil
+		}), t, j)
+		requireRefused(t, e, err)
+		require.Equal(t, []string{"add-friend:a", "add-friend:unlink"}, steps)
+	})
+
+	t.Run("crash after unlink", func(t *testing.T) {
+		e, j, nullU2 := start(t)
+		err := e.run(withUserSteps(e.ctx, func(s string) error {
+			switch s {
+			case "add-friend:a":
+				return nullU2()
+			case "add-friend:unlink":
+				return errUserCrash
+			}
+			return nil
+		}), t, j)
+		require.ErrorIs(t, err, errUserCrash)
+		requireRefused(t, e, e.run(e.ctx, t, retryUserJob(j)))
+	})
+
+	t.Run("after a crash", func(t *testing.T) {
+		e, j, nullU2 := start(t)
+		require.ErrorIs(t, e.run(userCrashAt(e.ctx, "add-friend:a"), t, j), errUserCrash)
+		e.requireFriends(t, map[string][]string{"u1": {"u2"}})
+		require.NoError(t, nullU2())
+		requireRefused(t, e, e.run(e.ctx, t, retryUserJob(j)))
 	})
 }

@@ -365,7 +365,7 @@ func TestConcurrentUsersLoad(t *testing.T) {
 		for _, id := range ids[:renamedUsers] {
 			name := fmt.Sprintf("%s-v%d", id, i)
 			p := planned{job: renameJob(t, id, name), retry: rng.IntN(2) == 0}
-			wantName[id] = name // jobs made later have later ids
+			wantName[id] = name // jobs made later have a later createdAt (or the same and a later id)
 			if rng.IntN(3) == 0 {
 				p.crashAt = renameSteps[rng.IntN(len(renameSteps))]
 			}
@@ -509,4 +509,160 @@ func TestRenameStaleSync(t *testing.T) {
 		require.NoError(t, e.run(e.ctx, t, retryUserJob(newer)))
 		e.requireSynced(t, "u1", "New", 6)
 	})
+}
+
+// TestRenameForeignIDThenDocket: a rename inserted by another app with a
+// uuid4 id that sorts above every UUIDv7 (as the README's Python example
+// makes them), then a rename enqueued later by docket: the later one wins,
+// whichever runs first, and a retry of the other cannot undo it.
+func TestRenameForeignIDThenDocket(t *testing.T) {
+	t.Parallel()
+	for _, order := range []string{"foreign first", "docket first"} {
+		t.Run(order, func(t *testing.T) {
+			e := renameUsers(t)
+			foreign := renameJob(t, "u1", "Foreign")
+			foreign.ID = "f47ac10b-58cc-4372-a567-0e02b2c3d479" // uuid4: above every UUIDv7 until 2084
+			foreign.CreatedAt = time.Now().Add(-time.Second)
+			docket := renameJob(t, "u1", "Docket")
+			require.Greater(t, foreign.ID, docket.ID)
+
+			first, second := foreign, docket
+			if order == "docket first" {
+				first, second = docket, foreign
+			}
+			require.NoError(t, e.run(e.ctx, t, first))
+			e.requireSynced(t, "u1", first.Args.Lookup("newName").StringValue(), 6)
+			require.NoError(t, e.run(e.ctx, t, second))
+			e.requireSynced(t, "u1", "Docket", 6)
+			require.NoError(t, e.run(e.ctx, t, retryUserJob(foreign)))
+			e.requireSynced(t, "u1", "Docket", 6)
+			e.requireSynced(t, "u2", "name-u2", 4)
+		})
+	}
+}
+
+// TestRenameCreatedAtMissingOrAhead: a rename inserted by another app
+// without createdAt (the schema makes it optional), or with one in the
+// future, is ordered at its first attempt, which stamps that time into the
+// job: a docket rename enqueued after that attempt wins, and no later
+// attempt of the first job brings its name back.
+func TestRenameCreatedAtMissingOrAhead(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		createdAt any // nil: missing
+	}{
+		{"missing", nil},
+		{"an hour ahead", time.Now().Add(time.Hour)},
+		{"a year ahead", time.Now().AddDate(1, 0, 0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := renameUsers(t)
+			doc := bson.D{
+				{Key: "_id", Value: "f47ac10b-58cc-4372-a567-0e02b2c3d479"}, // uuid4: above every UUIDv7
+				{Key: "kind", Value: handlers.RenameKind},
+				{Key: "args", Value: bson.D{{Key: "userId", Value: "u1"}, {Key: "newName", Value: "Foreign"}}},
+				{Key: "state", Value: jobs.StateAvailable}, {Key: "queue", Value: jobs.DefaultQueue}, {Key: "runAt", Value: time.Now()},
+			}
+			if tc.createdAt != nil {
+				doc = append(doc, bson.E{Key: "createdAt", Value: tc.createdAt})
+			}
+			_, err := e.q.Collection().InsertOne(e.ctx, doc)
+			require.NoError(t, err)
+
+			foreign := claimUserJob(t, e)
+			require.NotNil(t, foreign)
+			before := time.Now()
+			ctx, steps := recordUserSteps(e.ctx)
+			require.NoError(t, e.run(ctx, t, foreign))
+			require.Equal(t, append([]string{"rename:order"}, renameSteps...), *steps)
+			e.requireSynced(t, "u1", "Foreign", 6)
+			stamped, err := e.q.Get(e.ctx, foreign.ID)
+			require.NoError(t, err)
+			require.WithinDuration(t, before, stamped.CreatedAt, 5*time.Second, "createdAt of the foreign job")
+
+			_, err = e.q.Enqueue(e.ctx, handlers.RenameKind, handlers.RenameArgs{UserID: "u1", NewName: "Docket"}, queue.InsertOpts{})
+			require.NoError(t, err)
+			docket := claimUserJob(t, e)
+			require.NotNil(t, docket)
+			require.NoError(t, e.run(e.ctx, t, docket))
+			e.requireSynced(t, "u1", "Docket", 6)
+
+			// The foreign job's first attempt again (stale), and a retry
+			// that reads the stamp from the job: neither renames back.
+			for _, j := range []*jobs.Job{foreign, retryUserJob(stamped)} {
+				ctx, steps := recordUserSteps(e.ctx)
+				require.NoError(t, e.run(ctx, t, j))
+				require.NotContains(t, *steps, "rename:user")
+				e.requireSynced(t, "u1", "Docket", 6)
+			}
+			again, err := e.q.Get(e.ctx, foreign.ID)
+			require.NoError(t, err)
+			require.Equal(t, stamped.CreatedAt, again.CreatedAt, "the stamp moved")
+			e.requireSynced(t, "u2", "name-u2", 4)
+		})
+	}
+}
+
+// TestRenameUnusableUser: a user another app wrote with a rename field of
+// another type fails the job permanently, naming user and field, before
+// any write.
+func TestRenameUnusableUser(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		set  bson.D
+		sync bool // the job is sync-only
+		msg  string
+	}{
+		{"renameAt a string", bson.D{{Key: "renameAt", Value: "2026-01-01"}}, false, "renameAt is a string"},
+		{"renameJob a number", bson.D{{Key: "renameAt", Value: time.Now()}, {Key: "renameJob", Value: 7}}, false, "renameJob is a 32-bit integer"},
+		{"sync: name a number", bson.D{{Key: "name", Value: 42}, {Key: "syncing", Value: time.Now()}}, true, "name is a 32-bit integer"},
+		{"sync: name missing", bson.D{{Key: "syncing", Value: time.Now()}}, true, "name is missing"},
+		{"sync: syncing a string", bson.D{{Key: "syncing", Value: "yes"}}, true, "syncing is a string"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := renameUsers(t)
+			update := bson.D{{Key: "$set", Value: tc.set}}
+			if tc.name == "sync: name missing" {
+				update = append(update, bson.E{Key: "$unset", Value: bson.D{{Key: "name", Value: ""}}})
+			}
+			_, err := e.users.UpdateOne(e.ctx, bson.D{{Key: "_id", Value: "u1"}}, update)
+			require.NoError(t, err)
+			before := e.rawUser(t, "u1").String()
+			j := renameJob(t, "u1", "Ann")
+			if tc.sync {
+				j = syncJob(t, "u1")
+			}
+			ctx, steps := recordUserSteps(e.ctx)
+			err = e.run(ctx, t, j)
+			t.Log(err)
+			require.ErrorIs(t, err, handlers.ErrUnusableUser)
+			require.True(t, jobs.IsPermanent(err))
+			require.Contains(t, err.Error(), `userId "u1": `+tc.msg)
+			require.Empty(t, *steps)
+			require.Equal(t, before, e.rawUser(t, "u1").String())
+			e.requireSynced(t, "u2", "name-u2", 4)
+		})
+	}
+}
+
+// TestRenameForeignComments: comments another app wrote with a unameAt or
+// unameJob of another type are synced like older ones; comments whose uid
+// is not a string are nobody's and are left alone.
+func TestRenameForeignComments(t *testing.T) {
+	e := renameUsers(t)
+	_, err := e.comments.InsertMany(e.ctx, []any{
+		bson.D{{Key: "_id", Value: "odd-at"}, {Key: "uid", Value: "u1"}, {Key: "uname", Value: "x"}, {Key: "unameAt", Value: "yesterday"}},
+		bson.D{{Key: "_id", Value: "odd-job"}, {Key: "uid", Value: "u1"}, {Key: "uname", Value: "x"}, {Key: "unameAt", Value: time.Now()}, {Key: "unameJob", Value: 3}},
+		bson.D{{Key: "_id", Value: "odd-uid"}, {Key: "uid", Value: 1}, {Key: "uname", Value: "x"}},
+	})
+	require.NoError(t, err)
+	require.NoError(t, e.run(e.ctx, t, renameJob(t, "u1", "Ann")))
+	e.requireSynced(t, "u1", "Ann", 8)
+	var odd struct {
+		UName string `bson:"uname"`
+	}
+	require.NoError(t, e.comments.FindOne(e.ctx, bson.D{{Key: "_id", Value: "odd-uid"}}).Decode(&odd))
+	require.Equal(t, "x", odd.UName)
 }

@@ -239,3 +239,45 @@ func TestRenameSweeperTask(t *testing.T) {
 	require.Len(t, js, 1)
 	require.Equal(t, handlers.RenameSyncUniqueKey("s0"), js[0].UniqueKey)
 }
+
+// TestRenameSweeperForeignUsers: users that other apps wrote in other
+// shapes (an _id that is not a string, a name that is not a string, a
+// syncing that is not a date) never stop a pass: the users of the right
+// shape around them get their sync jobs, page after page.
+func TestRenameSweeperForeignUsers(t *testing.T) {
+	e := newRenameSweepEnv(t)
+	old := time.Now().Add(-10 * time.Minute)
+	_, err := e.users.InsertMany(e.ctx, []any{
+		bson.D{{Key: "_id", Value: 7}, {Key: "name", Value: "seven"}, {Key: "syncing", Value: old}},
+		bson.D{{Key: "_id", Value: bson.D{{Key: "k", Value: 1}}}, {Key: "name", Value: "doc"}, {Key: "syncing", Value: old}},
+		bson.D{{Key: "_id", Value: "a-number-name"}, {Key: "name", Value: 42}, {Key: "syncing", Value: old}},
+		bson.D{{Key: "_id", Value: "b-no-name"}, {Key: "syncing", Value: old}},
+		bson.D{{Key: "_id", Value: "c-string-syncing"}, {Key: "name", Value: "c"}, {Key: "syncing", Value: "long ago"}},
+	})
+	require.NoError(t, err)
+	var want []string
+	for i := range 3 {
+		id := fmt.Sprintf("s%d", i)
+		want = append(want, id)
+		e.addUser(t, id, "new-"+id, "old-"+id, old)
+	}
+	sw, err := recovery.NewRenameSweeper(e.db, e.q, recovery.RenameSweeperConfig{
+		Threshold: time.Minute, Batch: 2, Logger: zaptest.NewLogger(t),
+	})
+	require.NoError(t, err)
+	n, err := sw.RunOnce(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, len(want), n)
+	var got []string
+	for _, j := range e.allJobs(t) {
+		args, err := jobs.DecodeArgs[handlers.RenameArgs](j.Args)
+		require.NoError(t, err)
+		got = append(got, args.UserID)
+	}
+	slices.Sort(got)
+	require.Equal(t, want, got)
+	require.Equal(t, len(want), e.runAll(t))
+	for _, id := range want {
+		e.requireUser(t, id, "new-"+id, false, "new-"+id)
+	}
+}

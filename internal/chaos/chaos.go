@@ -45,9 +45,14 @@ type Config struct {
 	Workers int
 	// Outage is how long devdb is stopped. Defaults to a seeded 5–10 s.
 	Outage time.Duration
-	// Stall is how long one worker is SIGSTOPped; it must be longer than
-	// the lease (2 s). Defaults to 4 s.
+	// Stall is how long the first stalled worker is SIGSTOPped; it must be
+	// longer than the lease (2 s). Defaults to 4 s.
 	Stall time.Duration
+	// LongStallMax bounds the second stall, which lasts (at least Stall)
+	// until every job the stopped worker held has been re-queued by the
+	// reaper and finished by another worker, so that the stopped one
+	// resumes in the middle of work that is already done. Defaults to 30 s.
+	LongStallMax time.Duration
 	// Drain bounds the wait for the queue to empty. Defaults to 2 min.
 	Drain time.Duration
 	// Users, Accounts and Comments size the seeded data. Default 12, 8, 40.
@@ -69,6 +74,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Stall == 0 {
 		c.Stall = 4 * time.Second
+	}
+	if c.LongStallMax == 0 {
+		c.LongStallMax = 30 * time.Second
 	}
 	if c.Drain == 0 {
 		c.Drain = 2 * time.Minute
@@ -95,6 +103,9 @@ type Result struct {
 	// Kills is how many workers were SIGKILLed, Stalls how many were
 	// SIGSTOPped past their lease.
 	Kills, Stalls int
+	// OutlivedJobs were held by a stalled worker and finished by another
+	// one before the stalled worker was resumed.
+	OutlivedJobs int
 	// Outage is how long devdb was down.
 	Outage time.Duration
 	// StalledJobs were held by a stalled worker when it was stopped.
@@ -114,10 +125,10 @@ type Result struct {
 // String is the one-line summary the README quotes.
 func (r Result) String() string {
 	return fmt.Sprintf("seed %d: %d jobs (%d succeeded, %d dead as expected, %d cancelled; %d retried, max attempt %d), "+
-		"%d transfers done and %d cancelled, %d SIGKILLs, %d SIGSTOP past the lease (%d jobs held), devdb down %s "+
+		"%d transfers done and %d cancelled, %d SIGKILLs, %d SIGSTOPs past the lease (%d jobs held, %d of them finished by another worker before SIGCONT), devdb down %s "+
 		"(at most %d warnings per worker), %d finishes by killed workers before they logged, in %s",
 		r.Seed, r.Jobs, r.Succeeded, r.Dead, r.Cancelled, r.Retried, r.MaxAttempt,
-		r.TxDone, r.TxCancelled, r.Kills, r.Stalls, r.StalledJobs, r.Outage.Round(100*time.Millisecond),
+		r.TxDone, r.TxCancelled, r.Kills, r.Stalls, r.StalledJobs, r.OutlivedJobs, r.Outage.Round(100*time.Millisecond),
 		r.OutageLogLines, r.UnloggedFinishes, r.Elapsed.Round(time.Second))
 }
 
@@ -207,20 +218,33 @@ func Run(t testing.TB, cfg Config) Result {
 	killerDone := make(chan struct{})
 	go r.killer(stopKiller, killerDone)
 
-	// The director: waves of load, with one stall and one outage between
-	// them, so that each meets running jobs.
+	// The director: waves of load, with a short stall, an outage and a
+	// long stall between them, so that each meets running jobs. The short
+	// stall resumes a worker while the new attempts of its jobs may still
+	// run; the long one resumes it after they have finished them.
 	stallAfter, outageAfter := 0, cfg.Waves/2
 	if cfg.Waves == 1 {
 		outageAfter = 0
 	}
 	perWave := max(cfg.Jobs/cfg.Waves, 1)
-	stallDone := make(chan struct{})
+	stallDone, longDone := make(chan struct{}), make(chan struct{})
+	longStarted := false
+	startLong := func() { // it waits for the next jobs to run
+		longStarted = true
+		go func() {
+			defer close(longDone)
+			r.stall(true)
+		}()
+	}
 	for w := range cfg.Waves {
 		if w == stallAfter { // it waits for the wave's jobs to run
 			go func() {
 				defer close(stallDone)
-				r.stall()
+				r.stall(false)
 			}()
+		}
+		if w == outageAfter+1 {
+			startLong()
 		}
 		r.wave(w, perWave)
 		if t.Failed() {
@@ -234,6 +258,12 @@ func Run(t testing.TB, cfg Config) Result {
 		r.sleep(time.Second, 2*time.Second)
 	}
 	<-stallDone
+	if !longStarted && !t.Failed() {
+		startLong()
+	}
+	if longStarted {
+		<-longDone
+	}
 
 	drained := r.drain()
 	close(stopKiller)
@@ -458,8 +488,13 @@ func (r *run) enqueue(stdin string, args ...string) string {
 }
 
 // stall SIGSTOPs a worker that holds jobs for longer than its lease, then
-// SIGCONTs it, recording the leases it held.
-func (r *run) stall() {
+// SIGCONTs it, recording the leases it held. A long stall lasts until every
+// job the worker held has been finished by another worker (bounded by
+// LongStallMax): the reaper must re-queue them, another worker must run
+// them to the end, and only then does the stalled one resume, in the
+// middle of its handlers, its heartbeats not yet told that its leases are
+// gone.
+func (r *run) stall(long bool) {
 	ctx := context.Background()
 	// Wait for a worker with running jobs.
 	var victim *process
@@ -502,6 +537,12 @@ func (r *run) stall() {
 		}
 	}
 	time.Sleep(r.cfg.Stall)
+	outlived := 0
+	if long {
+		outlived = r.waitOutlived(ctx, victim, rec.held)
+		r.t.Logf("chaos: long stall of %s: %d of the %d jobs it held finished by other workers before SIGCONT",
+			victim.id, outlived, len(rec.held))
+	}
 	rec.resume = time.Now()
 	_ = victim.cmd.Process.Signal(syscall.SIGCONT)
 	r.mu.Lock()
@@ -509,7 +550,28 @@ func (r *run) stall() {
 	r.stalls = append(r.stalls, rec)
 	r.res.Stalls++
 	r.res.StalledJobs += len(rec.held)
+	r.res.OutlivedJobs += outlived
 	r.mu.Unlock()
+}
+
+// waitOutlived waits, at most LongStallMax in all, until every job of held
+// is finished by an attempt other than the one the stopped worker p holds,
+// and returns how many are.
+func (r *run) waitOutlived(ctx context.Context, p *process, held map[string]jobs.Job) int {
+	deadline := time.Now().Add(r.cfg.LongStallMax - r.cfg.Stall)
+	for {
+		done := 0
+		for id, h := range held {
+			j, err := r.q.Get(ctx, id)
+			if err == nil && j.State.Finished() && (j.Owner != p.id || j.Attempt != h.Attempt) {
+				done++
+			}
+		}
+		if done == len(held) || time.Now().After(deadline) {
+			return done
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // outage stops devdb, waits, and starts it again on the same data

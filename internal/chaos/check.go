@@ -162,7 +162,14 @@ func (r *run) checkFencing(byID map[string]*jobs.Job) {
 		case killed[j.Owner]:
 			r.res.UnloggedFinishes++
 		default:
-			r.t.Errorf("chaos: job %s is %s by %s (attempt %d), yet no worker logged finishing it", id, j.State, j.Owner, j.Attempt)
+			var said []string
+			for _, l := range logs[j.Owner] {
+				if l.JobID == id {
+					said = append(said, fmt.Sprintf("%s %s (attempt %d) %s", l.TS, l.Msg, l.Attempt, l.Outcome))
+				}
+			}
+			r.t.Errorf("chaos: job %s is %s by %s (attempt %d), yet no worker logged finishing it; %s logged about it: %q",
+				id, j.State, j.Owner, j.Attempt, j.Owner, said)
 		}
 	}
 	for _, s := range r.stalls {
@@ -283,13 +290,20 @@ func (r *run) checkMoney() {
 }
 
 // checkUsers: friend lists symmetric, duplicate-free and exactly the pairs
-// of the succeeded add-friend jobs; every user named by their last rename,
-// every comment carrying its author's current name, no syncing flag left.
+// of the succeeded add-friend jobs; every user named by their last rename
+// (by createdAt, then id), every comment carrying its author's current
+// name, no syncing flag left.
 func (r *run) checkUsers(all []jobs.Job) {
 	ctx := context.Background()
 	wantFriends := map[string]map[string]bool{}
 	wantName := map[string]string{}
-	lastRename := map[string]string{}
+	// Renames are ordered by their job's createdAt, then id (see
+	// handlers.RenameArgs): the last one enqueued wins.
+	type renameKey struct {
+		at time.Time
+		id string
+	}
+	lastRename := map[string]renameKey{}
 	for i := 1; i <= r.cfg.Users; i++ {
 		wantName[fmt.Sprintf("u%d", i)] = fmt.Sprintf("user %d", i)
 	}
@@ -317,8 +331,9 @@ func (r *run) checkUsers(all []jobs.Job) {
 				r.t.Errorf("chaos: job %s: %v", j.ID, err)
 				continue
 			}
-			if !a.Sync && j.ID > lastRename[a.UserID] {
-				lastRename[a.UserID], wantName[a.UserID] = j.ID, a.NewName
+			last := lastRename[a.UserID]
+			if !a.Sync && (j.CreatedAt.After(last.at) || j.CreatedAt.Equal(last.at) && j.ID > last.id) {
+				lastRename[a.UserID], wantName[a.UserID] = renameKey{at: j.CreatedAt, id: j.ID}, a.NewName
 			}
 		}
 	}
@@ -343,7 +358,8 @@ func (r *run) checkUsers(all []jobs.Job) {
 			r.t.Errorf("chaos: user %s is still syncing", u.ID)
 		}
 		if u.Name != wantName[u.ID] {
-			r.t.Errorf("chaos: user %s is named %q; the last rename enqueued (%s) says %q", u.ID, u.Name, lastRename[u.ID], wantName[u.ID])
+			r.t.Errorf("chaos: user %s is named %q; the last rename enqueued (job %s at %s) says %q",
+				u.ID, u.Name, lastRename[u.ID].id, lastRename[u.ID].at.Format(time.RFC3339Nano), wantName[u.ID])
 		}
 	}
 	for _, u := range users {
