@@ -651,11 +651,6 @@ func harnessCases() []harnessCase {
 		},
 		{
 			name: "transfer",
-			// Transfers are being rewritten (attempt-fenced writes, issue
-			// 10 scenario 1); on the current handler this entry finds the
-			// money created by a stalled attempt. The rewrite removes the
-			// skip.
-			skip: "enabled by the transfer rewrite",
 			setup: func(t *testing.T, h *harnessEnv) {
 				_, err := h.db.Collection(handlers.AccountsCollection).InsertMany(h.ctx, []any{
 					bson.D{{Key: "_id", Value: "a"}, {Key: "balance", Value: int64(100)}, {Key: "pendingTransactions", Value: bson.A{}}},
@@ -680,6 +675,72 @@ func harnessCases() []harnessCase {
 			},
 			check: func(t *testing.T, h *harnessEnv) {
 				harnessRequireMoney(t, h, map[string]int64{"a": 40, "b": 65})
+			},
+			want: jobs.StateSucceeded,
+		},
+		{
+			// Refused: more than the source holds. Its writes are the
+			// rollback's fences; no money may move in any schedule.
+			name: "transfer-refused",
+			setup: func(t *testing.T, h *harnessEnv) {
+				_, err := h.db.Collection(handlers.AccountsCollection).InsertMany(h.ctx, []any{
+					bson.D{{Key: "_id", Value: "a"}, {Key: "balance", Value: int64(100)}, {Key: "pendingTransactions", Value: bson.A{}}},
+					bson.D{{Key: "_id", Value: "b"}, {Key: "balance", Value: int64(5)}},
+				})
+				require.NoError(t, err)
+				_, jobID, err := handlers.EnqueueTransfer(h.ctx, h.db, h.q, "a", "b", 160)
+				require.NoError(t, err)
+				h.subject = jobID
+			},
+			recover: func(t *testing.T, h *harnessEnv) {
+				r, err := recovery.NewTransferRecovery(h.db, h.q, recovery.TransferRecoveryConfig{Threshold: time.Millisecond, Logger: h.log})
+				require.NoError(t, err)
+				_, err = r.RunOnce(h.ctx)
+				require.NoError(t, err)
+			},
+			pending: func(t *testing.T, h *harnessEnv) bool {
+				n, err := h.db.Collection(handlers.TransactionsCollection).CountDocuments(h.ctx,
+					bson.D{{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{handlers.TxDone, handlers.TxCancelled}}}}})
+				require.NoError(t, err)
+				return n > 0
+			},
+			check: func(t *testing.T, h *harnessEnv) {
+				harnessRequireMoney(t, h, map[string]int64{"a": 100, "b": 5})
+			},
+			want: jobs.StateSucceeded,
+		},
+		{
+			// A publish over a published tree, raced by a newer publish:
+			// readers must see one whole tree, the job publishes once.
+			name: "publish-tree",
+			setup: func(t *testing.T, h *harnessEnv) {
+				v1 := harnessTree("v1", "a", "b")
+				reg := jobs.NewRegistry()
+				require.NoError(t, handlers.Register(reg, handlers.Deps{DB: h.db, Queue: h.q, Logger: h.log}))
+				w, _, _ := reg.Lookup(handlers.PublishTreeKind)
+				raw, err := bson.Marshal(handlers.PublishTreeArgs{Tree: "t", Nodes: v1})
+				require.NoError(t, err)
+				require.NoError(t, w.Work(h.ctx, &jobs.Job{ID: "first", Args: raw, LeaseToken: "first"}))
+				h.enqueue(t, handlers.PublishTreeKind, handlers.PublishTreeArgs{Tree: "t", Nodes: harnessTree("v2", "a", "c")})
+			},
+			check: func(t *testing.T, h *harnessEnv) {
+				got, err := handlers.ReadTree(h.ctx, h.db, "t", 0)
+				require.NoError(t, err)
+				require.Equal(t, "v2", bson.Raw(got.Nodes[0].Data).Lookup("label").StringValue())
+				require.Len(t, got.Nodes, 3, "root, a and c: b removed")
+				var st struct {
+					Versions []struct {
+						Job string `bson:"job"`
+					} `bson:"versions"`
+				}
+				require.NoError(t, h.db.Collection(handlers.TreesCollection).FindOne(h.ctx, bson.D{{Key: "_id", Value: "t"}}).Decode(&st))
+				n := 0
+				for _, v := range st.Versions {
+					if v.Job == h.subject {
+						n++
+					}
+				}
+				require.Equal(t, 1, n, "the job published once")
 			},
 			want: jobs.StateSucceeded,
 		},
@@ -827,4 +888,20 @@ func harnessRequireMoney(t *testing.T, h *harnessEnv, want map[string]int64) {
 	}
 	require.Equal(t, wantTotal, total, "money was created or destroyed")
 	require.Equal(t, want, got, "balances")
+}
+
+// harnessTree is a root labelled label with the given children.
+func harnessTree(label string, children ...string) []handlers.TreeNode {
+	data := func() bson.Raw {
+		raw, err := bson.Marshal(bson.D{{Key: "label", Value: label}})
+		if err != nil {
+			panic(err)
+		}
+		return raw
+	}
+	nodes := []handlers.TreeNode{{ID: "root", Data: data()}}
+	for _, c := range children {
+		nodes = append(nodes, handlers.TreeNode{ID: c, Parent: "root", Data: data()})
+	}
+	return nodes
 }
