@@ -21,7 +21,7 @@ stop() {
 		for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	fi
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	bin/enqueue stats 2>/dev/null || true
+	bin/docketctl stats 2>/dev/null || true
 	if [ -n "$devdb_pid" ]; then
 		echo "== stopping devdb =="
 		kill -TERM "$devdb_pid" 2>/dev/null || true
@@ -64,5 +64,5 @@ echo "== processing; a few more jobs every 10 s; Ctrl-C to stop =="
 while true; do
 	sleep 10
 	scripts/demo-batch.sh --more >/dev/null || true
-	bin/enqueue stats || true
+	bin/docketctl stats || true
 done

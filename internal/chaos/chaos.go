@@ -153,7 +153,7 @@ type run struct {
 	q   *queue.Client
 	env []string
 
-	workerBin, enqueueBin string
+	workerBin, enqueueBin, ctlBin string
 
 	mu      sync.Mutex
 	procs   []*process // every worker ever started
@@ -190,6 +190,7 @@ func Run(t testing.TB, cfg Config) Result {
 	r.res.Seed = cfg.Seed
 	r.workerBin = testdb.BuildBinary(t, "github.com/docketq/docket/cmd/worker", false)
 	r.enqueueBin = testdb.BuildBinary(t, "github.com/docketq/docket/cmd/enqueue", false)
+	r.ctlBin = testdb.BuildBinary(t, "github.com/docketq/docket/cmd/docketctl", false)
 	r.dbx = testdb.StartDevDB(t, "")
 	r.env = []string{"DOCKET_MONGO_URI=" + r.dbx.URI(), "DOCKET_DB=chaos"}
 
@@ -463,14 +464,16 @@ func (r *run) badTransfers(ctx context.Context) {
 	}
 }
 
-// cancelSome enqueues delayed jobs and cancels them with the command.
+// cancelSome enqueues delayed jobs and cancels them with docketctl.
 func (r *run) cancelSome() {
 	var ids []string
 	for range 2 {
 		out := r.enqueue("", "job", "--kind", handlers.NoopArgs{}.Kind(), "--args", "{}", "--delay", "1h")
 		ids = append(ids, strings.TrimSpace(out))
 	}
-	r.enqueue("", append([]string{"cancel"}, ids...)...)
+	if out, stderr, code := runCommand(r.ctlBin, r.env, "", append([]string{"cancel"}, ids...)...); code != 0 {
+		r.t.Errorf("chaos: docketctl cancel: exit %d: %s%s", code, out, stderr)
+	}
 	for _, id := range ids {
 		r.cancelled[id] = true
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/configs"
+	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/internal/dashboard"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -389,6 +390,31 @@ func ctlDashboard(fs *flag.FlagSet) func(*env, []string) error {
 		fmt.Fprintf(e.stdout, "dashboard: http://%s/\n", ln.Addr())
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return err
+		}
+		return nil
+	}
+}
+
+func cancelCommand(fs *flag.FlagSet) func(*env, []string) error {
+	return func(e *env, ids []string) error {
+		if len(ids) == 0 {
+			return badInput("give the ids of the jobs to cancel")
+		}
+		var failed []string
+		for _, id := range ids {
+			out, err := handlers.CancelJob(e.ctx, e.db, e.q, id)
+			if errors.Is(err, queue.ErrNotFound) || errors.Is(err, queue.ErrFinished) || errors.Is(err, handlers.ErrNotCancellable) {
+				fmt.Fprintf(e.stderr, "%s: %v\n", id, err)
+				failed = append(failed, id)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s\t%s\n", id, out)
+		}
+		if len(failed) > 0 {
+			return usageError{fmt.Errorf("%d of %d jobs not cancelled", len(failed), len(ids))}
 		}
 		return nil
 	}

@@ -12,12 +12,9 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/docketq/docket/configs"
-	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -46,9 +43,6 @@ type subcommand struct {
 var subcommands = map[string]subcommand{
 	"job":    {"enqueue one job of any kind: --kind K --args '{json}'", jobCommand},
 	"batch":  {"enqueue many jobs, one JSON object per line, from --file or stdin", batchCommand},
-	"cancel": {"cancel jobs by id: available ones at once, running ones at their next heartbeat", cancelCommand},
-	"status": {"print jobs by id as JSON", statusCommand},
-	"stats":  {"print how many jobs there are of each kind in each state", statsCommand},
 }
 
 // Enqueue is the main function of the enqueue command; it returns the exit
@@ -298,91 +292,5 @@ func readBatch(r io.Reader) ([]queue.Insert, error) {
 	return ins, nil
 }
 
-func cancelCommand(fs *flag.FlagSet) func(*env, []string) error {
-	return func(e *env, ids []string) error {
-		if len(ids) == 0 {
-			return badInput("give the ids of the jobs to cancel")
-		}
-		var failed []string
-		for _, id := range ids {
-			out, err := handlers.CancelJob(e.ctx, e.db, e.q, id)
-			if errors.Is(err, queue.ErrNotFound) || errors.Is(err, queue.ErrFinished) || errors.Is(err, handlers.ErrNotCancellable) {
-				fmt.Fprintf(e.stderr, "%s: %v\n", id, err)
-				failed = append(failed, id)
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(e.stdout, "%s\t%s\n", id, out)
-		}
-		if len(failed) > 0 {
-			return usageError{fmt.Errorf("%d of %d jobs not cancelled", len(failed), len(ids))}
-		}
-		return nil
-	}
-}
 
-func statusCommand(fs *flag.FlagSet) func(*env, []string) error {
-	return func(e *env, ids []string) error {
-		if len(ids) == 0 {
-			return badInput("give the ids of the jobs to show")
-		}
-		for _, id := range ids {
-			// The document as stored: one another application wrote with
-			// fields of other types is shown as it is.
-			raw, err := e.q.Collection().FindOne(e.ctx, bson.D{{Key: "_id", Value: id}}).Raw()
-			if errors.Is(err, mongo.ErrNoDocuments) {
-				return usageError{fmt.Errorf("queue: job %s: %w", id, queue.ErrNotFound)}
-			}
-			if err != nil {
-				return err
-			}
-			b, err := bson.MarshalExtJSON(raw, false, false)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(e.stdout, string(b))
-		}
-		return nil
-	}
-}
 
-func statsCommand(fs *flag.FlagSet) func(*env, []string) error {
-	return func(e *env, rest []string) error {
-		if len(rest) > 0 {
-			return badInput("unexpected argument %q", rest[0])
-		}
-		counts, err := e.q.Counts(e.ctx)
-		if err != nil {
-			return err
-		}
-		states := []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}
-		byKind := map[string]map[jobs.State]int{}
-		for _, c := range counts {
-			if byKind[c.Kind] == nil {
-				byKind[c.Kind] = map[jobs.State]int{}
-			}
-			byKind[c.Kind][c.State] += c.N
-		}
-		kinds := make([]string, 0, len(byKind))
-		for k := range byKind {
-			kinds = append(kinds, k)
-		}
-		sort.Strings(kinds)
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprint(tw, "kind\t")
-		for _, s := range states {
-			fmt.Fprintf(tw, "%s\t", s)
-		}
-		fmt.Fprintln(tw)
-		for _, k := range kinds {
-			fmt.Fprintf(tw, "%s\t", k)
-			for _, s := range states {
-				fmt.Fprintf(tw, "%d\t", byKind[k][s])
-			}
-			fmt.Fprintln(tw)
-		}
-		return tw.Flush()
-	}
-}

@@ -95,7 +95,8 @@ func TestDocketctl(t *testing.T) {
 	require.Equal(t, "uk", j.UniqueKey, "its unique key is back")
 	require.Equal(t, jobs.StateRunning, jobState(t, q, ids[1]))
 
-	w := startWorker(t, db, "worker", append(fastWorker, "--queues", "mail")...)
+	// Retention off: this test ages jobs by hand, and purges them itself.
+	w := startWorker(t, db, "worker", append(fastWorker, "--queues", "mail", "--succeeded-retention", "-1s")...)
 	waitJob(t, q, ids[0], time.Minute, "succeeded", inState(jobs.StateSucceeded))
 
 	// Delete: finished only, unless --force; running never.
@@ -129,6 +130,7 @@ func TestDocketctl(t *testing.T) {
 		{[]string{"purge", "--state", "available", "--older-than", "1h"}, "must be succeeded, dead or cancelled"},
 		{[]string{"purge", "--state", "dead"}, "--older-than"},
 		{[]string{"show", "nope"}, "no job with id nope"},
+		{[]string{"cancel", "nope"}, "job not found"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 	} {
 		_, stderr, code := ctl(tc.args...)

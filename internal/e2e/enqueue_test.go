@@ -50,7 +50,7 @@ func TestEnqueueCommand(t *testing.T) {
 	ids := strings.Fields(out)
 	require.Len(t, ids, 2)
 
-	out, stderr, code = run(t, bin, db, nil, "", "cancel", ids[1])
+	out, stderr, code = run(t, ctlBinary(t), db, nil, "", "cancel", ids[1])
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "cancelled")
 	j, err = q.Get(ctx, ids[1])
@@ -82,7 +82,6 @@ func TestEnqueueRejectsBadInputAndWritesNothing(t *testing.T) {
 		{"batch with a bad line", "{\"kind\": \"k\"}\n{\"kind\": \"k\", \"args\": \"x\"}\n", []string{"batch"}, "line 2: args must be a JSON object"},
 		{"batch unknown field", "{\"kind\": \"k\", \"prio\": 1}\n", []string{"batch"}, `line 1: json: unknown field "prio"`},
 		{"batch missing kind", "{\"args\": {}}\n", []string{"batch"}, "line 1: kind: must not be empty"},
-		{"cancel unknown id", "", []string{"cancel", "nope"}, "job not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, stderr, code := run(t, bin, db, nil, tc.stdin, tc.args...)
@@ -132,20 +131,23 @@ func TestEnqueueHandlerCommands(t *testing.T) {
 
 	// Cancelling a transfer's job cancels the transfer: recovery rolls it
 	// back instead of applying it.
-	out, stderr, code = run(t, bin, db, nil, "", "cancel", fields[0])
+	out, stderr, code = run(t, ctlBinary(t), db, nil, "", "cancel", fields[0])
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "cancelled")
 	tx, err := db.Collection("transactions").FindOne(ctx, bson.M{"_id": fields[2]}).Raw()
 	require.NoError(t, err)
 	require.NotZero(t, tx.Lookup("cancelRequestedAt").Type, "the transfer is asked to cancel: %s", tx)
 
-	// status shows a job another application wrote with fields of other
+	// show prints a job another application wrote with fields of other
 	// types as it is stored.
 	_, err = q.Collection().InsertOne(ctx, bson.M{"_id": "odd", "kind": "noop", "attempt": "x", "state": "running", "errors": 5})
 	require.NoError(t, err)
-	out, stderr, code = run(t, bin, db, nil, "", "status", "odd")
+	out, stderr, code = run(t, ctlBinary(t), db, nil, "", "show", "--json", "odd")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, `"attempt":"x"`)
+	out, stderr, code = run(t, ctlBinary(t), db, nil, "", "show", "odd")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "attempt:           x")
 
 	for _, tc := range []struct {
 		args []string
