@@ -41,8 +41,8 @@ type subcommand struct {
 
 // subcommands maps names to enqueue's subcommands.
 var subcommands = map[string]subcommand{
-	"job":    {"enqueue one job of any kind: --kind K --args '{json}'", jobCommand},
-	"batch":  {"enqueue many jobs, one JSON object per line, from --file or stdin", batchCommand},
+	"job":   {"enqueue one job of any kind: --kind K --args '{json}'", jobCommand},
+	"batch": {"enqueue many jobs, one JSON object per line, from --file or stdin", batchCommand},
 }
 
 // Enqueue is the main function of the enqueue command; it returns the exit
@@ -291,6 +291,3 @@ func readBatch(r io.Reader) ([]queue.Insert, error) {
 	}
 	return ins, nil
 }
-
-
-
