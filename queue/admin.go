@@ -343,23 +343,31 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("queue: stats: %w", err)
 	}
-	out := make([]QueueStats, 0, len(order))
-	for _, q := range order {
-		qs := byQueue[q]
-		if !withMin && qs.Counts != nil {
-			raw, err := c.coll.FindOne(ctx,
-				bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "queue", Value: q}, {Key: "runAt", Value: bson.D{{Key: "$lte", Value: t}}}},
-				options.FindOne().SetSort(bson.D{{Key: "runAt", Value: 1}}).SetProjection(bson.D{{Key: "runAt", Value: 1}})).Raw()
-			switch {
-			case err == nil:
-				if at, ok := raw.Lookup("runAt").TimeOK(); ok {
-					qs.OldestAvailable = at.UTC()
-				}
-			case !errors.Is(err, mongo.ErrNoDocuments):
-				return nil, fmt.Errorf("queue: stats: oldest job of %s: %w", q, err)
+	if !withMin {
+		// One pass over the due jobs instead: a server without $min is a
+		// development server (FerretDB v1), where every query is a pass.
+		cur, err := c.coll.Find(ctx,
+			bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "runAt", Value: bson.D{{Key: "$lte", Value: t}}}},
+			options.Find().SetProjection(bson.D{{Key: "_id", Value: 0}, {Key: "queue", Value: 1}, {Key: "runAt", Value: 1}}))
+		if err != nil {
+			return nil, fmt.Errorf("queue: stats: oldest jobs: %w", err)
+		}
+		for cur.Next(ctx) {
+			q, _ := cur.Current.Lookup("queue").StringValueOK()
+			at, ok := cur.Current.Lookup("runAt").TimeOK()
+			if qs := byQueue[q]; qs != nil && ok && (qs.OldestAvailable.IsZero() || at.Before(qs.OldestAvailable)) {
+				qs.OldestAvailable = at.UTC()
 			}
 		}
-		out = append(out, *qs)
+		err = cur.Err()
+		cur.Close(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("queue: stats: oldest jobs: %w", err)
+		}
+	}
+	out := make([]QueueStats, 0, len(order))
+	for _, q := range order {
+		out = append(out, *byQueue[q])
 	}
 	return out, nil
 }
