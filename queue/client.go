@@ -220,19 +220,30 @@ func (c *Client) Counts(ctx context.Context) ([]Count, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: count jobs: %w", err)
 	}
-	var rows []struct {
-		ID struct {
-			Kind  string     `bson:"kind"`
-			State jobs.State `bson:"state"`
-		} `bson:"_id"`
-		N int `bson:"n"`
-	}
-	if err := cur.All(ctx, &rows); err != nil {
+	// One row at a time: a kind or state of another type (written by
+	// another app) is shown as stored rather than failing the whole count.
+	var out []Count
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		id, _ := d.Lookup("_id").DocumentOK()
+		n, _ := d.Lookup("n").AsInt64OK()
+		out = append(out, Count{Kind: asText(id, "kind"), State: jobs.State(asText(id, "state")), N: int(n)})
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("queue: count jobs: %w", err)
 	}
-	out := make([]Count, len(rows))
-	for i, r := range rows {
-		out[i] = Count{Kind: r.ID.Kind, State: r.ID.State, N: r.N}
-	}
 	return out, nil
+}
+
+// asText is the string field of d, or for a value of another type its
+// extended JSON (`{"$numberInt":"5"}`), or "" when it is missing or null.
+func asText(d bson.Raw, field string) string {
+	v, err := d.LookupErr(field)
+	if err != nil || v.Type == bson.TypeNull {
+		return ""
+	}
+	if s, ok := v.StringValueOK(); ok {
+		return s
+	}
+	return v.String()
 }

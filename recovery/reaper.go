@@ -106,17 +106,19 @@ func (r *Reaper) RunOnce(ctx context.Context) (queue.ReapResult, error) {
 	var total queue.ReapResult
 	for {
 		res, err := r.q.Reap(ctx, r.cfg.Grace, r.cfg.Batch)
-		total.Requeued += res.Requeued
-		total.Dead += res.Dead
+		total = total.Add(res)
 		if err != nil {
 			return total, err
 		}
-		if res.Requeued+res.Dead < r.cfg.Batch {
+		// A full batch may mean more: go on, unless this one moved nothing
+		// (every job in it skipped), which the next would repeat.
+		if res.Settled()+res.Skipped < r.cfg.Batch || res.Settled() == 0 {
 			break
 		}
 	}
-	if total.Requeued+total.Dead > 0 {
-		r.log.Info("reaped expired leases", zap.Int("requeued", total.Requeued), zap.Int("dead", total.Dead))
+	if total.Settled()+total.Skipped > 0 {
+		r.log.Info("reaped expired leases", zap.Int("requeued", total.Requeued), zap.Int("dead", total.Dead),
+			zap.Int("cancelled", total.Cancelled), zap.Int("buried", total.Buried), zap.Int("skipped", total.Skipped))
 	}
 	for _, rule := range []struct {
 		age    time.Duration
