@@ -189,6 +189,11 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		log.Error("stop", zap.Error(err))
 		return 1
 	}
+	// This process exits now, and with it any handler that ignored its
+	// cancellation: give those jobs back rather than wait for their leases.
+	if n := w.ReleaseAbandoned(context.Background()); n > 0 {
+		log.Info("released the jobs of handlers still running at exit", zap.Int("released", n))
+	}
 	select {
 	case <-reaping:
 	case <-time.After(5 * time.Second):
