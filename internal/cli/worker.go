@@ -129,6 +129,10 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		return handlers.Setup(ctx, db)
 	}
 	if err := waitForServer(startCtx, client, cfg.Mongo, log, setup); err != nil {
+		if errors.Is(err, queue.ErrSetupRefused) {
+			log.Error("cannot start: the database refused docket's setup; fix the documents named below, then start again", zap.Error(err))
+			return 1
+		}
 		log.Info("stopped before the database was reachable")
 		return 0
 	}
