@@ -161,6 +161,10 @@ func Indexes() []mongo.IndexModel {
 // already break a unique one), the error wraps ErrSetupRefused and names
 // the duplicated values.
 func (c *Client) EnsureIndexes(ctx context.Context) error {
+	// Explicit nulls would collide in the unique index: clear them first.
+	if _, err := c.ClearNullUniqueKeys(ctx); err != nil {
+		return err
+	}
 	err := EnsureIndexes(ctx, c.coll, Indexes())
 	if err == nil && c.indexes != nil {
 		c.indexes.mu.Lock()
@@ -180,11 +184,34 @@ func (c *Client) ensureIndexes(ctx context.Context) error {
 	if c.indexes.done {
 		return nil
 	}
+	if _, err := c.ClearNullUniqueKeys(ctx); err != nil {
+		return err
+	}
 	if err := EnsureIndexes(ctx, c.coll, Indexes()); err != nil {
 		return err
 	}
 	c.indexes.done = true
 	return nil
+}
+
+// ClearNullUniqueKeys removes the uniqueKey field of the jobs where it is
+// an explicit null (another app's driver may write one), and returns how
+// many it changed. A null unique key means no unique key; but MongoDB's
+// sparse unique index indexes explicit nulls, so until it is cleared a
+// second document with uniqueKey null is refused (E11000). The reaper runs
+// it every pass, EnsureIndexes before it creates the index. It touches
+// only nulls, so any number may run at any time.
+func (c *Client) ClearNullUniqueKeys(ctx context.Context) (int, error) {
+	res, err := c.coll.UpdateMany(ctx,
+		bson.D{{Key: "uniqueKey", Value: bson.D{{Key: "$type", Value: "null"}}}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "uniqueKey", Value: ""}}}})
+	if err != nil {
+		return 0, fmt.Errorf("queue: clear null unique keys: %w", err)
+	}
+	if res.ModifiedCount > 0 {
+		c.log.Info("cleared explicit null unique keys (null means no key)", zap.Int64("jobs", res.ModifiedCount))
+	}
+	return int(res.ModifiedCount), nil
 }
 
 // ErrSetupRefused is wrapped by the errors of a set-up step (creating
