@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -203,4 +204,35 @@ func TestAcknowledgedCancelSurvivesFailReapAndRelease(t *testing.T) {
 		require.ErrorIs(t, b.q.Release(b.ctx, stale), queue.ErrLeaseLost)
 		require.Equal(t, jobs.StateRunning, b.get(t, j.ID).State)
 	})
+}
+
+// TestCancelOfAnUnknownStateReturns: issue 10 scenario 9. Cancel of a job
+// whose state is none of the five returns an error naming it, even with a
+// context that never ends.
+func TestCancelOfAnUnknownStateReturns(t *testing.T) {
+	b := setup(t)
+	_, err := b.q.Collection().InsertMany(b.ctx, []any{
+		bson.D{{Key: "_id", Value: "weird"}, {Key: "state", Value: "weird"}},
+		bson.D{{Key: "_id", Value: "numeric"}, {Key: "state", Value: 3}},
+		bson.D{{Key: "_id", Value: "stateless"}},
+	})
+	require.NoError(t, err)
+	for id, want := range map[string]string{
+		"weird":     `unknown job state "weird"`,
+		"numeric":   `state is 32-bit integer {"$numberInt":"3"}, not a string`,
+		"stateless": "no state field",
+	} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := b.q.Cancel(context.Background(), id)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, queue.ErrUnknownState, id)
+			require.ErrorContains(t, err, want)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("Cancel of job %s did not return", id)
+		}
+	}
 }
