@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -103,6 +104,10 @@ type Client struct {
 	// copies made by WithBatchedCompletion.
 	indexes *ensured
 
+	// projection is whether heartbeats may project (projectionUnknown
+	// until the first heartbeat); shared by copies.
+	projection *atomic.Int32
+
 	// betweenReadAndStamp, when set (by tests), runs in a batch claim after
 	// the candidates are read and before they are stamped.
 	betweenReadAndStamp func()
@@ -123,7 +128,7 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 	}
 	wc, _ := parseWriteConcern(cfg.WriteConcern)
 	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc))
-	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}}, nil
+	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32)}, nil
 }
 
 // Collection returns the jobs collection, with the configured write concern.

@@ -8,3 +8,15 @@ func WithRaceBeforeStamp(c *Client, f func()) *Client {
 	r.betweenReadAndStamp = f
 	return &r
 }
+
+// HeartbeatProjection says what c's heartbeats found out about the
+// server: "unknown" before the first, then "projects" or "whole document".
+func HeartbeatProjection(c *Client) string {
+	switch c.projection.Load() {
+	case projectionSupported:
+		return "projects"
+	case projectionUnsupported:
+		return "whole document"
+	}
+	return "unknown"
+}
