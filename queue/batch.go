@@ -157,6 +157,9 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (clai
 		block := cands[from:to]
 		match := append(append(bson.D{}, filter...), bson.E{Key: "$or", Value: asRead[from:to]})
 		res, err := c.coll.UpdateMany(ctx, match, update)
+		if err == nil && c.afterStamp != nil {
+			err = c.afterStamp()
+		}
 		if err != nil {
 			// Some jobs may be ours but we cannot know which: the reaper
 			// frees them.

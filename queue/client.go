@@ -111,6 +111,10 @@ type Client struct {
 	// betweenReadAndStamp, when set (by tests), runs in a batch claim after
 	// the candidates are read and before they are stamped.
 	betweenReadAndStamp func()
+	// afterStamp, when set (by tests), runs in a batch claim after a stamp
+	// the server applied; an error it returns is taken as the stamp's, as
+	// when the reply is lost (a failover, a broken connection).
+	afterStamp func() error
 }
 
 // ensured records that the jobs indexes exist, once EnsureIndexes

@@ -20,3 +20,12 @@ func HeartbeatProjection(c *Client) string {
 	}
 	return "unknown"
 }
+
+// WithLostStampReply returns a Client like c whose batch claims stamp their
+// jobs and then fail with err, as if the server applied the stamp and its
+// reply was lost.
+func WithLostStampReply(c *Client, err error) *Client {
+	r := *c
+	r.afterStamp = func() error { return err }
+	return &r
+}
