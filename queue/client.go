@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -340,6 +341,8 @@ func EnsureIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.I
 		_, err := coll.Indexes().CreateOne(ctx, m)
 		switch {
 		case err == nil:
+		case isCode(err, errIndexOptionsConflict) && equivalentExists(ctx, coll, m):
+			// The same index under another name (made by hand): it serves.
 		case refused(err):
 			refusal = errors.Join(refusal, err)
 			refusedModels = append(refusedModels, m)
@@ -360,6 +363,42 @@ func EnsureIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.I
 			coll.Name(), ErrSetupRefused, dups, refusal)
 	}
 	return fmt.Errorf("queue: create indexes on %s: %w: %w", coll.Name(), ErrSetupRefused, refusal)
+}
+
+// errIndexOptionsConflict is the server's code for an index whose keys an
+// index of another name or other options already has.
+const errIndexOptionsConflict = 85
+
+func isCode(err error, code int) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && se.HasErrorCode(code)
+}
+
+// equivalentExists reports whether coll has an index on m's keys, in the
+// same order, with m's uniqueness, whatever its name.
+func equivalentExists(ctx context.Context, coll *mongo.Collection, m mongo.IndexModel) bool {
+	specs, err := coll.Indexes().ListSpecifications(ctx)
+	if err != nil {
+		return false
+	}
+	want, err := bson.Marshal(m.Keys)
+	if err != nil {
+		return false
+	}
+	var o options.IndexOptions
+	if m.Options != nil {
+		for _, set := range m.Options.List() {
+			_ = set(&o)
+		}
+	}
+	flag := func(b *bool) bool { return b != nil && *b }
+	for _, s := range specs {
+		// Sparseness is not compared: FerretDB v1 does not report it.
+		if bytes.Equal(s.KeysDocument, want) && flag(s.Unique) == flag(o.Unique) {
+			return true
+		}
+	}
+	return false
 }
 
 // hasAll reports whether specs name every index of models.

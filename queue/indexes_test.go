@@ -9,6 +9,8 @@ import (
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // TestEnqueueEnsuresTheIndexesItReliesOn: issue 10 scenario 11. A program
@@ -69,6 +71,29 @@ func TestEnsureIndexesRefusedNamesTheDuplicates(t *testing.T) {
 	r1, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{UniqueKey: "other"})
 	require.NoError(t, err)
 	r2, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{UniqueKey: "other"})
+	require.NoError(t, err)
+	require.True(t, r2.Duplicate)
+	require.Equal(t, r1.ID, r2.ID)
+}
+
+// TestEnsureIndexesAcceptsTheSameIndexUnderAnotherName: an equivalent
+// unique index made by hand (the driver's default name uniqueKey_1)
+// serves; it is not a refusal.
+func TestEnsureIndexesAcceptsTheSameIndexUnderAnotherName(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	ctx := context.Background()
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	_, err = q.Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
+		Keys:    bson.D{{Key: "uniqueKey", Value: 1}},
+		Options: options.Index().SetUnique(true).SetSparse(true),
+	})
+	require.NoError(t, err)
+	require.NoError(t, q.EnsureIndexes(ctx))
+	r1, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{UniqueKey: "x"})
+	require.NoError(t, err)
+	r2, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{UniqueKey: "x"})
 	require.NoError(t, err)
 	require.True(t, r2.Duplicate)
 	require.Equal(t, r1.ID, r2.ID)
