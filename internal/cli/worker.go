@@ -118,7 +118,16 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 			log.Error("reap failed", zap.String("error", configs.Redact(err.Error(), cfg.Mongo.URI)))
 			return 1
 		}
-		fmt.Fprintf(stdout, "requeued %d, dead %d\n", res.Requeued, res.Dead)
+		line := fmt.Sprintf("requeued %d, dead %d", res.Requeued, res.Dead)
+		for _, c := range []struct {
+			what string
+			n    int
+		}{{"cancelled", res.Cancelled}, {"buried as malformed", res.Buried}, {"skipped", res.Skipped}} {
+			if c.n > 0 {
+				line += fmt.Sprintf(", %s %d", c.what, c.n)
+			}
+		}
+		fmt.Fprintln(stdout, line)
 		return 0
 	}
 
