@@ -376,9 +376,6 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 // v1 does); Stats then finds each queue's oldest job with a query.
 var noGroupMin atomic.Bool
 
-// errNotImplemented is the server's code for a feature it lacks.
-const errNotImplemented = 238
-
 // Finished returns when the jobs that ended in each of states at or after
 // since ended. It reads the finished index only.
 func (c *Client) Finished(ctx context.Context, since time.Time, states ...jobs.State) (map[jobs.State][]time.Time, error) {

@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
 )
 
 // claimBatchTries is how many times ClaimBatch looks for candidates again
@@ -156,6 +157,9 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (clai
 		block := cands[from:to]
 		match := append(append(bson.D{}, filter...), bson.E{Key: "$or", Value: asRead[from:to]})
 		res, err := c.coll.UpdateMany(ctx, match, update)
+		if err == nil && c.afterStamp != nil {
+			err = c.afterStamp()
+		}
 		if err != nil {
 			// Some jobs may be ours but we cannot know which: the reaper
 			// frees them.
@@ -192,9 +196,20 @@ func (c *Client) readBack(ctx context.Context, block []*jobs.Job, token string) 
 		// The jobs are ours but we cannot know which: the reaper frees them.
 		return nil, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
 	}
+	// One at a time: a job that does not decode is left running with this
+	// batch's token, which no one will renew, and the reaper buries it.
 	var claimed []*jobs.Job
-	if err := cur.All(ctx, &claimed); err != nil {
-		return nil, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		var j jobs.Job
+		if err := bson.Unmarshal(d, &j); err != nil {
+			c.log.Warn("claim batch: a claimed job does not decode; the reaper will bury it", zap.Any("job_id", d.Lookup("_id")), zap.Error(err))
+			return nil
+		}
+		claimed = append(claimed, &j)
+		return nil
+	})
+	if err != nil {
+		return claimed, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
 	}
 	return claimed, nil
 }
@@ -225,8 +240,9 @@ func stampClaim(j *jobs.Job, p ClaimParams, t time.Time, token string) {
 // with one updateMany whose filter is an $or of each job's own fence
 // ({_id, state: running, leaseToken}), and returns the leases that no longer
 // held their job (as Complete would have returned ErrLeaseLost for them).
-// On an error, which jobs were completed is unknown: a retry reports those
-// already completed as lost.
+// On an error, which jobs were completed is unknown: a retry with the same
+// leases gives the outcome one call would have (each fence matches at most
+// once; a job already succeeded with its lease's token is not lost).
 //
 // One updateMany rather than a bulkWrite of fenced updateOnes: FerretDB
 // pushes down only a filter that is {_id} alone, so each updateOne would
@@ -248,27 +264,32 @@ func (c *Client) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, er
 	if int(res.MatchedCount) == len(ls) {
 		return nil, nil
 	}
-	// Some fences matched nothing: find out which. A job this call
-	// completed is succeeded and still carries the token; no one else
-	// writes that pair.
+	// Some fences matched nothing: find out which. A job completed with
+	// its lease, by this call or by an earlier try of it whose reply was
+	// lost, is succeeded and still carries the token; no one else writes
+	// that pair. So a retry after an error has the same outcome as one
+	// call that got its reply.
 	ids := make(bson.A, len(ls))
 	for i, l := range ls {
 		ids[i] = l.JobID
 	}
 	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}, {Key: "finishedAt", Value: 1}}))
+		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("queue: complete %d jobs: find the lost leases: %w", len(ls), err)
 	}
-	var docs []jobs.Job
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("queue: complete %d jobs: find the lost leases: %w", len(ls), err)
-	}
 	done := map[string]string{}
-	for _, d := range docs {
-		if d.State == jobs.StateSucceeded && d.FinishedAt != nil && d.FinishedAt.Equal(t) {
-			done[d.ID] = d.LeaseToken
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		id, _ := d.Lookup("_id").StringValueOK()
+		state, _ := d.Lookup("state").StringValueOK()
+		token, _ := d.Lookup("leaseToken").StringValueOK()
+		if jobs.State(state) == jobs.StateSucceeded {
+			done[id] = token
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: complete %d jobs: find the lost leases: %w", len(ls), err)
 	}
 	for _, l := range ls {
 		if tok, ok := done[l.JobID]; !ok || tok != l.Token {

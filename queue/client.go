@@ -1,10 +1,14 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -98,9 +102,28 @@ type Client struct {
 
 	completions *completer // nil unless WithBatchedCompletion
 
+	// indexes ensures the jobs indexes once per client; shared by the
+	// copies made by WithBatchedCompletion.
+	indexes *ensured
+
+	// projection is whether heartbeats may project (projectionUnknown
+	// until the first heartbeat); shared by copies.
+	projection *atomic.Int32
+
 	// betweenReadAndStamp, when set (by tests), runs in a batch claim after
 	// the candidates are read and before they are stamped.
 	betweenReadAndStamp func()
+	// afterStamp, when set (by tests), runs in a batch claim after a stamp
+	// the server applied; an error it returns is taken as the stamp's, as
+	// when the reply is lost (a failover, a broken connection).
+	afterStamp func() error
+}
+
+// ensured records that the jobs indexes exist, once EnsureIndexes
+// succeeded.
+type ensured struct {
+	mu   sync.Mutex
+	done bool
 }
 
 // New returns a Client for the jobs collection of db.
@@ -116,7 +139,7 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 	}
 	wc, _ := parseWriteConcern(cfg.WriteConcern)
 	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
-	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue")}, nil
+	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32)}, nil
 }
 
 // Collection returns the jobs collection, with the configured write concern.
@@ -176,12 +199,145 @@ const ClaimIndex = "claim_v2"
 const ClaimIndexV1 = "claim"
 
 // EnsureIndexes creates the indexes the claim, the reaper and unique keys
-// need. It is idempotent and safe to run from many processes at once.
+// need. It is idempotent and safe to run from many processes at once. The
+// first enqueue of a Client calls it too, so a program that only enqueues
+// gets unique keys that hold. When the server refuses an index (documents
+// already break a unique one), the error wraps ErrSetupRefused and names
+// the duplicated values.
 func (c *Client) EnsureIndexes(ctx context.Context) error {
-	return EnsureIndexes(ctx, c.coll, Indexes())
+	// Explicit nulls would collide in the unique index: clear them first.
+	if _, err := c.ClearNullUniqueKeys(ctx); err != nil {
+		return err
+	}
+	err := EnsureIndexes(ctx, c.coll, Indexes())
+	if err == nil && c.indexes != nil {
+		c.indexes.mu.Lock()
+		c.indexes.done = true
+		c.indexes.mu.Unlock()
+	}
+	return err
 }
 
-// EnsureIndexes creates those of models that coll lacks, by name. Asking
+// ensureIndexes runs EnsureIndexes unless it already succeeded for c.
+func (c *Client) ensureIndexes(ctx context.Context) error {
+	if c.indexes == nil {
+		return EnsureIndexes(ctx, c.coll, Indexes())
+	}
+	c.indexes.mu.Lock()
+	defer c.indexes.mu.Unlock()
+	if c.indexes.done {
+		return nil
+	}
+	if _, err := c.ClearNullUniqueKeys(ctx); err != nil {
+		return err
+	}
+	if err := EnsureIndexes(ctx, c.coll, Indexes()); err != nil {
+		return err
+	}
+	c.indexes.done = true
+	return nil
+}
+
+// ClearNullUniqueKeys removes the uniqueKey field of the jobs where it is
+// an explicit null (another app's driver may write one), and returns how
+// many it changed. A null unique key means no unique key; but MongoDB's
+// sparse unique index indexes explicit nulls, so until it is cleared a
+// second document with uniqueKey null is refused (E11000). The reaper runs
+// it every pass, EnsureIndexes before it creates the index. It touches
+// only nulls, so any number may run at any time.
+func (c *Client) ClearNullUniqueKeys(ctx context.Context) (int, error) {
+	res, err := c.coll.UpdateMany(ctx,
+		bson.D{{Key: "uniqueKey", Value: bson.D{{Key: "$type", Value: "null"}}}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "uniqueKey", Value: ""}}}})
+	if err != nil {
+		return 0, fmt.Errorf("queue: clear null unique keys: %w", err)
+	}
+	if res.ModifiedCount > 0 {
+		c.log.Info("cleared explicit null unique keys (null means no key)", zap.Int64("jobs", res.ModifiedCount))
+	}
+	return int(res.ModifiedCount), nil
+}
+
+// ErrSetupRefused is wrapped by the errors of a set-up step (creating
+// indexes) that the server refused for what is in the database, such as
+// documents that already break a unique index: retrying cannot help until
+// someone fixes the data.
+var ErrSetupRefused = errors.New("setup refused by the server")
+
+// refused reports whether err, from createIndexes, is the server refusing
+// the index rather than the server being away.
+func refused(err error) bool {
+	if mongo.IsDuplicateKeyError(err) {
+		return true
+	}
+	var se mongo.ServerError
+	if errors.As(err, &se) {
+		// 67 CannotCreateIndex, 85 IndexOptionsConflict, 86
+		// IndexKeySpecsConflict, 13 Unauthorized.
+		for _, code := range []int{67, 85, 86, 13} {
+			if se.HasErrorCode(code) {
+				return true
+			}
+		}
+	}
+	// FerretDB v1 with SQLite reports a duplicate as SQLite's message.
+	return strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// duplicates names, for each unique index of models, up to five values
+// that several documents of coll share.
+func duplicates(ctx context.Context, coll *mongo.Collection, models []mongo.IndexModel) string {
+	var out []string
+	for _, m := range models {
+		var o options.IndexOptions
+		if m.Options != nil {
+			for _, set := range m.Options.List() {
+				_ = set(&o)
+			}
+		}
+		keys, ok := m.Keys.(bson.D)
+		if o.Unique == nil || !*o.Unique || !ok || len(keys) == 0 {
+			continue
+		}
+		group := bson.D{}
+		match := bson.D{}
+		for _, k := range keys {
+			group = append(group, bson.E{Key: k.Key, Value: "$" + k.Key})
+			match = append(match, bson.E{Key: k.Key, Value: bson.D{{Key: "$exists", Value: true}}})
+		}
+		cur, err := coll.Aggregate(ctx, mongo.Pipeline{
+			{{Key: "$match", Value: match}},
+			{{Key: "$group", Value: bson.D{{Key: "_id", Value: group}, {Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}}}}},
+			{{Key: "$match", Value: bson.D{{Key: "n", Value: bson.D{{Key: "$gt", Value: 1}}}}}},
+			{{Key: "$limit", Value: 5}},
+		})
+		if err != nil {
+			continue
+		}
+		var dups []string
+		_ = eachRaw(ctx, cur, func(d bson.Raw) error {
+			n, _ := d.Lookup("n").AsInt64OK()
+			v := d.Lookup("_id")
+			if len(keys) == 1 {
+				v = d.Lookup("_id", keys[0].Key)
+			}
+			dups = append(dups, fmt.Sprintf("%s in %d documents", v, n))
+			return nil
+		})
+		name := ""
+		if o.Name != nil {
+			name = *o.Name
+		}
+		if len(dups) > 0 {
+			out = append(out, fmt.Sprintf("unique index %s: %s", name, strings.Join(dups, ", ")))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// EnsureIndexes creates those of models that coll lacks, by name, and
+// wraps ErrSetupRefused when the server refuses one for what coll holds.
+// Asking
 // only for the missing ones keeps start-up cheap, and sidesteps FerretDB
 // v1, whose createIndexes panics when given indexes that already exist.
 func EnsureIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.IndexModel) error {
@@ -208,10 +364,95 @@ func EnsureIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.I
 	if len(missing) == 0 {
 		return nil
 	}
-	if _, err := coll.Indexes().CreateMany(ctx, missing); err != nil {
-		return fmt.Errorf("queue: create indexes on %s: %w", coll.Name(), err)
+	// One at a time: FerretDB v1 makes a createIndexes of several indexes
+	// in steps, and one refused index (duplicates under a unique one)
+	// leaves the others made but unrecorded, so that every later attempt
+	// fails on them. Alone, the others are made, and only the refused one
+	// is missing.
+	var refusal error
+	var refusedModels []mongo.IndexModel
+	for _, m := range missing {
+		_, err := coll.Indexes().CreateOne(ctx, m)
+		switch {
+		case err == nil:
+		case isCode(err, errIndexOptionsConflict) && equivalentExists(ctx, coll, m):
+			// The same index under another name (made by hand): it serves.
+		case refused(err):
+			refusal = errors.Join(refusal, err)
+			refusedModels = append(refusedModels, m)
+		default:
+			// Another process may have made it in between (FerretDB v1
+			// fails on an index that exists): look again.
+			if again, lerr := coll.Indexes().ListSpecifications(ctx); lerr == nil && hasAll(again, []mongo.IndexModel{m}) {
+				continue
+			}
+			return fmt.Errorf("queue: create indexes on %s: %w", coll.Name(), err)
+		}
 	}
-	return nil
+	if refusal == nil {
+		return nil
+	}
+	if dups := duplicates(ctx, coll, refusedModels); dups != "" {
+		return fmt.Errorf("queue: create indexes on %s: %w: documents share a value that must be unique (%s); finish, change or delete all but one of each: %w",
+			coll.Name(), ErrSetupRefused, dups, refusal)
+	}
+	return fmt.Errorf("queue: create indexes on %s: %w: %w", coll.Name(), ErrSetupRefused, refusal)
+}
+
+// errIndexOptionsConflict is the server's code for an index whose keys an
+// index of another name or other options already has.
+const errIndexOptionsConflict = 85
+
+func isCode(err error, code int) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && se.HasErrorCode(code)
+}
+
+// equivalentExists reports whether coll has an index on m's keys, in the
+// same order, with m's uniqueness, whatever its name.
+func equivalentExists(ctx context.Context, coll *mongo.Collection, m mongo.IndexModel) bool {
+	specs, err := coll.Indexes().ListSpecifications(ctx)
+	if err != nil {
+		return false
+	}
+	want, err := bson.Marshal(m.Keys)
+	if err != nil {
+		return false
+	}
+	var o options.IndexOptions
+	if m.Options != nil {
+		for _, set := range m.Options.List() {
+			_ = set(&o)
+		}
+	}
+	flag := func(b *bool) bool { return b != nil && *b }
+	for _, s := range specs {
+		// Sparseness is not compared: FerretDB v1 does not report it.
+		if bytes.Equal(s.KeysDocument, want) && flag(s.Unique) == flag(o.Unique) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasAll reports whether specs name every index of models.
+func hasAll(specs []mongo.IndexSpecification, models []mongo.IndexModel) bool {
+	have := map[string]bool{}
+	for _, s := range specs {
+		have[s.Name] = true
+	}
+	for _, m := range models {
+		var o options.IndexOptions
+		if m.Options != nil {
+			for _, set := range m.Options.List() {
+				_ = set(&o)
+			}
+		}
+		if o.Name == nil || !have[*o.Name] {
+			return false
+		}
+	}
+	return true
 }
 
 // Get returns the job with id, or ErrNotFound.
@@ -254,19 +495,30 @@ func (c *Client) Counts(ctx context.Context) ([]Count, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: count jobs: %w", err)
 	}
-	var rows []struct {
-		ID struct {
-			Kind  string     `bson:"kind"`
-			State jobs.State `bson:"state"`
-		} `bson:"_id"`
-		N int `bson:"n"`
-	}
-	if err := cur.All(ctx, &rows); err != nil {
+	// One row at a time: a kind or state of another type (written by
+	// another app) is shown as stored rather than failing the whole count.
+	var out []Count
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		id, _ := d.Lookup("_id").DocumentOK()
+		n, _ := d.Lookup("n").AsInt64OK()
+		out = append(out, Count{Kind: asText(id, "kind"), State: jobs.State(asText(id, "state")), N: int(n)})
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("queue: count jobs: %w", err)
 	}
-	out := make([]Count, len(rows))
-	for i, r := range rows {
-		out[i] = Count{Kind: r.ID.Kind, State: r.ID.State, N: r.N}
-	}
 	return out, nil
+}
+
+// asText is the string field of d, or for a value of another type its
+// extended JSON (`{"$numberInt":"5"}`), or "" when it is missing or null.
+func asText(d bson.Raw, field string) string {
+	v, err := d.LookupErr(field)
+	if err != nil || v.Type == bson.TypeNull {
+		return ""
+	}
+	if s, ok := v.StringValueOK(); ok {
+		return s
+	}
+	return v.String()
 }

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
 )
 
 // InsertOpts are the options of one enqueued job. The zero value enqueues
@@ -77,7 +78,8 @@ func (c *Client) Enqueue(ctx context.Context, kind string, args any, opts Insert
 	return res[0], nil
 }
 
-// EnqueueMany adds jobs with one unordered insert. Every job is validated
+// EnqueueMany adds jobs with one unordered insert. The first enqueue of a
+// Client also ensures the jobs indexes (see EnsureIndexes). Every job is validated
 // before anything is written; one invalid job fails the call with a
 // *ValidationError and writes nothing. Results are in the order of ins.
 func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error) {
@@ -98,6 +100,16 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 		}
 		docs[i] = j
 		results[i].ID = j.ID
+	}
+	if err := c.ensureIndexes(ctx); err != nil {
+		// Unique keys rely on the index: without it, two enqueues of one
+		// key would make two jobs. Other jobs only lose the claim's speed.
+		for _, d := range docs {
+			if d.(*jobs.Job).UniqueKey != "" {
+				return nil, fmt.Errorf("queue: enqueue %d jobs: the unique key index is missing: %w", len(ins), err)
+			}
+		}
+		c.log.Warn("enqueue without the jobs indexes: creating them failed; the next enqueue tries again", zap.Error(err))
 	}
 	_, err := c.coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	if err == nil {

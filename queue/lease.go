@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
 )
 
 // fence matches the job only while l still holds it.
@@ -50,12 +51,10 @@ func (c *Client) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renew
 		{Key: "leaseExpiresAt", Value: t.Add(d)},
 		{Key: "heartbeatAt", Value: t},
 	}}}
-	// No projection: FerretDB v1 does not implement findAndModify's fields.
-	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
 	var got struct {
 		CancelRequestedAt *time.Time `bson:"cancelRequestedAt"`
 	}
-	err := c.coll.FindOneAndUpdate(ctx, fence(l), update, opts).Decode(&got)
+	err := c.renew(ctx, l, update, &got)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return Renewal{}, fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, ErrLeaseLost)
 	}
@@ -63,6 +62,50 @@ func (c *Client) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renew
 		return Renewal{}, fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, err)
 	}
 	return Renewal{ExpiresAt: t.Add(d), CancelRequested: got.CancelRequestedAt != nil}, nil
+}
+
+// Whether the server returns only some fields of a findAndModify's
+// document (its fields option): MongoDB does, FerretDB v1 refuses it with
+// NotImplemented. Detected by a client's first heartbeat.
+const (
+	projectionUnknown int32 = iota
+	projectionSupported
+	projectionUnsupported
+)
+
+// errNotImplemented is the server's code for an option it does not
+// implement.
+const errNotImplemented = 238
+
+// heartbeatFields are the fields a heartbeat reads back: not the args,
+// which may be up to 1 MB.
+var heartbeatFields = bson.D{{Key: "_id", Value: 1}, {Key: "cancelRequestedAt", Value: 1}}
+
+// renew applies a heartbeat's update to the job l holds and decodes what
+// it reads back into out, asking for heartbeatFields only where the server
+// supports it. The first heartbeat of a client finds out; a refusal
+// (which writes nothing) is retried at once without the projection, and
+// later heartbeats go without it.
+func (c *Client) renew(ctx context.Context, l Lease, update bson.D, out any) error {
+	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
+	mode := projectionUnsupported
+	if c.projection != nil {
+		mode = c.projection.Load()
+	}
+	if mode != projectionUnsupported {
+		err := c.coll.FindOneAndUpdate(ctx, fence(l), update, opts.SetProjection(heartbeatFields)).Decode(out)
+		var se mongo.ServerError
+		if !errors.As(err, &se) || !se.HasErrorCode(errNotImplemented) {
+			if mode == projectionUnknown && (err == nil || errors.Is(err, mongo.ErrNoDocuments)) {
+				c.projection.Store(projectionSupported)
+			}
+			return err
+		}
+		c.projection.Store(projectionUnsupported)
+		c.log.Info("the server does not project findAndModify results; heartbeats read whole jobs back", zap.Error(err))
+		opts = options.FindOneAndUpdate().SetReturnDocument(options.After)
+	}
+	return c.coll.FindOneAndUpdate(ctx, fence(l), update, opts).Decode(out)
 }
 
 // finish returns the update that moves a job to the final state s at t,
@@ -112,7 +155,85 @@ func (c *Client) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (F
 	t := now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cause.Error()})
 	f, update := c.failure(j, t, jobs.IsPermanent(cause), errs)
-	return f, c.fencedUpdate(ctx, "fail", l, update)
+	if f.State == jobs.StateDead {
+		return f, c.fencedUpdate(ctx, "fail", l, update)
+	}
+	cancelled, err := c.requeueUnlessCancelled(ctx, "fail", fence(l), update, func(requestedAt string, _ bson.Raw) bson.D {
+		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: jobs.AppendError(errs, jobs.AttemptError{
+			Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, "retried"),
+		})})
+	})
+	if cancelled {
+		return Failure{State: jobs.StateCancelled}, err
+	}
+	return f, err
+}
+
+// cancelNotRequested and cancelRequested split a fence by whether someone
+// asked the job to stop. An explicit null is no request, as Heartbeat reads
+// it.
+var (
+	cancelNotRequested = bson.E{Key: "cancelRequestedAt", Value: nil}
+	cancelRequested    = bson.E{Key: "cancelRequestedAt", Value: bson.D{{Key: "$ne", Value: nil}}}
+)
+
+// cancelledInstead is the error recorded when a cancel request turns what
+// would have been a re-queue into the end of the job.
+func cancelledInstead(requestedAt, instead string) string {
+	return fmt.Sprintf("cancelled: cancel requested at %s, so the job ends here instead of being %s", requestedAt, instead)
+}
+
+// requeueUnlessCancelled applies update, which sends the job back to the
+// queue, to the job filter matches, unless someone asked the job to stop:
+// then it applies cancel(the request's time) instead, which ends it
+// cancelled, and reports cancelled. Each branch is one single-document
+// update on filter plus the state of cancelRequestedAt, so a cancel request
+// that lands at any moment is honoured by exactly one of them: Cancel only
+// sets the field on a running job and nothing unsets it, so if the first
+// update missed because of it, the second one matches. It returns
+// ErrLeaseLost when neither matched (filter no longer holds the job).
+func (c *Client) requeueUnlessCancelled(ctx context.Context, op string, filter, update bson.D, cancel func(requestedAt string, doc bson.Raw) bson.D) (cancelled bool, err error) {
+	id := filterID(filter)
+	res, err := c.coll.UpdateOne(ctx, append(append(bson.D{}, filter...), cancelNotRequested), update)
+	if err != nil {
+		return false, fmt.Errorf("queue: %s job %v: %w", op, id, err)
+	}
+	if res.MatchedCount == 1 {
+		return false, nil
+	}
+	requested := append(append(bson.D{}, filter...), cancelRequested)
+	raw, err := c.coll.FindOne(ctx, requested, options.FindOne().SetProjection(bson.D{
+		{Key: "cancelRequestedAt", Value: 1}, {Key: "errors", Value: 1}, {Key: "attempt", Value: 1}, {Key: "owner", Value: 1},
+	})).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return false, fmt.Errorf("queue: %s job %v: %w", op, id, ErrLeaseLost)
+	}
+	if err != nil {
+		return false, fmt.Errorf("queue: %s job %v: %w", op, id, err)
+	}
+	at := raw.Lookup("cancelRequestedAt").String()
+	if tm, ok := raw.Lookup("cancelRequestedAt").TimeOK(); ok {
+		at = tm.UTC().Format(time.RFC3339Nano)
+	}
+	res, err = c.coll.UpdateOne(ctx, requested, cancel(at, raw))
+	if err != nil {
+		return false, fmt.Errorf("queue: %s job %v (cancel requested): %w", op, id, err)
+	}
+	if res.MatchedCount == 0 {
+		return false, fmt.Errorf("queue: %s job %v: %w", op, id, ErrLeaseLost)
+	}
+	c.log.Info("cancel request honoured: job cancelled instead of re-queued", zap.Any("job_id", id), zap.String("op", op), zap.String("cancel_requested_at", at))
+	return true, nil
+}
+
+// filterID is the _id a fence matches, for messages.
+func filterID(filter bson.D) any {
+	for _, e := range filter {
+		if e.Key == "_id" {
+			return e.Value
+		}
+	}
+	return nil
 }
 
 // failure returns where a failed attempt of j sends it and the update that
@@ -149,9 +270,28 @@ func requeue(t, runAt time.Time, set ...bson.E) bson.D {
 
 // Release gives the job l holds back to the queue at once, as if this
 // attempt had not been made: a worker shutting down uses it.
+//
+// A job whose cancel was requested ends cancelled instead, with why in its
+// errors.
 func (c *Client) Release(ctx context.Context, l Lease) error {
 	t := now()
 	update := requeue(t, t)
 	update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempt", Value: -1}}})
-	return c.fencedUpdate(ctx, "release", l, update)
+	_, err := c.requeueUnlessCancelled(ctx, "release", fence(l), update, func(requestedAt string, doc bson.Raw) bson.D {
+		// Release has no job in hand: the errors, attempt and owner are
+		// those read with the request, which only the holder of l writes.
+		var j struct {
+			Errors  []jobs.AttemptError `bson:"errors"`
+			Attempt int                 `bson:"attempt"`
+			Owner   string              `bson:"owner"`
+		}
+		_ = bson.Unmarshal(doc, &j) // a field that does not decode is left at its zero value
+		errs := jobs.AppendError(j.Errors, jobs.AttemptError{
+			Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, "released to another worker"),
+		})
+		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs})
+	})
+	return err
 }
+
+func errorsIsLeaseLost(err error) bool { return errors.Is(err, ErrLeaseLost) }

@@ -23,6 +23,9 @@ const (
 	// DefaultSucceededRetention is how long succeeded and cancelled jobs are
 	// kept.
 	DefaultSucceededRetention = 24 * time.Hour
+	// DefaultRetentionBudget is how long one pass may spend deleting
+	// finished jobs past their retention.
+	DefaultRetentionBudget = 20 * time.Second
 )
 
 // ReaperConfig configures a Reaper.
@@ -42,6 +45,11 @@ type ReaperConfig struct {
 	// DeadRetention is how long dead jobs are kept; zero or negative keeps
 	// them forever. Defaults to 0: dead jobs wait for a human.
 	DeadRetention time.Duration `yaml:"deadRetention"`
+	// RetentionBudget bounds the time one pass spends deleting finished
+	// jobs: it deletes batch after batch until none is due or the budget
+	// is spent (each state gets at least one batch), and the next pass goes
+	// on. Defaults to DefaultRetentionBudget.
+	RetentionBudget time.Duration `yaml:"retentionBudget"`
 	// Logger receives the reaper's logs. Defaults to a no-op logger.
 	Logger *zap.Logger `yaml:"-"`
 }
@@ -60,6 +68,9 @@ func (c ReaperConfig) WithDefaults() ReaperConfig {
 	if c.SucceededRetention == 0 {
 		c.SucceededRetention = DefaultSucceededRetention
 	}
+	if c.RetentionBudget == 0 {
+		c.RetentionBudget = DefaultRetentionBudget
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -76,6 +87,9 @@ func (c ReaperConfig) Validate() error {
 	}
 	if c.Batch < 1 {
 		return fmt.Errorf("reaper.batch: %d must be at least 1", c.Batch)
+	}
+	if c.RetentionBudget < 0 {
+		return fmt.Errorf("reaper.retentionBudget: %s must not be negative", c.RetentionBudget)
 	}
 	return nil
 }
@@ -101,23 +115,32 @@ func NewReaper(q *queue.Client, cfg ReaperConfig) (*Reaper, error) {
 func (r *Reaper) Schedule() string { return r.cfg.Schedule }
 
 // RunOnce makes one pass: it re-queues expired leases until none is left
-// (or ctx ends), then applies retention.
+// (or ctx ends), clears null unique keys, then applies retention within
+// the retention budget.
 func (r *Reaper) RunOnce(ctx context.Context) (queue.ReapResult, error) {
 	var total queue.ReapResult
 	for {
 		res, err := r.q.Reap(ctx, r.cfg.Grace, r.cfg.Batch)
-		total.Requeued += res.Requeued
-		total.Dead += res.Dead
+		total = total.Add(res)
 		if err != nil {
 			return total, err
 		}
-		if res.Requeued+res.Dead < r.cfg.Batch {
+		// A full batch may mean more: go on, unless this one moved nothing
+		// (every job in it skipped), which the next would repeat.
+		if res.Settled()+res.Skipped < r.cfg.Batch || res.Settled() == 0 {
 			break
 		}
 	}
-	if total.Requeued+total.Dead > 0 {
-		r.log.Info("reaped expired leases", zap.Int("requeued", total.Requeued), zap.Int("dead", total.Dead))
+	// A uniqueKey that another app wrote as null would block the next
+	// such job in the unique index: null means no key.
+	if _, err := r.q.ClearNullUniqueKeys(ctx); err != nil {
+		return total, err
 	}
+	if total.Settled()+total.Skipped > 0 {
+		r.log.Info("reaped expired leases", zap.Int("requeued", total.Requeued), zap.Int("dead", total.Dead),
+			zap.Int("cancelled", total.Cancelled), zap.Int("buried", total.Buried), zap.Int("skipped", total.Skipped))
+	}
+	budget := time.Now().Add(r.cfg.RetentionBudget)
 	for _, rule := range []struct {
 		age    time.Duration
 		states []jobs.State
@@ -129,12 +152,19 @@ func (r *Reaper) RunOnce(ctx context.Context) (queue.ReapResult, error) {
 			continue
 		}
 		for _, s := range rule.states {
-			n, err := r.q.Clean(ctx, s, rule.age, r.cfg.Batch)
-			if err != nil {
-				return total, err
+			deleted := 0
+			for {
+				n, err := r.q.Clean(ctx, s, rule.age, r.cfg.Batch)
+				deleted += n
+				if err != nil {
+					return total, err
+				}
+				if n < r.cfg.Batch || !time.Now().Before(budget) {
+					break
+				}
 			}
-			if n > 0 {
-				r.log.Info("deleted finished jobs past retention", zap.String("state", string(s)), zap.Int("deleted", n))
+			if deleted > 0 {
+				r.log.Info("deleted finished jobs past retention", zap.String("state", string(s)), zap.Int("deleted", deleted))
 			}
 		}
 	}

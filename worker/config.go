@@ -20,7 +20,7 @@ const (
 	// DefaultHeartbeatInterval is how often a running job's lease is renewed.
 	DefaultHeartbeatInterval = 10 * time.Second
 	// DefaultShutdownTimeout is how long a graceful stop waits for running
-	// jobs before it cancels them and releases their leases.
+	// jobs before it cancels them (see Worker.Stop).
 	DefaultShutdownTimeout = 30 * time.Second
 	// DefaultPollMin is the first wait after a claim finds nothing.
 	DefaultPollMin = 50 * time.Millisecond

@@ -105,16 +105,21 @@ func (w *Worker) Start(ctx context.Context) {
 }
 
 // Stop stops claiming and waits for running jobs to finish. When ctx ends or
-// the shutdown timeout passes first, it cancels the jobs still running and
-// releases their leases so that another worker takes them at once.
+// the shutdown timeout passes first, it cancels the jobs still running; a
+// handler that returns gives its job back (or records its outcome) itself.
+// A handler that ignores the cancellation keeps its job: its lease is no
+// longer renewed, and the reaper re-queues the job once the lease and the
+// reaper's grace have passed, never while the lease holds. A process that
+// exits right after Stop may call ReleaseAbandoned to give those jobs back
+// at once.
 func (w *Worker) Stop(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.ShutdownTimeout)
 	defer cancel()
 	return w.stop(ctx)
 }
 
-// StopAndCancel stops claiming, cancels every running job at once and
-// releases its lease.
+// StopAndCancel stops claiming and cancels every running job at once, as
+// Stop does when its timeout passes.
 func (w *Worker) StopAndCancel(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	cancel()
@@ -140,13 +145,19 @@ func (w *Worker) stop(graceful context.Context) error {
 		}
 		w.cancelJobs(ErrShutdown)
 		// Handlers that honour their context return now and release their
-		// own leases; give them a moment, then release the rest ourselves.
+		// own leases; give them a moment. The leases of those that do not
+		// are left to expire: releasing one while its handler runs would
+		// let another worker start the job beside it.
 		select {
 		case <-done:
-		case <-time.After(2 * time.Second):
+		case <-time.After(abandonWait):
 		}
-		released := w.releaseAbandoned()
-		w.log.Info("worker stopped", zap.Int("released", released))
+		abandoned := w.abandoned()
+		for _, r := range abandoned {
+			w.log.Warn("a handler ignored cancellation and is still running; its lease is no longer renewed, and the reaper re-queues the job after it expires",
+				r.job.LogFields(zap.Time("lease_expires_at", r.leaseExpiry()))...)
+		}
+		w.log.Info("worker stopped", zap.Int("abandoned", len(abandoned)))
 		err = graceful.Err()
 	})
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
@@ -155,22 +166,36 @@ func (w *Worker) stop(graceful context.Context) error {
 	return err
 }
 
-// releaseAbandoned releases the leases of jobs whose handlers ignored the
-// cancellation, so that another worker can take them now.
-func (w *Worker) releaseAbandoned() int {
+// abandonWait is how long a stop that cancelled the running jobs waits for
+// their handlers to return.
+const abandonWait = 2 * time.Second
+
+// abandoned returns the jobs whose handlers have not returned.
+func (w *Worker) abandoned() []*run {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	runs := make([]*run, 0, len(w.active))
 	for _, r := range w.active {
 		runs = append(runs, r)
 	}
-	w.mu.Unlock()
+	return runs
+}
+
+// ReleaseAbandoned gives back at once, after Stop or StopAndCancel, the
+// jobs whose handlers ignored the cancellation and are still running, and
+// returns how many it released. Call it only in a process that exits right
+// after: another worker may start such a job at once, while its handler
+// here runs until the process ends (its fenced writes fail from then on).
+// A process that keeps running should let the leases expire instead, which
+// Stop already arranges.
+func (w *Worker) ReleaseAbandoned(ctx context.Context) int {
 	n := 0
-	for _, r := range runs {
+	for _, r := range w.abandoned() {
 		if !r.settle() {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := w.q.Release(ctx, r.lease)
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := w.q.Release(rctx, r.lease)
 		cancel()
 		if err != nil {
 			w.log.Warn("release failed; the reaper will re-queue the job", r.job.LogFields(zap.Error(err))...)

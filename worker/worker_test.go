@@ -312,34 +312,97 @@ func TestGracefulStopWaitsForRunningJobs(t *testing.T) {
 	require.Equal(t, jobs.StateAvailable, j.State, "a stopping worker must not claim")
 }
 
-func TestStopPastTimeoutReleasesLeases(t *testing.T) {
+// TestStopPastTimeoutReleasesOnlyReturnedHandlers: issue 10 scenario 10.
+// After Stop's timeout, a handler that honours its context gives its job
+// back; one that ignores it keeps its lease (no longer renewed), so in a
+// process that goes on after Stop no other worker starts the job while the
+// first handler still runs.
+func TestStopPastTimeoutReleasesOnlyReturnedHandlers(t *testing.T) {
 	b := setup(t)
 	started := make(chan struct{}, 2)
 	release := make(chan struct{})
+	var inStubborn, stubbornRuns atomic.Int32
 	b.handle(t, "polite", func(ctx context.Context, j *jobs.Job) error {
 		started <- struct{}{}
 		<-ctx.Done()
 		return ctx.Err()
 	}, jobs.KindOptions{})
 	b.handle(t, "stubborn", func(ctx context.Context, j *jobs.Job) error {
+		if inStubborn.Add(1) > 1 {
+			t.Errorf("job %s started while its first attempt still runs", j.ID)
+		}
+		defer inStubborn.Add(-1)
+		stubbornRuns.Add(1)
 		started <- struct{}{}
 		<-release // ignores its context
 		return nil
 	}, jobs.KindOptions{})
+	ran := make(chan string, 1)
+	b.handle(t, "marker", func(ctx context.Context, j *jobs.Job) error {
+		ran <- j.ID
+		return nil
+	}, jobs.KindOptions{})
 	polite := b.enqueue(t, "polite", nil, queue.InsertOpts{})
-	stubborn := b.enqueue(t, "stubborn", nil, queue.InsertOpts{})
-	w := b.start(t, worker.Config{ShutdownTimeout: 200 * time.Millisecond})
+	stubborn := b.enqueue(t, "stubborn", nil, queue.InsertOpts{Priority: 10})
+	w1 := b.start(t, worker.Config{ID: "w1", Concurrency: 2, ShutdownTimeout: 200 * time.Millisecond})
 	<-started
+	<-started
+	require.NoError(t, w1.Stop(b.ctx))
+
+	j, err := b.q.Get(b.ctx, polite)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateAvailable, j.State, "the polite handler returned: its job is given back")
+	require.Equal(t, 0, j.Attempt)
+	require.Empty(t, j.LeaseToken)
+	j, err = b.q.Get(b.ctx, stubborn)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateRunning, j.State, "the stubborn handler still runs: its job stays leased")
+	require.Equal(t, "w1", j.Owner)
+	require.NotEmpty(t, j.LeaseToken)
+	require.Equal(t, 1, b.logs.FilterMessageSnippet("ignored cancellation and is still running").Len())
+
+	// The process goes on: a second worker claims while the first handler
+	// runs. One job at a time, best first, it takes the marker, then the
+	// polite job, but never the stubborn job, though that one comes first.
+	marker := b.enqueue(t, "marker", nil, queue.InsertOpts{Priority: 5})
+	b.start(t, worker.Config{ID: "w2", Concurrency: 1})
+	require.Equal(t, marker, <-ran)
+	b.waitState(t, polite, jobs.StateRunning)
+	j, err = b.q.Get(b.ctx, stubborn)
+	require.NoError(t, err)
+	require.Equal(t, "w1", j.Owner)
+	require.Equal(t, int32(1), stubbornRuns.Load())
+
+	// When the first handler returns, its outcome is recorded under its own
+	// lease, which still holds: the job ran once.
+	close(release)
+	j = b.waitState(t, stubborn, jobs.StateSucceeded)
+	require.Equal(t, 1, j.Attempt)
+	require.Equal(t, "w1", j.Owner)
+	require.Equal(t, int32(1), stubbornRuns.Load())
+}
+
+// TestReleaseAbandonedGivesBackAtOnce: a process about to exit gives back
+// the jobs of handlers that ignored the cancellation.
+func TestReleaseAbandonedGivesBackAtOnce(t *testing.T) {
+	b := setup(t)
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	b.handle(t, "stubborn", func(ctx context.Context, j *jobs.Job) error {
+		started <- struct{}{}
+		<-release // ignores its context
+		return nil
+	}, jobs.KindOptions{})
+	id := b.enqueue(t, "stubborn", nil, queue.InsertOpts{})
+	w := b.start(t, worker.Config{ShutdownTimeout: 100 * time.Millisecond})
 	<-started
 	require.NoError(t, w.Stop(b.ctx))
-	for _, id := range []string{polite, stubborn} {
-		j, err := b.q.Get(b.ctx, id)
-		require.NoError(t, err)
-		require.Equal(t, jobs.StateAvailable, j.State, "job %s", id)
-		require.Equal(t, 0, j.Attempt)
-		require.Empty(t, j.LeaseToken)
-		require.Empty(t, j.Errors)
-	}
+	require.Equal(t, 1, w.ReleaseAbandoned(b.ctx))
+	j, err := b.q.Get(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateAvailable, j.State)
+	require.Equal(t, 0, j.Attempt)
+	require.Empty(t, j.LeaseToken)
 	close(release)
 	require.Eventually(t, func() bool {
 		return b.logs.FilterMessage("job ended after its lease was released at shutdown; writing nothing").Len() == 1

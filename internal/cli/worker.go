@@ -118,7 +118,16 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 			log.Error("reap failed", zap.String("error", configs.Redact(err.Error(), cfg.Mongo.URI)))
 			return 1
 		}
-		fmt.Fprintf(stdout, "requeued %d, dead %d\n", res.Requeued, res.Dead)
+		line := fmt.Sprintf("requeued %d, dead %d", res.Requeued, res.Dead)
+		for _, c := range []struct {
+			what string
+			n    int
+		}{{"cancelled", res.Cancelled}, {"buried as malformed", res.Buried}, {"skipped", res.Skipped}} {
+			if c.n > 0 {
+				line += fmt.Sprintf(", %s %d", c.what, c.n)
+			}
+		}
+		fmt.Fprintln(stdout, line)
 		return 0
 	}
 
@@ -129,6 +138,10 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		return handlers.Setup(ctx, db)
 	}
 	if err := waitForServer(startCtx, client, cfg.Mongo, log, setup); err != nil {
+		if errors.Is(err, queue.ErrSetupRefused) {
+			log.Error("cannot start: the database refused docket's setup; fix the documents named below, then start again", zap.Error(err))
+			return 1
+		}
 		log.Info("stopped before the database was reachable")
 		return 0
 	}
@@ -188,6 +201,11 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	if err := w.Stop(stopCtx); err != nil {
 		log.Error("stop", zap.Error(err))
 		return 1
+	}
+	// This process exits now, and with it any handler that ignored its
+	// cancellation: give those jobs back rather than wait for their leases.
+	if n := w.ReleaseAbandoned(context.Background()); n > 0 {
+		log.Info("released the jobs of handlers still running at exit", zap.Int("released", n))
 	}
 	select {
 	case <-reaping:

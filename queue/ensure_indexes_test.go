@@ -1,0 +1,100 @@
+package queue_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// TestEnqueueEnsuresTheIndexesItReliesOn: issue 10 scenario 11. A program
+// that only enqueues (queue.New, then Enqueue) gets unique keys that hold,
+// with no worker ever run.
+func TestEnqueueEnsuresTheIndexesItReliesOn(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	ctx := context.Background()
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	first, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{UniqueKey: "once"})
+	require.NoError(t, err)
+	require.False(t, first.Duplicate)
+	// A second client, as a second process would have.
+	q2, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	second, err := q2.Enqueue(ctx, "k", nil, queue.InsertOpts{UniqueKey: "once"})
+	require.NoError(t, err)
+	require.True(t, second.Duplicate)
+	require.Equal(t, first.ID, second.ID)
+	n, err := q.Collection().CountDocuments(ctx, bson.M{})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+}
+
+// TestEnsureIndexesRefusedNamesTheDuplicates: when documents already break
+// the unique index, setting it up is refused with an error that says so
+// and names them, and an enqueue that needs it fails rather than making a
+// second job for a key.
+func TestEnsureIndexesRefusedNamesTheDuplicates(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	ctx := context.Background()
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	now := time.Now()
+	for _, id := range []string{"a", "b"} {
+		_, err := q.Collection().InsertOne(ctx, bson.D{
+			{Key: "_id", Value: id}, {Key: "kind", Value: "k"}, {Key: "queue", Value: "default"}, {Key: "args", Value: bson.D{}},
+			{Key: "state", Value: "available"}, {Key: "runAt", Value: now}, {Key: "uniqueKey", Value: "twice"},
+		})
+		require.NoError(t, err)
+	}
+	err = q.EnsureIndexes(ctx)
+	require.ErrorIs(t, err, queue.ErrSetupRefused)
+	require.ErrorContains(t, err, `"twice" in 2 documents`)
+	require.ErrorContains(t, err, "uniqueKey")
+
+	_, err = q.Enqueue(ctx, "k", nil, queue.InsertOpts{UniqueKey: "other"})
+	require.ErrorIs(t, err, queue.ErrSetupRefused)
+	_, err = q.Enqueue(ctx, "k", nil, queue.InsertOpts{})
+	require.NoError(t, err, "a job without a unique key does not need the index")
+
+	// Once the data is fixed, the next enqueue sets the index up.
+	_, err = q.Collection().DeleteOne(ctx, bson.M{"_id": "b"})
+	require.NoError(t, err)
+	r1, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{UniqueKey: "other"})
+	require.NoError(t, err)
+	r2, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{UniqueKey: "other"})
+	require.NoError(t, err)
+	require.True(t, r2.Duplicate)
+	require.Equal(t, r1.ID, r2.ID)
+}
+
+// TestEnsureIndexesAcceptsTheSameIndexUnderAnotherName: an equivalent
+// unique index made by hand (the driver's default name uniqueKey_1)
+// serves; it is not a refusal.
+func TestEnsureIndexesAcceptsTheSameIndexUnderAnotherName(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	ctx := context.Background()
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	_, err = q.Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
+		Keys:    bson.D{{Key: "uniqueKey", Value: 1}},
+		Options: options.Index().SetUnique(true).SetSparse(true),
+	})
+	require.NoError(t, err)
+	require.NoError(t, q.EnsureIndexes(ctx))
+	r1, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{UniqueKey: "x"})
+	require.NoError(t, err)
+	r2, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{UniqueKey: "x"})
+	require.NoError(t, err)
+	require.True(t, r2.Duplicate)
+	require.Equal(t, r1.ID, r2.ID)
+}
