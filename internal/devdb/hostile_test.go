@@ -1,0 +1,692 @@
+package devdb
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/docketq/docket/internal/testdb"
+)
+
+// TestMain lets the tests that run devdb as a process build it through
+// testdb, which removes the binary when they end.
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// devdbProcess is a devdb run as a process of its own, so that its memory
+// can be read from /proc.
+type devdbProcess struct {
+	pid  int
+	addr string
+	uri  string
+}
+
+// startDevDBProcess runs the devdb binary with the given extra flags on a free
+// port and a fresh directory, and stops it when the test ends.
+func startDevDBProcess(t *testing.T, flags ...string) *devdbProcess {
+	t.Helper()
+
+	bin := testdb.DevDBBinary(t)
+	args := append([]string{"--addr", "127.0.0.1:0", "--dir", t.TempDir(), "--log-format", "json"}, flags...)
+	cmd := exec.Command(bin, args...)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+
+	done := make(chan struct{})
+	var waitErr error
+	ready := make(chan devdbProcess, 1)
+	var (
+		logMu sync.Mutex
+		logs  []string
+	)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			logMu.Lock()
+			if len(logs) < 200 {
+				logs = append(logs, line)
+			}
+			logMu.Unlock()
+			var l struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+				URI  string `json:"uri"`
+			}
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "devdb listening" {
+				ready <- devdbProcess{pid: cmd.Process.Pid, addr: l.Addr, uri: l.URI}
+			}
+		}
+		waitErr = cmd.Wait()
+		close(done)
+	}()
+
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+
+	select {
+	case p := <-ready:
+		t.Cleanup(func() {
+			if t.Failed() {
+				logMu.Lock()
+				t.Logf("devdb logs (first %d lines):\n%s", len(logs), strings.Join(logs, "\n"))
+				logMu.Unlock()
+			}
+		})
+		return &p
+	case <-done:
+		t.Fatalf("devdb exited before listening: %v\n%s", waitErr, strings.Join(logs, "\n"))
+	case <-time.After(2 * time.Minute):
+		t.Fatal("devdb not listening after 2 minutes")
+	}
+
+	return nil
+}
+
+// memory is what /proc/PID/status says of a process's memory, in KiB.
+type memory struct {
+	RSS, HWM, Size int64
+}
+
+func (m memory) String() string {
+	return fmt.Sprintf("VmRSS %d MiB, VmHWM %d MiB, VmSize %d MiB", m.RSS>>10, m.HWM>>10, m.Size>>10)
+}
+
+// readMemory reads pid's VmRSS, VmHWM and VmSize; ok is false once the
+// process has gone.
+func readMemory(pid int) (memory, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return memory{}, false
+	}
+
+	var m memory
+	for _, line := range strings.Split(string(b), "\n") {
+		name, value, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "VmRSS":
+			m.RSS = kb
+		case "VmHWM":
+			m.HWM = kb
+		case "VmSize":
+			m.Size = kb
+		}
+	}
+
+	return m, true
+}
+
+// headerOnly is the 16-byte header of an OP_MSG announcing the largest
+// message devdb accepts, and nothing after it.
+func headerOnly(requestID int32) []byte {
+	var hdr [headerLen]byte
+	binary.LittleEndian.PutUint32(hdr[0:], MaxMessageSize)
+	binary.LittleEndian.PutUint32(hdr[4:], uint32(requestID))
+	binary.LittleEndian.PutUint32(hdr[12:], opMsg)
+
+	return hdr[:]
+}
+
+// raiseFileLimit raises the test process's soft RLIMIT_NOFILE to its hard
+// limit and returns the soft limit now in force.
+func raiseFileLimit(t *testing.T) uint64 {
+	t.Helper()
+
+	var lim syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim))
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim))
+	}
+
+	return lim.Cur
+}
+
+// TestHeaderFlood is issue 15's first case: connections that each send a
+// 16-byte header announcing a 48 MB message and nothing more. devdb used to
+// allocate the announced length at once, per connection, and had no limit on
+// connections: 300 of them reserved about 15 GB, 3,000 got it killed. Now a
+// header costs nothing, connections past --max-conns are closed at once, and
+// a driver client connected beforehand keeps being served throughout, with
+// devdb's memory bounded.
+func TestHeaderFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens thousands of connections")
+	}
+
+	const (
+		maxConns   = 2000
+		maxLatency = 3 * time.Second
+		minRounds  = 20
+		// Bounds on devdb's memory, measured at about 90 MiB RSS and 1.6
+		// GiB VmSize with the flood in place (see docs/notes/devdb.md);
+		// before the fix the flood reserved 48 MB per connection.
+		maxHWM  = 512 << 10 // KiB
+		maxSize = 8 << 20   // KiB
+	)
+
+	// The flood's connections are file descriptors of this process (one
+	// each) and of devdb (one each for those it holds). 6,000 stays well
+	// inside this machine's limit of 20,000, with room for devdb's own.
+	limit := raiseFileLimit(t)
+	flood := min(6000, int(limit)-1000)
+	require.Greater(t, flood, maxConns, "RLIMIT_NOFILE %d leaves too few descriptors for the flood", limit)
+
+	p := startDevDBProcess(t, "--max-conns", strconv.Itoa(maxConns))
+
+	// The driver client is connected and has been served before the flood
+	// begins; its connections are among the maxConns.
+	client := connect(t, p.uri)
+	coll := client.Database("flood").Collection("c")
+	ctx := context.Background()
+	require.NoError(t, client.Ping(ctx, nil))
+	_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "before"}})
+	require.NoError(t, err)
+
+	before, ok := readMemory(p.pid)
+	require.True(t, ok)
+	t.Logf("devdb before the flood: %v", before)
+
+	// The client works all through the flood: ping, insert, find.
+	stopClient := make(chan struct{})
+	clientDone := make(chan struct{})
+	var (
+		rounds  int
+		worst   time.Duration
+		clientE error
+	)
+	go func() {
+		defer close(clientDone)
+		for i := 0; ; i++ {
+			// At least minRounds, so that devdb has had time to take in
+			// the flood's headers by the time memory is read.
+			if i >= minRounds {
+				select {
+				case <-stopClient:
+					return
+				default:
+				}
+			}
+
+			start := time.Now()
+			opCtx, cancel := context.WithTimeout(ctx, 2*maxLatency)
+			err := client.Ping(opCtx, nil)
+			if err == nil {
+				_, err = coll.InsertOne(opCtx, bson.D{{Key: "_id", Value: i}})
+			}
+			if err == nil {
+				err = coll.FindOne(opCtx, bson.D{{Key: "_id", Value: i}}).Err()
+			}
+			cancel()
+			if err != nil {
+				clientE = fmt.Errorf("round %d: %w", i, err)
+				return
+			}
+			worst = max(worst, time.Since(start))
+			rounds++
+		}
+	}()
+
+	// The flood. A reader per connection counts those devdb closes.
+	var closedByServer atomic.Int64
+	conns := make([]net.Conn, 0, flood)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	var readers sync.WaitGroup
+	for i := range flood {
+		c, err := net.Dial("tcp", p.addr)
+		require.NoError(t, err, "dial %d", i)
+		conns = append(conns, c)
+		if _, err := c.Write(headerOnly(int32(i + 1))); err != nil {
+			closedByServer.Add(1) // devdb closed it already: a reset
+			continue
+		}
+		readers.Go(func() {
+			_, err := c.Read(make([]byte, 1))
+			if err != nil && !errors.Is(err, net.ErrClosed) {
+				closedByServer.Add(1) // io.EOF or a reset: devdb closed it
+			}
+		})
+	}
+	t.Logf("flood: %d connections opened, each sent a 16-byte header announcing %d bytes", flood, MaxMessageSize)
+
+	// devdb closes every connection past maxConns, and no other.
+	refusedAtLeast := int64(flood - maxConns)
+	require.Eventually(t, func() bool { return closedByServer.Load() >= refusedAtLeast },
+		time.Minute, 10*time.Millisecond, "devdb closes the connections past --max-conns")
+
+	// The client is served with the flood in place, and devdb's memory
+	// stays bounded. (The client's operations stay one at a time, on the
+	// connections it opened before the flood: devdb has no place for a new
+	// one until the flood's connections close or time out.)
+	close(stopClient)
+	<-clientDone
+	require.NoError(t, clientE)
+	require.NoError(t, client.Ping(ctx, nil))
+	_, err = coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "during"}})
+	require.NoError(t, err)
+	require.NoError(t, coll.FindOne(ctx, bson.D{{Key: "_id", Value: "before"}}).Err())
+	during, ok := readMemory(p.pid)
+	require.True(t, ok, "devdb is still running")
+	require.Positive(t, rounds)
+	require.Less(t, worst, maxLatency, "the driver client stalled during the flood")
+
+	closed := closedByServer.Load()
+	require.LessOrEqual(t, closed, refusedAtLeast+10,
+		"devdb closed connections it had room for (the client holds a few of the %d)", maxConns)
+	t.Logf("devdb closed %d of %d flood connections (max-conns %d); client: %d rounds of ping+insert+find, slowest %v",
+		closed, flood, maxConns, rounds, worst)
+	t.Logf("devdb with the flood in place: %v", during)
+	require.Less(t, during.HWM, int64(maxHWM), "devdb's peak RSS")
+	require.Less(t, during.Size, int64(maxSize), "devdb's address space")
+
+	// Once the flood goes, its connections' places are free again: a new
+	// client connects and is served.
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	readers.Wait()
+	require.NoError(t, connect(t, p.uri).Ping(ctx, nil))
+
+	after, ok := readMemory(p.pid)
+	require.True(t, ok)
+	t.Logf("devdb after the flood: %v", after)
+}
+
+// TestMaxConnsRefusesWithCleanClose: past MaxConns a connection is closed at
+// once, without a reply, and the ones already served go on being served.
+func TestMaxConnsRefusesWithCleanClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	s, err := Start(ctx, Config{Addr: "127.0.0.1:0", Dir: t.TempDir(), Logger: zaptest.NewLogger(t), MaxConns: 3})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+
+	ping := func(id int32) message {
+		return buildOpMsg(t, id, 0, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}})
+	}
+
+	var held []net.Conn
+	for i := range 3 {
+		c, err := net.Dial("tcp", s.Addr())
+		require.NoError(t, err)
+		defer c.Close()
+		roundTripRaw(t, c, bufio.NewReader(c), ping(int32(i+1)))
+		held = append(held, c)
+	}
+
+	extra, err := net.Dial("tcp", s.Addr())
+	require.NoError(t, err)
+	defer extra.Close()
+	require.NoError(t, extra.SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err = extra.Read(make([]byte, 1))
+	require.True(t, errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET),
+		"the fourth connection is closed, got %v", err)
+
+	for i, c := range held {
+		roundTripRaw(t, c, bufio.NewReader(c), ping(int32(10+i)))
+	}
+
+	// A place frees up when a connection closes.
+	require.NoError(t, held[0].Close())
+	require.Eventually(t, func() bool { return s.front.active.Load() == 2 }, 10*time.Second, 5*time.Millisecond)
+	c, err := net.Dial("tcp", s.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	roundTripRaw(t, c, bufio.NewReader(c), ping(20))
+}
+
+// TestInFlightBudget: a request whose buffer would take the in-flight bytes
+// past MaxInFlightBytes closes its connection; small requests of others are
+// still served, and a connection's bytes return to the budget when it goes.
+func TestInFlightBudget(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	s, err := Start(ctx, Config{
+		Addr: "127.0.0.1:0", Dir: t.TempDir(), Logger: zaptest.NewLogger(t),
+		MaxInFlightBytes: MaxMessageSize,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+
+	// sendPart sends the header of a largest message and n bytes of its
+	// body, never the rest.
+	sendPart := func(n int) (net.Conn, error) {
+		c, err := net.Dial("tcp", s.Addr())
+		require.NoError(t, err)
+		_, err = c.Write(headerOnly(1))
+		require.NoError(t, err)
+		_, err = c.Write(make([]byte, n))
+		return c, err
+	}
+
+	a, err := sendPart(30 << 20)
+	require.NoError(t, err)
+	defer a.Close()
+	require.Eventually(t, func() bool { return s.front.inFlight.Load() >= 30<<20-freePerConn },
+		30*time.Second, 5*time.Millisecond, "the first connection's 30 MiB are held")
+	held := s.front.inFlight.Load()
+	require.LessOrEqual(t, held, int64(MaxMessageSize), "the buffer never outgrows the message")
+
+	// The second is closed, while it writes (a reset) or after.
+	b, err := sendPart(30 << 20)
+	defer b.Close()
+	if err == nil {
+		require.NoError(t, b.SetReadDeadline(time.Now().Add(30*time.Second)))
+		_, err = io.Copy(io.Discard, b)
+	}
+	require.True(t, err == nil || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE),
+		"the second connection is closed, got %v", err)
+	require.Equal(t, held, s.front.inFlight.Load(), "the refused connection holds nothing")
+
+	// Others are served.
+	require.NoError(t, connect(t, s.URI()).Ping(context.Background(), nil))
+
+	require.NoError(t, a.Close())
+	require.Eventually(t, func() bool { return s.front.inFlight.Load() == 0 },
+		10*time.Second, 5*time.Millisecond, "the first connection's bytes return to the budget")
+}
+
+// TestMessageTimeout: a client that starts a message and does not finish it
+// within MessageTimeout is closed; an idle client is not.
+func TestMessageTimeout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	s, err := Start(ctx, Config{
+		Addr: "127.0.0.1:0", Dir: t.TempDir(), Logger: zaptest.NewLogger(t),
+		MessageTimeout: 200 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+
+	idle, err := net.Dial("tcp", s.Addr())
+	require.NoError(t, err)
+	defer idle.Close()
+
+	slow, err := net.Dial("tcp", s.Addr())
+	require.NoError(t, err)
+	defer slow.Close()
+	_, err = slow.Write(headerOnly(1))
+	require.NoError(t, err)
+
+	require.NoError(t, slow.SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err = slow.Read(make([]byte, 1))
+	require.ErrorIs(t, err, io.EOF, "the slow sender is closed")
+
+	// The idle connection outlived the slow one's timeout and still works.
+	roundTripRaw(t, idle, bufio.NewReader(idle),
+		buildOpMsg(t, 2, 0, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}}))
+}
+
+// TestPartialHeaderDoesNotTakeTheLock: a client that has sent part of a
+// header holds nothing; others are served.
+func TestPartialHeaderDoesNotTakeTheLock(t *testing.T) {
+	s := startServer(t)
+
+	partial, err := net.Dial("tcp", s.Addr())
+	require.NoError(t, err)
+	defer partial.Close()
+	_, err = partial.Write([]byte{0x40, 0, 0})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, connect(t, s.URI()).Ping(ctx, nil))
+}
+
+// TestTailerDoesNotFreezeOthers is issue 15's second case: a getMore on a
+// tailable awaitData cursor waits for new documents up to its maxTimeMS (here
+// 60 s). It used to hold the one-command-at-a-time lock all that time, so
+// another client's ping waited for it. Now getMore runs outside the lock;
+// pings, inserts and finds of another client are answered at once, and the
+// tailer still receives the document inserted meanwhile.
+func TestTailerDoesNotFreezeOthers(t *testing.T) {
+	t.Parallel()
+
+	const maxLatency = 2 * time.Second
+
+	s := startServer(t)
+	ctx := context.Background()
+
+	other := connect(t, s.URI())
+	db := other.Database("tail")
+	require.NoError(t, db.CreateCollection(ctx, "capped",
+		options.CreateCollection().SetCapped(true).SetSizeInBytes(1<<20)))
+	_, err := db.Collection("capped").InsertOne(ctx, bson.D{{Key: "n", Value: 0}})
+	require.NoError(t, err)
+
+	// The getMore is in the server when the hook sees it forwarded.
+	getMoreForwarded := make(chan struct{}, 1)
+	hook := func(cmd string) {
+		if cmd == "getMore" {
+			select {
+			case getMoreForwarded <- struct{}{}:
+			default:
+			}
+		}
+	}
+	s.front.testHookForward.Store(&hook)
+
+	// FerretDB closes a tailable cursor whose first batch is not full, so
+	// batches of one document.
+	tailer := connect(t, s.URI())
+	cur, err := tailer.Database("tail").Collection("capped").Find(ctx, bson.D{},
+		options.Find().SetCursorType(options.TailableAwait).SetMaxAwaitTime(time.Minute).SetBatchSize(1))
+	require.NoError(t, err)
+	require.True(t, cur.Next(ctx), "the first document")
+
+	type next struct {
+		doc bson.Raw
+		err error
+	}
+	got := make(chan next, 1)
+	tailCtx, stopTail := context.WithCancel(ctx)
+	tailDone := make(chan struct{})
+	go func() {
+		defer close(tailDone)
+		// Waits in a getMore for a document to come.
+		if cur.Next(tailCtx) {
+			got <- next{doc: cur.Current}
+			return
+		}
+		got <- next{err: fmt.Errorf("cursor ended: %w", cur.Err())}
+	}()
+	defer func() {
+		stopTail()
+		<-tailDone
+		_ = cur.Close(ctx)
+	}()
+
+	select {
+	case <-getMoreForwarded:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tailer's getMore never reached the server")
+	}
+
+	for i := 1; i <= 3; i++ {
+		opCtx, cancel := context.WithTimeout(ctx, maxLatency)
+		start := time.Now()
+		require.NoError(t, other.Ping(opCtx, nil), "ping %d while the tailer waits", i)
+		_, err := db.Collection("other").InsertOne(opCtx, bson.D{{Key: "_id", Value: i}})
+		require.NoError(t, err, "insert %d", i)
+		require.NoError(t, db.Collection("other").FindOne(opCtx, bson.D{{Key: "_id", Value: i}}).Err(), "find %d", i)
+		cancel()
+		t.Logf("ping, insert and find %d while the tailer waits: %v", i, time.Since(start))
+	}
+
+	// The tailer receives what is inserted while it waits.
+	opCtx, cancel := context.WithTimeout(ctx, maxLatency)
+	_, err = db.Collection("capped").InsertOne(opCtx, bson.D{{Key: "n", Value: 1}})
+	cancel()
+	require.NoError(t, err)
+
+	select {
+	case n := <-got:
+		require.NoError(t, n.err)
+		require.EqualValues(t, 1, n.doc.Lookup("n").Int32())
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tailer did not receive the new document")
+	}
+}
+
+// rawInsert builds an insert of {_id: id} into db.c, with maxTimeMS when it
+// is not 0.
+func rawInsert(t *testing.T, requestID int32, db, id string, maxTimeMS int64) message {
+	cmd := bson.D{
+		{Key: "insert", Value: "c"},
+		{Key: "documents", Value: bson.A{bson.D{{Key: "_id", Value: id}}}},
+	}
+	if maxTimeMS != 0 {
+		cmd = append(cmd, bson.E{Key: "maxTimeMS", Value: maxTimeMS})
+	}
+	cmd = append(cmd, bson.E{Key: "$db", Value: db})
+
+	return buildOpMsg(t, requestID, 0, cmd)
+}
+
+// holdLock takes the front's lock for the test, released when it ends unless
+// the returned function released it before.
+func holdLock(t *testing.T, s *Server) (release func()) {
+	t.Helper()
+
+	s.front.lock()
+	var once sync.Once
+	release = func() { once.Do(s.front.unlock) }
+	t.Cleanup(release)
+
+	return release
+}
+
+// countIDs counts the documents of db.c with the given _id.
+func countIDs(t *testing.T, s *Server, db, id string) int64 {
+	t.Helper()
+
+	n, err := connect(t, s.URI()).Database(db).Collection("c").
+		CountDocuments(context.Background(), bson.D{{Key: "_id", Value: id}})
+	require.NoError(t, err)
+
+	return n
+}
+
+// TestQueuedRequestOfGoneClientIsDropped is issue 15's third case: a request
+// waiting for the lock whose client closes the connection is dropped, never
+// run.
+func TestQueuedRequestOfGoneClientIsDropped(t *testing.T) {
+	s := startServer(t)
+	release := holdLock(t, s)
+
+	conn, err := net.Dial("tcp", s.Addr())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.Write(rawInsert(t, 1, "gone", "ghost", 0))
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool { return s.front.queued.Load() == 1 },
+		10*time.Second, time.Millisecond, "the insert waits for the lock")
+
+	// The client gives up.
+	require.NoError(t, conn.Close())
+	dropped := assert.Eventually(t, func() bool { return s.front.dropped.Load() == 1 },
+		10*time.Second, time.Millisecond, "the front drops the request of the client that left")
+
+	// Whether or not it was dropped, release the lock and look: a request
+	// still queued takes the lock before the count does.
+	release()
+	require.Zero(t, countIDs(t, s, "gone", "ghost"), "the insert of the client that left never ran")
+	require.True(t, dropped)
+	require.Zero(t, s.front.queued.Load())
+}
+
+// TestQueuedRequestPastMaxTimeMS: a request whose maxTimeMS passes while it
+// waits for the lock is answered MaxTimeMSExpired (code 50) at once, while
+// the lock is still held, and never runs. The connection goes on serving.
+func TestQueuedRequestPastMaxTimeMS(t *testing.T) {
+	s := startServer(t)
+	release := holdLock(t, s)
+
+	conn, err := net.Dial("tcp", s.Addr())
+	require.NoError(t, err)
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+
+	start := time.Now()
+	reply := roundTripRaw(t, conn, r, rawInsert(t, 1, "late", "late", 200))
+	waited := time.Since(start)
+
+	doc := reply[headerLen+5:]
+	var res struct {
+		OK       float64 `bson:"ok"`
+		Code     int32   `bson:"code"`
+		CodeName string  `bson:"codeName"`
+	}
+	require.NoError(t, bson.Unmarshal(doc, &res))
+	require.Zero(t, res.OK)
+	require.Equal(t, int32(50), res.Code)
+	require.Equal(t, "MaxTimeMSExpired", res.CodeName)
+	require.GreaterOrEqual(t, waited, 200*time.Millisecond)
+	require.EqualValues(t, 1, s.front.expired.Load())
+
+	release()
+	require.Zero(t, countIDs(t, s, "late", "late"), "the expired insert never ran")
+
+	// The same connection serves its next request.
+	roundTripRaw(t, conn, r, rawInsert(t, 2, "late", "ontime", 0))
+	require.EqualValues(t, 1, countIDs(t, s, "late", "ontime"))
+
+	// A driver sees error 50 as mongo.CommandError MaxTimeMSExpired.
+	release = holdLock(t, s)
+	client := connect(t, s.URI(), options.Client().SetTimeout(0))
+	err = client.Database("late").RunCommand(context.Background(), bson.D{
+		{Key: "insert", Value: "c"},
+		{Key: "documents", Value: bson.A{bson.D{{Key: "_id", Value: "driver"}}}},
+		{Key: "maxTimeMS", Value: 100},
+	}).Err()
+	var cmdErr mongo.CommandError
+	require.ErrorAs(t, err, &cmdErr)
+	require.Equal(t, int32(50), cmdErr.Code)
+	release()
+	require.Zero(t, countIDs(t, s, "late", "driver"))
+}
