@@ -9,8 +9,18 @@
 // whole request from a client connection, takes a global lock, forwards the
 // request to a FerretDB connection dedicated to that client connection, reads
 // the reply and releases the lock. Commands that only describe the server
-// (hello, isMaster) skip the lock, since an awaitable hello may block on the
-// server for seconds.
+// (hello, isMaster) and getMore, which only reads a cursor opened under the
+// lock and on a tailable awaitData cursor waits for data up to its maxTimeMS,
+// skip the lock.
+//
+// A request waiting for the lock is dropped unrun if its client closes the
+// connection, and answered MaxTimeMSExpired unrun if its maxTimeMS passes.
+//
+// The front bounds what hostile or broken clients can take: a message's
+// buffer grows as its bytes arrive (at most MaxMessageSize), request bytes
+// count toward Config.MaxInFlightBytes, connections past Config.MaxConns are
+// closed as soon as accepted, and a message begun must arrive within
+// Config.MessageTimeout.
 //
 // devdb is not a production database: FerretDB v1 filters and sorts in Go over
 // whole collections, and the front removes all concurrency between commands.

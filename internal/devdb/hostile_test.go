@@ -192,24 +192,25 @@ func TestHeaderFlood(t *testing.T) {
 	}
 
 	const (
-		maxConns   = 2000
+		maxConns   = DefaultMaxConns
 		maxLatency = 3 * time.Second
 		minRounds  = 20
-		// Bounds on devdb's memory, measured at about 90 MiB RSS and 1.6
+		// Bounds on devdb's memory, measured at about 65 MiB RSS and 1.9
 		// GiB VmSize with the flood in place (see docs/notes/devdb.md);
-		// before the fix the flood reserved 48 MB per connection.
+		// before the fix 300 such connections took VmSize to 15.6 GiB.
 		maxHWM  = 512 << 10 // KiB
 		maxSize = 8 << 20   // KiB
 	)
 
 	// The flood's connections are file descriptors of this process (one
-	// each) and of devdb (one each for those it holds). 6,000 stays well
-	// inside this machine's limit of 20,000, with room for devdb's own.
+	// each) and of devdb (one each for those it holds: it opens no FerretDB
+	// connection before a whole message). 6,000, twice the default
+	// --max-conns, stays well inside this machine's limit of 20,000.
 	limit := raiseFileLimit(t)
 	flood := min(6000, int(limit)-1000)
 	require.Greater(t, flood, maxConns, "RLIMIT_NOFILE %d leaves too few descriptors for the flood", limit)
 
-	p := startDevDBProcess(t, "--max-conns", strconv.Itoa(maxConns))
+	p := startDevDBProcess(t) // the default bounds
 
 	// The driver client is connected and has been served before the flood
 	// begins; its connections are among the maxConns.
@@ -331,6 +332,50 @@ func TestHeaderFlood(t *testing.T) {
 	after, ok := readMemory(p.pid)
 	require.True(t, ok)
 	t.Logf("devdb after the flood: %v", after)
+}
+
+// TestOrdinaryConnectionsServed: with the default bounds, 2,000 connections
+// that each send a ping are all answered, and devdb's memory for them is
+// measured.
+func TestOrdinaryConnectionsServed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens thousands of connections")
+	}
+
+	const (
+		n      = 2000
+		maxHWM = 1 << 20 // KiB
+	)
+
+	// devdb holds three descriptors per connection that sent a command (the
+	// client's, its own to FerretDB and FerretDB's), this process one.
+	limit := raiseFileLimit(t)
+	require.Greater(t, limit, uint64(3*n+1000), "RLIMIT_NOFILE too low for %d connections", n)
+
+	p := startDevDBProcess(t)
+	before, ok := readMemory(p.pid)
+	require.True(t, ok)
+
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		c, err := net.Dial("tcp", p.addr)
+		require.NoError(t, err, "dial %d", i)
+		defer c.Close()
+		_, err = c.Write(buildOpMsg(t, int32(i+1), 0, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}}))
+		require.NoError(t, err)
+		conns[i] = c
+	}
+	for i, c := range conns {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Minute)))
+		m, err := readMessage(bufio.NewReader(c), nil, nil)
+		require.NoError(t, err, "connection %d", i)
+		require.Equal(t, int32(i+1), m.responseTo())
+	}
+
+	during, ok := readMemory(p.pid)
+	require.True(t, ok)
+	t.Logf("devdb before: %v; with %d connections served and open: %v", before, n, during)
+	require.Less(t, during.HWM, int64(maxHWM))
 }
 
 // TestMaxConnsRefusesWithCleanClose: past MaxConns a connection is closed at
