@@ -735,3 +735,45 @@ func TestQueuedRequestPastMaxTimeMS(t *testing.T) {
 	release()
 	require.Zero(t, countIDs(t, s, "late", "driver"))
 }
+
+// TestReadMessageGrowsAsBytesArrive: readMessage allocates for the bytes
+// that have arrived, not for the length the header announces.
+func TestReadMessageGrowsAsBytesArrive(t *testing.T) {
+	errStalled := errors.New("no more bytes for now")
+
+	read := func(body int) (grown []int, err error) {
+		data := append(headerOnly(1), make([]byte, body)...)
+		r := bufio.NewReaderSize(io.MultiReader(strings.NewReader(string(data)), iotestErrReader{errStalled}), clientBufSize)
+		_, err = readMessage(r, nil, func(newCap int) error {
+			grown = append(grown, newCap)
+			return nil
+		})
+		return grown, err
+	}
+
+	// A header alone: nothing allocated beyond it.
+	grown, err := read(0)
+	require.ErrorIs(t, err, errStalled)
+	require.Empty(t, grown)
+
+	// 10 bytes of body: one small chunk.
+	grown, err = read(10)
+	require.ErrorIs(t, err, errStalled)
+	require.Equal(t, []int{minChunk}, grown)
+
+	// 1 MiB of body: the buffer at most doubles past what has arrived.
+	grown, err = read(1 << 20)
+	require.ErrorIs(t, err, errStalled)
+	require.LessOrEqual(t, grown[len(grown)-1], 2*(headerLen+1<<20))
+
+	// A whole message is read whole, whatever its size.
+	msg := buildOpMsg(t, 7, 0, bson.D{{Key: "insert", Value: "c"}, {Key: "blob", Value: strings.Repeat("x", 100_000)}})
+	got, err := readMessage(bufio.NewReaderSize(strings.NewReader(string(msg)), clientBufSize), nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, msg, got)
+}
+
+// iotestErrReader returns err from every Read.
+type iotestErrReader struct{ err error }
+
+func (r iotestErrReader) Read([]byte) (int, error) { return 0, r.err }
