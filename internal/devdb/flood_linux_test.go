@@ -167,9 +167,9 @@ func raiseFileLimit(t *testing.T) uint64 {
 // 16-byte header announcing a 48 MB message and nothing more. devdb used to
 // allocate the announced length at once, per connection, and had no limit on
 // connections: 300 of them reserved about 15 GB, 3,000 got it killed. Now a
-// header costs nothing, connections past --max-conns are closed at once, and
-// a driver client connected beforehand keeps being served throughout, with
-// devdb's memory bounded.
+// header costs nothing, connections past --max-conns (default 3,000) are
+// closed at once, and a driver client connected beforehand keeps being served
+// throughout, with devdb's memory bounded.
 func TestHeaderFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens thousands of connections")
@@ -179,7 +179,7 @@ func TestHeaderFlood(t *testing.T) {
 		maxConns   = DefaultMaxConns
 		maxLatency = 3 * time.Second
 		minRounds  = 20
-		// Bounds on devdb's memory, measured at about 65 MiB RSS and 1.9
+		// Bounds on devdb's memory, measured at about 75 MiB RSS and 1.9
 		// GiB VmSize with the flood in place (see docs/notes/devdb.md);
 		// before the fix 300 such connections took VmSize to 15.6 GiB.
 		maxHWM  = 512 << 10 // KiB
