@@ -489,7 +489,7 @@ func (f *front) handle(pc *proxyConn, cr *bufio.Reader, req message, replies <-c
 	locked := !unlockedCommands[cmd]
 
 	if locked {
-		err := f.acquire(pc, cr, received, req.maxTime())
+		finish, err := f.acquire(pc, cr, received, req.maxTime())
 		if errors.Is(err, errMaxTimeExpired) {
 			if req.moreToCome() {
 				return nil, nil
@@ -499,6 +499,7 @@ func (f *front) handle(pc *proxyConn, cr *bufio.Reader, req message, replies <-c
 		if err != nil {
 			return nil, err
 		}
+		defer finish()
 	}
 
 	return f.roundTrip(pc, cmd, req, replies, locked)
@@ -507,11 +508,13 @@ func (f *front) handle(pc *proxyConn, cr *bufio.Reader, req message, replies <-c
 // acquire takes the lock for a request of pc received at the given time. If
 // the lock is busy it waits, watching the client connection: it gives up
 // with errClientGone if the client closes it, and with errMaxTimeExpired if
-// maxTime (when not 0) passes.
-func (f *front) acquire(pc *proxyConn, cr *bufio.Reader, received time.Time, maxTime time.Duration) error {
+// maxTime (when not 0) passes. Once it has the lock it returns at once; the
+// caller calls finish after the round trip, before it reads from cr again, so
+// that ending the watcher costs the lock's holder nothing.
+func (f *front) acquire(pc *proxyConn, cr *bufio.Reader, received time.Time, maxTime time.Duration) (finish func(), err error) {
 	select {
 	case f.lockCh <- struct{}{}:
-		return nil
+		return func() {}, nil
 	default:
 	}
 
@@ -533,16 +536,11 @@ func (f *front) acquire(pc *proxyConn, cr *bufio.Reader, received time.Time, max
 		_, err := cr.Peek(1)
 		watch <- err
 	}()
-	watching := true
 
-	// stopWatch ends the watcher and reports whether it saw the client go.
-	stopWatch := func() bool {
-		if !watching {
-			return false
-		}
-		watching = false
-
-		_ = pc.client.SetReadDeadline(aLongTimeAgo)
+	// wake makes the watcher's read return; wait waits for it, restores the
+	// deadline and reports whether the watcher saw the client go.
+	wake := func() { _ = pc.client.SetReadDeadline(aLongTimeAgo) }
+	wait := func() bool {
 		err := <-watch
 		_ = pc.client.SetReadDeadline(time.Time{})
 
@@ -553,28 +551,27 @@ func (f *front) acquire(pc *proxyConn, cr *bufio.Reader, received time.Time, max
 	for {
 		select {
 		case f.lockCh <- struct{}{}:
-			if stopWatch() {
-				f.unlock()
-				f.dropped.Add(1)
-				return errClientGone
-			}
-			return nil
+			wake()
+			return func() { wait() }, nil
 
 		case err := <-watch:
-			watching = false
-			watch = nil
 			if err != nil {
 				f.dropped.Add(1)
-				return errClientGone
+				return nil, errClientGone
 			}
+			// Data is waiting; nothing more to watch.
+			watch = nil
+			wake = func() {}
+			wait = func() bool { return false }
 
 		case <-expiry:
-			if stopWatch() {
+			wake()
+			if wait() {
 				f.dropped.Add(1)
-				return errClientGone
+				return nil, errClientGone
 			}
 			f.expired.Add(1)
-			return errMaxTimeExpired
+			return nil, errMaxTimeExpired
 		}
 	}
 }
