@@ -5,6 +5,7 @@
 // Usage:
 //
 //	devdb [--addr 127.0.0.1:27017] [--dir .docket/data] [--log-format json|console] [--verbose]
+//	      [--max-conns 3000] [--max-inflight-bytes 268435456] [--message-timeout 1m]
 //
 // It logs one line, "devdb listening", with the address and the connection
 // URI, and runs until SIGINT or SIGTERM.
@@ -40,6 +41,12 @@ func run() int {
 	dir := fs.String("dir", ".docket/data", "directory for the SQLite files; created if missing")
 	logFormat := fs.String("log-format", "json", "log format: json or console")
 	verbose := fs.Bool("verbose", false, "also write FerretDB's own logs to stderr")
+	maxConns := fs.Int("max-conns", devdb.DefaultMaxConns,
+		"most client connections served at once; further ones are closed as soon as accepted")
+	maxInFlight := fs.Int64("max-inflight-bytes", devdb.DefaultMaxInFlightBytes,
+		fmt.Sprintf("most bytes of requests held at once over all connections, beyond 16 KiB each; at least %d", devdb.MaxMessageSize))
+	messageTimeout := fs.Duration("message-timeout", devdb.DefaultMessageTimeout,
+		"how long a client has to send the rest of a message once it has begun it")
 
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -49,6 +56,18 @@ func run() int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "devdb: unexpected arguments: %v\n", fs.Args())
+		return 2
+	}
+	if *maxConns < 1 {
+		fmt.Fprintf(os.Stderr, "devdb: --max-conns is %d; want at least 1\n", *maxConns)
+		return 2
+	}
+	if *maxInFlight < devdb.MaxMessageSize {
+		fmt.Fprintf(os.Stderr, "devdb: --max-inflight-bytes is %d; want at least %d, the largest message\n", *maxInFlight, devdb.MaxMessageSize)
+		return 2
+	}
+	if *messageTimeout <= 0 {
+		fmt.Fprintf(os.Stderr, "devdb: --message-timeout is %v; want a positive duration\n", *messageTimeout)
 		return 2
 	}
 
@@ -75,6 +94,10 @@ func run() int {
 		Dir:         *dir,
 		Logger:      logger,
 		FerretDBLog: ferretLog,
+
+		MaxConns:         *maxConns,
+		MaxInFlightBytes: *maxInFlight,
+		MessageTimeout:   *messageTimeout,
 	})
 	if err != nil {
 		logger.Error("devdb failed to start", zap.Error(err))
@@ -84,7 +107,10 @@ func run() int {
 	logger.Info("devdb listening",
 		zap.String("addr", srv.Addr()),
 		zap.String("uri", srv.URI()),
-		zap.String("dir", srv.Dir()))
+		zap.String("dir", srv.Dir()),
+		zap.Int("max_conns", *maxConns),
+		zap.Int64("max_inflight_bytes", *maxInFlight),
+		zap.Duration("message_timeout", *messageTimeout))
 
 	<-ctx.Done()
 	stop() // a second signal now kills the process the default way

@@ -9,8 +9,18 @@
 // whole request from a client connection, takes a global lock, forwards the
 // request to a FerretDB connection dedicated to that client connection, reads
 // the reply and releases the lock. Commands that only describe the server
-// (hello, isMaster) skip the lock, since an awaitable hello may block on the
-// server for seconds.
+// (hello, isMaster) and getMore, which only reads a cursor opened under the
+// lock and on a tailable awaitData cursor waits for data up to its maxTimeMS,
+// skip the lock.
+//
+// A request waiting for the lock is dropped unrun if its client closes the
+// connection, and answered MaxTimeMSExpired unrun if its maxTimeMS passes.
+//
+// The front bounds what hostile or broken clients can take: a message's
+// buffer grows as its bytes arrive (at most MaxMessageSize), request bytes
+// count toward Config.MaxInFlightBytes, connections past Config.MaxConns are
+// closed as soon as accepted, and a message begun must arrive within
+// Config.MessageTimeout.
 //
 // devdb is not a production database: FerretDB v1 filters and sorts in Go over
 // whole collections, and the front removes all concurrency between commands.
@@ -27,6 +37,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/FerretDB/FerretDB/ferretdb"
 	"go.uber.org/zap"
@@ -35,6 +46,13 @@ import (
 // DefaultAddr is the address the server listens on when Config.Addr is empty:
 // MongoDB's own default port, on the loopback interface.
 const DefaultAddr = "127.0.0.1:27017"
+
+// Defaults of the front's bounds; see Config.
+const (
+	DefaultMaxConns         = 3000
+	DefaultMaxInFlightBytes = 256 << 20
+	DefaultMessageTimeout   = time.Minute
+)
 
 // Config configures a Server.
 type Config struct {
@@ -54,6 +72,28 @@ type Config struct {
 	// FerretDBLog receives FerretDB's own logs, as text.
 	// Defaults to io.Discard.
 	FerretDBLog io.Writer
+
+	// MaxConns is the most client connections served at once. A connection
+	// past it is closed as soon as it is accepted, with nothing read from
+	// it. Each connection that has sent a command also holds a connection
+	// to FerretDB: three file descriptors in all.
+	// Defaults to DefaultMaxConns (3,000).
+	MaxConns int
+
+	// MaxInFlightBytes bounds the memory that requests take, over all
+	// connections: a request's buffer grows as its bytes arrive, and what
+	// it holds beyond its first 16 KiB counts toward this bound until its
+	// reply has been read. A connection whose request would pass it is
+	// closed. At least MaxMessageSize (48,000,000), so that the largest
+	// message fits.
+	// Defaults to DefaultMaxInFlightBytes (256 MiB).
+	MaxInFlightBytes int64
+
+	// MessageTimeout is how long a client has to send the rest of a message
+	// once its first byte has arrived; a connection that takes longer is
+	// closed. Time between messages is not bounded.
+	// Defaults to DefaultMessageTimeout (1 minute).
+	MessageTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -66,6 +106,15 @@ func (c Config) withDefaults() Config {
 	if c.FerretDBLog == nil {
 		c.FerretDBLog = io.Discard
 	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxInFlightBytes == 0 {
+		c.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
+	if c.MessageTimeout == 0 {
+		c.MessageTimeout = DefaultMessageTimeout
+	}
 
 	return c
 }
@@ -76,6 +125,16 @@ func (c Config) validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return fmt.Errorf("devdb: Config.Addr %q is not host:port: %w", c.Addr, err)
+	}
+	if c.MaxConns < 0 {
+		return fmt.Errorf("devdb: Config.MaxConns is %d; want a positive number (0 for the default, %d)", c.MaxConns, DefaultMaxConns)
+	}
+	if c.MaxInFlightBytes < MaxMessageSize {
+		return fmt.Errorf("devdb: Config.MaxInFlightBytes is %d; want at least %d (MaxMessageSize), so that the largest message fits (0 for the default, %d)",
+			c.MaxInFlightBytes, MaxMessageSize, DefaultMaxInFlightBytes)
+	}
+	if c.MessageTimeout < 0 {
+		return fmt.Errorf("devdb: Config.MessageTimeout is %v; want a positive duration (0 for the default, %v)", c.MessageTimeout, DefaultMessageTimeout)
 	}
 
 	return nil
@@ -170,7 +229,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 
 	log := cfg.Logger.Named("devdb")
 	s := &Server{
-		front:      newFront(ln, u.Host, log),
+		front: newFront(ln, u.Host, log, frontConfig{
+			maxConns:       cfg.MaxConns,
+			maxInFlight:    cfg.MaxInFlightBytes,
+			messageTimeout: cfg.MessageTimeout,
+		}),
 		uri:        "mongodb://" + ln.Addr().String() + "/",
 		dir:        dir,
 		stopFerret: stopFerret,

@@ -379,11 +379,11 @@ func TestHelloSkipsTheLock(t *testing.T) {
 	defer conn.Close()
 	r := bufio.NewReader(conn)
 
-	s.front.cmdMu.Lock()
+	s.front.lock()
 	locked := true
 	defer func() {
 		if locked {
-			s.front.cmdMu.Unlock()
+			s.front.unlock()
 		}
 	}()
 
@@ -405,11 +405,11 @@ func TestHelloSkipsTheLock(t *testing.T) {
 	require.ErrorAs(t, err, &netErr, "the ping must not be answered while the lock is held")
 	require.True(t, netErr.Timeout())
 
-	s.front.cmdMu.Unlock()
+	s.front.unlock()
 	locked = false
 
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
-	m, err := readMessage(r, nil)
+	m, err := readMessage(r, nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, int32(2), m.responseTo())
 }
@@ -631,7 +631,7 @@ func roundTripRaw(t *testing.T, conn net.Conn, r *bufio.Reader, req message) mes
 	_, err := conn.Write(req)
 	require.NoError(t, err)
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
-	reply, err := readMessage(r, nil)
+	reply, err := readMessage(r, nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, req.requestID(), reply.responseTo())
 

@@ -6,6 +6,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // Sizes and codes of the MongoDB wire protocol that the front needs.
@@ -24,6 +28,10 @@ const (
 	// msgMoreToCome is the OP_MSG flag bit telling the receiver not to reply
 	// (on a request) or that another reply follows (on a reply).
 	msgMoreToCome = 1 << 1
+
+	// codeMaxTimeMSExpired is MongoDB's error code for a command whose
+	// maxTimeMS passed.
+	codeMaxTimeMSExpired = 50
 )
 
 // errFrameLength reports a message whose length field is out of bounds.
@@ -35,36 +43,74 @@ func (e *errFrameLength) Error() string {
 	return fmt.Sprintf("message length %d outside [%d, %d]", e.length, headerLen, MaxMessageSize)
 }
 
+// minChunk is the least the buffer of a message grows by, once more of the
+// message has arrived.
+const minChunk = 4 << 10
+
 // message is one whole wire message, header included.
 type message []byte
 
 // readMessage reads one whole message from r. It reuses buf when it is large
 // enough. It returns io.EOF only when r ends cleanly between messages.
-func readMessage(r *bufio.Reader, buf []byte) (message, error) {
+//
+// The buffer grows as the message's bytes arrive, never ahead of them by more
+// than minChunk or twice what has arrived, so a length field alone (a 16-byte
+// header announcing 48 MB) costs nothing. When grow is not nil it is called
+// with the capacity the buffer is about to reach, before it is allocated; an
+// error from it ends the read with that error.
+func readMessage(r *bufio.Reader, buf []byte, grow func(newCap int) error) (message, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
 	}
 
-	length := int32(binary.LittleEndian.Uint32(hdr[:]))
-	if length < headerLen || length > MaxMessageSize {
-		return nil, &errFrameLength{length: length}
+	length32 := int32(binary.LittleEndian.Uint32(hdr[:]))
+	if length32 < headerLen || length32 > MaxMessageSize {
+		return nil, &errFrameLength{length: length32}
 	}
+	length := int(length32)
 
-	if cap(buf) < int(length) {
-		buf = make([]byte, length)
+	if cap(buf) < headerLen {
+		buf = make([]byte, 0, headerLen)
 	}
-	buf = buf[:length]
-	copy(buf, hdr[:])
+	buf = append(buf[:0], hdr[:]...)
 
-	if _, err := io.ReadFull(r, buf[4:]); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	for len(buf) < length {
+		if len(buf) == cap(buf) {
+			// Allocate only once more bytes have arrived.
+			if _, err := r.Peek(1); err != nil {
+				return nil, unexpectedEOF(err)
+			}
+
+			newCap := min(length, max(2*cap(buf), len(buf)+r.Buffered(), minChunk))
+			if grow != nil {
+				if err := grow(newCap); err != nil {
+					return nil, err
+				}
+			}
+			grown := make([]byte, len(buf), newCap)
+			copy(grown, buf)
+			buf = grown
 		}
-		return nil, err
+
+		n, err := r.Read(buf[len(buf):min(cap(buf), length)])
+		buf = buf[:len(buf)+n]
+		if err != nil && len(buf) < length {
+			return nil, unexpectedEOF(err)
+		}
 	}
 
 	return message(buf), nil
+}
+
+// unexpectedEOF turns io.EOF, which means "between messages", into
+// io.ErrUnexpectedEOF, for an end in the middle of one.
+func unexpectedEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+
+	return err
 }
 
 func (m message) requestID() int32  { return int32(binary.LittleEndian.Uint32(m[4:8])) }
@@ -84,13 +130,56 @@ func (m message) moreToCome() bool {
 // an OP_QUERY on a "$cmd" collection, or "" when m is anything else or
 // malformed.
 func (m message) commandName() string {
+	return firstKey(m.commandDoc())
+}
+
+// maxTime returns the maxTimeMS of the command of an OP_MSG, or 0 when it has
+// none, or one that is not a positive number: FerretDB then answers with the
+// error, if any.
+func (m message) maxTime() time.Duration {
+	if m.opCode() != opMsg {
+		return 0
+	}
+
+	doc := m.commandDoc()
+	if doc == nil {
+		return 0
+	}
+	v, err := bson.Raw(doc).LookupErr("maxTimeMS")
+	if err != nil {
+		return 0
+	}
+
+	var ms float64
+	switch v.Type {
+	case bson.TypeInt32:
+		ms = float64(v.Int32())
+	case bson.TypeInt64:
+		ms = float64(v.Int64())
+	case bson.TypeDouble:
+		ms = v.Double()
+	default:
+		return 0
+	}
+	if !(ms > 0) || ms > math.MaxInt32 {
+		return 0
+	}
+
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// commandDoc returns the command document of an OP_MSG (its section of kind
+// 0) or of an OP_QUERY on a "$cmd" collection, or nil when m is anything else
+// or malformed. The document's own length is checked against m, not its
+// contents.
+func (m message) commandDoc() []byte {
 	switch m.opCode() {
 	case opMsg:
 		// flagBits, then sections: kind 0 is one BSON document (the
 		// command); kind 1 is a size-prefixed document sequence.
 		body := m[headerLen:]
 		if len(body) < 4 {
-			return ""
+			return nil
 		}
 		sections := body[4:]
 
@@ -99,48 +188,56 @@ func (m message) commandName() string {
 			sections = sections[1:]
 
 			if len(sections) < 4 {
-				return ""
+				return nil
 			}
 			size := int(binary.LittleEndian.Uint32(sections[:4]))
-			if size < 4 || size > len(sections) {
-				return ""
+			if size < 5 || size > len(sections) {
+				return nil
 			}
 
 			switch kind {
 			case 0:
-				return firstKey(sections[:size])
+				return sections[:size]
 			case 1:
 				sections = sections[size:]
 			default:
-				return ""
+				return nil
 			}
 		}
 
-		return ""
+		return nil
 
 	case opQuery:
 		// flags, fullCollectionName (cstring), numberToSkip,
 		// numberToReturn, query document.
 		body := m[headerLen:]
 		if len(body) < 4 {
-			return ""
+			return nil
 		}
 		rest := body[4:]
 
 		end := bytes.IndexByte(rest, 0)
 		if end < 0 || !bytes.HasSuffix(rest[:end], []byte(".$cmd")) {
-			return ""
+			return nil
 		}
 		rest = rest[end+1:]
 
 		if len(rest) < 8 {
-			return ""
+			return nil
+		}
+		rest = rest[8:]
+		if len(rest) < 5 {
+			return nil
+		}
+		size := int(binary.LittleEndian.Uint32(rest[:4]))
+		if size < 5 || size > len(rest) {
+			return nil
 		}
 
-		return firstKey(rest[8:])
+		return rest[:size]
 
 	default:
-		return ""
+		return nil
 	}
 }
 
@@ -159,6 +256,30 @@ func firstKey(doc []byte) string {
 	}
 
 	return string(name[:end])
+}
+
+// maxTimeExpiredReply builds the OP_MSG reply MongoDB sends for a command
+// whose maxTimeMS passed before it finished: code 50, MaxTimeMSExpired.
+func maxTimeExpiredReply(responseTo int32) message {
+	doc, err := bson.Marshal(bson.D{
+		{Key: "ok", Value: 0.0},
+		{Key: "errmsg", Value: "operation exceeded time limit: maxTimeMS expired while waiting for the devdb command lock"},
+		{Key: "code", Value: int32(codeMaxTimeMSExpired)},
+		{Key: "codeName", Value: "MaxTimeMSExpired"},
+	})
+	if err != nil {
+		panic(err) // a fixed document always marshals
+	}
+
+	msg := make([]byte, headerLen, headerLen+4+1+len(doc))
+	binary.LittleEndian.PutUint32(msg[8:12], uint32(responseTo))
+	binary.LittleEndian.PutUint32(msg[12:16], opMsg)
+	msg = binary.LittleEndian.AppendUint32(msg, 0) // flagBits
+	msg = append(msg, 0)                           // section kind 0
+	msg = append(msg, doc...)
+	binary.LittleEndian.PutUint32(msg[:4], uint32(len(msg)))
+
+	return message(msg)
 }
 
 // pingMessage builds an OP_MSG request {ping: 1, $db: "admin"} with the
