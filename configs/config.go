@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
 	"github.com/docketq/docket/worker"
@@ -47,6 +48,12 @@ type Config struct {
 	RenameSweeper recovery.RenameSweeperConfig `yaml:"renameSweeper"`
 	// TransferRecovery finishes transfers whose job stalled or died.
 	TransferRecovery recovery.TransferRecoveryConfig `yaml:"transferRecovery"`
+	// TreeSweeper removes tree versions no reader can need.
+	TreeSweeper recovery.TreeSweeperConfig `yaml:"treeSweeper"`
+	// Leader elects the one worker process that runs maintenance.
+	Leader LeaderConfig `yaml:"leader"`
+	// PeriodicJobs are enqueued on their schedules by the leader.
+	PeriodicJobs []recovery.PeriodicJob `yaml:"periodicJobs"`
 	Log              LogConfig                       `yaml:"log"`
 }
 
@@ -70,6 +77,15 @@ type MongoConfig struct {
 	// outcome is known before the lease it renews lapses. Defaults to the
 	// smaller of DefaultWriteTimeout and half of that difference.
 	WriteTimeout time.Duration `yaml:"writeTimeout"`
+}
+
+// LeaderConfig configures the election of the worker process that runs
+// maintenance (the reaper, retention, the sweepers, periodic jobs).
+type LeaderConfig struct {
+	// TTL is how long a leader that stopped renewing keeps the lease: the
+	// longest maintenance pauses when the leader dies. Defaults to
+	// leadership.DefaultTTL; at least 3 s.
+	TTL time.Duration `yaml:"ttl"`
 }
 
 // LogConfig says how to log.
@@ -107,6 +123,10 @@ func (c Config) WithDefaults() Config {
 	c.Reaper = c.Reaper.WithDefaults()
 	c.RenameSweeper = c.RenameSweeper.WithDefaults()
 	c.TransferRecovery = c.TransferRecovery.WithDefaults()
+	c.TreeSweeper = c.TreeSweeper.WithDefaults()
+	if c.Leader.TTL == 0 {
+		c.Leader.TTL = leadership.DefaultTTL
+	}
 	return c
 }
 
@@ -141,7 +161,19 @@ func (c Config) Validate() error {
 	if err := c.RenameSweeper.Validate(); err != nil {
 		return err
 	}
-	return c.TransferRecovery.Validate()
+	if err := c.TransferRecovery.Validate(); err != nil {
+		return err
+	}
+	if err := c.TreeSweeper.Validate(); err != nil {
+		return err
+	}
+	if c.Leader.TTL < leadership.MinTTL {
+		return fmt.Errorf("leader.ttl: %s must be at least %s", c.Leader.TTL, leadership.MinTTL)
+	}
+	if err := recovery.ValidatePeriodicJobs(c.PeriodicJobs); err != nil {
+		return fmt.Errorf("periodicJobs: %w", err)
+	}
+	return nil
 }
 
 // Validate checks the URI, the database name and the timeout.

@@ -111,3 +111,33 @@ func TestRedact(t *testing.T) {
 	require.Equal(t, "auth failed for p@ss", configs.Redact("auth failed for p@ss", "mongodb://h"))
 	require.Equal(t, "auth failed for xxxxx", configs.Redact("auth failed for p@ss", "mongodb://u:p%40ss@h"))
 }
+
+// TestTheDocumentedExampleIsTheDefaults: configs/docket.yaml claims to list
+// every setting at its default; it must equal the defaults, setting by
+// setting, so that neither can drift from the other.
+func TestTheDocumentedExampleIsTheDefaults(t *testing.T) {
+	var fromFile configs.Config
+	require.NoError(t, configs.LoadFile("docket.yaml", &fromFile))
+	fromFile = fromFile.WithDefaults()
+	defaults := configs.Config{}.WithDefaults()
+	// The worker id is random per process unless set; the file leaves it unset.
+	fromFile.Worker.ID, defaults.Worker.ID = "", ""
+	require.Empty(t, fromFile.PeriodicJobs, "the example lists no periodic job, only how to write one")
+	fromFile.PeriodicJobs = nil
+	require.Equal(t, defaults, fromFile)
+
+	// And the file sets each of them explicitly, rather than leaving them to
+	// WithDefaults: an empty file would pass the check above.
+	var raw configs.Config
+	require.NoError(t, configs.LoadFile("docket.yaml", &raw))
+	raw.Worker.ID, raw.Mongo.WriteTimeout = "x", defaults.Mongo.WriteTimeout // documented as derived
+	require.Equal(t, withoutLoggers(raw), withoutLoggers(raw.WithDefaults()), "docket.yaml leaves a setting to its default instead of listing it")
+}
+
+// withoutLoggers returns c with its components' loggers, which no file sets,
+// taken out.
+func withoutLoggers(c configs.Config) configs.Config {
+	c.Queue.Logger, c.Worker.Logger, c.Reaper.Logger = nil, nil, nil
+	c.RenameSweeper.Logger, c.TransferRecovery.Logger, c.TreeSweeper.Logger = nil, nil, nil
+	return c
+}

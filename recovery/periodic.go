@@ -80,30 +80,50 @@ func NewPeriodicEnqueuer(db *mongo.Database, q *queue.Client, list []PeriodicJob
 	if log == nil {
 		log = zap.NewNop()
 	}
-	p := &PeriodicEnqueuer{q: q, log: log.Named("periodic"), now: time.Now}
+	jobs, err := parsePeriodicJobs(list)
+	if err != nil {
+		return nil, fmt.Errorf("recovery: %w", err)
+	}
+	return &PeriodicEnqueuer{
+		q:     q,
+		jobs:  jobs,
+		log:   log.Named("periodic"),
+		now:   time.Now,
+		state: db.Collection(DefaultPeriodicCollection, options.Collection().SetWriteConcern(writeconcern.Majority())),
+	}, nil
+}
+
+// ValidatePeriodicJobs reports the first periodic job of list that cannot
+// run, naming it: a bad schedule, name or kind, or args that do not encode.
+func ValidatePeriodicJobs(list []PeriodicJob) error {
+	_, err := parsePeriodicJobs(list)
+	return err
+}
+
+func parsePeriodicJobs(list []PeriodicJob) ([]periodicJob, error) {
+	var out []periodicJob
 	seen := map[string]bool{}
 	for i, j := range list {
 		name := fmt.Sprintf("periodic job %d (%q)", i, j.Name)
 		switch {
 		case j.Name == "" || len(j.Name) > 100:
-			return nil, fmt.Errorf("recovery: %s: name must be 1 to 100 bytes", name)
+			return nil, fmt.Errorf("%s: name must be 1 to 100 bytes", name)
 		case seen[j.Name]:
-			return nil, fmt.Errorf("recovery: %s: a second job with the same name", name)
+			return nil, fmt.Errorf("%s: a second job with the same name", name)
 		case j.Kind == "":
-			return nil, fmt.Errorf("recovery: %s: kind must not be empty", name)
+			return nil, fmt.Errorf("%s: kind must not be empty", name)
 		}
 		seen[j.Name] = true
 		sched, err := periodicParser.Parse(j.Schedule)
 		if err != nil {
-			return nil, fmt.Errorf("recovery: %s: schedule %q: %w", name, j.Schedule, err)
+			return nil, fmt.Errorf("%s: schedule %q: %w", name, j.Schedule, err)
 		}
 		if _, err := queue.NewJob(j.insert(), time.Now()); err != nil {
-			return nil, fmt.Errorf("recovery: %s: %w", name, err)
+			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		p.jobs = append(p.jobs, periodicJob{PeriodicJob: j, sched: sched})
+		out = append(out, periodicJob{PeriodicJob: j, sched: sched})
 	}
-	p.state = db.Collection(DefaultPeriodicCollection, options.Collection().SetWriteConcern(writeconcern.Majority()))
-	return p, nil
+	return out, nil
 }
 
 func (j PeriodicJob) insert() queue.Insert {

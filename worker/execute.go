@@ -151,7 +151,7 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 		if remaining <= 0 {
 			remaining = time.Second // one last try: the job may still be ours
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), min(remaining, claimTimeout))
+		ctx, cancel := context.WithTimeout(context.Background(), w.bound(min(remaining, claimTimeout)))
 		err := write(ctx)
 		cancel()
 		if err == nil || errors.Is(err, queue.ErrLeaseLost) {
@@ -185,7 +185,7 @@ func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, stop <-chan s
 		}
 		// A renewal may take until the lease would expire: a slow server
 		// is not a lost lease.
-		ctx, c := context.WithTimeout(w.jobsCtx, max(time.Until(r.leaseExpiry()), w.cfg.HeartbeatInterval))
+		ctx, c := context.WithTimeout(w.jobsCtx, w.bound(max(time.Until(r.leaseExpiry()), w.cfg.HeartbeatInterval)))
 		ren, err := w.q.Heartbeat(ctx, r.lease, w.cfg.Lease)
 		c()
 		switch {

@@ -15,6 +15,14 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
+// bound returns d, or the configured write timeout when that is shorter.
+func (w *Worker) bound(d time.Duration) time.Duration {
+	if w.cfg.WriteTimeout > 0 {
+		return min(d, w.cfg.WriteTimeout)
+	}
+	return d
+}
+
 // claimTimeout bounds one claim round trip. A claim is never cancelled by a
 // stop: a claim whose reply was lost would hold a job until the reaper.
 const claimTimeout = 10 * time.Second
@@ -218,7 +226,7 @@ func (w *Worker) dispatch() {
 			return
 		}
 		slots := w.gatherSlots()
-		ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), w.bound(claimTimeout))
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
 		for _, job := range claimed {

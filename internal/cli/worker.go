@@ -13,6 +13,7 @@ import (
 
 	"github.com/docketq/docket/configs"
 	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
@@ -154,6 +155,7 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	}
 	wcfg := cfg.Worker
 	wcfg.Logger = base
+	wcfg.WriteTimeout = cfg.Mongo.WriteTimeout
 	w, err := worker.New(q, reg, wcfg)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
@@ -173,11 +175,39 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		log.Error("cannot start", zap.Error(err))
 		return 2
 	}
-	sched, err := recovery.NewScheduler(log, reaper, sweeper, txRecovery)
+	tscfg := cfg.TreeSweeper
+	tscfg.Logger = log
+	treeSweeper, err := recovery.NewTreeSweeper(db, tscfg)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 2
 	}
+	periodic, err := recovery.NewPeriodicEnqueuer(db, q, cfg.PeriodicJobs, log)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	// Every process schedules the maintenance; only the elected leader runs
+	// it, so its cost does not grow with the number of processes.
+	elector, err := leadership.New(db.Collection(leadership.DefaultCollection),
+		leadership.Config{ID: cfg.Worker.ID, TTL: cfg.Leader.TTL, Logger: log})
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	var tasks []recovery.Task
+	for _, t := range []recovery.Task{reaper, sweeper, txRecovery, treeSweeper, periodic} {
+		tasks = append(tasks, recovery.LeaderOnly(elector, t))
+	}
+	sched, err := recovery.NewScheduler(log, tasks...)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	electing, stopElecting := context.WithCancel(context.Background())
+	elected := make(chan struct{})
+	go func() { defer close(elected); elector.Run(electing) }()
+	defer func() { stopElecting(); <-elected }() // resigns, so another process leads at once
 	w.Start(context.Background())
 	sched.Start()
 	if opts.Started != nil {
@@ -198,6 +228,7 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		}
 	}()
 	reaping := sched.Stop()
+	stopElecting() // give the leadership up now: another process takes over the maintenance at once
 	if err := w.Stop(stopCtx); err != nil {
 		log.Error("stop", zap.Error(err))
 		return 1

@@ -49,6 +49,9 @@ const (
 // clocks of two machines running at slightly different rates.
 const safetyMargin = time.Second
 
+// MinTTL is the shortest TTL: the safety margin must be a small part of it.
+const MinTTL = 3 * safetyMargin
+
 // Config configures an Elector.
 type Config struct {
 	// ID names this process in the lease document and the logs. Required.
@@ -87,8 +90,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.ID == "":
 		return errors.New("leadership: ID must not be empty")
-	case c.TTL < 3*safetyMargin:
-		return fmt.Errorf("leadership.ttl: %s must be at least %s", c.TTL, 3*safetyMargin)
+	case c.TTL < MinTTL:
+		return fmt.Errorf("leadership.ttl: %s must be at least %s", c.TTL, MinTTL)
 	case c.Interval <= 0 || c.Interval > c.TTL/2:
 		return fmt.Errorf("leadership.interval: %s must be positive and at most half the ttl (%s)", c.Interval, c.TTL/2)
 	}

@@ -1,0 +1,93 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// TestLeaderRunsMaintenanceAndPeriodicJobsAcrossAFailover: three worker
+// processes, a periodic job every second. One process leads (and alone
+// enqueues the ticks); SIGKILLed midway, another takes over within the
+// leader TTL, and every tick is enqueued once: one a second, with a single
+// gap no longer than the failover, after which the latest missed tick is
+// enqueued once.
+func TestLeaderRunsMaintenanceAndPeriodicJobsAcrossAFailover(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	q := newQueue(t, db)
+	ctx := context.Background()
+	cfg := filepath.Join(t.TempDir(), "docket.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("periodicJobs:\n  - name: tick\n    schedule: \"@every 1s\"\n    kind: record\n    queue: ticks\n"), 0o600))
+	args := append(slices.Clone(fastWorker), "--config", cfg)
+	workers := make([]*proc, 3)
+	for i := range workers {
+		workers[i] = startWorker(t, db, "worker-"+string(rune('a'+i)), args...)
+	}
+	leaderOf := func(except int) int {
+		var who int
+		require.Eventually(t, func() bool {
+			who = -1
+			for i, w := range workers {
+				if i != except && strings.Contains(w.out.String(), `"msg":"leading"`) {
+					require.Equal(t, -1, who, "two processes took the leadership")
+					who = i
+				}
+			}
+			return who >= 0
+		}, 30*time.Second, 20*time.Millisecond, "no process leads")
+		return who
+	}
+	first := leaderOf(-1)
+	ticks := func() []time.Time {
+		cur, err := q.Collection().Find(ctx, bson.M{"queue": "ticks"})
+		require.NoError(t, err)
+		var out []time.Time
+		for cur.Next(ctx) {
+			id := cur.Current.Lookup("_id").StringValue()
+			at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(id, "periodic:tick:"))
+			require.NoError(t, err, id)
+			out = append(out, at)
+		}
+		require.NoError(t, cur.Err())
+		slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
+		return out
+	}
+	require.Eventually(t, func() bool { return len(ticks()) >= 5 }, 30*time.Second, 100*time.Millisecond)
+
+	workers[first].signal(syscall.SIGKILL)
+	killed := time.Now()
+	workers[first].wait(10 * time.Second)
+	next := leaderOf(first)
+	failover := time.Since(killed)
+	before := len(ticks())
+	require.Eventually(t, func() bool { return len(ticks()) >= before+5 }, 30*time.Second, 100*time.Millisecond)
+	for i, w := range workers {
+		if i != first {
+			w.signal(syscall.SIGTERM)
+			require.Equal(t, 0, w.wait(time.Minute))
+		}
+	}
+
+	got := ticks()
+	gaps := 0
+	for i := 1; i < len(got); i++ {
+		d := got[i].Sub(got[i-1])
+		require.Positive(t, d, "tick %s enqueued twice", got[i])
+		if d != time.Second {
+			gaps++
+			require.LessOrEqual(t, d, failover+2*time.Second, "a gap of %s, failover %s", d, failover)
+		}
+	}
+	require.LessOrEqual(t, gaps, 1, "ticks: %v", got)
+	t.Logf("%d ticks, each once; leader %d SIGKILLed, %d took over in %s (leader TTL 3s)", len(got), first, next, failover.Round(time.Millisecond))
+}
