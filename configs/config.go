@@ -54,7 +54,7 @@ type Config struct {
 	Leader LeaderConfig `yaml:"leader"`
 	// PeriodicJobs are enqueued on their schedules by the leader.
 	PeriodicJobs []recovery.PeriodicJob `yaml:"periodicJobs"`
-	Log              LogConfig                       `yaml:"log"`
+	Log          LogConfig              `yaml:"log"`
 }
 
 // MongoConfig says which server and database to use.
