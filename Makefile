@@ -38,6 +38,8 @@ clean:
 
 # The long chaos run (a short one runs in `make test`): 4 worker processes
 # SIGKILLed, SIGSTOPped and cut off from devdb under a mixed load, then every
-# invariant checked. DOCKET_CHAOS_SEED=N replays a run.
+# invariant checked; and the schedule harness with every three-attempt
+# schedule. DOCKET_CHAOS_SEED=N replays a chaos run.
 chaos:
+	DOCKET_HARNESS=full $(GO) test -run '^TestHarness$$' -count=1 -v -timeout 20m ./handlers/ | grep -E '^(harness|ok|FAIL|---)'
 	DOCKET_CHAOS=long $(GO) test -run '^TestChaos$$' -count=1 -v -timeout 20m ./internal/e2e/
