@@ -661,18 +661,8 @@ func harnessCases() []harnessCase {
 				require.NoError(t, err)
 				h.subject = jobID
 			},
-			recover: func(t *testing.T, h *harnessEnv) {
-				r, err := recovery.NewTransferRecovery(h.db, h.q, recovery.TransferRecoveryConfig{Threshold: time.Millisecond, Logger: h.log})
-				require.NoError(t, err)
-				_, err = r.RunOnce(h.ctx)
-				require.NoError(t, err)
-			},
-			pending: func(t *testing.T, h *harnessEnv) bool {
-				n, err := h.db.Collection(handlers.TransactionsCollection).CountDocuments(h.ctx,
-					bson.D{{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{handlers.TxDone, handlers.TxCancelled}}}}})
-				require.NoError(t, err)
-				return n > 0
-			},
+			recover: harnessTransferRecovery,
+			pending: harnessTransfersUnfinished,
 			check: func(t *testing.T, h *harnessEnv) {
 				harnessRequireMoney(t, h, map[string]int64{"a": 40, "b": 65})
 			},
@@ -692,18 +682,8 @@ func harnessCases() []harnessCase {
 				require.NoError(t, err)
 				h.subject = jobID
 			},
-			recover: func(t *testing.T, h *harnessEnv) {
-				r, err := recovery.NewTransferRecovery(h.db, h.q, recovery.TransferRecoveryConfig{Threshold: time.Millisecond, Logger: h.log})
-				require.NoError(t, err)
-				_, err = r.RunOnce(h.ctx)
-				require.NoError(t, err)
-			},
-			pending: func(t *testing.T, h *harnessEnv) bool {
-				n, err := h.db.Collection(handlers.TransactionsCollection).CountDocuments(h.ctx,
-					bson.D{{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{handlers.TxDone, handlers.TxCancelled}}}}})
-				require.NoError(t, err)
-				return n > 0
-			},
+			recover: harnessTransferRecovery,
+			pending: harnessTransfersUnfinished,
 			check: func(t *testing.T, h *harnessEnv) {
 				harnessRequireMoney(t, h, map[string]int64{"a": 100, "b": 5})
 			},
@@ -904,4 +884,21 @@ func harnessTree(label string, children ...string) []handlers.TreeNode {
 		nodes = append(nodes, handlers.TreeNode{ID: c, Parent: "root", Data: data()})
 	}
 	return nodes
+}
+
+// harnessTransferRecovery runs the transfer recovery pass once.
+func harnessTransferRecovery(t *testing.T, h *harnessEnv) {
+	r, err := recovery.NewTransferRecovery(h.db, h.q, recovery.TransferRecoveryConfig{Threshold: time.Millisecond, Logger: h.log})
+	require.NoError(t, err)
+	_, err = r.RunOnce(h.ctx)
+	require.NoError(t, err)
+}
+
+// harnessTransfersUnfinished reports whether a transaction is neither done
+// nor cancelled.
+func harnessTransfersUnfinished(t *testing.T, h *harnessEnv) bool {
+	n, err := h.db.Collection(handlers.TransactionsCollection).CountDocuments(h.ctx,
+		bson.D{{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{handlers.TxDone, handlers.TxCancelled}}}}})
+	require.NoError(t, err)
+	return n > 0
 }
