@@ -58,7 +58,7 @@ func TestReadmeFromGo(t *testing.T) {
 	jobs.Register(reg, func(ctx context.Context, j *jobs.Job, a EmailArgs) error { sent <- a.To; return nil }, jobs.KindOptions{Timeout: time.Minute})
 	w, _ := worker.New(q, reg, worker.Config{Concurrency: 10, Logger: logger})
 	w.Start(ctx)
-	defer w.Stop(context.Background()) // graceful: waits, then cancels and releases leases
+	defer w.Stop(context.Background()) // graceful: waits, then cancels; see Shutdown below
 	// --- end ---
 
 	email, err := q.Enqueue(ctx, EmailArgs{}.Kind(), EmailArgs{To: "a@example.com"}, queue.InsertOpts{})
