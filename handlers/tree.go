@@ -276,13 +276,18 @@ func (s treeState) kept(v int64) bool {
 }
 
 func readTreeState(ctx context.Context, trees *mongo.Collection, tree string) (treeState, error) {
-	var st treeState
-	err := trees.FindOne(ctx, bson.D{{Key: "_id", Value: tree}}).Decode(&st)
+	raw, err := trees.FindOne(ctx, bson.D{{Key: "_id", Value: tree}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return treeState{}, nil
 	}
 	if err != nil {
 		return treeState{}, fmt.Errorf("tree %q: read its document: %w", tree, err)
+	}
+	var st treeState
+	if err := bson.Unmarshal(raw, &st); err != nil {
+		// Another app wrote the tree's document with a field of another
+		// type: no publish can be decided on it, now or on a retry.
+		return treeState{}, jobs.Permanent(fmt.Errorf("tree %q: its document in %s is not docket's (%w): %s", tree, TreesCollection, err, raw))
 	}
 	return st, nil
 }

@@ -475,3 +475,19 @@ func TestTreeReadRacingTheSweeper(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "v5", bson.Raw(got.Nodes[0].Data).Lookup("label").StringValue(), "the latest, read again")
 }
+
+// TestTreeForeignTreeDocument: a tree document another app wrote with a
+// field of another type ends the publish dead, naming the document, with no
+// node written.
+func TestTreeForeignTreeDocument(t *testing.T) {
+	t.Parallel()
+	b := treeSetup(t)
+	_, err := b.db.Collection(handlers.TreesCollection).InsertOne(b.ctx, bson.D{{Key: "_id", Value: "t"}, {Key: "published", Value: "yesterday"}})
+	require.NoError(t, err)
+	err = b.handler(t, nil).Work(b.ctx, treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: catalog(t, "v1", "a")}))
+	require.True(t, jobs.IsPermanent(err), "%v", err)
+	require.ErrorContains(t, err, `tree "t": its document in trees is not docket's`)
+	require.Zero(t, b.nodeDocs(t))
+	_, err = handlers.ReadTree(b.ctx, b.db, "t", 0)
+	require.Error(t, err)
+}
