@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docketq/docket/configs"
 	"github.com/docketq/docket/internal/devdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -135,7 +136,7 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 	}
 	client, err := mongo.Connect(options.Client().ApplyURI(uri))
 	if err != nil {
-		return nil, err
+		return nil, errors.New(configs.Redact(err.Error(), uri))
 	}
 	defer func() { _ = client.Disconnect(context.Background()) }()
 	b := &bencher{o: o, uri: uri, client: client, log: log, stamp: time.Now().Format("150405")}

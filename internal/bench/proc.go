@@ -36,12 +36,14 @@ func startWorker(o workerOpts, stderr io.Writer) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The URI goes in the environment, not on the command line, where ps
+	// would show its password to every user of the machine.
 	cmd := exec.Command(self, "worker",
-		"--mongo-uri", o.uri, "--db", o.db,
+		"--db", o.db,
 		"--concurrency", strconv.Itoa(o.concurrency),
 		"--claim-batch", strconv.Itoa(o.claimBatch),
 		"--log-level", "error")
-	cmd.Env = append(os.Environ(), "DOCKET_CONFIG=")
+	cmd.Env = append(os.Environ(), "DOCKET_CONFIG=", "DOCKET_MONGO_URI="+o.uri)
 	p := &proc{cmd: cmd, rdy: make(chan struct{}), done: make(chan struct{}), errs: &prefixWriter{w: stderr}}
 	cmd.Stderr = p.errs
 	out, err := cmd.StdoutPipe()
