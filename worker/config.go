@@ -63,10 +63,11 @@ type Config struct {
 	// fewer commands per job, a little latency for each. Defaults to
 	// DefaultClaimBatch.
 	ClaimBatch int `yaml:"claimBatch"`
-	// WriteTimeout, when positive, bounds each claim, heartbeat and
-	// completion round trip (and so a majority write-concern wait) below
-	// the deadlines the worker gives them: the worker command sets it from
-	// mongo.writeTimeout. Zero leaves them at those deadlines.
+	// WriteTimeout, when positive, bounds each heartbeat and completion
+	// round trip (and so a majority write-concern wait) below the deadlines
+	// the worker gives them: the worker command sets it from
+	// mongo.writeTimeout. Zero leaves them at those deadlines. Claims keep
+	// their own 10 s bound.
 	WriteTimeout time.Duration `yaml:"-"`
 	// Logger receives the worker's logs. Defaults to a no-op logger.
 	Logger *zap.Logger `yaml:"-"`

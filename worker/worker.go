@@ -226,7 +226,10 @@ func (w *Worker) dispatch() {
 			return
 		}
 		slots := w.gatherSlots()
-		ctx, cancel := context.WithTimeout(context.Background(), w.bound(claimTimeout))
+		// Not bounded by the write timeout: a claim that times out after the
+		// server applied it leaves its jobs to the reaper (issue 15 #4), so
+		// a short bound would turn a slow server into lost claims.
+		ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
 		for _, job := range claimed {

@@ -187,6 +187,15 @@ func (r *run) checkFencing(byID map[string]*jobs.Job) {
 			if s.p.killed {
 				continue // killed since: it may not have got to notice
 			}
+			started := slices.ContainsFunc(lines, func(l logLine) bool {
+				return l.JobID == id && l.Attempt == held.Attempt && l.Msg == "job started"
+			})
+			if !started {
+				// Stopped while its claim's reply was on the way: it never
+				// learned that it held the job, so it has nothing to notice
+				// (its claim failed on resume; the reaper re-queued the job).
+				continue
+			}
 			noticed := slices.ContainsFunc(lines, func(l logLine) bool {
 				return l.JobID == id && l.Attempt == held.Attempt && strings.Contains(l.Msg, "lease") && !l.time().Before(s.resume.Add(-time.Second))
 			})
