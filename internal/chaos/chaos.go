@@ -168,9 +168,10 @@ type run struct {
 
 // stallRecord is one SIGSTOP: the worker and the leases it held.
 type stallRecord struct {
-	p      *process
-	held   map[string]jobs.Job // job id → the job as it held it
-	resume time.Time
+	p       *process
+	held    map[string]jobs.Job // job id → the job as it held it
+	stopped time.Time           // when it was SIGSTOPped
+	resume  time.Time
 }
 
 // Run runs the chaos described by cfg against a devdb of its own, fails t
@@ -530,7 +531,7 @@ func (r *run) stall(long bool) {
 		return
 	}
 	_ = victim.cmd.Process.Signal(syscall.SIGSTOP)
-	rec := stallRecord{p: victim, held: map[string]jobs.Job{}}
+	rec := stallRecord{p: victim, held: map[string]jobs.Job{}, stopped: time.Now()}
 	cur, err := r.q.Collection().Find(ctx, bson.M{"state": jobs.StateRunning, "owner": victim.id})
 	if err == nil {
 		var held []jobs.Job

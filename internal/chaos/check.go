@@ -196,6 +196,15 @@ func (r *run) checkFencing(byID map[string]*jobs.Job) {
 				// (its claim failed on resume; the reaper re-queued the job).
 				continue
 			}
+			endedBefore := slices.ContainsFunc(lines, func(l logLine) bool {
+				return l.JobID == id && l.Attempt == held.Attempt && strings.HasPrefix(l.Msg, "job finished") && l.time().Before(s.stopped)
+			})
+			if endedBefore {
+				// Its attempt had ended before the stall (its outcome not
+				// recorded: the database was away), and the job was only
+				// waiting for the reaper: nothing was running to notice.
+				continue
+			}
 			noticed := slices.ContainsFunc(lines, func(l logLine) bool {
 				return l.JobID == id && l.Attempt == held.Attempt && strings.Contains(l.Msg, "lease") && !l.time().Before(s.resume.Add(-time.Second))
 			})
