@@ -646,6 +646,14 @@ func (r *run) stopWorkers() {
 			r.t.Errorf("chaos: worker %s exited by itself (status %d); its last lines:\n%s", p.id, p.exitCode(), tail(p.out.String(), 20))
 			continue
 		}
+		// A replacement started a moment ago may not have installed its
+		// signal handler yet, and SIGTERM's default action would kill it:
+		// wait for it to say it runs (it handles signals from then on).
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !p.exited(); time.Sleep(20 * time.Millisecond) {
+			if out := p.out.String(); strings.Contains(out, `"worker started"`) || strings.Contains(out, "not reachable") {
+				break
+			}
+		}
 		r.mu.Lock()
 		p.stopped = true
 		r.mu.Unlock()
