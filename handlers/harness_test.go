@@ -599,17 +599,11 @@ func harnessCases() []harnessCase {
 			setup: func(t *testing.T, h *harnessEnv) {
 				harnessRenameSetup(t, h)
 			},
-			interfere: func(t *testing.T, h *harnessEnv) {
-				_, err := h.q.Enqueue(h.ctx, handlers.RenameKind, handlers.RenameArgs{UserID: "u1", NewName: "Bea"}, queue.InsertOpts{})
-				require.NoError(t, err)
-				require.True(t, h.runFully(t), "the newer rename was not claimed")
-			},
-			recover: harnessRenameSweep,
-			pending: harnessSyncing,
-			check: func(t *testing.T, h *harnessEnv) {
-				harnessRequireNames(t, h, map[string]string{"u1": harnessLastRename(t, h, "u1"), "u2": "name-u2"})
-			},
-			want: jobs.StateSucceeded,
+			interfere: harnessNewerRename,
+			recover:   harnessRenameSweep,
+			pending:   harnessSyncing,
+			check:     harnessLastRenameWins,
+			want:      jobs.StateSucceeded,
 		},
 		{
 			// A rename inserted by another app with a uuid4 id and no
@@ -637,17 +631,11 @@ func harnessCases() []harnessCase {
 				require.NoError(t, err)
 				h.subject = "f47ac10b-58cc-4372-a567-0e02b2c3d479"
 			},
-			interfere: func(t *testing.T, h *harnessEnv) {
-				_, err := h.q.Enqueue(h.ctx, handlers.RenameKind, handlers.RenameArgs{UserID: "u1", NewName: "Bea"}, queue.InsertOpts{})
-				require.NoError(t, err)
-				require.True(t, h.runFully(t), "the newer rename was not claimed")
-			},
-			recover: harnessRenameSweep,
-			pending: harnessSyncing,
-			check: func(t *testing.T, h *harnessEnv) {
-				harnessRequireNames(t, h, map[string]string{"u1": harnessLastRename(t, h, "u1"), "u2": "name-u2"})
-			},
-			want: jobs.StateSucceeded,
+			interfere: harnessNewerRename,
+			recover:   harnessRenameSweep,
+			pending:   harnessSyncing,
+			check:     harnessLastRenameWins,
+			want:      jobs.StateSucceeded,
 		},
 		{
 			name: "transfer",
@@ -901,4 +889,18 @@ func harnessTransfersUnfinished(t *testing.T, h *harnessEnv) bool {
 		bson.D{{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{handlers.TxDone, handlers.TxCancelled}}}}})
 	require.NoError(t, err)
 	return n > 0
+}
+
+// harnessNewerRename enqueues a newer rename of u1 and runs it to the end
+// while the stale attempts are stalled.
+func harnessNewerRename(t *testing.T, h *harnessEnv) {
+	_, err := h.q.Enqueue(h.ctx, handlers.RenameKind, handlers.RenameArgs{UserID: "u1", NewName: "Bea"}, queue.InsertOpts{})
+	require.NoError(t, err)
+	require.True(t, h.runFully(t), "the newer rename was not claimed")
+}
+
+// harnessLastRenameWins checks that u1 carries the rename that must win
+// everywhere, and u2 is untouched.
+func harnessLastRenameWins(t *testing.T, h *harnessEnv) {
+	harnessRequireNames(t, h, map[string]string{"u1": harnessLastRename(t, h, "u1"), "u2": "name-u2"})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -293,7 +292,7 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 		{Key: "_id", Value: bson.D{{Key: "queue", Value: "$queue"}, {Key: "kind", Value: "$kind"}, {Key: "state", Value: "$state"}}},
 		{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
 	}
-	withMin := !noGroupMin.Load()
+	withMin := !c.noGroupMin.Load()
 	if withMin {
 		group = append(group, bson.E{Key: "oldest", Value: bson.D{{Key: "$min", Value: "$runAt"}}})
 	}
@@ -302,7 +301,7 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	if withMin && errors.As(err, &se) && se.HasErrorCode(errNotImplemented) {
 		// FerretDB v1 has no $min accumulator: find each queue's oldest
 		// job with a query of its own instead.
-		noGroupMin.Store(true)
+		c.noGroupMin.Store(true)
 		return c.Stats(ctx)
 	}
 	if err != nil {
@@ -371,10 +370,6 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	}
 	return out, nil
 }
-
-// noGroupMin is set once a server has refused the $min accumulator (FerretDB
-// v1 does); Stats then finds each queue's oldest job with a query.
-var noGroupMin atomic.Bool
 
 // Finished returns when the jobs that ended in each of states at or after
 // since ended. It reads the finished index only.

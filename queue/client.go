@@ -109,6 +109,10 @@ type Client struct {
 	// projection is whether heartbeats may project (projectionUnknown
 	// until the first heartbeat); shared by copies.
 	projection *atomic.Int32
+	// noGroupMin is set once the server refused the $min accumulator
+	// (FerretDB v1 does); Stats then finds each queue's oldest job with a
+	// second pass.
+	noGroupMin *atomic.Bool
 
 	// betweenReadAndStamp, when set (by tests), runs in a batch claim after
 	// the candidates are read and before they are stamped.
@@ -139,7 +143,7 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 	}
 	wc, _ := parseWriteConcern(cfg.WriteConcern)
 	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
-	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32)}, nil
+	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32), noGroupMin: new(atomic.Bool)}, nil
 }
 
 // Collection returns the jobs collection, with the configured write concern.
