@@ -16,12 +16,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/docketq/docket/configs"
-	"github.com/docketq/docket/internal/devdb"
+	"github.com/docketq/docket/internal/devdbproc"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
@@ -126,11 +127,15 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 			return nil, err
 		}
 		defer os.RemoveAll(dir)
-		srv, err := devdb.Start(ctx, devdb.Config{Addr: "127.0.0.1:0", Dir: dir})
+		bin, err := devDBBinary()
 		if err != nil {
 			return nil, err
 		}
-		defer srv.Close()
+		srv, err := devdbproc.Start(bin, "127.0.0.1:0", dir, time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = srv.Stop() }()
 		uri = srv.URI()
 		res.Server = "devdb"
 	}
@@ -327,4 +332,22 @@ func pct(xs []float64, p float64) float64 {
 	slices.Sort(s)
 	i := int(float64(len(s))*p/100+0.5) - 1
 	return s[min(max(i, 0), len(s)-1)]
+}
+
+// devDBBinary returns the devdb binary the bench runs: the one named by
+// DOCKET_DEVDB_BIN, or else the devdb beside the bench binary (make bench
+// builds both into bin/).
+func devDBBinary() (string, error) {
+	if bin := os.Getenv("DOCKET_DEVDB_BIN"); bin != "" {
+		return bin, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("bench: find devdb: %w", err)
+	}
+	bin := filepath.Join(filepath.Dir(self), "devdb")
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("bench: no devdb beside the bench binary (%w): run make bench, which builds both, or set DOCKET_DEVDB_BIN or --mongo-uri", err)
+	}
+	return bin, nil
 }
