@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
@@ -45,11 +46,11 @@ type Config struct {
 	Worker worker.Config         `yaml:"worker"`
 	Reaper recovery.ReaperConfig `yaml:"reaper"`
 	// RenameSweeper re-syncs users whose rename sync stalled.
-	RenameSweeper recovery.RenameSweeperConfig `yaml:"renameSweeper"`
+	RenameSweeper handlers.RenameSweeperConfig `yaml:"renameSweeper"`
 	// TransferRecovery finishes transfers whose job stalled or died.
-	TransferRecovery recovery.TransferRecoveryConfig `yaml:"transferRecovery"`
+	TransferRecovery handlers.TransferRecoveryConfig `yaml:"transferRecovery"`
 	// TreeSweeper removes tree versions no reader can need.
-	TreeSweeper recovery.TreeSweeperConfig `yaml:"treeSweeper"`
+	TreeSweeper handlers.TreeSweeperConfig `yaml:"treeSweeper"`
 	// Leader elects the one worker process that runs maintenance.
 	Leader LeaderConfig `yaml:"leader"`
 	// PeriodicJobs are enqueued on their schedules by the leader.

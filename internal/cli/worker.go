@@ -163,21 +163,21 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	}
 	scfg := cfg.RenameSweeper
 	scfg.Logger = log
-	sweeper, err := recovery.NewRenameSweeper(db, q, scfg)
+	sweeper, err := handlers.NewRenameSweeper(db, q, scfg)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 2
 	}
 	tcfg := cfg.TransferRecovery
 	tcfg.Logger = log
-	txRecovery, err := recovery.NewTransferRecovery(db, q, tcfg)
+	txRecovery, err := handlers.NewTransferRecovery(db, q, tcfg)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 2
 	}
 	tscfg := cfg.TreeSweeper
 	tscfg.Logger = log
-	treeSweeper, err := recovery.NewTreeSweeper(db, tscfg)
+	treeSweeper, err := handlers.NewTreeSweeper(db, tscfg)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 2
