@@ -248,7 +248,8 @@ func TestMetricsCountTheJobsRun(t *testing.T) {
 }
 
 // TestReadyzFollowsTheDatabaseAndShutdown: /healthz answers 200 while the
-// process lives; /readyz answers 503 until the setup is done, 200 then,
+// process lives; /readyz answers 503 while the database is unreachable or
+// the setup not done, 200 then,
 // 503 while the database is stopped, 200 once it is back, and 503 for good
 // once the process is shutting down.
 func TestReadyzFollowsTheDatabaseAndShutdown(t *testing.T) {
@@ -278,7 +279,7 @@ func TestReadyzFollowsTheDatabaseAndShutdown(t *testing.T) {
 	}
 
 	requireProbe("/healthz", 200, "ok")
-	requireProbe("/readyz", 503, "not ready: database setup (indexes) not done yet")
+	eventuallyProbe("/readyz", 503, "not ready: database setup (indexes) not done yet")
 	h.SetUp()
 	eventuallyProbe("/readyz", 200, "ok")
 

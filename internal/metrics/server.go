@@ -47,11 +47,8 @@ func (h *Health) ShuttingDown() { h.closing.Store(true) }
 // Ready returns nil when the process is ready to work, or why it is not,
 // in a few words.
 func (h *Health) Ready(ctx context.Context) error {
-	switch {
-	case h.closing.Load():
+	if h.closing.Load() {
 		return errors.New("shutting down")
-	case !h.setUp.Load():
-		return errors.New("database setup (indexes) not done yet")
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
@@ -59,6 +56,9 @@ func (h *Health) Ready(ctx context.Context) error {
 		// Only the few words: a driver's error names hosts, and a probe's
 		// body ends up in events anyone with kubectl reads.
 		return errors.New("database not reachable")
+	}
+	if !h.setUp.Load() {
+		return errors.New("database setup (indexes) not done yet")
 	}
 	return nil
 }
