@@ -16,7 +16,10 @@ build:
 	cd devdb && $(GO) build -o ../$(BIN)/ ./cmd/devdb
 
 # Builds everything, starts devdb (unless DOCKET_MONGO_URI is set), two
-# workers and a demo batch, and shows the jobs being processed until Ctrl-C.
+# workers (each serving /metrics, /healthz and /readyz), the dashboard and a
+# demo batch, prints their URLs, and shows the jobs being processed until
+# Ctrl-C. DOCKET_DASHBOARD_PORT (8080) and DOCKET_METRICS_PORT (9101) move
+# the ports; a busy one is skipped for the next free one.
 run: build
 	@scripts/run.sh
 

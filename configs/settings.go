@@ -58,6 +58,8 @@ func settings(c *Config, role string) []setting {
 		setting{"treeSweeper.schedule", "DOCKET_TREE_SWEEP_SCHEDULE", "tree-sweep-schedule", "cron schedule of the tree sweeper", (*stringValue)(&c.TreeSweeper.Schedule)},
 		setting{"treeSweeper.keep", "DOCKET_TREE_KEEP", "tree-keep", "published versions of each tree kept readable", (*intValue)(&c.TreeSweeper.Keep)},
 		setting{"leader.ttl", "DOCKET_LEADER_TTL", "leader-ttl", "how long maintenance pauses when the leader dies (at least 3s)", (*durationValue)(&c.Leader.TTL)},
+		setting{"http.addr", "DOCKET_HTTP_ADDR", "http-addr", "host:port serving /metrics, /healthz and /readyz (default: none)", (*stringValue)(&c.HTTP.Addr)},
+		setting{"http.queueStatsInterval", "DOCKET_QUEUE_STATS_INTERVAL", "queue-stats-interval", "how often the leader counts jobs per queue and state for /metrics", (*durationValue)(&c.HTTP.QueueStatsInterval)},
 	)
 }
 

@@ -46,6 +46,10 @@ func (r *run) leaseExpiry() time.Time {
 func (w *Worker) execute(r *run) {
 	job := r.job
 	log := w.log.With(job.LogFields()...)
+	var observed Outcome
+	var elapsed time.Duration
+	w.obs.Started(job)
+	defer func() { w.obs.Finished(job, observed, elapsed) }()
 	h, opts, ok := w.reg.Lookup(job.Kind)
 	if !ok { // cannot happen: claims only match registered kinds
 		h = jobs.HandlerFunc(func(context.Context, *jobs.Job) error {
@@ -72,17 +76,19 @@ func (w *Worker) execute(r *run) {
 	cause := context.Cause(ctx)
 	close(hbStop)
 	<-hbDone
-	elapsed := time.Since(start)
+	elapsed = time.Since(start)
 
 	r.mu.Lock()
 	lost := r.lost
 	r.mu.Unlock()
 	if lost {
+		observed = OutcomeLeaseLost
 		log.Warn("job ended after its lease was lost; writing nothing",
 			zap.Duration("duration", elapsed), zap.NamedError("handler_error", err))
 		return
 	}
 	if !r.settle() {
+		observed = OutcomeReleased
 		log.Warn("job ended after its lease was released at shutdown; writing nothing", zap.Duration("duration", elapsed))
 		return
 	}
@@ -91,13 +97,13 @@ func (w *Worker) execute(r *run) {
 	var write func(context.Context) error
 	switch {
 	case err == nil:
-		outcome = "succeeded"
+		outcome, observed = "succeeded", OutcomeSucceeded
 		write = func(ctx context.Context) error { return w.q.Complete(ctx, r.lease) }
 	case errors.Is(cause, ErrShutdown):
-		outcome = "released"
+		outcome, observed = "released", OutcomeReleased
 		write = func(ctx context.Context) error { return w.q.Release(ctx, r.lease) }
 	case errors.Is(cause, jobs.ErrCancelled):
-		outcome = "cancelled"
+		outcome, observed = "cancelled", OutcomeCancelled
 		write = func(ctx context.Context) error {
 			return w.q.Cancelled(ctx, r.lease, job, fmt.Sprintf("cancelled while running: %v", err))
 		}
@@ -107,7 +113,7 @@ func (w *Worker) execute(r *run) {
 		}
 		write = func(ctx context.Context) error {
 			f, ferr := w.q.Fail(ctx, r.lease, job, err)
-			outcome = "failed, " + string(f.State)
+			outcome, observed = "failed, "+string(f.State), failOutcome(f.State)
 			if f.State == jobs.StateAvailable {
 				outcome += " again at " + f.RunAt.Format(time.RFC3339Nano)
 			}
@@ -123,8 +129,11 @@ func (w *Worker) execute(r *run) {
 	case werr == nil:
 		log.Info("job finished", fields...)
 	case errors.Is(werr, queue.ErrLeaseLost):
+		observed = OutcomeLeaseLost
+		w.obs.LeaseLost(job)
 		log.Warn("job finished but its lease was lost; wrote nothing", append(fields, zap.Error(werr))...)
 	default:
+		observed = OutcomeUnrecorded
 		log.Error("job finished but its outcome could not be recorded before the lease expired; the reaper will re-queue it",
 			append(fields, zap.Error(werr))...)
 	}
@@ -188,8 +197,10 @@ func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, stop <-chan s
 		ctx, c := context.WithTimeout(w.jobsCtx, w.bound(max(time.Until(r.leaseExpiry()), w.cfg.HeartbeatInterval)))
 		ren, err := w.q.Heartbeat(ctx, r.lease, w.cfg.Lease)
 		c()
+		w.obs.Heartbeat(r.job, err)
 		switch {
 		case errors.Is(err, queue.ErrLeaseLost):
+			w.obs.LeaseLost(r.job)
 			r.mu.Lock()
 			r.lost = true
 			r.mu.Unlock()

@@ -52,6 +52,7 @@ type Worker struct {
 	q   *queue.Client
 	reg *jobs.Registry
 	log *zap.Logger
+	obs Observer
 
 	sem  *semaphore.Weighted
 	wake chan struct{}
@@ -86,10 +87,14 @@ func New(q *queue.Client, reg *jobs.Registry, cfg Config) (*Worker, error) {
 		q:            q,
 		reg:          reg,
 		log:          cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)),
+		obs:          cfg.Observer,
 		sem:          semaphore.NewWeighted(int64(cfg.Concurrency)),
 		wake:         make(chan struct{}, 1),
 		dispatchDone: make(chan struct{}),
 		active:       map[string]*run{},
+	}
+	if w.obs == nil {
+		w.obs = NopObserver{}
 	}
 	w.claimingCtx, w.stopClaiming = context.WithCancel(context.Background())
 	w.jobsCtx, w.cancelJobs = context.WithCancelCause(context.Background())
@@ -230,8 +235,10 @@ func (w *Worker) dispatch() {
 		// server applied it leaves its jobs to the reaper (issue 15 #4), so
 		// a short bound would turn a slow server into lost claims.
 		ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
+		claimStart := time.Now()
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
+		w.obs.Claimed(time.Since(claimStart), len(claimed), err)
 		for _, job := range claimed {
 			w.launch(job)
 		}

@@ -14,12 +14,16 @@ import (
 	"github.com/docketq/docket/configs"
 	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/internal/leadership"
+	"github.com/docketq/docket/internal/metrics"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
 	"github.com/docketq/docket/worker"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.uber.org/zap"
 )
 
@@ -85,6 +89,30 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	defer func() { _ = client.Disconnect(context.Background()) }()
 	db := client.Database(cfg.Mongo.DB)
 
+	// Metrics and probes, served from before the database is reachable, so
+	// that /healthz answers and /readyz says why the process is not ready.
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	poolMetrics, err := metrics.NewWorker(registry)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	health := metrics.NewHealth(func(ctx context.Context) error { return client.Ping(ctx, readpref.Primary()) }, 0)
+	if cfg.HTTP.Addr != "" && !reapOnce {
+		srv, err := metrics.Serve(cfg.HTTP.Addr, metrics.Handler(registry, health), log)
+		if err != nil {
+			log.Error("cannot start", zap.Error(err))
+			return 1
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
+		}()
+		log.Info("serving /metrics, /healthz and /readyz", zap.String("http_addr", srv.Addr()))
+	}
+
 	qcfg := cfg.Queue
 	qcfg.Logger = log
 	q, err := queue.New(db, qcfg)
@@ -147,6 +175,7 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		return 0
 	}
 	cancelStart()
+	health.SetUp()
 
 	reg := jobs.NewRegistry()
 	if err := opts.Register(reg, db, q, log); err != nil {
@@ -156,6 +185,7 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	wcfg := cfg.Worker
 	wcfg.Logger = base
 	wcfg.WriteTimeout = cfg.Mongo.WriteTimeout
+	wcfg.Observer = poolMetrics
 	w, err := worker.New(q, reg, wcfg)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
@@ -204,10 +234,24 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		log.Error("cannot start", zap.Error(err))
 		return 2
 	}
+	// The jobs per queue and state: counted and exported by the leader only.
+	queueStats, err := metrics.NewQueueStats(metrics.QueueStatsConfig{
+		Queue: q, Leader: elector, Changes: elector.Changes(), Interval: cfg.HTTP.QueueStatsInterval, Logger: log,
+	})
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	registry.MustRegister(queueStats)
 	electing, stopElecting := context.WithCancel(context.Background())
 	elected := make(chan struct{})
 	go func() { defer close(elected); elector.Run(electing) }()
 	defer func() { stopElecting(); <-elected }() // resigns, so another process leads at once
+	if cfg.HTTP.Addr != "" {
+		counted := make(chan struct{})
+		go func() { defer close(counted); queueStats.Run(electing) }()
+		defer func() { stopElecting(); <-counted }()
+	}
 	w.Start(context.Background())
 	sched.Start()
 	if opts.Started != nil {
@@ -215,6 +259,7 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	}
 
 	sig := <-sigs
+	health.ShuttingDown()
 	log.Info("stopping: waiting for running jobs; signal again to stop at once",
 		zap.String("signal", sig.String()), zap.Duration("shutdown_timeout", cfg.Worker.ShutdownTimeout))
 	stopCtx, hardStop := context.WithCancel(context.Background())
