@@ -75,6 +75,8 @@ type Client struct {
 	reg *jobs.Registry
 	log *zap.Logger
 
+	elector *leadership.Elector
+
 	mu          sync.Mutex
 	maintenance []recovery.Task
 	started     bool
@@ -84,6 +86,11 @@ type Client struct {
 	stopElect   context.CancelFunc
 	elected     chan struct{}
 }
+
+// maintenanceStopWait bounds how long Stop waits for a maintenance pass
+// that was running when it stopped the schedule: every maintenance write
+// is fenced, so abandoning a pass is safe.
+const maintenanceStopWait = 5 * time.Second
 
 // ErrNotStarted is returned by Stop on a client that was never started.
 var ErrNotStarted = errors.New("docket: client not started")
@@ -106,14 +113,15 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if err := cfg.Reaper.Validate(); err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
-	lcfg := leadership.Config{ID: cfg.Worker.ID, TTL: cfg.LeaderTTL}.WithDefaults()
-	if err := lcfg.Validate(); err != nil {
-		return nil, fmt.Errorf("docket: %w", err)
-	}
 	if err := recovery.ValidatePeriodicJobs(cfg.PeriodicJobs); err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
 	log := cfg.Logger.With(zap.String("worker", cfg.Worker.ID))
+	elector, err := leadership.New(db.Collection(leadership.DefaultCollection),
+		leadership.Config{ID: cfg.Worker.ID, TTL: cfg.LeaderTTL, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
 	qcfg := cfg.Queue
 	if qcfg.Logger == nil {
 		qcfg.Logger = log
@@ -122,8 +130,13 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
-	return &Client{cfg: cfg, db: db, q: q, reg: jobs.NewRegistry(), log: log}, nil
+	return &Client{cfg: cfg, db: db, q: q, reg: jobs.NewRegistry(), log: log, elector: elector}, nil
 }
+
+// Elector returns the leader election this client takes part in once
+// started: whether it leads now, and a channel that signals changes.
+// docket's worker command reads it to publish leader-only metrics.
+func (c *Client) Elector() *leadership.Elector { return c.elector }
 
 // ID returns the id that names this process in job documents, logs and the
 // leader election (Config.Worker.ID, or the one made for it).
@@ -278,11 +291,7 @@ func (c *Client) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("docket: %w", err)
 	}
-	elector, err := leadership.New(c.db.Collection(leadership.DefaultCollection),
-		leadership.Config{ID: c.cfg.Worker.ID, TTL: c.cfg.LeaderTTL, Logger: c.log})
-	if err != nil {
-		return fmt.Errorf("docket: %w", err)
-	}
+	elector := c.elector
 	// Every process schedules the maintenance; only the elected one runs
 	// it, so its cost does not grow with the number of processes.
 	var tasks []recovery.Task
@@ -346,7 +355,7 @@ func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
 	if maintenanceDone != nil {
 		select {
 		case <-maintenanceDone:
-		case <-ctx.Done():
+		case <-time.After(maintenanceStopWait):
 			c.log.Warn("a maintenance pass was still running at stop; its fenced writes are safe to abandon")
 		}
 	}

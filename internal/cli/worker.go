@@ -11,14 +11,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/docketq/docket"
 	"github.com/docketq/docket/configs"
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/internal/metrics"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
-	"github.com/docketq/docket/worker"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -113,15 +112,22 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		log.Info("serving /metrics, /healthz and /readyz", zap.String("http_addr", srv.Addr()))
 	}
 
-	qcfg := cfg.Queue
-	qcfg.Logger = log
-	q, err := queue.New(db, qcfg)
+	wcfg := cfg.Worker
+	wcfg.Logger = base
+	wcfg.WriteTimeout = cfg.Mongo.WriteTimeout
+	wcfg.Observer = poolMetrics
+	qcfg, rcfg := cfg.Queue, cfg.Reaper
+	qcfg.Logger, rcfg.Logger = log, log // configs fills them with no-op loggers
+	dc, err := docket.NewClient(db, docket.Config{
+		Queue: qcfg, Worker: wcfg, Reaper: rcfg, LeaderTTL: cfg.Leader.TTL,
+		PeriodicJobs: cfg.PeriodicJobs, Logger: base,
+		Setup: func(ctx context.Context) error { return handlers.Setup(ctx, db) },
+	})
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 2
 	}
-	rcfg := cfg.Reaper
-	rcfg.Logger = log
+	q := dc.Queue()
 	reaper, err := recovery.NewReaper(q, rcfg)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
@@ -160,37 +166,11 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		return 0
 	}
 
-	setup := func(ctx context.Context) error {
-		if err := q.EnsureIndexes(ctx); err != nil {
-			return err
-		}
-		return handlers.Setup(ctx, db)
-	}
-	if err := waitForServer(startCtx, client, cfg.Mongo, log, setup); err != nil {
-		if errors.Is(err, queue.ErrSetupRefused) {
-			log.Error("cannot start: the database refused docket's setup; fix the documents named below, then start again", zap.Error(err))
-			return 1
-		}
-		log.Info("stopped before the database was reachable")
-		return 0
-	}
-	cancelStart()
-	health.SetUp()
-
-	reg := jobs.NewRegistry()
-	if err := opts.Register(reg, db, q, log); err != nil {
+	if err := opts.Register(dc.Registry(), db, q, log); err != nil {
 		log.Error("cannot register handlers", zap.Error(err))
 		return 2
 	}
-	wcfg := cfg.Worker
-	wcfg.Logger = base
-	wcfg.WriteTimeout = cfg.Mongo.WriteTimeout
-	wcfg.Observer = poolMetrics
-	w, err := worker.New(q, reg, wcfg)
-	if err != nil {
-		log.Error("cannot start", zap.Error(err))
-		return 2
-	}
+	// The demo application's kinds contribute their maintenance.
 	scfg := cfg.RenameSweeper
 	scfg.Logger = log
 	sweeper, err := handlers.NewRenameSweeper(db, q, scfg)
@@ -212,29 +192,12 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		log.Error("cannot start", zap.Error(err))
 		return 2
 	}
-	periodic, err := recovery.NewPeriodicEnqueuer(db, q, cfg.PeriodicJobs, log)
-	if err != nil {
-		log.Error("cannot start", zap.Error(err))
-		return 2
-	}
-	// Every process schedules the maintenance; only the elected leader runs
-	// it, so its cost does not grow with the number of processes.
-	elector, err := leadership.New(db.Collection(leadership.DefaultCollection),
-		leadership.Config{ID: cfg.Worker.ID, TTL: cfg.Leader.TTL, Logger: log})
-	if err != nil {
-		log.Error("cannot start", zap.Error(err))
-		return 2
-	}
-	var tasks []recovery.Task
-	for _, t := range []recovery.Task{reaper, sweeper, txRecovery, treeSweeper, periodic} {
-		tasks = append(tasks, recovery.LeaderOnly(elector, t))
-	}
-	sched, err := recovery.NewScheduler(log, tasks...)
-	if err != nil {
+	if err := dc.AddMaintenance(sweeper, txRecovery, treeSweeper); err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 2
 	}
 	// The jobs per queue and state: counted and exported by the leader only.
+	elector := dc.Elector()
 	queueStats, err := metrics.NewQueueStats(metrics.QueueStatsConfig{
 		Queue: q, Leader: elector, Changes: elector.Changes(), Interval: cfg.HTTP.QueueStatsInterval, Logger: log,
 	})
@@ -243,17 +206,27 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		return 2
 	}
 	registry.MustRegister(queueStats)
-	electing, stopElecting := context.WithCancel(context.Background())
-	elected := make(chan struct{})
-	go func() { defer close(elected); elector.Run(electing) }()
-	defer func() { stopElecting(); <-elected }() // resigns, so another process leads at once
-	if cfg.HTTP.Addr != "" {
-		counted := make(chan struct{})
-		go func() { defer close(counted); queueStats.Run(electing) }()
-		defer func() { stopElecting(); <-counted }()
+
+	// Start ensures the indexes, runs the handlers' set-up, then starts the
+	// pool, the election and the maintenance; it starts nothing when it
+	// fails, so it is retried until the database answers.
+	if err := waitForServer(startCtx, client, cfg.Mongo, log, dc.Start); err != nil {
+		if errors.Is(err, queue.ErrSetupRefused) {
+			log.Error("cannot start: the database refused docket's setup; fix the documents named below, then start again", zap.Error(err))
+			return 1
+		}
+		log.Info("stopped before the database was reachable")
+		return 0
 	}
-	w.Start(context.Background())
-	sched.Start()
+	cancelStart()
+	health.SetUp()
+	counting, stopCounting := context.WithCancel(context.Background())
+	defer stopCounting()
+	if cfg.HTTP.Addr != "" { // nobody reads the counts otherwise
+		counted := make(chan struct{})
+		go func() { defer close(counted); queueStats.Run(counting) }()
+		defer func() { stopCounting(); <-counted }()
+	}
 	if opts.Started != nil {
 		opts.Started()
 	}
@@ -272,21 +245,17 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		case <-stopCtx.Done():
 		}
 	}()
-	reaping := sched.Stop()
-	stopElecting() // give the leadership up now: another process takes over the maintenance at once
-	if err := w.Stop(stopCtx); err != nil {
+	stopCounting()
+	// Stops claiming and the maintenance, resigns the leadership (another
+	// process takes the maintenance over at once), waits for running jobs.
+	if err := dc.Stop(stopCtx); err != nil {
 		log.Error("stop", zap.Error(err))
 		return 1
 	}
 	// This process exits now, and with it any handler that ignored its
 	// cancellation: give those jobs back rather than wait for their leases.
-	if n := w.ReleaseAbandoned(context.Background()); n > 0 {
+	if n := dc.ReleaseAbandoned(context.Background()); n > 0 {
 		log.Info("released the jobs of handlers still running at exit", zap.Int("released", n))
-	}
-	select {
-	case <-reaping:
-	case <-time.After(5 * time.Second):
-		log.Warn("a reaper pass was still running at exit; its fenced writes are safe to abandon")
 	}
 	if opts.Stopped != nil {
 		opts.Stopped()
