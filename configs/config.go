@@ -7,11 +7,11 @@ import (
 	"io"
 	"net"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/internal/metrics"
 	"github.com/docketq/docket/queue"
@@ -48,12 +48,6 @@ type Config struct {
 	Queue  queue.Config          `yaml:"queue"`
 	Worker worker.Config         `yaml:"worker"`
 	Reaper recovery.ReaperConfig `yaml:"reaper"`
-	// RenameSweeper re-syncs users whose rename sync stalled.
-	RenameSweeper handlers.RenameSweeperConfig `yaml:"renameSweeper"`
-	// TransferRecovery finishes transfers whose job stalled or died.
-	TransferRecovery handlers.TransferRecoveryConfig `yaml:"transferRecovery"`
-	// TreeSweeper removes tree versions no reader can need.
-	TreeSweeper handlers.TreeSweeperConfig `yaml:"treeSweeper"`
 	// Leader elects the one worker process that runs maintenance.
 	Leader LeaderConfig `yaml:"leader"`
 	// PeriodicJobs are enqueued on their schedules by the leader.
@@ -139,9 +133,6 @@ func (c Config) WithDefaults() Config {
 		c.Mongo.WriteTimeout = autoWriteTimeout(c.Worker)
 	}
 	c.Reaper = c.Reaper.WithDefaults()
-	c.RenameSweeper = c.RenameSweeper.WithDefaults()
-	c.TransferRecovery = c.TransferRecovery.WithDefaults()
-	c.TreeSweeper = c.TreeSweeper.WithDefaults()
 	if c.Leader.TTL == 0 {
 		c.Leader.TTL = leadership.DefaultTTL
 	}
@@ -177,15 +168,6 @@ func (c Config) Validate() error {
 			c.Mongo.WriteTimeout, c.Worker.Lease, c.Worker.HeartbeatInterval, limit)
 	}
 	if err := c.Reaper.Validate(); err != nil {
-		return err
-	}
-	if err := c.RenameSweeper.Validate(); err != nil {
-		return err
-	}
-	if err := c.TransferRecovery.Validate(); err != nil {
-		return err
-	}
-	if err := c.TreeSweeper.Validate(); err != nil {
 		return err
 	}
 	if c.Leader.TTL < leadership.MinTTL {
@@ -267,13 +249,41 @@ func (m MongoConfig) ClientOptions() *options.ClientOptions {
 // LoadFile reads the YAML file at path into c, leaving settings the file
 // does not name as they were. Unknown keys are errors.
 func LoadFile(path string, c *Config) error {
+	return LoadFileApp(path, c, nil)
+}
+
+// LoadFileApp is LoadFile for a file that may also hold app's keys (nil
+// for none): both are decoded from the one document, strictly, so a key
+// that neither docket nor app knows is an error naming its line.
+func LoadFileApp(path string, c *Config, app App) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config file: %w", err)
 	}
+	// Decode into one struct that inlines docket's Config and the app's,
+	// so the decoder knows every key and reports lines as written.
+	target := reflect.ValueOf(c)
+	if app != nil {
+		av := reflect.ValueOf(app)
+		if av.Kind() != reflect.Pointer || av.Elem().Kind() != reflect.Struct {
+			return fmt.Errorf("configs: the app's configuration must be a pointer to a struct, not %T", app)
+		}
+		both := reflect.New(reflect.StructOf([]reflect.StructField{
+			{Name: "Docket", Type: target.Elem().Type(), Tag: `yaml:",inline"`},
+			{Name: "App", Type: av.Elem().Type(), Tag: `yaml:",inline"`},
+		}))
+		both.Elem().Field(0).Set(target.Elem())
+		both.Elem().Field(1).Set(av.Elem())
+		docket := target
+		defer func() {
+			docket.Elem().Set(both.Elem().Field(0))
+			av.Elem().Set(both.Elem().Field(1))
+		}()
+		target = both
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+	if err := dec.Decode(target.Interface()); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("config file %s: %s", path, redactFile(err.Error(), b))
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/configs"
+	"github.com/docketq/docket/handlers"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,7 +17,8 @@ func load(t *testing.T, env map[string]string, args ...string) (configs.Config, 
 	t.Helper()
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	return configs.Load(fs, "worker", args, func(k string) string { return env[k] })
+	// The demo kinds' settings, as the worker command reads them.
+	return configs.LoadApp(fs, "worker", args, func(k string) string { return env[k] }, &handlers.Config{})
 }
 
 func TestDefaults(t *testing.T) {
@@ -119,29 +121,61 @@ func TestRedact(t *testing.T) {
 // TestTheDocumentedExampleIsTheDefaults: configs/docket.yaml claims to list
 // every setting at its default; it must equal the defaults, setting by
 // setting, so that neither can drift from the other.
+// The file holds docket's settings and the demo kinds' (handlers.Config),
+// and both parts are checked.
 func TestTheDocumentedExampleIsTheDefaults(t *testing.T) {
 	var fromFile configs.Config
-	require.NoError(t, configs.LoadFile("docket.yaml", &fromFile))
+	var appFromFile handlers.Config
+	require.NoError(t, configs.LoadFileApp("docket.yaml", &fromFile, &appFromFile))
 	fromFile = fromFile.WithDefaults()
+	appFromFile.Defaults()
 	defaults := configs.Config{}.WithDefaults()
+	var appDefaults handlers.Config
+	appDefaults.Defaults()
 	// The worker id is random per process unless set; the file leaves it unset.
 	fromFile.Worker.ID, defaults.Worker.ID = "", ""
 	require.Empty(t, fromFile.PeriodicJobs, "the example lists no periodic job, only how to write one")
 	fromFile.PeriodicJobs = nil
 	require.Equal(t, defaults, fromFile)
+	require.Equal(t, appDefaults, appFromFile)
 
 	// And the file sets each of them explicitly, rather than leaving them to
-	// WithDefaults: an empty file would pass the check above.
+	// the defaults: an empty file would pass the check above.
 	var raw configs.Config
-	require.NoError(t, configs.LoadFile("docket.yaml", &raw))
+	var appRaw handlers.Config
+	require.NoError(t, configs.LoadFileApp("docket.yaml", &raw, &appRaw))
 	raw.Worker.ID, raw.Mongo.WriteTimeout = "x", defaults.Mongo.WriteTimeout // documented as derived
 	require.Equal(t, withoutLoggers(raw), withoutLoggers(raw.WithDefaults()), "docket.yaml leaves a setting to its default instead of listing it")
+	appRawDefaults := appRaw
+	appRawDefaults.Defaults()
+	require.Equal(t, appWithoutLoggers(appRaw), appWithoutLoggers(appRawDefaults), "docket.yaml leaves a demo kind's setting to its default instead of listing it")
+}
+
+// A key neither docket nor the app knows is an error naming it and its line.
+func TestUnknownKeysAreRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("worker:\n  concurrency: 3\nrenameSweper:\n  schedule: '@every 1m'\n"), 0o600))
+	var c configs.Config
+	var app handlers.Config
+	err := configs.LoadFileApp(path, &c, &app)
+	require.ErrorContains(t, err, "line 3")
+	require.ErrorContains(t, err, "renameSweper")
+	// Without the app, its keys are unknown too.
+	require.NoError(t, os.WriteFile(path, []byte("worker:\n  concurrency: 3\nrenameSweeper:\n  schedule: '@every 1m'\n"), 0o600))
+	require.ErrorContains(t, configs.LoadFile(path, &c), "renameSweeper")
+	require.NoError(t, configs.LoadFileApp(path, &c, &app))
+	require.Equal(t, 3, c.Worker.Concurrency)
+	require.Equal(t, "@every 1m", app.RenameSweeper.Schedule)
 }
 
 // withoutLoggers returns c with its components' loggers, which no file sets,
 // taken out.
 func withoutLoggers(c configs.Config) configs.Config {
 	c.Queue.Logger, c.Worker.Logger, c.Reaper.Logger = nil, nil, nil
+	return c
+}
+
+func appWithoutLoggers(c handlers.Config) handlers.Config {
 	c.RenameSweeper.Logger, c.TransferRecovery.Logger, c.TreeSweeper.Logger = nil, nil, nil
 	return c
 }

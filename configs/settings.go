@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// setting is one configurable value, reachable from the environment and
-// from a flag.
-type setting struct {
+// Setting is one configurable value, reachable from the environment and
+// from a flag. Make one with StringSetting, IntSetting or DurationSetting.
+type Setting struct {
 	field string // the YAML path, named in errors
 	env   string
 	flag  string
@@ -21,8 +21,8 @@ type setting struct {
 
 // settings lists the settings of c that a process of the given role
 // exposes: "worker" gets everything, "enqueue" the database and logging.
-func settings(c *Config, role string) []setting {
-	s := []setting{
+func settings(c *Config, role string) []Setting {
+	s := []Setting{
 		{"mongo.uri", "DOCKET_MONGO_URI", "mongo-uri", "MongoDB connection string (TLS and auth through its options)", (*uriValue)(&c.Mongo.URI)},
 		{"mongo.db", "DOCKET_DB", "db", "database for jobs and handler data", (*stringValue)(&c.Mongo.DB)},
 		{"mongo.timeout", "DOCKET_MONGO_TIMEOUT", "mongo-timeout", "server selection and command timeout", (*durationValue)(&c.Mongo.Timeout)},
@@ -35,31 +35,25 @@ func settings(c *Config, role string) []setting {
 		return s
 	}
 	return append(s,
-		setting{"worker.id", "DOCKET_WORKER_ID", "id", "worker id, unique across machines (default host-pid-random)", (*stringValue)(&c.Worker.ID)},
-		setting{"worker.queues", "DOCKET_QUEUES", "queues", "comma-separated queues to serve", (*listValue)(&c.Worker.Queues)},
-		setting{"worker.concurrency", "DOCKET_CONCURRENCY", "concurrency", "jobs run at once", (*intValue)(&c.Worker.Concurrency)},
-		setting{"worker.lease", "DOCKET_LEASE", "lease", "lease a claim or heartbeat holds a job for", (*durationValue)(&c.Worker.Lease)},
-		setting{"worker.heartbeatInterval", "DOCKET_HEARTBEAT_INTERVAL", "heartbeat-interval", "how often a running job's lease is renewed", (*durationValue)(&c.Worker.HeartbeatInterval)},
-		setting{"worker.shutdownTimeout", "DOCKET_SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long a stop waits for running jobs", (*durationValue)(&c.Worker.ShutdownTimeout)},
-		setting{"worker.pollMin", "DOCKET_POLL_MIN", "poll-min", "first wait after an empty claim", (*durationValue)(&c.Worker.PollMin)},
-		setting{"worker.pollMax", "DOCKET_POLL_MAX", "poll-max", "longest wait between claims on an idle queue", (*durationValue)(&c.Worker.PollMax)},
-		setting{"worker.claimBatch", "DOCKET_CLAIM_BATCH", "claim-batch", "most jobs one claim takes (1: one findAndModify per job)", (*intValue)(&c.Worker.ClaimBatch)},
-		setting{"queue.retryBase", "DOCKET_RETRY_BASE", "retry-base", "backoff after a first failed attempt (doubles each attempt)", (*durationValue)(&c.Queue.RetryBase)},
-		setting{"queue.retryMax", "DOCKET_RETRY_MAX", "retry-max", "longest backoff between attempts", (*durationValue)(&c.Queue.RetryMax)},
-		setting{"reaper.schedule", "DOCKET_REAP_SCHEDULE", "reap-schedule", "cron schedule of the reaper", (*stringValue)(&c.Reaper.Schedule)},
-		setting{"reaper.grace", "DOCKET_REAP_GRACE", "reap-grace", "how long past expiry a lease is left alone (clock skew)", (*durationValue)(&c.Reaper.Grace)},
-		setting{"reaper.succeededRetention", "DOCKET_SUCCEEDED_RETENTION", "succeeded-retention", "how long succeeded and cancelled jobs are kept (negative: forever)", (*durationValue)(&c.Reaper.SucceededRetention)},
-		setting{"renameSweeper.schedule", "DOCKET_RENAME_SWEEP_SCHEDULE", "rename-sweep-schedule", "cron schedule of the rename sweeper", (*stringValue)(&c.RenameSweeper.Schedule)},
-		setting{"renameSweeper.threshold", "DOCKET_RENAME_SWEEP_THRESHOLD", "rename-sweep-threshold", "age of a syncing flag that the sweeper repairs", (*durationValue)(&c.RenameSweeper.Threshold)},
-		setting{"transferRecovery.schedule", "DOCKET_TRANSFER_RECOVERY_SCHEDULE", "transfer-recovery-schedule", "cron schedule of transfer recovery", (*stringValue)(&c.TransferRecovery.Schedule)},
-		setting{"transferRecovery.threshold", "DOCKET_TRANSFER_RECOVERY_THRESHOLD", "transfer-recovery-threshold", "age of an unfinished transaction that recovery finishes", (*durationValue)(&c.TransferRecovery.Threshold)},
-		setting{"reaper.deadRetention", "DOCKET_DEAD_RETENTION", "dead-retention", "how long dead jobs are kept (negative: forever, the default)", (*durationValue)(&c.Reaper.DeadRetention)},
-		setting{"reaper.retentionBudget", "DOCKET_RETENTION_BUDGET", "retention-budget", "longest one pass spends deleting finished jobs", (*durationValue)(&c.Reaper.RetentionBudget)},
-		setting{"treeSweeper.schedule", "DOCKET_TREE_SWEEP_SCHEDULE", "tree-sweep-schedule", "cron schedule of the tree sweeper", (*stringValue)(&c.TreeSweeper.Schedule)},
-		setting{"treeSweeper.keep", "DOCKET_TREE_KEEP", "tree-keep", "published versions of each tree kept readable", (*intValue)(&c.TreeSweeper.Keep)},
-		setting{"leader.ttl", "DOCKET_LEADER_TTL", "leader-ttl", "how long maintenance pauses when the leader dies (at least 3s)", (*durationValue)(&c.Leader.TTL)},
-		setting{"http.addr", "DOCKET_HTTP_ADDR", "http-addr", "host:port serving /metrics, /healthz and /readyz (default: none)", (*stringValue)(&c.HTTP.Addr)},
-		setting{"http.queueStatsInterval", "DOCKET_QUEUE_STATS_INTERVAL", "queue-stats-interval", "how often the leader counts jobs per queue and state for /metrics", (*durationValue)(&c.HTTP.QueueStatsInterval)},
+		Setting{"worker.id", "DOCKET_WORKER_ID", "id", "worker id, unique across machines (default host-pid-random)", (*stringValue)(&c.Worker.ID)},
+		Setting{"worker.queues", "DOCKET_QUEUES", "queues", "comma-separated queues to serve", (*listValue)(&c.Worker.Queues)},
+		Setting{"worker.concurrency", "DOCKET_CONCURRENCY", "concurrency", "jobs run at once", (*intValue)(&c.Worker.Concurrency)},
+		Setting{"worker.lease", "DOCKET_LEASE", "lease", "lease a claim or heartbeat holds a job for", (*durationValue)(&c.Worker.Lease)},
+		Setting{"worker.heartbeatInterval", "DOCKET_HEARTBEAT_INTERVAL", "heartbeat-interval", "how often a running job's lease is renewed", (*durationValue)(&c.Worker.HeartbeatInterval)},
+		Setting{"worker.shutdownTimeout", "DOCKET_SHUTDOWN_TIMEOUT", "shutdown-timeout", "how long a stop waits for running jobs", (*durationValue)(&c.Worker.ShutdownTimeout)},
+		Setting{"worker.pollMin", "DOCKET_POLL_MIN", "poll-min", "first wait after an empty claim", (*durationValue)(&c.Worker.PollMin)},
+		Setting{"worker.pollMax", "DOCKET_POLL_MAX", "poll-max", "longest wait between claims on an idle queue", (*durationValue)(&c.Worker.PollMax)},
+		Setting{"worker.claimBatch", "DOCKET_CLAIM_BATCH", "claim-batch", "most jobs one claim takes (1: one findAndModify per job)", (*intValue)(&c.Worker.ClaimBatch)},
+		Setting{"queue.retryBase", "DOCKET_RETRY_BASE", "retry-base", "backoff after a first failed attempt (doubles each attempt)", (*durationValue)(&c.Queue.RetryBase)},
+		Setting{"queue.retryMax", "DOCKET_RETRY_MAX", "retry-max", "longest backoff between attempts", (*durationValue)(&c.Queue.RetryMax)},
+		Setting{"reaper.schedule", "DOCKET_REAP_SCHEDULE", "reap-schedule", "cron schedule of the reaper", (*stringValue)(&c.Reaper.Schedule)},
+		Setting{"reaper.grace", "DOCKET_REAP_GRACE", "reap-grace", "how long past expiry a lease is left alone (clock skew)", (*durationValue)(&c.Reaper.Grace)},
+		Setting{"reaper.succeededRetention", "DOCKET_SUCCEEDED_RETENTION", "succeeded-retention", "how long succeeded and cancelled jobs are kept (negative: forever)", (*durationValue)(&c.Reaper.SucceededRetention)},
+		Setting{"reaper.deadRetention", "DOCKET_DEAD_RETENTION", "dead-retention", "how long dead jobs are kept (negative: forever, the default)", (*durationValue)(&c.Reaper.DeadRetention)},
+		Setting{"reaper.retentionBudget", "DOCKET_RETENTION_BUDGET", "retention-budget", "longest one pass spends deleting finished jobs", (*durationValue)(&c.Reaper.RetentionBudget)},
+		Setting{"leader.ttl", "DOCKET_LEADER_TTL", "leader-ttl", "how long maintenance pauses when the leader dies (at least 3s)", (*durationValue)(&c.Leader.TTL)},
+		Setting{"http.addr", "DOCKET_HTTP_ADDR", "http-addr", "host:port serving /metrics, /healthz and /readyz (default: none)", (*stringValue)(&c.HTTP.Addr)},
+		Setting{"http.queueStatsInterval", "DOCKET_QUEUE_STATS_INTERVAL", "queue-stats-interval", "how often the leader counts jobs per queue and state for /metrics", (*durationValue)(&c.HTTP.QueueStatsInterval)},
 	)
 }
 
@@ -69,17 +63,61 @@ func settings(c *Config, role string) []setting {
 // the flags in args. It registers its flags on fs, parses args with it and
 // returns the validated configuration. Errors name the setting and value.
 func Load(fs *flag.FlagSet, role string, args []string, getenv func(string) string) (Config, error) {
+	return LoadApp(fs, role, args, getenv, nil)
+}
+
+// App is the configuration an application adds to docket's: its kinds'
+// settings (their maintenance schedules, say) under top-level YAML keys of
+// its own, read from the same file. Implement it on a pointer to a struct
+// whose fields carry yaml tags.
+type App interface {
+	// Defaults sets every unset field to its default, in place.
+	Defaults()
+	// Validate reports the first invalid field, naming it and its value.
+	Validate() error
+	// Settings are the app's environment variables and flags, bound to
+	// its fields; a process of the "worker" role exposes them.
+	Settings() []Setting
+}
+
+// StringSetting is a setting of *p, named field in YAML (for errors), env
+// in the environment and flag on the command line.
+func StringSetting(field, env, flag, usage string, p *string) Setting {
+	return Setting{field, env, flag, usage, (*stringValue)(p)}
+}
+
+// IntSetting is StringSetting for an int.
+func IntSetting(field, env, flag, usage string, p *int) Setting {
+	return Setting{field, env, flag, usage, (*intValue)(p)}
+}
+
+// DurationSetting is StringSetting for a time.Duration.
+func DurationSetting(field, env, flag, usage string, p *time.Duration) Setting {
+	return Setting{field, env, flag, usage, (*durationValue)(p)}
+}
+
+// LoadApp is Load for a process whose application adds the configuration
+// app (nil for none): the file may hold app's keys beside docket's (any
+// other key is an error), and a "worker" process also reads app's variables
+// and flags. app is filled in place, defaults set and validated.
+func LoadApp(fs *flag.FlagSet, role string, args []string, getenv func(string) string, app App) (Config, error) {
 	var c Config
 	path := getenv("DOCKET_CONFIG")
 	if p, ok := flagValue(args, "config"); ok {
 		path = p
 	}
 	if path != "" {
-		if err := LoadFile(path, &c); err != nil {
+		if err := LoadFileApp(path, &c, app); err != nil {
 			return c, err
 		}
 	}
-	ss := settings(&c, role)
+	appSettings := func() []Setting {
+		if app == nil || role != "worker" {
+			return nil
+		}
+		return app.Settings()
+	}
+	ss := append(settings(&c, role), appSettings()...)
 	for _, s := range ss {
 		if v := getenv(s.env); v != "" {
 			if err := s.value.Set(v); err != nil {
@@ -89,7 +127,10 @@ func Load(fs *flag.FlagSet, role string, args []string, getenv func(string) stri
 	}
 	autoWT := c.Mongo.WriteTimeout == 0 // follows the final lease unless set
 	c = c.WithDefaults()
-	ss = settings(&c, role) // rebind: WithDefaults returned a copy
+	if app != nil {
+		app.Defaults()
+	}
+	ss = append(settings(&c, role), appSettings()...) // rebind: WithDefaults returned a copy
 	fs.String("config", path, "YAML config file (also DOCKET_CONFIG); see configs/docket.yaml")
 	for _, s := range ss {
 		fs.Var(s.value, s.flag, fmt.Sprintf("%s (%s, %s)", s.usage, s.env, s.field))
@@ -103,6 +144,11 @@ func Load(fs *flag.FlagSet, role string, args []string, getenv func(string) stri
 	if err := c.Validate(); err != nil {
 		return c, err
 	}
+	if app != nil {
+		if err := app.Validate(); err != nil {
+			return c, err
+		}
+	}
 	return c, nil
 }
 
@@ -113,7 +159,7 @@ func isSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-func redactIf(s setting, v string) string {
+func redactIf(s Setting, v string) string {
 	if _, ok := s.value.(*uriValue); ok {
 		return RedactURI(v)
 	}

@@ -12,7 +12,7 @@ import (
 func TestEngineImportsNoApplication(t *testing.T) {
 	t.Parallel()
 
-	engine := []string{"./jobs", "./queue", "./worker", "./recovery", "./internal/leadership"}
+	engine := []string{".", "./jobs", "./queue", "./worker", "./recovery", "./configs", "./dockettest", "./internal/leadership", "./internal/metrics"}
 	args := append([]string{"list", "-deps", "-f", "{{.ImportPath}}"}, engine...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = ".."

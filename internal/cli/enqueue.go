@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/configs"
+	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -83,7 +84,8 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	run := sc.flags(fs)
-	cfg, err := configs.Load(fs, tool, args[1:], configs.Getenv)
+	// The demo kinds' keys may be in the same file: accept them.
+	cfg, err := configs.LoadApp(fs, tool, args[1:], configs.Getenv, &handlers.Config{})
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

@@ -60,7 +60,8 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		fmt.Fprintf(stderr, "Usage: worker [reap] [flags]\n\nRuns a pool of goroutines that claim and run jobs, and the reaper.\n`worker reap` runs one reaper pass and exits.\nSettings come from --config, then DOCKET_* variables, then flags.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	cfg, err := configs.Load(fs, "worker", args, configs.Getenv)
+	var appCfg handlers.Config // the demo kinds' settings, in the same file
+	cfg, err := configs.LoadApp(fs, "worker", args, configs.Getenv, &appCfg)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -171,21 +172,21 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		return 2
 	}
 	// The demo application's kinds contribute their maintenance.
-	scfg := cfg.RenameSweeper
+	scfg := appCfg.RenameSweeper
 	scfg.Logger = log
 	sweeper, err := handlers.NewRenameSweeper(db, q, scfg)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 2
 	}
-	tcfg := cfg.TransferRecovery
+	tcfg := appCfg.TransferRecovery
 	tcfg.Logger = log
 	txRecovery, err := handlers.NewTransferRecovery(db, q, tcfg)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 2
 	}
-	tscfg := cfg.TreeSweeper
+	tscfg := appCfg.TreeSweeper
 	tscfg.Logger = log
 	treeSweeper, err := handlers.NewTreeSweeper(db, tscfg)
 	if err != nil {

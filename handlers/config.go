@@ -1,0 +1,46 @@
+package handlers
+
+import "github.com/docketq/docket/configs"
+
+// Config is the configuration docket's demo kinds add to a worker's: the
+// schedules of their maintenance. It implements configs.App, so the same
+// file, DOCKET_* variables and flags set it.
+type Config struct {
+	// RenameSweeper re-syncs users whose rename sync stalled.
+	RenameSweeper RenameSweeperConfig `yaml:"renameSweeper"`
+	// TransferRecovery finishes transfers whose job stalled or died.
+	TransferRecovery TransferRecoveryConfig `yaml:"transferRecovery"`
+	// TreeSweeper removes tree versions no reader can need.
+	TreeSweeper TreeSweeperConfig `yaml:"treeSweeper"`
+}
+
+// Defaults implements configs.App.
+func (c *Config) Defaults() {
+	c.RenameSweeper = c.RenameSweeper.WithDefaults()
+	c.TransferRecovery = c.TransferRecovery.WithDefaults()
+	c.TreeSweeper = c.TreeSweeper.WithDefaults()
+}
+
+// Validate implements configs.App.
+func (c *Config) Validate() error {
+	for _, err := range []error{c.RenameSweeper.Validate(), c.TransferRecovery.Validate(), c.TreeSweeper.Validate()} {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Settings implements configs.App.
+func (c *Config) Settings() []configs.Setting {
+	return []configs.Setting{
+		configs.StringSetting("renameSweeper.schedule", "DOCKET_RENAME_SWEEP_SCHEDULE", "rename-sweep-schedule", "cron schedule of the rename sweeper", &c.RenameSweeper.Schedule),
+		configs.DurationSetting("renameSweeper.threshold", "DOCKET_RENAME_SWEEP_THRESHOLD", "rename-sweep-threshold", "age of a syncing flag that the sweeper repairs", &c.RenameSweeper.Threshold),
+		configs.StringSetting("transferRecovery.schedule", "DOCKET_TRANSFER_RECOVERY_SCHEDULE", "transfer-recovery-schedule", "cron schedule of transfer recovery", &c.TransferRecovery.Schedule),
+		configs.DurationSetting("transferRecovery.threshold", "DOCKET_TRANSFER_RECOVERY_THRESHOLD", "transfer-recovery-threshold", "age of an unfinished transaction that recovery finishes", &c.TransferRecovery.Threshold),
+		configs.StringSetting("treeSweeper.schedule", "DOCKET_TREE_SWEEP_SCHEDULE", "tree-sweep-schedule", "cron schedule of the tree sweeper", &c.TreeSweeper.Schedule),
+		configs.IntSetting("treeSweeper.keep", "DOCKET_TREE_KEEP", "tree-keep", "published versions of each tree kept readable", &c.TreeSweeper.Keep),
+	}
+}
+
+// Maintenance returns the demo kinds' maintenance passes, configured by
