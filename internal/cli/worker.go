@@ -209,6 +209,7 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	go func() { defer close(elected); elector.Run(electing) }()
 	defer func() { stopElecting(); <-elected }() // resigns, so another process leads at once
 	w.Start(context.Background())
+	defer register(q, cfg, w, reg.Kinds(), log)() // the workers registry (registry.go), until this process stops
 	sched.Start()
 	if opts.Started != nil {
 		opts.Started()
