@@ -84,13 +84,8 @@ func minuteChart(ok, failed []time.Time, now time.Time) chart {
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	stats, err := s.q.Stats(ctx)
-	if err != nil {
-		s.fail(w, r, http.StatusServiceUnavailable, err)
-		return
-	}
 	now := time.Now()
-	finished, err := s.q.Finished(ctx, now.Add(-time.Hour), jobs.StateSucceeded, jobs.StateDead)
+	stats, finished, err := s.q.Overview(ctx, now.Add(-time.Hour), jobs.StateSucceeded, jobs.StateDead)
 	if err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
