@@ -31,6 +31,8 @@ type count struct {
 type queueRow struct {
 	Queue, Kind, Oldest string
 	Counts              []count
+	// First marks a queue's first row, which carries its state and action.
+	First, Paused bool
 }
 
 type bar struct {
@@ -90,6 +92,17 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
+	queueStates, err := s.q.QueueStates(ctx)
+	if err != nil {
+		s.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	pausedList, paused := pausedRows(queueStates)
+	alive, err := s.q.Workers(ctx, 0, false)
+	if err != nil {
+		s.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
 	ok, failed := finished[jobs.StateSucceeded], finished[jobs.StateDead]
 	totals := map[string]int64{}
 	var rows []queueRow
@@ -105,7 +118,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		}
 		sort.Strings(kinds)
 		for i, k := range kinds {
-			row := queueRow{Queue: qs.Queue, Kind: k}
+			row := queueRow{Queue: qs.Queue, Kind: k, First: i == 0, Paused: paused[qs.Queue]}
 			if i == 0 {
 				row.Oldest = since(qs.OldestAvailable)
 			}
@@ -128,7 +141,10 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		States []string
 		Rows   []queueRow
 		Chart  chart
-	}{page{Title: "Overview", Nav: "overview", Refresh: s.cfg.Refresh}, cards, since(oldest), states, rows, minuteChart(ok, failed, now)})
+		Paused []pausedRow
+		Alive  int
+	}{page{Title: "Overview", Nav: "overview", Refresh: s.cfg.Refresh}, cards, since(oldest), states, rows, minuteChart(ok, failed, now),
+		pausedList, len(alive)})
 }
 
 // pageSize is how many jobs a page lists.
