@@ -53,8 +53,6 @@ type WorkerInfo struct {
 	LastSeen time.Time
 	// BeatEvery is how often the process beats.
 	BeatEvery time.Duration
-	// Stopping is set once the process has begun a graceful stop.
-	Stopping bool
 	// Age is how long ago, on the server's clock, the last beat was.
 	Age time.Duration
 	// Alive reports whether the process has missed fewer than
@@ -88,7 +86,7 @@ func (c *Client) Beat(ctx context.Context, w WorkerInfo) error {
 			{Key: "host", Value: w.Host}, {Key: "pid", Value: w.PID}, {Key: "version", Value: w.Version},
 			{Key: "queues", Value: queues}, {Key: "kinds", Value: kinds}, {Key: "concurrency", Value: w.Concurrency},
 			{Key: "running", Value: w.Running}, {Key: "startedAt", Value: w.StartedAt.UTC()},
-			{Key: "beatEveryMs", Value: w.BeatEvery.Milliseconds()}, {Key: "stopping", Value: w.Stopping},
+			{Key: "beatEveryMs", Value: w.BeatEvery.Milliseconds()},
 		}},
 		{Key: "$currentDate", Value: bson.D{{Key: "lastSeen", Value: true}}},
 	}, options.UpdateOne().SetUpsert(true))
@@ -195,6 +193,5 @@ func workerInfo(d bson.Raw) WorkerInfo {
 	if ms, ok := d.Lookup("beatEveryMs").AsInt64OK(); ok && ms > 0 {
 		w.BeatEvery = time.Duration(ms) * time.Millisecond
 	}
-	w.Stopping, _ = d.Lookup("stopping").BooleanOK()
 	return w
 }
