@@ -362,6 +362,18 @@ func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
 	return err
 }
 
+// Running returns how many jobs the client's pool runs now (0 before
+// Start).
+func (c *Client) Running() int {
+	c.mu.Lock()
+	w := c.w
+	c.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	return w.Running()
+}
+
 // ReleaseAbandoned gives back, after Stop, the jobs whose handlers ignored
 // their cancellation and still run, and returns how many; call it only
 // right before the process exits (see worker.Worker.ReleaseAbandoned).

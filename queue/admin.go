@@ -35,7 +35,13 @@ func (f JobFilter) query() bson.D {
 			q = append(q, bson.E{Key: field, Value: bson.D{{Key: "$in", Value: vals}}})
 		}
 	}
-	in("_id", f.IDs)
+	if len(f.IDs) == 1 {
+		// An equality, not an $in of one: FerretDB v1 looks up only an
+		// _id equality by its key, and scans the collection for the rest.
+		q = append(q, bson.E{Key: "_id", Value: f.IDs[0]})
+	} else {
+		in("_id", f.IDs)
+	}
 	states := make([]string, len(f.States))
 	for i, s := range f.States {
 		states[i] = string(s)
@@ -288,6 +294,10 @@ type QueueStats struct {
 // longest-waiting runnable job, in one pass over the collection (on
 // MongoDB the claim index holds every field the pass reads).
 func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
+	if c.noGroupMin.Load() {
+		stats, _, err := c.scanStats(ctx, time.Time{}, nil)
+		return stats, err
+	}
 	group := bson.D{
 		{Key: "_id", Value: bson.D{{Key: "queue", Value: "$queue"}, {Key: "kind", Value: "$kind"}, {Key: "state", Value: "$state"}}},
 		{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
@@ -299,8 +309,8 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	cur, err := c.coll.Aggregate(ctx, mongo.Pipeline{{{Key: "$group", Value: group}}})
 	var se mongo.ServerError
 	if withMin && errors.As(err, &se) && se.HasErrorCode(errNotImplemented) {
-		// FerretDB v1 has no $min accumulator: find each queue's oldest
-		// job with a query of its own instead.
+		// FerretDB v1 has no $min accumulator (it has $sum and $count
+		// only): count in one pass of our own instead (scanStats).
 		c.noGroupMin.Store(true)
 		return c.Stats(ctx)
 	}
@@ -342,28 +352,6 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("queue: stats: %w", err)
 	}
-	if !withMin {
-		// One pass over the due jobs instead: a server without $min is a
-		// development server (FerretDB v1), where every query is a pass.
-		cur, err := c.coll.Find(ctx,
-			bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "runAt", Value: bson.D{{Key: "$lte", Value: t}}}},
-			options.Find().SetProjection(bson.D{{Key: "_id", Value: 0}, {Key: "queue", Value: 1}, {Key: "runAt", Value: 1}}))
-		if err != nil {
-			return nil, fmt.Errorf("queue: stats: oldest jobs: %w", err)
-		}
-		for cur.Next(ctx) {
-			q, _ := cur.Current.Lookup("queue").StringValueOK()
-			at, ok := cur.Current.Lookup("runAt").TimeOK()
-			if qs := byQueue[q]; qs != nil && ok && (qs.OldestAvailable.IsZero() || at.Before(qs.OldestAvailable)) {
-				qs.OldestAvailable = at.UTC()
-			}
-		}
-		err = cur.Err()
-		cur.Close(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("queue: stats: oldest jobs: %w", err)
-		}
-	}
 	out := make([]QueueStats, 0, len(order))
 	for _, q := range order {
 		out = append(out, *byQueue[q])
@@ -389,4 +377,89 @@ func (c *Client) Finished(ctx context.Context, since time.Time, states ...jobs.S
 		}
 	}
 	return out, cur.Err()
+}
+
+// Overview returns Stats and, for each of states, when the jobs that ended
+// in it at or after since ended: what the dashboard's overview shows. On
+// MongoDB that is the $group of Stats and the finished index's range; on a
+// server without $min (FerretDB v1, where every query but an _id lookup
+// scans the collection) it is one pass over the collection, not two.
+func (c *Client) Overview(ctx context.Context, since time.Time, states ...jobs.State) ([]QueueStats, map[jobs.State][]time.Time, error) {
+	if !c.noGroupMin.Load() {
+		stats, err := c.Stats(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !c.noGroupMin.Load() {
+			finished, err := c.Finished(ctx, since, states...)
+			return stats, finished, err
+		}
+	}
+	return c.scanStats(ctx, since, states)
+}
+
+// scanStats is Stats, and Finished when states are given, computed from
+// one find over the whole collection that reads five fields of each job:
+// for a server that cannot group with $min, where a query is a pass over
+// the collection anyway. Values of other types (written by other apps) are
+// counted under their type's name, as Stats does.
+func (c *Client) scanStats(ctx context.Context, since time.Time, states []jobs.State) ([]QueueStats, map[jobs.State][]time.Time, error) {
+	proj := bson.D{{Key: "_id", Value: 0}, {Key: "queue", Value: 1}, {Key: "kind", Value: 1}, {Key: "state", Value: 1}, {Key: "runAt", Value: 1}}
+	if len(states) > 0 {
+		proj = append(proj, bson.E{Key: "finishedAt", Value: 1})
+	}
+	cur, err := c.coll.Find(ctx, bson.D{}, options.Find().SetProjection(proj))
+	if err != nil {
+		return nil, nil, fmt.Errorf("queue: stats: %w", err)
+	}
+	t := now()
+	byQueue := map[string]*QueueStats{}
+	var order []string
+	finished := map[jobs.State][]time.Time{}
+	wanted := map[string]bool{}
+	for _, s := range states {
+		wanted[string(s)] = true
+	}
+	str := func(d bson.Raw, k string) string {
+		v := d.Lookup(k)
+		if s, ok := v.StringValueOK(); ok {
+			return s
+		}
+		if v.Type == 0 {
+			return "(missing)"
+		}
+		return "(" + v.Type.String() + ")"
+	}
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		q, kind, state := str(d, "queue"), str(d, "kind"), str(d, "state")
+		qs := byQueue[q]
+		if qs == nil {
+			qs = &QueueStats{Queue: q, Counts: map[string]map[string]int64{}}
+			byQueue[q] = qs
+			order = append(order, q)
+		}
+		if qs.Counts[kind] == nil {
+			qs.Counts[kind] = map[string]int64{}
+		}
+		qs.Counts[kind][state]++
+		if state == string(jobs.StateAvailable) {
+			if at, ok := d.Lookup("runAt").TimeOK(); ok && !at.After(t) && (qs.OldestAvailable.IsZero() || at.Before(qs.OldestAvailable)) {
+				qs.OldestAvailable = at.UTC()
+			}
+		}
+		if wanted[state] {
+			if at, ok := d.Lookup("finishedAt").TimeOK(); ok && !at.Before(since) {
+				finished[jobs.State(state)] = append(finished[jobs.State(state)], at)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("queue: stats: %w", err)
+	}
+	out := make([]QueueStats, 0, len(order))
+	for _, q := range order {
+		out = append(out, *byQueue[q])
+	}
+	return out, finished, nil
 }

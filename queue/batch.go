@@ -89,6 +89,9 @@ func (c *Client) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.
 	if len(p.Queues) == 0 || len(p.Kinds) == 0 {
 		return nil, errors.New("queue: claim needs at least one queue and one kind")
 	}
+	if p.Queues = c.unpaused(ctx, p.Queues); len(p.Queues) == 0 { // every queue is paused (pause.go)
+		return nil, nil
+	}
 	for range claimBatchTries {
 		claimed, raced, err := c.claimBatchOnce(ctx, p, k)
 		if errors.Is(err, errMalformedCandidate) || isTypeMismatch(err) {

@@ -46,6 +46,9 @@ func (c *Client) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 	if len(p.Queues) == 0 || len(p.Kinds) == 0 {
 		return nil, errors.New("queue: claim needs at least one queue and one kind")
 	}
+	if p.Queues = c.unpaused(ctx, p.Queues); len(p.Queues) == 0 { // every queue is paused (pause.go)
+		return nil, nil
+	}
 	t := now()
 	filter := claimFilter(p, t)
 	update := claimUpdate(p, t, uuid.NewString())

@@ -113,6 +113,8 @@ type Client struct {
 	// (FerretDB v1 does); Stats then finds each queue's oldest job with a
 	// second pass.
 	noGroupMin *atomic.Bool
+	// pauses caches the paused queues for claims; shared by copies.
+	pauses *pauses
 
 	// betweenReadAndStamp, when set (by tests), runs in a batch claim after
 	// the candidates are read and before they are stamped.
@@ -143,7 +145,7 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 	}
 	wc, _ := parseWriteConcern(cfg.WriteConcern)
 	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
-	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32), noGroupMin: new(atomic.Bool)}, nil
+	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32), noGroupMin: new(atomic.Bool), pauses: newPauses()}, nil
 }
 
 // Collection returns the jobs collection, with the configured write concern.

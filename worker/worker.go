@@ -320,6 +320,9 @@ func (w *Worker) gatherSlots() int {
 	return n
 }
 
+// Running returns how many jobs the worker is running now.
+func (w *Worker) Running() int { return w.runningJobs() }
+
 func (w *Worker) runningJobs() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

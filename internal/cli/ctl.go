@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"os/user"
 	"slices"
 	"sort"
 	"strings"
@@ -34,6 +36,9 @@ var ctlCommands = map[string]subcommand{
 	"cancel":    {"cancel jobs by id: available ones at once, running ones at their next heartbeat", cancelCommand},
 	"delete":    {"delete finished jobs by id (--force: available ones too; never a running one)", ctlDelete},
 	"purge":     {"delete the jobs that finished in a state long ago: --state succeeded --older-than 24h", ctlPurge},
+	"pause":     {"stop every worker claiming from the queues named, within a second; running jobs finish", ctlPause},
+	"resume":    {"let workers claim from the paused queues named again", ctlResume},
+	"workers":   {"the worker processes alive: id, host, pid, version, queues, concurrency, running jobs, started, last seen", ctlWorkers},
 	"dashboard": {"serve the web dashboard: --addr 127.0.0.1:8080 (any other address needs " + dashboard.PasswordEnv + ")", ctlDashboard},
 }
 
@@ -101,6 +106,10 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 		if err != nil {
 			return err
 		}
+		paused, err := e.q.QueueStates(e.ctx)
+		if err != nil {
+			return err
+		}
 		states := []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprint(tw, "queue\tkind\t")
@@ -126,7 +135,13 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 				fmt.Fprintln(tw)
 			}
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		for _, p := range paused {
+			fmt.Fprintf(e.stdout, "queue %s: %s\n", p.Queue, pausedNote(p))
+		}
+		return nil
 	}
 }
 
@@ -168,10 +183,22 @@ func ctlList(fs *flag.FlagSet) func(*env, []string) error {
 				fmt.Fprintln(e.stdout, string(b))
 			}
 		} else {
+			states, err := e.q.QueueStates(e.ctx)
+			if err != nil {
+				return err
+			}
+			paused := map[string]bool{}
+			for _, s := range states {
+				paused[s.Queue] = s.Paused
+			}
 			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "id\tkind\tqueue\tstate\tattempt\tupdated\tlast error")
 			for _, j := range list {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Kind, j.Queue, j.State, j.Attempt, j.MaxAttempts,
+				qn := j.Queue
+				if paused[qn] {
+					qn += " (paused)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Kind, qn, j.State, j.Attempt, j.MaxAttempts,
 					j.UpdatedAt.Format(time.RFC3339), truncate(j.LastError, 60))
 			}
 			if err := tw.Flush(); err != nil {
@@ -415,6 +442,150 @@ func cancelCommand(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		if len(failed) > 0 {
 			return usageError{fmt.Errorf("%d of %d jobs not cancelled", len(failed), len(ids))}
+		}
+		return nil
+	}
+}
+
+// operator names who acts, for the queues documents: user@host.
+func operator() string {
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	return name + "@" + host
+}
+
+// queueNames checks the queue names of a pause or resume, all before the
+// first write.
+func queueNames(names []string) error {
+	if len(names) == 0 {
+		return badInput("give the names of the queues")
+	}
+	for _, q := range names {
+		if q == "" || strings.TrimSpace(q) != q {
+			return badInput("queue name %q: empty or with spaces at its ends", q)
+		}
+		if len(q) > 256 {
+			return badInput("queue name %.20q…: longer than 256 bytes", q)
+		}
+		if strings.HasPrefix(q, "-") {
+			return badInput("queue name %q looks like a flag: put flags before the queue names", q)
+		}
+	}
+	return nil
+}
+
+func ctlPause(fs *flag.FlagSet) func(*env, []string) error {
+	by := fs.String("by", "", "who pauses, recorded with the pause (default: user@host)")
+	return func(e *env, names []string) error {
+		if err := queueNames(names); err != nil {
+			return err
+		}
+		if *by == "" {
+			*by = operator()
+		}
+		for _, q := range names {
+			changed, err := e.q.Pause(e.ctx, q, *by)
+			if err != nil {
+				return err
+			}
+			if changed {
+				fmt.Fprintf(e.stdout, "%s\tpaused: workers stop claiming from it within %s; running jobs finish\n", q, queue.PauseRefresh)
+			} else {
+				fmt.Fprintf(e.stdout, "%s\talready paused; nothing changed\n", q)
+			}
+		}
+		return nil
+	}
+}
+
+func ctlResume(fs *flag.FlagSet) func(*env, []string) error {
+	by := fs.String("by", "", "who resumes, recorded with the queue (default: user@host)")
+	return func(e *env, names []string) error {
+		if err := queueNames(names); err != nil {
+			return err
+		}
+		if *by == "" {
+			*by = operator()
+		}
+		for _, q := range names {
+			changed, err := e.q.Resume(e.ctx, q, *by)
+			if err != nil {
+				return err
+			}
+			if changed {
+				fmt.Fprintf(e.stdout, "%s\tresumed: workers claim from it again within %s\n", q, queue.PauseRefresh)
+			} else {
+				fmt.Fprintf(e.stdout, "%s\tnot paused; nothing changed\n", q)
+			}
+		}
+		return nil
+	}
+}
+
+// pausedNote says how a queue's stored state reads in a table.
+func pausedNote(s queue.QueueState) string {
+	switch {
+	case s.Malformed != "":
+		return "running (its queues document is malformed: " + s.Malformed + ")"
+	case s.Paused && !s.PausedAt.IsZero():
+		note := "PAUSED since " + s.PausedAt.Format(time.RFC3339)
+		if s.PausedBy != "" {
+			note += " by " + s.PausedBy
+		}
+		return note
+	case s.Paused:
+		return "PAUSED"
+	}
+	return "running"
+}
+
+func ctlWorkers(fs *flag.FlagSet) func(*env, []string) error {
+	ttl := fs.Duration("ttl", 0, "list processes seen within this long (default: within 3 of each process's beat intervals)")
+	all := fs.Bool("all", false, "also list processes that stopped beating (kept an hour)")
+	asJSON := fs.Bool("json", false, "print one JSON object per process")
+	return func(e *env, rest []string) error {
+		if len(rest) > 0 {
+			return badInput("unexpected argument %q", rest[0])
+		}
+		if *ttl < 0 {
+			return badInput("--ttl: %s must not be negative", *ttl)
+		}
+		list, err := e.q.Workers(e.ctx, *ttl, *all)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			for _, w := range list {
+				b, err := json.Marshal(map[string]any{
+					"id": w.ID, "host": w.Host, "pid": w.PID, "version": w.Version, "queues": w.Queues, "kinds": w.Kinds,
+					"concurrency": w.Concurrency, "running": w.Running, "startedAt": w.StartedAt, "lastSeen": w.LastSeen,
+					"alive": w.Alive,
+				})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(e.stdout, string(b))
+			}
+			return nil
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "id\thost\tpid\tversion\tqueues\tconcurrency\trunning\tstarted\tlast seen")
+		for _, w := range list {
+			seen := w.Age.Round(time.Millisecond).String() + " ago"
+			if !w.Alive {
+				seen += " (stopped beating)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", w.ID, w.Host, w.PID, w.Version, strings.Join(w.Queues, ","),
+				w.Concurrency, w.Running, w.StartedAt.Format(time.RFC3339), seen)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if len(list) == 0 {
+			fmt.Fprintln(e.stderr, "no worker process is alive")
 		}
 		return nil
 	}

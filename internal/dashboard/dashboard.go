@@ -1,7 +1,8 @@
 // Package dashboard serves docket's web dashboard: an overview of the
-// queues, the jobs with filters and paging, each job with its attempts'
-// errors, and the operator's actions (retry, cancel, delete), each
-// confirmed and reporting what it changed.
+// queues (paused ones included), the jobs with filters and paging, each job
+// with its attempts' errors, the worker processes alive, and the
+// operator's actions (retry, cancel, delete a job; pause, resume a queue),
+// each confirmed and reporting what it changed.
 //
 // Every page is rendered on the server from html/template, so whatever a
 // job holds (args with "<script>", an error message) is shown as text. The
@@ -92,7 +93,7 @@ func New(db *mongo.Database, q *queue.Client, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, db: db, q: q, csrf: hex.EncodeToString(token), pages: map[string]*template.Template{},
 		mux: http.NewServeMux(), log: cfg.Logger.Named("dashboard")}
-	for _, page := range []string{"overview", "jobs", "job", "confirm", "result", "error"} {
+	for _, page := range []string{"overview", "jobs", "job", "confirm", "result", "error", "workers", "queueconfirm", "queueresult"} {
 		t, err := template.New(page).ParseFS(files, "templates/base.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: template %s: %w", page, err)
@@ -106,6 +107,9 @@ func New(db *mongo.Database, q *queue.Client, cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /jobs/{id}", s.job)
 	s.mux.HandleFunc("GET /jobs/{id}/{action}", s.confirm)
 	s.mux.HandleFunc("POST /jobs/{id}/{action}", s.act)
+	s.mux.HandleFunc("GET /workers", s.workers)
+	s.mux.HandleFunc("GET /queues/{action}", s.queueConfirm)
+	s.mux.HandleFunc("POST /queues/{action}", s.queueAct)
 	return s, nil
 }
 

@@ -277,23 +277,57 @@ func TestDashboardSecurity(t *testing.T) {
 	require.NotContains(t, string(page), "s3cret")
 }
 
-// BenchmarkOverview5000 measures the overview over 5,000 jobs (the issue's
-// "each page under a second" is measured here, not asserted).
+// BenchmarkOverview5000 measures every page over 5,000 jobs in every
+// state, on the test server (the "each page under a second" is
+// measured here and recorded in docs/notes/pause.md, not asserted).
 func BenchmarkOverview5000(b *testing.B) {
 	ctx := context.Background()
 	db := testdb.NewDB(b)
 	q, err := queue.New(db, queue.Config{})
 	require.NoError(b, err)
 	require.NoError(b, q.EnsureIndexes(ctx))
-	ins := make([]queue.Insert, 5000)
-	for i := range ins {
-		ins[i] = queue.Insert{Kind: "k" + strconv.Itoa(i%7), Args: bson.M{"i": i}, Opts: queue.InsertOpts{Queue: "q" + strconv.Itoa(i%3)}}
+	// Jobs as workers leave them, inserted as documents (one insertMany):
+	// kinds k0 succeeded and k1 dead within the hour, k2 running, k3
+	// cancelled two hours ago, k4 to k6 available.
+	now := time.Now().UTC()
+	docs := make([]any, 5000)
+	for i := range docs {
+		kind := "k" + strconv.Itoa(i%7)
+		d := bson.M{"_id": fmt.Sprintf("job-%05d", i), "kind": kind, "queue": "q" + strconv.Itoa(i%3), "state": "available",
+			"args": bson.M{"i": i, "to": "someone@example.com", "body": strings.Repeat("x", 200)}, "priority": 0,
+			"runAt": now.Add(-time.Duration(i) * time.Second), "attempt": 0, "maxAttempts": 25, "errors": bson.A{},
+			"createdAt": now.Add(-time.Duration(i) * time.Second), "updatedAt": now}
+		switch kind {
+		case "k0":
+			d["state"], d["attempt"], d["finishedAt"] = "succeeded", 1, now.Add(-time.Duration(i%60)*time.Minute)
+		case "k1":
+			d["state"], d["attempt"], d["finishedAt"] = "dead", 25, now.Add(-time.Duration(i%60)*time.Minute)
+			d["errors"] = bson.A{bson.M{"attempt": 25, "at": now, "owner": "w", "message": "boom"}}
+		case "k2":
+			d["state"], d["attempt"], d["owner"], d["leaseToken"], d["leaseExpiresAt"] = "running", 1, "w", "t", now.Add(time.Hour)
+		case "k3":
+			d["state"], d["finishedAt"] = "cancelled", now.Add(-2*time.Hour)
+		}
+		docs[i] = d
 	}
-	_, err = q.EnqueueMany(ctx, ins)
+	_, err = q.Collection().InsertMany(ctx, docs)
+	require.NoError(b, err)
+	require.NoError(b, q.Beat(ctx, queue.WorkerInfo{ID: "host-1-abc", Host: "host", PID: 1, Queues: []string{"q0"}, Concurrency: 10, BeatEvery: time.Hour}))
+	_, err = q.Pause(ctx, "q2", "bench")
 	require.NoError(b, err)
 	srv, err := dashboard.New(db, q, dashboard.Config{Addr: "127.0.0.1:0"})
 	require.NoError(b, err)
-	for _, path := range []string{"/", "/jobs", "/jobs?state=available&kind=k3"} {
+	// The server's floor, in the same run: one pass over the collection
+	// (devdb scans it for any query but an _id lookup). Pages are read as
+	// multiples of it.
+	b.Run("raw countDocuments({})", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := q.Collection().CountDocuments(ctx, bson.D{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, path := range []string{"/", "/jobs", "/jobs?state=available&kind=k4", "/jobs?state=dead&queue=q1", "/jobs/job-04999", "/workers"} {
 		b.Run(path, func(b *testing.B) {
 			for b.Loop() {
 				rec := httptest.NewRecorder()

@@ -31,6 +31,8 @@ type count struct {
 type queueRow struct {
 	Queue, Kind, Oldest string
 	Counts              []count
+	// First marks a queue's first row, which carries its state and action.
+	First, Paused bool
 }
 
 type bar struct {
@@ -84,13 +86,19 @@ func minuteChart(ok, failed []time.Time, now time.Time) chart {
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	stats, err := s.q.Stats(ctx)
+	now := time.Now()
+	stats, finished, err := s.q.Overview(ctx, now.Add(-time.Hour), jobs.StateSucceeded, jobs.StateDead)
 	if err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
-	now := time.Now()
-	finished, err := s.q.Finished(ctx, now.Add(-time.Hour), jobs.StateSucceeded, jobs.StateDead)
+	queueStates, err := s.q.QueueStates(ctx)
+	if err != nil {
+		s.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	pausedList, paused := pausedRows(queueStates)
+	alive, err := s.q.Workers(ctx, 0, false)
 	if err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
@@ -110,7 +118,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		}
 		sort.Strings(kinds)
 		for i, k := range kinds {
-			row := queueRow{Queue: qs.Queue, Kind: k}
+			row := queueRow{Queue: qs.Queue, Kind: k, First: i == 0, Paused: paused[qs.Queue]}
 			if i == 0 {
 				row.Oldest = since(qs.OldestAvailable)
 			}
@@ -133,7 +141,10 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		States []string
 		Rows   []queueRow
 		Chart  chart
-	}{page{Title: "Overview", Nav: "overview", Refresh: s.cfg.Refresh}, cards, since(oldest), states, rows, minuteChart(ok, failed, now)})
+		Paused []pausedRow
+		Alive  int
+	}{page{Title: "Overview", Nav: "overview", Refresh: s.cfg.Refresh}, cards, since(oldest), states, rows, minuteChart(ok, failed, now),
+		pausedList, len(alive)})
 }
 
 // pageSize is how many jobs a page lists.

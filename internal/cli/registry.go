@@ -1,0 +1,114 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/docketq/docket/configs"
+	"github.com/docketq/docket/queue"
+	"github.com/docketq/docket/worker"
+	"go.uber.org/zap"
+)
+
+// registryBeatMax caps the interval between a worker process's beats in
+// the workers registry; a shorter heartbeat interval beats that often.
+const registryBeatMax = 5 * time.Second
+
+// version is the version of this binary: its module version and VCS
+// revision as the Go toolchain stamped them.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if (v == "" || v == "(devel)") && rev != "" {
+		v = rev[:min(12, len(rev))]
+		if dirty {
+			v += "+dirty"
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	return v
+}
+
+// register enters this worker process in the workers registry and beats
+// there until the returned function is called, which deletes its entry:
+// `docketctl workers` and the dashboard list the processes alive. A beat
+// that fails is logged and retried at the next; the registry is for
+// people, and never stops the worker.
+// pool is the process's pool as the registry sees it.
+type pool interface {
+	ID() string
+	Running() int
+}
+
+func register(q *queue.Client, cfg configs.Config, w pool, kinds []string, log *zap.Logger) (unregister func()) {
+	host, _ := os.Hostname()
+	info := queue.WorkerInfo{
+		ID: w.ID(), Host: host, PID: int64(os.Getpid()), Version: version(), Queues: cfg.Worker.Queues, Kinds: kinds,
+		Concurrency: int64(cfg.Worker.Concurrency), StartedAt: time.Now(),
+		BeatEvery: min(cfg.Worker.HeartbeatInterval, registryBeatMax),
+	}
+	if len(info.Queues) == 0 {
+		info.Queues = []string{"default"}
+	}
+	if info.Concurrency == 0 {
+		info.Concurrency = worker.DefaultConcurrency
+	}
+	if info.BeatEvery <= 0 {
+		info.BeatEvery = registryBeatMax
+	}
+	log = log.Named("registry")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		failing := false
+		t := time.NewTicker(info.BeatEvery)
+		defer t.Stop()
+		for {
+			info.Running = int64(w.Running())
+			bctx, bcancel := context.WithTimeout(ctx, max(info.BeatEvery, time.Second))
+			err := q.Beat(bctx, info)
+			bcancel()
+			switch {
+			case err != nil && ctx.Err() == nil && !failing:
+				log.Warn("registering the worker failed; retrying at every beat", zap.Error(err))
+				failing = true
+			case err == nil && failing:
+				log.Info("registered the worker again")
+				failing = false
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+		uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ucancel()
+		if err := q.Unregister(uctx, info.ID); err != nil {
+			log.Warn("unregistering the worker failed; listings drop it once it misses its beats", zap.Error(err))
+		}
+	}
+}

@@ -1,0 +1,222 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.uber.org/zap"
+)
+
+// Pausing a queue: its state is a document in the queues collection,
+// {_id: queue, paused: true, pausedAt, pausedBy}, which every claim reads
+// (through a cache of at most PauseRefresh) before it claims. A paused
+// queue's jobs stay available; running jobs finish as usual.
+//
+// Documents written by others: a queue is paused only when its document's
+// paused field is the boolean true. Any other value (a string, a number,
+// null) leaves the queue running and is logged: the normal state of a
+// queue is running, and a stray document must not stop a queue silently.
+// `docketctl pause` and `resume` rewrite such a document cleanly.
+
+// DefaultQueuesCollection is the collection holding the queues' paused
+// state, beside the default jobs collection. A Client on another jobs
+// collection C uses C_queues.
+const DefaultQueuesCollection = "queues"
+
+// PauseRefresh is how long a claim trusts the paused queues it read: a
+// queue paused now is no longer claimed from once every worker's cache is
+// older than this, that is within a second plus the claim in flight.
+const PauseRefresh = time.Second
+
+// QueueState is the stored state of one queue.
+type QueueState struct {
+	Queue    string
+	Paused   bool
+	PausedAt time.Time
+	PausedBy string
+	// Malformed says what is wrong with a document another application
+	// wrote (a paused field that is not a boolean); such a queue is not
+	// paused.
+	Malformed string
+}
+
+// pauses caches the paused queues for the claims of one Client and its
+// copies.
+type pauses struct {
+	mu      sync.Mutex
+	readAt  time.Time
+	paused  map[string]bool
+	warned  map[string]string // queue → the malformed value last logged
+	refresh time.Duration
+}
+
+func newPauses() *pauses { return &pauses{refresh: PauseRefresh, warned: map[string]string{}} }
+
+// queuesColl is the collection of the queues' states.
+func (c *Client) queuesColl() *mongo.Collection {
+	name := DefaultQueuesCollection
+	if c.cfg.Collection != DefaultCollection {
+		name = c.cfg.Collection + "_" + DefaultQueuesCollection
+	}
+	wc, _ := parseWriteConcern(c.cfg.WriteConcern)
+	return c.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
+}
+
+func validQueueName(q string) error {
+	switch {
+	case q == "":
+		return errors.New("queue name is empty")
+	case len(q) > 256:
+		return fmt.Errorf("queue name %.20q… is %d bytes, more than 256", q, len(q))
+	}
+	return nil
+}
+
+// Pause stops every worker claiming from queue within PauseRefresh (plus a
+// claim in flight); jobs already running finish. by, when set, records who
+// paused it. It reports whether the queue was running until now (false:
+// it was already paused, nothing changed).
+func (c *Client) Pause(ctx context.Context, queue, by string) (bool, error) {
+	if err := validQueueName(queue); err != nil {
+		return false, fmt.Errorf("queue: pause: %w", err)
+	}
+	set := bson.D{{Key: "paused", Value: true}, {Key: "pausedAt", Value: now()}}
+	if by != "" {
+		set = append(set, bson.E{Key: "pausedBy", Value: by})
+	}
+	// Conditioned on not being paused, so that pausing twice keeps the
+	// first pausedAt and says nothing changed; the upsert of a queue that
+	// is already paused meets its _id: a duplicate key.
+	_, err := c.queuesColl().UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: queue}, {Key: "paused", Value: bson.D{{Key: "$ne", Value: true}}}},
+		bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: bson.D{{Key: "resumedAt", Value: ""}, {Key: "resumedBy", Value: ""}}}},
+		options.UpdateOne().SetUpsert(true))
+	if mongo.IsDuplicateKeyError(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("queue: pause %s: %w", queue, err)
+	}
+	c.forgetPauses()
+	return true, nil
+}
+
+// Resume lets workers claim from queue again, within PauseRefresh. It
+// reports whether the queue was paused (or its document malformed) until
+// now.
+func (c *Client) Resume(ctx context.Context, queue, by string) (bool, error) {
+	if err := validQueueName(queue); err != nil {
+		return false, fmt.Errorf("queue: resume: %w", err)
+	}
+	set := bson.D{{Key: "paused", Value: false}, {Key: "resumedAt", Value: now()}}
+	if by != "" {
+		set = append(set, bson.E{Key: "resumedBy", Value: by})
+	}
+	res, err := c.queuesColl().UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: queue}, {Key: "paused", Value: bson.D{{Key: "$ne", Value: false}}}},
+		bson.D{{Key: "$set", Value: set}})
+	if err != nil {
+		return false, fmt.Errorf("queue: resume %s: %w", queue, err)
+	}
+	c.forgetPauses()
+	return res.MatchedCount > 0, nil
+}
+
+// QueueStates returns the stored state of every queue that has one and is
+// not plainly running: the paused ones, and those whose document another
+// application wrote malformed. Queues are in name order.
+func (c *Client) QueueStates(ctx context.Context) ([]QueueState, error) {
+	cur, err := c.queuesColl().Find(ctx, bson.D{{Key: "paused", Value: bson.D{{Key: "$ne", Value: false}}}},
+		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("queue: read paused queues: %w", err)
+	}
+	var out []QueueState
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		out = append(out, queueState(d))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: read paused queues: %w", err)
+	}
+	return out, nil
+}
+
+// queueState reads one queues document field by field.
+func queueState(d bson.Raw) QueueState {
+	var s QueueState
+	id := d.Lookup("_id")
+	name, ok := id.StringValueOK()
+	if !ok {
+		return QueueState{Queue: id.String(), Malformed: fmt.Sprintf("_id is a %s, not a queue name", id.Type)}
+	}
+	s.Queue = name
+	switch v := d.Lookup("paused"); {
+	case v.Type == bson.TypeBoolean:
+		s.Paused = v.Boolean()
+	case v.Type == 0:
+		s.Malformed = "no paused field"
+	default:
+		s.Malformed = fmt.Sprintf("paused is %s %s, not a boolean", v.Type, v)
+	}
+	if t, ok := d.Lookup("pausedAt").TimeOK(); ok {
+		s.PausedAt = t.UTC()
+	}
+	s.PausedBy, _ = d.Lookup("pausedBy").StringValueOK()
+	return s
+}
+
+// forgetPauses makes the next claim of this client read the paused queues
+// again.
+func (c *Client) forgetPauses() {
+	c.pauses.mu.Lock()
+	c.pauses.readAt = time.Time{}
+	c.pauses.mu.Unlock()
+}
+
+// unpaused returns the queues of qs that are not paused, as last read at
+// most PauseRefresh ago. When the read fails it keeps the last paused set
+// (none before the first read) and logs: the claim that follows meets the
+// same server and reports its error itself.
+func (c *Client) unpaused(ctx context.Context, qs []string) []string {
+	p := c.pauses
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t := time.Now(); p.readAt.IsZero() || t.Sub(p.readAt) >= p.refresh {
+		states, err := c.QueueStates(ctx)
+		if err != nil {
+			c.log.Warn("reading the paused queues failed; claiming with the last known", zap.Error(err))
+		} else {
+			p.readAt = t
+			p.paused = map[string]bool{}
+			for _, s := range states {
+				if s.Malformed != "" {
+					if p.warned[s.Queue] != s.Malformed {
+						p.warned[s.Queue] = s.Malformed
+						c.log.Warn("a queues document is malformed: the queue is NOT paused; `docketctl pause` or `resume` rewrites it",
+							zap.String("queue", s.Queue), zap.String("problem", s.Malformed))
+					}
+					continue
+				}
+				p.paused[s.Queue] = s.Paused
+			}
+		}
+	}
+	if len(p.paused) == 0 {
+		return qs
+	}
+	out := make([]string, 0, len(qs))
+	for _, q := range qs {
+		if !p.paused[q] {
+			out = append(out, q)
+		}
+	}
+	return out
+}

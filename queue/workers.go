@@ -1,0 +1,197 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+)
+
+// The registry of live worker processes: each process upserts a document
+// {_id: worker id, host, pid, version, queues, kinds, concurrency,
+// running, startedAt, lastSeen, beatEveryMs} every few seconds and deletes
+// it when it stops cleanly. lastSeen is the server's clock ($currentDate),
+// and a listing compares it with the server's clock too (hello's
+// localTime), so no clock is compared across machines. A process that
+// stopped beating (killed, stalled, cut off) drops out of the listing once
+// it has missed WorkerMissedBeats beats; its document is deleted by a
+// listing once it is WorkerForgetAfter old. (Real MongoDB could expire
+// them with a TTL index on lastSeen; FerretDB v1 has none, so docket
+// deletes them itself, which works on both.)
+
+// DefaultWorkersCollection is the collection of the registry, beside the
+// default jobs collection. A Client on another jobs collection C uses
+// C_workers.
+const DefaultWorkersCollection = "workers"
+
+// WorkerMissedBeats is how many beats a process may miss before listings
+// leave it out.
+const WorkerMissedBeats = 3
+
+// WorkerForgetAfter is how long after its last beat a process's document
+// is deleted.
+const WorkerForgetAfter = time.Hour
+
+// WorkerInfo is one worker process as the registry holds it.
+type WorkerInfo struct {
+	ID          string
+	Host        string
+	PID         int64
+	Version     string
+	Queues      []string
+	Kinds       []string
+	Concurrency int64
+	// Running is how many jobs the process was running at its last beat.
+	Running   int64
+	StartedAt time.Time
+	// LastSeen is the server's time of the last beat.
+	LastSeen time.Time
+	// BeatEvery is how often the process beats.
+	BeatEvery time.Duration
+	// Age is how long ago, on the server's clock, the last beat was.
+	Age time.Duration
+	// Alive reports whether the process has missed fewer than
+	// WorkerMissedBeats beats (or beat within the listing's ttl).
+	Alive bool
+}
+
+func (c *Client) workersColl() *mongo.Collection {
+	name := DefaultWorkersCollection
+	if c.cfg.Collection != DefaultCollection {
+		name = c.cfg.Collection + "_" + DefaultWorkersCollection
+	}
+	return c.coll.Database().Collection(name, options.Collection().SetReadPreference(readpref.Primary()))
+}
+
+// Beat records that the worker process w is alive, as it is now. Only
+// w's own document is written; any number of beats may race.
+func (c *Client) Beat(ctx context.Context, w WorkerInfo) error {
+	if w.ID == "" {
+		return fmt.Errorf("queue: worker beat: the worker id is empty")
+	}
+	queues, kinds := w.Queues, w.Kinds
+	if queues == nil {
+		queues = []string{}
+	}
+	if kinds == nil {
+		kinds = []string{}
+	}
+	_, err := c.workersColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: w.ID}}, bson.D{
+		{Key: "$set", Value: bson.D{
+			{Key: "host", Value: w.Host}, {Key: "pid", Value: w.PID}, {Key: "version", Value: w.Version},
+			{Key: "queues", Value: queues}, {Key: "kinds", Value: kinds}, {Key: "concurrency", Value: w.Concurrency},
+			{Key: "running", Value: w.Running}, {Key: "startedAt", Value: w.StartedAt.UTC()},
+			{Key: "beatEveryMs", Value: w.BeatEvery.Milliseconds()},
+		}},
+		{Key: "$currentDate", Value: bson.D{{Key: "lastSeen", Value: true}}},
+	}, options.UpdateOne().SetUpsert(true))
+	if err != nil {
+		return fmt.Errorf("queue: worker beat: %w", err)
+	}
+	return nil
+}
+
+// Unregister deletes the document of worker id: the process has stopped.
+func (c *Client) Unregister(ctx context.Context, id string) error {
+	if _, err := c.workersColl().DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
+		return fmt.Errorf("queue: unregister worker %s: %w", id, err)
+	}
+	return nil
+}
+
+// ServerTime returns the server's clock, from hello's localTime; the
+// local clock when the server does not say.
+func (c *Client) ServerTime(ctx context.Context) time.Time {
+	raw, err := c.coll.Database().RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
+	if err == nil {
+		if t, ok := raw.Lookup("localTime").TimeOK(); ok {
+			return t.UTC()
+		}
+	}
+	return time.Now().UTC()
+}
+
+// Workers lists the registered worker processes, in host and id order:
+// with all false only those alive, that is seen within ttl, or when ttl is
+// 0 within WorkerMissedBeats of their own beat interval. It also deletes
+// the documents of processes not seen for WorkerForgetAfter.
+func (c *Client) Workers(ctx context.Context, ttl time.Duration, all bool) ([]WorkerInfo, error) {
+	t := c.ServerTime(ctx)
+	if _, err := c.workersColl().DeleteMany(ctx, bson.D{{Key: "lastSeen", Value: bson.D{{Key: "$lt", Value: t.Add(-WorkerForgetAfter)}}}}); err != nil {
+		return nil, fmt.Errorf("queue: forget stopped workers: %w", err)
+	}
+	cur, err := c.workersColl().Find(ctx, bson.D{})
+	if err != nil {
+		return nil, fmt.Errorf("queue: list workers: %w", err)
+	}
+	var out []WorkerInfo
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		w := workerInfo(d)
+		limit := ttl
+		if limit <= 0 {
+			limit = WorkerMissedBeats * max(w.BeatEvery, time.Second)
+		}
+		if !w.LastSeen.IsZero() {
+			w.Age = t.Sub(w.LastSeen)
+			w.Alive = w.Age < limit
+		}
+		if all || w.Alive {
+			out = append(out, w)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: list workers: %w", err)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Host != out[j].Host {
+			return out[i].Host < out[j].Host
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// workerInfo reads a registry document field by field: one another
+// application wrote is listed with what can be read.
+func workerInfo(d bson.Raw) WorkerInfo {
+	var w WorkerInfo
+	if id, ok := d.Lookup("_id").StringValueOK(); ok {
+		w.ID = id
+	} else {
+		w.ID = d.Lookup("_id").String()
+	}
+	w.Host, _ = d.Lookup("host").StringValueOK()
+	w.PID, _ = d.Lookup("pid").AsInt64OK()
+	w.Version, _ = d.Lookup("version").StringValueOK()
+	strs := func(field string) []string {
+		var out []string
+		if a, ok := d.Lookup(field).ArrayOK(); ok {
+			vals, _ := a.Values()
+			for _, v := range vals {
+				if s, ok := v.StringValueOK(); ok {
+					out = append(out, s)
+				}
+			}
+		}
+		return out
+	}
+	w.Queues, w.Kinds = strs("queues"), strs("kinds")
+	w.Concurrency, _ = d.Lookup("concurrency").AsInt64OK()
+	w.Running, _ = d.Lookup("running").AsInt64OK()
+	if t, ok := d.Lookup("startedAt").TimeOK(); ok {
+		w.StartedAt = t.UTC()
+	}
+	if t, ok := d.Lookup("lastSeen").TimeOK(); ok {
+		w.LastSeen = t.UTC()
+	}
+	if ms, ok := d.Lookup("beatEveryMs").AsInt64OK(); ok && ms > 0 {
+		w.BeatEvery = time.Duration(ms) * time.Millisecond
+	}
+	return w
+}
