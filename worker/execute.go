@@ -67,12 +67,18 @@ func (w *Worker) execute(r *run) {
 
 	log.Info("job started")
 	start := time.Now()
-	err := w.call(ctx, h, job, log)
+	result := make(chan error, 1)
+	go func() { result <- w.call(ctx, h, job, log) }()
+	err, returned := w.await(ctx, result)
 	w.inHandler.Add(-1)
 	cause := context.Cause(ctx)
 	close(hbStop)
 	<-hbDone
 	elapsed := time.Since(start)
+	if !returned {
+		w.giveUp(r, cause, opts.Timeout, start, result, log)
+		return
+	}
 
 	r.mu.Lock()
 	lost := r.lost
@@ -130,6 +136,81 @@ func (w *Worker) execute(r *run) {
 	}
 }
 
+// await waits for the handler's result. Once the handler's context ends
+// for any cause but a shutdown (which Stop handles), it waits
+// Config.StuckGrace more, then reports that the handler did not return.
+func (w *Worker) await(ctx context.Context, result <-chan error) (err error, returned bool) {
+	done := ctx.Done()
+	var grace <-chan time.Time
+	for {
+		select {
+		case err := <-result:
+			return err, true
+		case <-done:
+			done = nil
+			if !errors.Is(context.Cause(ctx), ErrShutdown) {
+				t := time.NewTimer(w.cfg.StuckGrace)
+				defer t.Stop()
+				grace = t.C
+			}
+		case <-grace:
+			return nil, false
+		}
+	}
+}
+
+// giveUp ends the attempt of r, whose handler ignored its context (ended
+// by cause) for Config.StuckGrace: the lease is no longer renewed (the
+// heartbeat has stopped), the outcome is recorded fenced on the lease, and
+// the handler's slot is freed when execute returns. The handler's
+// goroutine is left running; what it returns, if it ever does, is
+// discarded. The job may then run elsewhere: handlers are safe to run
+// beside a stalled attempt.
+func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.Time, result <-chan error, log *zap.Logger) {
+	w.stuck.Add(1)
+	elapsed := time.Since(start)
+	grace := w.cfg.StuckGrace
+	go func() {
+		<-result
+		log.Warn("a handler given up on as stuck has returned; its result is discarded", zap.Duration("duration", time.Since(start)))
+	}()
+	reason := "lease lost"
+	switch {
+	case errors.Is(cause, ErrTimeout):
+		reason = "timeout"
+	case errors.Is(cause, jobs.ErrCancelled):
+		reason = "cancel requested"
+	}
+	log.Error("stuck handler: it did not return within its grace after its context ended; the worker gives up on it, frees its slot and leaves its goroutine running",
+		zap.String("reason", reason), zap.Duration("running_for", elapsed), zap.Duration("timeout", timeout), zap.Duration("grace", grace))
+
+	r.mu.Lock()
+	lost := r.lost
+	r.mu.Unlock()
+	if lost || reason == "lease lost" || !r.settle() {
+		return // another holder, the reaper or a shutdown release has the job
+	}
+	var write func(context.Context) error
+	outcome := "cancelled"
+	if reason == "timeout" {
+		cause := fmt.Errorf("handler did not return within timeout+grace (%s + %s)", timeout, grace)
+		write = func(ctx context.Context) error {
+			f, ferr := w.q.Fail(ctx, r.lease, r.job, cause)
+			outcome = "failed, " + string(f.State)
+			return ferr
+		}
+	} else {
+		write = func(ctx context.Context) error {
+			return w.q.Cancelled(ctx, r.lease, r.job, fmt.Sprintf("cancelled while running: the handler did not return within %s of the cancel request", grace))
+		}
+	}
+	if err := w.persist(r, write, log); err != nil {
+		log.Warn("could not record the outcome of a stuck handler's job; the reaper re-queues it after its lease", zap.Error(err))
+		return
+	}
+	log.Info("job finished", zap.Duration("duration", elapsed), zap.String("outcome", outcome+" (stuck handler)"))
+}
+
 // call runs the handler, turning a panic into the attempt's error.
 func (w *Worker) call(ctx context.Context, h jobs.Handler, job *jobs.Job, log *zap.Logger) (err error) {
 	defer func() {
@@ -151,7 +232,7 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 		if remaining <= 0 {
 			remaining = time.Second // one last try: the job may still be ours
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), w.bound(min(remaining, claimTimeout)))
+		ctx, cancel := context.WithTimeout(context.Background(), w.bound(min(remaining, MaxClaimTimeout)))
 		err := write(ctx)
 		cancel()
 		if err == nil || errors.Is(err, queue.ErrLeaseLost) {
