@@ -250,3 +250,38 @@ func TestLeaseHeartbeatAndClaimTimeoutValidation(t *testing.T) {
 		require.GreaterOrEqual(t, c.Lease-c.ClaimTimeout(), c.StartMargin(), "a claim answered in time leaves the margin")
 	}
 }
+
+// TestSlowClaimRenewsAtOnce: a job whose claim came back with enough lease
+// to start but less than lease − heartbeatInterval has its lease renewed
+// as soon as its handler starts, not a heartbeat interval later, so that a
+// live lease keeps at least lease − heartbeatInterval ahead of it.
+func TestSlowClaimRenewsAtOnce(t *testing.T) {
+	b := setup(t)
+	renewed := make(chan time.Duration, 1)
+	b.handle(t, "k", func(ctx context.Context, j *jobs.Job) error {
+		start := time.Now()
+		for time.Since(start) < 5*time.Second {
+			cur, err := b.q.Get(ctx, j.ID)
+			if err == nil && cur.HeartbeatAt != nil && cur.HeartbeatAt.After(*j.HeartbeatAt) {
+				renewed <- time.Since(start)
+				return nil
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		renewed <- -1
+		return nil
+	}, jobs.KindOptions{})
+	id := b.enqueue(t, "k", nil, queue.InsertOpts{})
+	const lease, interval = 4 * time.Second, time.Second
+	b.startOn(t, b.q, worker.Config{Lease: lease, HeartbeatInterval: interval}, func(claimed []*jobs.Job) {
+		for _, j := range claimed { // a slow claim: 2.8 s of lease left, above the 2 s margin, below 3 s
+			for time.Until(*j.LeaseExpiresAt) > lease-interval-200*time.Millisecond {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	})
+	d := <-renewed
+	require.Positive(t, d, "the lease was never renewed")
+	require.Less(t, d, interval-200*time.Millisecond, "renewed a whole interval after the start, not at once")
+	b.waitState(t, id, jobs.StateSucceeded)
+}

@@ -253,6 +253,14 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, stop <-chan struct{}, log *zap.Logger) {
 	t := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer t.Stop()
+	// A job whose claim was slow starts with less than lease − interval
+	// left: renew at once, so that from the first renewal on a live lease
+	// always has at least that much left (the clock skew a reaper needs to
+	// steal it is lease − interval + grace).
+	now := make(chan time.Time, 1)
+	if time.Until(r.leaseExpiry()) < w.cfg.Lease-w.cfg.HeartbeatInterval {
+		now <- time.Now()
+	}
 	// While the database is away every heartbeat fails: say so once, and
 	// once more when a renewal gets through, rather than at every tick.
 	failures := 0
@@ -262,6 +270,7 @@ func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, stop <-chan s
 			return
 		case <-w.jobsCtx.Done():
 			return
+		case <-now:
 		case <-t.C:
 		}
 		// A renewal may take until the lease would expire: a slow server
