@@ -126,6 +126,33 @@ func TestClaimAnsweredPastItsLeaseDoesNotStart(t *testing.T) {
 	require.Equal(t, 1, b.logs.FilterMessageSnippet("too little lease left to start it; gave it back").Len())
 }
 
+// TestClaimReplyLaterThanTheLeaseDoesNotStart: issue 15 #5. The server
+// applies a claim and its reply comes later than the lease (held here until
+// the driver gives up): the claim is bounded by the lease (lease − 2 ×
+// heartbeat, not a fixed 10 s), so the worker gives up on it in time, finds
+// the job by the claim's token and gives it back uncounted; the handler
+// never runs on that claim, and the job runs once, attempt 1.
+func TestClaimReplyLaterThanTheLeaseDoesNotStart(t *testing.T) {
+	b := setup(t)
+	var ran tokens
+	b.handle(t, "k", func(_ context.Context, j *jobs.Job) error {
+		ran.add(j.LeaseToken)
+		return nil
+	}, jobs.KindOptions{})
+	id := b.enqueue(t, "k", nil, queue.InsertOpts{MaxAttempts: 1})
+	q, lossy := b.lossyQueueWith(t, &lossyDialer{drop: isClaim, hold: true})
+	start := time.Now()
+	w := b.startOn(t, q, worker.Config{Lease: time.Second, HeartbeatInterval: 100 * time.Millisecond}, nil)
+	j := b.waitState(t, id, jobs.StateSucceeded, jobs.StateDead)
+	require.Equal(t, jobs.StateSucceeded, j.State)
+	require.Equal(t, 1, j.Attempt)
+	require.Empty(t, j.Errors)
+	require.EqualValues(t, 1, lossy.dropped.Load())
+	require.Len(t, ran.all(), 1)
+	require.EqualValues(t, 1, w.Stats().ReleasedUnstarted)
+	require.Less(t, time.Since(start), 5*time.Second, "the claim waited past its lease")
+}
+
 // TestLostCompletionReplyIsReportedDone: issue 15 #7. The server applies a
 // completion and its reply is lost; the retry's fence no longer matches,
 // and reading the job back shows this attempt's own outcome: the job is

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,8 +27,11 @@ import (
 // away and breaks, as a network that fails at that moment does. Nothing
 // about the database is simulated.
 type lossyDialer struct {
-	d       net.Dialer
-	drop    func(cmd string, msg []byte) bool
+	d    net.Dialer
+	drop func(cmd string, msg []byte) bool
+	// hold, when set, makes the lost reply a late one: the connection holds
+	// it until the driver's read deadline passes, then times out.
+	hold    bool
 	dropped atomic.Int32
 	once    sync.Once
 }
@@ -47,6 +51,17 @@ type lossyConn struct {
 	l        *lossyDialer
 	out      []byte // the part of the next request written so far
 	loseNext bool
+	deadline time.Time // the driver's read deadline
+}
+
+func (c *lossyConn) SetDeadline(t time.Time) error {
+	c.deadline = t
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *lossyConn) SetReadDeadline(t time.Time) error {
+	c.deadline = t
+	return c.Conn.SetReadDeadline(t)
 }
 
 var errReplyLost = errors.New("lossy: the reply was lost")
@@ -80,6 +95,10 @@ func (c *lossyConn) Read(p []byte) (int, error) {
 	}
 	c.l.dropped.Add(1)
 	_ = c.Conn.Close()
+	if c.l.hold && !c.deadline.IsZero() {
+		time.Sleep(time.Until(c.deadline)) // the reply is late: past the deadline
+		return 0, &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	}
 	return 0, errReplyLost
 }
 
@@ -135,7 +154,12 @@ func isCompletion(cmd string, msg []byte) bool {
 // (its dropped counts the replies lost).
 func (b *bundle) lossyQueue(t *testing.T, drop func(cmd string, msg []byte) bool) (*queue.Client, *lossyDialer) {
 	t.Helper()
-	d := &lossyDialer{drop: drop}
+	return b.lossyQueueWith(t, &lossyDialer{drop: drop})
+}
+
+// lossyQueueWith is lossyQueue with the dialer d.
+func (b *bundle) lossyQueueWith(t *testing.T, d *lossyDialer) (*queue.Client, *lossyDialer) {
+	t.Helper()
 	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetDialer(d).SetAppName("docket-lossy"))
 	require.NoError(t, err)
 	t.Cleanup(func() {
