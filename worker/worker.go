@@ -362,7 +362,11 @@ func (w *Worker) sweepLostClaim(token string, sent time.Time) {
 				t.Stop()
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), w.bound(w.cfg.ClaimTimeout()))
+		bound := w.bound(w.cfg.ClaimTimeout())
+		if w.sweepsCtx.Err() != nil {
+			bound = min(bound, stopSweepTimeout) // a stop waits for this sweep
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		n, err := w.q.ReleaseClaim(ctx, token)
 		cancel()
 		if n > 0 {
@@ -386,6 +390,9 @@ func (w *Worker) sweepLostClaim(token string, sent time.Time) {
 		wait = backoff
 	}
 }
+
+// stopSweepTimeout bounds the last sweep of a lost claim at a stop.
+const stopSweepTimeout = 2 * time.Second
 
 // gatherSlots takes, on top of the one slot held, up to ClaimBatch-1 more,
 // and returns how many it holds, so that jobs that end together are
