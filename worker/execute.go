@@ -251,16 +251,15 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 // the job's context when the lease is lost, when it expires unrenewed, or
 // when someone cancels the job.
 func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, stop <-chan struct{}, log *zap.Logger) {
-	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	// The first renewal comes one interval after the lease was written
+	// (the claim is sent), not after the handler started: a job whose
+	// claim was slow is renewed sooner, at once when it has less than
+	// lease − interval left, so that a live lease always has about that
+	// much left (the clock skew a reaper needs to steal it is lease −
+	// interval + grace). No renewal is added: a fast claim's first one
+	// comes as before.
+	t := time.NewTimer(max(0, time.Until(r.leaseExpiry())-(w.cfg.Lease-w.cfg.HeartbeatInterval)))
 	defer t.Stop()
-	// A job whose claim was slow starts with less than lease − interval
-	// left: renew at once, so that from the first renewal on a live lease
-	// always has at least that much left (the clock skew a reaper needs to
-	// steal it is lease − interval + grace).
-	now := make(chan time.Time, 1)
-	if time.Until(r.leaseExpiry()) < w.cfg.Lease-w.cfg.HeartbeatInterval {
-		now <- time.Now()
-	}
 	// While the database is away every heartbeat fails: say so once, and
 	// once more when a renewal gets through, rather than at every tick.
 	failures := 0
@@ -270,8 +269,8 @@ func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, stop <-chan s
 			return
 		case <-w.jobsCtx.Done():
 			return
-		case <-now:
 		case <-t.C:
+			t.Reset(w.cfg.HeartbeatInterval)
 		}
 		// A renewal may take until the lease would expire: a slow server
 		// is not a lost lease.

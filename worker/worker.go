@@ -345,13 +345,17 @@ func (w *Worker) startable(job *jobs.Job) bool {
 // at sent, that returned an error: the server may have applied it and lost
 // its reply. It sweeps at once, and once more a claim timeout later (a
 // claim still queued on the server has by then been applied, or dropped by
-// its maxTimeMS), retrying a failed sweep until the lease has passed:
-// after that the jobs are the reaper's, which counts the attempt. A stop
-// makes it sweep at once and end.
+// its maxTimeMS), retrying a failed sweep for a few leases: the reaper
+// may take the jobs once their lease and its grace have passed, counting
+// the attempt, after which a sweep finds nothing. A stop makes it sweep
+// at once and end.
 func (w *Worker) sweepLostClaim(token string, sent time.Time) {
 	defer w.sweeps.Done()
 	log := w.log.With(zap.String("lease_token", token))
-	giveUp := sent.Add(w.cfg.Lease)
+	// Past the lease the jobs may be reaped (and counted) any time, but a
+	// release is still right until then, and harmless after (fenced on
+	// the token): keep trying a while.
+	giveUp := sent.Add(max(sweepWindowLeases*w.cfg.Lease, sweepWindowMin))
 	var wait, backoff time.Duration
 	for sweeps := 0; ; {
 		if wait > 0 {
@@ -390,6 +394,13 @@ func (w *Worker) sweepLostClaim(token string, sent time.Time) {
 		wait = backoff
 	}
 }
+
+// A lost claim's sweep is retried for sweepWindowLeases leases after the
+// claim was sent, and at least sweepWindowMin.
+const (
+	sweepWindowLeases = 3
+	sweepWindowMin    = 30 * time.Second
+)
 
 // stopSweepTimeout bounds the last sweep of a lost claim at a stop.
 const stopSweepTimeout = 2 * time.Second
