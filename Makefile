@@ -4,7 +4,7 @@
 
 GO      ?= go
 BIN     := bin
-PKGS    := ./cmd/worker ./cmd/enqueue ./cmd/docketctl ./cmd/devdb
+PKGS    := ./cmd/worker ./cmd/enqueue ./cmd/docketctl
 
 .PHONY: all build run test vet race-free clean bench chaos
 
@@ -13,23 +13,29 @@ all: build
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(PKGS)
+	cd devdb && $(GO) build -o ../$(BIN)/ ./cmd/devdb
 
 # Builds everything, starts devdb (unless DOCKET_MONGO_URI is set), two
-# workers and a demo batch, and shows the jobs being processed until Ctrl-C.
+# workers (each serving /metrics, /healthz and /readyz), the dashboard and a
+# demo batch, prints their URLs, and shows the jobs being processed until
+# Ctrl-C. DOCKET_DASHBOARD_PORT (8080) and DOCKET_METRICS_PORT (9101) move
+# the ports; a busy one is skipped for the next free one.
 run: build
 	@scripts/run.sh
 
-# go vet, then every test under the race detector.
+# go vet, then every test under the race detector, of docket's module and
+# of the devdb module (devdb/, the embedded server, a module of its own so
+# that docket's module graph holds no FerretDB).
 test:
 	@scripts/test-deps.sh
 	$(GO) vet ./...
-	$(GO) test -race -timeout 20m ./...
+	cd devdb && $(GO) vet ./...
+	@GO=$(GO) scripts/test.sh
 
 # Throughput, commands per job, latency, idle cost and scaling on a devdb of
 # its own (about a minute); BENCH_FLAGS="--json" or "--mongo-uri ..." to vary.
 # Results and targets: docs/BENCHMARKS.md.
-bench:
-	@mkdir -p $(BIN)
+bench: build
 	$(GO) build -o $(BIN)/ ./cmd/bench
 	$(BIN)/bench $(BENCH_FLAGS)
 

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/internal/leadership"
+	"github.com/docketq/docket/internal/metrics"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
 	"github.com/docketq/docket/worker"
@@ -45,16 +49,30 @@ type Config struct {
 	Worker worker.Config         `yaml:"worker"`
 	Reaper recovery.ReaperConfig `yaml:"reaper"`
 	// RenameSweeper re-syncs users whose rename sync stalled.
-	RenameSweeper recovery.RenameSweeperConfig `yaml:"renameSweeper"`
+	RenameSweeper handlers.RenameSweeperConfig `yaml:"renameSweeper"`
 	// TransferRecovery finishes transfers whose job stalled or died.
-	TransferRecovery recovery.TransferRecoveryConfig `yaml:"transferRecovery"`
+	TransferRecovery handlers.TransferRecoveryConfig `yaml:"transferRecovery"`
 	// TreeSweeper removes tree versions no reader can need.
-	TreeSweeper recovery.TreeSweeperConfig `yaml:"treeSweeper"`
+	TreeSweeper handlers.TreeSweeperConfig `yaml:"treeSweeper"`
 	// Leader elects the one worker process that runs maintenance.
 	Leader LeaderConfig `yaml:"leader"`
 	// PeriodicJobs are enqueued on their schedules by the leader.
 	PeriodicJobs []recovery.PeriodicJob `yaml:"periodicJobs"`
-	Log          LogConfig              `yaml:"log"`
+	// HTTP serves the worker's metrics and health probes.
+	HTTP HTTPConfig `yaml:"http"`
+	Log  LogConfig  `yaml:"log"`
+}
+
+// HTTPConfig configures the worker's HTTP server: Prometheus metrics on
+// /metrics, Kubernetes probes on /healthz and /readyz.
+type HTTPConfig struct {
+	// Addr is the host:port to listen on (":9090" for every interface).
+	// Defaults to "": no server.
+	Addr string `yaml:"addr"`
+	// QueueStatsInterval is how often the elected leader counts the jobs
+	// per queue and state for the metrics. Defaults to
+	// metrics.DefaultQueueStatsInterval.
+	QueueStatsInterval time.Duration `yaml:"queueStatsInterval"`
 }
 
 // MongoConfig says which server and database to use.
@@ -127,6 +145,9 @@ func (c Config) WithDefaults() Config {
 	if c.Leader.TTL == 0 {
 		c.Leader.TTL = leadership.DefaultTTL
 	}
+	if c.HTTP.QueueStatsInterval == 0 {
+		c.HTTP.QueueStatsInterval = metrics.DefaultQueueStatsInterval
+	}
 	return c
 }
 
@@ -172,6 +193,23 @@ func (c Config) Validate() error {
 	}
 	if err := recovery.ValidatePeriodicJobs(c.PeriodicJobs); err != nil {
 		return fmt.Errorf("periodicJobs: %w", err)
+	}
+	return c.HTTP.Validate()
+}
+
+// Validate checks the address and the interval.
+func (h HTTPConfig) Validate() error {
+	if h.Addr != "" {
+		_, port, err := net.SplitHostPort(h.Addr)
+		if err != nil {
+			return fmt.Errorf("http.addr: %q is not host:port, such as 127.0.0.1:9090 or :9090", h.Addr)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			return fmt.Errorf("http.addr: %q: port %q is not a number from 0 to 65535", h.Addr, port)
+		}
+	}
+	if h.QueueStatsInterval <= 0 {
+		return fmt.Errorf("http.queueStatsInterval: %s must be positive", h.QueueStatsInterval)
 	}
 	return nil
 }

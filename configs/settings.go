@@ -53,11 +53,13 @@ func settings(c *Config, role string) []setting {
 		setting{"renameSweeper.threshold", "DOCKET_RENAME_SWEEP_THRESHOLD", "rename-sweep-threshold", "age of a syncing flag that the sweeper repairs", (*durationValue)(&c.RenameSweeper.Threshold)},
 		setting{"transferRecovery.schedule", "DOCKET_TRANSFER_RECOVERY_SCHEDULE", "transfer-recovery-schedule", "cron schedule of transfer recovery", (*stringValue)(&c.TransferRecovery.Schedule)},
 		setting{"transferRecovery.threshold", "DOCKET_TRANSFER_RECOVERY_THRESHOLD", "transfer-recovery-threshold", "age of an unfinished transaction that recovery finishes", (*durationValue)(&c.TransferRecovery.Threshold)},
-		setting{"reaper.deadRetention", "DOCKET_DEAD_RETENTION", "dead-retention", "how long dead jobs are kept (0: forever)", (*durationValue)(&c.Reaper.DeadRetention)},
+		setting{"reaper.deadRetention", "DOCKET_DEAD_RETENTION", "dead-retention", "how long dead jobs are kept (negative: forever, the default)", (*durationValue)(&c.Reaper.DeadRetention)},
 		setting{"reaper.retentionBudget", "DOCKET_RETENTION_BUDGET", "retention-budget", "longest one pass spends deleting finished jobs", (*durationValue)(&c.Reaper.RetentionBudget)},
 		setting{"treeSweeper.schedule", "DOCKET_TREE_SWEEP_SCHEDULE", "tree-sweep-schedule", "cron schedule of the tree sweeper", (*stringValue)(&c.TreeSweeper.Schedule)},
 		setting{"treeSweeper.keep", "DOCKET_TREE_KEEP", "tree-keep", "published versions of each tree kept readable", (*intValue)(&c.TreeSweeper.Keep)},
 		setting{"leader.ttl", "DOCKET_LEADER_TTL", "leader-ttl", "how long maintenance pauses when the leader dies (at least 3s)", (*durationValue)(&c.Leader.TTL)},
+		setting{"http.addr", "DOCKET_HTTP_ADDR", "http-addr", "host:port serving /metrics, /healthz and /readyz (default: none)", (*stringValue)(&c.HTTP.Addr)},
+		setting{"http.queueStatsInterval", "DOCKET_QUEUE_STATS_INTERVAL", "queue-stats-interval", "how often the leader counts jobs per queue and state for /metrics", (*durationValue)(&c.HTTP.QueueStatsInterval)},
 	)
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
-	"github.com/docketq/docket/recovery"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -766,7 +765,7 @@ func harnessRenameSetup(t *testing.T, h *harnessEnv) {
 // harnessRenameSweep runs the rename sweeper once with a tiny threshold.
 func harnessRenameSweep(t *testing.T, h *harnessEnv) {
 	t.Helper()
-	sw, err := recovery.NewRenameSweeper(h.db, h.q, recovery.RenameSweeperConfig{Threshold: time.Millisecond, Logger: h.log})
+	sw, err := handlers.NewRenameSweeper(h.db, h.q, handlers.RenameSweeperConfig{Threshold: time.Millisecond, Logger: h.log})
 	require.NoError(t, err)
 	_, err = sw.RunOnce(h.ctx)
 	require.NoError(t, err)
@@ -876,7 +875,7 @@ func harnessTree(label string, children ...string) []handlers.TreeNode {
 
 // harnessTransferRecovery runs the transfer recovery pass once.
 func harnessTransferRecovery(t *testing.T, h *harnessEnv) {
-	r, err := recovery.NewTransferRecovery(h.db, h.q, recovery.TransferRecoveryConfig{Threshold: time.Millisecond, Logger: h.log})
+	r, err := handlers.NewTransferRecovery(h.db, h.q, handlers.TransferRecoveryConfig{Threshold: time.Millisecond, Logger: h.log})
 	require.NoError(t, err)
 	_, err = r.RunOnce(h.ctx)
 	require.NoError(t, err)

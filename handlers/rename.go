@@ -168,7 +168,7 @@ const (
 // for the sync that follows the newer step 1: clearing too little is safe.
 //
 // A rename whose job died after step 1 leaves syncing set; the rename
-// sweeper (recovery.RenameSweeper) finds it once it is older than its
+// sweeper (RenameSweeper, renamesweeper.go) finds it once it is older than its
 // threshold and enqueues a sync-only job.
 type renameHandler struct {
 	d        Deps

@@ -15,7 +15,6 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
-	"github.com/docketq/docket/recovery"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -161,7 +160,7 @@ func TestRenameCrashAfterEachStep(t *testing.T) {
 // enqueues nothing.
 func sweepOnce(t *testing.T, e *usersEnv, due bool) {
 	t.Helper()
-	sw, err := recovery.NewRenameSweeper(e.db, e.q, recovery.RenameSweeperConfig{
+	sw, err := handlers.NewRenameSweeper(e.db, e.q, handlers.RenameSweeperConfig{
 		Threshold: time.Millisecond,
 		Logger:    zaptest.NewLogger(t),
 	})
@@ -420,7 +419,7 @@ func TestConcurrentUsersLoad(t *testing.T) {
 
 	// Recovery: sweep until no user is left syncing, running each sync job
 	// the sweeper enqueues.
-	sw, err := recovery.NewRenameSweeper(e.db, e.q, recovery.RenameSweeperConfig{Threshold: time.Millisecond})
+	sw, err := handlers.NewRenameSweeper(e.db, e.q, handlers.RenameSweeperConfig{Threshold: time.Millisecond})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		_, err := sw.RunOnce(e.ctx)

@@ -9,7 +9,6 @@ import (
 	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
-	"github.com/docketq/docket/recovery"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -331,7 +330,7 @@ func TestCancelTransferJob(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, queue.Cancelled, out)
 
-	rec, err := recovery.NewTransferRecovery(b.db, b.q, recovery.TransferRecoveryConfig{Threshold: time.Nanosecond, Logger: b.log})
+	rec, err := handlers.NewTransferRecovery(b.db, b.q, handlers.TransferRecoveryConfig{Threshold: time.Nanosecond, Logger: b.log})
 	require.NoError(t, err)
 	n, err := rec.RunOnce(b.ctx)
 	require.NoError(t, err)

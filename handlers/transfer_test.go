@@ -18,7 +18,6 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
-	"github.com/docketq/docket/recovery"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -344,7 +343,7 @@ func TestTransferCrashAtEveryStep(t *testing.T) {
 						require.Equal(t, 2, last.Attempt)
 					case "recovery":
 						b.finish(t, first, jobs.Permanent(err)) // the job is dead
-						rec, rerr := recovery.NewTransferRecovery(b.db, b.q, recovery.TransferRecoveryConfig{Threshold: time.Nanosecond, Logger: b.log})
+						rec, rerr := handlers.NewTransferRecovery(b.db, b.q, handlers.TransferRecoveryConfig{Threshold: time.Nanosecond, Logger: b.log})
 						require.NoError(t, rerr)
 						if step == "transfer:done" || step == "transfer:cancelled" {
 							n, err := rec.RunOnce(b.ctx)
@@ -812,7 +811,7 @@ func TestTransferLoad(t *testing.T) {
 
 	// Recover until every transaction is finished: re-queue abandoned jobs,
 	// give stalled transactions a job, run whatever is runnable.
-	rec, err := recovery.NewTransferRecovery(b.db, b.q, recovery.TransferRecoveryConfig{Threshold: time.Nanosecond, Logger: b.log})
+	rec, err := handlers.NewTransferRecovery(b.db, b.q, handlers.TransferRecoveryConfig{Threshold: time.Nanosecond, Logger: b.log})
 	require.NoError(t, err)
 	unfinished := func() int64 {
 		n, err := b.txs.CountDocuments(b.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: handlers.UnfinishedTxStates}}}})

@@ -39,10 +39,21 @@ type Validator interface {
 	Validate() error
 }
 
-// KindOptions tune how one kind runs.
+// KindOptions tune how one kind runs, and what an insert of the kind
+// through docket.Client takes when its options leave a field zero. A zero
+// field means the default, for every field.
 type KindOptions struct {
 	// Timeout bounds each attempt. Defaults to DefaultTimeout.
 	Timeout time.Duration
+	// MaxAttempts is how many attempts a job of the kind gets unless its
+	// insert says otherwise. Defaults to the queue's (DefaultMaxAttempts).
+	MaxAttempts int
+	// Queue is the queue a job of the kind goes to unless its insert says
+	// otherwise. Defaults to DefaultQueue.
+	Queue string
+	// Priority is the priority of a job of the kind unless its insert sets
+	// a non-zero one. Defaults to 0.
+	Priority int
 }
 
 type entry struct {
@@ -72,6 +83,9 @@ func (r *Registry) Add(kind string, h Handler, opts KindOptions) error {
 	}
 	if opts.Timeout < 0 {
 		return fmt.Errorf("jobs: register %q: timeout %s must not be negative", kind, opts.Timeout)
+	}
+	if opts.MaxAttempts < 0 {
+		return fmt.Errorf("jobs: register %q: max attempts %d must not be negative", kind, opts.MaxAttempts)
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout

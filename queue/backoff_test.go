@@ -27,3 +27,43 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// Backoff(34, 1s, 250 years) was negative: the jittered wait, 125% of a
+// value near the int64 limit, overflowed when it became a Duration again.
+func TestBackoffHugeMaxStaysPositive(t *testing.T) {
+	const year = 365 * 24 * time.Hour
+	for n := 1; n <= 200; n++ {
+		for range 20 {
+			if got := Backoff(n, time.Second, 250*year); got < 0 || got > 250*year {
+				t.Fatalf("Backoff(%d, 1s, 250y) = %d, want within [0, 250y]", n, got)
+			}
+		}
+	}
+}
+
+// FuzzBackoff checks Backoff over its whole input range: the wait is never
+// negative and never above max, and never below 75% of the first wait
+// (min(base, max)) less a rounding nanosecond.
+func FuzzBackoff(f *testing.F) {
+	const year = int64(365 * 24 * time.Hour)
+	f.Add(34, int64(time.Second), 250*year)
+	f.Add(1, int64(time.Second), int64(time.Hour))
+	f.Add(64, int64(1), int64(1<<63-1))
+	f.Add(-5, int64(-1), int64(0))
+	f.Add(3, int64(1<<62), int64(1<<63-1))
+	f.Fuzz(func(t *testing.T, n int, base, max int64) {
+		got := Backoff(n, time.Duration(base), time.Duration(max))
+		if base <= 0 || max <= 0 {
+			if got != 0 {
+				t.Fatalf("Backoff(%d, %d, %d) = %d, want 0", n, base, max, got)
+			}
+			return
+		}
+		if got < 0 || int64(got) > max {
+			t.Fatalf("Backoff(%d, %d, %d) = %d, outside [0, max]", n, base, max, got)
+		}
+		if floor := min(base, max) / 4 * 3; int64(got) < floor-1 {
+			t.Fatalf("Backoff(%d, %d, %d) = %d, below 75%% of the first wait (%d)", n, base, max, got, floor)
+		}
+	})
+}

@@ -23,12 +23,18 @@ const (
 	// DefaultSucceededRetention is how long succeeded and cancelled jobs are
 	// kept.
 	DefaultSucceededRetention = 24 * time.Hour
+	// KeepForever, as a retention, keeps jobs forever; so does any
+	// negative retention.
+	KeepForever time.Duration = -1 * time.Second
+	// DefaultDeadRetention keeps dead jobs forever: they wait for a human.
+	DefaultDeadRetention = KeepForever
 	// DefaultRetentionBudget is how long one pass may spend deleting
 	// finished jobs past their retention.
 	DefaultRetentionBudget = 20 * time.Second
 )
 
-// ReaperConfig configures a Reaper.
+// ReaperConfig configures a Reaper. As in every docket setting, a zero
+// field means its default; a retention keeps jobs forever when negative.
 type ReaperConfig struct {
 	// Schedule is a robfig/cron spec ("@every 15s", "*/1 * * * *").
 	// Defaults to DefaultReapSchedule.
@@ -39,11 +45,12 @@ type ReaperConfig struct {
 	// Batch caps the jobs one pass re-queues. Defaults to DefaultReapBatch.
 	Batch int `yaml:"batch"`
 	// SucceededRetention is how long succeeded and cancelled jobs are kept
-	// before they are deleted; negative keeps them forever. Defaults to
-	// DefaultSucceededRetention.
+	// before they are deleted; negative (KeepForever) keeps them forever.
+	// Defaults to DefaultSucceededRetention.
 	SucceededRetention time.Duration `yaml:"succeededRetention"`
-	// DeadRetention is how long dead jobs are kept; zero or negative keeps
-	// them forever. Defaults to 0: dead jobs wait for a human.
+	// DeadRetention is how long dead jobs are kept; negative
+	// (KeepForever) keeps them forever. Defaults to DefaultDeadRetention:
+	// forever, for a human to look at.
 	DeadRetention time.Duration `yaml:"deadRetention"`
 	// RetentionBudget bounds the time one pass spends deleting finished
 	// jobs: it deletes batch after batch until none is due or the budget
@@ -67,6 +74,9 @@ func (c ReaperConfig) WithDefaults() ReaperConfig {
 	}
 	if c.SucceededRetention == 0 {
 		c.SucceededRetention = DefaultSucceededRetention
+	}
+	if c.DeadRetention == 0 {
+		c.DeadRetention = DefaultDeadRetention
 	}
 	if c.RetentionBudget == 0 {
 		c.RetentionBudget = DefaultRetentionBudget
@@ -148,7 +158,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (queue.ReapResult, error) {
 		{r.cfg.SucceededRetention, []jobs.State{jobs.StateSucceeded, jobs.StateCancelled}},
 		{r.cfg.DeadRetention, []jobs.State{jobs.StateDead}},
 	} {
-		if rule.age <= 0 {
+		if rule.age < 0 { // KeepForever
 			continue
 		}
 		for _, s := range rule.states {

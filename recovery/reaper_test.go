@@ -163,3 +163,16 @@ func TestMeasureRetentionRate(t *testing.T) {
 	require.EqualValues(t, 0, b.count(t, bson.D{}))
 	t.Logf("deleted %d finished jobs in %s: %.0f jobs/s (batch %d)", n, elapsed, float64(n)/elapsed.Seconds(), recovery.DefaultReapBatch)
 }
+
+// TestZeroRetentionMeansTheDefault: the one rule of docket's settings (zero
+// is the default) holds for both retentions, and negative keeps forever.
+func TestZeroRetentionMeansTheDefault(t *testing.T) {
+	t.Parallel()
+	d := recovery.ReaperConfig{}.WithDefaults()
+	require.Equal(t, recovery.DefaultSucceededRetention, d.SucceededRetention)
+	require.Equal(t, recovery.KeepForever, d.DeadRetention)
+	require.Equal(t, recovery.DefaultDeadRetention, d.DeadRetention)
+	set := recovery.ReaperConfig{SucceededRetention: -time.Hour, DeadRetention: 72 * time.Hour}.WithDefaults()
+	require.Equal(t, -time.Hour, set.SucceededRetention)
+	require.Equal(t, 72*time.Hour, set.DeadRetention)
+}

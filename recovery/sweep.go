@@ -22,8 +22,8 @@ type SweepConfig struct {
 	Logger *zap.Logger `yaml:"-"`
 }
 
-// withDefaults fills the unset fields of c from d.
-func (c SweepConfig) withDefaults(d SweepConfig) SweepConfig {
+// WithDefaults fills the unset fields of c from d.
+func (c SweepConfig) WithDefaults(d SweepConfig) SweepConfig {
 	if c.Schedule == "" {
 		c.Schedule = d.Schedule
 	}
@@ -39,8 +39,8 @@ func (c SweepConfig) withDefaults(d SweepConfig) SweepConfig {
 	return c
 }
 
-// validate reports the first invalid field, named under section.
-func (c SweepConfig) validate(section string) error {
+// Validate reports the first invalid field, named under section.
+func (c SweepConfig) Validate(section string) error {
 	if _, err := cron.ParseStandard(c.Schedule); err != nil {
 		return fmt.Errorf("%s.schedule: %q is not a cron schedule: %w", section, c.Schedule, err)
 	}

@@ -1,14 +1,39 @@
 #!/usr/bin/env bash
 # make run: docket's demo. Starts devdb (the embedded MongoDB-protocol
-# server) unless DOCKET_MONGO_URI is set, two worker processes, and a demo
-# batch, then shows the jobs being processed until Ctrl-C, which stops the
-# workers gracefully and then devdb.
+# server) unless DOCKET_MONGO_URI is set, two worker processes serving
+# their metrics and health probes, the web dashboard, and a demo batch, then
+# shows the jobs being processed until Ctrl-C, which stops the workers
+# gracefully, the dashboard, and then devdb.
+#
+# Ports: DOCKET_DEVDB_ADDR (127.0.0.1:27017), DOCKET_DASHBOARD_PORT (8080)
+# and DOCKET_METRICS_PORT (9101, then one more per worker). A dashboard or
+# metrics port already in use is skipped for the next free one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 addr=${DOCKET_DEVDB_ADDR:-127.0.0.1:27017}
+dashboard_port=${DOCKET_DASHBOARD_PORT:-8080}
+metrics_port=${DOCKET_METRICS_PORT:-9101}
 pids=()
 devdb_pid=
+dashboard_pid=
+
+# in_use tells whether something listens on 127.0.0.1:$1.
+in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# free_port prints the first port from $1 on (at most 50 tried) that
+# nothing listens on, and fails when there is none.
+free_port() {
+	local p=$1
+	for _ in $(seq 50); do
+		if ! in_use "$p"; then
+			echo "$p"
+			return 0
+		fi
+		p=$((p + 1))
+	done
+	return 1
+}
 
 # stop ends the demo. Ctrl-C has already sent SIGINT to the workers (they
 # share the terminal's process group); a second signal would make them
@@ -21,6 +46,10 @@ stop() {
 		for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	fi
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	if [ -n "$dashboard_pid" ]; then
+		[ "$1" != INT ] && kill -TERM "$dashboard_pid" 2>/dev/null || true
+		wait "$dashboard_pid" 2>/dev/null || true
+	fi
 	bin/docketctl stats 2>/dev/null || true
 	if [ -n "$devdb_pid" ]; then
 		echo "== stopping devdb =="
@@ -52,17 +81,57 @@ trap "stop INT" INT
 trap "stop TERM" TERM EXIT
 
 echo "== starting two workers =="
+metrics_urls=()
+next=$metrics_port
 for i in 1 2; do
-	bin/worker --log-format console --concurrency 4 &
+	if port=$(free_port "$next"); then
+		[ "$port" != "$next" ] && echo "make run: port $next is in use; worker $i's metrics take $port" >&2
+		bin/worker --log-format console --concurrency 4 --http-addr "127.0.0.1:$port" &
+		metrics_urls+=("worker $i: http://127.0.0.1:$port/metrics  (probes: /healthz, /readyz)")
+		next=$((port + 1))
+	else
+		echo "make run: no free port from $next for worker $i's metrics; it runs without them" >&2
+		bin/worker --log-format console --concurrency 4 &
+	fi
 	pids+=($!)
 done
+
+dashboard_url=
+if port=$(free_port "$dashboard_port"); then
+	[ "$port" != "$dashboard_port" ] && echo "make run: port $dashboard_port is in use; the dashboard takes $port" >&2
+	DOCKET_LOG_FORMAT=console bin/docketctl dashboard --addr "127.0.0.1:$port" >/dev/null &
+	dashboard_pid=$!
+	for _ in $(seq 100); do
+		in_use "$port" && break
+		kill -0 "$dashboard_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if in_use "$port"; then
+		dashboard_url="http://127.0.0.1:$port/"
+	else
+		echo "make run: the dashboard did not start (see its message above); the demo goes on without it" >&2
+		dashboard_pid=
+	fi
+else
+	echo "make run: no free port from $dashboard_port for the dashboard; the demo goes on without it" >&2
+fi
+
+urls() {
+	[ -n "$dashboard_url" ] && echo "dashboard: $dashboard_url"
+	for u in "${metrics_urls[@]}"; do echo "metrics, $u"; done
+	return 0
+}
+echo "== serving =="
+urls
 
 echo "== enqueueing the demo batch =="
 scripts/demo-batch.sh
 
 echo "== processing; a few more jobs every 10 s; Ctrl-C to stop =="
+urls
 while true; do
 	sleep 10
 	scripts/demo-batch.sh --more >/dev/null || true
 	bin/docketctl stats || true
+	urls
 done

@@ -90,6 +90,9 @@ type Config struct {
 	StuckGrace time.Duration `yaml:"stuckGrace"`
 	// Logger receives the worker's logs. Defaults to a no-op logger.
 	Logger *zap.Logger `yaml:"-"`
+	// Observer is told of claims, attempts and heartbeats, for metrics.
+	// Defaults to none.
+	Observer Observer `yaml:"-"`
 }
 
 // WithDefaults returns c with every unset field set to its default.

@@ -46,6 +46,10 @@ func (r *run) leaseExpiry() time.Time {
 func (w *Worker) execute(r *run) {
 	job := r.job
 	log := w.log.With(job.LogFields()...)
+	var observed Outcome
+	var elapsed time.Duration
+	w.obs.Started(job)
+	defer func() { w.obs.Finished(job, observed, elapsed) }()
 	h, opts, ok := w.reg.Lookup(job.Kind)
 	if !ok { // cannot happen: claims only match registered kinds
 		h = jobs.HandlerFunc(func(context.Context, *jobs.Job) error {
@@ -74,9 +78,9 @@ func (w *Worker) execute(r *run) {
 	cause := context.Cause(ctx)
 	close(hbStop)
 	<-hbDone
-	elapsed := time.Since(start)
+	elapsed = time.Since(start)
 	if !returned {
-		w.giveUp(r, cause, opts.Timeout, start, result, log)
+		observed = w.giveUp(r, cause, opts.Timeout, start, result, log)
 		return
 	}
 
@@ -84,11 +88,13 @@ func (w *Worker) execute(r *run) {
 	lost := r.lost
 	r.mu.Unlock()
 	if lost {
+		observed = OutcomeLeaseLost
 		log.Warn("job ended after its lease was lost; writing nothing",
 			zap.Duration("duration", elapsed), zap.NamedError("handler_error", err))
 		return
 	}
 	if !r.settle() {
+		observed = OutcomeReleased
 		log.Warn("job ended after its lease was released at shutdown; writing nothing", zap.Duration("duration", elapsed))
 		return
 	}
@@ -97,13 +103,13 @@ func (w *Worker) execute(r *run) {
 	var write func(context.Context) error
 	switch {
 	case err == nil:
-		outcome = "succeeded"
+		outcome, observed = "succeeded", OutcomeSucceeded
 		write = func(ctx context.Context) error { return w.q.Complete(ctx, r.lease) }
 	case errors.Is(cause, ErrShutdown):
-		outcome = "released"
+		outcome, observed = "released", OutcomeReleased
 		write = func(ctx context.Context) error { return w.q.Release(ctx, r.lease) }
 	case errors.Is(cause, jobs.ErrCancelled):
-		outcome = "cancelled"
+		outcome, observed = "cancelled", OutcomeCancelled
 		write = func(ctx context.Context) error {
 			return w.q.Cancelled(ctx, r.lease, job, fmt.Sprintf("cancelled while running: %v", err))
 		}
@@ -113,7 +119,7 @@ func (w *Worker) execute(r *run) {
 		}
 		write = func(ctx context.Context) error {
 			f, ferr := w.q.Fail(ctx, r.lease, job, err)
-			outcome = "failed, " + string(f.State)
+			outcome, observed = "failed, "+string(f.State), failOutcome(f.State)
 			if f.State == jobs.StateAvailable {
 				outcome += " again at " + f.RunAt.Format(time.RFC3339Nano)
 			}
@@ -129,8 +135,11 @@ func (w *Worker) execute(r *run) {
 	case werr == nil:
 		log.Info("job finished", fields...)
 	case errors.Is(werr, queue.ErrLeaseLost):
+		observed = OutcomeLeaseLost
+		w.obs.LeaseLost(job)
 		log.Warn("job finished but its lease was lost; wrote nothing", append(fields, zap.Error(werr))...)
 	default:
+		observed = OutcomeUnrecorded
 		log.Error("job finished but its outcome could not be recorded before the lease expired; the reaper will re-queue it",
 			append(fields, zap.Error(werr))...)
 	}
@@ -166,7 +175,7 @@ func (w *Worker) await(ctx context.Context, result <-chan error) (err error, ret
 // goroutine is left running; what it returns, if it ever does, is
 // discarded. The job may then run elsewhere: handlers are safe to run
 // beside a stalled attempt.
-func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.Time, result <-chan error, log *zap.Logger) {
+func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.Time, result <-chan error, log *zap.Logger) Outcome {
 	w.stuck.Add(1)
 	elapsed := time.Since(start)
 	grace := w.cfg.StuckGrace
@@ -187,16 +196,19 @@ func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.T
 	r.mu.Lock()
 	lost := r.lost
 	r.mu.Unlock()
-	if lost || reason == "lease lost" || !r.settle() {
-		return // another holder, the reaper or a shutdown release has the job
+	if lost || reason == "lease lost" {
+		return OutcomeLeaseLost // another holder or the reaper has the job
+	}
+	if !r.settle() {
+		return OutcomeReleased // released at shutdown
 	}
 	var write func(context.Context) error
-	outcome := "cancelled"
+	outcome, observed := "cancelled", OutcomeCancelled
 	if reason == "timeout" {
 		cause := fmt.Errorf("handler did not return within timeout+grace (%s + %s)", timeout, grace)
 		write = func(ctx context.Context) error {
 			f, ferr := w.q.Fail(ctx, r.lease, r.job, cause)
-			outcome = "failed, " + string(f.State)
+			outcome, observed = "failed, "+string(f.State), failOutcome(f.State)
 			return ferr
 		}
 	} else {
@@ -205,10 +217,15 @@ func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.T
 		}
 	}
 	if err := w.persist(r, write, log); err != nil {
+		if errors.Is(err, queue.ErrLeaseLost) {
+			w.obs.LeaseLost(r.job)
+			return OutcomeLeaseLost
+		}
 		log.Warn("could not record the outcome of a stuck handler's job; the reaper re-queues it after its lease", zap.Error(err))
-		return
+		return OutcomeUnrecorded
 	}
 	log.Info("job finished", zap.Duration("duration", elapsed), zap.String("outcome", outcome+" (stuck handler)"))
+	return observed
 }
 
 // call runs the handler, turning a panic into the attempt's error.
@@ -277,8 +294,10 @@ func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, stop <-chan s
 		ctx, c := context.WithTimeout(w.jobsCtx, w.bound(max(time.Until(r.leaseExpiry()), w.cfg.HeartbeatInterval)))
 		ren, err := w.q.Heartbeat(ctx, r.lease, w.cfg.Lease)
 		c()
+		w.obs.Heartbeat(r.job, err)
 		switch {
 		case errors.Is(err, queue.ErrLeaseLost):
+			w.obs.LeaseLost(r.job)
 			r.mu.Lock()
 			r.lost = true
 			r.mu.Unlock()

@@ -49,6 +49,7 @@ type Worker struct {
 	q   *queue.Client
 	reg *jobs.Registry
 	log *zap.Logger
+	obs Observer
 
 	sem  *semaphore.Weighted
 	wake chan struct{}
@@ -113,10 +114,14 @@ func New(q *queue.Client, reg *jobs.Registry, cfg Config) (*Worker, error) {
 		q:            q,
 		reg:          reg,
 		log:          cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)),
+		obs:          cfg.Observer,
 		sem:          semaphore.NewWeighted(int64(cfg.Concurrency)),
 		wake:         make(chan struct{}, 1),
 		dispatchDone: make(chan struct{}),
 		active:       map[string]*run{},
+	}
+	if w.obs == nil {
+		w.obs = NopObserver{}
 	}
 	w.claimingCtx, w.stopClaiming = context.WithCancel(context.Background())
 	w.sweepsCtx, w.stopSweeps = context.WithCancel(context.Background())
@@ -267,6 +272,7 @@ func (w *Worker) dispatch() {
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.ClaimTimeout())
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
+		w.obs.Claimed(time.Since(sent), len(claimed), err)
 		if w.afterClaim != nil {
 			w.afterClaim(claimed)
 		}

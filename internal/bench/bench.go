@@ -16,12 +16,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/docketq/docket/configs"
-	"github.com/docketq/docket/internal/devdb"
+	"github.com/docketq/docket/internal/devdbproc"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
@@ -46,6 +47,9 @@ type Options struct {
 	IdleWarmup time.Duration
 	IdleFor    time.Duration
 
+	// FailoverProcs is how many worker processes the failover run starts.
+	FailoverProcs int
+
 	SleepJobs        int
 	Sleep            time.Duration
 	SleepConcurrency int
@@ -55,7 +59,7 @@ type Options struct {
 	JSON bool
 }
 
-var allRuns = []string{"single", "raw", "batch", "steady", "idle", "scaling"}
+var allRuns = []string{"single", "raw", "batch", "steady", "idle", "idle8", "failover", "scaling"}
 
 // Main is the bench command. `bench worker ...` is a worker process of a
 // run.
@@ -75,7 +79,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.SteadyFor, "steady-for", 10*time.Second, "how long steady state enqueues")
 	fs.IntVar(&o.SteadyClaimBatch, "steady-claim-batch", worker.DefaultClaimBatch, "claim batch of the steady-state workers")
 	fs.DurationVar(&o.IdleWarmup, "idle-warmup", 10*time.Second, "empty-queue time before idle is measured")
-	fs.DurationVar(&o.IdleFor, "idle-for", 10*time.Second, "how long idle is measured")
+	fs.DurationVar(&o.IdleFor, "idle-for", 30*time.Second, "how long idle is measured (long enough for the maintenance passes of the default schedules)")
+	fs.IntVar(&o.FailoverProcs, "failover-procs", 3, "worker processes of the failover run")
 	fs.IntVar(&o.SleepJobs, "sleep-jobs", 100, "jobs per scaling run")
 	fs.DurationVar(&o.Sleep, "sleep", 100*time.Millisecond, "how long a scaling job's handler sleeps")
 	fs.IntVar(&o.SleepConcurrency, "sleep-concurrency", 1, "jobs at once per worker process in scaling runs")
@@ -95,8 +100,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		o.Runs = append(o.Runs, r)
 	}
-	if o.Jobs < 1 || o.Procs < 1 || o.Concurrency < 1 || o.ClaimBatch < 1 || o.SteadyRate <= 0 || o.SleepJobs < 1 || o.SleepConcurrency < 1 || o.SleepClaimBatch < 1 || o.SteadyClaimBatch < 1 {
-		fmt.Fprintln(stderr, "bench: sizes and rates must be positive")
+	if o.Jobs < 1 || o.Procs < 1 || o.Concurrency < 1 || o.ClaimBatch < 1 || o.SteadyRate <= 0 || o.SleepJobs < 1 || o.SleepConcurrency < 1 || o.SleepClaimBatch < 1 || o.SteadyClaimBatch < 1 || o.FailoverProcs < 2 {
+		fmt.Fprintln(stderr, "bench: sizes and rates must be positive (and --failover-procs at least 2)")
 		return 2
 	}
 
@@ -126,11 +131,15 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 			return nil, err
 		}
 		defer os.RemoveAll(dir)
-		srv, err := devdb.Start(ctx, devdb.Config{Addr: "127.0.0.1:0", Dir: dir})
+		bin, err := devDBBinary()
 		if err != nil {
 			return nil, err
 		}
-		defer srv.Close()
+		srv, err := devdbproc.Start(bin, "127.0.0.1:0", dir, time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = srv.Stop() }()
 		uri = srv.URI()
 		res.Server = "devdb"
 	}
@@ -156,7 +165,11 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 		case "steady":
 			res.Steady, err = b.steady(ctx)
 		case "idle":
-			res.Idle, err = b.idle(ctx)
+			res.Idle, err = b.idle(ctx, "idle", 1)
+		case "idle8":
+			res.Idle8, err = b.idle(ctx, "idle8", 8)
+		case "failover":
+			res.Failover, err = b.failover(ctx)
 		case "scaling":
 			for _, p := range []int{1, 2, 4} {
 				var s *BurnDown
@@ -327,4 +340,22 @@ func pct(xs []float64, p float64) float64 {
 	slices.Sort(s)
 	i := int(float64(len(s))*p/100+0.5) - 1
 	return s[min(max(i, 0), len(s)-1)]
+}
+
+// devDBBinary returns the devdb binary the bench runs: the one named by
+// DOCKET_DEVDB_BIN, or else the devdb beside the bench binary (make bench
+// builds both into bin/).
+func devDBBinary() (string, error) {
+	if bin := os.Getenv("DOCKET_DEVDB_BIN"); bin != "" {
+		return bin, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("bench: find devdb: %w", err)
+	}
+	bin := filepath.Join(filepath.Dir(self), "devdb")
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("bench: no devdb beside the bench binary (%w): run make bench, which builds both, or set DOCKET_DEVDB_BIN or --mongo-uri", err)
+	}
+	return bin, nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/testdb"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,7 +19,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "worker" {
 		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	testdb.Main(m)
 }
 
 // TestEveryRunMeasuresWhatItRan runs every run of the bench at small sizes
@@ -34,10 +35,12 @@ func TestEveryRunMeasuresWhatItRan(t *testing.T) {
 	o := Options{
 		Jobs: 40, Procs: 2, Concurrency: 4, ClaimBatch: 4,
 		SteadyRate: 20, SteadyFor: time.Second, SteadyClaimBatch: 1,
-		IdleWarmup: time.Second, IdleFor: time.Second,
+		IdleWarmup: time.Second, IdleFor: time.Second, FailoverProcs: 2,
 		SleepJobs: 8, Sleep: 10 * time.Millisecond, SleepConcurrency: 1, SleepClaimBatch: 1,
 		Runs: allRuns,
 	}
+	// The bench starts its own devdb: the binary testdb builds.
+	t.Setenv("DOCKET_DEVDB_BIN", testdb.DevDBBinary(t))
 	var log bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -60,10 +63,15 @@ func TestEveryRunMeasuresWhatItRan(t *testing.T) {
 	require.Positive(t, res.Steady.Jobs)
 	require.NotNil(t, res.Idle)
 	require.Positive(t, res.Idle.Seconds)
+	require.Equal(t, 8, res.Idle8.Procs)
+	require.Positive(t, res.Idle8.PollsPerSec, "eight idle processes poll")
+	require.NotNil(t, res.Failover)
+	require.NotEqual(t, res.Failover.KilledLeader, res.Failover.NewLeader)
+	require.GreaterOrEqual(t, res.Failover.ReapedSeconds, res.Failover.ElectedSeconds, "the new leader reaps once elected")
 
 	var table bytes.Buffer
 	res.writeTable(&table)
-	for _, want := range []string{"single", "raw", "batch", "scaling4", "steady:", "idle:"} {
+	for _, want := range []string{"single", "raw", "batch", "scaling4", "steady:", "idle:", "idle8:", "failover:"} {
 		require.True(t, strings.Contains(table.String(), want), "table lacks %q:\n%s", want, table.String())
 	}
 	_, err = json.Marshal(res)

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/docketq/docket/internal/leadership"
 	"go.mongodb.org/mongo-driver/v2/event"
 )
 
@@ -17,6 +18,8 @@ type monitor struct {
 
 	commands  atomic.Int64
 	completed atomic.Int64
+	polls     atomic.Int64 // claims: single findAndModify or a batch's find
+	leader    atomic.Int64 // commands on the leader election's collection
 
 	mu      sync.Mutex
 	byName  map[string]int64
@@ -50,6 +53,12 @@ func (m *monitor) commandMonitor() *event.CommandMonitor {
 func (m *monitor) onStarted(_ context.Context, e *event.CommandStartedEvent) {
 	m.commands.Add(1)
 	k := m.classify(e)
+	if k == cmdClaim || k == cmdBatchFind {
+		m.polls.Add(1)
+	}
+	if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); coll == leadership.DefaultCollection {
+		m.leader.Add(1)
+	}
 	m.mu.Lock()
 	m.byName[e.CommandName]++
 	if k != cmdOther {
@@ -140,6 +149,8 @@ func (m *monitor) onSucceeded(_ context.Context, e *event.CommandSucceededEvent)
 type snapshot struct {
 	Commands  int64            `json:"commands"`
 	Completed int64            `json:"completed"`
+	Polls     int64            `json:"polls"`
+	Leader    int64            `json:"leader"`
 	Ready     bool             `json:"ready,omitempty"`
 	Final     bool             `json:"final,omitempty"`
 	ByName    map[string]int64 `json:"byName,omitempty"`
@@ -147,7 +158,7 @@ type snapshot struct {
 }
 
 func (m *monitor) snapshot(full bool) snapshot {
-	s := snapshot{Commands: m.commands.Load(), Completed: m.completed.Load()}
+	s := snapshot{Commands: m.commands.Load(), Completed: m.completed.Load(), Polls: m.polls.Load(), Leader: m.leader.Load()}
 	if full {
 		m.mu.Lock()
 		s.ByName = make(map[string]int64, len(m.byName))

@@ -29,6 +29,7 @@ type workerOpts struct {
 	uri, db     string
 	concurrency int
 	claimBatch  int
+	extra       []string // more worker flags
 }
 
 func startWorker(o workerOpts, stderr io.Writer) (*proc, error) {
@@ -43,6 +44,7 @@ func startWorker(o workerOpts, stderr io.Writer) (*proc, error) {
 		"--concurrency", strconv.Itoa(o.concurrency),
 		"--claim-batch", strconv.Itoa(o.claimBatch),
 		"--log-level", "error")
+	cmd.Args = append(cmd.Args, o.extra...)
 	cmd.Env = append(os.Environ(), "DOCKET_CONFIG=", "DOCKET_MONGO_URI="+o.uri)
 	p := &proc{cmd: cmd, rdy: make(chan struct{}), done: make(chan struct{}), errs: &prefixWriter{w: stderr}}
 	cmd.Stderr = p.errs
@@ -100,6 +102,13 @@ type usage struct {
 	ClaimMs  []float64        `json:"-"`
 	CPU      time.Duration    `json:"cpu"`
 	MaxRSSMB float64          `json:"maxRssMB"`
+}
+
+// kill sends SIGKILL, as a crash would, and waits for the process to exit.
+func (p *proc) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	_ = p.cmd.Wait()
 }
 
 // stop sends SIGTERM, waits for the final report and returns the process's

@@ -16,12 +16,16 @@ type Results struct {
 	Server  string  `json:"server"`
 	Took    string  `json:"took"`
 
-	Single  *BurnDown   `json:"single,omitempty"`
-	Raw     *BurnDown   `json:"raw,omitempty"`
-	Batch   *BurnDown   `json:"batch,omitempty"`
-	Steady  *Steady     `json:"steady,omitempty"`
-	Idle    *Idle       `json:"idle,omitempty"`
-	Scaling []*BurnDown `json:"scaling,omitempty"`
+	Single *BurnDown `json:"single,omitempty"`
+	Raw    *BurnDown `json:"raw,omitempty"`
+	Batch  *BurnDown `json:"batch,omitempty"`
+	Steady *Steady   `json:"steady,omitempty"`
+	Idle   *Idle     `json:"idle,omitempty"`
+	Idle8  *Idle     `json:"idle8,omitempty"`
+	// Failover is the time from the elected leader's SIGKILL to the next
+	// leader and its first reap pass.
+	Failover *Failover   `json:"failover,omitempty"`
+	Scaling  []*BurnDown `json:"scaling,omitempty"`
 
 	// SingleVsRaw and BatchVsRaw are docket's burn-down throughput as a
 	// ratio of the raw loop's in the same run.
@@ -78,14 +82,34 @@ type Steady struct {
 	CommandsPerJob float64 `json:"commandsPerJob"`
 }
 
-// Idle is one worker process on an empty queue.
+// Idle is worker processes on an empty queue.
 type Idle struct {
+	Procs    int     `json:"procs"`
 	Seconds  float64 `json:"seconds"`
 	Commands int64   `json:"commands"`
-	PerSec   float64 `json:"perSec"`
-	// ByName counts the worker process's commands over its life,
-	// set-up and warm-up included.
+	// PerSec is the commands per second of all the processes together,
+	// split into claims (polling), leader election and the rest
+	// (maintenance, run by the elected leader alone).
+	PerSec            float64 `json:"perSec"`
+	PollsPerSec       float64 `json:"pollsPerSec"`
+	LeaderPerSec      float64 `json:"leaderPerSec"`
+	MaintenancePerSec float64 `json:"maintenancePerSec"`
+	// ByName counts the processes' commands over their lives, set-up and
+	// warm-up included.
 	ByName map[string]int64 `json:"byName"`
+}
+
+// Failover is the elected leader SIGKILLed among idle worker processes.
+type Failover struct {
+	Procs            int     `json:"procs"`
+	LeaderTTLSeconds float64 `json:"leaderTtlSeconds"`
+	KilledLeader     string  `json:"killedLeader"`
+	NewLeader        string  `json:"newLeader"`
+	// ElectedSeconds is from the SIGKILL until another process held the
+	// leadership; ReapedSeconds until its reaper had re-queued a job whose
+	// lease had expired (planted right after the SIGKILL).
+	ElectedSeconds float64 `json:"electedSeconds"`
+	ReapedSeconds  float64 `json:"reapedSeconds"`
 }
 
 func (r *BurnDown) addUsage(us []usage) {
@@ -158,9 +182,24 @@ func (r *Results) writeTable(w io.Writer) {
 		fmt.Fprintf(w, "steady: %d jobs at %.1f/s over %d x %d, claim batch %d: lag p50 %s p99 %s, enqueue-to-finish p50 %s p99 %s, drained %.1fs after the last enqueue, %.2f cmds/job\n",
 			s.Jobs, s.RatePerSec, s.Procs, s.Concurrency, s.ClaimBatch, msStr(s.LagP50), msStr(s.LagP99), msStr(s.LatencyP50), msStr(s.LatencyP99), s.DrainSeconds, s.CommandsPerJob)
 	}
-	if i := r.Idle; i != nil {
-		fmt.Fprintf(w, "idle: %.2f commands/s per worker process (%d in %.1fs); over its life, set-up included: %s\n",
-			i.PerSec, i.Commands, i.Seconds, countsStr(i.ByName))
+	for _, i := range []*Idle{r.Idle, r.Idle8} {
+		if i == nil {
+			continue
+		}
+		name := "idle"
+		if i != r.Idle {
+			name = fmt.Sprintf("idle%d", i.Procs)
+		}
+		fmt.Fprintf(w, "%s: %d worker process(es): %.2f commands/s (claims %.2f, leader election %.2f, maintenance %.2f; %d in %.1fs); over their lives, set-up included: %s\n",
+			name, i.Procs, i.PerSec, i.PollsPerSec, i.LeaderPerSec, i.MaintenancePerSec, i.Commands, i.Seconds, countsStr(i.ByName))
+	}
+	if r.Idle != nil && r.Idle8 != nil && r.Idle.MaintenancePerSec > 0 {
+		fmt.Fprintf(w, "idle8 vs idle: %.2fx the commands, %.2fx the maintenance\n",
+			r.Idle8.PerSec/r.Idle.PerSec, r.Idle8.MaintenancePerSec/r.Idle.MaintenancePerSec)
+	}
+	if f := r.Failover; f != nil {
+		fmt.Fprintf(w, "failover: %d processes, leader TTL %.0fs: leader SIGKILLed, next leader after %.1fs, its first reap pass after %.1fs\n",
+			f.Procs, f.LeaderTTLSeconds, f.ElectedSeconds, f.ReapedSeconds)
 	}
 }
 

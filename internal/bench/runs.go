@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/google/uuid"
@@ -146,27 +148,138 @@ func (b *bencher) steady(ctx context.Context) (*Steady, error) {
 	}, nil
 }
 
-// idle runs one worker process on an empty queue and counts its commands
-// per second after the warm-up.
-func (b *bencher) idle(ctx context.Context) (*Idle, error) {
-	db, _, err := b.freshDB(ctx, "idle")
+// idle runs procs worker processes on an empty queue and counts their
+// commands per second after the warm-up, split into claims (polling),
+// leader election, and the rest: maintenance, which the elected leader
+// alone runs, so that it should not grow with procs.
+func (b *bencher) idle(ctx context.Context, name string, procs int) (*Idle, error) {
+	db, _, err := b.freshDB(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = db.Drop(context.Background()) }()
-	ps, err := b.startWorkers(db.Name(), 1, b.o.Concurrency, 1)
+	ps, err := b.startWorkers(db.Name(), procs, b.o.Concurrency, 1)
 	if err != nil {
 		return nil, err
 	}
 	time.Sleep(b.o.IdleWarmup)
-	c0 := ps[0].snapshot().Commands
+	sum := func() (s snapshot) {
+		for _, p := range ps {
+			c := p.snapshot()
+			s.Commands += c.Commands
+			s.Polls += c.Polls
+			s.Leader += c.Leader
+		}
+		return s
+	}
+	s0 := sum()
 	t0 := time.Now()
 	time.Sleep(b.o.IdleFor)
-	c1 := ps[0].snapshot().Commands
+	s1 := sum()
 	secs := time.Since(t0).Seconds()
 	us, err := stopAll(ps)
 	if err != nil {
 		return nil, err
 	}
-	return &Idle{Seconds: secs, Commands: c1 - c0, PerSec: float64(c1-c0) / secs, ByName: us[0].ByName}, nil
+	byName := map[string]int64{}
+	for _, u := range us {
+		for k, v := range u.ByName {
+			byName[k] += v
+		}
+	}
+	cmds, polls, leader := s1.Commands-s0.Commands, s1.Polls-s0.Polls, s1.Leader-s0.Leader
+	return &Idle{
+		Procs: procs, Seconds: secs, Commands: cmds, PerSec: float64(cmds) / secs,
+		PollsPerSec: float64(polls) / secs, LeaderPerSec: float64(leader) / secs,
+		MaintenancePerSec: float64(cmds-polls-leader) / secs, ByName: byName,
+	}, nil
+}
+
+// failover runs b.o.FailoverProcs idle worker processes with a short leader
+// TTL and a reaper every second, SIGKILLs the elected leader, plants a job
+// whose lease expired (as a worker that died mid-job leaves it) and times
+// how long until another process leads and until its reaper has re-queued
+// the planted job.
+func (b *bencher) failover(ctx context.Context) (*Failover, error) {
+	const ttl = 3 * time.Second
+	db, _, err := b.freshDB(ctx, "failover")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = db.Drop(context.Background()) }()
+	var ps []*proc
+	defer func() { _, _ = stopAll(ps) }()
+	ids := map[string]*proc{}
+	for i := range b.o.FailoverProcs {
+		id := fmt.Sprintf("bench-failover-%d", i)
+		p, err := startWorker(workerOpts{uri: b.uri, db: db.Name(), concurrency: 1, claimBatch: 1, extra: []string{
+			"--id", id, "--leader-ttl", ttl.String(), "--reap-schedule", "@every 1s", "--reap-grace", "1s",
+		}}, b.log)
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+		ids[id] = p
+	}
+	for _, p := range ps {
+		if err := p.waitReady(time.Minute); err != nil {
+			return nil, err
+		}
+	}
+	leaders := db.Collection(leadership.DefaultCollection)
+	owner := func() string {
+		var doc struct {
+			Owner string `bson:"owner"`
+		}
+		if err := leaders.FindOne(ctx, bson.D{}).Decode(&doc); err != nil {
+			return ""
+		}
+		return doc.Owner
+	}
+	deadline := time.Now().Add(time.Minute)
+	var old string
+	for old = owner(); ids[old] == nil; old = owner() {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no worker process was elected within a minute")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	victim := ids[old]
+	ps = slices.DeleteFunc(ps, func(p *proc) bool { return p == victim })
+	killed := time.Now()
+	victim.kill()
+	expired := killed.Add(-time.Minute)
+	planted := bson.D{
+		{Key: "_id", Value: "bench-failover-planted"}, {Key: "kind", Value: "noop"},
+		{Key: "queue", Value: "bench-failover-unserved"}, {Key: "args", Value: bson.D{}},
+		{Key: "state", Value: "running"}, {Key: "priority", Value: 0}, {Key: "runAt", Value: expired},
+		{Key: "attempt", Value: 1}, {Key: "maxAttempts", Value: 25}, {Key: "owner", Value: old},
+		{Key: "leaseToken", Value: "bench-dead-lease"}, {Key: "leaseExpiresAt", Value: expired},
+		{Key: "heartbeatAt", Value: expired}, {Key: "errors", Value: bson.A{}},
+		{Key: "createdAt", Value: expired}, {Key: "updatedAt", Value: expired},
+	}
+	jobsColl := db.Collection(queue.DefaultCollection)
+	if _, err := jobsColl.InsertOne(ctx, planted); err != nil {
+		return nil, err
+	}
+	res := &Failover{Procs: b.o.FailoverProcs, LeaderTTLSeconds: ttl.Seconds(), KilledLeader: old}
+	for deadline = time.Now().Add(time.Minute); res.ReapedSeconds == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the planted job was not reaped within a minute of the leader's SIGKILL")
+		}
+		if o := owner(); res.ElectedSeconds == 0 && o != old && ids[o] != nil {
+			res.ElectedSeconds, res.NewLeader = time.Since(killed).Seconds(), o
+		}
+		var j struct {
+			State string `bson:"state"`
+		}
+		if err := jobsColl.FindOne(ctx, bson.D{{Key: "_id", Value: "bench-failover-planted"}}).Decode(&j); err == nil && j.State != "running" {
+			res.ReapedSeconds = time.Since(killed).Seconds()
+		}
+	}
+	if res.ElectedSeconds == 0 { // the new leader's reap pass came before our look at its lease
+		res.ElectedSeconds, res.NewLeader = res.ReapedSeconds, owner()
+	}
+	return res, nil
 }

@@ -11,15 +11,18 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/docketq/docket"
 	"github.com/docketq/docket/configs"
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/leadership"
+	"github.com/docketq/docket/internal/metrics"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
-	"github.com/docketq/docket/worker"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.uber.org/zap"
 )
 
@@ -85,15 +88,46 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	defer func() { _ = client.Disconnect(context.Background()) }()
 	db := client.Database(cfg.Mongo.DB)
 
-	qcfg := cfg.Queue
-	qcfg.Logger = log
-	q, err := queue.New(db, qcfg)
+	// Metrics and probes, served from before the database is reachable, so
+	// that /healthz answers and /readyz says why the process is not ready.
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	poolMetrics, err := metrics.NewWorker(registry)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 2
 	}
-	rcfg := cfg.Reaper
-	rcfg.Logger = log
+	health := metrics.NewHealth(func(ctx context.Context) error { return client.Ping(ctx, readpref.Primary()) }, 0)
+	if cfg.HTTP.Addr != "" && !reapOnce {
+		srv, err := metrics.Serve(cfg.HTTP.Addr, metrics.Handler(registry, health), log)
+		if err != nil {
+			log.Error("cannot start", zap.Error(err))
+			return 1
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
+		}()
+		log.Info("serving /metrics, /healthz and /readyz", zap.String("http_addr", srv.Addr()))
+	}
+
+	wcfg := cfg.Worker
+	wcfg.Logger = base
+	wcfg.WriteTimeout = cfg.Mongo.WriteTimeout
+	wcfg.Observer = poolMetrics
+	qcfg, rcfg := cfg.Queue, cfg.Reaper
+	qcfg.Logger, rcfg.Logger = log, log // configs fills them with no-op loggers
+	dc, err := docket.NewClient(db, docket.Config{
+		Queue: qcfg, Worker: wcfg, Reaper: rcfg, LeaderTTL: cfg.Leader.TTL,
+		PeriodicJobs: cfg.PeriodicJobs, Logger: base,
+		Setup: func(ctx context.Context) error { return handlers.Setup(ctx, db) },
+	})
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	q := dc.Queue()
 	reaper, err := recovery.NewReaper(q, rcfg)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
@@ -132,13 +166,51 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		return 0
 	}
 
-	setup := func(ctx context.Context) error {
-		if err := q.EnsureIndexes(ctx); err != nil {
-			return err
-		}
-		return handlers.Setup(ctx, db)
+	if err := opts.Register(dc.Registry(), db, q, log); err != nil {
+		log.Error("cannot register handlers", zap.Error(err))
+		return 2
 	}
-	if err := waitForServer(startCtx, client, cfg.Mongo, log, setup); err != nil {
+	// The demo application's kinds contribute their maintenance.
+	scfg := cfg.RenameSweeper
+	scfg.Logger = log
+	sweeper, err := handlers.NewRenameSweeper(db, q, scfg)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	tcfg := cfg.TransferRecovery
+	tcfg.Logger = log
+	txRecovery, err := handlers.NewTransferRecovery(db, q, tcfg)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	tscfg := cfg.TreeSweeper
+	tscfg.Logger = log
+	treeSweeper, err := handlers.NewTreeSweeper(db, tscfg)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	if err := dc.AddMaintenance(sweeper, txRecovery, treeSweeper); err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	// The jobs per queue and state: counted and exported by the leader only.
+	elector := dc.Elector()
+	queueStats, err := metrics.NewQueueStats(metrics.QueueStatsConfig{
+		Queue: q, Leader: elector, Changes: elector.Changes(), Interval: cfg.HTTP.QueueStatsInterval, Logger: log,
+	})
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	registry.MustRegister(queueStats)
+
+	// Start ensures the indexes, runs the handlers' set-up, then starts the
+	// pool, the election and the maintenance; it starts nothing when it
+	// fails, so it is retried until the database answers.
+	if err := waitForServer(startCtx, client, cfg.Mongo, log, dc.Start); err != nil {
 		if errors.Is(err, queue.ErrSetupRefused) {
 			log.Error("cannot start: the database refused docket's setup; fix the documents named below, then start again", zap.Error(err))
 			return 1
@@ -147,74 +219,20 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		return 0
 	}
 	cancelStart()
-
-	reg := jobs.NewRegistry()
-	if err := opts.Register(reg, db, q, log); err != nil {
-		log.Error("cannot register handlers", zap.Error(err))
-		return 2
+	health.SetUp()
+	counting, stopCounting := context.WithCancel(context.Background())
+	defer stopCounting()
+	if cfg.HTTP.Addr != "" { // nobody reads the counts otherwise
+		counted := make(chan struct{})
+		go func() { defer close(counted); queueStats.Run(counting) }()
+		defer func() { stopCounting(); <-counted }()
 	}
-	wcfg := cfg.Worker
-	wcfg.Logger = base
-	wcfg.WriteTimeout = cfg.Mongo.WriteTimeout
-	w, err := worker.New(q, reg, wcfg)
-	if err != nil {
-		log.Error("cannot start", zap.Error(err))
-		return 2
-	}
-	scfg := cfg.RenameSweeper
-	scfg.Logger = log
-	sweeper, err := recovery.NewRenameSweeper(db, q, scfg)
-	if err != nil {
-		log.Error("cannot start", zap.Error(err))
-		return 2
-	}
-	tcfg := cfg.TransferRecovery
-	tcfg.Logger = log
-	txRecovery, err := recovery.NewTransferRecovery(db, q, tcfg)
-	if err != nil {
-		log.Error("cannot start", zap.Error(err))
-		return 2
-	}
-	tscfg := cfg.TreeSweeper
-	tscfg.Logger = log
-	treeSweeper, err := recovery.NewTreeSweeper(db, tscfg)
-	if err != nil {
-		log.Error("cannot start", zap.Error(err))
-		return 2
-	}
-	periodic, err := recovery.NewPeriodicEnqueuer(db, q, cfg.PeriodicJobs, log)
-	if err != nil {
-		log.Error("cannot start", zap.Error(err))
-		return 2
-	}
-	// Every process schedules the maintenance; only the elected leader runs
-	// it, so its cost does not grow with the number of processes.
-	elector, err := leadership.New(db.Collection(leadership.DefaultCollection),
-		leadership.Config{ID: cfg.Worker.ID, TTL: cfg.Leader.TTL, Logger: log})
-	if err != nil {
-		log.Error("cannot start", zap.Error(err))
-		return 2
-	}
-	var tasks []recovery.Task
-	for _, t := range []recovery.Task{reaper, sweeper, txRecovery, treeSweeper, periodic} {
-		tasks = append(tasks, recovery.LeaderOnly(elector, t))
-	}
-	sched, err := recovery.NewScheduler(log, tasks...)
-	if err != nil {
-		log.Error("cannot start", zap.Error(err))
-		return 2
-	}
-	electing, stopElecting := context.WithCancel(context.Background())
-	elected := make(chan struct{})
-	go func() { defer close(elected); elector.Run(electing) }()
-	defer func() { stopElecting(); <-elected }() // resigns, so another process leads at once
-	w.Start(context.Background())
-	sched.Start()
 	if opts.Started != nil {
 		opts.Started()
 	}
 
 	sig := <-sigs
+	health.ShuttingDown()
 	log.Info("stopping: waiting for running jobs; signal again to stop at once",
 		zap.String("signal", sig.String()), zap.Duration("shutdown_timeout", cfg.Worker.ShutdownTimeout))
 	stopCtx, hardStop := context.WithCancel(context.Background())
@@ -227,21 +245,17 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		case <-stopCtx.Done():
 		}
 	}()
-	reaping := sched.Stop()
-	stopElecting() // give the leadership up now: another process takes over the maintenance at once
-	if err := w.Stop(stopCtx); err != nil {
+	stopCounting()
+	// Stops claiming and the maintenance, resigns the leadership (another
+	// process takes the maintenance over at once), waits for running jobs.
+	if err := dc.Stop(stopCtx); err != nil {
 		log.Error("stop", zap.Error(err))
 		return 1
 	}
 	// This process exits now, and with it any handler that ignored its
 	// cancellation: give those jobs back rather than wait for their leases.
-	if n := w.ReleaseAbandoned(context.Background()); n > 0 {
+	if n := dc.ReleaseAbandoned(context.Background()); n > 0 {
 		log.Info("released the jobs of handlers still running at exit", zap.Int("released", n))
-	}
-	select {
-	case <-reaping:
-	case <-time.After(5 * time.Second):
-		log.Warn("a reaper pass was still running at exit; its fenced writes are safe to abandon")
 	}
 	if opts.Stopped != nil {
 		opts.Stopped()

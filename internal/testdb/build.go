@@ -13,8 +13,13 @@ import (
 	"time"
 )
 
-// DevDBPackage is the import path of the devdb command.
-const DevDBPackage = "github.com/docketq/docket/cmd/devdb"
+// DevDBPackage is the import path of the devdb command. It lives in the devdb
+// module (the devdb directory), so that docket's own module graph holds no
+// FerretDB package: BuildBinary builds it from there.
+const DevDBPackage = "github.com/docketq/docket/devdb/cmd/devdb"
+
+// devDBModule is the devdb module's directory under docket's module root.
+const devDBModule = "devdb"
 
 type buildKey struct {
 	pkg  string
@@ -118,6 +123,13 @@ func runBuild(pkg string, race bool) (string, error) {
 	defer unlock()
 
 	cmd := exec.Command("go", "build", "-race="+strconv.FormatBool(race), "-o", out, pkg)
+	if pkg == DevDBPackage {
+		dir, err := moduleDir(devDBModule)
+		if err != nil {
+			return "", err
+		}
+		cmd.Dir = dir
+	}
 	if output, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("testdb: go build %s: %w\n%s", pkg, err, output)
 	}
@@ -157,4 +169,18 @@ func removeBuilds() error {
 	buildDir = ""
 
 	return nil
+}
+
+// moduleDir returns the directory sub of docket's module root, found with
+// go env GOMOD from the test's working directory (its package directory).
+func moduleDir(sub string) (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("testdb: go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", fmt.Errorf("testdb: not inside docket's module (go env GOMOD is %q)", gomod)
+	}
+	return filepath.Join(filepath.Dir(gomod), sub), nil
 }

@@ -7,12 +7,6 @@ import (
 	"syscall"
 )
 
-// sysProcAttr makes a subprocess die with the test binary, even when the
-// test binary is killed and has no chance to stop it.
-func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-}
-
 // lockBuilds takes a lock shared by all test binaries of this user on this
 // machine and returns the function that releases it.
 func lockBuilds() (func(), error) {

@@ -11,9 +11,9 @@
 //	db := testdb.NewDB(t)
 //
 // The server is the one named by DOCKET_TEST_MONGO_URI when that is set (a real
-// MongoDB, say). Otherwise it is a devdb (cmd/devdb) that testdb builds once
-// per test binary, without -race so that the race detector watches docket and
-// not FerretDB, and runs as a subprocess on a free port with a temporary data
+// MongoDB, say). Otherwise it is a devdb (devdb/cmd/devdb, in the devdb
+// module) that testdb builds once per test binary, without -race so that the
+// race detector watches docket and not FerretDB, and runs as a subprocess on a free port with a temporary data
 // directory. It starts when a test first asks for it and stops when the tests
 // end. Set DOCKET_DEVDB_BIN to a prebuilt devdb binary to skip the build.
 //
@@ -36,6 +36,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/docketq/docket/internal/devdbproc"
 )
 
 // Environment variables that steer testdb.
@@ -62,7 +64,7 @@ var (
 	sharedOnce sync.Once
 	sharedURI  string
 	sharedErr  error
-	sharedProc *process // nil when EnvMongoURI is set
+	sharedProc *devdbproc.Process // nil when EnvMongoURI is set
 	sharedDir  string
 
 	// The shared client, created on first use.
@@ -102,7 +104,7 @@ func teardown() error {
 	}
 
 	if sharedProc != nil {
-		if err := sharedProc.stop(); err != nil {
+		if err := sharedProc.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("stop the shared devdb: %w", err))
 		}
 	}
@@ -156,13 +158,13 @@ func shared() (string, error) {
 		}
 		sharedDir = dir
 
-		p, err := startProcess(bin, "127.0.0.1:0", dir)
+		p, err := devdbproc.Start(bin, "127.0.0.1:0", dir, startTimeout)
 		if err != nil {
 			sharedErr = err
 			return
 		}
 		sharedProc = p
-		sharedURI = p.uri
+		sharedURI = p.URI()
 	})
 
 	return sharedURI, sharedErr

@@ -1,4 +1,4 @@
-package recovery_test
+package handlers_test
 
 import (
 	"context"
@@ -20,36 +20,36 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-var _ recovery.Task = (*recovery.RenameSweeper)(nil)
+var _ recovery.Task = (*handlers.RenameSweeper)(nil)
 
 func TestRenameSweeperConfig(t *testing.T) {
 	t.Parallel()
-	c := recovery.RenameSweeperConfig{}.WithDefaults()
-	require.Equal(t, recovery.DefaultRenameSweepSchedule, c.Schedule)
-	require.Equal(t, recovery.DefaultRenameSweepThreshold, c.Threshold)
-	require.Equal(t, recovery.DefaultRenameSweepBatch, c.Batch)
+	c := handlers.RenameSweeperConfig{}.WithDefaults()
+	require.Equal(t, handlers.DefaultRenameSweepSchedule, c.Schedule)
+	require.Equal(t, handlers.DefaultRenameSweepThreshold, c.Threshold)
+	require.Equal(t, handlers.DefaultRenameSweepBatch, c.Batch)
 	require.NotNil(t, c.Logger)
 	require.NoError(t, c.Validate())
 
-	var fromYAML recovery.RenameSweeperConfig
+	var fromYAML handlers.RenameSweeperConfig
 	require.NoError(t, yaml.Unmarshal([]byte("schedule: '@every 1m'\nthreshold: 2m\nbatch: 10\n"), &fromYAML))
-	require.Equal(t, recovery.RenameSweeperConfig{Schedule: "@every 1m", Threshold: 2 * time.Minute, Batch: 10}, fromYAML)
+	require.Equal(t, handlers.RenameSweeperConfig{Schedule: "@every 1m", Threshold: 2 * time.Minute, Batch: 10}, fromYAML)
 	require.Equal(t, fromYAML.Schedule, fromYAML.WithDefaults().Schedule)
 	require.Equal(t, fromYAML.Threshold, fromYAML.WithDefaults().Threshold)
 	require.Equal(t, fromYAML.Batch, fromYAML.WithDefaults().Batch)
 
 	for _, tc := range []struct {
 		name string
-		cfg  recovery.RenameSweeperConfig
+		cfg  handlers.RenameSweeperConfig
 		msg  string
 	}{
-		{"negative threshold", recovery.RenameSweeperConfig{Threshold: -time.Second}, "renameSweeper.threshold: -1s must be positive"},
-		{"negative batch", recovery.RenameSweeperConfig{Batch: -1}, "renameSweeper.batch: -1 must be at least 1"},
-		{"bad schedule", recovery.RenameSweeperConfig{Schedule: "now and then"}, `renameSweeper.schedule: "now and then" is not a cron schedule`},
+		{"negative threshold", handlers.RenameSweeperConfig{Threshold: -time.Second}, "renameSweeper.threshold: -1s must be positive"},
+		{"negative batch", handlers.RenameSweeperConfig{Batch: -1}, "renameSweeper.batch: -1 must be at least 1"},
+		{"bad schedule", handlers.RenameSweeperConfig{Schedule: "now and then"}, `renameSweeper.schedule: "now and then" is not a cron schedule`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.ErrorContains(t, tc.cfg.WithDefaults().Validate(), tc.msg)
-			_, err := recovery.NewRenameSweeper(nil, nil, tc.cfg)
+			_, err := handlers.NewRenameSweeper(nil, nil, tc.cfg)
 			require.ErrorContains(t, err, tc.msg)
 		})
 	}
@@ -179,7 +179,7 @@ func TestRenameSweeperSyncsStaleRenames(t *testing.T) {
 	e.addUser(t, "synced", "synced", "synced", time.Time{})
 
 	// A batch of 2 makes the pass read three pages.
-	sw, err := recovery.NewRenameSweeper(e.db, e.q, recovery.RenameSweeperConfig{
+	sw, err := handlers.NewRenameSweeper(e.db, e.q, handlers.RenameSweeperConfig{
 		Threshold: time.Minute, Batch: 2, Logger: zaptest.NewLogger(t),
 	})
 	require.NoError(t, err)
@@ -231,9 +231,9 @@ func TestRenameSweeperSyncsStaleRenames(t *testing.T) {
 func TestRenameSweeperTask(t *testing.T) {
 	e := newRenameSweepEnv(t)
 	e.addUser(t, "s0", "new", "old", time.Now().Add(-time.Hour))
-	sw, err := recovery.NewRenameSweeper(e.db, e.q, recovery.RenameSweeperConfig{})
+	sw, err := handlers.NewRenameSweeper(e.db, e.q, handlers.RenameSweeperConfig{})
 	require.NoError(t, err)
-	require.Equal(t, recovery.DefaultRenameSweepSchedule, sw.Schedule())
+	require.Equal(t, handlers.DefaultRenameSweepSchedule, sw.Schedule())
 	sw.Run()
 	js := e.allJobs(t)
 	require.Len(t, js, 1)
@@ -261,7 +261,7 @@ func TestRenameSweeperForeignUsers(t *testing.T) {
 		want = append(want, id)
 		e.addUser(t, id, "new-"+id, "old-"+id, old)
 	}
-	sw, err := recovery.NewRenameSweeper(e.db, e.q, recovery.RenameSweeperConfig{
+	sw, err := handlers.NewRenameSweeper(e.db, e.q, handlers.RenameSweeperConfig{
 		Threshold: time.Minute, Batch: 2, Logger: zaptest.NewLogger(t),
 	})
 	require.NoError(t, err)

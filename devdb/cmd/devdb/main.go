@@ -25,7 +25,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/docketq/docket/internal/devdb"
+	"github.com/docketq/docket/devdb"
 )
 
 // startTimeout bounds how long devdb waits for FerretDB to come up.

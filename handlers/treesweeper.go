@@ -1,11 +1,10 @@
-package recovery
+package handlers
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"github.com/docketq/docket/handlers"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap"
 )
@@ -18,7 +17,7 @@ const (
 
 // TreeSweeperConfig configures a TreeSweeper. Schedule defaults to
 // DefaultTreeSweepSchedule, Keep (published versions of each tree kept
-// readable) to handlers.DefaultTreeKeep.
+// readable) to DefaultTreeKeep.
 type TreeSweeperConfig struct {
 	Schedule string      `yaml:"schedule"`
 	Keep     int         `yaml:"keep"`
@@ -31,7 +30,7 @@ func (c TreeSweeperConfig) WithDefaults() TreeSweeperConfig {
 		c.Schedule = DefaultTreeSweepSchedule
 	}
 	if c.Keep == 0 {
-		c.Keep = handlers.DefaultTreeKeep
+		c.Keep = DefaultTreeKeep
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -69,7 +68,7 @@ func (s *TreeSweeper) Schedule() string { return s.cfg.Schedule }
 
 // RunOnce makes one pass and returns how many node documents it removed.
 func (s *TreeSweeper) RunOnce(ctx context.Context) (int, error) {
-	return handlers.SweepTrees(ctx, s.db, s.cfg.Keep, s.log)
+	return SweepTrees(ctx, s.db, s.cfg.Keep, s.log)
 }
 
 // Run is a cron job: one pass, with its error logged.

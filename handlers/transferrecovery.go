@@ -1,12 +1,12 @@
-package recovery
+package handlers
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/queue"
+	"github.com/docketq/docket/recovery"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -30,17 +30,19 @@ const (
 // stay initial, pending, applied or canceling without a change before the
 // pass gives it a job) to DefaultTransferRecoveryThreshold, Batch to
 // DefaultTransferRecoveryBatch.
-type TransferRecoveryConfig SweepConfig
+type TransferRecoveryConfig recovery.SweepConfig
 
 // WithDefaults returns c with every unset field set to its default.
 func (c TransferRecoveryConfig) WithDefaults() TransferRecoveryConfig {
-	return TransferRecoveryConfig(SweepConfig(c).withDefaults(SweepConfig{
+	return TransferRecoveryConfig(recovery.SweepConfig(c).WithDefaults(recovery.SweepConfig{
 		Schedule: DefaultTransferRecoverySchedule, Threshold: DefaultTransferRecoveryThreshold, Batch: DefaultTransferRecoveryBatch,
 	}))
 }
 
 // Validate reports the first invalid field, naming it and its value.
-func (c TransferRecoveryConfig) Validate() error { return SweepConfig(c).validate("transferRecovery") }
+func (c TransferRecoveryConfig) Validate() error {
+	return recovery.SweepConfig(c).Validate("transferRecovery")
+}
 
 // TransferRecovery finishes transfers whose job was lost: a crash between
 // writing a transaction and enqueueing its job, or a job that died (its
@@ -63,7 +65,7 @@ func NewTransferRecovery(db *mongo.Database, q *queue.Client, cfg TransferRecove
 	}
 	return &TransferRecovery{
 		cfg: cfg,
-		txs: db.Collection(handlers.TransactionsCollection),
+		txs: db.Collection(TransactionsCollection),
 		q:   q,
 		log: cfg.Logger.Named("transfer-recovery"),
 	}, nil
@@ -74,12 +76,12 @@ func (r *TransferRecovery) Schedule() string { return r.cfg.Schedule }
 
 // RunOnce makes one pass: every transaction unfinished and unchanged for
 // longer than the threshold gets a transfer job, unless an unfinished job
-// for it exists already (the unique key handlers.TransferUniqueKey). It
+// for it exists already (the unique key TransferUniqueKey). It
 // returns how many jobs it enqueued.
 func (r *TransferRecovery) RunOnce(ctx context.Context) (int, error) {
 	cutoff := time.Now().Add(-r.cfg.Threshold)
-	states := make(bson.A, len(handlers.UnfinishedTxStates))
-	for i, s := range handlers.UnfinishedTxStates {
+	states := make(bson.A, len(UnfinishedTxStates))
+	for i, s := range UnfinishedTxStates {
 		states[i] = s
 	}
 	enqueued := 0
@@ -158,7 +160,7 @@ func (r *TransferRecovery) decodeStalled(ctx context.Context, cur *mongo.Cursor)
 func (r *TransferRecovery) enqueue(ctx context.Context, stalled []stalledTx) (int, error) {
 	keys := make(bson.A, len(stalled))
 	for i, tx := range stalled {
-		keys[i] = handlers.TransferUniqueKey(tx.ID)
+		keys[i] = TransferUniqueKey(tx.ID)
 	}
 	cur, err := r.q.Collection().Find(ctx, bson.D{{Key: "uniqueKey", Value: bson.D{{Key: "$in", Value: keys}}}},
 		options.Find().SetProjection(bson.D{{Key: "uniqueKey", Value: 1}}))
@@ -178,13 +180,13 @@ func (r *TransferRecovery) enqueue(ctx context.Context, stalled []stalledTx) (in
 	var ins []queue.Insert
 	var txs []stalledTx
 	for _, tx := range stalled {
-		key := handlers.TransferUniqueKey(tx.ID)
+		key := TransferUniqueKey(tx.ID)
 		if alive[key] {
 			continue // its job is waiting, retrying or running
 		}
 		ins = append(ins, queue.Insert{
-			Kind: handlers.TransferKind,
-			Args: handlers.TransferArgs{TxID: tx.ID},
+			Kind: TransferKind,
+			Args: TransferArgs{TxID: tx.ID},
 			Opts: queue.InsertOpts{UniqueKey: key},
 		})
 		txs = append(txs, tx)

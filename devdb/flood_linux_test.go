@@ -21,8 +21,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
-
-	"github.com/docketq/docket/internal/testdb"
 )
 
 // The tests of this file run devdb as a process of its own and read its
@@ -41,7 +39,7 @@ type devdbProcess struct {
 func startDevDBProcess(t *testing.T, flags ...string) *devdbProcess {
 	t.Helper()
 
-	bin := testdb.DevDBBinary(t)
+	bin := devdbBinary(t)
 	args := append([]string{"--addr", "127.0.0.1:0", "--dir", t.TempDir(), "--log-format", "json"}, flags...)
 	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()

@@ -1,12 +1,12 @@
-package recovery
+package handlers
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/queue"
+	"github.com/docketq/docket/recovery"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -30,17 +30,19 @@ const (
 // DefaultRenameSweepSchedule, Threshold (how old a user's syncing flag must
 // be before the pass enqueues a sync job; longer than a rename job normally
 // takes) to DefaultRenameSweepThreshold, Batch to DefaultRenameSweepBatch.
-type RenameSweeperConfig SweepConfig
+type RenameSweeperConfig recovery.SweepConfig
 
 // WithDefaults returns c with every unset field set to its default.
 func (c RenameSweeperConfig) WithDefaults() RenameSweeperConfig {
-	return RenameSweeperConfig(SweepConfig(c).withDefaults(SweepConfig{
+	return RenameSweeperConfig(recovery.SweepConfig(c).WithDefaults(recovery.SweepConfig{
 		Schedule: DefaultRenameSweepSchedule, Threshold: DefaultRenameSweepThreshold, Batch: DefaultRenameSweepBatch,
 	}))
 }
 
 // Validate reports the first invalid field, naming it and its value.
-func (c RenameSweeperConfig) Validate() error { return SweepConfig(c).validate("renameSweeper") }
+func (c RenameSweeperConfig) Validate() error {
+	return recovery.SweepConfig(c).Validate("renameSweeper")
+}
 
 // RenameSweeper finishes renames whose job was lost: a rename-user job that
 // died (its attempts used up, or a bug) after setting the user's name, so
@@ -64,7 +66,7 @@ func NewRenameSweeper(db *mongo.Database, q *queue.Client, cfg RenameSweeperConf
 	}
 	return &RenameSweeper{
 		cfg:   cfg,
-		users: db.Collection(handlers.UsersCollection, options.Collection().SetReadPreference(readpref.Primary())),
+		users: db.Collection(UsersCollection, options.Collection().SetReadPreference(readpref.Primary())),
 		q:     q,
 		log:   cfg.Logger.Named("rename-sweeper"),
 	}, nil
@@ -75,7 +77,7 @@ func (s *RenameSweeper) Schedule() string { return s.cfg.Schedule }
 
 // RunOnce makes one pass: every user whose syncing flag is older than the
 // threshold gets a sync-only rename-user job, unless an unfinished one for
-// them exists already (the unique key handlers.RenameSyncUniqueKey). It
+// them exists already (the unique key RenameSyncUniqueKey). It
 // returns how many jobs it enqueued.
 //
 // Users are written by other apps too. The pass reads only users whose _id
@@ -163,9 +165,9 @@ func (s *RenameSweeper) enqueue(ctx context.Context, due []dueUser) (int, error)
 	ins := make([]queue.Insert, len(due))
 	for i, u := range due {
 		ins[i] = queue.Insert{
-			Kind: handlers.RenameKind,
-			Args: handlers.RenameArgs{UserID: u.id, Sync: true},
-			Opts: queue.InsertOpts{UniqueKey: handlers.RenameSyncUniqueKey(u.id)},
+			Kind: RenameKind,
+			Args: RenameArgs{UserID: u.id, Sync: true},
+			Opts: queue.InsertOpts{UniqueKey: RenameSyncUniqueKey(u.id)},
 		}
 	}
 	res, err := s.q.EnqueueMany(ctx, ins)

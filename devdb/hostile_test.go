@@ -20,13 +20,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/zap/zaptest"
-
-	"github.com/docketq/docket/internal/testdb"
 )
-
-// TestMain lets the tests that run devdb as a process build it through
-// testdb, which removes the binary when they end.
-func TestMain(m *testing.M) { testdb.Main(m) }
 
 // headerOnly is the 16-byte header of an OP_MSG announcing the largest
 // message devdb accepts, and nothing after it.

@@ -1,4 +1,4 @@
-package recovery_test
+package handlers_test
 
 import (
 	"context"
@@ -17,33 +17,33 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-var _ recovery.Task = (*recovery.TransferRecovery)(nil)
+var _ recovery.Task = (*handlers.TransferRecovery)(nil)
 
 func TestTransferRecoveryConfig(t *testing.T) {
 	t.Parallel()
-	d := recovery.TransferRecoveryConfig{}.WithDefaults()
-	require.Equal(t, recovery.DefaultTransferRecoverySchedule, d.Schedule)
+	d := handlers.TransferRecoveryConfig{}.WithDefaults()
+	require.Equal(t, handlers.DefaultTransferRecoverySchedule, d.Schedule)
 	require.Equal(t, "@every 15s", d.Schedule)
 	require.Equal(t, 30*time.Second, d.Threshold)
-	require.Equal(t, recovery.DefaultTransferRecoveryThreshold, d.Threshold)
+	require.Equal(t, handlers.DefaultTransferRecoveryThreshold, d.Threshold)
 	require.Equal(t, 500, d.Batch)
-	require.Equal(t, recovery.DefaultTransferRecoveryBatch, d.Batch)
+	require.Equal(t, handlers.DefaultTransferRecoveryBatch, d.Batch)
 	require.NotNil(t, d.Logger)
 	require.NoError(t, d.Validate())
 
-	set := recovery.TransferRecoveryConfig{Schedule: "@every 1m", Threshold: time.Minute, Batch: 7}.WithDefaults()
+	set := handlers.TransferRecoveryConfig{Schedule: "@every 1m", Threshold: time.Minute, Batch: 7}.WithDefaults()
 	require.Equal(t, "@every 1m", set.Schedule)
 	require.Equal(t, time.Minute, set.Threshold)
 	require.Equal(t, 7, set.Batch)
 
 	for _, tc := range []struct {
 		name string
-		cfg  recovery.TransferRecoveryConfig
+		cfg  handlers.TransferRecoveryConfig
 		want string
 	}{
-		{"schedule", recovery.TransferRecoveryConfig{Schedule: "nope"}, `transferRecovery.schedule: "nope" is not a cron schedule`},
-		{"threshold", recovery.TransferRecoveryConfig{Threshold: -time.Second}, "transferRecovery.threshold: -1s must be positive"},
-		{"batch", recovery.TransferRecoveryConfig{Batch: -1}, "transferRecovery.batch: -1 must be at least 1"},
+		{"schedule", handlers.TransferRecoveryConfig{Schedule: "nope"}, `transferRecovery.schedule: "nope" is not a cron schedule`},
+		{"threshold", handlers.TransferRecoveryConfig{Threshold: -time.Second}, "transferRecovery.threshold: -1s must be positive"},
+		{"batch", handlers.TransferRecoveryConfig{Batch: -1}, "transferRecovery.batch: -1 must be at least 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg.WithDefaults()
@@ -52,9 +52,9 @@ func TestTransferRecoveryConfig(t *testing.T) {
 	}
 }
 
-// transferBundle is what a recovery test needs: a database, a queue, and
+// recoveryBundle is what a recovery test needs: a database, a queue, and
 // the transfer handler.
-type transferBundle struct {
+type recoveryBundle struct {
 	ctx context.Context
 	db  *mongo.Database
 	q   *queue.Client
@@ -62,7 +62,7 @@ type transferBundle struct {
 	log *zap.Logger
 }
 
-func transferSetup(t *testing.T) *transferBundle {
+func recoverySetup(t *testing.T) *recoveryBundle {
 	t.Helper()
 	t.Parallel()
 	ctx := context.Background()
@@ -76,18 +76,18 @@ func transferSetup(t *testing.T) *transferBundle {
 	require.NoError(t, handlers.Register(reg, handlers.Deps{DB: db, Queue: q, Logger: log}))
 	h, _, ok := reg.Lookup(handlers.TransferKind)
 	require.True(t, ok)
-	return &transferBundle{ctx: ctx, db: db, q: q, h: h, log: log}
+	return &recoveryBundle{ctx: ctx, db: db, q: q, h: h, log: log}
 }
 
-func (b *transferBundle) recovery(t *testing.T, cfg recovery.TransferRecoveryConfig) *recovery.TransferRecovery {
+func (b *recoveryBundle) recovery(t *testing.T, cfg handlers.TransferRecoveryConfig) *handlers.TransferRecovery {
 	t.Helper()
 	cfg.Logger = b.log
-	r, err := recovery.NewTransferRecovery(b.db, b.q, cfg)
+	r, err := handlers.NewTransferRecovery(b.db, b.q, cfg)
 	require.NoError(t, err)
 	return r
 }
 
-func (b *transferBundle) insert(t *testing.T, coll string, docs ...bson.D) {
+func (b *recoveryBundle) insert(t *testing.T, coll string, docs ...bson.D) {
 	t.Helper()
 	all := make([]any, len(docs))
 	for i, d := range docs {
@@ -97,7 +97,7 @@ func (b *transferBundle) insert(t *testing.T, coll string, docs ...bson.D) {
 	require.NoError(t, err)
 }
 
-func (b *transferBundle) claim(t *testing.T) *jobs.Job {
+func (b *recoveryBundle) claim(t *testing.T) *jobs.Job {
 	t.Helper()
 	j, err := b.q.Claim(b.ctx, queue.ClaimParams{
 		Owner: "test", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.TransferKind}, Lease: time.Minute,
@@ -107,7 +107,7 @@ func (b *transferBundle) claim(t *testing.T) *jobs.Job {
 }
 
 // runAll runs every runnable transfer job to success.
-func (b *transferBundle) runAll(t *testing.T) int {
+func (b *recoveryBundle) runAll(t *testing.T) int {
 	t.Helper()
 	n := 0
 	for j := b.claim(t); j != nil; j = b.claim(t) {
@@ -118,21 +118,21 @@ func (b *transferBundle) runAll(t *testing.T) int {
 	return n
 }
 
-func (b *transferBundle) jobCount(t *testing.T, filter bson.D) int64 {
+func (b *recoveryBundle) jobCount(t *testing.T, filter bson.D) int64 {
 	t.Helper()
 	n, err := b.q.Collection().CountDocuments(b.ctx, filter)
 	require.NoError(t, err)
 	return n
 }
 
-func (b *transferBundle) txState(t *testing.T, id string) handlers.TxState {
+func (b *recoveryBundle) txState(t *testing.T, id string) handlers.TxState {
 	t.Helper()
 	var tx handlers.Transaction
 	require.NoError(t, b.db.Collection(handlers.TransactionsCollection).FindOne(b.ctx, bson.D{{Key: "_id", Value: id}}).Decode(&tx))
 	return tx.State
 }
 
-func (b *transferBundle) accounts(t *testing.T) map[string]handlers.Account {
+func (b *recoveryBundle) accounts(t *testing.T) map[string]handlers.Account {
 	t.Helper()
 	cur, err := b.db.Collection(handlers.AccountsCollection).Find(b.ctx, bson.D{})
 	require.NoError(t, err)
@@ -145,7 +145,7 @@ func (b *transferBundle) accounts(t *testing.T) map[string]handlers.Account {
 	return out
 }
 
-func transferTx(id, src, dst string, value int64, state handlers.TxState, extra ...bson.E) bson.D {
+func recoveryTx(id, src, dst string, value int64, state handlers.TxState, extra ...bson.E) bson.D {
 	return append(bson.D{
 		{Key: "_id", Value: id}, {Key: "source", Value: src}, {Key: "destination", Value: dst},
 		{Key: "value", Value: value}, {Key: "state", Value: state}, {Key: "lastModified", Value: time.Now()},
@@ -157,7 +157,7 @@ func transferTx(id, src, dst string, value int64, state handlers.TxState, extra 
 // that is dead, with one that is gone, or with none, each get one job that
 // finishes them; finished and recent transactions are left alone.
 func TestTransferRecoveryFinishesStalled(t *testing.T) {
-	b := transferSetup(t)
+	b := recoverySetup(t)
 	// A job that died holding t3.
 	res, err := b.q.Enqueue(b.ctx, handlers.TransferKind, handlers.TransferArgs{TxID: "t3"}, queue.InsertOpts{MaxAttempts: 1})
 	require.NoError(t, err)
@@ -173,19 +173,19 @@ func TestTransferRecoveryFinishesStalled(t *testing.T) {
 		bson.D{{Key: "_id", Value: "bob"}, {Key: "balance", Value: int64(300)}, {Key: "pendingTransactions", Value: bson.A{"t3"}}},
 	)
 	b.insert(t, handlers.TransactionsCollection,
-		transferTx("t1", "alice", "bob", 100, handlers.TxInitial), // its job was never enqueued
-		transferTx("t2", "alice", "bob", 200, handlers.TxPending, bson.E{Key: "owner", Value: "gone-job"}),
-		transferTx("t3", "alice", "bob", 300, handlers.TxApplied, bson.E{Key: "owner", Value: deadJob.ID}),
-		transferTx("t4", "alice", "ghost", 50, handlers.TxCanceling, bson.E{Key: "reason", Value: `destination account "ghost" not found`}),
-		transferTx("t5", "alice", "bob", 1, handlers.TxDone, bson.E{Key: "owner", Value: "old"}),
-		transferTx("t6", "alice", "bob", 1, handlers.TxCancelled, bson.E{Key: "owner", Value: "old"}),
+		recoveryTx("t1", "alice", "bob", 100, handlers.TxInitial), // its job was never enqueued
+		recoveryTx("t2", "alice", "bob", 200, handlers.TxPending, bson.E{Key: "owner", Value: "gone-job"}),
+		recoveryTx("t3", "alice", "bob", 300, handlers.TxApplied, bson.E{Key: "owner", Value: deadJob.ID}),
+		recoveryTx("t4", "alice", "ghost", 50, handlers.TxCanceling, bson.E{Key: "reason", Value: `destination account "ghost" not found`}),
+		recoveryTx("t5", "alice", "bob", 1, handlers.TxDone, bson.E{Key: "owner", Value: "old"}),
+		recoveryTx("t6", "alice", "bob", 1, handlers.TxCancelled, bson.E{Key: "owner", Value: "old"}),
 	)
 
-	n, err := b.recovery(t, recovery.TransferRecoveryConfig{Threshold: time.Hour}).RunOnce(b.ctx)
+	n, err := b.recovery(t, handlers.TransferRecoveryConfig{Threshold: time.Hour}).RunOnce(b.ctx)
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing has been still for an hour")
 
-	rec := b.recovery(t, recovery.TransferRecoveryConfig{Threshold: time.Nanosecond})
+	rec := b.recovery(t, handlers.TransferRecoveryConfig{Threshold: time.Nanosecond})
 	total := 0
 	require.Eventually(t, func() bool {
 		n, err := rec.RunOnce(b.ctx)
@@ -221,14 +221,14 @@ func TestTransferRecoveryFinishesStalled(t *testing.T) {
 // TestTransferRecoveryLeavesLiveJobs: a stalled transaction whose job is
 // waiting, running or retrying gets no second job.
 func TestTransferRecoveryLeavesLiveJobs(t *testing.T) {
-	b := transferSetup(t)
+	b := recoverySetup(t)
 	b.insert(t, handlers.AccountsCollection,
 		bson.D{{Key: "_id", Value: "alice"}, {Key: "balance", Value: int64(1000)}},
 		bson.D{{Key: "_id", Value: "bob"}, {Key: "balance", Value: int64(0)}},
 	)
 	txID, jobID, err := handlers.EnqueueTransfer(b.ctx, b.db, b.q, "alice", "bob", 10)
 	require.NoError(t, err)
-	rec := b.recovery(t, recovery.TransferRecoveryConfig{Threshold: time.Nanosecond})
+	rec := b.recovery(t, handlers.TransferRecoveryConfig{Threshold: time.Nanosecond})
 	check := func(state jobs.State) {
 		t.Helper()
 		j, err := b.q.Get(b.ctx, jobID)
@@ -253,13 +253,13 @@ func TestTransferRecoveryLeavesLiveJobs(t *testing.T) {
 // TestTransferRecoveryBatches: a pass reads batch after batch until it has
 // seen every stalled transaction.
 func TestTransferRecoveryBatches(t *testing.T) {
-	b := transferSetup(t)
+	b := recoverySetup(t)
 	var docs []bson.D
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
-		docs = append(docs, transferTx(id, "x", "y", 1, handlers.TxInitial))
+		docs = append(docs, recoveryTx(id, "x", "y", 1, handlers.TxInitial))
 	}
 	b.insert(t, handlers.TransactionsCollection, docs...)
-	rec := b.recovery(t, recovery.TransferRecoveryConfig{Threshold: time.Nanosecond, Batch: 2})
+	rec := b.recovery(t, handlers.TransferRecoveryConfig{Threshold: time.Nanosecond, Batch: 2})
 	total := 0
 	require.Eventually(t, func() bool {
 		n, err := rec.RunOnce(b.ctx)
@@ -271,15 +271,15 @@ func TestTransferRecoveryBatches(t *testing.T) {
 
 // TestTransferRecoveryTask: the pass runs as a scheduled task.
 func TestTransferRecoveryTask(t *testing.T) {
-	b := transferSetup(t)
-	b.insert(t, handlers.TransactionsCollection, transferTx("t1", "x", "y", 1, handlers.TxInitial))
-	rec := b.recovery(t, recovery.TransferRecoveryConfig{Schedule: "@every 1h", Threshold: time.Nanosecond})
+	b := recoverySetup(t)
+	b.insert(t, handlers.TransactionsCollection, recoveryTx("t1", "x", "y", 1, handlers.TxInitial))
+	rec := b.recovery(t, handlers.TransferRecoveryConfig{Schedule: "@every 1h", Threshold: time.Nanosecond})
 	require.Equal(t, "@every 1h", rec.Schedule())
 	require.Eventually(t, func() bool {
 		rec.Run()
 		return b.jobCount(t, bson.D{}) == 1
 	}, 10*time.Second, 5*time.Millisecond)
 
-	_, err := recovery.NewTransferRecovery(b.db, b.q, recovery.TransferRecoveryConfig{Threshold: -time.Second})
+	_, err := handlers.NewTransferRecovery(b.db, b.q, handlers.TransferRecoveryConfig{Threshold: -time.Second})
 	require.EqualError(t, err, "transferRecovery.threshold: -1s must be positive")
 }

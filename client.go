@@ -1,0 +1,376 @@
+// Package docket is a job queue on MongoDB: jobs are documents, worker
+// processes on any number of machines claim them with an atomic
+// findAndModify that stamps a lease, keep the lease alive while a handler
+// runs, and finish with a write fenced on that lease.
+//
+// A Client is the whole of it for a Go program: it inserts jobs, and once
+// started it runs a pool of handlers, the reaper (which re-queues the jobs
+// of workers that died) and retention, periodic jobs, and the maintenance
+// the application's kinds contribute. Maintenance runs in one elected
+// process at a time, however many run.
+//
+//	client, err := docket.NewClient(db, docket.Config{Logger: log})
+//	docket.MustAddHandler(client, func(ctx context.Context, job *jobs.Job, args EmailArgs) error {
+//		return send(ctx, args)
+//	}, jobs.KindOptions{Timeout: 30 * time.Second, MaxAttempts: 5})
+//	if err := client.Start(ctx); err != nil { ... }
+//	res, err := client.Insert(ctx, EmailArgs{To: "a@example.com"}, nil)
+//	...
+//	err = client.Stop(ctx) // stop claiming, wait for running jobs; ctx's end cancels them
+//
+// The worker command (cmd/worker) is a thin wrapper over a Client, with
+// configuration, signals and logging.
+package docket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/docketq/docket/internal/leadership"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"github.com/docketq/docket/recovery"
+	"github.com/docketq/docket/worker"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.uber.org/zap"
+)
+
+// Config configures a Client. The zero value is usable: every setting has
+// a default, and a zero field means "the default" throughout (see each
+// package's Config for its defaults).
+type Config struct {
+	// Queue configures the jobs collection, retries and write concern.
+	Queue queue.Config
+	// Worker configures the pool that Start runs: queues, concurrency,
+	// lease, heartbeats, shutdown timeout. Its ID names this process in
+	// job documents, logs and the leader election.
+	Worker worker.Config
+	// Reaper configures the re-queueing of jobs whose lease expired, and
+	// retention of finished jobs.
+	Reaper recovery.ReaperConfig
+	// LeaderTTL is how long maintenance pauses when the elected process
+	// dies: the others wait this long after its last renewal. Defaults to
+	// leadership.DefaultTTL; at least leadership.MinTTL.
+	LeaderTTL time.Duration
+	// PeriodicJobs are enqueued by the elected process on their
+	// schedules, each tick once however many processes run.
+	PeriodicJobs []recovery.PeriodicJob
+	// Setup, when set, runs in Start after docket's indexes are ensured:
+	// the application's own idempotent set-up, such as its collections'
+	// indexes. An error from it fails Start, which may be retried.
+	Setup func(ctx context.Context) error
+	// Logger receives the client's logs. Defaults to a no-op logger.
+	Logger *zap.Logger
+}
+
+// Client inserts jobs and, once started, works them. Create it with
+// NewClient; it is safe for concurrent use.
+type Client struct {
+	cfg Config
+	db  *mongo.Database
+	q   *queue.Client
+	reg *jobs.Registry
+	log *zap.Logger
+
+	elector *leadership.Elector
+
+	mu          sync.Mutex
+	maintenance []recovery.Task
+	started     bool
+	stopped     bool
+	w           *worker.Worker
+	sched       *recovery.Scheduler
+	stopElect   context.CancelFunc
+	elected     chan struct{}
+}
+
+// maintenanceStopWait bounds how long Stop waits for a maintenance pass
+// that was running when it stopped the schedule: every maintenance write
+// is fenced, so abandoning a pass is safe.
+const maintenanceStopWait = 5 * time.Second
+
+// ErrNotStarted is returned by Stop on a client that was never started.
+var ErrNotStarted = errors.New("docket: client not started")
+
+// NewClient returns a client of the jobs in db. It checks cfg and connects
+// nothing: inserting ensures the jobs collection's indexes on first use, and
+// Start ensures them before it runs anything.
+func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
+	if db == nil {
+		return nil, errors.New("docket: NewClient: db must not be nil")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	cfg.Worker = cfg.Worker.WithDefaults()
+	if err := cfg.Worker.Validate(); err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	cfg.Reaper = cfg.Reaper.WithDefaults()
+	if err := cfg.Reaper.Validate(); err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	if err := recovery.ValidatePeriodicJobs(cfg.PeriodicJobs); err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	log := cfg.Logger.With(zap.String("worker", cfg.Worker.ID))
+	elector, err := leadership.New(db.Collection(leadership.DefaultCollection),
+		leadership.Config{ID: cfg.Worker.ID, TTL: cfg.LeaderTTL, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	qcfg := cfg.Queue
+	if qcfg.Logger == nil {
+		qcfg.Logger = log
+	}
+	q, err := queue.New(db, qcfg)
+	if err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	return &Client{cfg: cfg, db: db, q: q, reg: jobs.NewRegistry(), log: log, elector: elector}, nil
+}
+
+// Elector returns the leader election this client takes part in once
+// started: whether it leads now, and a channel that signals changes.
+// docket's worker command reads it to publish leader-only metrics.
+func (c *Client) Elector() *leadership.Elector { return c.elector }
+
+// ID returns the id that names this process in job documents, logs and the
+// leader election (Config.Worker.ID, or the one made for it).
+func (c *Client) ID() string { return c.cfg.Worker.ID }
+
+// Queue returns the client's queue: what handlers use to insert follow-up
+// jobs and operators' tools use to list, retry and cancel jobs.
+func (c *Client) Queue() *queue.Client { return c.q }
+
+// Registry returns the kinds the client works. Add to it with AddHandler,
+// MustAddHandler or Registry().Add before Start.
+func (c *Client) Registry() *jobs.Registry { return c.reg }
+
+// AddHandler registers fn for the kind its args type names, with the
+// kind's options: its timeout, and the defaults an insert of the kind
+// takes when its InsertOpts leave them unset (max attempts, queue,
+// priority). Args that do not decode, or that fail their Validate, send the
+// job to the dead state with the reason; an error that wraps
+// jobs.Permanent does too; any other error retries with backoff.
+func AddHandler[T jobs.Args](c *Client, fn func(ctx context.Context, job *jobs.Job, args T) error, opts jobs.KindOptions) error {
+	return jobs.Register(c.reg, fn, opts)
+}
+
+// MustAddHandler is AddHandler that panics on error, for a program's main.
+func MustAddHandler[T jobs.Args](c *Client, fn func(ctx context.Context, job *jobs.Job, args T) error, opts jobs.KindOptions) {
+	if err := AddHandler(c, fn, opts); err != nil {
+		panic(err)
+	}
+}
+
+// AddMaintenance adds passes the application's kinds need (a sweep that
+// finds stalled handler data and enqueues jobs to finish it, say), run on
+// their schedules by the elected process only, beside the reaper. Call it
+// before Start.
+func (c *Client) AddMaintenance(tasks ...recovery.Task) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return errors.New("docket: AddMaintenance after Start")
+	}
+	for _, t := range tasks {
+		if t == nil {
+			return errors.New("docket: AddMaintenance: nil task")
+		}
+	}
+	c.maintenance = append(c.maintenance, tasks...)
+	return nil
+}
+
+// InsertOpts are the options of one inserted job; see queue.InsertOpts.
+// Fields left zero take the kind's defaults from its handler's
+// jobs.KindOptions when this client has one, then the queue's defaults.
+type InsertOpts = queue.InsertOpts
+
+// InsertResult says what an insert did: the job's id, and whether its
+// unique key was already held by an unfinished job (then no job was added
+// and ID is that job's).
+type InsertResult = queue.Result
+
+// InsertManyParams is one job of an InsertMany.
+type InsertManyParams struct {
+	Args jobs.Args
+	Opts *InsertOpts
+}
+
+// Insert adds one job of the kind args names. Its id is made by the
+// client, so after an error the job may or may not exist: see
+// queue.Client.EnqueueMany for what an error reports.
+func (c *Client) Insert(ctx context.Context, args jobs.Args, opts *InsertOpts) (InsertResult, error) {
+	res, err := c.InsertMany(ctx, []InsertManyParams{{Args: args, Opts: opts}})
+	if err != nil {
+		return InsertResult{}, err
+	}
+	return res[0], nil
+}
+
+// InsertMany adds jobs in one round trip (jobs with a unique key take one
+// each), all or none validated before the first write.
+func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]InsertResult, error) {
+	ins := make([]queue.Insert, len(params))
+	for i, p := range params {
+		if p.Args == nil {
+			return nil, &queue.ValidationError{Index: i, Field: "args", Reason: "must not be nil"}
+		}
+		var o InsertOpts
+		if p.Opts != nil {
+			o = *p.Opts
+		}
+		kind := p.Args.Kind()
+		ins[i] = queue.Insert{Kind: kind, Args: p.Args, Opts: c.withKindDefaults(kind, o)}
+	}
+	return c.q.EnqueueMany(ctx, ins)
+}
+
+// withKindDefaults fills the options o leaves zero from kind's handler.
+func (c *Client) withKindDefaults(kind string, o InsertOpts) InsertOpts {
+	_, ko, ok := c.reg.Lookup(kind)
+	if !ok {
+		return o
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = ko.MaxAttempts
+	}
+	if o.Queue == "" {
+		o.Queue = ko.Queue
+	}
+	if o.Priority == 0 {
+		o.Priority = ko.Priority
+	}
+	return o
+}
+
+// Start ensures the jobs collection's indexes, runs Config.Setup, then
+// starts the pool, the leader election and the maintenance schedule, and
+// returns. It fails, with nothing started, when the server cannot be
+// reached or refuses the set-up (errors.Is(err, queue.ErrSetupRefused));
+// it may then be called again. A client with no handler does not start:
+// one that only inserts never needs to.
+func (c *Client) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.stopped:
+		return errors.New("docket: Start after Stop")
+	case c.started:
+		return errors.New("docket: Start called twice")
+	case len(c.reg.Kinds()) == 0:
+		return errors.New("docket: Start: no handler registered (a client that only inserts need not start)")
+	}
+	if err := c.q.EnsureIndexes(ctx); err != nil {
+		return fmt.Errorf("docket: start: %w", err)
+	}
+	if c.cfg.Setup != nil {
+		if err := c.cfg.Setup(ctx); err != nil {
+			return fmt.Errorf("docket: start: set-up: %w", err)
+		}
+	}
+
+	w, err := worker.New(c.q, c.reg, c.cfg.Worker)
+	if err != nil {
+		return fmt.Errorf("docket: %w", err)
+	}
+	rcfg := c.cfg.Reaper
+	if rcfg.Logger == nil {
+		rcfg.Logger = c.log
+	}
+	reaper, err := recovery.NewReaper(c.q, rcfg)
+	if err != nil {
+		return fmt.Errorf("docket: %w", err)
+	}
+	periodic, err := recovery.NewPeriodicEnqueuer(c.db, c.q, c.cfg.PeriodicJobs, c.log)
+	if err != nil {
+		return fmt.Errorf("docket: %w", err)
+	}
+	elector := c.elector
+	// Every process schedules the maintenance; only the elected one runs
+	// it, so its cost does not grow with the number of processes.
+	var tasks []recovery.Task
+	for _, t := range append([]recovery.Task{reaper, periodic}, c.maintenance...) {
+		tasks = append(tasks, recovery.LeaderOnly(elector, t))
+	}
+	sched, err := recovery.NewScheduler(c.log, tasks...)
+	if err != nil {
+		return fmt.Errorf("docket: %w", err)
+	}
+
+	electing, stopElect := context.WithCancel(context.Background())
+	c.elected = make(chan struct{})
+	go func() { defer close(c.elected); elector.Run(electing) }()
+	c.stopElect = stopElect
+	c.w, c.sched, c.started = w, sched, true
+	w.Start(context.Background())
+	sched.Start()
+	return nil
+}
+
+// Stop stops gracefully in two stages: it stops claiming and scheduling
+// maintenance at once, gives the leadership up (another process takes the
+// maintenance over without waiting for the lease), and waits for running
+// jobs to finish. When ctx ends, or Config.Worker.ShutdownTimeout passes,
+// first, it cancels the jobs still running; handlers that return give their
+// jobs back. A handler that ignores its cancellation keeps its job until
+// the lease expires: call ReleaseAbandoned just before the process exits to
+// give such jobs back at once.
+func (c *Client) Stop(ctx context.Context) error {
+	return c.stop(ctx, false)
+}
+
+// StopAndCancel stops as Stop does, but cancels running jobs at once.
+func (c *Client) StopAndCancel(ctx context.Context) error {
+	return c.stop(ctx, true)
+}
+
+func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
+	c.mu.Lock()
+	if !c.started {
+		c.mu.Unlock()
+		return ErrNotStarted
+	}
+	first := !c.stopped
+	c.stopped = true
+	c.mu.Unlock()
+
+	var maintenanceDone <-chan struct{}
+	if first {
+		maintenanceDone = c.sched.Stop()
+		c.stopElect() // resigns: another process leads at once
+		<-c.elected
+	}
+	var err error
+	if cancelJobs {
+		err = c.w.StopAndCancel(ctx)
+	} else {
+		err = c.w.Stop(ctx)
+	}
+	if maintenanceDone != nil {
+		select {
+		case <-maintenanceDone:
+		case <-time.After(maintenanceStopWait):
+			c.log.Warn("a maintenance pass was still running at stop; its fenced writes are safe to abandon")
+		}
+	}
+	return err
+}
+
+// ReleaseAbandoned gives back, after Stop, the jobs whose handlers ignored
+// their cancellation and still run, and returns how many; call it only
+// right before the process exits (see worker.Worker.ReleaseAbandoned).
+func (c *Client) ReleaseAbandoned(ctx context.Context) int {
+	c.mu.Lock()
+	w := c.w
+	c.mu.Unlock()
+	if w == nil {
+		return 0
+	}
+	return w.ReleaseAbandoned(ctx)
+}

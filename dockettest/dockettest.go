@@ -1,0 +1,136 @@
+// Package dockettest helps test an application's docket handlers: run a
+// handler on a job synchronously, as a worker would run one attempt, and
+// check that code under test inserted the jobs it should.
+//
+//	func TestWelcome(t *testing.T) {
+//		client := newClient(t) // a docket.Client with the app's handlers added
+//		err := dockettest.Work(ctx, client, EmailArgs{To: "a@example.com"})
+//		require.NoError(t, err)
+//
+//		signUp(ctx, client, "a@example.com") // inserts an EmailArgs job
+//		job := dockettest.RequireInserted(t, client, EmailArgs{To: "a@example.com"})
+//	}
+package dockettest
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/docketq/docket"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// TB is the part of testing.TB the assertions use.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// Work runs the handler client has for args' kind on a job made from
+// args, synchronously, as one attempt of a worker would: under the kind's
+// timeout, with args decoded and validated as the worker does. It writes
+// nothing to the database itself (the handler may). It returns the
+// handler's error: nil, a retryable error, or one for which
+// jobs.IsPermanent is true (including args that fail to decode or
+// validate). Setting job fields: opts, as for an insert.
+func Work(ctx context.Context, client *docket.Client, args jobs.Args, opts ...docket.InsertOpts) error {
+	_, err := WorkJob(ctx, client, args, opts...)
+	return err
+}
+
+// WorkJob is Work that also returns the job the handler ran on.
+func WorkJob(ctx context.Context, client *docket.Client, args jobs.Args, opts ...docket.InsertOpts) (*jobs.Job, error) {
+	if args == nil {
+		return nil, fmt.Errorf("dockettest: Work: args must not be nil")
+	}
+	var o docket.InsertOpts
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	h, ko, ok := client.Registry().Lookup(args.Kind())
+	if !ok {
+		return nil, fmt.Errorf("dockettest: Work: no handler for kind %q (registered: %v)", args.Kind(), client.Registry().Kinds())
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	job, err := queue.NewJob(queue.Insert{Kind: args.Kind(), Args: args, Opts: o}, now)
+	if err != nil {
+		return nil, fmt.Errorf("dockettest: Work: %w", err)
+	}
+	expires := now.Add(ko.Timeout)
+	job.State = jobs.StateRunning
+	job.Attempt = 1
+	job.Owner = "dockettest"
+	job.LeaseToken = "dockettest"
+	job.LeaseExpiresAt = &expires
+	job.HeartbeatAt = &now
+	ctx, cancel := context.WithTimeout(ctx, ko.Timeout)
+	defer cancel()
+	return job, h.Work(ctx, job)
+}
+
+// RequireInserted fails the test unless a job of want's kind whose args
+// decode to a value equal to want is in client's jobs collection, in any
+// state, and returns the newest such job.
+func RequireInserted[T jobs.Args](t TB, client *docket.Client, want T) *jobs.Job {
+	t.Helper()
+	found, err := inserted(client, want)
+	if err != nil {
+		t.Fatalf("dockettest: RequireInserted: %v", err)
+		return nil
+	}
+	if len(found) == 0 {
+		t.Fatalf("dockettest: no %q job was inserted with args %+v", want.Kind(), want)
+		return nil
+	}
+	return found[len(found)-1]
+}
+
+// RequireNotInserted fails the test if a job of want's kind whose args
+// decode to a value equal to want is in client's jobs collection.
+func RequireNotInserted[T jobs.Args](t TB, client *docket.Client, want T) {
+	t.Helper()
+	found, err := inserted(client, want)
+	if err != nil {
+		t.Fatalf("dockettest: RequireNotInserted: %v", err)
+		return
+	}
+	if len(found) > 0 {
+		t.Fatalf("dockettest: %d %q job(s) were inserted with args %+v, the first %s", len(found), want.Kind(), want, found[0].ID)
+	}
+}
+
+// inserted returns the jobs of want's kind whose args equal want, oldest
+// first.
+func inserted[T jobs.Args](client *docket.Client, want T) ([]*jobs.Job, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cur, err := client.Queue().Collection().Find(ctx, bson.D{{Key: "kind", Value: want.Kind()}})
+	if err != nil {
+		return nil, err
+	}
+	defer cur.Close(ctx)
+	var found []*jobs.Job
+	for cur.Next(ctx) {
+		var j jobs.Job
+		if err := cur.Decode(&j); err != nil {
+			continue // a document another app wrote: not the job asked for
+		}
+		var got T
+		if err := bson.Unmarshal(j.Args, &got); err != nil {
+			continue
+		}
+		if reflect.DeepEqual(got, want) {
+			found = append(found, &j)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(found, func(a, b *jobs.Job) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return found, nil
+}

@@ -1,0 +1,107 @@
+package dockettest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/docketq/docket"
+	"github.com/docketq/docket/dockettest"
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/jobs"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+type SignUpArgs struct {
+	Email string `bson:"email"`
+}
+
+func (SignUpArgs) Kind() string { return "sign-up" }
+
+func (a SignUpArgs) Validate() error {
+	if !strings.Contains(a.Email, "@") {
+		return fmt.Errorf("email %q has no @", a.Email)
+	}
+	return nil
+}
+
+type WelcomeArgs struct {
+	To string `bson:"to"`
+}
+
+func (WelcomeArgs) Kind() string { return "welcome" }
+
+// newClient is an application's client: a sign-up handler that inserts a
+// welcome job, and a welcome handler that refuses one address for good.
+func newClient(t *testing.T) *docket.Client {
+	t.Helper()
+	client, err := docket.NewClient(testdb.NewDB(t), docket.Config{})
+	require.NoError(t, err)
+	docket.MustAddHandler(client, func(ctx context.Context, _ *jobs.Job, a SignUpArgs) error {
+		_, err := client.Insert(ctx, WelcomeArgs{To: a.Email}, nil)
+		return err
+	}, jobs.KindOptions{})
+	docket.MustAddHandler(client, func(ctx context.Context, _ *jobs.Job, a WelcomeArgs) error {
+		if a.To == "bounce@example.com" {
+			return jobs.Permanent(errors.New("address bounces"))
+		}
+		return ctx.Err()
+	}, jobs.KindOptions{})
+	return client
+}
+
+func TestWorkRunsTheHandlerAndRequireInsertedSeesItsJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := newClient(t)
+
+	dockettest.RequireNotInserted(t, client, WelcomeArgs{To: "a@example.com"})
+	require.NoError(t, dockettest.Work(ctx, client, SignUpArgs{Email: "a@example.com"}))
+	job := dockettest.RequireInserted(t, client, WelcomeArgs{To: "a@example.com"})
+	require.Equal(t, jobs.StateAvailable, job.State)
+	dockettest.RequireNotInserted(t, client, WelcomeArgs{To: "b@example.com"})
+
+	err := dockettest.Work(ctx, client, WelcomeArgs{To: "bounce@example.com"})
+	require.True(t, jobs.IsPermanent(err), "a permanent error stays one: %v", err)
+	err = dockettest.Work(ctx, client, SignUpArgs{Email: "nobody"})
+	require.True(t, jobs.IsPermanent(err), "args that fail Validate are a permanent error: %v", err)
+	require.ErrorContains(t, err, `email "nobody" has no @`)
+
+	ran, err := dockettest.WorkJob(ctx, client, WelcomeArgs{To: "c@example.com"}, docket.InsertOpts{Queue: "mail", MaxAttempts: 2})
+	require.NoError(t, err)
+	require.Equal(t, "mail", ran.Queue)
+	require.Equal(t, 1, ran.Attempt)
+
+	require.ErrorContains(t, dockettest.Work(ctx, client, otherArgs{}), `no handler for kind "other"`)
+}
+
+type otherArgs struct{}
+
+func (otherArgs) Kind() string { return "other" }
+
+// recorder is a TB that records failures instead of failing the test.
+type recorder struct{ failed []string }
+
+func (r *recorder) Helper() {}
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.failed = append(r.failed, fmt.Sprintf(format, args...))
+}
+
+func TestTheAssertionsFail(t *testing.T) {
+	t.Parallel()
+	client := newClient(t)
+	var r recorder
+	dockettest.RequireInserted(&r, client, WelcomeArgs{To: "never@example.com"})
+	require.Len(t, r.failed, 1)
+	require.Contains(t, r.failed[0], `no "welcome" job was inserted`)
+
+	_, err := client.Insert(context.Background(), WelcomeArgs{To: "x@example.com"}, nil)
+	require.NoError(t, err)
+	dockettest.RequireNotInserted(&r, client, WelcomeArgs{To: "x@example.com"})
+	require.Len(t, r.failed, 2)
+	require.Contains(t, r.failed[1], `1 "welcome" job(s) were inserted`)
+}

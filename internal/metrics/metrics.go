@@ -1,0 +1,154 @@
+// Package metrics publishes what a docket worker process does, in the
+// Prometheus format, and answers Kubernetes' liveness and readiness probes.
+//
+// Worker counts what this process's pool did (a worker.Observer): every
+// process exports its own, and Prometheus sums them across processes.
+// QueueStats exports the jobs per queue and state and the age of the oldest
+// waiting job, computed from the database by the elected leader only, and
+// exported by the leader only, so that their cost does not grow with the
+// number of processes and a sum across processes counts each job once.
+// Handler serves both, with /healthz and /readyz.
+package metrics
+
+import (
+	"errors"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"github.com/docketq/docket/worker"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Namespace prefixes every metric's name.
+const Namespace = "docket"
+
+// Buckets of the histograms, in seconds.
+var (
+	// HandlerBuckets spans a few milliseconds to ten minutes: handlers range
+	// from a no-op to a long export.
+	HandlerBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+	// ClaimBuckets spans a fast MongoDB (a millisecond) to the claim's own
+	// 10 s bound.
+	ClaimBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+)
+
+// Worker counts what one process's worker pool does. It implements
+// worker.Observer: pass it as worker.Config.Observer.
+type Worker struct {
+	finished    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	claim       prometheus.Histogram
+	claimed     prometheus.Counter
+	emptyClaims prometheus.Counter
+	claimErrors prometheus.Counter
+	leasesLost  *prometheus.CounterVec
+	heartbeats  *prometheus.CounterVec
+	retries     *prometheus.CounterVec
+	running     *prometheus.GaugeVec
+}
+
+var _ worker.Observer = (*Worker)(nil)
+
+// NewWorker returns the metrics of a worker pool, registered with reg.
+func NewWorker(reg prometheus.Registerer) (*Worker, error) {
+	w := &Worker{
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "jobs_finished_total",
+			Help: "Attempts that ended in this process, by kind, queue and outcome: succeeded, retried (failed, available again), dead, cancelled, released (given back at shutdown), lease_lost (taken by another worker or the reaper; nothing written), unrecorded (the outcome could not be written; the reaper re-queues the job).",
+		}, []string{"kind", "queue", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "job_duration_seconds",
+			Help:    "How long handlers ran, by kind, whatever the outcome.",
+			Buckets: HandlerBuckets,
+		}, []string{"kind"}),
+		claim: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "claim_duration_seconds",
+			Help:    "Claim round trips to the database, each taking up to --claim-batch jobs, whatever they returned.",
+			Buckets: ClaimBuckets,
+		}),
+		claimed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "jobs_claimed_total",
+			Help: "Jobs claimed by this process.",
+		}),
+		emptyClaims: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "claims_empty_total",
+			Help: "Claims that found no runnable job.",
+		}),
+		claimErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "claim_errors_total",
+			Help: "Claims that failed (the database away or slow).",
+		}),
+		leasesLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "leases_lost_total",
+			Help: "Attempts whose lease a fenced write (a heartbeat or the final write) found taken by another worker or the reaper, by kind and queue.",
+		}, []string{"kind", "queue"}),
+		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "heartbeats_total",
+			Help: "Lease renewals, by result: renewed, lease_lost, failed (the database away; retried at the next heartbeat).",
+		}, []string{"result"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "job_retries_total",
+			Help: "Attempts started that were not their job's first (after a failure or a lost lease), by kind and queue.",
+		}, []string{"kind", "queue"}),
+		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "jobs_running",
+			Help: "Jobs this process holds now, by kind and queue.",
+		}, []string{"kind", "queue"}),
+	}
+	for _, c := range []prometheus.Collector{w.finished, w.duration, w.claim, w.claimed, w.emptyClaims, w.claimErrors, w.leasesLost, w.heartbeats, w.retries, w.running} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	// The results are known in advance: show them at zero from the start,
+	// so that a rate over them is defined before the first event.
+	for _, r := range []string{"renewed", "lease_lost", "failed"} {
+		w.heartbeats.WithLabelValues(r)
+	}
+	return w, nil
+}
+
+// Claimed implements worker.Observer.
+func (w *Worker) Claimed(took time.Duration, n int, err error) {
+	w.claim.Observe(took.Seconds())
+	switch {
+	case err != nil:
+		w.claimErrors.Inc()
+	case n == 0:
+		w.emptyClaims.Inc()
+	}
+	w.claimed.Add(float64(n))
+}
+
+// Started implements worker.Observer.
+func (w *Worker) Started(job *jobs.Job) {
+	w.running.WithLabelValues(job.Kind, job.Queue).Inc()
+	if job.Attempt > 1 {
+		w.retries.WithLabelValues(job.Kind, job.Queue).Inc()
+	}
+}
+
+// Finished implements worker.Observer.
+func (w *Worker) Finished(job *jobs.Job, outcome worker.Outcome, handler time.Duration) {
+	w.running.WithLabelValues(job.Kind, job.Queue).Dec()
+	w.finished.WithLabelValues(job.Kind, job.Queue, string(outcome)).Inc()
+	w.duration.WithLabelValues(job.Kind).Observe(handler.Seconds())
+}
+
+// Heartbeat implements worker.Observer.
+func (w *Worker) Heartbeat(_ *jobs.Job, err error) {
+	switch {
+	case err == nil:
+		w.heartbeats.WithLabelValues("renewed").Inc()
+	case errors.Is(err, queue.ErrLeaseLost):
+		w.heartbeats.WithLabelValues("lease_lost").Inc()
+	default:
+		w.heartbeats.WithLabelValues("failed").Inc()
+	}
+}
+
+// LeaseLost implements worker.Observer.
+func (w *Worker) LeaseLost(job *jobs.Job) {
+	w.leasesLost.WithLabelValues(job.Kind, job.Queue).Inc()
+}

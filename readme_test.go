@@ -1,0 +1,83 @@
+package docket_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket"
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/jobs"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap/zaptest"
+)
+
+// EmailArgs is the args type the README's "From Go" snippet registers.
+type EmailArgs struct {
+	To string `bson:"to"`
+}
+
+// Kind implements jobs.Args.
+func (EmailArgs) Kind() string { return "email" }
+
+// TestReadmeFromGo runs the README's "From Go" snippet as it is written, on
+// a fresh database (the server's URI and the database's name are the
+// test's, and the handler body is the test's), and checks that the README
+// holds the snippet line for line, so the two cannot drift apart.
+func TestReadmeFromGo(t *testing.T) {
+	t.Parallel()
+	uri, dbName := testdb.URI(), testdb.NewDB(t).Name()
+	ctx := context.Background()
+	logger := zaptest.NewLogger(t)
+	sent := make(chan string, 1)
+	send := func(_ context.Context, a EmailArgs) error { sent <- a.To; return nil }
+
+	// --- README ---
+	mc, _ := mongo.Connect(options.Client().ApplyURI(uri))
+	client, err := docket.NewClient(mc.Database(dbName), docket.Config{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	docket.MustAddHandler(client, func(ctx context.Context, j *jobs.Job, a EmailArgs) error {
+		return send(ctx, a)
+	}, jobs.KindOptions{Timeout: time.Minute, MaxAttempts: 5})
+	if err := client.Start(ctx); err != nil { // indexes, pool, reaper, leader, periodic jobs
+		t.Fatal(err)
+	}
+	defer client.Stop(context.Background()) // graceful: stops claiming, waits, then cancels
+
+	res, err := client.Insert(ctx, EmailArgs{To: "a@example.com"},
+		&docket.InsertOpts{Priority: 5, UniqueKey: "welcome:a@example.com"})
+	// res.ID; res.Duplicate is true when an unfinished job already held the key.
+	// --- end ---
+	t.Cleanup(func() { _ = mc.Disconnect(context.Background()) })
+	require.NoError(t, err)
+	require.False(t, res.Duplicate)
+	require.Equal(t, "a@example.com", <-sent)
+	require.Eventually(t, func() bool {
+		j, err := client.Queue().Get(ctx, res.ID)
+		return err == nil && j.State == jobs.StateSucceeded && j.MaxAttempts == 5
+	}, 20*time.Second, 20*time.Millisecond)
+
+	src, err := os.ReadFile("readme_test.go")
+	require.NoError(t, err)
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	snippet := string(src)
+	snippet = snippet[strings.Index(snippet, "// --- README ---\n")+len("// --- README ---\n"):]
+	snippet = snippet[:strings.Index(snippet, "\t// --- end ---")]
+	for _, line := range strings.Split(strings.TrimRight(snippet, "\n"), "\n") {
+		line = strings.TrimPrefix(line, "\t")
+		line = strings.ReplaceAll(line, "t.Fatal(err)", "log.Fatal(err)")
+		line = strings.ReplaceAll(line, "(uri)", `("mongodb://127.0.0.1:27017")`)
+		line = strings.ReplaceAll(line, "(dbName)", `("app")`)
+		line = strings.ReplaceAll(line, "return send(ctx, a)", "return sendEmail(ctx, a.To)")
+		if !strings.Contains(string(readme), line+"\n") {
+			t.Errorf("README.md's From Go snippet lacks this line, which the test runs:\n%s", line)
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package worker
+
+import (
+	"time"
+
+	"github.com/docketq/docket/jobs"
+)
+
+// Outcome is how one attempt ended, as an Observer sees it.
+type Outcome string
+
+// Outcomes of an attempt.
+const (
+	// OutcomeSucceeded: the handler returned nil and the job is succeeded.
+	OutcomeSucceeded Outcome = "succeeded"
+	// OutcomeRetried: the attempt failed and the job is available again
+	// after its backoff.
+	OutcomeRetried Outcome = "retried"
+	// OutcomeDead: the attempt failed for good (a permanent error, or no
+	// attempts left) and the job is dead.
+	OutcomeDead Outcome = "dead"
+	// OutcomeCancelled: the job was cancelled while it ran.
+	OutcomeCancelled Outcome = "cancelled"
+	// OutcomeReleased: the worker stopped and gave the job back.
+	OutcomeReleased Outcome = "released"
+	// OutcomeLeaseLost: another worker or the reaper took the job; this
+	// attempt wrote nothing.
+	OutcomeLeaseLost Outcome = "lease_lost"
+	// OutcomeUnrecorded: the outcome could not be written before the lease
+	// would expire (the database away); the reaper re-queues the job.
+	OutcomeUnrecorded Outcome = "unrecorded"
+)
+
+// Observer is told what a worker does, for metrics. Its methods are called
+// from the worker's goroutines, concurrently, and must return quickly.
+type Observer interface {
+	// Claimed follows each claim round trip: how long it took, how many
+	// jobs it returned and its error.
+	Claimed(took time.Duration, n int, err error)
+	// Started is called when a claimed job's attempt begins; Finished
+	// follows it exactly once, when the attempt's slot is about to be freed.
+	Started(job *jobs.Job)
+	// Finished reports how the attempt ended and how long its handler ran.
+	Finished(job *jobs.Job, outcome Outcome, handler time.Duration)
+	// Heartbeat follows each lease renewal round trip, with its error
+	// (queue.ErrLeaseLost when the job was taken).
+	Heartbeat(job *jobs.Job, err error)
+	// LeaseLost is called when a fenced write of an attempt (a renewal or
+	// its final write) matched nothing: another worker or the reaper took
+	// the job. At most once per attempt; the handler may run on a while.
+	// A lease that only expired unrenewed is not counted until a write
+	// finds it taken.
+	LeaseLost(job *jobs.Job)
+}
+
+// NopObserver is an Observer that does nothing; embed it to implement only
+// some methods.
+type NopObserver struct{}
+
+// Claimed implements Observer.
+func (NopObserver) Claimed(time.Duration, int, error) {}
+
+// Started implements Observer.
+func (NopObserver) Started(*jobs.Job) {}
+
+// Finished implements Observer.
+func (NopObserver) Finished(*jobs.Job, Outcome, time.Duration) {}
+
+// Heartbeat implements Observer.
+func (NopObserver) Heartbeat(*jobs.Job, error) {}
+
+// LeaseLost implements Observer.
+func (NopObserver) LeaseLost(*jobs.Job) {}
+
+// failOutcome is the Outcome of a failed attempt that left its job in s.
+func failOutcome(s jobs.State) Outcome {
+	switch s {
+	case jobs.StateAvailable:
+		return OutcomeRetried
+	case jobs.StateCancelled:
+		return OutcomeCancelled
+	default:
+		return OutcomeDead
+	}
+}
