@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/docketq/docket/jobs"
-	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -75,10 +74,15 @@ const claimWindow = 2
 // stamps the next block of the candidates it read (it reads claimWindow
 // blocks), so that two workers that read the same candidates split them
 // rather than one of them reading again. k == 1 is Claim.
+//
+// Every job the call stamps carries p.Token (or a fresh token). On an
+// error it returns no job, though some may have been stamped (a stamp or a
+// read-back whose reply was lost): ReleaseClaim(p.Token) gives them back.
 func (c *Client) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
 	if k < 1 {
 		return nil, fmt.Errorf("queue: claim batch: k is %d, must be at least 1", k)
 	}
+	p = p.withToken()
 	if k == 1 {
 		j, err := c.Claim(ctx, p)
 		if j == nil || err != nil {
@@ -103,8 +107,11 @@ func (c *Client) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.
 			}
 			return []*jobs.Job{j}, nil
 		}
-		if err != nil || len(claimed) > 0 || !raced {
-			return claimed, err
+		if err != nil {
+			return nil, err
+		}
+		if len(claimed) > 0 || !raced {
+			return claimed, nil
 		}
 	}
 	return nil, nil
@@ -153,7 +160,7 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (clai
 	if c.betweenReadAndStamp != nil {
 		c.betweenReadAndStamp()
 	}
-	token := uuid.NewString()
+	token := p.Token
 	update := claimUpdate(p, t, token)
 	for from := 0; from < len(cands); from += k {
 		to := min(from+k, len(cands))
@@ -164,8 +171,8 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (clai
 			err = c.afterStamp()
 		}
 		if err != nil {
-			// Some jobs may be ours but we cannot know which: the reaper
-			// frees them.
+			// Some jobs may be ours, stamped with token: the caller's
+			// ReleaseClaim (or else the reaper) frees them.
 			return nil, false, fmt.Errorf("queue: claim batch: %w", err)
 		}
 		switch {
@@ -190,13 +197,19 @@ func (c *Client) readBack(ctx context.Context, block []*jobs.Job, token string) 
 	for i, j := range block {
 		ids[i] = j.ID
 	}
+	if c.hooks != nil && c.hooks.beforeReadBack != nil {
+		if err := c.hooks.beforeReadBack(); err != nil {
+			return nil, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
+		}
+	}
 	cur, err := c.coll.Find(ctx, bson.D{
 		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
 		{Key: "state", Value: jobs.StateRunning},
 		{Key: "leaseToken", Value: token},
 	}, options.Find().SetSort(claimSort))
 	if err != nil {
-		// The jobs are ours but we cannot know which: the reaper frees them.
+		// The jobs are ours but we cannot know which: the caller's
+		// ReleaseClaim (or else the reaper) frees them.
 		return nil, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
 	}
 	// One at a time: a job that does not decode is left running with this
@@ -212,7 +225,9 @@ func (c *Client) readBack(ctx context.Context, block []*jobs.Job, token string) 
 		return nil
 	})
 	if err != nil {
-		return claimed, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
+		// Those read so far are ours too, but one call gives all or none:
+		// ReleaseClaim gives them all back.
+		return nil, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
 	}
 	return claimed, nil
 }

@@ -24,6 +24,21 @@ type ClaimParams struct {
 	Kinds []string
 	// Lease is how long the claim holds the job unless renewed.
 	Lease time.Duration
+	// Token is the lease token the claim stamps on the jobs it takes. It
+	// must be fresh for each call, never reused: a caller that makes its
+	// own (a worker does) knows it before the claim is sent, so after an
+	// error, when the server may have applied the claim and lost its reply,
+	// ReleaseClaim finds and gives back the jobs that carry it. Empty: a
+	// fresh one is made.
+	Token string
+}
+
+// withToken returns p with a fresh token unless it has one.
+func (p ClaimParams) withToken() ClaimParams {
+	if p.Token == "" {
+		p.Token = uuid.NewString()
+	}
+	return p
 }
 
 // Lease identifies one claim of a job: every write by the holder is fenced
@@ -40,8 +55,10 @@ type Lease struct {
 var claimSort = bson.D{{Key: "priority", Value: -1}, {Key: "runAt", Value: 1}, {Key: "_id", Value: 1}}
 
 // Claim takes the best runnable job with one atomic findAndModify, stamping
-// it running with p.Owner, a fresh lease token and a lease expiry. It
-// returns nil and no error when there is nothing to claim.
+// it running with p.Owner, p.Token (or a fresh token) and a lease expiry
+// of p.Lease from when the claim was sent. It returns nil and no error when
+// there is nothing to claim. On an error the server may still have applied
+// the claim: the job then carries p.Token (see ReleaseClaim).
 func (c *Client) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 	if len(p.Queues) == 0 || len(p.Kinds) == 0 {
 		return nil, errors.New("queue: claim needs at least one queue and one kind")
@@ -49,15 +66,19 @@ func (c *Client) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 	if p.Queues = c.unpaused(ctx, p.Queues); len(p.Queues) == 0 { // every queue is paused (pause.go)
 		return nil, nil
 	}
+	p = p.withToken()
 	t := now()
 	filter := claimFilter(p, t)
-	update := claimUpdate(p, t, uuid.NewString())
+	update := claimUpdate(p, t, p.Token)
 	opts := options.FindOneAndUpdate().SetSort(claimSort).SetReturnDocument(options.After)
 	// A document that an app wrote by hand with a field of the wrong type
 	// must not block the queue: it is buried (dead, with what is wrong) and
 	// the claim goes on to the next job.
 	for range maxBuried + 1 {
 		raw, err := c.coll.FindOneAndUpdate(ctx, filter, update, opts).Raw()
+		if err == nil && c.hooks != nil && c.hooks.afterClaim != nil {
+			err = c.hooks.afterClaim()
+		}
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			return nil, nil
 		}
@@ -143,6 +164,64 @@ func (c *Client) buryBadAttempts(ctx context.Context, filter bson.D, t time.Time
 		}
 	}
 	return n, nil
+}
+
+// ReleaseClaim gives back, as if they had never been claimed, the jobs that
+// a claim with token stamped and that are still running under it: a claim
+// (or batch claim) that returned an error may have been applied by the
+// server with its reply lost, leaving jobs that no worker runs. Each is
+// released as Release does, fenced on {_id, state: running, token}: the
+// attempt is not counted, no error is recorded, and the job is available
+// at once (or cancelled, when a cancel was requested). It returns how many
+// it released. Call it only for a claim whose jobs were not handed to a
+// handler.
+func (c *Client) ReleaseClaim(ctx context.Context, token string) (int, error) {
+	if token == "" {
+		return 0, errors.New("queue: release claim: empty token")
+	}
+	cur, err := c.coll.Find(ctx,
+		bson.D{{Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: token}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return 0, fmt.Errorf("queue: release claim %s: %w", token, err)
+	}
+	var ids []string
+	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+		if id, ok := d.Lookup("_id").StringValueOK(); ok {
+			ids = append(ids, id)
+		}
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("queue: release claim %s: %w", token, err)
+	}
+	n := 0
+	for _, id := range ids {
+		err := c.Release(ctx, Lease{JobID: id, Token: token})
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			// Reaped, or released by an earlier try whose reply was lost.
+		case err != nil:
+			return n, fmt.Errorf("queue: release claim %s: %w", token, err)
+		default:
+			n++
+			c.log.Info("released a job whose claim returned an error: not run, attempt not counted",
+				zap.String("job_id", id), zap.String("lease_token", token))
+		}
+	}
+	return n, nil
+}
+
+// hooks let tests lose the reply of a write the server applied, or fail a
+// read, at the points where a real network can. Each, when set, returns
+// the error taken as the operation's.
+type hooks struct {
+	// afterClaim runs after a claim's findAndModify the server applied.
+	afterClaim func() error
+	// beforeReadBack runs before a batch claim reads back what it stamped.
+	beforeReadBack func() error
+	// afterFinish runs after a fenced write that ends an attempt (complete,
+	// fail, cancelled) and that the server applied; op names the write.
+	afterFinish func(op string) error
 }
 
 // LeaseOf returns the lease that j carries.

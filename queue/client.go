@@ -123,6 +123,9 @@ type Client struct {
 	// the server applied; an error it returns is taken as the stamp's, as
 	// when the reply is lost (a failover, a broken connection).
 	afterStamp func() error
+	// hooks, when set (by tests), lose replies of claims and finishing
+	// writes; see claim.go.
+	hooks *hooks
 }
 
 // ensured records that the jobs indexes exist, once EnsureIndexes

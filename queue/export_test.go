@@ -1,5 +1,7 @@
 package queue
 
+import "sync/atomic"
+
 // WithRaceBeforeStamp returns a Client like c whose batch claims run f
 // after reading their candidates and before stamping them, as if another
 // worker ran in between.
@@ -28,4 +30,45 @@ func WithLostStampReply(c *Client, err error) *Client {
 	r := *c
 	r.afterStamp = func() error { return err }
 	return &r
+}
+
+// withHooks returns a copy of c with hooks h (c's other fields shared).
+func withHooks(c *Client, h hooks) *Client {
+	r := *c
+	r.hooks = &h
+	return &r
+}
+
+// WithLostClaimReply returns a Client like c whose claims' findAndModify,
+// once the server applied it, fails with err the first n times, as when
+// the reply is lost.
+func WithLostClaimReply(c *Client, n int, err error) *Client {
+	var left atomic.Int32
+	left.Store(int32(n))
+	return withHooks(c, hooks{afterClaim: func() error {
+		if left.Add(-1) >= 0 {
+			return err
+		}
+		return nil
+	}})
+}
+
+// WithFailedReadBack returns a Client like c whose batch claims fail with
+// err when they read back the jobs they stamped.
+func WithFailedReadBack(c *Client, err error) *Client {
+	return withHooks(c, hooks{beforeReadBack: func() error { return err }})
+}
+
+// WithLostFinishReply returns a Client like c whose finishing write op
+// ("complete", "fail", "cancel"), once the server applied it, fails with
+// err the first n times, as when the reply is lost.
+func WithLostFinishReply(c *Client, op string, n int, err error) *Client {
+	var left atomic.Int32
+	left.Store(int32(n))
+	return withHooks(c, hooks{afterFinish: func(got string) error {
+		if got == op && left.Add(-1) >= 0 {
+			return err
+		}
+		return nil
+	}})
 }

@@ -26,6 +26,9 @@ func fence(l Lease) bson.D {
 // longer holds it.
 func (c *Client) fencedUpdate(ctx context.Context, op string, l Lease, update bson.D) error {
 	res, err := c.coll.UpdateOne(ctx, fence(l), update)
+	if err == nil {
+		err = c.lostFinishReply(op)
+	}
 	if err != nil {
 		return fmt.Errorf("queue: %s job %s: %w", op, l.JobID, err)
 	}
@@ -130,14 +133,105 @@ func (c *Client) Complete(ctx context.Context, l Lease) error {
 	if c.completions != nil {
 		return c.completions.complete(ctx, l)
 	}
-	return c.fencedUpdate(ctx, "complete", l, finish(jobs.StateSucceeded, now()))
+	err := c.fencedUpdate(ctx, "complete", l, finish(jobs.StateSucceeded, now()))
+	if errors.Is(err, ErrLeaseLost) {
+		// A try of this write whose reply was lost may have been applied:
+		// only this attempt writes succeeded under its token.
+		return c.unlessWritten(ctx, "complete", l, err, func(w *written) bool {
+			return w.State == jobs.StateSucceeded && w.LeaseToken == l.Token
+		})
+	}
+	return err
 }
 
 // Cancelled marks the job l holds cancelled, recording why.
 func (c *Client) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason string) error {
 	t := now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: reason})
-	return c.fencedUpdate(ctx, "cancel", l, finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}))
+	err := c.fencedUpdate(ctx, "cancel", l, finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}))
+	if errors.Is(err, ErrLeaseLost) {
+		return c.unlessWritten(ctx, "cancel", l, err, func(w *written) bool {
+			return w.State == jobs.StateCancelled && w.LeaseToken == l.Token && w.hasError(j.Attempt, j.Owner, reason)
+		})
+	}
+	return err
+}
+
+// written is what a finishing write leaves in a job, read back to tell
+// whether a try whose reply was lost was applied.
+type written struct {
+	State      jobs.State
+	LeaseToken string
+	RunAt      time.Time
+	Errors     []jobs.AttemptError
+}
+
+// hasError reports whether w records the error msg of the given attempt
+// and owner: only that attempt's own final write records it (the reaper's
+// and a cancel's messages are their own).
+func (w *written) hasError(attempt int, owner, msg string) bool {
+	for _, e := range w.Errors {
+		if e.Attempt == attempt && e.Owner == owner && e.Message == msg {
+			return true
+		}
+	}
+	return false
+}
+
+// readWritten reads back the fields a finishing write sets in job id, each
+// on its own (a field of another type is left at its zero value); nil when
+// the job is gone.
+func (c *Client) readWritten(ctx context.Context, id string) (*written, error) {
+	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(bson.D{
+		{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}, {Key: "runAt", Value: 1}, {Key: "errors", Value: 1},
+	})).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var w written
+	state, _ := raw.Lookup("state").StringValueOK()
+	w.State = jobs.State(state)
+	w.LeaseToken, _ = raw.Lookup("leaseToken").StringValueOK()
+	w.RunAt, _ = raw.Lookup("runAt").TimeOK()
+	if arr, ok := raw.Lookup("errors").ArrayOK(); ok {
+		vals, _ := arr.Values()
+		for _, v := range vals {
+			var e jobs.AttemptError
+			if doc, ok := v.DocumentOK(); ok && bson.Unmarshal(doc, &e) == nil {
+				w.Errors = append(w.Errors, e)
+			}
+		}
+	}
+	return &w, nil
+}
+
+// unlessWritten is called when the fenced write op of lease l reported
+// lost (err): it reads the job back and returns nil when ours says this
+// attempt's own write is there (an earlier try was applied and its reply
+// lost), err otherwise.
+func (c *Client) unlessWritten(ctx context.Context, op string, l Lease, err error, ours func(*written) bool) error {
+	w, rerr := c.readWritten(ctx, l.JobID)
+	if rerr != nil {
+		return fmt.Errorf("%w (reading the job back to see whether an earlier try was applied: %v)", err, rerr)
+	}
+	if w == nil || !ours(w) {
+		return err
+	}
+	c.log.Info("the job already holds this attempt's outcome: an earlier try was applied and its reply lost",
+		zap.String("job_id", l.JobID), zap.String("op", op), zap.String("state", string(w.State)))
+	return nil
+}
+
+// lostFinishReply is the error a test hook makes of the reply of the
+// finishing write op; nil without hooks.
+func (c *Client) lostFinishReply(op string) error {
+	if c.hooks == nil || c.hooks.afterFinish == nil {
+		return nil
+	}
+	return c.hooks.afterFinish(op)
 }
 
 // Failure is the outcome of a failed attempt.
@@ -155,14 +249,39 @@ func (c *Client) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (F
 	t := now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cause.Error()})
 	f, update := c.failure(j, t, jobs.IsPermanent(cause), errs)
+	// A try of this write whose reply was lost may have been applied: the
+	// job then records this attempt's error (only this attempt writes it).
+	msg := cause.Error()
+	ours := func(w *written) bool { return w.hasError(j.Attempt, j.Owner, msg) }
 	if f.State == jobs.StateDead {
-		return f, c.fencedUpdate(ctx, "fail", l, update)
+		err := c.fencedUpdate(ctx, "fail", l, update)
+		if errors.Is(err, ErrLeaseLost) {
+			err = c.unlessWritten(ctx, "fail", l, err, func(w *written) bool {
+				return w.State == jobs.StateDead && w.LeaseToken == l.Token && ours(w)
+			})
+		}
+		return f, err
 	}
 	cancelled, err := c.requeueUnlessCancelled(ctx, "fail", fence(l), update, func(requestedAt string, _ bson.Raw) bson.D {
 		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: jobs.AppendError(errs, jobs.AttemptError{
 			Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, "retried"),
 		})})
 	})
+	if errors.Is(err, ErrLeaseLost) {
+		var got *written
+		err = c.unlessWritten(ctx, "fail", l, err, func(w *written) bool { got = w; return ours(w) })
+		if err == nil {
+			// Re-queued by this attempt (and maybe claimed again since), or
+			// cancelled instead, which keeps the token.
+			if got.State == jobs.StateCancelled && got.LeaseToken == l.Token {
+				return Failure{State: jobs.StateCancelled}, nil
+			}
+			if got.State == jobs.StateAvailable {
+				f.RunAt = got.RunAt
+			}
+			return f, nil
+		}
+	}
 	if cancelled {
 		return Failure{State: jobs.StateCancelled}, err
 	}
@@ -195,6 +314,9 @@ func cancelledInstead(requestedAt, instead string) string {
 func (c *Client) requeueUnlessCancelled(ctx context.Context, op string, filter, update bson.D, cancel func(requestedAt string, doc bson.Raw) bson.D) (cancelled bool, err error) {
 	id := filterID(filter)
 	res, err := c.coll.UpdateOne(ctx, append(append(bson.D{}, filter...), cancelNotRequested), update)
+	if err == nil && res.MatchedCount == 1 {
+		err = c.lostFinishReply(op)
+	}
 	if err != nil {
 		return false, fmt.Errorf("queue: %s job %v: %w", op, id, err)
 	}

@@ -29,6 +29,13 @@ const (
 	// DefaultClaimBatch is how many jobs one claim takes at most: 1 claims
 	// one job per findAndModify (see docs/BENCHMARKS.md for the trade-off).
 	DefaultClaimBatch = 1
+	// DefaultStuckGrace is how long a handler may go on after its kind's
+	// timeout, a cancel request or a lost lease before the worker gives up
+	// on it (see Config.StuckGrace).
+	DefaultStuckGrace = 10 * time.Second
+	// MaxClaimTimeout bounds one claim round trip; a short lease bounds it
+	// further (see Config.ClaimTimeout).
+	MaxClaimTimeout = 10 * time.Second
 )
 
 // Config configures a Worker.
@@ -46,7 +53,9 @@ type Config struct {
 	// DefaultLease.
 	Lease time.Duration `yaml:"lease"`
 	// HeartbeatInterval is how often a running job's lease is renewed; it
-	// must be shorter than Lease. Defaults to DefaultHeartbeatInterval.
+	// must be at most a third of Lease, so that a lease outlives two missed
+	// heartbeats and a claim leaves room to start. Defaults to
+	// DefaultHeartbeatInterval.
 	HeartbeatInterval time.Duration `yaml:"heartbeatInterval"`
 	// ShutdownTimeout bounds a graceful stop. Defaults to
 	// DefaultShutdownTimeout.
@@ -67,8 +76,18 @@ type Config struct {
 	// round trip (and so a majority write-concern wait) below the deadlines
 	// the worker gives them: the worker command sets it from
 	// mongo.writeTimeout. Zero leaves them at those deadlines. Claims keep
-	// their own 10 s bound.
+	// their own bound (see ClaimTimeout).
 	WriteTimeout time.Duration `yaml:"-"`
+	// StuckGrace is how long a handler may go on after its kind's timeout,
+	// a cancel request or a lost lease (each of which cancels its context)
+	// before the worker gives up on it: it stops renewing the lease,
+	// records the outcome (a failed attempt for a timeout, cancelled for a
+	// cancel request, nothing for a lost lease), frees the handler's slot,
+	// logs it and counts it in Stats().StuckHandlers. The handler's
+	// goroutine is left running; its result, if it ever returns, is
+	// discarded. Not applied at shutdown (see Stop). Defaults to
+	// DefaultStuckGrace.
+	StuckGrace time.Duration `yaml:"stuckGrace"`
 	// Logger receives the worker's logs. Defaults to a no-op logger.
 	Logger *zap.Logger `yaml:"-"`
 	// Observer is told of claims, attempts and heartbeats, for metrics.
@@ -105,6 +124,9 @@ func (c Config) WithDefaults() Config {
 	if c.ClaimBatch == 0 {
 		c.ClaimBatch = DefaultClaimBatch
 	}
+	if c.StuckGrace == 0 {
+		c.StuckGrace = DefaultStuckGrace
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -125,6 +147,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("worker.lease: %s must be at least 1s", c.Lease)
 	case c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.Lease:
 		return fmt.Errorf("worker.heartbeatInterval: %s must be positive and shorter than worker.lease (%s)", c.HeartbeatInterval, c.Lease)
+	case 3*c.HeartbeatInterval > c.Lease:
+		return fmt.Errorf("worker.heartbeatInterval: %s must be at most a third of worker.lease (%s / 3 = %s), so that a lease outlives two missed heartbeats and a claim leaves at least two heartbeat intervals of lease to start a handler",
+			c.HeartbeatInterval, c.Lease, c.Lease/3)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("worker.shutdownTimeout: %s must not be negative", c.ShutdownTimeout)
 	case c.PollMin <= 0:
@@ -133,8 +158,26 @@ func (c Config) Validate() error {
 		return fmt.Errorf("worker.pollMax: %s must be at least worker.pollMin (%s)", c.PollMax, c.PollMin)
 	case c.ClaimBatch < 1:
 		return fmt.Errorf("worker.claimBatch: %d must be at least 1", c.ClaimBatch)
+	case c.StuckGrace < 0:
+		return fmt.Errorf("worker.stuckGrace: %s must not be negative", c.StuckGrace)
 	}
 	return nil
+}
+
+// StartMargin is the least lease a claimed job must have left for its
+// handler to start: two heartbeat intervals, so that the first renewal has
+// a whole interval to get through. A job claimed with less (the claim's
+// reply was slow, the process stalled) is given back, its attempt not
+// counted. c must have its defaults.
+func (c Config) StartMargin() time.Duration { return 2 * c.HeartbeatInterval }
+
+// ClaimTimeout bounds one claim (or batch claim) round trip:
+// MaxClaimTimeout, or Lease minus StartMargin when that is less, so that a
+// claim answered in time always leaves its jobs enough lease to start. The
+// lease a claim stamps is counted from before the claim is sent. c must
+// have its defaults.
+func (c Config) ClaimTimeout() time.Duration {
+	return min(MaxClaimTimeout, c.Lease-c.StartMargin())
 }
 
 // NewID returns a worker id unique across machines: the host name, the

@@ -71,12 +71,18 @@ func (w *Worker) execute(r *run) {
 
 	log.Info("job started")
 	start := time.Now()
-	err := w.call(ctx, h, job, log)
+	result := make(chan error, 1)
+	go func() { result <- w.call(ctx, h, job, log) }()
+	err, returned := w.await(ctx, result)
 	w.inHandler.Add(-1)
 	cause := context.Cause(ctx)
 	close(hbStop)
 	<-hbDone
 	elapsed = time.Since(start)
+	if !returned {
+		observed = w.giveUp(r, cause, opts.Timeout, start, result, log)
+		return
+	}
 
 	r.mu.Lock()
 	lost := r.lost
@@ -139,6 +145,89 @@ func (w *Worker) execute(r *run) {
 	}
 }
 
+// await waits for the handler's result. Once the handler's context ends
+// for any cause but a shutdown (which Stop handles), it waits
+// Config.StuckGrace more, then reports that the handler did not return.
+func (w *Worker) await(ctx context.Context, result <-chan error) (err error, returned bool) {
+	done := ctx.Done()
+	var grace <-chan time.Time
+	for {
+		select {
+		case err := <-result:
+			return err, true
+		case <-done:
+			done = nil
+			if !errors.Is(context.Cause(ctx), ErrShutdown) {
+				t := time.NewTimer(w.cfg.StuckGrace)
+				defer t.Stop()
+				grace = t.C
+			}
+		case <-grace:
+			return nil, false
+		}
+	}
+}
+
+// giveUp ends the attempt of r, whose handler ignored its context (ended
+// by cause) for Config.StuckGrace: the lease is no longer renewed (the
+// heartbeat has stopped), the outcome is recorded fenced on the lease, and
+// the handler's slot is freed when execute returns. The handler's
+// goroutine is left running; what it returns, if it ever does, is
+// discarded. The job may then run elsewhere: handlers are safe to run
+// beside a stalled attempt.
+func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.Time, result <-chan error, log *zap.Logger) Outcome {
+	w.stuck.Add(1)
+	elapsed := time.Since(start)
+	grace := w.cfg.StuckGrace
+	go func() {
+		<-result
+		log.Warn("a handler given up on as stuck has returned; its result is discarded", zap.Duration("duration", time.Since(start)))
+	}()
+	reason := "lease lost"
+	switch {
+	case errors.Is(cause, ErrTimeout):
+		reason = "timeout"
+	case errors.Is(cause, jobs.ErrCancelled):
+		reason = "cancel requested"
+	}
+	log.Error("stuck handler: it did not return within its grace after its context ended; the worker gives up on it, frees its slot and leaves its goroutine running",
+		zap.String("reason", reason), zap.Duration("running_for", elapsed), zap.Duration("timeout", timeout), zap.Duration("grace", grace))
+
+	r.mu.Lock()
+	lost := r.lost
+	r.mu.Unlock()
+	if lost || reason == "lease lost" {
+		return OutcomeLeaseLost // another holder or the reaper has the job
+	}
+	if !r.settle() {
+		return OutcomeReleased // released at shutdown
+	}
+	var write func(context.Context) error
+	outcome, observed := "cancelled", OutcomeCancelled
+	if reason == "timeout" {
+		cause := fmt.Errorf("handler did not return within timeout+grace (%s + %s)", timeout, grace)
+		write = func(ctx context.Context) error {
+			f, ferr := w.q.Fail(ctx, r.lease, r.job, cause)
+			outcome, observed = "failed, "+string(f.State), failOutcome(f.State)
+			return ferr
+		}
+	} else {
+		write = func(ctx context.Context) error {
+			return w.q.Cancelled(ctx, r.lease, r.job, fmt.Sprintf("cancelled while running: the handler did not return within %s of the cancel request", grace))
+		}
+	}
+	if err := w.persist(r, write, log); err != nil {
+		if errors.Is(err, queue.ErrLeaseLost) {
+			w.obs.LeaseLost(r.job)
+			return OutcomeLeaseLost
+		}
+		log.Warn("could not record the outcome of a stuck handler's job; the reaper re-queues it after its lease", zap.Error(err))
+		return OutcomeUnrecorded
+	}
+	log.Info("job finished", zap.Duration("duration", elapsed), zap.String("outcome", outcome+" (stuck handler)"))
+	return observed
+}
+
 // call runs the handler, turning a panic into the attempt's error.
 func (w *Worker) call(ctx context.Context, h jobs.Handler, job *jobs.Job, log *zap.Logger) (err error) {
 	defer func() {
@@ -160,7 +249,7 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 		if remaining <= 0 {
 			remaining = time.Second // one last try: the job may still be ours
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), w.bound(min(remaining, claimTimeout)))
+		ctx, cancel := context.WithTimeout(context.Background(), w.bound(min(remaining, MaxClaimTimeout)))
 		err := write(ctx)
 		cancel()
 		if err == nil || errors.Is(err, queue.ErrLeaseLost) {
@@ -179,7 +268,14 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 // the job's context when the lease is lost, when it expires unrenewed, or
 // when someone cancels the job.
 func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, stop <-chan struct{}, log *zap.Logger) {
-	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	// The first renewal comes one interval after the lease was written
+	// (the claim is sent), not after the handler started: a job whose
+	// claim was slow is renewed sooner, at once when it has less than
+	// lease − interval left, so that a live lease always has about that
+	// much left (the clock skew a reaper needs to steal it is lease −
+	// interval + grace). No renewal is added: a fast claim's first one
+	// comes as before.
+	t := time.NewTimer(max(0, time.Until(r.leaseExpiry())-(w.cfg.Lease-w.cfg.HeartbeatInterval)))
 	defer t.Stop()
 	// While the database is away every heartbeat fails: say so once, and
 	// once more when a renewal gets through, rather than at every tick.
@@ -191,6 +287,7 @@ func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, stop <-chan s
 		case <-w.jobsCtx.Done():
 			return
 		case <-t.C:
+			t.Reset(w.cfg.HeartbeatInterval)
 		}
 		// A renewal may take until the lease would expire: a slow server
 		// is not a lost lease.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"github.com/google/uuid"
 	"go.uber.org/zap"
 	"golang.org/x/sync/semaphore"
 )
@@ -22,10 +23,6 @@ func (w *Worker) bound(d time.Duration) time.Duration {
 	}
 	return d
 }
-
-// claimTimeout bounds one claim round trip. A claim is never cancelled by a
-// stop: a claim whose reply was lost would hold a job until the reaper.
-const claimTimeout = 10 * time.Second
 
 // claimGather is how long a batch claim waits for running jobs to free more
 // slots before it claims with the slots it has.
@@ -65,9 +62,39 @@ type Worker struct {
 	startOnce    sync.Once
 	stopOnce     sync.Once
 	running      sync.WaitGroup
-	inHandler    atomic.Int64 // jobs whose handlers have not returned
+	inHandler    atomic.Int64 // jobs whose handlers have not returned (stuck ones excepted)
 	mu           sync.Mutex
 	active       map[string]*run
+
+	// sweeps are the goroutines giving back the jobs of claims that
+	// returned an error; stopSweeps makes them sweep at once and end.
+	sweeps     sync.WaitGroup
+	sweepsCtx  context.Context
+	stopSweeps context.CancelFunc
+
+	stuck      atomic.Int64
+	unstarted  atomic.Int64
+	afterClaim func([]*jobs.Job) // test hook: runs between a claim's reply and the launch of its jobs
+}
+
+// Stats are counters of what a worker did since it was made, for logs and
+// metrics.
+type Stats struct {
+	// StuckHandlers counts handlers that did not return within
+	// Config.StuckGrace of their kind's timeout, a cancel request or a lost
+	// lease: the worker gave up on them (see Config.StuckGrace).
+	StuckHandlers int64
+	// ReleasedUnstarted counts jobs given back without running their
+	// handler, their attempt not counted: stamped by a claim that returned
+	// an error (its reply lost), or claimed with less than
+	// Config.StartMargin of lease left.
+	ReleasedUnstarted int64
+}
+
+// Stats returns the worker's counters. Safe to call at any time, from any
+// goroutine.
+func (w *Worker) Stats() Stats {
+	return Stats{StuckHandlers: w.stuck.Load(), ReleasedUnstarted: w.unstarted.Load()}
 }
 
 // New returns a Worker that runs the kinds in reg from the jobs of q.
@@ -97,6 +124,7 @@ func New(q *queue.Client, reg *jobs.Registry, cfg Config) (*Worker, error) {
 		w.obs = NopObserver{}
 	}
 	w.claimingCtx, w.stopClaiming = context.WithCancel(context.Background())
+	w.sweepsCtx, w.stopSweeps = context.WithCancel(context.Background())
 	w.jobsCtx, w.cancelJobs = context.WithCancelCause(context.Background())
 	return w, nil
 }
@@ -144,6 +172,8 @@ func (w *Worker) stop(graceful context.Context) error {
 	w.stopOnce.Do(func() {
 		w.stopClaiming()
 		<-w.dispatchDone
+		w.stopSweeps()
+		w.sweeps.Wait()
 		w.mu.Lock()
 		n := len(w.active)
 		w.mu.Unlock()
@@ -231,21 +261,36 @@ func (w *Worker) dispatch() {
 			return
 		}
 		slots := w.gatherSlots()
-		// Not bounded by the write timeout: a claim that times out after the
-		// server applied it leaves its jobs to the reaper (issue 15 #4), so
-		// a short bound would turn a slow server into lost claims.
-		ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
-		claimStart := time.Now()
+		// The token is made here, before the claim is sent: a claim that
+		// returns an error may have been applied with its reply lost, and
+		// its jobs are then found by their token and given back.
+		params.Token = uuid.NewString()
+		// Bounded by the lease, not by the write timeout: a claim answered
+		// within it leaves its jobs StartMargin of lease at least (the lease
+		// is counted from before the send). A stop does not cancel it.
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.ClaimTimeout())
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
-		w.obs.Claimed(time.Since(claimStart), len(claimed), err)
-		for _, job := range claimed {
-			w.launch(job)
+		w.obs.Claimed(time.Since(sent), len(claimed), err)
+		if w.afterClaim != nil {
+			w.afterClaim(claimed)
 		}
-		if unused := slots - len(claimed); unused > 0 {
+		if err != nil {
+			w.sweeps.Add(1)
+			go w.sweepLostClaim(params.Token, sent)
+		}
+		started := 0
+		for _, job := range claimed {
+			if w.startable(job) {
+				w.launch(job)
+				started++
+			}
+		}
+		if unused := slots - started; unused > 0 {
 			w.sem.Release(int64(unused))
 		}
-		if err == nil && len(claimed) > 0 {
+		if err == nil && started > 0 {
 			idle, failing = 0, 0
 			continue
 		}
@@ -274,6 +319,97 @@ func (w *Worker) dispatch() {
 		t.Stop()
 	}
 }
+
+// startable reports whether job, just claimed, has at least StartMargin of
+// lease left to start its handler. When not (the claim's reply came late,
+// the process stalled), it gives the job back at once, its attempt not
+// counted: another worker starting it while this one's lease lapses would
+// run it twice at once.
+func (w *Worker) startable(job *jobs.Job) bool {
+	left := time.Duration(-1)
+	if job.LeaseExpiresAt != nil {
+		left = time.Until(*job.LeaseExpiresAt)
+	}
+	margin := w.cfg.StartMargin()
+	if left >= margin {
+		return true
+	}
+	log := w.log.With(job.LogFields(zap.Duration("lease_left", left), zap.Duration("start_margin", margin))...)
+	ctx, cancel := context.WithTimeout(context.Background(), w.bound(w.cfg.ClaimTimeout()))
+	err := w.q.Release(ctx, queue.LeaseOf(job))
+	cancel()
+	if err != nil {
+		log.Warn("claimed a job with too little lease left to start it, and could not give it back; the reaper re-queues it after its lease", zap.Error(err))
+		return false
+	}
+	w.unstarted.Add(1)
+	log.Warn("claimed a job with too little lease left to start it; gave it back, attempt not counted")
+	return false
+}
+
+// sweepLostClaim gives back the jobs stamped with token by a claim, sent
+// at sent, that returned an error: the server may have applied it and lost
+// its reply. It sweeps at once, and once more a claim timeout later (a
+// claim still queued on the server has by then been applied, or dropped by
+// its maxTimeMS), retrying a failed sweep for a few leases: the reaper
+// may take the jobs once their lease and its grace have passed, counting
+// the attempt, after which a sweep finds nothing. A stop makes it sweep
+// at once and end.
+func (w *Worker) sweepLostClaim(token string, sent time.Time) {
+	defer w.sweeps.Done()
+	log := w.log.With(zap.String("lease_token", token))
+	// Past the lease the jobs may be reaped (and counted) any time, but a
+	// release is still right until then, and harmless after (fenced on
+	// the token): keep trying a while.
+	giveUp := sent.Add(max(sweepWindowLeases*w.cfg.Lease, sweepWindowMin))
+	var wait, backoff time.Duration
+	for sweeps := 0; ; {
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-w.sweepsCtx.Done():
+				t.Stop()
+			}
+		}
+		bound := w.bound(w.cfg.ClaimTimeout())
+		if w.sweepsCtx.Err() != nil {
+			bound = min(bound, stopSweepTimeout) // a stop waits for this sweep
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), bound)
+		n, err := w.q.ReleaseClaim(ctx, token)
+		cancel()
+		if n > 0 {
+			w.unstarted.Add(int64(n))
+			log.Warn("gave back the jobs of a claim that returned an error (its reply was lost): not run, attempt not counted", zap.Int("jobs", n))
+		}
+		stopping := w.sweepsCtx.Err() != nil
+		if err == nil {
+			sweeps++
+			if sweeps == 2 || stopping {
+				return
+			}
+			wait = w.cfg.ClaimTimeout()
+			continue
+		}
+		if stopping || time.Now().After(giveUp) {
+			log.Warn("could not give back the jobs of a claim that returned an error; the reaper re-queues any after their lease, counting the attempt", zap.Error(err))
+			return
+		}
+		backoff = grow(backoff, 100*time.Millisecond, 2*time.Second)
+		wait = backoff
+	}
+}
+
+// A lost claim's sweep is retried for sweepWindowLeases leases after the
+// claim was sent, and at least sweepWindowMin.
+const (
+	sweepWindowLeases = 3
+	sweepWindowMin    = 30 * time.Second
+)
+
+// stopSweepTimeout bounds the last sweep of a lost claim at a stop.
+const stopSweepTimeout = 2 * time.Second
 
 // gatherSlots takes, on top of the one slot held, up to ClaimBatch-1 more,
 // and returns how many it holds, so that jobs that end together are
