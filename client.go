@@ -374,6 +374,18 @@ func (c *Client) Running() int {
 	return w.Running()
 }
 
+// Stats returns the pool's own counts: stuck handlers given up on, and
+// jobs given back unstarted (zero before Start).
+func (c *Client) Stats() worker.Stats {
+	c.mu.Lock()
+	w := c.w
+	c.mu.Unlock()
+	if w == nil {
+		return worker.Stats{}
+	}
+	return w.Stats()
+}
+
 // ReleaseAbandoned gives back, after Stop, the jobs whose handlers ignored
 // their cancellation and still run, and returns how many; call it only
 // right before the process exits (see worker.Worker.ReleaseAbandoned).

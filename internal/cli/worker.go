@@ -129,6 +129,10 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		return 2
 	}
 	q := dc.Queue()
+	if err := metrics.RegisterPoolStats(registry, dc.Stats); err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
 	reaper, err := recovery.NewReaper(q, rcfg)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))

@@ -152,3 +152,26 @@ func (w *Worker) Heartbeat(_ *jobs.Job, err error) {
 func (w *Worker) LeaseLost(job *jobs.Job) {
 	w.leasesLost.WithLabelValues(job.Kind, job.Queue).Inc()
 }
+
+// RegisterPoolStats registers the pool's own counts with reg, read from
+// stats at each scrape: handlers given up on as stuck (they ignored their
+// context past their timeout, a cancel request or a lost lease, plus
+// worker.stuckGrace), and jobs given back unstarted, their attempt not
+// counted (a claim whose reply was lost, or a lease too short to start).
+func RegisterPoolStats(reg prometheus.Registerer, stats func() worker.Stats) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "stuck_handlers_total",
+			Help: "Handlers this process gave up on: still running worker.stuckGrace after their kind's timeout, a cancel request or a lost lease. Their slots were freed and their outcome recorded.",
+		}, func() float64 { return float64(stats().StuckHandlers) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "jobs_released_unstarted_total",
+			Help: "Jobs given back without running their handler, the attempt not counted: stamped by a claim whose reply was lost, or claimed with too little lease left to start.",
+		}, func() float64 { return float64(stats().ReleasedUnstarted) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
