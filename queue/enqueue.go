@@ -169,21 +169,25 @@ func (c *Client) Enqueue(ctx context.Context, kind string, args any, opts Insert
 // no Results.
 //
 // Otherwise the Results are in the order of ins, one per job, even with an
-// error. When an insert fails without an answer (a timeout, a lost
-// connection: the server may have applied it), EnqueueMany looks up, on a
-// context of its own bounded by 10 s, which of its jobs are in the
-// collection: if all are, the call succeeds. If not, it returns a
-// *EnqueueError with the Results: Err nil for each job that is in the
-// collection, ErrNotInserted or ErrOutcomeUnknown for the others, and it
-// stops at the first failed insert. Calling EnqueueMany again with the
-// same ids (InsertOpts.ID = Result.ID) is always safe: jobs already there
-// are reported Existed and not added again. A job with a unique key is
-// added at most once as well: its key or its id is found held.
+// error. An insert that fails without an answer (a timeout, a lost
+// connection: the server may have applied it) is sent again on a context
+// of its own, bounded by 10 s, and a job whose id is then found taken is
+// there; if that gets no answer either, the jobs are looked up by id. So
+// when every job ends up in the collection, the call succeeds. If not, it
+// stops at that insert and returns a *EnqueueError with the Results: Err
+// nil for each job in the collection, wrapping ErrNotInserted or
+// ErrOutcomeUnknown for the others.
+//
+// Calling EnqueueMany again with the same ids (InsertOpts.ID = Result.ID)
+// is always safe: a job already there is reported Existed and not added
+// again. A job with a unique key is added at most once as well: its key or
+// its id is found held.
 func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error) {
 	if len(ins) == 0 {
 		return nil, nil
 	}
 	docs := make([]*jobs.Job, len(ins))
+	own := make([]bool, len(ins))
 	results := make([]Result, len(ins))
 	ids := make(map[string]int, len(ins))
 	t := now()
@@ -201,6 +205,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 		}
 		ids[j.ID] = i
 		docs[i] = j
+		own[i] = in.Opts.ID != ""
 		results[i].ID = j.ID
 	}
 	if err := c.ensureIndexes(ctx); err != nil {
@@ -219,7 +224,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 			size += len(docs[hi].Args)
 			hi++
 		}
-		if err := c.insertChunk(ctx, docs[lo:hi], results[lo:hi]); err != nil {
+		if err := c.insertChunk(ctx, docs[lo:hi], own[lo:hi], results[lo:hi]); err != nil {
 			for i := hi; i < len(results); i++ {
 				results[i].Err = fmt.Errorf("%w: the enqueue stopped at an earlier failure", ErrNotInserted)
 			}
@@ -251,9 +256,42 @@ func enqueueError(results []Result, cause error) error {
 }
 
 // insertChunk inserts docs with one unordered insert and settles results,
-// one per doc. It returns an error when a doc is not known to be in the
-// collection afterwards; each such result's Err says why.
-func (c *Client) insertChunk(ctx context.Context, docs []*jobs.Job, results []Result) error {
+// one per doc; own[i] is whether docs[i]'s id is the caller's. It returns
+// an error when a doc is not known to be in the collection afterwards;
+// each such result's Err says why.
+//
+// An insert that fails without an answer (a timeout, a lost connection)
+// may have been applied in whole or in part: it is sent again, on a
+// context of its own since ctx may be what expired, and a duplicate id
+// then means the job is there. When that gets no answer either, the jobs
+// are looked up by id.
+func (c *Client) insertChunk(ctx context.Context, docs []*jobs.Job, own []bool, results []Result) error {
+	err := c.insertOnce(ctx, docs)
+	if err == nil {
+		return nil
+	}
+	if bwe, ok := answered(err); ok {
+		return c.settleAnswered(ctx, docs, own, results, bwe, false)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	again := c.insertOnce(sctx, docs)
+	if again == nil {
+		c.log.Warn("an insert failed without an answer; sent again, it inserted every job", zap.Int("jobs", len(docs)), zap.Error(err))
+		return nil
+	}
+	if bwe, ok := answered(again); ok {
+		c.log.Warn("an insert failed without an answer; sent again", zap.Int("jobs", len(docs)), zap.Error(err))
+		if serr := c.settleAnswered(sctx, docs, own, results, bwe, true); serr != nil {
+			return fmt.Errorf("%w; sent again: %w", err, serr)
+		}
+		return nil
+	}
+	return c.settleByLookup(sctx, docs, results, fmt.Errorf("%w; sent again: %v", err, again))
+}
+
+// insertOnce sends one unordered insert of docs.
+func (c *Client) insertOnce(ctx context.Context, docs []*jobs.Job) error {
 	batch := make([]any, len(docs))
 	for i, d := range docs {
 		batch[i] = d
@@ -262,40 +300,71 @@ func (c *Client) insertChunk(ctx context.Context, docs []*jobs.Job, results []Re
 	if hook, ok := ctx.Value(insertHookKey{}).(func(error) error); ok {
 		err = hook(err)
 	}
-	if err == nil {
-		return nil
-	}
+	return err
+}
+
+// answered returns the write errors of an insert the server answered:
+// every document without one was inserted.
+func answered(err error) (mongo.BulkWriteException, bool) {
 	var bwe mongo.BulkWriteException
-	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
-		return c.settleUnanswered(ctx, docs, results, err)
-	}
-	// The server answered: every doc without a write error is in.
+	ok := errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0
+	return bwe, ok
+}
+
+// settleAnswered settles docs after an insert the server answered with
+// write errors. A duplicate key means the job's id is there, or its
+// unique key is held; after a lost reply (resent), a job found there may
+// have been inserted by the lost insert: so it is when its id was made by
+// this call, and when its createdAt is this call's.
+func (c *Client) settleAnswered(ctx context.Context, docs []*jobs.Job, own []bool, results []Result, bwe mongo.BulkWriteException, resent bool) error {
 	var failed error
-	var held []int
+	var ambiguous []int
 	for _, we := range bwe.WriteErrors {
-		if we.Index < 0 || we.Index >= len(docs) {
-			return c.settleUnanswered(ctx, docs, results, err)
+		i := we.Index
+		if i < 0 || i >= len(docs) {
+			return c.settleByLookup(ctx, docs, results, bwe)
 		}
-		if we.Code == 11000 {
-			held = append(held, we.Index)
+		j := docs[i]
+		if we.Code != 11000 {
+			results[i].Err = fmt.Errorf("%w: the server refused it: %w", ErrNotInserted, we)
+			if failed == nil {
+				failed = fmt.Errorf("queue: enqueue job %s (%s): %w", j.ID, j.Kind, we)
+			}
 			continue
 		}
-		j := docs[we.Index]
-		results[we.Index].Err = fmt.Errorf("%w: the server refused it: %w", ErrNotInserted, we)
-		if failed == nil {
-			failed = fmt.Errorf("queue: enqueue job %s (%s): %w", j.ID, j.Kind, we)
-		}
-	}
-	for _, i := range held {
-		r, err := c.settleHeld(ctx, docs[i])
+		r, err := c.settleHeld(ctx, j)
 		if err != nil {
+			results[i].ID = j.ID
 			results[i].Err = fmt.Errorf("%w: %w", ErrNotInserted, err)
 			if failed == nil {
 				failed = err
 			}
 			continue
 		}
+		if resent && r.Existed {
+			if own[i] {
+				ambiguous = append(ambiguous, i)
+			} else {
+				r.Existed = false // its id was made by this call
+			}
+		}
 		results[i] = r
+	}
+	if len(ambiguous) > 0 {
+		ids := make([]string, len(ambiguous))
+		for k, i := range ambiguous {
+			ids[k] = docs[i].ID
+		}
+		found, err := c.lookUp(ctx, ids)
+		if err != nil {
+			c.log.Warn("jobs found there after a lost reply: whether this enqueue or an earlier one inserted them is unknown; reported as already there",
+				zap.Int("jobs", len(ids)), zap.Error(err))
+		}
+		for _, i := range ambiguous {
+			if created, ok := found[docs[i].ID]; ok && created.Equal(docs[i].CreatedAt) {
+				results[i].Existed = false
+			}
+		}
 	}
 	return failed
 }
@@ -319,24 +388,21 @@ func (c *Client) settleHeld(ctx context.Context, j *jobs.Job) (Result, error) {
 	return c.insertUnique(ctx, j)
 }
 
-// settleUnanswered settles docs after an insert that failed without saying
-// which documents it wrote: it looks them up by id, on a context of its own
-// since ctx may be what expired. A doc found with this call's createdAt is
-// Inserted, one found with another is Existed (an earlier enqueue of the
-// same id). It returns nil when every doc is found.
-func (c *Client) settleUnanswered(ctx context.Context, docs []*jobs.Job, results []Result, cause error) error {
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
+// settleByLookup settles docs after inserts that failed without saying
+// which documents they wrote, by looking them up by id. A doc found with
+// this call's createdAt is Inserted, one found with another is Existed (an
+// earlier enqueue of the same id). It returns nil when every doc is found.
+func (c *Client) settleByLookup(ctx context.Context, docs []*jobs.Job, results []Result, cause error) error {
 	ids := make([]string, len(docs))
 	for i, d := range docs {
 		ids[i] = d.ID
 	}
-	found, err := c.lookUp(lctx, ids)
+	found, err := c.lookUp(ctx, ids)
 	if err != nil {
 		for i := range results {
 			results[i].Err = fmt.Errorf("%w: the insert failed (%v) and looking the job up failed too: %v", ErrOutcomeUnknown, cause, err)
 		}
-		return fmt.Errorf("queue: enqueue %d jobs: %w; looking them up afterwards failed too: %v", len(docs), cause, err)
+		return fmt.Errorf("%w; looking the jobs up failed too: %v", cause, err)
 	}
 	missing := 0
 	for i, d := range docs {
@@ -350,10 +416,10 @@ func (c *Client) settleUnanswered(ctx context.Context, docs []*jobs.Job, results
 		}
 	}
 	if missing == 0 {
-		c.log.Warn("an insert failed without an answer but every job is in the collection", zap.Int("jobs", len(docs)), zap.Error(cause))
+		c.log.Warn("inserts failed without an answer but every job is in the collection", zap.Int("jobs", len(docs)), zap.Error(cause))
 		return nil
 	}
-	return fmt.Errorf("queue: enqueue %d jobs: %w", len(docs), cause)
+	return cause
 }
 
 // lookUp returns the createdAt of each of ids that is in the collection

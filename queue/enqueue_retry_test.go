@@ -53,6 +53,25 @@ func thereIDs(res []queue.Result) []string {
 	return ids
 }
 
+// loseReplies returns ctx with a hook that loses the reply of the insert
+// commands whose numbers (from 1) are in at, after running before, if
+// set, with that number; other commands pass.
+func loseReplies(ctx context.Context, before func(call int), at ...int) context.Context {
+	calls := 0
+	return queue.WithInsertHook(ctx, func(err error) error {
+		calls++
+		for _, n := range at {
+			if n == calls {
+				if before != nil {
+					before(calls)
+				}
+				return lostReply
+			}
+		}
+		return err
+	})
+}
+
 func inserts(n int) []queue.Insert {
 	ins := make([]queue.Insert, n)
 	for i := range ins {
@@ -72,21 +91,17 @@ func withIDs(ins []queue.Insert, res []queue.Result) []queue.Insert {
 }
 
 // TestEnqueueLostReplyIsFoundInserted: the server applies the insert and
-// its reply is lost; the enqueue finds its jobs in the collection and
+// its reply is lost; the enqueue sends it again, finds its jobs there and
 // succeeds, and the same call again with the same ids adds nothing.
 func TestEnqueueLostReplyIsFoundInserted(t *testing.T) {
 	b := setup(t)
 	ins := inserts(5)
-	ctx := queue.WithInsertHook(b.ctx, func(err error) error {
-		require.NoError(t, err)
-		return lostReply
-	})
-	res, err := b.q.EnqueueMany(ctx, ins)
+	res, err := b.q.EnqueueMany(loseReplies(b.ctx, nil, 1), ins)
 	require.NoError(t, err, "every job is in the collection: the enqueue succeeded")
 	require.Len(t, res, 5)
 	for _, r := range res {
 		require.NoError(t, r.Err)
-		require.False(t, r.Existed)
+		require.False(t, r.Existed, "inserted by this call")
 	}
 	require.Equal(t, thereIDs(res), idsInDB(t, b))
 
@@ -98,23 +113,43 @@ func TestEnqueueLostReplyIsFoundInserted(t *testing.T) {
 	}
 	require.Len(t, idsInDB(t, b), 5, "a rerun with the same ids adds nothing")
 
+	// With the caller's ids, the jobs the lost insert wrote are still this
+	// call's (their createdAt says so), and a rerun's are not.
+	mine := withIDs(inserts(3), []queue.Result{{ID: "a"}, {ID: "b"}, {ID: "c"}})
+	res, err = b.q.EnqueueMany(loseReplies(b.ctx, nil, 1), mine)
+	require.NoError(t, err)
+	for _, r := range res {
+		require.False(t, r.Existed)
+	}
+	res, err = b.q.EnqueueMany(loseReplies(b.ctx, nil, 1), mine)
+	require.NoError(t, err)
+	for _, r := range res {
+		require.True(t, r.Existed)
+	}
+
 	// One job, the same.
-	one, err := b.q.Enqueue(queue.WithInsertHook(b.ctx, func(error) error { return lostReply }), "k", nil, queue.InsertOpts{})
+	one, err := b.q.Enqueue(loseReplies(b.ctx, nil, 1), "k", nil, queue.InsertOpts{})
 	require.NoError(t, err)
 	require.Contains(t, idsInDB(t, b), one.ID)
+	require.Len(t, idsInDB(t, b), 9)
 }
 
-// TestEnqueueTimedOutAfterApplyLooksUpOnItsOwnContext: the caller's
-// context expires once the server applied the insert; the lookup still
-// runs and reports the jobs inserted.
-func TestEnqueueTimedOutAfterApplyLooksUpOnItsOwnContext(t *testing.T) {
+// TestEnqueueTimedOutAfterApplyResendsOnItsOwnContext: the caller's
+// context expires once the server applied the insert; the enqueue still
+// settles it and reports the jobs inserted.
+func TestEnqueueTimedOutAfterApplyResendsOnItsOwnContext(t *testing.T) {
 	b := setup(t)
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
+	calls := 0
 	ctx = queue.WithInsertHook(ctx, func(err error) error {
-		require.NoError(t, err)
-		cancel()
-		return fmt.Errorf("insert: %w", context.DeadlineExceeded)
+		calls++
+		if calls == 1 {
+			require.NoError(t, err)
+			cancel()
+			return fmt.Errorf("insert: %w", context.DeadlineExceeded)
+		}
+		return err
 	})
 	res, err := b.q.EnqueueMany(ctx, inserts(3))
 	require.NoError(t, err)
@@ -122,29 +157,37 @@ func TestEnqueueTimedOutAfterApplyLooksUpOnItsOwnContext(t *testing.T) {
 	require.Len(t, res, 3)
 }
 
-// TestEnqueuePartlyAppliedReportsExactlyWhatIsThere: the server applied
-// part of an insert before the connection dropped (here: a chunk of the
-// jobs is removed before the error is returned). The results say exactly
-// which jobs are in the collection, and a rerun with the same ids inserts
-// only the missing ones and reports the others as already there.
+// TestEnqueuePartlyAppliedIsCompletedByTheResend: the server applied part
+// of an insert before the connection dropped; the resend inserts the rest.
+func TestEnqueuePartlyAppliedIsCompletedByTheResend(t *testing.T) {
+	b := setup(t)
+	res, err := b.q.EnqueueMany(loseReplies(b.ctx, func(int) {
+		ids := idsInDB(t, b)
+		_, err := b.q.Collection().DeleteMany(b.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[:3]}}}})
+		require.NoError(t, err)
+	}, 1), inserts(10))
+	require.NoError(t, err)
+	require.Equal(t, thereIDs(res), idsInDB(t, b))
+	require.Len(t, idsInDB(t, b), 10)
+}
+
+// TestEnqueuePartlyAppliedReportsExactlyWhatIsThere: an insert applied in
+// part loses its reply, and so does its resend (which is applied in part
+// too): the jobs are looked up, the results say exactly which are in the
+// collection, and a rerun with the same ids inserts only the missing ones
+// and reports the others as already there.
 func TestEnqueuePartlyAppliedReportsExactlyWhatIsThere(t *testing.T) {
 	b := setup(t)
 	ins := inserts(2500) // three insert commands: 1000, 1000, 500
-	calls := 0
-	ctx := queue.WithInsertHook(b.ctx, func(err error) error {
-		calls++
+	var calls []int
+	dropPart := func(call int) {
+		calls = append(calls, call)
+		ids := idsInDB(t, b)
+		_, err := b.q.Collection().DeleteMany(b.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[1000:1700]}}}})
 		require.NoError(t, err)
-		if calls == 2 {
-			// The server applied only part of the second command.
-			ids := idsInDB(t, b)
-			_, derr := b.q.Collection().DeleteMany(b.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[1000:1700]}}}})
-			require.NoError(t, derr)
-			return lostReply
-		}
-		return err
-	})
-	res, err := b.q.EnqueueMany(ctx, ins)
-	require.Equal(t, 2, calls, "the enqueue stops at the failed insert")
+	}
+	res, err := b.q.EnqueueMany(loseReplies(b.ctx, dropPart, 2, 3), ins)
+	require.Equal(t, []int{2, 3}, calls, "the second insert and its resend lose their replies")
 	var ee *queue.EnqueueError
 	require.ErrorAs(t, err, &ee)
 	require.True(t, mongo.IsNetworkError(err), "the cause is wrapped: %v", err)
@@ -158,7 +201,7 @@ func TestEnqueuePartlyAppliedReportsExactlyWhatIsThere(t *testing.T) {
 			require.ErrorIs(t, r.Err, queue.ErrNotInserted)
 		}
 	}
-	require.Contains(t, err.Error(), "1300 inserted, 0 already there, 1200 not inserted")
+	require.Contains(t, err.Error(), "2500 jobs: 1300 inserted, 0 already there, 1200 not inserted")
 
 	again, err := b.q.EnqueueMany(b.ctx, withIDs(ins, res))
 	require.NoError(t, err)
@@ -174,9 +217,9 @@ func TestEnqueuePartlyAppliedReportsExactlyWhatIsThere(t *testing.T) {
 	require.Len(t, idsInDB(t, b), 2500, "the rerun inserted only the missing jobs")
 }
 
-// TestEnqueueUnknownOutcomeRetriesSafely: the reply is lost and the lookup
-// fails too (the client is gone): every job's outcome is unknown, and a
-// retry with the same ids from another client adds each job once.
+// TestEnqueueUnknownOutcomeRetriesSafely: the reply is lost and nothing
+// more can be sent (the client is gone): every job's outcome is unknown,
+// and a retry with the same ids from another client adds each job once.
 func TestEnqueueUnknownOutcomeRetriesSafely(t *testing.T) {
 	b := setup(t)
 	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()))
@@ -184,12 +227,7 @@ func TestEnqueueUnknownOutcomeRetriesSafely(t *testing.T) {
 	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
 	require.NoError(t, err)
 	ins := inserts(4)
-	ctx := queue.WithInsertHook(b.ctx, func(err error) error {
-		require.NoError(t, err)
-		require.NoError(t, client.Disconnect(b.ctx))
-		return lostReply
-	})
-	res, err := q.EnqueueMany(ctx, ins)
+	res, err := q.EnqueueMany(loseReplies(b.ctx, func(int) { require.NoError(t, client.Disconnect(b.ctx)) }, 1), ins)
 	var ee *queue.EnqueueError
 	require.ErrorAs(t, err, &ee)
 	require.Equal(t, 4, ee.Unknown)
@@ -213,7 +251,7 @@ func TestEnqueueUnknownOutcomeRetriesSafely(t *testing.T) {
 func TestEnqueueRetryOfUniqueKeyJobIsExistedNotDuplicate(t *testing.T) {
 	b := setup(t)
 	opts := queue.InsertOpts{UniqueKey: "u1"}
-	first, err := b.q.Enqueue(queue.WithInsertHook(b.ctx, func(error) error { return lostReply }), "k", nil, opts)
+	first, err := b.q.Enqueue(loseReplies(b.ctx, nil, 1), "k", nil, opts)
 	require.NoError(t, err)
 	opts.ID = first.ID
 	again, err := b.q.Enqueue(b.ctx, "k", nil, opts)

@@ -313,6 +313,17 @@ func (r *batchReport) done() int {
 // bounded by the server timeout, printing the ids of the jobs that are in
 // the collection as it goes and, at the end, what it did.
 func insertBatch(ctx context.Context, e *env, r io.Reader, batch uuid.UUID, total int) error {
+	// The first enqueue of a client sets up the jobs indexes, which can
+	// take long on a large collection: give it a budget of its own, so
+	// that the first chunk gets all of its own.
+	ictx, cancel := context.WithTimeout(ctx, e.cfg.Mongo.Timeout)
+	err := e.q.EnsureIndexes(ictx)
+	cancel()
+	if errors.Is(err, queue.ErrSetupRefused) {
+		fmt.Fprintf(e.stderr, "enqueue batch: warning: %v\n", err)
+	} else if err != nil {
+		return fmt.Errorf("set up the jobs indexes (nothing was written): %w", err)
+	}
 	out := bufio.NewWriterSize(e.stdout, 64<<10)
 	defer out.Flush()
 	prog := newProgress(e.stderr, e.progress, total)
