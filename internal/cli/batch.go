@@ -345,10 +345,9 @@ func insertBatch(ctx context.Context, e *env, r io.Reader, batch uuid.UUID, tota
 			failure = usageError{fmt.Errorf("line %d: %s: %s (the input changed after it was validated)", lines[ve.Index], ve.Field, ve.Reason)}
 			rep.notInserted = append(rep.notInserted, lines...)
 		case len(res) == 0 && err != nil:
+			// Refused before any write (the unique key index is missing).
 			failure = err
-			for _, n := range lines {
-				rep.unknown = append(rep.unknown, n)
-			}
+			rep.notInserted = append(rep.notInserted, lines...)
 		default:
 			failure = err
 			prog.clear()
