@@ -139,6 +139,7 @@ func TestBatchLineIDsMakeARerunInsertOnlyWhatIsMissing(t *testing.T) {
 	require.Len(t, ids, 4)
 	require.Equal(t, "order-1", ids[0])
 	require.Contains(t, stderr, "4 inserted, 0 already there, 0 not inserted")
+	require.NotContains(t, stderr, "\r", "no progress drawn when stderr is not a terminal")
 	for _, id := range ids[1:] {
 		u, err := uuid.Parse(id)
 		require.NoError(t, err)

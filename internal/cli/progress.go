@@ -28,11 +28,11 @@ type progress struct {
 	now   func() time.Time
 }
 
-// Progress timing.
-const (
-	showAfter   = time.Second
-	redrawEvery = 200 * time.Millisecond
-)
+// Progress timing: nothing is drawn before showAfter, then at most every
+// redrawEvery. A variable for tests.
+var showAfter = time.Second
+
+const redrawEvery = 200 * time.Millisecond
 
 func newProgress(w io.Writer, on bool, total int) *progress {
 	p := &progress{w: w, on: on, total: total, now: time.Now}
