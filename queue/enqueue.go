@@ -224,6 +224,13 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 			size += len(docs[hi].Args)
 			hi++
 		}
+		if err := ctx.Err(); err != nil {
+			// Nothing more is sent once the caller gave up.
+			for i := lo; i < len(results); i++ {
+				results[i].Err = fmt.Errorf("%w: the enqueue stopped: %w", ErrNotInserted, err)
+			}
+			return results, enqueueError(results, err)
+		}
 		if err := c.insertChunk(ctx, docs[lo:hi], own[lo:hi], results[lo:hi]); err != nil {
 			for i := hi; i < len(results); i++ {
 				results[i].Err = fmt.Errorf("%w: the enqueue stopped at an earlier failure", ErrNotInserted)

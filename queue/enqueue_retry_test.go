@@ -437,3 +437,27 @@ func TestEnqueueWithIDUsesIt(t *testing.T) {
 	require.True(t, again.Existed, "an id names one job: a second enqueue of it adds nothing")
 	require.Equal(t, "k", b.get(t, "order-42:email").Kind)
 }
+
+// TestEnqueueSendsNothingMoreOnceTheCallerGaveUp: a context cancelled
+// between two insert commands stops the enqueue there; the jobs not sent
+// are reported not inserted (an unanswered insert is settled on a context
+// of its own, but nothing new is sent on it).
+func TestEnqueueSendsNothingMoreOnceTheCallerGaveUp(t *testing.T) {
+	b := setup(t)
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	calls := 0
+	ctx = queue.WithInsertHook(ctx, func(err error) error {
+		calls++
+		cancel()
+		return err
+	})
+	res, err := b.q.EnqueueMany(ctx, inserts(1500))
+	require.Equal(t, 1, calls)
+	var ee *queue.EnqueueError
+	require.ErrorAs(t, err, &ee)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 1000, ee.Inserted)
+	require.Equal(t, 500, ee.NotInserted)
+	require.Equal(t, thereIDs(res), idsInDB(t, b))
+}

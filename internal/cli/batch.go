@@ -336,13 +336,18 @@ func insertBatch(ctx context.Context, e *env, r io.Reader, batch uuid.UUID, tota
 		if len(ins) == 0 || failure != nil {
 			return
 		}
+		if err := ctx.Err(); err != nil { // interrupted: send nothing more
+			failure = fmt.Errorf("interrupted: %w", err)
+			rep.notInserted = append(rep.notInserted, lines...)
+			return
+		}
 		cctx, cancel := context.WithTimeout(ctx, e.cfg.Mongo.Timeout)
 		res, err := e.q.EnqueueMany(cctx, ins)
 		cancel()
 		var ve *queue.ValidationError
 		switch {
 		case errors.As(err, &ve):
-			failure = usageError{fmt.Errorf("line %d: %s: %s (the input changed after it was validated)", lines[ve.Index], ve.Field, ve.Reason)}
+			failure = fmt.Errorf("line %d: %s: %s (the input changed after it was validated)", lines[ve.Index], ve.Field, ve.Reason)
 			rep.notInserted = append(rep.notInserted, lines...)
 		case len(res) == 0 && err != nil:
 			// Refused before any write (the unique key index is missing).
@@ -382,7 +387,7 @@ func insertBatch(ctx context.Context, e *env, r io.Reader, batch uuid.UUID, tota
 		}
 		in, err := parseLine(sc.line, sc.n, batch)
 		if err != nil {
-			failure = usageError{fmt.Errorf("%v (the input changed after it was validated)", err)}
+			failure = fmt.Errorf("%v (the input changed after it was validated)", err)
 			rep.notInserted = append(rep.notInserted, sc.n)
 			continue
 		}

@@ -116,7 +116,7 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
-	case ctx.Err() != nil || mongo.IsTimeout(err) || mongo.IsNetworkError(err):
+	case errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err) || mongo.IsNetworkError(err):
 		fmt.Fprintf(stderr, "%s: MongoDB at %s did not answer within %s: %s\n", name,
 			configs.RedactURI(cfg.Mongo.URI), cfg.Mongo.Timeout, configs.Redact(err.Error(), cfg.Mongo.URI))
 		return 1
