@@ -16,8 +16,14 @@ import (
 
 // InsertOpts are the options of one enqueued job. The zero value enqueues
 // to the default queue, priority 0, runnable now, with the default number
-// of attempts and no unique key.
+// of attempts, a new id and no unique key.
 type InsertOpts struct {
+	// ID is the job's id. Defaults to a new UUIDv7. A job whose id is
+	// already in the collection is not added again (Result.Existed): give
+	// every job an id of your own, or keep the ids of a failed enqueue
+	// (Result.ID), and an enqueue can be retried after any error without
+	// adding a job twice. At most jobs.MaxNameBytes of UTF-8.
+	ID string
 	// Queue is the queue to enqueue to. Defaults to jobs.DefaultQueue.
 	Queue string
 	// Priority orders claims, higher first. Defaults to 0.
@@ -39,7 +45,8 @@ type Insert struct {
 	// Kind names the job's handler.
 	Kind string
 	// Args is the handler's input: anything that encodes to a BSON
-	// document (a struct, a map, bson.D, bson.Raw). Nil means {}.
+	// document (a struct, a map, bson.D, bson.Raw). Nil means {}. See
+	// jobs.CheckArgs for what a document may not hold.
 	Args any
 	// Opts are the job's options.
 	Opts InsertOpts
@@ -48,17 +55,72 @@ type Insert struct {
 // Result says what an enqueue did for one job.
 type Result struct {
 	// ID is the id of the job enqueued, or of the unfinished job that
-	// already held the unique key.
+	// already held the unique key. After a failed enqueue it is the id to
+	// enqueue the job again with (InsertOpts.ID).
 	ID string
 	// Duplicate is true when the unique key was held and no job was added.
 	Duplicate bool
+	// Existed is true when a job with this id was already in the
+	// collection, so none was added: an earlier enqueue with the same
+	// InsertOpts.ID, whose reply may have been lost, inserted it.
+	Existed bool
+	// Err is nil when the job is in the collection (or, Duplicate, the
+	// holder of its key is). Only a failed EnqueueMany sets it: it then
+	// wraps ErrNotInserted or ErrOutcomeUnknown.
+	Err error
 }
+
+// ErrNotInserted is the Result.Err of a job that a failed enqueue did not
+// insert: the server refused it, the enqueue stopped before it, or it was
+// not in the collection when looked up after the failure. Enqueue it again
+// with the same id (Result.ID as InsertOpts.ID); should the failed insert
+// still land late, the retry finds it there and adds nothing.
+var ErrNotInserted = errors.New("not inserted")
+
+// ErrOutcomeUnknown is the Result.Err of a job whose insert failed without
+// an answer (a timeout, a lost connection) and whose lookup failed too: it
+// may or may not be in the collection. Enqueueing it again with the same id
+// adds it at most once.
+var ErrOutcomeUnknown = errors.New("not known whether inserted")
+
+// EnqueueError is the error of an EnqueueMany that failed after validation:
+// some jobs are not known to be in the collection. The Results returned
+// with it say, job by job, what is.
+type EnqueueError struct {
+	// Inserted, Existed and Duplicates count the jobs that are in the
+	// collection (Result.Err nil): added by this call, there already, and
+	// those whose unique key another job held.
+	Inserted, Existed, Duplicates int
+	// NotInserted and Unknown count the jobs whose Result.Err wraps
+	// ErrNotInserted and ErrOutcomeUnknown.
+	NotInserted, Unknown int
+	// Err is what failed.
+	Err error
+}
+
+// Error implements error.
+func (e *EnqueueError) Error() string {
+	total := e.Inserted + e.Existed + e.Duplicates + e.NotInserted + e.Unknown
+	msg := fmt.Sprintf("queue: enqueue %d jobs: %d inserted, %d already there", total, e.Inserted, e.Existed)
+	if e.Duplicates > 0 {
+		msg += fmt.Sprintf(", %d unique key held", e.Duplicates)
+	}
+	msg += fmt.Sprintf(", %d not inserted", e.NotInserted)
+	if e.Unknown > 0 {
+		msg += fmt.Sprintf(", %d unknown", e.Unknown)
+	}
+	return msg + ": " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *EnqueueError) Unwrap() error { return e.Err }
 
 // ValidationError says which field of an enqueued job is invalid.
 type ValidationError struct {
 	// Index is the job's position in an EnqueueMany call (0 for Enqueue).
 	Index int
-	// Field names the invalid field.
+	// Field names the invalid field; for args, the path in them
+	// ("args.items[2].meta").
 	Field string
 	// Reason says what is wrong with it.
 	Reason string
@@ -69,25 +131,65 @@ func (e *ValidationError) Error() string {
 	return fmt.Sprintf("queue: job %d: %s: %s", e.Index, e.Field, e.Reason)
 }
 
-// Enqueue adds one job.
+// Limits of one insert command of EnqueueMany. Bounded commands let other
+// clients' commands run between them (devdb runs one command at a time)
+// and keep the encoded command small.
+const (
+	// ChunkJobs is the most jobs one insert command carries.
+	ChunkJobs = 1000
+	// ChunkBytes is the most bytes of args one insert command carries
+	// (a single larger job goes alone).
+	ChunkBytes = 4 << 20
+)
+
+// settleTimeout bounds the lookup that finds out, after an insert failed
+// without an answer, which jobs are in the collection. It runs on a
+// context of its own: the caller's may be what expired.
+const settleTimeout = 10 * time.Second
+
+// Enqueue adds one job. After an error the Result still carries the job's
+// id: enqueue again with it as InsertOpts.ID to retry safely (see
+// EnqueueMany). An insert whose reply was lost but that is found in the
+// collection is a success.
 func (c *Client) Enqueue(ctx context.Context, kind string, args any, opts InsertOpts) (Result, error) {
 	res, err := c.EnqueueMany(ctx, []Insert{{Kind: kind, Args: args, Opts: opts}})
-	if err != nil {
+	if len(res) == 0 {
 		return Result{}, err
 	}
-	return res[0], nil
+	return res[0], err
 }
 
-// EnqueueMany adds jobs with one unordered insert. The first enqueue of a
-// Client also ensures the jobs indexes (see EnsureIndexes). Every job is validated
-// before anything is written; one invalid job fails the call with a
-// *ValidationError and writes nothing. Results are in the order of ins.
+// EnqueueMany adds jobs with unordered inserts of at most ChunkJobs jobs
+// and ChunkBytes of args each. The first enqueue of a Client also ensures
+// the jobs indexes (see EnsureIndexes).
+//
+// Every job is validated before anything is written, the batch as a whole
+// too (two jobs with one id): an invalid job fails the call with a
+// *ValidationError naming its index and field, writes nothing and returns
+// no Results.
+//
+// Otherwise the Results are in the order of ins, one per job, even with an
+// error. An insert that fails without an answer (a timeout, a lost
+// connection: the server may have applied it) is sent again on a context
+// of its own, bounded by 10 s, and a job whose id is then found taken is
+// there; if that gets no answer either, the jobs are looked up by id. So
+// when every job ends up in the collection, the call succeeds. If not, it
+// stops at that insert and returns a *EnqueueError with the Results: Err
+// nil for each job in the collection, wrapping ErrNotInserted or
+// ErrOutcomeUnknown for the others.
+//
+// Calling EnqueueMany again with the same ids (InsertOpts.ID = Result.ID)
+// is always safe: a job already there is reported Existed and not added
+// again. A job with a unique key is added at most once as well: its key or
+// its id is found held.
 func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error) {
 	if len(ins) == 0 {
 		return nil, nil
 	}
-	docs := make([]any, len(ins))
+	docs := make([]*jobs.Job, len(ins))
+	own := make([]bool, len(ins))
 	results := make([]Result, len(ins))
+	ids := make(map[string]int, len(ins))
 	t := now()
 	for i, in := range ins {
 		j, err := NewJob(in, t)
@@ -98,43 +200,268 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 			}
 			return nil, err
 		}
+		if first, dup := ids[j.ID]; dup {
+			return nil, &ValidationError{Index: i, Field: "id", Reason: fmt.Sprintf("%q is also the id of job %d", j.ID, first)}
+		}
+		ids[j.ID] = i
 		docs[i] = j
+		own[i] = in.Opts.ID != ""
 		results[i].ID = j.ID
 	}
 	if err := c.ensureIndexes(ctx); err != nil {
 		// Unique keys rely on the index: without it, two enqueues of one
 		// key would make two jobs. Other jobs only lose the claim's speed.
 		for _, d := range docs {
-			if d.(*jobs.Job).UniqueKey != "" {
+			if d.UniqueKey != "" {
 				return nil, fmt.Errorf("queue: enqueue %d jobs: the unique key index is missing: %w", len(ins), err)
 			}
 		}
 		c.log.Warn("enqueue without the jobs indexes: creating them failed; the next enqueue tries again", zap.Error(err))
 	}
-	_, err := c.coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
-	if err == nil {
-		return results, nil
-	}
-	var bwe mongo.BulkWriteException
-	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
-		return nil, fmt.Errorf("queue: enqueue %d jobs: %w", len(ins), err)
-	}
-	for _, we := range bwe.WriteErrors {
-		j := docs[we.Index].(*jobs.Job)
-		if we.Code != 11000 || j.UniqueKey == "" {
-			return nil, fmt.Errorf("queue: enqueue job %d (%s): %w", we.Index, j.Kind, we)
+	for lo := 0; lo < len(docs); {
+		hi, size := lo, 0
+		for hi < len(docs) && hi-lo < ChunkJobs && (hi == lo || size+len(docs[hi].Args) <= ChunkBytes) {
+			size += len(docs[hi].Args)
+			hi++
 		}
-		r, err := c.insertUnique(ctx, j)
-		if err != nil {
-			return nil, err
+		if err := ctx.Err(); err != nil {
+			// Nothing more is sent once the caller gave up.
+			for i := lo; i < len(results); i++ {
+				results[i].Err = fmt.Errorf("%w: the enqueue stopped: %w", ErrNotInserted, err)
+			}
+			return results, enqueueError(results, err)
 		}
-		results[we.Index] = r
+		if err := c.insertChunk(ctx, docs[lo:hi], own[lo:hi], results[lo:hi]); err != nil {
+			for i := hi; i < len(results); i++ {
+				results[i].Err = fmt.Errorf("%w: the enqueue stopped at an earlier failure", ErrNotInserted)
+			}
+			return results, enqueueError(results, err)
+		}
+		lo = hi
 	}
 	return results, nil
 }
 
+// enqueueError counts results into the error of a failed enqueue.
+func enqueueError(results []Result, cause error) error {
+	e := &EnqueueError{Err: cause}
+	for _, r := range results {
+		switch {
+		case errors.Is(r.Err, ErrOutcomeUnknown):
+			e.Unknown++
+		case r.Err != nil:
+			e.NotInserted++
+		case r.Duplicate:
+			e.Duplicates++
+		case r.Existed:
+			e.Existed++
+		default:
+			e.Inserted++
+		}
+	}
+	return e
+}
+
+// insertChunk inserts docs with one unordered insert and settles results,
+// one per doc; own[i] is whether docs[i]'s id is the caller's. It returns
+// an error when a doc is not known to be in the collection afterwards;
+// each such result's Err says why.
+//
+// An insert that fails without an answer (a timeout, a lost connection)
+// may have been applied in whole or in part: it is sent again, on a
+// context of its own since ctx may be what expired, and a duplicate id
+// then means the job is there. When that gets no answer either, the jobs
+// are looked up by id.
+func (c *Client) insertChunk(ctx context.Context, docs []*jobs.Job, own []bool, results []Result) error {
+	err := c.insertOnce(ctx, docs)
+	if err == nil {
+		return nil
+	}
+	if bwe, ok := answered(err); ok {
+		return c.settleAnswered(ctx, docs, own, results, bwe, false)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	again := c.insertOnce(sctx, docs)
+	if again == nil {
+		c.log.Warn("an insert failed without an answer; sent again, it inserted every job", zap.Int("jobs", len(docs)), zap.Error(err))
+		return nil
+	}
+	if bwe, ok := answered(again); ok {
+		c.log.Warn("an insert failed without an answer; sent again", zap.Int("jobs", len(docs)), zap.Error(err))
+		if serr := c.settleAnswered(sctx, docs, own, results, bwe, true); serr != nil {
+			return fmt.Errorf("%w; sent again: %w", err, serr)
+		}
+		return nil
+	}
+	return c.settleByLookup(sctx, docs, results, fmt.Errorf("%w; sent again: %v", err, again))
+}
+
+// insertOnce sends one unordered insert of docs.
+func (c *Client) insertOnce(ctx context.Context, docs []*jobs.Job) error {
+	batch := make([]any, len(docs))
+	for i, d := range docs {
+		batch[i] = d
+	}
+	_, err := c.coll.InsertMany(ctx, batch, options.InsertMany().SetOrdered(false))
+	if hook, ok := ctx.Value(insertHookKey{}).(func(error) error); ok {
+		err = hook(err)
+	}
+	return err
+}
+
+// answered returns the write errors of an insert the server answered:
+// every document without one was inserted.
+func answered(err error) (mongo.BulkWriteException, bool) {
+	var bwe mongo.BulkWriteException
+	ok := errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0
+	return bwe, ok
+}
+
+// settleAnswered settles docs after an insert the server answered with
+// write errors. A duplicate key means the job's id is there, or its
+// unique key is held; after a lost reply (resent), a job found there may
+// have been inserted by the lost insert: so it is when its id was made by
+// this call, and when its createdAt is this call's.
+func (c *Client) settleAnswered(ctx context.Context, docs []*jobs.Job, own []bool, results []Result, bwe mongo.BulkWriteException, resent bool) error {
+	var failed error
+	var ambiguous []int
+	for _, we := range bwe.WriteErrors {
+		i := we.Index
+		if i < 0 || i >= len(docs) {
+			return c.settleByLookup(ctx, docs, results, bwe)
+		}
+		j := docs[i]
+		if we.Code != 11000 {
+			results[i].Err = fmt.Errorf("%w: the server refused it: %w", ErrNotInserted, we)
+			if failed == nil {
+				failed = fmt.Errorf("queue: enqueue job %s (%s): %w", j.ID, j.Kind, we)
+			}
+			continue
+		}
+		r, err := c.settleHeld(ctx, j)
+		if err != nil {
+			results[i].ID = j.ID
+			results[i].Err = fmt.Errorf("%w: %w", ErrNotInserted, err)
+			if failed == nil {
+				failed = err
+			}
+			continue
+		}
+		if resent && r.Existed {
+			if own[i] {
+				ambiguous = append(ambiguous, i)
+			} else {
+				r.Existed = false // its id was made by this call
+			}
+		}
+		results[i] = r
+	}
+	if len(ambiguous) > 0 {
+		ids := make([]string, len(ambiguous))
+		for k, i := range ambiguous {
+			ids[k] = docs[i].ID
+		}
+		found, err := c.lookUp(ctx, ids)
+		if err != nil {
+			c.log.Warn("jobs found there after a lost reply: whether this enqueue or an earlier one inserted them is unknown; reported as already there",
+				zap.Int("jobs", len(ids)), zap.Error(err))
+		}
+		for _, i := range ambiguous {
+			if created, ok := found[docs[i].ID]; ok && created.Equal(docs[i].CreatedAt) {
+				results[i].Existed = false
+			}
+		}
+	}
+	return failed
+}
+
+// settleHeld settles a job whose insert was refused as a duplicate key:
+// its id is taken (an earlier enqueue of it), or its unique key is held.
+func (c *Client) settleHeld(ctx context.Context, j *jobs.Job) (Result, error) {
+	if j.UniqueKey == "" {
+		// The only unique indexes of the jobs collection are _id and the
+		// sparse uniqueKey, which a job without a key is not in.
+		return Result{ID: j.ID, Existed: true}, nil
+	}
+	err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
+		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
+	if err == nil {
+		return Result{ID: j.ID, Existed: true}, nil
+	}
+	if !errors.Is(err, mongo.ErrNoDocuments) {
+		return Result{}, fmt.Errorf("queue: look up job %s: %w", j.ID, err)
+	}
+	return c.insertUnique(ctx, j)
+}
+
+// settleByLookup settles docs after inserts that failed without saying
+// which documents they wrote, by looking them up by id. A doc found with
+// this call's createdAt is Inserted, one found with another is Existed (an
+// earlier enqueue of the same id). It returns nil when every doc is found.
+func (c *Client) settleByLookup(ctx context.Context, docs []*jobs.Job, results []Result, cause error) error {
+	ids := make([]string, len(docs))
+	for i, d := range docs {
+		ids[i] = d.ID
+	}
+	found, err := c.lookUp(ctx, ids)
+	if err != nil {
+		for i := range results {
+			results[i].Err = fmt.Errorf("%w: the insert failed (%v) and looking the job up failed too: %v", ErrOutcomeUnknown, cause, err)
+		}
+		return fmt.Errorf("%w; looking the jobs up failed too: %v", cause, err)
+	}
+	missing := 0
+	for i, d := range docs {
+		created, ok := found[d.ID]
+		switch {
+		case !ok:
+			missing++
+			results[i].Err = fmt.Errorf("%w: not in the collection after the insert failed: %v", ErrNotInserted, cause)
+		case !created.Equal(d.CreatedAt):
+			results[i].Existed = true
+		}
+	}
+	if missing == 0 {
+		c.log.Warn("inserts failed without an answer but every job is in the collection", zap.Int("jobs", len(docs)), zap.Error(cause))
+		return nil
+	}
+	return cause
+}
+
+// lookUp returns the createdAt of each of ids that is in the collection
+// (the zero time when it has none or another type).
+func (c *Client) lookUp(ctx context.Context, ids []string) (map[string]time.Time, error) {
+	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "createdAt", Value: 1}}))
+	if err != nil {
+		return nil, err
+	}
+	defer cur.Close(ctx)
+	found := make(map[string]time.Time, len(ids))
+	for cur.Next(ctx) {
+		id, ok := cur.Current.Lookup("_id").StringValueOK()
+		if !ok {
+			continue
+		}
+		var created time.Time
+		if dt, ok := cur.Current.Lookup("createdAt").DateTimeOK(); ok {
+			created = time.UnixMilli(dt).UTC()
+		}
+		found[id] = created
+	}
+	return found, cur.Err()
+}
+
+// insertHookKey is the context key of a test's hook that runs after each
+// insert command of EnqueueMany, given its error and returning the one
+// EnqueueMany sees (export_inserts_test.go).
+type insertHookKey struct{}
+
 // insertUnique settles a job whose unique key was taken: it returns the
 // holder's id, or inserts the job if the holder finished in the meantime.
+// The holder may be the job itself, inserted by an earlier enqueue of its
+// id, and so may a job with its id that finished: both are Existed.
 func (c *Client) insertUnique(ctx context.Context, j *jobs.Job) (Result, error) {
 	for range 5 {
 		var holder struct {
@@ -143,6 +470,9 @@ func (c *Client) insertUnique(ctx context.Context, j *jobs.Job) (Result, error) 
 		err := c.coll.FindOne(ctx, bson.D{{Key: "uniqueKey", Value: j.UniqueKey}},
 			options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Decode(&holder)
 		if err == nil {
+			if holder.ID == j.ID {
+				return Result{ID: j.ID, Existed: true}, nil
+			}
 			return Result{ID: holder.ID, Duplicate: true}, nil
 		}
 		if !errors.Is(err, mongo.ErrNoDocuments) {
@@ -155,6 +485,14 @@ func (c *Client) insertUnique(ctx context.Context, j *jobs.Job) (Result, error) 
 		if !mongo.IsDuplicateKeyError(err) {
 			return Result{}, fmt.Errorf("queue: enqueue %s with unique key %q: %w", j.Kind, j.UniqueKey, err)
 		}
+		err = c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
+			options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
+		if err == nil {
+			return Result{ID: j.ID, Existed: true}, nil
+		}
+		if !errors.Is(err, mongo.ErrNoDocuments) {
+			return Result{}, fmt.Errorf("queue: look up job %s: %w", j.ID, err)
+		}
 	}
 	return Result{}, fmt.Errorf("queue: unique key %q: held and released repeatedly, giving up", j.UniqueKey)
 }
@@ -165,14 +503,40 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 	invalid := func(field, format string, a ...any) error {
 		return &ValidationError{Field: field, Reason: fmt.Sprintf(format, a...)}
 	}
-	if in.Kind == "" {
-		return nil, invalid("kind", "must not be empty")
+	if p := jobs.NameProblem(in.Kind, jobs.MaxNameBytes); p != "" {
+		return nil, invalid("kind", "%s", p)
 	}
 	args, err := encodeArgs(in.Args)
 	if err != nil {
 		return nil, invalid("args", "%v", err)
 	}
+	if err := jobs.CheckArgs(args); err != nil {
+		var ae *jobs.ArgsError
+		if errors.As(err, &ae) {
+			field := "args"
+			if ae.Field != "" {
+				field += "." + ae.Field
+			}
+			return nil, invalid(field, "%s", ae.Reason)
+		}
+		return nil, invalid("args", "%v", err)
+	}
 	o := in.Opts
+	if o.ID != "" {
+		if p := jobs.NameProblem(o.ID, jobs.MaxNameBytes); p != "" {
+			return nil, invalid("id", "%s", p)
+		}
+	}
+	if o.Queue != "" {
+		if p := jobs.NameProblem(o.Queue, jobs.MaxNameBytes); p != "" {
+			return nil, invalid("queue", "%s", p)
+		}
+	}
+	if o.UniqueKey != "" {
+		if p := jobs.NameProblem(o.UniqueKey, jobs.MaxUniqueKeyBytes); p != "" {
+			return nil, invalid("uniqueKey", "%s", p)
+		}
+	}
 	if o.Delay < 0 {
 		return nil, invalid("delay", "%s must not be negative", o.Delay)
 	}
@@ -189,12 +553,16 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 	if o.RunAt.IsZero() {
 		runAt = t.Add(o.Delay)
 	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return nil, fmt.Errorf("queue: new job id: %w", err)
+	id := o.ID
+	if id == "" {
+		u, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("queue: new job id: %w", err)
+		}
+		id = u.String()
 	}
 	return &jobs.Job{
-		ID:          id.String(),
+		ID:          id,
 		Kind:        in.Kind,
 		Queue:       o.Queue,
 		Args:        args,

@@ -1,15 +1,11 @@
 package cli
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -23,13 +19,18 @@ import (
 
 // env is what an enqueue subcommand works with.
 type env struct {
+	// ctx is bounded by the server timeout (mongo.timeout); base is not,
+	// for commands that bound each step themselves.
 	ctx    context.Context
+	base   context.Context
 	cfg    configs.Config
 	db     *mongo.Database
 	q      *queue.Client
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+	// progress is whether to draw progress: stderr is a terminal.
+	progress bool
 }
 
 // subcommand is one `enqueue NAME` command.
@@ -107,7 +108,8 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
-	e := &env{ctx: ctx, cfg: cfg, db: db, q: q, stdin: stdin, stdout: stdout, stderr: stderr}
+	e := &env{ctx: ctx, base: context.Background(), cfg: cfg, db: db, q: q, stdin: stdin, stdout: stdout, stderr: stderr,
+		progress: isTerminal(stderr)}
 	err = run(e, fs.Args())
 	var ue usageError
 	switch {
@@ -116,7 +118,7 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
-	case ctx.Err() != nil || mongo.IsTimeout(err) || mongo.IsNetworkError(err):
+	case errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err) || mongo.IsNetworkError(err):
 		fmt.Fprintf(stderr, "%s: MongoDB at %s did not answer within %s: %s\n", name,
 			configs.RedactURI(cfg.Mongo.URI), cfg.Mongo.Timeout, configs.Redact(err.Error(), cfg.Mongo.URI))
 		return 1
@@ -133,6 +135,7 @@ func badInput(format string, a ...any) error { return usageError{fmt.Errorf(form
 
 // insertOptsFlags registers the options every job can take.
 func insertOptsFlags(fs *flag.FlagSet, o *queue.InsertOpts) *string {
+	fs.StringVar(&o.ID, "id", "", "the job's id (default: a new UUIDv7); a job with this id already there is not added again, so a command that failed can be rerun with the id it printed")
 	fs.StringVar(&o.Queue, "queue", "", "queue (default \"default\")")
 	fs.IntVar(&o.Priority, "priority", 0, "priority, higher runs first")
 	fs.DurationVar(&o.Delay, "delay", 0, "run no sooner than this from now")
@@ -170,23 +173,32 @@ func parseArgs(s string) (bson.Raw, error) {
 	return doc, nil
 }
 
-// enqueueAndPrint enqueues ins and prints their ids, one per line.
+// enqueueAndPrint enqueues ins and prints the ids of the jobs that are in
+// the collection, one per line. After a failure it says which jobs are
+// not, and with which ids to enqueue them again at most once.
 func enqueueAndPrint(e *env, ins []queue.Insert) error {
 	res, err := e.q.EnqueueMany(e.ctx, ins)
 	var ve *queue.ValidationError
 	if errors.As(err, &ve) {
 		return usageError{err}
 	}
-	if err != nil {
-		return err
-	}
 	for _, r := range res {
-		fmt.Fprintln(e.stdout, r.ID)
-		if r.Duplicate {
+		switch {
+		case r.Err != nil:
+			how := "not inserted"
+			if errors.Is(r.Err, queue.ErrOutcomeUnknown) {
+				how = "not known whether inserted (looking it up failed)"
+			}
+			fmt.Fprintf(e.stderr, "%s: %s; rerun with --id %s to enqueue it at most once\n", r.ID, how, r.ID)
+			continue
+		case r.Duplicate:
 			fmt.Fprintf(e.stderr, "%s: not added: an unfinished job holds the unique key\n", r.ID)
+		case r.Existed:
+			fmt.Fprintf(e.stderr, "%s: already there: not added again\n", r.ID)
 		}
+		fmt.Fprintln(e.stdout, r.ID)
 	}
-	return nil
+	return err
 }
 
 func jobCommand(fs *flag.FlagSet) func(*env, []string) error {
@@ -211,85 +223,4 @@ func jobCommand(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		return enqueueAndPrint(e, []queue.Insert{in})
 	}
-}
-
-// batchLine is one line of `enqueue batch` input.
-type batchLine struct {
-	Kind        string          `json:"kind"`
-	Args        json.RawMessage `json:"args"`
-	Queue       string          `json:"queue"`
-	Priority    int             `json:"priority"`
-	Delay       string          `json:"delay"`
-	RunAt       string          `json:"runAt"`
-	MaxAttempts int             `json:"maxAttempts"`
-	UniqueKey   string          `json:"uniqueKey"`
-}
-
-func batchCommand(fs *flag.FlagSet) func(*env, []string) error {
-	file := fs.String("file", "-", "file of JSON lines, - for stdin; each line: {\"kind\": K, \"args\": {...}, \"queue\", \"priority\", \"delay\", \"runAt\", \"maxAttempts\", \"uniqueKey\"}")
-	return func(e *env, rest []string) error {
-		if len(rest) > 0 {
-			return badInput("unexpected argument %q", rest[0])
-		}
-		r := e.stdin
-		if *file != "-" {
-			f, err := os.Open(*file)
-			if err != nil {
-				return badInput("--file: %v", err)
-			}
-			defer f.Close()
-			r = f
-		}
-		ins, err := readBatch(r)
-		if err != nil {
-			return err
-		}
-		if len(ins) == 0 {
-			return badInput("no jobs in the input")
-		}
-		return enqueueAndPrint(e, ins)
-	}
-}
-
-// readBatch parses JSON lines; blank lines and lines starting with # are
-// skipped. An error names the line and the field.
-func readBatch(r io.Reader) ([]queue.Insert, error) {
-	var ins []queue.Insert
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 4<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 || line[0] == '#' {
-			continue
-		}
-		var bl batchLine
-		dec := json.NewDecoder(bytes.NewReader(line))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&bl); err != nil {
-			return nil, badInput("line %d: %v", n, err)
-		}
-		if bl.Kind == "" {
-			return nil, badInput("line %d: kind: must not be empty", n)
-		}
-		args, err := parseArgs(string(bl.Args))
-		if err != nil {
-			return nil, badInput("line %d: %v", n, err)
-		}
-		in := queue.Insert{Kind: bl.Kind, Args: args, Opts: queue.InsertOpts{
-			Queue: bl.Queue, Priority: bl.Priority, MaxAttempts: bl.MaxAttempts, UniqueKey: bl.UniqueKey,
-		}}
-		if bl.Delay != "" {
-			if in.Opts.Delay, err = time.ParseDuration(bl.Delay); err != nil {
-				return nil, badInput("line %d: delay: %q is not a duration such as 30s", n, bl.Delay)
-			}
-		}
-		if err := parseRunAt(bl.RunAt, &in.Opts); err != nil {
-			return nil, badInput("line %d: runAt: %q is not an RFC 3339 time", n, bl.RunAt)
-		}
-		ins = append(ins, in)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, badInput("reading input: %v", err)
-	}
-	return ins, nil
 }
