@@ -214,11 +214,7 @@ const ClaimIndexV1 = "claim"
 // already break a unique one), the error wraps ErrSetupRefused and names
 // the duplicated values.
 func (c *Client) EnsureIndexes(ctx context.Context) error {
-	// Explicit nulls would collide in the unique index: clear them first.
-	if _, err := c.ClearNullUniqueKeys(ctx); err != nil {
-		return err
-	}
-	err := EnsureIndexes(ctx, c.coll, Indexes())
+	err := c.clearNullsAndEnsure(ctx)
 	if err == nil && c.indexes != nil {
 		c.indexes.mu.Lock()
 		c.indexes.done = true
@@ -237,14 +233,31 @@ func (c *Client) ensureIndexes(ctx context.Context) error {
 	if c.indexes.done {
 		return nil
 	}
-	if _, err := c.ClearNullUniqueKeys(ctx); err != nil {
-		return err
-	}
-	if err := EnsureIndexes(ctx, c.coll, Indexes()); err != nil {
+	if err := c.clearNullsAndEnsure(ctx); err != nil {
 		return err
 	}
 	c.indexes.done = true
 	return nil
+}
+
+// clearNullsAndEnsure makes the indexes that are missing. Explicit null
+// unique keys would collide in the unique index, so they are cleared first,
+// but only when an index is missing: that pass is an updateMany which, on a
+// server without usable indexes for it (devdb), scans the whole collection,
+// and every enqueueing process runs this once. With the indexes in place,
+// the reaper clears nulls on its passes.
+func (c *Client) clearNullsAndEnsure(ctx context.Context) error {
+	missing, err := missingIndexes(ctx, c.coll, Indexes())
+	if err != nil {
+		return err
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if _, err := c.ClearNullUniqueKeys(ctx); err != nil {
+		return err
+	}
+	return EnsureIndexes(ctx, c.coll, Indexes())
 }
 
 // ClearNullUniqueKeys removes the uniqueKey field of the jobs where it is
@@ -350,25 +363,9 @@ func duplicates(ctx context.Context, coll *mongo.Collection, models []mongo.Inde
 // only for the missing ones keeps start-up cheap, and sidesteps FerretDB
 // v1, whose createIndexes panics when given indexes that already exist.
 func EnsureIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.IndexModel) error {
-	specs, err := coll.Indexes().ListSpecifications(ctx)
+	missing, err := missingIndexes(ctx, coll, models)
 	if err != nil {
-		return fmt.Errorf("queue: list indexes of %s: %w", coll.Name(), err)
-	}
-	have := map[string]bool{}
-	for _, s := range specs {
-		have[s.Name] = true
-	}
-	var missing []mongo.IndexModel
-	for _, m := range models {
-		var o options.IndexOptions
-		if m.Options != nil {
-			for _, set := range m.Options.List() {
-				_ = set(&o)
-			}
-		}
-		if o.Name == nil || !have[*o.Name] {
-			missing = append(missing, m)
-		}
+		return err
 	}
 	if len(missing) == 0 {
 		return nil
@@ -530,4 +527,29 @@ func asText(d bson.Raw, field string) string {
 		return s
 	}
 	return v.String()
+}
+
+// missingIndexes returns the models whose index (by name) coll lacks.
+func missingIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.IndexModel) ([]mongo.IndexModel, error) {
+	specs, err := coll.Indexes().ListSpecifications(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("queue: list indexes of %s: %w", coll.Name(), err)
+	}
+	have := map[string]bool{}
+	for _, s := range specs {
+		have[s.Name] = true
+	}
+	var missing []mongo.IndexModel
+	for _, m := range models {
+		var o options.IndexOptions
+		if m.Options != nil {
+			for _, set := range m.Options.List() {
+				_ = set(&o)
+			}
+		}
+		if o.Name == nil || !have[*o.Name] {
+			missing = append(missing, m)
+		}
+	}
+	return missing, nil
 }

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
@@ -97,4 +99,43 @@ func TestEnsureIndexesAcceptsTheSameIndexUnderAnotherName(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, r2.Duplicate)
 	require.Equal(t, r1.ID, r2.ID)
+}
+
+// TestFirstEnqueueWithIndexesInPlaceScansNothing: every enqueueing process
+// sets the indexes up on its first enqueue; once they exist, that must cost
+// a listIndexes, not the null-key pass (an updateMany that scans the whole
+// collection on devdb: 17 s at 100,000 jobs, holding every other client).
+func TestFirstEnqueueWithIndexesInPlaceScansNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbName := testdb.NewDB(t).Name()
+	var mu sync.Mutex
+	var commands []string
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		mu.Lock()
+		commands = append(commands, e.CommandName)
+		mu.Unlock()
+	}}
+	mc, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = mc.Disconnect(context.Background()) })
+	db := mc.Database(dbName)
+
+	first, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	_, err = first.Enqueue(ctx, "k", nil, queue.InsertOpts{})
+	require.NoError(t, err)
+	mu.Lock()
+	require.Contains(t, commands, "update", "the first setup clears null keys before making the unique index")
+	commands = nil
+	mu.Unlock()
+
+	second, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	_, err = second.Enqueue(ctx, "k", nil, queue.InsertOpts{})
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotContains(t, commands, "update", "with the indexes in place, a new client's first enqueue scanned for null keys: %v", commands)
+	require.Contains(t, commands, "listIndexes")
 }
