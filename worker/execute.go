@@ -244,6 +244,7 @@ func (w *Worker) call(ctx context.Context, h jobs.Handler, job *jobs.Job, log *z
 // worker may hold the job, and the fenced write could only fail.
 func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Logger) error {
 	var backoff time.Duration
+	lastTry := false
 	for {
 		remaining := time.Until(r.leaseExpiry())
 		if remaining <= 0 {
@@ -257,7 +258,14 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 		}
 		backoff = grow(backoff, 100*time.Millisecond, 2*time.Second)
 		if time.Now().Add(backoff).After(r.leaseExpiry()) {
-			return err
+			if lastTry {
+				return err
+			}
+			// One last try at once: an earlier try may have been applied
+			// with its reply lost, and the write then finds its fence gone
+			// and reads the job back, so the outcome is reported as it is.
+			lastTry = true
+			continue
 		}
 		log.Warn("recording the job's outcome failed; retrying", zap.Error(err), zap.Duration("retry_in", backoff))
 		time.Sleep(backoff)

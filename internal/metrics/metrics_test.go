@@ -343,7 +343,13 @@ func TestQueueGaugesComeFromTheLeaderOnly(t *testing.T) {
 		t.Cleanup(srv.Close)
 		runCtx, stop := context.WithCancel(ctx)
 		p := &proc{url: srv.URL, stop: stop, done: make(chan struct{})}
-		go func() { defer close(p.done); go el.Run(runCtx); qs.Run(runCtx) }()
+		go func() {
+			defer close(p.done)
+			elected := make(chan struct{})
+			go func() { defer close(elected); el.Run(runCtx) }()
+			qs.Run(runCtx)
+			<-elected // the elector logs its resignation: before the test ends
+		}()
 		t.Cleanup(func() { stop(); <-p.done })
 		procs[i] = p
 	}
