@@ -633,3 +633,40 @@ func TestLedgerCancel(t *testing.T) {
 		require.Equal(t, map[string]int64{"alice": 700, "bob": 200, "carol": 100}, checkLedgerInvariants(t, b.db, opening))
 	})
 }
+
+// TestLedgerStalledSweeperCountsOnce: a sweeper stalls after each of its
+// writes while another sweeps everything and more is posted; the stalled
+// one resumes with what it read before. Every change is counted once.
+func TestLedgerStalledSweeperCountsOnce(t *testing.T) {
+	t.Parallel()
+	for _, step := range []string{"ledger-sweep:seal", "ledger-sweep:cache", "ledger-sweep:commit", "ledger-sweep:abandon"} {
+		t.Run(step, func(t *testing.T) {
+			b := ledgerSetup(t)
+			opening := map[string]int64{"alice": 1_000, "bob": 0}
+			b.open(t, opening)
+			h := b.handler(t, nil)
+			if step == "ledger-sweep:abandon" {
+				_, err := b.seq.InsertOne(b.ctx, bson.D{
+					{Key: "_id", Value: `"alice"#1`}, {Key: "account", Value: "alice"}, {Key: "seqId", Value: int64(1)},
+					{Key: "tx", Value: "lost"}, {Key: "try", Value: "t"}, {Key: "kind", Value: "change"},
+					{Key: "type", Value: "withdraw"}, {Key: "value", Value: int64(10)}, {Key: "at", Value: time.Now()},
+				})
+				require.NoError(t, err)
+			}
+			require.NoError(t, h.Work(b.ctx, ledgerJob("t1", "l", handlers.LedgerTransferArgs{From: "alice", To: "bob", Amount: 100})))
+			hook, reached, release := ledgerStall(step)
+			done := make(chan error, 1)
+			go func() {
+				_, err := b.sweeper(t, time.Nanosecond, hook).RunOnce(b.ctx)
+				done <- err
+			}()
+			<-reached
+			b.settle(t, time.Nanosecond)
+			require.NoError(t, h.Work(b.ctx, ledgerJob("t2", "l", handlers.LedgerTransferArgs{From: "alice", To: "bob", Amount: 50})))
+			close(release)
+			require.NoError(t, <-done)
+			b.settle(t, time.Nanosecond)
+			require.Equal(t, map[string]int64{"alice": 850, "bob": 150}, checkLedgerInvariants(t, b.db, opening))
+		})
+	}
+}
