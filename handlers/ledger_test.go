@@ -17,7 +17,9 @@ import (
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
@@ -669,4 +671,62 @@ func TestLedgerStalledSweeperCountsOnce(t *testing.T) {
 			require.Equal(t, map[string]int64{"alice": 850, "bob": 150}, checkLedgerInvariants(t, b.db, opening))
 		})
 	}
+}
+
+// TestLedgerCommandsPerTransfer counts the commands one uncontended
+// posting sends, and one two-phase transfer's handler, on one database:
+// the figure that carries over to real MongoDB (devdb's speed does not).
+func TestLedgerCommandsPerTransfer(t *testing.T) {
+	b := ledgerSetup(t)
+	var n atomic.Int64
+	mon := &event.CommandMonitor{Started: func(context.Context, *event.CommandStartedEvent) { n.Add(1) }}
+	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	db := client.Database(b.db.Name())
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	reg := jobs.NewRegistry()
+	require.NoError(t, handlers.Register(reg, handlers.Deps{DB: db, Queue: q}))
+	b.open(t, map[string]int64{"alice": 1_000_000, "bob": 0})
+	_, err = b.db.Collection(handlers.AccountsCollection).InsertMany(b.ctx, []any{
+		handlers.Account{ID: "alice", Balance: 1_000_000, PendingTransactions: []string{}},
+		handlers.Account{ID: "bob", PendingTransactions: []string{}},
+	})
+	require.NoError(t, err)
+
+	ledger, _, _ := reg.Lookup(handlers.LedgerTransferKind)
+	const rounds = 10
+	n.Store(0)
+	for i := range rounds {
+		require.NoError(t, ledger.Work(b.ctx, ledgerJob(fmt.Sprintf("l%d", i), "l", handlers.LedgerTransferArgs{From: "alice", To: "bob", Amount: 1})))
+	}
+	perPosting := float64(n.Load()) / rounds
+	s, err := handlers.NewLedgerSweeper(db, handlers.LedgerSweeperConfig{Threshold: time.Hour})
+	require.NoError(t, err)
+	n.Store(0)
+	_, err = s.RunOnce(b.ctx)
+	require.NoError(t, err)
+	perSweep := float64(n.Load()) / rounds
+
+	transfer, _, _ := reg.Lookup(handlers.TransferKind)
+	n.Store(0)
+	for i := range rounds {
+		txID := b.insertTransfer(t, db, i)
+		require.NoError(t, transfer.Work(b.ctx, transferJob(fmt.Sprintf("t%d", i), txID)))
+	}
+	perTransfer := float64(n.Load()) / rounds
+	t.Logf("commands per transfer: ledger posting %.1f (+%.1f in the sweep that commits and caches it); two-phase transfer handler %.1f (+1 to write its transaction)",
+		perPosting, perSweep, perTransfer)
+	require.LessOrEqual(t, perPosting, 12.0)
+}
+
+func (b *ledgerBundle) insertTransfer(t *testing.T, db *mongo.Database, i int) string {
+	t.Helper()
+	id := fmt.Sprintf("tx-%d", i)
+	_, err := b.db.Collection(handlers.TransactionsCollection).InsertOne(b.ctx, handlers.Transaction{
+		ID: id, Source: "alice", Destination: "bob", Value: 1, State: handlers.TxInitial, LastModified: time.Now(),
+	})
+	require.NoError(t, err)
+	return id
 }
