@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -345,7 +346,7 @@ func readLedgerView(ctx context.Context, c ledgerColls, id string) (*ledgerView,
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("read the seqIds of ledger account %q: %w", id, err)
 	}
-	slices.SortFunc(v.slots, func(a, b ledgerSlot) int { return int(a.SeqID - b.SeqID) })
+	slices.SortFunc(v.slots, func(a, b ledgerSlot) int { return cmp.Compare(a.SeqID, b.SeqID) })
 	if len(ids) > 0 {
 		if err := readLedgerTxs(ctx, c, ids, v.txs); err != nil {
 			return nil, err

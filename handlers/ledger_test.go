@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -165,7 +166,7 @@ func checkLedgerInvariants(t *testing.T, db *mongo.Database, opening map[string]
 	balances := map[string]int64{}
 	for id, open := range opening {
 		cs := byAccount[id]
-		slices.SortFunc(cs, func(a, b change) int { return int(a.seq - b.seq) })
+		slices.SortFunc(cs, func(a, b change) int { return cmp.Compare(a.seq, b.seq) })
 		bal := open
 		for _, c := range cs {
 			bal += c.delta

@@ -23,8 +23,8 @@ type LedgerCancelOutcome struct {
 	Why string
 }
 
-// CompensationID is the id of the transaction that compensates txID: fixed,
-// so that a transaction is compensated at most once.
+// CompensationID is the id of the transaction that compensates transfer
+// txID: fixed, so that a transfer is compensated at most once.
 func CompensationID(txID string) string { return "compensate:" + txID }
 
 // CancelLedgerTx cancels the VALID transaction txID if no later change
@@ -112,7 +112,16 @@ func compensate(ctx context.Context, q *queue.Client, tx *LedgerTx, why string) 
 	if len(tx.Changes) != 2 || from == "" || to == "" {
 		return LedgerCancelOutcome{}, fmt.Errorf("handlers: compensate ledger transaction %q: %w: it is not a transfer between two accounts", tx.ID, ErrLedgerNotCancellable)
 	}
-	args := LedgerTransferArgs{TxID: CompensationID(tx.ID), From: to, To: from, Amount: amount}
+	// A re-posted transaction (ID "T~repost-2") is compensated as its
+	// transfer T: a transfer is posted once, so it is compensated once.
+	base := tx.Transfer
+	if base == "" {
+		base = tx.ID
+	}
+	args := LedgerTransferArgs{TxID: CompensationID(base), From: to, To: from, Amount: amount}
+	if err := args.Validate(); err != nil {
+		return LedgerCancelOutcome{}, fmt.Errorf("handlers: compensate ledger transaction %q: %w", tx.ID, err)
+	}
 	res, err := q.Enqueue(ctx, LedgerTransferKind, args, queue.InsertOpts{UniqueKey: "ledger:" + args.TxID})
 	if err != nil {
 		return LedgerCancelOutcome{}, fmt.Errorf("handlers: compensate ledger transaction %q: %w", tx.ID, err)
