@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -69,7 +70,7 @@ func (h *ledgerHandler) work(ctx context.Context, job *jobs.Job, args LedgerTran
 		transfer = job.ID
 	}
 	log := h.log.With(job.LogFields(zap.String("tx_id", transfer))...)
-	link := 1
+	link, lost := 1, 0
 	for range maxLedgerRounds {
 		id := ledgerChainID(transfer, link)
 		tx, err := readLedgerTx(ctx, h.c, id)
@@ -89,8 +90,17 @@ func (h *ledgerHandler) work(ctx context.Context, job *jobs.Job, args LedgerTran
 			log.Debug("ledger transfer finished", zap.String("id", id), zap.String("state", tx.State), zap.String("reason", tx.Reason))
 			return nil
 		}
-		if err := h.try(ctx, job, transfer, id, args); err != nil {
+		raced, err := h.try(ctx, job, transfer, id, args)
+		if err != nil {
 			return err
+		}
+		if raced {
+			// Posters on a hot account all claim the same next seqId; one
+			// wins each round. Backing off with jitter spreads them out.
+			lost++
+			if err := jitter(ctx, lost); err != nil {
+				return err
+			}
 		}
 	}
 	return fmt.Errorf("ledger transfer %q: not posted after %d tries (postings on the same accounts kept racing); retrying", transfer, maxLedgerRounds)
@@ -111,17 +121,30 @@ func readLedgerTx(ctx context.Context, c ledgerColls, id string) (*LedgerTx, err
 	return &tx, nil
 }
 
+// jitter waits a random time up to 2^lost ms (at most 64 ms).
+func jitter(ctx context.Context, lost int) error {
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << min(lost, 6))))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // try makes one try at posting id: it returns once the transaction is
-// written (or was, by another attempt), or once a claim was lost to a
-// concurrent poster, for the caller to read everything again.
-func (h *ledgerHandler) try(ctx context.Context, job *jobs.Job, transfer, id string, args LedgerTransferArgs) error {
+// written (or was, by another attempt), or, reporting raced, once a claim
+// was lost to a concurrent poster, for the caller to read everything
+// again.
+func (h *ledgerHandler) try(ctx context.Context, job *jobs.Job, transfer, id string, args LedgerTransferArgs) (raced bool, err error) {
 	src, err := readLedgerView(ctx, h.c, args.From)
 	if err != nil {
-		return ledgerReadErr(err)
+		return false, ledgerReadErr(err)
 	}
 	dst, err := readLedgerView(ctx, h.c, args.To)
 	if err != nil {
-		return ledgerReadErr(err)
+		return false, ledgerReadErr(err)
 	}
 	now := time.Now().UTC()
 	base := LedgerTx{ID: id, TS: now, Transfer: transfer, Job: job.ID, Lease: job.LeaseToken}
@@ -129,9 +152,9 @@ func (h *ledgerHandler) try(ctx context.Context, job *jobs.Job, transfer, id str
 		base.Proc, base.State, base.Changes = LedgerCommitted, LedgerCancelled, []LedgerChange{}
 		base.Reason = fmt.Sprintf("insufficient funds: account %q has %d cents available, the transfer needs %d", args.From, avail, args.Amount)
 		if _, err := h.c.txs.InsertOne(ctx, base); err != nil && !mongo.IsDuplicateKeyError(err) {
-			return fmt.Errorf("ledger transfer %q: record the refusal: %w", transfer, err)
+			return false, fmt.Errorf("ledger transfer %q: record the refusal: %w", transfer, err)
 		}
-		return h.d.step(ctx, stepLedgerRefuse)
+		return false, h.d.step(ctx, stepLedgerRefuse)
 	}
 	try := uuid.NewString()
 	changes := []LedgerChange{
@@ -145,20 +168,20 @@ func (h *ledgerHandler) try(ctx context.Context, job *jobs.Job, transfer, id str
 			Tx: id, Try: try, Kind: seqChange, Type: c.Type, Value: c.Value, At: now,
 		})
 		if mongo.IsDuplicateKeyError(err) {
-			return h.d.step(ctx, step) // another posting took it: read again
+			return true, h.d.step(ctx, step) // another posting took it: read again
 		}
 		if err != nil {
-			return fmt.Errorf("ledger transfer %q: claim seqId %d of %q: %w", transfer, c.SeqID, c.Account, err)
+			return false, fmt.Errorf("ledger transfer %q: claim seqId %d of %q: %w", transfer, c.SeqID, c.Account, err)
 		}
 		if err := h.d.step(ctx, step); err != nil {
-			return err
+			return false, err
 		}
 	}
 	base.Proc, base.State, base.Changes, base.Try = LedgerUncommitted, LedgerValid, changes, try
 	if _, err := h.c.txs.InsertOne(ctx, base); err != nil && !mongo.IsDuplicateKeyError(err) {
-		return fmt.Errorf("ledger transfer %q: write the transaction: %w", transfer, err)
+		return false, fmt.Errorf("ledger transfer %q: write the transaction: %w", transfer, err)
 	}
-	return h.d.step(ctx, stepLedgerPost)
+	return false, h.d.step(ctx, stepLedgerPost)
 }
 
 // ledgerReadErr makes an unusable account a permanent error: no retry can
