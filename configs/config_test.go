@@ -176,6 +176,6 @@ func withoutLoggers(c configs.Config) configs.Config {
 }
 
 func appWithoutLoggers(c handlers.Config) handlers.Config {
-	c.RenameSweeper.Logger, c.TransferRecovery.Logger, c.TreeSweeper.Logger = nil, nil, nil
+	c.RenameSweeper.Logger, c.TransferRecovery.Logger, c.TreeSweeper.Logger, c.LedgerSweeper.Logger = nil, nil, nil, nil
 	return c
 }

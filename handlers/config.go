@@ -12,6 +12,8 @@ type Config struct {
 	TransferRecovery TransferRecoveryConfig `yaml:"transferRecovery"`
 	// TreeSweeper removes tree versions no reader can need.
 	TreeSweeper TreeSweeperConfig `yaml:"treeSweeper"`
+	// LedgerSweeper commits the ledger and caches its balances.
+	LedgerSweeper LedgerSweeperConfig `yaml:"ledgerSweeper"`
 }
 
 // Defaults implements configs.App.
@@ -19,11 +21,12 @@ func (c *Config) Defaults() {
 	c.RenameSweeper = c.RenameSweeper.WithDefaults()
 	c.TransferRecovery = c.TransferRecovery.WithDefaults()
 	c.TreeSweeper = c.TreeSweeper.WithDefaults()
+	c.LedgerSweeper = c.LedgerSweeper.WithDefaults()
 }
 
 // Validate implements configs.App.
 func (c *Config) Validate() error {
-	for _, err := range []error{c.RenameSweeper.Validate(), c.TransferRecovery.Validate(), c.TreeSweeper.Validate()} {
+	for _, err := range []error{c.RenameSweeper.Validate(), c.TransferRecovery.Validate(), c.TreeSweeper.Validate(), c.LedgerSweeper.Validate()} {
 		if err != nil {
 			return err
 		}
@@ -40,6 +43,9 @@ func (c *Config) Settings() []configs.Setting {
 		configs.DurationSetting("transferRecovery.threshold", "DOCKET_TRANSFER_RECOVERY_THRESHOLD", "transfer-recovery-threshold", "age of an unfinished transaction that recovery finishes", &c.TransferRecovery.Threshold),
 		configs.StringSetting("treeSweeper.schedule", "DOCKET_TREE_SWEEP_SCHEDULE", "tree-sweep-schedule", "cron schedule of the tree sweeper", &c.TreeSweeper.Schedule),
 		configs.IntSetting("treeSweeper.keep", "DOCKET_TREE_KEEP", "tree-keep", "published versions of each tree kept readable", &c.TreeSweeper.Keep),
+		configs.StringSetting("ledgerSweeper.schedule", "DOCKET_LEDGER_SWEEP_SCHEDULE", "ledger-sweep-schedule", "cron schedule of the ledger sweeper (commit and cache)", &c.LedgerSweeper.Schedule),
+		configs.DurationSetting("ledgerSweeper.threshold", "DOCKET_LEDGER_ABANDON_AFTER", "ledger-abandon-after", "age of a seqId claim without its transaction that the ledger sweeper cancels as abandoned", &c.LedgerSweeper.Threshold),
+		configs.IntSetting("ledgerSweeper.batch", "DOCKET_LEDGER_SWEEP_BATCH", "ledger-sweep-batch", "changes the ledger sweeper folds per account and pass", &c.LedgerSweeper.Batch),
 	}
 }
 

@@ -1,5 +1,7 @@
 package handlers
 
+import "context"
+
 // SetAfterTreeRead makes ReadTree call f between reading a version's nodes
 // and checking that the version is still kept; nil removes it.
 func SetAfterTreeRead(f func()) {
@@ -9,3 +11,6 @@ func SetAfterTreeRead(f func()) {
 	}
 	afterTreeRead.Store(&f)
 }
+
+// SetLedgerSweeperHook makes s call hook after each of its writes.
+func SetLedgerSweeperHook(s *LedgerSweeper, hook func(context.Context, string) error) { s.hook = hook }

@@ -49,6 +49,7 @@ func Register(reg *jobs.Registry, d Deps) error {
 		registerRename(reg, d),
 		registerTransfer(reg, d),
 		registerTree(reg, d),
+		registerLedger(reg, d),
 	)
 }
 
@@ -60,5 +61,6 @@ func Setup(ctx context.Context, db *mongo.Database) error {
 		setupRename(ctx, db),
 		setupTransfer(ctx, db),
 		setupTree(ctx, db),
+		setupLedger(ctx, db),
 	)
 }

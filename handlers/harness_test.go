@@ -677,6 +677,37 @@ func harnessCases() []harnessCase {
 			want: jobs.StateSucceeded,
 		},
 		{
+			// The ledger: a posting's claims and transaction, raced by its
+			// own stalled attempts; the sweeper commits and caches (and
+			// cancels a stalled posting as abandoned: the job re-posts it).
+			name: "ledger",
+			setup: func(t *testing.T, h *harnessEnv) {
+				harnessLedgerSetup(t, h, 60)
+			},
+			recover: harnessLedgerSweep,
+			pending: harnessLedgerPending,
+			check: func(t *testing.T, h *harnessEnv) {
+				require.Equal(t, map[string]int64{"a": 40, "b": 65}, checkLedgerInvariants(t, h.db, map[string]int64{"a": 100, "b": 5}))
+				n, err := h.db.Collection(handlers.LedgerCollection).CountDocuments(h.ctx, bson.D{{Key: "state", Value: handlers.LedgerValid}})
+				require.NoError(t, err)
+				require.EqualValues(t, 1, n, "posted exactly once")
+			},
+			want: jobs.StateSucceeded,
+		},
+		{
+			// Refused: more than the source holds; no money moves.
+			name: "ledger-refused",
+			setup: func(t *testing.T, h *harnessEnv) {
+				harnessLedgerSetup(t, h, 160)
+			},
+			recover: harnessLedgerSweep,
+			pending: harnessLedgerPending,
+			check: func(t *testing.T, h *harnessEnv) {
+				require.Equal(t, map[string]int64{"a": 100, "b": 5}, checkLedgerInvariants(t, h.db, map[string]int64{"a": 100, "b": 5}))
+			},
+			want: jobs.StateSucceeded,
+		},
+		{
 			// A publish over a published tree, raced by a newer publish:
 			// readers must see one whole tree, the job publishes once.
 			name: "publish-tree",
@@ -902,4 +933,48 @@ func harnessNewerRename(t *testing.T, h *harnessEnv) {
 // everywhere, and u2 is untouched.
 func harnessLastRenameWins(t *testing.T, h *harnessEnv) {
 	harnessRequireNames(t, h, map[string]string{"u1": harnessLastRename(t, h, "u1"), "u2": "name-u2"})
+}
+
+// harnessLedgerSetup opens ledger accounts a (100) and b (5) and enqueues
+// a ledger transfer of amount from a to b.
+func harnessLedgerSetup(t *testing.T, h *harnessEnv, amount int64) {
+	t.Helper()
+	require.NoError(t, handlers.OpenLedgerAccount(h.ctx, h.db, "a", 100))
+	require.NoError(t, handlers.OpenLedgerAccount(h.ctx, h.db, "b", 5))
+	h.enqueue(t, handlers.LedgerTransferKind, handlers.LedgerTransferArgs{From: "a", To: "b", Amount: amount})
+}
+
+// harnessLedgerSweep runs the ledger sweeper once, cancelling postings
+// whose claims are older than a millisecond.
+func harnessLedgerSweep(t *testing.T, h *harnessEnv) {
+	t.Helper()
+	s, err := handlers.NewLedgerSweeper(h.db, handlers.LedgerSweeperConfig{Threshold: time.Millisecond, Logger: h.log})
+	require.NoError(t, err)
+	_, err = s.RunOnce(h.ctx)
+	require.NoError(t, err)
+}
+
+// harnessLedgerPending reports whether a transaction is uncommitted or a
+// claim lies past an account's cache.
+func harnessLedgerPending(t *testing.T, h *harnessEnv) bool {
+	t.Helper()
+	n, err := h.db.Collection(handlers.LedgerCollection).CountDocuments(h.ctx, bson.D{{Key: "proc", Value: handlers.LedgerUncommitted}})
+	require.NoError(t, err)
+	if n > 0 {
+		return true
+	}
+	for _, id := range []string{"a", "b"} {
+		var acct struct {
+			Cache struct {
+				SeqID int64 `bson:"seqId"`
+			} `bson:"cache"`
+		}
+		require.NoError(t, h.db.Collection(handlers.LedgerAccountsCollection).FindOne(h.ctx, bson.D{{Key: "_id", Value: id}}).Decode(&acct))
+		n, err := h.db.Collection(handlers.LedgerSeqCollection).CountDocuments(h.ctx, bson.D{{Key: "account", Value: id}, {Key: "seqId", Value: bson.D{{Key: "$gt", Value: acct.Cache.SeqID}}}})
+		require.NoError(t, err)
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }

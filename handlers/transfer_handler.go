@@ -283,6 +283,10 @@ func describeValue(v bson.RawValue) string {
 		return "double " + strconv.FormatFloat(v.Double(), 'g', -1, 64)
 	case bson.TypeString:
 		return "string " + strconv.Quote(v.StringValue())
+	case bson.TypeInt32:
+		return "int32 " + strconv.FormatInt(int64(v.Int32()), 10)
+	case bson.TypeInt64:
+		return "int64 " + strconv.FormatInt(v.Int64(), 10)
 	}
 	return v.Type.String() + " " + v.String()
 }

@@ -197,7 +197,14 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		log.Error("cannot start", zap.Error(err))
 		return 2
 	}
-	if err := dc.AddMaintenance(sweeper, txRecovery, treeSweeper); err != nil {
+	lcfg := appCfg.LedgerSweeper
+	lcfg.Logger = log
+	ledgerSweeper, err := handlers.NewLedgerSweeper(db, lcfg)
+	if err != nil {
+		log.Error("cannot start", zap.Error(err))
+		return 2
+	}
+	if err := dc.AddMaintenance(sweeper, txRecovery, treeSweeper, ledgerSweeper); err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 2
 	}

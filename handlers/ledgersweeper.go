@@ -1,0 +1,281 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/recovery"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
+)
+
+// Defaults for LedgerSweeperConfig.
+const (
+	// DefaultLedgerSweepSchedule is how often the ledger sweeper runs.
+	DefaultLedgerSweepSchedule = "@every 10s"
+	// DefaultLedgerAbandonAfter is how long a seqId claim may wait for its
+	// transaction before the sweeper cancels the posting as abandoned.
+	DefaultLedgerAbandonAfter = time.Minute
+	// DefaultLedgerSweepBatch is how many changes the sweeper folds into
+	// one account's cache per pass at most.
+	DefaultLedgerSweepBatch = 1000
+)
+
+// LedgerSweeperConfig configures a LedgerSweeper: Schedule defaults to
+// DefaultLedgerSweepSchedule, Threshold (how long a claim may wait for its
+// transaction before the posting is cancelled as abandoned) to
+// DefaultLedgerAbandonAfter, Batch (changes folded per account and pass)
+// to DefaultLedgerSweepBatch.
+type LedgerSweeperConfig recovery.SweepConfig
+
+// WithDefaults returns c with every unset field set to its default.
+func (c LedgerSweeperConfig) WithDefaults() LedgerSweeperConfig {
+	return LedgerSweeperConfig(recovery.SweepConfig(c).WithDefaults(recovery.SweepConfig{
+		Schedule: DefaultLedgerSweepSchedule, Threshold: DefaultLedgerAbandonAfter, Batch: DefaultLedgerSweepBatch,
+	}))
+}
+
+// Validate reports the first invalid field, naming it and its value.
+func (c LedgerSweeperConfig) Validate() error {
+	return recovery.SweepConfig(c).Validate("ledgerSweeper")
+}
+
+// Steps of the ledger sweeper, reported to its hook after each write.
+const (
+	stepLedgerAbandon = "ledger-sweep:abandon"
+	stepLedgerSeal    = "ledger-sweep:seal"
+	stepLedgerCache   = "ledger-sweep:cache"
+	stepLedgerCommit  = "ledger-sweep:commit"
+)
+
+// LedgerSweeper commits the ledger: for each account, in seqId order, it
+// folds each change into the account's cache, fenced on the cache's seqId
+// (two sweepers, or a stalled one, cannot fold a change twice), then marks
+// COMMITTED every transaction whose accounts' caches have all passed it.
+// It also cancels, as abandoned, a posting whose seqId claim has waited for
+// its transaction longer than the threshold.
+type LedgerSweeper struct {
+	cfg LedgerSweeperConfig
+	c   ledgerColls
+	log *zap.Logger
+	// hook, when set (tests), is called after each write.
+	hook func(ctx context.Context, step string) error
+}
+
+// NewLedgerSweeper returns a LedgerSweeper for the ledger in db.
+func NewLedgerSweeper(db *mongo.Database, cfg LedgerSweeperConfig) (*LedgerSweeper, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &LedgerSweeper{cfg: cfg, c: ledgerCollections(db), log: cfg.Logger.Named("ledger-sweeper")}, nil
+}
+
+// Schedule returns the sweeper's cron spec.
+func (s *LedgerSweeper) Schedule() string { return s.cfg.Schedule }
+
+// Run is a cron job: one pass, with its error logged.
+func (s *LedgerSweeper) Run() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.RunOnce(ctx); err != nil {
+		s.log.Warn("ledger sweep failed; it runs again on schedule", zap.Error(err))
+	}
+}
+
+// LedgerSweepResult counts what one pass did.
+type LedgerSweepResult struct {
+	// Folded is how many seqIds the caches passed.
+	Folded int
+	// Committed is how many transactions were marked COMMITTED.
+	Committed int
+	// Abandoned is how many postings were cancelled as abandoned.
+	Abandoned int
+	// Waiting is how many accounts stopped at a claim still in flight.
+	Waiting int
+}
+
+func (s *LedgerSweeper) step(ctx context.Context, name string) error {
+	if s.hook == nil {
+		return nil
+	}
+	return s.hook(ctx, name)
+}
+
+// RunOnce makes one pass over every account, then commits. An account
+// that another app left unusable is skipped with a log line.
+func (s *LedgerSweeper) RunOnce(ctx context.Context) (LedgerSweepResult, error) {
+	var res LedgerSweepResult
+	cur, err := s.c.accounts.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return res, fmt.Errorf("ledger sweep: list accounts: %w", err)
+	}
+	var ids []string
+	for cur.Next(ctx) {
+		if id, ok := cur.Current.Lookup("_id").StringValueOK(); ok {
+			ids = append(ids, id)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return res, fmt.Errorf("ledger sweep: list accounts: %w", err)
+	}
+	for _, id := range ids {
+		if err := s.fold(ctx, id, &res); err != nil {
+			if errors.Is(err, ErrLedgerAccount) {
+				s.log.Warn("skipping an unusable ledger account", zap.Error(err))
+				continue
+			}
+			return res, err
+		}
+	}
+	n, err := s.commit(ctx)
+	res.Committed = n
+	return res, err
+}
+
+// fold advances account id's cache over its claims, one seqId at a time.
+func (s *LedgerSweeper) fold(ctx context.Context, id string, res *LedgerSweepResult) error {
+	for range s.cfg.Batch {
+		acct, err := readLedgerAccount(ctx, s.c, id)
+		if err != nil {
+			return err
+		}
+		k := acct.seq + 1
+		raw, err := s.c.seq.FindOne(ctx, bson.D{{Key: "_id", Value: ledgerSlotID(id, k)}}).Raw()
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return nil // nothing claimed after the cache
+		}
+		if err != nil {
+			return fmt.Errorf("ledger sweep: read seqId %d of %q: %w", k, id, err)
+		}
+		var slot ledgerSlot
+		delta := int64(0)
+		if bson.Unmarshal(raw, &slot) == nil && slot.Kind == seqChange {
+			tx, err := readLedgerTx(ctx, s.c, slot.Tx)
+			if err != nil && !jobs.IsPermanent(err) {
+				return err
+			}
+			switch {
+			case err != nil: // not docket's: counts nothing
+			case tx == nil:
+				if time.Since(slot.At) < s.cfg.Threshold {
+					res.Waiting++
+					return nil // in flight: its poster may still write it
+				}
+				if err := s.abandon(ctx, slot); err != nil {
+					return err
+				}
+				res.Abandoned++
+				continue
+			default:
+				if c, i, owns := ledgerOwns(tx, slot); owns && tx.State == LedgerValid {
+					ok, err := s.seal(ctx, tx, i, acct.balance+c.delta())
+					if err != nil {
+						return err
+					}
+					if !ok {
+						continue // cancelled meanwhile: read again
+					}
+					delta = c.delta()
+				}
+			}
+		}
+		upd, err := s.c.accounts.UpdateOne(ctx,
+			bson.D{{Key: "_id", Value: id}, {Key: "cache.seqId", Value: acct.seq}, {Key: "cache.balance", Value: acct.balance}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "cache", Value: bson.D{{Key: "balance", Value: acct.balance + delta}, {Key: "seqId", Value: k}}}}}})
+		if err != nil {
+			return fmt.Errorf("ledger sweep: advance the cache of %q to seqId %d: %w", id, k, err)
+		}
+		if upd.MatchedCount == 1 {
+			res.Folded++
+		}
+		if err := s.step(ctx, stepLedgerCache); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// abandon cancels the posting that claim slot waits for: a tombstone with
+// its id, so that the stalled poster's late insert is a duplicate.
+func (s *LedgerSweeper) abandon(ctx context.Context, slot ledgerSlot) error {
+	_, err := s.c.txs.InsertOne(ctx, LedgerTx{
+		ID: slot.Tx, TS: time.Now().UTC(), Proc: LedgerCommitted, State: LedgerCancelled, Changes: []LedgerChange{},
+		Abandoned: true,
+		Reason:    fmt.Sprintf("abandoned: its poster claimed seqId %d of %q at %s and did not write it within %s", slot.SeqID, slot.Account, slot.At.Format(time.RFC3339), s.cfg.Threshold),
+	})
+	if err != nil && !mongo.IsDuplicateKeyError(err) {
+		return fmt.Errorf("ledger sweep: cancel the abandoned posting %q: %w", slot.Tx, err)
+	}
+	s.log.Info("cancelled an abandoned ledger posting", zap.String("tx_id", slot.Tx), zap.String("account", slot.Account), zap.Int64("seq_id", slot.SeqID))
+	return s.step(ctx, stepLedgerAbandon)
+}
+
+// seal marks tx as being folded, so that it can no longer be cancelled,
+// and records change i's balance after it. Every sweeper computes the same
+// balance from the same cache, so repeating it is harmless. It reports
+// false when tx is no longer VALID.
+func (s *LedgerSweeper) seal(ctx context.Context, tx *LedgerTx, i int, after int64) (bool, error) {
+	upd, err := s.c.txs.UpdateOne(ctx, bson.D{{Key: "_id", Value: tx.ID}, {Key: "state", Value: LedgerValid}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "sealed", Value: true}, {Key: "changes." + strconv.Itoa(i) + ".cacheBal", Value: after}}}})
+	if err != nil {
+		return false, fmt.Errorf("ledger sweep: seal %q: %w", tx.ID, err)
+	}
+	return upd.MatchedCount == 1, s.step(ctx, stepLedgerSeal)
+}
+
+// commit marks COMMITTED every UNCOMMITTED transaction whose changes every
+// account's cache has passed, and returns how many.
+func (s *LedgerSweeper) commit(ctx context.Context) (int, error) {
+	cur, err := s.c.txs.Find(ctx, bson.D{{Key: "proc", Value: LedgerUncommitted}})
+	if err != nil {
+		return 0, fmt.Errorf("ledger sweep: find uncommitted transactions: %w", err)
+	}
+	var txs []LedgerTx
+	for cur.Next(ctx) {
+		var tx LedgerTx
+		if bson.Unmarshal(cur.Current, &tx) == nil {
+			txs = append(txs, tx)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return 0, fmt.Errorf("ledger sweep: find uncommitted transactions: %w", err)
+	}
+	caches := map[string]int64{}
+	n := 0
+	for _, tx := range txs {
+		passed := true
+		for _, c := range tx.Changes {
+			seq, ok := caches[c.Account]
+			if !ok {
+				acct, err := readLedgerAccount(ctx, s.c, c.Account)
+				if err != nil {
+					seq = -1
+				} else {
+					seq = acct.seq
+				}
+				caches[c.Account] = seq
+			}
+			passed = passed && seq >= c.SeqID
+		}
+		if !passed {
+			continue
+		}
+		upd, err := s.c.txs.UpdateOne(ctx, bson.D{{Key: "_id", Value: tx.ID}, {Key: "proc", Value: LedgerUncommitted}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "proc", Value: LedgerCommitted}}}})
+		if err != nil {
+			return n, fmt.Errorf("ledger sweep: commit %q: %w", tx.ID, err)
+		}
+		n += int(upd.MatchedCount)
+		if err := s.step(ctx, stepLedgerCommit); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
