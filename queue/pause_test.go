@@ -72,10 +72,12 @@ func TestPauseStopsClaims(t *testing.T) {
 	changed, err = admin.Resume(b.ctx, "mail", "ops")
 	require.NoError(t, err)
 	require.False(t, changed, "resuming twice changes nothing")
+	resumed := 0
 	require.Eventually(t, func() bool {
 		got, err := b.q.ClaimBatch(b.ctx, p, 5)
 		require.NoError(t, err)
-		return len(got) == int(n)
+		resumed += len(got)
+		return resumed == int(n)
 	}, 30*time.Second, 10*time.Millisecond) // a liveness bound: on a loaded devdb one batch claim can take seconds
 	states, err = b.q.QueueStates(b.ctx)
 	require.NoError(t, err)

@@ -123,7 +123,9 @@ func TestEnqueueWithStoppedServer(t *testing.T) {
 			require.Contains(t, stderr, "did not answer within "+tc.timeout.String())
 			require.Contains(t, stderr, strings.TrimPrefix(d.URI(), "mongodb://"))
 			require.Less(t, elapsed, tc.timeout+5*time.Second, "enqueue took %s", elapsed)
-			require.Len(t, strings.Split(strings.TrimSpace(stderr), "\n"), 1, "one clear line: %q", stderr)
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			require.Len(t, lines, 2, "two clear lines, what was not inserted and why: %q", stderr)
+			require.Contains(t, lines[0], "not inserted; rerun with --id")
 		})
 	}
 }
