@@ -315,3 +315,25 @@ func TestSlowClaimRenewsAtOnce(t *testing.T) {
 	require.Less(t, d, interval-200*time.Millisecond, "renewed a whole interval after the start, not at once")
 	b.waitState(t, id, jobs.StateSucceeded)
 }
+
+// TestCompletionAppliedAtTheLeasesEndIsReportedDone: the first completion
+// is applied but its reply is held until the driver gives up, which the
+// lease bounds, so no time is left for a retry after a backoff. One last
+// try at once finds its fence gone, reads the job back and reports it
+// finished, rather than "could not be recorded" (a succeeded job the chaos
+// run's check found logged as unrecorded).
+func TestCompletionAppliedAtTheLeasesEndIsReportedDone(t *testing.T) {
+	b := setup(t)
+	b.handle(t, "k", func(context.Context, *jobs.Job) error { return nil }, jobs.KindOptions{})
+	id := b.enqueue(t, "k", nil, queue.InsertOpts{})
+	q, lossy := b.lossyQueueWith(t, &lossyDialer{drop: isCompletion, hold: true})
+	b.startOn(t, q, worker.Config{Lease: 3 * time.Second, HeartbeatInterval: time.Second}, nil)
+	j := b.waitState(t, id, jobs.StateSucceeded)
+	require.Equal(t, 1, j.Attempt)
+	require.Eventually(t, func() bool {
+		return b.logs.FilterMessageSnippet("job finished").Len() > 0
+	}, 20*time.Second, 10*time.Millisecond)
+	require.EqualValues(t, 1, lossy.dropped.Load())
+	require.Zero(t, b.logs.FilterMessageSnippet("could not be recorded").Len(), "%v", b.logs.FilterMessageSnippet("job finished").All())
+	require.Equal(t, "succeeded", b.logs.FilterMessage("job finished").All()[0].ContextMap()["outcome"])
+}
