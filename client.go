@@ -362,12 +362,17 @@ func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
 	return err
 }
 
+// pool returns the client's worker pool, nil before Start.
+func (c *Client) pool() *worker.Worker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.w
+}
+
 // Running returns how many jobs the client's pool runs now (0 before
 // Start).
 func (c *Client) Running() int {
-	c.mu.Lock()
-	w := c.w
-	c.mu.Unlock()
+	w := c.pool()
 	if w == nil {
 		return 0
 	}
@@ -377,9 +382,7 @@ func (c *Client) Running() int {
 // Stats returns the pool's own counts: stuck handlers given up on, and
 // jobs given back unstarted (zero before Start).
 func (c *Client) Stats() worker.Stats {
-	c.mu.Lock()
-	w := c.w
-	c.mu.Unlock()
+	w := c.pool()
 	if w == nil {
 		return worker.Stats{}
 	}
@@ -390,9 +393,7 @@ func (c *Client) Stats() worker.Stats {
 // their cancellation and still run, and returns how many; call it only
 // right before the process exits (see worker.Worker.ReleaseAbandoned).
 func (c *Client) ReleaseAbandoned(ctx context.Context) int {
-	c.mu.Lock()
-	w := c.w
-	c.mu.Unlock()
+	w := c.pool()
 	if w == nil {
 		return 0
 	}
