@@ -3,6 +3,7 @@ package docket_test
 import (
 	"context"
 	"errors"
+	"github.com/docketq/docket/internal/jobstore"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,7 +97,7 @@ func TestInsertTakesTheKindsDefaults(t *testing.T) {
 
 	_, err = c.InsertMany(ctx, []docket.InsertManyParams{{Args: GreetArgs{Name: "c"}}, {Args: nil}})
 	require.ErrorContains(t, err, "args")
-	n, err := c.Queue().Collection().CountDocuments(ctx, map[string]any{})
+	n, err := jobstore.Of(c.Queue()).Collection().CountDocuments(ctx, map[string]any{})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "an invalid InsertMany writes nothing")
 }

@@ -15,6 +15,7 @@ package dockettest
 import (
 	"context"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"reflect"
 	"slices"
 	"time"
@@ -109,7 +110,7 @@ func RequireNotInserted[T jobs.Args](t TB, client *docket.Client, want T) {
 func inserted[T jobs.Args](client *docket.Client, want T) ([]*jobs.Job, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cur, err := client.Queue().Collection().Find(ctx, bson.D{{Key: "kind", Value: want.Kind()}})
+	cur, err := jobstore.Of(client.Queue()).Collection().Find(ctx, bson.D{{Key: "kind", Value: want.Kind()}})
 	if err != nil {
 		return nil, err
 	}

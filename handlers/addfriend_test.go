@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"slices"
 	"sync"
 	"testing"
@@ -52,7 +53,7 @@ func newUsersEnv(t *testing.T) *usersEnv {
 	// rather than by q.EnsureIndexes, which hands the shared queue.Indexes
 	// to the driver, and the driver writes to their options: a data race
 	// between parallel tests.
-	_, err = q.Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
+	_, err = jobstore.Of(q).Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
 		Keys:    bson.D{{Key: "uniqueKey", Value: 1}},
 		Options: options.Index().SetUnique(true).SetSparse(true),
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"os"
 	"slices"
 	"sync"
@@ -62,7 +63,7 @@ func newHarnessEnv(t *testing.T) *harnessEnv {
 	// Only the unique-key index matters (the rename sweeper's sync jobs);
 	// built here rather than by q.EnsureIndexes, whose shared models the
 	// driver writes to: a race between parallel tests.
-	_, err = q.Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
+	_, err = jobstore.Of(q).Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
 		Keys:    bson.D{{Key: "uniqueKey", Value: 1}},
 		Options: options.Index().SetUnique(true).SetSparse(true),
 	})
@@ -164,7 +165,7 @@ func (h *harnessEnv) start(t *testing.T, name string, stallAfter, killAfter int)
 	var j *jobs.Job
 	require.Eventually(t, func() bool {
 		var err error
-		j, err = h.q.Claim(h.ctx, queue.ClaimParams{
+		j, err = jobstore.Of(h.q).Claim(h.ctx, queue.ClaimParams{
 			Owner:  fmt.Sprintf("%s-%d", name, h.owners.Add(1)),
 			Queues: []string{jobs.DefaultQueue}, Kinds: h.reg.Kinds(), Lease: harnessLease,
 		})
@@ -247,12 +248,12 @@ func (h *harnessEnv) finish(t *testing.T, a *harnessAttempt, cause error) error 
 	final := true
 	switch {
 	case cause == nil:
-		err = h.q.Complete(h.ctx, l)
+		err = jobstore.Of(h.q).Complete(h.ctx, l)
 	case errors.Is(cause, jobs.ErrCancelled):
-		err = h.q.Cancelled(h.ctx, l, a.job, cause.Error())
+		err = jobstore.Of(h.q).Cancelled(h.ctx, l, a.job, cause.Error())
 	default:
 		var f queue.Failure
-		f, err = h.q.Fail(h.ctx, l, a.job, cause)
+		f, err = jobstore.Of(h.q).Fail(h.ctx, l, a.job, cause)
 		final = f.State.Finished()
 	}
 	if err == nil && final && a.job.ID == h.subject {
@@ -266,7 +267,7 @@ func (h *harnessEnv) finish(t *testing.T, a *harnessAttempt, cause error) error 
 func (h *harnessEnv) expire(t *testing.T, a *harnessAttempt) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		_, err := h.q.Reap(h.ctx, 0, 100)
+		_, err := jobstore.Of(h.q).Reap(h.ctx, 0, 100)
 		require.NoError(t, err)
 		j, err := h.q.Get(h.ctx, h.subject)
 		require.NoError(t, err)
@@ -279,13 +280,13 @@ func (h *harnessEnv) expire(t *testing.T, a *harnessAttempt) {
 // touching the job.
 func (h *harnessEnv) resumeStale(t *testing.T, a *harnessAttempt) {
 	t.Helper()
-	before, err := h.q.Collection().FindOne(h.ctx, bson.D{{Key: "_id", Value: h.subject}}).Raw()
+	before, err := jobstore.Of(h.q).Collection().FindOne(h.ctx, bson.D{{Key: "_id", Value: h.subject}}).Raw()
 	require.NoError(t, err)
 	cause := a.wait(t)
 	require.ErrorIs(t, h.finish(t, a, cause), queue.ErrLeaseLost, "stale attempt %s finished the job (its handler returned %v)", a.name, cause)
-	_, err = h.q.Heartbeat(h.ctx, queue.LeaseOf(a.job), time.Minute)
+	_, err = jobstore.Of(h.q).Heartbeat(h.ctx, queue.LeaseOf(a.job), time.Minute)
 	require.ErrorIs(t, err, queue.ErrLeaseLost, "stale attempt %s renewed its lease", a.name)
-	after, err := h.q.Collection().FindOne(h.ctx, bson.D{{Key: "_id", Value: h.subject}}).Raw()
+	after, err := jobstore.Of(h.q).Collection().FindOne(h.ctx, bson.D{{Key: "_id", Value: h.subject}}).Raw()
 	require.NoError(t, err)
 	require.Equal(t, before.String(), after.String(), "stale attempt %s changed the job", a.name)
 }
@@ -294,7 +295,7 @@ func (h *harnessEnv) resumeStale(t *testing.T, a *harnessAttempt) {
 // and records its outcome; it reports whether there was one.
 func (h *harnessEnv) runFully(t *testing.T) bool {
 	t.Helper()
-	j, err := h.q.Claim(h.ctx, queue.ClaimParams{
+	j, err := jobstore.Of(h.q).Claim(h.ctx, queue.ClaimParams{
 		Owner: fmt.Sprintf("drain-%d", h.owners.Add(1)), Queues: []string{jobs.DefaultQueue}, Kinds: h.reg.Kinds(), Lease: harnessLease,
 	})
 	require.NoError(t, err)
@@ -315,14 +316,14 @@ func (h *harnessEnv) settle(t *testing.T, c harnessCase) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		_, err := h.q.Reap(h.ctx, 0, 100)
+		_, err := jobstore.Of(h.q).Reap(h.ctx, 0, 100)
 		require.NoError(t, err)
 		if c.recover != nil {
 			c.recover(t, h)
 		}
 		for h.runFully(t) {
 		}
-		open, err := h.q.Collection().CountDocuments(h.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}}})
+		open, err := jobstore.Of(h.q).Collection().CountDocuments(h.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}}})
 		require.NoError(t, err)
 		if open == 0 && (c.pending == nil || !c.pending(t, h)) {
 			return
@@ -622,7 +623,7 @@ func harnessCases() []harnessCase {
 						require.NoError(t, err)
 					}
 				}
-				_, err := h.q.Collection().InsertOne(h.ctx, bson.D{
+				_, err := jobstore.Of(h.q).Collection().InsertOne(h.ctx, bson.D{
 					{Key: "_id", Value: "f47ac10b-58cc-4372-a567-0e02b2c3d479"}, {Key: "kind", Value: handlers.RenameKind},
 					{Key: "args", Value: bson.D{{Key: "userId", Value: "u1"}, {Key: "newName", Value: "Ann"}}},
 					{Key: "state", Value: jobs.StateAvailable}, {Key: "queue", Value: jobs.DefaultQueue}, {Key: "runAt", Value: time.Now()},
@@ -814,7 +815,7 @@ func harnessSyncing(t *testing.T, h *harnessEnv) bool {
 // with the greatest (createdAt, _id) sets: the one that must win.
 func harnessLastRename(t *testing.T, h *harnessEnv, uid string) string {
 	t.Helper()
-	cur, err := h.q.Collection().Find(h.ctx, bson.D{{Key: "kind", Value: handlers.RenameKind}, {Key: "state", Value: jobs.StateSucceeded}})
+	cur, err := jobstore.Of(h.q).Collection().Find(h.ctx, bson.D{{Key: "kind", Value: handlers.RenameKind}, {Key: "state", Value: jobs.StateSucceeded}})
 	require.NoError(t, err)
 	var all []jobs.Job
 	require.NoError(t, cur.All(h.ctx, &all))

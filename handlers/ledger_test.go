@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -551,13 +552,13 @@ func TestLedgerCancel(t *testing.T) {
 		t.Helper()
 		h := b.handler(t, nil)
 		for {
-			j, err := b.q.Claim(b.ctx, queue.ClaimParams{Owner: "t", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.LedgerTransferKind}, Lease: time.Minute})
+			j, err := jobstore.Of(b.q).Claim(b.ctx, queue.ClaimParams{Owner: "t", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.LedgerTransferKind}, Lease: time.Minute})
 			require.NoError(t, err)
 			if j == nil {
 				return
 			}
 			require.NoError(t, h.Work(b.ctx, j))
-			require.NoError(t, b.q.Complete(b.ctx, queue.LeaseOf(j)))
+			require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
 		}
 	}
 	opening := map[string]int64{"alice": 1_000, "bob": 0, "carol": 0}

@@ -181,7 +181,7 @@ type renameHandler struct {
 func registerRename(reg *jobs.Registry, d Deps) error {
 	h := &renameHandler{
 		d:        d,
-		jobs:     d.Queue.Collection().Database().Collection(d.Queue.Collection().Name(), options.Collection().SetReadPreference(readpref.Primary())),
+		jobs:     d.DB.Collection(d.Queue.CollectionName(), options.Collection().SetReadPreference(readpref.Primary())),
 		users:    usersCollection(d.DB),
 		comments: commentsCollection(d.DB),
 		log:      d.logger().Named("rename"),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -186,7 +187,7 @@ func sweepOnce(t *testing.T, e *usersEnv, due bool) {
 	require.NoError(t, err)
 	require.Equal(t, handlers.RenameArgs{UserID: "u1", Sync: true}, args)
 	require.NoError(t, e.run(e.ctx, t, j))
-	require.NoError(t, e.q.Complete(e.ctx, queue.LeaseOf(j)))
+	require.NoError(t, jobstore.Of(e.q).Complete(e.ctx, queue.LeaseOf(j)))
 	require.Nil(t, claimUserJob(t, e), "more than one job was enqueued")
 
 	n, err = sw.RunOnce(e.ctx)
@@ -197,7 +198,7 @@ func sweepOnce(t *testing.T, e *usersEnv, due bool) {
 // claimUserJob claims the next rename-user job, or returns nil.
 func claimUserJob(t *testing.T, e *usersEnv) *jobs.Job {
 	t.Helper()
-	j, err := e.q.Claim(e.ctx, queue.ClaimParams{
+	j, err := jobstore.Of(e.q).Claim(e.ctx, queue.ClaimParams{
 		Owner: "test", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.RenameKind}, Lease: time.Minute,
 	})
 	require.NoError(t, err)
@@ -426,7 +427,7 @@ func TestConcurrentUsersLoad(t *testing.T) {
 		require.NoError(t, err)
 		for j := claimUserJob(t, e); j != nil; j = claimUserJob(t, e) {
 			require.NoError(t, e.run(e.ctx, t, j))
-			require.NoError(t, e.q.Complete(e.ctx, queue.LeaseOf(j)))
+			require.NoError(t, jobstore.Of(e.q).Complete(e.ctx, queue.LeaseOf(j)))
 		}
 		n, err := e.users.CountDocuments(e.ctx, bson.D{{Key: "syncing", Value: bson.D{{Key: "$exists", Value: true}}}})
 		require.NoError(t, err)
@@ -566,7 +567,7 @@ func TestRenameCreatedAtMissingOrAhead(t *testing.T) {
 			if tc.createdAt != nil {
 				doc = append(doc, bson.E{Key: "createdAt", Value: tc.createdAt})
 			}
-			_, err := e.q.Collection().InsertOne(e.ctx, doc)
+			_, err := jobstore.Of(e.q).Collection().InsertOne(e.ctx, doc)
 			require.NoError(t, err)
 
 			foreign := claimUserJob(t, e)

@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"slices"
 	"testing"
 	"time"
@@ -75,7 +76,7 @@ func newRenameSweepEnv(t *testing.T) *renameSweepEnv {
 	// by q.EnsureIndexes, which hands the shared queue.Indexes to the
 	// driver, and the driver writes to their options: a data race between
 	// parallel tests.
-	_, err = q.Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
+	_, err = jobstore.Of(q).Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
 		Keys:    bson.D{{Key: "uniqueKey", Value: 1}},
 		Options: options.Index().SetUnique(true).SetSparse(true),
 	})
@@ -139,7 +140,7 @@ func (e *renameSweepEnv) requireUser(t *testing.T, id, name string, syncing bool
 
 func (e *renameSweepEnv) allJobs(t *testing.T) []jobs.Job {
 	t.Helper()
-	cur, err := e.q.Collection().Find(e.ctx, bson.D{})
+	cur, err := jobstore.Of(e.q).Collection().Find(e.ctx, bson.D{})
 	require.NoError(t, err)
 	var all []jobs.Job
 	require.NoError(t, cur.All(e.ctx, &all))
@@ -151,7 +152,7 @@ func (e *renameSweepEnv) runAll(t *testing.T) int {
 	t.Helper()
 	n := 0
 	for {
-		j, err := e.q.Claim(e.ctx, queue.ClaimParams{
+		j, err := jobstore.Of(e.q).Claim(e.ctx, queue.ClaimParams{
 			Owner: "test", Queues: []string{jobs.DefaultQueue}, Kinds: e.reg.Kinds(), Lease: time.Minute,
 		})
 		require.NoError(t, err)
@@ -161,7 +162,7 @@ func (e *renameSweepEnv) runAll(t *testing.T) int {
 		h, _, ok := e.reg.Lookup(j.Kind)
 		require.True(t, ok)
 		require.NoError(t, h.Work(e.ctx, j))
-		require.NoError(t, e.q.Complete(e.ctx, queue.LeaseOf(j)))
+		require.NoError(t, jobstore.Of(e.q).Complete(e.ctx, queue.LeaseOf(j)))
 		n++
 	}
 }

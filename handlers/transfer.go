@@ -348,7 +348,7 @@ func CancelTransfer(ctx context.Context, db *mongo.Database, txID string) error 
 func CancelJob(ctx context.Context, db *mongo.Database, q *queue.Client, id string) (queue.CancelOutcome, error) {
 	// Read only what is needed, as it is: the job may have been written by
 	// another application with fields docket's Job does not decode.
-	raw, err := q.Collection().FindOne(ctx, bson.D{{Key: "_id", Value: id}},
+	raw, err := db.Collection(q.CollectionName()).FindOne(ctx, bson.D{{Key: "_id", Value: id}},
 		options.FindOne().SetProjection(bson.D{{Key: "kind", Value: 1}, {Key: "state", Value: 1}, {Key: "args", Value: 1}})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return 0, fmt.Errorf("handlers: cancel job %s: %w", id, queue.ErrNotFound)

@@ -50,10 +50,11 @@ func (c TransferRecoveryConfig) Validate() error {
 // transaction gets a transfer job, which resumes it from the state it is
 // in, taking it over from its dead owner.
 type TransferRecovery struct {
-	cfg TransferRecoveryConfig
-	txs *mongo.Collection
-	q   *queue.Client
-	log *zap.Logger
+	cfg  TransferRecoveryConfig
+	txs  *mongo.Collection
+	jobs *mongo.Collection // read only: which stalled transactions have a job
+	q    *queue.Client
+	log  *zap.Logger
 }
 
 // NewTransferRecovery returns a TransferRecovery for the transactions in db,
@@ -64,10 +65,11 @@ func NewTransferRecovery(db *mongo.Database, q *queue.Client, cfg TransferRecove
 		return nil, err
 	}
 	return &TransferRecovery{
-		cfg: cfg,
-		txs: db.Collection(TransactionsCollection),
-		q:   q,
-		log: cfg.Logger.Named("transfer-recovery"),
+		cfg:  cfg,
+		txs:  db.Collection(TransactionsCollection),
+		jobs: db.Collection(q.CollectionName()),
+		q:    q,
+		log:  cfg.Logger.Named("transfer-recovery"),
 	}, nil
 }
 
@@ -162,7 +164,7 @@ func (r *TransferRecovery) enqueue(ctx context.Context, stalled []stalledTx) (in
 	for i, tx := range stalled {
 		keys[i] = TransferUniqueKey(tx.ID)
 	}
-	cur, err := r.q.Collection().Find(ctx, bson.D{{Key: "uniqueKey", Value: bson.D{{Key: "$in", Value: keys}}}},
+	cur, err := r.jobs.Find(ctx, bson.D{{Key: "uniqueKey", Value: bson.D{{Key: "$in", Value: keys}}}},
 		options.Find().SetProjection(bson.D{{Key: "uniqueKey", Value: 1}}))
 	if err != nil {
 		return 0, fmt.Errorf("recovery: find the jobs of stalled transfers: %w", err)

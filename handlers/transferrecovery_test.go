@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"context"
+	"github.com/docketq/docket/internal/jobstore"
 	"testing"
 	"time"
 
@@ -99,7 +100,7 @@ func (b *recoveryBundle) insert(t *testing.T, coll string, docs ...bson.D) {
 
 func (b *recoveryBundle) claim(t *testing.T) *jobs.Job {
 	t.Helper()
-	j, err := b.q.Claim(b.ctx, queue.ClaimParams{
+	j, err := jobstore.Of(b.q).Claim(b.ctx, queue.ClaimParams{
 		Owner: "test", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.TransferKind}, Lease: time.Minute,
 	})
 	require.NoError(t, err)
@@ -112,7 +113,7 @@ func (b *recoveryBundle) runAll(t *testing.T) int {
 	n := 0
 	for j := b.claim(t); j != nil; j = b.claim(t) {
 		require.NoError(t, b.h.Work(b.ctx, j), "job %s", j.ID)
-		require.NoError(t, b.q.Complete(b.ctx, queue.LeaseOf(j)))
+		require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
 		n++
 	}
 	return n
@@ -120,7 +121,7 @@ func (b *recoveryBundle) runAll(t *testing.T) int {
 
 func (b *recoveryBundle) jobCount(t *testing.T, filter bson.D) int64 {
 	t.Helper()
-	n, err := b.q.Collection().CountDocuments(b.ctx, filter)
+	n, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, filter)
 	require.NoError(t, err)
 	return n
 }
@@ -163,7 +164,7 @@ func TestTransferRecoveryFinishesStalled(t *testing.T) {
 	require.NoError(t, err)
 	deadJob := b.claim(t)
 	require.Equal(t, res.ID, deadJob.ID)
-	_, err = b.q.Fail(b.ctx, queue.LeaseOf(deadJob), deadJob, jobs.Permanent(context.DeadlineExceeded))
+	_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(deadJob), deadJob, jobs.Permanent(context.DeadlineExceeded))
 	require.NoError(t, err)
 
 	// alice opened with 1000 and bob with 0; t2, t3 and t4 are partly
@@ -242,7 +243,7 @@ func TestTransferRecoveryLeavesLiveJobs(t *testing.T) {
 	check(jobs.StateAvailable)
 	j := b.claim(t)
 	check(jobs.StateRunning)
-	_, err = b.q.Fail(b.ctx, queue.LeaseOf(j), j, context.DeadlineExceeded)
+	_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, context.DeadlineExceeded)
 	require.NoError(t, err)
 	check(jobs.StateAvailable)
 

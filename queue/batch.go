@@ -78,7 +78,7 @@ const claimWindow = 2
 // Every job the call stamps carries p.Token (or a fresh token). On an
 // error it returns no job, though some may have been stamped (a stamp or a
 // read-back whose reply was lost): ReleaseClaim(p.Token) gives them back.
-func (c *Client) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
+func (c store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
 	if k < 1 {
 		return nil, fmt.Errorf("queue: claim batch: k is %d, must be at least 1", k)
 	}
@@ -266,7 +266,7 @@ func stampClaim(j *jobs.Job, p ClaimParams, t time.Time, token string) {
 // pushes down only a filter that is {_id} alone, so each updateOne would
 // scan the collection until its job, where the updateMany scans it once.
 // On MongoDB both use the _id index.
-func (c *Client) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err error) {
+func (c store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err error) {
 	if len(ls) == 0 {
 		return nil, nil
 	}
@@ -324,13 +324,13 @@ const DefaultCompleteLinger = 2 * time.Millisecond
 // completeTimeout bounds one flush of batched completions.
 const completeTimeout = 10 * time.Second
 
-// WithBatchedCompletion returns a Client like c whose Complete joins
+// withBatchedCompletion returns a Client like c whose Complete joins
 // concurrent completions into one CompleteMany (group commit): the first
 // waits linger for others, then one updateMany writes them all, and each
 // caller learns its own job's outcome, with the same errors as Complete.
 // Completions arriving while a flush is in flight go in the next one. The
 // other methods are c's.
-func (c *Client) WithBatchedCompletion(linger time.Duration) *Client {
+func (c *Client) withBatchedCompletion(linger time.Duration) *Client {
 	b := *c
 	b.completions = &completer{c: c, linger: linger}
 	return &b
@@ -388,7 +388,7 @@ func (b *completer) flush() {
 			ls[i] = p.lease
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), completeTimeout)
-		lost, err := b.c.CompleteMany(ctx, ls)
+		lost, err := store{b.c}.CompleteMany(ctx, ls)
 		cancel()
 		isLost := make(map[Lease]bool, len(lost))
 		for _, l := range lost {

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"sync"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ func TestClaimBatchTakesTheBestInClaimOrder(t *testing.T) {
 	_, err = b.q.Enqueue(b.ctx, "other", nil, queue.InsertOpts{})
 	require.NoError(t, err)
 
-	got, err := b.q.ClaimBatch(b.ctx, claimAll, 10)
+	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 10)
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	require.Equal(t, high.ID, got[0].ID)
@@ -38,7 +39,7 @@ func TestClaimBatchTakesTheBestInClaimOrder(t *testing.T) {
 		require.Equal(t, stored.LeaseToken, j.LeaseToken)
 		require.True(t, stored.LeaseExpiresAt.Equal(*j.LeaseExpiresAt))
 	}
-	none, err := b.q.ClaimBatch(b.ctx, claimAll, 10)
+	none, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 10)
 	require.NoError(t, err)
 	require.Empty(t, none)
 }
@@ -47,7 +48,7 @@ func TestClaimBatchLeasesAreFencedPerJob(t *testing.T) {
 	b := setup(t)
 	_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{{Kind: "k"}, {Kind: "k"}, {Kind: "k"}})
 	require.NoError(t, err)
-	got, err := b.q.ClaimBatch(b.ctx, claimAll, 3)
+	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Len(t, got, 3)
 
@@ -55,39 +56,39 @@ func TestClaimBatchLeasesAreFencedPerJob(t *testing.T) {
 	// lost, and on the others it holds.
 	j2 := b.takeOver(t, got[1])
 	require.NotEqual(t, got[1].LeaseToken, j2.LeaseToken)
-	require.ErrorIs(t, b.q.Complete(b.ctx, queue.LeaseOf(got[1])), queue.ErrLeaseLost)
+	require.ErrorIs(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(got[1])), queue.ErrLeaseLost)
 
-	lost, err := b.q.CompleteMany(b.ctx, []queue.Lease{queue.LeaseOf(got[0]), queue.LeaseOf(got[1]), queue.LeaseOf(got[2])})
+	lost, err := jobstore.Of(b.q).CompleteMany(b.ctx, []queue.Lease{queue.LeaseOf(got[0]), queue.LeaseOf(got[1]), queue.LeaseOf(got[2])})
 	require.NoError(t, err)
 	require.Equal(t, []queue.Lease{queue.LeaseOf(got[1])}, lost)
 	require.Equal(t, jobs.StateSucceeded, b.get(t, got[0].ID).State)
 	require.Equal(t, jobs.StateSucceeded, b.get(t, got[2].ID).State)
 	require.Equal(t, jobs.StateRunning, b.get(t, got[1].ID).State, "the new holder's job is untouched")
-	require.NoError(t, b.q.Complete(b.ctx, queue.LeaseOf(j2)))
+	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j2)))
 }
 
 func TestClaimBatchJobsAreReleasedAndReapedLikeSingleClaims(t *testing.T) {
 	b := setup(t)
 	_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{{Kind: "k"}, {Kind: "k"}})
 	require.NoError(t, err)
-	got, err := b.q.ClaimBatch(b.ctx, claimAll, 2)
+	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 2)
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 
-	require.NoError(t, b.q.Release(b.ctx, queue.LeaseOf(got[0])))
+	require.NoError(t, jobstore.Of(b.q).Release(b.ctx, queue.LeaseOf(got[0])))
 	released := b.get(t, got[0].ID)
 	require.Equal(t, jobs.StateAvailable, released.State)
 	require.Zero(t, released.Attempt)
 
-	_, err = b.q.Collection().UpdateOne(b.ctx, bson.M{"_id": got[1].ID},
+	_, err = jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": got[1].ID},
 		bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
 	require.NoError(t, err)
-	res, err := b.q.Reap(b.ctx, time.Second, 100)
+	res, err := jobstore.Of(b.q).Reap(b.ctx, time.Second, 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Requeued)
 	require.Equal(t, jobs.StateAvailable, b.get(t, got[1].ID).State)
 
-	again, err := b.q.ClaimBatch(b.ctx, claimAll, 5)
+	again, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 5)
 	require.NoError(t, err)
 	require.Len(t, again, 2)
 }
@@ -101,8 +102,8 @@ func TestClaimBatchReadsBackAfterALostRace(t *testing.T) {
 	// release does, between the candidates' read and the claim, by making
 	// the stored document differ from any read.
 	first := b.claim(t, claimAll)
-	require.NoError(t, b.q.Release(b.ctx, queue.LeaseOf(first)))
-	got, err := b.q.ClaimBatch(b.ctx, claimAll, 3)
+	require.NoError(t, jobstore.Of(b.q).Release(b.ctx, queue.LeaseOf(first)))
+	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Len(t, got, 3)
 	for _, j := range got {
@@ -116,12 +117,12 @@ func TestBatchedCompletionReportsEachOutcome(t *testing.T) {
 	b := setup(t)
 	_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{{Kind: "k"}, {Kind: "k"}, {Kind: "k"}, {Kind: "k"}})
 	require.NoError(t, err)
-	got, err := b.q.ClaimBatch(b.ctx, claimAll, 4)
+	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 4)
 	require.NoError(t, err)
 	require.Len(t, got, 4)
 	b.takeOver(t, got[3])
 
-	bq := b.q.WithBatchedCompletion(5 * time.Millisecond)
+	bq := jobstore.Batched(b.q, 5*time.Millisecond)
 	errs := make([]error, len(got))
 	var wg sync.WaitGroup
 	for i, j := range got {
@@ -152,7 +153,7 @@ func TestNoDoubleClaimInBatches(t *testing.T) {
 			p := claimAll
 			p.Owner = fmt.Sprintf("g%d", g)
 			for {
-				js, err := b.q.ClaimBatch(b.ctx, p, 8)
+				js, err := jobstore.Of(b.q).ClaimBatch(b.ctx, p, 8)
 				if err != nil {
 					errs <- err
 					return
@@ -167,7 +168,7 @@ func TestNoDoubleClaimInBatches(t *testing.T) {
 					ls[i] = queue.LeaseOf(j)
 				}
 				mu.Unlock()
-				lost, err := b.q.CompleteMany(b.ctx, ls)
+				lost, err := jobstore.Of(b.q).CompleteMany(b.ctx, ls)
 				if err == nil && len(lost) > 0 {
 					err = fmt.Errorf("%d leases lost", len(lost))
 				}
@@ -187,7 +188,7 @@ func TestNoDoubleClaimInBatches(t *testing.T) {
 	for id, c := range claims {
 		require.Equal(t, 1, c, "job %s claimed %d times", id, c)
 	}
-	left, err := b.q.Collection().CountDocuments(b.ctx, bson.M{"state": bson.M{"$ne": "succeeded"}})
+	left, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{"state": bson.M{"$ne": "succeeded"}})
 	require.NoError(t, err)
 	require.Zero(t, left)
 }
@@ -201,12 +202,12 @@ func TestClaimBatchBuriesMalformedJobsAndGoesOn(t *testing.T) {
 		{"_id": "bad-attempt", "kind": "k", "queue": "default", "state": "available", "runAt": now.Add(-time.Hour), "attempt": "one", "args": bson.M{}},
 		{"_id": "bad-args", "kind": "k", "queue": "default", "state": "available", "runAt": now.Add(-time.Hour), "args": "a string"},
 	} {
-		_, err := b.q.Collection().InsertOne(b.ctx, doc)
+		_, err := jobstore.Of(b.q).Collection().InsertOne(b.ctx, doc)
 		require.NoError(t, err)
 	}
 	got := map[string]bool{}
 	for range 6 {
-		js, err := b.q.ClaimBatch(b.ctx, claimAll, 4)
+		js, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 4)
 		require.NoError(t, err)
 		for _, j := range js {
 			got[j.ID] = true
@@ -215,7 +216,7 @@ func TestClaimBatchBuriesMalformedJobsAndGoesOn(t *testing.T) {
 	require.Equal(t, map[string]bool{res[0].ID: true, res[1].ID: true}, got)
 	for _, id := range []string{"bad-attempt", "bad-args"} {
 		var doc bson.M
-		require.NoError(t, b.q.Collection().FindOne(b.ctx, bson.M{"_id": id}).Decode(&doc))
+		require.NoError(t, jobstore.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": id}).Decode(&doc))
 		require.Equal(t, "dead", doc["state"], id)
 	}
 }
@@ -255,10 +256,10 @@ func TestClaimBatchTakesTheNextBlockWhenAnotherWorkerStampedTheFirst(t *testing.
 	var theirs []*jobs.Job
 	racer, reads := raceOnce(b, func() {
 		var err error
-		theirs, err = b.q.ClaimBatch(b.ctx, claimAsW2, 3)
+		theirs, err = jobstore.Of(b.q).ClaimBatch(b.ctx, claimAsW2, 3)
 		require.NoError(t, err)
 	})
-	got, err := racer.ClaimBatch(b.ctx, claimAll, 3)
+	got, err := jobstore.Of(racer).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Equal(t, 1, *reads, "the claim read the candidates again")
 	require.Equal(t, all[:3], ids(theirs))
@@ -272,7 +273,7 @@ func TestClaimBatchReadsBackWhenAnotherWorkerTookPartOfTheBlock(t *testing.T) {
 	all := enqueueN(t, b, 6)
 	var theirs *jobs.Job
 	racer, _ := raceOnce(b, func() { theirs = b.claim(t, claimAsW2) })
-	got, err := racer.ClaimBatch(b.ctx, claimAll, 3)
+	got, err := jobstore.Of(racer).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Equal(t, all[0], theirs.ID)
 	require.Equal(t, all[1:3], ids(got), "what is left of the first block")
@@ -284,11 +285,11 @@ func TestClaimBatchReadsAgainWhenEveryCandidateWasTaken(t *testing.T) {
 	b := setup(t)
 	all := enqueueN(t, b, 9)
 	racer, reads := raceOnce(b, func() {
-		theirs, err := b.q.ClaimBatch(b.ctx, claimAsW2, 6)
+		theirs, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAsW2, 6)
 		require.NoError(t, err)
 		require.Len(t, theirs, 6)
 	})
-	got, err := racer.ClaimBatch(b.ctx, claimAll, 3)
+	got, err := jobstore.Of(racer).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Equal(t, 2, *reads, "both blocks were taken: the claim reads again")
 	require.Equal(t, all[6:], ids(got))
@@ -302,9 +303,9 @@ func TestClaimBatchDoesNotTakeAJobChangedSinceItWasRead(t *testing.T) {
 	// and releases it: it is available again, but not as read.
 	racer, _ := raceOnce(b, func() {
 		j := b.claim(t, claimAsW2)
-		require.NoError(t, b.q.Release(b.ctx, queue.LeaseOf(j)))
+		require.NoError(t, jobstore.Of(b.q).Release(b.ctx, queue.LeaseOf(j)))
 	})
-	got, err := racer.ClaimBatch(b.ctx, claimAll, 3)
+	got, err := jobstore.Of(racer).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Equal(t, all[1:], ids(got))
 	requireStored(t, b, got)

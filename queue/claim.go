@@ -59,7 +59,7 @@ var claimSort = bson.D{{Key: "priority", Value: -1}, {Key: "runAt", Value: 1}, {
 // of p.Lease from when the claim was sent. It returns nil and no error when
 // there is nothing to claim. On an error the server may still have applied
 // the claim: the job then carries p.Token (see ReleaseClaim).
-func (c *Client) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
+func (c store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 	if len(p.Queues) == 0 || len(p.Kinds) == 0 {
 		return nil, errors.New("queue: claim needs at least one queue and one kind")
 	}
@@ -175,7 +175,7 @@ func (c *Client) buryBadAttempts(ctx context.Context, filter bson.D, t time.Time
 // at once (or cancelled, when a cancel was requested). It returns how many
 // it released. Call it only for a claim whose jobs were not handed to a
 // handler.
-func (c *Client) ReleaseClaim(ctx context.Context, token string) (int, error) {
+func (c store) ReleaseClaim(ctx context.Context, token string) (int, error) {
 	if token == "" {
 		return 0, errors.New("queue: release claim: empty token")
 	}

@@ -100,10 +100,10 @@ type Client struct {
 	coll *mongo.Collection
 	log  *zap.Logger
 
-	completions *completer // nil unless WithBatchedCompletion
+	completions *completer // nil unless withBatchedCompletion
 
 	// indexes ensures the jobs indexes once per client; shared by the
-	// copies made by WithBatchedCompletion.
+	// copies made by withBatchedCompletion.
 	indexes *ensured
 
 	// projection is whether heartbeats may project (projectionUnknown
@@ -152,7 +152,13 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 }
 
 // Collection returns the jobs collection, with the configured write concern.
-func (c *Client) Collection() *mongo.Collection { return c.coll }
+func (c store) Collection() *mongo.Collection { return c.coll }
+
+// CollectionName is the name of the jobs collection, for an application
+// that reads job documents itself (its handlers, a report). Reading is
+// safe; a write to a running job bypasses the fencing of its lease and
+// must not be made: change jobs through this client's methods.
+func (c *Client) CollectionName() string { return c.coll.Name() }
 
 // Indexes returns the indexes docket creates on the jobs collection, fresh
 // each call (the driver writes to the option builders). Optional fields are

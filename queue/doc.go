@@ -2,5 +2,8 @@
 // enqueueing, claiming, renewing and finishing leases, cancelling, and
 // re-queueing jobs whose lease expired. Every write by a lease holder is
 // fenced on the job's id, its running state and the holder's lease token, so
-// a worker that lost its lease can change nothing.
+// a worker that lost its lease can change nothing. The lease-level
+// operations (claim, heartbeat, finishing writes, reap) are the engine's:
+// package worker and package recovery reach them through internal/jobstore,
+// and an app enqueues and administers with Client.
 package queue

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"math"
 	"sort"
 	"strings"
@@ -26,7 +27,7 @@ var lostReply = mongo.CommandError{Code: 0, Message: "connection closed before t
 // idsInDB returns the ids of every job in the collection, sorted.
 func idsInDB(t *testing.T, b bundle) []string {
 	t.Helper()
-	cur, err := b.q.Collection().Find(b.ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	cur, err := jobstore.Of(b.q).Collection().Find(b.ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	require.NoError(t, err)
 	var docs []struct {
 		ID string `bson:"_id"`
@@ -163,7 +164,7 @@ func TestEnqueuePartlyAppliedIsCompletedByTheResend(t *testing.T) {
 	b := setup(t)
 	res, err := b.q.EnqueueMany(loseReplies(b.ctx, func(int) {
 		ids := idsInDB(t, b)
-		_, err := b.q.Collection().DeleteMany(b.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[:3]}}}})
+		_, err := jobstore.Of(b.q).Collection().DeleteMany(b.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[:3]}}}})
 		require.NoError(t, err)
 	}, 1), inserts(10))
 	require.NoError(t, err)
@@ -183,7 +184,7 @@ func TestEnqueuePartlyAppliedReportsExactlyWhatIsThere(t *testing.T) {
 	dropPart := func(call int) {
 		calls = append(calls, call)
 		ids := idsInDB(t, b)
-		_, err := b.q.Collection().DeleteMany(b.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[1000:1700]}}}})
+		_, err := jobstore.Of(b.q).Collection().DeleteMany(b.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[1000:1700]}}}})
 		require.NoError(t, err)
 	}
 	res, err := b.q.EnqueueMany(loseReplies(b.ctx, dropPart, 2, 3), ins)
@@ -267,7 +268,7 @@ func TestEnqueueRetryOfUniqueKeyJobIsExistedNotDuplicate(t *testing.T) {
 	require.Equal(t, first.ID, other.ID)
 
 	j := b.claim(t, claimAll)
-	require.NoError(t, b.q.Complete(b.ctx, queue.LeaseOf(j)))
+	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
 	late, err := b.q.Enqueue(b.ctx, "k", nil, opts)
 	require.NoError(t, err)
 	require.True(t, late.Existed, "the finished job is found by its id")

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"testing"
 	"time"
 
@@ -99,7 +100,7 @@ func TestExplainHandlerQueries(t *testing.T) {
 			{Key: "find", Value: handlers.TransactionsCollection}, {Key: "filter", Value: bson.D{{Key: "_id", Value: "t0001"}}},
 		}},
 		{Name: "recovery unique keys", Index: "uniqueKey", Cmd: bson.D{
-			{Key: "find", Value: q.Collection().Name()},
+			{Key: "find", Value: jobstore.Of(q).Collection().Name()},
 			{Key: "filter", Value: bson.D{{Key: "uniqueKey", Value: bson.D{{Key: "$in", Value: bson.A{"transfer:t0001", "transfer:t0002"}}}}}},
 			{Key: "projection", Value: bson.D{{Key: "uniqueKey", Value: 1}}},
 		}},

@@ -159,7 +159,7 @@ func TestExplainJobsQueries(t *testing.T) {
 	p := ClaimParams{Owner: "w", Queues: []string{"default", "q1"}, Kinds: []string{"k0", "k1", "k2"}, Lease: time.Minute}
 	filter := claimFilter(p, t0)
 	update := claimUpdate(p, t0, "token")
-	coll := c.Collection().Name()
+	coll := store{c}.Collection().Name()
 	stamp := append(append(bson.D{}, filter...), bson.E{Key: "$or", Value: bson.A{
 		bson.D{{Key: "_id", Value: "j1"}, {Key: "attempt", Value: 0}, {Key: "updatedAt", Value: t0}},
 		bson.D{{Key: "_id", Value: "j2"}, {Key: "attempt", Value: 0}, {Key: "updatedAt", Value: t0}},
@@ -248,7 +248,7 @@ func seedBacklog(t *testing.T, c *Client) {
 		}
 		docs = append(docs, d)
 	}
-	_, err := c.Collection().InsertMany(context.Background(), docs)
+	_, err := store{c}.Collection().InsertMany(context.Background(), docs)
 	require.NoError(t, err)
 }
 

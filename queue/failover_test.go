@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"errors"
+	"github.com/docketq/docket/internal/jobstore"
 	"testing"
 	"time"
 
@@ -20,7 +21,7 @@ func TestLostBatchStampReplyIsReapedThenRun(t *testing.T) {
 	b := setup(t)
 	ids := enqueueN(t, b, 3)
 	lost := queue.WithLostStampReply(b.q, errors.New("connection reset by peer"))
-	got, err := lost.ClaimBatch(b.ctx, claimAll, 3)
+	got, err := jobstore.Of(lost).ClaimBatch(b.ctx, claimAll, 3)
 	require.Error(t, err)
 	require.Empty(t, got)
 	for _, id := range ids {
@@ -28,17 +29,17 @@ func TestLostBatchStampReplyIsReapedThenRun(t *testing.T) {
 		require.Equal(t, jobs.StateRunning, j.State, "the stamp was applied")
 		require.NotEmpty(t, j.LeaseToken)
 	}
-	r, err := b.q.Reap(b.ctx, time.Second, 100)
+	r, err := jobstore.Of(b.q).Reap(b.ctx, time.Second, 100)
 	require.NoError(t, err)
 	require.Zero(t, r.Requeued, "not before the lease and the grace have passed")
 
-	_, err = b.q.Collection().UpdateMany(b.ctx, bson.M{}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
+	_, err = jobstore.Of(b.q).Collection().UpdateMany(b.ctx, bson.M{}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
 	require.NoError(t, err)
-	r, err = b.q.Reap(b.ctx, time.Second, 100)
+	r, err = jobstore.Of(b.q).Reap(b.ctx, time.Second, 100)
 	require.NoError(t, err)
 	require.Equal(t, queue.ReapResult{Requeued: 3}, r)
 
-	claimed, err := b.q.ClaimBatch(b.ctx, claimAll, 3)
+	claimed, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.ElementsMatch(t, ids, func() []string {
 		var out []string
@@ -52,7 +53,7 @@ func TestLostBatchStampReplyIsReapedThenRun(t *testing.T) {
 	for i, j := range claimed {
 		ls[i] = queue.LeaseOf(j)
 	}
-	lostLeases, err := b.q.CompleteMany(b.ctx, ls)
+	lostLeases, err := jobstore.Of(b.q).CompleteMany(b.ctx, ls)
 	require.NoError(t, err)
 	require.Empty(t, lostLeases)
 	for _, id := range ids {
@@ -67,7 +68,7 @@ func TestLostBatchStampReplyIsReapedThenRun(t *testing.T) {
 func TestCompleteManyTwiceHasOneOutcome(t *testing.T) {
 	b := setup(t)
 	enqueueN(t, b, 3)
-	claimed, err := b.q.ClaimBatch(b.ctx, claimAll, 3)
+	claimed, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Len(t, claimed, 3)
 	// The third job's lease was lost: the reaper took it and another
@@ -76,11 +77,11 @@ func TestCompleteManyTwiceHasOneOutcome(t *testing.T) {
 	ls := []queue.Lease{queue.LeaseOf(claimed[0]), queue.LeaseOf(claimed[1]), queue.LeaseOf(claimed[2])}
 
 	// A partly applied first try: only the first job was written.
-	first, err := b.q.CompleteMany(b.ctx, ls[:1])
+	first, err := jobstore.Of(b.q).CompleteMany(b.ctx, ls[:1])
 	require.NoError(t, err)
 	require.Empty(t, first)
 	for range 2 {
-		lost, err := b.q.CompleteMany(b.ctx, ls)
+		lost, err := jobstore.Of(b.q).CompleteMany(b.ctx, ls)
 		require.NoError(t, err)
 		require.Equal(t, []queue.Lease{ls[2]}, lost)
 	}

@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"github.com/docketq/docket/internal/jobstore"
 	"testing"
 	"time"
 
@@ -22,12 +23,12 @@ func TestHeartbeatDetectsProjection(t *testing.T) {
 	fresh, err := queue.New(b.db, queue.Config{})
 	require.NoError(t, err)
 	require.Equal(t, "unknown", queue.HeartbeatProjection(fresh))
-	_, err = fresh.Heartbeat(b.ctx, queue.Lease{JobID: j.ID, Token: "stale"}, time.Hour)
+	_, err = jobstore.Of(fresh).Heartbeat(b.ctx, queue.Lease{JobID: j.ID, Token: "stale"}, time.Hour)
 	require.ErrorIs(t, err, queue.ErrLeaseLost)
 
 	require.Equal(t, "unknown", queue.HeartbeatProjection(b.q))
 	for i := range 2 {
-		ren, err := b.q.Heartbeat(b.ctx, queue.LeaseOf(j), time.Hour)
+		ren, err := jobstore.Of(b.q).Heartbeat(b.ctx, queue.LeaseOf(j), time.Hour)
 		require.NoError(t, err, "heartbeat %d", i)
 		require.WithinDuration(t, time.Now().Add(time.Hour), ren.ExpiresAt, time.Minute)
 		require.False(t, ren.CancelRequested)
@@ -36,7 +37,7 @@ func TestHeartbeatDetectsProjection(t *testing.T) {
 	}
 	_, err = b.q.Cancel(b.ctx, j.ID)
 	require.NoError(t, err)
-	ren, err := b.q.Heartbeat(b.ctx, queue.LeaseOf(j), time.Hour)
+	ren, err := jobstore.Of(b.q).Heartbeat(b.ctx, queue.LeaseOf(j), time.Hour)
 	require.NoError(t, err)
 	require.True(t, ren.CancelRequested)
 }

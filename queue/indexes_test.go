@@ -111,7 +111,7 @@ func TestEnsureIndexesBuildsDeclared(t *testing.T) {
 	require.NoError(t, c.EnsureIndexes(ctx))
 	require.NoError(t, c.EnsureIndexes(ctx), "a second run finds them all by name")
 
-	specs, err := c.Collection().Indexes().ListSpecifications(ctx)
+	specs, err := store{c}.Collection().Indexes().ListSpecifications(ctx)
 	require.NoError(t, err)
 	onServer := map[string]mongo.IndexSpecification{}
 	for _, s := range specs {

@@ -48,7 +48,7 @@ type Renewal struct {
 
 // Heartbeat extends the lease l by d from now. It returns ErrLeaseLost when
 // l no longer holds the job.
-func (c *Client) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renewal, error) {
+func (c store) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renewal, error) {
 	t := now()
 	update := bson.D{{Key: "$set", Value: bson.D{
 		{Key: "leaseExpiresAt", Value: t.Add(d)},
@@ -127,9 +127,9 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 }
 
 // Complete marks the job l holds succeeded. On a Client made by
-// WithBatchedCompletion, the write joins concurrent completions in one
+// withBatchedCompletion, the write joins concurrent completions in one
 // updateMany; the outcome is the same.
-func (c *Client) Complete(ctx context.Context, l Lease) error {
+func (c store) Complete(ctx context.Context, l Lease) error {
 	if c.completions != nil {
 		return c.completions.complete(ctx, l)
 	}
@@ -145,7 +145,7 @@ func (c *Client) Complete(ctx context.Context, l Lease) error {
 }
 
 // Cancelled marks the job l holds cancelled, recording why.
-func (c *Client) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason string) error {
+func (c store) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason string) error {
 	t := now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: reason})
 	err := c.fencedUpdate(ctx, "cancel", l, finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}))
@@ -245,7 +245,7 @@ type Failure struct {
 // Fail records that the attempt of j held by l failed with cause. The job
 // is retried after a backoff unless cause is permanent or the attempts are
 // used up, in which case it is dead.
-func (c *Client) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Failure, error) {
+func (c store) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Failure, error) {
 	t := now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cause.Error()})
 	f, update := c.failure(j, t, jobs.IsPermanent(cause), errs)
@@ -395,7 +395,7 @@ func requeue(t, runAt time.Time, set ...bson.E) bson.D {
 //
 // A job whose cancel was requested ends cancelled instead, with why in its
 // errors.
-func (c *Client) Release(ctx context.Context, l Lease) error {
+func (c store) Release(ctx context.Context, l Lease) error {
 	t := now()
 	update := requeue(t, t)
 	update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempt", Value: -1}}})

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"errors"
+	"github.com/docketq/docket/internal/jobstore"
 	"testing"
 
 	"github.com/docketq/docket/jobs"
@@ -40,7 +41,7 @@ func TestReleaseClaimAfterLostClaimReply(t *testing.T) {
 	require.NoError(t, err)
 	lost := queue.WithLostClaimReply(b.q, 1, errReset)
 
-	got, err := lost.Claim(b.ctx, withToken("claim-1"))
+	got, err := jobstore.Of(lost).Claim(b.ctx, withToken("claim-1"))
 	require.ErrorIs(t, err, errReset)
 	require.Nil(t, got)
 	j := b.get(t, res.ID)
@@ -48,11 +49,11 @@ func TestReleaseClaimAfterLostClaimReply(t *testing.T) {
 	require.Equal(t, "claim-1", j.LeaseToken, "with the token the caller chose")
 	require.Equal(t, 1, j.Attempt)
 
-	n, err := b.q.ReleaseClaim(b.ctx, "claim-1")
+	n, err := jobstore.Of(b.q).ReleaseClaim(b.ctx, "claim-1")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	requireReleasedUncounted(t, b, res.ID)
-	n, err = b.q.ReleaseClaim(b.ctx, "claim-1")
+	n, err = jobstore.Of(b.q).ReleaseClaim(b.ctx, "claim-1")
 	require.NoError(t, err)
 	require.Zero(t, n, "a second release finds nothing")
 
@@ -60,10 +61,10 @@ func TestReleaseClaimAfterLostClaimReply(t *testing.T) {
 	require.Equal(t, res.ID, again.ID)
 	require.Equal(t, 1, again.Attempt)
 	require.NotEqual(t, "claim-1", again.LeaseToken)
-	require.NoError(t, b.q.Complete(b.ctx, queue.LeaseOf(again)))
+	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(again)))
 	require.Equal(t, jobs.StateSucceeded, b.get(t, res.ID).State)
 
-	_, err = b.q.ReleaseClaim(b.ctx, "")
+	_, err = jobstore.Of(b.q).ReleaseClaim(b.ctx, "")
 	require.ErrorContains(t, err, "empty token")
 }
 
@@ -75,9 +76,9 @@ func TestReleaseClaimLeavesOtherLeasesAlone(t *testing.T) {
 	mine := b.claim(t, withToken("claim-1"))
 	require.Equal(t, ids[0], mine.ID)
 	other := b.claim(t, claimAsW2)
-	require.NoError(t, b.q.Complete(b.ctx, queue.LeaseOf(mine)))
+	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(mine)))
 
-	n, err := b.q.ReleaseClaim(b.ctx, "claim-1")
+	n, err := jobstore.Of(b.q).ReleaseClaim(b.ctx, "claim-1")
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Equal(t, jobs.StateSucceeded, b.get(t, mine.ID).State)
@@ -97,10 +98,10 @@ func TestReleaseClaimAfterFailedBatchReadBack(t *testing.T) {
 	c := queue.WithRaceBeforeStamp(b.q, func() { taken = b.claim(t, claimAsW2) })
 	c = queue.WithFailedReadBack(c, errReset)
 
-	got, err := c.ClaimBatch(b.ctx, withToken("batch-1"), 3)
+	got, err := jobstore.Of(c).ClaimBatch(b.ctx, withToken("batch-1"), 3)
 	require.ErrorIs(t, err, errReset)
 	require.Empty(t, got)
-	n, err := b.q.ReleaseClaim(b.ctx, "batch-1")
+	n, err := jobstore.Of(b.q).ReleaseClaim(b.ctx, "batch-1")
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	for _, id := range ids {
@@ -119,10 +120,10 @@ func TestReleaseClaimAfterFailedBatchReadBack(t *testing.T) {
 func TestReleaseClaimAfterLostBatchStampReply(t *testing.T) {
 	b := setup(t)
 	ids := enqueueN(t, b, 3)
-	got, err := queue.WithLostStampReply(b.q, errReset).ClaimBatch(b.ctx, withToken("batch-1"), 3)
+	got, err := jobstore.Of(queue.WithLostStampReply(b.q, errReset)).ClaimBatch(b.ctx, withToken("batch-1"), 3)
 	require.ErrorIs(t, err, errReset)
 	require.Empty(t, got)
-	n, err := b.q.ReleaseClaim(b.ctx, "batch-1")
+	n, err := jobstore.Of(b.q).ReleaseClaim(b.ctx, "batch-1")
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	for _, id := range ids {
@@ -143,18 +144,18 @@ func TestLostFinishReplyIsNotALostLease(t *testing.T) {
 		want        jobs.State
 	}{
 		{"complete", 0, func(c *queue.Client, b bundle, j *jobs.Job) (jobs.State, error) {
-			return jobs.StateSucceeded, c.Complete(b.ctx, queue.LeaseOf(j))
+			return jobs.StateSucceeded, jobstore.Of(c).Complete(b.ctx, queue.LeaseOf(j))
 		}, jobs.StateSucceeded},
 		{"fail", 3, func(c *queue.Client, b bundle, j *jobs.Job) (jobs.State, error) {
-			f, err := c.Fail(b.ctx, queue.LeaseOf(j), j, cause)
+			f, err := jobstore.Of(c).Fail(b.ctx, queue.LeaseOf(j), j, cause)
 			return f.State, err
 		}, jobs.StateAvailable},
 		{"fail", 1, func(c *queue.Client, b bundle, j *jobs.Job) (jobs.State, error) {
-			f, err := c.Fail(b.ctx, queue.LeaseOf(j), j, cause)
+			f, err := jobstore.Of(c).Fail(b.ctx, queue.LeaseOf(j), j, cause)
 			return f.State, err
 		}, jobs.StateDead},
 		{"cancel", 0, func(c *queue.Client, b bundle, j *jobs.Job) (jobs.State, error) {
-			return jobs.StateCancelled, c.Cancelled(b.ctx, queue.LeaseOf(j), j, "cancelled while running")
+			return jobs.StateCancelled, jobstore.Of(c).Cancelled(b.ctx, queue.LeaseOf(j), j, "cancelled while running")
 		}, jobs.StateCancelled},
 	} {
 		t.Run(string(tc.want), func(t *testing.T) {
@@ -190,11 +191,11 @@ func TestLostFinishReplyStillReportsARealLoss(t *testing.T) {
 	require.NoError(t, err)
 	old := b.claim(t, claimAll)
 	cur := b.takeOver(t, old)
-	require.NoError(t, b.q.Complete(b.ctx, queue.LeaseOf(cur)))
+	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(cur)))
 
-	require.ErrorIs(t, b.q.Complete(b.ctx, queue.LeaseOf(old)), queue.ErrLeaseLost)
-	_, err = b.q.Fail(b.ctx, queue.LeaseOf(old), old, errors.New("boom"))
+	require.ErrorIs(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(old)), queue.ErrLeaseLost)
+	_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(old), old, errors.New("boom"))
 	require.ErrorIs(t, err, queue.ErrLeaseLost)
-	require.ErrorIs(t, b.q.Cancelled(b.ctx, queue.LeaseOf(old), old, "stop"), queue.ErrLeaseLost)
+	require.ErrorIs(t, jobstore.Of(b.q).Cancelled(b.ctx, queue.LeaseOf(old), old, "stop"), queue.ErrLeaseLost)
 	require.Equal(t, jobs.StateSucceeded, b.get(t, old.ID).State)
 }

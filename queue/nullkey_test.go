@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"github.com/docketq/docket/internal/jobstore"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestNullUniqueKeyIsNoKey(t *testing.T) {
 	ctx := context.Background()
 	q, err := queue.New(db, queue.Config{})
 	require.NoError(t, err)
-	coll := q.Collection()
+	coll := jobstore.Of(q).Collection()
 
 	// Before any index: two nulls from another app, then docket's first
 	// enqueue (which sets the indexes up) with a key, and one without.
@@ -63,7 +64,7 @@ func TestNullUniqueKeyIsNoKey(t *testing.T) {
 	// Every job runs, and docket's own keys are untouched.
 	seen := map[string]bool{}
 	for {
-		j, err := q.Claim(ctx, claimAll)
+		j, err := jobstore.Of(q).Claim(ctx, claimAll)
 		require.NoError(t, err)
 		if j == nil {
 			break
@@ -72,7 +73,7 @@ func TestNullUniqueKeyIsNoKey(t *testing.T) {
 			require.Empty(t, j.UniqueKey)
 		}
 		seen[j.ID] = true
-		require.NoError(t, q.Complete(ctx, queue.LeaseOf(j)))
+		require.NoError(t, jobstore.Of(q).Complete(ctx, queue.LeaseOf(j)))
 	}
 	require.Len(t, seen, 6)
 	done, err := q.Get(ctx, r1.ID)

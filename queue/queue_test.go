@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"strings"
 	"sync"
 	"testing"
@@ -57,7 +58,7 @@ func enqueueN(t *testing.T, b bundle, n int) []string {
 
 func (b bundle) claim(t *testing.T, p queue.ClaimParams) *jobs.Job {
 	t.Helper()
-	j, err := b.q.Claim(b.ctx, p)
+	j, err := jobstore.Of(b.q).Claim(b.ctx, p)
 	require.NoError(t, err)
 	return j
 }
@@ -93,7 +94,7 @@ func TestEnqueueRejectsInvalidInput(t *testing.T) {
 			require.Contains(t, err.Error(), tc.field)
 		})
 	}
-	n, err := b.q.Collection().CountDocuments(b.ctx, bson.D{})
+	n, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{})
 	require.NoError(t, err)
 	require.Zero(t, n, "an invalid job in a batch must write nothing")
 }
@@ -104,7 +105,7 @@ func TestEnqueueWritesTheDocumentedSchema(t *testing.T) {
 	res, err := b.q.Enqueue(b.ctx, "k", bson.M{"n": 1}, queue.InsertOpts{})
 	require.NoError(t, err)
 	var doc bson.M
-	require.NoError(t, b.q.Collection().FindOne(b.ctx, bson.M{"_id": res.ID}).Decode(&doc))
+	require.NoError(t, jobstore.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": res.ID}).Decode(&doc))
 	require.Equal(t, "k", doc["kind"])
 	require.Equal(t, "default", doc["queue"])
 	require.Equal(t, "available", doc["state"])
@@ -150,7 +151,7 @@ func TestUniqueKeyReturnsTheHolderUntilItFinishes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, first.ID, dup.ID)
 
-	require.NoError(t, b.q.Complete(b.ctx, queue.LeaseOf(j)))
+	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
 	done := b.get(t, first.ID)
 	require.Empty(t, done.UniqueKey)
 	require.Equal(t, "sync:u1", done.FinishedUniqueKey)
@@ -162,10 +163,10 @@ func TestUniqueKeyReturnsTheHolderUntilItFinishes(t *testing.T) {
 
 	// A dead job frees its key too.
 	j = b.claim(t, claimAll) // the keyless job or the fresh one
-	_, err = b.q.Fail(b.ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
+	_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
 	require.NoError(t, err)
 	j = b.claim(t, claimAll)
-	_, err = b.q.Fail(b.ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
+	_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
 	require.NoError(t, err)
 	again2, err := b.q.Enqueue(b.ctx, "k", nil, opts)
 	require.NoError(t, err)
@@ -239,7 +240,7 @@ func TestNoDoubleClaim(t *testing.T) {
 			p := claimAll
 			p.Owner = fmt.Sprintf("g%d", g)
 			for {
-				j, err := b.q.Claim(b.ctx, p)
+				j, err := jobstore.Of(b.q).Claim(b.ctx, p)
 				if err != nil {
 					errs <- err
 					return
@@ -250,7 +251,7 @@ func TestNoDoubleClaim(t *testing.T) {
 				mu.Lock()
 				claims[j.ID]++
 				mu.Unlock()
-				if err := b.q.Complete(b.ctx, queue.LeaseOf(j)); err != nil {
+				if err := jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)); err != nil {
 					errs <- fmt.Errorf("complete %s by %s: %w", j.ID, p.Owner, err)
 					return
 				}
@@ -266,7 +267,7 @@ func TestNoDoubleClaim(t *testing.T) {
 	for id, c := range claims {
 		require.Equal(t, 1, c, "job %s claimed %d times", id, c)
 	}
-	left, err := b.q.Collection().CountDocuments(b.ctx, bson.M{"state": bson.M{"$ne": "succeeded"}})
+	left, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{"state": bson.M{"$ne": "succeeded"}})
 	require.NoError(t, err)
 	require.Zero(t, left)
 }
@@ -275,10 +276,10 @@ func TestNoDoubleClaim(t *testing.T) {
 // as happens when j's worker stalls past its lease.
 func (b bundle) takeOver(t *testing.T, j *jobs.Job) *jobs.Job {
 	t.Helper()
-	_, err := b.q.Collection().UpdateOne(b.ctx, bson.M{"_id": j.ID},
+	_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": j.ID},
 		bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
 	require.NoError(t, err)
-	res, err := b.q.Reap(b.ctx, time.Second, 100)
+	res, err := jobstore.Of(b.q).Reap(b.ctx, time.Second, 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Requeued)
 	j2 := b.claim(t, claimAsW2)
@@ -297,19 +298,19 @@ func TestLostLeaseCannotWrite(t *testing.T) {
 	before := b.get(t, old.ID)
 	l := queue.LeaseOf(old)
 
-	_, err = b.q.Heartbeat(b.ctx, l, time.Hour)
+	_, err = jobstore.Of(b.q).Heartbeat(b.ctx, l, time.Hour)
 	require.ErrorIs(t, err, queue.ErrLeaseLost)
-	require.ErrorIs(t, b.q.Complete(b.ctx, l), queue.ErrLeaseLost)
-	_, err = b.q.Fail(b.ctx, l, old, errors.New("late"))
+	require.ErrorIs(t, jobstore.Of(b.q).Complete(b.ctx, l), queue.ErrLeaseLost)
+	_, err = jobstore.Of(b.q).Fail(b.ctx, l, old, errors.New("late"))
 	require.ErrorIs(t, err, queue.ErrLeaseLost)
-	require.ErrorIs(t, b.q.Release(b.ctx, l), queue.ErrLeaseLost)
-	require.ErrorIs(t, b.q.Cancelled(b.ctx, l, old, "late"), queue.ErrLeaseLost)
+	require.ErrorIs(t, jobstore.Of(b.q).Release(b.ctx, l), queue.ErrLeaseLost)
+	require.ErrorIs(t, jobstore.Of(b.q).Cancelled(b.ctx, l, old, "late"), queue.ErrLeaseLost)
 	require.Equal(t, before, b.get(t, old.ID), "the old holder changed the job")
 
 	// The new holder still can.
-	_, err = b.q.Heartbeat(b.ctx, queue.LeaseOf(cur), time.Hour)
+	_, err = jobstore.Of(b.q).Heartbeat(b.ctx, queue.LeaseOf(cur), time.Hour)
 	require.NoError(t, err)
-	require.NoError(t, b.q.Complete(b.ctx, queue.LeaseOf(cur)))
+	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(cur)))
 	done := b.get(t, old.ID)
 	require.Equal(t, jobs.StateSucceeded, done.State)
 	require.Equal(t, "w2", done.Owner)
@@ -325,7 +326,7 @@ func TestFailRetriesWithBackoffThenDead(t *testing.T) {
 	require.NoError(t, err)
 
 	j := b.claim(t, claimAll)
-	f, err := q.Fail(b.ctx, queue.LeaseOf(j), j, errors.New("boom 1"))
+	f, err := jobstore.Of(q).Fail(b.ctx, queue.LeaseOf(j), j, errors.New("boom 1"))
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateAvailable, f.State)
 	require.WithinDuration(t, time.Now().Add(time.Hour), f.RunAt, 16*time.Minute)
@@ -340,11 +341,11 @@ func TestFailRetriesWithBackoffThenDead(t *testing.T) {
 	require.Nil(t, b.claim(t, claimAll), "a job in backoff is not claimable")
 
 	for attempt := 2; attempt <= 3; attempt++ {
-		_, err := b.q.Collection().UpdateOne(b.ctx, bson.M{"_id": res.ID}, bson.M{"$set": bson.M{"runAt": time.Now()}})
+		_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": res.ID}, bson.M{"$set": bson.M{"runAt": time.Now()}})
 		require.NoError(t, err)
 		j = b.claim(t, claimAll)
 		require.Equal(t, attempt, j.Attempt)
-		f, err = q.Fail(b.ctx, queue.LeaseOf(j), j, fmt.Errorf("boom %d", attempt))
+		f, err = jobstore.Of(q).Fail(b.ctx, queue.LeaseOf(j), j, fmt.Errorf("boom %d", attempt))
 		require.NoError(t, err)
 	}
 	require.Equal(t, jobs.StateDead, f.State)
@@ -360,7 +361,7 @@ func TestPermanentErrorIsDeadAtOnce(t *testing.T) {
 	res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{})
 	require.NoError(t, err)
 	j := b.claim(t, claimAll)
-	f, err := b.q.Fail(b.ctx, queue.LeaseOf(j), j, fmt.Errorf("handler: %w", jobs.InvalidArgs("userA", "must not be empty")))
+	f, err := jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, fmt.Errorf("handler: %w", jobs.InvalidArgs("userA", "must not be empty")))
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateDead, f.State)
 	got := b.get(t, res.ID)
@@ -374,11 +375,11 @@ func TestErrorsKeepTheLast20(t *testing.T) {
 	res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{MaxAttempts: 30})
 	require.NoError(t, err)
 	for i := 1; i <= 23; i++ {
-		_, err := b.q.Collection().UpdateOne(b.ctx, bson.M{"_id": res.ID}, bson.M{"$set": bson.M{"runAt": time.Now()}})
+		_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": res.ID}, bson.M{"$set": bson.M{"runAt": time.Now()}})
 		require.NoError(t, err)
 		j := b.claim(t, claimAll)
 		require.NotNil(t, j, "attempt %d", i)
-		_, err = b.q.Fail(b.ctx, queue.LeaseOf(j), j, fmt.Errorf("boom %d", i))
+		_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, fmt.Errorf("boom %d", i))
 		require.NoError(t, err)
 	}
 	got := b.get(t, res.ID)
@@ -408,10 +409,10 @@ func TestCancel(t *testing.T) {
 	out, err = b.q.Cancel(b.ctx, running.ID)
 	require.NoError(t, err)
 	require.Equal(t, queue.CancelRequested, out)
-	ren, err := b.q.Heartbeat(b.ctx, queue.LeaseOf(running), time.Minute)
+	ren, err := jobstore.Of(b.q).Heartbeat(b.ctx, queue.LeaseOf(running), time.Minute)
 	require.NoError(t, err)
 	require.True(t, ren.CancelRequested)
-	require.NoError(t, b.q.Cancelled(b.ctx, queue.LeaseOf(running), running, "cancelled while running"))
+	require.NoError(t, jobstore.Of(b.q).Cancelled(b.ctx, queue.LeaseOf(running), running, "cancelled while running"))
 	got = b.get(t, running.ID)
 	require.Equal(t, jobs.StateCancelled, got.State)
 	require.Equal(t, "c", got.FinishedUniqueKey)
@@ -427,7 +428,7 @@ func TestReleaseGivesTheJobBackAtOnce(t *testing.T) {
 	res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{})
 	require.NoError(t, err)
 	j := b.claim(t, claimAll)
-	require.NoError(t, b.q.Release(b.ctx, queue.LeaseOf(j)))
+	require.NoError(t, jobstore.Of(b.q).Release(b.ctx, queue.LeaseOf(j)))
 	got := b.get(t, res.ID)
 	require.Equal(t, jobs.StateAvailable, got.State)
 	require.Equal(t, 0, got.Attempt, "a released attempt does not count")
@@ -446,16 +447,16 @@ func TestReapRequeuesOnlyExpiredLeases(t *testing.T) {
 	})
 	require.NoError(t, err)
 	expired, lastTry, live := b.claim(t, claimAll), b.claim(t, claimAll), b.claim(t, claimAll)
-	_, err = b.q.Collection().UpdateMany(b.ctx, bson.M{"_id": bson.M{"$in": bson.A{expired.ID, lastTry.ID}}},
+	_, err = jobstore.Of(b.q).Collection().UpdateMany(b.ctx, bson.M{"_id": bson.M{"$in": bson.A{expired.ID, lastTry.ID}}},
 		bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-10 * time.Second)}})
 	require.NoError(t, err)
 
 	// Inside the grace period nothing is reaped.
-	r, err := b.q.Reap(b.ctx, time.Minute, 100)
+	r, err := jobstore.Of(b.q).Reap(b.ctx, time.Minute, 100)
 	require.NoError(t, err)
 	require.Equal(t, queue.ReapResult{}, r)
 
-	r, err = b.q.Reap(b.ctx, time.Second, 100)
+	r, err = jobstore.Of(b.q).Reap(b.ctx, time.Second, 100)
 	require.NoError(t, err)
 	require.Equal(t, queue.ReapResult{Requeued: 1, Dead: 1}, r)
 	got := b.get(t, res[0].ID)
@@ -465,7 +466,7 @@ func TestReapRequeuesOnlyExpiredLeases(t *testing.T) {
 	require.Contains(t, got.Errors[0].Message, "w1")
 	require.Equal(t, jobs.StateDead, b.get(t, res[1].ID).State)
 	require.Equal(t, jobs.StateRunning, b.get(t, live.ID).State)
-	require.NoError(t, b.q.Complete(b.ctx, queue.LeaseOf(live)))
+	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(live)))
 }
 
 // TestConcurrentReapersReapEachJobOnce: several reapers at once must not
@@ -482,7 +483,7 @@ func TestConcurrentReapersReapEachJobOnce(t *testing.T) {
 	for range n {
 		require.NotNil(t, b.claim(t, claimAll))
 	}
-	_, err = b.q.Collection().UpdateMany(b.ctx, bson.M{}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
+	_, err = jobstore.Of(b.q).Collection().UpdateMany(b.ctx, bson.M{}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
 	require.NoError(t, err)
 	var mu sync.Mutex
 	total := 0
@@ -491,7 +492,7 @@ func TestConcurrentReapersReapEachJobOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := b.q.Reap(b.ctx, 0, 100)
+			r, err := jobstore.Of(b.q).Reap(b.ctx, 0, 100)
 			if !assertNoError(t, err) {
 				return
 			}
@@ -502,7 +503,7 @@ func TestConcurrentReapersReapEachJobOnce(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, n, total)
-	cur, err := b.q.Collection().Find(b.ctx, bson.M{})
+	cur, err := jobstore.Of(b.q).Collection().Find(b.ctx, bson.M{})
 	require.NoError(t, err)
 	var all []jobs.Job
 	require.NoError(t, cur.All(b.ctx, &all))
@@ -520,13 +521,13 @@ func TestReapSkipsARenewedLease(t *testing.T) {
 	require.NoError(t, err)
 	j := b.claim(t, claimAll)
 	// The same fence the reaper uses, on a stale expiry: a renewal changed it.
-	_, err = b.q.Heartbeat(b.ctx, queue.LeaseOf(j), time.Minute)
+	_, err = jobstore.Of(b.q).Heartbeat(b.ctx, queue.LeaseOf(j), time.Minute)
 	require.NoError(t, err)
-	_, err = b.q.Collection().UpdateOne(b.ctx, bson.M{"_id": j.ID}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
+	_, err = jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": j.ID}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
 	require.NoError(t, err)
-	_, err = b.q.Heartbeat(b.ctx, queue.LeaseOf(j), time.Minute)
+	_, err = jobstore.Of(b.q).Heartbeat(b.ctx, queue.LeaseOf(j), time.Minute)
 	require.NoError(t, err)
-	r, err := b.q.Reap(b.ctx, 0, 100)
+	r, err := jobstore.Of(b.q).Reap(b.ctx, 0, 100)
 	require.NoError(t, err)
 	require.Zero(t, r.Requeued)
 	require.Equal(t, jobs.StateRunning, b.get(t, j.ID).State)
@@ -538,11 +539,11 @@ func TestCleanDeletesOnlyOldFinishedJobs(t *testing.T) {
 	require.NoError(t, err)
 	for range 2 {
 		j := b.claim(t, claimAll)
-		require.NoError(t, b.q.Complete(b.ctx, queue.LeaseOf(j)))
+		require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
 	}
-	_, err = b.q.Collection().UpdateOne(b.ctx, bson.M{"_id": res[0].ID}, bson.M{"$set": bson.M{"finishedAt": time.Now().Add(-48 * time.Hour)}})
+	_, err = jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": res[0].ID}, bson.M{"$set": bson.M{"finishedAt": time.Now().Add(-48 * time.Hour)}})
 	require.NoError(t, err)
-	n, err := b.q.Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
+	n, err := jobstore.Of(b.q).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	_, err = b.q.Get(b.ctx, res[0].ID)

@@ -63,7 +63,7 @@ func eachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) er
 // number of reapers may run at once. A job that does not decode (written
 // by another app with a field of the wrong type) is buried: dead, with the
 // decoding error, fenced the same way; it never stops the pass.
-func (c *Client) Reap(ctx context.Context, grace time.Duration, limit int) (ReapResult, error) {
+func (c store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapResult, error) {
 	var res ReapResult
 	t := now()
 	cur, err := c.coll.Find(ctx,
@@ -162,7 +162,7 @@ func (c *Client) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapRe
 // Clean deletes jobs that finished in state s before now minus age, at
 // most limit of them, and returns how many it deleted. Ids are used as
 // stored, whatever their type.
-func (c *Client) Clean(ctx context.Context, s jobs.State, age time.Duration, limit int) (int, error) {
+func (c store) Clean(ctx context.Context, s jobs.State, age time.Duration, limit int) (int, error) {
 	cur, err := c.coll.Find(ctx,
 		bson.D{{Key: "state", Value: s}, {Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: now().Add(-age)}}}},
 		options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"time"
 
 	"github.com/docketq/docket/queue"
@@ -257,7 +258,7 @@ func (p *PeriodicEnqueuer) enqueueTick(ctx context.Context, j periodicJob, tick,
 		return false, err
 	}
 	job.ID = PeriodicJobID(j.Name, tick)
-	_, err = p.q.Collection().InsertOne(ctx, job)
+	_, err = jobstore.Of(p.q).Collection().InsertOne(ctx, job)
 	if mongo.IsDuplicateKeyError(err) {
 		return false, nil
 	}

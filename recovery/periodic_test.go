@@ -2,6 +2,7 @@ package recovery_test
 
 import (
 	"context"
+	"github.com/docketq/docket/internal/jobstore"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,7 +26,7 @@ func (c *fakeClock) add(d time.Duration) { c.ns.Add(int64(d)) }
 func newClock(t time.Time) *fakeClock    { c := &fakeClock{}; c.ns.Store(t.UnixNano()); return c }
 func periodicJobs(t *testing.T, q *queue.Client) []jobs.Job {
 	t.Helper()
-	cur, err := q.Collection().Find(context.Background(), bson.D{}, nil)
+	cur, err := jobstore.Of(q).Collection().Find(context.Background(), bson.D{}, nil)
 	require.NoError(t, err)
 	var out []jobs.Job
 	require.NoError(t, cur.All(context.Background(), &out))

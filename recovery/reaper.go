@@ -3,6 +3,7 @@ package recovery
 import (
 	"context"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -130,7 +131,7 @@ func (r *Reaper) Schedule() string { return r.cfg.Schedule }
 func (r *Reaper) RunOnce(ctx context.Context) (queue.ReapResult, error) {
 	var total queue.ReapResult
 	for {
-		res, err := r.q.Reap(ctx, r.cfg.Grace, r.cfg.Batch)
+		res, err := jobstore.Of(r.q).Reap(ctx, r.cfg.Grace, r.cfg.Batch)
 		total = total.Add(res)
 		if err != nil {
 			return total, err
@@ -164,7 +165,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (queue.ReapResult, error) {
 		for _, s := range rule.states {
 			deleted := 0
 			for {
-				n, err := r.q.Clean(ctx, s, rule.age, r.cfg.Batch)
+				n, err := jobstore.Of(r.q).Clean(ctx, s, rule.age, r.cfg.Batch)
 				deleted += n
 				if err != nil {
 					return total, err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/docketq/docket/internal/jobstore"
 	"io"
 	"net"
 	"os"
@@ -167,7 +168,7 @@ func (b *bundle) lossyQueueWith(t *testing.T, d *lossyDialer) (*queue.Client, *l
 		defer cancel()
 		_ = client.Disconnect(ctx)
 	})
-	q, err := queue.New(client.Database(b.q.Collection().Database().Name()),
+	q, err := queue.New(client.Database(jobstore.Of(b.q).Collection().Database().Name()),
 		queue.Config{RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
 	require.NoError(t, err)
 	return q, d

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -46,7 +47,7 @@ var (
 // StopAndCancel.
 type Worker struct {
 	cfg Config
-	q   *queue.Client
+	q   jobstore.Store // the lease-level side of the queue client
 	reg *jobs.Registry
 	log *zap.Logger
 	obs Observer
@@ -106,12 +107,13 @@ func New(q *queue.Client, reg *jobs.Registry, cfg Config) (*Worker, error) {
 	if len(reg.Kinds()) == 0 {
 		return nil, errors.New("worker: the registry has no kinds: register a handler first")
 	}
+	store := jobstore.Of(q)
 	if cfg.ClaimBatch > 1 {
-		q = q.WithBatchedCompletion(queue.DefaultCompleteLinger)
+		store = jobstore.Batched(q, queue.DefaultCompleteLinger)
 	}
 	w := &Worker{
 		cfg:          cfg,
-		q:            q,
+		q:            store,
 		reg:          reg,
 		log:          cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)),
 		obs:          cfg.Observer,

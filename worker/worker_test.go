@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"github.com/docketq/docket/internal/jobstore"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -273,7 +274,7 @@ func TestLostLeaseCancelsHandlerAndWritesNothing(t *testing.T) {
 	b.start(t, worker.Config{})
 	<-started
 	// Another holder takes the job, as after a reap and a new claim.
-	_, err := b.q.Collection().UpdateOne(b.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"leaseToken": "someone-else", "owner": "w2"}})
+	_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"leaseToken": "someone-else", "owner": "w2"}})
 	require.NoError(t, err)
 	select {
 	case c := <-cause:

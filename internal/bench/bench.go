@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"io"
 	"os"
 	"path/filepath"
@@ -309,7 +310,7 @@ func (b *bencher) burnDown(ctx context.Context, name string, n, procs, concurren
 // enqueue-to-finish in ms. A claim sets heartbeatAt; jobs shorter than the
 // heartbeat interval keep it.
 func jobTimes(ctx context.Context, q *queue.Client) (start, finish []float64, err error) {
-	cur, err := q.Collection().Find(ctx, bson.D{{Key: "state", Value: jobs.StateSucceeded}},
+	cur, err := jobstore.Of(q).Collection().Find(ctx, bson.D{{Key: "state", Value: jobs.StateSucceeded}},
 		options.Find().SetProjection(bson.D{{Key: "createdAt", Value: 1}, {Key: "heartbeatAt", Value: 1}, {Key: "finishedAt", Value: 1}}))
 	if err != nil {
 		return nil, nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"slices"
 	"sync"
 	"time"
@@ -31,7 +32,7 @@ func (b *bencher) rawLoop(ctx context.Context) (*BurnDown, error) {
 	if err := b.enqueue(ctx, q, b.o.Jobs, "noop", nil); err != nil {
 		return nil, err
 	}
-	mon := newMonitor(q.Collection().Name())
+	mon := newMonitor(jobstore.Of(q).Collection().Name())
 	var colls []*mongo.Collection
 	for range b.o.Procs {
 		c, err := mongo.Connect(options.Client().ApplyURI(b.uri).SetMonitor(mon.commandMonitor()))
@@ -39,7 +40,7 @@ func (b *bencher) rawLoop(ctx context.Context) (*BurnDown, error) {
 			return nil, err
 		}
 		defer func() { _ = c.Disconnect(context.Background()) }()
-		colls = append(colls, c.Database(db.Name()).Collection(q.Collection().Name(),
+		colls = append(colls, c.Database(db.Name()).Collection(jobstore.Of(q).Collection().Name(),
 			options.Collection().SetWriteConcern(writeconcern.Majority())))
 	}
 	sort := bson.D{{Key: "priority", Value: -1}, {Key: "runAt", Value: 1}, {Key: "_id", Value: 1}}

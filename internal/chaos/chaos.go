@@ -14,6 +14,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -505,7 +506,7 @@ func (r *run) stall(long bool) {
 	deadline := time.Now().Add(20 * time.Second)
 	for victim == nil && time.Now().Before(deadline) {
 		owners := map[string]bool{}
-		cur, err := r.q.Collection().Find(ctx, bson.M{"state": jobs.StateRunning})
+		cur, err := jobstore.Of(r.q).Collection().Find(ctx, bson.M{"state": jobs.StateRunning})
 		if err == nil {
 			var running []jobs.Job
 			_ = cur.All(ctx, &running)
@@ -532,7 +533,7 @@ func (r *run) stall(long bool) {
 	}
 	_ = victim.cmd.Process.Signal(syscall.SIGSTOP)
 	rec := stallRecord{p: victim, held: map[string]jobs.Job{}, stopped: time.Now()}
-	cur, err := r.q.Collection().Find(ctx, bson.M{"state": jobs.StateRunning, "owner": victim.id})
+	cur, err := jobstore.Of(r.q).Collection().Find(ctx, bson.M{"state": jobs.StateRunning, "owner": victim.id})
 	if err == nil {
 		var held []jobs.Job
 		_ = cur.All(ctx, &held)
@@ -603,7 +604,7 @@ func (r *run) drain() bool {
 	deadline := time.Now().Add(r.cfg.Drain)
 	var last string
 	for time.Now().Before(deadline) {
-		open, err1 := r.q.Collection().CountDocuments(ctx, bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}})
+		open, err1 := jobstore.Of(r.q).Collection().CountDocuments(ctx, bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}})
 		txs, err2 := r.db.Collection(handlers.TransactionsCollection).CountDocuments(ctx,
 			bson.M{"state": bson.M{"$nin": bson.A{handlers.TxDone, handlers.TxCancelled}}})
 		syncing, err3 := r.db.Collection(handlers.UsersCollection).CountDocuments(ctx, bson.M{"syncing": bson.M{"$exists": true}})
@@ -619,7 +620,7 @@ func (r *run) drain() bool {
 }
 
 func (r *run) dumpOpen() {
-	cur, err := r.q.Collection().Find(context.Background(), bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}},
+	cur, err := jobstore.Of(r.q).Collection().Find(context.Background(), bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}},
 		options.Find().SetLimit(10))
 	if err != nil {
 		return

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"os"
 	"os/exec"
 	"slices"
@@ -80,7 +81,7 @@ func expectedDeath(j *jobs.Job) string {
 // check runs every check on the drained system.
 func (r *run) check() {
 	ctx := context.Background()
-	cur, err := r.q.Collection().Find(ctx, bson.M{})
+	cur, err := jobstore.Of(r.q).Collection().Find(ctx, bson.M{})
 	if err != nil {
 		r.t.Fatalf("chaos: read jobs: %v", err)
 	}

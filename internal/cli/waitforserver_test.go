@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"github.com/docketq/docket/internal/jobstore"
 	"os"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func TestWaitForServerClassifiesSetupErrors(t *testing.T) {
 	q, err := queue.New(db, queue.Config{})
 	require.NoError(t, err)
 	for _, id := range []string{"a", "b"} {
-		_, err := q.Collection().InsertOne(context.Background(), bson.D{{Key: "_id", Value: id}, {Key: "uniqueKey", Value: "twice"}})
+		_, err := jobstore.Of(q).Collection().InsertOne(context.Background(), bson.D{{Key: "_id", Value: id}, {Key: "uniqueKey", Value: "twice"}})
 		require.NoError(t, err)
 	}
 

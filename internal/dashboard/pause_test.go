@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"github.com/docketq/docket/internal/jobstore"
 	"net/http"
 	"net/url"
 	"os"
@@ -66,7 +67,7 @@ func TestDashboardPauseInABrowser(t *testing.T) {
 	// in claim order (priority 5), beside one of reports (priority 0): the
 	// worker takes reports' and leaves bulk's.
 	due := paused.Add(queue.PauseRefresh)
-	_, err = b.q.Collection().UpdateMany(ctx, bson.M{"queue": "bulk"}, bson.M{"$set": bson.M{"runAt": due}})
+	_, err = jobstore.Of(b.q).Collection().UpdateMany(ctx, bson.M{"queue": "bulk"}, bson.M{"$set": bson.M{"runAt": due}})
 	require.NoError(t, err)
 	rep, err := b.q.Enqueue(ctx, "mail", bson.M{}, queue.InsertOpts{Queue: "reports", RunAt: due})
 	require.NoError(t, err)
@@ -99,7 +100,7 @@ func TestDashboardPauseInABrowser(t *testing.T) {
 	br.click("#confirm")
 	require.Equal(t, "Queue bulk resumed.", br.text("#result"))
 	require.Eventually(t, func() bool {
-		n, err := b.q.Collection().CountDocuments(ctx, bson.M{"queue": "bulk", "state": "succeeded"})
+		n, err := jobstore.Of(b.q).Collection().CountDocuments(ctx, bson.M{"queue": "bulk", "state": "succeeded"})
 		require.NoError(t, err)
 		return n == int64(len(bulk))
 	}, 20*time.Second, 20*time.Millisecond, "the worker runs bulk's jobs once it is resumed")

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"github.com/docketq/docket/internal/jobstore"
 	"math"
 	"strings"
 	"syscall"
@@ -148,7 +149,7 @@ func TestBadInputEndsDeadOrVisible(t *testing.T) {
 				doc = append(doc, e)
 			}
 		}
-		if _, err := q.Collection().InsertOne(ctx, doc); err != nil {
+		if _, err := jobstore.Of(q).Collection().InsertOne(ctx, doc); err != nil {
 			refused[c.name] = err
 		}
 	}
@@ -171,7 +172,7 @@ func TestBadInputEndsDeadOrVisible(t *testing.T) {
 		},
 	}
 	raw := func(id string) bson.Raw {
-		r, err := q.Collection().FindOne(ctx, bson.M{"_id": id}).Raw()
+		r, err := jobstore.Of(q).Collection().FindOne(ctx, bson.M{"_id": id}).Raw()
 		require.NoError(t, err, "job %s was dropped", id)
 		return r
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"github.com/docketq/docket/internal/jobstore"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,7 +50,7 @@ func TestLeaderRunsMaintenanceAndPeriodicJobsAcrossAFailover(t *testing.T) {
 	}
 	first := leaderOf(-1)
 	ticks := func() []time.Time {
-		cur, err := q.Collection().Find(ctx, bson.M{"queue": "ticks"})
+		cur, err := jobstore.Of(q).Collection().Find(ctx, bson.M{"queue": "ticks"})
 		require.NoError(t, err)
 		var out []time.Time
 		for cur.Next(ctx) {

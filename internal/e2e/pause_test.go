@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"github.com/docketq/docket/internal/jobstore"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,7 +56,7 @@ func TestPauseQueue(t *testing.T) {
 	require.NoError(t, err)
 	waitJob(t, q, bJob.ID, time.Minute, "succeeded", inState(jobs.StateSucceeded))
 	count := func(f bson.M) int64 {
-		n, err := q.Collection().CountDocuments(ctx, f)
+		n, err := jobstore.Of(q).Collection().CountDocuments(ctx, f)
 		require.NoError(t, err)
 		return n
 	}

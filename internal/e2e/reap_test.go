@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"github.com/docketq/docket/internal/jobstore"
 	"strings"
 	"testing"
 	"time"
@@ -24,11 +25,11 @@ func TestWorkerReapRunsOnePass(t *testing.T) {
 	require.NoError(t, err)
 	p := queue.ClaimParams{Owner: "gone", Queues: []string{"default"}, Kinds: []string{"record"}, Lease: time.Minute}
 	for range 2 {
-		j, err := q.Claim(ctx, p)
+		j, err := jobstore.Of(q).Claim(ctx, p)
 		require.NoError(t, err)
 		require.NotNil(t, j)
 	}
-	_, err = q.Collection().UpdateOne(ctx, bson.M{"_id": res[0].ID}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Hour)}})
+	_, err = jobstore.Of(q).Collection().UpdateOne(ctx, bson.M{"_id": res[0].ID}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Hour)}})
 	require.NoError(t, err)
 
 	out, stderr, code := run(t, workerBinary(t), db, nil, "", "reap")

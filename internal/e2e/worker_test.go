@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"github.com/docketq/docket/internal/jobstore"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,7 +48,7 @@ func fourWorkersRunEachJobOnce(t *testing.T, n int, flags ...string) {
 		procs = append(procs, startWorker(t, db, "worker"+string(rune('A'+i)), args...))
 	}
 	require.Eventually(t, func() bool {
-		c, err := q.Collection().CountDocuments(context.Background(), bson.M{"state": "succeeded"})
+		c, err := jobstore.Of(q).Collection().CountDocuments(context.Background(), bson.M{"state": "succeeded"})
 		require.NoError(t, err)
 		return c == int64(n)
 	}, 8*time.Minute, 500*time.Millisecond, "not every job succeeded")
@@ -66,7 +67,7 @@ func fourWorkersRunEachJobOnce(t *testing.T, n int, flags ...string) {
 		owners[e[0]["owner"].(string)] = true
 	}
 	require.Greater(t, len(owners), 1, "the load was not shared between processes")
-	bad, err := q.Collection().CountDocuments(context.Background(), bson.M{"$or": bson.A{
+	bad, err := jobstore.Of(q).Collection().CountDocuments(context.Background(), bson.M{"$or": bson.A{
 		bson.M{"state": bson.M{"$ne": "succeeded"}}, bson.M{"attempt": bson.M{"$ne": 1}},
 	}})
 	require.NoError(t, err)
