@@ -3,9 +3,12 @@
 // Package chaos runs docket the way failure meets it in production: real
 // worker processes on a real devdb process, SIGKILLed, SIGSTOPped past their
 // leases and cut off from the database while a mixed load of transfers,
-// friendships and racing renames runs. Then it lets the queue drain and
-// checks every job, every handler invariant, and that no worker wrote
-// anything after it had lost a lease.
+// friendships, racing renames, ledger transfers (and cancels) and tree
+// publishes runs, and readers read the trees' snapshots all the while.
+// Then it lets the queue drain and checks every job, every handler
+// invariant (the ledger's and the trees' included), every snapshot read,
+// and that no worker wrote anything after it had lost a lease. On failure
+// the last lines it logs are the seed and the failed checks.
 //
 // A run is driven by one seed: the same seed makes the same load and the
 // same schedule of failures (the timing of processes still varies).

@@ -267,8 +267,9 @@ func (r *run) judgeRead(k int, got *handlers.Tree, last map[string]int64) {
 	defer l.mu.Unlock()
 	l.reads++
 	bad := func(format string, args ...any) {
-		if len(l.problems) < 20 {
-			l.problems = append(l.problems, fmt.Sprintf("reader %d, tree %s version %d: ", k, got.ID, got.Version)+fmt.Sprintf(format, args...))
+		msg := fmt.Sprintf("tree %s version %d: ", got.ID, got.Version) + fmt.Sprintf(format, args...)
+		if len(l.problems) < 20 && !slices.ContainsFunc(l.problems, func(p string) bool { return strings.HasSuffix(p, msg) }) {
+			l.problems = append(l.problems, fmt.Sprintf("reader %d read %s", k, msg))
 		}
 	}
 	if got.Version < last[got.ID] {
@@ -279,8 +280,8 @@ func (r *run) judgeRead(k int, got *handlers.Tree, last map[string]int64) {
 		bad("its root's label %d is no publish of this tree", label)
 		return
 	}
-	if !sameNodes(l.pubs[label].nodes, got.Nodes) {
-		bad("is not publish %d's tree (a mix of versions, or a node missing): %d nodes, want %d", label, len(got.Nodes), len(l.pubs[label].nodes))
+	if diff := diffNodes(l.pubs[label].nodes, got.Nodes); diff != "" {
+		bad("not publish %d's tree (a mix of versions, or a node missing): %s", label, diff)
 	}
 	if l.seen[got.ID] == nil {
 		l.seen[got.ID] = map[int64]treeRead{}
@@ -292,21 +293,29 @@ func (r *run) judgeRead(k int, got *handlers.Tree, last map[string]int64) {
 }
 
 // sameNodes reports whether got holds exactly the nodes of want.
-func sameNodes(want, got []handlers.TreeNode) bool {
-	if len(want) != len(got) {
-		return false
-	}
+func sameNodes(want, got []handlers.TreeNode) bool { return diffNodes(want, got) == "" }
+
+// diffNodes says how got differs from the nodes of want, "" if it does not.
+func diffNodes(want, got []handlers.TreeNode) string {
 	idx := map[string]handlers.TreeNode{}
 	for _, n := range got {
 		idx[n.ID] = n
 	}
 	for _, n := range want {
 		g, ok := idx[n.ID]
-		if !ok || g.Parent != n.Parent || string(g.Data) != string(n.Data) {
-			return false
+		switch {
+		case !ok:
+			return fmt.Sprintf("node %s missing", n.ID)
+		case g.Parent != n.Parent:
+			return fmt.Sprintf("node %s has parent %q, want %q", n.ID, g.Parent, n.Parent)
+		case string(g.Data) != string(n.Data):
+			return fmt.Sprintf("node %s holds %s, want %s", n.ID, bson.Raw(g.Data), bson.Raw(n.Data))
 		}
 	}
-	return true
+	if len(want) != len(got) {
+		return fmt.Sprintf("%d nodes, want %d", len(got), len(want))
+	}
+	return ""
 }
 
 // checkTrees checks, after the drain, what the readers saw and what the
