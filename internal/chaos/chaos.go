@@ -190,11 +190,15 @@ var workerFlags = []string{
 type run struct {
 	t   testing.TB
 	cfg Config
-	rng *rand.Rand
-	dbx *testdb.DevDB
-	db  *mongo.Database
-	q   *queue.Client
-	env []string
+	// rng draws the load and the director's pauses, killRng the killer's
+	// pauses, victims and the concurrency of the workers started: two
+	// sources, so that the same seed makes the same load whatever the
+	// killer's timing.
+	rng, killRng *rand.Rand
+	dbx          *testdb.DevDB
+	db           *mongo.Database
+	q            *queue.Client
+	env          []string
 
 	workerBin, enqueueBin, ctlBin string
 
@@ -234,6 +238,7 @@ func Run(t testing.TB, cfg Config) Result {
 		t:         t,
 		cfg:       cfg,
 		rng:       rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		killRng:   rand.New(rand.NewPCG(cfg.Seed^0x5851f42d4c957f2d, cfg.Seed)),
 		cancelled: map[string]bool{},
 		openings:  map[string]int64{},
 	}
@@ -352,12 +357,26 @@ func (r *run) intN(n int) int {
 	return r.rng.IntN(n)
 }
 
+// killBetween and killIntN draw from the killer's source, so that the
+// killer, which runs beside the director, does not change the load's draws.
+func (r *run) killBetween(lo, hi time.Duration) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return lo + time.Duration(r.killRng.Int64N(int64(hi-lo)))
+}
+
+func (r *run) killIntN(n int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.killRng.IntN(n)
+}
+
 // startWorker starts one more worker process with a concurrency of its own.
 func (r *run) startWorker() *process {
 	r.mu.Lock()
 	r.nextID++
 	id := fmt.Sprintf("chaos-w%02d", r.nextID)
-	conc := 2 + r.rng.IntN(4)
+	conc := 2 + r.killRng.IntN(4)
 	r.mu.Unlock()
 	args := append([]string{"--id", id, "--concurrency", strconv.Itoa(conc)}, workerFlags...)
 	p, err := startProcess(r.workerBin, id, r.env, args)
@@ -393,13 +412,13 @@ func (r *run) killer(stop <-chan struct{}, done chan<- struct{}) {
 		select {
 		case <-stop:
 			return
-		case <-time.After(r.between(time.Second, 3*time.Second)):
+		case <-time.After(r.killBetween(time.Second, 3*time.Second)):
 		}
 		live := r.live()
 		if len(live) == 0 {
 			continue
 		}
-		p := live[r.intN(len(live))]
+		p := live[r.killIntN(len(live))]
 		r.mu.Lock()
 		p.killed = true
 		r.res.Kills++

@@ -231,7 +231,7 @@ func (r *run) reader(k int, stop <-chan struct{}) {
 	l := &r.trees
 	last := map[string]int64{}
 	for i := 0; ; i++ {
-		pause := 50 * time.Millisecond
+		pause := 100 * time.Millisecond
 		tree := l.ids[i%len(l.ids)]
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		got, err := handlers.ReadTree(ctx, r.db, tree, 0)
