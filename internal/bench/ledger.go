@@ -213,7 +213,7 @@ func (b *bencher) ledgerRow(ctx context.Context, pattern, shape string, accounts
 		}
 	}
 	row.TotalPerTransfer = row.CommandsPerTransfer + float64(row.SweepCommands)/float64(n)
-	if row.Attempts, err = ledgerAttempts(ctx, q, n); err != nil {
+	if row.Attempts, err = ledgerAttempts(ctx, db, n); err != nil {
 		return nil, err
 	}
 	if pattern == "ledger" {
@@ -263,8 +263,8 @@ func (b *bencher) sweepLedger(ctx context.Context, db string, row *LedgerRow) er
 
 // ledgerAttempts sums the attempts of the run's jobs, each of which must
 // have succeeded.
-func ledgerAttempts(ctx context.Context, q *queue.Client, n int) (int, error) {
-	cur, err := q.Collection().Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "attempt", Value: 1}}))
+func ledgerAttempts(ctx context.Context, db *mongo.Database, n int) (int, error) {
+	cur, err := db.Collection(queue.DefaultCollection).Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "attempt", Value: 1}}))
 	if err != nil {
 		return 0, err
 	}
