@@ -683,6 +683,7 @@ func (r *run) drain() bool {
 	ctx := context.Background()
 	deadline := time.Now().Add(r.cfg.Drain)
 	var last string
+	var jobsDone time.Time
 	for time.Now().Before(deadline) {
 		open, err1 := r.q.Collection().CountDocuments(ctx, bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}})
 		txs, err2 := r.db.Collection(handlers.TransactionsCollection).CountDocuments(ctx,
@@ -691,6 +692,10 @@ func (r *run) drain() bool {
 		var unsettled int64
 		var err4 error
 		if open == 0 { // the ledger's sweeper settles it once no job posts
+			if jobsDone.IsZero() {
+				jobsDone = time.Now()
+				r.t.Logf("chaos: every job finished after %s of draining", time.Since(deadline.Add(-r.cfg.Drain)).Round(100*time.Millisecond))
+			}
 			unsettled, err4 = r.ledgerUnsettled(ctx)
 		}
 		if err1 == nil && err2 == nil && err3 == nil && err4 == nil && open == 0 && txs == 0 && syncing == 0 && unsettled == 0 {
@@ -702,6 +707,7 @@ func (r *run) drain() bool {
 	}
 	r.errorf("chaos: the queue did not drain in %s: %s", r.cfg.Drain, last)
 	r.dumpOpen()
+	r.dumpLedger(ctx)
 	return false
 }
 

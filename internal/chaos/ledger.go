@@ -380,3 +380,36 @@ func txIDs(txs []*handlers.LedgerTx) []string {
 	}
 	return ids
 }
+
+// dumpLedger logs what the ledger sweeper has left to do, and what the
+// workers logged about the ledger, for a run whose ledger did not settle.
+func (r *run) dumpLedger(ctx context.Context) {
+	for _, a := range slices.Sorted(maps.Keys(r.ledger.opening)) {
+		raw, err := r.db.Collection(handlers.LedgerAccountsCollection).FindOne(ctx, bson.M{"_id": a}).Raw()
+		if err != nil {
+			r.t.Logf("ledger account %s: %v", a, err)
+			continue
+		}
+		seq, _ := raw.Lookup("cache", "seqId").AsInt64OK()
+		n, _ := r.db.Collection(handlers.LedgerSeqCollection).CountDocuments(ctx, bson.M{"account": a, "seqId": bson.M{"$gt": seq}})
+		next, _ := r.db.Collection(handlers.LedgerSeqCollection).FindOne(ctx, bson.M{"account": a, "seqId": seq + 1}).Raw()
+		r.t.Logf("ledger account %s: cache %s; %d claims past it; the next: %s", a, raw.Lookup("cache"), n, next)
+	}
+	cur, err := r.db.Collection(handlers.LedgerCollection).Find(ctx, bson.M{"proc": bson.M{"$ne": handlers.LedgerCommitted}}, options.Find().SetLimit(5))
+	if err == nil {
+		var txs []bson.Raw
+		_ = cur.All(ctx, &txs)
+		for _, tx := range txs {
+			r.t.Logf("ledger transaction not committed: %s", tx)
+		}
+	}
+	var lines []string
+	for _, p := range r.procs {
+		for _, l := range strings.Split(p.out.String(), "\n") {
+			if strings.Contains(l, `"logger":"ledger-sweeper"`) || strings.Contains(l, "ledger sweep") {
+				lines = append(lines, clip(l, 400))
+			}
+		}
+	}
+	r.t.Logf("the workers' last ledger sweeper lines (%d in all):\n%s", len(lines), strings.Join(lines[max(len(lines)-10, 0):], "\n"))
+}
