@@ -693,8 +693,11 @@ func (r *run) drain() bool {
 		var err4 error
 		if open == 0 { // the ledger's sweeper settles it once no job posts
 			if jobsDone.IsZero() {
+				// The sweeper's commit follows the last posting: it gets
+				// its own 30 s.
 				jobsDone = time.Now()
 				r.t.Logf("chaos: every job finished after %s of draining", time.Since(deadline.Add(-r.cfg.Drain)).Round(100*time.Millisecond))
+				deadline = later(deadline, jobsDone.Add(ledgerSettle))
 			}
 			unsettled, err4 = r.ledgerUnsettled(ctx)
 		}
@@ -705,10 +708,21 @@ func (r *run) drain() bool {
 			open, txs, syncing, unsettled, err1, err2, err3, err4)
 		time.Sleep(500 * time.Millisecond)
 	}
-	r.errorf("chaos: the queue did not drain in %s: %s", r.cfg.Drain, last)
+	r.errorf("chaos: the queue did not drain in %s (and %s more for the ledger's sweeper once every job had finished): %s", r.cfg.Drain, ledgerSettle, last)
 	r.dumpOpen()
 	r.dumpLedger(ctx)
 	return false
+}
+
+// ledgerSettle is how long the drain waits for the ledger's sweeper to
+// commit and cache every posting once every job has finished, at least.
+const ledgerSettle = 30 * time.Second
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (r *run) dumpOpen() {
