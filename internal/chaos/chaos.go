@@ -708,7 +708,7 @@ func (r *run) drain() bool {
 			open, txs, syncing, unsettled, err1, err2, err3, err4)
 		time.Sleep(500 * time.Millisecond)
 	}
-	r.errorf("chaos: the queue did not drain in %s (and %s more for the ledger's sweeper once every job had finished): %s", r.cfg.Drain, ledgerSettle, last)
+	r.errorf("chaos: the queue did not drain in %s (the ledger's sweeper gets at least %s once every job has finished): %s", r.cfg.Drain, ledgerSettle, last)
 	r.dumpOpen()
 	r.dumpLedger(ctx)
 	return false
