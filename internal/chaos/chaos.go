@@ -710,7 +710,9 @@ func (r *run) drain() bool {
 	}
 	r.errorf("chaos: the queue did not drain in %s (the ledger's sweeper gets at least %s once every job has finished): %s", r.cfg.Drain, ledgerSettle, last)
 	r.dumpOpen()
-	r.dumpLedger(ctx)
+	if !jobsDone.IsZero() {
+		r.dumpLedger(ctx)
+	}
 	return false
 }
 
