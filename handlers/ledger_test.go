@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"github.com/docketq/docket/internal/jobstore"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -732,105 +731,4 @@ func (b *ledgerBundle) insertTransfer(t *testing.T, db *mongo.Database, i int) s
 	})
 	require.NoError(t, err)
 	return id
-}
-
-// TestLedgerVersusTransfer runs the same transfers, from the same number of
-// goroutines, as ledger postings and as two-phase transfers, on few hot
-// accounts and on many cold ones, and reports commands per transfer and
-// transfers per second (devdb's speed: read them as a ratio). Both end
-// with their invariants checked. It takes about 45 s on devdb, so it runs
-// only with DOCKET_LEDGER_BENCH=1.
-func TestLedgerVersusTransfer(t *testing.T) {
-	if os.Getenv("DOCKET_LEDGER_BENCH") == "" {
-		t.Skip("a measurement: DOCKET_LEDGER_BENCH=1 runs it")
-	}
-	t.Parallel()
-	for _, shape := range []struct {
-		name     string
-		accounts int
-	}{{"hot", 2}, {"cold", 32}} {
-		t.Run(shape.name, func(t *testing.T) {
-			b := ledgerSetup(t)
-			var n atomic.Int64
-			mon := &event.CommandMonitor{Started: func(context.Context, *event.CommandStartedEvent) { n.Add(1) }}
-			client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-			db := client.Database(b.db.Name())
-			reg := jobs.NewRegistry()
-			require.NoError(t, handlers.Register(reg, handlers.Deps{DB: db, Queue: b.q}))
-			ledger, _, _ := reg.Lookup(handlers.LedgerTransferKind)
-			transfer, _, _ := reg.Lookup(handlers.TransferKind)
-			ids := make([]string, shape.accounts)
-			opening := map[string]int64{}
-			for i := range ids {
-				ids[i] = fmt.Sprintf("acct-%02d", i)
-				opening[ids[i]] = 1_000_000
-				_, err := b.db.Collection(handlers.AccountsCollection).InsertOne(b.ctx, handlers.Account{ID: ids[i], Balance: 1_000_000, PendingTransactions: []string{}})
-				require.NoError(t, err)
-			}
-			b.open(t, opening)
-			const goroutines, perG = 8, 8
-			run := func(kind string, work func(ctx context.Context, g, i int, from, to string) error) (float64, float64) {
-				n.Store(0)
-				start := time.Now()
-				var wg sync.WaitGroup
-				for g := range goroutines {
-					wg.Go(func() {
-						rng := rand.New(rand.NewPCG(uint64(g), 1))
-						for i := range perG {
-							from := rng.IntN(len(ids))
-							to := (from + 1 + rng.IntN(len(ids)-1)) % len(ids)
-							for try := 0; ; try++ {
-								err := work(b.ctx, g, i, ids[from], ids[to])
-								if err == nil {
-									break
-								}
-								require.Less(t, try, 20, "%s: %v", kind, err)
-							}
-						}
-					})
-				}
-				wg.Wait()
-				secs := time.Since(start).Seconds()
-				return float64(n.Load()) / (goroutines * perG), goroutines * perG / secs
-			}
-			// A sweeper keeps the books short meanwhile, as the leader's
-			// does; its commands are not counted (another client).
-			stop := make(chan struct{})
-			var sweeping sync.WaitGroup
-			sw := b.sweeper(t, time.Hour, nil)
-			sweeping.Go(func() {
-				for {
-					select {
-					case <-stop:
-						return
-					case <-time.After(100 * time.Millisecond):
-					}
-					_, err := sw.RunOnce(b.ctx)
-					require.NoError(t, err)
-				}
-			})
-			lCmds, lRate := run("ledger", func(ctx context.Context, g, i int, from, to string) error {
-				return ledger.Work(ctx, ledgerJob(fmt.Sprintf("l-%d-%d", g, i), "l", handlers.LedgerTransferArgs{From: from, To: to, Amount: 100}))
-			})
-			close(stop)
-			sweeping.Wait()
-			tCmds, tRate := run("transfer", func(ctx context.Context, g, i int, from, to string) error {
-				id := fmt.Sprintf("t-%d-%d", g, i)
-				_, err := db.Collection(handlers.TransactionsCollection).InsertOne(ctx, handlers.Transaction{
-					ID: id, Source: from, Destination: to, Value: 100, State: handlers.TxInitial, LastModified: time.Now(),
-				})
-				if err != nil && !mongo.IsDuplicateKeyError(err) {
-					return err
-				}
-				return transfer.Work(ctx, transferJob("job-"+id, id))
-			})
-			t.Logf("%s (%d accounts, %d goroutines, %d transfers): ledger %.1f commands/transfer, %.1f transfers/s; two-phase %.1f commands/transfer, %.1f transfers/s",
-				shape.name, shape.accounts, goroutines, goroutines*perG, lCmds, lRate, tCmds, tRate)
-			b.settle(t, time.Hour)
-			checkLedgerInvariants(t, b.db, opening)
-			checkMoneyInvariants(t, b.db, opening)
-		})
-	}
 }

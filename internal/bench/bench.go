@@ -56,11 +56,20 @@ type Options struct {
 	SleepConcurrency int
 	SleepClaimBatch  int
 
+	// LedgerTransfers is how many transfers each row of the ledger run
+	// makes (defaults to a quarter of Jobs, from 8 to
+	// DefaultLedgerTransfers); LedgerHot and LedgerCold are its accounts
+	// (default DefaultLedgerHot, DefaultLedgerCold); LedgerConcurrency is
+	// its jobs at once per worker process (default 4).
+	LedgerTransfers, LedgerHot, LedgerCold, LedgerConcurrency int
+
 	Runs []string
 	JSON bool
 }
 
-var allRuns = []string{"single", "raw", "batch", "steady", "idle", "idle8", "failover", "scaling"}
+var allRuns = []string{"single", "raw", "batch", "steady", "idle", "idle8", "failover", "scaling",
+	"ledger",
+}
 
 // Main is the bench command. `bench worker ...` is a worker process of a
 // run.
@@ -86,6 +95,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Sleep, "sleep", 100*time.Millisecond, "how long a scaling job's handler sleeps")
 	fs.IntVar(&o.SleepConcurrency, "sleep-concurrency", 1, "jobs at once per worker process in scaling runs")
 	fs.IntVar(&o.SleepClaimBatch, "sleep-claim-batch", 1, "claim batch of the scaling runs")
+	fs.IntVar(&o.LedgerTransfers, "ledger-transfers", DefaultLedgerTransfers, "transfers per row of the ledger run (ledger and two-phase, hot and cold)")
+	fs.IntVar(&o.LedgerHot, "ledger-hot", DefaultLedgerHot, "accounts of the ledger run's hot rows")
+	fs.IntVar(&o.LedgerCold, "ledger-cold", DefaultLedgerCold, "accounts of the ledger run's cold rows")
+	fs.IntVar(&o.LedgerConcurrency, "ledger-concurrency", 4, "jobs at once per worker process in the ledger run")
 	runs := fs.String("runs", strings.Join(allRuns, ","), "runs to make, of "+strings.Join(allRuns, ","))
 	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON instead of a table")
 	if err := fs.Parse(args); err != nil {
@@ -171,6 +184,8 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 			res.Idle8, err = b.idle(ctx, "idle8", 8)
 		case "failover":
 			res.Failover, err = b.failover(ctx)
+		case "ledger":
+			res.Ledger, err = b.ledger(ctx)
 		case "scaling":
 			for _, p := range []int{1, 2, 4} {
 				var s *BurnDown

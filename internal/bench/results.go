@@ -26,6 +26,8 @@ type Results struct {
 	// leader and its first reap pass.
 	Failover *Failover   `json:"failover,omitempty"`
 	Scaling  []*BurnDown `json:"scaling,omitempty"`
+	// Ledger is the ledger against the two-phase transfer.
+	Ledger *LedgerBench `json:"ledger,omitempty"`
 
 	// SingleVsRaw and BatchVsRaw are docket's burn-down throughput as a
 	// ratio of the raw loop's in the same run.
@@ -196,6 +198,9 @@ func (r *Results) writeTable(w io.Writer) {
 	if r.Idle != nil && r.Idle8 != nil && r.Idle.MaintenancePerSec > 0 {
 		fmt.Fprintf(w, "idle8 vs idle: %.2fx the commands, %.2fx the maintenance\n",
 			r.Idle8.PerSec/r.Idle.PerSec, r.Idle8.MaintenancePerSec/r.Idle.MaintenancePerSec)
+	}
+	if r.Ledger != nil {
+		r.Ledger.writeTable(w)
 	}
 	if f := r.Failover; f != nil {
 		fmt.Fprintf(w, "failover: %d processes, leader TTL %.0fs: leader SIGKILLed, next leader after %.1fs, its first reap pass after %.1fs\n",

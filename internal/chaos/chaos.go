@@ -3,9 +3,12 @@
 // Package chaos runs docket the way failure meets it in production: real
 // worker processes on a real devdb process, SIGKILLed, SIGSTOPped past their
 // leases and cut off from the database while a mixed load of transfers,
-// friendships and racing renames runs. Then it lets the queue drain and
-// checks every job, every handler invariant, and that no worker wrote
-// anything after it had lost a lease.
+// friendships, racing renames, ledger transfers (and cancels) and tree
+// publishes runs, and readers read the trees' snapshots all the while.
+// Then it lets the queue drain and checks every job, every handler
+// invariant (the ledger's and the trees' included), every snapshot read,
+// and that no worker wrote anything after it had lost a lease. On failure
+// the last lines it logs are the seed and the failed checks.
 //
 // A run is driven by one seed: the same seed makes the same load and the
 // same schedule of failures (the timing of processes still varies).
@@ -16,6 +19,7 @@ import (
 	"fmt"
 	"github.com/docketq/docket/internal/jobstore"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +62,15 @@ type Config struct {
 	Drain time.Duration
 	// Users, Accounts and Comments size the seeded data. Default 12, 8, 40.
 	Users, Accounts, Comments int
+	// LedgerHot and LedgerCold are how many ledger accounts the ledger
+	// transfers run between: a few hot ones, with little money and most of
+	// the transfers, and more cold ones. Default 2 and 6.
+	LedgerHot, LedgerCold int
+	// Trees is how many trees the publishes spread over, Readers how many
+	// goroutines read their snapshots all through the run, TreeKeep how
+	// many published versions the workers' tree sweeper keeps. Default 3,
+	// 2, 3.
+	Trees, Readers, TreeKeep int
 }
 
 func (c Config) withDefaults() Config {
@@ -91,6 +104,21 @@ func (c Config) withDefaults() Config {
 	if c.Comments == 0 {
 		c.Comments = 40
 	}
+	if c.LedgerHot == 0 {
+		c.LedgerHot = 2
+	}
+	if c.LedgerCold == 0 {
+		c.LedgerCold = 6
+	}
+	if c.Trees == 0 {
+		c.Trees = 3
+	}
+	if c.Readers == 0 {
+		c.Readers = 2
+	}
+	if c.TreeKeep == 0 {
+		c.TreeKeep = 3
+	}
 	return c
 }
 
@@ -119,6 +147,15 @@ type Result struct {
 	// OutageLogLines is the most warnings one worker logged while devdb
 	// was down.
 	OutageLogLines int
+	// Ledger transfers posted, refused (insufficient funds) and cancelled
+	// on request; compensated is how many cancels had to compensate
+	// instead, abandoned how many postings the sweeper abandoned (and the
+	// job posted again).
+	LedgerPosted, LedgerRefused, LedgerCancelled, LedgerCompensated, LedgerAbandoned int
+	// TreePublishes is how many versions were published; TreeReads how
+	// many snapshot reads were checked to be one whole published version,
+	// TreeReadsDown how many reads failed while devdb was down.
+	TreePublishes, TreeReads, TreeReadsDown int
 	// Elapsed is the whole run, from devdb's start to the last check.
 	Elapsed time.Duration
 }
@@ -127,10 +164,14 @@ type Result struct {
 func (r Result) String() string {
 	return fmt.Sprintf("seed %d: %d jobs (%d succeeded, %d dead as expected, %d cancelled; %d retried, max attempt %d), "+
 		"%d transfers done and %d cancelled, %d SIGKILLs, %d SIGSTOPs past the lease (%d jobs held, %d of them finished by another worker before SIGCONT), devdb down %s "+
-		"(at most %d warnings per worker), %d finishes by killed workers before they logged, in %s",
+		"(at most %d warnings per worker), %d finishes by killed workers before they logged; "+
+		"ledger: %d posted, %d refused, %d cancelled, %d compensated, %d postings abandoned and posted again; "+
+		"trees: %d versions published, %d snapshot reads each one whole published version (%d failed while devdb was down); in %s",
 		r.Seed, r.Jobs, r.Succeeded, r.Dead, r.Cancelled, r.Retried, r.MaxAttempt,
 		r.TxDone, r.TxCancelled, r.Kills, r.Stalls, r.StalledJobs, r.OutlivedJobs, r.Outage.Round(100*time.Millisecond),
-		r.OutageLogLines, r.UnloggedFinishes, r.Elapsed.Round(time.Second))
+		r.OutageLogLines, r.UnloggedFinishes,
+		r.LedgerPosted, r.LedgerRefused, r.LedgerCancelled, r.LedgerCompensated, r.LedgerAbandoned,
+		r.TreePublishes, r.TreeReads, r.TreeReadsDown, r.Elapsed.Round(time.Second))
 }
 
 // Worker flags: leases short enough that a dead or stalled worker's jobs
@@ -142,17 +183,23 @@ var workerFlags = []string{
 	"--transfer-recovery-schedule", "@every 2s", "--transfer-recovery-threshold", "5s",
 	"--retry-base", "100ms", "--retry-max", "2s", "--poll-max", "500ms",
 	"--shutdown-timeout", "3s", "--mongo-timeout", "3s", "--log-format", "json",
+	"--ledger-sweep-schedule", "@every 1s", "--ledger-abandon-after", "3s",
+	"--tree-sweep-schedule", "@every 1s",
 }
 
 // run is the state of one chaos run.
 type run struct {
 	t   testing.TB
 	cfg Config
-	rng *rand.Rand
-	dbx *testdb.DevDB
-	db  *mongo.Database
-	q   *queue.Client
-	env []string
+	// rng draws the load and the director's pauses, killRng the killer's
+	// pauses, victims and the concurrency of the workers started: two
+	// sources, so that the same seed makes the same load whatever the
+	// killer's timing.
+	rng, killRng *rand.Rand
+	dbx          *testdb.DevDB
+	db           *mongo.Database
+	q            *queue.Client
+	env          []string
 
 	workerBin, enqueueBin, ctlBin string
 
@@ -165,6 +212,11 @@ type run struct {
 
 	cancelled map[string]bool // jobs the run cancelled
 	openings  map[string]int64
+
+	ledger ledgerLoad
+	trees  treeLoad
+
+	failures []string // every failed check, in order, for the summary
 }
 
 // stallRecord is one SIGSTOP: the worker and the leases it held.
@@ -182,10 +234,12 @@ func Run(t testing.TB, cfg Config) Result {
 	cfg = cfg.withDefaults()
 	start := time.Now()
 	t.Logf("chaos: seed %d (replay with DOCKET_CHAOS_SEED=%d), %d jobs, %d workers", cfg.Seed, cfg.Seed, cfg.Jobs, cfg.Workers)
+	fmt.Fprintf(os.Stderr, "chaos: seed %d (replay with DOCKET_CHAOS_SEED=%d)\n", cfg.Seed, cfg.Seed)
 	r := &run{
 		t:         t,
 		cfg:       cfg,
 		rng:       rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		killRng:   rand.New(rand.NewPCG(cfg.Seed^0x5851f42d4c957f2d, cfg.Seed)),
 		cancelled: map[string]bool{},
 		openings:  map[string]int64{},
 	}
@@ -213,6 +267,9 @@ func Run(t testing.TB, cfg Config) Result {
 	for i := 1; i <= cfg.Accounts; i++ {
 		r.openings[fmt.Sprintf("a%d", i)] = balance
 	}
+	r.seedLedger()
+	r.seedTrees()
+	stopReaders := r.startReaders()
 	for range cfg.Workers {
 		r.startWorker()
 	}
@@ -250,6 +307,7 @@ func Run(t testing.TB, cfg Config) Result {
 			startLong()
 		}
 		r.wave(w, perWave)
+		r.t.Logf("chaos: wave %d enqueued after %s", w, time.Since(start).Round(100*time.Millisecond))
 		if t.Failed() {
 			break
 		}
@@ -268,9 +326,11 @@ func Run(t testing.TB, cfg Config) Result {
 		<-longDone
 	}
 
+	r.t.Logf("chaos: draining after %s", time.Since(start).Round(100*time.Millisecond))
 	drained := r.drain()
 	close(stopKiller)
 	<-killerDone
+	stopReaders()
 	if !drained {
 		return r.res
 	}
@@ -298,17 +358,31 @@ func (r *run) intN(n int) int {
 	return r.rng.IntN(n)
 }
 
+// killBetween and killIntN draw from the killer's source, so that the
+// killer, which runs beside the director, does not change the load's draws.
+func (r *run) killBetween(lo, hi time.Duration) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return lo + time.Duration(r.killRng.Int64N(int64(hi-lo)))
+}
+
+func (r *run) killIntN(n int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.killRng.IntN(n)
+}
+
 // startWorker starts one more worker process with a concurrency of its own.
 func (r *run) startWorker() *process {
 	r.mu.Lock()
 	r.nextID++
 	id := fmt.Sprintf("chaos-w%02d", r.nextID)
-	conc := 2 + r.rng.IntN(4)
+	conc := 2 + r.killRng.IntN(4)
 	r.mu.Unlock()
 	args := append([]string{"--id", id, "--concurrency", strconv.Itoa(conc)}, workerFlags...)
 	p, err := startProcess(r.workerBin, id, r.env, args)
 	if err != nil {
-		r.t.Errorf("chaos: start worker %s: %v", id, err)
+		r.errorf("chaos: start worker %s: %v", id, err)
 		return nil
 	}
 	r.mu.Lock()
@@ -339,13 +413,13 @@ func (r *run) killer(stop <-chan struct{}, done chan<- struct{}) {
 		select {
 		case <-stop:
 			return
-		case <-time.After(r.between(time.Second, 3*time.Second)):
+		case <-time.After(r.killBetween(time.Second, 3*time.Second)):
 		}
 		live := r.live()
 		if len(live) == 0 {
 			continue
 		}
-		p := live[r.intN(len(live))]
+		p := live[r.killIntN(len(live))]
 		r.mu.Lock()
 		p.killed = true
 		r.res.Kills++
@@ -367,8 +441,15 @@ func (r *run) wave(w, n int) {
 		total += b
 	}
 
-	nTransfers, nFriends := n*2/5, n*7/20
-	nRenames := n - nTransfers - nFriends
+	nLedger, nTree := n*3/20, max(n/10, r.cfg.Trees)
+	m := n - nLedger - nTree
+	nTransfers, nFriends := m*2/5, m*7/20
+	nRenames := m - nTransfers - nFriends
+	r.ledgerWave(ctx, w, nLedger)
+	r.treeWave(ctx, w, nTree)
+	if w > 0 {
+		r.cancelLedger(ctx, w)
+	}
 
 	// Transfers through the Go client; one in ten asks for more money than
 	// there is, and must end cancelled.
@@ -386,7 +467,7 @@ func (r *run) wave(w, n int) {
 			continue
 		}
 		if _, _, err := handlers.EnqueueTransfer(ctx, r.db, r.q, from, to, amount); err != nil {
-			r.t.Errorf("chaos: enqueue transfer: %v", err)
+			r.errorf("chaos: enqueue transfer: %v", err)
 			return
 		}
 	}
@@ -436,7 +517,7 @@ func (r *run) wave(w, n int) {
 	_, err := r.q.EnqueueMany(ctx, ins)
 	<-done
 	if err != nil {
-		r.t.Errorf("chaos: enqueue: %v", err)
+		r.errorf("chaos: enqueue: %v", err)
 		return
 	}
 	r.enqueue("", "rename", "--user", renamed(), "--name", fmt.Sprintf("cli-w%d", w))
@@ -456,12 +537,12 @@ func (r *run) badTransfers(ctx context.Context) {
 		id := fmt.Sprintf("bad-tx-%d", i)
 		doc := append(bson.D{{Key: "_id", Value: id}, {Key: "state", Value: handlers.TxInitial}, {Key: "lastModified", Value: time.Now()}}, tx...)
 		if _, err := r.db.Collection(handlers.TransactionsCollection).InsertOne(ctx, doc); err != nil {
-			r.t.Errorf("chaos: insert transaction: %v", err)
+			r.errorf("chaos: insert transaction: %v", err)
 			return
 		}
 		if _, err := r.q.Enqueue(ctx, handlers.TransferKind, handlers.TransferArgs{TxID: id},
 			queue.InsertOpts{UniqueKey: handlers.TransferUniqueKey(id)}); err != nil {
-			r.t.Errorf("chaos: enqueue transfer: %v", err)
+			r.errorf("chaos: enqueue transfer: %v", err)
 		}
 	}
 }
@@ -474,7 +555,7 @@ func (r *run) cancelSome() {
 		ids = append(ids, strings.TrimSpace(out))
 	}
 	if out, stderr, code := runCommand(r.ctlBin, r.env, "", append([]string{"cancel"}, ids...)...); code != 0 {
-		r.t.Errorf("chaos: docketctl cancel: exit %d: %s%s", code, out, stderr)
+		r.errorf("chaos: docketctl cancel: exit %d: %s%s", code, out, stderr)
 	}
 	for _, id := range ids {
 		r.cancelled[id] = true
@@ -487,7 +568,7 @@ func (r *run) enqueue(stdin string, args ...string) string {
 	r.t.Helper()
 	out, stderr, code := runCommand(r.enqueueBin, r.env, stdin, args...)
 	if code != 0 {
-		r.t.Errorf("chaos: enqueue %s: exit %d: %s", strings.Join(args, " "), code, stderr)
+		r.errorf("chaos: enqueue %s: exit %d: %s", strings.Join(args, " "), code, stderr)
 	}
 	return out
 }
@@ -603,20 +684,48 @@ func (r *run) drain() bool {
 	ctx := context.Background()
 	deadline := time.Now().Add(r.cfg.Drain)
 	var last string
+	var jobsDone time.Time
 	for time.Now().Before(deadline) {
 		open, err1 := jobstore.Of(r.q).Collection().CountDocuments(ctx, bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}})
 		txs, err2 := r.db.Collection(handlers.TransactionsCollection).CountDocuments(ctx,
 			bson.M{"state": bson.M{"$nin": bson.A{handlers.TxDone, handlers.TxCancelled}}})
 		syncing, err3 := r.db.Collection(handlers.UsersCollection).CountDocuments(ctx, bson.M{"syncing": bson.M{"$exists": true}})
-		if err1 == nil && err2 == nil && err3 == nil && open == 0 && txs == 0 && syncing == 0 {
+		var unsettled int64
+		var err4 error
+		if open == 0 { // the ledger's sweeper settles it once no job posts
+			if jobsDone.IsZero() {
+				// The sweeper's commit follows the last posting: it gets
+				// its own 30 s.
+				jobsDone = time.Now()
+				r.t.Logf("chaos: every job finished after %s of draining", time.Since(deadline.Add(-r.cfg.Drain)).Round(100*time.Millisecond))
+				deadline = later(deadline, jobsDone.Add(ledgerSettle))
+			}
+			unsettled, err4 = r.ledgerUnsettled(ctx)
+		}
+		if err1 == nil && err2 == nil && err3 == nil && err4 == nil && open == 0 && txs == 0 && syncing == 0 && unsettled == 0 {
 			return true
 		}
-		last = fmt.Sprintf("%d jobs open, %d transactions unfinished, %d users syncing (errors: %v %v %v)", open, txs, syncing, err1, err2, err3)
+		last = fmt.Sprintf("%d jobs open, %d transactions unfinished, %d users syncing, %d ledger accounts or transactions not settled by the sweeper (errors: %v %v %v %v)",
+			open, txs, syncing, unsettled, err1, err2, err3, err4)
 		time.Sleep(500 * time.Millisecond)
 	}
-	r.t.Errorf("chaos: the queue did not drain in %s: %s", r.cfg.Drain, last)
+	r.errorf("chaos: the queue did not drain in %s (the ledger's sweeper gets at least %s once every job has finished): %s", r.cfg.Drain, ledgerSettle, last)
 	r.dumpOpen()
+	if !jobsDone.IsZero() {
+		r.dumpLedger(ctx)
+	}
 	return false
+}
+
+// ledgerSettle is how long the drain waits for the ledger's sweeper to
+// commit and cache every posting once every job has finished, at least.
+const ledgerSettle = 30 * time.Second
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (r *run) dumpOpen() {
@@ -644,7 +753,7 @@ func (r *run) stopWorkers() {
 			continue
 		}
 		if p.exited() {
-			r.t.Errorf("chaos: worker %s exited by itself (status %d); its last lines:\n%s", p.id, p.exitCode(), tail(p.out.String(), 20))
+			r.errorf("chaos: worker %s exited by itself (status %d); its last lines:\n%s", p.id, p.exitCode(), tail(p.out.String(), 20))
 			continue
 		}
 		// A replacement started a moment ago may not have installed its
@@ -667,14 +776,35 @@ func (r *run) stopWorkers() {
 		select {
 		case <-p.done:
 			if c := p.exitCode(); c != 0 {
-				r.t.Errorf("chaos: worker %s exited %d after SIGTERM:\n%s", p.id, c, tail(p.out.String(), 20))
+				r.errorf("chaos: worker %s exited %d after SIGTERM:\n%s", p.id, c, tail(p.out.String(), 20))
 			}
 		case <-time.After(30 * time.Second):
-			r.t.Errorf("chaos: worker %s did not exit within 30 s of SIGTERM", p.id)
+			r.errorf("chaos: worker %s did not exit within 30 s of SIGTERM", p.id)
 		}
 	}
 }
 
+// errorf fails the run, recording the failure for the summary that
+// cleanup prints last.
+func (r *run) errorf(format string, args ...any) {
+	r.t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	r.mu.Lock()
+	r.failures = append(r.failures, msg)
+	r.mu.Unlock()
+	r.t.Error(msg)
+}
+
+// fatalf is errorf, then stops the test.
+func (r *run) fatalf(format string, args ...any) {
+	r.t.Helper()
+	r.errorf(format, args...)
+	r.t.FailNow()
+}
+
+// cleanup kills what is left and, on failure, prints the workers' last
+// lines, then, as the very last lines (a CI log cut to its tail keeps
+// them), the seed and the failed checks.
 func (r *run) cleanup() {
 	r.mu.Lock()
 	procs := append([]*process(nil), r.procs...)
@@ -682,9 +812,38 @@ func (r *run) cleanup() {
 	for _, p := range procs {
 		p.kill()
 	}
-	if r.t.Failed() {
-		for _, p := range procs {
-			r.t.Logf("chaos: last lines of worker %s:\n%s", p.id, tail(p.out.String(), 15))
+	if !r.t.Failed() {
+		return
+	}
+	for _, p := range procs {
+		r.t.Logf("chaos: last lines of worker %s:\n%s", p.id, clip(tail(p.out.String(), 6), 300))
+	}
+	r.mu.Lock()
+	failures := append([]string(nil), r.failures...)
+	r.mu.Unlock()
+	const shown = 10
+	var b strings.Builder
+	fmt.Fprintf(&b, "chaos: FAILED, seed %d (replay with DOCKET_CHAOS_SEED=%d): %d failed checks", r.cfg.Seed, r.cfg.Seed, len(failures))
+	for i, f := range failures {
+		if i == shown {
+			fmt.Fprintf(&b, "\n  ... and %d more (above)", len(failures)-shown)
+			break
+		}
+		fmt.Fprintf(&b, "\n  %d. %s", i+1, clip(f, 500))
+	}
+	if len(failures) == 0 {
+		b.WriteString(" here (the test failed elsewhere: see above)")
+	}
+	r.t.Log(b.String())
+}
+
+// clip cuts every line of s to at most n bytes.
+func clip(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if len(l) > n {
+			lines[i] = l[:n] + "…"
 		}
 	}
+	return strings.Join(lines, "\n")
 }

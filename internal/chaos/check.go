@@ -42,6 +42,9 @@ type logLine struct {
 	JobID   string `json:"job_id"`
 	Attempt int    `json:"attempt"`
 	Outcome string `json:"outcome"`
+	// Tree and Version are set on "published a tree".
+	Tree    string `json:"tree"`
+	Version int64  `json:"version"`
 }
 
 func (l logLine) time() time.Time {
@@ -68,6 +71,12 @@ func parseLog(out string) []logLine {
 
 // expectedDeath says why job j must end dead, or "" when it must not.
 func expectedDeath(j *jobs.Job) string {
+	if j.Kind == handlers.LedgerTransferKind {
+		if a, _, err := ledgerArgs(j); err == nil && (a.From == ledgerGhost || a.To == ledgerGhost) {
+			return fmt.Sprintf("%s: account %q", handlers.ErrLedgerAccount, ledgerGhost)
+		}
+		return ""
+	}
 	if j.Kind != handlers.AddFriendKind {
 		return ""
 	}
@@ -83,11 +92,11 @@ func (r *run) check() {
 	ctx := context.Background()
 	cur, err := jobstore.Of(r.q).Collection().Find(ctx, bson.M{})
 	if err != nil {
-		r.t.Fatalf("chaos: read jobs: %v", err)
+		r.fatalf("chaos: read jobs: %v", err)
 	}
 	var all []jobs.Job
 	if err := cur.All(ctx, &all); err != nil {
-		r.t.Fatalf("chaos: read jobs: %v", err)
+		r.fatalf("chaos: read jobs: %v", err)
 	}
 	byID := map[string]*jobs.Job{}
 	for i := range all {
@@ -98,6 +107,8 @@ func (r *run) check() {
 	r.checkFencing(byID)
 	r.checkMoney()
 	r.checkUsers(all)
+	r.checkLedger(all)
+	r.checkTrees(all)
 }
 
 // checkJob: every job succeeded, or is dead or cancelled as the run meant.
@@ -114,18 +125,18 @@ func (r *run) checkJob(j *jobs.Job) {
 	switch want := expectedDeath(j); {
 	case r.cancelled[j.ID]:
 		if j.State != jobs.StateCancelled {
-			r.t.Errorf("chaos: job %s was cancelled but is %s", j.ID, j.State)
+			r.errorf("chaos: job %s was cancelled but is %s", j.ID, j.State)
 		}
 		r.res.Cancelled++
 	case want != "":
 		if j.State != jobs.StateDead || !strings.Contains(lastErr, want) {
-			r.t.Errorf("chaos: job %s (%s %s) should be dead with %q; it is %s, last error %q", j.ID, j.Kind, j.Args, want, j.State, lastErr)
+			r.errorf("chaos: job %s (%s %s) should be dead with %q; it is %s, last error %q", j.ID, j.Kind, j.Args, want, j.State, lastErr)
 		}
 		r.res.Dead++
 	case j.State == jobs.StateSucceeded:
 		r.res.Succeeded++
 	default:
-		r.t.Errorf("chaos: job %s (%s %s) is %s after %d attempts; errors: %+v", j.ID, j.Kind, j.Args, j.State, j.Attempt, j.Errors)
+		r.errorf("chaos: job %s (%s %s) is %s after %d attempts; errors: %+v", j.ID, j.Kind, j.Args, j.State, j.Attempt, j.Errors)
 	}
 }
 
@@ -153,10 +164,10 @@ func (r *run) checkFencing(byID map[string]*jobs.Job) {
 		f := finals[id]
 		switch {
 		case len(f) > 1:
-			r.t.Errorf("chaos: job %s was finished %d times: %+v", id, len(f), f)
+			r.errorf("chaos: job %s was finished %d times: %+v", id, len(f), f)
 		case len(f) == 1:
 			if f[0].Worker != j.Owner || f[0].Attempt != j.Attempt {
-				r.t.Errorf("chaos: job %s: worker %s logged finishing attempt %d (%s), but the document shows owner %s, attempt %d, %s",
+				r.errorf("chaos: job %s: worker %s logged finishing attempt %d (%s), but the document shows owner %s, attempt %d, %s",
 					id, f[0].Worker, f[0].Attempt, f[0].Outcome, j.Owner, j.Attempt, j.State)
 			}
 		case j.Owner == "": // never ran: cancelled while queued
@@ -169,7 +180,7 @@ func (r *run) checkFencing(byID map[string]*jobs.Job) {
 					said = append(said, fmt.Sprintf("%s %s (attempt %d) %s", l.TS, l.Msg, l.Attempt, l.Outcome))
 				}
 			}
-			r.t.Errorf("chaos: job %s is %s by %s (attempt %d), yet no worker logged finishing it; %s logged about it: %q",
+			r.errorf("chaos: job %s is %s by %s (attempt %d), yet no worker logged finishing it; %s logged about it: %q",
 				id, j.State, j.Owner, j.Attempt, j.Owner, said)
 		}
 	}
@@ -182,7 +193,7 @@ func (r *run) checkFencing(byID map[string]*jobs.Job) {
 			}
 			for _, l := range lines {
 				if l.JobID == id && l.Attempt == held.Attempt && l.final() {
-					r.t.Errorf("chaos: stalled worker %s finished job %s attempt %d after losing its lease", s.p.id, id, held.Attempt)
+					r.errorf("chaos: stalled worker %s finished job %s attempt %d after losing its lease", s.p.id, id, held.Attempt)
 				}
 			}
 			if s.p.killed {
@@ -210,7 +221,7 @@ func (r *run) checkFencing(byID map[string]*jobs.Job) {
 				return l.JobID == id && l.Attempt == held.Attempt && strings.Contains(l.Msg, "lease") && !l.time().Before(s.resume.Add(-time.Second))
 			})
 			if !noticed {
-				r.t.Errorf("chaos: stalled worker %s never logged that it lost job %s (attempt %d)", s.p.id, id, held.Attempt)
+				r.errorf("chaos: stalled worker %s never logged that it lost job %s (attempt %d)", s.p.id, id, held.Attempt)
 			}
 		}
 	}
@@ -237,15 +248,15 @@ func (r *run) checkMoney() {
 	ctx := context.Background()
 	cur, err := r.db.Collection(handlers.AccountsCollection).Find(ctx, bson.M{})
 	if err != nil {
-		r.t.Fatalf("chaos: read accounts: %v", err)
+		r.fatalf("chaos: read accounts: %v", err)
 	}
 	var accts []handlers.Account
 	if err := cur.All(ctx, &accts); err != nil {
-		r.t.Fatalf("chaos: read accounts: %v", err)
+		r.fatalf("chaos: read accounts: %v", err)
 	}
 	cur, err = r.db.Collection(handlers.TransactionsCollection).Find(ctx, bson.M{})
 	if err != nil {
-		r.t.Fatalf("chaos: read transactions: %v", err)
+		r.fatalf("chaos: read transactions: %v", err)
 	}
 	var txs []struct {
 		ID          string           `bson:"_id"`
@@ -256,7 +267,7 @@ func (r *run) checkMoney() {
 		Reason      string           `bson:"reason"`
 	}
 	if err := cur.All(ctx, &txs); err != nil {
-		r.t.Fatalf("chaos: read transactions: %v", err)
+		r.fatalf("chaos: read transactions: %v", err)
 	}
 	want := map[string]int64{}
 	var openingTotal, total int64
@@ -274,7 +285,7 @@ func (r *run) checkMoney() {
 			_, srcOK := r.openings[src]
 			_, dstOK := r.openings[dst]
 			if !ok || !srcOK || !dstOK || strings.HasPrefix(tx.ID, "bad-tx-") {
-				r.t.Errorf("chaos: transaction %s is done but could never apply: %v → %v, %v", tx.ID, tx.Source, tx.Destination, tx.Value)
+				r.errorf("chaos: transaction %s is done but could never apply: %v → %v, %v", tx.ID, tx.Source, tx.Destination, tx.Value)
 				continue
 			}
 			want[src] -= v
@@ -282,29 +293,29 @@ func (r *run) checkMoney() {
 		case handlers.TxCancelled:
 			r.res.TxCancelled++
 			if tx.Reason == "" {
-				r.t.Errorf("chaos: transaction %s was cancelled without a reason", tx.ID)
+				r.errorf("chaos: transaction %s was cancelled without a reason", tx.ID)
 			}
 		default:
-			r.t.Errorf("chaos: transaction %s is %s", tx.ID, tx.State)
+			r.errorf("chaos: transaction %s is %s", tx.ID, tx.State)
 		}
 	}
 	if len(accts) != len(r.openings) {
-		r.t.Errorf("chaos: %d accounts, want %d", len(accts), len(r.openings))
+		r.errorf("chaos: %d accounts, want %d", len(accts), len(r.openings))
 	}
 	for _, a := range accts {
 		total += a.Balance
 		if len(a.PendingTransactions) > 0 {
-			r.t.Errorf("chaos: account %s still has pending transactions %v", a.ID, a.PendingTransactions)
+			r.errorf("chaos: account %s still has pending transactions %v", a.ID, a.PendingTransactions)
 		}
 		if a.Balance < 0 {
-			r.t.Errorf("chaos: account %s is overdrawn: %d", a.ID, a.Balance)
+			r.errorf("chaos: account %s is overdrawn: %d", a.ID, a.Balance)
 		}
 		if a.Balance != want[a.ID] {
-			r.t.Errorf("chaos: account %s has %d cents; opening plus done incoming minus done outgoing is %d", a.ID, a.Balance, want[a.ID])
+			r.errorf("chaos: account %s has %d cents; opening plus done incoming minus done outgoing is %d", a.ID, a.Balance, want[a.ID])
 		}
 	}
 	if total != openingTotal {
-		r.t.Errorf("chaos: money was created or destroyed: %d cents, opened with %d", total, openingTotal)
+		r.errorf("chaos: money was created or destroyed: %d cents, opened with %d", total, openingTotal)
 	}
 }
 
@@ -335,7 +346,7 @@ func (r *run) checkUsers(all []jobs.Job) {
 		case handlers.AddFriendKind:
 			var a handlers.AddFriendArgs
 			if err := bson.Unmarshal(j.Args, &a); err != nil {
-				r.t.Errorf("chaos: job %s: %v", j.ID, err)
+				r.errorf("chaos: job %s: %v", j.ID, err)
 				continue
 			}
 			for _, p := range [][2]string{{a.UserA, a.UserB}, {a.UserB, a.UserA}} {
@@ -347,7 +358,7 @@ func (r *run) checkUsers(all []jobs.Job) {
 		case handlers.RenameKind:
 			var a handlers.RenameArgs
 			if err := bson.Unmarshal(j.Args, &a); err != nil {
-				r.t.Errorf("chaos: job %s: %v", j.ID, err)
+				r.errorf("chaos: job %s: %v", j.ID, err)
 				continue
 			}
 			last := lastRename[a.UserID]
@@ -358,7 +369,7 @@ func (r *run) checkUsers(all []jobs.Job) {
 	}
 	cur, err := r.db.Collection(handlers.UsersCollection).Find(ctx, bson.M{})
 	if err != nil {
-		r.t.Fatalf("chaos: read users: %v", err)
+		r.fatalf("chaos: read users: %v", err)
 	}
 	var users []struct {
 		ID      string   `bson:"_id"`
@@ -367,17 +378,17 @@ func (r *run) checkUsers(all []jobs.Job) {
 		Syncing any      `bson:"syncing"`
 	}
 	if err := cur.All(ctx, &users); err != nil {
-		r.t.Fatalf("chaos: read users: %v", err)
+		r.fatalf("chaos: read users: %v", err)
 	}
 	friends := map[string][]string{}
 	names := map[string]string{}
 	for _, u := range users {
 		friends[u.ID], names[u.ID] = u.Friends, u.Name
 		if u.Syncing != nil {
-			r.t.Errorf("chaos: user %s is still syncing", u.ID)
+			r.errorf("chaos: user %s is still syncing", u.ID)
 		}
 		if u.Name != wantName[u.ID] {
-			r.t.Errorf("chaos: user %s is named %q; the last rename enqueued (job %s at %s) says %q",
+			r.errorf("chaos: user %s is named %q; the last rename enqueued (job %s at %s) says %q",
 				u.ID, u.Name, lastRename[u.ID].id, lastRename[u.ID].at.Format(time.RFC3339Nano), wantName[u.ID])
 		}
 	}
@@ -385,25 +396,25 @@ func (r *run) checkUsers(all []jobs.Job) {
 		seen := map[string]bool{}
 		for _, f := range u.Friends {
 			if seen[f] {
-				r.t.Errorf("chaos: user %s has %s twice among their friends", u.ID, f)
+				r.errorf("chaos: user %s has %s twice among their friends", u.ID, f)
 			}
 			seen[f] = true
 			if !slices.Contains(friends[f], u.ID) {
-				r.t.Errorf("chaos: %s is a friend of %s, not the reverse", f, u.ID)
+				r.errorf("chaos: %s is a friend of %s, not the reverse", f, u.ID)
 			}
 			if !wantFriends[u.ID][f] {
-				r.t.Errorf("chaos: %s is a friend of %s, but no add-friend job made them so", f, u.ID)
+				r.errorf("chaos: %s is a friend of %s, but no add-friend job made them so", f, u.ID)
 			}
 		}
 		for f := range wantFriends[u.ID] {
 			if !seen[f] {
-				r.t.Errorf("chaos: %s should be a friend of %s: an add-friend job succeeded", f, u.ID)
+				r.errorf("chaos: %s should be a friend of %s: an add-friend job succeeded", f, u.ID)
 			}
 		}
 	}
 	cur, err = r.db.Collection(handlers.CommentsCollection).Find(ctx, bson.M{})
 	if err != nil {
-		r.t.Fatalf("chaos: read comments: %v", err)
+		r.fatalf("chaos: read comments: %v", err)
 	}
 	var comments []struct {
 		ID    string `bson:"_id"`
@@ -411,14 +422,14 @@ func (r *run) checkUsers(all []jobs.Job) {
 		UName string `bson:"uname"`
 	}
 	if err := cur.All(ctx, &comments); err != nil {
-		r.t.Fatalf("chaos: read comments: %v", err)
+		r.fatalf("chaos: read comments: %v", err)
 	}
 	if len(comments) != r.cfg.Comments {
-		r.t.Errorf("chaos: %d comments, seeded %d", len(comments), r.cfg.Comments)
+		r.errorf("chaos: %d comments, seeded %d", len(comments), r.cfg.Comments)
 	}
 	for _, c := range comments {
 		if c.UName != names[c.UID] {
-			r.t.Errorf("chaos: comment %s by %s carries the name %q; the user is named %q", c.ID, c.UID, c.UName, names[c.UID])
+			r.errorf("chaos: comment %s by %s carries the name %q; the user is named %q", c.ID, c.UID, c.UName, names[c.UID])
 		}
 	}
 }

@@ -13,8 +13,11 @@ import (
 
 // TestChaos runs docket under SIGKILLs, two SIGSTOPs past the lease (a
 // short one, and a long one that lasts until other workers have finished
-// the stopped worker's jobs) and a devdb outage while a mixed load runs,
-// then checks every job and every handler invariant (internal/chaos). The short form runs in `make test`;
+// the stopped worker's jobs) and a devdb outage while a mixed load runs
+// (transfers, friendships, renames, ledger transfers and cancels, tree
+// publishes, with readers checking every tree snapshot they read), then
+// checks every job and every handler invariant from the database
+// (internal/chaos). The short form runs in `make test`;
 // DOCKET_CHAOS=long (`make chaos`) runs the long one. DOCKET_CHAOS_SEED
 // replays a run's load and schedule of failures.
 //
