@@ -24,7 +24,7 @@ import (
 // Not parallel: it measures whether docket rides out failures, and a
 // server shared with other tests would only slow the drain.
 func TestChaos(t *testing.T) {
-	cfg := chaos.Config{Jobs: 200, Waves: 4, Outage: 5 * time.Second, Drain: 90 * time.Second}
+	cfg := chaos.Config{Jobs: 200, Waves: 4, Outage: 5 * time.Second, Drain: 150 * time.Second}
 	if os.Getenv("DOCKET_CHAOS") == "long" {
 		cfg = chaos.Config{Jobs: 500, Waves: 8, Drain: 5 * time.Minute}
 	}
