@@ -20,6 +20,7 @@ type monitor struct {
 	completed atomic.Int64
 	polls     atomic.Int64 // claims: single findAndModify or a batch's find
 	leader    atomic.Int64 // commands on the leader election's collection
+	renewals  atomic.Int64 // lease renewals and their read backs (heartbeats.go)
 
 	mu      sync.Mutex
 	byName  map[string]int64
@@ -58,6 +59,9 @@ func (m *monitor) onStarted(_ context.Context, e *event.CommandStartedEvent) {
 	}
 	if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); coll == leadership.DefaultCollection {
 		m.leader.Add(1)
+	}
+	if isRenewal(m.jobsColl, e) {
+		m.renewals.Add(1)
 	}
 	m.mu.Lock()
 	m.byName[e.CommandName]++
@@ -151,6 +155,7 @@ type snapshot struct {
 	Completed int64            `json:"completed"`
 	Polls     int64            `json:"polls"`
 	Leader    int64            `json:"leader"`
+	Renewals  int64            `json:"renewals"`
 	Ready     bool             `json:"ready,omitempty"`
 	Final     bool             `json:"final,omitempty"`
 	ByName    map[string]int64 `json:"byName,omitempty"`
@@ -158,7 +163,7 @@ type snapshot struct {
 }
 
 func (m *monitor) snapshot(full bool) snapshot {
-	s := snapshot{Commands: m.commands.Load(), Completed: m.completed.Load(), Polls: m.polls.Load(), Leader: m.leader.Load()}
+	s := snapshot{Commands: m.commands.Load(), Completed: m.completed.Load(), Polls: m.polls.Load(), Leader: m.leader.Load(), Renewals: m.renewals.Load()}
 	if full {
 		m.mu.Lock()
 		s.ByName = make(map[string]int64, len(m.byName))

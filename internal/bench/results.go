@@ -22,6 +22,10 @@ type Results struct {
 	Steady *Steady   `json:"steady,omitempty"`
 	Idle   *Idle     `json:"idle,omitempty"`
 	Idle8  *Idle     `json:"idle8,omitempty"`
+	Idle4  *Idle     `json:"idle4,omitempty"`
+	// Heartbeats is many long jobs on one process: lease renewal commands
+	// per heartbeat interval.
+	Heartbeats *Heartbeats `json:"heartbeats,omitempty"`
 	// Failover is the time from the elected leader's SIGKILL to the next
 	// leader and its first reap pass.
 	Failover *Failover   `json:"failover,omitempty"`
@@ -182,7 +186,7 @@ func (r *Results) writeTable(w io.Writer) {
 		fmt.Fprintf(w, "steady: %d jobs at %.1f/s over %d x %d, claim batch %d: lag p50 %s p99 %s, enqueue-to-finish p50 %s p99 %s, drained %.1fs after the last enqueue, %.2f cmds/job\n",
 			s.Jobs, s.RatePerSec, s.Procs, s.Concurrency, s.ClaimBatch, msStr(s.LagP50), msStr(s.LagP99), msStr(s.LatencyP50), msStr(s.LatencyP99), s.DrainSeconds, s.CommandsPerJob)
 	}
-	for _, i := range []*Idle{r.Idle, r.Idle8} {
+	for _, i := range []*Idle{r.Idle, r.Idle4, r.Idle8} {
 		if i == nil {
 			continue
 		}
@@ -196,6 +200,13 @@ func (r *Results) writeTable(w io.Writer) {
 	if r.Idle != nil && r.Idle8 != nil && r.Idle.MaintenancePerSec > 0 {
 		fmt.Fprintf(w, "idle8 vs idle: %.2fx the commands, %.2fx the maintenance\n",
 			r.Idle8.PerSec/r.Idle.PerSec, r.Idle8.MaintenancePerSec/r.Idle.MaintenancePerSec)
+	}
+	if r.Idle != nil && r.Idle4 != nil && r.Idle.MaintenancePerSec > 0 {
+		fmt.Fprintf(w, "idle4 vs idle: %.2fx the commands, %.2fx the maintenance\n",
+			r.Idle4.PerSec/r.Idle.PerSec, r.Idle4.MaintenancePerSec/r.Idle.MaintenancePerSec)
+	}
+	if r.Heartbeats != nil {
+		r.Heartbeats.write(w)
 	}
 	if f := r.Failover; f != nil {
 		fmt.Fprintf(w, "failover: %d processes, leader TTL %.0fs: leader SIGKILLed, next leader after %.1fs, its first reap pass after %.1fs\n",
