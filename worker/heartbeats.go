@@ -171,12 +171,6 @@ func (w *Worker) renew(bb *beatBatch, batch []*beat) {
 	cancel()
 
 	failed := err
-	h.mu.Lock()
-	for _, b := range batch {
-		b.batch = nil
-		b.due = sent.Add(w.cfg.HeartbeatInterval)
-	}
-	h.mu.Unlock()
 	for _, b := range batch {
 		beat := queue.Beat{Err: err}
 		if err == nil {
@@ -190,6 +184,14 @@ func (w *Worker) renew(bb *beatBatch, batch []*beat) {
 		}
 		w.applyBeat(b, beat)
 	}
+	// Only now may the jobs join another batch, and a stop of one of them
+	// (which waits for the batch it is in) return.
+	h.mu.Lock()
+	for _, b := range batch {
+		b.batch = nil
+		b.due = sent.Add(w.cfg.HeartbeatInterval)
+	}
+	h.mu.Unlock()
 
 	// While the database is away every batch fails: say so once, and once
 	// more when a batch gets through, rather than at every interval.
