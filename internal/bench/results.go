@@ -98,6 +98,12 @@ type Idle struct {
 	PollsPerSec       float64 `json:"pollsPerSec"`
 	LeaderPerSec      float64 `json:"leaderPerSec"`
 	MaintenancePerSec float64 `json:"maintenancePerSec"`
+	// PauseReadsPerSec and RegistryPerSec are the part of
+	// MaintenancePerSec that every process sends, not the leader alone:
+	// its reads of the queues' paused states (before a claim, at most one
+	// a second) and its worker registry beats.
+	PauseReadsPerSec float64 `json:"pauseReadsPerSec"`
+	RegistryPerSec   float64 `json:"registryPerSec"`
 	// ByName counts the processes' commands over their lives, set-up and
 	// warm-up included.
 	ByName map[string]int64 `json:"byName"`
@@ -194,8 +200,8 @@ func (r *Results) writeTable(w io.Writer) {
 		if i != r.Idle {
 			name = fmt.Sprintf("idle%d", i.Procs)
 		}
-		fmt.Fprintf(w, "%s: %d worker process(es): %.2f commands/s (claims %.2f, leader election %.2f, maintenance %.2f; %d in %.1fs); over their lives, set-up included: %s\n",
-			name, i.Procs, i.PerSec, i.PollsPerSec, i.LeaderPerSec, i.MaintenancePerSec, i.Commands, i.Seconds, countsStr(i.ByName))
+		fmt.Fprintf(w, "%s: %d worker process(es): %.2f commands/s (claims %.2f, leader election %.2f, maintenance %.2f of which pause reads %.2f and registry beats %.2f; %d in %.1fs); over their lives, set-up included: %s\n",
+			name, i.Procs, i.PerSec, i.PollsPerSec, i.LeaderPerSec, i.MaintenancePerSec, i.PauseReadsPerSec, i.RegistryPerSec, i.Commands, i.Seconds, countsStr(i.ByName))
 	}
 	if r.Idle != nil && r.Idle8 != nil && r.Idle.MaintenancePerSec > 0 {
 		fmt.Fprintf(w, "idle8 vs idle: %.2fx the commands, %.2fx the maintenance\n",
@@ -204,6 +210,11 @@ func (r *Results) writeTable(w io.Writer) {
 	if r.Idle != nil && r.Idle4 != nil && r.Idle.MaintenancePerSec > 0 {
 		fmt.Fprintf(w, "idle4 vs idle: %.2fx the commands, %.2fx the maintenance\n",
 			r.Idle4.PerSec/r.Idle.PerSec, r.Idle4.MaintenancePerSec/r.Idle.MaintenancePerSec)
+	}
+	if r.Idle != nil && r.Idle8 != nil {
+		target := 8*r.Idle.PollsPerSec + (r.Idle.PerSec - r.Idle.PollsPerSec)
+		fmt.Fprintf(w, "idle8 target: <= 8 x one idle process's claims (%.2f) + one process's other commands (%.2f) = %.2f/s; measured %.2f/s (%.2fx the target)\n",
+			r.Idle.PollsPerSec, r.Idle.PerSec-r.Idle.PollsPerSec, target, r.Idle8.PerSec, r.Idle8.PerSec/target)
 	}
 	if r.Heartbeats != nil {
 		r.Heartbeats.write(w)
