@@ -175,10 +175,15 @@ func (c *Client) renewMany(ctx context.Context, leases []Lease, t, exp time.Time
 	if uncancelled {
 		filter = append(filter, cancelNotRequested)
 	}
-	if len(tokens) == 1 {
+	switch {
+	case len(leases) == 1:
+		// {_id} equality: the fence the single writes use, which a server
+		// without other index use (devdb) can still look up directly.
+		filter = append(filter, bson.E{Key: "_id", Value: leases[0].JobID}, bson.E{Key: "leaseToken", Value: leases[0].Token})
+	case len(tokens) == 1:
 		filter = append(filter, bson.E{Key: "leaseToken", Value: tokens[0]},
 			bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: byToken[tokens[0]]}}})
-	} else {
+	default:
 		or := make(bson.A, len(tokens))
 		for i, tok := range tokens {
 			or[i] = bson.D{{Key: "leaseToken", Value: tok}, {Key: "_id", Value: bson.D{{Key: "$in", Value: byToken[tok]}}}}
