@@ -13,7 +13,7 @@ import (
 // operations are reachable only through internal/jobstore.
 func TestLeaseOperationsAreNotPublic(t *testing.T) {
 	engineOnly := []string{"Claim", "ClaimBatch", "ReleaseClaim", "Heartbeat", "Complete", "CompleteMany",
-		"Cancelled", "Fail", "Release", "Reap", "Clean", "Collection", "WithBatchedCompletion"}
+		"Cancelled", "Fail", "Release", "Reap", "Clean", "Collection", "WithBatchedCompletion", "HeartbeatMany"}
 	for _, typ := range []reflect.Type{reflect.TypeFor[*queue.Client](), reflect.TypeFor[*docket.Client]()} {
 		for _, name := range engineOnly {
 			if _, ok := typ.MethodByName(name); ok {

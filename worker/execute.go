@@ -62,12 +62,7 @@ func (w *Worker) execute(r *run) {
 	ctx, cancelTimeout := context.WithTimeoutCause(ctx, opts.Timeout, ErrTimeout)
 	defer cancelTimeout()
 
-	hbStop := make(chan struct{})
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		w.heartbeat(r, cancel, hbStop, log)
-	}()
+	stopHeartbeat := w.heartbeat(r, cancel, log)
 
 	log.Info("job started")
 	start := time.Now()
@@ -76,8 +71,7 @@ func (w *Worker) execute(r *run) {
 	err, returned := w.await(ctx, result)
 	w.inHandler.Add(-1)
 	cause := context.Cause(ctx)
-	close(hbStop)
-	<-hbDone
+	stopHeartbeat()
 	elapsed = time.Since(start)
 	if !returned {
 		observed = w.giveUp(r, cause, opts.Timeout, start, result, log)
@@ -269,70 +263,5 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 		}
 		log.Warn("recording the job's outcome failed; retrying", zap.Error(err), zap.Duration("retry_in", backoff))
 		time.Sleep(backoff)
-	}
-}
-
-// heartbeat renews r's lease every interval until stop closes. It cancels
-// the job's context when the lease is lost, when it expires unrenewed, or
-// when someone cancels the job.
-func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, stop <-chan struct{}, log *zap.Logger) {
-	// The first renewal comes one interval after the lease was written
-	// (the claim is sent), not after the handler started: a job whose
-	// claim was slow is renewed sooner, at once when it has less than
-	// lease − interval left, so that a live lease always has about that
-	// much left (the clock skew a reaper needs to steal it is lease −
-	// interval + grace). No renewal is added: a fast claim's first one
-	// comes as before.
-	t := time.NewTimer(max(0, time.Until(r.leaseExpiry())-(w.cfg.Lease-w.cfg.HeartbeatInterval)))
-	defer t.Stop()
-	// While the database is away every heartbeat fails: say so once, and
-	// once more when a renewal gets through, rather than at every tick.
-	failures := 0
-	for {
-		select {
-		case <-stop:
-			return
-		case <-w.jobsCtx.Done():
-			return
-		case <-t.C:
-			t.Reset(w.cfg.HeartbeatInterval)
-		}
-		// A renewal may take until the lease would expire: a slow server
-		// is not a lost lease.
-		ctx, c := context.WithTimeout(w.jobsCtx, w.bound(max(time.Until(r.leaseExpiry()), w.cfg.HeartbeatInterval)))
-		ren, err := w.q.Heartbeat(ctx, r.lease, w.cfg.Lease)
-		c()
-		w.obs.Heartbeat(r.job, err)
-		switch {
-		case errors.Is(err, queue.ErrLeaseLost):
-			w.obs.LeaseLost(r.job)
-			r.mu.Lock()
-			r.lost = true
-			r.mu.Unlock()
-			log.Warn("lease lost: another worker or the reaper took the job; cancelling the handler")
-			cancel(ErrLeaseLost)
-			return
-		case err != nil:
-			if time.Now().After(r.leaseExpiry()) {
-				log.Warn("lease expired without renewal; cancelling the handler", zap.Error(err))
-				cancel(ErrLeaseLost)
-			} else if failures == 0 {
-				log.Warn("heartbeat failed; retrying every heartbeat until the lease expires",
-					zap.Error(err), zap.Time("lease_expires_at", r.leaseExpiry()))
-			}
-			failures++
-		default:
-			if failures > 0 {
-				log.Info("heartbeat renewed the lease again", zap.Int("failed_heartbeats", failures))
-				failures = 0
-			}
-			r.mu.Lock()
-			r.expires = ren.ExpiresAt
-			r.mu.Unlock()
-			if ren.CancelRequested {
-				log.Info("job cancel requested; cancelling the handler")
-				cancel(jobs.ErrCancelled)
-			}
-		}
 	}
 }

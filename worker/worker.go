@@ -66,6 +66,7 @@ type Worker struct {
 	inHandler    atomic.Int64 // jobs whose handlers have not returned (stuck ones excepted)
 	mu           sync.Mutex
 	active       map[string]*run
+	beats        heartbeater // renews the leases of the running jobs (heartbeats.go)
 
 	// sweeps are the goroutines giving back the jobs of claims that
 	// returned an error; stopSweeps makes them sweep at once and end.

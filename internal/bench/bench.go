@@ -63,11 +63,18 @@ type Options struct {
 	// its jobs at once per worker process (default 4).
 	LedgerTransfers, LedgerHot, LedgerCold, LedgerConcurrency int
 
+	// The heartbeats run: HeartbeatJobs jobs of HeartbeatSleep each, all at
+	// once on one process, with a lease and heartbeat interval of their own.
+	HeartbeatJobs     int
+	HeartbeatSleep    time.Duration
+	HeartbeatLease    time.Duration
+	HeartbeatInterval time.Duration
+
 	Runs []string
 	JSON bool
 }
 
-var allRuns = []string{"single", "raw", "batch", "steady", "idle", "idle8", "failover", "scaling",
+var allRuns = []string{"single", "raw", "batch", "steady", "idle", "idle4", "idle8", "heartbeats", "failover", "scaling",
 	"ledger",
 }
 
@@ -99,6 +106,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.LedgerHot, "ledger-hot", DefaultLedgerHot, "accounts of the ledger run's hot rows")
 	fs.IntVar(&o.LedgerCold, "ledger-cold", DefaultLedgerCold, "accounts of the ledger run's cold rows")
 	fs.IntVar(&o.LedgerConcurrency, "ledger-concurrency", 4, "jobs at once per worker process in the ledger run")
+	fs.IntVar(&o.HeartbeatJobs, "heartbeat-jobs", 500, "jobs of the heartbeats run, all running at once on one process")
+	fs.DurationVar(&o.HeartbeatSleep, "heartbeat-sleep", 30*time.Second, "how long each job of the heartbeats run sleeps")
+	fs.DurationVar(&o.HeartbeatLease, "heartbeat-lease", 15*time.Second, "worker lease of the heartbeats run (shorter than the default, so that a job sees several intervals)")
+	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-every", 5*time.Second, "heartbeat interval of the heartbeats run")
 	runs := fs.String("runs", strings.Join(allRuns, ","), "runs to make, of "+strings.Join(allRuns, ","))
 	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON instead of a table")
 	if err := fs.Parse(args); err != nil {
@@ -114,7 +125,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		o.Runs = append(o.Runs, r)
 	}
-	if o.Jobs < 1 || o.Procs < 1 || o.Concurrency < 1 || o.ClaimBatch < 1 || o.SteadyRate <= 0 || o.SleepJobs < 1 || o.SleepConcurrency < 1 || o.SleepClaimBatch < 1 || o.SteadyClaimBatch < 1 || o.FailoverProcs < 2 {
+	if o.Jobs < 1 || o.Procs < 1 || o.Concurrency < 1 || o.ClaimBatch < 1 || o.SteadyRate <= 0 || o.SleepJobs < 1 || o.SleepConcurrency < 1 || o.SleepClaimBatch < 1 || o.SteadyClaimBatch < 1 || o.FailoverProcs < 2 || o.HeartbeatJobs < 1 || o.HeartbeatSleep <= 0 {
 		fmt.Fprintln(stderr, "bench: sizes and rates must be positive (and --failover-procs at least 2)")
 		return 2
 	}
@@ -182,6 +193,10 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 			res.Idle, err = b.idle(ctx, "idle", 1)
 		case "idle8":
 			res.Idle8, err = b.idle(ctx, "idle8", 8)
+		case "idle4":
+			res.Idle4, err = b.idle(ctx, "idle4", 4)
+		case "heartbeats":
+			res.Heartbeats, err = b.heartbeats(ctx)
 		case "failover":
 			res.Failover, err = b.failover(ctx)
 		case "ledger":

@@ -37,6 +37,7 @@ func TestEveryRunMeasuresWhatItRan(t *testing.T) {
 		SteadyRate: 20, SteadyFor: time.Second, SteadyClaimBatch: 1,
 		IdleWarmup: time.Second, IdleFor: time.Second, FailoverProcs: 2,
 		SleepJobs: 8, Sleep: 10 * time.Millisecond, SleepConcurrency: 1, SleepClaimBatch: 1,
+		HeartbeatJobs: 10, HeartbeatSleep: 3 * time.Second, HeartbeatLease: 3 * time.Second, HeartbeatInterval: time.Second,
 		Runs: allRuns,
 	}
 	// The bench starts its own devdb: the binary testdb builds.
@@ -65,13 +66,16 @@ func TestEveryRunMeasuresWhatItRan(t *testing.T) {
 	require.Positive(t, res.Idle.Seconds)
 	require.Equal(t, 8, res.Idle8.Procs)
 	require.Positive(t, res.Idle8.PollsPerSec, "eight idle processes poll")
+	require.Equal(t, 4, res.Idle4.Procs)
+	require.NotNil(t, res.Heartbeats)
+	require.Positive(t, res.Heartbeats.Renewals, "ten 3 s jobs with a 1 s heartbeat are renewed")
 	require.NotNil(t, res.Failover)
 	require.NotEqual(t, res.Failover.KilledLeader, res.Failover.NewLeader)
 	require.GreaterOrEqual(t, res.Failover.ReapedSeconds, res.Failover.ElectedSeconds, "the new leader reaps once elected")
 
 	var table bytes.Buffer
 	res.writeTable(&table)
-	for _, want := range []string{"single", "raw", "batch", "scaling4", "steady:", "idle:", "idle8:", "failover:"} {
+	for _, want := range []string{"single", "raw", "batch", "scaling4", "steady:", "idle:", "idle8:", "idle4:", "heartbeats:", "failover:"} {
 		require.True(t, strings.Contains(table.String(), want), "table lacks %q:\n%s", want, table.String())
 	}
 	_, err = json.Marshal(res)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/leadership"
+	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/event"
 )
 
@@ -20,6 +21,9 @@ type monitor struct {
 	completed atomic.Int64
 	polls     atomic.Int64 // claims: single findAndModify or a batch's find
 	leader    atomic.Int64 // commands on the leader election's collection
+	renewals  atomic.Int64 // lease renewals and their read backs (heartbeats.go)
+	pauses    atomic.Int64 // reads of the queues' paused states
+	registry  atomic.Int64 // the worker registry's beats
 
 	mu      sync.Mutex
 	byName  map[string]int64
@@ -58,6 +62,15 @@ func (m *monitor) onStarted(_ context.Context, e *event.CommandStartedEvent) {
 	}
 	if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); coll == leadership.DefaultCollection {
 		m.leader.Add(1)
+	}
+	if isRenewal(m.jobsColl, e) {
+		m.renewals.Add(1)
+	}
+	switch coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); coll {
+	case queue.DefaultQueuesCollection:
+		m.pauses.Add(1)
+	case queue.DefaultWorkersCollection:
+		m.registry.Add(1)
 	}
 	m.mu.Lock()
 	m.byName[e.CommandName]++
@@ -151,6 +164,9 @@ type snapshot struct {
 	Completed int64            `json:"completed"`
 	Polls     int64            `json:"polls"`
 	Leader    int64            `json:"leader"`
+	Renewals  int64            `json:"renewals"`
+	Pauses    int64            `json:"pauses"`
+	Registry  int64            `json:"registry"`
 	Ready     bool             `json:"ready,omitempty"`
 	Final     bool             `json:"final,omitempty"`
 	ByName    map[string]int64 `json:"byName,omitempty"`
@@ -158,7 +174,8 @@ type snapshot struct {
 }
 
 func (m *monitor) snapshot(full bool) snapshot {
-	s := snapshot{Commands: m.commands.Load(), Completed: m.completed.Load(), Polls: m.polls.Load(), Leader: m.leader.Load()}
+	s := snapshot{Commands: m.commands.Load(), Completed: m.completed.Load(), Polls: m.polls.Load(), Leader: m.leader.Load(), Renewals: m.renewals.Load(),
+		Pauses: m.pauses.Load(), Registry: m.registry.Load()}
 	if full {
 		m.mu.Lock()
 		s.ByName = make(map[string]int64, len(m.byName))

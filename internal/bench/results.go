@@ -22,6 +22,10 @@ type Results struct {
 	Steady *Steady   `json:"steady,omitempty"`
 	Idle   *Idle     `json:"idle,omitempty"`
 	Idle8  *Idle     `json:"idle8,omitempty"`
+	Idle4  *Idle     `json:"idle4,omitempty"`
+	// Heartbeats is many long jobs on one process: lease renewal commands
+	// per heartbeat interval.
+	Heartbeats *Heartbeats `json:"heartbeats,omitempty"`
 	// Failover is the time from the elected leader's SIGKILL to the next
 	// leader and its first reap pass.
 	Failover *Failover   `json:"failover,omitempty"`
@@ -96,6 +100,12 @@ type Idle struct {
 	PollsPerSec       float64 `json:"pollsPerSec"`
 	LeaderPerSec      float64 `json:"leaderPerSec"`
 	MaintenancePerSec float64 `json:"maintenancePerSec"`
+	// PauseReadsPerSec and RegistryPerSec are the part of
+	// MaintenancePerSec that every process sends, not the leader alone:
+	// its reads of the queues' paused states (before a claim, at most one
+	// a second) and its worker registry beats.
+	PauseReadsPerSec float64 `json:"pauseReadsPerSec"`
+	RegistryPerSec   float64 `json:"registryPerSec"`
 	// ByName counts the processes' commands over their lives, set-up and
 	// warm-up included.
 	ByName map[string]int64 `json:"byName"`
@@ -184,7 +194,7 @@ func (r *Results) writeTable(w io.Writer) {
 		fmt.Fprintf(w, "steady: %d jobs at %.1f/s over %d x %d, claim batch %d: lag p50 %s p99 %s, enqueue-to-finish p50 %s p99 %s, drained %.1fs after the last enqueue, %.2f cmds/job\n",
 			s.Jobs, s.RatePerSec, s.Procs, s.Concurrency, s.ClaimBatch, msStr(s.LagP50), msStr(s.LagP99), msStr(s.LatencyP50), msStr(s.LatencyP99), s.DrainSeconds, s.CommandsPerJob)
 	}
-	for _, i := range []*Idle{r.Idle, r.Idle8} {
+	for _, i := range []*Idle{r.Idle, r.Idle4, r.Idle8} {
 		if i == nil {
 			continue
 		}
@@ -192,12 +202,24 @@ func (r *Results) writeTable(w io.Writer) {
 		if i != r.Idle {
 			name = fmt.Sprintf("idle%d", i.Procs)
 		}
-		fmt.Fprintf(w, "%s: %d worker process(es): %.2f commands/s (claims %.2f, leader election %.2f, maintenance %.2f; %d in %.1fs); over their lives, set-up included: %s\n",
-			name, i.Procs, i.PerSec, i.PollsPerSec, i.LeaderPerSec, i.MaintenancePerSec, i.Commands, i.Seconds, countsStr(i.ByName))
+		fmt.Fprintf(w, "%s: %d worker process(es): %.2f commands/s (claims %.2f, leader election %.2f, maintenance %.2f of which pause reads %.2f and registry beats %.2f; %d in %.1fs); over their lives, set-up included: %s\n",
+			name, i.Procs, i.PerSec, i.PollsPerSec, i.LeaderPerSec, i.MaintenancePerSec, i.PauseReadsPerSec, i.RegistryPerSec, i.Commands, i.Seconds, countsStr(i.ByName))
 	}
 	if r.Idle != nil && r.Idle8 != nil && r.Idle.MaintenancePerSec > 0 {
 		fmt.Fprintf(w, "idle8 vs idle: %.2fx the commands, %.2fx the maintenance\n",
 			r.Idle8.PerSec/r.Idle.PerSec, r.Idle8.MaintenancePerSec/r.Idle.MaintenancePerSec)
+	}
+	if r.Idle != nil && r.Idle4 != nil && r.Idle.MaintenancePerSec > 0 {
+		fmt.Fprintf(w, "idle4 vs idle: %.2fx the commands, %.2fx the maintenance\n",
+			r.Idle4.PerSec/r.Idle.PerSec, r.Idle4.MaintenancePerSec/r.Idle.MaintenancePerSec)
+	}
+	if r.Idle != nil && r.Idle8 != nil {
+		target := 8*r.Idle.PollsPerSec + (r.Idle.PerSec - r.Idle.PollsPerSec)
+		fmt.Fprintf(w, "idle8 target: <= 8 x one idle process's claims (%.2f) + one process's other commands (%.2f) = %.2f/s; measured %.2f/s (%.2fx the target)\n",
+			r.Idle.PollsPerSec, r.Idle.PerSec-r.Idle.PollsPerSec, target, r.Idle8.PerSec, r.Idle8.PerSec/target)
+	}
+	if r.Heartbeats != nil {
+		r.Heartbeats.write(w)
 	}
 	if r.Ledger != nil {
 		r.Ledger.writeTable(w)

@@ -170,6 +170,8 @@ func (b *bencher) idle(ctx context.Context, name string, procs int) (*Idle, erro
 			s.Commands += c.Commands
 			s.Polls += c.Polls
 			s.Leader += c.Leader
+			s.Pauses += c.Pauses
+			s.Registry += c.Registry
 		}
 		return s
 	}
@@ -193,6 +195,7 @@ func (b *bencher) idle(ctx context.Context, name string, procs int) (*Idle, erro
 		Procs: procs, Seconds: secs, Commands: cmds, PerSec: float64(cmds) / secs,
 		PollsPerSec: float64(polls) / secs, LeaderPerSec: float64(leader) / secs,
 		MaintenancePerSec: float64(cmds-polls-leader) / secs, ByName: byName,
+		PauseReadsPerSec: float64(s1.Pauses-s0.Pauses) / secs, RegistryPerSec: float64(s1.Registry-s0.Registry) / secs,
 	}, nil
 }
 

@@ -29,6 +29,10 @@ type Store interface {
 	ReleaseClaim(ctx context.Context, token string) (int, error)
 	// Heartbeat extends the lease l by d.
 	Heartbeat(ctx context.Context, l queue.Lease, d time.Duration) (queue.Renewal, error)
+	// HeartbeatMany renews many leases by d, each fenced on its own token,
+	// in a few commands, and reports per lease its renewal or that it was
+	// lost.
+	HeartbeatMany(ctx context.Context, leases []queue.Lease, d time.Duration) (map[queue.Lease]queue.Beat, error)
 	// Complete marks the job l holds succeeded.
 	Complete(ctx context.Context, l queue.Lease) error
 	// CompleteMany marks every job of ls succeeded in one write and
