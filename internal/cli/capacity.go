@@ -1,16 +1,22 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
+	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/queue"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 func init() {
+	subcommands["order"] = subcommand{"buy from a product (the flash sale): --product P [--quantity N] [--order-id ID]", orderCommand}
+	ctlCommands["product"] = subcommand{"the order kind's products: `product create ID STOCK`, `product show ID` (stock, sold, orders)", ctlProduct}
 	ctlCommands["capacity"] = subcommand{"bound a queue: `capacity QUEUE N` (enqueues past N unfinished jobs exit 3), `capacity QUEUE off`; alone, list the bounded queues", ctlCapacity}
 }
 
@@ -92,4 +98,55 @@ func capacityNote(c queue.QueueCapacity) string {
 		set += " by " + c.SetBy
 	}
 	return fmt.Sprintf("%d\t%d\t%s", c.Capacity, c.Occupied, set)
+}
+
+var orderCommand = argsCommand(func(fs *flag.FlagSet, a *handlers.OrderArgs) {
+	fs.StringVar(&a.Product, "product", "", "the product's id (required)")
+	fs.Int64Var(&a.Quantity, "quantity", 1, "units to buy, 1 to "+strconv.Itoa(handlers.MaxOrderQuantity))
+	fs.StringVar(&a.OrderID, "order-id", "", "the order's id: placed at most once, however often enqueued (default: the job's id)")
+})
+
+// ctlProduct creates and shows the order kind's products.
+func ctlProduct(*flag.FlagSet) func(*env, []string) error {
+	return func(e *env, rest []string) error {
+		switch {
+		case len(rest) == 3 && rest[0] == "create":
+			stock, err := strconv.ParseInt(rest[2], 10, 64)
+			if err != nil {
+				return badInput("stock %q: give a whole number from 0 to %d", rest[2], handlers.MaxProductStock)
+			}
+			err = handlers.CreateProduct(e.ctx, e.db, rest[1], stock)
+			if errors.Is(err, handlers.ErrProductExists) || (err != nil && !isServerTrouble(err)) {
+				return usageError{err}
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s\tstock %d\n", rest[1], stock)
+			return nil
+		case len(rest) == 2 && rest[0] == "show":
+			p, err := handlers.ReadProduct(e.ctx, e.db, rest[1])
+			if errors.Is(err, handlers.ErrUnknownProduct) {
+				return usageError{err}
+			}
+			if err != nil {
+				return err
+			}
+			sum, err := handlers.SummarizeOrders(e.ctx, e.db, rest[1])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s\tstock %d\tsold %d\torders placed %d (%d units)\trejected %d\n",
+				p.ID, p.Stock, p.Sold, sum.Placed, sum.UnitsPlaced, sum.Rejected)
+			return nil
+		}
+		return badInput("use: product create ID STOCK, or product show ID")
+	}
+}
+
+// isServerTrouble reports whether err is the server failing rather than
+// the input being wrong.
+func isServerTrouble(err error) bool {
+	var se mongo.ServerError
+	return errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err) || mongo.IsNetworkError(err) || errors.As(err, &se)
 }

@@ -77,3 +77,44 @@ func TestCapacityCommands(t *testing.T) {
 	_, errs, code = runEnqueue(t, uri, db, "", "job", "--kind", "noop", "--queue", "q")
 	require.Zero(t, code, errs)
 }
+
+// TestOrderCommands: products are created and shown by docketctl; `enqueue
+// order` checks its args before writing and enqueues an order job.
+func TestOrderCommands(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	uri := testdb.URI()
+	out, errs, code := runCtl(t, uri, db, "product", "create", "tv", "3")
+	require.Zero(t, code, errs)
+	require.Equal(t, "tv\tstock 3\n", out)
+	_, errs, code = runCtl(t, uri, db, "product", "create", "tv", "3")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "already exists")
+	_, _, code = runCtl(t, uri, db, "product", "create", "x", "-2")
+	require.Equal(t, 2, code)
+
+	_, errs, code = runEnqueue(t, uri, db, "", "order", "--product", "tv", "--quantity", "0")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "quantity")
+	out, errs, code = runEnqueue(t, uri, db, "", "order", "--product", "tv", "--order-id", "o1")
+	require.Zero(t, code, errs)
+	var job struct {
+		Kind string `bson:"kind"`
+		Args struct {
+			OrderID  string `bson:"orderId"`
+			Product  string `bson:"product"`
+			Quantity int64  `bson:"quantity"`
+		} `bson:"args"`
+	}
+	require.NoError(t, db.Collection("jobs").FindOne(context.Background(), bson.M{"_id": strings.TrimSpace(out)}).Decode(&job))
+	require.Equal(t, "order", job.Kind)
+	require.Equal(t, "o1", job.Args.OrderID)
+	require.Equal(t, "tv", job.Args.Product)
+	require.EqualValues(t, 1, job.Args.Quantity)
+
+	out, errs, code = runCtl(t, uri, db, "product", "show", "tv")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "stock 3\tsold 0\torders placed 0")
+	_, _, code = runCtl(t, uri, db, "product", "show", "nope")
+	require.Equal(t, 2, code)
+}
