@@ -480,3 +480,86 @@ func (c *Client) FreeStrandedSlots(ctx context.Context) (int, error) {
 	}
 	return int(res.ModifiedCount), nil
 }
+
+// errRetryMissed is readmit's error when the job's state changed between
+// the read and the write.
+var errRetryMissed = errors.New("state changed")
+
+// readmit applies update, which makes a finished job of a bounded queue
+// unfinished again (Retry), to the job filter matches, holding a free slot
+// of the queue's capacity in the same write, as an enqueue would. It
+// returns a *QueueFullError when none is free, ErrUniqueKeyHeld when the
+// job's unique key is held, errRetryMissed when filter matched nothing.
+func (c *Client) readmit(ctx context.Context, filter, update bson.D, queue string, capacity int) error {
+	for range maxAdmitRounds {
+		occupied, err := c.occupiedSlots(ctx, queue)
+		if err != nil {
+			return err
+		}
+		if len(occupied) >= capacity {
+			return &QueueFullError{Queue: queue, Capacity: capacity}
+		}
+		free := make([]int, 0, capacity-len(occupied))
+		for k := range capacity {
+			if !occupied[k] {
+				free = append(free, k)
+			}
+		}
+		rand.Shuffle(len(free), func(a, b int) { free[a], free[b] = free[b], free[a] })
+		for _, k := range free {
+			slot := slotKey(queue, k)
+			u := append(bson.D{}, update...)
+			u = append(u, bson.E{Key: "$set", Value: bson.D{{Key: capacitySlotField, Value: slot}}})
+			u = mergeSets(u)
+			res, err := c.coll.UpdateOne(ctx, filter, u)
+			// MongoDB reports E11000 naming the index ("index: name
+			// dup key"); devdb reports an update's duplicate as an
+			// internal error quoting SQLite, naming the index too
+			// ("UNIQUE constraint failed: index 'coll_hash_name'").
+			msg := ""
+			if err != nil {
+				msg = err.Error()
+			}
+			switch {
+			case err == nil && res.MatchedCount == 0:
+				return errRetryMissed
+			case err == nil:
+				return nil
+			case !mongo.IsDuplicateKeyError(err) && !strings.Contains(msg, "UNIQUE constraint failed"):
+				return err
+			case strings.Contains(msg, "index: "+CapacityIndex+" "), strings.Contains(msg, "_"+CapacityIndex+"'"):
+				continue
+			case strings.Contains(msg, "index: "), strings.Contains(msg, "UNIQUE constraint failed: index '"):
+				return ErrUniqueKeyHeld // another index than the slot's
+			}
+			// The index is not named: the slot's holder tells.
+			herr := c.coll.FindOne(ctx, bson.D{{Key: capacitySlotField, Value: slot}}).Err()
+			if errors.Is(herr, mongo.ErrNoDocuments) {
+				return ErrUniqueKeyHeld
+			}
+			if herr != nil {
+				return herr
+			}
+		}
+	}
+	return &QueueFullError{Queue: queue, Capacity: capacity}
+}
+
+// mergeSets folds the $set operators of update into the first.
+func mergeSets(update bson.D) bson.D {
+	var out bson.D
+	at := -1
+	for _, e := range update {
+		if e.Key != "$set" {
+			out = append(out, e)
+			continue
+		}
+		if at < 0 {
+			at = len(out)
+			out = append(out, bson.E{Key: "$set", Value: append(bson.D{}, e.Value.(bson.D)...)})
+			continue
+		}
+		out[at].Value = append(out[at].Value.(bson.D), e.Value.(bson.D)...)
+	}
+	return out
+}

@@ -438,3 +438,47 @@ func TestCapacityKilledEnqueuerLeaksNothing(t *testing.T) {
 	}
 	b.requireFull(t, 3)
 }
+
+// TestCapacityRetryReadmits: retrying a finished job of a bounded queue
+// admits it again like an enqueue: it is left alone while the queue is
+// full, takes a slot when one is free, and a retry refused for its unique
+// key takes none.
+func TestCapacityRetryReadmits(t *testing.T) {
+	b := setup(t)
+	claimQ := claimAll
+	claimQ.Queues = []string{"q"}
+	require.NoError(t, b.q.SetCapacity(b.ctx, "q", 1, ""))
+	a, err := b.capped(queue.InsertOpts{UniqueKey: "u"})
+	require.NoError(t, err)
+	j := b.claim(t, claimQ)
+	_, err = b.q.Fail(b.ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
+	require.NoError(t, err)
+	other, err := b.capped(queue.InsertOpts{})
+	require.NoError(t, err)
+
+	res, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{a.ID}})
+	require.NoError(t, err)
+	require.ErrorIs(t, res[0].Err, queue.ErrQueueFull)
+	require.Equal(t, jobs.StateDead, b.get(t, a.ID).State, "left alone while the queue is full")
+
+	_, err = b.q.Cancel(b.ctx, other.ID)
+	require.NoError(t, err)
+	res, err = b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{a.ID}})
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	require.Equal(t, jobs.StateAvailable, b.get(t, a.ID).State)
+	require.Equal(t, 1, b.occupied(t), "the retried job holds a slot")
+	b.requireFull(t, 1)
+
+	// Dead again; its key taken meanwhile by another job (capacity 3).
+	j = b.claim(t, claimQ)
+	_, err = b.q.Fail(b.ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
+	require.NoError(t, err)
+	require.NoError(t, b.q.SetCapacity(b.ctx, "q", 3, ""))
+	_, err = b.capped(queue.InsertOpts{UniqueKey: "u"})
+	require.NoError(t, err)
+	res, err = b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{a.ID}})
+	require.NoError(t, err)
+	require.ErrorIs(t, res[0].Err, queue.ErrUniqueKeyHeld)
+	require.Equal(t, 1, b.occupied(t), "a refused retry takes no slot")
+}
