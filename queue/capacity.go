@@ -462,15 +462,19 @@ func (c *Client) whichDuplicate(ctx context.Context, j *jobs.Job, err error) (Re
 // FreeStrandedSlots unsets the slot of the jobs that hold one but are
 // neither available nor running: finished by another application's write
 // that left the slot, or with a state docket does not know. Such a job
-// would hold its slot forever. The reaper runs it every pass; it touches
-// only such jobs, so any number may run at any time. It returns how many
-// it freed.
+// would hold its slot forever. It also clears a slot another app wrote as
+// null, which MongoDB's sparse unique index indexes (a second null would
+// be refused). The reaper runs it every pass; it touches only such jobs,
+// so any number may run at any time. It returns how many it changed.
 func (c *Client) FreeStrandedSlots(ctx context.Context) (int, error) {
 	res, err := c.coll.UpdateMany(ctx,
-		bson.D{
-			{Key: capacitySlotField, Value: bson.D{{Key: "$exists", Value: true}}},
-			{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}},
-		},
+		bson.D{{Key: "$or", Value: bson.A{
+			bson.D{{Key: capacitySlotField, Value: bson.D{{Key: "$type", Value: "null"}}}},
+			bson.D{
+				{Key: capacitySlotField, Value: bson.D{{Key: "$exists", Value: true}}},
+				{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}},
+			},
+		}}},
 		bson.D{{Key: "$unset", Value: bson.D{{Key: capacitySlotField, Value: ""}}}})
 	if err != nil {
 		return 0, fmt.Errorf("queue: free stranded capacity slots: %w", err)

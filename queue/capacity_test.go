@@ -276,6 +276,15 @@ func TestCapacityFreedByEachFinish(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, res[0].Err)
 		}, true},
+		{"a null slot written by another app is cleared", queue.InsertOpts{}, func(t *testing.T, b bundle, id string) {
+			_, err := b.q.Collection().DeleteOne(b.ctx, bson.M{"_id": id})
+			require.NoError(t, err)
+			_, err = b.q.Collection().InsertOne(b.ctx, bson.M{"_id": "raw", "kind": "k", "queue": "q", "state": "available", "capacitySlot": nil})
+			require.NoError(t, err)
+			n, err := b.q.FreeStrandedSlots(b.ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+		}, true},
 		{"finished by another app, then the reaper's sweep", queue.InsertOpts{}, func(t *testing.T, b bundle, id string) {
 			_, err := b.q.Collection().UpdateOne(b.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"state": "succeeded"}})
 			require.NoError(t, err)

@@ -218,10 +218,13 @@ func TestExplainJobsQueries(t *testing.T) {
 		}},
 		{Name: "stranded capacity slots", Index: CapacityIndex, Cmd: bson.D{
 			{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{bson.D{
-				{Key: "q", Value: bson.D{
-					{Key: capacitySlotField, Value: bson.D{{Key: "$exists", Value: true}}},
-					{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}},
-				}},
+				{Key: "q", Value: bson.D{{Key: "$or", Value: bson.A{
+					bson.D{{Key: capacitySlotField, Value: bson.D{{Key: "$type", Value: "null"}}}},
+					bson.D{
+						{Key: capacitySlotField, Value: bson.D{{Key: "$exists", Value: true}}},
+						{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}},
+					},
+				}}}},
 				{Key: "u", Value: bson.D{{Key: "$unset", Value: bson.D{{Key: capacitySlotField, Value: ""}}}}},
 				{Key: "multi", Value: true},
 			}}},
