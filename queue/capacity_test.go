@@ -491,3 +491,25 @@ func TestCapacityRetryReadmits(t *testing.T) {
 	require.ErrorIs(t, res[0].Err, queue.ErrUniqueKeyHeld)
 	require.Equal(t, 1, b.occupied(t), "a refused retry takes no slot")
 }
+
+// TestEnqueueWhenCapacitiesUnreadable: an enqueue that cannot read the
+// capacities (here, its context is already done) writes nothing and still
+// returns each job's id to enqueue again with.
+func TestEnqueueWhenCapacitiesUnreadable(t *testing.T) {
+	b := setup(t)
+	q, err := queue.New(b.db, queue.Config{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(b.ctx)
+	cancel()
+	res, err := q.EnqueueMany(ctx, []queue.Insert{{Kind: "k"}, {Kind: "k", Opts: queue.InsertOpts{ID: "mine"}}})
+	var ee *queue.EnqueueError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, 2, ee.NotInserted)
+	require.Len(t, res, 2)
+	require.NotEmpty(t, res[0].ID)
+	require.Equal(t, "mine", res[1].ID)
+	require.ErrorIs(t, res[0].Err, queue.ErrNotInserted)
+	r, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{})
+	require.Error(t, err)
+	require.NotEmpty(t, r.ID, "Enqueue keeps the id after an error")
+}

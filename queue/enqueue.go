@@ -229,7 +229,12 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 	}
 	limits, err := c.capacityOf(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("queue: enqueue %d jobs (nothing was written): %w", len(ins), err)
+		// Admitting without knowing the limits would break them: nothing
+		// is sent. The Results keep the ids to enqueue again with.
+		for i := range results {
+			results[i].Err = fmt.Errorf("%w: reading the queues' capacities failed: %v", ErrNotInserted, err)
+		}
+		return results, enqueueError(results, err)
 	}
 	bounded := false
 	for _, d := range docs {
