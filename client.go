@@ -196,6 +196,12 @@ type InsertOpts = queue.InsertOpts
 // and ID is that job's).
 type InsertResult = queue.Result
 
+// ErrQueueFull is wrapped by the error of an Insert into a bounded queue
+// (queue.Client.SetCapacity) that has no free capacity: the job was not
+// added. The error is a *queue.QueueFullError naming the queue and its
+// capacity; an InsertMany reports it per job (InsertResult.Err).
+var ErrQueueFull = queue.ErrQueueFull
+
 // InsertManyParams is one job of an InsertMany.
 type InsertManyParams struct {
 	Args jobs.Args

@@ -50,6 +50,7 @@ func Register(reg *jobs.Registry, d Deps) error {
 		registerTransfer(reg, d),
 		registerTree(reg, d),
 		registerLedger(reg, d),
+		registerOrder(reg, d),
 	)
 }
 

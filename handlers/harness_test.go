@@ -709,6 +709,31 @@ func harnessCases() []harnessCase {
 			want: jobs.StateSucceeded,
 		},
 		{
+			// An order raced by its own stalled and killed attempts: the
+			// units are taken once and the order is placed.
+			name: "order",
+			setup: func(t *testing.T, h *harnessEnv) {
+				require.NoError(t, handlers.CreateProduct(h.ctx, h.db, "tv", 5))
+				h.enqueue(t, handlers.OrderKind, handlers.OrderArgs{Product: "tv", Quantity: 2})
+			},
+			check: func(t *testing.T, h *harnessEnv) {
+				require.Equal(t, int64(3), requireOrders(t, h.ctx, h.db, "tv", 5))
+			},
+			want: jobs.StateSucceeded,
+		},
+		{
+			// Sold out: the order is rejected and takes nothing.
+			name: "order-sold-out",
+			setup: func(t *testing.T, h *harnessEnv) {
+				require.NoError(t, handlers.CreateProduct(h.ctx, h.db, "tv", 1))
+				h.enqueue(t, handlers.OrderKind, handlers.OrderArgs{Product: "tv", Quantity: 2})
+			},
+			check: func(t *testing.T, h *harnessEnv) {
+				require.Equal(t, int64(1), requireOrders(t, h.ctx, h.db, "tv", 1))
+			},
+			want: jobs.StateSucceeded,
+		},
+		{
 			// A publish over a published tree, raced by a newer publish:
 			// readers must see one whole tree, the job publishes once.
 			name: "publish-tree",

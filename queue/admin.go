@@ -153,12 +153,14 @@ type ActionResult struct {
 	From string
 	// Err says why the job was left alone; nil when the action was done.
 	Err error
+
+	queue string // the job's queue, for Retry's admission
 }
 
 // matching returns the ids and states of the jobs f selects; with f.IDs
 // set, an id no job has is returned with ErrNotFound.
 func (c *Client) matching(ctx context.Context, f JobFilter) ([]ActionResult, error) {
-	cur, err := c.coll.Find(ctx, f.query(), options.Find().SetProjection(bson.D{{Key: "state", Value: 1}}).SetSort(bson.D{{Key: "_id", Value: 1}}))
+	cur, err := c.coll.Find(ctx, f.query(), options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "queue", Value: 1}}).SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("queue: find jobs: %w", err)
 	}
@@ -171,8 +173,9 @@ func (c *Client) matching(ctx context.Context, f JobFilter) ([]ActionResult, err
 			continue // not a job docket can name
 		}
 		state, _ := cur.Current.Lookup("state").StringValueOK()
+		q, _ := cur.Current.Lookup("queue").StringValueOK()
 		found[id] = true
-		out = append(out, ActionResult{ID: id, From: state})
+		out = append(out, ActionResult{ID: id, From: state, queue: q})
 	}
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("queue: find jobs: %w", err)
@@ -190,9 +193,15 @@ func (c *Client) matching(ctx context.Context, f JobFilter) ([]ActionResult, err
 // an available one runs now. A running job is left alone (ErrJobRunning);
 // so is a finished job whose unique key an unfinished job now holds
 // (ErrUniqueKeyHeld). Each write is conditioned on the state it was decided
-// on.
+// on. A finished job of a bounded queue is admitted again as an enqueue
+// would be, holding a slot of the capacity in the same write; when its
+// queue is full it is left alone with a *QueueFullError.
 func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error) {
 	found, err := c.matching(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	limits, err := c.capacityOf(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -221,6 +230,19 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 		}
 		if jobs.State(r.From).Finished() {
 			update = append(update, bson.E{Key: "$rename", Value: bson.D{{Key: "finishedUniqueKey", Value: "uniqueKey"}}})
+			// A finished job of a bounded queue is admitted again, as an
+			// enqueue would be: it holds a slot, or stays finished.
+			if capacity, ok := limits[r.queue]; ok {
+				switch err := c.readmit(ctx, bson.D{{Key: "_id", Value: r.ID}, {Key: "state", Value: r.From}}, update, r.queue, capacity); {
+				case errors.Is(err, errRetryMissed):
+					r.Err = fmt.Errorf("its state changed from %s meanwhile; left alone", r.From)
+				case errors.Is(err, ErrQueueFull), errors.Is(err, ErrUniqueKeyHeld):
+					r.Err = err
+				case err != nil:
+					return found, fmt.Errorf("queue: retry job %s: %w", r.ID, err)
+				}
+				continue
+			}
 		}
 		res, err := c.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: r.ID}, {Key: "state", Value: r.From}}, update)
 		switch {

@@ -115,6 +115,9 @@ type Client struct {
 	noGroupMin *atomic.Bool
 	// pauses caches the paused queues for claims; shared by copies.
 	pauses *pauses
+	// capacities caches the queues' capacities for enqueues; shared by
+	// copies.
+	capacities *capacities
 
 	// betweenReadAndStamp, when set (by tests), runs in a batch claim after
 	// the candidates are read and before they are stamped.
@@ -148,7 +151,7 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 	}
 	wc, _ := parseWriteConcern(cfg.WriteConcern)
 	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
-	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32), noGroupMin: new(atomic.Bool), pauses: newPauses()}, nil
+	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32), noGroupMin: new(atomic.Bool), pauses: newPauses(), capacities: newCapacities()}, nil
 }
 
 // Collection returns the jobs collection, with the configured write concern.
@@ -199,6 +202,12 @@ func Indexes() []mongo.IndexModel {
 		{ // at most one unfinished job per unique key
 			Keys:    bson.D{{Key: "uniqueKey", Value: 1}},
 			Options: options.Index().SetName("uniqueKey").SetUnique(true).SetSparse(true),
+		},
+		{ // a bounded queue's slots: at most one admitted unfinished job per
+			// slot (capacity.go); also serves reading a queue's occupied
+			// slots, a range on the "<queue>/" prefix
+			Keys:    bson.D{{Key: capacitySlotField, Value: 1}},
+			Options: options.Index().SetName(CapacityIndex).SetUnique(true).SetSparse(true),
 		},
 	}
 }

@@ -92,18 +92,26 @@ type EnqueueError struct {
 	// those whose unique key another job held.
 	Inserted, Existed, Duplicates int
 	// NotInserted and Unknown count the jobs whose Result.Err wraps
-	// ErrNotInserted and ErrOutcomeUnknown.
+	// ErrNotInserted and ErrOutcomeUnknown, the refused ones aside.
 	NotInserted, Unknown int
+	// Refused counts the jobs refused because their queue was full
+	// (Result.Err wraps ErrQueueFull and ErrNotInserted). When they are
+	// the only jobs not inserted, Err is the first one's
+	// *QueueFullError.
+	Refused int
 	// Err is what failed.
 	Err error
 }
 
 // Error implements error.
 func (e *EnqueueError) Error() string {
-	total := e.Inserted + e.Existed + e.Duplicates + e.NotInserted + e.Unknown
+	total := e.Inserted + e.Existed + e.Duplicates + e.NotInserted + e.Unknown + e.Refused
 	msg := fmt.Sprintf("queue: enqueue %d jobs: %d inserted, %d already there", total, e.Inserted, e.Existed)
 	if e.Duplicates > 0 {
 		msg += fmt.Sprintf(", %d unique key held", e.Duplicates)
+	}
+	if e.Refused > 0 {
+		msg += fmt.Sprintf(", %d refused (queue full)", e.Refused)
 	}
 	msg += fmt.Sprintf(", %d not inserted", e.NotInserted)
 	if e.Unknown > 0 {
@@ -150,11 +158,16 @@ const settleTimeout = 10 * time.Second
 // Enqueue adds one job. After an error the Result still carries the job's
 // id: enqueue again with it as InsertOpts.ID to retry safely (see
 // EnqueueMany). An insert whose reply was lost but that is found in the
-// collection is a success.
+// collection is a success. An enqueue to a bounded queue with no free
+// capacity is refused with a *QueueFullError (errors.Is ErrQueueFull).
 func (c *Client) Enqueue(ctx context.Context, kind string, args any, opts InsertOpts) (Result, error) {
 	res, err := c.EnqueueMany(ctx, []Insert{{Kind: kind, Args: args, Opts: opts}})
 	if len(res) == 0 {
 		return Result{}, err
+	}
+	var full *QueueFullError
+	if errors.As(res[0].Err, &full) {
+		return res[0], full
 	}
 	return res[0], err
 }
@@ -182,6 +195,12 @@ func (c *Client) Enqueue(ctx context.Context, kind string, args any, opts Insert
 // is always safe: a job already there is reported Existed and not added
 // again. A job with a unique key is added at most once as well: its key or
 // its id is found held.
+//
+// A job to a bounded queue (SetCapacity) is admitted on its own, holding a
+// slot of the queue's capacity; when none is free it is refused: its
+// Result.Err wraps ErrQueueFull (and ErrNotInserted), the other jobs are
+// still enqueued, and the call returns a *EnqueueError counting it in
+// Refused, whose Err is the *QueueFullError when nothing else failed.
 func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error) {
 	if len(ins) == 0 {
 		return nil, nil
@@ -208,9 +227,28 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 		own[i] = in.Opts.ID != ""
 		results[i].ID = j.ID
 	}
+	limits, err := c.capacityOf(ctx)
+	if err != nil {
+		// Admitting without knowing the limits would break them: nothing
+		// is sent. The Results keep the ids to enqueue again with.
+		for i := range results {
+			results[i].Err = fmt.Errorf("%w: reading the queues' capacities failed: %v", ErrNotInserted, err)
+		}
+		return results, enqueueError(results, err)
+	}
+	bounded := false
+	for _, d := range docs {
+		if _, ok := limits[d.Queue]; ok {
+			bounded = true
+		}
+	}
 	if err := c.ensureIndexes(ctx); err != nil {
-		// Unique keys rely on the index: without it, two enqueues of one
-		// key would make two jobs. Other jobs only lose the claim's speed.
+		// Unique keys and capacities rely on their indexes: without them,
+		// two enqueues of one key would make two jobs, and admission
+		// would not be exact. Other jobs only lose the claim's speed.
+		if bounded {
+			return nil, fmt.Errorf("queue: enqueue %d jobs: the capacity index is missing: %w", len(ins), err)
+		}
 		for _, d := range docs {
 			if d.UniqueKey != "" {
 				return nil, fmt.Errorf("queue: enqueue %d jobs: the unique key index is missing: %w", len(ins), err)
@@ -218,6 +256,77 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 		}
 		c.log.Warn("enqueue without the jobs indexes: creating them failed; the next enqueue tries again", zap.Error(err))
 	}
+	if bounded {
+		return c.enqueueBounded(ctx, docs, own, results, limits)
+	}
+	return c.enqueueChunks(ctx, docs, own, results)
+}
+
+// enqueueBounded enqueues docs, some of which go to bounded queues: each
+// of those is admitted on its own (admit), the others are inserted in
+// chunks. A refused job does not stop the others; a failure does.
+func (c *Client) enqueueBounded(ctx context.Context, docs []*jobs.Job, own []bool, results []Result, limits map[string]int) ([]Result, error) {
+	var plain []int
+	var failure error
+	for i, d := range docs {
+		capacity, ok := limits[d.Queue]
+		if !ok {
+			plain = append(plain, i)
+			continue
+		}
+		if failure == nil {
+			if failure = ctx.Err(); failure != nil {
+				failure = fmt.Errorf("the enqueue stopped: %w", failure)
+			}
+		}
+		if failure != nil {
+			results[i].Err = fmt.Errorf("%w: the enqueue stopped at an earlier failure", ErrNotInserted)
+			continue
+		}
+		results[i], failure = c.admit(ctx, d, capacity, own[i])
+	}
+	if len(plain) > 0 {
+		pd := make([]*jobs.Job, len(plain))
+		po := make([]bool, len(plain))
+		pr := make([]Result, len(plain))
+		for k, i := range plain {
+			pd[k], po[k], pr[k] = docs[i], own[i], results[i]
+		}
+		var err error
+		if failure == nil {
+			_, err = c.enqueueChunks(ctx, pd, po, pr)
+		} else {
+			for k := range pr {
+				pr[k].Err = fmt.Errorf("%w: the enqueue stopped at an earlier failure", ErrNotInserted)
+			}
+		}
+		for k, i := range plain {
+			results[i] = pr[k]
+		}
+		if failure == nil && err != nil {
+			var ee *EnqueueError
+			if errors.As(err, &ee) {
+				err = ee.Err
+			}
+			failure = err
+		}
+	}
+	if failure != nil {
+		return results, enqueueError(results, failure)
+	}
+	for _, r := range results {
+		if errors.Is(r.Err, ErrQueueFull) {
+			var full *QueueFullError
+			errors.As(r.Err, &full)
+			return results, enqueueError(results, full)
+		}
+	}
+	return results, nil
+}
+
+// enqueueChunks inserts docs in chunks of at most ChunkJobs jobs and
+// ChunkBytes of args, stopping at the first chunk that fails.
+func (c *Client) enqueueChunks(ctx context.Context, docs []*jobs.Job, own []bool, results []Result) ([]Result, error) {
 	for lo := 0; lo < len(docs); {
 		hi, size := lo, 0
 		for hi < len(docs) && hi-lo < ChunkJobs && (hi == lo || size+len(docs[hi].Args) <= ChunkBytes) {
@@ -247,6 +356,8 @@ func enqueueError(results []Result, cause error) error {
 	e := &EnqueueError{Err: cause}
 	for _, r := range results {
 		switch {
+		case errors.Is(r.Err, ErrQueueFull):
+			e.Refused++
 		case errors.Is(r.Err, ErrOutcomeUnknown):
 			e.Unknown++
 		case r.Err != nil:

@@ -212,6 +212,23 @@ func TestExplainJobsQueries(t *testing.T) {
 			{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: "uniqueKey", Value: "u1"}}},
 			{Key: "projection", Value: bson.D{{Key: "_id", Value: 1}}}, {Key: "limit", Value: 1},
 		}},
+		{Name: "occupied capacity slots", Index: CapacityIndex, Cmd: bson.D{
+			{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: capacitySlotField, Value: bson.D{{Key: "$gte", Value: "q1/"}, {Key: "$lt", Value: "q10"}}}}},
+			{Key: "projection", Value: bson.D{{Key: "_id", Value: 0}, {Key: capacitySlotField, Value: 1}}},
+		}},
+		{Name: "stranded capacity slots", Index: CapacityIndex, Cmd: bson.D{
+			{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{bson.D{
+				{Key: "q", Value: bson.D{{Key: "$or", Value: bson.A{
+					bson.D{{Key: capacitySlotField, Value: bson.D{{Key: "$type", Value: "null"}}}},
+					bson.D{
+						{Key: capacitySlotField, Value: bson.D{{Key: "$exists", Value: true}}},
+						{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}},
+					},
+				}}}},
+				{Key: "u", Value: bson.D{{Key: "$unset", Value: bson.D{{Key: capacitySlotField, Value: ""}}}}},
+				{Key: "multi", Value: true},
+			}}},
+		}},
 	})
 }
 

@@ -1,6 +1,9 @@
 package queue
 
-import "sync/atomic"
+import (
+	"context"
+	"sync/atomic"
+)
 
 // WithRaceBeforeStamp returns a Client like c whose batch claims run f
 // after reading their candidates and before stamping them, as if another
@@ -71,4 +74,10 @@ func WithLostFinishReply(c *Client, op string, n int, err error) *Client {
 		}
 		return nil
 	}})
+}
+
+// WithAdmitHook returns ctx with f run by each admission to a bounded
+// queue after it read the occupied slots and before it inserts.
+func WithAdmitHook(ctx context.Context, f func()) context.Context {
+	return context.WithValue(ctx, admitHookKey{}, f)
 }

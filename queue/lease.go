@@ -112,7 +112,8 @@ func (c *Client) renew(ctx context.Context, l Lease, update bson.D, out any) err
 }
 
 // finish returns the update that moves a job to the final state s at t,
-// freeing its unique key.
+// freeing its unique key and its slot of a bounded queue's capacity. Every
+// write that finishes a job uses it.
 func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 	set = append(set,
 		bson.E{Key: "state", Value: s},
@@ -121,7 +122,7 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 	)
 	return bson.D{
 		{Key: "$set", Value: bson.D(set)},
-		{Key: "$unset", Value: bson.D{{Key: "leaseExpiresAt", Value: ""}}},
+		{Key: "$unset", Value: bson.D{{Key: "leaseExpiresAt", Value: ""}, {Key: capacitySlotField, Value: ""}}},
 		{Key: "$rename", Value: bson.D{{Key: "uniqueKey", Value: "finishedUniqueKey"}}},
 	}
 }

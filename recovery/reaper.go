@@ -147,6 +147,11 @@ func (r *Reaper) RunOnce(ctx context.Context) (queue.ReapResult, error) {
 	if _, err := r.q.ClearNullUniqueKeys(ctx); err != nil {
 		return total, err
 	}
+	// A job finished by another app's write may still hold its slot of a
+	// bounded queue's capacity: free it.
+	if _, err := r.q.FreeStrandedSlots(ctx); err != nil {
+		return total, err
+	}
 	if total.Settled()+total.Skipped > 0 {
 		r.log.Info("reaped expired leases", zap.Int("requeued", total.Requeued), zap.Int("dead", total.Dead),
 			zap.Int("cancelled", total.Cancelled), zap.Int("buried", total.Buried), zap.Int("skipped", total.Skipped))

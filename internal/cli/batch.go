@@ -302,10 +302,12 @@ type batchReport struct {
 	inserted, existed, held int
 	notInserted             []int // line numbers
 	unknown                 []int
+	refused                 []int // their queue was full
+	full                    *queue.QueueFullError
 }
 
 func (r *batchReport) done() int {
-	return r.inserted + r.existed + r.held + len(r.notInserted) + len(r.unknown)
+	return r.inserted + r.existed + r.held + len(r.notInserted) + len(r.unknown) + len(r.refused)
 }
 
 // insertBatch inserts the jobs of r, validated, in chunks of at most
@@ -355,9 +357,20 @@ func insertBatch(ctx context.Context, e *env, r io.Reader, batch uuid.UUID, tota
 			rep.notInserted = append(rep.notInserted, lines...)
 		default:
 			failure = err
+			var ee *queue.EnqueueError
+			if errors.As(err, &ee) && ee.NotInserted == 0 && ee.Unknown == 0 {
+				// Only jobs refused by a full queue: the others are in,
+				// and the next chunks go on.
+				failure = nil
+			}
 			prog.clear()
 			for i, res := range res {
 				switch {
+				case errors.Is(res.Err, queue.ErrQueueFull):
+					rep.refused = append(rep.refused, lines[i])
+					if rep.full == nil {
+						errors.As(res.Err, &rep.full)
+					}
 				case errors.Is(res.Err, queue.ErrOutcomeUnknown):
 					rep.unknown = append(rep.unknown, lines[i])
 				case res.Err != nil:
@@ -409,6 +422,9 @@ func insertBatch(ctx context.Context, e *env, r io.Reader, batch uuid.UUID, tota
 	prog.clear()
 	_ = out.Flush()
 	e.reportBatch(rep, batch, failure)
+	if failure == nil && rep.full != nil {
+		return fmt.Errorf("%d jobs refused: %w", len(rep.refused), rep.full)
+	}
 	return failure
 }
 
@@ -418,11 +434,17 @@ func (e *env) reportBatch(rep batchReport, batch uuid.UUID, failure error) {
 	if rep.held > 0 {
 		msg += fmt.Sprintf(", %d not added (an unfinished job holds the unique key; its id printed)", rep.held)
 	}
+	if len(rep.refused) > 0 {
+		msg += fmt.Sprintf(", %d refused (%v)", len(rep.refused), rep.full)
+	}
 	msg += fmt.Sprintf(", %d not inserted", len(rep.notInserted)+len(rep.unknown))
 	if len(rep.unknown) > 0 {
 		msg += fmt.Sprintf(" (%d of which may have been: looking them up failed)", len(rep.unknown))
 	}
 	fmt.Fprintf(e.stderr, "enqueue batch: %s\n", msg)
+	if len(rep.refused) > 0 {
+		fmt.Fprintf(e.stderr, "enqueue batch: refused, their queue full: lines %s\n", lineRanges(rep.refused))
+	}
 	if failure == nil {
 		return
 	}

@@ -141,6 +141,17 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 		for _, p := range paused {
 			fmt.Fprintf(e.stdout, "queue %s: %s\n", p.Queue, pausedNote(p))
 		}
+		caps, err := e.q.QueueCapacities(e.ctx)
+		if err != nil {
+			return err
+		}
+		for _, c := range caps {
+			if c.Malformed != "" {
+				fmt.Fprintf(e.stdout, "queue %s: unbounded (its capacity is malformed: %s)\n", c.Queue, c.Malformed)
+				continue
+			}
+			fmt.Fprintf(e.stdout, "queue %s: capacity %d, %d admitted and unfinished\n", c.Queue, c.Capacity, c.Occupied)
+		}
 		return nil
 	}
 }

@@ -48,13 +48,16 @@ var subcommands = map[string]subcommand{
 }
 
 // Enqueue is the main function of the enqueue command; it returns the exit
-// status: 0 done, 1 a failure (the database unreachable), 2 bad input.
+// status: 0 done, 1 a failure (the database unreachable), 2 bad input, 3 a
+// job refused because its queue is full ("queue NAME is full (capacity
+// N)").
 func Enqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return runTool("enqueue", subcommands, "Each prints the ids of the jobs it made, one per line.", args, stdin, stdout, stderr)
 }
 
 // runTool runs the subcommand of tool that args name, and returns the exit
-// status: 0 done, 1 a failure (the database unreachable), 2 bad input.
+// status: 0 done, 1 a failure (the database unreachable), 2 bad input, 3 a
+// job refused by a full queue (and nothing else failed).
 func runTool(tool string, cmds map[string]subcommand, note string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	usage := func() {
 		fmt.Fprintf(stderr, "Usage: %s COMMAND [flags]\n\nCommands:\n", tool)
@@ -118,6 +121,13 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
+	case errors.Is(err, queue.ErrQueueFull):
+		var full *queue.QueueFullError
+		if errors.As(err, &full) {
+			err = full
+		}
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return ExitQueueFull
 	case errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err) || mongo.IsNetworkError(err):
 		fmt.Fprintf(stderr, "%s: MongoDB at %s did not answer within %s: %s\n", name,
 			configs.RedactURI(cfg.Mongo.URI), cfg.Mongo.Timeout, configs.Redact(err.Error(), cfg.Mongo.URI))
@@ -127,6 +137,10 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 		return 1
 	}
 }
+
+// ExitQueueFull is the exit status of an enqueue refused because its queue
+// is full.
+const ExitQueueFull = 3
 
 // usageError is bad input: exit status 2, nothing written.
 type usageError struct{ error }
@@ -184,6 +198,11 @@ func enqueueAndPrint(e *env, ins []queue.Insert) error {
 	}
 	for _, r := range res {
 		switch {
+		case errors.Is(r.Err, queue.ErrQueueFull):
+			var full *queue.QueueFullError
+			errors.As(r.Err, &full)
+			fmt.Fprintf(e.stderr, "%s: refused: %v\n", r.ID, full)
+			continue
 		case r.Err != nil:
 			how := "not inserted"
 			if errors.Is(r.Err, queue.ErrOutcomeUnknown) {

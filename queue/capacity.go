@@ -1,0 +1,569 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
+)
+
+// Bounded queues: a queue may have a capacity, the most jobs of it that are
+// admitted and not finished (available, scheduled, retrying or running).
+// Past it, an enqueue is refused at once (ErrQueueFull) instead of growing
+// a backlog.
+//
+// The capacity is stored in the queue's document of the queues collection,
+// {_id: queue, capacity: N, paused: …}, beside its pause, so every enqueuer
+// in every process enforces the same limit.
+//
+// Admission is exact without locks and without check-then-insert: an
+// admitted job carries a slot, capacitySlot: "<queue>/<k>" with k in
+// [0, N), under a unique sparse index. Admitting reads the queue's occupied
+// slots, and inserts the job with a free one picked at random; an insert
+// refused on the slot (another enqueuer took it in between) tries another.
+// The insert is one atomic write: an enqueuer killed at any point leaks
+// nothing, as there is nothing to release but the job itself. Every write
+// that finishes a job (finish) unsets its slot in the same write, and
+// deleting a job frees it too.
+//
+// What bypasses it: jobs inserted by other applications without a slot,
+// periodic jobs, and jobs made available again by Retry (an operator's
+// explicit decision). They run and are not counted.
+
+// ErrQueueFull is wrapped by the error of an enqueue refused because its
+// queue has no free capacity. The error is a *QueueFullError naming the
+// queue and its capacity.
+var ErrQueueFull = errors.New("queue is full")
+
+// QueueFullError is the error of an enqueue refused by a full queue.
+type QueueFullError struct {
+	// Queue is the queue's name.
+	Queue string
+	// Capacity is the queue's capacity.
+	Capacity int
+}
+
+// Error implements error: "queue NAME is full (capacity N)".
+func (e *QueueFullError) Error() string {
+	return fmt.Sprintf("queue %s is full (capacity %d)", e.Queue, e.Capacity)
+}
+
+// Is makes errors.Is(err, ErrQueueFull) true.
+func (e *QueueFullError) Is(target error) bool { return target == ErrQueueFull }
+
+// CapacityRefresh is how long an enqueuer trusts the capacities it read: a
+// capacity set or cleared by another process applies to this one's
+// enqueues within it. SetCapacity and ClearCapacity apply at once to the
+// client that calls them.
+const CapacityRefresh = time.Second
+
+// CapacityIndex is the name of the unique sparse index on capacitySlot.
+const CapacityIndex = "capacitySlot"
+
+// capacitySlotField is the job field holding its slot of the queue's
+// capacity; only admitted, unfinished jobs of a bounded queue have it.
+const capacitySlotField = "capacitySlot"
+
+// MaxCapacity bounds a queue's capacity: admission reads the occupied
+// slots, so a capacity costs a read of up to that many short documents.
+const MaxCapacity = 100_000
+
+// maxAdmitRounds is how many times an admission reads the occupied slots
+// again after every slot it saw free was taken under it.
+const maxAdmitRounds = 3
+
+// slotted is a job document holding a slot.
+type slotted struct {
+	jobs.Job     `bson:",inline"`
+	CapacitySlot string `bson:"capacitySlot"`
+}
+
+// slotKey is the value of capacitySlot for slot k of queue q. Queue names
+// may hold '/': the slot number is after the last one, and has none.
+func slotKey(q string, k int) string { return q + "/" + strconv.Itoa(k) }
+
+// capacities caches the queues' capacities for the enqueues of one Client
+// and its copies.
+type capacities struct {
+	mu      sync.Mutex
+	readAt  time.Time
+	limits  map[string]int
+	warned  map[string]string
+	refresh time.Duration
+}
+
+func newCapacities() *capacities {
+	return &capacities{refresh: CapacityRefresh, warned: map[string]string{}}
+}
+
+// QueueCapacity is the stored capacity of one queue.
+type QueueCapacity struct {
+	Queue string
+	// Capacity is the most admitted unfinished jobs.
+	Capacity int
+	// Occupied is how many jobs hold a slot now (filled by
+	// QueueCapacities only).
+	Occupied int
+	SetAt    time.Time
+	SetBy    string
+	// Malformed says what is wrong with a capacity another application
+	// wrote (not a non-negative integer); such a queue is not bounded.
+	Malformed string
+}
+
+// SetCapacity bounds queue to n admitted, unfinished jobs (n = 0 refuses
+// every enqueue). It applies at once to this client and within
+// CapacityRefresh to every other enqueuer. Lowering it below the jobs
+// admitted now refuses enqueues until fewer than n hold a slot; none is
+// removed. by, when set, records who set it.
+func (c *Client) SetCapacity(ctx context.Context, queue string, n int, by string) error {
+	if err := validQueueName(queue); err != nil {
+		return fmt.Errorf("queue: set capacity: %w", err)
+	}
+	if n < 0 || n > MaxCapacity {
+		return fmt.Errorf("queue: set capacity of %s: %d must be between 0 and %d", queue, n, MaxCapacity)
+	}
+	set := bson.D{{Key: "capacity", Value: n}, {Key: "capacitySetAt", Value: now()}}
+	if by != "" {
+		set = append(set, bson.E{Key: "capacitySetBy", Value: by})
+	}
+	// A new document gets paused: false, so it reads as a running queue
+	// to the pause code (a document without paused is malformed there).
+	_, err := c.queuesColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: queue}},
+		bson.D{{Key: "$set", Value: set}, {Key: "$setOnInsert", Value: bson.D{{Key: "paused", Value: false}}}},
+		options.UpdateOne().SetUpsert(true))
+	if err != nil {
+		return fmt.Errorf("queue: set capacity of %s: %w", queue, err)
+	}
+	c.forgetCapacities()
+	return nil
+}
+
+// ClearCapacity makes queue unbounded again. It reports whether it had a
+// capacity. Jobs that hold a slot keep it until they finish, harmlessly.
+func (c *Client) ClearCapacity(ctx context.Context, queue, by string) (bool, error) {
+	if err := validQueueName(queue); err != nil {
+		return false, fmt.Errorf("queue: clear capacity: %w", err)
+	}
+	update := bson.D{{Key: "$unset", Value: bson.D{{Key: "capacity", Value: ""}, {Key: "capacitySetAt", Value: ""}, {Key: "capacitySetBy", Value: ""}}}}
+	res, err := c.queuesColl().UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: queue}, {Key: "capacity", Value: bson.D{{Key: "$exists", Value: true}}}}, update)
+	if err != nil {
+		return false, fmt.Errorf("queue: clear capacity of %s: %w", queue, err)
+	}
+	c.forgetCapacities()
+	return res.MatchedCount > 0, nil
+}
+
+// QueueCapacities returns every queue that has a capacity, in name order,
+// with how many of its jobs hold a slot now.
+func (c *Client) QueueCapacities(ctx context.Context) ([]QueueCapacity, error) {
+	caps, err := c.readCapacities(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range caps {
+		if caps[i].Malformed != "" {
+			continue
+		}
+		slots, err := c.occupiedSlots(ctx, caps[i].Queue)
+		if err != nil {
+			return nil, err
+		}
+		caps[i].Occupied = len(slots)
+	}
+	return caps, nil
+}
+
+// Occupied returns how many jobs of queue hold a slot of its capacity:
+// admitted and not finished.
+func (c *Client) Occupied(ctx context.Context, queue string) (int, error) {
+	slots, err := c.occupiedSlots(ctx, queue)
+	return len(slots), err
+}
+
+// readCapacities reads the capacities stored, in queue name order.
+func (c *Client) readCapacities(ctx context.Context) ([]QueueCapacity, error) {
+	cur, err := c.queuesColl().Find(ctx, bson.D{{Key: "capacity", Value: bson.D{{Key: "$exists", Value: true}}}},
+		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("queue: read capacities: %w", err)
+	}
+	var out []QueueCapacity
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		out = append(out, queueCapacity(d))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: read capacities: %w", err)
+	}
+	return out, nil
+}
+
+// queueCapacity reads one queues document's capacity field by field.
+func queueCapacity(d bson.Raw) QueueCapacity {
+	id := d.Lookup("_id")
+	name, ok := id.StringValueOK()
+	if !ok {
+		return QueueCapacity{Queue: id.String(), Malformed: fmt.Sprintf("_id is a %s, not a queue name", id.Type)}
+	}
+	qc := QueueCapacity{Queue: name}
+	v := d.Lookup("capacity")
+	var n int64
+	switch v.Type {
+	case bson.TypeInt32, bson.TypeInt64:
+		n, _ = v.AsInt64OK()
+	case bson.TypeDouble:
+		f := v.Double()
+		if f != math.Trunc(f) || math.IsInf(f, 0) {
+			qc.Malformed = fmt.Sprintf("capacity is %v, not an integer", f)
+			return qc
+		}
+		n = int64(f)
+	default:
+		qc.Malformed = fmt.Sprintf("capacity is %s %s, not an integer", v.Type, v)
+		return qc
+	}
+	if n < 0 || n > MaxCapacity {
+		qc.Malformed = fmt.Sprintf("capacity %d is not between 0 and %d", n, MaxCapacity)
+		return qc
+	}
+	qc.Capacity = int(n)
+	if t, ok := d.Lookup("capacitySetAt").TimeOK(); ok {
+		qc.SetAt = t.UTC()
+	}
+	qc.SetBy, _ = d.Lookup("capacitySetBy").StringValueOK()
+	return qc
+}
+
+// forgetCapacities makes the next enqueue of this client read the
+// capacities again.
+func (c *Client) forgetCapacities() {
+	if c.capacities == nil {
+		return
+	}
+	c.capacities.mu.Lock()
+	c.capacities.readAt = time.Time{}
+	c.capacities.mu.Unlock()
+}
+
+// capacityOf returns the capacities of the queues that have one, as read
+// at most CapacityRefresh ago. Unlike a pause, a failed read fails the
+// enqueue: admitting without knowing the limit would break it.
+func (c *Client) capacityOf(ctx context.Context) (map[string]int, error) {
+	p := c.capacities
+	if p == nil {
+		p = newCapacities()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t := time.Now(); p.readAt.IsZero() || t.Sub(p.readAt) >= p.refresh {
+		caps, err := c.readCapacities(ctx)
+		if err != nil {
+			return nil, err
+		}
+		p.readAt = t
+		p.limits = map[string]int{}
+		for _, qc := range caps {
+			if qc.Malformed != "" {
+				if p.warned[qc.Queue] != qc.Malformed {
+					p.warned[qc.Queue] = qc.Malformed
+					c.log.Warn("a queues document has a malformed capacity: the queue is NOT bounded; `docketctl capacity` rewrites it",
+						zap.String("queue", qc.Queue), zap.String("problem", qc.Malformed))
+				}
+				continue
+			}
+			p.limits[qc.Queue] = qc.Capacity
+		}
+	}
+	return p.limits, nil
+}
+
+// occupiedSlots returns the slot numbers of queue held by jobs. The range
+// on capacitySlot is served by its index; a slot of another queue whose
+// name starts with "queue/" is told apart by what follows.
+func (c *Client) occupiedSlots(ctx context.Context, queue string) (map[int]bool, error) {
+	prefix := queue + "/"
+	cur, err := c.coll.Find(ctx,
+		bson.D{{Key: capacitySlotField, Value: bson.D{{Key: "$gte", Value: prefix}, {Key: "$lt", Value: queue + "0"}}}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 0}, {Key: capacitySlotField, Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("queue: read the occupied slots of %s: %w", queue, err)
+	}
+	out := map[int]bool{}
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		s, ok := d.Lookup(capacitySlotField).StringValueOK()
+		if !ok || !strings.HasPrefix(s, prefix) {
+			return nil
+		}
+		k, err := strconv.Atoi(s[len(prefix):])
+		if err != nil || k < 0 || strconv.Itoa(k) != s[len(prefix):] {
+			return nil // another queue's ("queue/x/3"), or not docket's
+		}
+		out[k] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: read the occupied slots of %s: %w", queue, err)
+	}
+	return out, nil
+}
+
+// admitHookKey is the context key of a test's hook, called by an
+// admission after it read the occupied slots, before it inserts.
+type admitHookKey struct{}
+
+// admit inserts j, of a queue of the given capacity, holding a free slot.
+// The Result's Err wraps ErrQueueFull when every slot is taken, and
+// ErrNotInserted or ErrOutcomeUnknown as EnqueueMany's do; the error
+// returned is the failure that should stop the enqueue (nil for a
+// refusal: the next jobs may go to other queues).
+func (c *Client) admit(ctx context.Context, j *jobs.Job, capacity int, own bool) (Result, error) {
+	for range maxAdmitRounds {
+		occupied, err := c.occupiedSlots(ctx, j.Queue)
+		if err != nil {
+			return Result{ID: j.ID, Err: fmt.Errorf("%w: %w", ErrNotInserted, err)}, err
+		}
+		if hook, ok := ctx.Value(admitHookKey{}).(func()); ok {
+			hook()
+		}
+		// All of the queue's slots count, those at or over a lowered
+		// capacity too: a lowered capacity admits again only once fewer
+		// than it hold a slot.
+		if len(occupied) >= capacity {
+			return c.refuse(ctx, j, capacity, own)
+		}
+		free := make([]int, 0, capacity-len(occupied))
+		for k := range capacity {
+			if !occupied[k] {
+				free = append(free, k)
+			}
+		}
+		rand.Shuffle(len(free), func(a, b int) { free[a], free[b] = free[b], free[a] })
+		for _, k := range free {
+			r, taken, err := c.insertSlotted(ctx, j, slotKey(j.Queue, k))
+			if taken {
+				continue
+			}
+			return r, err
+		}
+		if err := ctx.Err(); err != nil {
+			return Result{ID: j.ID, Err: fmt.Errorf("%w: the enqueue stopped: %w", ErrNotInserted, err)}, err
+		}
+	}
+	return c.refuse(ctx, j, capacity, own)
+}
+
+// refuse returns the Result of a job its full queue refuses, unless the
+// job is there already (an earlier enqueue of its id, whose reply may
+// have been lost: Existed), or its unique key is held (Duplicate): a full
+// queue does not turn a safe retry into an error. Only jobs with an id of
+// the caller's or a key cost the look-up.
+func (c *Client) refuse(ctx context.Context, j *jobs.Job, capacity int, own bool) (Result, error) {
+	if own || j.UniqueKey != "" {
+		r, taken, err := c.whichDuplicate(ctx, j, nil)
+		if err != nil || !taken {
+			return r, err
+		}
+	}
+	full := &QueueFullError{Queue: j.Queue, Capacity: capacity}
+	return Result{ID: j.ID, Err: fmt.Errorf("%w: %w", ErrNotInserted, full)}, nil
+}
+
+// insertSlotted inserts j holding slot. taken is true when the slot was
+// held by another job (nothing inserted: try another slot).
+func (c *Client) insertSlotted(ctx context.Context, j *jobs.Job, slot string) (r Result, taken bool, err error) {
+	_, err = c.coll.InsertOne(ctx, slotted{Job: *j, CapacitySlot: slot})
+	if hook, ok := ctx.Value(insertHookKey{}).(func(error) error); ok {
+		err = hook(err)
+	}
+	if err == nil {
+		return Result{ID: j.ID}, false, nil
+	}
+	if mongo.IsDuplicateKeyError(err) {
+		return c.whichDuplicate(ctx, j, err)
+	}
+	var we mongo.WriteException
+	if errors.As(err, &we) && len(we.WriteErrors) > 0 && we.WriteConcernError == nil {
+		// Answered, refused for another reason: nothing was written.
+		return Result{ID: j.ID, Err: fmt.Errorf("%w: the server refused it: %w", ErrNotInserted, err)},
+			false, fmt.Errorf("queue: enqueue job %s (%s): %w", j.ID, j.Kind, err)
+	}
+	// No answer: the insert may have been applied. Look the job up, on a
+	// context of its own (ctx may be what expired); a job found holds its
+	// slot, which is the admission. One not found is not inserted (if the
+	// insert still lands late, the job is there, admitted, and enqueueing
+	// it again with its id finds it).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	found, lerr := c.lookUp(sctx, []string{j.ID})
+	if lerr != nil {
+		return Result{ID: j.ID, Err: fmt.Errorf("%w: the insert failed (%v) and looking the job up failed too: %v", ErrOutcomeUnknown, err, lerr)},
+			false, fmt.Errorf("queue: enqueue job %s: %w; looking it up failed too: %v", j.ID, err, lerr)
+	}
+	created, ok := found[j.ID]
+	switch {
+	case !ok:
+		return Result{ID: j.ID, Err: fmt.Errorf("%w: not in the collection after the insert failed: %v", ErrNotInserted, err)},
+			false, fmt.Errorf("queue: enqueue job %s: %w", j.ID, err)
+	case created.Equal(j.CreatedAt):
+		c.log.Warn("an insert failed without an answer but the job is in the collection", zap.String("job_id", j.ID), zap.Error(err))
+		return Result{ID: j.ID}, false, nil
+	}
+	return Result{ID: j.ID, Existed: true}, false, nil
+}
+
+// whichDuplicate tells which unique index refused j's insert: its id
+// (Existed), its unique key (Duplicate), or its slot (taken). MongoDB names
+// the index in the message; devdb does not, so the id and the key are
+// looked up, and a refusal neither explains was the slot. A unique key
+// whose holder finished in between reads as taken too: admission tries
+// again, which inserts the job.
+func (c *Client) whichDuplicate(ctx context.Context, j *jobs.Job, err error) (Result, bool, error) {
+	if err != nil && strings.Contains(err.Error(), "index: "+CapacityIndex+" ") {
+		return Result{}, true, nil
+	}
+	lerr := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
+		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
+	if lerr == nil {
+		return Result{ID: j.ID, Existed: true}, false, nil
+	}
+	if !errors.Is(lerr, mongo.ErrNoDocuments) {
+		return Result{ID: j.ID, Err: fmt.Errorf("%w: %w", ErrNotInserted, lerr)}, false, fmt.Errorf("queue: look up job %s: %w", j.ID, lerr)
+	}
+	if j.UniqueKey == "" {
+		return Result{}, true, nil
+	}
+	var holder struct {
+		ID string `bson:"_id"`
+	}
+	lerr = c.coll.FindOne(ctx, bson.D{{Key: "uniqueKey", Value: j.UniqueKey}},
+		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Decode(&holder)
+	if lerr == nil {
+		return Result{ID: holder.ID, Duplicate: true}, false, nil
+	}
+	if !errors.Is(lerr, mongo.ErrNoDocuments) {
+		return Result{ID: j.ID, Err: fmt.Errorf("%w: %w", ErrNotInserted, lerr)}, false, fmt.Errorf("queue: look up unique key %q: %w", j.UniqueKey, lerr)
+	}
+	return Result{}, true, nil
+}
+
+// FreeStrandedSlots unsets the slot of the jobs that hold one but are
+// neither available nor running: finished by another application's write
+// that left the slot, or with a state docket does not know. Such a job
+// would hold its slot forever. It also clears a slot another app wrote as
+// null, which MongoDB's sparse unique index indexes (a second null would
+// be refused). The reaper runs it every pass; it touches only such jobs,
+// so any number may run at any time. It returns how many it changed.
+func (c *Client) FreeStrandedSlots(ctx context.Context) (int, error) {
+	res, err := c.coll.UpdateMany(ctx,
+		bson.D{{Key: "$or", Value: bson.A{
+			bson.D{{Key: capacitySlotField, Value: bson.D{{Key: "$type", Value: "null"}}}},
+			bson.D{
+				{Key: capacitySlotField, Value: bson.D{{Key: "$exists", Value: true}}},
+				{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}},
+			},
+		}}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: capacitySlotField, Value: ""}}}})
+	if err != nil {
+		return 0, fmt.Errorf("queue: free stranded capacity slots: %w", err)
+	}
+	if res.ModifiedCount > 0 {
+		c.log.Info("freed the capacity slots of jobs that were not unfinished (written by another app)", zap.Int64("jobs", res.ModifiedCount))
+	}
+	return int(res.ModifiedCount), nil
+}
+
+// errRetryMissed is readmit's error when the job's state changed between
+// the read and the write.
+var errRetryMissed = errors.New("state changed")
+
+// readmit applies update, which makes a finished job of a bounded queue
+// unfinished again (Retry), to the job filter matches, holding a free slot
+// of the queue's capacity in the same write, as an enqueue would. It
+// returns a *QueueFullError when none is free, ErrUniqueKeyHeld when the
+// job's unique key is held, errRetryMissed when filter matched nothing.
+func (c *Client) readmit(ctx context.Context, filter, update bson.D, queue string, capacity int) error {
+	for range maxAdmitRounds {
+		occupied, err := c.occupiedSlots(ctx, queue)
+		if err != nil {
+			return err
+		}
+		if len(occupied) >= capacity {
+			return &QueueFullError{Queue: queue, Capacity: capacity}
+		}
+		free := make([]int, 0, capacity-len(occupied))
+		for k := range capacity {
+			if !occupied[k] {
+				free = append(free, k)
+			}
+		}
+		rand.Shuffle(len(free), func(a, b int) { free[a], free[b] = free[b], free[a] })
+		for _, k := range free {
+			slot := slotKey(queue, k)
+			u := append(bson.D{}, update...)
+			u = append(u, bson.E{Key: "$set", Value: bson.D{{Key: capacitySlotField, Value: slot}}})
+			u = mergeSets(u)
+			res, err := c.coll.UpdateOne(ctx, filter, u)
+			// MongoDB reports E11000 naming the index ("index: name
+			// dup key"); devdb reports an update's duplicate as an
+			// internal error quoting SQLite, naming the index too
+			// ("UNIQUE constraint failed: index 'coll_hash_name'").
+			msg := ""
+			if err != nil {
+				msg = err.Error()
+			}
+			switch {
+			case err == nil && res.MatchedCount == 0:
+				return errRetryMissed
+			case err == nil:
+				return nil
+			case !mongo.IsDuplicateKeyError(err) && !strings.Contains(msg, "UNIQUE constraint failed"):
+				return err
+			case strings.Contains(msg, "index: "+CapacityIndex+" "), strings.Contains(msg, "_"+CapacityIndex+"'"):
+				continue
+			case strings.Contains(msg, "index: "), strings.Contains(msg, "UNIQUE constraint failed: index '"):
+				return ErrUniqueKeyHeld // another index than the slot's
+			}
+			// The index is not named: the slot's holder tells.
+			herr := c.coll.FindOne(ctx, bson.D{{Key: capacitySlotField, Value: slot}}).Err()
+			if errors.Is(herr, mongo.ErrNoDocuments) {
+				return ErrUniqueKeyHeld
+			}
+			if herr != nil {
+				return herr
+			}
+		}
+	}
+	return &QueueFullError{Queue: queue, Capacity: capacity}
+}
+
+// mergeSets folds the $set operators of update into the first.
+func mergeSets(update bson.D) bson.D {
+	var out bson.D
+	at := -1
+	for _, e := range update {
+		if e.Key != "$set" {
+			out = append(out, e)
+			continue
+		}
+		if at < 0 {
+			at = len(out)
+			out = append(out, bson.E{Key: "$set", Value: append(bson.D{}, e.Value.(bson.D)...)})
+			continue
+		}
+		out[at].Value = append(out[at].Value.(bson.D), e.Value.(bson.D)...)
+	}
+	return out
+}
