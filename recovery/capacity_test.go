@@ -1,6 +1,7 @@
 package recovery_test
 
 import (
+	"github.com/docketq/docket/internal/jobstore"
 	"testing"
 
 	"github.com/docketq/docket/queue"
@@ -17,7 +18,7 @@ func TestReaperPassFreesStrandedCapacitySlots(t *testing.T) {
 	require.NoError(t, b.q.SetCapacity(b.ctx, "q", 1, ""))
 	res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{Queue: "q"})
 	require.NoError(t, err)
-	_, err = b.q.Collection().UpdateOne(b.ctx, bson.M{"_id": res.ID}, bson.M{"$set": bson.M{"state": "succeeded"}})
+	_, err = jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": res.ID}, bson.M{"$set": bson.M{"state": "succeeded"}})
 	require.NoError(t, err)
 	_, err = b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{Queue: "q"})
 	require.ErrorIs(t, err, queue.ErrQueueFull, "the stranded slot still counts")

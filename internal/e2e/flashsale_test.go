@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"github.com/docketq/docket/internal/jobstore"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,7 +68,7 @@ func TestFlashSale(t *testing.T) {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			n, err := q.Collection().CountDocuments(ctx, bson.M{"queue": "sale", "state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}})
+			n, err := jobstore.Of(q).Collection().CountDocuments(ctx, bson.M{"queue": "sale", "state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}})
 			if err != nil {
 				t.Error(err)
 				return
@@ -152,7 +153,7 @@ func TestFlashSale(t *testing.T) {
 	require.LessOrEqual(t, maxSlots.Load(), int64(capacity))
 	require.Equal(t, int64(capacity), maxJobs.Load(), "the queue was seen full")
 
-	n, err := q.Collection().CountDocuments(ctx, bson.M{"queue": "sale"})
+	n, err := jobstore.Of(q).Collection().CountDocuments(ctx, bson.M{"queue": "sale"})
 	require.NoError(t, err)
 	require.EqualValues(t, len(admitted), n, "a job per admitted request, none for a refused one")
 	p, err := handlers.ReadProduct(ctx, db, "tv")
