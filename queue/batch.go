@@ -50,9 +50,13 @@ func claimUpdate(p ClaimParams, t time.Time, token string) bson.D {
 const claimWindow = 2
 
 // claimSpreadBlocks is how many blocks of k a spread batch claim (see
-// ClaimParams.Spread) reads: it starts with one of them picked at random,
-// then tries the others in turn.
-const claimSpreadBlocks = 4
+// ClaimParams.Spread) reads, and claimSpreadMax how many candidates at
+// most (at least claimWindow blocks): it starts with one of them picked at
+// random, then tries the others in turn.
+const (
+	claimSpreadBlocks = 8
+	claimSpreadMax    = 100
+)
 
 // ClaimBatch claims up to k of the best runnable jobs in two round trips
 // instead of k: it reads candidates in claim order, then stamps up to k of
@@ -138,7 +142,7 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (clai
 	filter := claimFilter(p, t)
 	window := claimWindow
 	if p.Spread {
-		window = claimSpreadBlocks
+		window = max(claimWindow, min(claimSpreadBlocks, claimSpreadMax/k))
 	}
 	cur, err := c.coll.Find(ctx, filter, options.Find().SetSort(claimSort).SetLimit(int64(k*window)))
 	if err != nil {
@@ -363,10 +367,12 @@ const completeTimeout = 10 * time.Second
 // concurrent completions into one CompleteMany (group commit): the first
 // waits linger for others, then one updateMany writes them all, and each
 // caller learns its own job's outcome, with the same errors as Complete.
-// Completions arriving while a flush is in flight go in the next one. The
-// first waits only while completions come together (the last flush wrote
-// more than one): a lone completion, as a trickle of jobs makes, is
-// written at once. The other methods are c's.
+// Completions arriving while a flush is in flight go in the next one.
+// Only completions that come together are grouped: while they come one at
+// a time (a trickle of jobs; fewer than completeAlone in flight) each is
+// written at once by its caller, as without batching, and a flush waits
+// linger only while the last one wrote more than one completion. The
+// other methods are c's.
 func (c *Client) WithBatchedCompletion(linger time.Duration) *Client {
 	b := *c
 	b.completions = &completer{c: c, linger: linger}
@@ -381,7 +387,8 @@ type completer struct {
 	mu       sync.Mutex
 	pending  []pendingCompletion
 	flushing bool
-	together bool // the last flush wrote more than one completion
+	together bool // completions come together: the last flush wrote more than one
+	alone    int  // completions being written one by one
 }
 
 type pendingCompletion struct {
@@ -390,10 +397,26 @@ type pendingCompletion struct {
 	done     chan error // buffered: a caller that gave up does not block the flush
 }
 
+// completeAlone is how many completions may be written one by one at once
+// before the next waits to be written with others.
+const completeAlone = 2
+
 func (b *completer) complete(ctx context.Context, l Lease) error {
+	b.mu.Lock()
+	if !b.together && !b.flushing && b.alone < completeAlone {
+		// Completions come one at a time (a trickle of jobs): each is
+		// written at once, as without batching.
+		b.alone++
+		b.mu.Unlock()
+		err := b.c.Complete(ctx, l)
+		b.mu.Lock()
+		b.alone--
+		b.mu.Unlock()
+		return err
+	}
+	b.together = true
 	p := pendingCompletion{lease: l, done: make(chan error, 1)}
 	p.deadline, _ = ctx.Deadline()
-	b.mu.Lock()
 	b.pending = append(b.pending, p)
 	start := !b.flushing
 	b.flushing = true

@@ -487,10 +487,11 @@ const (
 )
 
 // singleHitsForBatch is how many single claims in a row must each find
-// their job before the dispatcher claims a batch: one alone is what a
-// trickle of jobs makes, and a batch that finds only one job costs two
-// commands where a single claim costs one.
-const singleHitsForBatch = 2
+// their job before the dispatcher claims a batch: a steady trickle of jobs
+// makes two or three in a row often, and a batch that finds only one job
+// costs two commands where a single claim costs one; a backlog pays four
+// single claims once.
+const singleHitsForBatch = 4
 
 // claimSizer sizes claims from what the last ones returned: one job while
 // they come back short (a trickle, an idle queue), batches while they come
@@ -509,11 +510,16 @@ func (s *claimSizer) next(batch, concurrency int) claimSize {
 	return s.size
 }
 
-// claimed takes in what a claim that asked for asked jobs returned.
+// claimed takes in what a claim that asked for asked jobs returned. A
+// batch that came back short but with more than one job keeps batching
+// without waiting: other workers may have taken part of its candidates
+// while a backlog remains; the next batch tells.
 func (s *claimSizer) claimed(asked, got int, err error) {
 	switch {
-	case err != nil || got < asked:
+	case err != nil || got == 0 || (got < asked && (asked == 1 || got == 1)):
 		s.size, s.hits = claimOne, 0
+	case got < asked:
+		s.size = claimFree
 	case asked > 1:
 		s.size = claimGathered
 	default:

@@ -20,6 +20,8 @@ type monitor struct {
 	completed atomic.Int64
 	polls     atomic.Int64 // claims: single findAndModify or a batch's find
 	leader    atomic.Int64 // commands on the leader election's collection
+	claimCmds atomic.Int64 // claims' commands: findAndModify, a batch's find, stamp and read-back
+	doneCmds  atomic.Int64 // completions' commands
 
 	mu      sync.Mutex
 	byName  map[string]int64
@@ -55,6 +57,12 @@ func (m *monitor) onStarted(_ context.Context, e *event.CommandStartedEvent) {
 	k := m.classify(e)
 	if k == cmdClaim || k == cmdBatchFind {
 		m.polls.Add(1)
+	}
+	switch k {
+	case cmdClaim, cmdBatchFind, cmdBatchUpdate:
+		m.claimCmds.Add(1)
+	case cmdComplete:
+		m.doneCmds.Add(1)
 	}
 	if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); coll == leadership.DefaultCollection {
 		m.leader.Add(1)
@@ -155,10 +163,13 @@ type snapshot struct {
 	Final     bool             `json:"final,omitempty"`
 	ByName    map[string]int64 `json:"byName,omitempty"`
 	ClaimMs   []float64        `json:"claimMs,omitempty"`
+	ClaimCmds int64            `json:"claimCmds,omitempty"`
+	DoneCmds  int64            `json:"doneCmds,omitempty"`
 }
 
 func (m *monitor) snapshot(full bool) snapshot {
 	s := snapshot{Commands: m.commands.Load(), Completed: m.completed.Load(), Polls: m.polls.Load(), Leader: m.leader.Load()}
+	s.ClaimCmds, s.DoneCmds = m.claimCmds.Load(), m.doneCmds.Load()
 	if full {
 		m.mu.Lock()
 		s.ByName = make(map[string]int64, len(m.byName))
