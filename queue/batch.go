@@ -370,9 +370,9 @@ const completeTimeout = 10 * time.Second
 // Completions arriving while a flush is in flight go in the next one.
 // Only completions that come together are grouped: while they come one at
 // a time (a trickle of jobs; fewer than completeAlone in flight) each is
-// written at once by its caller, as without batching, and a flush waits
-// linger only while the last one wrote more than one completion. The
-// other methods are c's.
+// written at once by its caller, as without batching. Once more come
+// together they are grouped until loneFlushes flushes in a row wrote one
+// each. The other methods are c's.
 func (c *Client) WithBatchedCompletion(linger time.Duration) *Client {
 	b := *c
 	b.completions = &completer{c: c, linger: linger}
@@ -387,9 +387,15 @@ type completer struct {
 	mu       sync.Mutex
 	pending  []pendingCompletion
 	flushing bool
-	together bool // completions come together: the last flush wrote more than one
+	together bool // completions come together (see loneFlushes)
+	lone     int  // flushes in a row that wrote one completion
 	alone    int  // completions being written one by one
 }
+
+// loneFlushes is how many flushes in a row must write one completion each
+// before completions are taken to come one at a time again: a straggler
+// of a burst makes one, a trickle makes them in a row.
+const loneFlushes = 3
 
 type pendingCompletion struct {
 	lease    Lease
@@ -474,7 +480,11 @@ func (b *completer) flush() {
 			b.mu.Unlock()
 			return
 		}
-		b.together = len(batch) > 1
+		if len(batch) > 1 {
+			b.lone = 0
+		} else if b.lone++; b.lone >= loneFlushes {
+			b.together = false
+		}
 		b.mu.Unlock()
 
 		ls := make([]Lease, len(batch))

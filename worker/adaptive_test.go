@@ -181,7 +181,14 @@ func TestAdaptiveClaimsTakeOneJobPerFindAndModifyForATrickle(t *testing.T) {
 	require.Greater(t, worker.DefaultClaimBatch, 1, "the default claims in batches under a backlog")
 	q, counts := b.monitoredQueue(t)
 	watch := &claimWatch{}
-	b.startOn(t, q, worker.Config{Concurrency: 4, Observer: watch}, nil)
+	// PollMax long enough that no job of the trickle looks as if it had
+	// waited for a slot (see Worker.waited), however late a poll wakes.
+	cfg := worker.Config{Concurrency: 4, Observer: watch, Lease: 2 * time.Second, HeartbeatInterval: 100 * time.Millisecond, Logger: b.log}
+	cfg.PollMin, cfg.PollMax = 5*time.Millisecond, 500*time.Millisecond
+	w, err := worker.New(q, b.reg, cfg)
+	require.NoError(t, err)
+	w.Start(context.Background())
+	t.Cleanup(func() { _ = w.StopAndCancel(context.Background()) })
 	b.trickle(t, watch, 8)
 	c := counts.get()
 	require.Equal(t, 8, c.singleJobs, "each job claimed by a findAndModify")
@@ -210,7 +217,7 @@ func TestAdaptiveClaimsNeverWaitForSlotsWithoutABacklog(t *testing.T) {
 	var waits atomic.Int64
 	cfg := worker.Config{Concurrency: 4, ClaimBatch: 4, Observer: watch, Lease: 5 * time.Second, HeartbeatInterval: time.Second}
 	cfg.Logger = b.log
-	cfg.PollMin, cfg.PollMax = 5*time.Millisecond, 50*time.Millisecond
+	cfg.PollMin, cfg.PollMax = 5*time.Millisecond, 500*time.Millisecond
 	w, err := worker.New(q, b.reg, cfg)
 	require.NoError(t, err)
 	worker.SetOnGatherWait(w, func() { waits.Add(1) })
