@@ -181,8 +181,6 @@ func TestAdaptiveClaimsTakeOneJobPerFindAndModifyForATrickle(t *testing.T) {
 	require.Greater(t, worker.DefaultClaimBatch, 1, "the default claims in batches under a backlog")
 	q, counts := b.monitoredQueue(t)
 	watch := &claimWatch{}
-	// PollMax long enough that no job of the trickle looks as if it had
-	// waited for a slot (see Worker.waited), however late a poll wakes.
 	cfg := worker.Config{Concurrency: 4, Observer: watch, Lease: 2 * time.Second, HeartbeatInterval: 100 * time.Millisecond, Logger: b.log}
 	cfg.PollMin, cfg.PollMax = 5*time.Millisecond, 500*time.Millisecond
 	w, err := worker.New(q, b.reg, cfg)

@@ -282,7 +282,7 @@ func (w *Worker) dispatch() {
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.ClaimTimeout())
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
-		sizer.claimed(slots, len(claimed), err, w.waited(claimed, sent))
+		sizer.claimed(slots, len(claimed), err)
 		w.obs.Claimed(time.Since(sent), len(claimed), err)
 		if w.afterClaim != nil {
 			w.afterClaim(claimed)
@@ -479,8 +479,7 @@ const (
 	// known: the last claims found nothing, or less than they asked for.
 	claimOne claimSize = iota
 	// claimFree: a batch of the slots free now, without waiting for more.
-	// A backlog is likely: single claims in a row each found their job,
-	// or one found a job that had waited.
+	// A backlog is likely: single claims in a row each found their job.
 	claimFree
 	// claimGathered: a batch of the free slots and of those about to free
 	// (see gatherSlots). A backlog: the last batch came back full.
@@ -511,12 +510,11 @@ func (s *claimSizer) next(batch, concurrency int) claimSize {
 	return s.size
 }
 
-// claimed takes in what a claim that asked for asked jobs returned, and
-// whether a job it returned had waited to be claimed (see waited). A
+// claimed takes in what a claim that asked for asked jobs returned. A
 // batch that came back short but with more than one job keeps batching
 // without waiting: other workers may have taken part of its candidates
 // while a backlog remains; the next batch tells.
-func (s *claimSizer) claimed(asked, got int, err error, waited bool) {
+func (s *claimSizer) claimed(asked, got int, err error) {
 	switch {
 	case err != nil || got == 0 || (got < asked && (asked == 1 || got == 1)):
 		s.size, s.hits = claimOne, 0
@@ -526,24 +524,12 @@ func (s *claimSizer) claimed(asked, got int, err error, waited bool) {
 		s.size = claimGathered
 	default:
 		s.hits++
-		if s.hits >= singleHitsForBatch || waited {
+		if s.hits >= singleHitsForBatch {
 			s.size = claimFree
 		}
 	}
 }
 
-// waited reports whether a job of claimed, by a claim sent at sent, had
-// been runnable for more than two PollMax: longer than a worker with a
-// free slot, polling, leaves a job waiting, so jobs are queueing up (a
-// backlog, or workers that were away).
-func (w *Worker) waited(claimed []*jobs.Job, sent time.Time) bool {
-	for _, j := range claimed {
-		if sent.Sub(j.RunAt) > 2*w.cfg.PollMax {
-			return true
-		}
-	}
-	return false
-}
 
 // Running returns how many jobs the worker is running now.
 func (w *Worker) Running() int { return w.runningJobs() }
