@@ -530,7 +530,6 @@ func (s *claimSizer) claimed(asked, got int, err error) {
 	}
 }
 
-
 // Running returns how many jobs the worker is running now.
 func (w *Worker) Running() int { return w.runningJobs() }
 
