@@ -52,9 +52,11 @@ const claimWindow = 2
 // claimSpreadBlocks is how many blocks of k a spread batch claim (see
 // ClaimParams.Spread) reads, and claimSpreadMax how many candidates at
 // most (at least claimWindow blocks): it starts with one of them picked at
-// random, then tries the others in turn.
+// random, then tries the others in turn. More blocks collide less but let
+// the oldest jobs wait longer: each claim takes the first block only once
+// in claimSpreadBlocks.
 const (
-	claimSpreadBlocks = 8
+	claimSpreadBlocks = 4
 	claimSpreadMax    = 100
 )
 

@@ -15,12 +15,12 @@ var claimSpread = func() queue.ClaimParams { p := claimAll; p.Spread = true; ret
 // that processes claiming at once take different jobs.
 func TestSpreadBatchClaimStartsAtAPickedBlock(t *testing.T) {
 	b := setup(t)
-	all := enqueueN(t, b, 26)
+	all := enqueueN(t, b, 14)
 	var among []int
 	q := queue.WithBlockPick(b.q, func(n int) int { among = append(among, n); return 2 })
 	got, err := q.ClaimBatch(b.ctx, claimSpread, 3)
 	require.NoError(t, err)
-	require.Equal(t, []int{8}, among, "picked among the 8 full blocks read")
+	require.Equal(t, []int{4}, among, "picked among the 4 full blocks read")
 	require.Equal(t, all[6:9], ids(got))
 	requireStored(t, b, got)
 

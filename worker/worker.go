@@ -490,8 +490,12 @@ const (
 // their job before the dispatcher claims a batch: a steady trickle of jobs
 // makes two or three in a row often, and a batch that finds only one job
 // costs two commands where a single claim costs one; a backlog pays four
-// single claims once.
-const singleHitsForBatch = 4
+// single claims once. Each batch that finds one job or none doubles it, up
+// to maxHitsForBatch, until a batch comes back full.
+const (
+	singleHitsForBatch = 4
+	maxHitsForBatch    = 32
+)
 
 // claimSizer sizes claims from what the last ones returned: one job while
 // they come back short (a trickle, an idle queue), batches while they come
@@ -499,6 +503,7 @@ const singleHitsForBatch = 4
 type claimSizer struct {
 	size claimSize
 	hits int // single claims in a row that found their job
+	need int // hits that make a batch: singleHitsForBatch, or more after batches that found little
 }
 
 // next returns the size of the next claim for a worker of the given claim
@@ -515,16 +520,22 @@ func (s *claimSizer) next(batch, concurrency int) claimSize {
 // without waiting: other workers may have taken part of its candidates
 // while a backlog remains; the next batch tells.
 func (s *claimSizer) claimed(asked, got int, err error) {
+	if s.need == 0 {
+		s.need = singleHitsForBatch
+	}
 	switch {
-	case err != nil || got == 0 || (got < asked && (asked == 1 || got == 1)):
+	case err == nil && asked > 1 && got <= 1:
+		// A batch for a trickle: batch less eagerly.
+		s.size, s.hits, s.need = claimOne, 0, min(2*s.need, maxHitsForBatch)
+	case err != nil || got == 0 || (got < asked && got == 1):
 		s.size, s.hits = claimOne, 0
 	case got < asked:
 		s.size = claimFree
 	case asked > 1:
-		s.size = claimGathered
+		s.size, s.need = claimGathered, singleHitsForBatch
 	default:
 		s.hits++
-		if s.hits >= singleHitsForBatch {
+		if s.hits >= s.need {
 			s.size = claimFree
 		}
 	}
