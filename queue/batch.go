@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -47,6 +48,17 @@ func claimUpdate(p ClaimParams, t time.Time, token string) bson.D {
 // another worker stamped the first block between this claim's read and its
 // stamp, the claim tries the next block instead of reading again.
 const claimWindow = 2
+
+// claimSpreadBlocks is how many blocks of k a spread batch claim (see
+// ClaimParams.Spread) reads, and claimSpreadMax how many candidates at
+// most (at least claimWindow blocks): it starts with one of them picked at
+// random, then tries the others in turn. More blocks collide less but let
+// the oldest jobs wait longer: each claim takes the first block only once
+// in claimSpreadBlocks.
+const (
+	claimSpreadBlocks = 4
+	claimSpreadMax    = 100
+)
 
 // ClaimBatch claims up to k of the best runnable jobs in two round trips
 // instead of k: it reads candidates in claim order, then stamps up to k of
@@ -130,7 +142,11 @@ func isTypeMismatch(err error) bool {
 func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, raced bool, err error) {
 	t := now()
 	filter := claimFilter(p, t)
-	cur, err := c.coll.Find(ctx, filter, options.Find().SetSort(claimSort).SetLimit(int64(k*claimWindow)))
+	window := claimWindow
+	if p.Spread {
+		window = max(claimWindow, min(claimSpreadBlocks, claimSpreadMax/k))
+	}
+	cur, err := c.coll.Find(ctx, filter, options.Find().SetSort(claimSort).SetLimit(int64(k*window)))
 	if err != nil {
 		return nil, false, fmt.Errorf("queue: claim batch: find candidates: %w", err)
 	}
@@ -162,7 +178,13 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (clai
 	}
 	token := p.Token
 	update := claimUpdate(p, t, token)
-	for from := 0; from < len(cands); from += k {
+	blocks := (len(cands) + k - 1) / k
+	first := 0
+	if p.Spread {
+		first = c.pickFirstBlock(cands, k)
+	}
+	for b := range blocks {
+		from := ((first + b) % blocks) * k
 		to := min(from+k, len(cands))
 		block := cands[from:to]
 		match := append(append(bson.D{}, filter...), bson.E{Key: "$or", Value: asRead[from:to]})
@@ -188,6 +210,25 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (clai
 		return claimed, false, err
 	}
 	return nil, true, nil
+}
+
+// pickFirstBlock picks the block of k that a spread batch claim tries
+// first: one at random among the full blocks of cands whose jobs all have
+// the priority of the best, so that no job is taken before one of a higher
+// priority. With fewer than two such blocks it is the first.
+func (c *Client) pickFirstBlock(cands []*jobs.Job, k int) int {
+	top := 0
+	for top < len(cands) && cands[top].Priority == cands[0].Priority {
+		top++
+	}
+	n := top / k
+	if n < 2 {
+		return 0
+	}
+	if c.hooks != nil && c.hooks.pickBlock != nil {
+		return c.hooks.pickBlock(n)
+	}
+	return rand.IntN(n)
 }
 
 // readBack reads which of the candidates in block a batch claim stamped
@@ -328,8 +369,12 @@ const completeTimeout = 10 * time.Second
 // concurrent completions into one CompleteMany (group commit): the first
 // waits linger for others, then one updateMany writes them all, and each
 // caller learns its own job's outcome, with the same errors as Complete.
-// Completions arriving while a flush is in flight go in the next one. The
-// other methods are c's.
+// Completions arriving while a flush is in flight go in the next one.
+// Only completions that come together are grouped: while they come one at
+// a time (a trickle of jobs; fewer than completeAlone in flight) each is
+// written at once by its caller, as without batching. Once more come
+// together they are grouped until loneFlushes flushes in a row wrote one
+// each. The other methods are c's.
 func (c *Client) withBatchedCompletion(linger time.Duration) *Client {
 	b := *c
 	b.completions = &completer{c: c, linger: linger}
@@ -344,16 +389,42 @@ type completer struct {
 	mu       sync.Mutex
 	pending  []pendingCompletion
 	flushing bool
+	together bool // completions come together (see loneFlushes)
+	lone     int  // flushes in a row that wrote one completion
+	alone    int  // completions being written one by one
 }
+
+// loneFlushes is how many flushes in a row must write one completion each
+// before completions are taken to come one at a time again: a straggler
+// of a burst makes one, a trickle makes them in a row.
+const loneFlushes = 3
 
 type pendingCompletion struct {
-	lease Lease
-	done  chan error // buffered: a caller that gave up does not block the flush
+	lease    Lease
+	deadline time.Time  // the caller's; zero: none
+	done     chan error // buffered: a caller that gave up does not block the flush
 }
 
+// completeAlone is how many completions may be written one by one at once
+// before the next waits to be written with others.
+const completeAlone = 2
+
 func (b *completer) complete(ctx context.Context, l Lease) error {
-	p := pendingCompletion{lease: l, done: make(chan error, 1)}
 	b.mu.Lock()
+	if !b.together && !b.flushing && b.alone < completeAlone {
+		// Completions come one at a time (a trickle of jobs): each is
+		// written at once, as without batching.
+		b.alone++
+		b.mu.Unlock()
+		err := store{b.c}.Complete(ctx, l)
+		b.mu.Lock()
+		b.alone--
+		b.mu.Unlock()
+		return err
+	}
+	b.together = true
+	p := pendingCompletion{lease: l, done: make(chan error, 1)}
+	p.deadline, _ = ctx.Deadline()
 	b.pending = append(b.pending, p)
 	start := !b.flushing
 	b.flushing = true
@@ -369,9 +440,39 @@ func (b *completer) complete(ctx context.Context, l Lease) error {
 	}
 }
 
+// flushDeadline bounds the flush of batch by the last deadline of its
+// callers, and completeTimeout: a flush whose reply is slow must not
+// outlive every caller and hold back the completions behind it (their
+// callers' retries among them).
+func flushDeadline(batch []pendingCompletion) time.Time {
+	last := time.Now().Add(completeTimeout)
+	var latest time.Time
+	for _, p := range batch {
+		if p.deadline.IsZero() {
+			return last
+		}
+		if p.deadline.After(latest) {
+			latest = p.deadline
+		}
+	}
+	return minTime(latest, last)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 // flush writes pending completions until none are left.
 func (b *completer) flush() {
-	time.Sleep(b.linger)
+	b.mu.Lock()
+	linger := b.together
+	b.mu.Unlock()
+	if linger {
+		time.Sleep(b.linger)
+	}
 	for {
 		b.mu.Lock()
 		batch := b.pending
@@ -381,13 +482,18 @@ func (b *completer) flush() {
 			b.mu.Unlock()
 			return
 		}
+		if len(batch) > 1 {
+			b.lone = 0
+		} else if b.lone++; b.lone >= loneFlushes {
+			b.together = false
+		}
 		b.mu.Unlock()
 
 		ls := make([]Lease, len(batch))
 		for i, p := range batch {
 			ls[i] = p.lease
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), completeTimeout)
+		ctx, cancel := context.WithDeadline(context.Background(), flushDeadline(batch))
 		lost, err := store{b.c}.CompleteMany(ctx, ls)
 		cancel()
 		isLost := make(map[Lease]bool, len(lost))

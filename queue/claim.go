@@ -31,6 +31,14 @@ type ClaimParams struct {
 	// ReleaseClaim finds and gives back the jobs that carry it. Empty: a
 	// fresh one is made.
 	Token string
+	// Spread makes a batch claim take a block of k picked at random among
+	// the best candidates of the highest priority it read (up to
+	// claimSpreadBlocks blocks), rather than the first k, so that worker
+	// processes claiming at once take different jobs instead of racing
+	// for the same ones. Jobs of one priority then start in claim order
+	// only roughly (within a few batches); a job of a lower priority is
+	// never taken before one of a higher. Single claims ignore it.
+	Spread bool
 }
 
 // withToken returns p with a fresh token unless it has one.
@@ -222,6 +230,9 @@ type hooks struct {
 	// afterFinish runs after a fenced write that ends an attempt (complete,
 	// fail, cancelled) and that the server applied; op names the write.
 	afterFinish func(op string) error
+	// pickBlock, when set, picks a spread batch claim's first block among
+	// n, in place of a random one.
+	pickBlock func(n int) int
 }
 
 // LeaseOf returns the lease that j carries.

@@ -59,10 +59,13 @@ func TestLostClaimReplyIsGivenBackUncounted(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		batch int
+		jobs  int
 		drop  func(string, []byte) bool
 	}{
-		{"claim", 1, isClaim},
-		{"batch stamp", 4, isBatchStamp},
+		{"claim", 1, 3, isClaim},
+		// Enough jobs that the adaptive worker, after single claims in a
+		// row found theirs, claims a batch.
+		{"batch stamp", 4, 8, isBatchStamp},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
@@ -71,7 +74,7 @@ func TestLostClaimReplyIsGivenBackUncounted(t *testing.T) {
 				ran.add(j.LeaseToken)
 				return nil
 			}, jobs.KindOptions{})
-			ids := make([]string, 3)
+			ids := make([]string, tc.jobs)
 			for i := range ids {
 				ids[i] = b.enqueue(t, "k", nil, queue.InsertOpts{MaxAttempts: 1})
 			}

@@ -26,9 +26,11 @@ const (
 	DefaultPollMin = 50 * time.Millisecond
 	// DefaultPollMax caps the wait between claims on an idle queue.
 	DefaultPollMax = time.Second
-	// DefaultClaimBatch is how many jobs one claim takes at most: 1 claims
-	// one job per findAndModify (see docs/BENCHMARKS.md for the trade-off).
-	DefaultClaimBatch = 1
+	// DefaultClaimBatch is how many jobs one claim takes at most: the
+	// worker claims adaptively, one job per findAndModify while jobs
+	// trickle in and batches of up to this many (and its free slots)
+	// while a backlog lasts (see Config.ClaimBatch and docs/BENCHMARKS.md).
+	DefaultClaimBatch = 20
 	// DefaultStuckGrace is how long a handler may go on after its kind's
 	// timeout, a cancel request or a lost lease before the worker gives up
 	// on it (see Config.StuckGrace).
@@ -67,10 +69,15 @@ type Config struct {
 	// DefaultPollMax.
 	PollMax time.Duration `yaml:"pollMax"`
 	// ClaimBatch is how many jobs one claim takes at most, capped by the
-	// free slots. Above 1, the worker claims with queue.ClaimBatch and
-	// writes the completions of jobs that end together in one updateMany:
-	// fewer commands per job, a little latency for each. Defaults to
-	// DefaultClaimBatch.
+	// free slots; 1 turns batching off. Above 1 the worker claims
+	// adaptively, on what its last claims returned: while they come back
+	// short (a trickle of jobs, an idle queue) it claims one job with one
+	// findAndModify, at once; after single claims in a row each found
+	// their job it claims its free slots in one batch (queue.ClaimBatch),
+	// and while batches come back full (a backlog) it also waits briefly
+	// for slots about to free, so that one claim replaces many jobs. The
+	// completions of jobs that end together are then written in one
+	// updateMany. Defaults to DefaultClaimBatch.
 	ClaimBatch int `yaml:"claimBatch"`
 	// WriteTimeout, when positive, bounds each heartbeat and completion
 	// round trip (and so a majority write-concern wait) below the deadlines

@@ -50,9 +50,9 @@ func (r *renewals) monitor() *event.CommandMonitor {
 	}}
 }
 
-// monitoredQueue returns a queue client on b's database whose renewals
+// renewalQueue returns a queue client on b's database whose renewals
 // are counted.
-func (b *bundle) monitoredQueue(t *testing.T) (*queue.Client, *renewals) {
+func (b *bundle) renewalQueue(t *testing.T) (*queue.Client, *renewals) {
 	t.Helper()
 	var r renewals
 	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(r.monitor()))
@@ -131,7 +131,7 @@ func TestLongJobsShareOneRenewalPerInterval(t *testing.T) {
 	for range n {
 		ids = append(ids, b.enqueue(t, "long", nil, queue.InsertOpts{}))
 	}
-	q, renewed := b.monitoredQueue(t)
+	q, renewed := b.renewalQueue(t)
 	const interval = 200 * time.Millisecond
 	b.startOn(t, q, worker.Config{Concurrency: n, ClaimBatch: n, Lease: 3 * time.Second, HeartbeatInterval: interval}, nil)
 	require.Eventually(t, func() bool { return h.running() == n }, 20*time.Second, 10*time.Millisecond)

@@ -74,9 +74,10 @@ type Worker struct {
 	sweepsCtx  context.Context
 	stopSweeps context.CancelFunc
 
-	stuck      atomic.Int64
-	unstarted  atomic.Int64
-	afterClaim func([]*jobs.Job) // test hook: runs between a claim's reply and the launch of its jobs
+	stuck        atomic.Int64
+	unstarted    atomic.Int64
+	afterClaim   func([]*jobs.Job) // test hook: runs between a claim's reply and the launch of its jobs
+	onGatherWait func()            // test hook: runs when a claim waits for slots to free
 }
 
 // Stats are counters of what a worker did since it was made, for logs and
@@ -257,13 +258,22 @@ func (w *Worker) ReleaseAbandoned(ctx context.Context) int {
 func (w *Worker) dispatch() {
 	defer close(w.dispatchDone)
 	kinds := w.reg.Kinds()
-	params := queue.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: kinds, Lease: w.cfg.Lease}
+	// Spread: batch claims of processes claiming at once take different
+	// blocks of the best jobs rather than race for the same ones.
+	params := queue.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: kinds, Lease: w.cfg.Lease, Spread: true}
 	var idle, failing time.Duration
+	var sizer claimSizer
 	for {
 		if err := w.sem.Acquire(w.claimingCtx, 1); err != nil {
 			return
 		}
-		slots := w.gatherSlots()
+		slots := 1
+		switch sizer.next(w.cfg.ClaimBatch, w.cfg.Concurrency) {
+		case claimFree:
+			slots = w.gatherSlots(false)
+		case claimGathered:
+			slots = w.gatherSlots(true)
+		}
 		// The token is made here, before the claim is sent: a claim that
 		// returns an error may have been applied with its reply lost, and
 		// its jobs are then found by their token and given back.
@@ -275,6 +285,7 @@ func (w *Worker) dispatch() {
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.ClaimTimeout())
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
+		sizer.claimed(slots, len(claimed), err)
 		w.obs.Claimed(time.Since(sent), len(claimed), err)
 		if w.afterClaim != nil {
 			w.afterClaim(claimed)
@@ -415,19 +426,20 @@ const (
 const stopSweepTimeout = 2 * time.Second
 
 // gatherSlots takes, on top of the one slot held, up to ClaimBatch-1 more,
-// and returns how many it holds, so that jobs that end together are
-// replaced by one claim rather than one claim each. It waits for the slots
-// of jobs whose handlers have returned (their outcome is being written, so
-// the slot frees within a round trip) up to claimGatherMax, and for jobs
-// still in their handlers only up to claimGather. With ClaimBatch 1 it
-// returns 1 at once.
-func (w *Worker) gatherSlots() int {
+// and returns how many it holds. Without wait it takes only the slots free
+// now. With wait (a backlog: the last batch came back full) it also waits
+// for slots about to free, so that jobs that end together are replaced by
+// one claim rather than one claim each: for the slots of jobs whose
+// handlers have returned (their outcome is being written, so the slot
+// frees within a round trip) up to claimGatherMax, and for jobs still in
+// their handlers only up to claimGather.
+func (w *Worker) gatherSlots(wait bool) int {
 	k := min(w.cfg.ClaimBatch, w.cfg.Concurrency)
 	n := 1
 	for n < k && w.sem.TryAcquire(1) {
 		n++
 	}
-	if n == k {
+	if n == k || !wait {
 		return n
 	}
 	start := time.Now()
@@ -446,6 +458,9 @@ func (w *Worker) gatherSlots() int {
 		default:
 			return n
 		}
+		if w.onGatherWait != nil {
+			w.onGatherWait()
+		}
 		select {
 		case <-w.wake: // a job ended
 		case <-tick.C:
@@ -457,6 +472,76 @@ func (w *Worker) gatherSlots() int {
 		}
 	}
 	return n
+}
+
+// claimSize is how the dispatcher sizes its next claim.
+type claimSize int
+
+const (
+	// claimOne: one job with one findAndModify, at once. No backlog is
+	// known: the last claims found nothing, or less than they asked for.
+	claimOne claimSize = iota
+	// claimFree: a batch of the slots free now, without waiting for more.
+	// A backlog is likely: single claims in a row each found their job.
+	claimFree
+	// claimGathered: a batch of the free slots and of those about to free
+	// (see gatherSlots). A backlog: the last batch came back full.
+	claimGathered
+)
+
+// singleHitsForBatch is how many single claims in a row must each find
+// their job before the dispatcher claims a batch: a steady trickle of jobs
+// makes two or three in a row often, and a batch that finds only one job
+// costs two commands where a single claim costs one; a backlog pays four
+// single claims once. Each batch that finds one job or none doubles it, up
+// to maxHitsForBatch, until a batch comes back full.
+const (
+	singleHitsForBatch = 4
+	maxHitsForBatch    = 32
+)
+
+// claimSizer sizes claims from what the last ones returned: one job while
+// they come back short (a trickle, an idle queue), batches while they come
+// back full (a backlog). It is the dispatch goroutine's alone.
+type claimSizer struct {
+	size claimSize
+	hits int // single claims in a row that found their job
+	need int // hits that make a batch: singleHitsForBatch, or more after batches that found little
+}
+
+// next returns the size of the next claim for a worker of the given claim
+// batch and concurrency.
+func (s *claimSizer) next(batch, concurrency int) claimSize {
+	if min(batch, concurrency) <= 1 {
+		return claimOne
+	}
+	return s.size
+}
+
+// claimed takes in what a claim that asked for asked jobs returned. A
+// batch that came back short but with more than one job keeps batching
+// without waiting: other workers may have taken part of its candidates
+// while a backlog remains; the next batch tells.
+func (s *claimSizer) claimed(asked, got int, err error) {
+	if s.need == 0 {
+		s.need = singleHitsForBatch
+	}
+	switch {
+	case err == nil && asked > 1 && got <= 1:
+		// A batch for a trickle: batch less eagerly.
+		s.size, s.hits, s.need = claimOne, 0, min(2*s.need, maxHitsForBatch)
+	case err != nil || got == 0 || (got < asked && got == 1):
+		s.size, s.hits = claimOne, 0
+	case got < asked:
+		s.size = claimFree
+	case asked > 1:
+		s.size, s.need = claimGathered, singleHitsForBatch
+	default:
+		s.hits++
+		if s.hits >= s.need {
+			s.size = claimFree
+		}
+	}
 }
 
 // Running returns how many jobs the worker is running now.

@@ -119,6 +119,8 @@ func TestRunsJobsOnceEach(t *testing.T) {
 	// Every job's start and end are logged with its id, kind and attempt.
 	started := b.logs.FilterMessage("job started").Len()
 	require.Equal(t, len(res), started)
+	// A job is succeeded in the database before its worker logs it.
+	require.Eventually(t, func() bool { return b.logs.FilterMessage("job finished").Len() == len(res) }, 10*time.Second, 10*time.Millisecond)
 	fin := b.logs.FilterMessage("job finished").All()
 	require.Len(t, fin, len(res))
 	ctx := fin[0].ContextMap()

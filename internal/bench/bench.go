@@ -26,7 +26,6 @@ import (
 	"github.com/docketq/docket/internal/devdbproc"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
-	"github.com/docketq/docket/worker"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -42,8 +41,15 @@ type Options struct {
 
 	SteadyRate float64
 	SteadyFor  time.Duration
-	// SteadyClaimBatch is the claim batch of the steady-state workers.
+	// SteadyClaimBatch is the claim batch that the steady-state run
+	// compares the default configuration with.
 	SteadyClaimBatch int
+
+	// SpreadProcs, SpreadConcurrency and SpreadClaimBatch size the
+	// batch4x10 run: many processes claiming batches from one queue.
+	SpreadProcs       int
+	SpreadConcurrency int
+	SpreadClaimBatch  int
 
 	IdleWarmup time.Duration
 	IdleFor    time.Duration
@@ -74,7 +80,7 @@ type Options struct {
 	JSON bool
 }
 
-var allRuns = []string{"single", "raw", "batch", "steady", "idle", "idle4", "idle8", "heartbeats", "failover", "scaling",
+var allRuns = []string{"single", "raw", "default", "batch", "batch4x10", "steady", "idle", "idle4", "idle8", "heartbeats", "failover", "scaling",
 	"ledger",
 }
 
@@ -94,7 +100,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.ClaimBatch, "claim-batch", 20, "claim batch of the batch burn-down")
 	fs.Float64Var(&o.SteadyRate, "steady-rate", 20, "jobs enqueued per second in steady state")
 	fs.DurationVar(&o.SteadyFor, "steady-for", 10*time.Second, "how long steady state enqueues")
-	fs.IntVar(&o.SteadyClaimBatch, "steady-claim-batch", worker.DefaultClaimBatch, "claim batch of the steady-state workers")
+	fs.IntVar(&o.SteadyClaimBatch, "steady-claim-batch", 1, "claim batch that steady state compares the default configuration with")
+	fs.IntVar(&o.SpreadProcs, "spread-procs", 4, "worker processes of the batch4x10 run")
+	fs.IntVar(&o.SpreadConcurrency, "spread-concurrency", 10, "jobs at once per worker process in the batch4x10 run")
+	fs.IntVar(&o.SpreadClaimBatch, "spread-claim-batch", 10, "claim batch of the batch4x10 run")
 	fs.DurationVar(&o.IdleWarmup, "idle-warmup", 10*time.Second, "empty-queue time before idle is measured")
 	fs.DurationVar(&o.IdleFor, "idle-for", 30*time.Second, "how long idle is measured (long enough for the maintenance passes of the default schedules)")
 	fs.IntVar(&o.FailoverProcs, "failover-procs", 3, "worker processes of the failover run")
@@ -125,7 +134,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		o.Runs = append(o.Runs, r)
 	}
-	if o.Jobs < 1 || o.Procs < 1 || o.Concurrency < 1 || o.ClaimBatch < 1 || o.SteadyRate <= 0 || o.SleepJobs < 1 || o.SleepConcurrency < 1 || o.SleepClaimBatch < 1 || o.SteadyClaimBatch < 1 || o.FailoverProcs < 2 || o.HeartbeatJobs < 1 || o.HeartbeatSleep <= 0 {
+	if o.Jobs < 1 || o.Procs < 1 || o.Concurrency < 1 || o.ClaimBatch < 1 || o.SteadyRate <= 0 || o.SleepJobs < 1 || o.SleepConcurrency < 1 || o.SleepClaimBatch < 1 || o.SteadyClaimBatch < 1 || o.FailoverProcs < 2 || o.HeartbeatJobs < 1 || o.HeartbeatSleep <= 0 ||
+		o.SpreadProcs < 1 || o.SpreadConcurrency < 1 || o.SpreadClaimBatch < 1 {
 		fmt.Fprintln(stderr, "bench: sizes and rates must be positive (and --failover-procs at least 2)")
 		return 2
 	}
@@ -187,8 +197,12 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 			res.Batch, err = b.burnDown(ctx, "batch", o.Jobs, o.Procs, o.Concurrency, o.ClaimBatch, "noop", nil)
 		case "raw":
 			res.Raw, err = b.rawLoop(ctx)
+		case "default":
+			res.Default, err = b.burnDown(ctx, "default", o.Jobs, o.Procs, o.Concurrency, defaultClaimBatch, "noop", nil)
+		case "batch4x10":
+			res.Batch4x10, err = b.burnDown(ctx, "batch4x10", o.Jobs, o.SpreadProcs, o.SpreadConcurrency, o.SpreadClaimBatch, "noop", nil)
 		case "steady":
-			res.Steady, err = b.steady(ctx)
+			res.Steady, res.SteadyCompare, err = b.steadyPair(ctx)
 		case "idle":
 			res.Idle, err = b.idle(ctx, "idle", 1)
 		case "idle8":

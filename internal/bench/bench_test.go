@@ -35,6 +35,7 @@ func TestEveryRunMeasuresWhatItRan(t *testing.T) {
 	o := Options{
 		Jobs: 40, Procs: 2, Concurrency: 4, ClaimBatch: 4,
 		SteadyRate: 20, SteadyFor: time.Second, SteadyClaimBatch: 1,
+		SpreadProcs: 2, SpreadConcurrency: 4, SpreadClaimBatch: 4,
 		IdleWarmup: time.Second, IdleFor: time.Second, FailoverProcs: 2,
 		SleepJobs: 8, Sleep: 10 * time.Millisecond, SleepConcurrency: 1, SleepClaimBatch: 1,
 		HeartbeatJobs: 10, HeartbeatSleep: 3 * time.Second, HeartbeatLease: 3 * time.Second, HeartbeatInterval: time.Second,
@@ -48,7 +49,7 @@ func TestEveryRunMeasuresWhatItRan(t *testing.T) {
 	res, err := Run(ctx, o, &log)
 	require.NoError(t, err, log.String())
 
-	for _, r := range []*BurnDown{res.Single, res.Raw, res.Batch, res.Scaling[0], res.Scaling[1], res.Scaling[2]} {
+	for _, r := range []*BurnDown{res.Single, res.Raw, res.Default, res.Batch, res.Batch4x10, res.Scaling[0], res.Scaling[1], res.Scaling[2]} {
 		require.NotNil(t, r)
 		require.Positive(t, r.JobsPerSec, r.Name)
 	}
@@ -60,8 +61,16 @@ func TestEveryRunMeasuresWhatItRan(t *testing.T) {
 		require.Equal(t, procs, res.Scaling[i].Procs)
 		require.Equal(t, 8, res.Scaling[i].Jobs)
 	}
+	require.Less(t, res.Default.CommandsPerJob, res.Single.CommandsPerJob, "the default claims a backlog in batches")
+	require.Equal(t, 2, res.Batch4x10.Procs)
 	require.NotNil(t, res.Steady)
 	require.Positive(t, res.Steady.Jobs)
+	require.NotNil(t, res.SteadyCompare)
+	require.Positive(t, res.SteadyCompare.Jobs)
+	require.Equal(t, 1, res.SteadyCompare.ClaimBatch)
+	require.NotNil(t, res.Claims)
+	require.Positive(t, res.Claims.DefaultVsRaw)
+	require.Positive(t, res.Claims.SteadyP50Ratio)
 	require.NotNil(t, res.Idle)
 	require.Positive(t, res.Idle.Seconds)
 	require.Equal(t, 8, res.Idle8.Procs)
@@ -75,7 +84,7 @@ func TestEveryRunMeasuresWhatItRan(t *testing.T) {
 
 	var table bytes.Buffer
 	res.writeTable(&table)
-	for _, want := range []string{"single", "raw", "batch", "scaling4", "steady:", "idle:", "idle8:", "idle4:", "heartbeats:", "failover:"} {
+	for _, want := range []string{"single", "raw", "default", "batch4x10", "batch", "scaling4", "steady:", "default burn-down:", "steady default / claim batch 1", "idle:", "idle8:", "idle4:", "heartbeats:", "failover:"} {
 		require.True(t, strings.Contains(table.String(), want), "table lacks %q:\n%s", want, table.String())
 	}
 	_, err = json.Marshal(res)

@@ -24,6 +24,8 @@ type monitor struct {
 	renewals  atomic.Int64 // lease renewals and their read backs (heartbeats.go)
 	pauses    atomic.Int64 // reads of the queues' paused states
 	registry  atomic.Int64 // the worker registry's beats
+	claimCmds atomic.Int64 // claims' commands: findAndModify, a batch's find, stamp and read-back
+	doneCmds  atomic.Int64 // completions' commands
 
 	mu      sync.Mutex
 	byName  map[string]int64
@@ -59,6 +61,12 @@ func (m *monitor) onStarted(_ context.Context, e *event.CommandStartedEvent) {
 	k := m.classify(e)
 	if k == cmdClaim || k == cmdBatchFind {
 		m.polls.Add(1)
+	}
+	switch k {
+	case cmdClaim, cmdBatchFind, cmdBatchUpdate:
+		m.claimCmds.Add(1)
+	case cmdComplete:
+		m.doneCmds.Add(1)
 	}
 	if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); coll == leadership.DefaultCollection {
 		m.leader.Add(1)
@@ -171,11 +179,14 @@ type snapshot struct {
 	Final     bool             `json:"final,omitempty"`
 	ByName    map[string]int64 `json:"byName,omitempty"`
 	ClaimMs   []float64        `json:"claimMs,omitempty"`
+	ClaimCmds int64            `json:"claimCmds,omitempty"`
+	DoneCmds  int64            `json:"doneCmds,omitempty"`
 }
 
 func (m *monitor) snapshot(full bool) snapshot {
 	s := snapshot{Commands: m.commands.Load(), Completed: m.completed.Load(), Polls: m.polls.Load(), Leader: m.leader.Load(), Renewals: m.renewals.Load(),
 		Pauses: m.pauses.Load(), Registry: m.registry.Load()}
+	s.ClaimCmds, s.DoneCmds = m.claimCmds.Load(), m.doneCmds.Load()
 	if full {
 		m.mu.Lock()
 		s.ByName = make(map[string]int64, len(m.byName))

@@ -28,7 +28,7 @@ type proc struct {
 type workerOpts struct {
 	uri, db     string
 	concurrency int
-	claimBatch  int
+	claimBatch  int      // defaultClaimBatch: the worker's default
 	extra       []string // more worker flags
 }
 
@@ -42,8 +42,10 @@ func startWorker(o workerOpts, stderr io.Writer) (*proc, error) {
 	cmd := exec.Command(self, "worker",
 		"--db", o.db,
 		"--concurrency", strconv.Itoa(o.concurrency),
-		"--claim-batch", strconv.Itoa(o.claimBatch),
 		"--log-level", "error")
+	if o.claimBatch != defaultClaimBatch {
+		cmd.Args = append(cmd.Args, "--claim-batch", strconv.Itoa(o.claimBatch))
+	}
 	cmd.Args = append(cmd.Args, o.extra...)
 	cmd.Env = append(os.Environ(), "DOCKET_CONFIG=", "DOCKET_MONGO_URI="+o.uri)
 	p := &proc{cmd: cmd, rdy: make(chan struct{}), done: make(chan struct{}), errs: &prefixWriter{w: stderr}}
@@ -102,6 +104,9 @@ type usage struct {
 	ClaimMs  []float64        `json:"-"`
 	CPU      time.Duration    `json:"cpu"`
 	MaxRSSMB float64          `json:"maxRssMB"`
+	// ClaimCmds and DoneCmds are the claims' and completions' commands
+	// among Commands.
+	ClaimCmds, DoneCmds int64 `json:"-"`
 }
 
 // kill sends SIGKILL, as a crash would, and waits for the process to exit.
@@ -120,7 +125,8 @@ func (p *proc) stop() (usage, error) {
 	p.mu.Lock()
 	last, base := p.last, p.base
 	p.mu.Unlock()
-	u := usage{Commands: last.Commands - base.Commands, ByName: last.ByName, ClaimMs: last.ClaimMs}
+	u := usage{Commands: last.Commands - base.Commands, ByName: last.ByName, ClaimMs: last.ClaimMs,
+		ClaimCmds: last.ClaimCmds - base.ClaimCmds, DoneCmds: last.DoneCmds - base.DoneCmds}
 	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		u.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		u.MaxRSSMB = float64(ru.Maxrss) / 1024 // KiB on Linux

@@ -40,6 +40,16 @@ type Results struct {
 	// Scaling4vs1 is the sleeping-handler throughput of 4 worker processes
 	// as a ratio of 1's.
 	Scaling4vs1 float64 `json:"scaling4vs1,omitempty"`
+
+	// Default is the burn-down with the default configuration; Batch4x10
+	// many processes claiming batches (issue 14).
+	Default   *BurnDown `json:"default,omitempty"`
+	Batch4x10 *BurnDown `json:"batch4x10,omitempty"`
+	// SteadyCompare is steady state with Options.SteadyClaimBatch, in the
+	// same run as Steady, which runs the default configuration.
+	SteadyCompare *Steady `json:"steadyCompare,omitempty"`
+	// Claims are the figures of the claiming targets (issue 14).
+	Claims *ClaimRatios `json:"claims,omitempty"`
 }
 
 // BurnDown is one burn-down: n jobs enqueued, then run until none is left.
@@ -64,6 +74,12 @@ type BurnDown struct {
 	StartP50   float64   `json:"startP50ms"`
 	StartP99   float64   `json:"startP99ms"`
 	PerProcess []Process `json:"perProcess,omitempty"`
+	// ClaimCommandsPerJob and CompleteCommandsPerJob split CommandsPerJob:
+	// the claims' commands (single, or a batch's find, stamp and read-back)
+	// and the completions'; the rest is maintenance, leader election and
+	// the paused-queues cache.
+	ClaimCommandsPerJob    float64 `json:"claimCommandsPerJob"`
+	CompleteCommandsPerJob float64 `json:"completeCommandsPerJob"`
 }
 
 // Process is one worker process's resource use.
@@ -136,6 +152,7 @@ func (r *BurnDown) addUsage(us []usage) {
 		r.PerProcess = append(r.PerProcess, Process{CPUSeconds: u.CPU.Seconds(), MaxRSSMB: u.MaxRSSMB, Commands: u.Commands})
 	}
 	r.CommandsPerJob = float64(r.Commands) / float64(r.Jobs)
+	r.splitCommands(us)
 	r.Claims = len(claims)
 	r.ClaimP50, r.ClaimP99 = pct(claims, 50), pct(claims, 99)
 }
@@ -152,13 +169,14 @@ func (r *Results) derive() {
 	if len(r.Scaling) == 3 && r.Scaling[0].JobsPerSec > 0 {
 		r.Scaling4vs1 = r.Scaling[2].JobsPerSec / r.Scaling[0].JobsPerSec
 	}
+	r.deriveClaims()
 }
 
 func (r *Results) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "server: %s; took %s\n\n", r.Server, r.Took)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "run\tjobs\tprocs x conc\tbatch\tjobs/s\tcmds/job\tclaim p50\tclaim p99\tstart p50\tstart p99\tcpu/proc\trss/proc\t")
-	rows := []*BurnDown{r.Single, r.Raw, r.Batch}
+	rows := []*BurnDown{r.Single, r.Raw, r.Default, r.Batch, r.Batch4x10}
 	rows = append(rows, r.Scaling...)
 	for _, b := range rows {
 		if b == nil {
@@ -174,8 +192,8 @@ func (r *Results) writeTable(w io.Writer) {
 			cpu = fmt.Sprintf("%.2fs", c/float64(len(b.PerProcess)))
 			rss = fmt.Sprintf("%.0fMB", m)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d x %d\t%d\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			b.Name, b.Jobs, b.Procs, b.Concurrency, b.ClaimBatch, b.JobsPerSec, b.CommandsPerJob,
+		fmt.Fprintf(tw, "%s\t%d\t%d x %d\t%s\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			b.Name, b.Jobs, b.Procs, b.Concurrency, batchStr(b.ClaimBatch), b.JobsPerSec, b.CommandsPerJob,
 			msStr(b.ClaimP50), msStr(b.ClaimP99), msStr(b.StartP50), msStr(b.StartP99), cpu, rss)
 	}
 	_ = tw.Flush()
@@ -190,10 +208,7 @@ func (r *Results) writeTable(w io.Writer) {
 	if r.Scaling4vs1 > 0 {
 		fmt.Fprintf(w, "sleeping handler, 4 processes / 1: %.2fx\n", r.Scaling4vs1)
 	}
-	if s := r.Steady; s != nil {
-		fmt.Fprintf(w, "steady: %d jobs at %.1f/s over %d x %d, claim batch %d: lag p50 %s p99 %s, enqueue-to-finish p50 %s p99 %s, drained %.1fs after the last enqueue, %.2f cmds/job\n",
-			s.Jobs, s.RatePerSec, s.Procs, s.Concurrency, s.ClaimBatch, msStr(s.LagP50), msStr(s.LagP99), msStr(s.LatencyP50), msStr(s.LatencyP99), s.DrainSeconds, s.CommandsPerJob)
-	}
+	r.writeClaims(w)
 	for _, i := range []*Idle{r.Idle, r.Idle4, r.Idle8} {
 		if i == nil {
 			continue

@@ -93,15 +93,15 @@ func (b *bencher) rawLoop(ctx context.Context) (*BurnDown, error) {
 	return r, nil
 }
 
-// steady enqueues jobs one at a time at a fixed rate while the workers run,
-// then waits for the last to finish.
-func (b *bencher) steady(ctx context.Context) (*Steady, error) {
-	db, q, err := b.freshDB(ctx, "steady")
+// steady enqueues jobs one at a time at a fixed rate while workers of
+// claimBatch run, then waits for the last to finish.
+func (b *bencher) steady(ctx context.Context, name string, claimBatch int) (*Steady, error) {
+	db, q, err := b.freshDB(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = db.Drop(context.Background()) }()
-	ps, err := b.startWorkers(db.Name(), b.o.Procs, b.o.Concurrency, b.o.SteadyClaimBatch)
+	ps, err := b.startWorkers(db.Name(), b.o.Procs, b.o.Concurrency, claimBatch)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (b *bencher) steady(ctx context.Context) (*Steady, error) {
 		cmds += u.Commands
 	}
 	return &Steady{
-		Jobs: n, Procs: b.o.Procs, Concurrency: b.o.Concurrency, ClaimBatch: b.o.SteadyClaimBatch,
+		Jobs: n, Procs: b.o.Procs, Concurrency: b.o.Concurrency, ClaimBatch: claimBatch,
 		RatePerSec: float64(n) / enqueued.Seconds(), DrainSeconds: (drained - enqueued).Seconds(),
 		LagP50: pct(starts, 50), LagP99: pct(starts, 99),
 		LatencyP50: pct(finishes, 50), LatencyP99: pct(finishes, 99),

@@ -184,7 +184,7 @@ func TestMetricsCountTheJobsRun(t *testing.T) {
 	require.NoError(t, err)
 
 	w, err := worker.New(q, reg, worker.Config{
-		Concurrency: 4, Lease: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
+		Concurrency: 4, ClaimBatch: 1, Lease: 2 * time.Second, HeartbeatInterval: 200 * time.Millisecond,
 		PollMin: 5 * time.Millisecond, PollMax: 50 * time.Millisecond,
 		Logger: zaptest.NewLogger(t), Observer: m,
 	})

@@ -1,0 +1,64 @@
+package queue_test
+
+import (
+	"context"
+	"github.com/docketq/docket/internal/jobstore"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// TestBatchedCompletionGroupsOnlyCompletionsThatComeTogether: a lone
+// completion (a trickle of jobs) is written at once, without waiting the
+// linger for others; completions that come together are grouped into
+// fewer writes than jobs.
+func TestBatchedCompletionGroupsOnlyCompletionsThatComeTogether(t *testing.T) {
+	b := setup(t)
+	var updates atomic.Int64
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "update" || e.CommandName == "findAndModify" {
+			updates.Add(1)
+		}
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
+	require.NoError(t, err)
+	const linger = 2 * time.Second
+	bq := jobstore.Batched(q, linger)
+
+	enqueueN(t, b, 14)
+	for range 2 {
+		j := b.claim(t, claimAll)
+		start := time.Now()
+		require.NoError(t, bq.Complete(b.ctx, queue.LeaseOf(j)))
+		require.Less(t, time.Since(start), linger/2, "a lone completion waited for others")
+		require.Equal(t, jobs.StateSucceeded, b.get(t, j.ID).State)
+	}
+
+	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 12)
+	require.NoError(t, err)
+	require.Len(t, got, 12)
+	before := updates.Load()
+	var wg sync.WaitGroup
+	errs := make([]error, len(got))
+	for i, j := range got {
+		wg.Go(func() { errs[i] = bq.Complete(b.ctx, queue.LeaseOf(j)) })
+	}
+	wg.Wait()
+	for i, j := range got {
+		require.NoError(t, errs[i])
+		require.Equal(t, jobs.StateSucceeded, b.get(t, j.ID).State)
+	}
+	require.LessOrEqual(t, updates.Load()-before, int64(4), "12 completions that came together took more writes than a couple alone and a group")
+}
