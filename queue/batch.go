@@ -105,9 +105,34 @@ func (c store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.Jo
 	if len(p.Queues) == 0 || len(p.Kinds) == 0 {
 		return nil, errors.New("queue: claim needs at least one queue and one kind")
 	}
-	if p.Queues = c.unpaused(ctx, p.Queues); len(p.Queues) == 0 { // every queue is paused (pause.go)
-		return nil, nil
+	// At most twice, as Claim: a batch made with a stale set of paused
+	// queues that took a job of a queue paused since gives its jobs back
+	// and claims again with the set it read (pause.go).
+	for range 2 {
+		qs, stale := c.unpaused(ctx, p.Queues)
+		if len(qs) == 0 { // every queue is paused
+			return nil, nil
+		}
+		pq := p
+		pq.Queues = qs
+		claimed, err := c.claimBatchTries(ctx, pq, k)
+		if len(claimed) == 0 || err != nil || !stale {
+			return claimed, err
+		}
+		ok, err := c.confirmUnpaused(ctx, claimed)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return claimed, nil
+		}
 	}
+	return nil, nil
+}
+
+// claimBatchTries is ClaimBatch from the queues of p as given: a claim
+// that lost its whole block to another worker tries again.
+func (c store) claimBatchTries(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
 	for range claimBatchTries {
 		claimed, raced, err := c.claimBatchOnce(ctx, p, k)
 		if errors.Is(err, errMalformedCandidate) || isTypeMismatch(err) {

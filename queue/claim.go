@@ -71,10 +71,34 @@ func (c store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 	if len(p.Queues) == 0 || len(p.Kinds) == 0 {
 		return nil, errors.New("queue: claim needs at least one queue and one kind")
 	}
-	if p.Queues = c.unpaused(ctx, p.Queues); len(p.Queues) == 0 { // every queue is paused (pause.go)
-		return nil, nil
-	}
 	p = p.withToken()
+	// At most twice: a claim made with a stale set of paused queues that
+	// took a job of a queue paused since gives it back and claims again
+	// with the set it read (pause.go).
+	for range 2 {
+		qs, stale := c.unpaused(ctx, p.Queues)
+		if len(qs) == 0 { // every queue is paused
+			return nil, nil
+		}
+		pq := p
+		pq.Queues = qs
+		j, err := c.claimOne(ctx, pq)
+		if j == nil || err != nil || !stale {
+			return j, err
+		}
+		ok, err := c.confirmUnpaused(ctx, []*jobs.Job{j})
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return j, nil
+		}
+	}
+	return nil, nil
+}
+
+// claimOne is Claim's findAndModify, from the queues of p as given.
+func (c store) claimOne(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 	t := now()
 	filter := claimFilter(p, t)
 	update := claimUpdate(p, t, p.Token)

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"sync/atomic"
+	"time"
 )
 
 // WithRaceBeforeStamp returns a Client like c whose batch claims run f
@@ -80,4 +81,12 @@ func WithLostFinishReply(c *Client, op string, n int, err error) *Client {
 // queue after it read the occupied slots and before it inserts.
 func WithAdmitHook(ctx context.Context, f func()) context.Context {
 	return context.WithValue(ctx, admitHookKey{}, f)
+}
+
+// SetPauseRefresh sets how long the claims of c (and its copies) trust the
+// paused queues they last read.
+func SetPauseRefresh(c *Client, d time.Duration) {
+	c.pauses.mu.Lock()
+	c.pauses.refresh = d
+	c.pauses.mu.Unlock()
 }

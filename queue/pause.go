@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -181,42 +182,101 @@ func (c *Client) forgetPauses() {
 	c.pauses.mu.Unlock()
 }
 
-// unpaused returns the queues of qs that are not paused, as last read at
-// most PauseRefresh ago. When the read fails it keeps the last paused set
-// (none before the first read) and logs: the claim that follows meets the
-// same server and reports its error itself.
-func (c *Client) unpaused(ctx context.Context, qs []string) []string {
+// unpaused returns the queues of qs that are not paused, as last read, and
+// whether that answer is stale: older than PauseRefresh. A stale answer
+// that pauses none of qs is used without reading again, so that an idle
+// worker's empty claims read nothing; a claim that takes jobs with it calls
+// confirmUnpaused, which reads the paused queues and gives back the jobs of
+// a queue paused since. A stale answer that pauses one of qs is read again
+// at once (else a resumed queue would wait for a claim that never takes
+// anything). When a read fails it keeps the last paused set (none before
+// the first read) and logs: the claim that follows meets the same server
+// and reports its error itself.
+func (c *Client) unpaused(ctx context.Context, qs []string) (out []string, stale bool) {
 	p := c.pauses
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if t := time.Now(); p.readAt.IsZero() || t.Sub(p.readAt) >= p.refresh {
-		states, err := c.QueueStates(ctx)
-		if err != nil {
-			c.log.Warn("reading the paused queues failed; claiming with the last known", zap.Error(err))
-		} else {
-			p.readAt = t
-			p.paused = map[string]bool{}
-			for _, s := range states {
-				if s.Malformed != "" {
-					if p.warned[s.Queue] != s.Malformed {
-						p.warned[s.Queue] = s.Malformed
-						c.log.Warn("a queues document is malformed: the queue is NOT paused; `docketctl pause` or `resume` rewrites it",
-							zap.String("queue", s.Queue), zap.String("problem", s.Malformed))
-					}
-					continue
-				}
-				p.paused[s.Queue] = s.Paused
-			}
-		}
+	never := p.readAt.IsZero()
+	stale = never || time.Since(p.readAt) >= p.refresh
+	if stale && (never || p.pausesAny(qs)) && c.readPauses(ctx) == nil {
+		stale = false
 	}
 	if len(p.paused) == 0 {
-		return qs
+		return qs, stale
 	}
-	out := make([]string, 0, len(qs))
+	out = make([]string, 0, len(qs))
 	for _, q := range qs {
 		if !p.paused[q] {
 			out = append(out, q)
 		}
 	}
-	return out
+	return out, stale
+}
+
+// pausesAny says whether the cached paused set holds one of qs. p.mu held.
+func (p *pauses) pausesAny(qs []string) bool {
+	for _, q := range qs {
+		if p.paused[q] {
+			return true
+		}
+	}
+	return false
+}
+
+// readPauses reads the paused queues into the cache. c.pauses.mu held.
+func (c *Client) readPauses(ctx context.Context) error {
+	p := c.pauses
+	t := time.Now()
+	states, err := c.QueueStates(ctx)
+	if err != nil {
+		c.log.Warn("reading the paused queues failed; claiming with the last known", zap.Error(err))
+		return err
+	}
+	p.readAt = t
+	p.paused = map[string]bool{}
+	for _, s := range states {
+		if s.Malformed != "" {
+			if p.warned[s.Queue] != s.Malformed {
+				p.warned[s.Queue] = s.Malformed
+				c.log.Warn("a queues document is malformed: the queue is NOT paused; `docketctl pause` or `resume` rewrites it",
+					zap.String("queue", s.Queue), zap.String("problem", s.Malformed))
+			}
+			continue
+		}
+		p.paused[s.Queue] = s.Paused
+	}
+	return nil
+}
+
+// confirmUnpaused is called after a claim made with a stale answer of
+// unpaused took claimed: it reads the paused queues and, when the queue of
+// one of the jobs has been paused since, gives every job of the claim back
+// (uncounted, as if the claim had not been made) and returns false; the
+// caller claims again with what it read. A failed read keeps the jobs, as
+// unpaused claims with the last known set. A failed give-back is returned:
+// the caller's claim then fails with the jobs still under its token, which
+// a worker gives back as it does after any claim error (ReleaseClaim).
+func (c store) confirmUnpaused(ctx context.Context, claimed []*jobs.Job) (bool, error) {
+	p := c.pauses
+	p.mu.Lock()
+	err := c.readPauses(ctx)
+	var paused string
+	for _, j := range claimed {
+		if err == nil && p.paused[j.Queue] {
+			paused = j.Queue
+			break
+		}
+	}
+	p.mu.Unlock()
+	if paused == "" {
+		return true, nil
+	}
+	for _, j := range claimed {
+		if err := c.Release(ctx, LeaseOf(j)); err != nil && !errors.Is(err, ErrLeaseLost) {
+			return false, fmt.Errorf("queue: claim: giving back the jobs of queue %s, paused since the claim was sent: %w", paused, err)
+		}
+	}
+	c.log.Info("gave back the jobs of a claim that met a queue paused a moment ago: not run, attempts not counted",
+		zap.String("queue", paused), zap.Int("jobs", len(claimed)))
+	return false, nil
 }
