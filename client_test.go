@@ -3,12 +3,12 @@ package docket_test
 import (
 	"context"
 	"errors"
-	"github.com/docketq/docket/internal/jobstore"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/docketq/docket"
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/worker"

@@ -15,12 +15,12 @@ package dockettest
 import (
 	"context"
 	"fmt"
-	"github.com/docketq/docket/internal/jobstore"
 	"reflect"
 	"slices"
 	"time"
 
 	"github.com/docketq/docket"
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"

@@ -3,12 +3,12 @@ package handlers_test
 import (
 	"context"
 	"fmt"
-	"github.com/docketq/docket/internal/jobstore"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/docketq/docket/internal/jobstore"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"

@@ -2,11 +2,11 @@ package handlers_test
 
 import (
 	"context"
-	"github.com/docketq/docket/internal/jobstore"
 	"testing"
 	"time"
 
 	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"

@@ -2,11 +2,11 @@ package queue_test
 
 import (
 	"fmt"
-	"github.com/docketq/docket/internal/jobstore"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"

@@ -2,12 +2,12 @@ package queue_test
 
 import (
 	"context"
-	"github.com/docketq/docket/internal/jobstore"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"

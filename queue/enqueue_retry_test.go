@@ -3,13 +3,13 @@ package queue_test
 import (
 	"context"
 	"fmt"
-	"github.com/docketq/docket/internal/jobstore"
 	"math"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"

@@ -2,11 +2,11 @@ package queue_test
 
 import (
 	"context"
-	"github.com/docketq/docket/internal/jobstore"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"

@@ -2,9 +2,9 @@ package queue_test
 
 import (
 	"errors"
-	"github.com/docketq/docket/internal/jobstore"
 	"testing"
 
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"

@@ -2,10 +2,10 @@ package queue_test
 
 import (
 	"context"
-	"github.com/docketq/docket/internal/jobstore"
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"

@@ -1,10 +1,10 @@
 package queue_test
 
 import (
-	"github.com/docketq/docket/internal/jobstore"
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"

@@ -2,13 +2,13 @@ package queue_test
 
 import (
 	"context"
-	"github.com/docketq/docket/internal/jobstore"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"

@@ -3,10 +3,10 @@ package queue_test
 import (
 	"context"
 	"errors"
-	"github.com/docketq/docket/internal/jobstore"
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"

@@ -1,9 +1,9 @@
 package recovery_test
 
 import (
-	"github.com/docketq/docket/internal/jobstore"
 	"testing"
 
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
 	"github.com/stretchr/testify/require"

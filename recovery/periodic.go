@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/docketq/docket/internal/jobstore"
 	"time"
 
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/queue"
 	"github.com/robfig/cron/v3"
 	"go.mongodb.org/mongo-driver/v2/bson"

@@ -3,12 +3,12 @@ package worker_test
 import (
 	"bytes"
 	"context"
-	"github.com/docketq/docket/internal/jobstore"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"

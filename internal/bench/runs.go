@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/docketq/docket/internal/jobstore"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/docketq/docket/internal/jobstore"
 	"os"
 	"os/exec"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )

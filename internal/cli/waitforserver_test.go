@@ -3,12 +3,12 @@ package cli
 import (
 	"context"
 	"errors"
-	"github.com/docketq/docket/internal/jobstore"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/docketq/docket/configs"
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"

@@ -3,7 +3,6 @@ package dashboard_test
 import (
 	"context"
 	"fmt"
-	"github.com/docketq/docket/internal/jobstore"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/dashboard"
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"

@@ -2,7 +2,6 @@ package dashboard_test
 
 import (
 	"context"
-	"github.com/docketq/docket/internal/jobstore"
 	"net/http"
 	"net/url"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/dashboard"
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"

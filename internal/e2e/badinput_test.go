@@ -2,13 +2,13 @@ package e2e
 
 import (
 	"context"
-	"github.com/docketq/docket/internal/jobstore"
 	"math"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"

@@ -2,11 +2,11 @@ package e2e
 
 import (
 	"context"
-	"github.com/docketq/docket/internal/jobstore"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
