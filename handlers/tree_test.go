@@ -565,7 +565,9 @@ func TestTreeStalledPublisherAfterSweep(t *testing.T) {
 		return nil
 	})
 	done := make(chan error, 1)
-	go func() { done <- stalled.Work(b.ctx, treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: mine})) }()
+	go func() {
+		done <- stalled.Work(b.ctx, treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: mine}))
+	}()
 	<-reached
 	j := treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: mine})
 	j.LeaseToken, j.Attempt = "second", 2
