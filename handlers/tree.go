@@ -243,8 +243,10 @@ func (h *treeHandler) work(ctx context.Context, job *jobs.Job, args PublishTreeA
 			h.log.Info("published a tree", job.LogFields(zap.String("tree", args.Tree), zap.Int64("version", version))...)
 			return nil
 		}
-		// Another publish completed since we read the tree: its version is
-		// the new base. Ours is abandoned; the sweeper removes it.
+		// Another publish completed since we read the tree (perhaps by
+		// another attempt of this job: the next round finds it in jobs):
+		// its version is the new base. Ours is abandoned; the sweeper
+		// removes it.
 	}
 	return fmt.Errorf("tree %q: other publishes kept completing first; retrying", args.Tree)
 }
