@@ -33,7 +33,7 @@ import (
 // published ones; a version that was never published (its attempt crashed,
 // or lost a race) is ignored, and removed by the sweeper.
 //
-//	trees     {_id: tree, next, published, versions: [{v, job, at}], minKept}
+//	trees     {_id: tree, next, published, versions: [{v, job, at}], minKept, jobs: [job]}
 //	treeNodes {_id, tree, node, version, parent, data, deleted}
 //
 // Versions are allocated from the tree's counter after the publisher has
@@ -42,7 +42,12 @@ import (
 // version still being the published one. A publish whose base moved under
 // it starts again from the new one: the last publish to complete is the
 // tree. A job that published its tree (in any attempt) does not publish it
-// again.
+// again: the publishing write also adds the job's id to the tree's jobs,
+// and is conditioned on it not being there yet. The sweeper trims versions
+// (readers need only the last few) but never jobs, so a job's publish is
+// recognised for good, however long an attempt stalls; a tree written
+// before jobs existed has its jobs only in versions, and the sweeper moves
+// each job id it trims from versions into jobs in the same write.
 const PublishTreeKind = "publish-tree"
 
 // Collections of the publish-tree handler.
@@ -188,11 +193,11 @@ const maxPublishRounds = 8
 
 func (h *treeHandler) work(ctx context.Context, job *jobs.Job, args PublishTreeArgs) error {
 	for range maxPublishRounds {
-		st, err := readTreeState(ctx, h.trees, args.Tree)
+		st, err := readTreeState(ctx, h.trees, args.Tree, true)
 		if err != nil {
 			return err
 		}
-		if slices.ContainsFunc(st.Versions, func(v treeVersion) bool { return v.Job == job.ID }) {
+		if st.publishedBy(job.ID) {
 			return nil // an earlier attempt of this job published it
 		}
 		current, err := resolveTree(ctx, h.nodes, args.Tree, st, st.Published, h.log)
@@ -218,9 +223,15 @@ func (h *treeHandler) work(ctx context.Context, job *jobs.Job, args PublishTreeA
 		if st.Published == 0 {
 			publishedAs.Value = bson.D{{Key: "$in", Value: bson.A{nil, int64(0)}}}
 		}
-		res, err := h.trees.UpdateOne(ctx, bson.D{{Key: "_id", Value: args.Tree}, publishedAs}, bson.D{
+		// Conditioned on the base and on the job not having published:
+		// an attempt that stalled anywhere before this write and resumes
+		// after another attempt published finds its job in jobs.
+		res, err := h.trees.UpdateOne(ctx, bson.D{{Key: "_id", Value: args.Tree}, publishedAs, {Key: "jobs", Value: bson.D{{Key: "$ne", Value: job.ID}}}}, bson.D{
 			{Key: "$set", Value: bson.D{{Key: "published", Value: version}}},
-			{Key: "$push", Value: bson.D{{Key: "versions", Value: treeVersion{V: version, Job: job.ID, At: time.Now().UTC()}}}},
+			{Key: "$push", Value: bson.D{
+				{Key: "versions", Value: treeVersion{V: version, Job: job.ID, At: time.Now().UTC()}},
+				{Key: "jobs", Value: job.ID},
+			}},
 		})
 		if err != nil {
 			return fmt.Errorf("tree %q: publish version %d: %w", args.Tree, version, err)
@@ -232,8 +243,10 @@ func (h *treeHandler) work(ctx context.Context, job *jobs.Job, args PublishTreeA
 			h.log.Info("published a tree", job.LogFields(zap.String("tree", args.Tree), zap.Int64("version", version))...)
 			return nil
 		}
-		// Another publish completed since we read the tree: its version is
-		// the new base. Ours is abandoned; the sweeper removes it.
+		// Another publish completed since we read the tree (perhaps by
+		// another attempt of this job: the next round finds it in jobs):
+		// its version is the new base. Ours is abandoned; the sweeper
+		// removes it.
 	}
 	return fmt.Errorf("tree %q: other publishes kept completing first; retrying", args.Tree)
 }
@@ -268,6 +281,15 @@ type treeState struct {
 	// published version (the sweeper removed the rest), so readers need
 	// not find it in Versions, which the sweeper trims.
 	MinKept int64 `bson:"minKept"`
+	// Jobs are the ids of every job that published a version, never
+	// trimmed (versions is). Not read by readers.
+	Jobs []any `bson:"jobs"`
+}
+
+// publishedBy reports whether job published a version of the tree.
+func (s treeState) publishedBy(job string) bool {
+	return slices.ContainsFunc(s.Versions, func(v treeVersion) bool { return v.Job == job }) ||
+		slices.ContainsFunc(s.Jobs, func(j any) bool { return j == job })
 }
 
 // kept reports whether version v is published and still kept.
@@ -275,8 +297,14 @@ func (s treeState) kept(v int64) bool {
 	return v >= s.MinKept && slices.ContainsFunc(s.Versions, func(tv treeVersion) bool { return tv.V == v })
 }
 
-func readTreeState(ctx context.Context, trees *mongo.Collection, tree string) (treeState, error) {
-	raw, err := trees.FindOne(ctx, bson.D{{Key: "_id", Value: tree}}).Raw()
+// readTreeState reads tree's document. Readers pass withJobs false: the
+// jobs list only grows, and only publishers need it.
+func readTreeState(ctx context.Context, trees *mongo.Collection, tree string, withJobs bool) (treeState, error) {
+	opts := options.FindOne()
+	if !withJobs {
+		opts.SetProjection(bson.D{{Key: "jobs", Value: 0}})
+	}
+	raw, err := trees.FindOne(ctx, bson.D{{Key: "_id", Value: tree}}, opts).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return treeState{}, nil
 	}
@@ -284,12 +312,65 @@ func readTreeState(ctx context.Context, trees *mongo.Collection, tree string) (t
 		return treeState{}, fmt.Errorf("tree %q: read its document: %w", tree, err)
 	}
 	var st treeState
-	if err := bson.Unmarshal(raw, &st); err != nil {
+	err = checkTreeDoc(raw)
+	if err == nil {
+		err = bson.Unmarshal(raw, &st)
+	}
+	if err != nil {
 		// Another app wrote the tree's document with a field of another
 		// type: no publish can be decided on it, now or on a retry.
 		return treeState{}, jobs.Permanent(fmt.Errorf("tree %q: its document in %s is not docket's (%w): %s", tree, TreesCollection, err, raw))
 	}
 	return st, nil
+}
+
+// checkTreeDoc names the first field of a tree's document that a publish
+// or a sweep could not use: the counters must be integers (published and
+// minKept may be null: none yet), versions and jobs arrays.
+func checkTreeDoc(raw bson.Raw) error {
+	for _, f := range []string{"next", "published", "minKept"} {
+		v, err := raw.LookupErr(f)
+		if err != nil {
+			continue
+		}
+		switch v.Type {
+		case bson.TypeInt32, bson.TypeInt64:
+		case bson.TypeNull:
+			if f == "next" {
+				return fmt.Errorf("field %q is null, not an integer", f)
+			}
+		default:
+			return fmt.Errorf("field %q is a %s, not an integer", f, v.Type)
+		}
+	}
+	for _, f := range []string{"versions", "jobs"} {
+		v, err := raw.LookupErr(f)
+		if err != nil {
+			continue
+		}
+		if v.Type != bson.TypeArray {
+			return fmt.Errorf("field %q is a %s, not an array", f, v.Type)
+		}
+	}
+	arr, ok := raw.Lookup("versions").ArrayOK()
+	if !ok {
+		return nil
+	}
+	vs, err := arr.Values()
+	if err != nil {
+		return fmt.Errorf("field \"versions\": %w", err)
+	}
+	for i, v := range vs {
+		var tv treeVersion
+		doc, ok := v.DocumentOK()
+		if !ok {
+			return fmt.Errorf("field \"versions[%d]\" is a %s, not a document", i, v.Type)
+		}
+		if err := bson.Unmarshal(doc, &tv); err != nil {
+			return fmt.Errorf("field \"versions[%d]\": %w", i, err)
+		}
+	}
+	return nil
 }
 
 // nodeDoc is one version of one node.
@@ -406,7 +487,7 @@ const maxReadRounds = 5
 func ReadTree(ctx context.Context, db *mongo.Database, tree string, version int64) (*Tree, error) {
 	trees, nodes := treeColls(db)
 	for range maxReadRounds {
-		st, err := readTreeState(ctx, trees, tree)
+		st, err := readTreeState(ctx, trees, tree, false)
 		if err != nil {
 			return nil, err
 		}
@@ -429,7 +510,7 @@ func ReadTree(ctx context.Context, db *mongo.Database, tree string, version int6
 		}
 		// The sweeper removes a version's documents only once it no longer
 		// keeps the version: if it still does, what was read is whole.
-		after, err := readTreeState(ctx, trees, tree)
+		after, err := readTreeState(ctx, trees, tree, false)
 		if err != nil {
 			return nil, err
 		}
@@ -493,6 +574,11 @@ func SweepTrees(ctx context.Context, db *mongo.Database, keep int, log *zap.Logg
 	for _, id := range ids {
 		n, err := sweepTree(ctx, trees, nodes, id, keep)
 		removed += n
+		if jobs.IsPermanent(err) {
+			// Another app's document: leave it, sweep the other trees.
+			log.Warn("not sweeping a tree whose document is not docket's", zap.String("tree", id), zap.Error(err))
+			continue
+		}
 		if err != nil {
 			return removed, err
 		}
@@ -504,7 +590,8 @@ func SweepTrees(ctx context.Context, db *mongo.Database, keep int, log *zap.Logg
 }
 
 func sweepTree(ctx context.Context, trees, nodes *mongo.Collection, tree string, keep int) (int, error) {
-	st, err := readTreeState(ctx, trees, tree)
+	// With jobs: the trim below adds to it, so it must be an array.
+	st, err := readTreeState(ctx, trees, tree, true)
 	if err != nil {
 		return 0, err
 	}
@@ -528,11 +615,24 @@ func sweepTree(ctx context.Context, trees, nodes *mongo.Collection, tree string,
 	}
 	// 2. Stop keeping the oldest versions, conditioned on no publish since
 	// the read, before removing anything they needed.
+	// The job ids of the versions trimmed go to jobs in the same write, so
+	// a job is always found in one or the other (a publish by this version
+	// put it in both; one by the previous version only in versions).
 	kept := st.Versions[len(st.Versions)-keep:]
 	minKept := kept[0].V
+	trimmedJobs := bson.A{}
+	for _, v := range st.Versions[:len(st.Versions)-keep] {
+		if v.Job != "" {
+			trimmedJobs = append(trimmedJobs, v.Job)
+		}
+	}
+	update := bson.D{{Key: "$set", Value: bson.D{{Key: "versions", Value: kept}, {Key: "minKept", Value: minKept}}}}
+	if len(trimmedJobs) > 0 {
+		update = append(update, bson.E{Key: "$addToSet", Value: bson.D{{Key: "jobs", Value: bson.D{{Key: "$each", Value: trimmedJobs}}}}})
+	}
 	upd, err := trees.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: tree}, {Key: "published", Value: st.Published}, {Key: "minKept", Value: minKeptAsRead(st.MinKept)}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "versions", Value: kept}, {Key: "minKept", Value: minKept}}}})
+		update)
 	if err != nil {
 		return removed, fmt.Errorf("tree %q: trim its versions: %w", tree, err)
 	}

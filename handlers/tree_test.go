@@ -491,3 +491,170 @@ func TestTreeForeignTreeDocument(t *testing.T) {
 	_, err = handlers.ReadTree(b.ctx, b.db, "t", 0)
 	require.Error(t, err)
 }
+
+// publishedState is what the tree's document says is published.
+func (b *treeBundle) published(t *testing.T, tree string) (published int64, jobsOf []string) {
+	t.Helper()
+	var st struct {
+		Published int64 `bson:"published"`
+		Versions  []struct {
+			Job string `bson:"job"`
+		} `bson:"versions"`
+	}
+	require.NoError(t, b.db.Collection(handlers.TreesCollection).FindOne(b.ctx, bson.D{{Key: "_id", Value: tree}}).Decode(&st))
+	for _, v := range st.Versions {
+		jobsOf = append(jobsOf, v.Job)
+	}
+	return st.Published, jobsOf
+}
+
+// TestTreePublishOnceAfterSweep: attempt 1 publishes and loses its lease
+// before the job is marked done; more publishes than the sweeper keeps
+// follow, and a sweep trims attempt 1's version; attempt 2 of the job then
+// publishes nothing: the newest version stays the tree.
+func TestTreePublishOnceAfterSweep(t *testing.T) {
+	t.Parallel()
+	b := treeSetup(t)
+	const keep = handlers.DefaultTreeKeep
+	old := catalog(t, "old", "a", "b")
+	hook, fired := transferCrashAt("tree:publish")
+	err := b.handler(t, hook).Work(b.ctx, treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: old}))
+	require.ErrorIs(t, err, errTransferCrash, "attempt 1 published, then lost its lease")
+	require.True(t, fired.Load())
+	var last []handlers.TreeNode
+	for i := range keep + 1 {
+		last = catalog(t, fmt.Sprintf("new%d", i), fmt.Sprintf("x%d", i))
+		require.NoError(t, b.handler(t, nil).Work(b.ctx, treeJob(t, fmt.Sprintf("other%d", i), handlers.PublishTreeArgs{Tree: "t", Nodes: last})))
+	}
+	_, err = handlers.SweepTrees(b.ctx, b.db, keep, b.log)
+	require.NoError(t, err)
+	_, versionsJobs := b.published(t, "t")
+	require.NotContains(t, versionsJobs, "j1", "the sweep trimmed attempt 1's version")
+	newest, _ := b.published(t, "t")
+	docs := b.nodeDocs(t)
+
+	j := treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: old})
+	j.LeaseToken, j.Attempt = "second", 2
+	require.NoError(t, b.handler(t, nil).Work(b.ctx, j))
+	published, _ := b.published(t, "t")
+	require.Equal(t, newest, published, "attempt 2 published nothing")
+	require.Equal(t, docs, b.nodeDocs(t), "attempt 2 wrote no node")
+	got, err := handlers.ReadTree(b.ctx, b.db, "t", 0)
+	require.NoError(t, err)
+	requireSameTree(t, last, got.Nodes)
+}
+
+// TestTreeStalledPublisherAfterSweep: an attempt stalls after writing its
+// nodes; a second attempt of the job publishes, then more publishes than
+// the sweeper keeps and a sweep; the stalled attempt resumes, finds its
+// base moved, and publishes nothing.
+func TestTreeStalledPublisherAfterSweep(t *testing.T) {
+	t.Parallel()
+	b := treeSetup(t)
+	require.NoError(t, b.handler(t, nil).Work(b.ctx, treeJob(t, "j0", handlers.PublishTreeArgs{Tree: "t", Nodes: catalog(t, "v0", "a")})))
+	mine := catalog(t, "mine", "b")
+	reached, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	stalled := b.handler(t, func(_ context.Context, s string) error {
+		if s == "tree:nodes" {
+			once.Do(func() {
+				close(reached)
+				<-resume
+			})
+		}
+		return nil
+	})
+	done := make(chan error, 1)
+	go func() {
+		done <- stalled.Work(b.ctx, treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: mine}))
+	}()
+	<-reached
+	j := treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: mine})
+	j.LeaseToken, j.Attempt = "second", 2
+	require.NoError(t, b.handler(t, nil).Work(b.ctx, j))
+	var last []handlers.TreeNode
+	for i := range handlers.DefaultTreeKeep + 1 {
+		last = catalog(t, fmt.Sprintf("new%d", i), fmt.Sprintf("x%d", i))
+		require.NoError(t, b.handler(t, nil).Work(b.ctx, treeJob(t, fmt.Sprintf("other%d", i), handlers.PublishTreeArgs{Tree: "t", Nodes: last})))
+	}
+	_, err := handlers.SweepTrees(b.ctx, b.db, handlers.DefaultTreeKeep, b.log)
+	require.NoError(t, err)
+	newest, _ := b.published(t, "t")
+	close(resume)
+	require.NoError(t, <-done)
+	published, _ := b.published(t, "t")
+	require.Equal(t, newest, published, "the stalled attempt published nothing")
+	got, err := handlers.ReadTree(b.ctx, b.db, "t", 0)
+	require.NoError(t, err)
+	requireSameTree(t, last, got.Nodes)
+}
+
+// TestTreePublishOnceFromAnOldTreeDocument: a tree document written by the
+// previous version (the job only in versions) still tells a retry that its
+// job published, and still does once the sweeper has trimmed that entry.
+func TestTreePublishOnceFromAnOldTreeDocument(t *testing.T) {
+	t.Parallel()
+	b := treeSetup(t)
+	trees := b.db.Collection(handlers.TreesCollection)
+	old := catalog(t, "old", "a")
+	require.NoError(t, b.handler(t, nil).Work(b.ctx, treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: old})))
+	asBefore := func() {
+		_, err := trees.UpdateOne(b.ctx, bson.D{{Key: "_id", Value: "t"}}, bson.D{{Key: "$unset", Value: bson.D{{Key: "jobs", Value: ""}}}})
+		require.NoError(t, err)
+	}
+	asBefore()
+	retry := func() {
+		t.Helper()
+		before, _ := b.published(t, "t")
+		j := treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: old})
+		j.LeaseToken, j.Attempt = "again", 2
+		require.NoError(t, b.handler(t, nil).Work(b.ctx, j))
+		after, _ := b.published(t, "t")
+		require.Equal(t, before, after, "the retry published nothing")
+	}
+	retry()
+	require.NoError(t, b.handler(t, nil).Work(b.ctx, treeJob(t, "j2", handlers.PublishTreeArgs{Tree: "t", Nodes: catalog(t, "new", "b")})))
+	asBefore()
+	_, err := handlers.SweepTrees(b.ctx, b.db, 1, b.log)
+	require.NoError(t, err)
+	_, versionsJobs := b.published(t, "t")
+	require.Equal(t, []string{"j2"}, versionsJobs)
+	retry()
+}
+
+// TestTreeForeignTreeFields: a tree document whose fields another app wrote
+// with another type ends the publish dead, naming the field, with nothing
+// written.
+func TestTreeForeignTreeFields(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		doc   bson.D
+		field string
+	}{
+		{"next string", bson.D{{Key: "next", Value: "three"}}, "next"},
+		{"next null", bson.D{{Key: "next", Value: nil}}, "next"},
+		{"versions null", bson.D{{Key: "next", Value: int64(1)}, {Key: "published", Value: int64(1)}, {Key: "versions", Value: nil}}, "versions"},
+		{"versions string", bson.D{{Key: "versions", Value: "v1"}}, "versions"},
+		{"jobs null", bson.D{{Key: "jobs", Value: nil}}, "jobs"},
+		{"jobs document", bson.D{{Key: "jobs", Value: bson.D{{Key: "j0", Value: 1}}}}, "jobs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := treeSetup(t)
+			trees := b.db.Collection(handlers.TreesCollection)
+			doc := append(bson.D{{Key: "_id", Value: "t"}}, tc.doc...)
+			_, err := trees.InsertOne(b.ctx, doc)
+			require.NoError(t, err)
+			before, err := trees.FindOne(b.ctx, bson.D{{Key: "_id", Value: "t"}}).Raw()
+			require.NoError(t, err)
+			err = b.handler(t, nil).Work(b.ctx, treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: catalog(t, "v1", "a")}))
+			require.True(t, jobs.IsPermanent(err), "%v", err)
+			require.ErrorContains(t, err, fmt.Sprintf("field %q", tc.field))
+			after, err := trees.FindOne(b.ctx, bson.D{{Key: "_id", Value: "t"}}).Raw()
+			require.NoError(t, err)
+			require.Equal(t, before.String(), after.String(), "the tree's document is untouched")
+			require.Zero(t, b.nodeDocs(t))
+		})
+	}
+}
