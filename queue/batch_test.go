@@ -137,11 +137,11 @@ func TestBatchedCompletionReportsEachOutcome(t *testing.T) {
 }
 
 // TestNoDoubleClaimInBatches is TestNoDoubleClaim with batch claims and
-// batched completions: 1,000 jobs, 16 goroutines claiming up to 8 at a
+// batched completions: 300 jobs, 16 goroutines claiming up to 8 at a
 // time; every job must be claimed exactly once.
 func TestNoDoubleClaimInBatches(t *testing.T) {
 	b := setup(t)
-	const n = 1000
+	const n = 300
 	enqueueN(t, b, n)
 
 	var mu sync.Mutex

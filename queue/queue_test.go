@@ -222,11 +222,14 @@ func TestClaimsAreFreshLeases(t *testing.T) {
 	require.NotEqual(t, a.LeaseToken, c.LeaseToken)
 }
 
-// TestNoDoubleClaim: 1,000 jobs, 16 goroutines claiming and completing at
-// once; every job must be claimed exactly once.
+// TestNoDoubleClaim: 300 jobs, 16 goroutines claiming and completing at
+// once; every job must be claimed exactly once. (300, not more: devdb scans
+// the collection for every claim, so the cost grows with n squared, and
+// without its one-command-at-a-time front 497 of 500 jobs were claimed twice
+// at this concurrency: a few hundred show any lapse.)
 func TestNoDoubleClaim(t *testing.T) {
 	b := setup(t)
-	const n = 1000
+	const n = 300
 	enqueueN(t, b, n)
 
 	var mu sync.Mutex
