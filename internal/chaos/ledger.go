@@ -403,8 +403,11 @@ func (r *run) dumpLedger(ctx context.Context) {
 			r.t.Logf("ledger transaction not committed: %s", tx)
 		}
 	}
+	r.mu.Lock()
+	procs := append([]*process(nil), r.procs...) // the killer starts workers meanwhile
+	r.mu.Unlock()
 	var lines []string
-	for _, p := range r.procs {
+	for _, p := range procs {
 		for _, l := range strings.Split(p.out.String(), "\n") {
 			if strings.Contains(l, `"logger":"ledger-sweeper"`) || strings.Contains(l, "ledger sweep") {
 				lines = append(lines, clip(l, 400))
