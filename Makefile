@@ -33,7 +33,7 @@ test:
 	@GO=$(GO) scripts/test.sh
 
 # Throughput, commands per job, latency, idle cost and scaling on a devdb of
-# its own (about a minute); BENCH_FLAGS="--json" or "--mongo-uri ..." to vary.
+# its own (about 5 minutes); BENCH_FLAGS="--json", "--runs default,steady" or "--mongo-uri ..." to vary.
 # Results and targets: docs/BENCHMARKS.md.
 bench: build
 	$(GO) build -o $(BIN)/ ./cmd/bench
