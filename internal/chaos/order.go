@@ -134,6 +134,11 @@ func (r *run) seedOrders() {
 			r.fatalf("chaos: %v", err)
 		}
 	}
+	var units []string
+	for _, id := range l.products {
+		units = append(units, fmt.Sprintf("%s %d units", id, l.initial[id]))
+	}
+	r.t.Logf("chaos: sale: queue %s of capacity %d, paused until wave 0's orders are in; %s", saleQueue, l.capacity, strings.Join(units, ", "))
 }
 
 // ctl runs docketctl, which must succeed, and returns its standard output.
@@ -233,6 +238,14 @@ func (r *run) orderWave(ctx context.Context, w, n int) {
 	if w == 0 {
 		r.ctl("resume", saleQueue)
 	}
+	count := map[orderOutcome]int{}
+	l.mu.Lock()
+	for _, q := range append(reqs, resends...) {
+		count[q.outcome]++
+	}
+	l.mu.Unlock()
+	r.t.Logf("chaos: sale: wave %d sent %d order requests (%d resent): %d admitted, %d refused, %d resends found their job there",
+		w, len(reqs)+len(resends), len(resends), count[orderAdmitted], count[orderRefused], count[orderExisted])
 }
 
 func (r *run) setOutcome(q *orderReq, o orderOutcome) {
