@@ -335,7 +335,8 @@ func (r *run) orderCommand(q *orderReq) {
 }
 
 // startSampler starts the sampler of the sale's jobs; the function it
-// returns stops it.
+// returns stops it. A run that stops early stops it in its cleanup, before
+// devdb goes.
 func (r *run) startSampler() func() {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -349,10 +350,12 @@ func (r *run) startSampler() func() {
 			}
 		}
 	})
-	return func() {
+	stopNow := sync.OnceFunc(func() {
 		close(stop)
 		wg.Wait()
-	}
+	})
+	r.t.Cleanup(stopNow)
+	return stopNow
 }
 
 // sampleSale reads the sale's jobs, in one query, and judges what it read:
