@@ -3,11 +3,13 @@
 // Package chaos runs docket the way failure meets it in production: real
 // worker processes on a real devdb process, SIGKILLed, SIGSTOPped past their
 // leases and cut off from the database while a mixed load of transfers,
-// friendships, racing renames, ledger transfers (and cancels) and tree
-// publishes runs, and readers read the trees' snapshots all the while.
-// Then it lets the queue drain and checks every job, every handler
-// invariant (the ledger's and the trees' included), every snapshot read,
-// and that no worker wrote anything after it had lost a lease. On failure
+// friendships, racing renames, ledger transfers (and cancels), tree
+// publishes and flash-sale orders into a bounded queue runs, readers read
+// the trees' snapshots and a sampler reads the bounded queue all the
+// while. Then it lets the queue drain and checks every job, every handler
+// invariant (the ledger's, the trees' and the sale's included), every
+// snapshot read and sample, and that no worker wrote anything after it
+// had lost a lease. On failure
 // the last lines it logs are the seed and the failed checks.
 //
 // A run is driven by one seed: the same seed makes the same load and the
@@ -71,6 +73,10 @@ type Config struct {
 	// many published versions the workers' tree sweeper keeps. Default 3,
 	// 2, 3.
 	Trees, Readers, TreeKeep int
+	// Products is how many products the orders buy from, each of a
+	// seeded 4 to 12 units; SaleCapacity the capacity of the queue the
+	// orders go to. Default 3 and 4.
+	Products, SaleCapacity int
 }
 
 func (c Config) withDefaults() Config {
@@ -119,6 +125,12 @@ func (c Config) withDefaults() Config {
 	if c.TreeKeep == 0 {
 		c.TreeKeep = 3
 	}
+	if c.Products == 0 {
+		c.Products = 3
+	}
+	if c.SaleCapacity == 0 {
+		c.SaleCapacity = 4
+	}
 	return c
 }
 
@@ -156,6 +168,16 @@ type Result struct {
 	// many snapshot reads were checked to be one whole published version,
 	// TreeReadsDown how many reads failed while devdb was down.
 	TreePublishes, TreeReads, TreeReadsDown int
+	// Order requests sent to the bounded sale queue of capacity
+	// SaleCapacity: admitted (a job inserted), refused as the queue was
+	// full, and resends that found their job there. Orders placed and
+	// rejected (sold out), units sold. SaleSamples is how many reads of
+	// the queue's jobs the sampler judged, SaleMaxHeld the most unfinished
+	// jobs or slots held it saw at once.
+	SaleCapacity, OrderRequests, OrderAdmitted, OrderRefused, OrderResentThere int
+	OrdersPlaced, OrdersRejected                                               int
+	UnitsSold                                                                  int64
+	SaleSamples, SaleMaxHeld                                                   int
 	// Elapsed is the whole run, from devdb's start to the last check.
 	Elapsed time.Duration
 }
@@ -166,12 +188,16 @@ func (r Result) String() string {
 		"%d transfers done and %d cancelled, %d SIGKILLs, %d SIGSTOPs past the lease (%d jobs held, %d of them finished by another worker before SIGCONT), devdb down %s "+
 		"(at most %d warnings per worker), %d finishes by killed workers before they logged; "+
 		"ledger: %d posted, %d refused, %d cancelled, %d compensated, %d postings abandoned and posted again; "+
-		"trees: %d versions published, %d snapshot reads each one whole published version (%d failed while devdb was down); in %s",
+		"trees: %d versions published, %d snapshot reads each one whole published version (%d failed while devdb was down); "+
+		"sale (capacity %d): %d order requests, %d admitted, %d refused as the queue was full, %d resends found their job there; "+
+		"%d orders placed (%d units), %d rejected as sold out; %d samples of the queue, at most %d admitted and unfinished; in %s",
 		r.Seed, r.Jobs, r.Succeeded, r.Dead, r.Cancelled, r.Retried, r.MaxAttempt,
 		r.TxDone, r.TxCancelled, r.Kills, r.Stalls, r.StalledJobs, r.OutlivedJobs, r.Outage.Round(100*time.Millisecond),
 		r.OutageLogLines, r.UnloggedFinishes,
 		r.LedgerPosted, r.LedgerRefused, r.LedgerCancelled, r.LedgerCompensated, r.LedgerAbandoned,
-		r.TreePublishes, r.TreeReads, r.TreeReadsDown, r.Elapsed.Round(time.Second))
+		r.TreePublishes, r.TreeReads, r.TreeReadsDown,
+		r.SaleCapacity, r.OrderRequests, r.OrderAdmitted, r.OrderRefused, r.OrderResentThere,
+		r.OrdersPlaced, r.UnitsSold, r.OrdersRejected, r.SaleSamples, r.SaleMaxHeld, r.Elapsed.Round(time.Second))
 }
 
 // Worker flags: leases short enough that a dead or stalled worker's jobs
@@ -185,6 +211,7 @@ var workerFlags = []string{
 	"--shutdown-timeout", "3s", "--mongo-timeout", "3s", "--log-format", "json",
 	"--ledger-sweep-schedule", "@every 1s", "--ledger-abandon-after", "3s",
 	"--tree-sweep-schedule", "@every 1s",
+	"--queues", "default," + saleQueue,
 }
 
 // run is the state of one chaos run.
@@ -215,6 +242,7 @@ type run struct {
 
 	ledger ledgerLoad
 	trees  treeLoad
+	orders orderLoad
 
 	failures []string // every failed check, in order, for the summary
 }
@@ -261,6 +289,7 @@ func Run(t testing.TB, cfg Config) Result {
 	}
 	t.Cleanup(r.cleanup)
 
+	r.seedOrders() // first: the capacity applies to r.q's first enqueue
 	const balance = 100_000
 	r.enqueue("", "seed", "--users", strconv.Itoa(cfg.Users), "--accounts", strconv.Itoa(cfg.Accounts),
 		"--balance", strconv.Itoa(balance), "--comments", strconv.Itoa(cfg.Comments), "--seed", strconv.FormatUint(cfg.Seed, 10))
@@ -270,6 +299,7 @@ func Run(t testing.TB, cfg Config) Result {
 	r.seedLedger()
 	r.seedTrees()
 	stopReaders := r.startReaders()
+	stopSampler := r.startSampler()
 	for range cfg.Workers {
 		r.startWorker()
 	}
@@ -331,6 +361,7 @@ func Run(t testing.TB, cfg Config) Result {
 	close(stopKiller)
 	<-killerDone
 	stopReaders()
+	stopSampler()
 	if !drained {
 		return r.res
 	}
@@ -441,12 +472,13 @@ func (r *run) wave(w, n int) {
 		total += b
 	}
 
-	nLedger, nTree := n*3/20, max(n/10, r.cfg.Trees)
-	m := n - nLedger - nTree
+	nLedger, nTree, nOrder := n*3/20, max(n/10, r.cfg.Trees), n*3/20
+	m := n - nLedger - nTree - nOrder
 	nTransfers, nFriends := m*2/5, m*7/20
 	nRenames := m - nTransfers - nFriends
 	r.ledgerWave(ctx, w, nLedger)
 	r.treeWave(ctx, w, nTree)
+	r.orderWave(ctx, w, nOrder)
 	if w > 0 {
 		r.cancelLedger(ctx, w)
 	}

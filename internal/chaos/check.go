@@ -77,6 +77,13 @@ func expectedDeath(j *jobs.Job) string {
 		}
 		return ""
 	}
+	if j.Kind == handlers.OrderKind {
+		var a handlers.OrderArgs
+		if bson.Unmarshal(j.Args, &a) == nil && a.Product == orderGhost {
+			return fmt.Sprintf("product %q: %s", orderGhost, handlers.ErrUnknownProduct)
+		}
+		return ""
+	}
 	if j.Kind != handlers.AddFriendKind {
 		return ""
 	}
@@ -109,6 +116,7 @@ func (r *run) check() {
 	r.checkUsers(all)
 	r.checkLedger(all)
 	r.checkTrees(all)
+	r.checkOrders(all)
 }
 
 // checkJob: every job succeeded, or is dead or cancelled as the run meant.
