@@ -195,20 +195,7 @@ func (c *Client) Occupied(ctx context.Context, queue string) (int, error) {
 
 // readCapacities reads the capacities stored, in queue name order.
 func (c *Client) readCapacities(ctx context.Context) ([]QueueCapacity, error) {
-	cur, err := c.queuesColl().Find(ctx, bson.D{{Key: "capacity", Value: bson.D{{Key: "$exists", Value: true}}}},
-		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("queue: read capacities: %w", err)
-	}
-	var out []QueueCapacity
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
-		out = append(out, queueCapacity(d))
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("queue: read capacities: %w", err)
-	}
-	return out, nil
+	return readQueues(ctx, c, bson.D{{Key: "capacity", Value: bson.D{{Key: "$exists", Value: true}}}}, "capacities", queueCapacity)
 }
 
 // queueCapacity reads one queues document's capacity field by field.

@@ -134,18 +134,23 @@ func (c *Client) Resume(ctx context.Context, queue, by string) (bool, error) {
 // not plainly running: the paused ones, and those whose document another
 // application wrote malformed. Queues are in name order.
 func (c *Client) QueueStates(ctx context.Context) ([]QueueState, error) {
-	cur, err := c.queuesColl().Find(ctx, bson.D{{Key: "paused", Value: bson.D{{Key: "$ne", Value: false}}}},
-		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	return readQueues(ctx, c, bson.D{{Key: "paused", Value: bson.D{{Key: "$ne", Value: false}}}}, "paused queues", queueState)
+}
+
+// readQueues reads the queues documents matching filter, in name order,
+// each decoded field by field with decode; what names them in errors.
+func readQueues[T any](ctx context.Context, c *Client, filter bson.D, what string, decode func(bson.Raw) T) ([]T, error) {
+	cur, err := c.queuesColl().Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("queue: read paused queues: %w", err)
+		return nil, fmt.Errorf("queue: read %s: %w", what, err)
 	}
-	var out []QueueState
+	var out []T
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
-		out = append(out, queueState(d))
+		out = append(out, decode(d))
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: read paused queues: %w", err)
+		return nil, fmt.Errorf("queue: read %s: %w", what, err)
 	}
 	return out, nil
 }
