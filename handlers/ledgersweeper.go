@@ -61,7 +61,10 @@ const (
 // (two sweepers, or a stalled one, cannot fold a change twice), then marks
 // COMMITTED every transaction whose accounts' caches have all passed it.
 // It also cancels, as abandoned, a posting whose seqId claim has waited for
-// its transaction longer than the threshold.
+// its transaction longer than the threshold. It runs in the leader, which
+// may die at any moment: each pass first commits what earlier passes
+// folded, and folds the account whose next claim has waited longest first,
+// so passes cut short still settle every account.
 type LedgerSweeper struct {
 	cfg LedgerSweeperConfig
 	c   ledgerColls
@@ -187,33 +190,34 @@ func (s *LedgerSweeper) accounts(ctx context.Context) (map[string]ledgerAccount,
 // first (ties by id), with the claims read.
 func (s *LedgerSweeper) pending(ctx context.Context, accts map[string]ledgerAccount) ([]string, map[string]bson.Raw, error) {
 	next := map[string]bson.Raw{}
-	if len(accts) == 0 {
-		return nil, next, nil
-	}
+	at := map[string]time.Time{}
+	byClaim := make(map[string]string, len(accts)) // the next claim's _id: its account
 	ids := make(bson.A, 0, len(accts))
 	for id, a := range accts {
+		byClaim[ledgerSlotID(id, a.seq+1)] = id
 		ids = append(ids, ledgerSlotID(id, a.seq+1))
 	}
-	cur, err := s.c.seq.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
-	if err != nil {
-		return nil, nil, fmt.Errorf("ledger sweep: read the next claims: %w", err)
-	}
-	defer cur.Close(ctx)
-	at := map[string]time.Time{}
-	for cur.Next(ctx) {
-		// The _id names the account and seqId; the other fields may be
-		// another app's, so only the claim's time is looked at here.
-		id, _ := cur.Current.Lookup("_id").StringValueOK()
-		for acct, a := range accts {
-			if id == ledgerSlotID(acct, a.seq+1) {
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), 1000)]
+		ids = ids[len(batch):]
+		cur, err := s.c.seq.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: batch}}}})
+		if err != nil {
+			return nil, nil, fmt.Errorf("ledger sweep: read the next claims: %w", err)
+		}
+		for cur.Next(ctx) {
+			// The _id names the account and seqId; the other fields may be
+			// another app's: only the claim's time is looked at here.
+			claim, _ := cur.Current.Lookup("_id").StringValueOK()
+			if acct, ok := byClaim[claim]; ok {
 				next[acct] = append(bson.Raw(nil), cur.Current...)
 				at[acct], _ = cur.Current.Lookup("at").TimeOK()
-				break
 			}
 		}
-	}
-	if err := cur.Err(); err != nil {
-		return nil, nil, fmt.Errorf("ledger sweep: read the next claims: %w", err)
+		err = cur.Err()
+		_ = cur.Close(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ledger sweep: read the next claims: %w", err)
+		}
 	}
 	order := make([]string, 0, len(next))
 	for id := range next {
