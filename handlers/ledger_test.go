@@ -732,3 +732,74 @@ func (b *ledgerBundle) insertTransfer(t *testing.T, db *mongo.Database, i int) s
 	require.NoError(t, err)
 	return id
 }
+
+// TestLedgerSweeperSettlesUnderShortLivedLeaders: the leader that runs the
+// sweeper is killed every few round trips (as the chaos run's killer does
+// on a loaded machine, where each command waits its turn at the server):
+// each pass gets a budget of commands, then its context is cancelled. The
+// account every transfer pays into comes last in the accounts' order, so a
+// pass that always starts from the first account and commits only at its
+// end never reaches it, and nothing is ever committed. Passes that commit
+// what earlier passes folded first, and fold the accounts whose next claim
+// has waited longest first, settle it.
+func TestLedgerSweeperSettlesUnderShortLivedLeaders(t *testing.T) {
+	b := ledgerSetup(t)
+	opening := map[string]int64{"zz-sink": 0}
+	var sources []string
+	for i := range 7 {
+		id := fmt.Sprintf("a%d", i)
+		sources = append(sources, id)
+		opening[id] = 1_000
+	}
+	// Opened in id order, so that the sink is the last account listed.
+	for _, id := range append(sources, "zz-sink") {
+		require.NoError(t, handlers.OpenLedgerAccount(b.ctx, b.db, id, opening[id]))
+	}
+	h := b.handler(t, nil)
+	for i, from := range sources {
+		for j := range 2 {
+			require.NoError(t, h.Work(b.ctx, ledgerJob(fmt.Sprintf("t%d-%d", i, j), "l", handlers.LedgerTransferArgs{From: from, To: "zz-sink", Amount: 10})))
+		}
+	}
+
+	// A sweeper whose pass is cancelled when it starts its budget-th command.
+	const budget = 10
+	var n atomic.Int64
+	var kill atomic.Pointer[context.CancelFunc]
+	mon := &event.CommandMonitor{Started: func(context.Context, *event.CommandStartedEvent) {
+		if n.Add(1) == budget {
+			if c := kill.Load(); c != nil {
+				(*c)()
+			}
+		}
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	s, err := handlers.NewLedgerSweeper(client.Database(b.db.Name()), handlers.LedgerSweeperConfig{Threshold: time.Hour, Logger: b.log})
+	require.NoError(t, err)
+
+	settled := func() bool {
+		uncommitted, err := b.txs.CountDocuments(b.ctx, bson.D{{Key: "proc", Value: handlers.LedgerUncommitted}})
+		require.NoError(t, err)
+		var sink struct {
+			Cache struct {
+				SeqID int64 `bson:"seqId"`
+			} `bson:"cache"`
+		}
+		require.NoError(t, b.acct.FindOne(b.ctx, bson.D{{Key: "_id", Value: "zz-sink"}}).Decode(&sink))
+		return uncommitted == 0 && sink.Cache.SeqID == 14
+	}
+	const passes = 100
+	for pass := 0; pass < passes && !settled(); pass++ {
+		ctx, cancel := context.WithCancel(b.ctx)
+		n.Store(0)
+		kill.Store(&cancel)
+		_, _ = s.RunOnce(ctx) // killed part-way, or done
+		kill.Store(nil)
+		cancel()
+	}
+	require.True(t, settled(), "the ledger did not settle in %d passes of %d commands each", passes, budget)
+	b.settle(t, time.Hour)
+	checkLedgerInvariants(t, b.db, opening)
+}

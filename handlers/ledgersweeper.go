@@ -1,17 +1,19 @@
 package handlers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/recovery"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/zap"
 )
 
@@ -59,7 +61,10 @@ const (
 // (two sweepers, or a stalled one, cannot fold a change twice), then marks
 // COMMITTED every transaction whose accounts' caches have all passed it.
 // It also cancels, as abandoned, a posting whose seqId claim has waited for
-// its transaction longer than the threshold.
+// its transaction longer than the threshold. It runs in the leader, which
+// may die at any moment: each pass first commits what earlier passes
+// folded, and folds the account whose next claim has waited longest first,
+// so passes cut short still settle every account.
 type LedgerSweeper struct {
 	cfg LedgerSweeperConfig
 	c   ledgerColls
@@ -108,25 +113,33 @@ func (s *LedgerSweeper) step(ctx context.Context, name string) error {
 	return s.hook(ctx, name)
 }
 
-// RunOnce makes one pass over every account, then commits. An account
-// that another app left unusable is skipped with a log line.
+// RunOnce makes one pass: it commits what earlier passes folded, folds
+// every account that has a claim past its cache, the one whose next claim
+// has waited longest first, then commits again. An account that another
+// app left unusable is skipped with a log line.
+//
+// A pass may end at any point (its leader killed, its context cancelled):
+// every write is fenced, and what it folded is committed by the next pass's
+// first step. So that passes cut short still settle the whole ledger, a
+// pass costs few commands before its first fold (the accounts in one read,
+// their next claims in another), and no account is always folded last.
 func (s *LedgerSweeper) RunOnce(ctx context.Context) (LedgerSweepResult, error) {
 	var res LedgerSweepResult
-	cur, err := s.c.accounts.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	accts, err := s.accounts(ctx)
 	if err != nil {
-		return res, fmt.Errorf("ledger sweep: list accounts: %w", err)
+		return res, err
 	}
-	var ids []string
-	for cur.Next(ctx) {
-		if id, ok := cur.Current.Lookup("_id").StringValueOK(); ok {
-			ids = append(ids, id)
-		}
+	n, err := s.commit(ctx, accts)
+	res.Committed += n
+	if err != nil {
+		return res, err
 	}
-	if err := cur.Err(); err != nil {
-		return res, fmt.Errorf("ledger sweep: list accounts: %w", err)
+	order, next, err := s.pending(ctx, accts)
+	if err != nil {
+		return res, err
 	}
-	for _, id := range ids {
-		if err := s.fold(ctx, id, &res); err != nil {
+	for _, id := range order {
+		if err := s.fold(ctx, accts[id], next[id], &res); err != nil {
 			if errors.Is(err, ErrLedgerAccount) {
 				s.log.Warn("skipping an unusable ledger account", zap.Error(err))
 				continue
@@ -134,25 +147,104 @@ func (s *LedgerSweeper) RunOnce(ctx context.Context) (LedgerSweepResult, error) 
 			return res, err
 		}
 	}
-	n, err := s.commit(ctx)
-	res.Committed = n
+	if res.Folded == 0 {
+		return res, nil // nothing more to commit than the first step did
+	}
+	if accts, err = s.accounts(ctx); err != nil {
+		return res, err
+	}
+	n, err = s.commit(ctx, accts)
+	res.Committed += n
 	return res, err
 }
 
-// fold advances account id's cache over its claims, one seqId at a time.
-func (s *LedgerSweeper) fold(ctx context.Context, id string, res *LedgerSweepResult) error {
+// accounts reads every account's cache, in one read; an unusable account
+// is logged and left out.
+func (s *LedgerSweeper) accounts(ctx context.Context) (map[string]ledgerAccount, error) {
+	cur, err := s.c.accounts.Find(ctx, bson.D{})
+	if err != nil {
+		return nil, fmt.Errorf("ledger sweep: list accounts: %w", err)
+	}
+	defer cur.Close(ctx)
+	accts := map[string]ledgerAccount{}
+	for cur.Next(ctx) {
+		id, ok := cur.Current.Lookup("_id").StringValueOK()
+		if !ok {
+			continue
+		}
+		a, err := parseLedgerAccount(id, cur.Current)
+		if err != nil {
+			s.log.Warn("skipping an unusable ledger account", zap.Error(err))
+			continue
+		}
+		accts[id] = a
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("ledger sweep: list accounts: %w", err)
+	}
+	return accts, nil
+}
+
+// pending reads, in one read, the claim right after each account's cache,
+// and returns the accounts that have one, the one claimed longest ago
+// first (ties by id), with the claims read.
+func (s *LedgerSweeper) pending(ctx context.Context, accts map[string]ledgerAccount) ([]string, map[string]bson.Raw, error) {
+	next := map[string]bson.Raw{}
+	at := map[string]time.Time{}
+	byClaim := make(map[string]string, len(accts)) // the next claim's _id: its account
+	ids := make(bson.A, 0, len(accts))
+	for id, a := range accts {
+		byClaim[ledgerSlotID(id, a.seq+1)] = id
+		ids = append(ids, ledgerSlotID(id, a.seq+1))
+	}
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), 1000)]
+		ids = ids[len(batch):]
+		cur, err := s.c.seq.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: batch}}}})
+		if err != nil {
+			return nil, nil, fmt.Errorf("ledger sweep: read the next claims: %w", err)
+		}
+		for cur.Next(ctx) {
+			// The _id names the account and seqId; the other fields may be
+			// another app's: only the claim's time is looked at here.
+			claim, _ := cur.Current.Lookup("_id").StringValueOK()
+			if acct, ok := byClaim[claim]; ok {
+				next[acct] = append(bson.Raw(nil), cur.Current...)
+				at[acct], _ = cur.Current.Lookup("at").TimeOK()
+			}
+		}
+		err = cur.Err()
+		_ = cur.Close(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ledger sweep: read the next claims: %w", err)
+		}
+	}
+	order := make([]string, 0, len(next))
+	for id := range next {
+		order = append(order, id)
+	}
+	slices.SortFunc(order, func(a, b string) int {
+		return cmp.Or(at[a].Compare(at[b]), strings.Compare(a, b))
+	})
+	return order, next, nil
+}
+
+// fold advances account acct's cache over its claims, one seqId at a time,
+// from raw, the claim after the cache as read. It reads the account again
+// only when its cache moved under it.
+func (s *LedgerSweeper) fold(ctx context.Context, acct ledgerAccount, raw bson.Raw, res *LedgerSweepResult) error {
+	id := acct.id
 	for range s.cfg.Batch {
-		acct, err := readLedgerAccount(ctx, s.c, id)
-		if err != nil {
-			return err
-		}
 		k := acct.seq + 1
-		raw, err := s.c.seq.FindOne(ctx, bson.D{{Key: "_id", Value: ledgerSlotID(id, k)}}).Raw()
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			return nil // nothing claimed after the cache
-		}
-		if err != nil {
-			return fmt.Errorf("ledger sweep: read seqId %d of %q: %w", k, id, err)
+		if raw == nil {
+			var err error
+			raw, err = s.c.seq.FindOne(ctx, bson.D{{Key: "_id", Value: ledgerSlotID(id, k)}}).Raw()
+			if errors.Is(err, mongo.ErrNoDocuments) {
+				return nil // nothing claimed after the cache
+			}
+			if err != nil {
+				return fmt.Errorf("ledger sweep: read seqId %d of %q: %w", k, id, err)
+			}
 		}
 		var slot ledgerSlot
 		delta := int64(0)
@@ -172,7 +264,7 @@ func (s *LedgerSweeper) fold(ctx context.Context, id string, res *LedgerSweepRes
 					return err
 				}
 				res.Abandoned++
-				continue
+				continue // read its transaction again: the tombstone, or the poster's
 			default:
 				if c, i, owns := ledgerOwns(tx, slot); owns && tx.State == LedgerValid {
 					ok, err := s.seal(ctx, tx, i, acct.balance+c.delta())
@@ -192,8 +284,12 @@ func (s *LedgerSweeper) fold(ctx context.Context, id string, res *LedgerSweepRes
 		if err != nil {
 			return fmt.Errorf("ledger sweep: advance the cache of %q to seqId %d: %w", id, k, err)
 		}
+		raw = nil
 		if upd.MatchedCount == 1 {
 			res.Folded++
+			acct.balance, acct.seq = acct.balance+delta, k
+		} else if acct, err = readLedgerAccount(ctx, s.c, id); err != nil {
+			return err // another sweeper moved the cache: go on from where it is
 		}
 		if err := s.step(ctx, stepLedgerCache); err != nil {
 			return err
@@ -230,52 +326,41 @@ func (s *LedgerSweeper) seal(ctx context.Context, tx *LedgerTx, i int, after int
 	return upd.MatchedCount == 1, s.step(ctx, stepLedgerSeal)
 }
 
-// commit marks COMMITTED every UNCOMMITTED transaction whose changes every
-// account's cache has passed, and returns how many.
-func (s *LedgerSweeper) commit(ctx context.Context) (int, error) {
+// commit marks COMMITTED, in one write, every UNCOMMITTED transaction
+// whose changes every account's cache in accts has passed, and returns how
+// many. Caches only move forward, so a transaction that was passed stays
+// passed: a stale commit is harmless.
+func (s *LedgerSweeper) commit(ctx context.Context, accts map[string]ledgerAccount) (int, error) {
 	cur, err := s.c.txs.Find(ctx, bson.D{{Key: "proc", Value: LedgerUncommitted}})
 	if err != nil {
 		return 0, fmt.Errorf("ledger sweep: find uncommitted transactions: %w", err)
 	}
-	var txs []LedgerTx
+	defer cur.Close(ctx)
+	var ids bson.A
 	for cur.Next(ctx) {
 		var tx LedgerTx
-		if bson.Unmarshal(cur.Current, &tx) == nil {
-			txs = append(txs, tx)
+		if bson.Unmarshal(cur.Current, &tx) != nil {
+			continue
+		}
+		passed := true
+		for _, c := range tx.Changes {
+			a, ok := accts[c.Account]
+			passed = passed && ok && a.seq >= c.SeqID
+		}
+		if passed {
+			ids = append(ids, tx.ID)
 		}
 	}
 	if err := cur.Err(); err != nil {
 		return 0, fmt.Errorf("ledger sweep: find uncommitted transactions: %w", err)
 	}
-	caches := map[string]int64{}
-	n := 0
-	for _, tx := range txs {
-		passed := true
-		for _, c := range tx.Changes {
-			seq, ok := caches[c.Account]
-			if !ok {
-				acct, err := readLedgerAccount(ctx, s.c, c.Account)
-				if err != nil {
-					seq = -1
-				} else {
-					seq = acct.seq
-				}
-				caches[c.Account] = seq
-			}
-			passed = passed && seq >= c.SeqID
-		}
-		if !passed {
-			continue
-		}
-		upd, err := s.c.txs.UpdateOne(ctx, bson.D{{Key: "_id", Value: tx.ID}, {Key: "proc", Value: LedgerUncommitted}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "proc", Value: LedgerCommitted}}}})
-		if err != nil {
-			return n, fmt.Errorf("ledger sweep: commit %q: %w", tx.ID, err)
-		}
-		n += int(upd.MatchedCount)
-		if err := s.step(ctx, stepLedgerCommit); err != nil {
-			return n, err
-		}
+	if len(ids) == 0 {
+		return 0, nil
 	}
-	return n, nil
+	upd, err := s.c.txs.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "proc", Value: LedgerUncommitted}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "proc", Value: LedgerCommitted}}}})
+	if err != nil {
+		return 0, fmt.Errorf("ledger sweep: commit %d transactions: %w", len(ids), err)
+	}
+	return int(upd.MatchedCount), s.step(ctx, stepLedgerCommit)
 }
