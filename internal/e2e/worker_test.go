@@ -119,6 +119,10 @@ func TestStalledWorkerCannotWriteAfterLosingLease(t *testing.T) {
 	a := startWorker(t, db, "A", fastWorker...)
 	aID := a.workerID()
 	waitJob(t, q, res.ID, time.Minute, "running on A", func(j *jobs.Job) bool { return j.State == jobs.StateRunning && j.Owner == aID })
+	// Stopped only once its handler runs: a stall between the claim and the
+	// start is another path (the job is not started on a lease about to
+	// lapse; TestClaimAnsweredPastItsLeaseDoesNotStart).
+	a.waitLog(`"job started"`, time.Minute)
 	a.signal(syscall.SIGSTOP)
 
 	b := startWorker(t, db, "B", fastWorker...)
