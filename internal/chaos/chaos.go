@@ -356,10 +356,14 @@ func Run(t testing.TB, cfg Config) Result {
 		<-longDone
 	}
 
-	r.t.Logf("chaos: draining after %s", time.Since(start).Round(100*time.Millisecond))
-	drained := r.drain()
+	// The faults end with the load, then the run waits for docket to
+	// converge: a killer still SIGKILLing a worker every 1–3 s would keep
+	// re-queueing the slowest jobs (a hot ledger posting on a loaded
+	// machine outlasts the 2 s lease and the kills' spacing) without end.
 	close(stopKiller)
 	<-killerDone
+	r.t.Logf("chaos: draining after %s", time.Since(start).Round(100*time.Millisecond))
+	drained := r.drain()
 	stopReaders()
 	stopSampler()
 	if !drained {
