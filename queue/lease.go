@@ -214,9 +214,16 @@ func (c *Client) readWritten(ctx context.Context, id string) (*written, error) {
 // attempt's own write is there (an earlier try was applied and its reply
 // lost), err otherwise.
 func (c *Client) unlessWritten(ctx context.Context, op string, l Lease, err error, ours func(*written) bool) error {
-	w, rerr := c.readWritten(ctx, l.JobID)
+	// The read-back gets time of its own: the write may have used up the
+	// caller's (a loaded server), and only the read tells a lost lease
+	// from an earlier try applied with its reply lost.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
+	defer cancel()
+	w, rerr := c.readWritten(rctx, l.JobID)
 	if rerr != nil {
-		return fmt.Errorf("%w (reading the job back to see whether an earlier try was applied: %v)", err, rerr)
+		// Unknown, not lost: the caller tries the write again, which
+		// reads back again.
+		return fmt.Errorf("queue: %s job %s: the fenced write matched nothing and reading the job back failed, so whether an earlier try was applied is not known: %w", op, l.JobID, rerr)
 	}
 	if w == nil || !ours(w) {
 		return err
@@ -225,6 +232,10 @@ func (c *Client) unlessWritten(ctx context.Context, op string, l Lease, err erro
 		zap.String("job_id", l.JobID), zap.String("op", op), zap.String("state", string(w.State)))
 	return nil
 }
+
+// readBackTimeout bounds the read that tells a lost lease from a write
+// already applied.
+const readBackTimeout = 5 * time.Second
 
 // lostFinishReply is the error a test hook makes of the reply of the
 // finishing write op; nil without hooks.
