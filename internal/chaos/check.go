@@ -58,6 +58,18 @@ func (l logLine) final() bool {
 		(l.Outcome == "succeeded" || l.Outcome == "cancelled" || strings.HasPrefix(l.Outcome, "failed, dead"))
 }
 
+// unconfirmed says whether the owner logged that it could not record
+// attempt j.Attempt's outcome of job id, the outcome the document shows.
+func unconfirmed(lines []logLine, id string, j *jobs.Job) bool {
+	for _, l := range lines {
+		if l.JobID == id && l.Attempt == j.Attempt && strings.HasPrefix(l.Msg, "job finished but its outcome could not be recorded") &&
+			(l.Outcome == string(j.State) || strings.HasPrefix(l.Outcome, "failed, "+string(j.State)) || (j.State == jobs.StateCancelled && l.Outcome == "cancelled")) {
+			return true
+		}
+	}
+	return false
+}
+
 func parseLog(out string) []logLine {
 	var lines []logLine
 	for _, s := range strings.Split(out, "\n") {
@@ -180,6 +192,11 @@ func (r *run) checkFencing(byID map[string]*jobs.Job) {
 			}
 		case j.Owner == "": // never ran: cancelled while queued
 		case killed[j.Owner]:
+			r.res.UnloggedFinishes++
+		case unconfirmed(logs[j.Owner], id, j):
+			// Its write was applied, and the worker could not read that
+			// back before the lease ran out (a loaded server): it said
+			// so, claiming nothing. Not a write after a lost lease.
 			r.res.UnloggedFinishes++
 		default:
 			var said []string
