@@ -264,11 +264,8 @@ func (c *Client) capacityOf(ctx context.Context) (map[string]int, error) {
 		p.limits = map[string]int{}
 		for _, qc := range caps {
 			if qc.Malformed != "" {
-				if p.warned[qc.Queue] != qc.Malformed {
-					p.warned[qc.Queue] = qc.Malformed
-					c.log.Warn("a queues document has a malformed capacity: the queue is NOT bounded; `docketctl capacity` rewrites it",
-						zap.String("queue", qc.Queue), zap.String("problem", qc.Malformed))
-				}
+				c.warnMalformed(p.warned, qc.Queue, qc.Malformed,
+					"a queues document has a malformed capacity: the queue is NOT bounded; `docketctl capacity` rewrites it")
 				continue
 			}
 			p.limits[qc.Queue] = qc.Capacity

@@ -241,16 +241,22 @@ func (c *Client) readPauses(ctx context.Context) error {
 	p.paused = map[string]bool{}
 	for _, s := range states {
 		if s.Malformed != "" {
-			if p.warned[s.Queue] != s.Malformed {
-				p.warned[s.Queue] = s.Malformed
-				c.log.Warn("a queues document is malformed: the queue is NOT paused; `docketctl pause` or `resume` rewrites it",
-					zap.String("queue", s.Queue), zap.String("problem", s.Malformed))
-			}
+			c.warnMalformed(p.warned, s.Queue, s.Malformed,
+				"a queues document is malformed: the queue is NOT paused; `docketctl pause` or `resume` rewrites it")
 			continue
 		}
 		p.paused[s.Queue] = s.Paused
 	}
 	return nil
+}
+
+// warnMalformed logs, once per queue and problem, that another app wrote
+// the queue's document malformed; warned remembers what was logged.
+func (c *Client) warnMalformed(warned map[string]string, queue, problem, msg string) {
+	if warned[queue] != problem {
+		warned[queue] = problem
+		c.log.Warn(msg, zap.String("queue", queue), zap.String("problem", problem))
+	}
 }
 
 // confirmUnpaused is called after a claim made with a stale answer of
