@@ -110,18 +110,24 @@ func (r *Results) writeClaims(w io.Writer) {
 // splitCommands sets the claims' and completions' shares of the commands
 // per job.
 func (r *BurnDown) splitCommands(us []usage) {
-	var claims, done int64
+	var claims, done, leader, pauses, registry int64
 	for _, u := range us {
 		claims += u.ClaimCmds
 		done += u.DoneCmds
+		leader += u.Leader
+		pauses += u.Pauses
+		registry += u.Registry
 	}
-	r.ClaimCommandsPerJob = float64(claims) / float64(r.Jobs)
-	r.CompleteCommandsPerJob = float64(done) / float64(r.Jobs)
+	per := func(n int64) float64 { return float64(n) / float64(r.Jobs) }
+	r.ClaimCommandsPerJob, r.CompleteCommandsPerJob = per(claims), per(done)
+	r.LeaderCommandsPerJob, r.PauseCommandsPerJob, r.RegistryCommandsPerJob = per(leader), per(pauses), per(registry)
 }
 
 // commandsSplit shows the share of claims, completions and the rest in a
 // burn-down's commands per job.
 func commandsSplit(b *BurnDown) string {
-	return fmt.Sprintf("claims %.2f, completions %.2f, other %.2f", b.ClaimCommandsPerJob, b.CompleteCommandsPerJob,
-		b.CommandsPerJob-b.ClaimCommandsPerJob-b.CompleteCommandsPerJob)
+	other := b.CommandsPerJob - b.ClaimCommandsPerJob - b.CompleteCommandsPerJob
+	return fmt.Sprintf("claims %.2f, completions %.2f, other %.2f: leader election %.2f, paused-queue reads %.2f, registry %.2f, maintenance %.2f",
+		b.ClaimCommandsPerJob, b.CompleteCommandsPerJob, other, b.LeaderCommandsPerJob, b.PauseCommandsPerJob, b.RegistryCommandsPerJob,
+		other-b.LeaderCommandsPerJob-b.PauseCommandsPerJob-b.RegistryCommandsPerJob)
 }

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +32,7 @@ type monitor struct {
 	mu      sync.Mutex
 	byName  map[string]int64
 	started map[int64]cmdKind
+	names   map[int64]string
 	claims  []float64 // claim round trips, ms
 	pending time.Duration
 }
@@ -45,7 +48,7 @@ const (
 )
 
 func newMonitor(jobsColl string) *monitor {
-	return &monitor{jobsColl: jobsColl, byName: map[string]int64{}, started: map[int64]cmdKind{}}
+	return &monitor{jobsColl: jobsColl, byName: map[string]int64{}, started: map[int64]cmdKind{}, names: map[int64]string{}}
 }
 
 func (m *monitor) commandMonitor() *event.CommandMonitor {
@@ -81,6 +84,23 @@ func (m *monitor) onStarted(_ context.Context, e *event.CommandStartedEvent) {
 		m.registry.Add(1)
 	}
 	m.mu.Lock()
+	if traceCmds {
+		coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
+		switch k {
+		case cmdClaim:
+			coll += "/claim"
+		case cmdBatchFind:
+			coll += "/bfind"
+			if f, ok := e.Command.Lookup("filter").DocumentOK(); ok && f.Lookup("leaseToken").Type != 0 {
+				coll += "/readback"
+			}
+		case cmdBatchUpdate:
+			coll += "/stamp"
+		case cmdComplete:
+			coll += "/complete"
+		}
+		m.names[e.RequestID] = coll
+	}
 	m.byName[e.CommandName]++
 	if k != cmdOther {
 		m.started[e.RequestID] = k
@@ -135,6 +155,25 @@ func (m *monitor) forget(id int64) {
 }
 
 func (m *monitor) onSucceeded(_ context.Context, e *event.CommandSucceededEvent) {
+	if traceCmds {
+		coll, n := "", int64(-1)
+		if c, ok := m.names[e.RequestID]; ok {
+			coll = c
+		}
+		if v, ok := e.Reply.Lookup("n").AsInt64OK(); ok {
+			n = v
+		}
+		if b, ok := e.Reply.Lookup("cursor", "firstBatch").ArrayOK(); ok {
+			vs, _ := b.Values()
+			n = int64(len(vs))
+		}
+		if v, ok := e.Reply.Lookup("value").DocumentOK(); ok && len(v) > 0 {
+			n = 1
+		} else if _, ok := e.Reply.Lookup("value").DocumentOK(); !ok && e.CommandName == "findAndModify" {
+			n = 0
+		}
+		fmt.Fprintf(os.Stderr, "TRACE %d %s %s n=%d %v\n", time.Now().UnixMilli()%100000, e.CommandName, coll, n, e.Duration.Round(time.Millisecond))
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k, ok := m.started[e.RequestID]
@@ -198,3 +237,11 @@ func (m *monitor) snapshot(full bool) snapshot {
 	}
 	return s
 }
+
+// traceCmds, set by DOCKET_BENCH_TRACE=1, makes each worker process print
+// every command it sends as it is answered: the time (ms), the command,
+// its collection (and for the jobs collection what it is: a single claim,
+// a batch claim's find, stamp or read-back, a completion), the documents
+// it returned or matched and its round trip. It shows where a run's
+// commands go.
+var traceCmds = os.Getenv("DOCKET_BENCH_TRACE") != ""

@@ -107,6 +107,9 @@ type usage struct {
 	// ClaimCmds and DoneCmds are the claims' and completions' commands
 	// among Commands.
 	ClaimCmds, DoneCmds int64 `json:"-"`
+	// Leader, Pauses and Registry are the leader election's commands, the
+	// paused-queue reads and the registry's beats among Commands.
+	Leader, Pauses, Registry int64 `json:"-"`
 }
 
 // kill sends SIGKILL, as a crash would, and waits for the process to exit.
@@ -126,7 +129,8 @@ func (p *proc) stop() (usage, error) {
 	last, base := p.last, p.base
 	p.mu.Unlock()
 	u := usage{Commands: last.Commands - base.Commands, ByName: last.ByName, ClaimMs: last.ClaimMs,
-		ClaimCmds: last.ClaimCmds - base.ClaimCmds, DoneCmds: last.DoneCmds - base.DoneCmds}
+		ClaimCmds: last.ClaimCmds - base.ClaimCmds, DoneCmds: last.DoneCmds - base.DoneCmds,
+		Leader: last.Leader - base.Leader, Pauses: last.Pauses - base.Pauses, Registry: last.Registry - base.Registry}
 	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		u.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		u.MaxRSSMB = float64(ru.Maxrss) / 1024 // KiB on Linux

@@ -76,10 +76,13 @@ type BurnDown struct {
 	PerProcess []Process `json:"perProcess,omitempty"`
 	// ClaimCommandsPerJob and CompleteCommandsPerJob split CommandsPerJob:
 	// the claims' commands (single, or a batch's find, stamp and read-back)
-	// and the completions'; the rest is maintenance, leader election and
-	// the paused-queues cache.
+	// and the completions'; the rest is the leader election's, the
+	// paused-queue reads', the registry's and maintenance's.
 	ClaimCommandsPerJob    float64 `json:"claimCommandsPerJob"`
 	CompleteCommandsPerJob float64 `json:"completeCommandsPerJob"`
+	LeaderCommandsPerJob   float64 `json:"leaderCommandsPerJob"`
+	PauseCommandsPerJob    float64 `json:"pauseCommandsPerJob"`
+	RegistryCommandsPerJob float64 `json:"registryCommandsPerJob"`
 }
 
 // Process is one worker process's resource use.
