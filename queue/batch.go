@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -116,16 +117,22 @@ func (c store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.Jo
 		pq := p
 		pq.Queues = qs
 		claimed, err := c.claimBatchTries(ctx, pq, k)
-		if len(claimed) == 0 || err != nil || !stale {
+		if len(claimed) == 0 || err != nil {
 			return claimed, err
 		}
-		ok, err := c.confirmUnpaused(ctx, claimed)
-		if err != nil {
-			return nil, err
+		if stale {
+			ok, err := c.confirmUnpaused(ctx, claimed)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue
+			}
 		}
-		if ok {
-			return claimed, nil
+		if c.completions != nil && len(claimed) > 1 {
+			c.completions.claimedTogether(claimed[0].LeaseToken, len(claimed))
 		}
+		return claimed, nil
 	}
 	return nil, nil
 }
@@ -201,8 +208,6 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (clai
 	if c.betweenReadAndStamp != nil {
 		c.betweenReadAndStamp()
 	}
-	token := p.Token
-	update := claimUpdate(p, t, token)
 	blocks := (len(cands) + k - 1) / k
 	first := 0
 	if p.Spread {
@@ -211,30 +216,44 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (clai
 	for b := range blocks {
 		from := ((first + b) % blocks) * k
 		to := min(from+k, len(cands))
-		block := cands[from:to]
-		match := append(append(bson.D{}, filter...), bson.E{Key: "$or", Value: asRead[from:to]})
-		res, err := c.coll.UpdateMany(ctx, match, update)
-		if err == nil && c.afterStamp != nil {
-			err = c.afterStamp()
-		}
+		claimed, matched, err := c.stampBlock(ctx, p, t, cands[from:to], asRead[from:to])
 		if err != nil {
-			// Some jobs may be ours, stamped with token: the caller's
-			// ReleaseClaim (or else the reaper) frees them.
-			return nil, false, fmt.Errorf("queue: claim batch: %w", err)
+			return nil, false, err
 		}
-		switch {
-		case res.MatchedCount == 0:
+		if !matched {
 			continue // another worker took this block: try the next
-		case int(res.MatchedCount) == len(block):
-			for _, j := range block {
-				stampClaim(j, p, t, token)
-			}
-			return block, false, nil
 		}
-		claimed, err := c.readBack(ctx, block, token)
-		return claimed, false, err
+		return claimed, false, nil
 	}
 	return nil, true, nil
+}
+
+// stampBlock stamps, for a batch claim with params p at t, those jobs of
+// block that are still as asRead says they were read, with one updateMany.
+// matched is false when none were. It returns the jobs it stamped.
+func (c *Client) stampBlock(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A) (claimed []*jobs.Job, matched bool, err error) {
+	token := p.Token
+	match := append(claimFilter(p, t), bson.E{Key: "$or", Value: asRead})
+	res, err := c.coll.UpdateMany(ctx, match, claimUpdate(p, t, token))
+	if err == nil && c.afterStamp != nil {
+		err = c.afterStamp()
+	}
+	if err != nil {
+		// Some jobs may be ours, stamped with token: the caller's
+		// ReleaseClaim (or else the reaper) frees them.
+		return nil, false, fmt.Errorf("queue: claim batch: %w", err)
+	}
+	switch {
+	case res.MatchedCount == 0:
+		return nil, false, nil
+	case int(res.MatchedCount) == len(block):
+		for _, j := range block {
+			stampClaim(j, p, t, token)
+		}
+		return block, true, nil
+	}
+	claimed, err = c.readBack(ctx, block, token)
+	return claimed, true, err
 }
 
 // pickFirstBlock picks the block of k that a spread batch claim tries
@@ -411,6 +430,15 @@ type completer struct {
 	c      *Client // without batching
 	linger time.Duration
 
+	// batches counts, per token of a batch claim of this client, the jobs
+	// of the batch not yet completed: they started together, so they
+	// likely end together, and the first of them waits for the others
+	// rather than being written alone. At most maxBatchTokens are kept,
+	// the oldest dropped first (jobs that failed or were released never
+	// complete).
+	batches map[string]int
+	tokens  []string // of batches, oldest first
+
 	mu       sync.Mutex
 	pending  []pendingCompletion
 	flushing bool
@@ -434,9 +462,45 @@ type pendingCompletion struct {
 // before the next waits to be written with others.
 const completeAlone = 2
 
+// maxBatchTokens bounds the batch claims a completer remembers.
+const maxBatchTokens = 64
+
+// claimedTogether records that a batch claim took n jobs under token.
+func (b *completer) claimedTogether(token string, n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.batches == nil {
+		b.batches = map[string]int{}
+	}
+	if _, ok := b.batches[token]; !ok {
+		b.tokens = append(b.tokens, token)
+	}
+	b.batches[token] = n
+	for len(b.tokens) > maxBatchTokens {
+		delete(b.batches, b.tokens[0])
+		b.tokens = b.tokens[1:]
+	}
+}
+
+// ofBatch reports whether the job of lease l was claimed with others that
+// have not completed yet, and counts its completion. b.mu is held.
+func (b *completer) ofBatch(l Lease) bool {
+	n, ok := b.batches[l.Token]
+	if !ok {
+		return false
+	}
+	if n <= 1 {
+		delete(b.batches, l.Token)
+		b.tokens = slices.DeleteFunc(b.tokens, func(t string) bool { return t == l.Token })
+		return false
+	}
+	b.batches[l.Token] = n - 1
+	return true
+}
+
 func (b *completer) complete(ctx context.Context, l Lease) error {
 	b.mu.Lock()
-	if !b.together && !b.flushing && b.alone < completeAlone {
+	if !b.ofBatch(l) && !b.together && !b.flushing && b.alone < completeAlone {
 		// Completions come one at a time (a trickle of jobs): each is
 		// written at once, as without batching.
 		b.alone++

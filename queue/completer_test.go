@@ -62,3 +62,41 @@ func TestBatchedCompletionGroupsOnlyCompletionsThatComeTogether(t *testing.T) {
 	}
 	require.LessOrEqual(t, updates.Load()-before, int64(4), "12 completions that came together took more writes than a couple alone and a group")
 }
+
+// TestBatchedCompletionWritesABatchClaimsJobsTogether: the jobs of one
+// batch claim started together, so the first of them to complete does
+// not go alone: with the completer idle, the completions of a batch of 6
+// coming together are one write, where completions of unrelated jobs
+// would each write at once until they pile up.
+func TestBatchedCompletionWritesABatchClaimsJobsTogether(t *testing.T) {
+	b := setup(t)
+	var updates atomic.Int64
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "update" {
+			updates.Add(1)
+		}
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
+	require.NoError(t, err)
+	bq := jobstore.Batched(q, 200*time.Millisecond)
+
+	enqueueN(t, b, 6)
+	got, err := bq.ClaimBatch(b.ctx, claimAll, 6) // through the completer's client: it learns the batch
+	require.NoError(t, err)
+	require.Len(t, got, 6)
+	before := updates.Load()
+	var wg sync.WaitGroup
+	errs := make([]error, len(got))
+	for i, j := range got {
+		wg.Go(func() { errs[i] = bq.Complete(b.ctx, queue.LeaseOf(j)) })
+	}
+	wg.Wait()
+	for i, j := range got {
+		require.NoError(t, errs[i])
+		require.Equal(t, jobs.StateSucceeded, b.get(t, j.ID).State)
+	}
+	require.Equal(t, int64(1), updates.Load()-before, "the batch's completions took more than one write")
+}

@@ -285,7 +285,7 @@ func (w *Worker) dispatch() {
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.ClaimTimeout())
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
-		sizer.claimed(slots, len(claimed), err)
+		sizer.claimed(slots, len(claimed), waitedLongest(claimed, sent), err)
 		w.obs.Claimed(time.Since(sent), len(claimed), err)
 		if w.afterClaim != nil {
 			w.afterClaim(claimed)
@@ -485,7 +485,8 @@ const (
 	// A backlog is likely: single claims in a row each found their job.
 	claimFree
 	// claimGathered: a batch of the free slots and of those about to free
-	// (see gatherSlots). A backlog: the last batch came back full.
+	// (see gatherSlots). A backlog: the last batch came back with more
+	// than one job.
 	claimGathered
 )
 
@@ -495,18 +496,28 @@ const (
 // costs two commands where a single claim costs one; a backlog pays four
 // single claims once. Each batch that finds one job or none doubles it, up
 // to maxHitsForBatch, until a batch comes back full.
+//
+// A backlog shows sooner in how long the jobs claimed had been runnable:
+// backlogHits single claims in a row whose jobs had each waited
+// backlogWait or longer make a batch at once. A trickle's job waits for
+// the next poll at most (PollMax, after an idle spell); the second claim
+// in a row follows the first at once, so its job waiting that long means
+// jobs are queuing.
 const (
 	singleHitsForBatch = 4
 	maxHitsForBatch    = 32
+	backlogHits        = 2
+	backlogWait        = 200 * time.Millisecond
 )
 
 // claimSizer sizes claims from what the last ones returned: one job while
 // they come back short (a trickle, an idle queue), batches while they come
 // back full (a backlog). It is the dispatch goroutine's alone.
 type claimSizer struct {
-	size claimSize
-	hits int // single claims in a row that found their job
-	need int // hits that make a batch: singleHitsForBatch, or more after batches that found little
+	size   claimSize
+	hits   int // single claims in a row that found their job
+	queued int // of them, the last in a row whose job had waited backlogWait
+	need   int // hits that make a batch: singleHitsForBatch, or more after batches that found little
 }
 
 // next returns the size of the next claim for a worker of the given claim
@@ -518,30 +529,49 @@ func (s *claimSizer) next(batch, concurrency int) claimSize {
 	return s.size
 }
 
-// claimed takes in what a claim that asked for asked jobs returned. A
-// batch that came back short but with more than one job keeps batching
-// without waiting: other workers may have taken part of its candidates
-// while a backlog remains; the next batch tells.
-func (s *claimSizer) claimed(asked, got int, err error) {
+// claimed takes in what a claim that asked for asked jobs returned, and
+// the longest any of them had been runnable. A batch that came back short
+// but with more than one job keeps batching: other workers may have taken
+// part of its candidates while a backlog remains; the next batch tells.
+func (s *claimSizer) claimed(asked, got int, waited time.Duration, err error) {
 	if s.need == 0 {
 		s.need = singleHitsForBatch
 	}
 	switch {
 	case err == nil && asked > 1 && got <= 1:
 		// A batch for a trickle: batch less eagerly.
-		s.size, s.hits, s.need = claimOne, 0, min(2*s.need, maxHitsForBatch)
+		s.size, s.hits, s.queued, s.need = claimOne, 0, 0, min(2*s.need, maxHitsForBatch)
 	case err != nil || got == 0 || (got < asked && got == 1):
-		s.size, s.hits = claimOne, 0
+		s.size, s.hits, s.queued = claimOne, 0, 0
 	case got < asked:
-		s.size = claimFree
+		// Others took part of the candidates, or the backlog is ending:
+		// either way the slots about to free are worth a round trip's
+		// wait, where a batch of the few free now costs as much as a full
+		// one.
+		s.size = claimGathered
 	case asked > 1:
 		s.size, s.need = claimGathered, singleHitsForBatch
 	default:
 		s.hits++
-		if s.hits >= s.need {
+		if waited >= backlogWait {
+			s.queued++
+		} else {
+			s.queued = 0
+		}
+		if s.hits >= s.need || s.queued >= backlogHits {
 			s.size = claimFree
 		}
 	}
+}
+
+// waitedLongest is the longest that any of the jobs claimed at sent had
+// been runnable.
+func waitedLongest(claimed []*jobs.Job, sent time.Time) time.Duration {
+	var longest time.Duration
+	for _, j := range claimed {
+		longest = max(longest, sent.Sub(j.RunAt))
+	}
+	return longest
 }
 
 // Running returns how many jobs the worker is running now.
