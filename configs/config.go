@@ -52,6 +52,9 @@ type Config struct {
 	Leader LeaderConfig `yaml:"leader"`
 	// PeriodicJobs are enqueued on their schedules by the leader.
 	PeriodicJobs []recovery.PeriodicJob `yaml:"periodicJobs"`
+	// Capacities bounds queues; each worker sets them at start. Defaults
+	// to none: no queue's capacity is changed.
+	Capacities Capacities `yaml:"capacities"`
 	// HTTP serves the worker's metrics and health probes.
 	HTTP HTTPConfig `yaml:"http"`
 	Log  LogConfig  `yaml:"log"`
@@ -175,6 +178,9 @@ func (c Config) Validate() error {
 	}
 	if err := recovery.ValidatePeriodicJobs(c.PeriodicJobs); err != nil {
 		return fmt.Errorf("periodicJobs: %w", err)
+	}
+	if err := c.Capacities.Validate(); err != nil {
+		return err
 	}
 	return c.HTTP.Validate()
 }

@@ -54,6 +54,7 @@ func settings(c *Config, role string) []Setting {
 		Setting{"reaper.retentionBudget", "DOCKET_RETENTION_BUDGET", "retention-budget", "longest one pass spends deleting finished jobs", (*durationValue)(&c.Reaper.RetentionBudget)},
 		Setting{"leader.ttl", "DOCKET_LEADER_TTL", "leader-ttl", "how long maintenance pauses when the leader dies (at least 3s)", (*durationValue)(&c.Leader.TTL)},
 		Setting{"http.addr", "DOCKET_HTTP_ADDR", "http-addr", "host:port serving /metrics, /healthz and /readyz (default: none)", (*stringValue)(&c.HTTP.Addr)},
+		Setting{"capacities", "DOCKET_CAPACITIES", "capacities", "queue capacities set at start, QUEUE=N,... (default: none changed)", (*capacitiesValue)(&c.Capacities)},
 		Setting{"http.queueStatsInterval", "DOCKET_QUEUE_STATS_INTERVAL", "queue-stats-interval", "how often the leader counts jobs per queue and state for /metrics", (*durationValue)(&c.HTTP.QueueStatsInterval)},
 	)
 }

@@ -90,3 +90,11 @@ func SetPauseRefresh(c *Client, d time.Duration) {
 	c.pauses.refresh = d
 	c.pauses.mu.Unlock()
 }
+
+// WithReadBackTimeout returns ctx with d as the bound on the read that a
+// fenced finishing write which matched nothing makes to tell a lost lease
+// from an earlier try applied (5 s otherwise); a d already elapsed makes
+// that read fail at once with context.DeadlineExceeded.
+func WithReadBackTimeout(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, readBackTimeoutKey{}, d)
+}

@@ -217,7 +217,11 @@ func (c *Client) unlessWritten(ctx context.Context, op string, l Lease, err erro
 	// The read-back gets time of its own: the write may have used up the
 	// caller's (a loaded server), and only the read tells a lost lease
 	// from an earlier try applied with its reply lost.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
+	timeout := readBackTimeout
+	if d, ok := ctx.Value(readBackTimeoutKey{}).(time.Duration); ok {
+		timeout = d
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	w, rerr := c.readWritten(rctx, l.JobID)
 	if rerr != nil {
@@ -236,6 +240,10 @@ func (c *Client) unlessWritten(ctx context.Context, op string, l Lease, err erro
 // readBackTimeout bounds the read that tells a lost lease from a write
 // already applied.
 const readBackTimeout = 5 * time.Second
+
+// readBackTimeoutKey is the context key of a test's bound on the read-back,
+// in place of readBackTimeout.
+type readBackTimeoutKey struct{}
 
 // lostFinishReply is the error a test hook makes of the reply of the
 // finishing write op; nil without hooks.

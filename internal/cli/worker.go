@@ -219,10 +219,18 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	}
 	registry.MustRegister(queueStats)
 
-	// Start ensures the indexes, runs the handlers' set-up, then starts the
-	// pool, the election and the maintenance; it starts nothing when it
-	// fails, so it is retried until the database answers.
-	if err := waitForServer(startCtx, client, cfg.Mongo, log, dc.Start); err != nil {
+	// The capacities the configuration names are set first, so they hold
+	// before this worker runs a job. Start ensures the indexes, runs the
+	// handlers' set-up, then starts the pool, the election and the
+	// maintenance; it starts nothing when it fails, so both are retried
+	// until the database answers.
+	start := func(ctx context.Context) error {
+		if err := applyCapacities(ctx, q, cfg.Capacities, "config:"+cfg.Worker.ID, log); err != nil {
+			return err
+		}
+		return dc.Start(ctx)
+	}
+	if err := waitForServer(startCtx, client, cfg.Mongo, log, start); err != nil {
 		if errors.Is(err, queue.ErrSetupRefused) {
 			log.Error("cannot start: the database refused docket's setup; fix the documents named below, then start again", zap.Error(err))
 			return 1

@@ -1,5 +1,6 @@
 // Package dashboard serves docket's web dashboard: an overview of the
-// queues (paused ones included), the jobs with filters and paging, each job
+// queues (paused ones, and how much of a bounded queue's capacity is
+// taken), the jobs with filters and paging, each job
 // with its attempts' errors, the worker processes alive, and the
 // operator's actions (retry, cancel, delete a job; pause, resume a queue),
 // each confirmed and reporting what it changed.

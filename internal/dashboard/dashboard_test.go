@@ -129,6 +129,27 @@ func TestDashboardInABrowser(t *testing.T) {
 	require.Eventually(t, func() bool { return br.text(`.card .n[data-state="succeeded"]`) == "5" }, 10*time.Second, 100*time.Millisecond)
 	require.Equal(t, true, br.script(`return window.stayed === true`), "refreshed without a full reload")
 
+	// A bounded queue shows how much of its capacity is taken; an
+	// unbounded one a dash, and one whose capacity another app wrote
+	// malformed says so (it is not bounded).
+	require.Equal(t, "—", br.text(`#queues td.capacity[data-queue="mail"]`))
+	require.NoError(t, b.q.SetCapacity(b.ctx, "orders", 10, "test"))
+	for range 7 {
+		_, err := b.q.Enqueue(b.ctx, "mail", bson.M{}, queue.InsertOpts{Queue: "orders", Delay: time.Hour})
+		require.NoError(t, err)
+	}
+	_, err = b.db.Collection(queue.DefaultQueuesCollection).InsertOne(b.ctx, bson.M{"_id": "reports", "paused": false, "capacity": "ten"})
+	require.NoError(t, err)
+	br.open(b.srv.URL + "/")
+	require.Equal(t, "7 / 10", br.text(`#queues td.capacity[data-queue="orders"]`))
+	require.Equal(t, "—", br.text(`#queues td.capacity[data-queue="mail"]`))
+	require.Contains(t, br.text(`#queues td.capacity[data-queue="reports"]`), "malformed")
+	br.screenshot("overview-capacity")
+	require.NoError(t, b.q.SetCapacity(b.ctx, "orders", 7, "test"))
+	require.Eventually(t, func() bool { return br.text(`#queues td.capacity[data-queue="orders"]`) == "7 / 7 full" },
+		10*time.Second, 100*time.Millisecond, "a full queue says so, shown by the page's own refresh")
+	br.screenshot("overview-capacity-full")
+
 	br.open(b.srv.URL + "/jobs?state=dead")
 	require.Contains(t, br.text("#jobs"), b.ids["dead"])
 	require.Contains(t, br.text("#jobs"), "smtp: 550 <no such user>")

@@ -31,8 +31,34 @@ type count struct {
 type queueRow struct {
 	Queue, Kind, Oldest string
 	Counts              []count
-	// First marks a queue's first row, which carries its state and action.
+	// First marks a queue's first row, which carries its state, capacity
+	// and action.
 	First, Paused bool
+	Capacity      capacityCell
+}
+
+// capacityCell is a queue's capacity as the overview shows it: "7 / 10"
+// (admitted and unfinished / capacity), "—" when it is unbounded.
+type capacityCell struct {
+	Text string
+	// Full is set when every slot is taken: enqueues are refused.
+	Full bool
+	// Malformed says what is wrong with a capacity another application
+	// wrote; the queue is not bounded.
+	Malformed string
+}
+
+// capacityCells reads the bounded queues' capacities by queue name.
+func capacityCells(caps []queue.QueueCapacity) map[string]capacityCell {
+	cells := make(map[string]capacityCell, len(caps))
+	for _, c := range caps {
+		if c.Malformed != "" {
+			cells[c.Queue] = capacityCell{Text: "—", Malformed: c.Malformed}
+			continue
+		}
+		cells[c.Queue] = capacityCell{Text: fmt.Sprintf("%d / %d", c.Occupied, c.Capacity), Full: c.Occupied >= c.Capacity}
+	}
+	return cells
 }
 
 type bar struct {
@@ -98,6 +124,12 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pausedList, paused := pausedRows(queueStates)
+	caps, err := s.q.QueueCapacities(ctx)
+	if err != nil {
+		s.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	capacity := capacityCells(caps)
 	alive, err := s.q.Workers(ctx, 0, false)
 	if err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
@@ -121,6 +153,10 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 			row := queueRow{Queue: qs.Queue, Kind: k, First: i == 0, Paused: paused[qs.Queue]}
 			if i == 0 {
 				row.Oldest = since(qs.OldestAvailable)
+				row.Capacity = capacity[qs.Queue]
+				if row.Capacity.Text == "" {
+					row.Capacity.Text = "—"
+				}
 			}
 			for _, st := range states {
 				n := qs.Counts[k][st]

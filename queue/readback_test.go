@@ -1,0 +1,99 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/require"
+)
+
+// readBackUnknown is what a finishing write reports when its fence matched
+// nothing and reading the job back failed.
+const readBackUnknown = "whether an earlier try was applied is not known"
+
+// finishingWrite is one of the fenced writes that end an attempt, as a
+// worker makes it.
+type finishingWrite struct {
+	name        string
+	op          string     // the write's name for WithLostFinishReply
+	maxAttempts int        // more than one, so that a take-over re-queues the job
+	want        jobs.State // where the first, applied try leaves the job
+	write       func(ctx context.Context, c *queue.Client, j *jobs.Job) error
+}
+
+var finishingWrites = []finishingWrite{
+	{"complete", "complete", 3, jobs.StateSucceeded, func(ctx context.Context, c *queue.Client, j *jobs.Job) error {
+		return jobstore.Of(c).Complete(ctx, queue.LeaseOf(j))
+	}},
+	{"fail to retry", "fail", 3, jobs.StateAvailable, func(ctx context.Context, c *queue.Client, j *jobs.Job) error {
+		_, err := jobstore.Of(c).Fail(ctx, queue.LeaseOf(j), j, errors.New("boom"))
+		return err
+	}},
+	{"fail to dead", "fail", 3, jobs.StateDead, func(ctx context.Context, c *queue.Client, j *jobs.Job) error {
+		_, err := jobstore.Of(c).Fail(ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad args")))
+		return err
+	}},
+	{"cancelled", "cancel", 3, jobs.StateCancelled, func(ctx context.Context, c *queue.Client, j *jobs.Job) error {
+		return jobstore.Of(c).Cancelled(ctx, queue.LeaseOf(j), j, "cancelled while running")
+	}},
+}
+
+// requireOutcomeUnknown checks that err says the write's outcome is not
+// known and is not a lost lease, which a worker would log as "lease was
+// lost" for a write that may have been applied.
+func requireOutcomeUnknown(t *testing.T, err error) {
+	t.Helper()
+	require.Error(t, err)
+	require.NotErrorIs(t, err, queue.ErrLeaseLost)
+	require.ErrorContains(t, err, readBackUnknown)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the read-back's own failure is kept")
+}
+
+// TestFailedReadBackAfterLostFinishReplyIsUnknown: the chaos run's case. A
+// finishing write is applied and its reply lost; the retry's fence matches
+// nothing, and reading the job back runs out of time. The retry reports the
+// outcome unknown, not the lease lost; a later retry whose read-back works
+// finds the attempt's own outcome and reports it written.
+func TestFailedReadBackAfterLostFinishReplyIsUnknown(t *testing.T) {
+	for _, tc := range finishingWrites {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{MaxAttempts: tc.maxAttempts})
+			require.NoError(t, err)
+			j := b.claim(t, claimAll)
+			lost := queue.WithLostFinishReply(b.q, tc.op, 1, errReset)
+			require.ErrorIs(t, tc.write(b.ctx, lost, j), errReset)
+			require.Equal(t, tc.want, b.get(t, res.ID).State, "the server applied the first try")
+
+			requireOutcomeUnknown(t, tc.write(queue.WithReadBackTimeout(b.ctx, 0), b.q, j))
+			require.Equal(t, tc.want, b.get(t, res.ID).State, "the failed retry wrote nothing")
+
+			require.NoError(t, tc.write(b.ctx, b.q, j), "a retry that reads back finds the attempt's own outcome")
+		})
+	}
+}
+
+// TestFailedReadBackAfterRealLossIsUnknown: when the lease was really
+// taken and the read-back fails, nothing tells the loss from an earlier try
+// applied: the outcome is reported unknown too, and a retry whose read-back
+// works reports the loss.
+func TestFailedReadBackAfterRealLossIsUnknown(t *testing.T) {
+	for _, tc := range finishingWrites {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{MaxAttempts: tc.maxAttempts})
+			require.NoError(t, err)
+			old := b.claim(t, claimAll)
+			b.takeOver(t, old)
+
+			requireOutcomeUnknown(t, tc.write(queue.WithReadBackTimeout(b.ctx, 0), b.q, old))
+			require.Equal(t, jobs.StateRunning, b.get(t, res.ID).State, "the new holder's attempt is untouched")
+
+			require.ErrorIs(t, tc.write(b.ctx, b.q, old), queue.ErrLeaseLost)
+		})
+	}
+}
