@@ -170,7 +170,8 @@ func isTypeMismatch(err error) bool {
 }
 
 // claimBatchOnce makes one attempt of ClaimBatch. raced reports that
-// candidates were found but others claimed them all first.
+// others claimed first all the candidates it found, and that there may be
+// more beyond them.
 func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, raced bool, err error) {
 	t := now()
 	filter := claimFilter(p, t)
@@ -225,7 +226,9 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (clai
 		}
 		return claimed, false, nil
 	}
-	return nil, true, nil
+	// Every block was taken. Read again only if this read was cut at its
+	// limit: otherwise it saw every runnable job, and others have them.
+	return nil, len(docs) == k*window, nil
 }
 
 // stampBlock stamps, for a batch claim with params p at t, those jobs of

@@ -296,6 +296,26 @@ func TestClaimBatchReadsAgainWhenEveryCandidateWasTaken(t *testing.T) {
 	requireStored(t, b, got)
 }
 
+// TestClaimBatchDoesNotReadAgainWhenItSawEveryJob: a claim whose read came
+// back short of its limit saw every runnable job; when others took them
+// all before its stamp, it returns empty after that one read (a trickle's
+// batch claim racing another worker) rather than reading again for jobs
+// enqueued since, which its next claim finds.
+func TestClaimBatchDoesNotReadAgainWhenItSawEveryJob(t *testing.T) {
+	b := setup(t)
+	enqueueN(t, b, 3)
+	racer, reads := raceOnce(b, func() {
+		theirs, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAsW2, 3)
+		require.NoError(t, err)
+		require.Len(t, theirs, 3)
+		enqueueN(t, b, 1)
+	})
+	got, err := jobstore.Of(racer).ClaimBatch(b.ctx, claimAll, 4)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	require.Equal(t, 1, *reads, "the read saw every job, and all were taken: no second read")
+}
+
 func TestClaimBatchDoesNotTakeAJobChangedSinceItWasRead(t *testing.T) {
 	b := setup(t)
 	all := enqueueN(t, b, 3)

@@ -543,12 +543,14 @@ func (s *claimSizer) claimed(asked, got int, waited time.Duration, err error) {
 		s.size, s.hits, s.queued, s.need = claimOne, 0, 0, min(2*s.need, maxHitsForBatch)
 	case err != nil || got == 0 || (got < asked && got == 1):
 		s.size, s.hits, s.queued = claimOne, 0, 0
-	case got < asked:
-		// Others took part of the candidates, or the backlog is ending:
-		// either way the slots about to free are worth a round trip's
-		// wait, where a batch of the few free now costs as much as a full
-		// one.
+	case got < asked && 2*got >= asked:
+		// Others took part of the candidates while a backlog remains: the
+		// slots about to free are worth a round trip's wait, where a batch
+		// of the few free now costs as much as a full one.
 		s.size = claimGathered
+	case got < asked:
+		// Little is left: claim with the slots free now, without waiting.
+		s.size = claimFree
 	case asked > 1:
 		s.size, s.need = claimGathered, singleHitsForBatch
 	default:
