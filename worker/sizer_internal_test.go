@@ -24,10 +24,6 @@ func TestClaimSizer(t *testing.T) {
 		{"more than half: others took the rest", 20, 12, waited, nil, claimGathered},
 		{"less than half: little left", 20, 4, waited, nil, claimFree},
 		{"one job from a batch: a trickle", 4, 1, waited, nil, claimOne},
-		{"fresh hits 1", 1, 1, fresh, nil, claimOne},
-		{"fresh hits 2", 1, 1, fresh, nil, claimOne},
-		{"fresh hits 3", 1, 1, fresh, nil, claimOne},
-		{"fresh hits 4: not enough after a batch for a trickle", 1, 1, fresh, nil, claimOne},
 		{"an empty claim", 1, 0, 0, nil, claimOne},
 		{"an error", 1, 0, 0, errors.New("down"), claimOne},
 	}
@@ -38,10 +34,11 @@ func TestClaimSizer(t *testing.T) {
 			t.Fatalf("%s: size %d, want %d", st.name, got, st.want)
 		}
 	}
-	// After the batch for a trickle, eight quick hits in a row make a batch.
-	for i := range 8 {
+	// After the batch for a trickle, twice singleHitsForBatch quick hits in
+	// a row make a batch.
+	for i := range 2 * singleHitsForBatch {
 		s.claimed(1, 1, fresh, nil)
-		if want := map[bool]claimSize{true: claimFree, false: claimOne}[i == 7]; s.next(20, 20) != want {
+		if want := map[bool]claimSize{true: claimFree, false: claimOne}[i == 2*singleHitsForBatch-1]; s.next(20, 20) != want {
 			t.Fatalf("hit %d: size %d, want %d", i+1, s.next(20, 20), want)
 		}
 	}

@@ -492,19 +492,19 @@ const (
 
 // singleHitsForBatch is how many single claims in a row must each find
 // their job before the dispatcher claims a batch: a steady trickle of jobs
-// makes two or three in a row often, and a batch that finds only one job
-// costs two commands where a single claim costs one; a backlog pays four
-// single claims once. Each batch that finds one job or none doubles it, up
-// to maxHitsForBatch, until a batch comes back full.
+// into fast claims makes several in a row often, and a batch that finds
+// only one job costs two commands where a single claim costs one. Each
+// batch that finds one job or none doubles it, up to maxHitsForBatch,
+// until a batch comes back full.
 //
 // A backlog shows sooner in how long the jobs claimed had been runnable:
 // backlogHits single claims in a row whose jobs had each waited
-// backlogWait or longer make a batch at once. A trickle's job waits for
-// the next poll at most (PollMax, after an idle spell); the second claim
-// in a row follows the first at once, so its job waiting that long means
-// jobs are queuing.
+// backlogWait or longer make a batch at once. A trickle's job is claimed
+// within a round trip or two of being enqueued, unless it came during an
+// idle spell (polls back off to PollMax): two jobs that came in one spell
+// make a false alarm, which costs one batch that comes back short.
 const (
-	singleHitsForBatch = 4
+	singleHitsForBatch = 8
 	maxHitsForBatch    = 32
 	backlogHits        = 2
 	backlogWait        = 200 * time.Millisecond
