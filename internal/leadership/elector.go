@@ -237,8 +237,11 @@ func (e *Elector) renew(ctx context.Context, term Term, version int64) {
 // only once it has seen the same version of it for a whole TTL, so it has
 // nothing to learn before then: after seeing a new version, its next look
 // is a TTL (and a jitter) later. A follower costs one read per TTL while a
-// leader renews; takeover after a leader's last renewal comes between one
-// TTL and two (plus the jitter).
+// leader renews. Takeover after a leader's last renewal comes between one
+// TTL and two, plus up to two jitters: the look just before that renewal
+// saw an older version and waits a TTL, the next sees the last version and
+// waits a TTL more. (Looking every Interval, it came within two TTLs too:
+// 1.5 Interval to see the last version, 1.5 Interval past its expiry.)
 func (e *Elector) follow(ctx context.Context) time.Duration {
 	raw, err := e.coll.FindOne(ctx, bson.D{{Key: "_id", Value: e.cfg.Name}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
