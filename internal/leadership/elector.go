@@ -206,6 +206,7 @@ func (e *Elector) soon() time.Duration {
 func (e *Elector) jitter() time.Duration {
 	return rand.N(e.cfg.TTL/10 + 1)
 }
+
 func (e *Elector) renew(ctx context.Context, term Term, version int64) {
 	sent := time.Now()
 	res, err := e.coll.UpdateOne(ctx,
