@@ -14,7 +14,8 @@ import (
 
 // The registry of live worker processes: each process upserts a document
 // {_id: worker id, host, pid, version, queues, kinds, concurrency,
-// running, startedAt, lastSeen, beatEveryMs} every few seconds and deletes
+// running, startedAt, lastSeen, beatEveryMs} at its heartbeat interval,
+// at most every 10 s (docket worker's registryBeatMax), and deletes
 // it when it stops cleanly. lastSeen is the server's clock ($currentDate),
 // and a listing compares it with the server's clock too (hello's
 // localTime), so no clock is compared across machines. A process that

@@ -14,8 +14,11 @@ import (
 )
 
 // registryBeatMax caps the interval between a worker process's beats in
-// the workers registry; a shorter heartbeat interval beats that often.
-const registryBeatMax = 5 * time.Second
+// the workers registry; a shorter heartbeat interval beats that often. At
+// 10 s (the default heartbeat interval) an idle process's registry costs
+// one write per 10 s, and listings drop a process that died within
+// queue.WorkerMissedBeats beats: 30 s.
+const registryBeatMax = 10 * time.Second
 
 // version is the version of this binary: its module version and VCS
 // revision as the Go toolchain stamped them.

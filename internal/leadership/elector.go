@@ -61,8 +61,10 @@ type Config struct {
 	// TTL is how long the lease outlives its leader's last renewal.
 	// Defaults to DefaultTTL; at least 3 s.
 	TTL time.Duration
-	// Interval is how often the leader renews and a follower looks. Defaults
-	// to TTL/3; at most TTL/2, so a leader renews at least twice per TTL.
+	// Interval is how often the leader renews. Defaults to TTL/3; at most
+	// TTL/2, so a leader renews at least twice per TTL. A follower looks at
+	// the lease once per TTL while a leader renews it, and about every
+	// Interval when its look fails or it lost a try to take the lease.
 	Interval time.Duration
 	// Logger receives the elector's logs. Defaults to a no-op logger.
 	Logger *zap.Logger
@@ -156,20 +158,15 @@ func (e *Elector) Leading() (Term, bool) {
 func (e *Elector) Changes() <-chan struct{} { return e.changes }
 
 // Run takes part in the election until ctx ends, then resigns if it leads,
-// so that another process takes over at once rather than after the TTL.
+// so that another process takes over at its next look rather than after
+// the TTL.
 func (e *Elector) Run(ctx context.Context) {
 	defer e.resign()
 	for {
 		if e.pauseFor != nil {
 			e.pauseFor()
 		}
-		e.round(ctx)
-		wait := e.cfg.Interval
-		if _, leading := e.Leading(); !leading {
-			// Followers look at jittered times, so that they do not all try
-			// to take an expired lease in the same instant.
-			wait = e.cfg.Interval/2 + rand.N(e.cfg.Interval)
-		}
+		wait := e.round(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -179,8 +176,8 @@ func (e *Elector) Run(ctx context.Context) {
 }
 
 // round renews the lease when leading, or looks at it (and takes it when it
-// has expired) when following.
-func (e *Elector) round(ctx context.Context) {
+// has expired) when following. It returns how long to wait before the next.
+func (e *Elector) round(ctx context.Context) time.Duration {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Interval)
 	defer cancel()
 	e.mu.Lock()
@@ -188,9 +185,26 @@ func (e *Elector) round(ctx context.Context) {
 	e.mu.Unlock()
 	if leading {
 		e.renew(ctx, term, version)
-		return
+		return e.cfg.Interval
 	}
-	e.follow(ctx)
+	return e.follow(ctx)
+}
+
+// soon is the wait before a follower's next look when it does not know the
+// lease's state: its read failed, or it tried to take the lease and lost
+// (another process took it, or the write failed). Jittered, so that
+// followers do not all look again in the same instant.
+func (e *Elector) soon() time.Duration {
+	return e.cfg.Interval/2 + rand.N(e.cfg.Interval)
+}
+
+// jitter is added to a follower's wait for a lease's expiry: followers that
+// first looked at the same moment (processes started together) drift apart
+// by it at every look, so that on a leader's death they do not all try to
+// take the lease in the same instant. A tenth of the TTL keeps the added
+// delay small (1.5 s at the default) whatever the interval.
+func (e *Elector) jitter() time.Duration {
+	return rand.N(e.cfg.TTL/10 + 1)
 }
 
 func (e *Elector) renew(ctx context.Context, term Term, version int64) {
@@ -219,15 +233,24 @@ func (e *Elector) renew(ctx context.Context, term Term, version int64) {
 	}
 }
 
-func (e *Elector) follow(ctx context.Context) {
+// follow looks at the lease, takes it when it has expired or was given up,
+// and returns the wait before the next look. A follower may take a lease
+// only once it has seen the same version of it for a whole TTL, so it has
+// nothing to learn before then: after seeing a new version, its next look
+// is a TTL (and a jitter) later. A follower costs one read per TTL while a
+// leader renews. Takeover after a leader's last renewal comes between one
+// TTL and two, plus up to two jitters: the look just before that renewal
+// saw an older version and waits a TTL, the next sees the last version and
+// waits a TTL more. (Looking every Interval, it came within two TTLs too:
+// 1.5 Interval to see the last version, 1.5 Interval past its expiry.)
+func (e *Elector) follow(ctx context.Context) time.Duration {
 	raw, err := e.coll.FindOne(ctx, bson.D{{Key: "_id", Value: e.cfg.Name}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		e.elect(ctx, nil)
-		return
+		return e.take(ctx, nil)
 	}
 	if err != nil {
 		e.log.Warn("reading the leadership failed; retrying", zap.Error(err))
-		return
+		return e.soon()
 	}
 	// The time the reply came back, not the time the read was sent: the
 	// version read may have been written after that.
@@ -237,21 +260,31 @@ func (e *Elector) follow(ctx context.Context) {
 		e.seen, e.seenAt = append(bson.Raw(nil), raw...), now
 		e.mu.Unlock()
 		if token, _ := raw.Lookup("token").StringValueOK(); token != "" {
-			return // a leader renewed it since our last look
+			return e.cfg.TTL + e.jitter() // a leader renewed it since our last look
 		}
-		e.elect(ctx, raw) // resigned: no need to wait
-		return
+		return e.take(ctx, raw) // resigned: no need to wait
 	}
-	expired := now.Sub(e.seenAt) >= e.cfg.TTL
+	left := e.seenAt.Add(e.cfg.TTL).Sub(now)
 	e.mu.Unlock()
-	if expired {
-		e.elect(ctx, raw)
+	if left > 0 {
+		return left + e.jitter()
 	}
+	return e.take(ctx, raw)
+}
+
+// take tries to take the lease prev (nil: there is none) and returns the
+// wait before the next round: a new leader renews after an Interval.
+func (e *Elector) take(ctx context.Context, prev bson.Raw) time.Duration {
+	if e.elect(ctx, prev) {
+		return e.cfg.Interval
+	}
+	return e.soon()
 }
 
 // elect takes the lease: by inserting it when there is none (prev nil),
-// else by replacing exactly the document prev, as read.
-func (e *Elector) elect(ctx context.Context, prev bson.Raw) {
+// else by replacing exactly the document prev, as read. It reports whether
+// this process won.
+func (e *Elector) elect(ctx context.Context, prev bson.Raw) bool {
 	term := Term{Number: 1, Token: uuid.NewString()}
 	version := int64(1)
 	if prev != nil {
@@ -298,7 +331,7 @@ func (e *Elector) elect(ctx context.Context, prev bson.Raw) {
 		won = err == nil && res.MatchedCount == 1
 	}
 	if !won {
-		return
+		return false
 	}
 	e.mu.Lock()
 	e.leading, e.term, e.version = true, term, version
@@ -307,6 +340,7 @@ func (e *Elector) elect(ctx context.Context, prev bson.Raw) {
 	e.mu.Unlock()
 	e.log.Info("leading", zap.Int64("term", term.Number))
 	e.notify()
+	return true
 }
 
 func (e *Elector) lose(why string, err error) {

@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -49,33 +52,41 @@ func startNodes(t *testing.T, coll *mongo.Collection, count int) []*node {
 	t.Helper()
 	nodes := make([]*node, count)
 	for i := range nodes {
-		e, err := New(coll, Config{ID: fmt.Sprintf("p%d", i), TTL: testTTL, Interval: testInterval, Logger: zaptest.NewLogger(t)})
-		require.NoError(t, err)
-		n := &node{e: e, done: make(chan struct{})}
-		e.pauseFor = func() {
-			n.mu.Lock()
-			ch := n.stall
-			n.mu.Unlock()
-			if ch != nil {
-				<-ch
-			}
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		n.cancel = cancel
-		go func() { defer close(n.done); e.Run(ctx) }()
-		nodes[i] = n
-		t.Cleanup(func() {
-			n.mu.Lock()
-			if n.stall != nil {
-				close(n.stall)
-				n.stall = nil
-			}
-			n.mu.Unlock()
-			cancel()
-			<-n.done
-		})
+		nodes[i] = startNode(t, coll, Config{ID: fmt.Sprintf("p%d", i), TTL: testTTL, Interval: testInterval})
 	}
 	return nodes
+}
+
+// startNode runs an elector with cfg (and the test's logger) on coll until
+// the test ends.
+func startNode(t *testing.T, coll *mongo.Collection, cfg Config) *node {
+	t.Helper()
+	cfg.Logger = zaptest.NewLogger(t)
+	e, err := New(coll, cfg)
+	require.NoError(t, err)
+	n := &node{e: e, done: make(chan struct{})}
+	e.pauseFor = func() {
+		n.mu.Lock()
+		ch := n.stall
+		n.mu.Unlock()
+		if ch != nil {
+			<-ch
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() { defer close(n.done); e.Run(ctx) }()
+	t.Cleanup(func() {
+		n.mu.Lock()
+		if n.stall != nil {
+			close(n.stall)
+			n.stall = nil
+		}
+		n.mu.Unlock()
+		cancel()
+		<-n.done
+	})
+	return n
 }
 
 // leaders returns the nodes that say they lead now.
@@ -127,7 +138,9 @@ func TestOneLeaderAmongMany(t *testing.T) {
 
 // TestFailoverAfterTheLeaderStalls: a leader that stops renewing (a
 // SIGKILL, or a SIGSTOP that lasts) stops trusting its term before anyone
-// else takes over, another process leads within the TTL and a few looks,
+// else takes over, another process leads within two TTLs of its last
+// renewal and two jitters (a follower's looks are a TTL and a jitter
+// apart, and the one that first saw the last version waits a TTL more),
 // and when the stalled one resumes it learns it was deposed and leaves the
 // lease alone.
 func TestFailoverAfterTheLeaderStalls(t *testing.T) {
@@ -138,7 +151,9 @@ func TestFailoverAfterTheLeaderStalls(t *testing.T) {
 	oldTerm, _ := nodes[old].e.Leading()
 	nodes[old].pause()
 	stalled := time.Now()
-	next := waitLeader(t, nodes, testTTL+5*testInterval+time.Second, old)
+	// The leader stalls at its next round: its last renewal may come up to
+	// an interval after this.
+	next := waitLeader(t, nodes, testInterval+2*(testTTL+testTTL/10)+time.Second, old)
 	took := time.Since(stalled)
 	t.Logf("failover took %s (ttl %s, interval %s)", took, testTTL, testInterval)
 	require.GreaterOrEqual(t, took, testTTL-safetyMargin-testInterval, "the lease was taken before it could have expired")
@@ -157,9 +172,10 @@ func TestFailoverAfterTheLeaderStalls(t *testing.T) {
 	require.Equal(t, newTerm.Number, doc.Term)
 }
 
-// TestResignHandsOverAtOnce: a leader that stops gracefully resigns, and
-// another process leads at its next look rather than after the TTL.
-func TestResignHandsOverAtOnce(t *testing.T) {
+// TestResignHandsOverAtTheNextLook: a leader that stops gracefully
+// resigns, and another process leads at its next look (at most a TTL and a
+// jitter later) rather than a TTL after that look.
+func TestResignHandsOverAtTheNextLook(t *testing.T) {
 	t.Parallel()
 	coll := testdb.NewDB(t).Collection(DefaultCollection)
 	nodes := startNodes(t, coll, 2)
@@ -167,7 +183,7 @@ func TestResignHandsOverAtOnce(t *testing.T) {
 	start := time.Now()
 	nodes[old].cancel()
 	<-nodes[old].done
-	waitLeader(t, nodes, testTTL-safetyMargin, old)
+	waitLeader(t, nodes, testTTL+testTTL/10+testInterval, old)
 	t.Logf("handover after resigning took %s", time.Since(start))
 }
 
@@ -193,6 +209,38 @@ func TestForeignLeaseDocuments(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFollowerLooksOncePerTTL: a follower of a live leader reads the lease
+// once per TTL, not once per interval: it may take over only once a version
+// has stood for a TTL, so it has nothing to learn sooner. It never takes
+// the renewed lease.
+func TestFollowerLooksOncePerTTL(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	leader := startNode(t, db.Collection(DefaultCollection), Config{ID: "leader", TTL: testTTL})
+	waitLeader(t, []*node{leader}, 5*time.Second, -1)
+
+	var looks atomic.Int64
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); coll == DefaultCollection {
+			looks.Add(1)
+		}
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	// The default interval, TTL/3: the leader renews every second.
+	follower := startNode(t, client.Database(db.Name()).Collection(DefaultCollection), Config{ID: "follower", TTL: testTTL})
+	const ttls = 3
+	watchOne(t, []*node{leader, follower}, ttls*testTTL)
+	got := looks.Load()
+	t.Logf("the follower sent %d commands to the lease collection in %s (ttl %s)", got, ttls*testTTL, testTTL)
+	// Its first look at once, then one a TTL (and a jitter) later.
+	require.LessOrEqual(t, got, int64(ttls+1), "a follower looks once per TTL")
+	require.GreaterOrEqual(t, got, int64(ttls-1), "a follower keeps looking")
+	_, ok := leader.e.Leading()
+	require.True(t, ok, "the renewing leader keeps the lease")
 }
 
 func TestConfigValidate(t *testing.T) {
