@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -47,6 +48,7 @@ func run() int {
 		fmt.Sprintf("most bytes of requests held at once over all connections, beyond 16 KiB each; at least %d", devdb.MaxMessageSize))
 	messageTimeout := fs.Duration("message-timeout", devdb.DefaultMessageTimeout,
 		"how long a client has to send the rest of a message once it has begun it")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server's life to this file (to see where a workload's server time goes)")
 
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -77,6 +79,19 @@ func run() int {
 		return 2
 	}
 	defer func() { _ = logger.Sync() }()
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "devdb: --cpuprofile: %v\n", err)
+			return 2
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(os.Stderr, "devdb: --cpuprofile: %v\n", err)
+			return 2
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
 
 	var ferretLog io.Writer = io.Discard
 	if *verbose {
