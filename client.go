@@ -51,8 +51,9 @@ type Config struct {
 	// Reaper configures the re-queueing of jobs whose lease expired, and
 	// retention of finished jobs.
 	Reaper recovery.ReaperConfig
-	// LeaderTTL is how long maintenance pauses when the elected process
-	// dies: the others wait this long after its last renewal. Defaults to
+	// LeaderTTL is how long the others wait, each from its own look at
+	// the lease, before replacing an elected process that died:
+	// maintenance pauses between this and about twice it. Defaults to
 	// leadership.DefaultTTL; at least leadership.MinTTL.
 	LeaderTTL time.Duration
 	// PeriodicJobs are enqueued by the elected process on their

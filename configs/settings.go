@@ -52,7 +52,7 @@ func settings(c *Config, role string) []Setting {
 		Setting{"reaper.succeededRetention", "DOCKET_SUCCEEDED_RETENTION", "succeeded-retention", "how long succeeded and cancelled jobs are kept (negative: forever)", (*durationValue)(&c.Reaper.SucceededRetention)},
 		Setting{"reaper.deadRetention", "DOCKET_DEAD_RETENTION", "dead-retention", "how long dead jobs are kept (negative: forever, the default)", (*durationValue)(&c.Reaper.DeadRetention)},
 		Setting{"reaper.retentionBudget", "DOCKET_RETENTION_BUDGET", "retention-budget", "longest one pass spends deleting finished jobs", (*durationValue)(&c.Reaper.RetentionBudget)},
-		Setting{"leader.ttl", "DOCKET_LEADER_TTL", "leader-ttl", "how long maintenance pauses when the leader dies (at least 3s)", (*durationValue)(&c.Leader.TTL)},
+		Setting{"leader.ttl", "DOCKET_LEADER_TTL", "leader-ttl", "maintenance pauses between this and about twice it when the leader dies (at least 3s)", (*durationValue)(&c.Leader.TTL)},
 		Setting{"http.addr", "DOCKET_HTTP_ADDR", "http-addr", "host:port serving /metrics, /healthz and /readyz (default: none)", (*stringValue)(&c.HTTP.Addr)},
 		Setting{"capacities", "DOCKET_CAPACITIES", "capacities", "queue capacities set at start, QUEUE=N,... (default: none changed)", (*capacitiesValue)(&c.Capacities)},
 		Setting{"http.queueStatsInterval", "DOCKET_QUEUE_STATS_INTERVAL", "queue-stats-interval", "how often the leader counts jobs per queue and state for /metrics", (*durationValue)(&c.HTTP.QueueStatsInterval)},
