@@ -23,17 +23,7 @@ import (
 // fewer writes than jobs.
 func TestBatchedCompletionGroupsOnlyCompletionsThatComeTogether(t *testing.T) {
 	b := setup(t)
-	var updates atomic.Int64
-	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		if e.CommandName == "update" || e.CommandName == "findAndModify" {
-			updates.Add(1)
-		}
-	}}
-	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
-	require.NoError(t, err)
+	q, updates := updateCounted(t, b, true)
 	const linger = 2 * time.Second
 	bq := jobstore.Batched(q, linger)
 
@@ -70,17 +60,7 @@ func TestBatchedCompletionGroupsOnlyCompletionsThatComeTogether(t *testing.T) {
 // would each write at once until they pile up.
 func TestBatchedCompletionWritesABatchClaimsJobsTogether(t *testing.T) {
 	b := setup(t)
-	var updates atomic.Int64
-	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		if e.CommandName == "update" {
-			updates.Add(1)
-		}
-	}}
-	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
-	require.NoError(t, err)
+	q, updates := updateCounted(t, b, false)
 	bq := jobstore.Batched(q, 200*time.Millisecond)
 
 	enqueueN(t, b, 6)
@@ -99,4 +79,23 @@ func TestBatchedCompletionWritesABatchClaimsJobsTogether(t *testing.T) {
 		require.Equal(t, jobs.StateSucceeded, b.get(t, j.ID).State)
 	}
 	require.Equal(t, int64(1), updates.Load()-before, "the batch's completions took more than one write")
+}
+
+// updateCounted returns b's queue through a client of its own, and the
+// count of the update commands (and findAndModify when claims count too)
+// that client sends.
+func updateCounted(t *testing.T, b bundle, withClaims bool) (*queue.Client, *atomic.Int64) {
+	t.Helper()
+	var updates atomic.Int64
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "update" || (withClaims && e.CommandName == "findAndModify") {
+			updates.Add(1)
+		}
+	}}
+	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
+	require.NoError(t, err)
+	return q, &updates
 }
