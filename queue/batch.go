@@ -417,11 +417,12 @@ const completeTimeout = 10 * time.Second
 // waits linger for others, then one updateMany writes them all, and each
 // caller learns its own job's outcome, with the same errors as Complete.
 // Completions arriving while a flush is in flight go in the next one.
-// Only completions that come together are grouped: while they come one at
-// a time (a trickle of jobs; fewer than completeAlone in flight) each is
-// written at once by its caller, as without batching. Once more come
-// together they are grouped until loneFlushes flushes in a row wrote one
-// each. The other methods are c's.
+// Only completions that come together are grouped: the jobs of one batch
+// claim made through this client, and others once more than completeAlone
+// are in flight at once, until loneFlushes flushes in a row wrote one
+// each. Otherwise (a trickle of jobs) each is written at once by its
+// caller, as without batching, beside any flush in flight. The other
+// methods are c's.
 func (c *Client) withBatchedCompletion(linger time.Duration) *Client {
 	b := *c
 	b.completions = &completer{c: c, linger: linger}
@@ -462,8 +463,10 @@ type pendingCompletion struct {
 }
 
 // completeAlone is how many completions may be written one by one at once
-// before the next waits to be written with others.
-const completeAlone = 2
+// before the next waits to be written with others. A trickle at tens of
+// jobs per second has one or two in flight, now and then three: each
+// written at once, none waiting behind a flush.
+const completeAlone = 4
 
 // maxBatchTokens bounds the batch claims a completer remembers.
 const maxBatchTokens = 64
@@ -503,7 +506,7 @@ func (b *completer) ofBatch(l Lease) bool {
 
 func (b *completer) complete(ctx context.Context, l Lease) error {
 	b.mu.Lock()
-	if !b.ofBatch(l) && !b.together && !b.flushing && b.alone < completeAlone {
+	if !b.ofBatch(l) && !b.together && b.alone < completeAlone {
 		// Completions come one at a time (a trickle of jobs): each is
 		// written at once, as without batching.
 		b.alone++

@@ -50,7 +50,7 @@ func TestBatchedCompletionGroupsOnlyCompletionsThatComeTogether(t *testing.T) {
 		require.NoError(t, errs[i])
 		require.Equal(t, jobs.StateSucceeded, b.get(t, j.ID).State)
 	}
-	require.LessOrEqual(t, updates.Load()-before, int64(4), "12 completions that came together took more writes than a couple alone and a group")
+	require.LessOrEqual(t, updates.Load()-before, int64(6), "12 completions that came together took more writes than four alone and a group or two")
 }
 
 // TestBatchedCompletionWritesABatchClaimsJobsTogether: the jobs of one

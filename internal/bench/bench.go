@@ -99,7 +99,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.Concurrency, "concurrency", 20, "jobs at once per worker process (the raw loop runs procs x this goroutines)")
 	fs.IntVar(&o.ClaimBatch, "claim-batch", 20, "claim batch of the batch burn-down")
 	fs.Float64Var(&o.SteadyRate, "steady-rate", 20, "jobs enqueued per second in steady state")
-	fs.DurationVar(&o.SteadyFor, "steady-for", 10*time.Second, "how long steady state enqueues")
+	fs.DurationVar(&o.SteadyFor, "steady-for", 20*time.Second, "how long steady state enqueues (long enough for a p99 of some 400 jobs per configuration)")
 	fs.IntVar(&o.SteadyClaimBatch, "steady-claim-batch", 1, "claim batch that steady state compares the default configuration with")
 	fs.IntVar(&o.SpreadProcs, "spread-procs", 4, "worker processes of the batch4x10 run")
 	fs.IntVar(&o.SpreadConcurrency, "spread-concurrency", 10, "jobs at once per worker process in the batch4x10 run")
