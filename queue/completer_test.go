@@ -40,16 +40,7 @@ func TestBatchedCompletionGroupsOnlyCompletionsThatComeTogether(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 12)
 	before := updates.Load()
-	var wg sync.WaitGroup
-	errs := make([]error, len(got))
-	for i, j := range got {
-		wg.Go(func() { errs[i] = bq.Complete(b.ctx, queue.LeaseOf(j)) })
-	}
-	wg.Wait()
-	for i, j := range got {
-		require.NoError(t, errs[i])
-		require.Equal(t, jobs.StateSucceeded, b.get(t, j.ID).State)
-	}
+	completeAtOnce(t, b, bq, got)
 	require.LessOrEqual(t, updates.Load()-before, int64(6), "12 completions that came together took more writes than four alone and a group or two")
 }
 
@@ -68,16 +59,7 @@ func TestBatchedCompletionWritesABatchClaimsJobsTogether(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 6)
 	before := updates.Load()
-	var wg sync.WaitGroup
-	errs := make([]error, len(got))
-	for i, j := range got {
-		wg.Go(func() { errs[i] = bq.Complete(b.ctx, queue.LeaseOf(j)) })
-	}
-	wg.Wait()
-	for i, j := range got {
-		require.NoError(t, errs[i])
-		require.Equal(t, jobs.StateSucceeded, b.get(t, j.ID).State)
-	}
+	completeAtOnce(t, b, bq, got)
 	require.Equal(t, int64(1), updates.Load()-before, "the batch's completions took more than one write")
 }
 
@@ -98,4 +80,20 @@ func updateCounted(t *testing.T, b bundle, withClaims bool) (*queue.Client, *ato
 	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
 	require.NoError(t, err)
 	return q, &updates
+}
+
+// completeAtOnce completes every job of got through bq at the same time,
+// and checks each succeeded.
+func completeAtOnce(t *testing.T, b bundle, bq jobstore.Store, got []*jobs.Job) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(got))
+	for i, j := range got {
+		wg.Go(func() { errs[i] = bq.Complete(b.ctx, queue.LeaseOf(j)) })
+	}
+	wg.Wait()
+	for i, j := range got {
+		require.NoError(t, errs[i])
+		require.Equal(t, jobs.StateSucceeded, b.get(t, j.ID).State)
+	}
 }
