@@ -610,6 +610,40 @@ func TestLedgerCancel(t *testing.T) {
 		b.settle(t, time.Hour)
 		require.Equal(t, map[string]int64{"alice": 900, "bob": 0, "carol": 100}, checkLedgerInvariants(t, b.db, opening))
 	})
+	t.Run("an abandoned posting: its re-post is cancelled", func(t *testing.T) {
+		b := ledgerSetup(t)
+		b.open(t, opening)
+		// t1's first poster claimed alice's seqId 1 and stalled: a sweeper
+		// abandons that posting, and t1's job posts it again as
+		// t1~repost-2, which moves the money.
+		_, err := b.seq.InsertOne(b.ctx, bson.D{
+			{Key: "_id", Value: `"alice"#1`}, {Key: "account", Value: "alice"}, {Key: "seqId", Value: int64(1)},
+			{Key: "tx", Value: "t1"}, {Key: "try", Value: "stalled"}, {Key: "kind", Value: "change"},
+			{Key: "type", Value: "withdraw"}, {Key: "value", Value: int64(300)}, {Key: "at", Value: time.Now()},
+		})
+		require.NoError(t, err)
+		_, err = handlers.CancelLedgerTx(b.ctx, b.db, b.q, "t1")
+		require.ErrorIs(t, err, handlers.ErrTransactionNotFound, "no posting of t1 yet")
+		b.settle(t, time.Nanosecond)
+		require.True(t, b.tx(t, "t1").Abandoned)
+		_, err = handlers.CancelLedgerTx(b.ctx, b.db, b.q, "t1")
+		require.ErrorIs(t, err, handlers.ErrTransactionNotFound, "abandoned, not posted again yet: nothing to cancel")
+		require.ErrorContains(t, err, "cancel its job")
+		require.NoError(t, b.handler(t, nil).Work(b.ctx, ledgerJob("t1", "l", handlers.LedgerTransferArgs{From: "alice", To: "bob", Amount: 300})))
+		require.Equal(t, handlers.LedgerValid, b.tx(t, "t1~repost-2").State)
+		require.Equal(t, int64(700), b.balance(t, "alice"))
+
+		out, err := handlers.CancelLedgerTx(b.ctx, b.db, b.q, "t1")
+		require.NoError(t, err)
+		require.True(t, out.Cancelled)
+		require.Equal(t, handlers.LedgerCancelled, b.tx(t, "t1~repost-2").State, "the posting that moved the money is the one cancelled")
+		require.Equal(t, int64(1_000), b.balance(t, "alice"))
+		again, err := handlers.CancelLedgerTx(b.ctx, b.db, b.q, "t1~repost-2")
+		require.NoError(t, err)
+		require.True(t, again.Cancelled)
+		b.settle(t, time.Hour)
+		require.Equal(t, map[string]int64{"alice": 1_000, "bob": 0, "carol": 0}, checkLedgerInvariants(t, b.db, opening))
+	})
 	t.Run("sealed by a sweeper: compensated", func(t *testing.T) {
 		b := ledgerSetup(t)
 		b.open(t, opening)

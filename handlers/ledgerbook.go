@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/docketq/docket/queue"
@@ -48,6 +49,15 @@ func CancelLedgerTx(ctx context.Context, db *mongo.Database, q *queue.Client, tx
 	}
 	if tx == nil {
 		return LedgerCancelOutcome{}, fmt.Errorf("handlers: cancel ledger transaction %q: %w", txID, ErrTransactionNotFound)
+	}
+	if tx.State == LedgerCancelled && tx.Abandoned {
+		// An abandoned posting counts nothing, but its transfer's job
+		// posts it again under the next id of its chain: that is the one
+		// to cancel.
+		if tx, err = latestLedgerPosting(ctx, c, tx); err != nil {
+			return LedgerCancelOutcome{}, fmt.Errorf("handlers: cancel ledger transaction %q: %w", txID, err)
+		}
+		txID = tx.ID
 	}
 	if tx.State == LedgerCancelled {
 		return LedgerCancelOutcome{Cancelled: true}, nil
@@ -95,6 +105,42 @@ func CancelLedgerTx(ctx context.Context, db *mongo.Database, q *queue.Client, tx
 		why = "a sweeper has folded it into a cached balance"
 	}
 	return compensate(ctx, q, tx, why)
+}
+
+// latestLedgerPosting follows the chain of re-posts from the abandoned
+// posting tx to the transfer's posting that was not abandoned. When there
+// is none yet (the transfer's job has not posted it again), the transfer
+// has no transaction to cancel: ErrTransactionNotFound, for the caller to
+// cancel the job instead.
+func latestLedgerPosting(ctx context.Context, c ledgerColls, tx *LedgerTx) (*LedgerTx, error) {
+	transfer, link := tx.Transfer, 1
+	if transfer == "" {
+		transfer = tx.ID
+	}
+	if base, n, ok := strings.Cut(tx.ID, ledgerChainSep); ok {
+		i, err := strconv.Atoi(n)
+		if err != nil || base != transfer {
+			return nil, fmt.Errorf("%w: posting %q is not of transfer %q's chain", ErrLedgerNotCancellable, tx.ID, transfer)
+		}
+		link = i
+	}
+	for link++; link <= maxLedgerChain; link++ {
+		id := ledgerChainID(transfer, link)
+		next, err := readLedgerTx(ctx, c, id)
+		if err != nil {
+			return nil, err
+		}
+		if next == nil {
+			return nil, fmt.Errorf("%w: posting %q of transfer %q was abandoned and the transfer is not posted again yet (cancel its job to stop it)", ErrTransactionNotFound, tx.ID, transfer)
+		}
+		if next.Transfer != "" && next.Transfer != transfer {
+			return nil, fmt.Errorf("%w: ledger transaction %q belongs to transfer %q, not %q", ErrLedgerNotCancellable, id, next.Transfer, transfer)
+		}
+		if !(next.State == LedgerCancelled && next.Abandoned) {
+			return next, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: transfer %q: %d postings abandoned", ErrTransactionNotFound, transfer, maxLedgerChain)
 }
 
 // compensate enqueues the transaction that undoes tx.
