@@ -434,6 +434,13 @@ type completer struct {
 	c      *Client // without batching
 	linger time.Duration
 
+	mu       sync.Mutex
+	pending  []pendingCompletion
+	flushing bool
+	together bool // completions come together (see loneFlushes)
+	lone     int  // flushes in a row that wrote one completion
+	alone    int  // completions being written one by one
+
 	// batches counts, per token of a batch claim of this client, the jobs
 	// of the batch not yet completed: they started together, so they
 	// likely end together, and the first of them waits for the others
@@ -442,13 +449,6 @@ type completer struct {
 	// complete).
 	batches map[string]int
 	tokens  []string // of batches, oldest first
-
-	mu       sync.Mutex
-	pending  []pendingCompletion
-	flushing bool
-	together bool // completions come together (see loneFlushes)
-	lone     int  // flushes in a row that wrote one completion
-	alone    int  // completions being written one by one
 }
 
 // loneFlushes is how many flushes in a row must write one completion each

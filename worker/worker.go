@@ -485,8 +485,8 @@ const (
 	// A backlog is likely: single claims in a row each found their job.
 	claimFree
 	// claimGathered: a batch of the free slots and of those about to free
-	// (see gatherSlots). A backlog: the last batch came back with more
-	// than one job.
+	// (see gatherSlots). A backlog: the last batch came back at least half
+	// full.
 	claimGathered
 )
 
