@@ -63,8 +63,8 @@ func TestLostClaimReplyIsGivenBackUncounted(t *testing.T) {
 		drop  func(string, []byte) bool
 	}{
 		{"claim", 1, 3, isClaim},
-		// Enough jobs that the adaptive worker, after single claims in a
-		// row found theirs, claims a batch.
+		// Jobs runnable for a while: a backlog, which the adaptive worker
+		// claims in batches after two single claims.
 		{"batch stamp", 4, 8, isBatchStamp},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,7 +76,7 @@ func TestLostClaimReplyIsGivenBackUncounted(t *testing.T) {
 			}, jobs.KindOptions{})
 			ids := make([]string, tc.jobs)
 			for i := range ids {
-				ids[i] = b.enqueue(t, "k", nil, queue.InsertOpts{MaxAttempts: 1})
+				ids[i] = b.enqueue(t, "k", nil, queue.InsertOpts{MaxAttempts: 1, RunAt: time.Now().Add(-time.Second)})
 			}
 			q, lossy := b.lossyQueue(t, tc.drop)
 			w := b.startOn(t, q, worker.Config{Concurrency: 4, ClaimBatch: tc.batch}, nil)
