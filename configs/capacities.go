@@ -73,13 +73,12 @@ func nodeText(n *yaml.Node) string {
 // file means "the default", and closing a queue is an operator's decision,
 // made with `docketctl capacity QUEUE 0`.
 func (c Capacities) Validate() error {
-	for _, name := range c.names() {
+	for _, name := range c.Names() {
 		n := c[name]
+		if err := queue.ValidQueueName(name); err != nil {
+			return fmt.Errorf("capacities: %w", err)
+		}
 		switch {
-		case name == "":
-			return fmt.Errorf("capacities: a queue name is empty")
-		case len(name) > 256:
-			return fmt.Errorf("capacities: queue name %.20q… is %d bytes, more than 256", name, len(name))
 		case n < 1 || n > queue.MaxCapacity:
 			msg := fmt.Sprintf("capacities.%s: %d must be from 1 to %d", name, n, queue.MaxCapacity)
 			if n == 0 {
@@ -91,8 +90,8 @@ func (c Capacities) Validate() error {
 	return nil
 }
 
-// names returns the queues of c in name order.
-func (c Capacities) names() []string {
+// Names returns the queues of c in name order.
+func (c Capacities) Names() []string {
 	names := make([]string, 0, len(c))
 	for name := range c {
 		names = append(names, name)
@@ -106,7 +105,7 @@ type capacitiesValue Capacities
 
 func (v *capacitiesValue) String() string {
 	var parts []string
-	for _, name := range Capacities(*v).names() {
+	for _, name := range Capacities(*v).Names() {
 		parts = append(parts, name+"="+strconv.Itoa((*v)[name]))
 	}
 	return strings.Join(parts, ",")

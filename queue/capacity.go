@@ -128,7 +128,7 @@ type QueueCapacity struct {
 // admitted now refuses enqueues until fewer than n hold a slot; none is
 // removed. by, when set, records who set it.
 func (c *Client) SetCapacity(ctx context.Context, queue string, n int, by string) error {
-	if err := validQueueName(queue); err != nil {
+	if err := ValidQueueName(queue); err != nil {
 		return fmt.Errorf("queue: set capacity: %w", err)
 	}
 	if n < 0 || n > MaxCapacity {
@@ -153,7 +153,7 @@ func (c *Client) SetCapacity(ctx context.Context, queue string, n int, by string
 // ClearCapacity makes queue unbounded again. It reports whether it had a
 // capacity. Jobs that hold a slot keep it until they finish, harmlessly.
 func (c *Client) ClearCapacity(ctx context.Context, queue, by string) (bool, error) {
-	if err := validQueueName(queue); err != nil {
+	if err := ValidQueueName(queue); err != nil {
 		return false, fmt.Errorf("queue: clear capacity: %w", err)
 	}
 	update := bson.D{{Key: "$unset", Value: bson.D{{Key: "capacity", Value: ""}, {Key: "capacitySetAt", Value: ""}, {Key: "capacitySetBy", Value: ""}}}}

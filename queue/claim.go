@@ -257,6 +257,9 @@ type hooks struct {
 	// pickBlock, when set, picks a spread batch claim's first block among
 	// n, in place of a random one.
 	pickBlock func(n int) int
+	// readBackTimeout, when set, bounds a finishing write's read-back in
+	// place of readBackTimeout.
+	readBackTimeout *time.Duration
 }
 
 // LeaseOf returns the lease that j carries.

@@ -91,10 +91,15 @@ func SetPauseRefresh(c *Client, d time.Duration) {
 	c.pauses.mu.Unlock()
 }
 
-// WithReadBackTimeout returns ctx with d as the bound on the read that a
-// fenced finishing write which matched nothing makes to tell a lost lease
-// from an earlier try applied (5 s otherwise); a d already elapsed makes
-// that read fail at once with context.DeadlineExceeded.
-func WithReadBackTimeout(ctx context.Context, d time.Duration) context.Context {
-	return context.WithValue(ctx, readBackTimeoutKey{}, d)
+// WithReadBackTimeout returns a Client like c whose fenced finishing
+// writes that matched nothing bound the read telling a lost lease from an
+// earlier try applied by d (5 s otherwise); a d of 0 makes that read fail
+// at once with context.DeadlineExceeded.
+func WithReadBackTimeout(c *Client, d time.Duration) *Client {
+	h := hooks{}
+	if c.hooks != nil {
+		h = *c.hooks
+	}
+	h.readBackTimeout = &d
+	return withHooks(c, h)
 }

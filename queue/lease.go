@@ -218,8 +218,8 @@ func (c *Client) unlessWritten(ctx context.Context, op string, l Lease, err erro
 	// caller's (a loaded server), and only the read tells a lost lease
 	// from an earlier try applied with its reply lost.
 	timeout := readBackTimeout
-	if d, ok := ctx.Value(readBackTimeoutKey{}).(time.Duration); ok {
-		timeout = d
+	if c.hooks != nil && c.hooks.readBackTimeout != nil {
+		timeout = *c.hooks.readBackTimeout
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
@@ -240,10 +240,6 @@ func (c *Client) unlessWritten(ctx context.Context, op string, l Lease, err erro
 // readBackTimeout bounds the read that tells a lost lease from a write
 // already applied.
 const readBackTimeout = 5 * time.Second
-
-// readBackTimeoutKey is the context key of a test's bound on the read-back,
-// in place of readBackTimeout.
-type readBackTimeoutKey struct{}
 
 // lostFinishReply is the error a test hook makes of the reply of the
 // finishing write op; nil without hooks.

@@ -70,10 +70,12 @@ func (c *Client) queuesColl() *mongo.Collection {
 	return c.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
 }
 
-func validQueueName(q string) error {
+// ValidQueueName reports what is wrong with q as a queue name: empty, or
+// longer than 256 bytes.
+func ValidQueueName(q string) error {
 	switch {
 	case q == "":
-		return errors.New("queue name is empty")
+		return errors.New("a queue name is empty")
 	case len(q) > 256:
 		return fmt.Errorf("queue name %.20q… is %d bytes, more than 256", q, len(q))
 	}
@@ -85,7 +87,7 @@ func validQueueName(q string) error {
 // paused it. It reports whether the queue was running until now (false:
 // it was already paused, nothing changed).
 func (c *Client) Pause(ctx context.Context, queue, by string) (bool, error) {
-	if err := validQueueName(queue); err != nil {
+	if err := ValidQueueName(queue); err != nil {
 		return false, fmt.Errorf("queue: pause: %w", err)
 	}
 	set := bson.D{{Key: "paused", Value: true}, {Key: "pausedAt", Value: now()}}
@@ -113,7 +115,7 @@ func (c *Client) Pause(ctx context.Context, queue, by string) (bool, error) {
 // reports whether the queue was paused (or its document malformed) until
 // now.
 func (c *Client) Resume(ctx context.Context, queue, by string) (bool, error) {
-	if err := validQueueName(queue); err != nil {
+	if err := ValidQueueName(queue); err != nil {
 		return false, fmt.Errorf("queue: resume: %w", err)
 	}
 	set := bson.D{{Key: "paused", Value: false}, {Key: "resumedAt", Value: now()}}

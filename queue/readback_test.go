@@ -69,7 +69,7 @@ func TestFailedReadBackAfterLostFinishReplyIsUnknown(t *testing.T) {
 			require.ErrorIs(t, tc.write(b.ctx, lost, j), errReset)
 			require.Equal(t, tc.want, b.get(t, res.ID).State, "the server applied the first try")
 
-			requireOutcomeUnknown(t, tc.write(queue.WithReadBackTimeout(b.ctx, 0), b.q, j))
+			requireOutcomeUnknown(t, tc.write(b.ctx, queue.WithReadBackTimeout(b.q, 0), j))
 			require.Equal(t, tc.want, b.get(t, res.ID).State, "the failed retry wrote nothing")
 
 			require.NoError(t, tc.write(b.ctx, b.q, j), "a retry that reads back finds the attempt's own outcome")
@@ -90,7 +90,7 @@ func TestFailedReadBackAfterRealLossIsUnknown(t *testing.T) {
 			old := b.claim(t, claimAll)
 			b.takeOver(t, old)
 
-			requireOutcomeUnknown(t, tc.write(queue.WithReadBackTimeout(b.ctx, 0), b.q, old))
+			requireOutcomeUnknown(t, tc.write(b.ctx, queue.WithReadBackTimeout(b.q, 0), old))
 			require.Equal(t, jobs.StateRunning, b.get(t, res.ID).State, "the new holder's attempt is untouched")
 
 			require.ErrorIs(t, tc.write(b.ctx, b.q, old), queue.ErrLeaseLost)

@@ -151,15 +151,17 @@ func (m *monitor) classify(e *event.CommandStartedEvent) cmdKind {
 func (m *monitor) forget(id int64) {
 	m.mu.Lock()
 	delete(m.started, id)
+	delete(m.names, id)
 	m.mu.Unlock()
 }
 
 func (m *monitor) onSucceeded(_ context.Context, e *event.CommandSucceededEvent) {
 	if traceCmds {
-		coll, n := "", int64(-1)
-		if c, ok := m.names[e.RequestID]; ok {
-			coll = c
-		}
+		n := int64(-1)
+		m.mu.Lock()
+		coll := m.names[e.RequestID]
+		delete(m.names, e.RequestID)
+		m.mu.Unlock()
 		if v, ok := e.Reply.Lookup("n").AsInt64OK(); ok {
 			n = v
 		}

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"sort"
 
 	"github.com/docketq/docket/configs"
 	"github.com/docketq/docket/queue"
@@ -16,12 +15,7 @@ import (
 // start wins over `docketctl capacity`; a queue caps does not name is left
 // as it is.
 func applyCapacities(ctx context.Context, q *queue.Client, caps configs.Capacities, by string, log *zap.Logger) error {
-	names := make([]string, 0, len(caps))
-	for name := range caps {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range caps.Names() {
 		if err := q.SetCapacity(ctx, name, caps[name], by); err != nil {
 			return fmt.Errorf("capacities.%s: %w", name, err)
 		}
