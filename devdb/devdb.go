@@ -22,8 +22,14 @@
 // closed as soon as accepted, and a message begun must arrive within
 // Config.MessageTimeout.
 //
+// devdb gives every collection's SQLite table an index on the expression
+// FerretDB looks documents up by _id with, which its own _id index does not
+// serve (see idindex.go): lookups and writes by _id then cost the same
+// whatever the collection's size.
+//
 // devdb is not a production database: FerretDB v1 filters and sorts in Go over
-// whole collections, and the front removes all concurrency between commands.
+// whole collections (every filter but {_id: X} reads and decodes every
+// document), and the front removes all concurrency between commands.
 package devdb
 
 import (
@@ -146,9 +152,10 @@ var ferretNewMu sync.Mutex
 
 // Server is a running devdb: FerretDB and the front before it.
 type Server struct {
-	front *front
-	uri   string
-	dir   string
+	front   *front
+	indexer *idIndexer
+	uri     string
+	dir     string
 
 	stopFerret context.CancelFunc
 	ferretDone chan struct{}
@@ -240,6 +247,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ferretDone: ferretDone,
 	}
 
+	s.indexer = startIDIndexer(dir, s.front.lock, s.front.unlock, log)
+
 	log.Debug("started", zap.String("backend", u.Host), zap.String("dir", dir))
 
 	return s, nil
@@ -265,6 +274,7 @@ func (s *Server) Dir() string {
 // safe to call more than once.
 func (s *Server) Close() error {
 	err := s.front.close()
+	s.indexer.close()
 
 	s.stopFerret()
 	<-s.ferretDone

@@ -1,0 +1,82 @@
+package devdb
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Every collection's table gets an index on the expression FerretDB's
+// lookups by _id use, SQLite takes it for those lookups (FerretDB's own
+// _id index it does not), and results are what they were. A collection
+// dropped and made again gets it again.
+func TestLookupsByIDUseAnIndex(t *testing.T) {
+	s := startServer(t)
+	mc := connect(t, s.URI())
+	ctx := context.Background()
+	coll := mc.Database("ix").Collection("jobs")
+
+	docs := make([]any, 200)
+	for i := range docs {
+		docs[i] = bson.D{{Key: "_id", Value: "j" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)}, {Key: "n", Value: i}}
+	}
+	for round := range 2 {
+		_, err := coll.InsertMany(ctx, docs)
+		require.NoError(t, err)
+
+		plan := waitForLookupIndex(t, filepath.Join(s.Dir(), "ix.sqlite"))
+		require.Contains(t, plan, "__devdb_id_lookup", "round %d: SQLite's plan for FerretDB's lookup by _id", round)
+
+		res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "jcx"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "seen", Value: true}}}})
+		require.NoError(t, err)
+		require.EqualValues(t, 1, res.ModifiedCount)
+		var got bson.M
+		require.NoError(t, coll.FindOne(ctx, bson.D{{Key: "_id", Value: "jcx"}}).Decode(&got))
+		require.Equal(t, true, got["seen"])
+		require.EqualValues(t, 28, got["n"])
+		n, err := coll.CountDocuments(ctx, bson.D{})
+		require.NoError(t, err)
+		require.EqualValues(t, len(docs), n)
+
+		require.NoError(t, coll.Drop(ctx))
+	}
+}
+
+// waitForLookupIndex waits for the indexer to index the table of the one
+// collection in file, and returns SQLite's plan for FerretDB's update by
+// _id there.
+func waitForLookupIndex(t *testing.T, file string) string {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+file+"?mode=ro")
+	require.NoError(t, err)
+	defer db.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var table string
+		err := db.QueryRow(`SELECT table_name FROM _ferretdb_collections`).Scan(&table)
+		if err == nil {
+			var plan strings.Builder
+			rows, err := db.Query(`EXPLAIN QUERY PLAN UPDATE "`+table+`" SET _ferretdb_sjson = ? WHERE `+idLookupExpr+` = ?`, "{}", `"x"`)
+			require.NoError(t, err)
+			for rows.Next() {
+				var id, parent, notused int
+				var detail string
+				require.NoError(t, rows.Scan(&id, &parent, &notused, &detail))
+				plan.WriteString(detail + "\n")
+			}
+			require.NoError(t, rows.Close())
+			if strings.Contains(plan.String(), "USING INDEX") || time.Now().After(deadline) {
+				return plan.String()
+			}
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no collection table in %s: %v", file, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
