@@ -236,7 +236,16 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (clai
 // matched is false when none were. It returns the jobs it stamped.
 func (c *Client) stampBlock(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A) (claimed []*jobs.Job, matched bool, err error) {
 	token := p.Token
-	match := append(claimFilter(p, t), bson.E{Key: "$or", Value: asRead})
+	ids := make(bson.A, len(block))
+	for i, j := range block {
+		ids[i] = j.ID
+	}
+	// The ids first: a server that evaluates a filter in Go, key by key,
+	// over every document (devdb) rejects all but the block's jobs on the
+	// first key rather than after the $or; MongoDB plans it on the _id
+	// index either way.
+	match := append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, claimFilter(p, t)...)
+	match = append(match, bson.E{Key: "$or", Value: asRead})
 	res, err := c.coll.UpdateMany(ctx, match, claimUpdate(p, t, token))
 	if err == nil && c.afterStamp != nil {
 		err = c.afterStamp()
@@ -360,10 +369,17 @@ func (c store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err 
 	}
 	t := now()
 	fences := make(bson.A, len(ls))
+	ids := make(bson.A, len(ls))
 	for i, l := range ls {
 		fences[i] = fence(l)
+		ids[i] = l.JobID
 	}
-	res, err := c.coll.UpdateMany(ctx, bson.D{{Key: "$or", Value: fences}}, finish(jobs.StateSucceeded, t))
+	// The ids first, as in stampBlock: devdb then evaluates the $or only
+	// for the jobs named (0.9 s less per flush at 20,000 jobs).
+	res, err := c.coll.UpdateMany(ctx, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
+		{Key: "$or", Value: fences},
+	}, finish(jobs.StateSucceeded, t))
 	if err != nil {
 		return nil, fmt.Errorf("queue: complete %d jobs: %w", len(ls), err)
 	}
@@ -375,10 +391,6 @@ func (c store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err 
 	// lost, is succeeded and still carries the token; no one else writes
 	// that pair. So a retry after an error has the same outcome as one
 	// call that got its reply.
-	ids := make(bson.A, len(ls))
-	for i, l := range ls {
-		ids[i] = l.JobID
-	}
 	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
 		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}}))
 	if err != nil {
@@ -536,28 +548,21 @@ func (b *completer) complete(ctx context.Context, l Lease) error {
 }
 
 // flushDeadline bounds the flush of batch by the last deadline of its
-// callers, and completeTimeout: a flush whose reply is slow must not
-// outlive every caller and hold back the completions behind it (their
-// callers' retries among them).
+// callers (a worker's follows the job's lease), or completeTimeout when one
+// of them has none: a flush whose reply is slow must not outlive every
+// caller and hold back the completions behind it (their callers' retries
+// among them), nor be given up while its callers still wait for it.
 func flushDeadline(batch []pendingCompletion) time.Time {
-	last := time.Now().Add(completeTimeout)
 	var latest time.Time
 	for _, p := range batch {
 		if p.deadline.IsZero() {
-			return last
+			return time.Now().Add(completeTimeout)
 		}
 		if p.deadline.After(latest) {
 			latest = p.deadline
 		}
 	}
-	return minTime(latest, last)
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
+	return latest
 }
 
 // flush writes pending completions until none are left.

@@ -171,24 +171,28 @@ func (c *Client) renewMany(ctx context.Context, leases []Lease, t, exp time.Time
 		}
 		byToken[l.Token] = append(byToken[l.Token], l.JobID)
 	}
-	filter := bson.D{{Key: "state", Value: jobs.StateRunning}}
-	if uncancelled {
-		filter = append(filter, cancelNotRequested)
-	}
+	// The job ids come first: a server that evaluates a filter in Go, key
+	// by key, over every document (devdb) then rejects all other jobs on
+	// the first key; MongoDB plans it on the _id index either way.
+	var filter bson.D
 	switch {
 	case len(leases) == 1:
-		// {_id} equality: the fence the single writes use, which a server
-		// without other index use (devdb) can still look up directly.
-		filter = append(filter, bson.E{Key: "_id", Value: leases[0].JobID}, bson.E{Key: "leaseToken", Value: leases[0].Token})
+		filter = bson.D{{Key: "_id", Value: leases[0].JobID}, {Key: "leaseToken", Value: leases[0].Token}}
 	case len(tokens) == 1:
-		filter = append(filter, bson.E{Key: "leaseToken", Value: tokens[0]},
-			bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: byToken[tokens[0]]}}})
+		filter = bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: byToken[tokens[0]]}}},
+			{Key: "leaseToken", Value: tokens[0]}}
 	default:
+		ids := make(bson.A, 0, len(leases))
 		or := make(bson.A, len(tokens))
 		for i, tok := range tokens {
+			ids = append(ids, byToken[tok]...)
 			or[i] = bson.D{{Key: "leaseToken", Value: tok}, {Key: "_id", Value: bson.D{{Key: "$in", Value: byToken[tok]}}}}
 		}
-		filter = append(filter, bson.E{Key: "$or", Value: or})
+		filter = bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "$or", Value: or}}
+	}
+	filter = append(filter, bson.E{Key: "state", Value: jobs.StateRunning})
+	if uncancelled {
+		filter = append(filter, cancelNotRequested)
 	}
 	res, err := c.coll.UpdateMany(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "leaseExpiresAt", Value: exp},
