@@ -15,21 +15,25 @@ type Task interface {
 }
 
 // Scheduler runs tasks on their schedules. A pass that is still running
-// when its next turn comes is skipped, not stacked.
+// when its next turn comes is skipped, not stacked. The passes of all
+// tasks take turns, one at a time, and when they are slow they are paced
+// to take at most 1/(1+PaceFactor) of the time (see PaceFactor).
 type Scheduler struct {
 	cron *cron.Cron
+	pace *pacer
 }
 
 // NewScheduler returns a scheduler for tasks; start it with Start.
 func NewScheduler(log *zap.Logger, tasks ...Task) (*Scheduler, error) {
 	cl := cronLogger{log.Named("cron")}
-	c := cron.New(cron.WithLogger(cl), cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl)))
+	pace := newPacer()
+	c := cron.New(cron.WithLogger(cl), cron.WithChain(cron.Recover(cl), cron.SkipIfStillRunning(cl), pace.wrap))
 	for _, t := range tasks {
 		if _, err := c.AddJob(t.Schedule(), t); err != nil {
 			return nil, fmt.Errorf("recovery: schedule %q: %w", t.Schedule(), err)
 		}
 	}
-	return &Scheduler{cron: c}, nil
+	return &Scheduler{cron: c, pace: pace}, nil
 }
 
 // Start runs the tasks on their schedules in the background.
@@ -38,6 +42,7 @@ func (s *Scheduler) Start() { s.cron.Start() }
 // Stop stops scheduling at once; the returned channel closes when passes
 // already running have ended.
 func (s *Scheduler) Stop() <-chan struct{} {
+	s.pace.close()
 	return s.cron.Stop().Done()
 }
 
