@@ -92,6 +92,11 @@ type MongoConfig struct {
 	// outcome is known before the lease it renews lapses. Defaults to the
 	// smaller of DefaultWriteTimeout and half of that difference.
 	WriteTimeout time.Duration `yaml:"writeTimeout"`
+	// WriteTimeoutAuto is true when WriteTimeout was not set and took its
+	// default: the worker's heartbeats and completions then follow the
+	// lease alone (each may wait for as long as the lease it renews or
+	// ends still holds), where a WriteTimeout that was set bounds them too.
+	WriteTimeoutAuto bool `yaml:"-"`
 }
 
 // LeaderConfig configures the election of the worker process that runs
@@ -134,6 +139,7 @@ func (c Config) WithDefaults() Config {
 	c.Worker = c.Worker.WithDefaults()
 	if c.Mongo.WriteTimeout == 0 {
 		c.Mongo.WriteTimeout = autoWriteTimeout(c.Worker)
+		c.Mongo.WriteTimeoutAuto = true
 	}
 	c.Reaper = c.Reaper.WithDefaults()
 	if c.Leader.TTL == 0 {

@@ -142,6 +142,8 @@ func LoadApp(fs *flag.FlagSet, role string, args []string, getenv func(string) s
 	}
 	if autoWT && !isSet(fs, "write-timeout") {
 		c.Mongo.WriteTimeout = autoWriteTimeout(c.Worker)
+	} else {
+		c.Mongo.WriteTimeoutAuto = false
 	}
 	if err := c.Validate(); err != nil {
 		return c, err

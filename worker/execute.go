@@ -244,7 +244,10 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 		if remaining <= 0 {
 			remaining = time.Second // one last try: the job may still be ours
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), w.bound(min(remaining, MaxClaimTimeout)))
+		// The write may take as long as the lease still holds: a slow server
+		// is not a lost lease, and a write given up while the server still
+		// works on it costs a retry and a read-back.
+		ctx, cancel := context.WithTimeout(context.Background(), w.bound(remaining))
 		err := write(ctx)
 		cancel()
 		if err == nil || errors.Is(err, queue.ErrLeaseLost) {

@@ -30,7 +30,10 @@ func (w *Worker) bound(d time.Duration) time.Duration {
 const claimGather = 50 * time.Millisecond
 
 // claimGatherMax bounds how long a batch claim waits for the slots of jobs
-// whose outcomes are being written.
+// whose outcomes are being written, unless the server is slower: then it
+// waits as long as the slowest recent claim took (see claimLatency), since
+// a write of outcomes takes about as long, and a claim for the few slots
+// free now would cost as much as one for them all.
 const claimGatherMax = time.Second
 
 // Errors that end a job's context, seen by handlers through context.Cause.
@@ -263,6 +266,7 @@ func (w *Worker) dispatch() {
 	params := queue.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: kinds, Lease: w.cfg.Lease, Spread: true}
 	var idle, failing time.Duration
 	var sizer claimSizer
+	var took claimLatency
 	for {
 		if err := w.sem.Acquire(w.claimingCtx, 1); err != nil {
 			return
@@ -270,21 +274,26 @@ func (w *Worker) dispatch() {
 		slots := 1
 		switch sizer.next(w.cfg.ClaimBatch, w.cfg.Concurrency) {
 		case claimFree:
-			slots = w.gatherSlots(false)
+			slots = w.gatherSlots(0)
 		case claimGathered:
-			slots = w.gatherSlots(true)
+			slots = w.gatherSlots(max(claimGatherMax, took.slowest()))
 		}
 		// The token is made here, before the claim is sent: a claim that
 		// returns an error may have been applied with its reply lost, and
 		// its jobs are then found by their token and given back.
 		params.Token = uuid.NewString()
-		// Bounded by the lease, not by the write timeout: a claim answered
-		// within it leaves its jobs StartMargin of lease at least (the lease
-		// is counted from before the send). A stop does not cancel it.
+		// The claim's deadline follows how long the last claims took (see
+		// claimLatency), and the lease it stamps is longer by as much as the
+		// deadline passes ClaimTimeout: a claim answered within its deadline
+		// leaves its jobs StartMargin of lease at least (the lease is counted
+		// from before the send). A stop does not cancel it.
+		timeout := took.deadline(w.cfg)
+		params.Lease = w.cfg.Lease + timeout - w.cfg.ClaimTimeout()
 		sent := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.ClaimTimeout())
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
+		took.observe(time.Since(sent))
 		sizer.claimed(slots, len(claimed), waitedLongest(claimed, sent), err)
 		w.obs.Claimed(time.Since(sent), len(claimed), err)
 		if w.afterClaim != nil {
@@ -292,7 +301,7 @@ func (w *Worker) dispatch() {
 		}
 		if err != nil {
 			w.sweeps.Add(1)
-			go w.sweepLostClaim(params.Token, sent)
+			go w.sweepLostClaim(params.Token, sent, timeout, params.Lease)
 		}
 		started := 0
 		for _, job := range claimed {
@@ -362,20 +371,21 @@ func (w *Worker) startable(job *jobs.Job) bool {
 }
 
 // sweepLostClaim gives back the jobs stamped with token by a claim, sent
-// at sent, that returned an error: the server may have applied it and lost
-// its reply. It sweeps at once, and once more a claim timeout later (a
-// claim still queued on the server has by then been applied, or dropped by
-// its maxTimeMS), retrying a failed sweep for a few leases: the reaper
+// at sent with the given timeout and lease, that returned an error: the
+// server may have applied it and lost its reply. It sweeps at once, and
+// once more a claim timeout later (a claim still queued on the server has
+// by then been applied, or dropped by its maxTimeMS, which the driver sets
+// from the same deadline), retrying a failed sweep for a few leases: the reaper
 // may take the jobs once their lease and its grace have passed, counting
 // the attempt, after which a sweep finds nothing. A stop makes it sweep
 // at once and end.
-func (w *Worker) sweepLostClaim(token string, sent time.Time) {
+func (w *Worker) sweepLostClaim(token string, sent time.Time, timeout, lease time.Duration) {
 	defer w.sweeps.Done()
 	log := w.log.With(zap.String("lease_token", token))
 	// Past the lease the jobs may be reaped (and counted) any time, but a
 	// release is still right until then, and harmless after (fenced on
 	// the token): keep trying a while.
-	giveUp := sent.Add(max(sweepWindowLeases*w.cfg.Lease, sweepWindowMin))
+	giveUp := sent.Add(max(sweepWindowLeases*lease, sweepWindowMin))
 	var wait, backoff time.Duration
 	for sweeps := 0; ; {
 		if wait > 0 {
@@ -386,7 +396,7 @@ func (w *Worker) sweepLostClaim(token string, sent time.Time) {
 				t.Stop()
 			}
 		}
-		bound := w.bound(w.cfg.ClaimTimeout())
+		bound := w.bound(timeout)
 		if w.sweepsCtx.Err() != nil {
 			bound = min(bound, stopSweepTimeout) // a stop waits for this sweep
 		}
@@ -403,7 +413,7 @@ func (w *Worker) sweepLostClaim(token string, sent time.Time) {
 			if sweeps == 2 || stopping {
 				return
 			}
-			wait = w.cfg.ClaimTimeout()
+			wait = timeout
 			continue
 		}
 		if stopping || time.Now().After(giveUp) {
@@ -426,20 +436,20 @@ const (
 const stopSweepTimeout = 2 * time.Second
 
 // gatherSlots takes, on top of the one slot held, up to ClaimBatch-1 more,
-// and returns how many it holds. Without wait it takes only the slots free
-// now. With wait (a backlog: the last batch came back full) it also waits
-// for slots about to free, so that jobs that end together are replaced by
-// one claim rather than one claim each: for the slots of jobs whose
-// handlers have returned (their outcome is being written, so the slot
-// frees within a round trip) up to claimGatherMax, and for jobs still in
+// and returns how many it holds. With writing zero it takes only the slots
+// free now. Otherwise (a backlog: the last batch came back full) it also
+// waits for slots about to free, so that jobs that end together are
+// replaced by one claim rather than one claim each: for the slots of jobs
+// whose handlers have returned (their outcome is being written, so the
+// slot frees within a round trip) up to writing, and for jobs still in
 // their handlers only up to claimGather.
-func (w *Worker) gatherSlots(wait bool) int {
+func (w *Worker) gatherSlots(writing time.Duration) int {
 	k := min(w.cfg.ClaimBatch, w.cfg.Concurrency)
 	n := 1
 	for n < k && w.sem.TryAcquire(1) {
 		n++
 	}
-	if n == k || !wait {
+	if n == k || writing == 0 {
 		return n
 	}
 	start := time.Now()
@@ -451,7 +461,7 @@ func (w *Worker) gatherSlots(wait bool) int {
 		switch {
 		case running == 0:
 			return n
-		case running > inHandler && waited < claimGatherMax:
+		case running > inHandler && waited < writing:
 			// Jobs are writing their outcomes: their slots come soon.
 		case inHandler > 0 && waited < claimGather:
 			// Jobs are in their handlers: wait a little for them.
@@ -472,6 +482,53 @@ func (w *Worker) gatherSlots(wait bool) int {
 		}
 	}
 	return n
+}
+
+// claimLatency remembers how long the last claims took, so that the next
+// one's deadline follows the server rather than a fixed bound: a server
+// slow for minutes (an overloaded primary, an index build, devdb over a
+// big collection) answers claims in seconds, and a claim given up at a
+// fixed deadline while the server still works on it is wasted twice: its
+// reply, and the sweep that gives back what it stamped. A claim that
+// timed out counts as taking its whole deadline, so the next deadline is
+// longer. It is the dispatch goroutine's alone.
+type claimLatency struct {
+	recent [claimLatencySamples]time.Duration
+	next   int
+}
+
+// claimLatencySamples is how many of the last claims set the deadline,
+// claimLatencyFactor how many times the slowest of them it is at least,
+// and claimStretchLeases how many leases past ClaimTimeout it may reach.
+const (
+	claimLatencySamples = 8
+	claimLatencyFactor  = 3
+	claimStretchLeases  = 2
+)
+
+// slowest is the longest of the recent claims.
+func (l *claimLatency) slowest() time.Duration {
+	var d time.Duration
+	for _, r := range l.recent {
+		d = max(d, r)
+	}
+	return d
+}
+
+func (l *claimLatency) observe(d time.Duration) {
+	l.recent[l.next] = d
+	l.next = (l.next + 1) % len(l.recent)
+}
+
+// deadline is the timeout of the next claim of a worker configured as c:
+// ClaimTimeout, or claimLatencyFactor times the slowest recent claim when
+// that is longer, up to claimStretchLeases leases more. The worker stamps
+// a lease longer by as much as the deadline passes ClaimTimeout, so a
+// fast server changes neither. (The first claim has ClaimTimeout: a
+// longer one would stretch the leases of every worker's first jobs.)
+func (l *claimLatency) deadline(c Config) time.Duration {
+	base := c.ClaimTimeout()
+	return min(max(base, claimLatencyFactor*l.slowest()), base+claimStretchLeases*c.Lease)
 }
 
 // claimSize is how the dispatcher sizes its next claim.

@@ -115,7 +115,12 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 
 	wcfg := cfg.Worker
 	wcfg.Logger = base
-	wcfg.WriteTimeout = cfg.Mongo.WriteTimeout
+	if !cfg.Mongo.WriteTimeoutAuto {
+		// Set by the operator: it bounds heartbeats and completions too.
+		// Left to its default it bounds only operations without a deadline
+		// of their own; the worker's writes follow their leases.
+		wcfg.WriteTimeout = cfg.Mongo.WriteTimeout
+	}
 	wcfg.Observer = poolMetrics
 	qcfg, rcfg := cfg.Queue, cfg.Reaper
 	qcfg.Logger, rcfg.Logger = log, log // configs fills them with no-op loggers
