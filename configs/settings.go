@@ -48,7 +48,7 @@ func settings(c *Config, role string) []Setting {
 		Setting{"queue.retryBase", "DOCKET_RETRY_BASE", "retry-base", "backoff after a first failed attempt (doubles each attempt)", (*durationValue)(&c.Queue.RetryBase)},
 		Setting{"queue.retryMax", "DOCKET_RETRY_MAX", "retry-max", "longest backoff between attempts", (*durationValue)(&c.Queue.RetryMax)},
 		Setting{"reaper.schedule", "DOCKET_REAP_SCHEDULE", "reap-schedule", "cron schedule of the reaper", (*stringValue)(&c.Reaper.Schedule)},
-		Setting{"reaper.grace", "DOCKET_REAP_GRACE", "reap-grace", "how long past expiry a lease is left alone (clock skew)", (*durationValue)(&c.Reaper.Grace)},
+		Setting{"reaper.grace", "DOCKET_REAP_GRACE", "reap-grace", "how long past expiry a lease is left alone (clock skew); one more lease if its worker still beats", (*durationValue)(&c.Reaper.Grace)},
 		Setting{"reaper.succeededRetention", "DOCKET_SUCCEEDED_RETENTION", "succeeded-retention", "how long succeeded and cancelled jobs are kept (negative: forever)", (*durationValue)(&c.Reaper.SucceededRetention)},
 		Setting{"reaper.deadRetention", "DOCKET_DEAD_RETENTION", "dead-retention", "how long dead jobs are kept (negative: forever, the default)", (*durationValue)(&c.Reaper.DeadRetention)},
 		Setting{"reaper.retentionBudget", "DOCKET_RETENTION_BUDGET", "retention-budget", "longest one pass spends deleting finished jobs", (*durationValue)(&c.Reaper.RetentionBudget)},

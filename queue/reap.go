@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -26,6 +27,9 @@ type ReapResult struct {
 	Buried int
 	// Skipped jobs could not be written (logged); the next pass tries again.
 	Skipped int
+	// Spared jobs had an expired lease but an owner alive in the workers
+	// registry, and were left alone for now (see Reap).
+	Spared int
 }
 
 // Settled is how many jobs the reap moved out of running.
@@ -39,6 +43,7 @@ func (r ReapResult) Add(o ReapResult) ReapResult {
 		Cancelled: r.Cancelled + o.Cancelled,
 		Buried:    r.Buried + o.Buried,
 		Skipped:   r.Skipped + o.Skipped,
+		Spared:    r.Spared + o.Spared,
 	}
 }
 
@@ -55,6 +60,10 @@ func eachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) er
 	return cur.Err()
 }
 
+// MaxSpare bounds how long past its expiry (and the reaper's grace) the
+// reaper leaves a job whose owner is alive in the workers registry.
+const MaxSpare = 10 * time.Minute
+
 // Reap re-queues up to limit running jobs whose lease expired more than
 // grace ago (their worker died or stalled), or sends them to dead when
 // their attempts are used up, or to cancelled when someone asked them to
@@ -63,25 +72,50 @@ func eachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) er
 // number of reapers may run at once. A job that does not decode (written
 // by another app with a field of the wrong type) is buried: dead, with the
 // decoding error, fenced the same way; it never stops the pass.
+//
+// A job whose owner is alive in the workers registry (it beat within
+// WorkerMissedBeats of its beat interval, on the server's clock, as
+// `docketctl workers` counts it) is spared for one more lease: its
+// renewals may be stuck behind a slow server rather than stopped. It is
+// reaped once its lease has been expired for grace plus its own lease
+// length (leaseExpiresAt - heartbeatAt, at most MaxSpare), alive owner or
+// not, so a live process never holds a stuck job forever. Only processes
+// that beat in the registry (the worker command does; a docket.Client an
+// app embeds does not) are spared for; a job whose owner has no entry, or
+// one that cannot be read, is reaped as before. Spared jobs do not count
+// against limit.
 func (c store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapResult, error) {
 	var res ReapResult
+	live := c.liveWorkers(ctx)
 	t := now()
+	find := options.Find().SetProjection(bson.D{{Key: "args", Value: 0}})
+	if len(live) == 0 {
+		find.SetLimit(int64(limit))
+	}
 	cur, err := c.coll.Find(ctx,
 		bson.D{
 			{Key: "state", Value: jobs.StateRunning},
 			{Key: "leaseExpiresAt", Value: bson.D{{Key: "$lt", Value: t.Add(-grace)}}},
 		},
-		options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "args", Value: 0}}))
+		find)
 	if err != nil {
 		return res, fmt.Errorf("queue: find expired leases: %w", err)
 	}
 	// Read the batch first, then write: writing while the cursor is open
-	// would hold it across many round trips.
+	// would hold it across many round trips. Spared jobs are passed over,
+	// so that they never keep other expired jobs out of the batch.
 	var expired []bson.Raw
 	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+		if len(expired) == limit {
+			return errBatchFull
+		}
+		if spared(d, live, t, grace) {
+			res.Spared++
+			return nil
+		}
 		expired = append(expired, append(bson.Raw(nil), d...))
 		return nil
-	}); err != nil {
+	}); err != nil && !errors.Is(err, errBatchFull) {
 		return res, fmt.Errorf("queue: read expired leases: %w", err)
 	}
 	for _, raw := range expired {
@@ -92,6 +126,72 @@ func (c store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapRe
 		res = res.Add(r)
 	}
 	return res, nil
+}
+
+// errBatchFull stops reading expired leases once a batch is full.
+var errBatchFull = errors.New("batch full")
+
+// spareBeatMax caps a registry entry's beat interval when the reaper
+// judges whether it is alive: an entry claiming a longer one (another
+// app's) does not count as alive for longer.
+const spareBeatMax = time.Minute
+
+// liveWorkers returns the ids of the processes alive in the workers
+// registry now: seen within WorkerMissedBeats of their beat interval, both
+// on the server's clock. The registry is for people and may hold anything:
+// a document that does not read as a live process is left out, and a
+// registry that cannot be read at all spares no one (logged).
+func (c *Client) liveWorkers(ctx context.Context) map[string]bool {
+	t := c.ServerTime(ctx)
+	cur, err := c.workersColl().Find(ctx,
+		bson.D{{Key: "lastSeen", Value: bson.D{{Key: "$gte", Value: t.Add(-WorkerMissedBeats * spareBeatMax)}}}},
+		options.Find().SetProjection(bson.D{{Key: "lastSeen", Value: 1}, {Key: "beatEveryMs", Value: 1}}))
+	if err != nil {
+		c.log.Warn("reaper: cannot read the workers registry; sparing no expired job", zap.Error(err))
+		return nil
+	}
+	live := map[string]bool{}
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		id, ok := d.Lookup("_id").StringValueOK()
+		if !ok || id == "" {
+			return nil
+		}
+		w := workerInfo(d)
+		if w.LastSeen.IsZero() {
+			return nil
+		}
+		limit := WorkerMissedBeats * min(max(w.BeatEvery, time.Second), spareBeatMax)
+		// A beat after the hello (a negative age) is as alive as can be.
+		if t.Sub(w.LastSeen) < limit {
+			live[id] = true
+		}
+		return nil
+	})
+	if err != nil {
+		c.log.Warn("reaper: cannot read the workers registry; sparing no expired job", zap.Error(err))
+		return nil
+	}
+	return live
+}
+
+// spared reports whether the expired job raw is left alone for now: its
+// owner is in live, and its lease expired less than grace plus one more
+// lease (its own length, at most MaxSpare) before t.
+func spared(raw bson.Raw, live map[string]bool, t time.Time, grace time.Duration) bool {
+	owner, ok := raw.Lookup("owner").StringValueOK()
+	if !ok || !live[owner] {
+		return false
+	}
+	exp, ok1 := raw.Lookup("leaseExpiresAt").TimeOK()
+	beat, ok2 := raw.Lookup("heartbeatAt").TimeOK()
+	if !ok1 || !ok2 {
+		return false
+	}
+	lease := exp.Sub(beat)
+	if lease <= 0 {
+		return false
+	}
+	return t.Before(exp.Add(grace + min(lease, MaxSpare)))
 }
 
 // reapOne re-queues, kills, cancels or buries the expired job raw.

@@ -106,7 +106,8 @@ func (c ReaperConfig) Validate() error {
 }
 
 // Reaper re-queues jobs whose lease expired and deletes finished jobs past
-// their retention.
+// their retention. A job whose owner still beats in the workers registry
+// is spared for one more lease (see queue's Reap).
 type Reaper struct {
 	cfg ReaperConfig
 	q   *queue.Client
@@ -152,9 +153,10 @@ func (r *Reaper) RunOnce(ctx context.Context) (queue.ReapResult, error) {
 	if _, err := r.q.FreeStrandedSlots(ctx); err != nil {
 		return total, err
 	}
-	if total.Settled()+total.Skipped > 0 {
+	if total.Settled()+total.Skipped+total.Spared > 0 {
 		r.log.Info("reaped expired leases", zap.Int("requeued", total.Requeued), zap.Int("dead", total.Dead),
-			zap.Int("cancelled", total.Cancelled), zap.Int("buried", total.Buried), zap.Int("skipped", total.Skipped))
+			zap.Int("cancelled", total.Cancelled), zap.Int("buried", total.Buried), zap.Int("skipped", total.Skipped),
+			zap.Int("spared", total.Spared))
 	}
 	budget := time.Now().Add(r.cfg.RetentionBudget)
 	for _, rule := range []struct {

@@ -177,3 +177,42 @@ func TestZeroRetentionMeansTheDefault(t *testing.T) {
 	require.Equal(t, -time.Hour, set.SucceededRetention)
 	require.Equal(t, 72*time.Hour, set.DeadRetention)
 }
+
+// TestReaperPassSparesALiveWorkersJobsForOneLease: issue 22. A pass leaves
+// the expired jobs of a worker that still beats in the registry for one more
+// lease, goes on past them batch after batch to the jobs of workers that
+// died, and reaps the live worker's jobs once that lease has passed too.
+func TestReaperPassSparesALiveWorkersJobsForOneLease(t *testing.T) {
+	b := reaperSetup(t)
+	require.NoError(t, b.q.Beat(b.ctx, queue.WorkerInfo{ID: "slow", BeatEvery: 10 * time.Second}))
+	var ids []string
+	for _, owner := range []string{"slow", "slow", "dead", "dead"} {
+		res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{})
+		require.NoError(t, err)
+		j, err := jobstore.Of(b.q).Claim(b.ctx, queue.ClaimParams{Owner: owner, Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, res.ID, j.ID)
+		ids = append(ids, j.ID)
+	}
+	// expire sets every lease, of a minute, as expired ago.
+	expire := func(ago time.Duration) {
+		exp := time.Now().Add(-ago)
+		_, err := jobstore.Of(b.q).Collection().UpdateMany(b.ctx, bson.M{"state": "running"},
+			bson.M{"$set": bson.M{"leaseExpiresAt": exp, "heartbeatAt": exp.Add(-time.Minute)}})
+		require.NoError(t, err)
+	}
+	expire(30 * time.Second)
+	r := b.reaper(t, recovery.ReaperConfig{Batch: 1})
+	got, err := r.RunOnce(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, got.Requeued, "the dead worker's jobs, one batch at a time")
+	require.EqualValues(t, 2, b.count(t, bson.D{{Key: "owner", Value: "slow"}, {Key: "state", Value: "running"}}))
+
+	// Past grace (5 s) and one more lease: reaped, alive or not.
+	expire(66 * time.Second)
+	got, err = r.RunOnce(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, got.Requeued)
+	require.Zero(t, got.Spared)
+	require.EqualValues(t, 4, b.count(t, bson.D{{Key: "state", Value: "available"}}))
+}

@@ -19,6 +19,16 @@
 // leads; work it had already started must be harmless to repeat, which is
 // true of every maintenance pass docket runs (each write is fenced on what
 // it read).
+//
+// A slow server does not cost the leader its lease: a renewal may wait for
+// its reply for as long as the lease it renews still holds (until the
+// leader's trusted end of its term), not a fixed interval, so a renewal
+// queued behind seconds of other commands still lands. One renewal is in
+// flight at a time, and the next is sent an Interval after the last was
+// sent, or at once when its reply took longer. A reply that comes after the
+// trusted end is not trusted: the leader has already stopped leading, and
+// stays stopped. A leader keeps its lease on a server that answers it
+// within (TTL - 1 s) / 2, 7 s at the default TTL.
 package leadership
 
 import (
@@ -62,9 +72,12 @@ type Config struct {
 	// Defaults to DefaultTTL; at least 3 s.
 	TTL time.Duration
 	// Interval is how often the leader renews. Defaults to TTL/3; at most
-	// TTL/2, so a leader renews at least twice per TTL. A follower looks at
-	// the lease once per TTL while a leader renews it, and about every
-	// Interval when its look fails or it lost a try to take the lease.
+	// TTL/2, so a leader renews at least twice per TTL. A renewal may wait
+	// for its reply until the leader's term would end, however long the
+	// interval; the next is sent an interval after it was, or at once
+	// after a slower reply. A follower looks at the lease once per TTL
+	// while a leader renews it, and about every Interval when its look
+	// fails or it lost a try to take the lease.
 	Interval time.Duration
 	// Logger receives the elector's logs. Defaults to a no-op logger.
 	Logger *zap.Logger
@@ -177,15 +190,18 @@ func (e *Elector) Run(ctx context.Context) {
 
 // round renews the lease when leading, or looks at it (and takes it when it
 // has expired) when following. It returns how long to wait before the next.
+// Each command bounds its own wait (see renew, follow and elect); rounds
+// run one after the other, so one renewal at most is in flight.
 func (e *Elector) round(ctx context.Context) time.Duration {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.Interval)
-	defer cancel()
 	e.mu.Lock()
-	leading, term, version := e.leading, e.term, e.version
+	leading, term, version, trusted := e.leading, e.term, e.version, e.trusted
 	e.mu.Unlock()
 	if leading {
-		e.renew(ctx, term, version)
-		return e.cfg.Interval
+		sent := time.Now()
+		e.renew(ctx, term, version, trusted)
+		// An interval after the renewal was sent; at once when it took
+		// longer (the server is slow: the term's end is nearer).
+		return max(0, e.cfg.Interval-time.Since(sent))
 	}
 	return e.follow(ctx)
 }
@@ -207,7 +223,12 @@ func (e *Elector) jitter() time.Duration {
 	return rand.N(e.cfg.TTL/10 + 1)
 }
 
-func (e *Elector) renew(ctx context.Context, term Term, version int64) {
+// renew renews the lease of term, at version, that this leader trusts
+// until trusted. It waits for the reply until then and no longer: a reply
+// after it would renew a term the leader has already stopped trusting.
+func (e *Elector) renew(ctx context.Context, term Term, version int64, trusted time.Time) {
+	ctx, cancel := context.WithDeadline(ctx, trusted)
+	defer cancel()
 	sent := time.Now()
 	res, err := e.coll.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: e.cfg.Name}, {Key: "token", Value: term.Token}, {Key: "version", Value: version}},
@@ -216,6 +237,11 @@ func (e *Elector) renew(ctx context.Context, term Term, version int64) {
 			{Key: "$currentDate", Value: bson.D{{Key: "renewedAt", Value: true}}},
 		})
 	switch {
+	case !time.Now().Before(trusted):
+		// Whatever the reply, it came after the term's trusted end: the
+		// leader stopped leading then (Leading said so), and a follower
+		// may have taken over since.
+		e.lose("the lease could not be renewed before the term's end", err)
 	case err != nil:
 		// The lease may still be ours: keep trusting it until its end.
 		if _, ok := e.Leading(); !ok {
@@ -244,7 +270,11 @@ func (e *Elector) renew(ctx context.Context, term Term, version int64) {
 // waits a TTL more. (Looking every Interval, it came within two TTLs too:
 // 1.5 Interval to see the last version, 1.5 Interval past its expiry.)
 func (e *Elector) follow(ctx context.Context) time.Duration {
-	raw, err := e.coll.FindOne(ctx, bson.D{{Key: "_id", Value: e.cfg.Name}}).Raw()
+	// A look may wait as long as a lease lasts: how long it took does not
+	// matter, since the follower counts from the moment its reply came.
+	lctx, cancel := context.WithTimeout(ctx, e.cfg.TTL-safetyMargin)
+	raw, err := e.coll.FindOne(lctx, bson.D{{Key: "_id", Value: e.cfg.Name}}).Raw()
+	cancel()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return e.take(ctx, nil)
 	}
@@ -305,6 +335,11 @@ func (e *Elector) elect(ctx context.Context, prev bson.Raw) bool {
 		{Key: "renewedAt", Value: time.Now().UTC()},
 	}
 	sent := time.Now()
+	// The term it takes would be trusted until sent+TTL-margin: wait for
+	// the reply until then, and take a later one as lost.
+	trusted := sent.Add(e.cfg.TTL - safetyMargin)
+	ctx, cancel := context.WithDeadline(ctx, trusted)
+	defer cancel()
 	var won bool
 	if prev == nil {
 		_, err := e.coll.InsertOne(ctx, doc)
@@ -333,9 +368,15 @@ func (e *Elector) elect(ctx context.Context, prev bson.Raw) bool {
 	if !won {
 		return false
 	}
+	if !time.Now().Before(trusted) {
+		// Won, but too late to trust: the lease lapses unrenewed, and a
+		// follower (this one too) takes it after a TTL.
+		e.log.Warn("took the leadership too late to lead; it lapses", zap.Int64("term", term.Number))
+		return false
+	}
 	e.mu.Lock()
 	e.leading, e.term, e.version = true, term, version
-	e.trusted = sent.Add(e.cfg.TTL - safetyMargin)
+	e.trusted = trusted
 	e.seen = nil
 	e.mu.Unlock()
 	e.log.Info("leading", zap.Int64("term", term.Number))

@@ -3,11 +3,13 @@ package leadership
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/slowproxy"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -255,5 +257,59 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		_, err := New(nil, tc.cfg)
 		require.ErrorContains(t, err, tc.want)
+	}
+}
+
+// TestLeaderKeepsTheLeaseOnASlowServer: issue 22. On a server that runs
+// one command at a time, each taking seconds (devdb behind a worker's scans
+// of a big jobs collection), a renewal waits in line behind other
+// processes' commands for longer than the renewal interval. The leader
+// keeps its lease all the same, without a moment out of it, since a
+// renewal may take as long as the lease it renews still holds.
+func TestLeaderKeepsTheLeaseOnASlowServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for about 40 s")
+	}
+	t.Parallel()
+	u, err := url.Parse(testdb.URI())
+	require.NoError(t, err)
+	p := slowproxy.Start(t, u.Host, slowproxy.Config{Serial: true})
+	connect := func() *mongo.Client {
+		// Monitoring hellos rarely: they would wait in line too.
+		c, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + p.Addr() + "/?directConnection=true").
+			SetHeartbeatInterval(time.Minute))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+		return c
+	}
+	db := testdb.NewDB(t)
+	const ttl = 15 * time.Second // the default, and the default interval (5 s)
+	n := startNode(t, connect().Database(db.Name()).Collection(DefaultCollection), Config{ID: "slow", TTL: ttl})
+	waitLeader(t, []*node{n}, 10*time.Second, -1)
+
+	// Two other processes keep the server busy, each sending its next
+	// command as soon as the last is answered; with every command taking
+	// 2 s, a renewal waits its turn behind both: 6 s in all.
+	const delay = 2 * time.Second
+	p.SetDelay(delay)
+	load := connect().Database(db.Name()).Collection("jobs")
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_ = load.FindOne(ctx, bson.D{{Key: "state", Value: "available"}}).Err()
+			}
+		})
+	}
+	defer wg.Wait()
+	defer stop()
+
+	const watch = 30 * time.Second
+	start := time.Now()
+	for time.Since(start) < watch {
+		_, ok := n.e.Leading()
+		require.True(t, ok, "the leader lost its lease on a slow server, %s after it slowed", time.Since(start))
+		time.Sleep(10 * time.Millisecond)
 	}
 }
