@@ -299,10 +299,15 @@ func (c *Client) Start(ctx context.Context) error {
 		return fmt.Errorf("docket: %w", err)
 	}
 	elector := c.elector
+	// The counts docketctl stats and the dashboard read.
+	counter, err := recovery.NewStatsCounter(c.q, elector, c.cfg.Worker.ID, recovery.StatsCounterConfig{Logger: c.log})
+	if err != nil {
+		return fmt.Errorf("docket: %w", err)
+	}
 	// Every process schedules the maintenance; only the elected one runs
 	// it, so its cost does not grow with the number of processes.
 	var tasks []recovery.Task
-	for _, t := range append([]recovery.Task{reaper, periodic}, c.maintenance...) {
+	for _, t := range append([]recovery.Task{reaper, periodic, counter}, c.maintenance...) {
 		tasks = append(tasks, recovery.LeaderOnly(elector, t))
 	}
 	sched, err := recovery.NewScheduler(c.log, tasks...)

@@ -25,11 +25,12 @@ import (
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // ctlCommands are docketctl's subcommands: the operator's view of the jobs.
 var ctlCommands = map[string]subcommand{
-	"stats":     {"jobs per queue, kind and state, and each queue's longest-waiting job", ctlStats},
+	"stats":     {"jobs per queue, kind and state, and each queue's longest-waiting job, as the elected leader last counted them (--exact: count now; --json)", ctlStats},
 	"list":      {"list jobs: --state, --kind, --queue, --since, --until filter; --after pages", ctlList},
 	"show":      {"show jobs by id, with every attempt's error", ctlShow},
 	"retry":     {"run jobs again now, attempts reset, errors kept: by id, or --state dead [--kind K] [--queue Q]", ctlRetry},
@@ -98,11 +99,13 @@ func parseWhen(flagName, s string) (time.Time, error) {
 }
 
 func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
+	exact := fs.Bool("exact", false, "count every job now (on some servers a pass over the whole collection) rather than read the counts the elected leader stored")
+	asJSON := fs.Bool("json", false, "print the counts, where they come from and how fresh they are as one JSON document")
 	return func(e *env, rest []string) error {
 		if len(rest) > 0 {
 			return badInput("unexpected argument %q", rest[0])
 		}
-		stats, err := e.q.Stats(e.ctx)
+		counts, err := readStats(e.ctx, e.q, *exact, e.cfg.Mongo.Timeout)
 		if err != nil {
 			return err
 		}
@@ -110,6 +113,15 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 		if err != nil {
 			return err
 		}
+		caps, err := e.q.QueueCapacities(e.ctx)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printStatsJSON(e.stdout, counts, paused, caps)
+		}
+		fmt.Fprintln(e.stdout, counts.freshness())
+		stats := counts.Queues
 		states := []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprint(tw, "queue\tkind\t")
@@ -130,7 +142,7 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 					fmt.Fprintf(tw, "%d\t", qs.Counts[k][string(s)])
 				}
 				if i == 0 && !qs.OldestAvailable.IsZero() {
-					fmt.Fprintf(tw, "%s", time.Since(qs.OldestAvailable).Round(time.Millisecond))
+					fmt.Fprintf(tw, "%s", counts.now().Sub(qs.OldestAvailable).Round(time.Millisecond))
 				}
 				fmt.Fprintln(tw)
 			}
@@ -140,10 +152,6 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		for _, p := range paused {
 			fmt.Fprintf(e.stdout, "queue %s: %s\n", p.Queue, pausedNote(p))
-		}
-		caps, err := e.q.QueueCapacities(e.ctx)
-		if err != nil {
-			return err
 		}
 		for _, c := range caps {
 			if c.Malformed != "" {
@@ -600,4 +608,166 @@ func ctlWorkers(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		return nil
 	}
+}
+
+// statsCounts are the counts stats prints, with where they come from.
+type statsCounts struct {
+	queue.StoredStats
+	// Exact is set when they were counted now rather than read back.
+	Exact bool
+	// Why says why they were counted now when that was not asked for.
+	Why string
+}
+
+// staleStats is how old stored counts may be, past how often their leader
+// counts, before stats warns that no leader seems to count any more.
+const staleStats = time.Minute
+
+// Stale reports whether the stored counts are older than their leader's
+// pace explains: no leader has counted since.
+func (c statsCounts) Stale() bool {
+	return !c.Exact && c.Age() > 3*c.Every+staleStats
+}
+
+// now is the time the counts are shown at: the server's when they were
+// read back.
+func (c statsCounts) now() time.Time {
+	if c.ReadAt.IsZero() {
+		return time.Now()
+	}
+	return c.ReadAt
+}
+
+// freshness says in one line where the counts come from and how old they
+// are.
+func (c statsCounts) freshness() string {
+	if c.Exact {
+		if c.Why != "" {
+			return "counted now, exactly: " + c.Why
+		}
+		return "counted now, exactly (--exact)"
+	}
+	line := fmt.Sprintf("as of %s ago (%s), counted by %s", c.Age().Round(time.Second), c.CountedAt.Format(time.RFC3339), orUnknown(c.By))
+	if c.Every > 0 {
+		line += fmt.Sprintf(", the elected leader, every %s", c.Every.Round(time.Second))
+	}
+	line += "; --exact counts now"
+	if c.Stale() {
+		line += "; STALE: no leader has counted since; is a worker running?"
+	}
+	if c.Unreadable > 0 {
+		line += fmt.Sprintf("; %d stored entries could not be read and are left out", c.Unreadable)
+	}
+	return line
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
+}
+
+// readStats returns the counts the elected leader stored or, with exact or
+// when there are none to read, counts every job now, within ctx (bounded
+// by the server timeout).
+func readStats(ctx context.Context, q *queue.Client, exact bool, timeout time.Duration) (statsCounts, error) {
+	var why string
+	if !exact {
+		s, err := q.StoredStats(ctx)
+		switch {
+		case err == nil:
+			return statsCounts{StoredStats: s}, nil
+		case errors.Is(err, queue.ErrNoStoredStats):
+			why = "no counts stored by a leader yet (is a worker running?)"
+		case errors.Is(err, queue.ErrStoredStatsMalformed):
+			why = err.Error()
+		default:
+			return statsCounts{}, err
+		}
+	}
+	stats, err := q.Stats(ctx)
+	if err != nil {
+		if ctx.Err() != nil || mongo.IsTimeout(err) {
+			if why == "" {
+				why = "--exact"
+			}
+			return statsCounts{}, fmt.Errorf("%s, and counting every job now did not end within %s (--mongo-timeout): start a worker, whose elected leader stores counts, or raise --mongo-timeout: %w", why, timeout, err)
+		}
+		return statsCounts{}, err
+	}
+	return statsCounts{StoredStats: queue.StoredStats{Queues: stats, CountedAt: time.Now().UTC()}, Exact: true, Why: why}, nil
+}
+
+// statsJSON is the document stats --json prints.
+type statsJSON struct {
+	// Source is "leader" (the counts the elected leader stored) or
+	// "exact" (counted now).
+	Source       string      `json:"source"`
+	CountedAt    time.Time   `json:"countedAt"`
+	AgeSeconds   float64     `json:"ageSeconds"`
+	CountedBy    string      `json:"countedBy,omitempty"`
+	EverySeconds float64     `json:"everySeconds,omitempty"`
+	Stale        bool        `json:"stale"`
+	Note         string      `json:"note,omitempty"`
+	Unreadable   int         `json:"unreadable,omitempty"`
+	Queues       []queueJSON `json:"queues"`
+}
+
+type queueJSON struct {
+	Queue           string                      `json:"queue"`
+	Counts          map[string]map[string]int64 `json:"counts"`
+	OldestAvailable *time.Time                  `json:"oldestAvailable,omitempty"`
+	Paused          bool                        `json:"paused,omitempty"`
+	Capacity        *int                        `json:"capacity,omitempty"`
+	Occupied        *int                        `json:"occupied,omitempty"`
+}
+
+func printStatsJSON(w io.Writer, c statsCounts, paused []queue.QueueState, caps []queue.QueueCapacity) error {
+	out := statsJSON{Source: "leader", CountedAt: c.CountedAt, AgeSeconds: c.Age().Seconds(), CountedBy: c.By,
+		EverySeconds: c.Every.Seconds(), Stale: c.Stale(), Unreadable: c.Unreadable, Queues: []queueJSON{}}
+	if c.Exact {
+		out.Source, out.Note = "exact", c.Why
+	}
+	byQueue := map[string]int{}
+	row := func(name string) *queueJSON {
+		i, ok := byQueue[name]
+		if !ok {
+			i = len(out.Queues)
+			byQueue[name] = i
+			out.Queues = append(out.Queues, queueJSON{Queue: name, Counts: map[string]map[string]int64{}})
+		}
+		return &out.Queues[i]
+	}
+	for _, qs := range c.Queues {
+		r := row(qs.Queue)
+		for k, states := range qs.Counts {
+			if r.Counts[k] == nil {
+				r.Counts[k] = map[string]int64{}
+			}
+			for st, n := range states {
+				r.Counts[k][st] += n
+			}
+		}
+		if !qs.OldestAvailable.IsZero() {
+			t := qs.OldestAvailable
+			r.OldestAvailable = &t
+		}
+	}
+	for _, p := range paused {
+		if p.Paused {
+			row(p.Queue).Paused = true
+		}
+	}
+	for _, cp := range caps {
+		if cp.Malformed == "" {
+			r := row(cp.Queue)
+			capacity, occupied := cp.Capacity, cp.Occupied
+			r.Capacity, r.Occupied = &capacity, &occupied
+		}
+	}
+	sort.Slice(out.Queues, func(i, j int) bool { return out.Queues[i].Queue < out.Queues[j].Queue })
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
 }

@@ -119,6 +119,8 @@ func TestDashboardInABrowser(t *testing.T) {
 	require.Equal(t, map[string]string{"available": "3", "running": "1", "succeeded": "4", "dead": "1", "cancelled": "1"}, counts)
 	require.Contains(t, br.text("#queues"), "reports")
 	require.Contains(t, br.text(".chart"), "4 succeeded, 1 dead in the hour")
+	require.Equal(t, "Counted now, exactly: no counts stored by a leader yet (is a worker running?)", br.text("#freshness"),
+		"no leader ran: the page counts, and says so")
 	br.screenshot("overview")
 
 	// The page refreshes its content in place: a job finished meanwhile

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -72,18 +73,18 @@ type chart struct {
 	Bars                             []bar
 }
 
-// minuteChart counts ok and failed per minute over the hour before now,
-// as bars 140 units high at most.
-func minuteChart(ok, failed []time.Time, now time.Time) chart {
+// minuteChart draws ok and failed, counts per minute keyed by the minute's
+// start, over the hour that ends at end, as bars 140 units high at most.
+func minuteChart(ok, failed map[time.Time]int64, end time.Time) chart {
 	const minutes, height = 60, 130
-	start := now.Truncate(time.Minute).Add(-(minutes - 1) * time.Minute)
+	start := end.UTC().Truncate(time.Minute).Add(-(minutes - 1) * time.Minute)
 	okN, failN := make([]int, minutes), make([]int, minutes)
-	bucket := func(ts []time.Time, into []int) int {
+	bucket := func(counts map[time.Time]int64, into []int) int {
 		n := 0
-		for _, t := range ts {
-			if i := int(t.Sub(start) / time.Minute); i >= 0 && i < minutes {
-				into[i]++
-				n++
+		for t, c := range counts {
+			if i := int(t.Sub(start) / time.Minute); t.Sub(start) >= 0 && i < minutes {
+				into[i] += int(c)
+				n += int(c)
 			}
 		}
 		return n
@@ -109,11 +110,67 @@ func minuteChart(ok, failed []time.Time, now time.Time) chart {
 	return c
 }
 
+// overviewCounts returns the counts the elected leader stored, or, when
+// exact is asked or there are none to read, counts every job now (bounded
+// by the request's timeout), with a line that says how fresh they are.
+func (s *Server) overviewCounts(ctx context.Context, exact bool) (queue.StoredStats, freshness, error) {
+	var why string
+	if !exact {
+		counts, err := s.q.StoredStats(ctx)
+		switch {
+		case err == nil:
+			f := freshness{Text: fmt.Sprintf("Counts as of %s ago, counted by %s", counts.Age().Round(time.Second), orUnknown(counts.By))}
+			if counts.Every > 0 {
+				f.Text += fmt.Sprintf(", the elected leader, every %s", counts.Every.Round(time.Second))
+			}
+			f.Stale = counts.Age() > 3*counts.Every+time.Minute
+			if counts.Unreadable > 0 {
+				f.Text += fmt.Sprintf("; %d stored entries could not be read and are left out", counts.Unreadable)
+			}
+			return counts, f, nil
+		case errors.Is(err, queue.ErrNoStoredStats):
+			why = "no counts stored by a leader yet (is a worker running?)"
+		case errors.Is(err, queue.ErrStoredStatsMalformed):
+			why = err.Error()
+		default:
+			return queue.StoredStats{}, freshness{}, err
+		}
+	}
+	counts, err := s.q.CountStats(ctx)
+	if err != nil {
+		if why != "" && ctx.Err() != nil {
+			return counts, freshness{}, fmt.Errorf("%s, and counting every job now did not end within %s: start a worker, whose elected leader stores counts: %w", why, requestTimeout, err)
+		}
+		return counts, freshness{}, err
+	}
+	f := freshness{Text: "Counted now, exactly", Exact: true}
+	if why != "" {
+		f.Text += ": " + why
+	}
+	return counts, f, nil
+}
+
+// freshness says where the overview's counts come from and how old they
+// are.
+type freshness struct {
+	Text string
+	// Exact is set when they were counted for this page.
+	Exact bool
+	// Stale is set when they are older than their leader's pace explains.
+	Stale bool
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
+}
+
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	now := time.Now()
-	stats, finished, err := s.q.Overview(ctx, now.Add(-time.Hour), jobs.StateSucceeded, jobs.StateDead)
+	counts, fresh, err := s.overviewCounts(ctx, r.URL.Query().Get("exact") != "")
 	if err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
@@ -135,7 +192,8 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
-	ok, failed := finished[jobs.StateSucceeded], finished[jobs.StateDead]
+	stats := counts.Queues
+	ok, failed := counts.Finished[jobs.StateSucceeded], counts.Finished[jobs.StateDead]
 	totals := map[string]int64{}
 	var rows []queueRow
 	var oldest time.Time
@@ -179,8 +237,9 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		Chart  chart
 		Paused []pausedRow
 		Alive  int
-	}{page{Title: "Overview", Nav: "overview", Refresh: s.cfg.Refresh}, cards, since(oldest), states, rows, minuteChart(ok, failed, now),
-		pausedList, len(alive)})
+		Fresh  freshness
+	}{page{Title: "Overview", Nav: "overview", Refresh: s.cfg.Refresh}, cards, since(oldest), states, rows, minuteChart(ok, failed, counts.CountedAt),
+		pausedList, len(alive), fresh})
 }
 
 // pageSize is how many jobs a page lists.

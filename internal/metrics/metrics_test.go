@@ -416,3 +416,63 @@ func TestQueueGaugesComeFromTheLeaderOnly(t *testing.T) {
 		return len(e) == 1 && e[0] == 1-leader
 	}, 30*time.Second, 50*time.Millisecond)
 }
+
+// termLeader leads in one fixed term.
+type termLeader struct{ term leadership.Term }
+
+func (l termLeader) Leading() (leadership.Term, bool) { return l.term, true }
+
+// TestQueueGaugesReuseTheLeadersStoredCounts: the counts this process
+// stored as the leader of its current term (the maintenance's count) are
+// exported as they are, not counted again; counts stored in another term
+// are not trusted, and the jobs are counted.
+func TestQueueGaugesReuseTheLeadersStoredCounts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewDB(t)
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	_, err = q.Enqueue(ctx, "ok", bson.M{}, queue.InsertOpts{})
+	require.NoError(t, err)
+	term := leadership.Term{Number: 4, Token: "mine"}
+	stored := queue.StoredStats{CountedAt: q.ServerTime(ctx), By: "p0", Term: 4, TermToken: "mine", Every: time.Minute,
+		Queues: []queue.QueueStats{{Queue: "default", Counts: map[string]map[string]int64{"ok": {"available": 42}}}}}
+	ok, err := q.StoreStats(ctx, stored)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	gauge := func(l termLeader) float64 {
+		qs, err := metrics.NewQueueStats(metrics.QueueStatsConfig{Queue: q, Leader: l, Interval: time.Hour, Logger: zaptest.NewLogger(t)})
+		require.NoError(t, err)
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(qs)
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); qs.Run(runCtx) }()
+		defer func() { stop(); <-done }()
+		srv := httptest.NewServer(metrics.Handler(reg, metrics.NewHealth(func(context.Context) error { return nil }, 0)))
+		defer srv.Close()
+		var v float64
+		require.Eventually(t, func() bool {
+			for _, f := range scrape(t, srv.URL) {
+				if f.GetName() != "docket_jobs" {
+					continue
+				}
+				for _, m := range f.GetMetric() {
+					labels := map[string]string{}
+					for _, l := range m.GetLabel() {
+						labels[l.GetName()] = l.GetValue()
+					}
+					if labels["queue"] == "default" && labels["state"] == "available" {
+						v = m.GetGauge().GetValue()
+						return true
+					}
+				}
+			}
+			return false
+		}, 30*time.Second, 20*time.Millisecond)
+		return v
+	}
+	require.EqualValues(t, 42, gauge(termLeader{term}), "this term's stored counts are exported")
+	require.EqualValues(t, 1, gauge(termLeader{leadership.Term{Number: 5, Token: "next"}}), "another term's are not: the jobs are counted")
+}

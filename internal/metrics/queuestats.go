@@ -60,7 +60,8 @@ type QueueStats struct {
 
 	mu    sync.Mutex
 	term  leadership.Term
-	at    time.Time // when the counts were taken; zero when none are held
+	at    time.Time     // when the counts were taken; zero when none are held
+	every time.Duration // how often the leader that stored them counts
 	stats []queue.QueueStats
 }
 
@@ -119,8 +120,18 @@ func (s *QueueStats) refresh(ctx context.Context) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
+	defer cancel()
+	// The counts this process stored as the leader of this term (the
+	// maintenance's recovery.StatsCounter) serve here too: one count per
+	// interval for both. Before its first count of the term, count here.
+	if stored, err := s.cfg.Queue.StoredStats(cctx); err == nil && stored.TermToken != "" && stored.TermToken == term.Token {
+		s.mu.Lock()
+		s.term, s.at, s.stats = term, time.Now().Add(-stored.Age()), stored.Queues
+		s.every = stored.Every
+		s.mu.Unlock()
+		return
+	}
 	stats, err := s.cfg.Queue.Stats(cctx)
-	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			s.cfg.Logger.Warn("counting the jobs for metrics failed; retrying at the next interval", zap.Error(err))
@@ -128,7 +139,7 @@ func (s *QueueStats) refresh(ctx context.Context) {
 		return
 	}
 	s.mu.Lock()
-	s.term, s.at, s.stats = term, time.Now(), stats
+	s.term, s.at, s.stats, s.every = term, time.Now(), stats, 0
 	s.mu.Unlock()
 }
 
@@ -146,9 +157,9 @@ func (s *QueueStats) Collect(ch chan<- prometheus.Metric) {
 	term, leading := s.cfg.Leader.Leading()
 	ch <- prometheus.MustNewConstMetric(s.leader, prometheus.GaugeValue, b2f(leading))
 	s.mu.Lock()
-	at, held, stats := s.at, s.term, s.stats
+	at, held, stats, every := s.at, s.term, s.stats, s.every
 	s.mu.Unlock()
-	if !leading || held != term || at.IsZero() || time.Since(at) > staleAfter*s.cfg.Interval {
+	if !leading || held != term || at.IsZero() || time.Since(at) > staleAfter*max(s.cfg.Interval, every) {
 		return
 	}
 	now := time.Now()
