@@ -1,8 +1,8 @@
 // Package bench measures docket against a MongoDB-protocol server: burn-down
 // throughput with single and batch claims, commands per job, claim and
 // enqueue-to-start latency, steady-state lag, idle cost, scaling over worker
-// processes, and a raw findAndModify loop at the same concurrency as the
-// baseline. Workers run as real processes: this binary re-executed as
+// processes, how cost grows with the backlog (growth), and a raw
+// findAndModify loop at the same concurrency as the baseline. Workers run as real processes: this binary re-executed as
 // `bench worker`, which counts its commands with the driver's command
 // monitor and reports them; the parent reads each one's CPU time and peak
 // memory from its rusage.
