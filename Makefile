@@ -34,6 +34,9 @@ test:
 
 # Throughput, commands per job, latency, idle cost and scaling on a devdb of
 # its own (about 5 minutes); BENCH_FLAGS="--json", "--runs default,steady" or "--mongo-uri ..." to vary.
+# BENCH_FLAGS="--runs growth" measures how cost grows with the backlog (300 to
+# 100,000 jobs, and beside 1,000,000 finished ones), stopping itself within
+# --growth-budget (10 minutes) and saying which points it skipped.
 # Results and targets: docs/BENCHMARKS.md.
 bench: build
 	$(GO) build -o $(BIN)/ ./cmd/bench

@@ -1,8 +1,8 @@
 // Package bench measures docket against a MongoDB-protocol server: burn-down
 // throughput with single and batch claims, commands per job, claim and
 // enqueue-to-start latency, steady-state lag, idle cost, scaling over worker
-// processes, and a raw findAndModify loop at the same concurrency as the
-// baseline. Workers run as real processes: this binary re-executed as
+// processes, how cost grows with the backlog (growth), and a raw
+// findAndModify loop at the same concurrency as the baseline. Workers run as real processes: this binary re-executed as
 // `bench worker`, which counts its commands with the driver's command
 // monitor and reports them; the parent reads each one's CPU time and peak
 // memory from its rusage.
@@ -76,6 +76,17 @@ type Options struct {
 	HeartbeatLease    time.Duration
 	HeartbeatInterval time.Duration
 
+	// The growth run: GrowthBacklogs are its backlogs, GrowthRetained the
+	// finished jobs its last point keeps beside a backlog of
+	// GrowthRetainedBacklog (0: no such point), GrowthWindow how long each
+	// point is measured at most, GrowthBudget the time the whole run stops
+	// itself within.
+	GrowthBacklogs        []int
+	GrowthRetained        int
+	GrowthRetainedBacklog int
+	GrowthWindow          time.Duration
+	GrowthBudget          time.Duration
+
 	Runs []string
 	JSON bool
 }
@@ -83,6 +94,10 @@ type Options struct {
 var allRuns = []string{"single", "raw", "default", "batch", "batch4x10", "steady", "idle", "idle4", "idle8", "heartbeats", "failover", "scaling",
 	"ledger",
 }
+
+// optInRuns are runs made only when --runs names them: growth takes its
+// whole budget (10 minutes by default).
+var optInRuns = []string{"growth"}
 
 // Main is the bench command. `bench worker ...` is a worker process of a
 // run.
@@ -119,7 +134,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.HeartbeatSleep, "heartbeat-sleep", 30*time.Second, "how long each job of the heartbeats run sleeps")
 	fs.DurationVar(&o.HeartbeatLease, "heartbeat-lease", 15*time.Second, "worker lease of the heartbeats run (shorter than the default, so that a job sees several intervals)")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-every", 5*time.Second, "heartbeat interval of the heartbeats run")
-	runs := fs.String("runs", strings.Join(allRuns, ","), "runs to make, of "+strings.Join(allRuns, ","))
+	backlogs := fs.String("growth-backlogs", DefaultGrowthBacklogs, "backlogs of no-op jobs the growth run measures, in order")
+	fs.IntVar(&o.GrowthRetained, "growth-retained", DefaultGrowthRetained, "succeeded jobs kept in the collection at the growth run's last point (0: no such point)")
+	fs.IntVar(&o.GrowthRetainedBacklog, "growth-retained-backlog", DefaultGrowthRetainedBacklog, "the backlog beside the retained jobs")
+	fs.DurationVar(&o.GrowthWindow, "growth-window", DefaultGrowthWindow, "how long the growth run measures each system at each point, at most (less once drained)")
+	fs.DurationVar(&o.GrowthBudget, "growth-budget", DefaultGrowthBudget, "the time the growth run stops itself within: points that no longer fit are skipped, and said so")
+	runs := fs.String("runs", strings.Join(allRuns, ","), "runs to make, of "+strings.Join(allRuns, ",")+" (the default), and "+strings.Join(optInRuns, ","))
 	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON instead of a table")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -128,7 +148,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	for _, r := range strings.Split(*runs, ",") {
-		if !slices.Contains(allRuns, r) {
+		if !slices.Contains(allRuns, r) && !slices.Contains(optInRuns, r) {
 			fmt.Fprintf(stderr, "bench: --runs: unknown run %q\n", r)
 			return 2
 		}
@@ -137,6 +157,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if o.Jobs < 1 || o.Procs < 1 || o.Concurrency < 1 || o.ClaimBatch < 1 || o.SteadyRate <= 0 || o.SleepJobs < 1 || o.SleepConcurrency < 1 || o.SleepClaimBatch < 1 || o.SteadyClaimBatch < 1 || o.FailoverProcs < 2 || o.HeartbeatJobs < 1 || o.HeartbeatSleep <= 0 ||
 		o.SpreadProcs < 1 || o.SpreadConcurrency < 1 || o.SpreadClaimBatch < 1 {
 		fmt.Fprintln(stderr, "bench: sizes and rates must be positive (and --failover-procs at least 2)")
+		return 2
+	}
+	var err error
+	if o.GrowthBacklogs, err = parseBacklogs(*backlogs); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return 2
+	}
+	if o.GrowthRetained < 0 || o.GrowthRetainedBacklog < 1 || o.GrowthWindow <= 0 || o.GrowthBudget <= 0 {
+		fmt.Fprintln(stderr, "bench: --growth-window, --growth-budget and --growth-retained-backlog must be positive, --growth-retained not negative")
 		return 2
 	}
 
@@ -215,6 +244,8 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 			res.Failover, err = b.failover(ctx)
 		case "ledger":
 			res.Ledger, err = b.ledger(ctx)
+		case "growth":
+			res.Growth, err = b.growth(ctx)
 		case "scaling":
 			for _, p := range []int{1, 2, 4} {
 				var s *BurnDown

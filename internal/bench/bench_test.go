@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,4 +100,118 @@ func TestBadSizesAreRefused(t *testing.T) {
 	stderr.Reset()
 	require.Equal(t, 2, Main([]string{"--runs", "single,nope"}, &bytes.Buffer{}, &stderr))
 	require.Contains(t, stderr.String(), "nope")
+	for _, bad := range [][]string{{"--growth-backlogs", "300,0"}, {"--growth-backlogs", "many"}, {"--growth-window", "0s"}, {"--growth-budget", "-1s"}} {
+		stderr.Reset()
+		require.Equal(t, 2, Main(append([]string{"--runs", "growth"}, bad...), &bytes.Buffer{}, &stderr), bad)
+		require.Contains(t, stderr.String(), "--growth", bad)
+	}
+}
+
+// TestGrowthMeasuresWhatItRan makes the growth run at tiny sizes on its own
+// devdb, with a real worker process, and checks each row against the
+// database and the table against the rows: every row ran, its jobs/s is
+// its completed jobs over its window, the database holds at least as many
+// of the backlog's jobs succeeded as the row says were completed (all of
+// them when it says drained), and the table prints those figures. It
+// asserts no speed.
+func TestGrowthMeasuresWhatItRan(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a devdb and worker processes")
+	}
+	o := Options{
+		GrowthBacklogs: []int{50, 200}, GrowthRetained: 500, GrowthRetainedBacklog: 20,
+		GrowthWindow: 3 * time.Second, GrowthBudget: 4 * time.Minute,
+		Runs: []string{"growth"},
+	}
+	t.Setenv("DOCKET_DEVDB_BIN", testdb.DevDBBinary(t))
+	var log bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, o, &log)
+	require.NoError(t, err, log.String())
+	g := res.Growth
+	require.NotNil(t, g)
+	require.Empty(t, g.Skipped, "four minutes hold every point:\n%s", log.String())
+
+	var table bytes.Buffer
+	res.writeTable(&table)
+	lines := strings.Split(table.String(), "\n")
+	want := []struct {
+		system            string
+		backlog, retained int
+	}{{"docket", 50, 0}, {"raw", 50, 0}, {"docket", 200, 0}, {"raw", 200, 0}, {"docket", 20, 500}, {"raw", 20, 500}}
+	require.Len(t, g.Rows, len(want))
+	for i, w := range want {
+		r := g.Rows[i]
+		name := fmt.Sprintf("%s at %d beside %d", w.system, w.backlog, w.retained)
+		require.Equal(t, w.system, r.System, name)
+		require.Equal(t, w.backlog, r.Backlog, name)
+		require.Equal(t, w.retained, r.Retained, name)
+		require.Positive(t, r.Seconds, name)
+		require.LessOrEqual(t, r.Seconds, 5.0, "%s: measured about the window at most (3 s, and the lateness of a loaded machine)", name)
+		require.Positive(t, r.Completed, name)
+		require.LessOrEqual(t, r.Completed, int64(w.backlog), name)
+		require.GreaterOrEqual(t, r.SucceededInDB, r.Completed, "%s: the database holds the jobs the row says were completed", name)
+		require.LessOrEqual(t, r.SucceededInDB, int64(w.backlog), "%s: the retained jobs are not counted", name)
+		if r.Drained {
+			require.Equal(t, int64(w.backlog), r.Completed, name)
+			require.Equal(t, int64(w.backlog), r.SucceededInDB, name)
+			require.Empty(t, r.Note, name)
+		} else {
+			require.Contains(t, r.Note, "not drained", name)
+		}
+		require.InDelta(t, float64(r.Completed)/r.Seconds, r.JobsPerSec, 1e-9, name)
+		require.InDelta(t, float64(r.Commands)/float64(r.Completed), r.CommandsPerJob, 1e-9, name)
+		require.Positive(t, r.Claims, name)
+		require.Positive(t, r.ClaimP50, name)
+		require.GreaterOrEqual(t, r.ClaimP99, r.ClaimP50, name)
+		if w.system == "raw" {
+			require.GreaterOrEqual(t, r.CommandsPerJob, 2.0, "%s: a findAndModify and an update per job", name)
+			docket := g.Rows[i-1]
+			require.InDelta(t, docket.JobsPerSec/r.JobsPerSec, docket.VsRaw, 1e-9, name)
+		} else {
+			require.Positive(t, r.LeaderTerms, "%s: its one process was elected", name)
+			require.Positive(t, r.ReadySeconds, name)
+		}
+
+		// Its line in the table, with the figures measured.
+		var row []string
+		for _, l := range lines {
+			f := strings.Fields(l)
+			if len(f) > 3 && f[0] == w.system && f[1] == thousands(w.backlog) && f[2] == thousands(w.retained) {
+				require.Nil(t, row, "%s: one line", name)
+				row = f
+			}
+		}
+		require.NotNil(t, row, "%s: no line in the table:\n%s", name, table.String())
+		line := strings.Join(row, " ")
+		for _, fig := range []string{fmt.Sprintf("%.2f", r.JobsPerSec), fmt.Sprintf("%.2f", r.CommandsPerJob), strconv.FormatInt(r.Completed, 10),
+			strconv.FormatInt(r.SucceededInDB, 10), msStr(r.ClaimP50), msStr(r.ClaimP99), strconv.Itoa(r.Claims)} {
+			require.Contains(t, line, fig, "%s: the table's line %q lacks %s", name, line, fig)
+		}
+	}
+
+	raw, err := json.Marshal(res)
+	require.NoError(t, err)
+	var back Results
+	require.NoError(t, json.Unmarshal(raw, &back))
+	require.Equal(t, g.Rows, back.Growth.Rows)
+}
+
+// TestGrowthSaysWhereItStopped gives the growth run a budget too small for
+// any point: it measures nothing, and says so for each point.
+func TestGrowthSaysWhereItStopped(t *testing.T) {
+	var log bytes.Buffer
+	b := &bencher{o: Options{GrowthBacklogs: []int{300, 100_000}, GrowthRetained: 1_000_000, GrowthRetainedBacklog: 300,
+		GrowthWindow: time.Minute, GrowthBudget: time.Second}, log: &log}
+	g, err := b.growth(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, g.Rows)
+	require.Len(t, g.Skipped, 3)
+	for i, p := range []string{"300 skipped", "100,000 skipped", "300 beside 1,000,000 retained skipped"} {
+		require.True(t, strings.HasPrefix(g.Skipped[i], p+": the budget ran out"), g.Skipped[i])
+	}
+	var table bytes.Buffer
+	(&Results{Growth: g}).writeTable(&table)
+	require.Contains(t, table.String(), "growth: 100,000 skipped: the budget ran out")
 }

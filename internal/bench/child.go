@@ -70,7 +70,9 @@ func runWorker(args []string, stdout, stderr io.Writer) int {
 				for {
 					select {
 					case <-tick.C:
-						report(mon.snapshot(false))
+						s := mon.snapshot(false)
+						s.NewClaimMs = mon.takeClaims()
+						report(s)
 					case <-stop:
 						return
 					}

@@ -28,12 +28,15 @@ type monitor struct {
 	registry  atomic.Int64 // the worker registry's beats
 	claimCmds atomic.Int64 // claims' commands: findAndModify, a batch's find, stamp and read-back
 	doneCmds  atomic.Int64 // completions' commands
+	givenBack atomic.Int64 // jobs given back unstarted, their attempt not counted
+	claimErrs atomic.Int64 // claims' commands that failed (a timeout, a lost reply)
 
 	mu      sync.Mutex
 	byName  map[string]int64
 	started map[int64]cmdKind
 	names   map[int64]string
 	claims  []float64 // claim round trips, ms
+	taken   int       // claims already reported by takeClaims
 	pending time.Duration
 }
 
@@ -45,6 +48,7 @@ const (
 	cmdBatchFind           // find with a sort: a batch claim's candidates
 	cmdBatchUpdate         // updates to running: a batch claim's stamp
 	cmdComplete            // update to succeeded: one or many completions
+	cmdGiveBack            // update taking a claim's attempt back: jobs given back unstarted
 )
 
 func newMonitor(jobsColl string) *monitor {
@@ -55,7 +59,7 @@ func (m *monitor) commandMonitor() *event.CommandMonitor {
 	return &event.CommandMonitor{
 		Started:   m.onStarted,
 		Succeeded: m.onSucceeded,
-		Failed:    func(_ context.Context, e *event.CommandFailedEvent) { m.forget(e.RequestID) },
+		Failed:    m.onFailed,
 	}
 }
 
@@ -137,6 +141,9 @@ func (m *monitor) classify(e *event.CommandStartedEvent) cmdKind {
 		if !ok {
 			return cmdOther
 		}
+		if inc, ok := doc.Lookup("u", "$inc", "attempt").AsInt64OK(); ok && inc < 0 {
+			return cmdGiveBack
+		}
 		state, _ := doc.Lookup("u", "$set", "state").StringValueOK()
 		switch state {
 		case "succeeded":
@@ -148,11 +155,19 @@ func (m *monitor) classify(e *event.CommandStartedEvent) cmdKind {
 	return cmdOther
 }
 
-func (m *monitor) forget(id int64) {
+func (m *monitor) onFailed(_ context.Context, e *event.CommandFailedEvent) {
 	m.mu.Lock()
-	delete(m.started, id)
-	delete(m.names, id)
+	k := m.started[e.RequestID]
+	delete(m.started, e.RequestID)
+	delete(m.names, e.RequestID)
+	if k == cmdBatchUpdate || k == cmdBatchFind {
+		m.pending = 0
+	}
 	m.mu.Unlock()
+	switch k {
+	case cmdClaim, cmdBatchFind, cmdBatchUpdate:
+		m.claimErrs.Add(1)
+	}
 }
 
 func (m *monitor) onSucceeded(_ context.Context, e *event.CommandSucceededEvent) {
@@ -204,6 +219,10 @@ func (m *monitor) onSucceeded(_ context.Context, e *event.CommandSucceededEvent)
 		if n, ok := e.Reply.Lookup("n").AsInt64OK(); ok {
 			m.completed.Add(n)
 		}
+	case cmdGiveBack:
+		if n, ok := e.Reply.Lookup("n").AsInt64OK(); ok {
+			m.givenBack.Add(n)
+		}
 	}
 }
 
@@ -222,12 +241,20 @@ type snapshot struct {
 	ClaimMs   []float64        `json:"claimMs,omitempty"`
 	ClaimCmds int64            `json:"claimCmds,omitempty"`
 	DoneCmds  int64            `json:"doneCmds,omitempty"`
+	// GivenBack counts the jobs given back unstarted (a claim's attempt
+	// taken back), ClaimErrors the claims' commands that failed.
+	GivenBack   int64 `json:"givenBack,omitempty"`
+	ClaimErrors int64 `json:"claimErrors,omitempty"`
+	// NewClaimMs, in a worker's periodic reports, are the claim round trips
+	// answered since its previous report (takeClaims).
+	NewClaimMs []float64 `json:"newClaimMs,omitempty"`
 }
 
 func (m *monitor) snapshot(full bool) snapshot {
 	s := snapshot{Commands: m.commands.Load(), Completed: m.completed.Load(), Polls: m.polls.Load(), Leader: m.leader.Load(), Renewals: m.renewals.Load(),
 		Pauses: m.pauses.Load(), Registry: m.registry.Load()}
 	s.ClaimCmds, s.DoneCmds = m.claimCmds.Load(), m.doneCmds.Load()
+	s.GivenBack, s.ClaimErrors = m.givenBack.Load(), m.claimErrs.Load()
 	if full {
 		m.mu.Lock()
 		s.ByName = make(map[string]int64, len(m.byName))
@@ -237,6 +264,16 @@ func (m *monitor) snapshot(full bool) snapshot {
 		s.ClaimMs = append([]float64(nil), m.claims...)
 		m.mu.Unlock()
 	}
+	return s
+}
+
+// takeClaims returns the claim round trips answered since its previous
+// call.
+func (m *monitor) takeClaims() []float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := append([]float64(nil), m.claims[m.taken:]...)
+	m.taken = len(m.claims)
 	return s
 }
 

@@ -19,9 +19,11 @@ type proc struct {
 	mu   sync.Mutex
 	last snapshot // the latest line it printed
 	base snapshot // its ready line: the commands of its set-up
-	rdy  chan struct{}
-	done chan struct{} // closed when its stdout ends
-	errs *prefixWriter
+	// claims are the claim round trips of its periodic reports, in ms.
+	claims []float64
+	rdy    chan struct{}
+	done   chan struct{} // closed when its stdout ends
+	errs   *prefixWriter
 }
 
 // workerOpts are a worker process's settings.
@@ -69,6 +71,7 @@ func startWorker(o workerOpts, stderr io.Writer) (*proc, error) {
 			}
 			p.mu.Lock()
 			p.last = s
+			p.claims = append(p.claims, s.NewClaimMs...)
 			if s.Ready {
 				p.base = s
 				close(p.rdy)
@@ -83,6 +86,20 @@ func (p *proc) snapshot() snapshot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.last
+}
+
+// window returns its latest report and how many claim round trips its
+// reports have carried so far, claimsSince those after the first n.
+func (p *proc) window() (snapshot, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last, len(p.claims)
+}
+
+func (p *proc) claimsSince(n int) []float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]float64(nil), p.claims[min(n, len(p.claims)):]...)
 }
 
 // waitReady waits until the process has set up and is about to claim.
@@ -124,6 +141,38 @@ func (p *proc) kill() {
 func (p *proc) stop() (usage, error) {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	<-p.done
+	return p.ended()
+}
+
+// stopWithin is stop bounded by grace: past it, a second SIGTERM (the
+// worker then cancels its running jobs and gives their leases back), and
+// past half as long again a SIGKILL. It reports how it ended: "" when the
+// first signal stopped it, else "second signal" or "killed".
+func (p *proc) stopWithin(grace time.Duration) (usage, string, error) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	how := ""
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		how = "second signal"
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(grace / 2):
+			how = "killed"
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	u, err := p.ended()
+	if how == "killed" {
+		err = nil // no final report: the caller uses the periodic ones
+	}
+	return u, how, err
+}
+
+// ended returns the counts of a process whose stdout has ended.
+func (p *proc) ended() (usage, error) {
 	err := p.cmd.Wait()
 	p.mu.Lock()
 	last, base := p.last, p.base

@@ -50,6 +50,8 @@ type Results struct {
 	SteadyCompare *Steady `json:"steadyCompare,omitempty"`
 	// Claims are the figures of the claiming targets (issue 14).
 	Claims *ClaimRatios `json:"claims,omitempty"`
+	// Growth is docket and the raw loop at growing backlogs (issue 22).
+	Growth *Growth `json:"growth,omitempty"`
 }
 
 // BurnDown is one burn-down: n jobs enqueued, then run until none is left.
@@ -176,15 +178,15 @@ func (r *Results) derive() {
 }
 
 func (r *Results) writeTable(w io.Writer) {
-	fmt.Fprintf(w, "server: %s; took %s\n\n", r.Server, r.Took)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\tjobs\tprocs x conc\tbatch\tjobs/s\tcmds/job\tclaim p50\tclaim p99\tstart p50\tstart p99\tcpu/proc\trss/proc\t")
-	rows := []*BurnDown{r.Single, r.Raw, r.Default, r.Batch, r.Batch4x10}
+	fmt.Fprintf(w, "server: %s; took %s\n", r.Server, r.Took)
+	rows := slices.DeleteFunc([]*BurnDown{r.Single, r.Raw, r.Default, r.Batch, r.Batch4x10}, func(b *BurnDown) bool { return b == nil })
 	rows = append(rows, r.Scaling...)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if len(rows) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "run\tjobs\tprocs x conc\tbatch\tjobs/s\tcmds/job\tclaim p50\tclaim p99\tstart p50\tstart p99\tcpu/proc\trss/proc\t")
+	}
 	for _, b := range rows {
-		if b == nil {
-			continue
-		}
 		cpu, rss := "-", "-"
 		if len(b.PerProcess) > 0 {
 			var c, m float64
@@ -241,6 +243,9 @@ func (r *Results) writeTable(w io.Writer) {
 	}
 	if r.Ledger != nil {
 		r.Ledger.writeTable(w)
+	}
+	if r.Growth != nil {
+		r.Growth.write(w)
 	}
 	if f := r.Failover; f != nil {
 		fmt.Fprintf(w, "failover: %d processes, leader TTL %.0fs: leader SIGKILLed, next leader after %.1fs, its first reap pass after %.1fs\n",

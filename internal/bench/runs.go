@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docketq/docket/internal/jobstore"
@@ -43,33 +44,14 @@ func (b *bencher) rawLoop(ctx context.Context) (*BurnDown, error) {
 		colls = append(colls, c.Database(db.Name()).Collection(jobstore.Of(q).Collection().Name(),
 			options.Collection().SetWriteConcern(writeconcern.Majority())))
 	}
-	sort := bson.D{{Key: "priority", Value: -1}, {Key: "runAt", Value: 1}, {Key: "_id", Value: 1}}
 	errs := make(chan error, b.o.Procs*b.o.Concurrency)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for _, coll := range colls {
 		for range b.o.Concurrency {
 			wg.Go(func() {
-				for {
-					t := time.Now()
-					token := uuid.NewString()
-					var j jobs.Job
-					err := coll.FindOneAndUpdate(ctx,
-						bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "kind", Value: "noop"}, {Key: "runAt", Value: bson.D{{Key: "$lte", Value: t}}}},
-						bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: token}, {Key: "heartbeatAt", Value: t}}},
-							{Key: "$inc", Value: bson.D{{Key: "attempt", Value: 1}}}},
-						options.FindOneAndUpdate().SetSort(sort)).Decode(&j)
-					if errors.Is(err, mongo.ErrNoDocuments) {
-						return
-					}
-					if err == nil {
-						_, err = coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: j.ID}, {Key: "leaseToken", Value: token}},
-							bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateSucceeded}, {Key: "finishedAt", Value: time.Now()}}}})
-					}
-					if err != nil {
-						errs <- err
-						return
-					}
+				if err := rawClaimLoop(ctx, coll, nil); err != nil {
+					errs <- err
 				}
 			})
 		}
@@ -91,6 +73,36 @@ func (b *bencher) rawLoop(ctx context.Context) (*BurnDown, error) {
 	}
 	r.StartP50, r.StartP99 = pct(starts, 50), pct(starts, 99)
 	return r, nil
+}
+
+// rawClaimLoop is one goroutine of the raw loop: it claims with one sorted
+// findAndModify and finishes with one update, counting each job finished in
+// done (when not nil), until a claim finds no job (nil) or a command fails.
+func rawClaimLoop(ctx context.Context, coll *mongo.Collection, done *atomic.Int64) error {
+	sort := bson.D{{Key: "priority", Value: -1}, {Key: "runAt", Value: 1}, {Key: "_id", Value: 1}}
+	for {
+		t := time.Now()
+		token := uuid.NewString()
+		var j jobs.Job
+		err := coll.FindOneAndUpdate(ctx,
+			bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "kind", Value: "noop"}, {Key: "runAt", Value: bson.D{{Key: "$lte", Value: t}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: token}, {Key: "heartbeatAt", Value: t}}},
+				{Key: "$inc", Value: bson.D{{Key: "attempt", Value: 1}}}},
+			options.FindOneAndUpdate().SetSort(sort)).Decode(&j)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return nil
+		}
+		if err == nil {
+			_, err = coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: j.ID}, {Key: "leaseToken", Value: token}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateSucceeded}, {Key: "finishedAt", Value: time.Now()}}}})
+		}
+		if err != nil {
+			return err
+		}
+		if done != nil {
+			done.Add(1)
+		}
+	}
 }
 
 // steady enqueues jobs one at a time at a fixed rate while workers of
