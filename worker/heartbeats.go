@@ -63,7 +63,14 @@ func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, log *zap.Logg
 	// lease − interval left, so that a live lease always has about that
 	// much left (the clock skew a reaper needs to steal it is lease −
 	// interval + grace).
-	b := &beat{r: r, cancel: cancel, log: log, due: r.leaseExpiry().Add(-(w.cfg.Lease - w.cfg.HeartbeatInterval))}
+	due := r.leaseExpiry().Add(-(w.cfg.Lease - w.cfg.HeartbeatInterval))
+	if hb := r.job.HeartbeatAt; hb != nil && hb.Add(w.cfg.HeartbeatInterval).Before(due) {
+		// A claim on a slow server stamps a longer lease (see claimLatency):
+		// the first renewal still comes an interval after the claim, and
+		// brings the lease back to Config.Lease.
+		due = hb.Add(w.cfg.HeartbeatInterval)
+	}
+	b := &beat{r: r, cancel: cancel, log: log, due: due}
 	h.mu.Lock()
 	if w.jobsCtx.Err() != nil { // stopping: leases are no longer renewed
 		h.mu.Unlock()

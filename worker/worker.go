@@ -493,8 +493,9 @@ func (w *Worker) gatherSlots(writing time.Duration) int {
 // timed out counts as taking its whole deadline, so the next deadline is
 // longer. It is the dispatch goroutine's alone.
 type claimLatency struct {
-	recent [claimLatencySamples]time.Duration
-	next   int
+	recent   [claimLatencySamples]time.Duration
+	next     int
+	observed bool
 }
 
 // claimLatencySamples is how many of the last claims set the deadline,
@@ -516,19 +517,27 @@ func (l *claimLatency) slowest() time.Duration {
 }
 
 func (l *claimLatency) observe(d time.Duration) {
+	l.observed = true
 	l.recent[l.next] = d
 	l.next = (l.next + 1) % len(l.recent)
 }
 
 // deadline is the timeout of the next claim of a worker configured as c:
 // ClaimTimeout, or claimLatencyFactor times the slowest recent claim when
-// that is longer, up to claimStretchLeases leases more. The worker stamps
-// a lease longer by as much as the deadline passes ClaimTimeout, so a
-// fast server changes neither. (The first claim has ClaimTimeout: a
-// longer one would stretch the leases of every worker's first jobs.)
+// that is longer, up to claimStretchLeases leases more; that most for the
+// first claim, when how slow the server is (connections included) is not
+// known yet. The worker stamps a lease longer by as much as the deadline
+// passes ClaimTimeout, so a fast server changes neither after the first
+// claim; and a job's first renewal comes a heartbeat interval after its
+// claim whatever lease it stamped (see Worker.heartbeat), so a stretched
+// lease outlives its worker only if the worker dies within that interval.
 func (l *claimLatency) deadline(c Config) time.Duration {
 	base := c.ClaimTimeout()
-	return min(max(base, claimLatencyFactor*l.slowest()), base+claimStretchLeases*c.Lease)
+	most := base + claimStretchLeases*c.Lease
+	if !l.observed {
+		return most
+	}
+	return min(max(base, claimLatencyFactor*l.slowest()), most)
 }
 
 // claimSize is how the dispatcher sizes its next claim.
