@@ -32,6 +32,11 @@ const (
 	idLookupSuffix = "__devdb_id_lookup"
 	// indexEvery is how often the indexer looks for new tables.
 	indexEvery = time.Second
+	// indexTimeout bounds the build of one index (a few seconds for a
+	// table of a million documents), and readTimeout the indexer's reads
+	// of a file's tables and indexes.
+	indexTimeout = 5 * time.Minute
+	readTimeout  = 30 * time.Second
 )
 
 // idIndexer adds the lookup index to the tables of the SQLite files in dir
@@ -118,7 +123,7 @@ func (ix *idIndexer) indexFile(f string) error {
 		return err
 	}
 	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
 
 	tables, err := collectionTables(ctx, db)
@@ -149,7 +154,11 @@ func (ix *idIndexer) indexFile(f string) error {
 		}
 		start := time.Now()
 		ix.lock()
-		_, err := db.ExecContext(ctx, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s)`, quoteIdent(name), quoteIdent(t), idLookupExpr))
+		// Timed from when the lock is held: commands queued before it (a big
+		// insert) are not the index's time.
+		ictx, icancel := context.WithTimeout(context.Background(), indexTimeout)
+		_, err := db.ExecContext(ictx, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s)`, quoteIdent(name), quoteIdent(t), idLookupExpr))
+		icancel()
 		ix.unlock()
 		if err != nil && !isNoSuchTable(err) { // dropped meanwhile: nothing to index
 			return fmt.Errorf("index table %s: %w", t, err)
