@@ -1,9 +1,7 @@
 package queue_test
 
 import (
-	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +11,6 @@ import (
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
@@ -193,25 +190,8 @@ func TestStoredStatsReadIsBounded(t *testing.T) {
 // "name collection" (or the name alone).
 func monitoredQueue(t *testing.T, db *mongo.Database) (*queue.Client, func() []string) {
 	t.Helper()
-	var mu sync.Mutex
-	var cmds []string
-	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		c := e.CommandName
-		if coll, ok := e.Command.Lookup(e.CommandName).StringValueOK(); ok {
-			c += " " + coll
-		}
-		mu.Lock()
-		cmds = append(cmds, c)
-		mu.Unlock()
-	}}
-	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	client, cmds := testdb.Monitored(t)
 	q, err := queue.New(client.Database(db.Name()), queue.Config{})
 	require.NoError(t, err)
-	return q, func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), cmds...)
-	}
+	return q, cmds
 }

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,9 +14,7 @@ import (
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // statsFixture makes db hold three available jobs of queue q, kind k.
@@ -134,28 +131,14 @@ func TestStatsWorkIsBounded(t *testing.T) {
 	_, err = plain.StoreStats(ctx, counted)
 	require.NoError(t, err)
 
-	var mu sync.Mutex
-	var cmds []string
-	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		c := e.CommandName
-		if coll, ok := e.Command.Lookup(e.CommandName).StringValueOK(); ok {
-			c += " " + coll
-		}
-		mu.Lock()
-		cmds = append(cmds, c)
-		mu.Unlock()
-	}}
-	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Disconnect(ctx) })
+	client, cmdsOf := testdb.Monitored(t)
 	q, err := queue.New(client.Database(db.Name()), queue.Config{})
 	require.NoError(t, err)
 	var out bytes.Buffer
 	e := &env{ctx: ctx, base: ctx, q: q, stdout: &out}
 	require.NoError(t, ctlStats(flag.NewFlagSet("stats", flag.ContinueOnError))(e, nil))
 	require.Regexp(t, fmt.Sprintf(`(?m)^q +k +%d `, n), out.String())
-	mu.Lock()
-	defer mu.Unlock()
+	cmds := cmdsOf()
 	require.Equal(t, 1, countOf(cmds, "find "+queue.DefaultStatsCollection), cmds)
 	for _, c := range cmds {
 		require.NotEqual(t, queue.DefaultCollection, strings.TrimPrefix(c, strings.SplitN(c, " ", 2)[0]+" "), "a command on the jobs collection: %v", cmds)

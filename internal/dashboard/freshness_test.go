@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,9 +15,6 @@ import (
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/event"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -99,20 +95,7 @@ func TestOverviewWorkIsBounded(t *testing.T) {
 	_, err = plain.StoreStats(ctx, counted)
 	require.NoError(t, err)
 
-	var mu sync.Mutex
-	var cmds []string
-	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		c := e.CommandName
-		if coll, ok := e.Command.Lookup(e.CommandName).StringValueOK(); ok {
-			c += " " + coll
-		}
-		mu.Lock()
-		cmds = append(cmds, c)
-		mu.Unlock()
-	}}
-	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Disconnect(ctx) })
+	client, cmdsOf := testdb.Monitored(t)
 	mdb := client.Database(db.Name())
 	q, err := queue.New(mdb, queue.Config{})
 	require.NoError(t, err)
@@ -125,8 +108,7 @@ func TestOverviewWorkIsBounded(t *testing.T) {
 	require.Equal(t, 200, code, body)
 	require.Equal(t, fmt.Sprint(n), cardCount(t, body, "available"))
 
-	mu.Lock()
-	defer mu.Unlock()
+	cmds := cmdsOf()
 	finds := 0
 	for _, c := range cmds {
 		name, coll, _ := strings.Cut(c, " ")

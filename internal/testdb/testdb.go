@@ -34,6 +34,7 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -191,6 +192,40 @@ func Client(t testing.TB) *mongo.Client {
 	}
 
 	return client
+}
+
+// Monitored returns a client of the shared test server of its own, whose
+// commands are recorded, each as "name collection" (or the name alone when
+// it names no collection), and a function that returns those recorded so
+// far. The client is disconnected when the test ends.
+func Monitored(t testing.TB) (*mongo.Client, func() []string) {
+	t.Helper()
+
+	uri, err := shared()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var cmds []string
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		c := e.CommandName
+		if coll, ok := e.Command.Lookup(e.CommandName).StringValueOK(); ok {
+			c += " " + coll
+		}
+		mu.Lock()
+		cmds = append(cmds, c)
+		mu.Unlock()
+	}}
+	c, err := mongo.Connect(options.Client().ApplyURI(uri).SetMonitor(mon))
+	if err != nil {
+		t.Fatalf("testdb: connect to %s: %v", uri, err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	return c, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), cmds...)
+	}
 }
 
 // NewDB returns a database of the shared test server for this test alone,
