@@ -103,3 +103,10 @@ func WithReadBackTimeout(c *Client, d time.Duration) *Client {
 	h.readBackTimeout = &d
 	return withHooks(c, h)
 }
+
+// WithCleanHook returns ctx with f run by each Clean after it read the
+// ids of the jobs to delete and before it deletes them, as if the process
+// stalled in between.
+func WithCleanHook(ctx context.Context, f func()) context.Context {
+	return context.WithValue(ctx, cleanHookKey{}, f)
+}

@@ -259,12 +259,23 @@ func (c *Client) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapRe
 	return res, nil
 }
 
+// cleanHookKey is the context key of a test's hook, called by Clean after
+// it read the ids of the jobs to delete, before it deletes them.
+type cleanHookKey struct{}
+
 // Clean deletes jobs that finished in state s before now minus age, at
 // most limit of them, and returns how many it deleted. Ids are used as
 // stored, whatever their type.
+//
+// The delete is conditioned on what made each job eligible when it was
+// read (its state, and a finishedAt before the same cutoff), not on its id
+// alone: a job retried between the read and the delete (by an operator, or
+// while this process was stalled for any length of time) is left alone,
+// and so is one that finished again since.
 func (c store) Clean(ctx context.Context, s jobs.State, age time.Duration, limit int) (int, error) {
+	eligible := bson.E{Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: now().Add(-age)}}}
 	cur, err := c.coll.Find(ctx,
-		bson.D{{Key: "state", Value: s}, {Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: now().Add(-age)}}}},
+		bson.D{{Key: "state", Value: s}, eligible},
 		options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return 0, fmt.Errorf("queue: find %s jobs to clean: %w", s, err)
@@ -281,7 +292,12 @@ func (c store) Clean(ctx context.Context, s jobs.State, age time.Duration, limit
 	if len(in) == 0 {
 		return 0, nil
 	}
-	r, err := c.coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}, {Key: "state", Value: s}})
+	if hook, ok := ctx.Value(cleanHookKey{}).(func()); ok {
+		hook()
+	}
+	// _id first: devdb evaluates a filter key by key, and the $in rules
+	// out all but the batch before the other keys are looked at.
+	r, err := c.coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}, {Key: "state", Value: s}, eligible})
 	if err != nil {
 		return 0, fmt.Errorf("queue: clean %s jobs: %w", s, err)
 	}
