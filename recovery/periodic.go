@@ -40,10 +40,6 @@ const DefaultPeriodicCollection = "periodic"
 // periodicParser reads schedules with an optional seconds field.
 var periodicParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
-// maxTickSteps bounds the walk from the last tick enqueued to now (a
-// one-second schedule after eleven days away).
-const maxTickSteps = 1_000_000
-
 // PeriodicEnqueuer enqueues each tick of its periodic jobs exactly once,
 // however many processes run one: it is meant to run in the elected
 // leader, but two running at once (a deposed leader that stalled, say)
@@ -231,17 +227,70 @@ func (p *PeriodicEnqueuer) runJob(ctx context.Context, j periodicJob) (bool, err
 }
 
 // latestTick returns the latest tick of sched after last and at or before
-// now.
+// now, without walking the ticks in between: arithmetic for "@every", a
+// search of a few dozen steps for a cron spec, however long the enqueuer
+// was away.
 func latestTick(sched cron.Schedule, last, now time.Time) (time.Time, bool) {
 	var tick time.Time
-	found := false
-	for t, i := sched.Next(last), 0; !t.After(now) && !t.IsZero(); t, i = sched.Next(t), i+1 {
-		tick, found = t, true
-		if i == maxTickSteps {
-			break
-		}
+	var found bool
+	if s, ok := sched.(cron.ConstantDelaySchedule); ok && s.Delay >= time.Second && s.Delay%time.Second == 0 {
+		tick, found = latestConstantTick(s.Delay, last, now)
+	} else {
+		tick, found = searchLatestTick(sched, last, now)
 	}
 	return tick.UTC().Truncate(time.Millisecond), found
+}
+
+// latestConstantTick is latestTick for "@every d", d a whole number of
+// seconds (what cron.Every makes). Its ticks are those of walking
+// ConstantDelaySchedule.Next from last: last's whole second, plus k·d.
+func latestConstantTick(d time.Duration, last, now time.Time) (time.Time, bool) {
+	base, step := last.Unix(), int64(d/time.Second)
+	elapsed := now.Unix() - base // whole seconds: a tick at now.Unix() is ≤ now
+	if elapsed < step {
+		return time.Time{}, false
+	}
+	return time.Unix(base+elapsed/step*step, 0), true
+}
+
+// searchLatestTick is latestTick for any schedule whose ticks are whole
+// seconds and whose Next(t) is its first tick after t (a cron spec). It
+// looks back from now over windows that double until one holds a tick,
+// then bisects that window for the last c whose Next is still ≤ now: a
+// few dozen calls of Next whether the latest tick was a second or years
+// ago (a spec of February 29 skips three years in four).
+func searchLatestTick(sched cron.Schedule, last, now time.Time) (time.Time, bool) {
+	due := func(c time.Time) bool {
+		t := sched.Next(c)
+		return !t.IsZero() && !t.After(now)
+	}
+	if !due(last) {
+		return time.Time{}, false
+	}
+	// due(lo) holds and due(hi) does not (Next(now) is after now).
+	lo, hi := last, now
+	for w := time.Second; ; w *= 2 {
+		c := now.Add(-w)
+		if !c.After(last) || w > time.Duration(1<<62) {
+			break
+		}
+		if due(c) {
+			lo = c
+			break
+		}
+		hi = c
+	}
+	for hi.Sub(lo) > time.Second {
+		mid := lo.Add(hi.Sub(lo) / 2)
+		if due(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	// A tick after Next(lo) would be a whole second after lo+1s ≥ hi, so
+	// Next(hi) would be at most it, and due(hi) would hold.
+	return sched.Next(lo), true
 }
 
 // PeriodicJobID is the id of the job enqueued for tick of the periodic job

@@ -23,6 +23,7 @@ type fakeClock struct{ ns atomic.Int64 }
 
 func (c *fakeClock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
 func (c *fakeClock) add(d time.Duration) { c.ns.Add(int64(d)) }
+func (c *fakeClock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
 func newClock(t time.Time) *fakeClock    { c := &fakeClock{}; c.ns.Store(t.UnixNano()); return c }
 func periodicJobs(t *testing.T, q *queue.Client) []jobs.Job {
 	t.Helper()
@@ -76,6 +77,80 @@ func TestPeriodicEnqueuesEachTickOnceAndTheLatestMissedOne(t *testing.T) {
 	got = periodicJobs(t, q)
 	require.Len(t, got, 2)
 	require.Equal(t, recovery.PeriodicJobID("tick", start.Add(11*time.Second)), got[1].ID)
+}
+
+// requireOnePeriodicJob runs passes until one enqueues nothing and
+// requires that they enqueued, between them, one job: want's.
+func requireOnePeriodicJob(t *testing.T, q *queue.Client, p *recovery.PeriodicEnqueuer, before int, want string) {
+	t.Helper()
+	total := 0
+	for pass := 0; ; pass++ {
+		n, err := p.RunOnce(context.Background())
+		require.NoError(t, err)
+		if n == 0 {
+			break
+		}
+		total += n
+		require.Less(t, pass, 5, "passes keep enqueuing")
+	}
+	got := periodicJobs(t, q)
+	ids := make([]string, len(got))
+	for i, j := range got {
+		ids[i] = j.ID
+	}
+	require.Equal(t, 1, total, "jobs enqueued: %v", ids[before:])
+	require.Len(t, got, before+1)
+	require.Contains(t, ids, want)
+}
+
+// TestPeriodicAfterAMonthAwayEnqueuesTheLatestTickOnce: thirty days
+// without an enqueuer for a one-second schedule (2.6 million ticks) end in
+// one job, for the latest tick, not a walk that stops short of it.
+func TestPeriodicAfterAMonthAwayEnqueuesTheLatestTickOnce(t *testing.T) {
+	t.Parallel()
+	_, q, p, clock := periodicSetup(t, recovery.PeriodicJob{Name: "tick", Schedule: "@every 1s", Kind: "noop"})
+	_, err := p.RunOnce(context.Background())
+	require.NoError(t, err)
+	start := clock.now()
+	clock.add(30*24*time.Hour + 500*time.Millisecond)
+	requireOnePeriodicJob(t, q, p, 0, recovery.PeriodicJobID("tick", start.Add(30*24*time.Hour)))
+}
+
+// TestPeriodicDailyAfterAYearAway: a daily spec after a year away enqueues
+// that day's tick, once.
+func TestPeriodicDailyAfterAYearAway(t *testing.T) {
+	t.Parallel()
+	_, q, p, clock := periodicSetup(t, recovery.PeriodicJob{Name: "daily", Schedule: "0 0 * * *", Kind: "noop"})
+	_, err := p.RunOnce(context.Background())
+	require.NoError(t, err)
+	clock.add(365 * 24 * time.Hour) // 2027-11-23 10:00
+	requireOnePeriodicJob(t, q, p, 0, recovery.PeriodicJobID("daily", time.Date(2027, 11, 23, 0, 0, 0, 0, time.UTC)))
+}
+
+// TestPeriodicFebruary29: a spec whose latest tick is years ago enqueues
+// it once, nothing in the years without one, then the next.
+func TestPeriodicFebruary29(t *testing.T) {
+	t.Parallel()
+	_, q, p, clock := periodicSetup(t, recovery.PeriodicJob{Name: "leap", Schedule: "0 0 29 2 *", Kind: "noop"})
+	_, err := p.RunOnce(context.Background())
+	require.NoError(t, err)
+	clock.set(time.Date(2028, 2, 28, 23, 59, 59, 0, time.UTC))
+	n, err := p.RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, n)
+	clock.set(time.Date(2029, 6, 1, 0, 0, 0, 0, time.UTC)) // away across February 2029
+	requireOnePeriodicJob(t, q, p, 0, recovery.PeriodicJobID("leap", time.Date(2028, 2, 29, 0, 0, 0, 0, time.UTC)))
+	for _, now := range []time.Time{
+		time.Date(2030, 3, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2031, 12, 31, 0, 0, 0, 0, time.UTC),
+	} {
+		clock.set(now)
+		n, err := p.RunOnce(context.Background())
+		require.NoError(t, err)
+		require.Zero(t, n, "no February 29 before %s", now)
+	}
+	clock.set(time.Date(2033, 1, 1, 0, 0, 0, 0, time.UTC))
+	requireOnePeriodicJob(t, q, p, 1, recovery.PeriodicJobID("leap", time.Date(2032, 2, 29, 0, 0, 0, 0, time.UTC)))
 }
 
 // TestPeriodicManyEnqueuersOneJobPerTick: enqueuers in several processes
