@@ -137,7 +137,17 @@ type Elector struct {
 	seen     bson.Raw  // a follower's last look at the lease document
 	seenAt   time.Time // monotonic: when seen first looked that way
 	changes  chan struct{}
-	pauseFor func() // tests: called before each round
+	clock    func() reading // readClock; tests move it
+	pauseFor func()         // tests: called before each round
+}
+
+// A reading is the clock read once: mono keeps Go's monotonic reading, by
+// which the elector counts its term; wall is the wall clock alone.
+type reading struct{ mono, wall time.Time }
+
+func readClock() reading {
+	t := time.Now()
+	return reading{mono: t, wall: t.Round(0)}
 }
 
 // New returns an Elector for the leadership cfg.Name, with its lease
@@ -152,15 +162,17 @@ func New(coll *mongo.Collection, cfg Config) (*Elector, error) {
 		cfg:     cfg,
 		log:     cfg.Logger.Named("leadership").With(zap.String("leadership", cfg.Name), zap.String("id", cfg.ID)),
 		changes: make(chan struct{}, 1),
+		clock:   readClock,
 	}, nil
 }
 
 // Leading reports whether this process leads now, and its term. It
 // consults only memory: call it before each pass of leader-only work.
 func (e *Elector) Leading() (Term, bool) {
+	now := e.clock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.leading && time.Now().Before(e.trusted) {
+	if e.leading && now.mono.Before(e.trusted) {
 		return e.term, true
 	}
 	return Term{}, false
@@ -197,11 +209,11 @@ func (e *Elector) round(ctx context.Context) time.Duration {
 	leading, term, version, trusted := e.leading, e.term, e.version, e.trusted
 	e.mu.Unlock()
 	if leading {
-		sent := time.Now()
+		sent := e.clock()
 		e.renew(ctx, term, version, trusted)
 		// An interval after the renewal was sent; at once when it took
 		// longer (the server is slow: the term's end is nearer).
-		return max(0, e.cfg.Interval-time.Since(sent))
+		return max(0, e.cfg.Interval-e.clock().mono.Sub(sent.mono))
 	}
 	return e.follow(ctx)
 }
@@ -229,7 +241,7 @@ func (e *Elector) jitter() time.Duration {
 func (e *Elector) renew(ctx context.Context, term Term, version int64, trusted time.Time) {
 	ctx, cancel := context.WithDeadline(ctx, trusted)
 	defer cancel()
-	sent := time.Now()
+	sent := e.clock()
 	res, err := e.coll.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: e.cfg.Name}, {Key: "token", Value: term.Token}, {Key: "version", Value: version}},
 		bson.D{
@@ -237,7 +249,7 @@ func (e *Elector) renew(ctx context.Context, term Term, version int64, trusted t
 			{Key: "$currentDate", Value: bson.D{{Key: "renewedAt", Value: true}}},
 		})
 	switch {
-	case !time.Now().Before(trusted):
+	case !e.clock().mono.Before(trusted):
 		// Whatever the reply, it came after the term's trusted end: the
 		// leader stopped leading then (Leading said so), and a follower
 		// may have taken over since.
@@ -254,7 +266,7 @@ func (e *Elector) renew(ctx context.Context, term Term, version int64, trusted t
 	default:
 		e.mu.Lock()
 		e.version = version + 1
-		e.trusted = sent.Add(e.cfg.TTL - safetyMargin)
+		e.trusted = sent.mono.Add(e.cfg.TTL - safetyMargin)
 		e.mu.Unlock()
 	}
 }
@@ -284,7 +296,7 @@ func (e *Elector) follow(ctx context.Context) time.Duration {
 	}
 	// The time the reply came back, not the time the read was sent: the
 	// version read may have been written after that.
-	now := time.Now()
+	now := e.clock().mono
 	e.mu.Lock()
 	if string(e.seen) != string(raw) {
 		e.seen, e.seenAt = append(bson.Raw(nil), raw...), now
@@ -334,10 +346,10 @@ func (e *Elector) elect(ctx context.Context, prev bson.Raw) bool {
 		{Key: "electedAt", Value: time.Now().UTC()},
 		{Key: "renewedAt", Value: time.Now().UTC()},
 	}
-	sent := time.Now()
+	sent := e.clock()
 	// The term it takes would be trusted until sent+TTL-margin: wait for
 	// the reply until then, and take a later one as lost.
-	trusted := sent.Add(e.cfg.TTL - safetyMargin)
+	trusted := sent.mono.Add(e.cfg.TTL - safetyMargin)
 	ctx, cancel := context.WithDeadline(ctx, trusted)
 	defer cancel()
 	var won bool
@@ -368,7 +380,7 @@ func (e *Elector) elect(ctx context.Context, prev bson.Raw) bool {
 	if !won {
 		return false
 	}
-	if !time.Now().Before(trusted) {
+	if !e.clock().mono.Before(trusted) {
 		// Won, but too late to trust: the lease lapses unrenewed, and a
 		// follower (this one too) takes it after a TTL.
 		e.log.Warn("took the leadership too late to lead; it lapses", zap.Int64("term", term.Number))
