@@ -20,6 +20,16 @@
 // true of every maintenance pass docket runs (each write is fenced on what
 // it read).
 //
+// A machine that was suspended (a laptop's sleep, some VM pauses) is
+// another matter: Go's monotonic clock stops during a system suspend on
+// Linux, so a leader that slept for longer than its TTL would count its
+// term as barely begun. Its wall clock kept running, though: the leader
+// reads both clocks when it sends a renewal, and when the wall clock has
+// since moved further than the monotonic one by more than suspendTolerance,
+// it takes the term as lost, at its next check, as if it had expired; the
+// election then goes its normal way. A wall clock set back changes nothing:
+// the term is counted on the monotonic clock.
+//
 // A slow server does not cost the leader its lease: a renewal may wait for
 // its reply for as long as the lease it renews still holds (until the
 // leader's trusted end of its term), not a fixed interval, so a renewal
@@ -58,6 +68,11 @@ const (
 // safetyMargin is taken off the leader's own count of its term, against the
 // clocks of two machines running at slightly different rates.
 const safetyMargin = time.Second
+
+// suspendTolerance is how much further than the monotonic clock the wall
+// clock may move during a term before the leader takes it for a suspend
+// (or a wall clock set forward) and stops leading.
+const suspendTolerance = time.Second
 
 // MinTTL is the shortest TTL: the safety margin must be a small part of it.
 const MinTTL = 3 * safetyMargin
@@ -133,6 +148,7 @@ type Elector struct {
 	term     Term
 	leading  bool
 	trusted  time.Time // monotonic: the leader trusts its term until then
+	renewed  reading   // when the renewal (or election) that set trusted was sent
 	version  int64     // the lease document's version as this leader wrote it
 	seen     bson.Raw  // a follower's last look at the lease document
 	seenAt   time.Time // monotonic: when seen first looked that way
@@ -148,6 +164,13 @@ type reading struct{ mono, wall time.Time }
 func readClock() reading {
 	t := time.Now()
 	return reading{mono: t, wall: t.Round(0)}
+}
+
+// slept is how much further the wall clock moved than the monotonic one
+// from r to now: about zero, unless the machine was suspended in between
+// (or its wall clock set forward); negative when the wall clock was set back.
+func (r reading) slept(now reading) time.Duration {
+	return now.wall.Sub(r.wall) - now.mono.Sub(r.mono)
 }
 
 // New returns an Elector for the leadership cfg.Name, with its lease
@@ -167,12 +190,26 @@ func New(coll *mongo.Collection, cfg Config) (*Elector, error) {
 }
 
 // Leading reports whether this process leads now, and its term. It
-// consults only memory: call it before each pass of leader-only work.
+// consults only memory and the clock: call it before each pass of
+// leader-only work. A leader that finds its machine was suspended since its
+// last renewal stops leading here.
 func (e *Elector) Leading() (Term, bool) {
 	now := e.clock()
 	e.mu.Lock()
+	if !e.leading {
+		e.mu.Unlock()
+		return Term{}, false
+	}
+	if slept := e.renewed.slept(now); slept > suspendTolerance {
+		e.leading, e.seen = false, nil
+		e.mu.Unlock()
+		e.log.Warn("no longer leading: the machine was suspended (or its wall clock set forward) since the last renewal",
+			zap.Duration("wallAheadOfMonotonic", slept))
+		e.notify()
+		return Term{}, false
+	}
 	defer e.mu.Unlock()
-	if e.leading && now.mono.Before(e.trusted) {
+	if now.mono.Before(e.trusted) {
 		return e.term, true
 	}
 	return Term{}, false
@@ -205,12 +242,13 @@ func (e *Elector) Run(ctx context.Context) {
 // Each command bounds its own wait (see renew, follow and elect); rounds
 // run one after the other, so one renewal at most is in flight.
 func (e *Elector) round(ctx context.Context) time.Duration {
+	e.Leading() // a leader whose machine was suspended stops here, before renewing
 	e.mu.Lock()
-	leading, term, version, trusted := e.leading, e.term, e.version, e.trusted
+	leading, term, version, trusted, renewed := e.leading, e.term, e.version, e.trusted, e.renewed
 	e.mu.Unlock()
 	if leading {
 		sent := e.clock()
-		e.renew(ctx, term, version, trusted)
+		e.renew(ctx, term, version, trusted, renewed)
 		// An interval after the renewal was sent; at once when it took
 		// longer (the server is slow: the term's end is nearer).
 		return max(0, e.cfg.Interval-e.clock().mono.Sub(sent.mono))
@@ -236,9 +274,11 @@ func (e *Elector) jitter() time.Duration {
 }
 
 // renew renews the lease of term, at version, that this leader trusts
-// until trusted. It waits for the reply until then and no longer: a reply
-// after it would renew a term the leader has already stopped trusting.
-func (e *Elector) renew(ctx context.Context, term Term, version int64, trusted time.Time) {
+// until trusted, since the renewal sent at renewed. It waits for the reply
+// until then and no longer: a reply after it would renew a term the leader
+// has already stopped trusting. A suspend of the machine since renewed
+// ends the term whatever the reply.
+func (e *Elector) renew(ctx context.Context, term Term, version int64, trusted time.Time, renewed reading) {
 	ctx, cancel := context.WithDeadline(ctx, trusted)
 	defer cancel()
 	sent := e.clock()
@@ -248,12 +288,17 @@ func (e *Elector) renew(ctx context.Context, term Term, version int64, trusted t
 			{Key: "$inc", Value: bson.D{{Key: "version", Value: int64(1)}}},
 			{Key: "$currentDate", Value: bson.D{{Key: "renewedAt", Value: true}}},
 		})
+	now := e.clock()
 	switch {
-	case !e.clock().mono.Before(trusted):
+	case !now.mono.Before(trusted):
 		// Whatever the reply, it came after the term's trusted end: the
 		// leader stopped leading then (Leading said so), and a follower
 		// may have taken over since.
 		e.lose("the lease could not be renewed before the term's end", err)
+	case renewed.slept(now) > suspendTolerance || sent.slept(now) > suspendTolerance:
+		// The machine slept: the monotonic clock says the term holds, but
+		// for all the leader knows a follower has taken over meanwhile.
+		e.lose("the machine was suspended (or its wall clock set forward) during the term", err)
 	case err != nil:
 		// The lease may still be ours: keep trusting it until its end.
 		if _, ok := e.Leading(); !ok {
@@ -267,6 +312,7 @@ func (e *Elector) renew(ctx context.Context, term Term, version int64, trusted t
 		e.mu.Lock()
 		e.version = version + 1
 		e.trusted = sent.mono.Add(e.cfg.TTL - safetyMargin)
+		e.renewed = sent
 		e.mu.Unlock()
 	}
 }
@@ -380,15 +426,16 @@ func (e *Elector) elect(ctx context.Context, prev bson.Raw) bool {
 	if !won {
 		return false
 	}
-	if !e.clock().mono.Before(trusted) {
-		// Won, but too late to trust: the lease lapses unrenewed, and a
-		// follower (this one too) takes it after a TTL.
+	if now := e.clock(); !now.mono.Before(trusted) || sent.slept(now) > suspendTolerance {
+		// Won, but too late to trust (or the machine slept meanwhile): the
+		// lease lapses unrenewed, and a follower (this one too) takes it
+		// after a TTL.
 		e.log.Warn("took the leadership too late to lead; it lapses", zap.Int64("term", term.Number))
 		return false
 	}
 	e.mu.Lock()
 	e.leading, e.term, e.version = true, term, version
-	e.trusted = trusted
+	e.trusted, e.renewed = trusted, sent
 	e.seen = nil
 	e.mu.Unlock()
 	e.log.Info("leading", zap.Int64("term", term.Number))

@@ -33,8 +33,9 @@ type node struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu    sync.Mutex
-	stall chan struct{} // non-nil while stalled
+	mu     sync.Mutex
+	stall  chan struct{} // non-nil while stalled
+	parked chan struct{} // receives when a round found it stalled
 }
 
 func (n *node) pause() {
@@ -63,15 +64,29 @@ func startNodes(t *testing.T, coll *mongo.Collection, count int) []*node {
 // the test ends.
 func startNode(t *testing.T, coll *mongo.Collection, cfg Config) *node {
 	t.Helper()
+	return startClockedNode(t, coll, cfg, nil)
+}
+
+// startClockedNode is startNode with the elector reading clock (nil: the
+// machine's).
+func startClockedNode(t *testing.T, coll *mongo.Collection, cfg Config, clock *TestClock) *node {
+	t.Helper()
 	cfg.Logger = zaptest.NewLogger(t)
 	e, err := New(coll, cfg)
 	require.NoError(t, err)
-	n := &node{e: e, done: make(chan struct{})}
+	if clock != nil {
+		e.UseClock(clock)
+	}
+	n := &node{e: e, done: make(chan struct{}), parked: make(chan struct{}, 1)}
 	e.pauseFor = func() {
 		n.mu.Lock()
 		ch := n.stall
 		n.mu.Unlock()
 		if ch != nil {
+			select {
+			case n.parked <- struct{}{}:
+			default:
+			}
 			<-ch
 		}
 	}
@@ -312,4 +327,25 @@ func TestLeaderKeepsTheLeaseOnASlowServer(t *testing.T) {
 		require.True(t, ok, "the leader lost its lease on a slow server, %s after it slowed", time.Since(start))
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestWallClockSetBackDoesNotExtendTheTerm: a leader's wall clock set back
+// (by an hour) neither ends its term nor extends it: the leader counts its
+// term on the monotonic clock, and stops trusting it TTL minus the margin
+// after its last renewal was sent.
+func TestWallClockSetBackDoesNotExtendTheTerm(t *testing.T) {
+	t.Parallel()
+	coll := testdb.NewDB(t).Collection(DefaultCollection)
+	clock := &TestClock{}
+	n := startClockedNode(t, coll, Config{ID: "p0", TTL: testTTL, Interval: testInterval}, clock)
+	waitLeader(t, []*node{n}, 5*time.Second, -1)
+	// No more renewals: the last one was sent before the node parked.
+	n.pause()
+	<-n.parked
+	clock.JumpWall(-time.Hour)
+	_, ok := n.e.Leading()
+	require.True(t, ok, "a wall clock set back ended the term")
+	clock.Pass(testTTL - safetyMargin)
+	_, ok = n.e.Leading()
+	require.False(t, ok, "a wall clock set back extended the term")
 }
