@@ -42,6 +42,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -173,6 +174,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("devdb: data directory %q: %w", cfg.Dir, err)
+	}
+	if strings.ContainsAny(dir, "?#%") {
+		// FerretDB puts the directory into its SQLite URIs as it is: a '?'
+		// or '#' cuts the path there (the data went to another file), and
+		// a '%' followed by two hex digits is decoded.
+		return nil, fmt.Errorf("devdb: data directory %q: its path has '?', '#' or '%%', which FerretDB cannot open files under; choose another", dir)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("devdb: create data directory: %w", err)

@@ -539,6 +539,9 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{name: "no dir", cfg: Config{Addr: "127.0.0.1:0"}, want: "Config.Dir"},
 		{name: "bad addr", cfg: Config{Addr: "localhost", Dir: "x"}, want: "Config.Addr"},
+		{name: "dir with ?", cfg: Config{Addr: "127.0.0.1:0", Dir: "/tmp/a?b"}, want: "has '?', '#' or '%'"},
+		{name: "dir with #", cfg: Config{Addr: "127.0.0.1:0", Dir: "/tmp/a#b"}, want: "has '?', '#' or '%'"},
+		{name: "dir with %", cfg: Config{Addr: "127.0.0.1:0", Dir: "/tmp/a%20b"}, want: "has '?', '#' or '%'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Start(context.Background(), tc.cfg)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,7 +119,9 @@ func lastChange(f string) time.Time {
 // indexFile creates the lookup index on each collection table of the
 // database file f that lacks it.
 func (ix *idIndexer) indexFile(f string) error {
-	db, err := sql.Open("sqlite", "file:"+f+"?_pragma=busy_timeout(10000)")
+	// A URI, escaped: the data directory may hold '?', '#' or '%'.
+	dsn := (&url.URL{Scheme: "file", Path: f, RawQuery: "_pragma=busy_timeout(10000)"}).String()
+	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package devdb
 import (
 	"context"
 	"database/sql"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,7 +18,15 @@ import (
 // _id index it does not), and results are what they were. A collection
 // dropped and made again gets it again.
 func TestLookupsByIDUseAnIndex(t *testing.T) {
-	s := startServer(t)
+	t.Run("plain", func(t *testing.T) { testLookupsByIDUseAnIndex(t, startServer(t)) })
+	// The indexer opens the database files by URI: a space must reach the
+	// file name as it is ('?', '#' and '%' are refused at Start).
+	t.Run("directory-with-a-space", func(t *testing.T) {
+		testLookupsByIDUseAnIndex(t, startServerIn(t, filepath.Join(t.TempDir(), "a b"), "127.0.0.1:0"))
+	})
+}
+
+func testLookupsByIDUseAnIndex(t *testing.T, s *Server) {
 	mc := connect(t, s.URI())
 	ctx := context.Background()
 	coll := mc.Database("ix").Collection("jobs")
@@ -53,7 +62,7 @@ func TestLookupsByIDUseAnIndex(t *testing.T) {
 // _id there.
 func waitForLookupIndex(t *testing.T, file string) string {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+file+"?mode=ro")
+	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: file, RawQuery: "mode=ro"}).String())
 	require.NoError(t, err)
 	defer db.Close()
 	deadline := time.Now().Add(10 * time.Second)

@@ -260,6 +260,9 @@ type hooks struct {
 	// readBackTimeout, when set, bounds a finishing write's read-back in
 	// place of readBackTimeout.
 	readBackTimeout *time.Duration
+	// beforeClean runs when Clean has read the ids of the jobs to delete,
+	// before it deletes them.
+	beforeClean func()
 }
 
 // LeaseOf returns the lease that j carries.

@@ -41,7 +41,7 @@ func TestCleanSparesAJobRetriedAndFinishedMeanwhile(t *testing.T) {
 	b.finishedLongAgo(t, ids...)
 
 	calls := 0
-	ctx := queue.WithCleanHook(b.ctx, func() {
+	cq := queue.WithCleanHook(b.q, func() {
 		calls++
 		out, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: ids[:1]})
 		require.NoError(t, err)
@@ -51,7 +51,7 @@ func TestCleanSparesAJobRetriedAndFinishedMeanwhile(t *testing.T) {
 		require.Equal(t, ids[0], j.ID)
 		require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
 	})
-	n, err := jobstore.Of(b.q).Clean(ctx, jobs.StateSucceeded, 24*time.Hour, 100)
+	n, err := jobstore.Of(cq).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, calls)
 	require.Equal(t, 1, n)
@@ -73,12 +73,12 @@ func TestCleanSparesAJobRetriedMeanwhile(t *testing.T) {
 	b.succeed(t, 1)
 	b.finishedLongAgo(t, ids...)
 
-	ctx := queue.WithCleanHook(b.ctx, func() {
+	cq := queue.WithCleanHook(b.q, func() {
 		out, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: ids})
 		require.NoError(t, err)
 		require.NoError(t, out[0].Err)
 	})
-	n, err := jobstore.Of(b.q).Clean(ctx, jobs.StateSucceeded, 24*time.Hour, 100)
+	n, err := jobstore.Of(cq).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Equal(t, jobs.StateAvailable, b.get(t, ids[0]).State)
@@ -98,10 +98,10 @@ func TestCleanDeletesTheJobsStillEligible(t *testing.T) {
 	require.NoError(t, err)
 
 	calls := 0
-	ctx := queue.WithCleanHook(b.ctx, func() { calls++ })
+	cq := queue.WithCleanHook(b.q, func() { calls++ })
 	total := 0
 	for {
-		n, err := jobstore.Of(b.q).Clean(ctx, jobs.StateSucceeded, 24*time.Hour, 2)
+		n, err := jobstore.Of(cq).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 2)
 		require.NoError(t, err)
 		total += n
 		if n < 2 {

@@ -104,9 +104,14 @@ func WithReadBackTimeout(c *Client, d time.Duration) *Client {
 	return withHooks(c, h)
 }
 
-// WithCleanHook returns ctx with f run by each Clean after it read the
-// ids of the jobs to delete and before it deletes them, as if the process
-// stalled in between.
-func WithCleanHook(ctx context.Context, f func()) context.Context {
-	return context.WithValue(ctx, cleanHookKey{}, f)
+// WithCleanHook returns a Client like c whose Clean runs f after it read
+// the ids of the jobs to delete and before it deletes them, as if the
+// process stalled in between.
+func WithCleanHook(c *Client, f func()) *Client {
+	h := hooks{}
+	if c.hooks != nil {
+		h = *c.hooks
+	}
+	h.beforeClean = f
+	return withHooks(c, h)
 }

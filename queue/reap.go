@@ -86,28 +86,30 @@ const MaxSpare = 10 * time.Minute
 // against limit.
 func (c store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapResult, error) {
 	var res ReapResult
-	live := c.liveWorkers(ctx)
 	t := now()
-	find := options.Find().SetProjection(bson.D{{Key: "args", Value: 0}})
-	if len(live) == 0 {
-		find.SetLimit(int64(limit))
-	}
+	// No limit on the find: spared jobs are passed over, so that they never
+	// keep other expired jobs out of the batch; reading stops once the
+	// batch is full.
 	cur, err := c.coll.Find(ctx,
 		bson.D{
 			{Key: "state", Value: jobs.StateRunning},
 			{Key: "leaseExpiresAt", Value: bson.D{{Key: "$lt", Value: t.Add(-grace)}}},
 		},
-		find)
+		options.Find().SetProjection(bson.D{{Key: "args", Value: 0}}).SetBatchSize(int32(min(limit, 1000))))
 	if err != nil {
 		return res, fmt.Errorf("queue: find expired leases: %w", err)
 	}
 	// Read the batch first, then write: writing while the cursor is open
-	// would hold it across many round trips. Spared jobs are passed over,
-	// so that they never keep other expired jobs out of the batch.
+	// would hold it across many round trips. The registry is read only
+	// once an expired job is found: a pass with none costs the find alone.
 	var expired []bson.Raw
+	var live map[string]bool
 	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
 		if len(expired) == limit {
 			return errBatchFull
+		}
+		if live == nil {
+			live = c.liveWorkers(ctx)
 		}
 		if spared(d, live, t, grace) {
 			res.Spared++
@@ -144,11 +146,11 @@ const spareBeatMax = time.Minute
 func (c *Client) liveWorkers(ctx context.Context) map[string]bool {
 	t := c.ServerTime(ctx)
 	cur, err := c.workersColl().Find(ctx,
-		bson.D{{Key: "lastSeen", Value: bson.D{{Key: "$gte", Value: t.Add(-WorkerMissedBeats * spareBeatMax)}}}},
+		bson.D{{Key: "lastSeen", Value: bson.D{{Key: "$gte", Value: t.Add(-aliveFor(spareBeatMax))}}}},
 		options.Find().SetProjection(bson.D{{Key: "lastSeen", Value: 1}, {Key: "beatEveryMs", Value: 1}}))
 	if err != nil {
 		c.log.Warn("reaper: cannot read the workers registry; sparing no expired job", zap.Error(err))
-		return nil
+		return map[string]bool{}
 	}
 	live := map[string]bool{}
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
@@ -160,16 +162,15 @@ func (c *Client) liveWorkers(ctx context.Context) map[string]bool {
 		if w.LastSeen.IsZero() {
 			return nil
 		}
-		limit := WorkerMissedBeats * min(max(w.BeatEvery, time.Second), spareBeatMax)
 		// A beat after the hello (a negative age) is as alive as can be.
-		if t.Sub(w.LastSeen) < limit {
+		if t.Sub(w.LastSeen) < aliveFor(min(w.BeatEvery, spareBeatMax)) {
 			live[id] = true
 		}
 		return nil
 	})
 	if err != nil {
 		c.log.Warn("reaper: cannot read the workers registry; sparing no expired job", zap.Error(err))
-		return nil
+		return map[string]bool{}
 	}
 	return live
 }
@@ -259,10 +260,6 @@ func (c *Client) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapRe
 	return res, nil
 }
 
-// cleanHookKey is the context key of a test's hook, called by Clean after
-// it read the ids of the jobs to delete, before it deletes them.
-type cleanHookKey struct{}
-
 // Clean deletes jobs that finished in state s before now minus age, at
 // most limit of them, and returns how many it deleted. Ids are used as
 // stored, whatever their type.
@@ -292,8 +289,8 @@ func (c store) Clean(ctx context.Context, s jobs.State, age time.Duration, limit
 	if len(in) == 0 {
 		return 0, nil
 	}
-	if hook, ok := ctx.Value(cleanHookKey{}).(func()); ok {
-		hook()
+	if c.hooks != nil && c.hooks.beforeClean != nil {
+		c.hooks.beforeClean()
 	}
 	// _id first: devdb evaluates a filter key by key, and the $in rules
 	// out all but the batch before the other keys are looked at.

@@ -133,3 +133,22 @@ func TestReapReadsAMalformedRegistry(t *testing.T) {
 	// as before.
 	require.Equal(t, queue.ReapResult{Requeued: 6, Buried: 1}, res)
 }
+
+// TestReapWithNothingExpiredReadsNoRegistry: a pass that finds no expired
+// lease costs its find alone; the workers registry (a hello and a find) is
+// read only once an expired job is found.
+func TestReapWithNothingExpiredReadsNoRegistry(t *testing.T) {
+	b := setup(t)
+	b.beat(t, "alive")
+	q, cmds := monitoredQueue(t, b.db)
+	res, err := jobstore.Of(q).Reap(b.ctx, reapGrace, 100)
+	require.NoError(t, err)
+	require.Zero(t, res.Settled()+res.Spared)
+	require.Equal(t, []string{"find " + queue.DefaultCollection}, cmds())
+
+	b.expiredAgo(t, "dead-owner", "gone", time.Minute, 30*time.Second)
+	res, err = jobstore.Of(q).Reap(b.ctx, reapGrace, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Requeued)
+	require.Contains(t, cmds(), "find "+queue.DefaultWorkersCollection)
+}

@@ -33,7 +33,7 @@ const FinishedWindow = time.Hour
 var (
 	// ErrNoStoredStats: no leader has stored counts yet (no worker has
 	// run, or an older docket did).
-	ErrNoStoredStats = errors.New("no counts stored by a leader")
+	ErrNoStoredStats = errors.New("no counts stored by a leader yet (is a worker running?)")
 	// ErrStoredStatsMalformed: the stored document cannot be read as
 	// counts (another application wrote it).
 	ErrStoredStatsMalformed = errors.New("the stored counts are malformed")
@@ -74,6 +74,17 @@ func (s StoredStats) Age() time.Duration {
 		return 0
 	}
 	return max(0, s.ReadAt.Sub(s.CountedAt))
+}
+
+// staleSlack is how much older than three of its leader's intervals
+// stored counts may be before they are stale.
+const staleSlack = time.Minute
+
+// Stale reports whether counts read back are older than the pace of the
+// leader that stored them explains (three of its intervals and a minute):
+// no leader has counted since. Counts taken in this process never are.
+func (s StoredStats) Stale() bool {
+	return s.Age() > 3*s.Every+staleSlack
 }
 
 // statsColl is the collection of the stored counts.

@@ -30,6 +30,12 @@ import (
 // C_workers.
 const DefaultWorkersCollection = "workers"
 
+// aliveFor is how long after its last beat a process that beats every
+// beatEvery (at least a second) still counts as alive.
+func aliveFor(beatEvery time.Duration) time.Duration {
+	return WorkerMissedBeats * max(beatEvery, time.Second)
+}
+
 // WorkerMissedBeats is how many beats a process may miss before listings
 // leave it out.
 const WorkerMissedBeats = 3
@@ -135,7 +141,7 @@ func (c *Client) Workers(ctx context.Context, ttl time.Duration, all bool) ([]Wo
 		w := workerInfo(d)
 		limit := ttl
 		if limit <= 0 {
-			limit = WorkerMissedBeats * max(w.BeatEvery, time.Second)
+			limit = aliveFor(w.BeatEvery)
 		}
 		if !w.LastSeen.IsZero() {
 			w.Age = t.Sub(w.LastSeen)

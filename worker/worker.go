@@ -493,9 +493,8 @@ func (w *Worker) gatherSlots(writing time.Duration) int {
 // timed out counts as taking its whole deadline, so the next deadline is
 // longer. It is the dispatch goroutine's alone.
 type claimLatency struct {
-	recent   [claimLatencySamples]time.Duration
-	next     int
-	observed bool
+	recent [claimLatencySamples]time.Duration // zero until a claim fills it
+	next   int
 }
 
 // claimLatencySamples is how many of the last claims set the deadline,
@@ -517,7 +516,6 @@ func (l *claimLatency) slowest() time.Duration {
 }
 
 func (l *claimLatency) observe(d time.Duration) {
-	l.observed = true
 	l.recent[l.next] = d
 	l.next = (l.next + 1) % len(l.recent)
 }
@@ -534,10 +532,11 @@ func (l *claimLatency) observe(d time.Duration) {
 func (l *claimLatency) deadline(c Config) time.Duration {
 	base := c.ClaimTimeout()
 	most := base + claimStretchLeases*c.Lease
-	if !l.observed {
+	slowest := l.slowest()
+	if slowest == 0 { // no claim yet
 		return most
 	}
-	return min(max(base, claimLatencyFactor*l.slowest()), most)
+	return min(max(base, claimLatencyFactor*slowest), most)
 }
 
 // claimSize is how the dispatcher sizes its next claim.

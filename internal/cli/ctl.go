@@ -14,10 +14,13 @@ import (
 	"os/user"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/docketq/docket/configs"
 	"github.com/docketq/docket/handlers"
@@ -137,7 +140,7 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 			}
 			sort.Strings(kinds)
 			for i, k := range kinds {
-				fmt.Fprintf(tw, "%s\t%s\t", qs.Queue, k)
+				fmt.Fprintf(tw, "%s\t%s\t", shown(qs.Queue), shown(k))
 				for _, s := range states {
 					fmt.Fprintf(tw, "%d\t", qs.Counts[k][string(s)])
 				}
@@ -151,14 +154,14 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 			return err
 		}
 		for _, p := range paused {
-			fmt.Fprintf(e.stdout, "queue %s: %s\n", p.Queue, pausedNote(p))
+			fmt.Fprintf(e.stdout, "queue %s: %s\n", shown(p.Queue), pausedNote(p))
 		}
 		for _, c := range caps {
 			if c.Malformed != "" {
-				fmt.Fprintf(e.stdout, "queue %s: unbounded (its capacity is malformed: %s)\n", c.Queue, c.Malformed)
+				fmt.Fprintf(e.stdout, "queue %s: unbounded (its capacity is malformed: %s)\n", shown(c.Queue), c.Malformed)
 				continue
 			}
-			fmt.Fprintf(e.stdout, "queue %s: capacity %d, %d admitted and unfinished\n", c.Queue, c.Capacity, c.Occupied)
+			fmt.Fprintf(e.stdout, "queue %s: capacity %d, %d admitted and unfinished\n", shown(c.Queue), c.Capacity, c.Occupied)
 		}
 		return nil
 	}
@@ -619,16 +622,6 @@ type statsCounts struct {
 	Why string
 }
 
-// staleStats is how old stored counts may be, past how often their leader
-// counts, before stats warns that no leader seems to count any more.
-const staleStats = time.Minute
-
-// Stale reports whether the stored counts are older than their leader's
-// pace explains: no leader has counted since.
-func (c statsCounts) Stale() bool {
-	return !c.Exact && c.Age() > 3*c.Every+staleStats
-}
-
 // now is the time the counts are shown at: the server's when they were
 // read back.
 func (c statsCounts) now() time.Time {
@@ -647,7 +640,7 @@ func (c statsCounts) freshness() string {
 		}
 		return "counted now, exactly (--exact)"
 	}
-	line := fmt.Sprintf("as of %s ago (%s), counted by %s", c.Age().Round(time.Second), c.CountedAt.Format(time.RFC3339), orUnknown(c.By))
+	line := fmt.Sprintf("as of %s ago (%s), counted by %s", c.Age().Round(time.Second), c.CountedAt.Format(time.RFC3339), shown(orUnknown(c.By)))
 	if c.Every > 0 {
 		line += fmt.Sprintf(", the elected leader, every %s", c.Every.Round(time.Second))
 	}
@@ -659,6 +652,18 @@ func (c statsCounts) freshness() string {
 		line += fmt.Sprintf("; %d stored entries could not be read and are left out", c.Unreadable)
 	}
 	return line
+}
+
+// shown is s as stats prints it to a terminal: as it is when it is valid
+// UTF-8 without control characters, else quoted with Go's escapes, so that
+// a name another application wrote cannot move the cursor, set the
+// terminal's title or clipboard, or add a row of its own. --json stays
+// exact.
+func shown(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	return strconv.Quote(s)
 }
 
 func orUnknown(s string) string {
@@ -678,9 +683,7 @@ func readStats(ctx context.Context, q *queue.Client, exact bool, timeout time.Du
 		switch {
 		case err == nil:
 			return statsCounts{StoredStats: s}, nil
-		case errors.Is(err, queue.ErrNoStoredStats):
-			why = "no counts stored by a leader yet (is a worker running?)"
-		case errors.Is(err, queue.ErrStoredStatsMalformed):
+		case errors.Is(err, queue.ErrNoStoredStats), errors.Is(err, queue.ErrStoredStatsMalformed):
 			why = err.Error()
 		default:
 			return statsCounts{}, err

@@ -155,3 +155,34 @@ func countOf(list []string, s string) int {
 	}
 	return n
 }
+
+// TestStatsEscapesForeignNames: names and a leader id another application
+// wrote into the stored counts (control characters, an escape sequence, a
+// newline that would add a row) reach the terminal escaped; --json keeps
+// them exact.
+func TestStatsEscapesForeignNames(t *testing.T) {
+	t.Parallel()
+	db, q := statsFixture(t)
+	ctx := context.Background()
+	by := "w\x1b]52;c;ZXZpbA==\x07"
+	queueName, kind := "mail\nq  k  99", "k\x1b[2K"
+	_, err := q.StoreStats(ctx, queue.StoredStats{
+		CountedAt: time.Now().UTC(), Every: 15 * time.Second, By: by,
+		Queues: []queue.QueueStats{{Queue: queueName, Counts: map[string]map[string]int64{kind: {"available": 1}}}},
+	})
+	require.NoError(t, err)
+	out, errs, code := runCtl(t, testdb.URI(), db, "stats")
+	require.Zero(t, code, errs)
+	require.NotContains(t, out, "\x1b", "an escape sequence reached the terminal")
+	require.NotContains(t, out, "\x07")
+	require.Contains(t, out, `counted by "w\x1b]52;c;ZXZpbA==\a"`)
+	require.Regexp(t, `(?m)^"mail\\nq  k  99" +"k\\x1b\[2K" +1 `, out)
+	require.NotRegexp(t, `(?m)^q  k  99`, out, "a newline in a name added a row")
+
+	out, errs, code = runCtl(t, testdb.URI(), db, "stats", "--json")
+	require.Zero(t, code, errs)
+	var doc statsJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+	require.Equal(t, by, doc.CountedBy)
+	require.Equal(t, queueName, doc.Queues[0].Queue)
+}

@@ -123,14 +123,12 @@ func (s *Server) overviewCounts(ctx context.Context, exact bool) (queue.StoredSt
 			if counts.Every > 0 {
 				f.Text += fmt.Sprintf(", the elected leader, every %s", counts.Every.Round(time.Second))
 			}
-			f.Stale = counts.Age() > 3*counts.Every+time.Minute
+			f.Stale = counts.Stale()
 			if counts.Unreadable > 0 {
 				f.Text += fmt.Sprintf("; %d stored entries could not be read and are left out", counts.Unreadable)
 			}
 			return counts, f, nil
-		case errors.Is(err, queue.ErrNoStoredStats):
-			why = "no counts stored by a leader yet (is a worker running?)"
-		case errors.Is(err, queue.ErrStoredStatsMalformed):
+		case errors.Is(err, queue.ErrNoStoredStats), errors.Is(err, queue.ErrStoredStatsMalformed):
 			why = err.Error()
 		default:
 			return queue.StoredStats{}, freshness{}, err
