@@ -45,6 +45,7 @@ func settings(c *Config, role string) []Setting {
 		Setting{"worker.pollMax", "DOCKET_POLL_MAX", "poll-max", "longest wait between claims on an idle queue", (*durationValue)(&c.Worker.PollMax)},
 		Setting{"worker.stuckGrace", "DOCKET_STUCK_GRACE", "stuck-grace", "how long a handler may run past its timeout, a cancel or a lost lease before the worker gives up on it", (*durationValue)(&c.Worker.StuckGrace)},
 		Setting{"worker.claimBatch", "DOCKET_CLAIM_BATCH", "claim-batch", "most jobs one claim takes: single claims for a trickle, batches up to this for a backlog (1: one findAndModify per job)", (*intValue)(&c.Worker.ClaimBatch)},
+		Setting{"worker.prefetch", "DOCKET_PREFETCH", "prefetch", "most jobs held beyond concurrency, claimed ahead while claims are slow compared with jobs (-1: none)", (*intValue)(&c.Worker.Prefetch)},
 		Setting{"queue.retryBase", "DOCKET_RETRY_BASE", "retry-base", "backoff after a first failed attempt (doubles each attempt)", (*durationValue)(&c.Queue.RetryBase)},
 		Setting{"queue.retryMax", "DOCKET_RETRY_MAX", "retry-max", "longest backoff between attempts", (*durationValue)(&c.Queue.RetryMax)},
 		Setting{"reaper.schedule", "DOCKET_REAP_SCHEDULE", "reap-schedule", "cron schedule of the reaper", (*stringValue)(&c.Reaper.Schedule)},

@@ -28,9 +28,13 @@ const (
 	DefaultPollMax = time.Second
 	// DefaultClaimBatch is how many jobs one claim takes at most: the
 	// worker claims adaptively, one job per findAndModify while jobs
-	// trickle in and batches of up to this many (and its free slots)
-	// while a backlog lasts (see Config.ClaimBatch and docs/BENCHMARKS.md).
-	DefaultClaimBatch = 20
+	// trickle in and batches of its free slots (up to this many) while a
+	// backlog lasts (see Config.ClaimBatch and docs/BENCHMARKS.md).
+	DefaultClaimBatch = 100
+	// DefaultPrefetch is how many jobs a worker may hold beyond
+	// Concurrency, waiting for a slot, while its claims are slow compared
+	// with its jobs (see Config.Prefetch).
+	DefaultPrefetch = 100
 	// DefaultStuckGrace is how long a handler may go on after its kind's
 	// timeout, a cancel request or a lost lease before the worker gives up
 	// on it (see Config.StuckGrace).
@@ -69,7 +73,8 @@ type Config struct {
 	// DefaultPollMax.
 	PollMax time.Duration `yaml:"pollMax"`
 	// ClaimBatch is how many jobs one claim takes at most, capped by the
-	// free slots; 1 turns batching off. Above 1 the worker claims
+	// free slots and the jobs claimed ahead (see Prefetch); 1 turns
+	// batching off. Above 1 the worker claims
 	// adaptively, on what its last claims returned: while they come back
 	// short (a trickle of jobs, an idle queue) it claims one job with one
 	// findAndModify, at once; after single claims in a row each found
@@ -79,6 +84,18 @@ type Config struct {
 	// completions of jobs that end together are then written in one
 	// updateMany. Defaults to DefaultClaimBatch.
 	ClaimBatch int `yaml:"claimBatch"`
+	// Prefetch is how many jobs the worker may hold beyond Concurrency,
+	// claimed and waiting for a slot, when its claims are slow compared
+	// with its jobs: a slow server (devdb over a big backlog, an
+	// overloaded primary) answers a claim of many jobs about as fast as a
+	// claim of few, so the worker claims ahead what its slots will run
+	// while the next claim is on its way, Concurrency × claim latency ÷
+	// handler time of them, up to Prefetch. With fast claims or long jobs
+	// that is none, and jobs stay in the database for other workers. A
+	// job held waiting has its lease renewed like a running one; it starts
+	// in claim order, and a stop gives back those not started, their
+	// attempt not counted. Defaults to DefaultPrefetch; -1 turns it off.
+	Prefetch int `yaml:"prefetch"`
 	// WriteTimeout, when positive, bounds each heartbeat and completion
 	// round trip (and so a majority write-concern wait) below the deadlines
 	// the worker gives them: the worker command sets it from
@@ -131,6 +148,9 @@ func (c Config) WithDefaults() Config {
 	if c.ClaimBatch == 0 {
 		c.ClaimBatch = DefaultClaimBatch
 	}
+	if c.Prefetch == 0 {
+		c.Prefetch = DefaultPrefetch
+	}
 	if c.StuckGrace == 0 {
 		c.StuckGrace = DefaultStuckGrace
 	}
@@ -165,11 +185,17 @@ func (c Config) Validate() error {
 		return fmt.Errorf("worker.pollMax: %s must be at least worker.pollMin (%s)", c.PollMax, c.PollMin)
 	case c.ClaimBatch < 1:
 		return fmt.Errorf("worker.claimBatch: %d must be at least 1", c.ClaimBatch)
+	case c.Prefetch < -1:
+		return fmt.Errorf("worker.prefetch: %d must be -1 (off), 0 (the default, %d) or positive", c.Prefetch, DefaultPrefetch)
 	case c.StuckGrace < 0:
 		return fmt.Errorf("worker.stuckGrace: %s must not be negative", c.StuckGrace)
 	}
 	return nil
 }
+
+// prefetchMax is the most jobs a worker of c holds beyond Concurrency: c.Prefetch,
+// none when that is -1 (off). c must have its defaults.
+func (c Config) prefetchMax() int { return max(c.Prefetch, 0) }
 
 // StartMargin is the least lease a claimed job must have left for its
 // handler to start: two heartbeat intervals, so that the first renewal has

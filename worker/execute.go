@@ -22,6 +22,11 @@ type run struct {
 	expires time.Time // the lease's expiry as last renewed
 	lost    bool      // a fenced write matched nothing
 	settled bool      // the final write was made or handed off
+
+	// The job's slots (see Worker.launch), its goroutine's alone.
+	executing bool // holds a run slot
+	freed     bool // its held slot was given up (freeSlots)
+	writing   bool // holds a writing slot
 }
 
 // settle claims the right to make the job's final write; only the first
@@ -46,6 +51,17 @@ func (r *run) leaseExpiry() time.Time {
 func (w *Worker) execute(r *run) {
 	job := r.job
 	log := w.log.With(job.LogFields()...)
+	jobCtx, cancel := context.WithCancelCause(w.jobsCtx)
+	defer cancel(nil)
+	// The lease is renewed from the claim on, while the job waits for a
+	// run slot too.
+	stopHeartbeat := w.heartbeat(r, cancel, log)
+	if !w.startSlot(jobCtx, r) {
+		stopHeartbeat()
+		w.notStarted(r, context.Cause(jobCtx), log)
+		return
+	}
+
 	var observed Outcome
 	var elapsed time.Duration
 	w.obs.Started(job)
@@ -57,22 +73,23 @@ func (w *Worker) execute(r *run) {
 		})
 		opts.Timeout = jobs.DefaultTimeout
 	}
-	ctx, cancel := context.WithCancelCause(w.jobsCtx)
-	defer cancel(nil)
-	ctx, cancelTimeout := context.WithTimeoutCause(ctx, opts.Timeout, ErrTimeout)
+	ctx, cancelTimeout := context.WithTimeoutCause(jobCtx, opts.Timeout, ErrTimeout)
 	defer cancelTimeout()
 
-	stopHeartbeat := w.heartbeat(r, cancel, log)
-
 	log.Info("job started")
+	w.inHandler.Add(1)
 	start := time.Now()
 	result := make(chan error, 1)
 	go func() { result <- w.call(ctx, h, job, log) }()
 	err, returned := w.await(ctx, result)
+	elapsed = time.Since(start)
 	w.inHandler.Add(-1)
+	w.handler.observe(elapsed)
+	// The slots go to the next jobs now, before the wait for a renewal in
+	// flight and the outcome's write.
+	w.freeSlots(r)
 	cause := context.Cause(ctx)
 	stopHeartbeat()
-	elapsed = time.Since(start)
 	if !returned {
 		observed = w.giveUp(r, cause, opts.Timeout, start, result, log)
 		return
@@ -220,6 +237,43 @@ func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.T
 	}
 	log.Info("job finished", zap.Duration("duration", elapsed), zap.String("outcome", outcome+" (stuck handler)"))
 	return observed
+}
+
+// notStarted ends the hold of r's job, claimed ahead, whose handler did
+// not start (see startSlot), for cause (the job context's): its lease
+// lost, nothing is written; a cancel request, it is recorded cancelled;
+// otherwise (the worker stops, or the lease ran short while renewals
+// failed) it is given back, its attempt not counted.
+func (w *Worker) notStarted(r *run, cause error, log *zap.Logger) {
+	w.freeSlots(r)
+	r.mu.Lock()
+	lost := r.lost
+	r.mu.Unlock()
+	if lost {
+		log.Warn("a job claimed ahead lost its lease before it started; writing nothing")
+		return
+	}
+	if !r.settle() {
+		return
+	}
+	if errors.Is(cause, jobs.ErrCancelled) {
+		err := w.persist(r, func(ctx context.Context) error {
+			return w.q.Cancelled(ctx, r.lease, r.job, "cancelled before it started")
+		}, log)
+		if err != nil {
+			log.Warn("could not record the cancel of a job claimed ahead; the reaper re-queues it after its lease", zap.Error(err))
+			return
+		}
+		log.Info("job cancelled before it started")
+		return
+	}
+	err := w.persist(r, func(ctx context.Context) error { return w.q.Release(ctx, r.lease) }, log)
+	if err != nil {
+		log.Warn("could not give back a job claimed ahead and not started; the reaper re-queues it after its lease", zap.Error(err))
+		return
+	}
+	w.unstarted.Add(1)
+	log.Info("gave back a job claimed ahead and not started, attempt not counted")
 }
 
 // call runs the handler, turning a panic into the attempt's error.

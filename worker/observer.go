@@ -38,7 +38,8 @@ type Observer interface {
 	// jobs it returned and its error.
 	Claimed(took time.Duration, n int, err error)
 	// Started is called when a claimed job's attempt begins; Finished
-	// follows it exactly once, when the attempt's slot is about to be freed.
+	// follows it exactly once, when the attempt has ended (its outcome
+	// written, or given up on).
 	Started(job *jobs.Job)
 	// Finished reports how the attempt ended and how long its handler ran.
 	Finished(job *jobs.Job, outcome Outcome, handler time.Duration)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestClaimSizer walks the adaptive claim sizes through what claims
@@ -45,4 +47,20 @@ func TestClaimSizer(t *testing.T) {
 	if s.next(1, 20) != claimOne || s.next(20, 1) != claimOne {
 		t.Fatal("a claim batch or concurrency of 1 claims one job")
 	}
+}
+
+// Jobs are claimed ahead only as far as the slots run them while a claim
+// is on its way: none for long jobs or before a handler has returned, up to
+// the prefetch limit for fast ones, and none when prefetch is off.
+func TestHoldTarget(t *testing.T) {
+	w := &Worker{cfg: Config{Concurrency: 4, Prefetch: 100}}
+	require.Equal(t, 4, w.holdTarget(time.Second), "no handler has returned yet")
+	w.handler.observe(time.Second)
+	require.Equal(t, 4, w.holdTarget(100*time.Millisecond), "claims fast compared with jobs")
+	require.Equal(t, 6, w.holdTarget(500*time.Millisecond))
+	w.handler = handlerTime{}
+	w.handler.observe(time.Millisecond)
+	require.Equal(t, 104, w.holdTarget(time.Second), "up to the prefetch limit")
+	w.cfg.Prefetch = -1
+	require.Equal(t, 4, w.holdTarget(time.Second), "prefetch off")
 }

@@ -29,13 +29,6 @@ func (w *Worker) bound(d time.Duration) time.Duration {
 // slots before it claims with the slots it has.
 const claimGather = 50 * time.Millisecond
 
-// claimGatherMax bounds how long a batch claim waits for the slots of jobs
-// whose outcomes are being written, unless the server is slower: then it
-// waits as long as the slowest recent claim took (see claimLatency), since
-// a write of outcomes takes about as long, and a claim for the few slots
-// free now would cost as much as one for them all.
-const claimGatherMax = time.Second
-
 // Errors that end a job's context, seen by handlers through context.Cause.
 var (
 	// ErrLeaseLost: another worker or the reaper took the job.
@@ -55,8 +48,19 @@ type Worker struct {
 	log *zap.Logger
 	obs Observer
 
-	sem  *semaphore.Weighted
-	wake chan struct{}
+	// Slots (see launch). held counts the jobs the worker holds from their
+	// claim until their handler returns: waiting for a run slot or running.
+	// Only the dispatcher adds to it, up to Concurrency and the jobs it
+	// claims ahead (see Config.Prefetch). exec admits Concurrency handlers
+	// at once. writing bounds the jobs whose outcomes are being written,
+	// which hold neither: a slow write does not keep a slot from the next
+	// job.
+	held    atomic.Int64
+	waiting atomic.Int64 // of held, the jobs not started yet
+	exec    *semaphore.Weighted
+	writing *semaphore.Weighted
+	handler handlerTime // how long handlers take, to size claims ahead
+	wake    chan struct{}
 
 	stopClaiming context.CancelFunc
 	claimingCtx  context.Context
@@ -122,7 +126,8 @@ func New(q *queue.Client, reg *jobs.Registry, cfg Config) (*Worker, error) {
 		reg:          reg,
 		log:          cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)),
 		obs:          cfg.Observer,
-		sem:          semaphore.NewWeighted(int64(cfg.Concurrency)),
+		exec:         semaphore.NewWeighted(int64(cfg.Concurrency)),
+		writing:      semaphore.NewWeighted(int64(cfg.Concurrency + cfg.prefetchMax())),
 		wake:         make(chan struct{}, 1),
 		dispatchDone: make(chan struct{}),
 		active:       map[string]*run{},
@@ -268,15 +273,18 @@ func (w *Worker) dispatch() {
 	var sizer claimSizer
 	var took claimLatency
 	for {
-		if err := w.sem.Acquire(w.claimingCtx, 1); err != nil {
+		// How many jobs to hold: the slots, and as many more as the slots
+		// will run while the next claim is on its way (see Config.Prefetch).
+		target := w.holdTarget(took.slowest())
+		if !w.awaitRoom(target) {
 			return
 		}
 		slots := 1
-		switch sizer.next(w.cfg.ClaimBatch, w.cfg.Concurrency) {
+		switch sizer.next(w.cfg.ClaimBatch, target) {
 		case claimFree:
-			slots = w.gatherSlots(0)
+			slots = w.gatherSlots(false, target)
 		case claimGathered:
-			slots = w.gatherSlots(max(claimGatherMax, took.slowest()))
+			slots = w.gatherSlots(true, target)
 		}
 		// The token is made here, before the claim is sent: a claim that
 		// returns an error may have been applied with its reply lost, and
@@ -311,7 +319,7 @@ func (w *Worker) dispatch() {
 			}
 		}
 		if unused := slots - started; unused > 0 {
-			w.sem.Release(int64(unused))
+			w.held.Add(-int64(unused))
 		}
 		if err == nil && started > 0 {
 			idle, failing = 0, 0
@@ -328,7 +336,11 @@ func (w *Worker) dispatch() {
 				failing = 0
 			}
 			idle = grow(idle, w.cfg.PollMin, w.cfg.PollMax)
-			wait = jitter(idle, w.cfg.PollMax)
+			// A claim that found nothing on a slow server took as long
+			// as the next would: polling faster than that would keep the
+			// server busy with empty claims while the outcomes and
+			// renewals of the jobs held wait behind them.
+			wait = max(jitter(idle, w.cfg.PollMax), time.Since(sent))
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -435,53 +447,109 @@ const (
 // stopSweepTimeout bounds the last sweep of a lost claim at a stop.
 const stopSweepTimeout = 2 * time.Second
 
-// gatherSlots takes, on top of the one slot held, up to ClaimBatch-1 more,
-// and returns how many it holds. With writing zero it takes only the slots
-// free now. Otherwise (a backlog: the last batch came back full) it also
-// waits for slots about to free, so that jobs that end together are
-// replaced by one claim rather than one claim each: for the slots of jobs
-// whose handlers have returned (their outcome is being written, so the
-// slot frees within a round trip) up to writing, and for jobs still in
-// their handlers only up to claimGather.
-func (w *Worker) gatherSlots(writing time.Duration) int {
-	k := min(w.cfg.ClaimBatch, w.cfg.Concurrency)
-	n := 1
-	for n < k && w.sem.TryAcquire(1) {
-		n++
+// awaitRoom waits until the worker holds fewer than target jobs, then
+// takes one slot for the next claim. It returns false when the worker
+// stops claiming. Only the dispatcher takes slots, so the count it checks
+// can only fall before it takes one.
+func (w *Worker) awaitRoom(target int) bool {
+	for {
+		if w.claimingCtx.Err() != nil {
+			return false
+		}
+		if int(w.held.Load()) < target {
+			w.held.Add(1)
+			return true
+		}
+		select {
+		case <-w.wake: // a handler returned
+		case <-w.claimingCtx.Done():
+			return false
+		}
 	}
-	if n == k || writing == 0 {
+}
+
+// gatherSlots takes, on top of the one slot held, up to ClaimBatch-1 more
+// while the worker holds fewer than target jobs, and returns how many it
+// holds. With wait false it takes only the room there is now. Otherwise (a
+// backlog: the last batch came back full) it also waits up to claimGather
+// for handlers about to return, so that jobs that end together are
+// replaced by one claim rather than one claim each. (A job's slot frees
+// when its handler returns, before its outcome is written: see launch.)
+func (w *Worker) gatherSlots(wait bool, target int) int {
+	k := min(w.cfg.ClaimBatch, target)
+	n := 1
+	take := func() {
+		for n < k && int(w.held.Load()) < target {
+			w.held.Add(1)
+			n++
+		}
+	}
+	take()
+	if n == k || !wait {
 		return n
 	}
 	start := time.Now()
 	tick := time.NewTicker(claimGather / 5)
 	defer tick.Stop()
 	for n < k {
-		running, inHandler := w.runningJobs(), int(w.inHandler.Load())
-		waited := time.Since(start)
-		switch {
-		case running == 0:
-			return n
-		case running > inHandler && waited < writing:
-			// Jobs are writing their outcomes: their slots come soon.
-		case inHandler > 0 && waited < claimGather:
-			// Jobs are in their handlers: wait a little for them.
-		default:
+		// Jobs held beside the n slots taken (in their handlers, or
+		// claimed ahead and about to start) free their slots soon.
+		if w.held.Load() <= int64(n) || time.Since(start) >= claimGather {
 			return n
 		}
 		if w.onGatherWait != nil {
 			w.onGatherWait()
 		}
 		select {
-		case <-w.wake: // a job ended
+		case <-w.wake: // a handler returned
 		case <-tick.C:
 		case <-w.claimingCtx.Done():
 			return n
 		}
-		for n < k && w.sem.TryAcquire(1) {
-			n++
-		}
+		take()
 	}
 	return n
+}
+
+// holdTarget is how many jobs the worker holds at most before its next
+// claim, when its recent claims took up to latency: its Concurrency, and
+// the jobs its slots run in that time at the pace of its recent handlers
+// (claimed ahead, so that the slots do not wait for the claim), up to the
+// prefetch limit. Fast claims or long jobs make it Concurrency alone.
+func (w *Worker) holdTarget(latency time.Duration) int {
+	c, most := w.cfg.Concurrency, w.cfg.prefetchMax()
+	d := w.handler.mean()
+	if most == 0 || d <= 0 || latency <= 0 {
+		return c
+	}
+	ahead := float64(c) * float64(latency) / float64(d)
+	return c + int(min(ahead, float64(most)))
+}
+
+// handlerTime is a moving average of how long handlers run.
+type handlerTime struct {
+	mu  sync.Mutex
+	avg time.Duration // zero until a handler has returned
+}
+
+// handlerTimeWeight is how much of the average the latest handler makes.
+const handlerTimeWeight = 0.125
+
+func (h *handlerTime) observe(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d = max(d, time.Microsecond) // a handler that returned at once still took a slot
+	if h.avg == 0 {
+		h.avg = d
+		return
+	}
+	h.avg += time.Duration(handlerTimeWeight * float64(d-h.avg))
+}
+
+func (h *handlerTime) mean() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.avg
 }
 
 // claimLatency remembers how long the last claims took, so that the next
@@ -641,9 +709,17 @@ func waitedLongest(claimed []*jobs.Job, sent time.Time) time.Duration {
 	return longest
 }
 
-// Running returns how many jobs the worker is running now.
-func (w *Worker) Running() int { return w.runningJobs() }
+// Running returns how many jobs the worker is running now: in their
+// handlers, or writing their outcomes. Jobs claimed ahead and waiting for a
+// slot are not counted (see Waiting).
+func (w *Worker) Running() int { return w.runningJobs() - int(w.waiting.Load()) }
 
+// Waiting returns how many jobs the worker holds claimed ahead, waiting
+// for a slot (see Config.Prefetch).
+func (w *Worker) Waiting() int { return int(w.waiting.Load()) }
+
+// runningJobs is how many jobs the worker holds: waiting, running or
+// writing their outcomes.
 func (w *Worker) runningJobs() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -671,25 +747,78 @@ func (w *Worker) signalWake() {
 	}
 }
 
-// launch runs job in its own goroutine, holding a slot until it settles.
+// launch runs job in its own goroutine. The job holds the slot the
+// dispatcher took for it (w.held) until its handler returns; it waits for
+// one of the Concurrency run slots (w.exec) to start, and its outcome is
+// written under a writing slot (see freeSlots).
 func (w *Worker) launch(job *jobs.Job) {
 	r := &run{job: job, lease: queue.LeaseOf(job), expires: *job.LeaseExpiresAt}
 	w.mu.Lock()
 	w.active[job.ID] = r
 	w.mu.Unlock()
 	w.running.Add(1)
-	w.inHandler.Add(1)
 	go func() {
 		defer w.running.Done()
-		defer w.signalWake()
-		defer w.sem.Release(1)
 		defer func() {
+			w.freeSlots(r)
+			if r.writing {
+				w.writing.Release(1)
+			}
 			w.mu.Lock()
 			delete(w.active, job.ID)
 			w.mu.Unlock()
+			w.signalWake()
 		}()
 		w.execute(r)
 	}()
+}
+
+// startSlot waits for a run slot for r's job, and reports whether its
+// handler may start: not when ctx (the job's) ends first, nor when the
+// worker stops claiming first (a job claimed ahead and not started is
+// given back at a stop rather than run), nor when the lease has less than
+// StartMargin left (its renewals failed while it waited).
+func (w *Worker) startSlot(ctx context.Context, r *run) bool {
+	if !w.exec.TryAcquire(1) {
+		w.waiting.Add(1)
+		wctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(w.claimingCtx, cancel)
+		err := w.exec.Acquire(wctx, 1)
+		stop()
+		cancel()
+		w.waiting.Add(-1)
+		if err != nil {
+			return false
+		}
+	}
+	r.executing = true
+	if w.claimingCtx.Err() != nil || ctx.Err() != nil || time.Until(r.leaseExpiry()) < w.cfg.StartMargin() {
+		w.exec.Release(1)
+		r.executing = false
+		return false
+	}
+	return true
+}
+
+// freeSlots hands r's job from its slots to a writing slot: its handler
+// has returned (or was given up on, or never started), so its run slot
+// and the dispatcher's slot go to the next jobs, while its outcome is
+// written. At most Concurrency + Prefetch outcomes are written at once;
+// beyond that the job waits, holding its slots, which holds back claims.
+// Only r's goroutine calls it; the second call does nothing.
+func (w *Worker) freeSlots(r *run) {
+	if r.freed {
+		return
+	}
+	r.freed = true
+	_ = w.writing.Acquire(context.Background(), 1) // cannot fail
+	r.writing = true
+	if r.executing {
+		w.exec.Release(1)
+		r.executing = false
+	}
+	w.held.Add(-1)
+	w.signalWake()
 }
 
 // String describes the worker for logs.
