@@ -47,8 +47,10 @@ clean:
 
 # The long chaos run (a short one runs in `make test`): 4 worker processes
 # SIGKILLed, SIGSTOPped and cut off from devdb under a mixed load, then every
-# invariant checked; and the schedule harness with every three-attempt
-# schedule. DOCKET_CHAOS_SEED=N replays a chaos run.
+# invariant checked; and the schedule harnesses with every schedule (every
+# three-attempt one, every world with every two-attempt one; and every
+# periodic schedule). DOCKET_CHAOS_SEED=N replays a chaos run.
 chaos:
 	DOCKET_HARNESS=full $(GO) test -run '^TestHarness$$' -count=1 -v -timeout 20m ./handlers/
+	DOCKET_HARNESS=full $(GO) test -run '^TestPeriodicHarness$$' -count=1 -v -timeout 10m ./recovery/
 	DOCKET_CHAOS=long $(GO) test -run '^TestChaos$$' -count=1 -v -timeout 20m ./internal/e2e/

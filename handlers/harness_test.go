@@ -49,6 +49,13 @@ type harnessEnv struct {
 	owners  atomic.Int64
 	// finals counts attempt writes that moved the subject to a final state.
 	finals atomic.Int64
+	// What the schedule's world did: the subject as it was before it ran
+	// (the world may delete it), an operator's retry of it that was done,
+	// an operator's cancel.
+	before    *jobs.Job
+	gone      []jobs.Job // every job as it was before the world, which may delete them
+	retried   bool
+	cancelled bool
 }
 
 type harnessAttemptKey struct{}
@@ -111,6 +118,10 @@ type harnessCase struct {
 	pending func(t *testing.T, h *harnessEnv) bool
 	// check checks the invariants once everything has settled.
 	check func(t *testing.T, h *harnessEnv)
+	// either checks them when the job was cancelled while an attempt was
+	// stalled: its effects may have happened or not, whole either way.
+	// Without it the case runs no cancel world.
+	either func(t *testing.T, h *harnessEnv)
 	// want is the state the job under test must end in.
 	want jobs.State
 }
@@ -281,12 +292,19 @@ func (h *harnessEnv) expire(t *testing.T, a *harnessAttempt) {
 func (h *harnessEnv) resumeStale(t *testing.T, a *harnessAttempt) {
 	t.Helper()
 	before, err := jobstore.Of(h.q).Collection().FindOne(h.ctx, bson.D{{Key: "_id", Value: h.subject}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) { // deleted by the world
+		err, before = nil, nil
+	}
 	require.NoError(t, err)
 	cause := a.wait(t)
 	require.ErrorIs(t, h.finish(t, a, cause), queue.ErrLeaseLost, "stale attempt %s finished the job (its handler returned %v)", a.name, cause)
 	_, err = jobstore.Of(h.q).Heartbeat(h.ctx, queue.LeaseOf(a.job), time.Minute)
 	require.ErrorIs(t, err, queue.ErrLeaseLost, "stale attempt %s renewed its lease", a.name)
 	after, err := jobstore.Of(h.q).Collection().FindOne(h.ctx, bson.D{{Key: "_id", Value: h.subject}}).Raw()
+	if before == nil {
+		require.ErrorIs(t, err, mongo.ErrNoDocuments, "stale attempt %s wrote the job back", a.name)
+		return
+	}
 	require.NoError(t, err)
 	require.Equal(t, before.String(), after.String(), "stale attempt %s changed the job", a.name)
 }
@@ -343,9 +361,22 @@ func (h *harnessEnv) verify(t *testing.T, c harnessCase, attempts ...*harnessAtt
 		require.Empty(t, a.late, "attempt %s wrote after it was killed", a.name)
 	}
 	j, err := h.q.Get(h.ctx, h.subject)
+	if errors.Is(err, queue.ErrNotFound) && h.before != nil && h.before.State.Finished() {
+		j, err = h.before, nil // the world deleted it, finished
+	}
 	require.NoError(t, err)
+	if h.cancelled {
+		require.Equal(t, jobs.StateCancelled, j.State, "the job's final state (errors: %+v)", j.Errors)
+		require.Zero(t, h.finals.Load(), "an attempt finished the job the operator cancelled")
+		c.either(t, h)
+		return
+	}
 	require.Equal(t, c.want, j.State, "the job's final state (errors: %+v)", j.Errors)
-	require.EqualValues(t, 1, h.finals.Load(), "the job reached a final state more than once, or never")
+	finals := int64(1)
+	if h.retried {
+		finals++ // the operator's retry ran it again
+	}
+	require.Equal(t, finals, h.finals.Load(), "the job reached a final state more (or less) often than it ran to the end")
 	c.check(t, h)
 }
 
@@ -356,14 +387,20 @@ type harnessSchedule struct {
 	i, j    int
 	kill    bool
 	three   bool
-	bFirst  bool // three attempts: B resumes before A
+	bFirst  bool   // three attempts: B resumes before A
+	world   string // two attempts: what else happens while A is stalled
 	display string
 }
 
 func (s harnessSchedule) String() string { return s.display }
 
-// harnessSchedules lists the schedules for a handler of n writes.
-func harnessSchedules(n int, full bool) []harnessSchedule {
+// harnessSchedules lists the schedules for a handler of n writes. Each
+// two-attempt schedule runs one world (harnessWorlds), in turn: by default
+// the world of (i, j) is number 3i+j+1 (mod 7), so that every stall point
+// of A meets several worlds and every world several stall points; full
+// runs every world with every two-attempt schedule. A world the case
+// cannot take (cancel, without an either check) is none.
+func harnessSchedules(n int, full bool, c harnessCase) []harnessSchedule {
 	var out []harnessSchedule
 	name := func(k int) string {
 		if k < 0 {
@@ -373,8 +410,27 @@ func harnessSchedules(n int, full bool) []harnessSchedule {
 	}
 	for i := 0; i <= n; i++ {
 		for j := -1; j <= n; j++ {
-			out = append(out, harnessSchedule{i: i, j: j, kill: j >= 0,
-				display: fmt.Sprintf("A-stall-%d/B-%s", i, map[bool]string{true: "kill-" + name(j), false: "completes"}[j >= 0])})
+			for wi, w := range harnessWorlds {
+				if !full && wi != ((3*i+j+1)%len(harnessWorlds)+len(harnessWorlds))%len(harnessWorlds) {
+					continue
+				}
+				if w == worldCancel && c.either == nil {
+					if full {
+						continue
+					}
+					w = worldNone
+				}
+				display := fmt.Sprintf("A-stall-%d/B-%s", i, map[bool]string{true: "kill-" + name(j), false: "completes"}[j >= 0])
+				if w == worldCancel {
+					display = fmt.Sprintf("A-stall-%d/cancelled", i)
+				} else if w != worldNone {
+					display += "/" + w
+				}
+				if w == worldCancel && j > -1 {
+					continue // no B: one cancel schedule per stall point
+				}
+				out = append(out, harnessSchedule{i: i, j: j, kill: j >= 0, world: w, display: display})
+			}
 		}
 	}
 	for i := 0; i <= n; i++ {
@@ -411,17 +467,25 @@ func (c harnessCase) run(t *testing.T, s harnessSchedule) {
 		h.verify(t, c, attempts...)
 		return
 	}
+	if atStall(s.world) {
+		h.runWorld(t, s.world)
+	}
 	h.expire(t, a)
 	if !s.three {
-		killAfter := -1
-		if s.kill {
-			killAfter = s.j
+		if s.world != worldCancel { // a cancelled job has no B
+			killAfter := -1
+			if s.kill {
+				killAfter = s.j
+			}
+			b := h.start(t, "B", -1, killAfter)
+			attempts = append(attempts, b)
+			require.NoError(t, h.finish(t, b, b.wait(t)))
 		}
-		b := h.start(t, "B", -1, killAfter)
-		attempts = append(attempts, b)
-		require.NoError(t, h.finish(t, b, b.wait(t)))
 		if c.interfere != nil {
 			c.interfere(t, h)
+		}
+		if !atStall(s.world) {
+			h.runWorld(t, s.world)
 		}
 		h.resumeStale(t, a)
 	} else {
@@ -483,6 +547,16 @@ func (c harnessCase) dryRun(t *testing.T) []string {
 //   - three attempts: A stalls after i, B after j, C completes the job, and
 //     A and B resume in both orders.
 //
+// While A is stalled, everything else may happen too: each two-attempt
+// schedule runs one world (harness_world_test.go): none; a capacity set,
+// cleared, set again and lowered on the job's queue around enqueues, while
+// A holds the job; an operator's cancel while A holds it (no B then: the
+// reaper ends the job cancelled, and the case's either check applies);
+// once B is done and the case's interference ran: an operator's retry, an
+// operator's purge or delete, or every maintenance pass (reaper, stranded
+// slots, rename sweep, transfer recovery, ledger sweep, tree sweep keeping
+// one version, retention of every finished state with no retention).
+//
 // Then the reaper, the kind's sweeper or recovery pass and further attempts
 // run until nothing is left to do, and the case's invariants are checked
 // from the database, with the job's final state, the rule that the job
@@ -492,9 +566,10 @@ func (c harnessCase) dryRun(t *testing.T) []string {
 // The points between writes come from a dry run with a recording Deps.Hook,
 // so a handler is one table entry (harnessCases). The count of schedules
 // explored is logged and printed (go test -v shows it). DOCKET_HARNESS=full
-// runs every schedule; by default a deterministic sample of the
-// three-attempt schedules runs beside every two-attempt one (see
-// harnessSample).
+// runs every schedule, every two-attempt one in every world; by default a
+// deterministic sample of the three-attempt schedules runs beside every
+// two-attempt one, each in one world taken in turn (see harnessSample and
+// harnessSchedules).
 func TestHarness(t *testing.T) {
 	full := os.Getenv("DOCKET_HARNESS") == "full"
 	for _, c := range harnessCases() {
@@ -506,7 +581,7 @@ func TestHarness(t *testing.T) {
 			var steps []string
 			t.Run("dry-run", func(t *testing.T) { steps = c.dryRun(t) })
 			require.False(t, t.Failed(), "the dry run failed")
-			schedules := harnessSchedules(len(steps), full)
+			schedules := harnessSchedules(len(steps), full, c)
 			var failed atomic.Int64
 			t.Run("schedules", func(t *testing.T) {
 				for _, s := range schedules {
@@ -544,8 +619,9 @@ func harnessCases() []harnessCase {
 			setup: func(t *testing.T, h *harnessEnv) {
 				h.enqueue(t, "noop", handlers.NoopArgs{})
 			},
-			check: func(*testing.T, *harnessEnv) {},
-			want:  jobs.StateSucceeded,
+			check:  func(*testing.T, *harnessEnv) {},
+			either: func(*testing.T, *harnessEnv) {},
+			want:   jobs.StateSucceeded,
 		},
 		{
 			name: "add-friend",
@@ -556,7 +632,8 @@ func harnessCases() []harnessCase {
 			check: func(t *testing.T, h *harnessEnv) {
 				harnessRequireFriends(t, h, map[string][]string{"u1": {"u2", "u3"}, "u2": {"u1"}, "u3": {"u1"}})
 			},
-			want: jobs.StateSucceeded,
+			either: harnessFriendsEither,
+			want:   jobs.StateSucceeded,
 		},
 		{
 			// A user whose friends another app wrote as null: the job is
@@ -578,6 +655,13 @@ func harnessCases() []harnessCase {
 				require.NoError(t, err)
 				require.Equal(t, bson.TypeNull, raw.Lookup("friends").Type, "u2 was written")
 			},
+			either: func(t *testing.T, h *harnessEnv) {
+				var u1 struct {
+					Friends []string `bson:"friends"`
+				}
+				require.NoError(t, h.users.FindOne(h.ctx, bson.D{{Key: "_id", Value: "u1"}}).Decode(&u1))
+				require.Equal(t, []string{"u3"}, u1.Friends)
+			},
 			want: jobs.StateDead,
 		},
 		{
@@ -590,7 +674,8 @@ func harnessCases() []harnessCase {
 			check: func(t *testing.T, h *harnessEnv) {
 				harnessRequireNames(t, h, map[string]string{"u1": "Ann", "u2": "name-u2"})
 			},
-			want: jobs.StateSucceeded,
+			either: harnessNamesEither,
+			want:   jobs.StateSucceeded,
 		},
 		{
 			// A newer rename of the same user is enqueued and runs to the
@@ -603,6 +688,7 @@ func harnessCases() []harnessCase {
 			recover:   harnessRenameSweep,
 			pending:   harnessSyncing,
 			check:     harnessLastRenameWins,
+			either:    harnessNamesEither,
 			want:      jobs.StateSucceeded,
 		},
 		{
@@ -635,6 +721,7 @@ func harnessCases() []harnessCase {
 			recover:   harnessRenameSweep,
 			pending:   harnessSyncing,
 			check:     harnessLastRenameWins,
+			either:    harnessNamesEither,
 			want:      jobs.StateSucceeded,
 		},
 		{
@@ -654,7 +741,8 @@ func harnessCases() []harnessCase {
 			check: func(t *testing.T, h *harnessEnv) {
 				harnessRequireMoney(t, h, map[string]int64{"a": 40, "b": 65})
 			},
-			want: jobs.StateSucceeded,
+			either: harnessMoneyEither(map[string]int64{"a": 100, "b": 5}, map[string]int64{"a": 40, "b": 65}),
+			want:   jobs.StateSucceeded,
 		},
 		{
 			// Refused: more than the source holds. Its writes are the
@@ -675,6 +763,9 @@ func harnessCases() []harnessCase {
 			check: func(t *testing.T, h *harnessEnv) {
 				harnessRequireMoney(t, h, map[string]int64{"a": 100, "b": 5})
 			},
+			either: func(t *testing.T, h *harnessEnv) {
+				harnessRequireMoney(t, h, map[string]int64{"a": 100, "b": 5})
+			},
 			want: jobs.StateSucceeded,
 		},
 		{
@@ -693,7 +784,8 @@ func harnessCases() []harnessCase {
 				require.NoError(t, err)
 				require.EqualValues(t, 1, n, "posted exactly once")
 			},
-			want: jobs.StateSucceeded,
+			either: harnessLedgerEither(map[string]int64{"a": 100, "b": 5}, map[string]int64{"a": 40, "b": 65}),
+			want:   jobs.StateSucceeded,
 		},
 		{
 			// Refused: more than the source holds; no money moves.
@@ -704,6 +796,9 @@ func harnessCases() []harnessCase {
 			recover: harnessLedgerSweep,
 			pending: harnessLedgerPending,
 			check: func(t *testing.T, h *harnessEnv) {
+				require.Equal(t, map[string]int64{"a": 100, "b": 5}, checkLedgerInvariants(t, h.db, map[string]int64{"a": 100, "b": 5}))
+			},
+			either: func(t *testing.T, h *harnessEnv) {
 				require.Equal(t, map[string]int64{"a": 100, "b": 5}, checkLedgerInvariants(t, h.db, map[string]int64{"a": 100, "b": 5}))
 			},
 			want: jobs.StateSucceeded,
@@ -719,6 +814,9 @@ func harnessCases() []harnessCase {
 			check: func(t *testing.T, h *harnessEnv) {
 				require.Equal(t, int64(3), requireOrders(t, h.ctx, h.db, "tv", 5))
 			},
+			either: func(t *testing.T, h *harnessEnv) {
+				require.Contains(t, []int64{3, 5}, requireOrders(t, h.ctx, h.db, "tv", 5))
+			},
 			want: jobs.StateSucceeded,
 		},
 		{
@@ -731,22 +829,16 @@ func harnessCases() []harnessCase {
 			check: func(t *testing.T, h *harnessEnv) {
 				require.Equal(t, int64(1), requireOrders(t, h.ctx, h.db, "tv", 1))
 			},
+			either: func(t *testing.T, h *harnessEnv) {
+				require.Equal(t, int64(1), requireOrders(t, h.ctx, h.db, "tv", 1))
+			},
 			want: jobs.StateSucceeded,
 		},
 		{
 			// A publish over a published tree, raced by a newer publish:
 			// readers must see one whole tree, the job publishes once.
-			name: "publish-tree",
-			setup: func(t *testing.T, h *harnessEnv) {
-				v1 := harnessTree("v1", "a", "b")
-				reg := jobs.NewRegistry()
-				require.NoError(t, handlers.Register(reg, handlers.Deps{DB: h.db, Queue: h.q, Logger: h.log}))
-				w, _, _ := reg.Lookup(handlers.PublishTreeKind)
-				raw, err := bson.Marshal(handlers.PublishTreeArgs{Tree: "t", Nodes: v1})
-				require.NoError(t, err)
-				require.NoError(t, w.Work(h.ctx, &jobs.Job{ID: "first", Args: raw, LeaseToken: "first"}))
-				h.enqueue(t, handlers.PublishTreeKind, handlers.PublishTreeArgs{Tree: "t", Nodes: harnessTree("v2", "a", "c")})
-			},
+			name:  "publish-tree",
+			setup: harnessTreeSetup,
 			check: func(t *testing.T, h *harnessEnv) {
 				got, err := handlers.ReadTree(h.ctx, h.db, "t", 0)
 				require.NoError(t, err)
@@ -766,9 +858,54 @@ func harnessCases() []harnessCase {
 				}
 				require.Equal(t, 1, n, "the job published once")
 			},
-			want: jobs.StateSucceeded,
+			either: harnessTreeIsLastPublished(map[string][]handlers.TreeNode{"first": harnessTree("v1", "a", "b"), "subject": harnessTree("v2", "a", "c")}),
+			want:   jobs.StateSucceeded,
+		},
+		{
+			// A newer publish (removing c, which the job adds) completes
+			// while the stale attempts are stalled: readers must see the
+			// tree of the last publish to complete, whole, and no node a
+			// stale attempt wrote late (issue 20, item 5: an attempt that
+			// stalled after allocating its version, resumed after the
+			// tree sweeper trimmed past it).
+			name:      "publish-tree-vs-newer",
+			setup:     harnessTreeSetup,
+			interfere: harnessNewerTree,
+			check:     harnessTreeIsLastPublished(harnessTrees),
+			either:    harnessTreeIsLastPublished(harnessTrees),
+			want:      jobs.StateSucceeded,
 		},
 	}
+}
+
+// harnessTrees are the trees published in the tree cases, by job.
+var harnessTrees = map[string][]handlers.TreeNode{
+	"first":   harnessTree("v1", "a", "b"),
+	"subject": harnessTree("v2", "a", "c"),
+	"newer":   harnessTree("v3", "a"),
+}
+
+// harnessPublish publishes nodes as job id, with a handler of its own.
+func harnessPublish(t *testing.T, h *harnessEnv, id string, nodes []handlers.TreeNode) {
+	t.Helper()
+	reg := jobs.NewRegistry()
+	require.NoError(t, handlers.Register(reg, handlers.Deps{DB: h.db, Queue: h.q, Logger: h.log}))
+	w, _, _ := reg.Lookup(handlers.PublishTreeKind)
+	raw, err := bson.Marshal(handlers.PublishTreeArgs{Tree: "t", Nodes: nodes})
+	require.NoError(t, err)
+	require.NoError(t, w.Work(h.ctx, &jobs.Job{ID: id, Args: raw, LeaseToken: id}))
+}
+
+// harnessTreeSetup publishes tree t as {a, b}, and enqueues its publish
+// as {a, c}.
+func harnessTreeSetup(t *testing.T, h *harnessEnv) {
+	harnessPublish(t, h, "first", harnessTrees["first"])
+	h.enqueue(t, handlers.PublishTreeKind, handlers.PublishTreeArgs{Tree: "t", Nodes: harnessTrees["subject"]})
+}
+
+// harnessNewerTree publishes t as {a} while the stale attempts are stalled.
+func harnessNewerTree(t *testing.T, h *harnessEnv) {
+	harnessPublish(t, h, "newer", harnessTrees["newer"])
 }
 
 // harnessUsers inserts users named "name-<id>" with the given friends.
@@ -844,6 +981,13 @@ func harnessLastRename(t *testing.T, h *harnessEnv, uid string) string {
 	require.NoError(t, err)
 	var all []jobs.Job
 	require.NoError(t, cur.All(h.ctx, &all))
+	for _, b := range h.gone { // succeeded, then deleted by the world
+		if b.Kind == handlers.RenameKind && b.State == jobs.StateSucceeded {
+			if _, err := h.q.Get(h.ctx, b.ID); errors.Is(err, queue.ErrNotFound) {
+				all = append(all, b)
+			}
+		}
+	}
 	var last *jobs.Job
 	name := "name-" + uid
 	for i := range all {

@@ -248,8 +248,11 @@ func (h *renameHandler) order(ctx context.Context, j *jobs.Job, now time.Time) (
 	raw, err := h.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
 		options.FindOne().SetProjection(bson.D{{Key: "createdAt", Value: 1}})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		// Not in the jobs collection: a handler run directly (tests).
-		return renameKey{at: bson.NewDateTimeFromTime(now), job: j.ID}, nil
+		// Gone: deleted (by retention, a purge, an operator) after another
+		// attempt finished it, while this one was stalled. Its own time
+		// would order it after every rename enqueued meanwhile: it must
+		// not rename.
+		return renameKey{}, fmt.Errorf("rename job %s: no longer in the jobs collection, so its order is unknown: %w", j.ID, queue.ErrLeaseLost)
 	}
 	if err != nil {
 		return renameKey{}, fmt.Errorf("read back the createdAt of rename job %s: %w", j.ID, err)

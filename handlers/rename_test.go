@@ -600,6 +600,16 @@ func TestRenameCreatedAtMissingOrAhead(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, stamped.CreatedAt, again.CreatedAt, "the stamp moved")
 			e.requireSynced(t, "u2", "name-u2", 4)
+
+			// Deleted once finished (retention, a purge, an operator): a
+			// stale first attempt that stalled before its stamp cannot
+			// order itself, and renames nothing (issue 20's harness).
+			_, err = jobstore.Of(e.q).Collection().DeleteOne(e.ctx, bson.D{{Key: "_id", Value: foreign.ID}})
+			require.NoError(t, err)
+			ctx, steps = recordUserSteps(e.ctx)
+			require.ErrorIs(t, e.run(ctx, t, foreign), queue.ErrLeaseLost)
+			require.NotContains(t, *steps, "rename:user")
+			e.requireSynced(t, "u1", "Docket", 6)
 		})
 	}
 }

@@ -34,7 +34,7 @@ import (
 // or lost a race) is ignored, and removed by the sweeper.
 //
 //	trees     {_id: tree, next, published, versions: [{v, job, at}], minKept, jobs: [job]}
-//	treeNodes {_id, tree, node, version, parent, data, deleted}
+//	treeNodes {_id, tree, node, version, parent, data, deleted, draft}
 //
 // Versions are allocated from the tree's counter after the publisher has
 // read the published version, so a new version is always higher than the
@@ -48,6 +48,18 @@ import (
 // recognised for good, however long an attempt stalls; a tree written
 // before jobs existed has its jobs only in versions, and the sweeper moves
 // each job id it trims from versions into jobs in the same write.
+//
+// Below minKept, readers take every node document as published, without
+// finding its version in versions (trimmed). An attempt can stall after
+// allocating its version and write its nodes after the sweeper trimmed
+// past it; an insert cannot be conditioned on the tree's document, so the
+// late documents land below minKept all the same. They must not count: a
+// publish writes its node documents as drafts (draft: true), a draft is
+// read only while its version is listed in versions, and the sweeper
+// clears draft on the documents of the published versions it trims in a
+// write before the trim. Below minKept, only documents without draft
+// count (those docket wrote before drafts existed have none, and were
+// published), and the sweeper removes the drafts left there.
 const PublishTreeKind = "publish-tree"
 
 // Collections of the publish-tree handler.
@@ -382,11 +394,17 @@ type nodeDoc struct {
 	Parent  string   `bson:"parent,omitempty"`
 	Data    bson.Raw `bson:"data,omitempty"`
 	Deleted bool     `bson:"deleted,omitempty"`
+	// Draft is set on every document a publish writes, and cleared by the
+	// sweeper once the version is published and about to be trimmed:
+	// below minKept, a draft is a late write of a version never published.
+	Draft bool `bson:"draft,omitempty"`
 }
 
 // resolveTree returns the nodes of tree at version target: for each node,
 // its newest document at or below target that belongs to a published
-// version, unless that is a tombstone.
+// version, unless that is a tombstone. A document belongs to a published
+// version when its version is listed in versions, or is below minKept and
+// it is not a draft (see PublishTreeKind).
 func resolveTree(ctx context.Context, nodes *mongo.Collection, tree string, st treeState, target int64, log *zap.Logger) (map[string]nodeDoc, error) {
 	out := map[string]nodeDoc{}
 	if target == 0 {
@@ -403,7 +421,7 @@ func resolveTree(ctx context.Context, nodes *mongo.Collection, tree string, st t
 		{Key: "version", Value: bson.D{{Key: "$lte", Value: target}}},
 		{Key: "$or", Value: bson.A{
 			bson.D{{Key: "version", Value: bson.D{{Key: "$in", Value: published}}}},
-			bson.D{{Key: "version", Value: bson.D{{Key: "$lt", Value: st.MinKept}}}},
+			bson.D{{Key: "version", Value: bson.D{{Key: "$lt", Value: st.MinKept}}}, notDraft},
 		}},
 	})
 	if err != nil {
@@ -432,6 +450,11 @@ func resolveTree(ctx context.Context, nodes *mongo.Collection, tree string, st t
 	return out, nil
 }
 
+// notDraft selects the node documents that are not drafts: draft absent
+// (as the sweeper leaves it, and as docket wrote every document before
+// drafts) or anything but true.
+var notDraft = bson.E{Key: "draft", Value: bson.D{{Key: "$ne", Value: true}}}
+
 // treeDiff returns the documents that make version of tree hold want, given
 // the nodes current holds: a new document for each node added or changed, a
 // tombstone for each node removed.
@@ -443,11 +466,11 @@ func treeDiff(tree string, version int64, current map[string]nodeDoc, want []Tre
 		if old, ok := current[n.ID]; ok && old.Parent == n.Parent && bytes.Equal(normData(old.Data), normData(n.Data)) {
 			continue
 		}
-		docs = append(docs, nodeDoc{ID: uuid.NewString(), Tree: tree, Node: n.ID, Version: version, Parent: n.Parent, Data: n.Data})
+		docs = append(docs, nodeDoc{ID: uuid.NewString(), Tree: tree, Node: n.ID, Version: version, Parent: n.Parent, Data: n.Data, Draft: true})
 	}
 	for id := range current {
 		if !keep[id] {
-			docs = append(docs, nodeDoc{ID: uuid.NewString(), Tree: tree, Node: id, Version: version, Deleted: true})
+			docs = append(docs, nodeDoc{ID: uuid.NewString(), Tree: tree, Node: id, Version: version, Deleted: true, Draft: true})
 		}
 	}
 	return docs
@@ -601,10 +624,15 @@ func sweepTree(ctx context.Context, trees, nodes *mongo.Collection, tree string,
 	}
 	// 1. Versions below the published one that were never published can
 	// never be: publishing needs the published version to be the one the
-	// publish started from, which is below the version it took.
+	// publish started from, which is below the version it took. Below
+	// minKept, such a version's documents are drafts (written late by an
+	// attempt that stalled after allocating it).
 	res, err := nodes.DeleteMany(ctx, bson.D{
 		{Key: "tree", Value: tree},
-		{Key: "version", Value: bson.D{{Key: "$gte", Value: st.MinKept}, {Key: "$lt", Value: st.Published}, {Key: "$nin", Value: published}}},
+		{Key: "$or", Value: bson.A{
+			bson.D{{Key: "version", Value: bson.D{{Key: "$gte", Value: st.MinKept}, {Key: "$lt", Value: st.Published}, {Key: "$nin", Value: published}}}},
+			bson.D{{Key: "version", Value: bson.D{{Key: "$lt", Value: st.MinKept}}}, {Key: "draft", Value: true}},
+		}},
 	})
 	if err != nil {
 		return 0, fmt.Errorf("tree %q: remove abandoned versions: %w", tree, err)
@@ -620,11 +648,23 @@ func sweepTree(ctx context.Context, trees, nodes *mongo.Collection, tree string,
 	// put it in both; one by the previous version only in versions).
 	kept := st.Versions[len(st.Versions)-keep:]
 	minKept := kept[0].V
-	trimmedJobs := bson.A{}
+	trimmedJobs, trimmed := bson.A{}, bson.A{}
 	for _, v := range st.Versions[:len(st.Versions)-keep] {
+		trimmed = append(trimmed, v.V)
 		if v.Job != "" {
 			trimmedJobs = append(trimmedJobs, v.Job)
 		}
+	}
+	// The trimmed versions' documents stop being drafts first: once below
+	// minKept, only documents that are not drafts are read. They belong to
+	// published versions (listed in versions), so clearing draft changes
+	// nothing a reader sees now, and is harmless if the trim below does not
+	// happen. Every document of a version is written before its publish, by
+	// the one round that allocated it, so none can land after this.
+	if _, err := nodes.UpdateMany(ctx,
+		bson.D{{Key: "tree", Value: tree}, {Key: "version", Value: bson.D{{Key: "$in", Value: trimmed}}}, {Key: "draft", Value: bson.D{{Key: "$exists", Value: true}}}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "draft", Value: ""}}}}); err != nil {
+		return removed, fmt.Errorf("tree %q: publish the documents of the versions it trims: %w", tree, err)
 	}
 	update := bson.D{{Key: "$set", Value: bson.D{{Key: "versions", Value: kept}, {Key: "minKept", Value: minKept}}}}
 	if len(trimmedJobs) > 0 {
@@ -640,9 +680,12 @@ func sweepTree(ctx context.Context, trees, nodes *mongo.Collection, tree string,
 		return removed, nil // published or swept meanwhile: next pass
 	}
 	// 3. Below minKept every node needs only its newest document, and not
-	// even that when it is a tombstone.
+	// even that when it is a tombstone; a draft there is the late write of
+	// a version never published (an attempt that stalled after allocating
+	// it), which no reader takes: removed too. At minKept, a published
+	// version still listed, drafts count.
 	cur, err := nodes.Find(ctx, bson.D{{Key: "tree", Value: tree}, {Key: "version", Value: bson.D{{Key: "$lte", Value: minKept}}}},
-		options.Find().SetProjection(bson.D{{Key: "node", Value: 1}, {Key: "version", Value: 1}, {Key: "deleted", Value: 1}}))
+		options.Find().SetProjection(bson.D{{Key: "node", Value: 1}, {Key: "version", Value: 1}, {Key: "deleted", Value: 1}, {Key: "draft", Value: 1}}))
 	if err != nil {
 		return removed, fmt.Errorf("tree %q: read old versions: %w", tree, err)
 	}
@@ -657,14 +700,18 @@ func sweepTree(ctx context.Context, trees, nodes *mongo.Collection, tree string,
 		return removed, fmt.Errorf("tree %q: read old versions: %w", tree, err)
 	}
 	newest := map[string]nodeDoc{}
+	var gone bson.A
 	for _, d := range docs {
+		if d.Draft && d.Version < minKept {
+			gone = append(gone, d.ID)
+			continue
+		}
 		if old, ok := newest[d.Node]; !ok || d.Version > old.Version {
 			newest[d.Node] = d
 		}
 	}
-	var gone bson.A
 	for _, d := range docs {
-		if n := newest[d.Node]; n.ID != d.ID || n.Deleted {
+		if n, ok := newest[d.Node]; ok && (n.ID != d.ID || n.Deleted) && !(d.Draft && d.Version < minKept) {
 			gone = append(gone, d.ID)
 		}
 	}

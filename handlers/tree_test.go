@@ -544,49 +544,67 @@ func TestTreePublishOnceAfterSweep(t *testing.T) {
 	requireSameTree(t, last, got.Nodes)
 }
 
-// TestTreeStalledPublisherAfterSweep: an attempt stalls after writing its
-// nodes; a second attempt of the job publishes, then more publishes than
-// the sweeper keeps and a sweep; the stalled attempt resumes, finds its
-// base moved, and publishes nothing.
+// TestTreeStalledPublisherAfterSweep: an attempt stalls after allocating
+// its version, or after writing its nodes; a second attempt of the job
+// publishes, then more publishes than the sweeper keeps (the first removes
+// node b, which the stalled attempt's tree holds) and a sweep, which trims
+// past the stalled version and drops b's documents, tombstone included.
+// The stalled attempt resumes, finds its base moved, and publishes
+// nothing; the nodes it writes late, below minKept, are never read (b does
+// not come back) and the next sweep removes them.
 func TestTreeStalledPublisherAfterSweep(t *testing.T) {
 	t.Parallel()
-	b := treeSetup(t)
-	require.NoError(t, b.handler(t, nil).Work(b.ctx, treeJob(t, "j0", handlers.PublishTreeArgs{Tree: "t", Nodes: catalog(t, "v0", "a")})))
-	mine := catalog(t, "mine", "b")
-	reached, resume := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	stalled := b.handler(t, func(_ context.Context, s string) error {
-		if s == "tree:nodes" {
-			once.Do(func() {
-				close(reached)
-				<-resume
+	for _, step := range []string{"tree:allocate", "tree:nodes"} {
+		t.Run(step, func(t *testing.T) {
+			t.Parallel()
+			b := treeSetup(t)
+			require.NoError(t, b.handler(t, nil).Work(b.ctx, treeJob(t, "j0", handlers.PublishTreeArgs{Tree: "t", Nodes: catalog(t, "v0", "a")})))
+			mine := catalog(t, "mine", "b")
+			reached, resume := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			stalled := b.handler(t, func(_ context.Context, s string) error {
+				if s == step {
+					once.Do(func() {
+						close(reached)
+						<-resume
+					})
+				}
+				return nil
 			})
-		}
-		return nil
-	})
-	done := make(chan error, 1)
-	go func() {
-		done <- stalled.Work(b.ctx, treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: mine}))
-	}()
-	<-reached
-	j := treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: mine})
-	j.LeaseToken, j.Attempt = "second", 2
-	require.NoError(t, b.handler(t, nil).Work(b.ctx, j))
-	var last []handlers.TreeNode
-	for i := range handlers.DefaultTreeKeep + 1 {
-		last = catalog(t, fmt.Sprintf("new%d", i), fmt.Sprintf("x%d", i))
-		require.NoError(t, b.handler(t, nil).Work(b.ctx, treeJob(t, fmt.Sprintf("other%d", i), handlers.PublishTreeArgs{Tree: "t", Nodes: last})))
+			done := make(chan error, 1)
+			go func() {
+				done <- stalled.Work(b.ctx, treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: mine}))
+			}()
+			<-reached
+			j := treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: mine})
+			j.LeaseToken, j.Attempt = "second", 2
+			require.NoError(t, b.handler(t, nil).Work(b.ctx, j))
+			var last []handlers.TreeNode
+			for i := range handlers.DefaultTreeKeep + 1 {
+				last = catalog(t, fmt.Sprintf("new%d", i), fmt.Sprintf("x%d", i))
+				require.NoError(t, b.handler(t, nil).Work(b.ctx, treeJob(t, fmt.Sprintf("other%d", i), handlers.PublishTreeArgs{Tree: "t", Nodes: last})))
+			}
+			_, err := handlers.SweepTrees(b.ctx, b.db, handlers.DefaultTreeKeep, b.log)
+			require.NoError(t, err)
+			newest, _ := b.published(t, "t")
+			close(resume)
+			require.NoError(t, <-done)
+			published, _ := b.published(t, "t")
+			require.Equal(t, newest, published, "the stalled attempt published nothing")
+			got, err := handlers.ReadTree(b.ctx, b.db, "t", 0)
+			require.NoError(t, err)
+			requireSameTree(t, last, got.Nodes)
+			before := b.nodeDocs(t)
+			_, err = handlers.SweepTrees(b.ctx, b.db, handlers.DefaultTreeKeep, b.log)
+			require.NoError(t, err)
+			got, err = handlers.ReadTree(b.ctx, b.db, "t", 0)
+			require.NoError(t, err)
+			requireSameTree(t, last, got.Nodes)
+			if step == "tree:allocate" {
+				require.Less(t, b.nodeDocs(t), before, "the sweeper removes the nodes written late")
+			}
+		})
 	}
-	_, err := handlers.SweepTrees(b.ctx, b.db, handlers.DefaultTreeKeep, b.log)
-	require.NoError(t, err)
-	newest, _ := b.published(t, "t")
-	close(resume)
-	require.NoError(t, <-done)
-	published, _ := b.published(t, "t")
-	require.Equal(t, newest, published, "the stalled attempt published nothing")
-	got, err := handlers.ReadTree(b.ctx, b.db, "t", 0)
-	require.NoError(t, err)
-	requireSameTree(t, last, got.Nodes)
 }
 
 // TestTreePublishOnceFromAnOldTreeDocument: a tree document written by the

@@ -18,10 +18,10 @@ import (
 	"go.uber.org/zap"
 )
 
-// Bounded queues: a queue may have a capacity, the most jobs of it that are
-// admitted and not finished (available, scheduled, retrying or running).
-// Past it, an enqueue is refused at once (ErrQueueFull) instead of growing
-// a backlog.
+// Bounded queues: a queue may have a capacity, the most of its jobs that
+// may be unfinished (available, scheduled, retrying or running) when an
+// enqueue is admitted. Past it, an enqueue is refused at once
+// (ErrQueueFull) instead of growing a backlog.
 //
 // The capacity is stored in the queue's document of the queues collection,
 // {_id: queue, capacity: N, paused: …}, beside its pause, so every enqueuer
@@ -29,17 +29,33 @@ import (
 //
 // Admission is exact without locks and without check-then-insert: an
 // admitted job carries a slot, capacitySlot: "<queue>/<k>" with k in
-// [0, N), under a unique sparse index. Admitting reads the queue's occupied
-// slots, and inserts the job with a free one picked at random; an insert
-// refused on the slot (another enqueuer took it in between) tries another.
-// The insert is one atomic write: an enqueuer killed at any point leaks
+// [0, N), under a unique sparse index. Admitting reads the queue's load,
+// and inserts the job with a free slot picked at random; an insert refused
+// on the slot (another enqueuer took it in between) tries another. The
+// insert is one atomic write: an enqueuer killed at any point leaks
 // nothing, as there is nothing to release but the job itself. Every write
 // that finishes a job (finish) unsets its slot in the same write, and
 // deleting a job frees it too.
 //
-// What bypasses it: jobs inserted by other applications without a slot,
-// periodic jobs, and jobs made available again by Retry (an operator's
-// explicit decision). They run and are not counted.
+// Every unfinished job of the queue counts, not only those admitted: jobs
+// enqueued while the queue had no capacity (before the first one, or
+// between `capacity off` and the next), jobs other applications insert
+// without a slot, periodic jobs, and jobs an operator retried while the
+// queue was unbounded hold no slot; jobs admitted under a higher capacity
+// since lowered hold slots at or over the new one. Call them the
+// overflow. An admission reads the overflow's size o (the unslotted
+// unfinished jobs are counted before the slots are read), and may only
+// take a free slot below N - o. The overflow only shrinks (its jobs
+// finish; no admission adds to it), so every slot below N held at any
+// moment is below N minus the overflow then, and the queue's unfinished
+// jobs never exceed N through admissions, however many race. Only what
+// bypasses admission can take a queue past its capacity (the jobs above,
+// and enqueuers that have not yet read a capacity set less than
+// CapacityRefresh ago); admissions then wait until the count is under it.
+//
+// Retry: a finished job of a bounded queue is admitted again, holding a
+// slot in the same write, or left alone with a *QueueFullError when the
+// queue is full (readmit); an unfinished job retried keeps what it holds.
 
 // ErrQueueFull is wrapped by the error of an enqueue refused because its
 // queue has no free capacity. The error is a *QueueFullError naming the
@@ -112,7 +128,8 @@ type QueueCapacity struct {
 	Queue string
 	// Capacity is the most admitted unfinished jobs.
 	Capacity int
-	// Occupied is how many jobs hold a slot now (filled by
+	// Occupied is how many of the queue's jobs are unfinished now, held
+	// slot or not: the count admissions are measured against (filled by
 	// QueueCapacities only).
 	Occupied int
 	SetAt    time.Time
@@ -167,7 +184,7 @@ func (c *Client) ClearCapacity(ctx context.Context, queue, by string) (bool, err
 }
 
 // QueueCapacities returns every queue that has a capacity, in name order,
-// with how many of its jobs hold a slot now.
+// with how many of its jobs are unfinished now.
 func (c *Client) QueueCapacities(ctx context.Context) ([]QueueCapacity, error) {
 	caps, err := c.readCapacities(ctx)
 	if err != nil {
@@ -177,20 +194,76 @@ func (c *Client) QueueCapacities(ctx context.Context) ([]QueueCapacity, error) {
 		if caps[i].Malformed != "" {
 			continue
 		}
-		slots, err := c.occupiedSlots(ctx, caps[i].Queue)
+		load, err := c.readLoad(ctx, caps[i].Queue)
 		if err != nil {
 			return nil, err
 		}
-		caps[i].Occupied = len(slots)
+		caps[i].Occupied = load.count()
 	}
 	return caps, nil
 }
 
-// Occupied returns how many jobs of queue hold a slot of its capacity:
-// admitted and not finished.
+// Occupied returns how many jobs of queue are unfinished: those admitted
+// (holding a slot of its capacity) and those that hold none (see
+// SetCapacity). Admissions are measured against it.
 func (c *Client) Occupied(ctx context.Context, queue string) (int, error) {
+	load, err := c.readLoad(ctx, queue)
+	return load.count(), err
+}
+
+// queueLoad is what an admission reads of a queue: the slots held, and how
+// many unfinished jobs hold none.
+type queueLoad struct {
+	slots     map[int]bool
+	unslotted int
+}
+
+// count is how many jobs of the queue are unfinished (a finished job whose
+// slot another app left set counts until the reaper frees it).
+func (l queueLoad) count() int { return len(l.slots) + l.unslotted }
+
+// freeSlots returns the slots an admission to a queue of capacity may
+// take, none when it is full: those not held below capacity minus the
+// overflow, the unfinished jobs holding no slot below capacity (see the
+// comment at the top of this file).
+func (l queueLoad) freeSlots(capacity int) []int {
+	if l.count() >= capacity {
+		return nil
+	}
+	overflow := l.unslotted
+	for k := range l.slots {
+		if k >= capacity {
+			overflow++
+		}
+	}
+	free := make([]int, 0, capacity-l.count())
+	for k := range capacity - overflow {
+		if !l.slots[k] {
+			free = append(free, k)
+		}
+	}
+	rand.Shuffle(len(free), func(a, b int) { free[a], free[b] = free[b], free[a] })
+	return free
+}
+
+// readLoad reads queue's load: first how many of its unfinished jobs hold
+// no slot, then the slots held, so that a job is never missed by both
+// reads (none takes a slot while unfinished; finishing only lowers the
+// load). The count is served by the claim index's {state, queue} prefix.
+func (c *Client) readLoad(ctx context.Context, queue string) (queueLoad, error) {
+	n, err := c.coll.CountDocuments(ctx, bson.D{
+		{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}},
+		{Key: "queue", Value: queue},
+		{Key: capacitySlotField, Value: nil}, // none, or null (written by another app)
+	})
+	if err != nil {
+		return queueLoad{}, fmt.Errorf("queue: count the unfinished jobs of %s that hold no slot: %w", queue, err)
+	}
 	slots, err := c.occupiedSlots(ctx, queue)
-	return len(slots), err
+	if err != nil {
+		return queueLoad{}, err
+	}
+	return queueLoad{slots: slots, unslotted: int(n)}, nil
 }
 
 // readCapacities reads the capacities stored, in queue name order.
@@ -305,7 +378,7 @@ func (c *Client) occupiedSlots(ctx context.Context, queue string) (map[int]bool,
 }
 
 // admitHookKey is the context key of a test's hook, called by an
-// admission after it read the occupied slots, before it inserts.
+// admission after it read the queue's load, before it inserts.
 type admitHookKey struct{}
 
 // admit inserts j, of a queue of the given capacity, holding a free slot.
@@ -315,26 +388,20 @@ type admitHookKey struct{}
 // refusal: the next jobs may go to other queues).
 func (c *Client) admit(ctx context.Context, j *jobs.Job, capacity int, own bool) (Result, error) {
 	for range maxAdmitRounds {
-		occupied, err := c.occupiedSlots(ctx, j.Queue)
+		load, err := c.readLoad(ctx, j.Queue)
 		if err != nil {
 			return Result{ID: j.ID, Err: fmt.Errorf("%w: %w", ErrNotInserted, err)}, err
 		}
 		if hook, ok := ctx.Value(admitHookKey{}).(func()); ok {
 			hook()
 		}
-		// All of the queue's slots count, those at or over a lowered
-		// capacity too: a lowered capacity admits again only once fewer
-		// than it hold a slot.
-		if len(occupied) >= capacity {
+		// Every unfinished job of the queue counts, slot or not: a
+		// capacity set over jobs already there, or lowered, admits again
+		// only once fewer than it are unfinished.
+		free := load.freeSlots(capacity)
+		if len(free) == 0 {
 			return c.refuse(ctx, j, capacity, own)
 		}
-		free := make([]int, 0, capacity-len(occupied))
-		for k := range capacity {
-			if !occupied[k] {
-				free = append(free, k)
-			}
-		}
-		rand.Shuffle(len(free), func(a, b int) { free[a], free[b] = free[b], free[a] })
 		for _, k := range free {
 			r, taken, err := c.insertSlotted(ctx, j, slotKey(j.Queue, k))
 			if taken {
@@ -480,20 +547,14 @@ var errRetryMissed = errors.New("state changed")
 // job's unique key is held, errRetryMissed when filter matched nothing.
 func (c *Client) readmit(ctx context.Context, filter, update bson.D, queue string, capacity int) error {
 	for range maxAdmitRounds {
-		occupied, err := c.occupiedSlots(ctx, queue)
+		load, err := c.readLoad(ctx, queue)
 		if err != nil {
 			return err
 		}
-		if len(occupied) >= capacity {
+		free := load.freeSlots(capacity)
+		if len(free) == 0 {
 			return &QueueFullError{Queue: queue, Capacity: capacity}
 		}
-		free := make([]int, 0, capacity-len(occupied))
-		for k := range capacity {
-			if !occupied[k] {
-				free = append(free, k)
-			}
-		}
-		rand.Shuffle(len(free), func(a, b int) { free[a], free[b] = free[b], free[a] })
 		for _, k := range free {
 			slot := slotKey(queue, k)
 			u := append(bson.D{}, update...)

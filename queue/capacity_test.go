@@ -280,7 +280,8 @@ func TestCapacityFreedByEachFinish(t *testing.T) {
 		{"a null slot written by another app is cleared", queue.InsertOpts{}, func(t *testing.T, b bundle, id string) {
 			_, err := jobstore.Of(b.q).Collection().DeleteOne(b.ctx, bson.M{"_id": id})
 			require.NoError(t, err)
-			_, err = jobstore.Of(b.q).Collection().InsertOne(b.ctx, bson.M{"_id": "raw", "kind": "k", "queue": "q", "state": "available", "capacitySlot": nil})
+			// In another queue: an unfinished job of "q" would count.
+			_, err = jobstore.Of(b.q).Collection().InsertOne(b.ctx, bson.M{"_id": "raw", "kind": "k", "queue": "other", "state": "available", "capacitySlot": nil})
 			require.NoError(t, err)
 			n, err := b.q.FreeStrandedSlots(b.ctx)
 			require.NoError(t, err)
@@ -375,14 +376,13 @@ func TestCapacityMalformedIsUnbounded(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, caps, 1)
 	require.Contains(t, caps[0].Malformed, "not an integer")
-	// Jobs enqueued while the queue was unbounded hold no slot: they are
-	// not counted.
-	require.NoError(t, b.q.SetCapacity(b.ctx, "q", 2, ""))
-	for range 2 {
-		_, err := b.capped(queue.InsertOpts{})
-		require.NoError(t, err)
-	}
-	b.requireFull(t, 2)
+	// Jobs enqueued while the queue was unbounded hold no slot: they
+	// count all the same.
+	require.NoError(t, b.q.SetCapacity(b.ctx, "q", 3, ""))
+	_, err = b.capped(queue.InsertOpts{})
+	require.NoError(t, err)
+	b.requireFull(t, 3)
+	require.Equal(t, 3, b.occupied(t))
 }
 
 // envAdmitChild makes the test binary a child enqueuer (see

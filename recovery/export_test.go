@@ -1,6 +1,26 @@
 package recovery
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetNow makes the enqueuer read the time from now: tests drive its clock.
 func (p *PeriodicEnqueuer) SetNow(now func() time.Time) { p.now = now }
+
+// SetStep makes the enqueuer call step after each of its writes.
+func (p *PeriodicEnqueuer) SetStep(step func(ctx context.Context, name string) error) { p.step = step }
+
+// SweepOrphans runs the sweep of held jobs that will never be released for
+// each of p's jobs, now, and returns how many it deleted.
+func (p *PeriodicEnqueuer) SweepOrphans(ctx context.Context) (int, error) {
+	n := 0
+	for _, j := range p.jobs {
+		k, err := p.sweepOrphans(ctx, j)
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}

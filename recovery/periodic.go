@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/robfig/cron/v3"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -43,15 +45,50 @@ var periodicParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hou
 // PeriodicEnqueuer enqueues each tick of its periodic jobs exactly once,
 // however many processes run one: it is meant to run in the elected
 // leader, but two running at once (a deposed leader that stalled, say)
-// still enqueue each tick once.
+// still enqueue each tick once, and a pass that stalls between any two of
+// its writes and resumes after everything else happened (another leader
+// enqueued the tick, the job ran and was purged or removed by retention)
+// enqueues nothing more.
 //
-// For each job it keeps {_id: name, lastTick, pending} in the periodic
-// collection. A pass takes the latest tick that is due: it first moves
-// lastTick to it with pending set, by a write conditioned on the state it
-// read, then inserts the tick's job under an id made from the name and the
-// tick, then clears pending. A pass that finds pending set (its writer
-// died between the two writes) inserts that tick's job first; the id makes
-// a second insert of a tick a duplicate, never a second job.
+// For each job it keeps {_id: name, lastTick, pending, gen, committed} in
+// the periodic collection. The tick's job, periodic:NAME:TICK, is first
+// inserted held (runAt far in the future, and periodicHold: {name, tick,
+// gen}), then released (runAt now, periodicHold removed) once the state
+// document records the tick as committed. A pass:
+//
+//  1. takes the latest due tick: moves lastTick to it with pending set and
+//     gen 1, by a write conditioned on the state it read;
+//  2. inserts the tick's job held under its gen;
+//  3. commits: sets committed, conditioned on pending and gen being still
+//     its own and committed not set;
+//  4. releases the job held under its gen;
+//  5. clears pending, gen and committed.
+//
+// A pass that finds pending set finishes that tick first: when committed,
+// it releases the job held under the recorded gen (a no-op if that was
+// done) and clears; otherwise its writer may be dead or stalled, and the
+// pass supersedes it (gen+1, conditioned on the gen it read and on no
+// commit) and goes on from step 2 under the new gen.
+//
+// Why this runs each tick at most once, whatever stalls: an insert cannot
+// be conditioned on another document, and a purge removes the job's id,
+// so a late insert lands whenever it arrives. It lands held, and only the
+// release makes a job runnable. Commit is conditioned on the state, so at
+// most one gen commits a tick, and no gen supersedes a committed one; a
+// release is conditioned on the committed gen. A job held under that gen
+// exists only from its committer's own insert (or its conditioned re-gen of
+// an older held job, see below), which was acknowledged before the commit:
+// no copy of it can land after the release. Any other late insert is held
+// under a gen that never commits: its writer's commit fails and it deletes
+// what it inserted, or, if it died first, the orphan sweep deletes it.
+// Why no tick is lost: pending is cleared only after a release, or when
+// the tick's job was found already there and not held (inserted before
+// holds existed, or by another app); a writer that dies leaves pending for
+// the next pass. An insert that finds a job held under an older gen moves
+// it to its own gen, conditioned on the gen it read (an older gen never
+// commits: it was superseded before any commit); one held under a newer
+// gen means this pass was superseded: it stops. An operator who cancels or
+// deletes a held job decides for that tick: it is not released.
 //
 // Ticks missed while no process ran (or while the leader was changing) are
 // not caught up one by one: the latest missed tick is enqueued once, and
@@ -63,6 +100,14 @@ type PeriodicEnqueuer struct {
 	jobs  []periodicJob
 	log   *zap.Logger
 	now   func() time.Time
+	// step, when set (by tests), is called after the read of a job's
+	// state and after each write of a pass, with the step's name: where a
+	// pass may stall.
+	step func(ctx context.Context, name string) error
+
+	mu       sync.Mutex
+	sweptAt  map[string]time.Time // when each job's orphans were last swept
+	sweepGap time.Duration
 }
 
 type periodicJob struct {
@@ -82,11 +127,14 @@ func NewPeriodicEnqueuer(db *mongo.Database, q *queue.Client, list []PeriodicJob
 		return nil, fmt.Errorf("recovery: %w", err)
 	}
 	return &PeriodicEnqueuer{
-		q:     q,
-		jobs:  jobs,
-		log:   log.Named("periodic"),
-		now:   time.Now,
-		state: db.Collection(DefaultPeriodicCollection, options.Collection().SetWriteConcern(writeconcern.Majority())),
+		q:    q,
+		jobs: jobs,
+		log:  log.Named("periodic"),
+		now:  time.Now,
+
+		sweptAt:  map[string]time.Time{},
+		sweepGap: orphanSweepInterval,
+		state:    db.Collection(DefaultPeriodicCollection, options.Collection().SetWriteConcern(writeconcern.Majority())),
 	}, nil
 }
 
@@ -165,10 +213,59 @@ func (p *PeriodicEnqueuer) RunOnce(ctx context.Context) (int, error) {
 type periodicState struct {
 	LastTick time.Time  `bson:"lastTick"`
 	Pending  *time.Time `bson:"pending"`
+	// Gen is the generation of the pass that holds the pending tick: 1 for
+	// the pass that took it, one more for each pass that superseded the
+	// one before (0: pending written before generations existed).
+	Gen int64 `bson:"gen"`
+	// Committed: the job held under Gen is the tick's job, to release.
+	Committed bool `bson:"committed"`
+}
+
+// genAsRead matches a state's or a hold's gen as read: 0 is a document
+// written without one.
+func genAsRead(gen int64) any {
+	if gen == 0 {
+		return bson.D{{Key: "$in", Value: bson.A{nil, int64(0)}}}
+	}
+	return gen
+}
+
+// periodicHold marks a tick's job inserted and not released yet.
+type periodicHold struct {
+	Name string    `bson:"name"`
+	Tick time.Time `bson:"tick"`
+	Gen  int64     `bson:"gen"`
+}
+
+// heldJob is a tick's job as inserted: held.
+type heldJob struct {
+	jobs.Job `bson:",inline"`
+	Hold     periodicHold `bson:"periodicHold"`
+}
+
+// heldRunAt is the runAt of a held job: no claim takes it.
+var heldRunAt = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
+// orphanSweepInterval is how often a pass looks for held jobs that will
+// never be released (see sweepOrphans).
+const orphanSweepInterval = time.Minute
+
+// maxHoldRounds bounds how often one pass inserts a tick's job again after
+// the job it found was removed under it.
+const maxHoldRounds = 4
+
+func (p *PeriodicEnqueuer) stepped(ctx context.Context, name string) error {
+	if p.step == nil {
+		return nil
+	}
+	return p.step(ctx, name)
 }
 
 func (p *PeriodicEnqueuer) runJob(ctx context.Context, j periodicJob) (bool, error) {
 	now := p.now().UTC().Truncate(time.Millisecond)
+	if err := p.maybeSweepOrphans(ctx, j, now); err != nil {
+		p.log.Warn("sweeping the held jobs of a periodic job failed; it is tried again next pass", zap.String("name", j.Name), zap.Error(err))
+	}
 	raw, err := p.state.FindOne(ctx, bson.D{{Key: "_id", Value: j.Name}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		// The first pass ever: count ticks from now.
@@ -196,15 +293,38 @@ func (p *PeriodicEnqueuer) runJob(ctx context.Context, j periodicJob) (bool, err
 			bson.D{{Key: "_id", Value: j.Name}, {Key: "lastTick", Value: now}})
 		return false, err
 	}
+	if err := p.stepped(ctx, "periodic:read"); err != nil {
+		return false, err
+	}
 	added := false
-	if st.Pending != nil { // its writer stopped between the two writes
-		if added, err = p.enqueueTick(ctx, j, *st.Pending, now); err != nil {
-			return false, err
+	if st.Pending != nil { // its writer stopped, or is still at work
+		tick := st.Pending.UTC()
+		if st.Committed {
+			added, err = p.release(ctx, j, tick, st.Gen, now)
+			if err != nil {
+				return false, err
+			}
+		} else {
+			// Supersede the writer: from now on only this pass may commit
+			// the tick.
+			gen := st.Gen + 1
+			res, err := p.state.UpdateOne(ctx,
+				bson.D{{Key: "_id", Value: j.Name}, {Key: "pending", Value: tick}, {Key: "gen", Value: genAsRead(st.Gen)}, {Key: "committed", Value: bson.D{{Key: "$ne", Value: true}}}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: "gen", Value: gen}}}})
+			if err != nil {
+				return false, fmt.Errorf("take over tick %s: %w", tick.Format(time.RFC3339Nano), err)
+			}
+			if res.MatchedCount == 0 {
+				return false, nil // another pass moved it on: it finishes the tick
+			}
+			if err := p.stepped(ctx, "periodic:supersede"); err != nil {
+				return false, err
+			}
+			if added, err = p.enqueueTick(ctx, j, tick, gen, now); err != nil {
+				return false, err
+			}
 		}
-		if err := p.clearPending(ctx, j.Name, *st.Pending); err != nil {
-			return added, err
-		}
-		st.LastTick = *st.Pending
+		st = periodicState{LastTick: st.LastTick}
 	}
 	tick, ok := latestTick(j.sched, st.LastTick, now)
 	if !ok {
@@ -212,18 +332,19 @@ func (p *PeriodicEnqueuer) runJob(ctx context.Context, j periodicJob) (bool, err
 	}
 	res, err := p.state.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: j.Name}, {Key: "lastTick", Value: st.LastTick}, {Key: "pending", Value: nil}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "lastTick", Value: tick}, {Key: "pending", Value: tick}}}})
+		bson.D{{Key: "$set", Value: bson.D{{Key: "lastTick", Value: tick}, {Key: "pending", Value: tick}, {Key: "gen", Value: int64(1)}}},
+			{Key: "$unset", Value: bson.D{{Key: "committed", Value: ""}}}})
 	if err != nil {
 		return added, fmt.Errorf("take tick %s: %w", tick.Format(time.RFC3339Nano), err)
 	}
 	if res.MatchedCount == 0 {
 		return added, nil // another enqueuer took it: it inserts the job
 	}
-	ok, err = p.enqueueTick(ctx, j, tick, now)
-	if err != nil {
+	if err := p.stepped(ctx, "periodic:take"); err != nil {
 		return added, err
 	}
-	return added || ok, p.clearPending(ctx, j.Name, tick)
+	ok, err = p.enqueueTick(ctx, j, tick, 1, now)
+	return added || ok, err
 }
 
 // latestTick returns the latest tick of sched after last and at or before
@@ -299,31 +420,222 @@ func PeriodicJobID(name string, tick time.Time) string {
 	return "periodic:" + name + ":" + tick.UTC().Format(time.RFC3339Nano)
 }
 
-// enqueueTick inserts the job of tick, runnable now; a job already there
-// for it is not an error. It reports whether it inserted one.
-func (p *PeriodicEnqueuer) enqueueTick(ctx context.Context, j periodicJob, tick, now time.Time) (bool, error) {
+// enqueueTick enqueues the job of tick for the pass of generation gen,
+// which holds the tick (pending, gen, not committed): steps 2 to 5 of the
+// protocol (see PeriodicEnqueuer). It reports whether it released a job.
+func (p *PeriodicEnqueuer) enqueueTick(ctx context.Context, j periodicJob, tick time.Time, gen int64, now time.Time) (bool, error) {
 	job, err := queue.NewJob(j.insert(), now)
 	if err != nil {
 		return false, err
 	}
 	job.ID = PeriodicJobID(j.Name, tick)
-	_, err = jobstore.Of(p.q).Collection().InsertOne(ctx, job)
-	if mongo.IsDuplicateKeyError(err) {
-		return false, nil
+	job.RunAt = heldRunAt
+	jobsColl := jobstore.Of(p.q).Collection()
+	at := tick.Format(time.RFC3339Nano)
+	held := false
+	for range maxHoldRounds {
+		_, err = jobsColl.InsertOne(ctx, heldJob{Job: *job, Hold: periodicHold{Name: j.Name, Tick: tick, Gen: gen}})
+		if err == nil {
+			if err := p.stepped(ctx, "periodic:insert"); err != nil {
+				return false, err
+			}
+			held = true
+			break
+		}
+		if !mongo.IsDuplicateKeyError(err) {
+			return false, fmt.Errorf("enqueue tick %s: %w", at, err)
+		}
+		// The tick's job is there: held by this gen (an insert whose reply
+		// was lost), by an older one, by a newer one; or not held.
+		raw, err := jobsColl.FindOne(ctx, bson.D{{Key: "_id", Value: job.ID}},
+			options.FindOne().SetProjection(bson.D{{Key: "periodicHold", Value: 1}})).Raw()
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			continue // removed meanwhile: insert again
+		}
+		if err != nil {
+			return false, fmt.Errorf("enqueue tick %s: read the job there: %w", at, err)
+		}
+		hold := raw.Lookup("periodicHold")
+		if hold.Type == 0 {
+			// Not held: enqueued before holds existed, or by another
+			// app. It is the tick's job; nothing to release.
+			return false, p.clearPending(ctx, j.Name, tick, gen)
+		}
+		theirs, ok := holdGen(hold)
+		switch {
+		case ok && theirs == gen:
+			held = true
+		case ok && theirs > gen:
+			return false, nil // superseded: the newer pass finishes the tick
+		default:
+			// An older gen's (or one another app wrote badly): it can
+			// never be committed, as this gen superseded it first.
+			res, err := jobsColl.UpdateOne(ctx,
+				bson.D{{Key: "_id", Value: job.ID}, {Key: "periodicHold", Value: hold}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: "periodicHold", Value: periodicHold{Name: j.Name, Tick: tick, Gen: gen}}}}})
+			if err != nil {
+				return false, fmt.Errorf("enqueue tick %s: take over the held job: %w", at, err)
+			}
+			if err := p.stepped(ctx, "periodic:regen"); err != nil {
+				return false, err
+			}
+			held = res.MatchedCount == 1
+		}
+		if held {
+			break
+		}
 	}
+	if !held {
+		return false, fmt.Errorf("enqueue tick %s: its job kept changing under this pass", at)
+	}
+	res, err := p.state.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: j.Name}, {Key: "pending", Value: tick}, {Key: "gen", Value: gen}, {Key: "committed", Value: bson.D{{Key: "$ne", Value: true}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "committed", Value: true}}}})
 	if err != nil {
-		return false, fmt.Errorf("enqueue tick %s: %w", tick.Format(time.RFC3339Nano), err)
+		return false, fmt.Errorf("commit tick %s: %w", at, err)
 	}
-	p.log.Info("enqueued a periodic job", zap.String("name", j.Name), zap.Time("tick", tick), zap.String("job_id", job.ID))
-	return true, nil
+	if err := p.stepped(ctx, "periodic:commit"); err != nil {
+		return false, err
+	}
+	if res.MatchedCount == 0 {
+		// Superseded, or the tick was finished long ago and this insert
+		// came late: what it inserted is never released. Remove it.
+		_, err := jobsColl.DeleteOne(ctx, heldFilter(job.ID, gen))
+		if err != nil {
+			return false, fmt.Errorf("tick %s: remove the job this pass held: %w", at, err)
+		}
+		return false, p.stepped(ctx, "periodic:drop")
+	}
+	return p.release(ctx, j, tick, gen, now)
 }
 
-func (p *PeriodicEnqueuer) clearPending(ctx context.Context, name string, tick time.Time) error {
+// heldFilter matches the job id while it is held by gen and not touched
+// by an operator.
+func heldFilter(id string, gen int64) bson.D {
+	return bson.D{{Key: "_id", Value: id}, {Key: "periodicHold.gen", Value: gen}, {Key: "state", Value: jobs.StateAvailable}}
+}
+
+// holdGen reads the gen of a periodicHold as stored.
+func holdGen(v bson.RawValue) (int64, bool) {
+	doc, ok := v.DocumentOK()
+	if !ok {
+		return 0, false
+	}
+	return doc.Lookup("gen").AsInt64OK()
+}
+
+// release makes the job of tick held by gen, committed, runnable now, and
+// clears pending. It reports whether it released the job (false: released
+// already, or cancelled or deleted by an operator while held).
+func (p *PeriodicEnqueuer) release(ctx context.Context, j periodicJob, tick time.Time, gen int64, now time.Time) (bool, error) {
+	id := PeriodicJobID(j.Name, tick)
+	res, err := jobstore.Of(p.q).Collection().UpdateOne(ctx, heldFilter(id, gen),
+		bson.D{{Key: "$set", Value: bson.D{{Key: "runAt", Value: now}, {Key: "updatedAt", Value: now}}},
+			{Key: "$unset", Value: bson.D{{Key: "periodicHold", Value: ""}}}})
+	if err != nil {
+		return false, fmt.Errorf("release tick %s: %w", tick.Format(time.RFC3339Nano), err)
+	}
+	if err := p.stepped(ctx, "periodic:release"); err != nil {
+		return false, err
+	}
+	released := res.MatchedCount == 1
+	if released {
+		p.log.Info("enqueued a periodic job", zap.String("name", j.Name), zap.Time("tick", tick), zap.String("job_id", id))
+	}
+	return released, p.clearPending(ctx, j.Name, tick, gen)
+}
+
+func (p *PeriodicEnqueuer) clearPending(ctx context.Context, name string, tick time.Time, gen int64) error {
 	_, err := p.state.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: name}, {Key: "pending", Value: tick}},
-		bson.D{{Key: "$unset", Value: bson.D{{Key: "pending", Value: ""}}}})
+		bson.D{{Key: "_id", Value: name}, {Key: "pending", Value: tick}, {Key: "gen", Value: genAsRead(gen)}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "pending", Value: ""}, {Key: "gen", Value: ""}, {Key: "committed", Value: ""}}}})
 	if err != nil {
 		return fmt.Errorf("clear tick %s: %w", tick.Format(time.RFC3339Nano), err)
 	}
-	return nil
+	return p.stepped(ctx, "periodic:clear")
+}
+
+// maybeSweepOrphans runs sweepOrphans for j once every sweepGap.
+func (p *PeriodicEnqueuer) maybeSweepOrphans(ctx context.Context, j periodicJob, now time.Time) error {
+	p.mu.Lock()
+	last, ok := p.sweptAt[j.Name]
+	due := !ok || now.Sub(last) >= p.sweepGap || now.Before(last)
+	if due {
+		p.sweptAt[j.Name] = now
+	}
+	p.mu.Unlock()
+	if !due {
+		return nil
+	}
+	_, err := p.sweepOrphans(ctx, j)
+	return err
+}
+
+// sweepOrphans deletes the held jobs of j that will never be released:
+// those inserted late by a pass that died before it could remove them. It
+// reads the held jobs, then the state: a job held by a gen that is not the
+// state's pending one then was superseded or finished before that read,
+// and no gen comes back, so it can never be committed. Each delete is
+// conditioned on the gen read. It returns how many it deleted.
+func (p *PeriodicEnqueuer) sweepOrphans(ctx context.Context, j periodicJob) (int, error) {
+	// The ids of j's jobs: "periodic:NAME:" then the tick; ';' follows ':'.
+	prefix := "periodic:" + j.Name
+	cur, err := jobstore.Of(p.q).Collection().Find(ctx,
+		bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: prefix + ":"}, {Key: "$lt", Value: prefix + ";"}}},
+			{Key: "periodicHold", Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "state", Value: jobs.StateAvailable}},
+		options.Find().SetProjection(bson.D{{Key: "periodicHold", Value: 1}}))
+	if err != nil {
+		return 0, fmt.Errorf("read its held jobs: %w", err)
+	}
+	type held struct {
+		id   string
+		tick time.Time
+		gen  int64
+		ok   bool
+	}
+	var found []held
+	for cur.Next(ctx) {
+		id, ok := cur.Current.Lookup("_id").StringValueOK()
+		if !ok {
+			continue
+		}
+		h := held{id: id}
+		h.gen, h.ok = holdGen(cur.Current.Lookup("periodicHold"))
+		if doc, ok := cur.Current.Lookup("periodicHold").DocumentOK(); ok {
+			h.tick, _ = doc.Lookup("tick").TimeOK()
+		}
+		found = append(found, h)
+	}
+	if err := cur.Err(); err != nil {
+		return 0, fmt.Errorf("read its held jobs: %w", err)
+	}
+	if len(found) == 0 {
+		return 0, nil
+	}
+	var st periodicState
+	raw, err := p.state.FindOne(ctx, bson.D{{Key: "_id", Value: j.Name}}).Raw()
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+	case err != nil:
+		return 0, fmt.Errorf("read its state: %w", err)
+	default:
+		if bson.Unmarshal(raw, &st) != nil {
+			return 0, nil // unusable: the next pass rewrites it
+		}
+	}
+	n := 0
+	for _, h := range found {
+		if !h.ok || st.Pending != nil && st.Pending.Equal(h.tick) && st.Gen == h.gen {
+			continue // the pending tick's own, or not docket's to judge
+		}
+		res, err := jobstore.Of(p.q).Collection().DeleteOne(ctx, heldFilter(h.id, h.gen))
+		if err != nil {
+			return n, fmt.Errorf("remove held job %s: %w", h.id, err)
+		}
+		n += int(res.DeletedCount)
+	}
+	if n > 0 {
+		p.log.Info("removed held jobs of a periodic job that would never be released", zap.String("name", j.Name), zap.Int("jobs", n))
+	}
+	return n, nil
 }

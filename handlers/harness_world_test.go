@@ -1,0 +1,260 @@
+package handlers_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Worlds: what else happens while attempt A is stalled. A schedule of two
+// attempts runs one world (see harnessSchedules): at A's stall, while A
+// still holds the job ("cancel", "capacity"), or once B is done and the
+// case's interference ran, just before A resumes (the others). Each runs
+// its passes and actions to completion.
+const (
+	worldNone = "none"
+	// worldCapacity: the job's queue gets a capacity, then loses it, then
+	// gets it back and lowered, around enqueues; admissions must never
+	// take the queue's unfinished jobs (A's running job among them) past
+	// the capacity, and what is reported is the real count.
+	worldCapacity = "capacity"
+	// worldRetry: an operator retries the job (when finished): it runs
+	// again, and its effects must still happen once.
+	worldRetry = "retry"
+	// worldMaintenance: every maintenance pass runs to completion: the
+	// reaper, the stranded-slot sweep, the rename sweep, transfer
+	// recovery, the ledger sweep, the tree sweep keeping one version, and
+	// retention of every finished state with no retention at all.
+	worldMaintenance = "maintenance"
+	// worldCancel: an operator cancels the job while A holds it; the
+	// reaper ends it cancelled; no other attempt runs. A's late writes
+	// must leave the data whole (the case's either check).
+	worldCancel = "cancel"
+	// worldPurge: an operator purges every finished job.
+	worldPurge = "purge"
+	// worldDelete: an operator deletes the job (forced).
+	worldDelete = "delete"
+)
+
+// harnessWorlds, in the order harnessSchedules turns through them.
+var harnessWorlds = []string{worldNone, worldCapacity, worldRetry, worldMaintenance, worldCancel, worldPurge, worldDelete}
+
+// atStall reports whether world w runs while A still holds the job.
+func atStall(w string) bool { return w == worldCancel || w == worldCapacity }
+
+// runWorld runs world w.
+func (h *harnessEnv) runWorld(t *testing.T, w string) {
+	t.Helper()
+	if j, err := h.q.Get(h.ctx, h.subject); err == nil {
+		h.before = j
+	}
+	if w == worldMaintenance || w == worldPurge || w == worldDelete {
+		cur, err := jobstore.Of(h.q).Collection().Find(h.ctx, bson.D{})
+		require.NoError(t, err)
+		require.NoError(t, cur.All(h.ctx, &h.gone))
+	}
+	switch w {
+	case worldNone:
+	case worldCapacity:
+		h.capacityWorld(t)
+	case worldRetry:
+		out, err := h.q.Retry(h.ctx, queue.JobFilter{IDs: []string{h.subject}})
+		require.NoError(t, err)
+		if len(out) == 1 && out[0].Err == nil {
+			h.retried = true
+		}
+	case worldMaintenance:
+		h.maintenance(t)
+	case worldCancel:
+		_, err := h.q.Cancel(h.ctx, h.subject)
+		require.NoError(t, err)
+		h.cancelled = true
+	case worldPurge:
+		for _, s := range []jobs.State{jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled} {
+			_, err := h.q.Purge(h.ctx, s, -time.Hour)
+			require.NoError(t, err)
+		}
+	case worldDelete:
+		_, err := h.q.Delete(h.ctx, queue.JobFilter{IDs: []string{h.subject}}, true)
+		require.NoError(t, err)
+	default:
+		t.Fatalf("unknown world %q", w)
+	}
+}
+
+// maintenance runs every maintenance pass once, to completion.
+func (h *harnessEnv) maintenance(t *testing.T) {
+	t.Helper()
+	{
+		_, err := jobstore.Of(h.q).Reap(h.ctx, 0, 100)
+		require.NoError(t, err)
+		_, err = h.q.FreeStrandedSlots(h.ctx)
+		require.NoError(t, err)
+		harnessRenameSweep(t, h)
+		harnessTransferRecovery(t, h)
+		harnessLedgerSweep(t, h)
+		_, err = handlers.SweepTrees(h.ctx, h.db, 1, h.log)
+		require.NoError(t, err)
+		for _, s := range []jobs.State{jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled} {
+			_, err := jobstore.Of(h.q).Clean(h.ctx, s, -time.Hour, 1000)
+			require.NoError(t, err)
+		}
+	}
+}
+
+// unfinished counts the default queue's available and running jobs.
+func (h *harnessEnv) unfinished(t *testing.T) int {
+	t.Helper()
+	n, err := jobstore.Of(h.q).Collection().CountDocuments(h.ctx, bson.D{
+		{Key: "queue", Value: jobs.DefaultQueue}, {Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}}})
+	require.NoError(t, err)
+	return int(n)
+}
+
+// capacityWorld: capacity on (at what the queue holds), off, on again, and
+// lowered, with enqueues between; each admission is checked against the
+// capacity, and Occupied against the real count. The jobs it enqueued are
+// cancelled at the end, and the capacity cleared.
+func (h *harnessEnv) capacityWorld(t *testing.T) {
+	t.Helper()
+	var extra []string
+	enqueue := func(capacity int) bool {
+		t.Helper()
+		r, err := h.q.Enqueue(h.ctx, "noop", handlers.NoopArgs{}, queue.InsertOpts{})
+		if errors.Is(err, queue.ErrQueueFull) {
+			return false
+		}
+		require.NoError(t, err)
+		extra = append(extra, r.ID)
+		if capacity >= 0 {
+			require.LessOrEqual(t, h.unfinished(t), capacity, "an admission took the queue past its capacity %d", capacity)
+		}
+		return true
+	}
+	occupied := func() {
+		t.Helper()
+		n, err := h.q.Occupied(h.ctx, jobs.DefaultQueue)
+		require.NoError(t, err)
+		require.Equal(t, h.unfinished(t), n, "Occupied is not the real count of unfinished jobs")
+	}
+	u := h.unfinished(t)
+	require.NoError(t, h.q.SetCapacity(h.ctx, jobs.DefaultQueue, u, "harness"))
+	require.False(t, enqueue(u), "capacity %d over %d unfinished jobs admitted one more", u, u)
+	occupied()
+	_, err := h.q.ClearCapacity(h.ctx, jobs.DefaultQueue, "harness")
+	require.NoError(t, err)
+	require.True(t, enqueue(-1))
+	require.NoError(t, h.q.SetCapacity(h.ctx, jobs.DefaultQueue, u+2, "harness"))
+	require.True(t, enqueue(u+2))
+	require.False(t, enqueue(u+2), "capacity %d admitted past it", u+2)
+	occupied()
+	require.NoError(t, h.q.SetCapacity(h.ctx, jobs.DefaultQueue, u+1, "harness"))
+	require.False(t, enqueue(u+1), "a lowered capacity admitted")
+	occupied()
+	_, err = h.q.ClearCapacity(h.ctx, jobs.DefaultQueue, "harness")
+	require.NoError(t, err)
+	for _, id := range extra {
+		_, err := h.q.Cancel(h.ctx, id)
+		require.NoError(t, err)
+	}
+}
+
+// harnessFriendsEither checks the friendships when the add-friend job may
+// or may not have taken effect (it was cancelled while an attempt was
+// stalled): symmetric, with or without u1-u2.
+func harnessFriendsEither(t *testing.T, h *harnessEnv) {
+	t.Helper()
+	var u1 struct {
+		Friends []string `bson:"friends"`
+	}
+	require.NoError(t, h.users.FindOne(h.ctx, bson.D{{Key: "_id", Value: "u1"}}).Decode(&u1))
+	if slices.Contains(u1.Friends, "u2") {
+		harnessRequireFriends(t, h, map[string][]string{"u1": {"u2", "u3"}, "u2": {"u1"}, "u3": {"u1"}})
+	} else {
+		harnessRequireFriends(t, h, map[string][]string{"u1": {"u3"}, "u2": {}, "u3": {"u1"}})
+	}
+}
+
+// harnessNamesEither: u1 carries one of the names a rename of it set (or
+// its first), everywhere; u2 is untouched.
+func harnessNamesEither(t *testing.T, h *harnessEnv) {
+	t.Helper()
+	var u1 struct {
+		Name string `bson:"name"`
+	}
+	require.NoError(t, h.users.FindOne(h.ctx, bson.D{{Key: "_id", Value: "u1"}}).Decode(&u1))
+	require.Contains(t, []string{"name-u1", "Ann", "Bea"}, u1.Name)
+	harnessRequireNames(t, h, map[string]string{"u1": u1.Name, "u2": "name-u2"})
+}
+
+// harnessMoneyEither: the transfer happened whole, or not at all.
+func harnessMoneyEither(before, after map[string]int64) func(t *testing.T, h *harnessEnv) {
+	return func(t *testing.T, h *harnessEnv) {
+		t.Helper()
+		var a struct {
+			Balance int64 `bson:"balance"`
+		}
+		require.NoError(t, h.db.Collection(handlers.AccountsCollection).FindOne(h.ctx, bson.D{{Key: "_id", Value: "a"}}).Decode(&a))
+		if a.Balance == after["a"] {
+			harnessRequireMoney(t, h, after)
+		} else {
+			harnessRequireMoney(t, h, before)
+		}
+	}
+}
+
+// harnessLedgerEither: posted at most once; the balances are before or
+// after the posting.
+func harnessLedgerEither(before, after map[string]int64) func(t *testing.T, h *harnessEnv) {
+	return func(t *testing.T, h *harnessEnv) {
+		t.Helper()
+		got := checkLedgerInvariants(t, h.db, before)
+		require.Contains(t, []map[string]int64{before, after}, got)
+		n, err := h.db.Collection(handlers.LedgerCollection).CountDocuments(h.ctx, bson.D{{Key: "state", Value: handlers.LedgerValid}})
+		require.NoError(t, err)
+		require.LessOrEqual(t, n, int64(1), "posted more than once")
+	}
+}
+
+// harnessTreeIsLastPublished checks that the tree read is whole and is the
+// tree of the last publish to complete (whose job is last in versions),
+// and that no job published twice. trees maps a publishing job to its
+// tree; the subject's is "subject".
+func harnessTreeIsLastPublished(trees map[string][]handlers.TreeNode) func(t *testing.T, h *harnessEnv) {
+	return func(t *testing.T, h *harnessEnv) {
+		t.Helper()
+		got, err := handlers.ReadTree(h.ctx, h.db, "t", 0)
+		require.NoError(t, err)
+		var st struct {
+			Versions []struct {
+				V   int64  `bson:"v"`
+				Job string `bson:"job"`
+			} `bson:"versions"`
+			Jobs []string `bson:"jobs"`
+		}
+		require.NoError(t, h.db.Collection(handlers.TreesCollection).FindOne(h.ctx, bson.D{{Key: "_id", Value: "t"}}).Decode(&st))
+		require.NotEmpty(t, st.Versions)
+		last := st.Versions[len(st.Versions)-1]
+		require.Equal(t, last.V, got.Version, "the latest version read")
+		job := last.Job
+		if job == h.subject {
+			job = "subject"
+		}
+		want, ok := trees[job]
+		require.True(t, ok, "version %d published by an unknown job %s", last.V, last.Job)
+		requireSameTree(t, want, got.Nodes)
+		seen := map[string]bool{}
+		for _, j := range st.Jobs {
+			require.False(t, seen[j], "job %s published twice", j)
+			seen[j] = true
+		}
+	}
+}
