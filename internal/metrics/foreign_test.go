@@ -3,8 +3,8 @@ package metrics_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
