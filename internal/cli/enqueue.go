@@ -59,6 +59,10 @@ func Enqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // status: 0 done, 1 a failure (the database unreachable), 2 bad input, 3 a
 // job refused by a full queue (and nothing else failed).
 func runTool(tool string, cmds map[string]subcommand, note string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// No message shows a password, whatever setting a connection string
+	// was given to (stdout is the command's output: left as it is).
+	red := configs.NewRedactor(configs.Getenv("DOCKET_MONGO_URI"))
+	stderr = red.Writer(stderr)
 	usage := func() {
 		fmt.Fprintf(stderr, "Usage: %s COMMAND [flags]\n\nCommands:\n", tool)
 		names := make([]string, 0, len(cmds))
@@ -97,6 +101,7 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
+	red.Add(cfg.Mongo.URI)
 	client, err := connect(cfg.Mongo, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
