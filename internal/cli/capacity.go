@@ -79,7 +79,7 @@ func listCapacities(e *env) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "queue\tcapacity\tadmitted\tset")
 	for _, c := range caps {
-		fmt.Fprintf(tw, "%s\t%s\n", c.Queue, capacityNote(c))
+		fmt.Fprintf(tw, "%s\t%s\n", shown(c.Queue), capacityNote(c))
 	}
 	return tw.Flush()
 }
@@ -88,14 +88,14 @@ func listCapacities(e *env) error {
 // admitted, set.
 func capacityNote(c queue.QueueCapacity) string {
 	if c.Malformed != "" {
-		return "none\t-\tits queues document is malformed: " + c.Malformed + "; `docketctl capacity` rewrites it"
+		return "none\t-\tits queues document is malformed: " + shown(c.Malformed) + "; `docketctl capacity` rewrites it"
 	}
 	set := ""
 	if !c.SetAt.IsZero() {
 		set = c.SetAt.Format(time.RFC3339)
 	}
 	if c.SetBy != "" {
-		set += " by " + c.SetBy
+		set += " by " + shown(c.SetBy)
 	}
 	return fmt.Sprintf("%d\t%d\t%s", c.Capacity, c.Occupied, set)
 }
