@@ -44,9 +44,9 @@ func ctlCapacity(fs *flag.FlagSet) func(*env, []string) error {
 				return err
 			}
 			if changed {
-				fmt.Fprintf(e.stdout, "%s\tunbounded: enqueues are admitted again within %s\n", q, queue.CapacityRefresh)
+				fmt.Fprintf(e.stdout, "%s\tunbounded: enqueues are admitted again within %s\n", shown(q), queue.CapacityRefresh)
 			} else {
-				fmt.Fprintf(e.stdout, "%s\thad no capacity; nothing changed\n", q)
+				fmt.Fprintf(e.stdout, "%s\thad no capacity; nothing changed\n", shown(q))
 			}
 			return nil
 		}
@@ -61,7 +61,7 @@ func ctlCapacity(fs *flag.FlagSet) func(*env, []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "%s\tcapacity %d (%d admitted and unfinished now): enqueues past it are refused within %s\n", q, n, used, queue.CapacityRefresh)
+		fmt.Fprintf(e.stdout, "%s\tcapacity %d (%d admitted and unfinished now): enqueues past it are refused within %s\n", shown(q), n, used, queue.CapacityRefresh)
 		return nil
 	}
 }
@@ -137,7 +137,7 @@ func ctlProduct(*flag.FlagSet) func(*env, []string) error {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "%s\tstock %d\tsold %d\torders placed %d (%d units)\trejected %d\n",
-				p.ID, p.Stock, p.Sold, sum.Placed, sum.UnitsPlaced, sum.Rejected)
+				shown(p.ID), p.Stock, p.Sold, sum.Placed, sum.UnitsPlaced, sum.Rejected)
 			return nil
 		}
 		return badInput("use: product create ID STOCK, or product show ID")
