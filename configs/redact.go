@@ -1,10 +1,13 @@
 package configs
 
 import (
+	"errors"
+	"io"
 	"net/url"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // redacted replaces a password wherever one is hidden.
@@ -38,14 +41,171 @@ func Redact(s, uri string) string {
 	if len(forms) == 0 {
 		return s
 	}
+	// Copies of the URI, redacted or not, keep all but the password.
+	red := RedactURI(uri)
 	parts := strings.Split(s, uri)
 	for i, p := range parts {
-		for _, f := range forms {
-			p = strings.ReplaceAll(p, f, redacted)
+		copies := strings.Split(p, red)
+		for j, c := range copies {
+			for _, f := range forms {
+				c = strings.ReplaceAll(c, f, redacted)
+			}
+			copies[j] = redactQuoted(c, forms)
 		}
-		parts[i] = redactQuoted(p, forms)
+		parts[i] = strings.Join(copies, red)
 	}
-	return strings.Join(parts, RedactURI(uri))
+	return strings.Join(parts, red)
+}
+
+// uriSchemes start the connection strings RedactURIs finds in text.
+var uriSchemes = []string{"mongodb://", "mongodb+srv://"}
+
+// RedactURIs returns s with the password of every connection string in it
+// (mongodb:// or mongodb+srv://, in any letter case) replaced by "xxxxx",
+// whatever the URI was given as: a value meant for another setting (a
+// database name, a log format) is quoted by the error that refuses it.
+// A connection string is taken to end at the end of its line or where the
+// next one starts, and its password, as RedactURI takes it, to run from
+// the first ':' after the scheme to the last '@' before that end: that
+// hides it under every reading of an ill-formed URI, at the cost of more
+// text when a line holds another '@'.
+func RedactURIs(s string) string {
+	if !strings.Contains(s, "@") {
+		return s
+	}
+	lines := strings.SplitAfter(s, "\n")
+	for i, line := range lines {
+		lines[i] = redactURIsInLine(line)
+	}
+	return strings.Join(lines, "")
+}
+
+func redactURIsInLine(line string) string {
+	var b strings.Builder
+	for {
+		_, e := findScheme(line)
+		if e < 0 {
+			break
+		}
+		rest := line[e:]
+		if next, _ := findScheme(rest); next >= 0 {
+			rest = rest[:next]
+		}
+		at := strings.LastIndexByte(rest, '@')
+		colon := strings.IndexByte(rest[:max(at, 0)], ':')
+		if at < 0 || colon < 0 || colon+1 == at { // no password here
+			b.WriteString(line[:e])
+			line = line[e:]
+			continue
+		}
+		b.WriteString(line[:e+colon+1])
+		b.WriteString(redacted)
+		line = line[e+at:]
+	}
+	b.WriteString(line)
+	return b.String()
+}
+
+// findScheme returns where the first connection string's scheme in s
+// starts and ends, or -1, -1 when s holds none.
+func findScheme(s string) (start, end int) {
+	for i := 0; i < len(s); i++ {
+		if s[i] != 'm' && s[i] != 'M' {
+			continue
+		}
+		for _, sc := range uriSchemes {
+			if len(s)-i >= len(sc) && strings.EqualFold(s[i:i+len(sc)], sc) {
+				return i, i + len(sc)
+			}
+		}
+	}
+	return -1, -1
+}
+
+// Redactor hides connection-string passwords in the text a process
+// prints: the password of every mongodb:// or mongodb+srv:// URI
+// (RedactURIs), and the passwords of the URIs it was given wherever they
+// appear, in any form Redact knows. It is safe for concurrent use.
+type Redactor struct {
+	mu   sync.RWMutex
+	uris []string
+}
+
+// NewRedactor returns a Redactor that knows the passwords of uris.
+func NewRedactor(uris ...string) *Redactor {
+	r := &Redactor{}
+	for _, u := range uris {
+		r.Add(u)
+	}
+	return r
+}
+
+// Add makes r hide the password of uri too. A uri without one is ignored.
+func (r *Redactor) Add(uri string) {
+	if password(uri) == "" {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, u := range r.uris {
+		if u == uri {
+			return
+		}
+	}
+	r.uris = append(r.uris, uri)
+}
+
+// Redact returns s with every password r knows of, and the password of
+// every connection string in it, replaced by "xxxxx".
+func (r *Redactor) Redact(s string) string {
+	r.mu.RLock()
+	uris := r.uris
+	r.mu.RUnlock()
+	for _, u := range uris {
+		s = Redact(s, u)
+	}
+	return RedactURIs(s)
+}
+
+// Error returns err with its message redacted by r, nil for nil. It
+// unwraps to err, so that errors.Is and errors.As see through it.
+func (r *Redactor) Error(err error) error {
+	if err == nil {
+		return nil
+	}
+	var re *redactedError
+	if errors.As(err, &re) && re.by == r {
+		return err
+	}
+	return &redactedError{msg: r.Redact(err.Error()), err: err, by: r}
+}
+
+type redactedError struct {
+	msg string
+	err error
+	by  *Redactor
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// Writer returns a writer that redacts each write with r before passing it
+// to w. Each write is redacted on its own: a password split across two
+// writes is not recognised (fmt's and zap's writers write whole
+// messages).
+func (r *Redactor) Writer(w io.Writer) io.Writer { return &redactingWriter{r: r, w: w} }
+
+type redactingWriter struct {
+	r *Redactor
+	w io.Writer
+}
+
+func (w *redactingWriter) Write(p []byte) (int, error) {
+	s := w.r.Redact(string(p))
+	if _, err := io.WriteString(w.w, s); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // passwordSpan returns where the password of uri starts and ends, and

@@ -216,3 +216,32 @@ func checkHidden(t *testing.T, tc uglyPassword, out string) {
 		require.NotContains(t, out, tc.pw[:12])
 	}
 }
+
+// TestRedactURIsInAnyText: every connection string in a message, whatever
+// setting it was given to and however it is quoted, loses its password;
+// text without one is left alone.
+func TestRedactURIsInAnyText(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`mongo.db: "mongodb://docket:S3cretPw@db1:27017/x" is not a valid database name`,
+			`mongo.db: "mongodb://docket:xxxxx@db1:27017/x" is not a valid database name`},
+		{`log.format: "MongoDB+SRV://u:p@ss/w0rd@db1/" must be "json"`, `log.format: "MongoDB+SRV://u:xxxxx@db1/" must be "json"`},
+		{"a mongodb://u:pw1@h1 and mongodb://v:pw2@h2\nthen mongodb://h3:27017 and mongodb://w:pw3@h4",
+			"a mongodb://u:xxxxx@h1 and mongodb://v:xxxxx@h2\nthen mongodb://h3:27017 and mongodb://w:xxxxx@h4"},
+		{`quoted "mongodb://u:qu\"ote@h"`, `quoted "mongodb://u:xxxxx@h"`},
+		{"mongodb://127.0.0.1:27017 is down", "mongodb://127.0.0.1:27017 is down"},
+		{"mongodb://u@h: no password", "mongodb://u@h: no password"},
+		{"mongodb://u:@h: empty password", "mongodb://u:@h: empty password"},
+		{"user@example.com: not a URI", "user@example.com: not a URI"},
+	} {
+		require.Equal(t, tc.want, configs.RedactURIs(tc.in), tc.in)
+	}
+	r := configs.NewRedactor("mongodb://docket:S3cretPw@db1/")
+	require.Equal(t, "db xxxxx.x, uri mongodb://docket:xxxxx@db1/", r.Redact("db S3cretPw.x, uri mongodb://docket:S3cretPw@db1/"))
+	var out bytes.Buffer
+	n, err := r.Writer(&out).Write([]byte("password S3cretPw\n"))
+	require.NoError(t, err)
+	require.Equal(t, len("password S3cretPw\n"), n)
+	require.Equal(t, "password xxxxx\n", out.String())
+	wrapped := r.Error(flag.ErrHelp)
+	require.ErrorIs(t, wrapped, flag.ErrHelp)
+}

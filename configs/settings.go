@@ -103,8 +103,21 @@ func DurationSetting(field, env, flag, usage string, p *time.Duration) Setting {
 // app (nil for none): the file may hold app's keys beside docket's (any
 // other key is an error), and a "worker" process also reads app's variables
 // and flags. app is filled in place, defaults set and validated.
-func LoadApp(fs *flag.FlagSet, role string, args []string, getenv func(string) string, app App) (Config, error) {
-	var c Config
+//
+// No error, and nothing printed to fs's output (--help, a flag's bad
+// value), shows a password: neither that of a connection string given to
+// any setting, nor the configured URI's wherever it appears (see
+// Redactor). fs's output is left redacting.
+func LoadApp(fs *flag.FlagSet, role string, args []string, getenv func(string) string, app App) (c Config, err error) {
+	red := NewRedactor(getenv("DOCKET_MONGO_URI"))
+	if u, ok := flagValue(args, "mongo-uri"); ok {
+		red.Add(u)
+	}
+	defer func() {
+		red.Add(c.Mongo.URI)
+		err = red.Error(err)
+	}()
+	fs.SetOutput(red.Writer(fs.Output()))
 	path := getenv("DOCKET_CONFIG")
 	if p, ok := flagValue(args, "config"); ok {
 		path = p
@@ -113,6 +126,7 @@ func LoadApp(fs *flag.FlagSet, role string, args []string, getenv func(string) s
 		if err := LoadFileApp(path, &c, app); err != nil {
 			return c, err
 		}
+		red.Add(c.Mongo.URI)
 	}
 	appSettings := func() []Setting {
 		if app == nil || role != "worker" {
@@ -128,6 +142,7 @@ func LoadApp(fs *flag.FlagSet, role string, args []string, getenv func(string) s
 			}
 		}
 	}
+	red.Add(c.Mongo.URI)
 	autoWT := c.Mongo.WriteTimeout == 0 // follows the final lease unless set
 	c = c.WithDefaults()
 	if app != nil {

@@ -70,20 +70,35 @@ func (c *Client) queuesColl() *mongo.Collection {
 	return c.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
 }
 
-// ValidQueueName reports what is wrong with q as a queue name: empty, or
-// longer than 256 bytes.
+// ValidQueueName reports what is wrong with q as a queue name, by the rule
+// of enqueue: empty, longer than jobs.MaxNameBytes, not UTF-8, or holding
+// a control character.
 func ValidQueueName(q string) error {
+	if err := storedQueueName(q); err != nil {
+		return err
+	}
+	if p := nameProblem(q); p != "" {
+		return fmt.Errorf("queue name %s", p)
+	}
+	return nil
+}
+
+// storedQueueName reports what makes q no queue name at all: empty, or
+// longer than jobs.MaxNameBytes. A name another application stored may
+// break enqueue's other rules: what undoes a state (Resume) takes it.
+func storedQueueName(q string) error {
 	switch {
 	case q == "":
 		return errors.New("a queue name is empty")
-	case len(q) > 256:
-		return fmt.Errorf("queue name %.20q… is %d bytes, more than 256", q, len(q))
+	case len(q) > jobs.MaxNameBytes:
+		return fmt.Errorf("queue name %.20q… is %d bytes, more than %d", q, len(q), jobs.MaxNameBytes)
 	}
 	return nil
 }
 
 // Pause stops every worker claiming from queue within PauseRefresh (plus a
-// claim in flight); jobs already running finish. by, when set, records who
+// claim in flight); jobs already running finish. A name enqueue would
+// refuse (ValidQueueName) is refused. by, when set, records who
 // paused it. It reports whether the queue was running until now (false:
 // it was already paused, nothing changed).
 func (c *Client) Pause(ctx context.Context, queue, by string) (bool, error) {
@@ -113,9 +128,10 @@ func (c *Client) Pause(ctx context.Context, queue, by string) (bool, error) {
 
 // Resume lets workers claim from queue again, within PauseRefresh. It
 // reports whether the queue was paused (or its document malformed) until
-// now.
+// now. Any name that can be stored is taken, so that a queue another
+// application paused under a name enqueue refuses can be resumed.
 func (c *Client) Resume(ctx context.Context, queue, by string) (bool, error) {
-	if err := ValidQueueName(queue); err != nil {
+	if err := storedQueueName(queue); err != nil {
 		return false, fmt.Errorf("queue: resume: %w", err)
 	}
 	set := bson.D{{Key: "paused", Value: false}, {Key: "resumedAt", Value: now()}}

@@ -44,6 +44,15 @@ const WorkerMissedBeats = 3
 // is deleted.
 const WorkerForgetAfter = time.Hour
 
+// WorkerClockSkew is how far past the server's time a process's lastSeen
+// may be and still count as a beat. lastSeen is the server's own clock
+// and the listing reads that clock too, so only another member of a
+// replica set (after a failover), a clock stepped back, or another
+// application's document puts it ahead. A lastSeen further ahead is
+// suspicious: the process is listed with Future set, never alive, since
+// such a stamp says nothing about when it last beat.
+const WorkerClockSkew = 5 * time.Second
+
 // WorkerInfo is one worker process as the registry holds it.
 type WorkerInfo struct {
 	ID          string
@@ -60,11 +69,16 @@ type WorkerInfo struct {
 	LastSeen time.Time
 	// BeatEvery is how often the process beats.
 	BeatEvery time.Duration
-	// Age is how long ago, on the server's clock, the last beat was.
+	// Age is how long ago, on the server's clock, the last beat was;
+	// negative when LastSeen is ahead of it.
 	Age time.Duration
 	// Alive reports whether the process has missed fewer than
-	// WorkerMissedBeats beats (or beat within the listing's ttl).
+	// WorkerMissedBeats beats (or beat within the listing's ttl), its
+	// LastSeen no more than WorkerClockSkew ahead of the server's clock.
 	Alive bool
+	// Future reports a LastSeen more than WorkerClockSkew ahead of the
+	// server's clock: not a beat docket wrote (see WorkerClockSkew).
+	Future bool
 }
 
 func (c *Client) workersColl() *mongo.Collection {
@@ -125,7 +139,8 @@ func (c *Client) ServerTime(ctx context.Context) time.Time {
 
 // Workers lists the registered worker processes, in host and id order:
 // with all false only those alive, that is seen within ttl, or when ttl is
-// 0 within WorkerMissedBeats of their own beat interval. It also deletes
+// 0 within WorkerMissedBeats of their own beat interval, and not stamped
+// more than WorkerClockSkew ahead of the server's clock. It also deletes
 // the documents of processes not seen for WorkerForgetAfter.
 func (c *Client) Workers(ctx context.Context, ttl time.Duration, all bool) ([]WorkerInfo, error) {
 	t := c.ServerTime(ctx)
@@ -145,7 +160,8 @@ func (c *Client) Workers(ctx context.Context, ttl time.Duration, all bool) ([]Wo
 		}
 		if !w.LastSeen.IsZero() {
 			w.Age = t.Sub(w.LastSeen)
-			w.Alive = w.Age < limit
+			w.Future = w.Age < -WorkerClockSkew
+			w.Alive = w.Age < limit && !w.Future
 		}
 		if all || w.Alive {
 			out = append(out, w)

@@ -35,37 +35,55 @@ free_port() {
 	return 1
 }
 
+# say prints a line of the demo's own, and never fails: stdout may be a
+# pipe whose reader is gone (`make run | tee run.log` after Ctrl-C killed
+# tee, `make run | head`), and the cleanup must go on regardless.
+say() { printf '%s\n' "$*" 2>/dev/null || true; }
+
 # stop ends the demo. Ctrl-C has already sent SIGINT to the workers (they
 # share the terminal's process group); a second signal would make them
 # cancel their jobs, so they are only signalled when it was not Ctrl-C.
+# It survives a closed stdout: SIGPIPE is ignored from its first line and
+# nothing in it stops on a failed write, so devdb (in a session of its
+# own, which no Ctrl-C reaches) is always stopped.
 stop() {
 	trap - INT TERM EXIT
-	echo
-	echo "== stopping workers (they finish or release their jobs) =="
+	trap '' PIPE
+	set +e
+	say
+	say "== stopping workers (they finish or release their jobs) =="
 	if [ "$1" != INT ]; then
-		for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+		for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	fi
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
 	if [ -n "$dashboard_pid" ]; then
-		[ "$1" != INT ] && kill -TERM "$dashboard_pid" 2>/dev/null || true
-		wait "$dashboard_pid" 2>/dev/null || true
+		[ "$1" != INT ] && kill -TERM "$dashboard_pid" 2>/dev/null
+		wait "$dashboard_pid" 2>/dev/null
 	fi
-	bin/docketctl stats 2>/dev/null || true
+	bin/docketctl stats 2>/dev/null
 	if [ -n "$devdb_pid" ]; then
-		echo "== stopping devdb =="
-		kill -TERM "$devdb_pid" 2>/dev/null || true
-		wait "$devdb_pid" 2>/dev/null || true
+		say "== stopping devdb =="
+		kill -TERM "$devdb_pid" 2>/dev/null
+		wait "$devdb_pid" 2>/dev/null
 	fi
 	exit 0
 }
 
+host=${addr%:*} port=${addr##*:}
+if [ -z "${DOCKET_MONGO_URI:-}" ] && (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; then
+	echo "make run: $addr is already in use. Stop what listens there, or set DOCKET_DEVDB_ADDR=127.0.0.1:PORT," >&2
+	echo "or point docket at a running server with DOCKET_MONGO_URI=mongodb://..." >&2
+	exit 1
+fi
+
+# From here every way out goes through stop: Ctrl-C, SIGTERM, an error, and
+# a write to a closed stdout (the reader of `make run | ...` gone), which
+# would otherwise kill this script and leave devdb and the workers running.
+trap "stop PIPE" PIPE
+trap "stop TERM" TERM EXIT
+trap "stop INT" INT
+
 if [ -z "${DOCKET_MONGO_URI:-}" ]; then
-	host=${addr%:*} port=${addr##*:}
-	if (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; then
-		echo "make run: $addr is already in use. Stop what listens there, or set DOCKET_DEVDB_ADDR=127.0.0.1:PORT," >&2
-		echo "or point docket at a running server with DOCKET_MONGO_URI=mongodb://..." >&2
-		exit 1
-	fi
 	mkdir -p .docket/data
 	echo "== starting devdb on $addr (data in .docket/data) =="
 	# Its own session: Ctrl-C reaches the workers first, devdb last.
@@ -77,8 +95,6 @@ if [ -z "${DOCKET_MONGO_URI:-}" ]; then
 		sleep 0.1
 	done
 fi
-trap "stop INT" INT
-trap "stop TERM" TERM EXIT
 
 echo "== starting two workers =="
 metrics_urls=()

@@ -376,7 +376,7 @@ func insertBatch(ctx context.Context, e *env, r io.Reader, batch uuid.UUID, tota
 				case res.Err != nil:
 					rep.notInserted = append(rep.notInserted, lines[i])
 				default:
-					fmt.Fprintln(out, res.ID)
+					fmt.Fprintln(out, shown(res.ID))
 					switch {
 					case res.Duplicate:
 						rep.held++

@@ -44,9 +44,9 @@ func ctlCapacity(fs *flag.FlagSet) func(*env, []string) error {
 				return err
 			}
 			if changed {
-				fmt.Fprintf(e.stdout, "%s\tunbounded: enqueues are admitted again within %s\n", q, queue.CapacityRefresh)
+				fmt.Fprintf(e.stdout, "%s\tunbounded: enqueues are admitted again within %s\n", shown(q), queue.CapacityRefresh)
 			} else {
-				fmt.Fprintf(e.stdout, "%s\thad no capacity; nothing changed\n", q)
+				fmt.Fprintf(e.stdout, "%s\thad no capacity; nothing changed\n", shown(q))
 			}
 			return nil
 		}
@@ -61,7 +61,7 @@ func ctlCapacity(fs *flag.FlagSet) func(*env, []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "%s\tcapacity %d (%d admitted and unfinished now): enqueues past it are refused within %s\n", q, n, used, queue.CapacityRefresh)
+		fmt.Fprintf(e.stdout, "%s\tcapacity %d (%d admitted and unfinished now): enqueues past it are refused within %s\n", shown(q), n, used, queue.CapacityRefresh)
 		return nil
 	}
 }
@@ -79,7 +79,7 @@ func listCapacities(e *env) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "queue\tcapacity\tadmitted\tset")
 	for _, c := range caps {
-		fmt.Fprintf(tw, "%s\t%s\n", c.Queue, capacityNote(c))
+		fmt.Fprintf(tw, "%s\t%s\n", shown(c.Queue), capacityNote(c))
 	}
 	return tw.Flush()
 }
@@ -88,14 +88,14 @@ func listCapacities(e *env) error {
 // admitted, set.
 func capacityNote(c queue.QueueCapacity) string {
 	if c.Malformed != "" {
-		return "none\t-\tits queues document is malformed: " + c.Malformed + "; `docketctl capacity` rewrites it"
+		return "none\t-\tits queues document is malformed: " + shown(c.Malformed) + "; `docketctl capacity` rewrites it"
 	}
 	set := ""
 	if !c.SetAt.IsZero() {
 		set = c.SetAt.Format(time.RFC3339)
 	}
 	if c.SetBy != "" {
-		set += " by " + c.SetBy
+		set += " by " + shown(c.SetBy)
 	}
 	return fmt.Sprintf("%d\t%d\t%s", c.Capacity, c.Occupied, set)
 }
@@ -137,7 +137,7 @@ func ctlProduct(*flag.FlagSet) func(*env, []string) error {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "%s\tstock %d\tsold %d\torders placed %d (%d units)\trejected %d\n",
-				p.ID, p.Stock, p.Sold, sum.Placed, sum.UnitsPlaced, sum.Rejected)
+				shown(p.ID), p.Stock, p.Sold, sum.Placed, sum.UnitsPlaced, sum.Rejected)
 			return nil
 		}
 		return badInput("use: product create ID STOCK, or product show ID")

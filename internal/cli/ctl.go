@@ -14,13 +14,10 @@ import (
 	"os/user"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/docketq/docket/configs"
 	"github.com/docketq/docket/handlers"
@@ -92,6 +89,9 @@ func parseWhen(flagName, s string) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return time.Time{}, badInput("--%s: %q is not a positive duration ago (it would select jobs created in the future: none); give one such as 2h, or a time such as 2026-11-23T08:00:00Z", flagName, s)
+		}
 		return time.Now().Add(-d), nil
 	}
 	t, err := time.Parse(time.RFC3339, s)
@@ -158,7 +158,7 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		for _, c := range caps {
 			if c.Malformed != "" {
-				fmt.Fprintf(e.stdout, "queue %s: unbounded (its capacity is malformed: %s)\n", shown(c.Queue), c.Malformed)
+				fmt.Fprintf(e.stdout, "queue %s: unbounded (its capacity is malformed: %s)\n", shown(c.Queue), shown(c.Malformed))
 				continue
 			}
 			fmt.Fprintf(e.stdout, "queue %s: capacity %d, %d admitted and unfinished\n", shown(c.Queue), c.Capacity, c.Occupied)
@@ -216,12 +216,13 @@ func ctlList(fs *flag.FlagSet) func(*env, []string) error {
 			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "id\tkind\tqueue\tstate\tattempt\tupdated\tlast error")
 			for _, j := range list {
-				qn := j.Queue
-				if paused[qn] {
+				qn := shown(j.Queue)
+				if paused[j.Queue] {
 					qn += " (paused)"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Kind, qn, j.State, j.Attempt, j.MaxAttempts,
-					j.UpdatedAt.Format(time.RFC3339), truncate(j.LastError, 60))
+				lastError := shown(strings.ReplaceAll(j.LastError, "\n", " "))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", shown(j.ID), shown(j.Kind), qn, shown(j.State), j.Attempt, j.MaxAttempts,
+					j.UpdatedAt.Format(time.RFC3339), truncate(lastError, 60))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -232,14 +233,6 @@ func ctlList(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		return nil
 	}
-}
-
-func truncate(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-1] + "…"
 }
 
 func ctlShow(fs *flag.FlagSet) func(*env, []string) error {
@@ -278,11 +271,12 @@ func ctlShow(fs *flag.FlagSet) func(*env, []string) error {
 
 // showJob prints one job for a person: its fields, each attempt's error,
 // its args.
+// Every value is shown (escaped), the args' JSON too.
 func showJob(w io.Writer, j queue.JobSummary) {
-	fmt.Fprintf(w, "job %s\n", j.ID)
+	fmt.Fprintf(w, "job %s\n", shown(j.ID))
 	for _, f := range []string{"kind", "queue", "state", "priority", "attempt", "maxAttempts", "runAt", "createdAt", "updatedAt", "finishedAt", "owner", "uniqueKey", "finishedUniqueKey", "cancelRequestedAt"} {
 		if v := j.Raw.Lookup(f); v.Type != 0 {
-			fmt.Fprintf(w, "  %-18s %s\n", f+":", showValue(v))
+			fmt.Fprintf(w, "  %-18s %s\n", f+":", shown(showValue(v)))
 		}
 	}
 	if errs, ok := j.Raw.Lookup("errors").ArrayOK(); ok {
@@ -293,17 +287,17 @@ func showJob(w io.Writer, j queue.JobSummary) {
 		for _, v := range vals {
 			d, ok := v.DocumentOK()
 			if !ok {
-				fmt.Fprintf(w, "    %s\n", v)
+				fmt.Fprintf(w, "    %s\n", shown(v.String()))
 				continue
 			}
-			fmt.Fprintf(w, "    attempt %s at %s by %s: %s\n", showValue(d.Lookup("attempt")), showValue(d.Lookup("at")),
-				showValue(d.Lookup("owner")), showValue(d.Lookup("message")))
+			fmt.Fprintf(w, "    attempt %s at %s by %s: %s\n", shown(showValue(d.Lookup("attempt"))), shown(showValue(d.Lookup("at"))),
+				shown(showValue(d.Lookup("owner"))), shown(showValue(d.Lookup("message"))))
 		}
 	}
 	if args := j.Raw.Lookup("args"); args.Type != 0 {
 		b, err := bson.MarshalExtJSON(bson.D{{Key: "args", Value: args}}, false, false)
 		if err == nil {
-			fmt.Fprintf(w, "  args:              %s\n", strings.TrimSuffix(strings.TrimPrefix(string(b), `{"args":`), "}"))
+			fmt.Fprintf(w, "  args:              %s\n", shown(strings.TrimSuffix(strings.TrimPrefix(string(b), `{"args":`), "}")))
 		}
 	}
 }
@@ -330,10 +324,10 @@ func report(e *env, verb string, results []queue.ActionResult) error {
 	for _, r := range results {
 		if r.Err != nil {
 			left++
-			fmt.Fprintf(e.stdout, "%s\tnot %s: %v\n", r.ID, verb, r.Err)
+			fmt.Fprintf(e.stdout, "%s\tnot %s: %s\n", shown(r.ID), verb, shown(r.Err.Error()))
 			continue
 		}
-		fmt.Fprintf(e.stdout, "%s\t%s (was %s)\n", r.ID, verb, r.From)
+		fmt.Fprintf(e.stdout, "%s\t%s (was %s)\n", shown(r.ID), verb, shown(r.From))
 	}
 	if left > 0 {
 		return usageError{fmt.Errorf("%d of %d jobs not %s", left, len(results), verb)}
@@ -453,14 +447,14 @@ func cancelCommand(fs *flag.FlagSet) func(*env, []string) error {
 		for _, id := range ids {
 			out, err := handlers.CancelJob(e.ctx, e.db, e.q, id)
 			if errors.Is(err, queue.ErrNotFound) || errors.Is(err, queue.ErrFinished) || errors.Is(err, handlers.ErrNotCancellable) {
-				fmt.Fprintf(e.stderr, "%s: %v\n", id, err)
+				fmt.Fprintf(e.stderr, "%s: %s\n", shown(id), shown(err.Error()))
 				failed = append(failed, id)
 				continue
 			}
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "%s\t%s\n", id, out)
+			fmt.Fprintf(e.stdout, "%s\t%s\n", shown(id), shown(fmt.Sprint(out)))
 		}
 		if len(failed) > 0 {
 			return usageError{fmt.Errorf("%d of %d jobs not cancelled", len(failed), len(ids))}
@@ -505,6 +499,12 @@ func ctlPause(fs *flag.FlagSet) func(*env, []string) error {
 		if err := queueNames(names); err != nil {
 			return err
 		}
+		for _, q := range names {
+			// A queue enqueue would refuse has no jobs to pause.
+			if err := queue.ValidQueueName(q); err != nil {
+				return badInput("%v", err)
+			}
+		}
 		if *by == "" {
 			*by = operator()
 		}
@@ -514,9 +514,9 @@ func ctlPause(fs *flag.FlagSet) func(*env, []string) error {
 				return err
 			}
 			if changed {
-				fmt.Fprintf(e.stdout, "%s\tpaused: workers stop claiming from it within %s; running jobs finish\n", q, queue.PauseRefresh)
+				fmt.Fprintf(e.stdout, "%s\tpaused: workers stop claiming from it within %s; running jobs finish\n", shown(q), queue.PauseRefresh)
 			} else {
-				fmt.Fprintf(e.stdout, "%s\talready paused; nothing changed\n", q)
+				fmt.Fprintf(e.stdout, "%s\talready paused; nothing changed\n", shown(q))
 			}
 		}
 		return nil
@@ -538,9 +538,9 @@ func ctlResume(fs *flag.FlagSet) func(*env, []string) error {
 				return err
 			}
 			if changed {
-				fmt.Fprintf(e.stdout, "%s\tresumed: workers claim from it again within %s\n", q, queue.PauseRefresh)
+				fmt.Fprintf(e.stdout, "%s\tresumed: workers claim from it again within %s\n", shown(q), queue.PauseRefresh)
 			} else {
-				fmt.Fprintf(e.stdout, "%s\tnot paused; nothing changed\n", q)
+				fmt.Fprintf(e.stdout, "%s\tnot paused; nothing changed\n", shown(q))
 			}
 		}
 		return nil
@@ -551,11 +551,11 @@ func ctlResume(fs *flag.FlagSet) func(*env, []string) error {
 func pausedNote(s queue.QueueState) string {
 	switch {
 	case s.Malformed != "":
-		return "running (its queues document is malformed: " + s.Malformed + ")"
+		return "running (its queues document is malformed: " + shown(s.Malformed) + ")"
 	case s.Paused && !s.PausedAt.IsZero():
 		note := "PAUSED since " + s.PausedAt.Format(time.RFC3339)
 		if s.PausedBy != "" {
-			note += " by " + s.PausedBy
+			note += " by " + shown(s.PausedBy)
 		}
 		return note
 	case s.Paused:
@@ -584,7 +584,7 @@ func ctlWorkers(fs *flag.FlagSet) func(*env, []string) error {
 				b, err := json.Marshal(map[string]any{
 					"id": w.ID, "host": w.Host, "pid": w.PID, "version": w.Version, "queues": w.Queues, "kinds": w.Kinds,
 					"concurrency": w.Concurrency, "running": w.Running, "startedAt": w.StartedAt, "lastSeen": w.LastSeen,
-					"alive": w.Alive,
+					"alive": w.Alive, "future": w.Future,
 				})
 				if err != nil {
 					return err
@@ -596,12 +596,12 @@ func ctlWorkers(fs *flag.FlagSet) func(*env, []string) error {
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "id\thost\tpid\tversion\tqueues\tconcurrency\trunning\tstarted\tlast seen")
 		for _, w := range list {
-			seen := w.Age.Round(time.Millisecond).String() + " ago"
-			if !w.Alive {
-				seen += " (stopped beating)"
+			queues := make([]string, len(w.Queues))
+			for i, q := range w.Queues {
+				queues[i] = shown(q)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", w.ID, w.Host, w.PID, w.Version, strings.Join(w.Queues, ","),
-				w.Concurrency, w.Running, w.StartedAt.Format(time.RFC3339), seen)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", shown(w.ID), shown(w.Host), w.PID, shown(w.Version), strings.Join(queues, ","),
+				w.Concurrency, w.Running, w.StartedAt.Format(time.RFC3339), lastSeen(w))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -611,6 +611,21 @@ func ctlWorkers(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		return nil
 	}
+}
+
+// lastSeen says how a process's last beat reads in the workers table.
+func lastSeen(w queue.WorkerInfo) string {
+	switch {
+	case w.LastSeen.IsZero():
+		return "never (no lastSeen time)"
+	case w.Future:
+		return fmt.Sprintf("%s in the future (SUSPICIOUS: not a beat; not counted alive)", (-w.Age).Round(time.Millisecond))
+	case w.Age < 0:
+		return "just now"
+	case !w.Alive:
+		return w.Age.Round(time.Millisecond).String() + " ago (stopped beating)"
+	}
+	return w.Age.Round(time.Millisecond).String() + " ago"
 }
 
 // statsCounts are the counts stats prints, with where they come from.
@@ -652,18 +667,6 @@ func (c statsCounts) freshness() string {
 		line += fmt.Sprintf("; %d stored entries could not be read and are left out", c.Unreadable)
 	}
 	return line
-}
-
-// shown is s as stats prints it to a terminal: as it is when it is valid
-// UTF-8 without control characters, else quoted with Go's escapes, so that
-// a name another application wrote cannot move the cursor, set the
-// terminal's title or clipboard, or add a row of its own. --json stays
-// exact.
-func shown(s string) string {
-	if utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl) {
-		return s
-	}
-	return strconv.Quote(s)
 }
 
 func orUnknown(s string) string {

@@ -59,6 +59,11 @@ func Enqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // status: 0 done, 1 a failure (the database unreachable), 2 bad input, 3 a
 // job refused by a full queue (and nothing else failed).
 func runTool(tool string, cmds map[string]subcommand, note string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// No message shows a password, whatever setting a connection string
+	// was given to (stdout is the command's output: left as it is).
+	red := configs.NewRedactor(configs.Getenv("DOCKET_MONGO_URI"))
+	progress := isTerminal(stderr)
+	stderr = red.Writer(stderr)
 	usage := func() {
 		fmt.Fprintf(stderr, "Usage: %s COMMAND [flags]\n\nCommands:\n", tool)
 		names := make([]string, 0, len(cmds))
@@ -97,6 +102,7 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
+	red.Add(cfg.Mongo.URI)
 	client, err := connect(cfg.Mongo, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
@@ -112,28 +118,30 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 		return 2
 	}
 	e := &env{ctx: ctx, base: context.Background(), cfg: cfg, db: db, q: q, stdin: stdin, stdout: stdout, stderr: stderr,
-		progress: isTerminal(stderr)}
+		progress: progress}
 	err = run(e, fs.Args())
+	// An error may quote what another application stored: shown, line by
+	// line.
 	var ue usageError
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(stderr, "%s: %s\n", name, shownLines(err.Error()))
 		return 2
 	case errors.Is(err, queue.ErrQueueFull):
 		var full *queue.QueueFullError
 		if errors.As(err, &full) {
 			err = full
 		}
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(stderr, "%s: %s\n", name, shownLines(err.Error()))
 		return ExitQueueFull
 	case errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err) || mongo.IsNetworkError(err):
 		fmt.Fprintf(stderr, "%s: MongoDB at %s did not answer within %s: %s\n", name,
-			configs.RedactURI(cfg.Mongo.URI), cfg.Mongo.Timeout, configs.Redact(err.Error(), cfg.Mongo.URI))
+			configs.RedactURI(cfg.Mongo.URI), cfg.Mongo.Timeout, shownLines(configs.Redact(err.Error(), cfg.Mongo.URI)))
 		return 1
 	default:
-		fmt.Fprintf(stderr, "%s: %s\n", name, configs.Redact(err.Error(), cfg.Mongo.URI))
+		fmt.Fprintf(stderr, "%s: %s\n", name, shownLines(configs.Redact(err.Error(), cfg.Mongo.URI)))
 		return 1
 	}
 }
@@ -197,25 +205,27 @@ func enqueueAndPrint(e *env, ins []queue.Insert) error {
 		return usageError{err}
 	}
 	for _, r := range res {
+		// The id of a job that holds a unique key is another's: shown.
+		id := shown(r.ID)
 		switch {
 		case errors.Is(r.Err, queue.ErrQueueFull):
 			var full *queue.QueueFullError
 			errors.As(r.Err, &full)
-			fmt.Fprintf(e.stderr, "%s: refused: %v\n", r.ID, full)
+			fmt.Fprintf(e.stderr, "%s: refused: %s\n", id, shown(fmt.Sprint(full)))
 			continue
 		case r.Err != nil:
 			how := "not inserted"
 			if errors.Is(r.Err, queue.ErrOutcomeUnknown) {
 				how = "not known whether inserted (looking it up failed)"
 			}
-			fmt.Fprintf(e.stderr, "%s: %s; rerun with --id %s to enqueue it at most once\n", r.ID, how, r.ID)
+			fmt.Fprintf(e.stderr, "%s: %s; rerun with --id %s to enqueue it at most once\n", id, how, id)
 			continue
 		case r.Duplicate:
-			fmt.Fprintf(e.stderr, "%s: not added: an unfinished job holds the unique key\n", r.ID)
+			fmt.Fprintf(e.stderr, "%s: not added: an unfinished job holds the unique key\n", id)
 		case r.Existed:
-			fmt.Fprintf(e.stderr, "%s: already there: not added again\n", r.ID)
+			fmt.Fprintf(e.stderr, "%s: already there: not added again\n", id)
 		}
-		fmt.Fprintln(e.stdout, r.ID)
+		fmt.Fprintln(e.stdout, id)
 	}
 	return err
 }

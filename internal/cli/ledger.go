@@ -35,7 +35,7 @@ func ctlLedger(*flag.FlagSet) func(*env, []string) error {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "%s\t%d\n", args[0], bal)
+			fmt.Fprintf(e.stdout, "%s\t%d\n", shown(args[0]), bal)
 			return nil
 		case cmd == "verify" && len(args) == 0:
 			drift, err := handlers.VerifyLedger(e.ctx, e.db)
@@ -48,7 +48,7 @@ func ctlLedger(*flag.FlagSet) func(*env, []string) error {
 			}
 			names := make([]string, len(drift))
 			for i, d := range drift {
-				fmt.Fprintln(e.stdout, d.String())
+				fmt.Fprintln(e.stdout, shown(d.String()))
 				names[i] = d.Account
 			}
 			return fmt.Errorf("%d ledger accounts drifted from the log: %s", len(drift), strings.Join(names, ", "))
@@ -61,10 +61,10 @@ func ctlLedger(*flag.FlagSet) func(*env, []string) error {
 				return err
 			}
 			if out.Cancelled {
-				fmt.Fprintf(e.stdout, "%s\tcancelled\n", args[0])
+				fmt.Fprintf(e.stdout, "%s\tcancelled\n", shown(args[0]))
 				return nil
 			}
-			fmt.Fprintf(e.stdout, "%s\tcompensated by %s (job %s): %s\n", args[0], out.Compensation, out.JobID, out.Why)
+			fmt.Fprintf(e.stdout, "%s\tcompensated by %s (job %s): %s\n", shown(args[0]), shown(out.Compensation), shown(out.JobID), shown(out.Why))
 			return nil
 		}
 		return badInput("unknown ledger command %q: use balance ACCOUNT, verify, or cancel TXID", strings.Join(rest, " "))

@@ -54,6 +54,10 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	if reapOnce {
 		args = args[1:]
 	}
+	// No message or log line shows a password, whatever setting a
+	// connection string was given to.
+	red := configs.NewRedactor(configs.Getenv("DOCKET_MONGO_URI"))
+	stderr = red.Writer(stderr)
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -69,6 +73,7 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		fmt.Fprintf(stderr, "worker: %v\n", err)
 		return 2
 	}
+	red.Add(cfg.Mongo.URI)
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "worker: unexpected argument %q\n", fs.Arg(0))
 		return 2

@@ -123,17 +123,19 @@ func (w *Worker) Claimed(took time.Duration, n int, err error) {
 
 // Started implements worker.Observer.
 func (w *Worker) Started(job *jobs.Job) {
-	w.running.WithLabelValues(job.Kind, job.Queue).Inc()
+	kind, q := labelValue(job.Kind), labelValue(job.Queue)
+	w.running.WithLabelValues(kind, q).Inc()
 	if job.Attempt > 1 {
-		w.retries.WithLabelValues(job.Kind, job.Queue).Inc()
+		w.retries.WithLabelValues(kind, q).Inc()
 	}
 }
 
 // Finished implements worker.Observer.
 func (w *Worker) Finished(job *jobs.Job, outcome worker.Outcome, handler time.Duration) {
-	w.running.WithLabelValues(job.Kind, job.Queue).Dec()
-	w.finished.WithLabelValues(job.Kind, job.Queue, string(outcome)).Inc()
-	w.duration.WithLabelValues(job.Kind).Observe(handler.Seconds())
+	kind, q := labelValue(job.Kind), labelValue(job.Queue)
+	w.running.WithLabelValues(kind, q).Dec()
+	w.finished.WithLabelValues(kind, q, labelValue(string(outcome))).Inc()
+	w.duration.WithLabelValues(kind).Observe(handler.Seconds())
 }
 
 // Heartbeat implements worker.Observer.
@@ -150,7 +152,7 @@ func (w *Worker) Heartbeat(_ *jobs.Job, err error) {
 
 // LeaseLost implements worker.Observer.
 func (w *Worker) LeaseLost(job *jobs.Job) {
-	w.leasesLost.WithLabelValues(job.Kind, job.Queue).Inc()
+	w.leasesLost.WithLabelValues(labelValue(job.Kind), labelValue(job.Queue)).Inc()
 }
 
 // RegisterPoolStats registers the pool's own counts with reg, read from

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -43,6 +44,10 @@ type QueueStatsConfig struct {
 	Interval time.Duration
 	// Logger receives failures to count. Defaults to a no-op logger.
 	Logger *zap.Logger
+	// MaxQueues is how many queues are exported one by one, those with
+	// the most jobs; the others are summed under the queue label
+	// OtherQueues. Defaults to DefaultMaxQueues.
+	MaxQueues int
 }
 
 // QueueStats exports, from the elected leader only, the jobs per queue and
@@ -78,6 +83,12 @@ func NewQueueStats(cfg QueueStatsConfig) (*QueueStats, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
+	}
+	if cfg.MaxQueues == 0 {
+		cfg.MaxQueues = DefaultMaxQueues
+	}
+	if cfg.MaxQueues < 0 {
+		return nil, fmt.Errorf("metrics: MaxQueues %d must not be negative", cfg.MaxQueues)
 	}
 	return &QueueStats{
 		cfg: cfg,
@@ -163,24 +174,105 @@ func (s *QueueStats) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	now := time.Now()
-	for _, qs := range stats {
-		byState := map[string]int64{}
-		for _, st := range []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled} {
-			byState[string(st)] = 0 // every state, so that a drained one reads 0 rather than vanishing
-		}
-		for _, states := range qs.Counts {
-			for st, n := range states {
-				byState[st] += n
-			}
-		}
-		for st, n := range byState {
-			ch <- prometheus.MustNewConstMetric(s.jobs, prometheus.GaugeValue, float64(n), qs.Queue, st)
+	for _, g := range bounded(stats, s.cfg.MaxQueues) {
+		for st, n := range g.byState {
+			ch <- prometheus.MustNewConstMetric(s.jobs, prometheus.GaugeValue, float64(n), g.label, st)
 		}
 		age := 0.0
-		if !qs.OldestAvailable.IsZero() {
-			age = max(0, now.Sub(qs.OldestAvailable).Seconds())
+		if !g.oldest.IsZero() {
+			age = max(0, now.Sub(g.oldest).Seconds())
 		}
-		ch <- prometheus.MustNewConstMetric(s.oldest, prometheus.GaugeValue, age, qs.Queue)
+		ch <- prometheus.MustNewConstMetric(s.oldest, prometheus.GaugeValue, age, g.label)
+	}
+}
+
+// queueGauges are the values exported for one queue label.
+type queueGauges struct {
+	label   string
+	total   int64
+	byState map[string]int64
+	oldest  time.Time
+}
+
+// knownStates are the states exported by name; any other stored state is
+// counted under OtherState.
+var knownStates = []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}
+
+// bounded turns the counts into at most maxQueues+1 queue labels, each a
+// valid label value once: the queues with the most jobs (ties by name),
+// and the rest summed under OtherQueues. Queues whose names meet in one
+// label value are summed; states other than docket's are summed under
+// OtherState.
+func bounded(stats []queue.QueueStats, maxQueues int) []*queueGauges {
+	byLabel := map[string]*queueGauges{}
+	var all []*queueGauges
+	for _, qs := range stats {
+		g := byLabel[labelValue(qs.Queue)]
+		if g == nil {
+			g = &queueGauges{label: labelValue(qs.Queue), byState: map[string]int64{}}
+			for _, st := range knownStates {
+				g.byState[string(st)] = 0 // every state, so that a drained one reads 0 rather than vanishing
+			}
+			byLabel[g.label] = g
+			all = append(all, g)
+		}
+		g.add(qs)
+	}
+	if len(all) <= maxQueues {
+		return all
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].total != all[j].total {
+			return all[i].total > all[j].total
+		}
+		return all[i].label < all[j].label
+	})
+	out := all[:maxQueues:maxQueues]
+	var other *queueGauges
+	for _, g := range out {
+		if g.label == OtherQueues {
+			other = g
+		}
+	}
+	if other == nil {
+		other = &queueGauges{label: OtherQueues, byState: map[string]int64{}}
+		for _, st := range knownStates {
+			other.byState[string(st)] = 0
+		}
+		out = append(out, other)
+	}
+	for _, g := range all[maxQueues:] {
+		other.merge(g)
+	}
+	return out
+}
+
+// add counts the jobs of qs.
+func (g *queueGauges) add(qs queue.QueueStats) {
+	for _, states := range qs.Counts {
+		for st, n := range states {
+			if !jobs.State(st).Valid() {
+				st = OtherState
+			}
+			g.byState[st] += n
+			g.total += n
+		}
+	}
+	g.oldestAt(qs.OldestAvailable)
+}
+
+// merge adds the counts of o.
+func (g *queueGauges) merge(o *queueGauges) {
+	for st, n := range o.byState {
+		g.byState[st] += n
+	}
+	g.total += o.total
+	g.oldestAt(o.oldest)
+}
+
+func (g *queueGauges) oldestAt(t time.Time) {
+	if !t.IsZero() && (g.oldest.IsZero() || t.Before(g.oldest)) {
+		g.oldest = t
 	}
 }
 

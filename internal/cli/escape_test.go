@@ -1,0 +1,211 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// hostile are strings another application may store: an OSC clipboard
+// write, a line erase, a title, a carriage return, a newline that would
+// add a row, a tab that would shift a column, C1 controls (CSI, OSC) and
+// bytes that are not UTF-8 (devdb stores U+FFFD for those).
+var hostile = map[string]string{
+	"kind":    "k\x1b]52;c;ZXZpbA==\a",
+	"queue":   "mail\nfake  row  available",
+	"id":      "id\r\x1b[2Kok",
+	"message": "boom\u009b31m\u009d0;title\u009c",
+	"owner":   "w\tx\xff",
+	"state":   "dead\x1b[8m",
+	"host":    "h\x1b]0;owned\a",
+	"version": "v\u009b2J",
+	"by":      "ops\x1b[1A",
+}
+
+// requireSafe fails when out holds anything a terminal would act on: a
+// control character other than newline (and, when tabs is set, tab), a
+// C1 control, or bytes that are not UTF-8.
+func requireSafe(t *testing.T, out string, tabs bool) {
+	t.Helper()
+	require.True(t, utf8.ValidString(out), "output is not UTF-8: %q", out)
+	for _, r := range out {
+		if r == '\n' || (tabs && r == '\t') {
+			continue
+		}
+		require.False(t, r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f), "control character %U reached the terminal: %q", r, out)
+	}
+}
+
+// TestCtlEscapesForeignDocuments: list, show, stats, workers, retry, cancel
+// and pause print every string another application stored escaped: no
+// escape sequence, C1 control, carriage return or stray tab reaches the
+// terminal, and a newline adds no row; --json keeps the values exact.
+func TestCtlEscapesForeignDocuments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewDB(t)
+	uri := testdb.URI()
+	now := time.Now().UTC()
+	_, err := db.Collection(queue.DefaultCollection).InsertOne(ctx, bson.D{
+		{Key: "_id", Value: hostile["id"]}, {Key: "kind", Value: hostile["kind"]}, {Key: "queue", Value: hostile["queue"]},
+		{Key: "state", Value: "dead"}, {Key: "attempt", Value: 1}, {Key: "maxAttempts", Value: 1},
+		{Key: "owner", Value: hostile["owner"]}, {Key: "runAt", Value: now}, {Key: "createdAt", Value: now}, {Key: "updatedAt", Value: now},
+		{Key: "args", Value: bson.D{{Key: "s", Value: hostile["message"]}}},
+		{Key: "errors", Value: bson.A{bson.D{{Key: "attempt", Value: 1}, {Key: "at", Value: now}, {Key: "owner", Value: hostile["owner"]}, {Key: "message", Value: hostile["message"]}}}},
+	})
+	require.NoError(t, err)
+	_, err = db.Collection(queue.DefaultCollection).InsertOne(ctx, bson.D{
+		{Key: "_id", Value: "j2"}, {Key: "kind", Value: "k"}, {Key: "queue", Value: "q"}, {Key: "state", Value: hostile["state"]},
+		{Key: "createdAt", Value: now}, {Key: "updatedAt", Value: now},
+	})
+	require.NoError(t, err)
+	_, err = db.Collection(queue.DefaultWorkersCollection).InsertOne(ctx, bson.D{
+		{Key: "_id", Value: hostile["id"]}, {Key: "host", Value: hostile["host"]}, {Key: "pid", Value: 7}, {Key: "version", Value: hostile["version"]},
+		{Key: "queues", Value: bson.A{hostile["queue"]}}, {Key: "lastSeen", Value: now}, {Key: "beatEveryMs", Value: 1000},
+	})
+	require.NoError(t, err)
+	_, err = db.Collection(queue.DefaultQueuesCollection).InsertOne(ctx, bson.D{
+		{Key: "_id", Value: hostile["queue"]}, {Key: "paused", Value: true}, {Key: "pausedAt", Value: now}, {Key: "pausedBy", Value: hostile["by"]},
+	})
+	require.NoError(t, err)
+
+	out, errs, code := runCtl(t, uri, db, "list")
+	require.Zero(t, code, errs)
+	requireSafe(t, out, false)
+	require.Len(t, strings.Split(strings.TrimSuffix(out, "\n"), "\n"), 3, "a header and two jobs, no fake row: %s", out)
+	require.Contains(t, out, `"id\r\x1b[2Kok"`)
+	require.Contains(t, out, `"k\x1b]52;c;ZXZpbA==\a"`)
+	require.Contains(t, out, `"mail\nfake  row  available" (paused)`)
+	require.Contains(t, out, `"dead\x1b[8m"`)
+
+	out, errs, code = runCtl(t, uri, db, "show", hostile["id"], "j2")
+	require.Zero(t, code, errs)
+	requireSafe(t, out, false)
+	require.Contains(t, out, `job "id\r\x1b[2Kok"`)
+	require.Contains(t, out, `by "w\tx`+"\ufffd"+`": "boom\u009b31m\u009d0;title\u009c"`, "devdb stored U+FFFD for the byte that is not UTF-8")
+
+	out, errs, code = runCtl(t, uri, db, "stats", "--exact")
+	require.Zero(t, code, errs)
+	requireSafe(t, out, false)
+	require.Contains(t, out, `PAUSED since`)
+	require.Contains(t, out, `by "ops\x1b[1A"`)
+
+	out, errs, code = runCtl(t, uri, db, "workers")
+	require.Zero(t, code, errs)
+	requireSafe(t, out, false)
+	require.Len(t, strings.Split(strings.TrimSuffix(out, "\n"), "\n"), 2, out)
+	require.Contains(t, out, `"h\x1b]0;owned\a"`)
+	require.Contains(t, out, `"v\u009b2J"`)
+
+	out, errs, code = runCtl(t, uri, db, "cancel", hostile["id"])
+	require.Equal(t, 2, code, "a dead job is not cancelled")
+	requireSafe(t, out, true)
+	requireSafe(t, errs, false)
+	out, errs, code = runCtl(t, uri, db, "retry", "--state", "dead")
+	require.Zero(t, code, errs)
+	requireSafe(t, out, true)
+	require.Contains(t, out, `"id\r\x1b[2Kok"`+"\tretried (was dead)")
+	out, errs, code = runCtl(t, uri, db, "resume", hostile["queue"])
+	require.Zero(t, code, errs)
+	requireSafe(t, out, true)
+
+	// --json stays exact.
+	out, errs, code = runCtl(t, uri, db, "list", "--json", "--kind", hostile["kind"])
+	require.Zero(t, code, errs)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(out)), &doc), out)
+	require.Equal(t, hostile["kind"], doc["kind"])
+	require.Equal(t, hostile["queue"], doc["queue"])
+	require.Equal(t, hostile["id"], doc["_id"])
+	out, errs, code = runCtl(t, uri, db, "workers", "--json")
+	require.Zero(t, code, errs)
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(out)), &doc), out)
+	require.Equal(t, hostile["host"], doc["host"])
+}
+
+// TestWorkersFromTheFutureAreShownAsSuspicious: a registry document stamped
+// an hour ahead is not listed as alive; with --all it is listed, flagged.
+func TestWorkersFromTheFutureAreShownAsSuspicious(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewDB(t)
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	_, err = db.Collection(queue.DefaultWorkersCollection).InsertOne(ctx, bson.D{
+		{Key: "_id", Value: "forged"}, {Key: "host", Value: "h"}, {Key: "lastSeen", Value: q.ServerTime(ctx).Add(time.Hour)}, {Key: "beatEveryMs", Value: 1000},
+	})
+	require.NoError(t, err)
+	out, errs, code := runCtl(t, testdb.URI(), db, "workers")
+	require.Zero(t, code, errs)
+	require.NotContains(t, out, "forged")
+	require.Contains(t, errs, "no worker process is alive")
+	out, errs, code = runCtl(t, testdb.URI(), db, "workers", "--all")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `forged .* 59m59\.\d+s in the future \(SUSPICIOUS: not a beat; not counted alive\)`, out)
+	out, errs, code = runCtl(t, testdb.URI(), db, "workers", "--all", "--json")
+	require.Zero(t, code, errs)
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(out)), &doc), out)
+	require.Equal(t, false, doc["alive"])
+	require.Equal(t, true, doc["future"])
+}
+
+// TestCtlRefusesBadFilters: list --since or --until with a duration that is
+// not positive, and pause with a queue name enqueue would refuse, are
+// refused with a message naming the flag or the name, exit 2, nothing
+// written.
+func TestCtlRefusesBadFilters(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	uri := testdb.URI()
+	for _, args := range [][]string{{"list", "--since", "-1h"}, {"list", "--since", "0s"}, {"list", "--until=-5m"}} {
+		_, errs, code := runCtl(t, uri, db, args...)
+		require.Equal(t, 2, code, "%v: %s", args, errs)
+		require.Contains(t, errs, "is not a positive duration ago", args)
+	}
+	_, errs, code := runCtl(t, uri, db, "list", "--since", "1h")
+	require.Zero(t, code, errs)
+	for _, name := range []string{"mail\xff", "mail\x1b[2K"} {
+		_, errs, code := runCtl(t, uri, db, "pause", name)
+		require.Equal(t, 2, code, errs)
+		require.Contains(t, errs, "queue name")
+		requireSafe(t, errs, false)
+	}
+	n, err := db.Collection(queue.DefaultQueuesCollection).CountDocuments(context.Background(), bson.D{})
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
+// TestEnqueueRefusesControlCharactersInNames: `enqueue job` and `enqueue
+// batch` refuse a kind or queue with a control character, naming the
+// field (and the line), exit 2, nothing written.
+func TestEnqueueRefusesControlCharactersInNames(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	uri := testdb.URI()
+	for _, args := range [][]string{
+		{"job", "--kind", "k\x1b[2K"},
+		{"job", "--kind", "k", "--queue", "q\nq"},
+		{"job", "--kind", "k\u009b"},
+	} {
+		_, errs, code := runEnqueue(t, uri, db, "", args...)
+		require.Equal(t, 2, code, "%q: %s", args, errs)
+		require.Contains(t, errs, "control character")
+		requireSafe(t, errs, false)
+	}
+	_, errs, code := runEnqueue(t, uri, db, `{"kind": "k"}`+"\n"+`{"kind": "k\u001b]0;x\u0007"}`+"\n"+`{"kind": "k", "queue": "a\tb"}`+"\n", "batch")
+	require.Equal(t, 2, code, errs)
+	require.Contains(t, errs, "line 2: kind: ")
+	require.Contains(t, errs, "line 3: queue: ")
+	require.Contains(t, errs, "2 of 3 lines invalid; nothing was written")
+	requireSafe(t, errs, false)
+	require.Empty(t, jobIDs(t, db))
+}
