@@ -172,7 +172,7 @@ func ctlList(fs *flag.FlagSet) func(*env, []string) error {
 	since := fs.String("since", "", "created at or after: a time (RFC 3339) or a duration ago (2h)")
 	until := fs.String("until", "", "created before: a time (RFC 3339) or a duration ago")
 	limit := fs.Int("limit", 50, "jobs per page, 1 to 1000")
-	after := fs.String("after", "", "list jobs after this id (the next page)")
+	after := fs.String("after", "", "list jobs after this one: the token the previous page printed (a job's id, or @… for an id of another type)")
 	asJSON := fs.Bool("json", false, "print the job documents as JSON, one per line")
 	return func(e *env, rest []string) error {
 		if len(rest) > 0 {
@@ -191,6 +191,9 @@ func ctlList(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		if f.CreatedBefore, err = parseWhen("until", *until); err != nil {
 			return err
+		}
+		if _, err := queue.ParseJobID(*after); err != nil {
+			return badInput("--after: %v", err)
 		}
 		list, more, err := e.q.List(e.ctx, f, *after, *limit)
 		if err != nil {
@@ -228,7 +231,7 @@ func ctlList(fs *flag.FlagSet) func(*env, []string) error {
 			}
 		}
 		if more {
-			fmt.Fprintf(e.stderr, "more: --after %s\n", list[len(list)-1].ID)
+			fmt.Fprintf(e.stderr, "more: --after %s\n", list[len(list)-1].JobID.Token())
 		}
 		return nil
 	}
