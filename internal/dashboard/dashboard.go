@@ -147,7 +147,7 @@ func New(db *mongo.Database, q *queue.Client, cfg Config) (*Server, error) {
 	if !isLoopback(cfg.Addr) && cfg.Password == "" {
 		return nil, fmt.Errorf("dashboard: %q is not a loopback address: set %s to serve it there", cfg.Addr, PasswordEnv)
 	}
-	hosts, err := servedAs(cfg.Addr, cfg.Hosts)
+	hosts, err := hostNames(cfg.Addr, cfg.Hosts)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +257,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
 	msg := s.cfg.Redact(err.Error())
 	if status >= 500 {
-		s.log.Warn("a dashboard request failed", zap.String("path", r.URL.Path), zap.String("error", msg))
+		s.log.Warn("a dashboard request failed", zap.String("path", r.URL.EscapedPath()), zap.String("error", msg))
 	}
 	s.render(w, r, status, "error", struct {
 		page

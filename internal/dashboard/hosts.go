@@ -14,10 +14,10 @@ import (
 // attacker's name. The browser always sends the name it resolved as the
 // Host, so answering only the names the dashboard is served as ends it.
 
-// servedAs returns the names the dashboard answers besides localhost and
+// hostNames returns the names the dashboard answers besides localhost and
 // loopback addresses: Addr's host unless it is a wildcard, and hosts,
 // checked and normalized.
-func servedAs(addr string, hosts []string) (map[string]bool, error) {
+func hostNames(addr string, hosts []string) (map[string]bool, error) {
 	out := map[string]bool{}
 	if h, _, err := net.SplitHostPort(addr); err == nil {
 		if ip := net.ParseIP(h); h != "" && (ip == nil || !ip.IsUnspecified()) {

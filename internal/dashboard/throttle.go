@@ -55,16 +55,35 @@ func wait(wrong int) time.Duration {
 	return min(time.Second<<(wrong-freeGuesses), guessWaitMax)
 }
 
+// key is the entry client counts under: its own, or, once maxClients are
+// remembered (after forgetting those quiet for guessWaitMax), one shared
+// by every client not yet remembered. t.mu is held.
+func (t *throttle) key(client string, now time.Time) string {
+	if t.clients[client] != nil || len(t.clients) < maxClients {
+		return client
+	}
+	for c, g := range t.clients {
+		if now.Sub(g.last) > guessWaitMax {
+			delete(t.clients, c)
+		}
+	}
+	if len(t.clients) < maxClients {
+		return client
+	}
+	return "(many clients)"
+}
+
 // allow reports whether client may try a password now; when not, how long
 // it waits, and whether this is the first refusal of that wait.
 func (t *throttle) allow(client string) (ok bool, left time.Duration, first bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	g := t.clients[client]
+	now := t.now()
+	g := t.clients[t.key(client, now)]
 	if g == nil {
 		return true, 0, false
 	}
-	left = g.last.Add(wait(g.wrong)).Sub(t.now())
+	left = g.last.Add(wait(g.wrong)).Sub(now)
 	if left <= 0 {
 		g.refused = false
 		return true, 0, false
@@ -80,22 +99,11 @@ func (t *throttle) wrong(client string) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	g := t.clients[client]
+	k := t.key(client, now)
+	g := t.clients[k]
 	if g == nil {
-		if len(t.clients) >= maxClients {
-			for c, o := range t.clients {
-				if now.Sub(o.last) > guessWaitMax {
-					delete(t.clients, c)
-				}
-			}
-		}
-		if len(t.clients) >= maxClients {
-			client = "(many clients)"
-		}
-		if g = t.clients[client]; g == nil {
-			g = &guesses{}
-			t.clients[client] = g
-		}
+		g = &guesses{}
+		t.clients[k] = g
 	}
 	g.wrong++
 	g.last = now
