@@ -58,6 +58,8 @@ type Config struct {
 	// HTTP serves the worker's metrics and health probes.
 	HTTP HTTPConfig `yaml:"http"`
 	Log  LogConfig  `yaml:"log"`
+	// Dashboard is what `docketctl dashboard` trusts.
+	Dashboard DashboardConfig `yaml:"dashboard"`
 }
 
 // HTTPConfig configures the worker's HTTP server: Prometheus metrics on

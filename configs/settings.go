@@ -20,7 +20,8 @@ type Setting struct {
 }
 
 // settings lists the settings of c that a process of the given role
-// exposes: "worker" gets everything, "enqueue" the database and logging.
+// exposes: "worker" gets everything, DashboardRole the database, logging
+// and the dashboard's, any other command the database and logging.
 func settings(c *Config, role string) []Setting {
 	s := []Setting{
 		{"mongo.uri", "DOCKET_MONGO_URI", "mongo-uri", "MongoDB connection string (TLS and auth through its options)", (*uriValue)(&c.Mongo.URI)},
@@ -30,6 +31,9 @@ func settings(c *Config, role string) []Setting {
 		{"log.format", "DOCKET_LOG_FORMAT", "log-format", "log format: json or console", (*stringValue)(&c.Log.Format)},
 		{"log.level", "DOCKET_LOG_LEVEL", "log-level", "lowest level logged: debug, info, warn or error", (*stringValue)(&c.Log.Level)},
 		{"queue.writeConcern", "DOCKET_WRITE_CONCERN", "write-concern", "write concern of job state changes: majority or a number", (*stringValue)(&c.Queue.WriteConcern)},
+	}
+	if role == DashboardRole {
+		return append(s, c.Dashboard.settings()...)
 	}
 	if role != "worker" {
 		return s
@@ -60,8 +64,8 @@ func settings(c *Config, role string) []Setting {
 	)
 }
 
-// Load builds the configuration of a process of the given role ("worker"
-// or "enqueue") from, in increasing precedence: defaults, the YAML file
+// Load builds the configuration of a process of the given role ("worker",
+// DashboardRole, or any other command such as "enqueue") from, in increasing precedence: defaults, the YAML file
 // named by --config or DOCKET_CONFIG, DOCKET_* environment variables, and
 // the flags in args. It registers its flags on fs, parses args with it and
 // returns the validated configuration. Errors name the setting and value.

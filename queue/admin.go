@@ -20,6 +20,9 @@ import (
 type JobFilter struct {
 	// IDs, when set, selects these jobs only.
 	IDs []string
+	// JobIDs, when set, selects these jobs only, by ids of any type (a job
+	// another application wrote with _id 7); with IDs, the jobs of both.
+	JobIDs []JobID
 	// States, Kinds and Queues select jobs in any of them.
 	States []jobs.State
 	Kinds  []string
@@ -35,12 +38,20 @@ func (f JobFilter) query() bson.D {
 			q = append(q, bson.E{Key: field, Value: bson.D{{Key: "$in", Value: vals}}})
 		}
 	}
-	if len(f.IDs) == 1 {
+	ids := make(bson.A, 0, len(f.IDs)+len(f.JobIDs))
+	for _, id := range f.IDs {
+		ids = append(ids, id)
+	}
+	for _, id := range f.JobIDs {
+		ids = append(ids, id.v)
+	}
+	switch {
+	case len(ids) == 1:
 		// An equality, not an $in of one: FerretDB v1 looks up only an
 		// _id equality by its key, and scans the collection for the rest.
-		q = append(q, bson.E{Key: "_id", Value: f.IDs[0]})
-	} else {
-		in("_id", f.IDs)
+		q = append(q, bson.E{Key: "_id", Value: ids[0]})
+	case len(ids) > 1:
+		q = append(q, bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}})
 	}
 	states := make([]string, len(f.States))
 	for i, s := range f.States {
@@ -66,7 +77,12 @@ func (f JobFilter) query() bson.D {
 // from the stored document: a job another application wrote with fields of
 // other types is still listed, with what can be read.
 type JobSummary struct {
-	ID          string
+	// ID is the id for people: the string, or another type's value in
+	// extended JSON ({"$numberInt":"7"}).
+	ID string
+	// JobID is the id as stored, of its type: its Token names it in a URL
+	// or on a command line, and pages a List.
+	JobID       JobID
 	Kind        string
 	Queue       string
 	State       string
@@ -82,11 +98,8 @@ type JobSummary struct {
 
 // Summarize reads a JobSummary from a stored job document.
 func Summarize(raw bson.Raw) JobSummary {
-	s := JobSummary{Raw: raw}
-	s.ID = fmt.Sprint(raw.Lookup("_id"))
-	if id, ok := raw.Lookup("_id").StringValueOK(); ok {
-		s.ID = id
-	}
+	s := JobSummary{Raw: raw, JobID: JobIDOf(raw)}
+	s.ID = s.JobID.String()
 	s.Kind, _ = raw.Lookup("kind").StringValueOK()
 	s.Queue, _ = raw.Lookup("queue").StringValueOK()
 	s.State, _ = raw.Lookup("state").StringValueOK()
@@ -109,13 +122,30 @@ func Summarize(raw bson.Raw) JobSummary {
 }
 
 // List returns up to limit jobs that f selects, in id order, starting after
-// the id after ("" from the start), and whether there are more.
+// the job whose JobID's Token is after ("" from the start), and whether
+// there are more: the next page starts after the Token of the last job's
+// JobID. Ids of every type are listed and paged in MongoDB's order of
+// _id values (numbers, then strings, then ObjectIds, …), so no job is
+// skipped whatever the types of the ids around it.
 func (c *Client) List(ctx context.Context, f JobFilter, after string, limit int) ([]JobSummary, bool, error) {
-	q := f.query()
-	if after != "" {
-		q = append(q, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}}})
+	start, err := ParseJobID(after)
+	if err != nil {
+		return nil, false, fmt.Errorf("queue: list jobs after %w", err)
 	}
-	cur, err := c.coll.Find(ctx, q, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)+1))
+	find := func() (*mongo.Cursor, error) {
+		q := f.query()
+		if !start.IsZero() {
+			q = append(q, afterID(start, c.fewIDTypes.Load())...)
+		}
+		return c.coll.Find(ctx, q, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)+1))
+	}
+	cur, err := find()
+	if !start.IsZero() && !c.fewIDTypes.Load() && unknownTypeAlias(err) {
+		// A server that knows fewer BSON types (FerretDB v1) can store
+		// none of the others: page without them.
+		c.fewIDTypes.Store(true)
+		cur, err = find()
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("queue: list jobs: %w", err)
 	}
@@ -148,7 +178,10 @@ var (
 
 // ActionResult is what an action did to one job.
 type ActionResult struct {
+	// ID is the job's id for people (see JobSummary.ID).
 	ID string
+	// JobID is the job's id as stored.
+	JobID JobID
 	// From is the state the job was in.
 	From string
 	// Err says why the job was left alone; nil when the action was done.
@@ -157,32 +190,35 @@ type ActionResult struct {
 	queue string // the job's queue, for Retry's admission
 }
 
-// matching returns the ids and states of the jobs f selects; with f.IDs
-// set, an id no job has is returned with ErrNotFound.
+// matching returns the ids and states of the jobs f selects, whatever the
+// types of their ids; with f.IDs or f.JobIDs set, an id no job has is
+// returned with ErrNotFound.
 func (c *Client) matching(ctx context.Context, f JobFilter) ([]ActionResult, error) {
 	cur, err := c.coll.Find(ctx, f.query(), options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "queue", Value: 1}}).SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("queue: find jobs: %w", err)
 	}
 	defer cur.Close(ctx)
-	found := map[string]bool{}
+	found := map[string]bool{} // by token: of the id's type
 	var out []ActionResult
 	for cur.Next(ctx) {
-		id, ok := cur.Current.Lookup("_id").StringValueOK()
-		if !ok {
-			continue // not a job docket can name
-		}
+		id := JobIDOf(cur.Current)
 		state, _ := cur.Current.Lookup("state").StringValueOK()
 		q, _ := cur.Current.Lookup("queue").StringValueOK()
-		found[id] = true
-		out = append(out, ActionResult{ID: id, From: state, queue: q})
+		found[id.Token()] = true
+		out = append(out, ActionResult{ID: id.String(), JobID: id, From: state, queue: q})
 	}
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("queue: find jobs: %w", err)
 	}
+	wanted := make([]JobID, 0, len(f.IDs)+len(f.JobIDs))
 	for _, id := range f.IDs {
-		if !found[id] {
-			out = append(out, ActionResult{ID: id, Err: ErrNotFound})
+		wanted = append(wanted, StringJobID(id))
+	}
+	for _, id := range append(wanted, f.JobIDs...) {
+		if !found[id.Token()] {
+			found[id.Token()] = true
+			out = append(out, ActionResult{ID: id.String(), JobID: id, Err: ErrNotFound})
 		}
 	}
 	return out, nil
@@ -233,7 +269,7 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 			// A finished job of a bounded queue is admitted again, as an
 			// enqueue would be: it holds a slot, or stays finished.
 			if capacity, ok := limits[r.queue]; ok {
-				switch err := c.readmit(ctx, bson.D{{Key: "_id", Value: r.ID}, {Key: "state", Value: r.From}}, update, r.queue, capacity); {
+				switch err := c.readmit(ctx, bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}}, update, r.queue, capacity); {
 				case errors.Is(err, errRetryMissed):
 					r.Err = fmt.Errorf("its state changed from %s meanwhile; left alone", r.From)
 				case errors.Is(err, ErrQueueFull), errors.Is(err, ErrUniqueKeyHeld):
@@ -244,7 +280,7 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 				continue
 			}
 		}
-		res, err := c.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: r.ID}, {Key: "state", Value: r.From}}, update)
+		res, err := c.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}}, update)
 		switch {
 		case mongo.IsDuplicateKeyError(err):
 			r.Err = ErrUniqueKeyHeld
@@ -278,7 +314,7 @@ func (c *Client) Delete(ctx context.Context, f JobFilter, force bool) ([]ActionR
 			r.Err = fmt.Errorf("%w (it is %s); --force deletes it", ErrNotFinished, r.From)
 			continue
 		}
-		res, err := c.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: r.ID}, {Key: "state", Value: r.From}})
+		res, err := c.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}})
 		if err != nil {
 			return found, fmt.Errorf("queue: delete job %s: %w", r.ID, err)
 		}

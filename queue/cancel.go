@@ -50,10 +50,17 @@ const cancelTries = 10
 // the handler at its next heartbeat, and a failure, a release or a reap
 // also end it cancelled.
 func (c *Client) Cancel(ctx context.Context, id string) (CancelOutcome, error) {
+	return c.CancelJobID(ctx, StringJobID(id))
+}
+
+// CancelJobID is Cancel for an id of any type (a job another application
+// wrote with _id 7).
+func (c *Client) CancelJobID(ctx context.Context, jobID JobID) (CancelOutcome, error) {
+	key, id := jobID.v, jobID.String()
 	for range cancelTries {
 		t := now()
 		res, err := c.coll.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateAvailable}},
+			bson.D{{Key: "_id", Value: key}, {Key: "state", Value: jobs.StateAvailable}},
 			finish(jobs.StateCancelled, t))
 		if err != nil {
 			return 0, fmt.Errorf("queue: cancel job %s: %w", id, err)
@@ -62,7 +69,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (CancelOutcome, error) {
 			return Cancelled, nil
 		}
 		res, err = c.coll.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateRunning}},
+			bson.D{{Key: "_id", Value: key}, {Key: "state", Value: jobs.StateRunning}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "cancelRequestedAt", Value: t}, {Key: "updatedAt", Value: t}}}})
 		if err != nil {
 			return 0, fmt.Errorf("queue: cancel job %s: %w", id, err)
@@ -70,7 +77,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (CancelOutcome, error) {
 		if res.MatchedCount == 1 {
 			return CancelRequested, nil
 		}
-		raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
+		raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: key}},
 			options.FindOne().SetProjection(bson.D{{Key: "state", Value: 1}})).Raw()
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			return 0, fmt.Errorf("queue: cancel job %s: %w", id, ErrNotFound)

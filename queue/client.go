@@ -113,6 +113,10 @@ type Client struct {
 	// (FerretDB v1 does); Stats then finds each queue's oldest job with a
 	// second pass.
 	noGroupMin *atomic.Bool
+	// fewIDTypes is set once the server refused a $type alias of a BSON
+	// type it cannot store (FerretDB v1); List's paging then leaves those
+	// types out.
+	fewIDTypes *atomic.Bool
 	// pauses caches the paused queues for claims; shared by copies.
 	pauses *pauses
 	// capacities caches the queues' capacities for enqueues; shared by
@@ -151,7 +155,7 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 	}
 	wc, _ := parseWriteConcern(cfg.WriteConcern)
 	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
-	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32), noGroupMin: new(atomic.Bool), pauses: newPauses(), capacities: newCapacities()}, nil
+	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32), noGroupMin: new(atomic.Bool), fewIDTypes: new(atomic.Bool), pauses: newPauses(), capacities: newCapacities()}, nil
 }
 
 // Collection returns the jobs collection, with the configured write concern.

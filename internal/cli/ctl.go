@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -40,7 +41,7 @@ var ctlCommands = map[string]subcommand{
 	"pause":     {"stop every worker claiming from the queues named, within a second; running jobs finish", ctlPause},
 	"resume":    {"let workers claim from the paused queues named again", ctlResume},
 	"workers":   {"the worker processes alive: id, host, pid, version, queues, concurrency, running jobs, started, last seen", ctlWorkers},
-	"dashboard": {"serve the web dashboard: --addr 127.0.0.1:8080 (any other address needs " + dashboard.PasswordEnv + ")", ctlDashboard},
+	"dashboard": {"serve the web dashboard: --addr 127.0.0.1:8080 (any other address needs " + dashboard.PasswordEnv + " and TLS); --dashboard-host NAME to be reached by another name", ctlDashboard},
 }
 
 // Ctl is the main function of the docketctl command; it returns the exit
@@ -172,7 +173,7 @@ func ctlList(fs *flag.FlagSet) func(*env, []string) error {
 	since := fs.String("since", "", "created at or after: a time (RFC 3339) or a duration ago (2h)")
 	until := fs.String("until", "", "created before: a time (RFC 3339) or a duration ago")
 	limit := fs.Int("limit", 50, "jobs per page, 1 to 1000")
-	after := fs.String("after", "", "list jobs after this id (the next page)")
+	after := fs.String("after", "", "list jobs after this one: the token the previous page printed (a job's id, or @… for an id of another type)")
 	asJSON := fs.Bool("json", false, "print the job documents as JSON, one per line")
 	return func(e *env, rest []string) error {
 		if len(rest) > 0 {
@@ -191,6 +192,9 @@ func ctlList(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		if f.CreatedBefore, err = parseWhen("until", *until); err != nil {
 			return err
+		}
+		if _, err := queue.ParseJobID(*after); err != nil {
+			return badInput("--after: %v", err)
 		}
 		list, more, err := e.q.List(e.ctx, f, *after, *limit)
 		if err != nil {
@@ -229,7 +233,7 @@ func ctlList(fs *flag.FlagSet) func(*env, []string) error {
 			}
 		}
 		if more {
-			fmt.Fprintf(e.stderr, "more: --after %s\n", list[len(list)-1].ID)
+			fmt.Fprintf(e.stderr, "more: --after %s\n", list[len(list)-1].JobID.Token())
 		}
 		return nil
 	}
@@ -399,8 +403,8 @@ func ctlPurge(fs *flag.FlagSet) func(*env, []string) error {
 }
 
 func ctlDashboard(fs *flag.FlagSet) func(*env, []string) error {
-	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on; any but loopback needs "+dashboard.PasswordEnv)
-	refresh := fs.Int("refresh", 5, "seconds between page refreshes (0: the default, negative: off)")
+	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on; any but loopback needs "+dashboard.PasswordEnv+" and TLS (--tls-cert, --tls-key)")
+	refresh := fs.Int("refresh", dashboard.DefaultRefresh, fmt.Sprintf("seconds between page refreshes, at most %d (0: the default, negative: off)", dashboard.MaxRefresh))
 	return func(e *env, rest []string) error {
 		if len(rest) > 0 {
 			return badInput("unexpected argument %q", rest[0])
@@ -409,8 +413,10 @@ func ctlDashboard(fs *flag.FlagSet) func(*env, []string) error {
 		if err != nil {
 			return usageError{err}
 		}
+		d := e.cfg.Dashboard
 		srv, err := dashboard.New(e.db, e.q, dashboard.Config{
 			Addr: *addr, Password: os.Getenv(dashboard.PasswordEnv), Refresh: *refresh, Logger: log,
+			Hosts: d.Hosts, TLSCert: d.TLSCert, TLSKey: d.TLSKey, PlainHTTP: d.PlainHTTP,
 			Redact: func(s string) string { return configs.Redact(s, e.cfg.Mongo.URI) },
 		})
 		if err != nil {
@@ -419,6 +425,10 @@ func ctlDashboard(fs *flag.FlagSet) func(*env, []string) error {
 		ln, err := net.Listen("tcp", *addr)
 		if err != nil {
 			return usageError{fmt.Errorf("--addr: %w", err)}
+		}
+		scheme := "http"
+		if tc := srv.TLSConfig(); tc != nil {
+			ln, scheme = tls.NewListener(ln, tc), "https"
 		}
 		hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 		sigs := make(chan os.Signal, 1)
@@ -430,7 +440,7 @@ func ctlDashboard(fs *flag.FlagSet) func(*env, []string) error {
 			defer cancel()
 			_ = hs.Shutdown(ctx)
 		}()
-		fmt.Fprintf(e.stdout, "dashboard: http://%s/\n", ln.Addr())
+		fmt.Fprintf(e.stdout, "dashboard: %s://%s/\n", scheme, ln.Addr())
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}

@@ -94,7 +94,7 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 	fs.SetOutput(stderr)
 	run := sc.flags(fs)
 	// The demo kinds' keys may be in the same file: accept them.
-	cfg, err := configs.LoadApp(fs, tool, args[1:], configs.Getenv, &handlers.Config{})
+	cfg, err := configs.LoadApp(fs, name, args[1:], configs.Getenv, &handlers.Config{})
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

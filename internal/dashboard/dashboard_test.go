@@ -285,7 +285,7 @@ func TestDashboardSecurity(t *testing.T) {
 	_, err = dashboard.New(b.db, b.q, dashboard.Config{Addr: "[::1]:8080"})
 	require.NoError(t, err, "loopback needs no password")
 
-	locked := setup(t, dashboard.Config{Addr: "0.0.0.0:8080", Password: "s3cret/pass@word", Refresh: -1})
+	locked := setup(t, dashboard.Config{Addr: "0.0.0.0:8080", Password: "s3cret/pass@word", PlainHTTP: true, Refresh: -1})
 	status, body = locked.get(t, "/")
 	require.Equal(t, http.StatusUnauthorized, status)
 	require.NotContains(t, body, "s3cret")

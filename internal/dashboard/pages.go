@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -36,6 +38,7 @@ type queueRow struct {
 	// and action.
 	First, Paused bool
 	Capacity      capacityCell
+	jobs          int64 // in every state
 }
 
 // capacityCell is a queue's capacity as the overview shows it: "7 / 10"
@@ -195,32 +198,37 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	totals := map[string]int64{}
 	var rows []queueRow
 	var oldest time.Time
-	sort.Slice(stats, func(i, j int) bool { return stats[i].Queue < stats[j].Queue })
+	oldestOf := map[string]time.Time{} // by queue
 	for _, qs := range stats {
 		if !qs.OldestAvailable.IsZero() && (oldest.IsZero() || qs.OldestAvailable.Before(oldest)) {
 			oldest = qs.OldestAvailable
 		}
-		kinds := make([]string, 0, len(qs.Counts))
-		for k := range qs.Counts {
-			kinds = append(kinds, k)
-		}
-		sort.Strings(kinds)
-		for i, k := range kinds {
-			row := queueRow{Queue: qs.Queue, Kind: k, First: i == 0, Paused: paused[qs.Queue]}
-			if i == 0 {
-				row.Oldest = since(qs.OldestAvailable)
-				row.Capacity = capacity[qs.Queue]
-				if row.Capacity.Text == "" {
-					row.Capacity.Text = "—"
-				}
-			}
+		oldestOf[qs.Queue] = qs.OldestAvailable
+		for k, byState := range qs.Counts {
+			row := queueRow{Queue: qs.Queue, Kind: k, Paused: paused[qs.Queue]}
 			for _, st := range states {
-				n := qs.Counts[k][st]
+				n := byState[st]
 				totals[st] += n
+				row.jobs += n
 				row.Counts = append(row.Counts, count{State: st, N: n, Link: jobsURL("queue", qs.Queue, "kind", k, "state", st)})
 			}
 			rows = append(rows, row)
 		}
+	}
+	rows, left := biggestRows(rows, s.cfg.OverviewRows)
+	for i := range rows {
+		row := &rows[i]
+		if row.First = i == 0 || rows[i-1].Queue != row.Queue; row.First {
+			row.Oldest = since(oldestOf[row.Queue])
+			row.Capacity = capacity[row.Queue]
+			if row.Capacity.Text == "" {
+				row.Capacity.Text = "—"
+			}
+		}
+	}
+	if len(pausedList) > s.cfg.OverviewRows {
+		left.Paused = len(pausedList) - s.cfg.OverviewRows
+		pausedList = pausedList[:s.cfg.OverviewRows]
 	}
 	var cards []count
 	for _, st := range states {
@@ -232,20 +240,90 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		Oldest string
 		States []string
 		Rows   []queueRow
+		Left   leftOut
 		Chart  chart
 		Paused []pausedRow
 		Alive  int
 		Fresh  freshness
-	}{page{Title: "Overview", Nav: "overview", Refresh: s.cfg.Refresh}, cards, since(oldest), states, rows, minuteChart(ok, failed, counts.CountedAt),
+	}{page{Title: "Overview", Nav: "overview", Refresh: s.cfg.Refresh}, cards, since(oldest), states, rows, left, minuteChart(ok, failed, counts.CountedAt),
 		pausedList, len(alive), fresh})
 }
 
-// pageSize is how many jobs a page lists.
-const pageSize = 50
+// leftOut is what the overview leaves out to stay small, said on the page.
+type leftOut struct {
+	// Rows and Jobs are the queue × kind rows left out and their jobs.
+	Rows int
+	Jobs int64
+	// Paused is how many paused queues are not listed.
+	Paused int
+}
+
+// RowsText says what rows were left out: "4,800 more queue × kind rows".
+func (l leftOut) RowsText() string {
+	return fmt.Sprintf("and %s more queue × kind rows (%s jobs), each with fewer jobs than those shown: the totals above count them; filter the jobs list by queue or kind to see them",
+		thousands(int64(l.Rows)), thousands(l.Jobs))
+}
+
+// biggestRows keeps the n rows with the most jobs (another application
+// can write thousands of kinds: a page of them all, every few seconds,
+// was megabytes), in queue then kind order, and says what it left out.
+func biggestRows(rows []queueRow, n int) ([]queueRow, leftOut) {
+	var left leftOut
+	if len(rows) > n {
+		sort.SliceStable(rows, func(i, j int) bool {
+			if rows[i].jobs != rows[j].jobs {
+				return rows[i].jobs > rows[j].jobs
+			}
+			return rows[i].Queue+"\x00"+rows[i].Kind < rows[j].Queue+"\x00"+rows[j].Kind
+		})
+		for _, r := range rows[n:] {
+			left.Rows++
+			left.Jobs += r.jobs
+		}
+		rows = rows[:n]
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].Queue != rows[j].Queue {
+			return rows[i].Queue < rows[j].Queue
+		}
+		return rows[i].Kind < rows[j].Kind
+	})
+	return rows, left
+}
+
+// thousands writes n with a comma every three digits.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
 
 type jobRow struct {
-	ID, Kind, Queue, State, Updated, LastError string
-	Attempt, MaxAttempts                       int64
+	ID, Href, Kind, Queue, State, Updated, LastError string
+	Attempt, MaxAttempts                             int64
+}
+
+// jobPath is the path of a job's page: its id's token, escaped as one
+// path segment, so that any id, of any type, leads to its own job (an id
+// "VICTIM/delete" to itself, not to VICTIM's delete).
+func jobPath(id queue.JobID) string {
+	return "/jobs/" + url.PathEscape(id.Token())
+}
+
+// pathID reads the job id of a request's path.
+func pathID(r *http.Request) (queue.JobID, error) {
+	id, err := queue.ParseJobID(r.PathValue("id"))
+	if err == nil && id.IsZero() {
+		err = errors.New("no job id in the path")
+	}
+	return id, err
 }
 
 func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
@@ -267,19 +345,25 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 	if f.Queue != "" {
 		filter.Queues = []string{f.Queue}
 	}
-	list, more, err := s.q.List(ctx, filter, q.Get("after"), pageSize)
+	if _, err := queue.ParseJobID(q.Get("after")); err != nil {
+		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("after: %w", err))
+		return
+	}
+	list, more, err := s.q.List(ctx, filter, q.Get("after"), s.cfg.PageSize)
 	if err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
 	rows := make([]jobRow, len(list))
 	for i, j := range list {
-		rows[i] = jobRow{ID: j.ID, Kind: j.Kind, Queue: j.Queue, State: j.State, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
+		rows[i] = jobRow{ID: j.ID, Href: jobPath(j.JobID), Kind: j.Kind, Queue: j.Queue, State: j.State, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
 			Updated: since(j.UpdatedAt), LastError: oneLine(j.LastError, 80)}
 	}
 	next := ""
 	if more {
-		next = jobsURL("state", f.State, "kind", f.Kind, "queue", f.Queue, "after", list[len(list)-1].ID)
+		// The next page starts after the last job's id, of its type: a
+		// foreign _id 7 is followed by the string ids.
+		next = jobsURL("state", f.State, "kind", f.Kind, "queue", f.Queue, "after", list[len(list)-1].JobID.Token())
 	}
 	s.render(w, r, http.StatusOK, "jobs", struct {
 		page
@@ -299,10 +383,10 @@ type event struct {
 }
 
 // get reads one job as stored.
-func (s *Server) get(r *http.Request, id string) (queue.JobSummary, error) {
+func (s *Server) get(r *http.Request, id queue.JobID) (queue.JobSummary, error) {
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	list, _, err := s.q.List(ctx, queue.JobFilter{IDs: []string{id}}, "", 1)
+	list, _, err := s.q.List(ctx, queue.JobFilter{JobIDs: []queue.JobID{id}}, "", 1)
 	if err != nil {
 		return queue.JobSummary{}, err
 	}
@@ -327,7 +411,12 @@ func showValue(v bson.RawValue) string {
 }
 
 func (s *Server) job(w http.ResponseWriter, r *http.Request) {
-	j, err := s.get(r, r.PathValue("id"))
+	id, err := pathID(r)
+	if err != nil {
+		s.fail(w, r, http.StatusNotFound, err)
+		return
+	}
+	j, err := s.get(r, id)
 	if errors.Is(err, queue.ErrNotFound) {
 		s.fail(w, r, http.StatusNotFound, err)
 		return
@@ -380,11 +469,12 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "job", struct {
 		page
 		Job                            queue.JobSummary
+		Href                           string
 		Fields                         []field
 		Timeline                       []event
 		Args                           string
 		CanRetry, CanCancel, CanDelete bool
-	}{page{Title: "Job " + j.ID, Nav: "jobs", Refresh: s.cfg.Refresh}, j, fields, timeline, args,
+	}{page{Title: "Job " + j.ID, Nav: "jobs", Refresh: s.cfg.Refresh}, j, jobPath(j.JobID), fields, timeline, args,
 		st.Valid() && st != jobs.StateRunning, st == jobs.StateAvailable || st == jobs.StateRunning, st.Finished()})
 }
 
@@ -401,10 +491,15 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no action %q", r.PathValue("action")))
 		return
 	}
+	id, err := pathID(r)
+	if err != nil {
+		s.fail(w, r, http.StatusNotFound, err)
+		return
+	}
 	s.render(w, r, http.StatusOK, "confirm", struct {
 		page
-		ID, Action, Verb, Explain, CSRF string
-	}{page{Title: a.verb + " job", Nav: "jobs"}, r.PathValue("id"), r.PathValue("action"), a.verb, a.explain, s.csrf})
+		ID, Href, Action, Verb, Explain, CSRF string
+	}{page{Title: a.verb + " job", Nav: "jobs"}, id.String(), jobPath(id), r.PathValue("action"), a.verb, a.explain, s.csrf})
 }
 
 func (s *Server) act(w http.ResponseWriter, r *http.Request) {
@@ -412,7 +507,12 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusForbidden, err)
 		return
 	}
-	id, action := r.PathValue("id"), r.PathValue("action")
+	jobID, err := pathID(r)
+	if err != nil {
+		s.fail(w, r, http.StatusNotFound, err)
+		return
+	}
+	id, action := jobID.String(), r.PathValue("action")
 	ctx, cancel := s.ctx(r)
 	defer cancel()
 	var msg string
@@ -422,9 +522,9 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		var res []queue.ActionResult
 		var err error
 		if action == "retry" {
-			res, err = s.q.Retry(ctx, queue.JobFilter{IDs: []string{id}})
+			res, err = s.q.Retry(ctx, queue.JobFilter{JobIDs: []queue.JobID{jobID}})
 		} else {
-			res, err = s.q.Delete(ctx, queue.JobFilter{IDs: []string{id}}, false)
+			res, err = s.q.Delete(ctx, queue.JobFilter{JobIDs: []queue.JobID{jobID}}, false)
 		}
 		if err != nil {
 			s.fail(w, r, http.StatusServiceUnavailable, err)
@@ -439,7 +539,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	case "cancel":
-		out, err := handlers.CancelJob(ctx, s.db, s.q, id)
+		out, err := s.cancel(ctx, r, jobID)
 		switch {
 		case errors.Is(err, queue.ErrNotFound), errors.Is(err, queue.ErrFinished), errors.Is(err, handlers.ErrNotCancellable):
 			msg, failed = fmt.Sprintf("Job %s not cancelled: %s.", id, s.cfg.Redact(err.Error())), true
@@ -457,10 +557,28 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	if failed {
 		status = http.StatusConflict
 	}
-	s.log.Info("dashboard action", zap.String("action", action), zap.String("job_id", id), zap.String("result", msg))
+	s.log.Info("dashboard action", zap.String("action", action), zap.String("job_id", strconv.QuoteToASCII(id)), zap.String("result", msg))
 	s.render(w, r, status, "result", struct {
 		page
-		ID, Message string
-		Failed      bool
-	}{page{Title: "Done", Nav: "jobs"}, id, msg, failed})
+		ID, Href, Message string
+		Failed            bool
+	}{page{Title: "Done", Nav: "jobs"}, id, jobPath(jobID), msg, failed})
+}
+
+// cancel cancels the job: a string id as every command does (a transfer's
+// job cancels its transfer too), another id (a job another application
+// wrote) by its id, unless it claims to be a transfer, which docket never
+// enqueues with such an id and could not cancel whole.
+func (s *Server) cancel(ctx context.Context, r *http.Request, id queue.JobID) (queue.CancelOutcome, error) {
+	if str, ok := id.StringID(); ok {
+		return handlers.CancelJob(ctx, s.db, s.q, str)
+	}
+	j, err := s.get(r, id)
+	if err != nil {
+		return 0, err
+	}
+	if j.Kind == handlers.TransferKind && !jobs.State(j.State).Finished() {
+		return 0, fmt.Errorf("%w: a transfer job whose id is not a string was not enqueued by docket, and its transfer cannot be cancelled with it", handlers.ErrNotCancellable)
+	}
+	return s.q.CancelJobID(ctx, id)
 }

@@ -38,8 +38,9 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// startBrowser starts chromedriver and a headless chromium session.
-func startBrowser(t *testing.T) *browser {
+// startBrowser starts chromedriver and a headless chromium session, with
+// args added to chromium's command line.
+func startBrowser(t *testing.T, args ...string) *browser {
 	t.Helper()
 	driver, err := exec.LookPath("chromedriver")
 	if err != nil {
@@ -71,7 +72,7 @@ func startBrowser(t *testing.T) *browser {
 		"browserName": "chrome",
 		"goog:chromeOptions": map[string]any{
 			"binary": chromium,
-			"args":   []string{"--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000"},
+			"args":   append([]string{"--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000"}, args...),
 		},
 	}}}, &created)
 	b.session = created.SessionID
@@ -166,10 +167,15 @@ func (b *browser) click(css string) {
 	b.t.Fatalf("could not click %s: the page kept replacing it", css)
 }
 
-func (b *browser) script(js string) any {
+// script runs js in the page, with args as its arguments, and returns
+// what it returns (a promise's value, once it settles).
+func (b *browser) script(js string, args ...any) any {
 	b.t.Helper()
 	var v any
-	b.call("POST", "/session/"+b.session+"/execute/sync", map[string]any{"script": js, "args": []any{}}, &v)
+	if args == nil {
+		args = []any{}
+	}
+	b.call("POST", "/session/"+b.session+"/execute/sync", map[string]any{"script": js, "args": args}, &v)
 	return v
 }
 

@@ -4,6 +4,8 @@
   var main = document.querySelector("main[data-refresh]");
   if (!main) { return; }
   var every = parseInt(main.getAttribute("data-refresh"), 10) * 1000;
+  // A timer fires at once past 2^31-1 ms: never refresh in a tight loop.
+  if (!(every >= 1000 && every <= 2147483647)) { return; }
   var stamp = document.getElementById("refreshed");
   function tick() {
     fetch(window.location.href, { headers: { "X-Docket-Partial": "1" }, credentials: "same-origin" })
