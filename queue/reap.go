@@ -140,7 +140,7 @@ const spareBeatMax = time.Minute
 
 // liveWorkers returns the ids of the processes alive in the workers
 // registry now: seen within WorkerMissedBeats of their beat interval, both
-// on the server's clock. The registry is for people and may hold anything:
+// on the server's clock, and not further ahead of it than WorkerClockSkew. The registry is for people and may hold anything:
 // a document that does not read as a live process is left out, and a
 // registry that cannot be read at all spares no one (logged).
 func (c *Client) liveWorkers(ctx context.Context) map[string]bool {
@@ -162,7 +162,12 @@ func (c *Client) liveWorkers(ctx context.Context) map[string]bool {
 		if w.LastSeen.IsZero() {
 			return nil
 		}
-		// A beat after the hello (a negative age) is as alive as can be.
+		// A beat after the hello (a negative age) is as alive as can be,
+		// within the clock skew the registry allows; one further ahead is
+		// not a beat docket wrote (see WorkerClockSkew).
+		if w.LastSeen.After(t.Add(WorkerClockSkew)) {
+			return nil
+		}
 		if t.Sub(w.LastSeen) < aliveFor(min(w.BeatEvery, spareBeatMax)) {
 			live[id] = true
 		}

@@ -115,11 +115,13 @@ func TestReapReadsAMalformedRegistry(t *testing.T) {
 		bson.D{{Key: "_id", Value: int64(7)}, {Key: "lastSeen", Value: now}},
 		bson.D{{Key: "_id", Value: "long-beats"}, {Key: "lastSeen", Value: now.Add(-10 * time.Minute)}, {Key: "beatEveryMs", Value: int64(1) << 60}},
 		bson.D{{Key: "_id", Value: "no-beats"}},
+		// Seen a day from now: not a beat docket wrote.
+		bson.D{{Key: "_id", Value: "future"}, {Key: "lastSeen", Value: now.Add(24 * time.Hour)}, {Key: "beatEveryMs", Value: 10000}},
 		bson.D{{Key: "_id", Value: bson.D{{Key: "x", Value: 1}}}, {Key: "lastSeen", Value: nil}},
 	})
 	require.NoError(t, err)
 	b.beat(t, "alive")
-	for _, owner := range []string{"text-time", "7", "long-beats", "no-beats"} {
+	for _, owner := range []string{"text-time", "7", "long-beats", "no-beats", "future"} {
 		b.expiredAgo(t, "of-"+owner, owner, 10*time.Second, time.Minute)
 	}
 	// A live owner's job whose lease fields do not give a length.
@@ -131,7 +133,7 @@ func TestReapReadsAMalformedRegistry(t *testing.T) {
 	require.NoError(t, err)
 	// The job with a heartbeatAt of another type does not decode: buried,
 	// as before.
-	require.Equal(t, queue.ReapResult{Requeued: 6, Buried: 1}, res)
+	require.Equal(t, queue.ReapResult{Requeued: 7, Buried: 1}, res)
 }
 
 // TestReapWithNothingExpiredReadsNoRegistry: a pass that finds no expired
