@@ -13,7 +13,7 @@ all: build
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(PKGS)
-	cd devdb && $(GO) build -o ../$(BIN)/ ./cmd/devdb
+	cd devdb && GOWORK=$$(GO=$(GO) _overlay/workspace.sh) $(GO) build -o ../$(BIN)/ ./cmd/devdb
 
 # Builds everything, starts devdb (unless DOCKET_MONGO_URI is set), two
 # workers (each serving /metrics, /healthz and /readyz), the dashboard and a

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +41,26 @@ const (
 	indexTimeout = 5 * time.Minute
 	readTimeout  = 30 * time.Second
 )
+
+// The same holds for a field: devdb's FerretDB (see _overlay) pushes down
+// an equality to a string, {state: "available"}, as
+// _ferretdb_sjson->'$.state' compared with that string's JSON text (or an
+// array's), which FerretDB's own index on the field does not serve either.
+// For each field that one of a collection's indexes starts with, the
+// indexer adds an index on the field's lookup expression too: a claim's
+// {state: "available", ...} then reads the available jobs only, however
+// many finished ones the collection holds.
+const (
+	// fieldLookupExpr is the expression of a field's lookups (%s: its name).
+	fieldLookupExpr = `_ferretdb_sjson->'$.%s'`
+	// fieldLookupInfix names such an index: "<table>__devdb_f_<field>".
+	fieldLookupInfix = "__devdb_f_"
+)
+
+// leadingField finds the first field of an index FerretDB made for a
+// collection's index, in its CREATE INDEX statement: ... (_ferretdb_sjson->"state", ...
+// Only plain names: the lookup expression takes them as they are.
+var leadingField = regexp.MustCompile(`\(_ferretdb_sjson->"([A-Za-z_][A-Za-z0-9_]*)"[ ,)]`)
 
 // idIndexer adds the lookup index to the tables of the SQLite files in dir
 // as they appear, creating each under the front's lock (no command runs
@@ -134,24 +156,36 @@ func (ix *idIndexer) indexFile(f string) error {
 		return err
 	}
 	have := map[string]bool{}
-	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'index'`)
+	leading := map[string][]string{} // table → fields its collection's indexes lead with
+	rows, err := db.QueryContext(ctx, `SELECT name, tbl_name, coalesce(sql, '') FROM sqlite_master WHERE type = 'index'`)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
+		var name, table, def string
+		if err := rows.Scan(&name, &table, &def); err != nil {
 			rows.Close()
 			return err
 		}
 		have[name] = true
+		if m := leadingField.FindStringSubmatch(def); m != nil && m[1] != "_id" && !slices.Contains(leading[table], m[1]) {
+			leading[table] = append(leading[table], m[1])
+		}
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return err
 	}
 
+	type lookup struct{ table, name, expr string }
+	var todo []lookup
 	for _, t := range tables {
-		name := t + idLookupSuffix
+		todo = append(todo, lookup{t, t + idLookupSuffix, idLookupExpr})
+		for _, f := range leading[t] {
+			todo = append(todo, lookup{t, t + fieldLookupInfix + f, fmt.Sprintf(fieldLookupExpr, f)})
+		}
+	}
+	for _, l := range todo {
+		t, name := l.table, l.name
 		if have[name] {
 			continue
 		}
@@ -160,13 +194,13 @@ func (ix *idIndexer) indexFile(f string) error {
 		// Timed from when the lock is held: commands queued before it (a big
 		// insert) are not the index's time.
 		ictx, icancel := context.WithTimeout(context.Background(), indexTimeout)
-		_, err := db.ExecContext(ictx, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s)`, quoteIdent(name), quoteIdent(t), idLookupExpr))
+		_, err := db.ExecContext(ictx, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s)`, quoteIdent(name), quoteIdent(t), l.expr))
 		icancel()
 		ix.unlock()
 		if err != nil && !isNoSuchTable(err) { // dropped meanwhile: nothing to index
 			return fmt.Errorf("index table %s: %w", t, err)
 		}
-		ix.log.Debug("indexed _id lookups", zap.String("file", filepath.Base(f)), zap.String("table", t),
+		ix.log.Debug("indexed lookups", zap.String("file", filepath.Base(f)), zap.String("table", t), zap.String("index", name),
 			zap.Duration("took", time.Since(start)))
 	}
 	return nil

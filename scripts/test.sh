@@ -7,7 +7,8 @@ set -uo pipefail
 GO=${GO:-go}
 "$GO" test -race -timeout 20m ./... &
 docket=$!
-(cd devdb && "$GO" test -race -timeout 20m ./...) &
+# devdb with its pushdown (devdb/_overlay), as make build builds it.
+(cd devdb && work=$(GO="$GO" _overlay/workspace.sh) && GOWORK="$work" "$GO" test -race -timeout 20m ./...) &
 devdb=$!
 rc=0
 wait "$docket" || rc=1

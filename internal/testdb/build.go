@@ -129,6 +129,12 @@ func runBuild(pkg string, race bool) (string, error) {
 			return "", err
 		}
 		cmd.Dir = dir
+		// FerretDB with devdb's pushdown, as make build builds it.
+		work, err := exec.Command(filepath.Join(dir, "_overlay", "workspace.sh")).Output()
+		if err != nil {
+			return "", fmt.Errorf("testdb: devdb/_overlay/workspace.sh: %w", err)
+		}
+		cmd.Env = append(os.Environ(), "GOWORK="+strings.TrimSpace(string(work)))
 	}
 	if output, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("testdb: go build %s: %w\n%s", pkg, err, output)
