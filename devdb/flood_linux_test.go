@@ -178,7 +178,7 @@ func TestHeaderFlood(t *testing.T) {
 		maxLatency = 3 * time.Second
 		minRounds  = 20
 		// Bounds on devdb's memory, measured at about 75 MiB RSS and 1.9
-		// GiB VmSize with the flood in place (see docs/notes/devdb.md);
+		// GiB VmSize with the flood in place (see docs/EMBEDDED-SERVER.md);
 		// before the fix 300 such connections took VmSize to 15.6 GiB.
 		maxHWM  = 512 << 10 // KiB
 		maxSize = 8 << 20   // KiB

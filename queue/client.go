@@ -173,7 +173,7 @@ func (c *Client) CollectionName() string { return c.coll.Name() }
 // one document lack the field.
 //
 // Each index is laid out equality, sort, range for the query it serves (the
-// table is in docs/notes/ops.md). An index whose keys change gets a new
+// table is in docs/MONGODB.md). An index whose keys change gets a new
 // name: EnsureIndexes looks indexes up by name, so a changed index under
 // its old name would never be built on an existing deployment. The index
 // it replaces is left in place, never dropped by docket; ClaimIndexV1 names

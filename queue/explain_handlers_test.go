@@ -16,8 +16,9 @@ import (
 // topK is why the sweepers' finds may sort: they page by _id over the
 // documents their range on a flag or a timestamp selects, the ones whose
 // sync or transfer stalled, so the SORT is a top-k of at most one batch
-// over an index range, never over the collection. docs/notes/ops.md says
-// how a keyset on (flag, _id) would remove it.
+// over an index range, never over the collection. Paging by a keyset on
+// (flag, _id) instead, with an index {syncing: 1, _id: 1} (and {state: 1,
+// lastModified: 1, _id: 1} for transactions), would remove it.
 const topK = "top-k sort of at most one batch of stalled documents, fed by an index range"
 
 // TestExplainHandlerQueries: on a real MongoDB, the queries the handlers

@@ -148,7 +148,8 @@ func TestReaperPassClearsNullUniqueKeys(t *testing.T) {
 
 // TestMeasureRetentionRate measures how many finished jobs one reaper pass
 // deletes per second on the test server; set DOCKET_MEASURE_RETENTION to
-// the number of jobs to run it (figures in docs/notes/queue.md).
+// the number of jobs to run it (figures in docs/CONCEPTS.md, under
+// Retention).
 func TestMeasureRetentionRate(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("DOCKET_MEASURE_RETENTION"))
 	if n <= 0 {

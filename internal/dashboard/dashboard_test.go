@@ -302,8 +302,8 @@ func TestDashboardSecurity(t *testing.T) {
 }
 
 // BenchmarkOverview5000 measures every page over 5,000 jobs in every
-// state, on the test server (the "each page under a second" is
-// measured here and recorded in docs/notes/pause.md, not asserted).
+// state, on the test server ("each page under a second" is measured here
+// and recorded in docs/OPERATING.md, not asserted).
 func BenchmarkOverview5000(b *testing.B) {
 	ctx := context.Background()
 	db := testdb.NewDB(b)
