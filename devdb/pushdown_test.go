@@ -46,6 +46,8 @@ func TestFiltersArePushedDown(t *testing.T) {
 		bson.D{{Key: "_id", Value: "j"}, {Key: "state", Value: "availablé"}},
 		bson.D{{Key: "_id", Value: "k"}, {Key: "state", Value: nil}},
 		bson.D{{Key: "_id", Value: "l"}, {Key: "state", Value: "available"}, {Key: "sub", Value: bson.D{{Key: "x", Value: "y"}}}},
+		bson.D{{Key: "_id", Value: "bad\xff"}, {Key: "state", Value: "dead"}},
+		bson.D{{Key: "_id", Value: "m"}, {Key: "state", Value: "dead"}, {Key: "note", Value: "\x00\x1b[2J\xc3"}},
 	})
 	require.NoError(t, err)
 	_, err = coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "state", Value: 1}, {Key: "n", Value: 1}}})
@@ -71,6 +73,8 @@ func TestFiltersArePushedDown(t *testing.T) {
 		{bson.D{{Key: "sub.x", Value: "y"}}, []string{"l"}, false},
 		{bson.D{{Key: "state", Value: nil}}, []string{"d", "k"}, false},
 		{bson.D{{Key: "_id", Value: 7}}, []string{"7"}, false},
+		{bson.D{{Key: "state", Value: "dead"}}, []string{"bad\ufffd", "m"}, true},
+		{bson.D{{Key: "_id", Value: "bad\ufffd"}, {Key: "state", Value: "dead"}}, []string{"bad\ufffd"}, true},
 	} {
 		name := fmt.Sprint(c.filter)
 		cur, err := coll.Find(ctx, c.filter)
@@ -94,8 +98,17 @@ func TestFiltersArePushedDown(t *testing.T) {
 		require.Equal(t, c.pushdown, explain["filterPushdown"], "%s: pushed down", name)
 	}
 
+	// A string that is not UTF-8 is stored with U+FFFD in place of the bad
+	// bytes (as FerretDB stores it), and found and updated by that.
+	res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "bad\ufffd"}, {Key: "state", Value: "dead"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: "available"}}}})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.ModifiedCount)
+	var back bson.M
+	require.NoError(t, coll.FindOne(ctx, bson.D{{Key: "_id", Value: "bad\ufffd"}}).Decode(&back))
+	require.Equal(t, "available", back["state"])
+
 	// Writes: a fenced update matches only what its whole filter matches.
-	res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "a"}, {Key: "state", Value: "running"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "w", Value: 1}}}})
+	res, err = coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "a"}, {Key: "state", Value: "running"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "w", Value: 1}}}})
 	require.NoError(t, err)
 	require.EqualValues(t, 0, res.MatchedCount)
 	res, err = coll.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"a", "b", "c"}}}}, {Key: "state", Value: "available"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "w", Value: 2}}}})

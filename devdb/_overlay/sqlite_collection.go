@@ -1,6 +1,8 @@
 // Copyright 2021 FerretDB Inc.
 //
-// Modified for docket's devdb: Query and Explain push down, through
+// Modified for docket's devdb: UpdateAll and DeleteAll find a document whose
+// _id was stored from a string that was not UTF-8 (see idTexts); Query and
+// Explain push down, through
 // pushdownWhere (at the end of this file), an _id equality or $in and
 // string equalities of top-level fields wherever they stand in the filter,
 // not only a filter that is {_id} alone. The original is
@@ -153,7 +155,7 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 		return &res, nil
 	}
 
-	q := fmt.Sprintf(`UPDATE %q SET %s = ? WHERE %s = ?`, meta.TableName, metadata.DefaultColumn, metadata.IDColumn)
+	q := fmt.Sprintf(`UPDATE %q SET %s = ? WHERE %s IN (?, ?)`, meta.TableName, metadata.DefaultColumn, metadata.IDColumn)
 
 	err := db.InTransaction(ctx, func(tx *fsql.Tx) error {
 		for _, doc := range params.Docs {
@@ -165,9 +167,9 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 			id, _ := doc.Get("_id")
 			must.NotBeZero(id)
 
-			arg := string(must.NotFail(sjson.MarshalSingleValue(id)))
+			texts := idTexts(id)
 
-			r, err := tx.ExecContext(ctx, q, string(b), arg)
+			r, err := tx.ExecContext(ctx, q, string(b), texts[0], texts[len(texts)-1])
 			if err != nil {
 				return lazyerrors.Error(err)
 			}
@@ -208,12 +210,11 @@ func (c *collection) DeleteAll(ctx context.Context, params *backends.DeleteAllPa
 	var args []any
 
 	if params.RecordIDs == nil {
-		placeholders = make([]string, len(params.IDs))
-		args = make([]any, len(params.IDs))
-
-		for i, id := range params.IDs {
-			placeholders[i] = "?"
-			args[i] = string(must.NotFail(sjson.MarshalSingleValue(id)))
+		for _, id := range params.IDs {
+			for _, text := range idTexts(id) {
+				placeholders = append(placeholders, "?")
+				args = append(args, text)
+			}
 		}
 
 		column = metadata.IDColumn
@@ -641,4 +642,20 @@ func plainString(s string) bool {
 	}
 
 	return true
+}
+
+// idTexts returns the JSON texts the _id id may be stored as: the one it
+// marshals to, and, for a string holding U+FFFD, the same with each U+FFFD
+// escaped. A string that was not UTF-8 when inserted is stored with its bad
+// bytes as the escape \ufffd (encoding/json's way), and reads back holding
+// U+FFFD, which marshals as itself: without the second text, the write of
+// the updated document, by _id, would match no row, and the update would
+// be reported done while nothing changed.
+func idTexts(id any) []string {
+	text := string(must.NotFail(sjson.MarshalSingleValue(id)))
+	if s, ok := id.(string); ok && strings.ContainsRune(s, '\uFFFD') {
+		return []string{text, strings.ReplaceAll(text, "\uFFFD", `\ufffd`)}
+	}
+
+	return []string{text}
 }
