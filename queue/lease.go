@@ -227,7 +227,7 @@ func (c *Client) unlessWritten(ctx context.Context, op string, l Lease, err erro
 	if rerr != nil {
 		// Unknown, not lost: the caller tries the write again, which
 		// reads back again.
-		return fmt.Errorf("queue: %s job %s: the fenced write matched nothing and reading the job back failed, so whether an earlier try was applied is not known: %w", op, l.JobID, rerr)
+		return fmt.Errorf("queue: %s job %s: the fenced write matched nothing and reading the job back failed: %w: %w", op, l.JobID, ErrOutcomeUnknown, rerr)
 	}
 	if w == nil || !ours(w) {
 		return err
@@ -347,7 +347,9 @@ func (c *Client) requeueUnlessCancelled(ctx context.Context, op string, filter, 
 		return false, fmt.Errorf("queue: %s job %v: %w", op, id, ErrLeaseLost)
 	}
 	if err != nil {
-		return false, fmt.Errorf("queue: %s job %v: %w", op, id, err)
+		// The fence matched nothing, and only the read tells a lost lease
+		// from a cancel request.
+		return false, fmt.Errorf("queue: %s job %v: the fenced write matched nothing and reading the job back failed: %w: %w", op, id, ErrOutcomeUnknown, err)
 	}
 	at := raw.Lookup("cancelRequestedAt").String()
 	if tm, ok := raw.Lookup("cancelRequestedAt").TimeOK(); ok {
