@@ -37,6 +37,9 @@ var finishingWrites = []finishingWrite{
 	{"cancelled", "cancel", 3, jobs.StateCancelled, func(ctx context.Context, c *queue.Client, j *jobs.Job) error {
 		return jobstore.Of(c).Cancelled(ctx, queue.LeaseOf(j), j, "cancelled while running")
 	}},
+	{"release", "release", 3, jobs.StateAvailable, func(ctx context.Context, c *queue.Client, j *jobs.Job) error {
+		return jobstore.Of(c).Release(ctx, queue.LeaseOf(j))
+	}},
 }
 
 // requireOutcomeUnknown checks that err says the write's outcome is not
