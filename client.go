@@ -203,6 +203,14 @@ type InsertResult = queue.Result
 // capacity; an InsertMany reports it per job (InsertResult.Err).
 var ErrQueueFull = queue.ErrQueueFull
 
+// ErrOutcomeUnknown is wrapped by the error of a write whose outcome could
+// not be learned, the read that would have told having failed too: an
+// InsertMany's InsertResult.Err for a job that may or may not have been
+// inserted (inserting it again with the same InsertOpts.ID adds it at most
+// once), and a worker's renewal or final write of an attempt (see
+// queue.ErrOutcomeUnknown).
+var ErrOutcomeUnknown = queue.ErrOutcomeUnknown
+
 // InsertManyParams is one job of an InsertMany.
 type InsertManyParams struct {
 	Args jobs.Args

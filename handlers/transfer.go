@@ -373,3 +373,24 @@ func CancelJob(ctx context.Context, db *mongo.Database, q *queue.Client, id stri
 	}
 	return q.Cancel(ctx, id)
 }
+
+// CancelJobID is CancelJob for an id of any type: a string id as CancelJob
+// cancels it; another id (a job another application wrote) by its id,
+// unless the job claims to be an unfinished transfer, which docket never
+// enqueues with such an id and could not cancel whole (ErrNotCancellable).
+func CancelJobID(ctx context.Context, db *mongo.Database, q *queue.Client, id queue.JobID) (queue.CancelOutcome, error) {
+	if s, ok := id.StringID(); ok {
+		return CancelJob(ctx, db, q, s)
+	}
+	list, _, err := q.List(ctx, queue.JobFilter{JobIDs: []queue.JobID{id}}, "", 1)
+	if err != nil {
+		return 0, fmt.Errorf("handlers: cancel job %s: %w", id, err)
+	}
+	if len(list) == 0 {
+		return 0, fmt.Errorf("handlers: cancel job %s: %w", id, queue.ErrNotFound)
+	}
+	if j := list[0]; j.Kind == TransferKind && !jobs.State(j.State).Finished() {
+		return 0, fmt.Errorf("handlers: cancel job %s: %w: a transfer job whose id is not a string was not enqueued by docket, and its transfer cannot be cancelled with it", id, ErrNotCancellable)
+	}
+	return q.CancelJobID(ctx, id)
+}

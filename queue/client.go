@@ -500,6 +500,18 @@ var ErrNotFound = errors.New("job not found")
 // caller no longer holds the job's lease.
 var ErrLeaseLost = errors.New("lease lost")
 
+// ErrOutcomeUnknown is wrapped by the error of a write whose outcome could
+// not be learned: the write, or an earlier try of it, may have been applied
+// with its reply lost, and the read that would have told (the job looked up
+// by id, read back) failed too. It is the Result.Err of a job whose insert
+// failed so: enqueueing it again with the same id adds it at most once. A
+// lease holder's writes (renewals, the writes that finish an attempt or
+// give the job back) return it when they matched nothing, or not all of
+// their leases, and reading the jobs back failed: neither done nor a lost
+// lease is known, and trying the write again, which reads back again, is
+// safe. The error keeps the read's own failure as well.
+var ErrOutcomeUnknown = errors.New("outcome not known")
+
 func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
 
 // Count is the number of jobs of one kind in one state.

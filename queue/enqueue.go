@@ -79,12 +79,6 @@ type Result struct {
 // still land late, the retry finds it there and adds nothing.
 var ErrNotInserted = errors.New("not inserted")
 
-// ErrOutcomeUnknown is the Result.Err of a job whose insert failed without
-// an answer (a timeout, a lost connection) and whose lookup failed too: it
-// may or may not be in the collection. Enqueueing it again with the same id
-// adds it at most once.
-var ErrOutcomeUnknown = errors.New("not known whether inserted")
-
 // EnqueueError is the error of an EnqueueMany that failed after validation:
 // some jobs are not known to be in the collection. The Results returned
 // with it say, job by job, what is.

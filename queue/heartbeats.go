@@ -16,7 +16,9 @@ type Beat struct {
 	Renewal
 	// Err is nil when the lease was renewed. It wraps ErrLeaseLost when the
 	// lease no longer holds its job (reaped, claimed again, finished,
-	// deleted), and is another error when the renewal's outcome is unknown.
+	// deleted), ErrOutcomeUnknown when reading the lease back failed, and is
+	// another error when the renewal itself failed (its outcome unknown
+	// too).
 	Err error
 }
 
@@ -42,7 +44,8 @@ const heartbeatChunk = 1000
 // A renewal is idempotent (same token, a later expiry): after an error,
 // when the server may have applied the update and lost its reply, calling
 // again is harmless. The error is returned when nothing can be said of any
-// lease; a lease whose own outcome is unknown has it in its Beat.
+// lease (wrapping ErrOutcomeUnknown when the read back failed); a lease
+// whose own outcome is unknown has it in its Beat.
 func (c store) HeartbeatMany(ctx context.Context, leases []Lease, d time.Duration) (map[Lease]Beat, error) {
 	return c.heartbeatMany(ctx, leases, d, nil)
 }
@@ -105,7 +108,7 @@ func (c *Client) heartbeatChunk(ctx context.Context, leases []Lease, d time.Dura
 	if err != nil {
 		// Some were renewed, which is unknown: the caller retries at its
 		// next beat, before the leases it holds expire.
-		return fmt.Errorf("queue: heartbeat %d jobs: read back the %d not renewed: %w", len(leases), int64(len(leases))-n, err)
+		return fmt.Errorf("queue: heartbeat %d jobs: read back the %d not renewed: %w: %w", len(leases), int64(len(leases))-n, ErrOutcomeUnknown, err)
 	}
 	var again []Lease
 	for _, l := range leases {
@@ -138,7 +141,9 @@ func (c *Client) heartbeatChunk(ctx context.Context, leases []Lease, d time.Dura
 		return nil
 	}
 	if err == nil {
-		held, err = c.readLeases(ctx, again)
+		if held, err = c.readLeases(ctx, again); err != nil {
+			err = fmt.Errorf("read back: %w: %w", ErrOutcomeUnknown, err)
+		}
 	}
 	for _, l := range again {
 		h, ok := held[l]

@@ -161,10 +161,11 @@ func (c store) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason strin
 // written is what a finishing write leaves in a job, read back to tell
 // whether a try whose reply was lost was applied.
 type written struct {
-	State      jobs.State
-	LeaseToken string
-	RunAt      time.Time
-	Errors     []jobs.AttemptError
+	State         jobs.State
+	LeaseToken    string
+	RunAt         time.Time
+	Errors        []jobs.AttemptError
+	ReleasedToken string
 }
 
 // hasError reports whether w records the error msg of the given attempt
@@ -185,6 +186,7 @@ func (w *written) hasError(attempt int, owner, msg string) bool {
 func (c *Client) readWritten(ctx context.Context, id string) (*written, error) {
 	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(bson.D{
 		{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}, {Key: "runAt", Value: 1}, {Key: "errors", Value: 1},
+		{Key: releasedTokenField, Value: 1},
 	})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
@@ -197,6 +199,7 @@ func (c *Client) readWritten(ctx context.Context, id string) (*written, error) {
 	w.State = jobs.State(state)
 	w.LeaseToken, _ = raw.Lookup("leaseToken").StringValueOK()
 	w.RunAt, _ = raw.Lookup("runAt").TimeOK()
+	w.ReleasedToken, _ = raw.Lookup(releasedTokenField).StringValueOK()
 	if arr, ok := raw.Lookup("errors").ArrayOK(); ok {
 		vals, _ := arr.Values()
 		for _, v := range vals {
@@ -227,7 +230,7 @@ func (c *Client) unlessWritten(ctx context.Context, op string, l Lease, err erro
 	if rerr != nil {
 		// Unknown, not lost: the caller tries the write again, which
 		// reads back again.
-		return fmt.Errorf("queue: %s job %s: the fenced write matched nothing and reading the job back failed, so whether an earlier try was applied is not known: %w", op, l.JobID, rerr)
+		return fmt.Errorf("queue: %s job %s: the fenced write matched nothing and reading the job back failed: %w: %w", op, l.JobID, ErrOutcomeUnknown, rerr)
 	}
 	if w == nil || !ours(w) {
 		return err
@@ -347,13 +350,18 @@ func (c *Client) requeueUnlessCancelled(ctx context.Context, op string, filter, 
 		return false, fmt.Errorf("queue: %s job %v: %w", op, id, ErrLeaseLost)
 	}
 	if err != nil {
-		return false, fmt.Errorf("queue: %s job %v: %w", op, id, err)
+		// The fence matched nothing, and only the read tells a lost lease
+		// from a cancel request.
+		return false, fmt.Errorf("queue: %s job %v: the fenced write matched nothing and reading the job back failed: %w: %w", op, id, ErrOutcomeUnknown, err)
 	}
 	at := raw.Lookup("cancelRequestedAt").String()
 	if tm, ok := raw.Lookup("cancelRequestedAt").TimeOK(); ok {
 		at = tm.UTC().Format(time.RFC3339Nano)
 	}
 	res, err = c.coll.UpdateOne(ctx, requested, cancel(at, raw))
+	if err == nil && res.MatchedCount == 1 {
+		err = c.lostFinishReply(op)
+	}
 	if err != nil {
 		return false, fmt.Errorf("queue: %s job %v (cancel requested): %w", op, id, err)
 	}
@@ -406,14 +414,24 @@ func requeue(t, runAt time.Time, set ...bson.E) bson.D {
 	}
 }
 
+// releasedTokenField holds the lease token of a job's last release: no
+// other write sets it, and a claim does not clear it, so a release whose
+// reply was lost recognizes itself when it reads the job back, even after
+// the job was claimed again.
+const releasedTokenField = "releasedToken"
+
 // Release gives the job l holds back to the queue at once, as if this
 // attempt had not been made: a worker shutting down uses it.
 //
 // A job whose cancel was requested ends cancelled instead, with why in its
-// errors.
+// errors. Like the finishing writes, a release whose fence matches nothing
+// reads the job back: released by l already (an earlier try applied, its
+// reply lost), it returns nil; otherwise ErrLeaseLost, or ErrOutcomeUnknown
+// when the read fails.
 func (c store) Release(ctx context.Context, l Lease) error {
 	t := now()
-	update := requeue(t, t)
+	mark := bson.E{Key: releasedTokenField, Value: l.Token}
+	update := requeue(t, t, mark)
 	update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempt", Value: -1}}})
 	_, err := c.requeueUnlessCancelled(ctx, "release", fence(l), update, func(requestedAt string, doc bson.Raw) bson.D {
 		// Release has no job in hand: the errors, attempt and owner are
@@ -427,8 +445,13 @@ func (c store) Release(ctx context.Context, l Lease) error {
 		errs := jobs.AppendError(j.Errors, jobs.AttemptError{
 			Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, "released to another worker"),
 		})
-		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs})
+		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}, mark)
 	})
+	if errors.Is(err, ErrLeaseLost) {
+		return c.unlessWritten(ctx, "release", l, err, func(w *written) bool {
+			return w.ReleasedToken == l.Token
+		})
+	}
 	return err
 }
 

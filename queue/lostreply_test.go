@@ -197,5 +197,58 @@ func TestLostFinishReplyStillReportsARealLoss(t *testing.T) {
 	_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(old), old, errors.New("boom"))
 	require.ErrorIs(t, err, queue.ErrLeaseLost)
 	require.ErrorIs(t, jobstore.Of(b.q).Cancelled(b.ctx, queue.LeaseOf(old), old, "stop"), queue.ErrLeaseLost)
+	require.ErrorIs(t, jobstore.Of(b.q).Release(b.ctx, queue.LeaseOf(old)), queue.ErrLeaseLost)
 	require.Equal(t, jobs.StateSucceeded, b.get(t, old.ID).State)
+}
+
+// TestLostReleaseReplyIsNotALostLease: issue 20, Also. A release that the
+// server applied but whose reply was lost is retried (a worker's final
+// write is); the retry's fence matches nothing, and the job, read back,
+// says this lease released it: the retry reports it done, not a lost lease,
+// also when another worker has claimed the job since, and when a cancel
+// request turned the release into a cancel.
+func TestLostReleaseReplyIsNotALostLease(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		before func(b bundle, j *jobs.Job) // before the lost release
+		after  func(b bundle, j *jobs.Job) // between it and the retry
+		want   jobs.State
+	}{
+		{"available", nil, nil, jobs.StateAvailable},
+		{"claimed again since", nil, func(b bundle, j *jobs.Job) {
+			again := b.claim(t, claimAsW2)
+			require.Equal(t, j.ID, again.ID)
+		}, jobs.StateRunning},
+		{"cancelled instead", func(b bundle, j *jobs.Job) {
+			_, err := b.q.Cancel(b.ctx, j.ID)
+			require.NoError(t, err)
+		}, nil, jobs.StateCancelled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{})
+			require.NoError(t, err)
+			j := b.claim(t, claimAll)
+			if tc.before != nil {
+				tc.before(b, j)
+			}
+			lost := queue.WithLostFinishReply(b.q, "release", 1, errReset)
+
+			err = jobstore.Of(lost).Release(b.ctx, queue.LeaseOf(j))
+			require.ErrorIs(t, err, errReset)
+			require.NotErrorIs(t, err, queue.ErrLeaseLost)
+			require.NotErrorIs(t, err, queue.ErrOutcomeUnknown, "the write's own failure says nothing of the job")
+			if tc.after != nil {
+				tc.after(b, j)
+			}
+
+			require.NoError(t, jobstore.Of(lost).Release(b.ctx, queue.LeaseOf(j)),
+				"the retry finds the job released by this lease")
+			got := b.get(t, res.ID)
+			require.Equal(t, tc.want, got.State)
+			if tc.want == jobs.StateAvailable {
+				require.Zero(t, got.Attempt, "released once: the attempt is not counted")
+			}
+		})
+	}
 }

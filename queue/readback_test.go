@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 )
-
-// readBackUnknown is what a finishing write reports when its fence matched
-// nothing and reading the job back failed.
-const readBackUnknown = "whether an earlier try was applied is not known"
 
 // finishingWrite is one of the fenced writes that end an attempt, as a
 // worker makes it.
@@ -40,6 +37,9 @@ var finishingWrites = []finishingWrite{
 	{"cancelled", "cancel", 3, jobs.StateCancelled, func(ctx context.Context, c *queue.Client, j *jobs.Job) error {
 		return jobstore.Of(c).Cancelled(ctx, queue.LeaseOf(j), j, "cancelled while running")
 	}},
+	{"release", "release", 3, jobs.StateAvailable, func(ctx context.Context, c *queue.Client, j *jobs.Job) error {
+		return jobstore.Of(c).Release(ctx, queue.LeaseOf(j))
+	}},
 }
 
 // requireOutcomeUnknown checks that err says the write's outcome is not
@@ -49,7 +49,7 @@ func requireOutcomeUnknown(t *testing.T, err error) {
 	t.Helper()
 	require.Error(t, err)
 	require.NotErrorIs(t, err, queue.ErrLeaseLost)
-	require.ErrorContains(t, err, readBackUnknown)
+	require.ErrorIs(t, err, queue.ErrOutcomeUnknown)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the read-back's own failure is kept")
 }
 
@@ -96,4 +96,33 @@ func TestFailedReadBackAfterRealLossIsUnknown(t *testing.T) {
 			require.ErrorIs(t, tc.write(b.ctx, b.q, old), queue.ErrLeaseLost)
 		})
 	}
+}
+
+// TestFailedHeartbeatReadBackIsUnknown: a batched renewal that did not
+// match every lease reads them back; when that read fails, which leases
+// were renewed is not known, and the error says so (ErrOutcomeUnknown),
+// not that a lease was lost.
+func TestFailedHeartbeatReadBackIsUnknown(t *testing.T) {
+	b := setup(t)
+	enqueueN(t, b, 2)
+	victim := b.claim(t, claimAll)
+	kept := b.claim(t, claimAll)
+	b.takeOver(t, victim)
+
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	leases := []queue.Lease{queue.LeaseOf(victim), queue.LeaseOf(kept)}
+	_, err := queue.HeartbeatManyWithStall(ctx, b.q, leases, time.Hour, func(step string) {
+		if step == "read" {
+			cancel() // the read back fails
+		}
+	})
+	require.ErrorIs(t, err, queue.ErrOutcomeUnknown)
+	require.ErrorIs(t, err, context.Canceled, "the read's own failure is kept")
+	require.NotErrorIs(t, err, queue.ErrLeaseLost)
+
+	got, err := queue.HeartbeatManyWithStall(b.ctx, b.q, leases, time.Hour, nil)
+	require.NoError(t, err, "a retry whose read works says what happened to each lease")
+	require.ErrorIs(t, got[queue.LeaseOf(victim)].Err, queue.ErrLeaseLost)
+	require.NoError(t, got[queue.LeaseOf(kept)].Err)
 }

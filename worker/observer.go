@@ -44,7 +44,8 @@ type Observer interface {
 	// Finished reports how the attempt ended and how long its handler ran.
 	Finished(job *jobs.Job, outcome Outcome, handler time.Duration)
 	// Heartbeat follows each lease renewal round trip, with its error
-	// (queue.ErrLeaseLost when the job was taken).
+	// (queue.ErrLeaseLost when the job was taken, queue.ErrOutcomeUnknown
+	// when reading the lease back failed).
 	Heartbeat(job *jobs.Job, err error)
 	// LeaseLost is called when a fenced write of an attempt (a renewal or
 	// its final write) matched nothing: another worker or the reaper took

@@ -33,10 +33,10 @@ import (
 var ctlCommands = map[string]subcommand{
 	"stats":     {"jobs per queue, kind and state, and each queue's longest-waiting job, as the elected leader last counted them (--exact: count now; --json)", ctlStats},
 	"list":      {"list jobs: --state, --kind, --queue, --since, --until filter; --after pages", ctlList},
-	"show":      {"show jobs by id, with every attempt's error", ctlShow},
-	"retry":     {"run jobs again now, attempts reset, errors kept: by id, or --state dead [--kind K] [--queue Q]", ctlRetry},
-	"cancel":    {"cancel jobs by id: available ones at once, running ones at their next heartbeat", cancelCommand},
-	"delete":    {"delete finished jobs by id (--force: available ones too; never a running one)", ctlDelete},
+	"show":      {"show jobs by id (as list prints it: the id, or @… for an id of another type or with odd characters), with every attempt's error", ctlShow},
+	"retry":     {"run jobs again now, attempts reset, errors kept: by id (as list prints it), or --state dead [--kind K] [--queue Q]", ctlRetry},
+	"cancel":    {"cancel jobs by id (as list prints it): available ones at once, running ones at their next heartbeat", cancelCommand},
+	"delete":    {"delete finished jobs by id (as list prints it; --force: available ones too; never a running one)", ctlDelete},
 	"purge":     {"delete the jobs that finished in a state long ago: --state succeeded --older-than 24h", ctlPurge},
 	"pause":     {"stop every worker claiming from the queues named, within a second; running jobs finish", ctlPause},
 	"resume":    {"let workers claim from the paused queues named again", ctlResume},
@@ -225,7 +225,7 @@ func ctlList(fs *flag.FlagSet) func(*env, []string) error {
 					qn += " (paused)"
 				}
 				lastError := shown(strings.ReplaceAll(j.LastError, "\n", " "))
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", shown(j.ID), shown(j.Kind), qn, shown(j.State), j.Attempt, j.MaxAttempts,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", idLabel(j.JobID), shown(j.Kind), qn, shown(j.State), j.Attempt, j.MaxAttempts,
 					j.UpdatedAt.Format(time.RFC3339), truncate(lastError, 60))
 			}
 			if err := tw.Flush(); err != nil {
@@ -241,18 +241,22 @@ func ctlList(fs *flag.FlagSet) func(*env, []string) error {
 
 func ctlShow(fs *flag.FlagSet) func(*env, []string) error {
 	asJSON := fs.Bool("json", false, "print the job documents as JSON, one per line")
-	return func(e *env, ids []string) error {
-		if len(ids) == 0 {
+	return func(e *env, tokens []string) error {
+		if len(tokens) == 0 {
 			return badInput("give the ids of the jobs to show")
 		}
-		list, _, err := e.q.List(e.ctx, queue.JobFilter{IDs: ids}, "", len(ids))
+		ids, err := parseJobIDs(tokens)
+		if err != nil {
+			return err
+		}
+		list, _, err := e.q.List(e.ctx, queue.JobFilter{JobIDs: ids}, "", len(ids))
 		if err != nil {
 			return err
 		}
 		var missing []string
 		for _, id := range ids {
-			if !slices.ContainsFunc(list, func(j queue.JobSummary) bool { return j.ID == id }) {
-				missing = append(missing, id)
+			if !slices.ContainsFunc(list, func(j queue.JobSummary) bool { return j.JobID.Equal(id) }) {
+				missing = append(missing, idLabel(id))
 			}
 		}
 		for _, j := range list {
@@ -277,7 +281,7 @@ func ctlShow(fs *flag.FlagSet) func(*env, []string) error {
 // its args.
 // Every value is shown (escaped), the args' JSON too.
 func showJob(w io.Writer, j queue.JobSummary) {
-	fmt.Fprintf(w, "job %s\n", shown(j.ID))
+	fmt.Fprintf(w, "job %s\n", idLabel(j.JobID))
 	for _, f := range []string{"kind", "queue", "state", "priority", "attempt", "maxAttempts", "runAt", "createdAt", "updatedAt", "finishedAt", "owner", "uniqueKey", "finishedUniqueKey", "cancelRequestedAt"} {
 		if v := j.Raw.Lookup(f); v.Type != 0 {
 			fmt.Fprintf(w, "  %-18s %s\n", f+":", shown(showValue(v)))
@@ -328,10 +332,10 @@ func report(e *env, verb string, results []queue.ActionResult) error {
 	for _, r := range results {
 		if r.Err != nil {
 			left++
-			fmt.Fprintf(e.stdout, "%s\tnot %s: %s\n", shown(r.ID), verb, shown(r.Err.Error()))
+			fmt.Fprintf(e.stdout, "%s\tnot %s: %s\n", idLabel(r.JobID), verb, shown(r.Err.Error()))
 			continue
 		}
-		fmt.Fprintf(e.stdout, "%s\t%s (was %s)\n", shown(r.ID), verb, shown(r.From))
+		fmt.Fprintf(e.stdout, "%s\t%s (was %s)\n", idLabel(r.JobID), verb, shown(r.From))
 	}
 	if left > 0 {
 		return usageError{fmt.Errorf("%d of %d jobs not %s", left, len(results), verb)}
@@ -341,9 +345,12 @@ func report(e *env, verb string, results []queue.ActionResult) error {
 
 func ctlRetry(fs *flag.FlagSet) func(*env, []string) error {
 	states, kinds, queues := filterFlags(fs)
-	return func(e *env, ids []string) error {
-		f := queue.JobFilter{IDs: ids, Kinds: *kinds, Queues: *queues}
-		var err error
+	return func(e *env, tokens []string) error {
+		ids, err := parseJobIDs(tokens)
+		if err != nil {
+			return err
+		}
+		f := queue.JobFilter{JobIDs: ids, Kinds: *kinds, Queues: *queues}
 		if f.States, err = parseStates(*states); err != nil {
 			return err
 		}
@@ -367,11 +374,15 @@ func ctlRetry(fs *flag.FlagSet) func(*env, []string) error {
 
 func ctlDelete(fs *flag.FlagSet) func(*env, []string) error {
 	force := fs.Bool("force", false, "also delete jobs that have not finished (available); never a running one")
-	return func(e *env, ids []string) error {
-		if len(ids) == 0 {
+	return func(e *env, tokens []string) error {
+		if len(tokens) == 0 {
 			return badInput("give the ids of the jobs to delete")
 		}
-		results, err := e.q.Delete(e.ctx, queue.JobFilter{IDs: ids}, *force)
+		ids, err := parseJobIDs(tokens)
+		if err != nil {
+			return err
+		}
+		results, err := e.q.Delete(e.ctx, queue.JobFilter{JobIDs: ids}, *force)
 		if err != nil {
 			return err
 		}
@@ -449,28 +460,65 @@ func ctlDashboard(fs *flag.FlagSet) func(*env, []string) error {
 }
 
 func cancelCommand(fs *flag.FlagSet) func(*env, []string) error {
-	return func(e *env, ids []string) error {
-		if len(ids) == 0 {
+	return func(e *env, tokens []string) error {
+		if len(tokens) == 0 {
 			return badInput("give the ids of the jobs to cancel")
+		}
+		ids, err := parseJobIDs(tokens)
+		if err != nil {
+			return err
 		}
 		var failed []string
 		for _, id := range ids {
-			out, err := handlers.CancelJob(e.ctx, e.db, e.q, id)
+			out, err := handlers.CancelJobID(e.ctx, e.db, e.q, id)
 			if errors.Is(err, queue.ErrNotFound) || errors.Is(err, queue.ErrFinished) || errors.Is(err, handlers.ErrNotCancellable) {
-				fmt.Fprintf(e.stderr, "%s: %s\n", shown(id), shown(err.Error()))
-				failed = append(failed, id)
+				fmt.Fprintf(e.stderr, "%s: %s\n", idLabel(id), shown(err.Error()))
+				failed = append(failed, idLabel(id))
 				continue
 			}
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "%s\t%s\n", shown(id), shown(fmt.Sprint(out)))
+			fmt.Fprintf(e.stdout, "%s\t%s\n", idLabel(id), shown(fmt.Sprint(out)))
 		}
 		if len(failed) > 0 {
 			return usageError{fmt.Errorf("%d of %d jobs not cancelled", len(failed), len(ids))}
 		}
 		return nil
 	}
+}
+
+// parseJobIDs reads the ids given to show, retry, cancel and delete: each as
+// list prints it first, a token (queue.JobID.Token) that is the string id
+// itself, or "@…" for an id of another type or a string with characters a
+// shell or a terminal would take as its own. Any other string not
+// starting with "@" is a string id, as typed.
+func parseJobIDs(tokens []string) ([]queue.JobID, error) {
+	ids := make([]queue.JobID, len(tokens))
+	for i, t := range tokens {
+		id, err := queue.ParseJobID(t)
+		if err != nil {
+			return nil, badInput("%v", err)
+		}
+		if id.IsZero() {
+			return nil, badInput("an empty job id: give each id as list prints it")
+		}
+		ids[i] = id
+	}
+	return ids, nil
+}
+
+// idLabel names a job for a person, in every table and line docketctl
+// prints: its token, which every command takes back, and when that is not
+// the id itself (an id of another type, or a string with characters a
+// shell, a URL or a terminal would take as its own), the id after it,
+// escaped: `@EAcAAAA ({"$numberInt":"7"})`.
+func idLabel(id queue.JobID) string {
+	tok := id.Token()
+	if s, ok := id.StringID(); ok && s == tok {
+		return tok
+	}
+	return tok + " (" + shown(id.String()) + ")"
 }
 
 // operator names who acts, for the queues documents: user@host.

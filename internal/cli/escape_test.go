@@ -89,7 +89,7 @@ func TestCtlEscapesForeignDocuments(t *testing.T) {
 	out, errs, code = runCtl(t, uri, db, "show", hostile["id"], "j2")
 	require.Zero(t, code, errs)
 	requireSafe(t, out, false)
-	require.Contains(t, out, `job "id\r\x1b[2Kok"`)
+	require.Contains(t, out, `job @AgoAAABpZA0bWzJLb2sA ("id\r\x1b[2Kok")`, "its token, then the id escaped")
 	require.Contains(t, out, `by "w\tx`+"\ufffd"+`": "boom\u009b31m\u009d0;title\u009c"`, "devdb stored U+FFFD for the byte that is not UTF-8")
 
 	out, errs, code = runCtl(t, uri, db, "stats", "--exact")
@@ -112,7 +112,7 @@ func TestCtlEscapesForeignDocuments(t *testing.T) {
 	out, errs, code = runCtl(t, uri, db, "retry", "--state", "dead")
 	require.Zero(t, code, errs)
 	requireSafe(t, out, true)
-	require.Contains(t, out, `"id\r\x1b[2Kok"`+"\tretried (was dead)")
+	require.Contains(t, out, `@AgoAAABpZA0bWzJLb2sA ("id\r\x1b[2Kok")`+"\tretried (was dead)")
 	out, errs, code = runCtl(t, uri, db, "resume", hostile["queue"])
 	require.Zero(t, code, errs)
 	requireSafe(t, out, true)

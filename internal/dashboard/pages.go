@@ -539,7 +539,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	case "cancel":
-		out, err := s.cancel(ctx, r, jobID)
+		out, err := s.cancel(ctx, jobID)
 		switch {
 		case errors.Is(err, queue.ErrNotFound), errors.Is(err, queue.ErrFinished), errors.Is(err, handlers.ErrNotCancellable):
 			msg, failed = fmt.Sprintf("Job %s not cancelled: %s.", id, s.cfg.Redact(err.Error())), true
@@ -565,20 +565,8 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	}{page{Title: "Done", Nav: "jobs"}, id, jobPath(jobID), msg, failed})
 }
 
-// cancel cancels the job: a string id as every command does (a transfer's
-// job cancels its transfer too), another id (a job another application
-// wrote) by its id, unless it claims to be a transfer, which docket never
-// enqueues with such an id and could not cancel whole.
-func (s *Server) cancel(ctx context.Context, r *http.Request, id queue.JobID) (queue.CancelOutcome, error) {
-	if str, ok := id.StringID(); ok {
-		return handlers.CancelJob(ctx, s.db, s.q, str)
-	}
-	j, err := s.get(r, id)
-	if err != nil {
-		return 0, err
-	}
-	if j.Kind == handlers.TransferKind && !jobs.State(j.State).Finished() {
-		return 0, fmt.Errorf("%w: a transfer job whose id is not a string was not enqueued by docket, and its transfer cannot be cancelled with it", handlers.ErrNotCancellable)
-	}
-	return s.q.CancelJobID(ctx, id)
+// cancel cancels the job as docketctl cancel does (handlers.CancelJobID):
+// a transfer's job cancels its transfer too.
+func (s *Server) cancel(ctx context.Context, id queue.JobID) (queue.CancelOutcome, error) {
+	return handlers.CancelJobID(ctx, s.db, s.q, id)
 }
