@@ -355,7 +355,9 @@ func stampClaim(j *jobs.Job, p ClaimParams, t time.Time, token string) {
 // with one updateMany whose filter is an $or of each job's own fence
 // ({_id, state: running, leaseToken}), and returns the leases that no longer
 // held their job (as Complete would have returned ErrLeaseLost for them).
-// On an error, which jobs were completed is unknown: a retry with the same
+// On an error, which jobs were completed is unknown (ErrOutcomeUnknown
+// when the updateMany was applied and only reading which matched failed;
+// that read has readBackTimeout of its own): a retry with the same
 // leases gives the outcome one call would have (each fence matches at most
 // once; a job already succeeded with its lease's token is not lost).
 //
@@ -391,13 +393,26 @@ func (c store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err 
 	// lost, is succeeded and still carries the token; no one else writes
 	// that pair. So a retry after an error has the same outcome as one
 	// call that got its reply.
-	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+	//
+	// The read gets time of its own, as a single finishing write's does:
+	// the updateMany may have used up the caller's (a loaded server), and
+	// without the read every completion of the batch would be unknown.
+	if c.hooks != nil && c.hooks.beforeCompleteReadBack != nil {
+		c.hooks.beforeCompleteReadBack()
+	}
+	timeout := readBackTimeout
+	if c.hooks != nil && c.hooks.readBackTimeout != nil {
+		timeout = *c.hooks.readBackTimeout
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	cur, err := c.coll.Find(rctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
 		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("queue: complete %d jobs: find the lost leases: %w", len(ls), err)
+		return nil, fmt.Errorf("queue: complete %d jobs: find the lost leases: %w: %w", len(ls), ErrOutcomeUnknown, err)
 	}
 	done := map[string]string{}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = eachRaw(rctx, cur, func(d bson.Raw) error {
 		id, _ := d.Lookup("_id").StringValueOK()
 		state, _ := d.Lookup("state").StringValueOK()
 		token, _ := d.Lookup("leaseToken").StringValueOK()
@@ -407,7 +422,7 @@ func (c store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err 
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: complete %d jobs: find the lost leases: %w", len(ls), err)
+		return nil, fmt.Errorf("queue: complete %d jobs: find the lost leases: %w: %w", len(ls), ErrOutcomeUnknown, err)
 	}
 	for _, l := range ls {
 		if tok, ok := done[l.JobID]; !ok || tok != l.Token {

@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -65,6 +66,34 @@ func TestClaimBatchLeasesAreFencedPerJob(t *testing.T) {
 	require.Equal(t, jobs.StateSucceeded, b.get(t, got[2].ID).State)
 	require.Equal(t, jobs.StateRunning, b.get(t, got[1].ID).State, "the new holder's job is untouched")
 	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j2)))
+}
+
+// A batched completion whose updateMany used up the caller's time (here:
+// the caller's context ends right after it) still reads which fences
+// matched, with a deadline of its own; a read that fails says the outcome
+// is unknown, not that the leases were lost.
+func TestCompleteManyReadsBackWithTimeOfItsOwn(t *testing.T) {
+	b := setup(t)
+	_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{{Kind: "k"}, {Kind: "k"}, {Kind: "k"}, {Kind: "k"}})
+	require.NoError(t, err)
+	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 4)
+	require.NoError(t, err)
+	require.Len(t, got, 4)
+	b.takeOver(t, got[1])
+	b.takeOver(t, got[3])
+
+	ctx, cancel := context.WithCancel(b.ctx)
+	q := queue.WithCompleteReadBackHook(b.q, cancel)
+	lost, err := jobstore.Of(q).CompleteMany(ctx, []queue.Lease{queue.LeaseOf(got[0]), queue.LeaseOf(got[1])})
+	require.NoError(t, err)
+	require.Equal(t, []queue.Lease{queue.LeaseOf(got[1])}, lost)
+	require.Equal(t, jobs.StateSucceeded, b.get(t, got[0].ID).State)
+
+	q = queue.WithReadBackTimeout(b.q, 0)
+	_, err = jobstore.Of(q).CompleteMany(b.ctx, []queue.Lease{queue.LeaseOf(got[2]), queue.LeaseOf(got[3])})
+	require.ErrorIs(t, err, queue.ErrOutcomeUnknown)
+	require.NotErrorIs(t, err, queue.ErrLeaseLost)
+	require.Equal(t, jobs.StateSucceeded, b.get(t, got[2].ID).State)
 }
 
 func TestClaimBatchJobsAreReleasedAndReapedLikeSingleClaims(t *testing.T) {

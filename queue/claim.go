@@ -231,7 +231,8 @@ func (c store) ReleaseClaim(ctx context.Context, token string) (int, error) {
 		err := c.Release(ctx, Lease{JobID: id, Token: token})
 		switch {
 		case errors.Is(err, ErrLeaseLost):
-			// Reaped, or released by an earlier try whose reply was lost.
+			// Reaped, or cancelled meanwhile. (A release by an earlier try
+			// whose reply was lost returns nil: Release reads it back.)
 		case err != nil:
 			return n, fmt.Errorf("queue: release claim %s: %w", token, err)
 		default:
@@ -260,6 +261,9 @@ type hooks struct {
 	// readBackTimeout, when set, bounds a finishing write's read-back in
 	// place of readBackTimeout.
 	readBackTimeout *time.Duration
+	// beforeCompleteReadBack runs when a CompleteMany whose fences did not
+	// all match has written, before it reads which did.
+	beforeCompleteReadBack func()
 	// beforeClean runs when Clean has read the ids of the jobs to delete,
 	// before it deletes them.
 	beforeClean func()

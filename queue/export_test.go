@@ -115,3 +115,15 @@ func WithCleanHook(c *Client, f func()) *Client {
 	h.beforeClean = f
 	return withHooks(c, h)
 }
+
+// WithCompleteReadBackHook returns a Client like c whose CompleteMany runs
+// f after its updateMany, when not every fence matched, before it reads
+// which did.
+func WithCompleteReadBackHook(c *Client, f func()) *Client {
+	h := hooks{}
+	if c.hooks != nil {
+		h = *c.hooks
+	}
+	h.beforeCompleteReadBack = f
+	return withHooks(c, h)
+}
