@@ -98,6 +98,27 @@ const maintenanceStopWait = 5 * time.Second
 // ErrNotStarted is returned by Stop on a client that was never started.
 var ErrNotStarted = errors.New("docket: client not started")
 
+// ErrJobsCancelled is wrapped by the error of a Stop that had to cancel
+// running jobs: its context ended, or Config.Worker.ShutdownTimeout passed,
+// before they finished. The error is a *JobsCancelledError saying how many.
+var ErrJobsCancelled = errors.New("docket: stop cancelled running jobs")
+
+// JobsCancelledError is the error of a Stop whose wait ended before the
+// running jobs finished: it cancelled Count of them. Their handlers were
+// told (their context's cause is worker.ErrShutdown); those that returned
+// gave their jobs back, to run again.
+type JobsCancelledError struct {
+	// Count is how many jobs were running when Stop cancelled them.
+	Count int
+}
+
+func (e *JobsCancelledError) Error() string {
+	return fmt.Sprintf("docket: stop cancelled %d running job(s): its wait ended before they finished", e.Count)
+}
+
+// Is makes errors.Is(err, ErrJobsCancelled) hold.
+func (e *JobsCancelledError) Is(target error) bool { return target == ErrJobsCancelled }
+
 // NewClient returns a client of the jobs in db. It checks cfg and connects
 // nothing: inserting ensures the jobs collection's indexes on first use, and
 // Start ensures them before it runs anything.
@@ -413,11 +434,16 @@ func (c *Client) Start(ctx context.Context) error {
 // jobs back. A handler that ignores its cancellation keeps its job until
 // the lease expires: call ReleaseAbandoned just before the process exits to
 // give such jobs back at once.
+//
+// When it had to cancel jobs, Stop returns a *JobsCancelledError saying how
+// many (errors.Is(err, ErrJobsCancelled)); the client is stopped all the
+// same. A second Stop does nothing more and returns nil.
 func (c *Client) Stop(ctx context.Context) error {
 	return c.stop(ctx, false)
 }
 
-// StopAndCancel stops as Stop does, but cancels running jobs at once.
+// StopAndCancel stops as Stop does, but cancels running jobs at once; as
+// that is what it was asked, it returns no JobsCancelledError.
 func (c *Client) StopAndCancel(ctx context.Context) error {
 	return c.stop(ctx, true)
 }
@@ -450,6 +476,9 @@ func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
 		case <-time.After(maintenanceStopWait):
 			c.log.Warn("a maintenance pass was still running at stop; its fenced writes are safe to abandon")
 		}
+	}
+	if n := c.w.CancelledAtStop(); err == nil && first && !cancelJobs && n > 0 {
+		return &JobsCancelledError{Count: n}
 	}
 	return err
 }
