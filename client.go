@@ -26,8 +26,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/signal"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/docketq/docket/internal/leadership"
@@ -481,6 +484,41 @@ func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
 		return &JobsCancelledError{Count: n}
 	}
 	return err
+}
+
+// Run starts the client, waits for SIGINT or SIGTERM (or ctx's end), then
+// stops gracefully, as Stop does, within Config.Worker.ShutdownTimeout; a
+// second signal cancels the running jobs at once. It returns Start's error,
+// or Stop's (a *JobsCancelledError when the jobs did not all finish in
+// time). It is a program's main loop (asynq's Run): one that exits after it
+// may call ReleaseAbandoned first.
+func (c *Client) Run(ctx context.Context) error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case sig := <-sigs:
+		c.log.Info("stopping: waiting for running jobs; signal again to cancel them",
+			zap.String("signal", sig.String()), zap.Duration("shutdown_timeout", c.cfg.Worker.ShutdownTimeout))
+	case <-ctx.Done():
+		c.log.Info("stopping: the context ended; waiting for running jobs",
+			zap.Duration("shutdown_timeout", c.cfg.Worker.ShutdownTimeout))
+	}
+	// ctx may have ended: the graceful wait is the shutdown timeout's.
+	stopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	go func() {
+		select {
+		case <-sigs:
+			c.log.Info("second signal: cancelling running jobs")
+			cancel()
+		case <-stopCtx.Done():
+		}
+	}()
+	return c.Stop(stopCtx)
 }
 
 // pool returns the client's worker pool, nil before Start.

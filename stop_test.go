@@ -2,6 +2,8 @@ package docket_test
 
 import (
 	"context"
+	"errors"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,4 +65,41 @@ func TestStopSaysItCancelledRunningJobs(t *testing.T) {
 	require.NoError(t, err)
 	<-started
 	require.NoError(t, asked.StopAndCancel(ctx), "StopAndCancel was asked to cancel")
+}
+
+// Run stops gracefully when its context ends, and on SIGTERM; the stop's
+// wait is the shutdown timeout's, not the ended context's.
+func TestRunStopsOnContextAndSignal(t *testing.T) {
+	t.Parallel()
+	c, started := blockingClient(t, docket.Config{Worker: worker.Config{ShutdownTimeout: 300 * time.Millisecond}})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		_, err := c.Insert(context.Background(), GreetArgs{Name: "a"}, nil)
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond)
+	<-started
+	cancel()
+	err := <-ran
+	var cut *docket.JobsCancelledError
+	require.ErrorAs(t, err, &cut, "the handler outlived the shutdown timeout")
+	require.Equal(t, 1, cut.Count)
+
+	c2, err := docket.NewClient(testdb.NewDB(t), docket.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	worked := make(chan struct{})
+	docket.MustAddHandler(c2, func(context.Context, *jobs.Job, GreetArgs) error { close(worked); return nil }, jobs.KindOptions{})
+	go func() { ran <- c2.Run(context.Background()) }()
+	_, err = c2.Insert(context.Background(), GreetArgs{Name: "b"}, nil)
+	require.NoError(t, err)
+	<-worked // Run has started, so its signal handler is in place
+	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGTERM))
+	select {
+	case err := <-ran:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after SIGTERM")
+	}
+	require.False(t, errors.Is(c2.Stop(context.Background()), docket.ErrNotStarted), "Run started the client")
 }
