@@ -61,8 +61,9 @@ type Config struct {
 	// leadership.DefaultTTL; at least leadership.MinTTL.
 	LeaderTTL time.Duration
 	// PeriodicJobs are enqueued by the elected process on their
-	// schedules, each tick once however many processes run.
-	PeriodicJobs []recovery.PeriodicJob
+	// schedules, each tick once however many processes run. Start refuses
+	// a job whose kind has no handler in this client.
+	PeriodicJobs []PeriodicJob
 	// Setup, when set, runs in Start after docket's indexes are ensured:
 	// the application's own idempotent set-up, such as its collections'
 	// indexes. An error from it fails Start, which may be retried.
@@ -140,7 +141,7 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if err := cfg.Reaper.Validate(); err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
-	if err := recovery.ValidatePeriodicJobs(cfg.PeriodicJobs); err != nil {
+	if err := validatePeriodicJobs(cfg.PeriodicJobs); err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
 	log := cfg.Logger.With(zap.String("worker", cfg.Worker.ID))
@@ -375,6 +376,10 @@ func (c *Client) Start(ctx context.Context) error {
 	case len(c.reg.Kinds()) == 0:
 		return errors.New("docket: Start: no handler registered (a client that only inserts need not start)")
 	}
+	periodicJobs, err := c.periodicEngineJobs()
+	if err != nil {
+		return fmt.Errorf("docket: start: %w", err)
+	}
 	if err := c.q.EnsureIndexes(ctx); err != nil {
 		return fmt.Errorf("docket: start: %w", err)
 	}
@@ -396,7 +401,7 @@ func (c *Client) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("docket: %w", err)
 	}
-	periodic, err := recovery.NewPeriodicEnqueuer(c.db, c.q, c.cfg.PeriodicJobs, c.log)
+	periodic, err := recovery.NewPeriodicEnqueuer(c.db, c.q, periodicJobs, c.log)
 	if err != nil {
 		return fmt.Errorf("docket: %w", err)
 	}

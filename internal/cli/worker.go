@@ -131,7 +131,7 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	qcfg.Logger, rcfg.Logger = log, log // configs fills them with no-op loggers
 	dc, err := docket.NewClient(db, docket.Config{
 		Queue: qcfg, Worker: wcfg, Reaper: rcfg, LeaderTTL: cfg.Leader.TTL,
-		PeriodicJobs: cfg.PeriodicJobs, Logger: base,
+		PeriodicJobs: cfg.ClientPeriodicJobs(), Logger: base,
 		Setup: func(ctx context.Context) error { return handlers.Setup(ctx, db) },
 	})
 	if err != nil {
