@@ -26,7 +26,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/signal"
+	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/docketq/docket/internal/leadership"
@@ -57,8 +61,9 @@ type Config struct {
 	// leadership.DefaultTTL; at least leadership.MinTTL.
 	LeaderTTL time.Duration
 	// PeriodicJobs are enqueued by the elected process on their
-	// schedules, each tick once however many processes run.
-	PeriodicJobs []recovery.PeriodicJob
+	// schedules, each tick once however many processes run. Start refuses
+	// a job whose kind has no handler in this client.
+	PeriodicJobs []PeriodicJob
 	// Setup, when set, runs in Start after docket's indexes are ensured:
 	// the application's own idempotent set-up, such as its collections'
 	// indexes. An error from it fails Start, which may be retried.
@@ -79,6 +84,7 @@ type Client struct {
 	elector *leadership.Elector
 
 	mu          sync.Mutex
+	argsOpts    map[string]InsertOpts // the InsertOpts() of each kind's args type, for AddHandler's kinds
 	maintenance []recovery.Task
 	started     bool
 	stopped     bool
@@ -95,6 +101,27 @@ const maintenanceStopWait = 5 * time.Second
 
 // ErrNotStarted is returned by Stop on a client that was never started.
 var ErrNotStarted = errors.New("docket: client not started")
+
+// ErrJobsCancelled is wrapped by the error of a Stop that had to cancel
+// running jobs: its context ended, or Config.Worker.ShutdownTimeout passed,
+// before they finished. The error is a *JobsCancelledError saying how many.
+var ErrJobsCancelled = errors.New("docket: stop cancelled running jobs")
+
+// JobsCancelledError is the error of a Stop whose wait ended before the
+// running jobs finished: it cancelled Count of them. Their handlers were
+// told (their context's cause is worker.ErrShutdown); those that returned
+// gave their jobs back, to run again.
+type JobsCancelledError struct {
+	// Count is how many jobs were running when Stop cancelled them.
+	Count int
+}
+
+func (e *JobsCancelledError) Error() string {
+	return fmt.Sprintf("docket: stop cancelled %d running job(s): its wait ended before they finished", e.Count)
+}
+
+// Is makes errors.Is(err, ErrJobsCancelled) hold.
+func (e *JobsCancelledError) Is(target error) bool { return target == ErrJobsCancelled }
 
 // NewClient returns a client of the jobs in db. It checks cfg and connects
 // nothing: inserting ensures the jobs collection's indexes on first use, and
@@ -114,7 +141,7 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if err := cfg.Reaper.Validate(); err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
-	if err := recovery.ValidatePeriodicJobs(cfg.PeriodicJobs); err != nil {
+	if err := validatePeriodicJobs(cfg.PeriodicJobs); err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
 	log := cfg.Logger.With(zap.String("worker", cfg.Worker.ID))
@@ -131,7 +158,7 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
-	return &Client{cfg: cfg, db: db, q: q, reg: jobs.NewRegistry(), log: log, elector: elector}, nil
+	return &Client{cfg: cfg, db: db, q: q, reg: jobs.NewRegistry(), log: log, elector: elector, argsOpts: map[string]InsertOpts{}}, nil
 }
 
 // Elector returns the leader election this client takes part in once
@@ -148,17 +175,52 @@ func (c *Client) ID() string { return c.cfg.Worker.ID }
 func (c *Client) Queue() *queue.Client { return c.q }
 
 // Registry returns the kinds the client works. Add to it with AddHandler,
-// MustAddHandler or Registry().Add before Start.
+// MustAddHandler or Registry().Add before Start: once the client started,
+// an Add fails, as the pool runs only the kinds registered when it started.
 func (c *Client) Registry() *jobs.Registry { return c.reg }
 
 // AddHandler registers fn for the kind its args type names, with the
 // kind's options: its timeout, and the defaults an insert of the kind
 // takes when its InsertOpts leave them unset (max attempts, queue,
-// priority). Args that do not decode, or that fail their Validate, send the
-// job to the dead state with the reason; an error that wraps
-// jobs.Permanent does too; any other error retries with backoff.
+// priority) and T's InsertOpts() do not set. Args that do not decode, or
+// that fail their Validate, send the job to the dead state with the reason;
+// an error that wraps jobs.Permanent does too; any other error retries with
+// backoff. After Start it fails: the pool runs only the kinds registered
+// when it started.
 func AddHandler[T jobs.Args](c *Client, fn func(ctx context.Context, job *jobs.Job, args T) error, opts jobs.KindOptions) error {
-	return jobs.Register(c.reg, fn, opts)
+	var zero T
+	if err := jobs.Register(c.reg, fn, opts); err != nil {
+		return err
+	}
+	o, ok := argsInsertOpts(zero)
+	if !ok {
+		o, ok = argsInsertOpts(&zero) // InsertOpts on a pointer receiver
+	}
+	if ok {
+		c.mu.Lock()
+		c.argsOpts[zero.Kind()] = o
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// ArgsWithInsertOpts is implemented by args types that carry their kind's
+// insert defaults (River's JobArgsWithInsertOpts): every client that
+// inserts the kind, with its handler or without, puts its jobs in the same
+// queue with the same priority and attempts. A field of an insert's own
+// InsertOpts that is set wins over the args'; a field the args leave zero
+// takes the handler's jobs.KindOptions, then the default.
+type ArgsWithInsertOpts interface {
+	jobs.Args
+	InsertOpts() InsertOpts
+}
+
+// argsInsertOpts returns the insert defaults args carry, if any.
+func argsInsertOpts(args any) (InsertOpts, bool) {
+	if a, ok := args.(ArgsWithInsertOpts); ok {
+		return a.InsertOpts(), true
+	}
+	return InsertOpts{}, false
 }
 
 // MustAddHandler is AddHandler that panics on error, for a program's main.
@@ -188,7 +250,8 @@ func (c *Client) AddMaintenance(tasks ...recovery.Task) error {
 }
 
 // InsertOpts are the options of one inserted job; see queue.InsertOpts.
-// Fields left zero take the kind's defaults from its handler's
+// Each field left zero takes the args' own InsertOpts() (see
+// ArgsWithInsertOpts), then the kind's defaults from its handler's
 // jobs.KindOptions when this client has one, then the queue's defaults.
 type InsertOpts = queue.InsertOpts
 
@@ -240,28 +303,68 @@ func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]I
 		if p.Opts != nil {
 			o = *p.Opts
 		}
-		kind := p.Args.Kind()
-		ins[i] = queue.Insert{Kind: kind, Args: p.Args, Opts: c.withKindDefaults(kind, o)}
+		ins[i] = queue.Insert{Kind: p.Args.Kind(), Args: p.Args, Opts: c.insertOpts(p.Args, o)}
 	}
 	return c.q.EnqueueMany(ctx, ins)
 }
 
-// withKindDefaults fills the options o leaves zero from kind's handler.
-func (c *Client) withKindDefaults(kind string, o InsertOpts) InsertOpts {
-	_, ko, ok := c.reg.Lookup(kind)
-	if !ok {
-		return o
+// insertOpts fills the options o leaves zero: from the args' InsertOpts(),
+// then from the kind's handler.
+func (c *Client) insertOpts(args jobs.Args, o InsertOpts) InsertOpts {
+	if d, ok := argsInsertOpts(args); ok {
+		o = fillOpts(o, d)
 	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = ko.MaxAttempts
-	}
-	if o.Queue == "" {
-		o.Queue = ko.Queue
-	}
-	if o.Priority == 0 {
-		o.Priority = ko.Priority
+	if _, ko, ok := c.reg.Lookup(args.Kind()); ok {
+		o = fillOpts(o, InsertOpts{MaxAttempts: ko.MaxAttempts, Queue: ko.Queue, Priority: ko.Priority})
 	}
 	return o
+}
+
+// fillOpts returns o with each field it leaves zero taken from d. RunAt and
+// Delay are one setting: o's, when it sets either.
+func fillOpts(o, d InsertOpts) InsertOpts {
+	if o.ID == "" {
+		o.ID = d.ID
+	}
+	if o.Queue == "" {
+		o.Queue = d.Queue
+	}
+	if o.Priority == 0 {
+		o.Priority = d.Priority
+	}
+	if o.RunAt.IsZero() && o.Delay == 0 {
+		o.RunAt, o.Delay = d.RunAt, d.Delay
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = d.MaxAttempts
+	}
+	if o.UniqueKey == "" {
+		o.UniqueKey = d.UniqueKey
+	}
+	return o
+}
+
+// kindQueue is the queue a job of kind goes to when its insert names none.
+// c.mu is held.
+func (c *Client) kindQueue(kind string) string {
+	if q := c.argsOpts[kind].Queue; q != "" {
+		return q
+	}
+	if _, ko, ok := c.reg.Lookup(kind); ok && ko.Queue != "" {
+		return ko.Queue
+	}
+	return jobs.DefaultQueue
+}
+
+// warnUnserved logs each registered kind whose queue no worker of this
+// client serves: its jobs wait for another process that does. c.mu is held.
+func (c *Client) warnUnserved() {
+	for _, kind := range c.reg.Kinds() {
+		if q := c.kindQueue(kind); !slices.Contains(c.cfg.Worker.Queues, q) {
+			c.log.Warn("a registered kind's queue is one no worker of this client serves: its jobs run only in a process that serves it (Config.Worker.Queues)",
+				zap.String("kind", kind), zap.String("queue", q), zap.Strings("queues_served", c.cfg.Worker.Queues))
+		}
+	}
 }
 
 // Start ensures the jobs collection's indexes, runs Config.Setup, then
@@ -280,6 +383,10 @@ func (c *Client) Start(ctx context.Context) error {
 		return errors.New("docket: Start called twice")
 	case len(c.reg.Kinds()) == 0:
 		return errors.New("docket: Start: no handler registered (a client that only inserts need not start)")
+	}
+	periodicJobs, err := c.periodicEngineJobs()
+	if err != nil {
+		return fmt.Errorf("docket: start: %w", err)
 	}
 	if err := c.q.EnsureIndexes(ctx); err != nil {
 		return fmt.Errorf("docket: start: %w", err)
@@ -302,7 +409,7 @@ func (c *Client) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("docket: %w", err)
 	}
-	periodic, err := recovery.NewPeriodicEnqueuer(c.db, c.q, c.cfg.PeriodicJobs, c.log)
+	periodic, err := recovery.NewPeriodicEnqueuer(c.db, c.q, periodicJobs, c.log)
 	if err != nil {
 		return fmt.Errorf("docket: %w", err)
 	}
@@ -328,6 +435,8 @@ func (c *Client) Start(ctx context.Context) error {
 	go func() { defer close(c.elected); elector.Run(electing) }()
 	c.stopElect = stopElect
 	c.w, c.sched, c.started = w, sched, true
+	c.reg.Seal("added after Start: the client's pool runs only the kinds registered when it started")
+	c.warnUnserved()
 	w.Start(context.Background())
 	sched.Start()
 	return nil
@@ -341,11 +450,16 @@ func (c *Client) Start(ctx context.Context) error {
 // jobs back. A handler that ignores its cancellation keeps its job until
 // the lease expires: call ReleaseAbandoned just before the process exits to
 // give such jobs back at once.
+//
+// When it had to cancel jobs, Stop returns a *JobsCancelledError saying how
+// many (errors.Is(err, ErrJobsCancelled)); the client is stopped all the
+// same. A second Stop does nothing more and returns nil.
 func (c *Client) Stop(ctx context.Context) error {
 	return c.stop(ctx, false)
 }
 
-// StopAndCancel stops as Stop does, but cancels running jobs at once.
+// StopAndCancel stops as Stop does, but cancels running jobs at once; as
+// that is what it was asked, it returns no JobsCancelledError.
 func (c *Client) StopAndCancel(ctx context.Context) error {
 	return c.stop(ctx, true)
 }
@@ -379,7 +493,45 @@ func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
 			c.log.Warn("a maintenance pass was still running at stop; its fenced writes are safe to abandon")
 		}
 	}
+	if n := c.w.CancelledAtStop(); err == nil && first && !cancelJobs && n > 0 {
+		return &JobsCancelledError{Count: n}
+	}
 	return err
+}
+
+// Run starts the client, waits for SIGINT or SIGTERM (or ctx's end), then
+// stops gracefully, as Stop does, within Config.Worker.ShutdownTimeout; a
+// second signal cancels the running jobs at once. It returns Start's error,
+// or Stop's (a *JobsCancelledError when the jobs did not all finish in
+// time). It is a program's main loop (asynq's Run): one that exits after it
+// may call ReleaseAbandoned first.
+func (c *Client) Run(ctx context.Context) error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case sig := <-sigs:
+		c.log.Info("stopping: waiting for running jobs; signal again to cancel them",
+			zap.String("signal", sig.String()), zap.Duration("shutdown_timeout", c.cfg.Worker.ShutdownTimeout))
+	case <-ctx.Done():
+		c.log.Info("stopping: the context ended; waiting for running jobs",
+			zap.Duration("shutdown_timeout", c.cfg.Worker.ShutdownTimeout))
+	}
+	// ctx may have ended: the graceful wait is the shutdown timeout's.
+	stopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	go func() {
+		select {
+		case <-sigs:
+			c.log.Info("second signal: cancelling running jobs")
+			cancel()
+		case <-stopCtx.Done():
+		}
+	}()
+	return c.Stop(stopCtx)
 }
 
 // pool returns the client's worker pool, nil before Start.

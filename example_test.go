@@ -9,7 +9,6 @@ import (
 
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/jobs"
-	"github.com/docketq/docket/recovery"
 )
 
 // GreetArgs are the args of the "greet" kind: a typed args struct names
@@ -162,9 +161,9 @@ func Example_periodicJob() {
 	ctx := context.Background()
 	ran := make(chan string, 10)
 	client, err := docket.NewClient(exampleDB("periodic"), docket.Config{
-		PeriodicJobs: []recovery.PeriodicJob{{
+		PeriodicJobs: []docket.PeriodicJob{{
 			Name: "morning-greeting", Schedule: "@every 1s",
-			Kind: "greet", Args: map[string]any{"name": "world"},
+			Args: GreetArgs{Name: "world"},
 		}},
 	})
 	if err != nil {

@@ -64,8 +64,9 @@ type entry struct {
 // Registry maps job kinds to handlers. It is safe for concurrent use;
 // registering a kind twice is an error.
 type Registry struct {
-	mu    sync.RWMutex
-	kinds map[string]entry
+	mu     sync.RWMutex
+	kinds  map[string]entry
+	sealed string // why Add is refused, once Seal was called
 }
 
 // NewRegistry returns an empty registry.
@@ -92,11 +93,22 @@ func (r *Registry) Add(kind string, h Handler, opts KindOptions) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.sealed != "" {
+		return fmt.Errorf("jobs: register %q: %s", kind, r.sealed)
+	}
 	if _, dup := r.kinds[kind]; dup {
 		return fmt.Errorf("jobs: register %q: kind is already registered", kind)
 	}
 	r.kinds[kind] = entry{handler: h, opts: opts}
 	return nil
+}
+
+// Seal makes every later Add fail with reason: a pool takes the kinds
+// registered when it starts, so a handler added after would never run.
+func (r *Registry) Seal(reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sealed = reason
 }
 
 // Lookup returns the handler for kind and its options.

@@ -27,12 +27,13 @@ type PeriodicJob struct {
 	// ("*/10 * * * * *"), or a descriptor ("@hourly", "@every 30s").
 	Schedule string `yaml:"schedule"`
 	// Kind, Args, Queue, Priority and MaxAttempts are those of each job
-	// enqueued; Args defaults to {}.
-	Kind        string         `yaml:"kind"`
-	Args        map[string]any `yaml:"args"`
-	Queue       string         `yaml:"queue"`
-	Priority    int            `yaml:"priority"`
-	MaxAttempts int            `yaml:"maxAttempts"`
+	// enqueued. Args is anything that encodes to a BSON document (the
+	// configuration file's mapping, a typed args struct); defaults to {}.
+	Kind        string `yaml:"kind"`
+	Args        any    `yaml:"args"`
+	Queue       string `yaml:"queue"`
+	Priority    int    `yaml:"priority"`
+	MaxAttempts int    `yaml:"maxAttempts"`
 }
 
 // DefaultPeriodicCollection holds the state of the periodic jobs: for each

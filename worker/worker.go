@@ -83,6 +83,7 @@ type Worker struct {
 
 	stuck        atomic.Int64
 	unstarted    atomic.Int64
+	cancelled    atomic.Int64      // jobs a stop cancelled, its wait over before they finished
 	afterClaim   func([]*jobs.Job) // test hook: runs between a claim's reply and the launch of its jobs
 	onGatherWait func()            // test hook: runs when a claim waits for slots to free
 }
@@ -198,6 +199,9 @@ func (w *Worker) stop(graceful context.Context) error {
 			return
 		case <-graceful.Done():
 		}
+		w.mu.Lock()
+		w.cancelled.Store(int64(len(w.active)))
+		w.mu.Unlock()
 		w.cancelJobs(ErrShutdown)
 		// Handlers that honour their context return now and release their
 		// own leases; give them a moment. The leases of those that do not
@@ -220,6 +224,10 @@ func (w *Worker) stop(graceful context.Context) error {
 	}
 	return err
 }
+
+// CancelledAtStop returns how many running jobs Stop or StopAndCancel
+// cancelled because its wait ended before they finished (0 before a stop).
+func (w *Worker) CancelledAtStop() int { return int(w.cancelled.Load()) }
 
 // abandonWait is how long a stop that cancelled the running jobs waits for
 // their handlers to return.

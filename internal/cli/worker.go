@@ -131,7 +131,7 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	qcfg.Logger, rcfg.Logger = log, log // configs fills them with no-op loggers
 	dc, err := docket.NewClient(db, docket.Config{
 		Queue: qcfg, Worker: wcfg, Reaper: rcfg, LeaderTTL: cfg.Leader.TTL,
-		PeriodicJobs: cfg.PeriodicJobs, Logger: base,
+		PeriodicJobs: cfg.ClientPeriodicJobs(), Logger: base,
 		Setup: func(ctx context.Context) error { return handlers.Setup(ctx, db) },
 	})
 	if err != nil {
@@ -279,7 +279,9 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	stopCounting()
 	// Stops claiming and the maintenance, resigns the leadership (another
 	// process takes the maintenance over at once), waits for running jobs.
-	if err := dc.Stop(stopCtx); err != nil {
+	if err := dc.Stop(stopCtx); errors.Is(err, docket.ErrJobsCancelled) {
+		log.Warn("stopped; the shutdown timeout or a second signal cancelled running jobs", zap.Error(err))
+	} else if err != nil {
 		log.Error("stop", zap.Error(err))
 		return 1
 	}

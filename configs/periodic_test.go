@@ -1,0 +1,39 @@
+package configs_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/docketq/docket/configs"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// The file's periodic jobs reach a docket.Client as args of the file's
+// kind that encode to the file's mapping ({} when it gives none).
+func TestClientPeriodicJobs(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "docket.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`periodicJobs:
+  - {name: a, schedule: "@every 1s", kind: record, args: {n: 1, s: x}, queue: ticks, priority: 2, maxAttempts: 3}
+  - {name: b, schedule: "@hourly", kind: noop}
+`), 0o600))
+	var c configs.Config
+	require.NoError(t, configs.LoadFile(path, &c))
+	list := c.ClientPeriodicJobs()
+	require.Len(t, list, 2)
+
+	a := list[0]
+	require.Equal(t, []any{"a", "@every 1s", "record", "ticks", 2, 3}, []any{a.Name, a.Schedule, a.Args.Kind(), a.Queue, a.Priority, a.MaxAttempts})
+	raw, err := bson.Marshal(a.Args)
+	require.NoError(t, err)
+	var doc map[string]any
+	require.NoError(t, bson.Unmarshal(raw, &doc))
+	require.Equal(t, map[string]any{"n": int32(1), "s": "x"}, doc)
+
+	raw, err = bson.Marshal(list[1].Args)
+	require.NoError(t, err)
+	require.Equal(t, "noop", list[1].Args.Kind())
+	require.Equal(t, bson.Raw{5, 0, 0, 0, 0}, bson.Raw(raw))
+}
