@@ -149,6 +149,11 @@ func (w *Worker) execute(r *run) {
 		observed = OutcomeLeaseLost
 		w.obs.LeaseLost(job)
 		log.Warn("job finished but its lease was lost; wrote nothing", append(fields, zap.Error(werr))...)
+	case errors.Is(werr, queue.ErrOutcomeUnknown):
+		// The write may have been applied: only reading it back failed.
+		observed = OutcomeUnrecorded
+		log.Error("job finished but whether its outcome was recorded is not known (reading it back failed until the lease expired); if it was not, the reaper re-queues the job",
+			append(fields, zap.Error(werr))...)
 	default:
 		observed = OutcomeUnrecorded
 		log.Error("job finished but its outcome could not be recorded before the lease expired; the reaper will re-queue it",
