@@ -84,6 +84,7 @@ type Client struct {
 	elector *leadership.Elector
 
 	mu          sync.Mutex
+	unregister  func()                // leaves the workers registry; set by Start
 	argsOpts    map[string]InsertOpts // the InsertOpts() of each kind's args type, for AddHandler's kinds
 	maintenance []recovery.Task
 	started     bool
@@ -439,6 +440,7 @@ func (c *Client) Start(ctx context.Context) error {
 	c.warnUnserved()
 	w.Start(context.Background())
 	sched.Start()
+	c.unregister = register(c.q, c.cfg.Worker, w, c.reg.Kinds(), c.log)
 	return nil
 }
 
@@ -492,6 +494,11 @@ func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
 		case <-time.After(maintenanceStopWait):
 			c.log.Warn("a maintenance pass was still running at stop; its fenced writes are safe to abandon")
 		}
+	}
+	if first {
+		// Out of the registry once its jobs are done: until then the reaper
+		// knows it alive.
+		c.unregister()
 	}
 	if n := c.w.CancelledAtStop(); err == nil && first && !cancelJobs && n > 0 {
 		return &JobsCancelledError{Count: n}

@@ -47,7 +47,7 @@ func TestReapSparesAliveButSlowOwners(t *testing.T) {
 	b.expiredAgo(t, "slow", "alive", 40*time.Second, lease)
 	// Expired past grace and one more lease: stuck, alive owner or not.
 	b.expiredAgo(t, "stuck", "alive", 70*time.Second, lease)
-	// No entry: a dead worker, or an embedding app's, which does not beat.
+	// No entry: a dead worker, or a process that never registered.
 	b.expiredAgo(t, "orphan", "gone", 40*time.Second, lease)
 	// An entry that stopped beating 31 s ago, at a beat every 10 s.
 	_, err := b.db.Collection(queue.DefaultWorkersCollection).InsertOne(b.ctx, bson.D{

@@ -250,7 +250,6 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	}
 	cancelStart()
 	health.SetUp()
-	defer register(q, cfg, dc, dc.Registry().Kinds(), log)() // the workers registry (registry.go), until this process stops
 	counting, stopCounting := context.WithCancel(context.Background())
 	defer stopCounting()
 	if cfg.HTTP.Addr != "" { // nobody reads the counts otherwise

@@ -1,4 +1,4 @@
-package cli
+package docket
 
 import (
 	"context"
@@ -7,14 +7,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docketq/docket/configs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
 	"go.uber.org/zap"
 )
 
-// registryBeatMax caps the interval between a worker process's beats in
-// the workers registry; a shorter heartbeat interval beats that often. At
+// registryBeatMax caps the interval between a client's beats in the
+// workers registry; a shorter heartbeat interval beats that often. At
 // 10 s (the default heartbeat interval) an idle process's registry costs
 // one write per 10 s, and listings drop a process that died within
 // queue.WorkerMissedBeats beats: 30 s.
@@ -49,23 +48,25 @@ func version() string {
 	return v
 }
 
-// register enters this worker process in the workers registry and beats
-// there until the returned function is called, which deletes its entry:
-// `docketctl workers` and the dashboard list the processes alive. A beat
-// that fails is logged and retried at the next; the registry is for
-// people, and never stops the worker.
-// pool is the process's pool as the registry sees it.
+// register enters this client in the workers registry and beats there
+// until the returned function is called, which deletes its entry:
+// `docketctl workers` and the dashboard list the processes alive, and the
+// reaper spares the expired leases of a process that still beats (a slow
+// one, not a dead one) for one more lease. Every started client registers,
+// embedded or the worker command alike. A beat that fails is logged and
+// retried at the next; the registry never stops the pool.
+// pool is the client's pool as the registry sees it.
 type pool interface {
 	ID() string
 	Running() int
 }
 
-func register(q *queue.Client, cfg configs.Config, w pool, kinds []string, log *zap.Logger) (unregister func()) {
+func register(q *queue.Client, wcfg worker.Config, w pool, kinds []string, log *zap.Logger) (unregister func()) {
 	host, _ := os.Hostname()
 	info := queue.WorkerInfo{
-		ID: w.ID(), Host: host, PID: int64(os.Getpid()), Version: version(), Queues: cfg.Worker.Queues, Kinds: kinds,
-		Concurrency: int64(cfg.Worker.Concurrency), StartedAt: time.Now(),
-		BeatEvery: min(cfg.Worker.HeartbeatInterval, registryBeatMax),
+		ID: w.ID(), Host: host, PID: int64(os.Getpid()), Version: version(), Queues: wcfg.Queues, Kinds: kinds,
+		Concurrency: int64(wcfg.Concurrency), StartedAt: time.Now(),
+		BeatEvery: min(wcfg.HeartbeatInterval, registryBeatMax),
 	}
 	if len(info.Queues) == 0 {
 		info.Queues = []string{"default"}
