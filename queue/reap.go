@@ -80,8 +80,9 @@ const MaxSpare = 10 * time.Minute
 // reaped once its lease has been expired for grace plus its own lease
 // length (leaseExpiresAt - heartbeatAt, at most MaxSpare), alive owner or
 // not, so a live process never holds a stuck job forever. Only processes
-// that beat in the registry (the worker command does; a docket.Client an
-// app embeds does not) are spared for; a job whose owner has no entry, or
+// that beat in the registry (every started docket.Client does; a program
+// that claims through this package alone does not) are spared for; a job
+// whose owner has no entry, or
 // one that cannot be read, is reaped as before. Spared jobs do not count
 // against limit.
 func (c store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapResult, error) {
