@@ -12,6 +12,8 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -105,3 +107,22 @@ func TestTheAssertionsFail(t *testing.T) {
 	require.Len(t, r.failed, 2)
 	require.Contains(t, r.failed[1], `1 "welcome" job(s) were inserted`)
 }
+
+// exampleDB is a fresh database on the test server, for the examples.
+func exampleDB(name string) *mongo.Database {
+	mc, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()))
+	if err != nil {
+		panic(err)
+	}
+	db := mc.Database("example_" + name)
+	if err := db.Drop(context.Background()); err != nil {
+		panic(err)
+	}
+	return db
+}
+
+// printingT stands in for a *testing.T outside a test.
+type printingT struct{}
+
+func (printingT) Helper()                           {}
+func (printingT) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
