@@ -38,11 +38,13 @@ func (d Deps) logger() *zap.Logger {
 	return d.Logger
 }
 
-// Register adds every docket handler to reg.
+// Register adds every docket handler to reg, and their cancel hooks to
+// d.Queue (CancelHooks).
 func Register(reg *jobs.Registry, d Deps) error {
 	if d.DB == nil || d.Queue == nil {
 		return errors.New("handlers: Deps needs DB and Queue")
 	}
+	CancelHooks(d.Queue, d.DB)
 	return errors.Join(
 		jobs.Register(reg, Noop, jobs.KindOptions{}),
 		registerAddFriend(reg, d),

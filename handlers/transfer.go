@@ -149,7 +149,7 @@ var (
 	ErrAlreadyReversed = errors.New("transaction already reversed")
 	// ErrNotCancellable: the transfer has started applying, or has
 	// finished; a done transfer can be reversed instead.
-	ErrNotCancellable = errors.New("transfer cannot be cancelled")
+	ErrNotCancellable = fmt.Errorf("transfer cannot be cancelled: %w", queue.ErrNotCancellable)
 )
 
 // transferColls returns the accounts and transactions collections of db,
@@ -340,57 +340,25 @@ func CancelTransfer(ctx context.Context, db *mongo.Database, txID string) error 
 		txID, ErrNotCancellable, tx.State, txID)
 }
 
-// CancelJob cancels the job id as queue.Cancel does, and first, for a
-// transfer job, cancels its transfer with CancelTransfer: cancelling only
-// the job would leave the transaction to the transfer recovery pass, which
-// would finish it. A transfer that can no longer be cancelled leaves its
-// job untouched and returns ErrNotCancellable.
-func CancelJob(ctx context.Context, db *mongo.Database, q *queue.Client, id string) (queue.CancelOutcome, error) {
-	// Read only what is needed, as it is: the job may have been written by
-	// another application with fields docket's Job does not decode.
-	raw, err := db.Collection(q.CollectionName()).FindOne(ctx, bson.D{{Key: "_id", Value: id}},
-		options.FindOne().SetProjection(bson.D{{Key: "kind", Value: 1}, {Key: "state", Value: 1}, {Key: "args", Value: 1}})).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, fmt.Errorf("handlers: cancel job %s: %w", id, queue.ErrNotFound)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("handlers: cancel job %s: %w", id, err)
-	}
-	kind, _ := raw.Lookup("kind").StringValueOK()
-	state, _ := raw.Lookup("state").StringValueOK()
-	if kind == TransferKind && !jobs.State(state).Finished() {
-		args, ok := raw.Lookup("args").DocumentOK()
-		if !ok {
-			return 0, fmt.Errorf("handlers: cancel job %s: args: not a document", id)
+// CancelHooks registers on q the cancel hooks of docket's kinds: before a
+// transfer job is cancelled, its transfer is cancelled with CancelTransfer
+// (cancelling only the job would leave the transaction to the transfer
+// recovery pass, which would finish it). A transfer that can no longer be
+// cancelled leaves its job untouched, and the cancel returns
+// ErrNotCancellable. Register calls it; a program that only cancels
+// (docketctl, the dashboard) calls it on its own queue client.
+func CancelHooks(q *queue.Client, db *mongo.Database) {
+	q.OnCancel(TransferKind, func(ctx context.Context, id queue.JobID, args bson.Raw) error {
+		if _, ok := id.StringID(); !ok {
+			return fmt.Errorf("%w: a transfer job whose id is not a string was not enqueued by docket, and its transfer cannot be cancelled with it", ErrNotCancellable)
+		}
+		if args == nil {
+			return errors.New("args: not a document")
 		}
 		a, err := jobs.DecodeArgs[TransferArgs](args)
 		if err != nil {
-			return 0, fmt.Errorf("handlers: cancel job %s: %w", id, err)
+			return err
 		}
-		if err := CancelTransfer(ctx, db, a.TxID); err != nil {
-			return 0, err
-		}
-	}
-	return q.Cancel(ctx, id)
-}
-
-// CancelJobID is CancelJob for an id of any type: a string id as CancelJob
-// cancels it; another id (a job another application wrote) by its id,
-// unless the job claims to be an unfinished transfer, which docket never
-// enqueues with such an id and could not cancel whole (ErrNotCancellable).
-func CancelJobID(ctx context.Context, db *mongo.Database, q *queue.Client, id queue.JobID) (queue.CancelOutcome, error) {
-	if s, ok := id.StringID(); ok {
-		return CancelJob(ctx, db, q, s)
-	}
-	list, _, err := q.List(ctx, queue.JobFilter{JobIDs: []queue.JobID{id}}, "", 1)
-	if err != nil {
-		return 0, fmt.Errorf("handlers: cancel job %s: %w", id, err)
-	}
-	if len(list) == 0 {
-		return 0, fmt.Errorf("handlers: cancel job %s: %w", id, queue.ErrNotFound)
-	}
-	if j := list[0]; j.Kind == TransferKind && !jobs.State(j.State).Finished() {
-		return 0, fmt.Errorf("handlers: cancel job %s: %w: a transfer job whose id is not a string was not enqueued by docket, and its transfer cannot be cancelled with it", id, ErrNotCancellable)
-	}
-	return q.CancelJobID(ctx, id)
+		return CancelTransfer(ctx, db, a.TxID)
+	})
 }

@@ -318,8 +318,8 @@ func TestCancelTransfer(t *testing.T) {
 	})
 }
 
-// TestCancelTransferJob: cancelling a transfer's job cancels the transfer
-// too, so that the recovery pass, which gives a job to every unfinished
+// TestCancelTransferJob: cancelling a transfer's job (with the handlers'
+// cancel hooks registered on the queue client) cancels the transfer too, so that the recovery pass, which gives a job to every unfinished
 // transaction, rolls it back instead of applying it.
 func TestCancelTransferJob(t *testing.T) {
 	b := transferSetup(t)
@@ -327,7 +327,8 @@ func TestCancelTransferJob(t *testing.T) {
 	b.open(t, opening)
 	txID, jobID, err := handlers.EnqueueTransfer(b.ctx, b.db, b.q, "alice", "bob", 400)
 	require.NoError(t, err)
-	out, err := handlers.CancelJob(b.ctx, b.db, b.q, jobID)
+	handlers.CancelHooks(b.q, b.db)
+	out, err := b.q.Cancel(b.ctx, jobID)
 	require.NoError(t, err)
 	require.Equal(t, queue.Cancelled, out)
 
@@ -348,8 +349,9 @@ func TestCancelTransferJob(t *testing.T) {
 	txID, jobID, err = handlers.EnqueueTransfer(b.ctx, b.db, b.q, "alice", "bob", 100)
 	require.NoError(t, err)
 	a := b.start(t, b.handler(t, stallHook), &attemptCtl{stallAt: "transfer:applying"})
-	_, err = handlers.CancelJob(b.ctx, b.db, b.q, jobID)
+	_, err = b.q.Cancel(b.ctx, jobID)
 	require.ErrorIs(t, err, handlers.ErrNotCancellable)
+	require.ErrorIs(t, err, queue.ErrNotCancellable, "what docketctl and the dashboard check")
 	got, err := b.q.Get(b.ctx, jobID)
 	require.NoError(t, err)
 	require.Nil(t, got.CancelRequestedAt, "the job is not asked to stop")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -41,6 +42,75 @@ var ErrFinished = fmt.Errorf("job already finished")
 // the five (written by another app): docket does not know how to stop it.
 var ErrUnknownState = errors.New("unknown job state")
 
+// ErrNotCancellable is returned by Cancel when the cancel hook of the job's
+// kind refused: the application's work can no longer be stopped (a money
+// transfer that has started applying). The job is left as it was.
+var ErrNotCancellable = errors.New("the job's work cannot be cancelled any more")
+
+// A CancelHook is an application's side of cancelling a job of its kind:
+// it runs before Cancel cancels an unfinished job of that kind, with the
+// job's id and its args as stored (a nil Raw when the job has none), and
+// stops what the job's work has started (rolls a transfer back). It may
+// run more than once for one job, and after the job started or finished:
+// it must be idempotent, and safe when there is nothing left to stop. An
+// error (wrapping ErrNotCancellable when the work cannot be stopped any
+// more) leaves the job untouched and is what Cancel returns.
+type CancelHook func(ctx context.Context, id JobID, args bson.Raw) error
+
+// cancelHooks are a Client's cancel hooks by kind, shared by its copies.
+type cancelHooks struct {
+	mu     sync.RWMutex
+	byKind map[string]CancelHook
+}
+
+// OnCancel makes Cancel (and CancelJobID) run hook before it cancels an
+// unfinished job of kind, replacing the hook kind had; a nil hook removes
+// it. Register hooks on every client that cancels jobs: the dashboard's
+// and docketctl's as well as a worker's. Safe for concurrent use.
+func (c *Client) OnCancel(kind string, hook CancelHook) {
+	c.cancels.mu.Lock()
+	defer c.cancels.mu.Unlock()
+	if hook == nil {
+		delete(c.cancels.byKind, kind)
+		return
+	}
+	if c.cancels.byKind == nil {
+		c.cancels.byKind = map[string]CancelHook{}
+	}
+	c.cancels.byKind[kind] = hook
+}
+
+// runCancelHook runs the cancel hook of the job's kind, if it has one and
+// the job is unfinished.
+func (c *Client) runCancelHook(ctx context.Context, jobID JobID) error {
+	c.cancels.mu.RLock()
+	n := len(c.cancels.byKind)
+	c.cancels.mu.RUnlock()
+	if n == 0 {
+		return nil
+	}
+	// Read only what is needed, as it is: another application may have
+	// written the job with fields docket's Job does not decode.
+	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: jobID.v}},
+		options.FindOne().SetProjection(bson.D{{Key: "kind", Value: 1}, {Key: "state", Value: 1}, {Key: "args", Value: 1}})).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil // Cancel says so
+	}
+	if err != nil {
+		return err
+	}
+	kind, _ := raw.Lookup("kind").StringValueOK()
+	state, _ := raw.Lookup("state").StringValueOK()
+	c.cancels.mu.RLock()
+	hook := c.cancels.byKind[kind]
+	c.cancels.mu.RUnlock()
+	if hook == nil || jobs.State(state).Finished() {
+		return nil
+	}
+	args, _ := raw.Lookup("args").DocumentOK()
+	return hook(ctx, jobID, args)
+}
+
 // cancelTries bounds how many times Cancel tries again when the job moves
 // between available and running under it.
 const cancelTries = 10
@@ -48,7 +118,8 @@ const cancelTries = 10
 // Cancel stops a job: an available job is cancelled at once; a running one
 // is flagged, and ends cancelled at its next transition: its worker cancels
 // the handler at its next heartbeat, and a failure, a release or a reap
-// also end it cancelled.
+// also end it cancelled. First, the cancel hook of the job's kind, if any
+// (OnCancel), stops the application's side of its work.
 func (c *Client) Cancel(ctx context.Context, id string) (CancelOutcome, error) {
 	return c.CancelJobID(ctx, StringJobID(id))
 }
@@ -57,6 +128,9 @@ func (c *Client) Cancel(ctx context.Context, id string) (CancelOutcome, error) {
 // wrote with _id 7).
 func (c *Client) CancelJobID(ctx context.Context, jobID JobID) (CancelOutcome, error) {
 	key, id := jobID.v, jobID.String()
+	if err := c.runCancelHook(ctx, jobID); err != nil {
+		return 0, fmt.Errorf("queue: cancel job %s: %w", id, err)
+	}
 	for range cancelTries {
 		t := now()
 		res, err := c.coll.UpdateOne(ctx,

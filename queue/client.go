@@ -133,6 +133,8 @@ type Client struct {
 	// hooks, when set (by tests), lose replies of claims and finishing
 	// writes; see claim.go.
 	hooks *hooks
+	// cancels are the applications' cancel hooks (OnCancel).
+	cancels *cancelHooks
 }
 
 // ensured records that the jobs indexes exist, once EnsureIndexes
@@ -155,7 +157,7 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 	}
 	wc, _ := parseWriteConcern(cfg.WriteConcern)
 	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
-	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32), noGroupMin: new(atomic.Bool), fewIDTypes: new(atomic.Bool), pauses: newPauses(), capacities: newCapacities()}, nil
+	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32), noGroupMin: new(atomic.Bool), fewIDTypes: new(atomic.Bool), pauses: newPauses(), capacities: newCapacities(), cancels: &cancelHooks{}}, nil
 }
 
 // Collection returns the jobs collection, with the configured write concern.

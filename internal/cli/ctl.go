@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/docketq/docket/configs"
-	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/internal/dashboard"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -470,8 +469,8 @@ func cancelCommand(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		var failed []string
 		for _, id := range ids {
-			out, err := handlers.CancelJobID(e.ctx, e.db, e.q, id)
-			if errors.Is(err, queue.ErrNotFound) || errors.Is(err, queue.ErrFinished) || errors.Is(err, handlers.ErrNotCancellable) {
+			out, err := e.q.CancelJobID(e.ctx, id)
+			if errors.Is(err, queue.ErrNotFound) || errors.Is(err, queue.ErrFinished) || errors.Is(err, queue.ErrNotCancellable) {
 				fmt.Fprintf(e.stderr, "%s: %s\n", idLabel(id), shown(err.Error()))
 				failed = append(failed, idLabel(id))
 				continue

@@ -14,7 +14,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
-	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 )
@@ -541,7 +540,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	case "cancel":
 		out, err := s.cancel(ctx, jobID)
 		switch {
-		case errors.Is(err, queue.ErrNotFound), errors.Is(err, queue.ErrFinished), errors.Is(err, handlers.ErrNotCancellable):
+		case errors.Is(err, queue.ErrNotFound), errors.Is(err, queue.ErrFinished), errors.Is(err, queue.ErrNotCancellable):
 			msg, failed = fmt.Sprintf("Job %s not cancelled: %s.", id, s.cfg.Redact(err.Error())), true
 		case err != nil:
 			s.fail(w, r, http.StatusServiceUnavailable, err)
@@ -565,8 +564,9 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 	}{page{Title: "Done", Nav: "jobs"}, id, jobPath(jobID), msg, failed})
 }
 
-// cancel cancels the job as docketctl cancel does (handlers.CancelJobID):
+// cancel cancels the job as docketctl cancel does, with the cancel hooks
+// the program registered on its queue client (queue.OnCancel):
 // a transfer's job cancels its transfer too.
 func (s *Server) cancel(ctx context.Context, id queue.JobID) (queue.CancelOutcome, error) {
-	return handlers.CancelJobID(ctx, s.db, s.q, id)
+	return s.q.CancelJobID(ctx, id)
 }
