@@ -294,7 +294,7 @@ func TestLimitStalledAttemptReapedAndResumed(t *testing.T) {
 	enqueueN(t, b, 2)
 	s := jobstore.Of(b.q)
 	p := claimAll
-	p.Lease = 50 * time.Millisecond
+	p.Lease = time.Second
 	stalled, err := s.Claim(b.ctx, p)
 	require.NoError(t, err)
 	require.NotNil(t, stalled)
