@@ -311,17 +311,20 @@ func (c *Client) stampUnderLimits(ctx context.Context, p ClaimParams, t time.Tim
 			return nil, false, err
 		}
 	}
-	for _, i := range limited {
-		ok, err := c.stampLimited(ctx, p, t, block[i], asRead[i].(bson.D), s)
+	if len(limited) > 0 {
+		lb := make([]*jobs.Job, len(limited))
+		lr := make(bson.A, len(limited))
+		for n, i := range limited {
+			lb[n], lr[n] = block[i], asRead[i]
+		}
+		got, err := c.stampLimited(ctx, p, t, lb, lr, s)
 		if err != nil {
 			// The jobs stamped so far carry the token: the caller's
 			// ReleaseClaim gives them back.
 			return nil, false, err
 		}
-		if ok {
-			claimed = append(claimed, block[i])
-			matched = true
-		}
+		claimed = append(claimed, got...)
+		matched = matched || len(got) > 0
 	}
 	slices.SortStableFunc(claimed, func(a, b *jobs.Job) int { return claimOrder(a, b) })
 	return claimed, matched, nil

@@ -499,71 +499,66 @@ func (s *slotPicker) pop(name string) int {
 	return k
 }
 
-// giveBack returns the slots of set, not taken after all, to the free
-// ones, but for the field named in keep (a slot found held by another
-// job).
-func (s *slotPicker) giveBack(kind, queue string, set bson.D, drop string) {
-	for _, e := range set {
-		if e.Key == drop {
-			continue
-		}
-		target, name := kind, KindLimit(kind)
-		if e.Key == queueRunSlotField {
-			target, name = queue, QueueLimit(queue)
-		}
-		if k, err := strconv.Atoi(strings.TrimPrefix(e.Value.(string), target+"/")); err == nil {
-			s.free[name] = append(s.free[name], k)
-		}
-	}
-}
-
-// stampLimitedTries is how many slots a claim tries for one job of a
-// limit before it leaves the job to the next claim.
-const stampLimitedTries = 3
-
-// stampLimited stamps j, a candidate of a batch claim read as asRead, with
-// the claim of p at t and free run slots from s, with one update of its
-// own. It returns whether it claimed j; false without an error when j was
-// taken meanwhile or its limits are full.
-func (c *Client) stampLimited(ctx context.Context, p ClaimParams, t time.Time, j *jobs.Job, asRead bson.D, s *slotPicker) (bool, error) {
-	match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
-	match = append(match, asRead[1:]...) // attempt and updatedAt as read
-	for range stampLimitedTries {
+// stampLimited stamps, for a batch claim with params p at t, those of
+// block (jobs under limits, read as asRead) that are still as read, each
+// with free run slots from s, with one unordered bulkWrite of an update per
+// job: each update carries its own slots, which one updateMany cannot. An
+// update whose slot another claim took meanwhile is refused by the unique
+// index, one whose job was taken matches nothing; the others are applied.
+// Unless every update matched, the jobs stamped are read back by the
+// claim's token. It returns the jobs it claimed.
+func (c *Client) stampLimited(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) ([]*jobs.Job, error) {
+	var models []mongo.WriteModel
+	var sent []*jobs.Job
+	for i, j := range block {
 		set, ok := s.take(j.Kind, j.Queue)
 		if !ok {
-			return false, nil
+			continue // its limit is full
 		}
+		match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
+		match = append(match, asRead[i].(bson.D)[1:]...) // attempt and updatedAt as read
 		update := claimUpdate(p, t, p.Token)
 		update[0].Value = append(update[0].Value.(bson.D), set...)
-		res, err := c.coll.UpdateOne(ctx, match, update)
-		if err == nil && c.afterStamp != nil {
-			err = c.afterStamp()
-		}
-		if err == nil {
-			if res.MatchedCount == 0 {
-				s.giveBack(j.Kind, j.Queue, set, "")
-				return false, nil
-			}
-			stampClaim(j, p, t, p.Token)
-			return true, nil
-		}
-		msg := err.Error()
-		if !mongo.IsDuplicateKeyError(err) && !strings.Contains(msg, "UNIQUE constraint failed") {
-			// Maybe applied with its reply lost: the job carries the
-			// token, and the caller's ReleaseClaim gives it back.
-			return false, fmt.Errorf("queue: claim job %s under its limits: %w", j.ID, err)
-		}
-		// A slot read free was taken meanwhile. MongoDB names the index
-		// ("index: kindRunSlot dup key"), devdb quotes SQLite's, which
-		// names it too; when neither is named, both slots are dropped.
-		switch {
-		case strings.Contains(msg, kindRunSlotField):
-			s.giveBack(j.Kind, j.Queue, set, kindRunSlotField)
-		case strings.Contains(msg, queueRunSlotField):
-			s.giveBack(j.Kind, j.Queue, set, queueRunSlotField)
-		}
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(match).SetUpdate(update))
+		sent = append(sent, j)
 	}
-	return false, nil
+	if len(models) == 0 {
+		return nil, nil
+	}
+	res, err := c.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	if err == nil && c.afterStamp != nil {
+		err = c.afterStamp()
+	}
+	var bwe mongo.BulkWriteException
+	switch {
+	case err == nil && res.MatchedCount == int64(len(models)):
+		for _, j := range sent {
+			stampClaim(j, p, t, p.Token)
+		}
+		return sent, nil
+	case err == nil:
+	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0:
+		// Answered: some updates were refused, a slot taken meanwhile
+		// (E11000; devdb quotes SQLite's UNIQUE constraint), or a job an
+		// app wrote with an attempt that is not a number, which is buried.
+		for _, we := range bwe.WriteErrors {
+			if we.Code == errTypeMismatch {
+				if _, berr := c.buryBadAttempts(ctx, claimFilter(p, t), t); berr != nil {
+					c.log.Warn("claim: cannot bury a job whose attempt is not a number", zap.Error(berr))
+				}
+				break
+			}
+		}
+	case strings.Contains(err.Error(), "UNIQUE constraint failed"):
+		// devdb answers a slot taken with a command error quoting
+		// SQLite, and applies none of the updates after it: those
+		// before it may be applied, and the read-back finds them.
+	default:
+		// Maybe applied with its reply lost: the jobs carry the token, and
+		// the caller's ReleaseClaim gives them back.
+		return nil, fmt.Errorf("queue: claim %d jobs under their limits: %w", len(models), err)
+	}
+	return c.readBack(ctx, sent, p.Token)
 }
 
 // claimUnderLimits is a claim of up to k jobs (Claim: 1) by p when limits
