@@ -291,7 +291,10 @@ func TestLimitConcurrentClaimersNeverExceedIt(t *testing.T) {
 func TestLimitStalledAttemptReapedAndResumed(t *testing.T) {
 	b := setup(t)
 	require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("k"), 1, ""))
-	enqueueN(t, b, 2)
+	for prio := range 2 { // the stalled job first, and again after its retry's backoff
+		_, err := b.q.Enqueue(b.ctx, "k", bson.M{}, queue.InsertOpts{Priority: 1 - prio})
+		require.NoError(t, err)
+	}
 	s := jobstore.Of(b.q)
 	p := claimAll
 	p.Lease = time.Second
@@ -306,9 +309,10 @@ func TestLimitStalledAttemptReapedAndResumed(t *testing.T) {
 	require.Zero(t, res.Settled(), "not reaped while its lease holds")
 
 	reapAfterLease(t, b, s, stalled)
+	time.Sleep(20 * time.Millisecond) // the retry's backoff (at most 10 ms here)
 	owner, err := s.Claim(b.ctx, claimAsW2)
 	require.NoError(t, err)
-	require.NotNil(t, owner)
+	require.Equal(t, stalled.ID, owner.ID, "the stalled attempt's job, claimed again")
 
 	l := queue.LeaseOf(stalled)
 	_, err = s.Heartbeat(b.ctx, l, time.Minute)
