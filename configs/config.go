@@ -55,6 +55,10 @@ type Config struct {
 	// Capacities bounds queues; each worker sets them at start. Defaults
 	// to none: no queue's capacity is changed.
 	Capacities Capacities `yaml:"capacities"`
+	// Limits bound how many jobs of a kind or a queue run at once across
+	// every worker; each worker sets them at start. Defaults to none: no
+	// limit is changed.
+	Limits Limits `yaml:"limits"`
 	// HTTP serves the worker's metrics and health probes.
 	HTTP HTTPConfig `yaml:"http"`
 	Log  LogConfig  `yaml:"log"`
@@ -188,6 +192,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("periodicJobs: %w", err)
 	}
 	if err := c.Capacities.Validate(); err != nil {
+		return err
+	}
+	if err := c.Limits.Validate(); err != nil {
 		return err
 	}
 	return c.HTTP.Validate()

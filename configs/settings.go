@@ -60,6 +60,7 @@ func settings(c *Config, role string) []Setting {
 		Setting{"leader.ttl", "DOCKET_LEADER_TTL", "leader-ttl", "maintenance pauses between this and about twice it when the leader dies (at least 3s)", (*durationValue)(&c.Leader.TTL)},
 		Setting{"http.addr", "DOCKET_HTTP_ADDR", "http-addr", "host:port serving /metrics, /healthz and /readyz (default: none)", (*stringValue)(&c.HTTP.Addr)},
 		Setting{"capacities", "DOCKET_CAPACITIES", "capacities", "queue capacities set at start, QUEUE=N,... (default: none changed)", (*capacitiesValue)(&c.Capacities)},
+		Setting{"limits", "DOCKET_LIMITS", "limits", "concurrency limits set at start, kind:KIND=N or queue:QUEUE=N,... (default: none changed)", (*limitsValue)(&c.Limits)},
 		Setting{"http.queueStatsInterval", "DOCKET_QUEUE_STATS_INTERVAL", "queue-stats-interval", "how often the leader counts jobs per queue and state for /metrics", (*durationValue)(&c.HTTP.QueueStatsInterval)},
 	)
 }

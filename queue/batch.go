@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -116,7 +117,10 @@ func (c store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.Jo
 		}
 		pq := p
 		pq.Queues = qs
-		claimed, err := c.claimBatchTries(ctx, pq, k)
+		claimed, handled, err := c.claimUnderLimits(ctx, pq, k)
+		if !handled {
+			claimed, err = c.claimBatchTries(ctx, pq, k)
+		}
 		if len(claimed) == 0 || err != nil {
 			return claimed, err
 		}
@@ -141,7 +145,7 @@ func (c store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.Jo
 // that lost its whole block to another worker tries again.
 func (c store) claimBatchTries(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
 	for range claimBatchTries {
-		claimed, raced, err := c.claimBatchOnce(ctx, p, k)
+		claimed, raced, err := c.claimBatchOnce(ctx, p, k, nil)
 		if errors.Is(err, errMalformedCandidate) || isTypeMismatch(err) {
 			// A hand-written job with a field of the wrong type is among the
 			// candidates: a single claim buries such jobs and goes on.
@@ -171,8 +175,9 @@ func isTypeMismatch(err error) bool {
 
 // claimBatchOnce makes one attempt of ClaimBatch. raced reports that
 // others claimed first all the candidates it found, and that there may be
-// more beyond them.
-func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, raced bool, err error) {
+// more beyond them. With limits (s not nil), the candidates of a limit are
+// stamped one by one, each with free slots of s (limit.go).
+func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slotPicker) (claimed []*jobs.Job, raced bool, err error) {
 	t := now()
 	filter := claimFilter(p, t)
 	window := claimWindow
@@ -191,19 +196,30 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (clai
 		return nil, false, nil
 	}
 
-	cands := make([]*jobs.Job, len(docs))
-	asRead := make(bson.A, len(docs))
-	for i, d := range docs {
+	cands := make([]*jobs.Job, 0, len(docs))
+	asRead := make(bson.A, 0, len(docs))
+	for _, d := range docs {
 		var j jobs.Job
 		if err := bson.Unmarshal(d, &j); err != nil {
-			return nil, false, fmt.Errorf("queue: claim batch: candidate %v: %w: %w", d.Lookup("_id"), errMalformedCandidate, err)
+			if s == nil {
+				return nil, false, fmt.Errorf("queue: claim batch: candidate %v: %w: %w", d.Lookup("_id"), errMalformedCandidate, err)
+			}
+			// Under limits there is no single claim to fall back on
+			// (it would need the job's slot): bury it here.
+			if berr := c.buryCandidate(ctx, d, t, err); berr != nil {
+				return nil, false, fmt.Errorf("queue: claim batch: candidate %v: %w (and marking it dead: %w)", d.Lookup("_id"), err, berr)
+			}
+			continue
 		}
-		cands[i] = &j
-		asRead[i] = bson.D{
+		cands = append(cands, &j)
+		asRead = append(asRead, bson.D{
 			{Key: "_id", Value: j.ID},
 			{Key: "attempt", Value: rawOrNull(d, "attempt")},
 			{Key: "updatedAt", Value: rawOrNull(d, "updatedAt")},
-		}
+		})
+	}
+	if len(cands) == 0 {
+		return nil, true, nil
 	}
 
 	if c.betweenReadAndStamp != nil {
@@ -217,7 +233,13 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int) (clai
 	for b := range blocks {
 		from := ((first + b) % blocks) * k
 		to := min(from+k, len(cands))
-		claimed, matched, err := c.stampBlock(ctx, p, t, cands[from:to], asRead[from:to])
+		stamp := c.stampBlock
+		if s != nil {
+			stamp = func(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A) ([]*jobs.Job, bool, error) {
+				return c.stampUnderLimits(ctx, p, t, block, asRead, s)
+			}
+		}
+		claimed, matched, err := stamp(ctx, p, t, cands[from:to], asRead[from:to])
 		if err != nil {
 			return nil, false, err
 		}
@@ -266,6 +288,57 @@ func (c *Client) stampBlock(ctx context.Context, p ClaimParams, t time.Time, blo
 	}
 	claimed, err = c.readBack(ctx, block, token)
 	return claimed, true, err
+}
+
+// stampUnderLimits stamps the jobs of block as stampBlock does, but for
+// those under a limit of s, which it stamps one by one with free slots.
+// matched is false when none was stamped.
+func (c *Client) stampUnderLimits(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) (claimed []*jobs.Job, matched bool, err error) {
+	var free []*jobs.Job
+	var freeRead bson.A
+	var limited []int
+	for i, j := range block {
+		if s.limited(j.Kind, j.Queue) {
+			limited = append(limited, i)
+			continue
+		}
+		free = append(free, j)
+		freeRead = append(freeRead, asRead[i])
+	}
+	if len(free) > 0 {
+		claimed, matched, err = c.stampBlock(ctx, p, t, free, freeRead)
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	if len(limited) > 0 {
+		lb := make([]*jobs.Job, len(limited))
+		lr := make(bson.A, len(limited))
+		for n, i := range limited {
+			lb[n], lr[n] = block[i], asRead[i]
+		}
+		got, err := c.stampLimited(ctx, p, t, lb, lr, s)
+		if err != nil {
+			// The jobs stamped so far carry the token: the caller's
+			// ReleaseClaim gives them back.
+			return nil, false, err
+		}
+		claimed = append(claimed, got...)
+		matched = matched || len(got) > 0
+	}
+	slices.SortStableFunc(claimed, func(a, b *jobs.Job) int { return claimOrder(a, b) })
+	return claimed, matched, nil
+}
+
+// claimOrder compares two jobs in claim order (claimSort).
+func claimOrder(a, b *jobs.Job) int {
+	if a.Priority != b.Priority {
+		return b.Priority - a.Priority
+	}
+	if c := a.RunAt.Compare(b.RunAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
 }
 
 // pickFirstBlock picks the block of k that a spread batch claim tries

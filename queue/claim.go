@@ -82,7 +82,7 @@ func (c store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 		}
 		pq := p
 		pq.Queues = qs
-		j, err := c.claimOne(ctx, pq)
+		j, err := c.claimOneUnderLimits(ctx, pq)
 		if j == nil || err != nil || !stale {
 			return j, err
 		}
@@ -95,6 +95,19 @@ func (c store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 		}
 	}
 	return nil, nil
+}
+
+// claimOneUnderLimits is Claim from the queues of p as given: under the
+// limits that apply to p (limit.go), or else with claimOne.
+func (c store) claimOneUnderLimits(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
+	claimed, handled, err := c.claimUnderLimits(ctx, p, 1)
+	if !handled {
+		return c.claimOne(ctx, p)
+	}
+	if len(claimed) == 0 || err != nil {
+		return nil, err
+	}
+	return claimed[0], nil
 }
 
 // claimOne is Claim's findAndModify, from the queues of p as given.
@@ -161,6 +174,21 @@ func (c *Client) buryMalformed(ctx context.Context, raw bson.Raw, t time.Time, c
 	_, err := c.coll.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: token}},
 		finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs}))
+	if err == nil {
+		c.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
+	}
+	return err
+}
+
+// buryCandidate sends raw, an available job read by a claim that does not
+// decode, to dead with the decoding error, fenced on its state and
+// updatedAt as read.
+func (c *Client) buryCandidate(ctx context.Context, raw bson.Raw, t time.Time, cause error) error {
+	id := raw.Lookup("_id")
+	msg := malformed + cause.Error()
+	_, err := c.coll.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateAvailable}, {Key: "updatedAt", Value: rawOrNull(raw, "updatedAt")}},
+		finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: msg}}}))
 	if err == nil {
 		c.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
 	}

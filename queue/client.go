@@ -122,6 +122,8 @@ type Client struct {
 	// capacities caches the queues' capacities for enqueues; shared by
 	// copies.
 	capacities *capacities
+	// limits caches the concurrency limits for claims; shared by copies.
+	limits *runLimits
 
 	// betweenReadAndStamp, when set (by tests), runs in a batch claim after
 	// the candidates are read and before they are stamped.
@@ -157,7 +159,7 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 	}
 	wc, _ := parseWriteConcern(cfg.WriteConcern)
 	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
-	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32), noGroupMin: new(atomic.Bool), fewIDTypes: new(atomic.Bool), pauses: newPauses(), capacities: newCapacities(), cancels: &cancelHooks{}}, nil
+	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32), noGroupMin: new(atomic.Bool), fewIDTypes: new(atomic.Bool), pauses: newPauses(), capacities: newCapacities(), limits: newRunLimits(), cancels: &cancelHooks{}}, nil
 }
 
 // Collection returns the jobs collection, with the configured write concern.
@@ -214,6 +216,15 @@ func Indexes() []mongo.IndexModel {
 			// slots, a range on the "<queue>/" prefix
 			Keys:    bson.D{{Key: capacitySlotField, Value: 1}},
 			Options: options.Index().SetName(CapacityIndex).SetUnique(true).SetSparse(true),
+		},
+		{ // a limited kind's run slots: at most one running job per slot
+			// (limit.go)
+			Keys:    bson.D{{Key: kindRunSlotField, Value: 1}},
+			Options: options.Index().SetName(KindRunSlotIndex).SetUnique(true).SetSparse(true),
+		},
+		{ // a limited queue's run slots
+			Keys:    bson.D{{Key: queueRunSlotField, Value: 1}},
+			Options: options.Index().SetName(QueueRunSlotIndex).SetUnique(true).SetSparse(true),
 		},
 	}
 }

@@ -112,8 +112,9 @@ func (c *Client) renew(ctx context.Context, l Lease, update bson.D, out any) err
 }
 
 // finish returns the update that moves a job to the final state s at t,
-// freeing its unique key and its slot of a bounded queue's capacity. Every
-// write that finishes a job uses it.
+// freeing its unique key, its slot of a bounded queue's capacity and its
+// run slots of concurrency limits (limit.go). Every write that finishes a
+// job uses it.
 func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 	set = append(set,
 		bson.E{Key: "state", Value: s},
@@ -122,7 +123,10 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 	)
 	return bson.D{
 		{Key: "$set", Value: bson.D(set)},
-		{Key: "$unset", Value: bson.D{{Key: "leaseExpiresAt", Value: ""}, {Key: capacitySlotField, Value: ""}}},
+		{Key: "$unset", Value: bson.D{
+			{Key: "leaseExpiresAt", Value: ""}, {Key: capacitySlotField, Value: ""},
+			{Key: kindRunSlotField, Value: ""}, {Key: queueRunSlotField, Value: ""},
+		}},
 		{Key: "$rename", Value: bson.D{{Key: "uniqueKey", Value: "finishedUniqueKey"}}},
 	}
 }
@@ -397,7 +401,9 @@ func (c *Client) failure(j *jobs.Job, t time.Time, permanent bool, errs []jobs.A
 }
 
 // requeue returns the update that makes a running job available at runAt,
-// dropping its lease.
+// dropping its lease and freeing its run slots of concurrency limits
+// (limit.go). Every write that gives an attempt back (a retry, a release,
+// the reaper's re-queue) uses it.
 func requeue(t, runAt time.Time, set ...bson.E) bson.D {
 	set = append(set,
 		bson.E{Key: "state", Value: jobs.StateAvailable},
@@ -410,6 +416,8 @@ func requeue(t, runAt time.Time, set ...bson.E) bson.D {
 			{Key: "leaseToken", Value: ""},
 			{Key: "leaseExpiresAt", Value: ""},
 			{Key: "heartbeatAt", Value: ""},
+			{Key: kindRunSlotField, Value: ""},
+			{Key: queueRunSlotField, Value: ""},
 		}},
 	}
 }

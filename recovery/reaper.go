@@ -153,6 +153,11 @@ func (r *Reaper) RunOnce(ctx context.Context) (queue.ReapResult, error) {
 	if _, err := r.q.FreeStrandedSlots(ctx); err != nil {
 		return total, err
 	}
+	// Likewise a job ended or re-queued by another app's write may still
+	// hold a run slot of a concurrency limit.
+	if _, err := r.q.FreeStrandedRunSlots(ctx); err != nil {
+		return total, err
+	}
 	if total.Settled()+total.Skipped+total.Spared > 0 {
 		r.log.Info("reaped expired leases", zap.Int("requeued", total.Requeued), zap.Int("dead", total.Dead),
 			zap.Int("cancelled", total.Cancelled), zap.Int("buried", total.Buried), zap.Int("skipped", total.Skipped),

@@ -120,8 +120,12 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 		if err != nil {
 			return err
 		}
+		limits, err := e.q.RunLimits(e.ctx)
+		if err != nil {
+			return err
+		}
 		if *asJSON {
-			return printStatsJSON(e.stdout, counts, paused, caps)
+			return printStatsJSON(e.stdout, counts, paused, caps, limits)
 		}
 		fmt.Fprintln(e.stdout, counts.freshness())
 		stats := counts.Queues
@@ -162,6 +166,13 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 				continue
 			}
 			fmt.Fprintf(e.stdout, "queue %s: capacity %d, %d admitted and unfinished\n", shown(c.Queue), c.Capacity, c.Occupied)
+		}
+		for _, l := range limits {
+			if l.Malformed != "" {
+				fmt.Fprintf(e.stdout, "limit %s: limits nothing (malformed: %s)\n", shown(l.Name), shown(l.Malformed))
+				continue
+			}
+			fmt.Fprintf(e.stdout, "limit %s: %d / %d slots taken (running / limit)\n", shown(l.Name), l.Running, l.Limit)
 		}
 		return nil
 	}
@@ -775,6 +786,15 @@ type statsJSON struct {
 	Note         string      `json:"note,omitempty"`
 	Unreadable   int         `json:"unreadable,omitempty"`
 	Queues       []queueJSON `json:"queues"`
+	// Limits are the concurrency limits with their running jobs.
+	Limits []limitJSON `json:"limits,omitempty"`
+}
+
+type limitJSON struct {
+	Name      string `json:"name"`
+	Limit     int    `json:"limit"`
+	Running   int    `json:"running"`
+	Malformed string `json:"malformed,omitempty"`
 }
 
 type queueJSON struct {
@@ -786,7 +806,7 @@ type queueJSON struct {
 	Occupied        *int                        `json:"occupied,omitempty"`
 }
 
-func printStatsJSON(w io.Writer, c statsCounts, paused []queue.QueueState, caps []queue.QueueCapacity) error {
+func printStatsJSON(w io.Writer, c statsCounts, paused []queue.QueueState, caps []queue.QueueCapacity, limits []queue.RunLimit) error {
 	out := statsJSON{Source: "leader", CountedAt: c.CountedAt, AgeSeconds: c.Age().Seconds(), CountedBy: c.By,
 		EverySeconds: c.Every.Seconds(), Stale: c.Stale(), Unreadable: c.Unreadable, Queues: []queueJSON{}}
 	if c.Exact {
@@ -830,6 +850,9 @@ func printStatsJSON(w io.Writer, c statsCounts, paused []queue.QueueState, caps 
 		}
 	}
 	sort.Slice(out.Queues, func(i, j int) bool { return out.Queues[i].Queue < out.Queues[j].Queue })
+	for _, l := range limits {
+		out.Limits = append(out.Limits, limitJSON{Name: l.Name, Limit: l.Limit, Running: l.Running, Malformed: l.Malformed})
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)

@@ -238,6 +238,9 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		if err := applyCapacities(ctx, q, cfg.Capacities, "config:"+cfg.Worker.ID, log); err != nil {
 			return err
 		}
+		if err := applyLimits(ctx, q, cfg.Limits, "config:"+cfg.Worker.ID, log); err != nil {
+			return err
+		}
 		return dc.Start(ctx)
 	}
 	if err := waitForServer(startCtx, client, cfg.Mongo, log, start); err != nil {

@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/docketq/docket/configs"
+	"github.com/docketq/docket/queue"
+	"go.uber.org/zap"
+)
+
+func init() {
+	ctlCommands["limit"] = subcommand{"limit how many jobs of a kind or queue run at once across every worker: `limit kind:K N`, `limit queue:Q N`, `limit NAME off`; alone, list the limits", ctlLimit}
+}
+
+// ctlLimit sets, clears or lists the concurrency limits.
+func ctlLimit(fs *flag.FlagSet) func(*env, []string) error {
+	by := fs.String("by", "", "who sets it, recorded with the limit (default: user@host)")
+	return func(e *env, rest []string) error {
+		switch len(rest) {
+		case 0:
+			return listLimits(e)
+		case 2:
+		default:
+			return badInput("give a limit's name and a number, or off: limit kind:KIND N, limit queue:QUEUE N")
+		}
+		name, val := rest[0], rest[1]
+		if _, _, err := queue.ParseLimitName(name); err != nil {
+			return badInput("%s", shown(err.Error()))
+		}
+		if *by == "" {
+			*by = operator()
+		}
+		if val == "off" {
+			had, err := e.q.ClearLimit(e.ctx, name)
+			if err != nil {
+				return err
+			}
+			if had {
+				fmt.Fprintf(e.stdout, "%s\tunlimited: workers apply it within %s\n", shown(name), queue.LimitRefresh)
+			} else {
+				fmt.Fprintf(e.stdout, "%s\thad no limit; nothing changed\n", shown(name))
+			}
+			return nil
+		}
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 0 || n > queue.MaxLimit {
+			return badInput("limit %q: give a whole number from 0 to %d, or off", val, queue.MaxLimit)
+		}
+		if err := e.q.SetLimit(e.ctx, name, n, *by); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s\tlimit %d: workers apply it within %s\n", shown(name), n, queue.LimitRefresh)
+		return nil
+	}
+}
+
+// listLimits prints the limits: limit, running now, who set it.
+func listLimits(e *env) error {
+	ls, err := e.q.RunLimits(e.ctx)
+	if err != nil {
+		return err
+	}
+	if len(ls) == 0 {
+		fmt.Fprintln(e.stdout, "no limit is set")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "limit\trunning\tset")
+	for _, l := range ls {
+		fmt.Fprintf(tw, "%s\t%s\n", shown(l.Name), limitNote(l))
+	}
+	return tw.Flush()
+}
+
+// limitNote says how a limit reads in a table: running / limit, set.
+func limitNote(l queue.RunLimit) string {
+	if l.Malformed != "" {
+		return "-\tmalformed, limits nothing: " + shown(l.Malformed) + "; `docketctl limit` rewrites it"
+	}
+	set := ""
+	if !l.SetAt.IsZero() {
+		set = l.SetAt.Format(time.RFC3339)
+	}
+	if l.SetBy != "" {
+		set += " by " + shown(l.SetBy)
+	}
+	return fmt.Sprintf("%d / %d\t%s", l.Running, l.Limit, set)
+}
+
+// applyLimits sets each limit the configuration names, as a worker starts
+// (see applyCapacities).
+func applyLimits(ctx context.Context, q *queue.Client, ls configs.Limits, by string, log *zap.Logger) error {
+	for _, name := range ls.Names() {
+		if err := q.SetLimit(ctx, name, ls[name], by); err != nil {
+			return fmt.Errorf("limits.%s: %w", name, err)
+		}
+		log.Info("concurrency limit set from the configuration", zap.String("limit", name), zap.Int("limit", ls[name]))
+	}
+	return nil
+}

@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/configs"
+	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+)
+
+// TestLimitCommands: `docketctl limit kind:k 2` limits kind k; bad input
+// exits 2; `limit` alone and stats show the slots taken over the limit
+// while a job runs; `limit kind:k off` lifts it; a worker's configured
+// limits are set at start, recorded as the configuration's.
+func TestLimitCommands(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	uri := testdb.URI()
+	ctx := context.Background()
+
+	out, errs, code := runCtl(t, uri, db, "limit", "kind:k", "2")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "kind:k\tlimit 2")
+	for _, bad := range [][]string{{"limit", "k", "2"}, {"limit", "kind:k", "-1"}, {"limit", "kind:k", "two"}, {"limit", "kind:k"}} {
+		_, errs, code = runCtl(t, uri, db, bad...)
+		require.Equal(t, 2, code, "%v: %s", bad, errs)
+	}
+
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	require.NoError(t, q.EnsureIndexes(ctx))
+	for range 3 {
+		_, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{})
+		require.NoError(t, err)
+	}
+	got, err := jobstore.Of(q).ClaimBatch(ctx, queue.ClaimParams{Owner: "w", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute}, 3)
+	require.NoError(t, err)
+	require.Len(t, got, 2, "the limit holds")
+
+	out, errs, code = runCtl(t, uri, db, "limit")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `kind:k\s+2 / 2\s+\S+ by `, out)
+	out, errs, code = runCtl(t, uri, db, "stats", "--exact")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "limit kind:k: 2 / 2 slots taken")
+	out, errs, code = runCtl(t, uri, db, "stats", "--exact", "--json")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, `"limits": [`)
+	require.Contains(t, out, `"running": 2`)
+
+	out, errs, code = runCtl(t, uri, db, "limit", "kind:k", "off")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "kind:k\tunlimited")
+	out, _, _ = runCtl(t, uri, db, "limit")
+	require.Contains(t, out, "no limit is set")
+
+	require.NoError(t, applyLimits(ctx, q, configs.Limits{"kind:k": 1, "queue:bulk": 4}, "config:w1", zap.NewNop()))
+	ls, err := q.RunLimits(ctx)
+	require.NoError(t, err)
+	require.Len(t, ls, 2)
+	require.Equal(t, "kind:k", ls[0].Name)
+	require.Equal(t, 1, ls[0].Limit)
+	require.Equal(t, 2, ls[0].Running, "jobs running over a lowered limit count")
+	require.Equal(t, "config:w1", ls[0].SetBy)
+	require.Equal(t, "queue:bulk", ls[1].Name)
+}
