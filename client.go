@@ -64,6 +64,17 @@ type Config struct {
 	// schedules, each tick once however many processes run. Start refuses
 	// a job whose kind has no handler in this client.
 	PeriodicJobs []PeriodicJob
+	// Capacities bound queues: queue name → the most admitted, unfinished
+	// jobs of that queue (0: none; see queue.Client.SetCapacity). Start
+	// sets each before the pool runs, every start, so processes started
+	// with the same configuration agree and the last start wins over
+	// `docketctl capacity`; a queue not named is left as it is.
+	Capacities map[string]int
+	// Limits are cluster-wide concurrency limits: "kind:K" or "queue:Q" →
+	// the most jobs of that kind or queue running at once across every
+	// process (0: none run; see queue.Client.SetLimit). Start sets each,
+	// every start, as it sets Capacities.
+	Limits map[string]int
 	// Setup, when set, runs in Start after docket's indexes are ensured:
 	// the application's own idempotent set-up, such as its collections'
 	// indexes. An error from it fails Start, which may be retried.
@@ -143,6 +154,9 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
 	if err := validatePeriodicJobs(cfg.PeriodicJobs); err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	if err := validateBounds(cfg.Capacities, cfg.Limits); err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
 	log := cfg.Logger.With(zap.String("worker", cfg.Worker.ID))
@@ -397,6 +411,10 @@ func (c *Client) Start(ctx context.Context) error {
 			return fmt.Errorf("docket: start: set-up: %w", err)
 		}
 	}
+	// Before the pool runs a job, so they hold from its first claim.
+	if err := c.applyBounds(ctx); err != nil {
+		return fmt.Errorf("docket: start: %w", err)
+	}
 
 	w, err := worker.New(c.q, c.reg, c.cfg.Worker)
 	if err != nil {
@@ -577,4 +595,53 @@ func (c *Client) ReleaseAbandoned(ctx context.Context) int {
 		return 0
 	}
 	return w.ReleaseAbandoned(ctx)
+}
+
+// validateBounds checks the capacities and limits of a Config, naming the
+// first that is wrong.
+func validateBounds(caps, limits map[string]int) error {
+	for _, name := range sortedKeys(caps) {
+		if err := queue.ValidQueueName(name); err != nil {
+			return fmt.Errorf("capacities: %w", err)
+		}
+		if n := caps[name]; n < 0 || n > queue.MaxCapacity {
+			return fmt.Errorf("capacities.%s: %d must be between 0 and %d", name, n, queue.MaxCapacity)
+		}
+	}
+	for _, name := range sortedKeys(limits) {
+		if _, _, err := queue.ParseLimitName(name); err != nil {
+			return fmt.Errorf("limits: %w", err)
+		}
+		if n := limits[name]; n < 0 || n > queue.MaxLimit {
+			return fmt.Errorf("limits.%s: %d must be between 0 and %d", name, n, queue.MaxLimit)
+		}
+	}
+	return nil
+}
+
+// applyBounds sets the configured capacities and limits.
+func (c *Client) applyBounds(ctx context.Context) error {
+	by := "config:" + c.cfg.Worker.ID
+	for _, name := range sortedKeys(c.cfg.Capacities) {
+		if err := c.q.SetCapacity(ctx, name, c.cfg.Capacities[name], by); err != nil {
+			return fmt.Errorf("capacities.%s: %w", name, err)
+		}
+		c.log.Info("queue capacity set from the configuration", zap.String("queue", name), zap.Int("capacity", c.cfg.Capacities[name]))
+	}
+	for _, name := range sortedKeys(c.cfg.Limits) {
+		if err := c.q.SetLimit(ctx, name, c.cfg.Limits[name], by); err != nil {
+			return fmt.Errorf("limits.%s: %w", name, err)
+		}
+		c.log.Info("concurrency limit set from the configuration", zap.String("limit", name), zap.Int("n", c.cfg.Limits[name]))
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }

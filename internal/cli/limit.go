@@ -1,16 +1,13 @@
 package cli
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
-	"github.com/docketq/docket/configs"
 	"github.com/docketq/docket/queue"
-	"go.uber.org/zap"
 )
 
 func init() {
@@ -90,16 +87,4 @@ func limitNote(l queue.RunLimit) string {
 		set += " by " + shown(l.SetBy)
 	}
 	return fmt.Sprintf("%d / %d\t%s", l.Running, l.Limit, set)
-}
-
-// applyLimits sets each limit the configuration names, as a worker starts
-// (see applyCapacities).
-func applyLimits(ctx context.Context, q *queue.Client, ls configs.Limits, by string, log *zap.Logger) error {
-	for _, name := range ls.Names() {
-		if err := q.SetLimit(ctx, name, ls[name], by); err != nil {
-			return fmt.Errorf("limits.%s: %w", name, err)
-		}
-		log.Info("concurrency limit set from the configuration", zap.String("limit", name), zap.Int("limit", ls[name]))
-	}
-	return nil
 }

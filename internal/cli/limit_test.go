@@ -5,12 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/configs"
 	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
 )
 
 // TestLimitCommands: `docketctl limit kind:k 2` limits kind k; bad input
@@ -59,7 +57,8 @@ func TestLimitCommands(t *testing.T) {
 	out, _, _ = runCtl(t, uri, db, "limit")
 	require.Contains(t, out, "no limit is set")
 
-	require.NoError(t, applyLimits(ctx, q, configs.Limits{"kind:k": 1, "queue:bulk": 4}, "config:w1", zap.NewNop()))
+	require.NoError(t, q.SetLimit(ctx, "kind:k", 1, "config:w1"))
+	require.NoError(t, q.SetLimit(ctx, "queue:bulk", 4, "config:w1"))
 	ls, err := q.RunLimits(ctx)
 	require.NoError(t, err)
 	require.Len(t, ls, 2)

@@ -131,7 +131,7 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	qcfg.Logger, rcfg.Logger = log, log // configs fills them with no-op loggers
 	dc, err := docket.NewClient(db, docket.Config{
 		Queue: qcfg, Worker: wcfg, Reaper: rcfg, LeaderTTL: cfg.Leader.TTL,
-		PeriodicJobs: cfg.ClientPeriodicJobs(), Logger: base,
+		PeriodicJobs: cfg.ClientPeriodicJobs(), Capacities: cfg.Capacities, Limits: cfg.Limits, Logger: base,
 		Setup: func(ctx context.Context) error { return handlers.Setup(ctx, db) },
 	})
 	if err != nil {
@@ -229,20 +229,12 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	}
 	registry.MustRegister(queueStats)
 
-	// The capacities the configuration names are set first, so they hold
-	// before this worker runs a job. Start ensures the indexes, runs the
-	// handlers' set-up, then starts the pool, the election and the
-	// maintenance; it starts nothing when it fails, so both are retried
-	// until the database answers.
-	start := func(ctx context.Context) error {
-		if err := applyCapacities(ctx, q, cfg.Capacities, "config:"+cfg.Worker.ID, log); err != nil {
-			return err
-		}
-		if err := applyLimits(ctx, q, cfg.Limits, "config:"+cfg.Worker.ID, log); err != nil {
-			return err
-		}
-		return dc.Start(ctx)
-	}
+	// Start ensures the indexes, runs the handlers' set-up, sets the
+	// capacities and limits the configuration names (before this worker
+	// runs a job), then starts the pool, the election and the maintenance;
+	// it starts nothing when it fails, so it is retried until the database
+	// answers.
+	start := dc.Start
 	if err := waitForServer(startCtx, client, cfg.Mongo, log, start); err != nil {
 		if errors.Is(err, queue.ErrSetupRefused) {
 			log.Error("cannot start: the database refused docket's setup; fix the documents named below, then start again", zap.Error(err))
