@@ -92,6 +92,13 @@ type Client struct {
 	sched       *recovery.Scheduler
 	stopElect   context.CancelFunc
 	elected     chan struct{}
+
+	// Observing the pool (events.go, middleware.go, collector.go).
+	events      *eventHub
+	middleware  []jobs.Middleware
+	collectors  []*collector
+	stopCollect context.CancelFunc
+	collecting  sync.WaitGroup
 }
 
 // maintenanceStopWait bounds how long Stop waits for a maintenance pass
@@ -158,7 +165,8 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
-	return &Client{cfg: cfg, db: db, q: q, reg: jobs.NewRegistry(), log: log, elector: elector, argsOpts: map[string]InsertOpts{}}, nil
+	return &Client{cfg: cfg, db: db, q: q, reg: jobs.NewRegistry(), log: log, elector: elector, argsOpts: map[string]InsertOpts{},
+		events: newEventHub(log)}, nil
 }
 
 // Elector returns the leader election this client takes part in once
@@ -397,7 +405,7 @@ func (c *Client) Start(ctx context.Context) error {
 		}
 	}
 
-	w, err := worker.New(c.q, c.reg, c.cfg.Worker)
+	w, err := worker.New(c.q, c.reg, c.workerConfig())
 	if err != nil {
 		return fmt.Errorf("docket: %w", err)
 	}
@@ -439,6 +447,7 @@ func (c *Client) Start(ctx context.Context) error {
 	c.warnUnserved()
 	w.Start(context.Background())
 	sched.Start()
+	c.startCollectors()
 	return nil
 }
 
@@ -485,6 +494,9 @@ func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
 		err = c.w.StopAndCancel(ctx)
 	} else {
 		err = c.w.Stop(ctx)
+	}
+	if first {
+		c.stopCollectors()
 	}
 	if maintenanceDone != nil {
 		select {
