@@ -349,6 +349,9 @@ func fillOpts(o, d InsertOpts) InsertOpts {
 	if o.UniqueKey == "" {
 		o.UniqueKey = d.UniqueKey
 	}
+	if o.UniqueFor == 0 {
+		o.UniqueFor = d.UniqueFor
+	}
 	return o
 }
 
