@@ -104,6 +104,13 @@ type Client struct {
 	sched       *recovery.Scheduler
 	stopElect   context.CancelFunc
 	elected     chan struct{}
+
+	// Observing the pool (events.go, middleware.go, collector.go).
+	events      *eventHub
+	middleware  []jobs.Middleware
+	collectors  []*collector
+	stopCollect context.CancelFunc
+	collecting  sync.WaitGroup
 }
 
 // maintenanceStopWait bounds how long Stop waits for a maintenance pass
@@ -173,7 +180,8 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
-	return &Client{cfg: cfg, db: db, q: q, reg: jobs.NewRegistry(), log: log, elector: elector, argsOpts: map[string]InsertOpts{}}, nil
+	return &Client{cfg: cfg, db: db, q: q, reg: jobs.NewRegistry(), log: log, elector: elector, argsOpts: map[string]InsertOpts{},
+		events: newEventHub(log)}, nil
 }
 
 // Elector returns the leader election this client takes part in once
@@ -356,6 +364,9 @@ func fillOpts(o, d InsertOpts) InsertOpts {
 	if o.UniqueKey == "" {
 		o.UniqueKey = d.UniqueKey
 	}
+	if o.UniqueFor == 0 {
+		o.UniqueFor = d.UniqueFor
+	}
 	return o
 }
 
@@ -416,7 +427,7 @@ func (c *Client) Start(ctx context.Context) error {
 		return fmt.Errorf("docket: start: %w", err)
 	}
 
-	w, err := worker.New(c.q, c.reg, c.cfg.Worker)
+	w, err := worker.New(c.q, c.reg, c.workerConfig())
 	if err != nil {
 		return fmt.Errorf("docket: %w", err)
 	}
@@ -459,6 +470,7 @@ func (c *Client) Start(ctx context.Context) error {
 	w.Start(context.Background())
 	sched.Start()
 	c.unregister = register(c.q, c.cfg.Worker, w, c.reg.Kinds(), c.log)
+	c.startCollectors()
 	return nil
 }
 
@@ -505,6 +517,9 @@ func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
 		err = c.w.StopAndCancel(ctx)
 	} else {
 		err = c.w.Stop(ctx)
+	}
+	if first {
+		c.stopCollectors()
 	}
 	if maintenanceDone != nil {
 		select {

@@ -86,6 +86,15 @@ type Job struct {
 	// FinishedUniqueKey holds the job's unique key once it has finished, so
 	// that the key is free for a new job.
 	FinishedUniqueKey string `bson:"finishedUniqueKey,omitempty"`
+	// UniquePeriodKey is the unique key of a job inserted with a period
+	// (queue.InsertOpts.UniqueFor): the key and the start of the period its
+	// insert fell in, "<key>@<start, RFC 3339 UTC, milliseconds>". It keeps
+	// any other job with the same key out of that period, finished or not,
+	// and is never freed: the next period's key is another string.
+	UniquePeriodKey string `bson:"uniquePeriodKey,omitempty"`
+	// UniqueUntil is when the period of UniquePeriodKey ends: retention
+	// does not delete the job before then.
+	UniqueUntil *time.Time `bson:"uniqueUntil,omitempty"`
 	// CreatedAt is when the job was enqueued.
 	CreatedAt time.Time `bson:"createdAt"`
 	// UpdatedAt is the time of the last change of state.

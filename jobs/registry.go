@@ -28,6 +28,20 @@ type HandlerFunc func(ctx context.Context, job *Job) error
 // Work calls f.
 func (f HandlerFunc) Work(ctx context.Context, job *Job) error { return f(ctx, job) }
 
+// Middleware wraps a handler: it runs around every attempt of every kind
+// (logging, tracing, recovering panics its own way), calling next.Work to
+// run the attempt, and returns the attempt's error. Middleware listed
+// first runs outermost.
+type Middleware func(next Handler) Handler
+
+// Wrap returns h wrapped in mw, mw[0] outermost.
+func Wrap(h Handler, mw ...Middleware) Handler {
+	for i := len(mw) - 1; i >= 0; i-- {
+		h = mw[i](h)
+	}
+	return h
+}
+
 // Args is implemented by typed job args: Kind names the handler they are for.
 type Args interface {
 	Kind() string

@@ -422,7 +422,7 @@ func (c *Client) admit(ctx context.Context, j *jobs.Job, capacity int, own bool)
 // queue does not turn a safe retry into an error. Only jobs with an id of
 // the caller's or a key cost the look-up.
 func (c *Client) refuse(ctx context.Context, j *jobs.Job, capacity int, own bool) (Result, error) {
-	if own || j.UniqueKey != "" {
+	if _, key := uniqueField(j); own || key != "" {
 		r, taken, err := c.whichDuplicate(ctx, j, nil)
 		if err != nil || !taken {
 			return r, err
@@ -493,19 +493,15 @@ func (c *Client) whichDuplicate(ctx context.Context, j *jobs.Job, err error) (Re
 	if !errors.Is(lerr, mongo.ErrNoDocuments) {
 		return Result{ID: j.ID, Err: fmt.Errorf("%w: %w", ErrNotInserted, lerr)}, false, fmt.Errorf("queue: look up job %s: %w", j.ID, lerr)
 	}
-	if j.UniqueKey == "" {
+	if _, key := uniqueField(j); key == "" {
 		return Result{}, true, nil
 	}
-	var holder struct {
-		ID string `bson:"_id"`
+	r, held, lerr := c.uniqueHolder(ctx, j)
+	if lerr != nil {
+		return Result{ID: j.ID, Err: fmt.Errorf("%w: %w", ErrNotInserted, lerr)}, false, lerr
 	}
-	lerr = c.coll.FindOne(ctx, bson.D{{Key: "uniqueKey", Value: j.UniqueKey}},
-		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Decode(&holder)
-	if lerr == nil {
-		return Result{ID: holder.ID, Duplicate: true}, false, nil
-	}
-	if !errors.Is(lerr, mongo.ErrNoDocuments) {
-		return Result{ID: j.ID, Err: fmt.Errorf("%w: %w", ErrNotInserted, lerr)}, false, fmt.Errorf("queue: look up unique key %q: %w", j.UniqueKey, lerr)
+	if held {
+		return r, false, nil
 	}
 	return Result{}, true, nil
 }

@@ -211,6 +211,11 @@ func Indexes() []mongo.IndexModel {
 			Keys:    bson.D{{Key: "uniqueKey", Value: 1}},
 			Options: options.Index().SetName("uniqueKey").SetUnique(true).SetSparse(true),
 		},
+		{ // at most one job per unique key and period (InsertOpts.UniqueFor),
+			// finished or not
+			Keys:    bson.D{{Key: "uniquePeriodKey", Value: 1}},
+			Options: options.Index().SetName("uniquePeriodKey").SetUnique(true).SetSparse(true),
+		},
 		{ // a bounded queue's slots: at most one admitted unfinished job per
 			// slot (capacity.go); also serves reading a queue's occupied
 			// slots, a range on the "<queue>/" prefix

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -38,9 +39,24 @@ type InsertOpts struct {
 	// jobs.DefaultMaxAttempts.
 	MaxAttempts int
 	// UniqueKey, when set, makes the enqueue return the id of the unfinished
-	// job that holds the same key instead of adding a second one.
+	// job that holds the same key instead of adding a second one
+	// (Result.Duplicate).
 	UniqueKey string
+	// UniqueFor, when positive, makes UniqueKey hold for a period instead
+	// of while the job is unfinished (River's ByPeriod): time is cut into
+	// periods of this length (aligned on the Unix epoch, so an hour starts
+	// on the hour and 24h at midnight UTC), and only the first job with the
+	// key inserted in a period is added, finished or not; the next period
+	// takes a new one, whatever the state of this period's. The period is
+	// the one the inserting client's clock is in. Exact across processes:
+	// the key and the period's start are one value of a unique index.
+	// Requires UniqueKey.
+	UniqueFor time.Duration
 }
+
+// periodKeyLayout formats a period's start in a job's UniquePeriodKey:
+// fixed width, so the key before it is never ambiguous.
+const periodKeyLayout = "2006-01-02T15:04:05.000Z"
 
 // Insert is one job to enqueue.
 type Insert struct {
@@ -60,8 +76,13 @@ type Result struct {
 	// already held the unique key. After a failed enqueue it is the id to
 	// enqueue the job again with (InsertOpts.ID).
 	ID string
-	// Duplicate is true when the unique key was held and no job was added.
+	// Duplicate is true when the unique key was held and no job was added:
+	// ID is the holder's.
 	Duplicate bool
+	// ArgsDropped is true, with Duplicate, when the holder's args differ
+	// from this insert's: the new args are in no job. False when they are
+	// the same (nothing was lost), or when the holder could not be read.
+	ArgsDropped bool
 	// Existed is true when a job with this id was already in the
 	// collection, so none was added: an earlier enqueue with the same
 	// InsertOpts.ID, whose reply may have been lost, inserted it.
@@ -246,7 +267,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 			return nil, fmt.Errorf("queue: enqueue %d jobs: the capacity index is missing: %w", len(ins), err)
 		}
 		for _, d := range docs {
-			if d.UniqueKey != "" {
+			if _, key := uniqueField(d); key != "" {
 				return nil, fmt.Errorf("queue: enqueue %d jobs: the unique key index is missing: %w", len(ins), err)
 			}
 		}
@@ -486,9 +507,10 @@ func (c *Client) settleAnswered(ctx context.Context, docs []*jobs.Job, own []boo
 // settleHeld settles a job whose insert was refused as a duplicate key:
 // its id is taken (an earlier enqueue of it), or its unique key is held.
 func (c *Client) settleHeld(ctx context.Context, j *jobs.Job) (Result, error) {
-	if j.UniqueKey == "" {
-		// The only unique indexes of the jobs collection are _id and the
-		// sparse uniqueKey, which a job without a key is not in.
+	if _, key := uniqueField(j); key == "" {
+		// The unique indexes a job without a key is in are _id and a
+		// bounded queue's slot, which an enqueue that is not admitted
+		// does not set.
 		return Result{ID: j.ID, Existed: true}, nil
 	}
 	err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
@@ -570,27 +592,21 @@ type insertHookKey struct{}
 // The holder may be the job itself, inserted by an earlier enqueue of its
 // id, and so may a job with its id that finished: both are Existed.
 func (c *Client) insertUnique(ctx context.Context, j *jobs.Job) (Result, error) {
+	field, key := uniqueField(j)
 	for range 5 {
-		var holder struct {
-			ID string `bson:"_id"`
+		r, held, err := c.uniqueHolder(ctx, j)
+		if err != nil {
+			return Result{}, err
 		}
-		err := c.coll.FindOne(ctx, bson.D{{Key: "uniqueKey", Value: j.UniqueKey}},
-			options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Decode(&holder)
-		if err == nil {
-			if holder.ID == j.ID {
-				return Result{ID: j.ID, Existed: true}, nil
-			}
-			return Result{ID: holder.ID, Duplicate: true}, nil
-		}
-		if !errors.Is(err, mongo.ErrNoDocuments) {
-			return Result{}, fmt.Errorf("queue: look up unique key %q: %w", j.UniqueKey, err)
+		if held {
+			return r, nil
 		}
 		_, err = c.coll.InsertOne(ctx, j)
 		if err == nil {
 			return Result{ID: j.ID}, nil
 		}
 		if !mongo.IsDuplicateKeyError(err) {
-			return Result{}, fmt.Errorf("queue: enqueue %s with unique key %q: %w", j.Kind, j.UniqueKey, err)
+			return Result{}, fmt.Errorf("queue: enqueue %s with %s %q: %w", j.Kind, field, key, err)
 		}
 		err = c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
 			options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
@@ -601,7 +617,41 @@ func (c *Client) insertUnique(ctx context.Context, j *jobs.Job) (Result, error) 
 			return Result{}, fmt.Errorf("queue: look up job %s: %w", j.ID, err)
 		}
 	}
-	return Result{}, fmt.Errorf("queue: unique key %q: held and released repeatedly, giving up", j.UniqueKey)
+	return Result{}, fmt.Errorf("queue: %s %q: held and released repeatedly, giving up", field, key)
+}
+
+// uniqueField names the unique index field that j's key is in, and its
+// value there: uniquePeriodKey for a key held over a period, uniqueKey
+// for one held while the job is unfinished; "" when j has no key.
+func uniqueField(j *jobs.Job) (field, key string) {
+	if j.UniquePeriodKey != "" {
+		return "uniquePeriodKey", j.UniquePeriodKey
+	}
+	return "uniqueKey", j.UniqueKey
+}
+
+// uniqueHolder looks up the job that holds j's unique key: held is false
+// when none does (it finished, or its period's job was deleted, since j's
+// insert was refused). The Result of a holder that is j itself (an
+// earlier enqueue of its id) is Existed; of another, Duplicate, with
+// ArgsDropped when its args are not j's.
+func (c *Client) uniqueHolder(ctx context.Context, j *jobs.Job) (r Result, held bool, err error) {
+	field, key := uniqueField(j)
+	var holder struct {
+		ID   string   `bson:"_id"`
+		Args bson.Raw `bson:"args"`
+	}
+	err = c.coll.FindOne(ctx, bson.D{{Key: field, Value: key}},
+		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "args", Value: 1}})).Decode(&holder)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return Result{}, false, nil
+	case err != nil:
+		return Result{}, false, fmt.Errorf("queue: look up %s %q: %w", field, key, err)
+	case holder.ID == j.ID:
+		return Result{ID: j.ID, Existed: true}, true, nil
+	}
+	return Result{ID: holder.ID, Duplicate: true, ArgsDropped: !bytes.Equal(holder.Args, j.Args)}, true, nil
 }
 
 // NewJob validates in and returns the document Enqueue would insert for it,
@@ -644,6 +694,15 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 			return nil, invalid("uniqueKey", "%s", p)
 		}
 	}
+	if o.UniqueFor < 0 {
+		return nil, invalid("uniqueFor", "%s must not be negative", o.UniqueFor)
+	}
+	if o.UniqueFor > 0 && o.UniqueFor < time.Millisecond {
+		return nil, invalid("uniqueFor", "%s is under the 1ms resolution of stored times", o.UniqueFor)
+	}
+	if o.UniqueFor > 0 && o.UniqueKey == "" {
+		return nil, invalid("uniqueFor", "needs a uniqueKey: it says how long the key holds")
+	}
 	if o.Delay < 0 {
 		return nil, invalid("delay", "%s must not be negative", o.Delay)
 	}
@@ -668,19 +727,28 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 		}
 		id = u.String()
 	}
+	uniqueKey, periodKey := o.UniqueKey, ""
+	var until *time.Time
+	if o.UniqueFor > 0 {
+		start := t.UTC().Truncate(o.UniqueFor)
+		end := start.Add(o.UniqueFor)
+		uniqueKey, periodKey, until = "", o.UniqueKey+"@"+start.Format(periodKeyLayout), &end
+	}
 	return &jobs.Job{
-		ID:          id,
-		Kind:        in.Kind,
-		Queue:       o.Queue,
-		Args:        args,
-		State:       jobs.StateAvailable,
-		Priority:    o.Priority,
-		RunAt:       runAt,
-		MaxAttempts: o.MaxAttempts,
-		Errors:      []jobs.AttemptError{},
-		UniqueKey:   o.UniqueKey,
-		CreatedAt:   t,
-		UpdatedAt:   t,
+		ID:              id,
+		Kind:            in.Kind,
+		Queue:           o.Queue,
+		Args:            args,
+		State:           jobs.StateAvailable,
+		Priority:        o.Priority,
+		RunAt:           runAt,
+		MaxAttempts:     o.MaxAttempts,
+		Errors:          []jobs.AttemptError{},
+		UniqueKey:       uniqueKey,
+		UniquePeriodKey: periodKey,
+		UniqueUntil:     until,
+		CreatedAt:       t,
+		UpdatedAt:       t,
 	}, nil
 }
 

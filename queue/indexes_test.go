@@ -57,6 +57,7 @@ func TestIndexesDeclared(t *testing.T) {
 		{name: "reap", keys: bson.D{{Key: "state", Value: 1}, {Key: "leaseExpiresAt", Value: 1}}},
 		{name: "finished", keys: bson.D{{Key: "state", Value: 1}, {Key: "finishedAt", Value: 1}}},
 		{name: "uniqueKey", keys: bson.D{{Key: "uniqueKey", Value: 1}}, unique: true, sparse: true},
+		{name: "uniquePeriodKey", keys: bson.D{{Key: "uniquePeriodKey", Value: 1}}, unique: true, sparse: true},
 		{name: "capacitySlot", keys: bson.D{{Key: "capacitySlot", Value: 1}}, unique: true, sparse: true},
 		{name: "kindRunSlot", keys: bson.D{{Key: "kindRunSlot", Value: 1}}, unique: true, sparse: true},
 		{name: "queueRunSlot", keys: bson.D{{Key: "queueRunSlot", Value: 1}}, unique: true, sparse: true},

@@ -276,9 +276,16 @@ func (c *Client) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapRe
 // while this process was stalled for any length of time) is left alone,
 // and so is one that finished again since.
 func (c store) Clean(ctx context.Context, s jobs.State, age time.Duration, limit int) (int, error) {
-	eligible := bson.E{Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: now().Add(-age)}}}
+	t := now()
+	eligible := bson.E{Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: t.Add(-age)}}}
+	// A job whose unique key holds over a period is kept until the period
+	// ends: deleting it would let a second job with the key in.
+	periodOver := bson.E{Key: "$or", Value: bson.A{
+		bson.D{{Key: "uniqueUntil", Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: "uniqueUntil", Value: bson.D{{Key: "$lte", Value: t}}}},
+	}}
 	cur, err := c.coll.Find(ctx,
-		bson.D{{Key: "state", Value: s}, eligible},
+		bson.D{{Key: "state", Value: s}, eligible, periodOver},
 		options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return 0, fmt.Errorf("queue: find %s jobs to clean: %w", s, err)
@@ -300,7 +307,7 @@ func (c store) Clean(ctx context.Context, s jobs.State, age time.Duration, limit
 	}
 	// _id first: devdb evaluates a filter key by key, and the $in rules
 	// out all but the batch before the other keys are looked at.
-	r, err := c.coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}, {Key: "state", Value: s}, eligible})
+	r, err := c.coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}, {Key: "state", Value: s}, eligible, periodOver})
 	if err != nil {
 		return 0, fmt.Errorf("queue: clean %s jobs: %w", s, err)
 	}

@@ -117,6 +117,10 @@ type Config struct {
 	// Observer is told of claims, attempts and heartbeats, for metrics.
 	// Defaults to none.
 	Observer Observer `yaml:"-"`
+	// Middleware wraps every attempt's handler, Middleware[0] outermost
+	// (see jobs.Middleware). A panic in it is recovered as a handler's is.
+	// Defaults to none.
+	Middleware []jobs.Middleware `yaml:"-"`
 }
 
 // WithDefaults returns c with every unset field set to its default.

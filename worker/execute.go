@@ -64,8 +64,9 @@ func (w *Worker) execute(r *run) {
 
 	var observed Outcome
 	var elapsed time.Duration
+	var failure string // the error recorded for a failed attempt
 	w.obs.Started(job)
-	defer func() { w.obs.Finished(job, observed, elapsed) }()
+	defer func() { w.obs.Finished(endedJob(job, observed, failure), observed, elapsed) }()
 	h, opts, ok := w.reg.Lookup(job.Kind)
 	if !ok { // cannot happen: claims only match registered kinds
 		h = jobs.HandlerFunc(func(context.Context, *jobs.Job) error {
@@ -73,6 +74,7 @@ func (w *Worker) execute(r *run) {
 		})
 		opts.Timeout = jobs.DefaultTimeout
 	}
+	h = jobs.Wrap(h, w.cfg.Middleware...)
 	ctx, cancelTimeout := context.WithTimeoutCause(jobCtx, opts.Timeout, ErrTimeout)
 	defer cancelTimeout()
 
@@ -91,7 +93,7 @@ func (w *Worker) execute(r *run) {
 	cause := context.Cause(ctx)
 	stopHeartbeat()
 	if !returned {
-		observed = w.giveUp(r, cause, opts.Timeout, start, result, log)
+		observed, failure = w.giveUp(r, cause, opts.Timeout, start, result, log)
 		return
 	}
 
@@ -128,6 +130,7 @@ func (w *Worker) execute(r *run) {
 		if errors.Is(cause, ErrTimeout) {
 			err = fmt.Errorf("timed out after %s: %w", opts.Timeout, err)
 		}
+		failure = err.Error()
 		write = func(ctx context.Context) error {
 			f, ferr := w.q.Fail(ctx, r.lease, job, err)
 			outcome, observed = "failed, "+string(f.State), failOutcome(f.State)
@@ -191,7 +194,7 @@ func (w *Worker) await(ctx context.Context, result <-chan error) (err error, ret
 // goroutine is left running; what it returns, if it ever does, is
 // discarded. The job may then run elsewhere: handlers are safe to run
 // beside a stalled attempt.
-func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.Time, result <-chan error, log *zap.Logger) Outcome {
+func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.Time, result <-chan error, log *zap.Logger) (Outcome, string) {
 	w.stuck.Add(1)
 	elapsed := time.Since(start)
 	grace := w.cfg.StuckGrace
@@ -213,15 +216,17 @@ func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.T
 	lost := r.lost
 	r.mu.Unlock()
 	if lost || reason == "lease lost" {
-		return OutcomeLeaseLost // another holder or the reaper has the job
+		return OutcomeLeaseLost, "" // another holder or the reaper has the job
 	}
 	if !r.settle() {
-		return OutcomeReleased // released at shutdown
+		return OutcomeReleased, "" // released at shutdown
 	}
 	var write func(context.Context) error
+	var failure string
 	outcome, observed := "cancelled", OutcomeCancelled
 	if reason == "timeout" {
 		cause := fmt.Errorf("handler did not return within timeout+grace (%s + %s)", timeout, grace)
+		failure = cause.Error()
 		write = func(ctx context.Context) error {
 			f, ferr := w.q.Fail(ctx, r.lease, r.job, cause)
 			outcome, observed = "failed, "+string(f.State), failOutcome(f.State)
@@ -235,13 +240,13 @@ func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.T
 	if err := w.persist(r, write, log); err != nil {
 		if errors.Is(err, queue.ErrLeaseLost) {
 			w.obs.LeaseLost(r.job)
-			return OutcomeLeaseLost
+			return OutcomeLeaseLost, failure
 		}
 		log.Warn("could not record the outcome of a stuck handler's job; the reaper re-queues it after its lease", zap.Error(err))
-		return OutcomeUnrecorded
+		return OutcomeUnrecorded, failure
 	}
 	log.Info("job finished", zap.Duration("duration", elapsed), zap.String("outcome", outcome+" (stuck handler)"))
-	return observed
+	return observed, failure
 }
 
 // notStarted ends the hold of r's job, claimed ahead, whose handler did

@@ -42,6 +42,10 @@ type Observer interface {
 	// written, or given up on).
 	Started(job *jobs.Job)
 	// Finished reports how the attempt ended and how long its handler ran.
+	// job is a copy of the job as the attempt left it: State is the one
+	// the outcome wrote (succeeded, available to retry, dead, cancelled;
+	// unchanged when nothing was written), and Errors ends with this
+	// attempt's error when it failed.
 	Finished(job *jobs.Job, outcome Outcome, handler time.Duration)
 	// Heartbeat follows each lease renewal round trip, with its error
 	// (queue.ErrLeaseLost when the job was taken, queue.ErrOutcomeUnknown
@@ -73,6 +77,77 @@ func (NopObserver) Heartbeat(*jobs.Job, error) {}
 
 // LeaseLost implements Observer.
 func (NopObserver) LeaseLost(*jobs.Job) {}
+
+// Observers returns an Observer that tells each of obs, in order (nil
+// ones skipped): a process with metrics and event subscribers observes
+// its worker through both.
+func Observers(obs ...Observer) Observer {
+	var m multiObserver
+	for _, o := range obs {
+		if o != nil {
+			m = append(m, o)
+		}
+	}
+	if len(m) == 1 {
+		return m[0]
+	}
+	return m
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) Claimed(took time.Duration, n int, err error) {
+	for _, o := range m {
+		o.Claimed(took, n, err)
+	}
+}
+
+func (m multiObserver) Started(job *jobs.Job) {
+	for _, o := range m {
+		o.Started(job)
+	}
+}
+
+func (m multiObserver) Finished(job *jobs.Job, outcome Outcome, handler time.Duration) {
+	for _, o := range m {
+		o.Finished(job, outcome, handler)
+	}
+}
+
+func (m multiObserver) Heartbeat(job *jobs.Job, err error) {
+	for _, o := range m {
+		o.Heartbeat(job, err)
+	}
+}
+
+func (m multiObserver) LeaseLost(job *jobs.Job) {
+	for _, o := range m {
+		o.LeaseLost(job)
+	}
+}
+
+// endedJob returns a copy of job as an attempt that ended with outcome
+// left it, failure being the error it recorded ("" for none). The copy
+// keeps the Observer off the job a stuck handler may still read.
+func endedJob(job *jobs.Job, outcome Outcome, failure string) *jobs.Job {
+	j := *job
+	switch outcome {
+	case OutcomeSucceeded:
+		j.State = jobs.StateSucceeded
+	case OutcomeRetried:
+		j.State = jobs.StateAvailable
+	case OutcomeDead:
+		j.State = jobs.StateDead
+	case OutcomeCancelled:
+		j.State = jobs.StateCancelled
+	case OutcomeReleased:
+		j.State = jobs.StateAvailable
+	}
+	if failure != "" && (outcome == OutcomeRetried || outcome == OutcomeDead) {
+		j.Errors = jobs.AppendError(job.Errors, jobs.AttemptError{Attempt: job.Attempt, At: time.Now().UTC(), Owner: job.Owner, Message: failure})
+	}
+	return &j
+}
 
 // failOutcome is the Outcome of a failed attempt that left its job in s.
 func failOutcome(s jobs.State) Outcome {

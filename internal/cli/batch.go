@@ -40,10 +40,11 @@ type batchLine struct {
 	RunAt       string          `json:"runAt"`
 	MaxAttempts int             `json:"maxAttempts"`
 	UniqueKey   string          `json:"uniqueKey"`
+	UniqueFor   string          `json:"uniqueFor"`
 }
 
 func batchCommand(fs *flag.FlagSet) func(*env, []string) error {
-	file := fs.String("file", "-", "file of JSON lines, - for stdin; each line: {\"id\", \"kind\": K, \"args\": {...}, \"queue\", \"priority\", \"delay\", \"runAt\", \"maxAttempts\", \"uniqueKey\"}")
+	file := fs.String("file", "-", "file of JSON lines, - for stdin; each line: {\"id\", \"kind\": K, \"args\": {...}, \"queue\", \"priority\", \"delay\", \"runAt\", \"maxAttempts\", \"uniqueKey\", \"uniqueFor\": \"1h\"}")
 	batchID := fs.String("batch-id", "", "the id of this batch, a UUID; a line without an \"id\" gets one derived from it and the line's number, so a rerun of the same input with the --batch-id a failed run printed inserts only what is missing (default: a new one)")
 	return func(e *env, rest []string) error {
 		if len(rest) > 0 {
@@ -236,6 +237,11 @@ func parseLine(line []byte, n int, batch uuid.UUID) (queue.Insert, error) {
 	if in.Opts.ID == "" {
 		in.Opts.ID = lineID(batch, n)
 	}
+	if bl.UniqueFor != "" {
+		if in.Opts.UniqueFor, err = time.ParseDuration(bl.UniqueFor); err != nil {
+			return queue.Insert{}, fmt.Errorf("line %d: uniqueFor: %q is not a duration such as 1h", n, bl.UniqueFor)
+		}
+	}
 	if bl.Delay != "" {
 		if in.Opts.Delay, err = time.ParseDuration(bl.Delay); err != nil {
 			return queue.Insert{}, fmt.Errorf("line %d: delay: %q is not a duration such as 30s", n, bl.Delay)
@@ -300,6 +306,7 @@ func validateBatch(r io.Reader, batch uuid.UUID) (int, error) {
 // batchReport counts what a batch did, line by line.
 type batchReport struct {
 	inserted, existed, held int
+	argsDropped             int   // of held, those whose args differ from the holder's
 	notInserted             []int // line numbers
 	unknown                 []int
 	refused                 []int // their queue was full
@@ -380,6 +387,9 @@ func insertBatch(ctx context.Context, e *env, r io.Reader, batch uuid.UUID, tota
 					switch {
 					case res.Duplicate:
 						rep.held++
+						if res.ArgsDropped {
+							rep.argsDropped++
+						}
 					case res.Existed:
 						rep.existed++
 					default:
@@ -432,7 +442,10 @@ func insertBatch(ctx context.Context, e *env, r io.Reader, batch uuid.UUID, tota
 func (e *env) reportBatch(rep batchReport, batch uuid.UUID, failure error) {
 	msg := fmt.Sprintf("%d inserted, %d already there", rep.inserted, rep.existed)
 	if rep.held > 0 {
-		msg += fmt.Sprintf(", %d not added (an unfinished job holds the unique key; its id printed)", rep.held)
+		msg += fmt.Sprintf(", %d not added (a job holds the unique key; its id printed)", rep.held)
+		if rep.argsDropped > 0 {
+			msg += fmt.Sprintf(", %d of them with args that differ from the holder's, in no job", rep.argsDropped)
+		}
 	}
 	if len(rep.refused) > 0 {
 		msg += fmt.Sprintf(", %d refused (%v)", len(rep.refused), rep.full)

@@ -164,6 +164,7 @@ func insertOptsFlags(fs *flag.FlagSet, o *queue.InsertOpts) *string {
 	fs.DurationVar(&o.Delay, "delay", 0, "run no sooner than this from now")
 	fs.IntVar(&o.MaxAttempts, "max-attempts", 0, "attempts before the job is dead (default 25)")
 	fs.StringVar(&o.UniqueKey, "unique-key", "", "while a job with this key is unfinished, return its id instead")
+	fs.DurationVar(&o.UniqueFor, "unique-for", 0, "with --unique-key: hold the key for this period (cut on the epoch: 1h from the hour), finished or not, instead of while its job is unfinished")
 	return fs.String("run-at", "", "run no sooner than this time (RFC 3339)")
 }
 
@@ -222,7 +223,7 @@ func enqueueAndPrint(e *env, ins []queue.Insert) error {
 			fmt.Fprintf(e.stderr, "%s: %s; rerun with --id %s to enqueue it at most once\n", id, how, id)
 			continue
 		case r.Duplicate:
-			fmt.Fprintf(e.stderr, "%s: not added: an unfinished job holds the unique key\n", id)
+			fmt.Fprintf(e.stderr, "%s: not added: %s\n", id, duplicateSaid(r))
 		case r.Existed:
 			fmt.Fprintf(e.stderr, "%s: already there: not added again\n", id)
 		}
@@ -253,4 +254,14 @@ func jobCommand(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		return enqueueAndPrint(e, []queue.Insert{in})
 	}
+}
+
+// duplicateSaid says why a job was not added, its key being held by the
+// job r.ID, and whether its args are lost.
+func duplicateSaid(r queue.Result) string {
+	msg := "a job holds the unique key (for its period, or while unfinished); its id printed"
+	if r.ArgsDropped {
+		msg += "; its args differ from these, which are in no job"
+	}
+	return msg
 }

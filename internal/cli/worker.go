@@ -98,11 +98,6 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	// that /healthz answers and /readyz says why the process is not ready.
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	poolMetrics, err := metrics.NewWorker(registry)
-	if err != nil {
-		log.Error("cannot start", zap.Error(err))
-		return 2
-	}
 	health := metrics.NewHealth(func(ctx context.Context) error { return client.Ping(ctx, readpref.Primary()) }, 0)
 	if cfg.HTTP.Addr != "" && !reapOnce {
 		srv, err := metrics.Serve(cfg.HTTP.Addr, metrics.Handler(registry, health), log)
@@ -126,7 +121,6 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		// of their own; the worker's writes follow their leases.
 		wcfg.WriteTimeout = cfg.Mongo.WriteTimeout
 	}
-	wcfg.Observer = poolMetrics
 	qcfg, rcfg := cfg.Queue, cfg.Reaper
 	qcfg.Logger, rcfg.Logger = log, log // configs fills them with no-op loggers
 	dc, err := docket.NewClient(db, docket.Config{
@@ -139,9 +133,16 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		return 2
 	}
 	q := dc.Queue()
-	if err := metrics.RegisterPoolStats(registry, dc.Stats); err != nil {
-		log.Error("cannot start", zap.Error(err))
-		return 2
+	if cfg.HTTP.Addr != "" && !reapOnce { // nobody reads them otherwise
+		// The metrics an embedding application gets from NewCollector: the
+		// pool's, and the jobs per queue and state, counted and exported by
+		// the leader only while the client runs.
+		col, err := docket.NewCollector(dc, &docket.CollectorOpts{QueueStatsInterval: cfg.HTTP.QueueStatsInterval})
+		if err != nil {
+			log.Error("cannot start", zap.Error(err))
+			return 2
+		}
+		registry.MustRegister(col)
 	}
 	reaper, err := recovery.NewReaper(q, rcfg)
 	if err != nil {
@@ -218,17 +219,6 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		log.Error("cannot start", zap.Error(err))
 		return 2
 	}
-	// The jobs per queue and state: counted and exported by the leader only.
-	elector := dc.Elector()
-	queueStats, err := metrics.NewQueueStats(metrics.QueueStatsConfig{
-		Queue: q, Leader: elector, Changes: elector.Changes(), Interval: cfg.HTTP.QueueStatsInterval, Logger: log,
-	})
-	if err != nil {
-		log.Error("cannot start", zap.Error(err))
-		return 2
-	}
-	registry.MustRegister(queueStats)
-
 	// Start ensures the indexes, runs the handlers' set-up, sets the
 	// capacities and limits the configuration names (before this worker
 	// runs a job), then starts the pool, the election and the maintenance;
@@ -245,13 +235,6 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	}
 	cancelStart()
 	health.SetUp()
-	counting, stopCounting := context.WithCancel(context.Background())
-	defer stopCounting()
-	if cfg.HTTP.Addr != "" { // nobody reads the counts otherwise
-		counted := make(chan struct{})
-		go func() { defer close(counted); queueStats.Run(counting) }()
-		defer func() { stopCounting(); <-counted }()
-	}
 	if opts.Started != nil {
 		opts.Started()
 	}
@@ -270,7 +253,6 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		case <-stopCtx.Done():
 		}
 	}()
-	stopCounting()
 	// Stops claiming and the maintenance, resigns the leadership (another
 	// process takes the maintenance over at once), waits for running jobs.
 	if err := dc.Stop(stopCtx); errors.Is(err, docket.ErrJobsCancelled) {

@@ -52,6 +52,17 @@ var _ worker.Observer = (*Worker)(nil)
 
 // NewWorker returns the metrics of a worker pool, registered with reg.
 func NewWorker(reg prometheus.Registerer) (*Worker, error) {
+	w := newWorker()
+	for _, c := range w.collectors() {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// newWorker returns the metrics of a worker pool, registered nowhere.
+func newWorker() *Worker {
 	w := &Worker{
 		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "jobs_finished_total",
@@ -96,17 +107,16 @@ func NewWorker(reg prometheus.Registerer) (*Worker, error) {
 			Help: "Jobs this process holds now, by kind and queue.",
 		}, []string{"kind", "queue"}),
 	}
-	for _, c := range []prometheus.Collector{w.finished, w.duration, w.claim, w.claimed, w.emptyClaims, w.claimErrors, w.leasesLost, w.heartbeats, w.retries, w.running} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
 	// The results are known in advance: show them at zero from the start,
 	// so that a rate over them is defined before the first event.
 	for _, r := range []string{"renewed", "lease_lost", "failed"} {
 		w.heartbeats.WithLabelValues(r)
 	}
-	return w, nil
+	return w
+}
+
+func (w *Worker) collectors() []prometheus.Collector {
+	return []prometheus.Collector{w.finished, w.duration, w.claim, w.claimed, w.emptyClaims, w.claimErrors, w.leasesLost, w.heartbeats, w.retries, w.running}
 }
 
 // Claimed implements worker.Observer.
@@ -161,7 +171,17 @@ func (w *Worker) LeaseLost(job *jobs.Job) {
 // worker.stuckGrace), and jobs given back unstarted, their attempt not
 // counted (a claim whose reply was lost, or a lease too short to start).
 func RegisterPoolStats(reg prometheus.Registerer, stats func() worker.Stats) error {
-	for _, c := range []prometheus.Collector{
+	for _, c := range poolStats(stats) {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// poolStats returns the collectors RegisterPoolStats registers.
+func poolStats(stats func() worker.Stats) []prometheus.Collector {
+	return []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "stuck_handlers_total",
 			Help: "Handlers this process gave up on: still running worker.stuckGrace after their kind's timeout, a cancel request or a lost lease. Their slots were freed and their outcome recorded.",
@@ -170,10 +190,5 @@ func RegisterPoolStats(reg prometheus.Registerer, stats func() worker.Stats) err
 			Namespace: Namespace, Name: "jobs_released_unstarted_total",
 			Help: "Jobs given back without running their handler, the attempt not counted: stamped by a claim whose reply was lost, or claimed with too little lease left to start.",
 		}, func() float64 { return float64(stats().ReleasedUnstarted) }),
-	} {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
 	}
-	return nil
 }

@@ -1,0 +1,159 @@
+package docket
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/worker"
+	"go.uber.org/zap"
+)
+
+// EventKind says how a job's attempt in this client's pool ended. The
+// values are the outcome labels of docket_jobs_finished_total.
+type EventKind string
+
+// The kinds of event a subscriber may receive.
+const (
+	// EventJobSucceeded: the handler returned nil; the job is succeeded.
+	EventJobSucceeded EventKind = EventKind(worker.OutcomeSucceeded)
+	// EventJobRetried: the attempt failed and the job will run again after
+	// its backoff; Event.Job.Errors ends with the attempt's error.
+	EventJobRetried EventKind = EventKind(worker.OutcomeRetried)
+	// EventJobDead: the attempt failed for good (a permanent error, or no
+	// attempts left); Event.Job.Errors ends with its error.
+	EventJobDead EventKind = EventKind(worker.OutcomeDead)
+	// EventJobCancelled: the job was cancelled while it ran.
+	EventJobCancelled EventKind = EventKind(worker.OutcomeCancelled)
+	// EventJobLeaseLost: another worker or the reaper took the job while
+	// the attempt ran; the attempt wrote nothing.
+	EventJobLeaseLost EventKind = EventKind(worker.OutcomeLeaseLost)
+	// EventJobReleased: the client stopped and gave the job back, its
+	// attempt not counted.
+	EventJobReleased EventKind = EventKind(worker.OutcomeReleased)
+	// EventJobUnrecorded: the outcome could not be written before the lease
+	// expired (the database away); the reaper re-queues the job.
+	EventJobUnrecorded EventKind = EventKind(worker.OutcomeUnrecorded)
+)
+
+// Event is one attempt of this client's pool that ended.
+type Event struct {
+	// Kind says how it ended.
+	Kind EventKind
+	// Job is the job as the attempt left it (State the one written, Errors
+	// ending with this attempt's error when it failed). Shared by every
+	// subscriber: read it, do not modify it.
+	Job *jobs.Job
+	// Duration is how long the handler ran.
+	Duration time.Duration
+	// At is when the attempt ended.
+	At time.Time
+}
+
+// DefaultEventBuffer is how many events a subscription holds for its
+// reader before it drops new ones.
+const DefaultEventBuffer = 1000
+
+// SubscribeConfig configures a subscription.
+type SubscribeConfig struct {
+	// Kinds are the events to receive. Defaults to all of them.
+	Kinds []EventKind
+	// Buffer is how many events wait for the reader before new ones are
+	// dropped (counted by EventsDropped, docket_events_dropped_total, and
+	// logged). Defaults to DefaultEventBuffer.
+	Buffer int
+}
+
+// Subscribe returns a channel of the events of kinds (all kinds when none
+// is given) for the attempts this client's pool ends, and a function that
+// ends the subscription and closes the channel. It may be called before
+// or after Start. Sending never blocks the worker: when the reader falls
+// DefaultEventBuffer events behind, further events are dropped, counted
+// (EventsDropped) and logged.
+func (c *Client) Subscribe(kinds ...EventKind) (<-chan *Event, func()) {
+	return c.SubscribeConfig(SubscribeConfig{Kinds: kinds})
+}
+
+// SubscribeConfig is Subscribe with a buffer of cfg.Buffer events.
+func (c *Client) SubscribeConfig(cfg SubscribeConfig) (<-chan *Event, func()) {
+	return c.events.subscribe(cfg)
+}
+
+// EventsDropped returns how many events were dropped, over all
+// subscriptions, because a subscriber's buffer was full.
+func (c *Client) EventsDropped() uint64 { return c.events.dropped.Load() }
+
+// eventHub hands the pool's ended attempts to the subscribers. It is a
+// worker.Observer: the client observes its pool through it.
+type eventHub struct {
+	worker.NopObserver
+	log *zap.Logger
+
+	mu      sync.RWMutex
+	subs    map[*subscription]struct{}
+	dropped atomic.Uint64
+}
+
+type subscription struct {
+	kinds   []EventKind // nil: all
+	ch      chan *Event
+	dropped atomic.Uint64
+}
+
+func newEventHub(log *zap.Logger) *eventHub {
+	return &eventHub{log: log, subs: map[*subscription]struct{}{}}
+}
+
+func (h *eventHub) subscribe(cfg SubscribeConfig) (<-chan *Event, func()) {
+	if cfg.Buffer <= 0 {
+		cfg.Buffer = DefaultEventBuffer
+	}
+	s := &subscription{kinds: slices.Clone(cfg.Kinds), ch: make(chan *Event, cfg.Buffer)}
+	h.mu.Lock()
+	h.subs[s] = struct{}{}
+	h.mu.Unlock()
+	var once sync.Once
+	return s.ch, func() {
+		once.Do(func() {
+			h.mu.Lock()
+			delete(h.subs, s)
+			h.mu.Unlock()
+			close(s.ch) // no send is under way: sends hold the read lock
+		})
+	}
+}
+
+// Finished implements worker.Observer.
+func (h *eventHub) Finished(job *jobs.Job, outcome worker.Outcome, handler time.Duration) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if len(h.subs) == 0 {
+		return
+	}
+	e := &Event{Kind: EventKind(outcome), Job: job, Duration: handler, At: time.Now()}
+	for s := range h.subs {
+		if s.kinds != nil && !slices.Contains(s.kinds, e.Kind) {
+			continue
+		}
+		select {
+		case s.ch <- e:
+		default:
+			h.dropped.Add(1)
+			// Said at the first drop of a subscription, then at each power
+			// of ten, so a stalled reader cannot flood the log.
+			if n := s.dropped.Add(1); isPowerOfTen(n) {
+				h.log.Warn("an event subscriber is not keeping up: events dropped (SubscribeConfig.Buffer)",
+					zap.Uint64("dropped", n), zap.Int("buffer", cap(s.ch)), zap.String("event", string(e.Kind)))
+			}
+		}
+	}
+}
+
+func isPowerOfTen(n uint64) bool {
+	for n >= 10 && n%10 == 0 {
+		n /= 10
+	}
+	return n == 1
+}

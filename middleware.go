@@ -1,0 +1,56 @@
+package docket
+
+import (
+	"errors"
+	"slices"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/worker"
+)
+
+// Middleware wraps every handler of a client (asynq's Use, River's
+// middleware): it runs around each attempt, calls next.Work to run it, and
+// returns the attempt's error, which steers the job as a handler's does. A
+// panic in it is recovered and recorded as the handler's is.
+//
+//	client.Use(func(next jobs.Handler) jobs.Handler {
+//		return jobs.HandlerFunc(func(ctx context.Context, job *jobs.Job) error {
+//			ctx, span := tracer.Start(ctx, job.Kind)
+//			defer span.End()
+//			return next.Work(ctx, job)
+//		})
+//	})
+type Middleware = jobs.Middleware
+
+// Use adds middleware around every handler of the client, whichever kind
+// and whenever it was added; the first given runs outermost, after any in
+// Config.Worker.Middleware. Call it before Start: after, it fails, as the
+// pool takes its middleware when it starts.
+func (c *Client) Use(mw ...Middleware) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return errors.New("docket: Use after Start: the pool takes its middleware when it starts")
+	}
+	for _, m := range mw {
+		if m == nil {
+			return errors.New("docket: Use: nil middleware")
+		}
+	}
+	c.middleware = append(c.middleware, mw...)
+	return nil
+}
+
+// workerConfig is the pool's configuration: Config.Worker with the
+// client's middleware, and observed by Config.Worker.Observer, the event
+// subscribers and the collectors. c.mu is held.
+func (c *Client) workerConfig() worker.Config {
+	wcfg := c.cfg.Worker
+	wcfg.Middleware = append(slices.Clone(wcfg.Middleware), c.middleware...)
+	obs := []worker.Observer{wcfg.Observer, c.events}
+	for _, col := range c.collectors {
+		obs = append(obs, col.m.Worker)
+	}
+	wcfg.Observer = worker.Observers(obs...)
+	return wcfg
+}
