@@ -106,11 +106,12 @@ type Client struct {
 	elected     chan struct{}
 
 	// Observing the pool (events.go, middleware.go, collector.go).
-	events      *eventHub
-	middleware  []jobs.Middleware
-	collectors  []*collector
-	stopCollect context.CancelFunc
-	collecting  sync.WaitGroup
+	events     *eventHub
+	middleware []jobs.Middleware
+	observers  []worker.Observer       // AddObserver's
+	runs       []func(context.Context) // RunWhileStarted's
+	stopRun    context.CancelFunc
+	running    sync.WaitGroup
 }
 
 // maintenanceStopWait bounds how long Stop waits for a maintenance pass
@@ -470,7 +471,7 @@ func (c *Client) Start(ctx context.Context) error {
 	w.Start(context.Background())
 	sched.Start()
 	c.unregister = register(c.q, c.cfg.Worker, w, c.reg.Kinds(), c.log)
-	c.startCollectors()
+	c.startRuns()
 	return nil
 }
 
@@ -519,7 +520,7 @@ func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
 		err = c.w.Stop(ctx)
 	}
 	if first {
-		c.stopCollectors()
+		c.stopRuns()
 	}
 	if maintenanceDone != nil {
 		select {

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/docketq/docket"
+	"github.com/docketq/docket/docketprom"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/worker"
 	"github.com/docketq/docket/queue"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -185,7 +187,7 @@ func TestUseWrapsEveryHandler(t *testing.T) {
 func TestCollectorCountsTheClientsJobs(t *testing.T) {
 	t.Parallel()
 	c := observedClient(t)
-	col, err := docket.NewCollector(c, nil)
+	col, err := docketprom.NewCollector(c, nil)
 	require.NoError(t, err)
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(col))
@@ -204,7 +206,7 @@ func TestCollectorCountsTheClientsJobs(t *testing.T) {
 		"docket_stuck_handlers_total", "docket_jobs_released_unstarted_total", "docket_events_dropped_total"} {
 		require.Contains(t, names, n)
 	}
-	_, err = docket.NewCollector(c, nil)
+	_, err = docketprom.NewCollector(c, nil)
 	require.ErrorContains(t, err, "after Start")
 }
 
@@ -241,4 +243,35 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map
 	}
 	t.Fatalf("no series %s%v", name, labels)
 	return 0
+}
+
+// RunWhileStarted's work runs from Start until Stop, which ends its
+// context and waits for it; AddObserver and RunWhileStarted after Start
+// fail.
+func TestRunWhileStartedRunsForTheClientsLife(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := observedClient(t)
+	started, ended := make(chan struct{}), make(chan struct{})
+	require.NoError(t, c.RunWhileStarted(func(ctx context.Context) {
+		close(started)
+		<-ctx.Done()
+		time.Sleep(50 * time.Millisecond) // Stop must wait for this
+		close(ended)
+	}))
+	select {
+	case <-started:
+		t.Fatal("ran before Start")
+	case <-time.After(50 * time.Millisecond):
+	}
+	require.NoError(t, c.Start(ctx))
+	<-started
+	require.ErrorContains(t, c.RunWhileStarted(func(context.Context) {}), "after Start")
+	require.ErrorContains(t, c.AddObserver(worker.NopObserver{}), "after Start")
+	require.NoError(t, c.Stop(ctx))
+	select {
+	case <-ended:
+	default:
+		t.Fatal("Stop returned before the work did")
+	}
 }

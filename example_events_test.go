@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket"
+	"github.com/docketq/docket/docketprom"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/worker"
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,7 +47,7 @@ func ExampleClient_Subscribe() {
 	if err != nil {
 		panic(err)
 	}
-	collector, err := docket.NewCollector(client, nil)
+	collector, err := docketprom.NewCollector(client, nil)
 	if err != nil {
 		panic(err)
 	}

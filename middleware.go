@@ -43,14 +43,12 @@ func (c *Client) Use(mw ...Middleware) error {
 
 // workerConfig is the pool's configuration: Config.Worker with the
 // client's middleware, and observed by Config.Worker.Observer, the event
-// subscribers and the collectors. c.mu is held.
+// subscribers and AddObserver's. c.mu is held.
 func (c *Client) workerConfig() worker.Config {
 	wcfg := c.cfg.Worker
 	wcfg.Middleware = append(slices.Clone(wcfg.Middleware), c.middleware...)
 	obs := []worker.Observer{wcfg.Observer, c.events}
-	for _, col := range c.collectors {
-		obs = append(obs, col.m.Worker)
-	}
+	obs = append(obs, c.observers...)
 	wcfg.Observer = worker.Observers(obs...)
 	return wcfg
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/configs"
+	"github.com/docketq/docket/docketprom"
 	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/internal/metrics"
 	"github.com/docketq/docket/jobs"
@@ -134,10 +135,11 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	}
 	q := dc.Queue()
 	if cfg.HTTP.Addr != "" && !reapOnce { // nobody reads them otherwise
-		// The metrics an embedding application gets from NewCollector: the
+		// The metrics an embedding application gets from
+		// docketprom.NewCollector: the
 		// pool's, and the jobs per queue and state, counted and exported by
 		// the leader only while the client runs.
-		col, err := docket.NewCollector(dc, &docket.CollectorOpts{QueueStatsInterval: cfg.HTTP.QueueStatsInterval})
+		col, err := docketprom.NewCollector(dc, &docketprom.Opts{QueueStatsInterval: cfg.HTTP.QueueStatsInterval, Logger: log})
 		if err != nil {
 			log.Error("cannot start", zap.Error(err))
 			return 2

@@ -1,17 +1,23 @@
-package docket
+// Package docketprom exports a docket.Client's metrics to Prometheus: the
+// ones the worker command serves (docs/METRICS.md). It is a package of its
+// own so that a program embedding docket without Prometheus does not
+// import it.
+package docketprom
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/docketq/docket"
 	"github.com/docketq/docket/internal/metrics"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 )
 
-// CollectorOpts configures a Collector. The zero value is usable.
-type CollectorOpts struct {
+// Opts configures a collector. The zero value is usable.
+type Opts struct {
 	// QueueStatsInterval is how often the elected process counts the jobs
 	// per queue and state for docket_jobs and
 	// docket_oldest_available_job_age_seconds. Defaults to 15 s.
@@ -20,13 +26,14 @@ type CollectorOpts struct {
 	// with the most jobs; the rest are summed under queue="(other)".
 	// Defaults to 100.
 	MaxQueues int
+	// Logger receives the counting's logs. Defaults to none.
+	Logger *zap.Logger
 }
 
-// collector is one NewCollector's metrics, and the counting it runs while
-// the client runs.
-type collector struct {
-	m *metrics.Process
-}
+// changesTaken records the clients whose election changes a collector
+// reads: the channel has one reader, so a second collector of the same
+// client counts a new term at its next interval instead.
+var changesTaken sync.Map // *docket.Client → struct{}
 
 // NewCollector returns a Prometheus collector of the client's metrics, the
 // ones the worker command serves (docs/METRICS.md): what this client's
@@ -36,7 +43,7 @@ type collector struct {
 // elected process only, the jobs per queue and state. Register it on a
 // registry of yours:
 //
-//	col, err := docket.NewCollector(client, nil)
+//	col, err := docketprom.NewCollector(client, nil)
 //	...
 //	registry.MustRegister(col)
 //
@@ -46,54 +53,34 @@ type collector struct {
 // after, it fails, as the pool takes its observers when it starts. The Go
 // runtime's and the process's collectors are not in it: register them too
 // if you want them.
-func NewCollector(c *Client, opts *CollectorOpts) (prometheus.Collector, error) {
+func NewCollector(c *docket.Client, opts *Opts) (prometheus.Collector, error) {
 	if opts == nil {
-		opts = &CollectorOpts{}
+		opts = &Opts{}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.started {
-		return nil, errors.New("docket: NewCollector after Start: the pool takes its observers when it starts")
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
 	}
 	var changes <-chan struct{}
-	if len(c.collectors) == 0 {
-		// One reader of the election's changes; a second collector counts
-		// a new term at its next interval.
-		changes = c.elector.Changes()
+	if _, taken := changesTaken.LoadOrStore(c, struct{}{}); !taken {
+		changes = c.Elector().Changes()
 	}
 	m, err := metrics.NewProcess(metrics.ProcessConfig{
 		Stats:         c.Stats,
 		EventsDropped: c.EventsDropped,
 		Queue: metrics.QueueStatsConfig{
-			Queue: c.q, Leader: c.elector, Changes: changes,
-			Interval: opts.QueueStatsInterval, MaxQueues: opts.MaxQueues, Logger: c.log,
+			Queue: c.Queue(), Leader: c.Elector(), Changes: changes,
+			Interval: opts.QueueStatsInterval, MaxQueues: opts.MaxQueues, Logger: log,
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("docket: %w", err)
+		return nil, fmt.Errorf("docketprom: %w", err)
 	}
-	c.collectors = append(c.collectors, &collector{m: m})
+	if err := c.AddObserver(m.Worker); err != nil {
+		return nil, fmt.Errorf("docketprom: NewCollector: %w", err)
+	}
+	if err := c.RunWhileStarted(func(ctx context.Context) { m.Queue.Run(ctx) }); err != nil {
+		return nil, fmt.Errorf("docketprom: NewCollector: %w", err)
+	}
 	return m, nil
-}
-
-// startCollectors runs the collectors' queue counting until
-// stopCollectors. c.mu is held.
-func (c *Client) startCollectors() {
-	if len(c.collectors) == 0 {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c.stopCollect = cancel
-	for _, col := range c.collectors {
-		c.collecting.Add(1)
-		go func() { defer c.collecting.Done(); col.m.Queue.Run(ctx) }()
-	}
-}
-
-// stopCollectors stops what startCollectors started, and waits for it.
-func (c *Client) stopCollectors() {
-	if c.stopCollect != nil {
-		c.stopCollect()
-		c.collecting.Wait()
-	}
 }

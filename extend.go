@@ -1,0 +1,66 @@
+package docket
+
+import (
+	"context"
+	"errors"
+
+	"github.com/docketq/docket/worker"
+)
+
+// AddObserver adds o to the observers of the client's pool, beside
+// Config.Worker.Observer and the event subscribers: it is told of each
+// claim, attempt and heartbeat (worker.Observer; its methods are called
+// concurrently and must return quickly). Call it before Start: after, it
+// fails, as the pool takes its observers when it starts. docketprom's
+// collector is built on it.
+func (c *Client) AddObserver(o worker.Observer) error {
+	if o == nil {
+		return errors.New("docket: AddObserver: nil observer")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return errors.New("docket: AddObserver after Start: the pool takes its observers when it starts")
+	}
+	c.observers = append(c.observers, o)
+	return nil
+}
+
+// RunWhileStarted runs f in a goroutine of its own from Start until Stop:
+// f's context ends when Stop begins, and Stop waits for f to return. Work
+// that belongs to the client's life (docketprom's counting of the jobs)
+// goes here. Call it before Start: after, it fails.
+func (c *Client) RunWhileStarted(f func(ctx context.Context)) error {
+	if f == nil {
+		return errors.New("docket: RunWhileStarted: nil func")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return errors.New("docket: RunWhileStarted after Start")
+	}
+	c.runs = append(c.runs, f)
+	return nil
+}
+
+// startRuns starts what RunWhileStarted was given, until stopRuns. c.mu
+// is held.
+func (c *Client) startRuns() {
+	if len(c.runs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stopRun = cancel
+	for _, f := range c.runs {
+		c.running.Add(1)
+		go func() { defer c.running.Done(); f(ctx) }()
+	}
+}
+
+// stopRuns ends what startRuns started, and waits for it.
+func (c *Client) stopRuns() {
+	if c.stopRun != nil {
+		c.stopRun()
+		c.running.Wait()
+	}
+}
