@@ -205,10 +205,16 @@ func TestCancelOfAJobClaimedAheadEndsItUnstarted(t *testing.T) {
 	require.Eventually(t, func() bool { return w.Waiting() >= 1 }, time.Minute, 5*time.Millisecond, "no gated job was claimed ahead")
 
 	// One gated job runs and holds the only slot; cancel one that waits.
+	// Only once a gated job holds the slot (it holds it until the gate
+	// opens): before, the one picked could start between the pick and the
+	// cancel.
 	var waiting string
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
+		if len(ran) == 0 {
+			return false
+		}
 		for _, id := range gated {
 			if !ran[id] && b.state(id).State == jobs.StateRunning {
 				waiting = id
