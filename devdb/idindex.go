@@ -118,6 +118,9 @@ func (ix *idIndexer) pass() {
 			continue
 		}
 		if err := ix.indexFile(f); err != nil {
+			if _, serr := os.Stat(f); serr != nil {
+				continue // the database was dropped meanwhile: nothing to index
+			}
 			ix.log.Warn("could not index _id lookups; lookups by _id in this database scan its tables",
 				zap.String("file", filepath.Base(f)), zap.Error(err))
 			continue // looked at again next pass

@@ -149,7 +149,7 @@ var (
 	ErrAlreadyReversed = errors.New("transaction already reversed")
 	// ErrNotCancellable: the transfer has started applying, or has
 	// finished; a done transfer can be reversed instead.
-	ErrNotCancellable = fmt.Errorf("transfer cannot be cancelled: %w", queue.ErrNotCancellable)
+	ErrNotCancellable = fmt.Errorf("transfer %w", queue.ErrNotCancellable)
 )
 
 // transferColls returns the accounts and transactions collections of db,

@@ -45,7 +45,7 @@ var ErrUnknownState = errors.New("unknown job state")
 // ErrNotCancellable is returned by Cancel when the cancel hook of the job's
 // kind refused: the application's work can no longer be stopped (a money
 // transfer that has started applying). The job is left as it was.
-var ErrNotCancellable = errors.New("the job's work cannot be cancelled any more")
+var ErrNotCancellable = errors.New("cannot be cancelled")
 
 // A CancelHook is an application's side of cancelling a job of its kind:
 // it runs before Cancel cancels an unfinished job of that kind, with the
