@@ -75,6 +75,11 @@ func (h *harnessEnv) runWorld(t *testing.T, w string) {
 		h.maintenance(t)
 	case worldCancel:
 		_, err := h.q.Cancel(h.ctx, h.subject)
+		if errors.Is(err, queue.ErrNotCancellable) {
+			// The kind's cancel hook refused (a transfer already
+			// applying): the job runs on to its end, as without a cancel.
+			break
+		}
 		require.NoError(t, err)
 		h.cancelled = true
 	case worldPurge:
