@@ -56,6 +56,8 @@ type harnessEnv struct {
 	gone      []jobs.Job // every job as it was before the world, which may delete them
 	retried   bool
 	cancelled bool
+	// limitKind is the kind under worldLimit's concurrency limit of 1.
+	limitKind string
 }
 
 type harnessAttemptKey struct{}
@@ -414,7 +416,11 @@ func harnessSchedules(n int, full bool, c harnessCase) []harnessSchedule {
 				if !full && wi != ((3*i+j+1)%len(harnessWorlds)+len(harnessWorlds))%len(harnessWorlds) {
 					continue
 				}
-				if w == worldCancel && c.either == nil {
+				if w == worldCancel && c.either == nil ||
+					// The case's interference runs another job of the
+					// kind to the end while B, killed, holds the only
+					// slot: a limit of 1 rightly forbids it.
+					w == worldLimit && c.interfere != nil {
 					if full {
 						continue
 					}
@@ -459,8 +465,12 @@ func harnessSample(i, j, n int) bool {
 func (c harnessCase) run(t *testing.T, s harnessSchedule) {
 	h := newHarnessEnv(t)
 	c.setup(t, h)
+	if s.world == worldLimit {
+		h.limitBeforeClaim(t)
+	}
 	a := h.start(t, "A", s.i, -1)
 	attempts := []*harnessAttempt{a}
+	h.checkLimit(t, 1)
 	if !a.waitStalled(t) { // its path is shorter than i: it just finished
 		require.NoError(t, h.finish(t, a, a.err))
 		h.settle(t, c)
@@ -471,6 +481,7 @@ func (c harnessCase) run(t *testing.T, s harnessSchedule) {
 		h.runWorld(t, s.world)
 	}
 	h.expire(t, a)
+	h.checkLimit(t, 1) // the reaper's re-queue freed A's slot
 	if !s.three {
 		if s.world != worldCancel { // a cancelled job has no B
 			killAfter := -1
@@ -479,7 +490,9 @@ func (c harnessCase) run(t *testing.T, s harnessSchedule) {
 			}
 			b := h.start(t, "B", -1, killAfter)
 			attempts = append(attempts, b)
+			h.checkLimit(t, 1)
 			require.NoError(t, h.finish(t, b, b.wait(t)))
+			h.checkLimit(t, 1)
 		}
 		if c.interfere != nil {
 			c.interfere(t, h)
@@ -488,6 +501,7 @@ func (c harnessCase) run(t *testing.T, s harnessSchedule) {
 			h.runWorld(t, s.world)
 		}
 		h.resumeStale(t, a)
+		h.checkLimit(t, 1) // A got no slot back
 	} else {
 		b := h.start(t, "B", s.j, -1)
 		attempts = append(attempts, b)
@@ -512,6 +526,7 @@ func (c harnessCase) run(t *testing.T, s harnessSchedule) {
 		}
 	}
 	h.settle(t, c)
+	h.checkLimit(t, 0) // every slot freed
 	h.verify(t, c, attempts...)
 }
 
@@ -555,7 +570,11 @@ func (c harnessCase) dryRun(t *testing.T) []string {
 // once B is done and the case's interference ran: an operator's retry, an
 // operator's purge or delete, or every maintenance pass (reaper, stranded
 // slots, rename sweep, transfer recovery, ledger sweep, tree sweep keeping
-// one version, retention of every finished state with no retention).
+// one version, retention of every finished state with no retention); or
+// the job's kind under a concurrency limit of 1 from before A's claim,
+// lowered, raised, cleared and set again around claims while A holds its
+// slot, then checked after every step: never more running jobs of the kind
+// than the limit, only running jobs holding a run slot, none at the end.
 //
 // Then the reaper, the kind's sweeper or recovery pass and further attempts
 // run until nothing is left to do, and the case's invariants are checked

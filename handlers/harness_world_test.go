@@ -12,6 +12,8 @@ import (
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Worlds: what else happens while attempt A is stalled. A schedule of two
@@ -42,13 +44,22 @@ const (
 	worldPurge = "purge"
 	// worldDelete: an operator deletes the job (forced).
 	worldDelete = "delete"
+	// worldLimit: the job's kind has a concurrency limit of 1 from before
+	// A's claim, so A holds its run slot. While A holds it, the limit is
+	// lowered to 0, raised to 2, lowered to 1, cleared and set back to 1
+	// around claims of a copy of the job; then the reaper re-queues A's
+	// job, B claims it under the limit and A resumes. At every step no
+	// more running jobs of the kind than the limit (or than ran when it
+	// was lowered), only running jobs hold a run slot, and at the end none
+	// does (limitWorld, checkLimit).
+	worldLimit = "limit"
 )
 
 // harnessWorlds, in the order harnessSchedules turns through them.
-var harnessWorlds = []string{worldNone, worldCapacity, worldRetry, worldMaintenance, worldCancel, worldPurge, worldDelete}
+var harnessWorlds = []string{worldNone, worldCapacity, worldRetry, worldMaintenance, worldCancel, worldPurge, worldDelete, worldLimit}
 
 // atStall reports whether world w runs while A still holds the job.
-func atStall(w string) bool { return w == worldCancel || w == worldCapacity }
+func atStall(w string) bool { return w == worldCancel || w == worldCapacity || w == worldLimit }
 
 // runWorld runs world w.
 func (h *harnessEnv) runWorld(t *testing.T, w string) {
@@ -75,6 +86,11 @@ func (h *harnessEnv) runWorld(t *testing.T, w string) {
 		h.maintenance(t)
 	case worldCancel:
 		_, err := h.q.Cancel(h.ctx, h.subject)
+		if errors.Is(err, queue.ErrNotCancellable) {
+			// The kind's cancel hook refused (a transfer already
+			// applying): the job runs on to its end, as without a cancel.
+			break
+		}
 		require.NoError(t, err)
 		h.cancelled = true
 	case worldPurge:
@@ -85,6 +101,8 @@ func (h *harnessEnv) runWorld(t *testing.T, w string) {
 	case worldDelete:
 		_, err := h.q.Delete(h.ctx, queue.JobFilter{IDs: []string{h.subject}}, true)
 		require.NoError(t, err)
+	case worldLimit:
+		h.limitWorld(t)
 	default:
 		t.Fatalf("unknown world %q", w)
 	}
@@ -257,4 +275,101 @@ func harnessTreeIsLastPublished(trees map[string][]handlers.TreeNode) func(t *te
 			seen[j] = true
 		}
 	}
+}
+
+// limitBeforeClaim sets a limit of 1 on the kind of the job under test,
+// before A claims it, with the run slot's unique index.
+func (h *harnessEnv) limitBeforeClaim(t *testing.T) {
+	t.Helper()
+	j, err := h.q.Get(h.ctx, h.subject)
+	require.NoError(t, err)
+	_, err = jobstore.Of(h.q).Collection().Indexes().CreateOne(h.ctx, mongo.IndexModel{
+		Keys:    bson.D{{Key: "kindRunSlot", Value: 1}},
+		Options: options.Index().SetName(queue.KindRunSlotIndex).SetUnique(true).SetSparse(true),
+	})
+	require.NoError(t, err)
+	h.limitKind = j.Kind
+	require.NoError(t, h.q.SetLimit(h.ctx, queue.KindLimit(h.limitKind), 1, "harness"))
+}
+
+// checkLimit checks the limit of worldLimit (nothing in other worlds): at
+// most bound running jobs of the kind, and no job that is not running
+// holding a run slot.
+func (h *harnessEnv) checkLimit(t *testing.T, bound int) {
+	t.Helper()
+	if h.limitKind == "" {
+		return
+	}
+	cur, err := jobstore.Of(h.q).Collection().Find(h.ctx, bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: "kindRunSlot", Value: bson.D{{Key: "$exists", Value: true}}}},
+		bson.D{{Key: "kind", Value: h.limitKind}, {Key: "state", Value: jobs.StateRunning}},
+	}}})
+	require.NoError(t, err)
+	var docs []struct {
+		ID    string     `bson:"_id"`
+		Kind  string     `bson:"kind"`
+		State jobs.State `bson:"state"`
+		Slot  *string    `bson:"kindRunSlot"`
+	}
+	require.NoError(t, cur.All(h.ctx, &docs))
+	running := 0
+	for _, d := range docs {
+		if d.Slot != nil {
+			require.Equal(t, jobs.StateRunning, d.State, "job %s holds run slot %s", d.ID, *d.Slot)
+		}
+		if d.Kind == h.limitKind && d.State == jobs.StateRunning {
+			running++
+		}
+	}
+	require.LessOrEqual(t, running, bound, "running jobs of the limited kind %s: %+v", h.limitKind, docs)
+}
+
+// limitWorld runs while A holds the job and its slot under a limit of 1:
+// the limit lowered, raised, lowered, cleared and set again, with claims
+// of a copy of the job (same kind and args) between, each checked. The
+// copy is claimed, released and completed here without running its
+// handler; the limit is 1 when it returns.
+func (h *harnessEnv) limitWorld(t *testing.T) {
+	t.Helper()
+	s := jobstore.Of(h.q)
+	name := queue.KindLimit(h.limitKind)
+	claim := func() *jobs.Job {
+		t.Helper()
+		j, err := s.Claim(h.ctx, queue.ClaimParams{
+			Owner: "limit-world", Queues: []string{jobs.DefaultQueue}, Kinds: []string{h.limitKind}, Lease: time.Minute,
+		})
+		require.NoError(t, err)
+		return j
+	}
+	setLimit := func(n int) {
+		t.Helper()
+		require.NoError(t, h.q.SetLimit(h.ctx, name, n, "harness"))
+	}
+	h.checkLimit(t, 1)
+	subject, err := h.q.Get(h.ctx, h.subject)
+	require.NoError(t, err)
+	res, err := h.q.Enqueue(h.ctx, subject.Kind, subject.Args, queue.InsertOpts{})
+	require.NoError(t, err)
+	require.Nil(t, claim(), "a claim under a full limit of 1")
+	setLimit(0)
+	require.Nil(t, claim(), "a claim under a limit of 0")
+	h.checkLimit(t, 1) // lowering stops none
+	setLimit(2)
+	x := claim()
+	require.NotNil(t, x, "a claim under a limit raised to 2")
+	require.Equal(t, res.ID, x.ID)
+	h.checkLimit(t, 2)
+	setLimit(1)
+	h.checkLimit(t, 2) // lowering stops none
+	require.NoError(t, s.Release(h.ctx, queue.LeaseOf(x)))
+	h.checkLimit(t, 1)
+	require.Nil(t, claim(), "a claim under a limit of 1 held by the stalled attempt")
+	_, err = h.q.ClearLimit(h.ctx, name)
+	require.NoError(t, err)
+	x = claim()
+	require.NotNil(t, x, "a claim with the limit cleared")
+	h.checkLimit(t, 2)
+	setLimit(1)
+	require.NoError(t, s.Complete(h.ctx, queue.LeaseOf(x)))
+	h.checkLimit(t, 1)
 }

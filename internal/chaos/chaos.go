@@ -4,9 +4,9 @@
 // worker processes on a real devdb process, SIGKILLed, SIGSTOPped past their
 // leases and cut off from the database while a mixed load of transfers,
 // friendships, racing renames, ledger transfers (and cancels), tree
-// publishes and flash-sale orders into a bounded queue runs, readers read
-// the trees' snapshots and a sampler reads the bounded queue all the
-// while. Then it lets the queue drain and checks every job, every handler
+// publishes and flash-sale orders into a bounded queue runs, the transfers
+// under a concurrency limit, readers read the trees' snapshots and a
+// sampler reads the bounded queue and the limited kind all the while. Then it lets the queue drain and checks every job, every handler
 // invariant (the ledger's, the trees' and the sale's included), every
 // snapshot read and sample, and that no worker wrote anything after it
 // had lost a lease. On failure
@@ -178,6 +178,11 @@ type Result struct {
 	OrdersPlaced, OrdersRejected                                               int
 	UnitsSold                                                                  int64
 	SaleSamples, SaleMaxHeld                                                   int
+	// LimitJobs is how many jobs of the limited kind (limit.go) the run
+	// enqueued; LimitSamples how many reads of them the sampler judged,
+	// LimitMaxLive and LimitMaxHeld the most attempts holding a live lease
+	// and the most run slots held it saw at once.
+	LimitJobs, LimitSamples, LimitMaxLive, LimitMaxHeld int
 	// Elapsed is the whole run, from devdb's start to the last check.
 	Elapsed time.Duration
 }
@@ -190,14 +195,16 @@ func (r Result) String() string {
 		"ledger: %d posted, %d refused, %d cancelled, %d compensated, %d postings abandoned and posted again; "+
 		"trees: %d versions published, %d snapshot reads each one whole published version (%d failed while devdb was down); "+
 		"sale (capacity %d): %d order requests, %d admitted, %d refused as the queue was full, %d resends found their job there; "+
-		"%d orders placed (%d units), %d rejected as sold out; %d samples of the queue, at most %d admitted and unfinished; in %s",
+		"%d orders placed (%d units), %d rejected as sold out; %d samples of the queue, at most %d admitted and unfinished; "+
+		"limit %s=%d: %d jobs, %d samples, at most %d running with a live lease and %d slots held; in %s",
 		r.Seed, r.Jobs, r.Succeeded, r.Dead, r.Cancelled, r.Retried, r.MaxAttempt,
 		r.TxDone, r.TxCancelled, r.Kills, r.Stalls, r.StalledJobs, r.OutlivedJobs, r.Outage.Round(100*time.Millisecond),
 		r.OutageLogLines, r.UnloggedFinishes,
 		r.LedgerPosted, r.LedgerRefused, r.LedgerCancelled, r.LedgerCompensated, r.LedgerAbandoned,
 		r.TreePublishes, r.TreeReads, r.TreeReadsDown,
 		r.SaleCapacity, r.OrderRequests, r.OrderAdmitted, r.OrderRefused, r.OrderResentThere,
-		r.OrdersPlaced, r.UnitsSold, r.OrdersRejected, r.SaleSamples, r.SaleMaxHeld, r.Elapsed.Round(time.Second))
+		r.OrdersPlaced, r.UnitsSold, r.OrdersRejected, r.SaleSamples, r.SaleMaxHeld,
+		limitKind, limitN, r.LimitJobs, r.LimitSamples, r.LimitMaxLive, r.LimitMaxHeld, r.Elapsed.Round(time.Second))
 }
 
 // Worker flags: leases short enough that a dead or stalled worker's jobs
@@ -212,6 +219,7 @@ var workerFlags = []string{
 	"--ledger-sweep-schedule", "@every 1s", "--ledger-abandon-after", "3s",
 	"--tree-sweep-schedule", "@every 1s",
 	"--queues", "default," + saleQueue,
+	"--limits", fmt.Sprintf("kind:%s=%d", limitKind, limitN),
 }
 
 // run is the state of one chaos run.
@@ -243,6 +251,7 @@ type run struct {
 	ledger ledgerLoad
 	trees  treeLoad
 	orders orderLoad
+	limit  limitLoad
 
 	failures []string // every failed check, in order, for the summary
 }
@@ -498,14 +507,19 @@ func (r *run) wave(w, n int) {
 		if r.intN(10) == 0 {
 			amount = total + 1
 		}
-		if i%10 == 9 { // and some through the command
-			r.enqueue("", "transfer", "--from", from, "--to", to, "--amount", strconv.FormatInt(amount, 10))
+		if i%10 == 9 { // and some through the command, which prints the job's id first
+			out := r.enqueue("", "transfer", "--from", from, "--to", to, "--amount", strconv.FormatInt(amount, 10))
+			if f := strings.Fields(out); len(f) > 0 {
+				r.limited(f[0])
+			}
 			continue
 		}
-		if _, _, err := handlers.EnqueueTransfer(ctx, r.db, r.q, from, to, amount); err != nil {
+		_, id, err := handlers.EnqueueTransfer(ctx, r.db, r.q, from, to, amount)
+		if err != nil {
 			r.errorf("chaos: enqueue transfer: %v", err)
 			return
 		}
+		r.limited(id)
 	}
 	if w == 0 {
 		r.badTransfers(ctx)
@@ -576,10 +590,13 @@ func (r *run) badTransfers(ctx context.Context) {
 			r.errorf("chaos: insert transaction: %v", err)
 			return
 		}
-		if _, err := r.q.Enqueue(ctx, handlers.TransferKind, handlers.TransferArgs{TxID: id},
-			queue.InsertOpts{UniqueKey: handlers.TransferUniqueKey(id)}); err != nil {
+		res, err := r.q.Enqueue(ctx, handlers.TransferKind, handlers.TransferArgs{TxID: id},
+			queue.InsertOpts{UniqueKey: handlers.TransferUniqueKey(id)})
+		if err != nil {
 			r.errorf("chaos: enqueue transfer: %v", err)
+			continue
 		}
+		r.limited(res.ID)
 	}
 }
 

@@ -129,6 +129,7 @@ func (r *run) check() {
 	r.checkLedger(all)
 	r.checkTrees(all)
 	r.checkOrders(all)
+	r.checkLimit(all)
 }
 
 // checkJob: every job succeeded, or is dead or cancelled as the run meant.

@@ -334,15 +334,16 @@ func (r *run) orderCommand(q *orderReq) {
 	}
 }
 
-// startSampler starts the sampler of the sale's jobs; the function it
-// returns stops it. A run that stops early stops it in its cleanup, before
-// devdb goes.
+// startSampler starts the sampler of the sale's jobs and of the limited
+// kind's (limit.go); the function it returns stops it. A run that stops
+// early stops it in its cleanup, before devdb goes.
 func (r *run) startSampler() func() {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
 			r.sampleSale(context.Background())
+			r.sampleLimit(context.Background())
 			select {
 			case <-stop:
 				return
