@@ -54,7 +54,9 @@ import (
 const DefaultLimitsCollection = "limits"
 
 // LimitRefresh is how long a claim trusts the limits it read: a limit set
-// or cleared by another process applies to this one's claims within it.
+// or cleared by another process applies to this one's claims within it
+// (within twice a read's time, when reading them takes longer: a slow
+// server).
 // SetLimit and ClearLimit apply at once to the client that calls them.
 const LimitRefresh = time.Second
 
@@ -135,6 +137,7 @@ type runLimits struct {
 	queues  map[string]int
 	warned  map[string]string
 	refresh time.Duration
+	took    time.Duration // the last read's
 }
 
 func newRunLimits() *runLimits {
@@ -284,19 +287,20 @@ func (c *Client) forgetLimits() {
 	c.limits.mu.Unlock()
 }
 
-// limitsFor returns the limits, as read at most LimitRefresh ago, on the
+// limitsFor returns the limits, as read at most LimitRefresh ago (or twice
+// the last read's time, on a slow server: see trusted), on the
 // kinds and the queues of p. A failed read fails the claim: claiming
 // without knowing the limits could break them.
 func (c *Client) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map[string]int, err error) {
 	l := c.limits
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if t := time.Now(); l.readAt.IsZero() || t.Sub(l.readAt) >= l.refresh {
+	if t := time.Now(); l.readAt.IsZero() || t.Sub(l.readAt) >= trusted(l.refresh, l.took) {
 		ls, err := c.readLimits(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
-		l.readAt = t
+		l.readAt, l.took = t, time.Since(t)
 		l.kinds, l.queues = map[string]int{}, map[string]int{}
 		for _, rl := range ls {
 			if rl.Malformed != "" {

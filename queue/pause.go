@@ -33,7 +33,8 @@ const DefaultQueuesCollection = "queues"
 
 // PauseRefresh is how long a claim trusts the paused queues it read: a
 // queue paused now is no longer claimed from once every worker's cache is
-// older than this, that is within a second plus the claim in flight.
+// older than this, that is within a second plus the claim in flight (on
+// a slow server, within twice what reading the states takes).
 const PauseRefresh = time.Second
 
 // QueueState is the stored state of one queue.
@@ -56,6 +57,7 @@ type pauses struct {
 	paused  map[string]bool
 	warned  map[string]string // queue → the malformed value last logged
 	refresh time.Duration
+	took    time.Duration // the last read's
 }
 
 func newPauses() *pauses { return &pauses{refresh: PauseRefresh, warned: map[string]string{}} }
@@ -220,7 +222,7 @@ func (c *Client) unpaused(ctx context.Context, qs []string) (out []string, stale
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	never := p.readAt.IsZero()
-	stale = never || time.Since(p.readAt) >= p.refresh
+	stale = never || time.Since(p.readAt) >= trusted(p.refresh, p.took)
 	if stale && (never || p.pausesAny(qs)) && c.readPauses(ctx) == nil {
 		stale = false
 	}
@@ -255,7 +257,7 @@ func (c *Client) readPauses(ctx context.Context) error {
 		c.log.Warn("reading the paused queues failed; claiming with the last known", zap.Error(err))
 		return err
 	}
-	p.readAt = t
+	p.readAt, p.took = t, time.Since(t)
 	p.paused = map[string]bool{}
 	for _, s := range states {
 		if s.Malformed != "" {
@@ -308,4 +310,12 @@ func (c store) confirmUnpaused(ctx context.Context, claimed []*jobs.Job) (bool, 
 	c.log.Info("gave back the jobs of a claim that met a queue paused a moment ago: not run, attempts not counted",
 		zap.String("queue", paused), zap.Int("jobs", len(claimed)))
 	return false, nil
+}
+
+// trusted is how long a read of the paused queues or the limits is used
+// before a claim reads again: refresh, or on a slow server twice what the
+// last read took, so that re-reading them does not take most of the
+// server's time for a claim (each read is a command in the claim's line).
+func trusted(refresh, took time.Duration) time.Duration {
+	return max(refresh, 2*took)
 }

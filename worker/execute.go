@@ -306,7 +306,10 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 	for {
 		remaining := time.Until(r.leaseExpiry())
 		if remaining <= 0 {
-			remaining = time.Second // one last try: the job may still be ours
+			// One last try: the job may still be ours. It gets the time a
+			// command takes now (twice the slowest recent claim): with
+			// less, on a slow server, the driver does not even send it.
+			remaining = max(time.Second, 2*time.Duration(w.slowestClaim.Load()))
 		}
 		// The write may take as long as the lease still holds: a slow server
 		// is not a lost lease, and a write given up while the server still

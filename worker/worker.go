@@ -57,10 +57,14 @@ type Worker struct {
 	// job.
 	held    atomic.Int64
 	waiting atomic.Int64 // of held, the jobs not started yet
-	exec    *semaphore.Weighted
-	writing *semaphore.Weighted
-	handler handlerTime // how long handlers take, to size claims ahead
-	wake    chan struct{}
+
+	// slowestClaim is the slowest of the recent claims (a time.Duration):
+	// how long a command takes now, for a final write's last try.
+	slowestClaim atomic.Int64
+	exec         *semaphore.Weighted
+	writing      *semaphore.Weighted
+	handler      handlerTime // how long handlers take, to size claims ahead
+	wake         chan struct{}
 
 	stopClaiming context.CancelFunc
 	claimingCtx  context.Context
@@ -310,6 +314,7 @@ func (w *Worker) dispatch() {
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
 		took.observe(time.Since(sent))
+		w.slowestClaim.Store(int64(took.slowest()))
 		sizer.claimed(slots, len(claimed), waitedLongest(claimed, sent), err)
 		w.obs.Claimed(time.Since(sent), len(claimed), err)
 		if w.afterClaim != nil {
