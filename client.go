@@ -58,7 +58,7 @@ type Config struct {
 	// LeaderTTL is how long the others wait, each from its own look at
 	// the lease, before replacing an elected process that died:
 	// maintenance pauses between this and about twice it. Defaults to
-	// leadership.DefaultTTL; at least leadership.MinTTL.
+	// 15 s; at least 3 s (a shorter one is refused by NewClient).
 	LeaderTTL time.Duration
 	// PeriodicJobs are enqueued by the elected process on their
 	// schedules, each tick once however many processes run. Start refuses
