@@ -82,12 +82,14 @@ type JobSummary struct {
 	ID string
 	// JobID is the id as stored, of its type: its Token names it in a URL
 	// or on a command line, and pages a List.
-	JobID       JobID
-	Kind        string
-	Queue       string
-	State       string
-	Attempt     int64
-	MaxAttempts int64
+	JobID JobID
+	Kind  string
+	Queue string
+	// State is the stored state, as jobs.Job's: one of the five, or, in a
+	// document another application wrote, any string.
+	State       jobs.State
+	Attempt     int
+	MaxAttempts int
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	// LastError is the message of the newest recorded attempt error.
@@ -102,9 +104,11 @@ func Summarize(raw bson.Raw) JobSummary {
 	s.ID = s.JobID.String()
 	s.Kind, _ = raw.Lookup("kind").StringValueOK()
 	s.Queue, _ = raw.Lookup("queue").StringValueOK()
-	s.State, _ = raw.Lookup("state").StringValueOK()
-	s.Attempt, _ = raw.Lookup("attempt").AsInt64OK()
-	s.MaxAttempts, _ = raw.Lookup("maxAttempts").AsInt64OK()
+	state, _ := raw.Lookup("state").StringValueOK()
+	s.State = jobs.State(state)
+	attempt, _ := raw.Lookup("attempt").AsInt64OK()
+	maxAttempts, _ := raw.Lookup("maxAttempts").AsInt64OK()
+	s.Attempt, s.MaxAttempts = int(attempt), int(maxAttempts)
 	if t, ok := raw.Lookup("createdAt").TimeOK(); ok {
 		s.CreatedAt = t.UTC()
 	}

@@ -135,7 +135,7 @@ func TestListPagesAcrossIDTypes(t *testing.T) {
 	for _, f := range []queue.JobFilter{{}, {States: []jobs.State{jobs.StateDead}}} {
 		want := 0
 		for _, j := range all {
-			if len(f.States) == 0 || j.State == string(f.States[0]) {
+			if len(f.States) == 0 || j.State == f.States[0] {
 				want++
 			}
 		}
@@ -186,7 +186,7 @@ func TestActionsOnIDsOfAnyType(t *testing.T) {
 		if len(list) == 0 {
 			return "gone"
 		}
-		return list[0].State
+		return string(list[0].State)
 	}
 	for _, id := range ids {
 		if !findable(t, b, id) {

@@ -235,7 +235,7 @@ func ctlList(fs *flag.FlagSet) func(*env, []string) error {
 					qn += " (paused)"
 				}
 				lastError := shown(strings.ReplaceAll(j.LastError, "\n", " "))
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", idLabel(j.JobID), shown(j.Kind), qn, shown(j.State), j.Attempt, j.MaxAttempts,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", idLabel(j.JobID), shown(j.Kind), qn, shown(string(j.State)), j.Attempt, j.MaxAttempts,
 					j.UpdatedAt.Format(time.RFC3339), truncate(lastError, 60))
 			}
 			if err := tw.Flush(); err != nil {

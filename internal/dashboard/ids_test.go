@@ -68,7 +68,7 @@ func (b *bundle) jobState(t *testing.T, id queue.JobID) string {
 	if len(list) == 0 {
 		return "gone"
 	}
-	return list[0].State
+	return string(list[0].State)
 }
 
 var (

@@ -306,7 +306,7 @@ func thousands(n int64) string {
 
 type jobRow struct {
 	ID, Href, Kind, Queue, State, Updated, LastError string
-	Attempt, MaxAttempts                             int64
+	Attempt, MaxAttempts                             int
 }
 
 // jobPath is the path of a job's page: its id's token, escaped as one
@@ -355,7 +355,7 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 	}
 	rows := make([]jobRow, len(list))
 	for i, j := range list {
-		rows[i] = jobRow{ID: j.ID, Href: jobPath(j.JobID), Kind: j.Kind, Queue: j.Queue, State: j.State, Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
+		rows[i] = jobRow{ID: j.ID, Href: jobPath(j.JobID), Kind: j.Kind, Queue: j.Queue, State: string(j.State), Attempt: j.Attempt, MaxAttempts: j.MaxAttempts,
 			Updated: since(j.UpdatedAt), LastError: oneLine(j.LastError, 80)}
 	}
 	next := ""
@@ -446,10 +446,10 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	if j.State == string(jobs.StateRunning) {
+	if j.State == jobs.StateRunning {
 		add(j.Raw.Lookup("heartbeatAt"), fmt.Sprintf("attempt %d running on %s (last heartbeat)", j.Attempt, showValue(j.Raw.Lookup("owner"))))
 	}
-	add(j.Raw.Lookup("finishedAt"), "ended "+j.State)
+	add(j.Raw.Lookup("finishedAt"), "ended "+string(j.State))
 	sort.SliceStable(timeline, func(a, b int) bool { return timeline[a].at.Before(timeline[b].at) })
 	for i := range timeline {
 		timeline[i].At = timeline[i].at.UTC().Format("2006-01-02 15:04:05.000")
