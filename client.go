@@ -592,9 +592,9 @@ func (c *Client) Running() int {
 	return w.Running()
 }
 
-// Stats returns the pool's own counts: stuck handlers given up on, and
+// PoolStats returns the pool's own counts: stuck handlers given up on, and
 // jobs given back unstarted (zero before Start).
-func (c *Client) Stats() worker.Stats {
+func (c *Client) PoolStats() worker.Stats {
 	w := c.pool()
 	if w == nil {
 		return worker.Stats{}

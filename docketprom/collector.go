@@ -66,7 +66,7 @@ func NewCollector(c *docket.Client, opts *Opts) (prometheus.Collector, error) {
 		changes = c.Elector().Changes()
 	}
 	m, err := metrics.NewProcess(metrics.ProcessConfig{
-		Stats:         c.Stats,
+		Stats:         c.PoolStats,
 		EventsDropped: c.EventsDropped,
 		Queue: metrics.QueueStatsConfig{
 			Queue: c.Queue(), Leader: c.Elector(), Changes: changes,
