@@ -172,3 +172,33 @@ func idString(v bson.RawValue) string {
 	}
 	return v.String()
 }
+
+// An update command of many statements (a bulkWrite of 150 updates) ends:
+// FerretDB kept every statement's query open until the command ended, one
+// pool connection each, and the 100th statement waited forever for one
+// (with the front's lock held: the whole server hung).
+func TestBulkWriteOfManyUpdatesEnds(t *testing.T) {
+	s := startServer(t)
+	mc := connect(t, s.URI())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	coll := mc.Database("bulk").Collection("jobs")
+	const n = 150
+	docs := make([]any, n)
+	models := make([]mongo.WriteModel, n)
+	for i := range n {
+		id := fmt.Sprintf("j%03d", i)
+		docs[i] = bson.D{{Key: "_id", Value: id}, {Key: "state", Value: "available"}}
+		models[i] = mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: id}, {Key: "state", Value: "available"}}).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: "running"}}}})
+	}
+	_, err := coll.InsertMany(ctx, docs)
+	require.NoError(t, err)
+	res, err := coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	require.NoError(t, err)
+	require.EqualValues(t, n, res.ModifiedCount)
+	left, err := coll.CountDocuments(ctx, bson.D{{Key: "state", Value: "available"}})
+	require.NoError(t, err)
+	require.Zero(t, left)
+}

@@ -1,12 +1,14 @@
 #!/bin/sh
 # Prints the path of a Go workspace file (for GOWORK=...) that builds the
-# devdb module with FerretDB's SQLite collection replaced by
-# _overlay/sqlite_collection.go, whose queries push down _id lookups and
-# string equalities wherever they stand in a filter (see its header).
+# devdb module with two of FerretDB's files replaced: its SQLite collection
+# by _overlay/sqlite_collection.go, whose queries push down _id lookups and
+# string equalities wherever they stand in a filter, and its update command
+# by _overlay/handler_msg_update.go, which closes each statement's query
+# when the statement is done (see their headers).
 #
 # Go does not let a build overlay replace files in the module cache, so the
 # script copies FerretDB's module (3.4 MB) from the cache to
-# _overlay/ferretdb once, puts the file in, and writes _overlay/go.work with
+# _overlay/ferretdb once, puts the files in, and writes _overlay/go.work with
 # a replace directive to that copy. Without it, devdb builds and runs the
 # same, only its queries read every document of a collection.
 set -eu
@@ -18,8 +20,20 @@ copy="$here/ferretdb"
 # One copy at a time: make test builds devdb from two test processes.
 exec 9>"$here/.lock"
 flock 9
-if [ ! -f "$copy/.version" ] || [ "$(cat "$copy/.version")" != "$version" ] ||
-	! cmp -s "$here/sqlite_collection.go" "$copy/internal/backends/sqlite/collection.go"; then
+# The files devdb replaces: this directory's file, then its place in FerretDB.
+patches="sqlite_collection.go internal/backends/sqlite/collection.go
+handler_msg_update.go internal/handler/msg_update.go"
+stale=false
+if [ ! -f "$copy/.version" ] || [ "$(cat "$copy/.version")" != "$version" ]; then
+	stale=true
+else
+	while read -r file target; do
+		cmp -s "$here/$file" "$copy/$target" || stale=true
+	done <<EOP
+$patches
+EOP
+fi
+if $stale; then
 	dir=$(GOWORK=off "$GO" mod download -json "github.com/FerretDB/FerretDB@$version" |
 		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 	if [ -z "$dir" ] || [ ! -f "$dir/internal/backends/sqlite/collection.go" ]; then
@@ -29,7 +43,11 @@ if [ ! -f "$copy/.version" ] || [ "$(cat "$copy/.version")" != "$version" ] ||
 	tmp=$(mktemp -d "$here/.ferretdb.XXXXXX")
 	cp -R "$dir/." "$tmp/"
 	chmod -R u+w "$tmp"
-	cp "$here/sqlite_collection.go" "$tmp/internal/backends/sqlite/collection.go"
+	while read -r file target; do
+		cp "$here/$file" "$tmp/$target"
+	done <<EOP
+$patches
+EOP
 	echo "$version" >"$tmp/.version"
 	rm -rf "$copy"
 	mv "$tmp" "$copy"

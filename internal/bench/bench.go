@@ -92,7 +92,7 @@ type Options struct {
 }
 
 var allRuns = []string{"single", "raw", "default", "batch", "batch4x10", "steady", "idle", "idle4", "idle8", "heartbeats", "failover", "scaling",
-	"ledger",
+	"ledger", "limits",
 }
 
 // optInRuns are runs made only when --runs names them: growth takes its
@@ -246,6 +246,8 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 			res.Ledger, err = b.ledger(ctx)
 		case "growth":
 			res.Growth, err = b.growth(ctx)
+		case "limits":
+			res.Limits, err = b.limits(ctx)
 		case "scaling":
 			for _, p := range []int{1, 2, 4} {
 				var s *BurnDown
@@ -345,11 +347,22 @@ func completed(ps []*proc) int64 {
 // burnDown enqueues n jobs, then runs procs worker processes until every
 // job has been completed.
 func (b *bencher) burnDown(ctx context.Context, name string, n, procs, concurrency, claimBatch int, kind string, args any) (*BurnDown, error) {
+	return b.burnDownLimited(ctx, name, n, procs, concurrency, claimBatch, kind, args, nil)
+}
+
+// burnDownLimited is burnDown with the concurrency limits of limits set
+// before the workers start.
+func (b *bencher) burnDownLimited(ctx context.Context, name string, n, procs, concurrency, claimBatch int, kind string, args any, limits map[string]int) (*BurnDown, error) {
 	db, q, err := b.freshDB(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = db.Drop(context.Background()) }()
+	for limit, max := range limits {
+		if err := q.SetLimit(ctx, limit, max, "bench"); err != nil {
+			return nil, err
+		}
+	}
 	if err := b.enqueue(ctx, q, n, kind, args); err != nil {
 		return nil, err
 	}
@@ -435,3 +448,35 @@ func devDBBinary() (string, error) {
 	}
 	return bin, nil
 }
+
+// limits measures concurrency limits: a burn-down of no-op jobs under a
+// limit that does not bind, beside the same without a limit, in the same
+// run; and sleeping jobs under a limit that binds, against what the limit
+// allows (limit × 1 s / sleep).
+func (b *bencher) limits(ctx context.Context) (*LimitsBench, error) {
+	var r LimitsBench
+	var err error
+	if r.Free, err = b.burnDown(ctx, "limit-none", b.o.Jobs, b.o.Procs, b.o.Concurrency, defaultClaimBatch, "noop", nil); err != nil {
+		return nil, err
+	}
+	if r.NotBinding, err = b.burnDownLimited(ctx, "limit-loose", b.o.Jobs, b.o.Procs, b.o.Concurrency, defaultClaimBatch, "noop", nil,
+		map[string]int{queue.KindLimit("noop"): queue.MaxLimit}); err != nil {
+		return nil, err
+	}
+	r.Limit, r.SleepMs = limitBinding, int(limitSleep/time.Millisecond)
+	if r.Binding, err = b.burnDownLimited(ctx, "limit-binding", limitBindingJobs, 2, 10, defaultClaimBatch, "bench-sleep", SleepArgs{Ms: r.SleepMs},
+		map[string]int{queue.KindLimit("bench-sleep"): limitBinding}); err != nil {
+		return nil, err
+	}
+	r.Allowed = float64(limitBinding) * float64(time.Second) / float64(limitSleep)
+	return &r, nil
+}
+
+// The binding limit's run: limitBindingJobs jobs of limitSleep each under a
+// limit of limitBinding, run by 2 processes of 10 slots (4 times what the
+// limit lets run).
+const (
+	limitBinding     = 5
+	limitSleep       = 100 * time.Millisecond
+	limitBindingJobs = 300
+)

@@ -55,6 +55,12 @@ func TestEveryRunMeasuresWhatItRan(t *testing.T) {
 		require.NotNil(t, r)
 		require.Positive(t, r.JobsPerSec, r.Name)
 	}
+	require.NotNil(t, res.Limits)
+	for _, b := range []*BurnDown{res.Limits.Free, res.Limits.NotBinding, res.Limits.Binding} {
+		require.Positive(t, b.JobsPerSec, b.Name)
+	}
+	require.LessOrEqual(t, res.Limits.Binding.JobsPerSec, res.Limits.Allowed*1.05,
+		"a binding limit of %d on %d ms jobs runs no more than it allows", res.Limits.Limit, res.Limits.SleepMs)
 	require.Equal(t, 40, res.Single.Jobs)
 	require.GreaterOrEqual(t, res.Single.CommandsPerJob, 2.0, "a single claim and a completion per job")
 	require.GreaterOrEqual(t, res.Raw.CommandsPerJob, 2.0, "the raw loop's findAndModify and update per job")

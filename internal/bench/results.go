@@ -52,6 +52,20 @@ type Results struct {
 	Claims *ClaimRatios `json:"claims,omitempty"`
 	// Growth is docket and the raw loop at growing backlogs (issue 22).
 	Growth *Growth `json:"growth,omitempty"`
+	// Limits is the cost of concurrency limits, binding or not.
+	Limits *LimitsBench `json:"limits,omitempty"`
+}
+
+// LimitsBench is the limits run: the same burn-down without a limit and
+// under one that does not bind, and sleeping jobs under one that binds.
+type LimitsBench struct {
+	Free       *BurnDown `json:"free"`
+	NotBinding *BurnDown `json:"notBinding"`
+	Binding    *BurnDown `json:"binding"`
+	Limit      int       `json:"limit"`
+	SleepMs    int       `json:"sleepMs"`
+	// Allowed is the most jobs/s the binding limit lets run.
+	Allowed float64 `json:"allowedJobsPerSec"`
 }
 
 // BurnDown is one burn-down: n jobs enqueued, then run until none is left.
@@ -181,6 +195,9 @@ func (r *Results) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "server: %s; took %s\n", r.Server, r.Took)
 	rows := slices.DeleteFunc([]*BurnDown{r.Single, r.Raw, r.Default, r.Batch, r.Batch4x10}, func(b *BurnDown) bool { return b == nil })
 	rows = append(rows, r.Scaling...)
+	if l := r.Limits; l != nil {
+		rows = append(rows, l.Free, l.NotBinding, l.Binding)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if len(rows) > 0 {
 		fmt.Fprintln(w)
@@ -214,6 +231,11 @@ func (r *Results) writeTable(w io.Writer) {
 		fmt.Fprintf(w, "sleeping handler, 4 processes / 1: %.2fx\n", r.Scaling4vs1)
 	}
 	r.writeClaims(w)
+	if l := r.Limits; l != nil && l.Free.JobsPerSec > 0 && l.Allowed > 0 {
+		fmt.Fprintf(w, "limits: a limit that does not bind: %.1f%% of the throughput without one, %+.3f commands/job; a binding limit of %d on %d ms jobs: %.1f jobs/s, %.1f%% of the %.0f it allows\n",
+			100*l.NotBinding.JobsPerSec/l.Free.JobsPerSec, l.NotBinding.CommandsPerJob-l.Free.CommandsPerJob,
+			l.Limit, l.SleepMs, l.Binding.JobsPerSec, 100*l.Binding.JobsPerSec/l.Allowed, l.Allowed)
+	}
 	for _, i := range []*Idle{r.Idle, r.Idle4, r.Idle8} {
 		if i == nil {
 			continue
