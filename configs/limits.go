@@ -2,9 +2,6 @@ package configs
 
 import (
 	"fmt"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/docketq/docket/queue"
 	"gopkg.in/yaml.v3"
@@ -20,38 +17,22 @@ import (
 // --limits, kind:email=3,queue:bulk=10.
 type Limits map[string]int
 
+// limitsForm is how Limits read.
+var limitsForm = countsForm{
+	setting: "limits", mapping: "limit names to limits", yamlExample: `{"kind:email": 3}`,
+	keyName: "a limit's name", noun: "limit", value: "the most jobs that run at once",
+	pair: "NAME=N", pairExample: "kind:email=3", max: queue.MaxLimit,
+}
+
 // UnmarshalYAML reads the mapping limit name → limit, refusing any value
 // that is not a whole number with an error that names the limit and the
 // line. An empty mapping is no limit.
 func (l *Limits) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		*l = nil
-		return nil
+	m, err := decodeCounts(n, limitsForm)
+	if err != nil {
+		return err
 	}
-	if n.Kind != yaml.MappingNode {
-		return fmt.Errorf("limits: line %d: must map limit names to limits, such as {\"kind:email\": 3}", n.Line)
-	}
-	out := Limits{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind != yaml.ScalarNode {
-			return fmt.Errorf("limits: line %d: a limit's name must be a plain string", k.Line)
-		}
-		name := k.Value
-		if _, dup := out[name]; dup {
-			return fmt.Errorf("limits.%s: line %d: the limit is named twice", name, k.Line)
-		}
-		var limit int
-		if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Decode(&limit) != nil {
-			return fmt.Errorf("limits.%s: line %d: %q is not a whole number: give the most jobs that run at once, from 1 to %d",
-				name, v.Line, nodeText(v), queue.MaxLimit)
-		}
-		out[name] = limit
-	}
-	if len(out) == 0 {
-		out = nil
-	}
-	*l = out
+	*l = m
 	return nil
 }
 
@@ -77,49 +58,18 @@ func (l Limits) Validate() error {
 }
 
 // Names returns the limits of l in name order.
-func (l Limits) Names() []string {
-	names := make([]string, 0, len(l))
-	for name := range l {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	return names
-}
+func (l Limits) Names() []string { return sortedNames(l) }
 
 // limitsValue is Limits as a flag or variable: kind:email=3,queue:bulk=10.
 type limitsValue Limits
 
-func (v *limitsValue) String() string {
-	var parts []string
-	for _, name := range Limits(*v).Names() {
-		parts = append(parts, name+"="+strconv.Itoa((*v)[name]))
-	}
-	return strings.Join(parts, ",")
-}
+func (v *limitsValue) String() string { return formatCounts(*v) }
 
 func (v *limitsValue) Set(s string) error {
-	out := limitsValue{}
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
-		}
-		name, val, ok := strings.Cut(p, "=")
-		if !ok {
-			return fmt.Errorf("%q is not NAME=N, such as kind:email=3", p)
-		}
-		name = strings.TrimSpace(name)
-		if _, dup := out[name]; dup {
-			return fmt.Errorf("limit %s is named twice", name)
-		}
-		n, err := strconv.Atoi(strings.TrimSpace(val))
-		if err != nil {
-			return fmt.Errorf("%s: %q is not a whole number", name, strings.TrimSpace(val))
-		}
-		out[name] = n
+	m, err := parseCounts(s, limitsForm)
+	if err != nil {
+		return err
 	}
-	if len(out) == 0 {
-		return fmt.Errorf("needs at least one NAME=N, such as kind:email=3")
-	}
-	*v = out
+	*v = m
 	return nil
 }
