@@ -279,27 +279,9 @@ func queueCapacity(d bson.Raw) QueueCapacity {
 		return QueueCapacity{Queue: id.String(), Malformed: fmt.Sprintf("_id is a %s, not a queue name", id.Type)}
 	}
 	qc := QueueCapacity{Queue: name}
-	v := d.Lookup("capacity")
-	var n int64
-	switch v.Type {
-	case bson.TypeInt32, bson.TypeInt64:
-		n, _ = v.AsInt64OK()
-	case bson.TypeDouble:
-		f := v.Double()
-		if f != math.Trunc(f) || math.IsInf(f, 0) {
-			qc.Malformed = fmt.Sprintf("capacity is %v, not an integer", f)
-			return qc
-		}
-		n = int64(f)
-	default:
-		qc.Malformed = fmt.Sprintf("capacity is %s %s, not an integer", v.Type, v)
+	if qc.Capacity, qc.Malformed = storedCount(d, "capacity", MaxCapacity); qc.Malformed != "" {
 		return qc
 	}
-	if n < 0 || n > MaxCapacity {
-		qc.Malformed = fmt.Sprintf("capacity %d is not between 0 and %d", n, MaxCapacity)
-		return qc
-	}
-	qc.Capacity = int(n)
 	if t, ok := d.Lookup("capacitySetAt").TimeOK(); ok {
 		qc.SetAt = t.UTC()
 	}
@@ -607,4 +589,29 @@ func mergeSets(update bson.D) bson.D {
 		out[at].Value = append(out[at].Value.(bson.D), e.Value.(bson.D)...)
 	}
 	return out
+}
+
+// storedCount reads the whole number in field of a settings document that
+// an operator or another application may have written by hand: an int, or
+// a double that is one, from 0 to max. malformed says what is wrong
+// otherwise.
+func storedCount(d bson.Raw, field string, max int) (n int, malformed string) {
+	v := d.Lookup(field)
+	var i int64
+	switch v.Type {
+	case bson.TypeInt32, bson.TypeInt64:
+		i, _ = v.AsInt64OK()
+	case bson.TypeDouble:
+		f := v.Double()
+		if f != math.Trunc(f) || math.IsInf(f, 0) {
+			return 0, fmt.Sprintf("%s is %v, not an integer", field, f)
+		}
+		i = int64(f)
+	default:
+		return 0, fmt.Sprintf("%s is %s %s, not an integer", field, v.Type, v)
+	}
+	if i < 0 || i > int64(max) {
+		return 0, fmt.Sprintf("%s %d is not between 0 and %d", field, i, max)
+	}
+	return int(i), ""
 }

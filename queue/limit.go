@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -252,27 +251,9 @@ func runLimit(d bson.Raw) RunLimit {
 		l.Malformed = err.Error()
 		return l
 	}
-	v := d.Lookup("limit")
-	var n int64
-	switch v.Type {
-	case bson.TypeInt32, bson.TypeInt64:
-		n, _ = v.AsInt64OK()
-	case bson.TypeDouble:
-		f := v.Double()
-		if f != math.Trunc(f) || math.IsInf(f, 0) {
-			l.Malformed = fmt.Sprintf("limit is %v, not an integer", f)
-			return l
-		}
-		n = int64(f)
-	default:
-		l.Malformed = fmt.Sprintf("limit is %s %s, not an integer", v.Type, v)
+	if l.Limit, l.Malformed = storedCount(d, "limit", MaxLimit); l.Malformed != "" {
 		return l
 	}
-	if n < 0 || n > MaxLimit {
-		l.Malformed = fmt.Sprintf("limit %d is not between 0 and %d", n, MaxLimit)
-		return l
-	}
-	l.Limit = int(n)
 	if t, ok := d.Lookup("limitSetAt").TimeOK(); ok {
 		l.SetAt = t.UTC()
 	}
