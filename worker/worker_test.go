@@ -281,6 +281,8 @@ func TestLostLeaseCancelsHandlerAndWritesNothing(t *testing.T) {
 	select {
 	case c := <-cause:
 		require.ErrorIs(t, c, worker.ErrLeaseLost)
+		// One sentinel: the cause is the queue's error too.
+		require.ErrorIs(t, c, queue.ErrLeaseLost)
 	case <-time.After(10 * time.Second):
 		t.Fatal("handler was not cancelled after its lease was lost")
 	}
