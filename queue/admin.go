@@ -345,8 +345,10 @@ func (c *Client) Purge(ctx context.Context, s jobs.State, age time.Duration) (in
 // QueueStats are the counts of one queue.
 type QueueStats struct {
 	Queue string
-	// Counts maps kind, then state, to how many jobs there are.
-	Counts map[string]map[string]int64
+	// Counts maps kind, then state, to how many jobs there are: the state
+	// as Count and jobs.Job have it (a document another application wrote
+	// with a state of another type is counted under "(TYPE)").
+	Counts map[string]map[jobs.State]int64
 	// OldestAvailable is the runAt of the queue's longest-waiting runnable
 	// job; zero when none waits.
 	OldestAvailable time.Time
@@ -395,14 +397,14 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 		n, _ := cur.Current.Lookup("n").AsInt64OK()
 		qs := byQueue[q]
 		if qs == nil {
-			qs = &QueueStats{Queue: q, Counts: map[string]map[string]int64{}}
+			qs = &QueueStats{Queue: q, Counts: map[string]map[jobs.State]int64{}}
 			byQueue[q] = qs
 			order = append(order, q)
 		}
 		if qs.Counts[kind] == nil {
-			qs.Counts[kind] = map[string]int64{}
+			qs.Counts[kind] = map[jobs.State]int64{}
 		}
-		qs.Counts[kind][state] += n
+		qs.Counts[kind][jobs.State(state)] += n
 		// The earliest runAt of the available jobs waits longest, if it is
 		// due at all.
 		if oldest, ok := cur.Current.Lookup("oldest").TimeOK(); ok && state == string(jobs.StateAvailable) && !oldest.After(t) {
@@ -496,14 +498,14 @@ func (c *Client) scanStats(ctx context.Context, since time.Time, states []jobs.S
 		q, kind, state := str(d, "queue"), str(d, "kind"), str(d, "state")
 		qs := byQueue[q]
 		if qs == nil {
-			qs = &QueueStats{Queue: q, Counts: map[string]map[string]int64{}}
+			qs = &QueueStats{Queue: q, Counts: map[string]map[jobs.State]int64{}}
 			byQueue[q] = qs
 			order = append(order, q)
 		}
 		if qs.Counts[kind] == nil {
-			qs.Counts[kind] = map[string]int64{}
+			qs.Counts[kind] = map[jobs.State]int64{}
 		}
-		qs.Counts[kind][state]++
+		qs.Counts[kind][jobs.State(state)]++
 		if state == string(jobs.StateAvailable) {
 			if at, ok := d.Lookup("runAt").TimeOK(); ok && !at.After(t) && (qs.OldestAvailable.IsZero() || at.Before(qs.OldestAvailable)) {
 				qs.OldestAvailable = at.UTC()

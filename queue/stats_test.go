@@ -42,14 +42,37 @@ func TestStatsAndOverview(t *testing.T) {
 				by[s.Queue] = s
 			}
 			require.Len(t, by, 3)
-			require.Equal(t, map[string]map[string]int64{"k": {"available": 3}, "j": {"succeeded": 2}}, by["a"].Counts)
+			require.Equal(t, map[string]map[jobs.State]int64{"k": {"available": 3}, "j": {"succeeded": 2}}, by["a"].Counts)
 			require.Equal(t, now.Add(-2*time.Minute), by["a"].OldestAvailable)
-			require.Equal(t, map[string]map[string]int64{"k": {"dead": 1, "available": 1}}, by["b"].Counts)
+			require.Equal(t, map[string]map[jobs.State]int64{"k": {"dead": 1, "available": 1}}, by["b"].Counts)
 			require.True(t, by["b"].OldestAvailable.IsZero(), "b's only available job is due later")
 			require.Contains(t, by, "(32-bit integer)")
 		}
 		require.Len(t, finished[jobs.StateSucceeded], 1)
 		require.True(t, finished[jobs.StateSucceeded][0].Equal(now.Add(-10*time.Minute)))
 		require.Len(t, finished[jobs.StateDead], 1)
+	}
+}
+
+// TestStatsAndCountsShareTheStateType: a state from Counts indexes Stats's
+// counts as it is, with no conversion (Stats was keyed by strings while
+// Count used jobs.State, so code joining the two converted back and forth).
+func TestStatsAndCountsShareTheStateType(t *testing.T) {
+	b := setup(t)
+	_, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{Queue: "a"})
+	require.NoError(t, err)
+	counts, err := b.q.Counts(b.ctx)
+	require.NoError(t, err)
+	stats, err := b.q.Stats(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, counts, 1)
+	require.Len(t, stats, 1)
+	c := counts[0]
+	require.Equal(t, jobs.StateAvailable, c.State)
+	require.EqualValues(t, c.N, stats[0].Counts[c.Kind][c.State])
+	for _, byState := range stats[0].Counts {
+		for st := range byState {
+			require.True(t, st.Valid(), "a state docket wrote is one of the five: %q", st)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -184,11 +185,11 @@ func statsDoc(s StoredStats) bson.D {
 		}
 		sort.Strings(kinds)
 		for _, k := range kinds {
-			states := make([]string, 0, len(qs.Counts[k]))
+			states := make([]jobs.State, 0, len(qs.Counts[k]))
 			for st := range qs.Counts[k] {
 				states = append(states, st)
 			}
-			sort.Strings(states)
+			slices.Sort(states)
 			for _, st := range states {
 				counts = append(counts, bson.D{{Key: "kind", Value: k}, {Key: "state", Value: st}, {Key: "n", Value: qs.Counts[k][st]}})
 			}
@@ -283,7 +284,7 @@ func readStats(raw bson.Raw) (StoredStats, error) {
 		if !seen {
 			i = len(s.Queues)
 			byQueue[name] = i
-			s.Queues = append(s.Queues, QueueStats{Queue: name, Counts: map[string]map[string]int64{}})
+			s.Queues = append(s.Queues, QueueStats{Queue: name, Counts: map[string]map[jobs.State]int64{}})
 		}
 		qs := &s.Queues[i]
 		if t, ok := qd.Lookup("oldestAvailable").TimeOK(); ok && (qs.OldestAvailable.IsZero() || t.Before(qs.OldestAvailable)) {
@@ -299,9 +300,9 @@ func readStats(raw bson.Raw) (StoredStats, error) {
 				continue
 			}
 			if qs.Counts[kind] == nil {
-				qs.Counts[kind] = map[string]int64{}
+				qs.Counts[kind] = map[jobs.State]int64{}
 			}
-			qs.Counts[kind][state] += n
+			qs.Counts[kind][jobs.State(state)] += n
 		}
 	}
 	since := finishedSince(s.CountedAt)

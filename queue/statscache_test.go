@@ -54,9 +54,9 @@ func TestStoredStatsRoundTrip(t *testing.T) {
 	for _, qs := range got.Queues {
 		by[qs.Queue] = qs
 	}
-	require.Equal(t, map[string]map[string]int64{"k": {"available": 1}, "j": {"succeeded": 2}}, by["a"].Counts)
+	require.Equal(t, map[string]map[jobs.State]int64{"k": {"available": 1}, "j": {"succeeded": 2}}, by["a"].Counts)
 	require.True(t, by["a"].OldestAvailable.Equal(now.Add(-time.Minute)))
-	require.Equal(t, map[string]map[string]int64{"k": {"dead": 1}}, by["b"].Counts)
+	require.Equal(t, map[string]map[jobs.State]int64{"k": {"dead": 1}}, by["b"].Counts)
 	require.Equal(t, map[time.Time]int64{now.Add(-10 * time.Minute).Truncate(time.Minute): 1}, got.Finished[jobs.StateSucceeded])
 	require.Equal(t, map[time.Time]int64{now.Add(-5 * time.Minute).Truncate(time.Minute): 1}, got.Finished[jobs.StateDead])
 }
@@ -68,9 +68,9 @@ func TestStoredStatsNewerWins(t *testing.T) {
 	b := setup(t)
 	t0 := time.Now().UTC().Truncate(time.Millisecond)
 	newer := queue.StoredStats{CountedAt: t0, By: "new-leader", Term: 2,
-		Queues: []queue.QueueStats{{Queue: "q", Counts: map[string]map[string]int64{"k": {"available": 5}}}}}
+		Queues: []queue.QueueStats{{Queue: "q", Counts: map[string]map[jobs.State]int64{"k": {"available": 5}}}}}
 	older := queue.StoredStats{CountedAt: t0.Add(-time.Second), By: "stalled-leader", Term: 1,
-		Queues: []queue.QueueStats{{Queue: "q", Counts: map[string]map[string]int64{"k": {"available": 99}}}}}
+		Queues: []queue.QueueStats{{Queue: "q", Counts: map[string]map[jobs.State]int64{"k": {"available": 99}}}}}
 
 	stored, err := b.q.StoreStats(b.ctx, newer)
 	require.NoError(t, err)
@@ -135,7 +135,7 @@ func TestStoredStatsMalformed(t *testing.T) {
 	require.Empty(t, got.By)
 	require.Zero(t, got.Took)
 	require.Len(t, got.Queues, 2)
-	require.Equal(t, map[string]map[string]int64{"k": {"available": 4}}, got.Queues[0].Counts)
+	require.Equal(t, map[string]map[jobs.State]int64{"k": {"available": 4}}, got.Queues[0].Counts)
 	require.True(t, got.Queues[0].OldestAvailable.IsZero())
 	require.Empty(t, got.Queues[1].Counts)
 	require.Equal(t, map[time.Time]int64{at.Add(-time.Minute): 3}, got.Finished[jobs.StateSucceeded])

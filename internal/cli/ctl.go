@@ -146,7 +146,7 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 			for i, k := range kinds {
 				fmt.Fprintf(tw, "%s\t%s\t", shown(qs.Queue), shown(k))
 				for _, s := range states {
-					fmt.Fprintf(tw, "%d\t", qs.Counts[k][string(s)])
+					fmt.Fprintf(tw, "%d\t", qs.Counts[k][s])
 				}
 				if i == 0 && !qs.OldestAvailable.IsZero() {
 					fmt.Fprintf(tw, "%s", counts.now().Sub(qs.OldestAvailable).Round(time.Millisecond))
@@ -829,7 +829,7 @@ func printStatsJSON(w io.Writer, c statsCounts, paused []queue.QueueState, caps 
 				r.Counts[k] = map[string]int64{}
 			}
 			for st, n := range states {
-				r.Counts[k][st] += n
+				r.Counts[k][string(st)] += n
 			}
 		}
 		if !qs.OldestAvailable.IsZero() {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -68,7 +69,7 @@ func TestStatsReadsTheLeadersCounts(t *testing.T) {
 	ctx := context.Background()
 	at := q.ServerTime(ctx).Add(-12 * time.Second).Truncate(time.Millisecond)
 	stored := queue.StoredStats{CountedAt: at, By: "w1", Every: 15 * time.Second, Took: time.Second,
-		Queues: []queue.QueueStats{{Queue: "q", Counts: map[string]map[string]int64{"k": {"available": 42, "dead": 1}}}}}
+		Queues: []queue.QueueStats{{Queue: "q", Counts: map[string]map[jobs.State]int64{"k": {"available": 42, "dead": 1}}}}}
 	ok, err := q.StoreStats(ctx, stored)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -168,7 +169,7 @@ func TestStatsEscapesForeignNames(t *testing.T) {
 	queueName, kind := "mail\nq  k  99", "k\x1b[2K"
 	_, err := q.StoreStats(ctx, queue.StoredStats{
 		CountedAt: time.Now().UTC(), Every: 15 * time.Second, By: by,
-		Queues: []queue.QueueStats{{Queue: queueName, Counts: map[string]map[string]int64{kind: {"available": 1}}}},
+		Queues: []queue.QueueStats{{Queue: queueName, Counts: map[string]map[jobs.State]int64{kind: {"available": 1}}}},
 	})
 	require.NoError(t, err)
 	out, errs, code := runCtl(t, testdb.URI(), db, "stats")

@@ -37,7 +37,7 @@ func TestOverviewShowsTheLeadersCounts(t *testing.T) {
 	b := setup(t, dashboard.Config{})
 	at := b.q.ServerTime(b.ctx).Add(-12 * time.Second).Truncate(time.Millisecond)
 	stored := queue.StoredStats{CountedAt: at, By: "w1", Every: 15 * time.Second,
-		Queues:   []queue.QueueStats{{Queue: "mail", Counts: map[string]map[string]int64{"mail": {"available": 42}}}},
+		Queues:   []queue.QueueStats{{Queue: "mail", Counts: map[string]map[jobs.State]int64{"mail": {"available": 42}}}},
 		Finished: map[jobs.State]map[time.Time]int64{jobs.StateSucceeded: {at.Truncate(time.Minute): 17}}}
 	ok, err := b.q.StoreStats(b.ctx, stored)
 	require.NoError(t, err)

@@ -206,7 +206,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		for k, byState := range qs.Counts {
 			row := queueRow{Queue: qs.Queue, Kind: k, Paused: paused[qs.Queue]}
 			for _, st := range states {
-				n := byState[st]
+				n := byState[jobs.State(st)]
 				totals[st] += n
 				row.jobs += n
 				row.Counts = append(row.Counts, count{State: st, N: n, Link: jobsURL("queue", qs.Queue, "kind", k, "state", st)})

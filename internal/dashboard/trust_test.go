@@ -293,12 +293,12 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 func TestOverviewRowsAreBounded(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{Refresh: -1})
-	counts := map[string]map[string]int64{"big": {"available": 1000}}
+	counts := map[string]map[jobs.State]int64{"big": {"available": 1000}}
 	for i := range 300 {
-		counts[fmt.Sprintf("foreign-%03d", i)] = map[string]int64{"dead": 1}
+		counts[fmt.Sprintf("foreign-%03d", i)] = map[jobs.State]int64{"dead": 1}
 	}
 	ok, err := b.q.StoreStats(b.ctx, queue.StoredStats{CountedAt: b.q.ServerTime(b.ctx), By: "w1", Every: 15 * time.Second,
-		Queues: []queue.QueueStats{{Queue: "zzz", Counts: counts}, {Queue: "mail", Counts: map[string]map[string]int64{"mail": {"available": 3}}}}})
+		Queues: []queue.QueueStats{{Queue: "zzz", Counts: counts}, {Queue: "mail", Counts: map[string]map[jobs.State]int64{"mail": {"available": 3}}}}})
 	require.NoError(t, err)
 	require.True(t, ok)
 	code, body := b.get(t, "/")

@@ -51,8 +51,8 @@ func TestQueueNameNotUTF8DoesNotCrashTheLeader(t *testing.T) {
 	qs, err := metrics.NewQueueStats(metrics.QueueStatsConfig{Queue: q, Leader: termLeader{term}, Interval: time.Hour})
 	require.NoError(t, err)
 	qs.SetCounts(term, []queue.QueueStats{
-		{Queue: "mail\xff", Counts: map[string]map[string]int64{"k": {"available": 2}}, OldestAvailable: time.Now().Add(-time.Minute)},
-		{Queue: "mail", Counts: map[string]map[string]int64{"k\xfe": {"dead": 1, "st\xfd": 4}}},
+		{Queue: "mail\xff", Counts: map[string]map[jobs.State]int64{"k": {"available": 2}}, OldestAvailable: time.Now().Add(-time.Minute)},
+		{Queue: "mail", Counts: map[string]map[jobs.State]int64{"k\xfe": {"dead": 1, "st\xfd": 4}}},
 	})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(qs)

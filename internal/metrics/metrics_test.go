@@ -436,7 +436,7 @@ func TestQueueGaugesReuseTheLeadersStoredCounts(t *testing.T) {
 	require.NoError(t, err)
 	term := leadership.Term{Number: 4, Token: "mine"}
 	stored := queue.StoredStats{CountedAt: q.ServerTime(ctx), By: "p0", Term: 4, TermToken: "mine", Every: time.Minute,
-		Queues: []queue.QueueStats{{Queue: "default", Counts: map[string]map[string]int64{"ok": {"available": 42}}}}}
+		Queues: []queue.QueueStats{{Queue: "default", Counts: map[string]map[jobs.State]int64{"ok": {"available": 42}}}}}
 	ok, err := q.StoreStats(ctx, stored)
 	require.NoError(t, err)
 	require.True(t, ok)

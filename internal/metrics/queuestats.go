@@ -251,10 +251,10 @@ func bounded(stats []queue.QueueStats, maxQueues int) []*queueGauges {
 func (g *queueGauges) add(qs queue.QueueStats) {
 	for _, states := range qs.Counts {
 		for st, n := range states {
-			if !jobs.State(st).Valid() {
+			if !st.Valid() {
 				st = OtherState
 			}
-			g.byState[st] += n
+			g.byState[string(st)] += n
 			g.total += n
 		}
 	}
