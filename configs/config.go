@@ -302,6 +302,9 @@ func LoadFileApp(path string, c *Config, app App) error {
 		}()
 		target = both
 	}
+	if err := oldReapSchedule(b); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(target.Interface()); err != nil && !errors.Is(err, io.EOF) {

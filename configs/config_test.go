@@ -31,7 +31,7 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, 30*time.Second, c.Worker.Lease)
 	require.Equal(t, 10*time.Second, c.Worker.HeartbeatInterval)
 	require.Equal(t, 30*time.Second, c.Worker.ShutdownTimeout)
-	require.Equal(t, "@every 15s", c.Reaper.Schedule)
+	require.Equal(t, 15*time.Second, c.Reaper.Interval)
 	require.Equal(t, 5*time.Second, c.Reaper.Grace)
 	require.Equal(t, "majority", c.Queue.WriteConcern)
 	require.Equal(t, "json", c.Log.Format)

@@ -52,7 +52,7 @@ func settings(c *Config, role string) []Setting {
 		Setting{"worker.prefetch", "DOCKET_PREFETCH", "prefetch", "most jobs held beyond concurrency, claimed ahead while claims are slow compared with jobs (-1: none)", (*intValue)(&c.Worker.Prefetch)},
 		Setting{"queue.retryBase", "DOCKET_RETRY_BASE", "retry-base", "backoff after a first failed attempt (doubles each attempt)", (*durationValue)(&c.Queue.RetryBase)},
 		Setting{"queue.retryMax", "DOCKET_RETRY_MAX", "retry-max", "longest backoff between attempts", (*durationValue)(&c.Queue.RetryMax)},
-		Setting{"reaper.schedule", "DOCKET_REAP_SCHEDULE", "reap-schedule", "cron schedule of the reaper", (*stringValue)(&c.Reaper.Schedule)},
+		Setting{"reaper.interval", "DOCKET_REAP_INTERVAL", "reap-interval", "how often the reaper runs", (*durationValue)(&c.Reaper.Interval)},
 		Setting{"reaper.grace", "DOCKET_REAP_GRACE", "reap-grace", "how long past expiry a lease is left alone (clock skew); one more lease if its worker still beats", (*durationValue)(&c.Reaper.Grace)},
 		Setting{"reaper.succeededRetention", "DOCKET_SUCCEEDED_RETENTION", "succeeded-retention", "how long succeeded and cancelled jobs are kept (negative: forever)", (*durationValue)(&c.Reaper.SucceededRetention)},
 		Setting{"reaper.deadRetention", "DOCKET_DEAD_RETENTION", "dead-retention", "how long dead jobs are kept (negative: forever, the default)", (*durationValue)(&c.Reaper.DeadRetention)},
@@ -138,6 +138,9 @@ func LoadApp(fs *flag.FlagSet, role string, args []string, getenv func(string) s
 			return nil
 		}
 		return app.Settings()
+	}
+	if v := getenv("DOCKET_REAP_SCHEDULE"); v != "" && role == "worker" {
+		return c, fmt.Errorf("DOCKET_REAP_SCHEDULE (reaper.schedule): %q: %s", v, reapScheduleReplaced(v))
 	}
 	ss := append(settings(&c, role), appSettings()...)
 	for _, s := range ss {

@@ -8,14 +8,13 @@ import (
 	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
-	"github.com/robfig/cron/v3"
 	"go.uber.org/zap"
 )
 
 // Defaults for ReaperConfig.
 const (
-	// DefaultReapSchedule is how often the reaper runs.
-	DefaultReapSchedule = "@every 15s"
+	// DefaultReapInterval is how often the reaper runs.
+	DefaultReapInterval = 15 * time.Second
 	// DefaultReapGrace is how long past its expiry a lease is left alone,
 	// to allow for clock skew between machines.
 	DefaultReapGrace = 5 * time.Second
@@ -37,9 +36,11 @@ const (
 // ReaperConfig configures a Reaper. As in every docket setting, a zero
 // field means its default; a retention keeps jobs forever when negative.
 type ReaperConfig struct {
-	// Schedule is a robfig/cron spec ("@every 15s", "*/1 * * * *").
-	// Defaults to DefaultReapSchedule.
-	Schedule string `yaml:"schedule"`
+	// Interval is how often the reaper runs, a duration as every other
+	// interval of docket's. Defaults to DefaultReapInterval. (The YAML key
+	// it replaces, schedule, is still read when it is "@every D"; see
+	// UnmarshalYAML.)
+	Interval time.Duration `yaml:"interval"`
 	// Grace is how long past its expiry a lease is left alone. Defaults to
 	// DefaultReapGrace.
 	Grace time.Duration `yaml:"grace"`
@@ -64,8 +65,8 @@ type ReaperConfig struct {
 
 // WithDefaults returns c with every unset field set to its default.
 func (c ReaperConfig) WithDefaults() ReaperConfig {
-	if c.Schedule == "" {
-		c.Schedule = DefaultReapSchedule
+	if c.Interval == 0 {
+		c.Interval = DefaultReapInterval
 	}
 	if c.Grace == 0 {
 		c.Grace = DefaultReapGrace
@@ -90,8 +91,8 @@ func (c ReaperConfig) WithDefaults() ReaperConfig {
 
 // Validate reports the first invalid field, naming it and its value.
 func (c ReaperConfig) Validate() error {
-	if _, err := cron.ParseStandard(c.Schedule); err != nil {
-		return fmt.Errorf("reaper.schedule: %q is not a cron schedule: %w", c.Schedule, err)
+	if c.Interval < 0 {
+		return fmt.Errorf("reaper.interval: %s must be positive", c.Interval)
 	}
 	if c.Grace < 0 {
 		return fmt.Errorf("reaper.grace: %s must not be negative", c.Grace)
@@ -123,8 +124,9 @@ func NewReaper(q *queue.Client, cfg ReaperConfig) (*Reaper, error) {
 	return &Reaper{cfg: cfg, q: q, log: cfg.Logger.Named("reaper")}, nil
 }
 
-// Schedule returns the reaper's cron spec.
-func (r *Reaper) Schedule() string { return r.cfg.Schedule }
+// Schedule returns the reaper's schedule as a Task gives it: every
+// ReaperConfig.Interval.
+func (r *Reaper) Schedule() string { return "@every " + r.cfg.Interval.String() }
 
 // RunOnce makes one pass: it re-queues expired leases until none is left
 // (or ctx ends), clears null unique keys, then applies retention within

@@ -229,7 +229,7 @@ func (b *bencher) failover(ctx context.Context) (*Failover, error) {
 	for i := range b.o.FailoverProcs {
 		id := fmt.Sprintf("bench-failover-%d", i)
 		p, err := startWorker(workerOpts{uri: b.uri, db: db.Name(), concurrency: 1, claimBatch: 1, extra: []string{
-			"--id", id, "--leader-ttl", ttl.String(), "--reap-schedule", "@every 1s", "--reap-grace", "1s",
+			"--id", id, "--leader-ttl", ttl.String(), "--reap-interval", "1s", "--reap-grace", "1s",
 		}}, b.log)
 		if err != nil {
 			return nil, err

@@ -211,7 +211,7 @@ func (r Result) String() string {
 // move on within seconds, sweepers that repair within seconds.
 var workerFlags = []string{
 	"--lease", "2s", "--heartbeat-interval", "500ms",
-	"--reap-schedule", "@every 1s", "--reap-grace", "1ms", "--leader-ttl", "3s",
+	"--reap-interval", "1s", "--reap-grace", "1ms", "--leader-ttl", "3s",
 	"--rename-sweep-schedule", "@every 2s", "--rename-sweep-threshold", "3s",
 	"--transfer-recovery-schedule", "@every 2s", "--transfer-recovery-threshold", "5s",
 	"--retry-base", "100ms", "--retry-max", "2s", "--poll-max", "500ms",

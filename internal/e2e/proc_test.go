@@ -59,7 +59,7 @@ func enqueueBinary(t *testing.T) string {
 
 // fastWorker are flags for a worker that notices a dead peer in seconds.
 var fastWorker = []string{
-	"--lease", "2s", "--heartbeat-interval", "300ms", "--reap-schedule", "@every 1s", "--reap-grace", "1ms",
+	"--lease", "2s", "--heartbeat-interval", "300ms", "--reap-interval", "1s", "--reap-grace", "1ms",
 	"--poll-max", "200ms", "--retry-base", "50ms", "--retry-max", "200ms", "--log-format", "json", "--leader-ttl", "3s",
 }
 

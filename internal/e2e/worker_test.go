@@ -212,7 +212,7 @@ func TestWorkerConfigErrorsNameTheSetting(t *testing.T) {
 		{"malformed yaml", []string{"DOCKET_CONFIG=" + badYAML}, nil, "bad.yaml"},
 		{"missing file", nil, []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
 		{"heartbeat not below lease", nil, []string{"--lease", "5s", "--heartbeat-interval", "5s"}, "worker.heartbeatInterval: 5s must be positive and shorter than worker.lease (5s)"},
-		{"bad cron", nil, []string{"--reap-schedule", "every so often"}, `reaper.schedule: "every so often"`},
+		{"bad reap interval", nil, []string{"--reap-interval", "every so often"}, `invalid value "every so often" for flag -reap-interval`},
 		{"bad uri", []string{"DOCKET_MONGO_URI=http://localhost"}, nil, `mongo.uri: "http://localhost" must start with mongodb://`},
 		{"bad log format", nil, []string{"--log-format", "xml"}, `log.format: "xml"`},
 		{"bad write concern", nil, []string{"--write-concern", "most"}, `queue.writeConcern: "most"`},
