@@ -25,8 +25,14 @@ const (
 	// EventJobDead: the attempt failed for good (a permanent error, or no
 	// attempts left); Event.Job.Errors ends with its error.
 	EventJobDead EventKind = EventKind(worker.OutcomeDead)
-	// EventJobCancelled: the job was cancelled while it ran.
+	// EventJobCancelled: the job was cancelled while it ran, by a cancel
+	// request (Client.JobCancel) or by its handler returning jobs.Cancel;
+	// then Event.Job.Errors ends with the handler's reason.
 	EventJobCancelled EventKind = EventKind(worker.OutcomeCancelled)
+	// EventJobSnoozed: the handler returned jobs.Snooze; the job runs
+	// again after the snooze, its attempt not counted (Event.Job.Attempt
+	// is the count as written back).
+	EventJobSnoozed EventKind = EventKind(worker.OutcomeSnoozed)
 	// EventJobLeaseLost: another worker or the reaper took the job while
 	// the attempt ran; the attempt wrote nothing.
 	EventJobLeaseLost EventKind = EventKind(worker.OutcomeLeaseLost)

@@ -3,6 +3,7 @@ package jobs
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // PermanentError marks a handler error that retrying cannot fix, such as
@@ -56,3 +57,46 @@ func InvalidArgs(field, format string, a ...any) error {
 // ErrCancelled is the cause of a handler's context when its job was
 // cancelled while running.
 var ErrCancelled = errors.New("job cancelled")
+
+// SnoozeError is the error of a handler that asks for its job to run again
+// later, not having failed: see Snooze.
+type SnoozeError struct {
+	// Duration is how long from now the job waits before it runs again.
+	Duration time.Duration
+}
+
+// Snooze returns the error a handler returns to have its job run again
+// after d (at once when d is not positive), as an asynq or River handler
+// snoozes: the attempt is not counted against the job's MaxAttempts and
+// no error is recorded in the job's Errors. A job whose cancel was
+// requested while it ran ends cancelled instead. Use it for work that
+// cannot be done yet (a resource not ready, a rate limit's window), not
+// for failures, which retry with backoff.
+func Snooze(d time.Duration) error { return &SnoozeError{Duration: max(d, 0)} }
+
+// Error implements error.
+func (e *SnoozeError) Error() string { return fmt.Sprintf("snoozed for %s", e.Duration) }
+
+// CancelError is the error of a handler that ends its job cancelled: see
+// Cancel.
+type CancelError struct {
+	// Err says why the job was cancelled.
+	Err error
+}
+
+// Cancel returns the error a handler returns to end its job cancelled, with
+// err as the reason recorded in the job's Errors: the job is not retried,
+// whatever attempts it has left (asynq's SkipRetry, River's JobCancel). A
+// nil err is "no reason given".
+func Cancel(err error) error {
+	if err == nil {
+		err = errors.New("no reason given")
+	}
+	return &CancelError{Err: err}
+}
+
+// Error implements error.
+func (e *CancelError) Error() string { return "cancelled by its handler: " + e.Err.Error() }
+
+// Unwrap returns the reason.
+func (e *CancelError) Unwrap() error { return e.Err }

@@ -114,10 +114,27 @@ func (w *Worker) execute(r *run) {
 
 	var outcome string
 	var write func(context.Context) error
+	var snooze *jobs.SnoozeError
+	var cancelled *jobs.CancelError
 	switch {
 	case err == nil:
 		outcome, observed = "succeeded", OutcomeSucceeded
 		write = func(ctx context.Context) error { return w.q.Complete(ctx, r.lease) }
+	case errors.As(err, &cancelled):
+		// The handler's own decision, whatever ended its context.
+		outcome, observed = "cancelled by its handler", OutcomeCancelled
+		failure = cancelled.Error()
+		write = func(ctx context.Context) error { return w.q.Cancelled(ctx, r.lease, job, cancelled.Error()) }
+	case errors.As(err, &snooze) && !errors.Is(cause, jobs.ErrCancelled):
+		// At shutdown too: a snooze gives the job back as a release does.
+		write = func(ctx context.Context) error {
+			state, serr := w.snooze(ctx, r.lease, job, snooze.Duration)
+			outcome, observed = "snoozed for "+snooze.Duration.String(), OutcomeSnoozed
+			if state == jobs.StateCancelled {
+				outcome, observed = "cancelled (requested while it ran) instead of snoozed", OutcomeCancelled
+			}
+			return serr
+		}
 	case errors.Is(cause, ErrShutdown):
 		outcome, observed = "released", OutcomeReleased
 		write = func(ctx context.Context) error { return w.q.Release(ctx, r.lease) }
@@ -334,4 +351,19 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 		log.Warn("recording the job's outcome failed; retrying", zap.Error(err), zap.Duration("retry_in", backoff))
 		time.Sleep(backoff)
 	}
+}
+
+// snoozer is the store operation behind jobs.Snooze (queue's Snooze):
+// give the job back to run again after d, its attempt not counted.
+type snoozer interface {
+	Snooze(ctx context.Context, l queue.Lease, j *jobs.Job, d time.Duration) (jobs.State, error)
+}
+
+// snooze makes a handler's jobs.Snooze write, fenced on l.
+func (w *Worker) snooze(ctx context.Context, l queue.Lease, j *jobs.Job, d time.Duration) (jobs.State, error) {
+	s, ok := w.q.(snoozer)
+	if !ok { // every store of a *queue.Client snoozes
+		return "", fmt.Errorf("worker: snooze job %s: the store cannot snooze", l.JobID)
+	}
+	return s.Snooze(ctx, l, j, d)
 }

@@ -23,6 +23,9 @@ const (
 	OutcomeCancelled Outcome = "cancelled"
 	// OutcomeReleased: the worker stopped and gave the job back.
 	OutcomeReleased Outcome = "released"
+	// OutcomeSnoozed: the handler returned jobs.Snooze; the job is
+	// available again after the snooze, its attempt not counted.
+	OutcomeSnoozed Outcome = "snoozed"
 	// OutcomeLeaseLost: another worker or the reaper took the job; this
 	// attempt wrote nothing.
 	OutcomeLeaseLost Outcome = "lease_lost"
@@ -142,8 +145,11 @@ func endedJob(job *jobs.Job, outcome Outcome, failure string) *jobs.Job {
 		j.State = jobs.StateCancelled
 	case OutcomeReleased:
 		j.State = jobs.StateAvailable
+	case OutcomeSnoozed:
+		j.State = jobs.StateAvailable
+		j.Attempt-- // not counted
 	}
-	if failure != "" && (outcome == OutcomeRetried || outcome == OutcomeDead) {
+	if failure != "" && (outcome == OutcomeRetried || outcome == OutcomeDead || outcome == OutcomeCancelled) {
 		j.Errors = jobs.AppendError(job.Errors, jobs.AttemptError{Attempt: job.Attempt, At: time.Now().UTC(), Owner: job.Owner, Message: failure})
 	}
 	return &j
