@@ -3,6 +3,7 @@ package docket_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/internal/testdb"
@@ -18,7 +19,7 @@ func TestInsertIntoAFullQueue(t *testing.T) {
 	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{})
 	require.NoError(t, err)
 	docket.MustAddHandler(c, noop, jobs.KindOptions{Queue: "sale"})
-	require.NoError(t, c.Queue().SetCapacity(ctx, "sale", 1, ""))
+	require.NoError(t, c.QueueSetCapacity(ctx, "sale", 1, nil))
 
 	_, err = c.Insert(ctx, GreetArgs{Name: "a"}, nil)
 	require.NoError(t, err)
@@ -38,10 +39,10 @@ func TestConfigCapacitiesAndLimitsAreSetAtStart(t *testing.T) {
 		cfg  docket.Config
 		want string
 	}{
-		{docket.Config{Capacities: map[string]int{"mail": -1}}, "capacities.mail: -1 must be between"},
-		{docket.Config{Capacities: map[string]int{"": 3}}, "capacities"},
-		{docket.Config{Limits: map[string]int{"mail": 3}}, "limits"},
-		{docket.Config{Limits: map[string]int{"kind:greet": 1_000_000}}, "limits.kind:greet"},
+		{docket.Config{Capacities: map[string]int{"mail": -2}}, `Config.Capacities["mail"]: -2 must be from 1 to 100000, or docket.CapacityClosed`},
+		{docket.Config{Capacities: map[string]int{"": 3}}, "Config.Capacities"},
+		{docket.Config{Limits: map[string]int{"mail": 3}}, "Config.Limits"},
+		{docket.Config{Limits: map[string]int{"kind:greet": 1_000_000}}, `Config.Limits["kind:greet"]`},
 	} {
 		_, err := docket.NewClient(db, c.cfg)
 		require.ErrorContains(t, err, c.want)
@@ -50,23 +51,61 @@ func TestConfigCapacitiesAndLimitsAreSetAtStart(t *testing.T) {
 	c, err := docket.NewClient(db, docket.Config{
 		Logger:     zaptest.NewLogger(t),
 		Capacities: map[string]int{"mail": 2},
-		Limits:     map[string]int{"kind:greet": 1, "queue:mail": 3},
+		Limits:     map[string]int{docket.KindLimit("greet"): 1, docket.QueueLimit("mail"): 3},
 	})
 	require.NoError(t, err)
 	docket.MustAddHandler(c, noop, jobs.KindOptions{})
 	require.NoError(t, c.Start(ctx))
 	defer c.Stop(ctx)
 
-	caps, err := c.Queue().QueueCapacities(ctx)
+	queues, err := c.QueueList(ctx)
 	require.NoError(t, err)
-	require.Len(t, caps, 1)
-	require.Equal(t, "mail", caps[0].Queue)
-	require.Equal(t, 2, caps[0].Capacity)
-	ls, err := c.Queue().RunLimits(ctx)
+	require.Len(t, queues, 1)
+	require.Equal(t, "mail", queues[0].Name)
+	require.Equal(t, 2, queues[0].Capacity)
+	ls, err := c.LimitList(ctx)
 	require.NoError(t, err)
 	require.Len(t, ls, 2)
 	require.Equal(t, "kind:greet", ls[0].Name)
 	require.Equal(t, 1, ls[0].Limit)
 	require.Equal(t, "config:"+c.ID(), ls[0].SetBy)
 	require.Equal(t, "queue:mail", ls[1].Name)
+}
+
+// Zero means the default throughout Config, so a capacity or limit of 0 is
+// refused (it used to close the queue, or stop the kind, silently); closing
+// is spelled CapacityClosed, running none LimitNone, in Config and in the
+// admin verbs alike.
+func TestZeroIsNotACapacityClosedIsSpelledOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewDB(t)
+	_, err := docket.NewClient(db, docket.Config{Capacities: map[string]int{"sale": 0}})
+	require.ErrorContains(t, err, "0 is not a capacity: write docket.CapacityClosed to refuse every insert")
+	_, err = docket.NewClient(db, docket.Config{Limits: map[string]int{docket.KindLimit("greet"): 0}})
+	require.ErrorContains(t, err, "0 is not a limit: write docket.LimitNone")
+
+	c, err := docket.NewClient(db, docket.Config{
+		Logger:     zaptest.NewLogger(t),
+		Capacities: map[string]int{"sale": docket.CapacityClosed},
+		Limits:     map[string]int{docket.KindLimit("greet"): docket.LimitNone},
+	})
+	require.NoError(t, err)
+	docket.MustAddHandler(c, noop, jobs.KindOptions{Queue: "sale"})
+	require.NoError(t, c.Start(ctx))
+	defer c.Stop(ctx)
+	_, err = c.Insert(ctx, GreetArgs{Name: "a"}, nil)
+	require.ErrorIs(t, err, docket.ErrQueueFull, "a closed queue admits nothing")
+	queues, err := c.QueueList(ctx)
+	require.NoError(t, err)
+	require.Equal(t, docket.CapacityClosed, queues[0].Capacity)
+	ls, err := c.LimitList(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 0, ls[0].Limit, "LimitNone is stored as a limit of none")
+
+	require.ErrorContains(t, c.QueueSetCapacity(ctx, "sale", 0, nil), "0 is not a capacity")
+	require.ErrorContains(t, c.LimitSet(ctx, docket.KindLimit("greet"), 0, nil), "0 is not a limit")
+	require.NoError(t, c.QueueSetCapacity(ctx, "sale", 1, nil))
+	_, err = c.Insert(ctx, GreetArgs{Name: "a"}, &docket.InsertOpts{Delay: time.Hour})
+	require.NoError(t, err, "reopened with a capacity of 1")
 }

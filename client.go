@@ -43,51 +43,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// Config configures a Client. The zero value is usable: every setting has
-// a default, and a zero field means "the default" throughout (see each
-// package's Config for its defaults).
-type Config struct {
-	// Queue configures the jobs collection, retries and write concern.
-	Queue queue.Config
-	// Worker configures the pool that Start runs: queues, concurrency,
-	// lease, heartbeats, shutdown timeout. Its ID names this process in
-	// job documents, logs and the leader election.
-	Worker worker.Config
-	// Reaper configures the re-queueing of jobs whose lease expired, and
-	// retention of finished jobs.
-	Reaper recovery.ReaperConfig
-	// LeaderTTL is how long the others wait, each from its own look at
-	// the lease, before replacing an elected process that died:
-	// maintenance pauses between this and about twice it. Defaults to
-	// 15 s; at least 3 s (a shorter one is refused by NewClient).
-	LeaderTTL time.Duration
-	// PeriodicJobs are enqueued by the elected process on their
-	// schedules, each tick once however many processes run. Start refuses
-	// a job whose kind has no handler in this client.
-	PeriodicJobs []PeriodicJob
-	// Capacities bound queues: queue name → the most admitted, unfinished
-	// jobs of that queue (0: none; see queue.Client.SetCapacity). Start
-	// sets each before the pool runs, every start, so processes started
-	// with the same configuration agree and the last start wins over
-	// `docketctl capacity`; a queue not named is left as it is.
-	Capacities map[string]int
-	// Limits are cluster-wide concurrency limits: "kind:K" or "queue:Q" →
-	// the most jobs of that kind or queue running at once across every
-	// process (0: none run; see queue.Client.SetLimit). Start sets each,
-	// every start, as it sets Capacities.
-	Limits map[string]int
-	// Setup, when set, runs in Start after docket's indexes are ensured:
-	// the application's own idempotent set-up, such as its collections'
-	// indexes. An error from it fails Start, which may be retried.
-	Setup func(ctx context.Context) error
-	// Logger receives the client's logs. Defaults to a no-op logger.
-	Logger *zap.Logger
-}
-
 // Client inserts jobs and, once started, works them. Create it with
 // NewClient; it is safe for concurrent use.
 type Client struct {
 	cfg Config
+	eng engine // cfg mapped onto the engine's components
 	db  *mongo.Database
 	q   *queue.Client
 	reg *jobs.Registry
@@ -124,7 +84,7 @@ const maintenanceStopWait = 5 * time.Second
 var ErrNotStarted = errors.New("docket: client not started")
 
 // ErrJobsCancelled is wrapped by the error of a Stop that had to cancel
-// running jobs: its context ended, or Config.Worker.ShutdownTimeout passed,
+// running jobs: its context ended, or Config.ShutdownTimeout passed,
 // before they finished. The error is a *JobsCancelledError saying how many.
 var ErrJobsCancelled = errors.New("docket: stop cancelled running jobs")
 
@@ -154,12 +114,12 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	cfg.Worker = cfg.Worker.WithDefaults()
-	if err := cfg.Worker.Validate(); err != nil {
-		return nil, fmt.Errorf("docket: %w", err)
+	if cfg.ID == "" {
+		cfg.ID = worker.NewID()
 	}
-	cfg.Reaper = cfg.Reaper.WithDefaults()
-	if err := cfg.Reaper.Validate(); err != nil {
+	log := cfg.Logger.With(zap.String("worker", cfg.ID))
+	eng, err := cfg.engine(log)
+	if err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
 	if err := validatePeriodicJobs(cfg.PeriodicJobs); err != nil {
@@ -168,35 +128,49 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if err := validateBounds(cfg.Capacities, cfg.Limits); err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
-	log := cfg.Logger.With(zap.String("worker", cfg.Worker.ID))
 	elector, err := leadership.New(db.Collection(leadership.DefaultCollection),
-		leadership.Config{ID: cfg.Worker.ID, TTL: cfg.LeaderTTL, Logger: log})
+		leadership.Config{ID: cfg.ID, TTL: cfg.LeaderTTL, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
-	qcfg := cfg.Queue
-	if qcfg.Logger == nil {
-		qcfg.Logger = log
-	}
-	q, err := queue.New(db, qcfg)
+	q, err := queue.New(db, eng.queue)
 	if err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
-	return &Client{cfg: cfg, db: db, q: q, reg: jobs.NewRegistry(), log: log, elector: elector, argsOpts: map[string]InsertOpts{},
+	return &Client{cfg: cfg, eng: eng, db: db, q: q, reg: jobs.NewRegistry(), log: log, elector: elector, argsOpts: map[string]InsertOpts{},
 		events: newEventHub(log)}, nil
 }
 
-// Elector returns the leader election this client takes part in once
-// started: whether it leads now, and a channel that signals changes.
-// docket's worker command reads it to publish leader-only metrics.
-func (c *Client) Elector() *leadership.Elector { return c.elector }
+// Leadership is this client's part in the election of the one process
+// that runs maintenance (the reaper, retention, periodic jobs, the
+// application's AddMaintenance passes).
+type Leadership interface {
+	// IsLeader reports whether this process leads now.
+	IsLeader() bool
+}
+
+// Leadership returns this client's part in the leader election, which it
+// takes once started.
+func (c *Client) Leadership() Leadership { return elected{c.elector} }
+
+// IsLeader reports whether this client leads the maintenance now: false
+// before Start and after Stop.
+func (c *Client) IsLeader() bool { return c.Leadership().IsLeader() }
+
+// elected is the client's elector as a Leadership. docketprom reaches the
+// elector's term through it.
+type elected struct{ *leadership.Elector }
+
+func (e elected) IsLeader() bool { _, ok := e.Leading(); return ok }
 
 // ID returns the id that names this process in job documents, logs and the
-// leader election (Config.Worker.ID, or the one made for it).
-func (c *Client) ID() string { return c.cfg.Worker.ID }
+// leader election (Config.ID, or the one made for it).
+func (c *Client) ID() string { return c.cfg.ID }
 
-// Queue returns the client's queue: what handlers use to insert follow-up
-// jobs and operators' tools use to list, retry and cancel jobs.
+// Queue returns the engine-level queue client, for what the Client's own
+// methods do not cover (docket's commands and its metrics use it).
+// Applications insert with Insert and administer with the Job*, Queue*,
+// Limit* and Workers methods.
 func (c *Client) Queue() *queue.Client { return c.q }
 
 // Registry returns the kinds the client works. Add to it with AddHandler,
@@ -395,9 +369,9 @@ func (c *Client) kindQueue(kind string) string {
 // client serves: its jobs wait for another process that does. c.mu is held.
 func (c *Client) warnUnserved() {
 	for _, kind := range c.reg.Kinds() {
-		if q := c.kindQueue(kind); !slices.Contains(c.cfg.Worker.Queues, q) {
-			c.log.Warn("a registered kind's queue is one no worker of this client serves: its jobs run only in a process that serves it (Config.Worker.Queues)",
-				zap.String("kind", kind), zap.String("queue", q), zap.Strings("queues_served", c.cfg.Worker.Queues))
+		if q := c.kindQueue(kind); !slices.Contains(c.eng.worker.Queues, q) {
+			c.log.Warn("a registered kind's queue is one no worker of this client serves: its jobs run only in a process that serves it (Config.Queues)",
+				zap.String("kind", kind), zap.String("queue", q), zap.Strings("queues_served", c.eng.worker.Queues))
 		}
 	}
 }
@@ -440,11 +414,7 @@ func (c *Client) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("docket: %w", err)
 	}
-	rcfg := c.cfg.Reaper
-	if rcfg.Logger == nil {
-		rcfg.Logger = c.log
-	}
-	reaper, err := recovery.NewReaper(c.q, rcfg)
+	reaper, err := recovery.NewReaper(c.q, c.eng.reaper)
 	if err != nil {
 		return fmt.Errorf("docket: %w", err)
 	}
@@ -454,7 +424,7 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	elector := c.elector
 	// The counts docketctl stats and the dashboard read.
-	counter, err := recovery.NewStatsCounter(c.q, elector, c.cfg.Worker.ID, recovery.StatsCounterConfig{Logger: c.log})
+	counter, err := recovery.NewStatsCounter(c.q, elector, c.cfg.ID, recovery.StatsCounterConfig{Logger: c.log})
 	if err != nil {
 		return fmt.Errorf("docket: %w", err)
 	}
@@ -478,7 +448,7 @@ func (c *Client) Start(ctx context.Context) error {
 	c.warnUnserved()
 	w.Start(context.Background())
 	sched.Start()
-	c.unregister = register(c.q, c.cfg.Worker, w, c.reg.Kinds(), c.log)
+	c.unregister = register(c.q, c.eng.worker, w, c.reg.Kinds(), c.log)
 	c.startRuns()
 	return nil
 }
@@ -486,7 +456,7 @@ func (c *Client) Start(ctx context.Context) error {
 // Stop stops gracefully in two stages: it stops claiming and scheduling
 // maintenance at once, gives the leadership up (another process takes the
 // maintenance over without waiting for the lease), and waits for running
-// jobs to finish. When ctx ends, or Config.Worker.ShutdownTimeout passes,
+// jobs to finish. When ctx ends, or Config.ShutdownTimeout passes,
 // first, it cancels the jobs still running; handlers that return give their
 // jobs back. A handler that ignores its cancellation keeps its job until
 // the lease expires: call ReleaseAbandoned just before the process exits to
@@ -549,7 +519,7 @@ func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
 }
 
 // Run starts the client, waits for SIGINT or SIGTERM (or ctx's end), then
-// stops gracefully, as Stop does, within Config.Worker.ShutdownTimeout; a
+// stops gracefully, as Stop does, within Config.ShutdownTimeout; a
 // second signal cancels the running jobs at once. It returns Start's error,
 // or Stop's (a *JobsCancelledError when the jobs did not all finish in
 // time). It is a program's main loop (asynq's Run): one that exits after it
@@ -564,10 +534,10 @@ func (c *Client) Run(ctx context.Context) error {
 	select {
 	case sig := <-sigs:
 		c.log.Info("stopping: waiting for running jobs; signal again to cancel them",
-			zap.String("signal", sig.String()), zap.Duration("shutdown_timeout", c.cfg.Worker.ShutdownTimeout))
+			zap.String("signal", sig.String()), zap.Duration("shutdown_timeout", c.eng.worker.ShutdownTimeout))
 	case <-ctx.Done():
 		c.log.Info("stopping: the context ended; waiting for running jobs",
-			zap.Duration("shutdown_timeout", c.cfg.Worker.ShutdownTimeout))
+			zap.Duration("shutdown_timeout", c.eng.worker.ShutdownTimeout))
 	}
 	// ctx may have ended: the graceful wait is the shutdown timeout's.
 	stopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -626,18 +596,18 @@ func (c *Client) ReleaseAbandoned(ctx context.Context) int {
 func validateBounds(caps, limits map[string]int) error {
 	for _, name := range sortedKeys(caps) {
 		if err := queue.ValidQueueName(name); err != nil {
-			return fmt.Errorf("capacities: %w", err)
+			return fmt.Errorf("Config.Capacities: %w", err)
 		}
-		if n := caps[name]; n < 0 || n > queue.MaxCapacity {
-			return fmt.Errorf("capacities.%s: %d must be between 0 and %d", name, n, queue.MaxCapacity)
+		if _, err := capacityValue(caps[name]); err != nil {
+			return fmt.Errorf("Config.Capacities[%q]: %w", name, err)
 		}
 	}
 	for _, name := range sortedKeys(limits) {
 		if _, _, err := queue.ParseLimitName(name); err != nil {
-			return fmt.Errorf("limits: %w", err)
+			return fmt.Errorf("Config.Limits: %w", err)
 		}
-		if n := limits[name]; n < 0 || n > queue.MaxLimit {
-			return fmt.Errorf("limits.%s: %d must be between 0 and %d", name, n, queue.MaxLimit)
+		if _, err := limitValue(limits[name]); err != nil {
+			return fmt.Errorf("Config.Limits[%q]: %w", name, err)
 		}
 	}
 	return nil
@@ -645,18 +615,20 @@ func validateBounds(caps, limits map[string]int) error {
 
 // applyBounds sets the configured capacities and limits.
 func (c *Client) applyBounds(ctx context.Context) error {
-	by := "config:" + c.cfg.Worker.ID
+	by := "config:" + c.cfg.ID
 	for _, name := range sortedKeys(c.cfg.Capacities) {
-		if err := c.q.SetCapacity(ctx, name, c.cfg.Capacities[name], by); err != nil {
+		n, _ := capacityValue(c.cfg.Capacities[name]) // checked by NewClient
+		if err := c.q.SetCapacity(ctx, name, n, by); err != nil {
 			return fmt.Errorf("capacities.%s: %w", name, err)
 		}
-		c.log.Info("queue capacity set from the configuration", zap.String("queue", name), zap.Int("capacity", c.cfg.Capacities[name]))
+		c.log.Info("queue capacity set from the configuration", zap.String("queue", name), zap.Int("capacity", n))
 	}
 	for _, name := range sortedKeys(c.cfg.Limits) {
-		if err := c.q.SetLimit(ctx, name, c.cfg.Limits[name], by); err != nil {
+		n, _ := limitValue(c.cfg.Limits[name])
+		if err := c.q.SetLimit(ctx, name, n, by); err != nil {
 			return fmt.Errorf("limits.%s: %w", name, err)
 		}
-		c.log.Info("concurrency limit set from the configuration", zap.String("limit", name), zap.Int("n", c.cfg.Limits[name]))
+		c.log.Info("concurrency limit set from the configuration", zap.String("limit", name), zap.Int("n", n))
 	}
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
-	"github.com/docketq/docket/worker"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -42,10 +41,10 @@ func TestClientLifecycleErrors(t *testing.T) {
 
 	_, err = docket.NewClient(nil, docket.Config{})
 	require.ErrorContains(t, err, "db must not be nil")
-	_, err = docket.NewClient(db, docket.Config{Worker: worker.Config{Concurrency: -1}})
-	require.ErrorContains(t, err, "worker.concurrency")
+	_, err = docket.NewClient(db, docket.Config{Concurrency: -1})
+	require.ErrorContains(t, err, "Config.Concurrency: -1 must be at least 1")
 	_, err = docket.NewClient(db, docket.Config{LeaderTTL: time.Second})
-	require.ErrorContains(t, err, "ttl")
+	require.ErrorContains(t, err, "Config.LeaderTTL: 1s must be at least 3s")
 }
 
 // A Start whose set-up fails starts nothing and may be called again.
@@ -83,13 +82,13 @@ func TestInsertTakesTheKindsDefaults(t *testing.T) {
 	own, err := c.Insert(ctx, GreetArgs{Name: "b"}, &docket.InsertOpts{MaxAttempts: 9, Queue: "urgent", Priority: 1})
 	require.NoError(t, err)
 
-	j, err := c.Queue().Get(ctx, plain.ID)
+	j, err := c.JobGet(ctx, plain.ID)
 	require.NoError(t, err)
 	require.Equal(t, "greet", j.Kind)
 	require.Equal(t, 3, j.MaxAttempts)
 	require.Equal(t, "mail", j.Queue)
 	require.Equal(t, 7, j.Priority)
-	j, err = c.Queue().Get(ctx, own.ID)
+	j, err = c.JobGet(ctx, own.ID)
 	require.NoError(t, err)
 	require.Equal(t, 9, j.MaxAttempts)
 	require.Equal(t, "urgent", j.Queue)

@@ -12,7 +12,6 @@ import (
 	"github.com/docketq/docket/docketprom"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
-	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -24,8 +23,8 @@ import (
 func observedClient(t *testing.T) *docket.Client {
 	t.Helper()
 	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{
-		Logger: zaptest.NewLogger(t),
-		Queue:  queue.Config{RetryBase: time.Millisecond, RetryMax: time.Millisecond},
+		Logger:    zaptest.NewLogger(t),
+		RetryBase: time.Millisecond, RetryMax: time.Millisecond,
 	})
 	require.NoError(t, err)
 	docket.MustAddHandler(c, func(ctx context.Context, job *jobs.Job, a GreetArgs) error {

@@ -11,7 +11,6 @@ import (
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/docketprom"
 	"github.com/docketq/docket/jobs"
-	"github.com/docketq/docket/worker"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -22,7 +21,7 @@ import (
 func ExampleClient_Subscribe() {
 	ctx := context.Background()
 	client, err := docket.NewClient(exampleDB("events"), docket.Config{
-		Worker: worker.Config{Concurrency: 1}, // one job at a time: the output's order
+		Concurrency: 1, // one job at a time: the output's order
 	})
 	if err != nil {
 		panic(err)

@@ -9,8 +9,6 @@ import (
 
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/jobs"
-	"github.com/docketq/docket/queue"
-	"github.com/docketq/docket/worker"
 )
 
 // A handler that returns a plain error is retried with backoff; the job
@@ -19,7 +17,7 @@ import (
 func Example_retryWithBackoff() {
 	ctx := context.Background()
 	client, err := docket.NewClient(exampleDB("retry"), docket.Config{
-		Queue: queue.Config{RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond},
+		RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 	})
 	if err != nil {
 		panic(err)
@@ -45,7 +43,7 @@ func Example_retryWithBackoff() {
 	if err := client.Stop(ctx); err != nil { // waits for the outcome to be written
 		panic(err)
 	}
-	job, err := client.Queue().Get(ctx, res.ID)
+	job, err := client.JobGet(ctx, res.ID)
 	if err != nil {
 		panic(err)
 	}
@@ -78,16 +76,16 @@ func ExampleClient_InsertMany() {
 	}
 	fmt.Println("inserted:", len(results))
 
-	counts, err := client.Queue().Counts(ctx)
+	queues, err := client.QueueList(ctx)
 	if err != nil {
 		panic(err)
 	}
-	for _, c := range counts {
-		fmt.Println(c.Kind, c.State, c.N)
+	for _, q := range queues {
+		fmt.Println(q.Name, q.Counts["greet"][jobs.StateAvailable])
 	}
 	// Output:
 	// inserted: 3
-	// greet available 3
+	// default 3
 }
 
 // A bounded queue refuses inserts past its capacity at once, with an
@@ -98,7 +96,7 @@ func Example_boundedQueue() {
 	if err != nil {
 		panic(err)
 	}
-	if err := client.Queue().SetCapacity(ctx, "imports", 2, "example"); err != nil {
+	if err := client.QueueSetCapacity(ctx, "imports", 2, &docket.CapacityOpts{By: "example"}); err != nil {
 		panic(err)
 	}
 	opts := &docket.InsertOpts{Queue: "imports"}
@@ -135,7 +133,7 @@ func Example_pauseAQueue() {
 		mu.Unlock()
 		return nil
 	}, jobs.KindOptions{})
-	if _, err := client.Queue().Pause(ctx, "default", "example"); err != nil {
+	if _, err := client.QueuePause(ctx, "default", &docket.QueuePauseOpts{By: "example"}); err != nil {
 		panic(err)
 	}
 	if err := client.Start(ctx); err != nil {
@@ -150,7 +148,7 @@ func Example_pauseAQueue() {
 	fmt.Println("ran while paused:", len(ran))
 	mu.Unlock()
 
-	if _, err := client.Queue().Resume(ctx, "default", "example"); err != nil {
+	if _, err := client.QueueResume(ctx, "default", nil); err != nil {
 		panic(err)
 	}
 	if err := client.WaitIdle(ctx, docket.WaitParams{PollInterval: 20 * time.Millisecond}); err != nil {
@@ -164,9 +162,9 @@ func Example_pauseAQueue() {
 	// ran after resume: [Ada]
 }
 
-// Cancel ends a job that has not run at once; a running one is asked to
-// stop, and its handler's context ends at the worker's next heartbeat.
-func ExampleClient_Queue_cancel() {
+// JobCancel ends a job that has not run at once; a running one is asked
+// to stop, and its handler's context ends at the worker's next heartbeat.
+func ExampleClient_JobCancel() {
 	ctx := context.Background()
 	client, err := docket.NewClient(exampleDB("cancel"), docket.Config{})
 	if err != nil {
@@ -176,11 +174,11 @@ func ExampleClient_Queue_cancel() {
 	if err != nil {
 		panic(err)
 	}
-	outcome, err := client.Queue().Cancel(ctx, res.ID)
+	outcome, err := client.JobCancel(ctx, res.ID)
 	if err != nil {
 		panic(err)
 	}
-	job, err := client.Queue().Get(ctx, res.ID)
+	job, err := client.JobGet(ctx, res.ID)
 	if err != nil {
 		panic(err)
 	}
@@ -193,7 +191,7 @@ func ExampleClient_Queue_cancel() {
 func Example_priority() {
 	ctx := context.Background()
 	// One job at a time, so that the order of claims is the order of runs.
-	client, err := docket.NewClient(exampleDB("priority"), docket.Config{Worker: worker.Config{Concurrency: 1}})
+	client, err := docket.NewClient(exampleDB("priority"), docket.Config{Concurrency: 1})
 	if err != nil {
 		panic(err)
 	}

@@ -116,7 +116,7 @@ func ExampleClient_Stop() {
 	if err := client.Stop(stopCtx); err != nil {
 		panic(err)
 	}
-	job, err := client.Queue().Get(ctx, res.ID)
+	job, err := client.JobGet(ctx, res.ID)
 	if err != nil {
 		panic(err)
 	}
@@ -184,7 +184,7 @@ func Example_periodicJob() {
 // waitFinished polls the job until it has finished.
 func waitFinished(ctx context.Context, client *docket.Client, id string) *jobs.Job {
 	for {
-		job, err := client.Queue().Get(ctx, id)
+		job, err := client.JobGet(ctx, id)
 		if err != nil {
 			panic(err)
 		}

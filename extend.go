@@ -7,8 +7,8 @@ import (
 	"github.com/docketq/docket/worker"
 )
 
-// AddObserver adds o to the observers of the client's pool, beside
-// Config.Worker.Observer and the event subscribers: it is told of each
+// AddObserver adds o to the observers of the client's pool, beside the
+// event subscribers: it is told of each
 // claim, attempt and heartbeat (worker.Observer; its methods are called
 // concurrently and must return quickly). Call it before Start: after, it
 // fails, as the pool takes its observers when it starts. docketprom's

@@ -23,8 +23,7 @@ import (
 type Middleware = jobs.Middleware
 
 // Use adds middleware around every handler of the client, whichever kind
-// and whenever it was added; the first given runs outermost, after any in
-// Config.Worker.Middleware. Call it before Start: after, it fails, as the
+// and whenever it was added; the first given runs outermost. Call it before Start: after, it fails, as the
 // pool takes its middleware when it starts.
 func (c *Client) Use(mw ...Middleware) error {
 	c.mu.Lock()
@@ -41,13 +40,13 @@ func (c *Client) Use(mw ...Middleware) error {
 	return nil
 }
 
-// workerConfig is the pool's configuration: Config.Worker with the
-// client's middleware, and observed by Config.Worker.Observer, the event
-// subscribers and AddObserver's. c.mu is held.
+// workerConfig is the pool's configuration: Config's, with the client's
+// middleware, and observed by the event subscribers and AddObserver's.
+// c.mu is held.
 func (c *Client) workerConfig() worker.Config {
-	wcfg := c.cfg.Worker
-	wcfg.Middleware = append(slices.Clone(wcfg.Middleware), c.middleware...)
-	obs := []worker.Observer{wcfg.Observer, c.events}
+	wcfg := c.eng.worker
+	wcfg.Middleware = slices.Clone(c.middleware)
+	obs := []worker.Observer{c.events}
 	obs = append(obs, c.observers...)
 	wcfg.Observer = worker.Observers(obs...)
 	return wcfg

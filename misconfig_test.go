@@ -7,7 +7,6 @@ import (
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
-	"github.com/docketq/docket/worker"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -57,7 +56,7 @@ func TestInsertDefaultsTravelWithTheArgsType(t *testing.T) {
 		t.Helper()
 		res, err := c.Insert(ctx, args, o)
 		require.NoError(t, err)
-		j, err := c.Queue().Get(ctx, res.ID)
+		j, err := c.JobGet(ctx, res.ID)
 		require.NoError(t, err)
 		return j
 	}
@@ -83,7 +82,7 @@ func TestStartWarnsOfAKindNoQueueServes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	core, logs := observer.New(zap.WarnLevel)
-	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{Logger: zap.New(core), Worker: worker.Config{Queues: []string{"default", "mail"}}})
+	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{Logger: zap.New(core), Queues: []string{"default", "mail"}})
 	require.NoError(t, err)
 	docket.MustAddHandler(c, noop, jobs.KindOptions{Queue: "mail"})                                                 // served
 	docket.MustAddHandler(c, func(context.Context, *jobs.Job, ReportArgs) error { return nil }, jobs.KindOptions{}) // its args say "reports"

@@ -8,7 +8,6 @@ import (
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
-	"github.com/docketq/docket/worker"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -51,7 +50,7 @@ func TestPeriodicJobTakesTheKindsOptions(t *testing.T) {
 	ctx := context.Background()
 	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{
 		Logger: zaptest.NewLogger(t),
-		Worker: worker.Config{Queues: []string{"reports"}},
+		Queues: []string{"reports"},
 		PeriodicJobs: []docket.PeriodicJob{{
 			Name: "nightly", Schedule: "@every 1s", Args: ReportArgs{Day: "mon"}, Priority: 8,
 		}},

@@ -59,7 +59,7 @@ func TestReadmeFromGo(t *testing.T) {
 	require.False(t, res.Duplicate)
 	require.Equal(t, "a@example.com", <-sent)
 	require.Eventually(t, func() bool {
-		j, err := client.Queue().Get(ctx, res.ID)
+		j, err := client.JobGet(ctx, res.ID)
 		return err == nil && j.State == jobs.StateSucceeded && j.MaxAttempts == 5
 	}, 20*time.Second, 20*time.Millisecond)
 

@@ -58,13 +58,13 @@ func TestRegistryBeatsEveryTenSecondsAtMost(t *testing.T) {
 func TestEmbeddedClientIsInTheRegistry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := NewClient(testdb.NewDB(t), Config{Logger: zaptest.NewLogger(t), Worker: worker.Config{ID: "embedded-1", Queues: []string{"mail"}, Concurrency: 3}})
+	c, err := NewClient(testdb.NewDB(t), Config{Logger: zaptest.NewLogger(t), ID: "embedded-1", Queues: []string{"mail"}, Concurrency: 3})
 	require.NoError(t, err)
 	require.NoError(t, AddHandler(c, func(context.Context, *jobs.Job, registryArgs) error { return nil }, jobs.KindOptions{Queue: "mail"}))
 	require.NoError(t, c.Start(ctx))
 	var got []queue.WorkerInfo
 	require.Eventually(t, func() bool {
-		got, err = c.Queue().Workers(ctx, 0, false)
+		got, err = c.Workers(ctx, nil)
 		return err == nil && len(got) == 1
 	}, 10*time.Second, 20*time.Millisecond, "a started client registers at once")
 	require.Equal(t, "embedded-1", got[0].ID)
@@ -74,7 +74,7 @@ func TestEmbeddedClientIsInTheRegistry(t *testing.T) {
 	require.True(t, got[0].Alive)
 
 	require.NoError(t, c.Stop(ctx))
-	got, err = c.Queue().Workers(ctx, 0, true)
+	got, err = c.Workers(ctx, &WorkersParams{All: true})
 	require.NoError(t, err)
 	require.Empty(t, got, "a stopped client leaves the registry")
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
-	"github.com/docketq/docket/worker"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -36,7 +35,7 @@ func blockingClient(t *testing.T, cfg docket.Config) (*docket.Client, chan struc
 func TestStopSaysItCancelledRunningJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, started := blockingClient(t, docket.Config{Worker: worker.Config{Concurrency: 4}})
+	c, started := blockingClient(t, docket.Config{Concurrency: 4})
 	require.NoError(t, c.Start(ctx))
 	for _, name := range []string{"a", "b"} {
 		_, err := c.Insert(ctx, GreetArgs{Name: name}, nil)
@@ -71,7 +70,7 @@ func TestStopSaysItCancelledRunningJobs(t *testing.T) {
 // wait is the shutdown timeout's, not the ended context's.
 func TestRunStopsOnContextAndSignal(t *testing.T) {
 	t.Parallel()
-	c, started := blockingClient(t, docket.Config{Worker: worker.Config{ShutdownTimeout: 300 * time.Millisecond}})
+	c, started := blockingClient(t, docket.Config{ShutdownTimeout: 300 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(ctx) }()

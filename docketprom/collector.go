@@ -16,6 +16,12 @@ import (
 	"go.uber.org/zap"
 )
 
+// electorOf is what the collector needs of a client's leader election.
+type electorOf interface {
+	metrics.Leader
+	Changes() <-chan struct{}
+}
+
 // Opts configures a collector. The zero value is usable.
 type Opts struct {
 	// QueueStatsInterval is how often the elected process counts the jobs
@@ -61,15 +67,21 @@ func NewCollector(c *docket.Client, opts *Opts) (prometheus.Collector, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	// The client's Leadership is its elector: the term it leads decides
+	// which process exports the queue gauges.
+	elector, ok := c.Leadership().(electorOf)
+	if !ok {
+		return nil, fmt.Errorf("docketprom: NewCollector: the client's leadership %T has no term", c.Leadership())
+	}
 	var changes <-chan struct{}
 	if _, taken := changesTaken.LoadOrStore(c, struct{}{}); !taken {
-		changes = c.Elector().Changes()
+		changes = elector.Changes()
 	}
 	m, err := metrics.NewProcess(metrics.ProcessConfig{
 		Stats:         c.PoolStats,
 		EventsDropped: c.EventsDropped,
 		Queue: metrics.QueueStatsConfig{
-			Queue: c.Queue(), Leader: c.Elector(), Changes: changes,
+			Queue: c.Queue(), Leader: elector, Changes: changes,
 			Interval: opts.QueueStatsInterval, MaxQueues: opts.MaxQueues, Logger: log,
 		},
 	})

@@ -114,21 +114,10 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		log.Info("serving /metrics, /healthz and /readyz", zap.String("http_addr", srv.Addr()))
 	}
 
-	wcfg := cfg.Worker
-	wcfg.Logger = base
-	if !cfg.Mongo.WriteTimeoutAuto {
-		// Set by the operator: it bounds heartbeats and completions too.
-		// Left to its default it bounds only operations without a deadline
-		// of their own; the worker's writes follow their leases.
-		wcfg.WriteTimeout = cfg.Mongo.WriteTimeout
-	}
-	qcfg, rcfg := cfg.Queue, cfg.Reaper
-	qcfg.Logger, rcfg.Logger = log, log // configs fills them with no-op loggers
-	dc, err := docket.NewClient(db, docket.Config{
-		Queue: qcfg, Worker: wcfg, Reaper: rcfg, LeaderTTL: cfg.Leader.TTL,
-		PeriodicJobs: cfg.ClientPeriodicJobs(), Capacities: cfg.Capacities, Limits: cfg.Limits, Logger: base,
-		Setup: func(ctx context.Context) error { return handlers.Setup(ctx, db) },
-	})
+	dcfg := cfg.ClientConfig()
+	dcfg.Logger = base
+	dcfg.Setup = func(ctx context.Context) error { return handlers.Setup(ctx, db) }
+	dc, err := docket.NewClient(db, dcfg)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 2
@@ -146,6 +135,8 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 		}
 		registry.MustRegister(col)
 	}
+	rcfg := cfg.Reaper
+	rcfg.Logger = log // configs fills it with a no-op logger
 	reaper, err := recovery.NewReaper(q, rcfg)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))

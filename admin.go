@@ -1,0 +1,428 @@
+package docket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+)
+
+// The operator's verbs: list, read, retry, cancel, delete and purge jobs;
+// pause, resume, bound and list queues; limit how many jobs run; list the
+// worker processes. They act on the jobs collection whoever inserted the
+// jobs, and a client need not be started to call them. None ever touches
+// a running job's lease: its worker holds it.
+
+// JobFilter selects jobs; empty fields select everything (see
+// queue.JobFilter). JobRetry and JobDelete refuse an empty one.
+type JobFilter = queue.JobFilter
+
+// JobSummary is a job as JobList lists it (see queue.JobSummary).
+type JobSummary = queue.JobSummary
+
+// JobActionResult is what JobRetry or JobDelete did to one job: Err says
+// why the job was left alone, nil when the action was done.
+type JobActionResult = queue.ActionResult
+
+// Why JobRetry or JobDelete left a job alone (JobActionResult.Err), and why
+// JobGet or JobCancel found nothing to act on.
+var (
+	// ErrJobNotFound: no job has the id.
+	ErrJobNotFound = queue.ErrNotFound
+	// ErrJobRunning: the job is running; its worker holds it.
+	ErrJobRunning = queue.ErrJobRunning
+	// ErrJobNotFinished: JobDelete without Force met an unfinished job.
+	ErrJobNotFinished = queue.ErrNotFinished
+	// ErrJobFinished: JobCancel met a job that has already finished.
+	ErrJobFinished = queue.ErrFinished
+)
+
+// DefaultJobListLimit is how many jobs JobList returns when
+// JobListParams.Limit is zero.
+const DefaultJobListLimit = 100
+
+// MaxJobListLimit is the most jobs one JobList returns.
+const MaxJobListLimit = 10_000
+
+// JobListParams say which jobs JobList returns (River's JobListParams).
+type JobListParams struct {
+	// JobFilter selects the jobs. Defaults to every job.
+	JobFilter
+	// After is the cursor of the previous page (JobListResult.Next): the
+	// list starts after it. Defaults to the start.
+	After string
+	// Limit is the most jobs returned. Defaults to DefaultJobListLimit; at
+	// most MaxJobListLimit.
+	Limit int
+}
+
+// JobListResult is one page of JobList.
+type JobListResult struct {
+	// Jobs are in id order.
+	Jobs []JobSummary
+	// Next is the After of the next page; "" when this one is the last.
+	Next string
+}
+
+// JobList returns a page of the jobs params select, in id order; nil
+// params list every job, DefaultJobListLimit at a time.
+func (c *Client) JobList(ctx context.Context, params *JobListParams) (*JobListResult, error) {
+	var p JobListParams
+	if params != nil {
+		p = *params
+	}
+	switch {
+	case p.Limit == 0:
+		p.Limit = DefaultJobListLimit
+	case p.Limit < 0 || p.Limit > MaxJobListLimit:
+		return nil, fmt.Errorf("docket: JobList: limit %d must be from 1 to %d", p.Limit, MaxJobListLimit)
+	}
+	list, more, err := c.q.List(ctx, p.JobFilter, p.After, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	res := &JobListResult{Jobs: list}
+	if more && len(list) > 0 {
+		res.Next = list[len(list)-1].JobID.Token()
+	}
+	return res, nil
+}
+
+// JobGet returns the job with id; the error wraps ErrJobNotFound when
+// there is none.
+func (c *Client) JobGet(ctx context.Context, id string) (*jobs.Job, error) {
+	j, err := c.q.Get(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	return j, nil
+}
+
+// JobRetryParams say which jobs JobRetry makes available again.
+type JobRetryParams struct {
+	// JobFilter selects the jobs; it must select something (set IDs,
+	// States, Kinds, Queues or a creation time).
+	JobFilter
+}
+
+// JobRetry makes the jobs params select available now, their attempts
+// reset and their past errors kept: dead, cancelled and succeeded jobs run
+// again, an available one runs now. It returns what it did to each job: a
+// running job is left alone (ErrJobRunning), as is a finished one whose
+// unique key an unfinished job now holds, or one of a full bounded queue
+// (ErrQueueFull).
+func (c *Client) JobRetry(ctx context.Context, params *JobRetryParams) ([]JobActionResult, error) {
+	if params == nil || isEmptyFilter(params.JobFilter) {
+		return nil, errors.New("docket: JobRetry: the filter selects every job; name the jobs (IDs) or narrow it (States, Kinds, Queues, a creation time)")
+	}
+	res, err := c.q.Retry(ctx, params.JobFilter)
+	if err != nil {
+		return res, fmt.Errorf("docket: %w", err)
+	}
+	return res, nil
+}
+
+// JobDeleteParams say which jobs JobDelete removes.
+type JobDeleteParams struct {
+	// JobFilter selects the jobs; it must select something.
+	JobFilter
+	// Force deletes the available jobs selected too; without it only
+	// finished jobs are deleted, the others left with ErrJobNotFinished. A
+	// running job is never deleted.
+	Force bool
+}
+
+// JobDelete removes the finished jobs params select (and with Force the
+// available ones), and returns what it did to each job.
+func (c *Client) JobDelete(ctx context.Context, params *JobDeleteParams) ([]JobActionResult, error) {
+	if params == nil || isEmptyFilter(params.JobFilter) {
+		return nil, errors.New("docket: JobDelete: the filter selects every job; name the jobs (IDs) or narrow it (States, Kinds, Queues, a creation time)")
+	}
+	res, err := c.q.Delete(ctx, params.JobFilter, params.Force)
+	if err != nil {
+		return res, fmt.Errorf("docket: %w", err)
+	}
+	return res, nil
+}
+
+func isEmptyFilter(f JobFilter) bool {
+	return len(f.IDs) == 0 && len(f.JobIDs) == 0 && len(f.States) == 0 && len(f.Kinds) == 0 &&
+		len(f.Queues) == 0 && f.CreatedAfter.IsZero() && f.CreatedBefore.IsZero()
+}
+
+// JobCancelResult says what JobCancel did.
+type JobCancelResult = queue.CancelOutcome
+
+// The results of JobCancel.
+const (
+	// JobCancelled: the job was waiting and is now cancelled.
+	JobCancelled = queue.Cancelled
+	// JobCancelRequested: the job is running; its handler's context is
+	// cancelled at its next heartbeat (cause jobs.ErrCancelled) and the job
+	// ends cancelled.
+	JobCancelRequested = queue.CancelRequested
+)
+
+// JobCancel stops the job with id: a waiting job is cancelled at once, a
+// running one is asked to stop. The error wraps ErrJobFinished when it has
+// already finished, ErrJobNotFound when there is no such job.
+func (c *Client) JobCancel(ctx context.Context, id string) (JobCancelResult, error) {
+	out, err := c.q.Cancel(ctx, id)
+	if err != nil {
+		return out, fmt.Errorf("docket: %w", err)
+	}
+	return out, nil
+}
+
+// JobPurgeParams say which finished jobs JobPurge deletes.
+type JobPurgeParams struct {
+	// State is the finished state of the jobs: succeeded, cancelled or
+	// dead. Required.
+	State jobs.State
+	// OlderThan is how long ago they must have finished. Defaults to 0:
+	// every job of State.
+	OlderThan time.Duration
+}
+
+// JobPurge deletes the jobs that finished in params.State more than
+// params.OlderThan ago, and returns how many.
+func (c *Client) JobPurge(ctx context.Context, params *JobPurgeParams) (int64, error) {
+	if params == nil {
+		return 0, errors.New("docket: JobPurge: params must name a finished state")
+	}
+	n, err := c.q.Purge(ctx, params.State, params.OlderThan)
+	if err != nil {
+		return n, fmt.Errorf("docket: %w", err)
+	}
+	return n, nil
+}
+
+// QueuePauseOpts are the options of QueuePause and QueueResume.
+type QueuePauseOpts struct {
+	// By records who paused or resumed the queue. Defaults to none.
+	By string
+}
+
+// QueuePause stops every worker process claiming from the queue name
+// within a second; running jobs finish, waiting ones wait. It reports
+// whether the queue was running until now.
+func (c *Client) QueuePause(ctx context.Context, name string, opts *QueuePauseOpts) (bool, error) {
+	changed, err := c.q.Pause(ctx, name, byOf(opts))
+	if err != nil {
+		return false, fmt.Errorf("docket: %w", err)
+	}
+	return changed, nil
+}
+
+// QueueResume lets workers claim from the queue name again. It reports
+// whether the queue was paused until now.
+func (c *Client) QueueResume(ctx context.Context, name string, opts *QueuePauseOpts) (bool, error) {
+	changed, err := c.q.Resume(ctx, name, byOf(opts))
+	if err != nil {
+		return false, fmt.Errorf("docket: %w", err)
+	}
+	return changed, nil
+}
+
+func byOf(o *QueuePauseOpts) string {
+	if o == nil {
+		return ""
+	}
+	return o.By
+}
+
+// QueueInfo is one queue as QueueList shows it.
+type QueueInfo struct {
+	// Name is the queue's name.
+	Name string
+	// Counts maps kind, then state, to how many of the queue's jobs there
+	// are.
+	Counts map[string]map[jobs.State]int64
+	// OldestAvailable is when the queue's longest-waiting runnable job
+	// became due; zero when none waits.
+	OldestAvailable time.Time
+	// Paused reports whether the queue is paused (QueuePause).
+	Paused bool
+	// Capacity is the queue's capacity (QueueSetCapacity): 0 when it is
+	// unbounded, CapacityClosed when it admits nothing.
+	Capacity int
+	// Occupied is how many of a bounded queue's jobs are unfinished, the
+	// count its capacity is measured against.
+	Occupied int
+}
+
+// QueueList returns every queue that has jobs, is paused or is bounded, in
+// name order.
+func (c *Client) QueueList(ctx context.Context) ([]QueueInfo, error) {
+	stats, err := c.q.Stats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	states, err := c.q.QueueStates(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	caps, err := c.q.QueueCapacities(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	by := map[string]*QueueInfo{}
+	info := func(name string) *QueueInfo {
+		if by[name] == nil {
+			by[name] = &QueueInfo{Name: name, Counts: map[string]map[jobs.State]int64{}}
+		}
+		return by[name]
+	}
+	for _, s := range stats {
+		i := info(s.Queue)
+		i.Counts, i.OldestAvailable = s.Counts, s.OldestAvailable
+	}
+	for _, s := range states {
+		info(s.Queue).Paused = s.Paused
+	}
+	for _, cp := range caps {
+		if cp.Malformed != "" {
+			continue
+		}
+		i := info(cp.Queue)
+		i.Capacity, i.Occupied = cp.Capacity, cp.Occupied
+		if cp.Capacity == 0 {
+			i.Capacity = CapacityClosed
+		}
+	}
+	out := make([]QueueInfo, 0, len(by))
+	for _, i := range by {
+		out = append(out, *i)
+	}
+	slices.SortFunc(out, func(a, b QueueInfo) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// CapacityOpts are the options of QueueSetCapacity and QueueClearCapacity.
+type CapacityOpts struct {
+	// By records who set the capacity. Defaults to none.
+	By string
+}
+
+// QueueSetCapacity bounds the queue name to n admitted, unfinished jobs:
+// from 1 to queue.MaxCapacity, or CapacityClosed to refuse every insert
+// (0 is refused, as in Config.Capacities). Past it an insert fails with
+// ErrQueueFull. It applies at once to this client and within a second to
+// every other; lowering it removes no job.
+func (c *Client) QueueSetCapacity(ctx context.Context, name string, n int, opts *CapacityOpts) error {
+	stored, err := capacityValue(n)
+	if err != nil {
+		return fmt.Errorf("docket: QueueSetCapacity %s: %w", name, err)
+	}
+	var by string
+	if opts != nil {
+		by = opts.By
+	}
+	if err := c.q.SetCapacity(ctx, name, stored, by); err != nil {
+		return fmt.Errorf("docket: %w", err)
+	}
+	return nil
+}
+
+// QueueClearCapacity makes the queue name unbounded again, and reports
+// whether it had a capacity.
+func (c *Client) QueueClearCapacity(ctx context.Context, name string, opts *CapacityOpts) (bool, error) {
+	var by string
+	if opts != nil {
+		by = opts.By
+	}
+	had, err := c.q.ClearCapacity(ctx, name, by)
+	if err != nil {
+		return false, fmt.Errorf("docket: %w", err)
+	}
+	return had, nil
+}
+
+// LimitOpts are the options of LimitSet.
+type LimitOpts struct {
+	// By records who set the limit. Defaults to none.
+	By string
+}
+
+// RunLimit is one stored concurrency limit as LimitList returns it (see
+// queue.RunLimit): Limit is the stored number, 0 for LimitNone.
+type RunLimit = queue.RunLimit
+
+// LimitSet limits how many jobs of name (KindLimit(kind) or
+// QueueLimit(queue)) run at once across every worker process: n from 1 to
+// queue.MaxLimit, or LimitNone to run none (0 is refused, as in
+// Config.Limits). It applies within a second; lowering it stops no running
+// job.
+func (c *Client) LimitSet(ctx context.Context, name string, n int, opts *LimitOpts) error {
+	stored, err := limitValue(n)
+	if err != nil {
+		return fmt.Errorf("docket: LimitSet %s: %w", name, err)
+	}
+	var by string
+	if opts != nil {
+		by = opts.By
+	}
+	if err := c.q.SetLimit(ctx, name, stored, by); err != nil {
+		return fmt.Errorf("docket: %w", err)
+	}
+	return nil
+}
+
+// LimitClear removes the limit name, and reports whether there was one.
+func (c *Client) LimitClear(ctx context.Context, name string) (bool, error) {
+	had, err := c.q.ClearLimit(ctx, name)
+	if err != nil {
+		return false, fmt.Errorf("docket: %w", err)
+	}
+	return had, nil
+}
+
+// LimitList returns every stored limit, in name order, with how many of its
+// jobs run now.
+func (c *Client) LimitList(ctx context.Context) ([]RunLimit, error) {
+	ls, err := c.q.RunLimits(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	return ls, nil
+}
+
+// WorkersParams say which worker processes Workers lists.
+type WorkersParams struct {
+	// All lists the processes that stopped beating too, not only the
+	// live ones.
+	All bool
+	// TTL is how recently a process must have beaten to be alive.
+	// Defaults to three of its own beat intervals.
+	TTL time.Duration
+}
+
+// WorkerInfo is one worker process of the registry (see queue.WorkerInfo):
+// every started Client, embedded or docket's worker command, registers.
+type WorkerInfo = queue.WorkerInfo
+
+// Workers lists the worker processes, in host and id order: the live ones,
+// or with params.All every one seen within the last hour.
+func (c *Client) Workers(ctx context.Context, params *WorkersParams) ([]WorkerInfo, error) {
+	var p WorkersParams
+	if params != nil {
+		p = *params
+	}
+	ws, err := c.q.Workers(ctx, p.TTL, p.All)
+	if err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	return ws, nil
+}

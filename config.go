@@ -1,0 +1,265 @@
+package docket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/docketq/docket/queue"
+	"github.com/docketq/docket/recovery"
+	"github.com/docketq/docket/worker"
+	"go.uber.org/zap"
+)
+
+// Defaults for Config: a zero field takes its default.
+const (
+	// DefaultCollection is the jobs collection.
+	DefaultCollection = queue.DefaultCollection
+	// DefaultWriteConcern is the write concern of every write that changes
+	// a job's state.
+	DefaultWriteConcern = queue.DefaultWriteConcern
+	// DefaultRetryBase is the backoff after a job's first failed attempt.
+	DefaultRetryBase = queue.DefaultRetryBase
+	// DefaultRetryMax caps the backoff between attempts.
+	DefaultRetryMax = queue.DefaultRetryMax
+	// DefaultConcurrency is how many jobs a client runs at once.
+	DefaultConcurrency = worker.DefaultConcurrency
+	// DefaultLease is how long a claim or a heartbeat holds a job.
+	DefaultLease = worker.DefaultLease
+	// DefaultHeartbeatInterval is how often a running job's lease is
+	// renewed.
+	DefaultHeartbeatInterval = worker.DefaultHeartbeatInterval
+	// DefaultShutdownTimeout is how long Stop waits for running jobs
+	// before it cancels them.
+	DefaultShutdownTimeout = worker.DefaultShutdownTimeout
+	// DefaultStuckGrace is how long a handler may go on after its timeout,
+	// a cancel request or a lost lease before the pool gives up on it.
+	DefaultStuckGrace = worker.DefaultStuckGrace
+	// DefaultReapInterval is how often the reaper runs.
+	DefaultReapInterval = recovery.DefaultReapInterval
+	// DefaultReapGrace is how long past its expiry a lease is left alone.
+	DefaultReapGrace = recovery.DefaultReapGrace
+	// DefaultSucceededRetention is how long succeeded and cancelled jobs
+	// are kept.
+	DefaultSucceededRetention = recovery.DefaultSucceededRetention
+	// DefaultLeaderTTL is how long a leader that stopped renewing keeps
+	// the lease.
+	DefaultLeaderTTL = 15 * time.Second
+	// MinLeaderTTL is the shortest Config.LeaderTTL NewClient takes.
+	MinLeaderTTL = 3 * time.Second
+	// KeepForever, as a retention, keeps jobs forever; so does any
+	// negative retention.
+	KeepForever = recovery.KeepForever
+)
+
+// Config configures a Client. The zero value is usable: a zero field means
+// its default, named in its comment.
+type Config struct {
+	// ID names this process in job documents, logs, the workers registry
+	// and the leader election; it must be unique across machines.
+	// Defaults to host-pid-random.
+	ID string
+
+	// Collection is the jobs collection. Defaults to DefaultCollection.
+	Collection string
+	// WriteConcern is "majority" or a number of nodes ("1"), for every
+	// write that changes a job's state. Defaults to DefaultWriteConcern.
+	WriteConcern string
+	// RetryBase is the backoff after a first failed attempt; it doubles
+	// with each further attempt, with jitter. Defaults to DefaultRetryBase.
+	RetryBase time.Duration
+	// RetryMax caps the backoff. Defaults to DefaultRetryMax.
+	RetryMax time.Duration
+
+	// Queues are the queues Start's pool claims from. Defaults to
+	// ["default"].
+	Queues []string
+	// Concurrency is how many jobs run at once. Defaults to
+	// DefaultConcurrency.
+	Concurrency int
+	// Lease is how long a claim or a heartbeat holds a job: a process
+	// that dies has its jobs run again about this long after. At least
+	// 1 s. Defaults to DefaultLease.
+	Lease time.Duration
+	// HeartbeatInterval is how often a running job's lease is renewed; at
+	// most a third of Lease. Defaults to DefaultHeartbeatInterval.
+	HeartbeatInterval time.Duration
+	// ShutdownTimeout bounds Stop's wait for running jobs. Defaults to
+	// DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// StuckGrace is how long a handler may go on after its kind's
+	// timeout, a cancel request or a lost lease before the pool gives up
+	// on it and frees its slot. Defaults to DefaultStuckGrace.
+	StuckGrace time.Duration
+	// PollMin and PollMax bound the wait between claims on an idle queue:
+	// it starts at PollMin and doubles up to PollMax. Default to 50 ms and
+	// 1 s.
+	PollMin, PollMax time.Duration
+	// ClaimBatch is how many jobs one claim takes at most while a backlog
+	// lasts (1: one findAndModify per job). Defaults to 100.
+	ClaimBatch int
+	// Prefetch is how many jobs the pool may hold beyond Concurrency,
+	// claimed ahead while claims are slow compared with jobs (-1: none).
+	// Defaults to 100.
+	Prefetch int
+	// WriteTimeout, when positive, bounds each heartbeat and completion
+	// round trip. Defaults to none: they are bounded by their leases.
+	WriteTimeout time.Duration
+
+	// ReapInterval is how often the reaper re-queues the jobs whose lease
+	// expired and deletes finished jobs past their retention. Defaults to
+	// DefaultReapInterval.
+	ReapInterval time.Duration
+	// ReapGrace is how long past its expiry a lease is left alone, for
+	// clock skew between machines. Defaults to DefaultReapGrace.
+	ReapGrace time.Duration
+	// ReapBatch caps the jobs one reaper pass re-queues. Defaults to 500.
+	ReapBatch int
+	// RetentionBudget bounds the time one pass spends deleting finished
+	// jobs past their retention; the next pass goes on. Defaults to 20 s.
+	RetentionBudget time.Duration
+	// SucceededRetention is how long succeeded and cancelled jobs are
+	// kept; negative (KeepForever) keeps them forever. Defaults to
+	// DefaultSucceededRetention.
+	SucceededRetention time.Duration
+	// DeadRetention is how long dead jobs are kept; negative
+	// (KeepForever) keeps them forever. Defaults to KeepForever: they
+	// wait for a human.
+	DeadRetention time.Duration
+
+	// LeaderTTL is how long the others wait, each from its own look at
+	// the lease, before replacing an elected process that died:
+	// maintenance pauses between this and about twice it. Defaults to
+	// DefaultLeaderTTL; at least MinLeaderTTL.
+	LeaderTTL time.Duration
+	// PeriodicJobs are inserted by the elected process on their
+	// schedules, each tick once however many processes run. Start refuses
+	// a job whose kind has no handler in this client.
+	PeriodicJobs []PeriodicJob
+	// Capacities bound queues: queue name → the most admitted, unfinished
+	// jobs of that queue, from 1, or CapacityClosed to refuse every insert
+	// (0 is refused: it would read as "the default"). Start sets each
+	// before the pool runs, every start, so processes started with the
+	// same configuration agree and the last start wins over
+	// QueueSetCapacity and `docketctl capacity`; a queue not named is left
+	// as it is.
+	Capacities map[string]int
+	// Limits are cluster-wide concurrency limits: KindLimit(kind) or
+	// QueueLimit(queue) → the most jobs of it running at once across every
+	// process, from 1, or LimitNone to run none (0 is refused, as for
+	// Capacities). Start sets each, every start, as it sets Capacities.
+	Limits map[string]int
+	// Setup, when set, runs in Start after docket's indexes are ensured:
+	// the application's own idempotent set-up, such as its collections'
+	// indexes. An error from it fails Start, which may be retried.
+	Setup func(ctx context.Context) error
+	// Logger receives the client's logs. Defaults to a no-op logger.
+	Logger *zap.Logger
+}
+
+// engine is a Config mapped onto the engine's components, defaults set.
+type engine struct {
+	queue  queue.Config
+	worker worker.Config
+	reaper recovery.ReaperConfig
+}
+
+// engine maps c onto the engine's configurations and checks them, naming
+// the first field of c that is wrong. log, naming the process, is the queue
+// client's and the reaper's; the pool names it itself, from c.Logger.
+func (c Config) engine(log *zap.Logger) (engine, error) {
+	e := engine{
+		queue: queue.Config{Collection: c.Collection, WriteConcern: c.WriteConcern, RetryBase: c.RetryBase, RetryMax: c.RetryMax, Logger: log},
+		worker: worker.Config{
+			ID: c.ID, Queues: c.Queues, Concurrency: c.Concurrency, Lease: c.Lease, HeartbeatInterval: c.HeartbeatInterval,
+			ShutdownTimeout: c.ShutdownTimeout, StuckGrace: c.StuckGrace, PollMin: c.PollMin, PollMax: c.PollMax,
+			ClaimBatch: c.ClaimBatch, Prefetch: c.Prefetch, WriteTimeout: c.WriteTimeout, Logger: c.Logger,
+		},
+		reaper: recovery.ReaperConfig{
+			Interval: c.ReapInterval, Grace: c.ReapGrace, Batch: c.ReapBatch, RetentionBudget: c.RetentionBudget,
+			SucceededRetention: c.SucceededRetention, DeadRetention: c.DeadRetention, Logger: log,
+		},
+	}
+	e.queue = e.queue.WithDefaults()
+	e.worker = e.worker.WithDefaults()
+	e.reaper = e.reaper.WithDefaults()
+	for _, err := range []error{e.queue.Validate(), e.worker.Validate(), e.reaper.Validate()} {
+		if err != nil {
+			return e, fieldNames.rename(err)
+		}
+	}
+	if c.LeaderTTL != 0 && c.LeaderTTL < MinLeaderTTL {
+		return e, fmt.Errorf("Config.LeaderTTL: %s must be at least %s", c.LeaderTTL, MinLeaderTTL)
+	}
+	return e, nil
+}
+
+// configFields names, in the engine's errors, Config's fields instead of
+// the engine settings they map to.
+type configFields []string
+
+var fieldNames = configFields{
+	"queue.collection", "Config.Collection", "queue.writeConcern", "Config.WriteConcern",
+	"queue.retryBase", "Config.RetryBase", "queue.retryMax", "Config.RetryMax",
+	"worker.queues", "Config.Queues", "worker.concurrency", "Config.Concurrency",
+	"worker.lease", "Config.Lease", "worker.heartbeatInterval", "Config.HeartbeatInterval",
+	"worker.shutdownTimeout", "Config.ShutdownTimeout", "worker.pollMin", "Config.PollMin",
+	"worker.pollMax", "Config.PollMax", "worker.claimBatch", "Config.ClaimBatch",
+	"worker.prefetch", "Config.Prefetch", "worker.stuckGrace", "Config.StuckGrace",
+	"reaper.interval", "Config.ReapInterval", "reaper.grace", "Config.ReapGrace",
+	"reaper.batch", "Config.ReapBatch", "reaper.retentionBudget", "Config.RetentionBudget",
+}
+
+func (f configFields) rename(err error) error {
+	return errors.New(strings.NewReplacer(f...).Replace(err.Error()))
+}
+
+// CapacityClosed, as a queue's capacity (Config.Capacities,
+// QueueSetCapacity), closes the queue: every insert into it is refused
+// with ErrQueueFull. It is not 0, which throughout Config means "the
+// default"; a queue with no capacity is unbounded.
+const CapacityClosed = -1
+
+// LimitNone, as a concurrency limit (Config.Limits, LimitSet), lets none
+// of the jobs of its kind or queue run, across every process. It is not 0,
+// which throughout Config means "the default"; a kind or queue with no
+// limit runs as many as the pools have slots for.
+const LimitNone = -1
+
+// capacityValue is the stored capacity of n, a capacity as Config and
+// QueueSetCapacity take it, or an error naming what is wrong.
+func capacityValue(n int) (int, error) {
+	switch {
+	case n == CapacityClosed:
+		return 0, nil
+	case n == 0:
+		return 0, errors.New("0 is not a capacity: write docket.CapacityClosed to refuse every insert, or leave the queue out to leave it as it is")
+	case n < 1 || n > queue.MaxCapacity:
+		return 0, fmt.Errorf("%d must be from 1 to %d, or docket.CapacityClosed", n, queue.MaxCapacity)
+	}
+	return n, nil
+}
+
+// limitValue is the stored limit of n, a limit as Config and LimitSet take
+// it, or an error naming what is wrong.
+func limitValue(n int) (int, error) {
+	switch {
+	case n == LimitNone:
+		return 0, nil
+	case n == 0:
+		return 0, errors.New("0 is not a limit: write docket.LimitNone to let none run, or leave the limit out to leave it as it is")
+	case n < 1 || n > queue.MaxLimit:
+		return 0, fmt.Errorf("%d must be from 1 to %d, or docket.LimitNone", n, queue.MaxLimit)
+	}
+	return n, nil
+}
+
+// KindLimit names the concurrency limit of a kind, for Config.Limits and
+// LimitSet: "kind:KIND".
+func KindLimit(kind string) string { return queue.KindLimit(kind) }
+
+// QueueLimit names the concurrency limit of a queue, for Config.Limits and
+// LimitSet: "queue:QUEUE".
+func QueueLimit(q string) string { return queue.QueueLimit(q) }

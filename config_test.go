@@ -1,0 +1,59 @@
+package docket
+
+import (
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/internal/leadership"
+	"github.com/docketq/docket/jobs"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+)
+
+// The flat Config's defaults are the engine's, spelled as values in go doc.
+func TestConfigDefaultsAreTheEngines(t *testing.T) {
+	require.Equal(t, leadership.DefaultTTL, time.Duration(DefaultLeaderTTL))
+	require.Equal(t, leadership.MinTTL, time.Duration(MinLeaderTTL))
+	e, err := Config{}.engine(zap.NewNop())
+	require.NoError(t, err)
+	require.Equal(t, DefaultCollection, e.queue.Collection)
+	require.Equal(t, []string{jobs.DefaultQueue}, e.worker.Queues)
+	require.Equal(t, DefaultConcurrency, e.worker.Concurrency)
+	require.Equal(t, DefaultLease, e.worker.Lease)
+	require.Equal(t, DefaultReapInterval, e.reaper.Interval)
+	require.Equal(t, KeepForever, e.reaper.DeadRetention)
+}
+
+// Every field of the flat Config reaches its engine setting, and a bad one
+// is named by its Config name, not the engine's.
+func TestConfigMapsOntoTheEngine(t *testing.T) {
+	c := Config{
+		ID: "w1", Collection: "c", WriteConcern: "1", RetryBase: 2 * time.Second, RetryMax: 3 * time.Second,
+		Queues: []string{"a"}, Concurrency: 4, Lease: 9 * time.Second, HeartbeatInterval: 3 * time.Second,
+		ShutdownTimeout: 5 * time.Second, StuckGrace: 6 * time.Second, PollMin: 7 * time.Millisecond, PollMax: 8 * time.Millisecond,
+		ClaimBatch: 9, Prefetch: -1, WriteTimeout: 2 * time.Second,
+		ReapInterval: 11 * time.Second, ReapGrace: 12 * time.Second, ReapBatch: 13, RetentionBudget: 14 * time.Second,
+		SucceededRetention: time.Hour, DeadRetention: 2 * time.Hour,
+	}
+	e, err := c.engine(zap.NewNop())
+	require.NoError(t, err)
+	q, w, r := e.queue, e.worker, e.reaper
+	require.Equal(t, []any{"c", "1", 2 * time.Second, 3 * time.Second}, []any{q.Collection, q.WriteConcern, q.RetryBase, q.RetryMax})
+	require.Equal(t, []any{"w1", []string{"a"}, 4, 9 * time.Second, 3 * time.Second, 5 * time.Second, 6 * time.Second, 7 * time.Millisecond, 8 * time.Millisecond, 9, -1, 2 * time.Second},
+		[]any{w.ID, w.Queues, w.Concurrency, w.Lease, w.HeartbeatInterval, w.ShutdownTimeout, w.StuckGrace, w.PollMin, w.PollMax, w.ClaimBatch, w.Prefetch, w.WriteTimeout})
+	require.Equal(t, []any{11 * time.Second, 12 * time.Second, 13, 14 * time.Second, time.Hour, 2 * time.Hour},
+		[]any{r.Interval, r.Grace, r.Batch, r.RetentionBudget, r.SucceededRetention, r.DeadRetention})
+
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Lease: 3 * time.Second, HeartbeatInterval: 2 * time.Second}, "Config.HeartbeatInterval: 2s must be at most a third of Config.Lease (3s"},
+		{Config{WriteConcern: "most"}, `Config.WriteConcern: "most"`},
+		{Config{ReapInterval: -time.Second}, "Config.ReapInterval: -1s must be positive"},
+		{Config{Queues: []string{""}}, "Config.Queues"},
+	} {
+		_, err := tc.cfg.engine(zap.NewNop())
+		require.ErrorContains(t, err, tc.want)
+	}
+}
