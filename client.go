@@ -260,7 +260,7 @@ type InsertOpts = queue.InsertOpts
 type InsertResult = queue.Result
 
 // ErrQueueFull is wrapped by the error of an Insert into a bounded queue
-// (queue.Client.SetCapacity) that has no free capacity: the job was not
+// (QueueSetCapacity, Config.Capacities) that has no free capacity: the job was not
 // added. The error is a *queue.QueueFullError naming the queue and its
 // capacity; an InsertMany reports it per job (InsertResult.Err).
 var ErrQueueFull = queue.ErrQueueFull
@@ -287,8 +287,9 @@ type InsertManyParams struct {
 }
 
 // Insert adds one job of the kind args names. Its id is made by the
-// client, so after an error the job may or may not exist: see
-// queue.Client.EnqueueMany for what an error reports.
+// client, so after an error the job may or may not exist (ErrOutcomeUnknown
+// says so; inserting again with the same InsertOpts.ID adds it at most
+// once).
 func (c *Client) Insert(ctx context.Context, args jobs.Args, opts *InsertOpts) (InsertResult, error) {
 	res, err := c.InsertMany(ctx, []InsertManyParams{{Args: args, Opts: opts}})
 	if err != nil {
