@@ -63,13 +63,26 @@ func TestReadmeFromGo(t *testing.T) {
 		return err == nil && j.State == jobs.StateSucceeded && j.MaxAttempts == 5
 	}, 20*time.Second, 20*time.Millisecond)
 
+	// The README's admin lines, run as written.
+	// --- README admin ---
+	page, err := client.JobList(ctx, &docket.JobListParams{
+		JobFilter: docket.JobFilter{States: []jobs.State{jobs.StateDead}}, Limit: 50})
+	_, err = client.JobRetry(ctx, &docket.JobRetryParams{JobFilter: docket.JobFilter{IDs: []string{res.ID}}})
+	_, err = client.QueuePause(ctx, "email", &docket.QueuePauseOpts{By: "ops"})
+	// --- end admin ---
+	require.NoError(t, err)
+	require.Empty(t, page.Jobs)
+
 	src, err := os.ReadFile("readme_test.go")
 	require.NoError(t, err)
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)
-	snippet := string(src)
-	snippet = snippet[strings.Index(snippet, "// --- README ---\n")+len("// --- README ---\n"):]
-	snippet = snippet[:strings.Index(snippet, "\t// --- end ---")]
+	var snippet string
+	for _, marks := range [][2]string{{"// --- README ---\n", "\t// --- end ---"}, {"// --- README admin ---\n", "\t// --- end admin ---"}} {
+		part := string(src)
+		part = part[strings.Index(part, marks[0])+len(marks[0]):]
+		snippet += part[:strings.Index(part, marks[1])]
+	}
 	for _, line := range strings.Split(strings.TrimRight(snippet, "\n"), "\n") {
 		line = strings.TrimPrefix(line, "\t")
 		line = strings.ReplaceAll(line, "t.Fatal(err)", "log.Fatal(err)")
