@@ -76,6 +76,10 @@ type Config struct {
 	// process (0: none run; see queue.Client.SetLimit). Start sets each,
 	// every start, as it sets Capacities.
 	Limits map[string]int
+	// Rates are cluster-wide rate limits: "kind:K" or "queue:Q" → at most
+	// N starts per period (see queue.Client.SetRate). Start sets each, every
+	// start, as it sets Limits. Defaults to none changed.
+	Rates map[string]queue.Rate
 	// Setup, when set, runs in Start after docket's indexes are ensured:
 	// the application's own idempotent set-up, such as its collections'
 	// indexes. An error from it fails Start, which may be retried.
@@ -166,6 +170,9 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
 	if err := validateBounds(cfg.Capacities, cfg.Limits); err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	if err := queue.ValidateRates("rates", cfg.Rates); err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
 	log := cfg.Logger.With(zap.String("worker", cfg.Worker.ID))
@@ -650,6 +657,9 @@ func (c *Client) applyBounds(ctx context.Context) error {
 			return fmt.Errorf("limits.%s: %w", name, err)
 		}
 		c.log.Info("concurrency limit set from the configuration", zap.String("limit", name), zap.Int("n", c.cfg.Limits[name]))
+	}
+	if err := c.q.SetRates(ctx, c.cfg.Rates, by); err != nil {
+		return fmt.Errorf("rates: %w", err)
 	}
 	return nil
 }

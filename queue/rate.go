@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -731,4 +732,30 @@ func (c *Client) giveBack(ctx context.Context, name string, n int, tat time.Time
 	}
 	rc.mu.Unlock()
 	return back, true
+}
+
+// ValidateRates reports the first of rates (limit name → rate) whose name
+// or rate is invalid, named as setting.NAME.
+func ValidateRates(setting string, rates map[string]Rate) error {
+	for _, name := range slices.Sorted(maps.Keys(rates)) {
+		if _, _, err := ParseLimitName(name); err != nil {
+			return fmt.Errorf("%s: %w", setting, err)
+		}
+		if err := rates[name].Validate(); err != nil {
+			return fmt.Errorf("%s.%s: %w", setting, name, err)
+		}
+	}
+	return nil
+}
+
+// SetRates sets each of rates (limit name → rate), in name order,
+// recording by.
+func (c *Client) SetRates(ctx context.Context, rates map[string]Rate, by string) error {
+	for _, name := range slices.Sorted(maps.Keys(rates)) {
+		if err := c.SetRate(ctx, name, rates[name], by); err != nil {
+			return err
+		}
+		c.log.Info("rate limit set from the configuration", zap.String("limit", name), zap.Stringer("rate", rates[name]))
+	}
+	return nil
 }

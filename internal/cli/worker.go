@@ -126,7 +126,7 @@ func WorkerWith(args []string, stdout, stderr io.Writer, opts WorkerOptions) int
 	qcfg.Logger, rcfg.Logger = log, log // configs fills them with no-op loggers
 	dc, err := docket.NewClient(db, docket.Config{
 		Queue: qcfg, Worker: wcfg, Reaper: rcfg, LeaderTTL: cfg.Leader.TTL,
-		PeriodicJobs: cfg.ClientPeriodicJobs(), Capacities: cfg.Capacities, Limits: cfg.Limits, Logger: base,
+		PeriodicJobs: cfg.ClientPeriodicJobs(), Capacities: cfg.Capacities, Limits: cfg.Limits, Rates: cfg.Rates, Logger: base,
 		Setup: func(ctx context.Context) error { return handlers.Setup(ctx, db) },
 	})
 	if err != nil {
