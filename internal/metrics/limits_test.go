@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/internal/metrics"
 	"github.com/docketq/docket/internal/testdb"
-	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/queue"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -19,8 +19,8 @@ import (
 
 // TestLimitGauges: the leader exports each concurrency limit's running
 // jobs and limit, each rate's starts, steady rate and burst used, and the
-// jobs waiting on each; a rate another app wrote under a name that is not
-// UTF-8 is left out rather than breaking the scrape.
+// jobs waiting on each; a rate another app wrote under a name with bytes
+// that are not UTF-8 breaks no scrape (labelValue).
 func TestLimitGauges(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -74,5 +74,5 @@ func TestLimitGauges(t *testing.T) {
 	// Waiting is exported for the limit and for the rate: the same 3 jobs.
 	v, _ := value(fams, "docket_limit_waiting_jobs", "limit", "kind:k")
 	require.Equal(t, 3.0, v)
-	require.Len(t, fams["docket_rate_limit_per_second"].GetMetric(), 1, "a malformed rate (its name is not UTF-8) is left out, and breaks no scrape")
+	require.Len(t, fams["docket_rate_limit_per_second"].GetMetric(), 2, "the rate of the odd name is exported, and breaks no scrape")
 }
