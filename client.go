@@ -128,6 +128,9 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if err := validateBounds(cfg.Capacities, cfg.Limits); err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
+	if err := queue.ValidateRates("rates", cfg.Rates); err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
 	elector, err := leadership.New(db.Collection(leadership.DefaultCollection),
 		leadership.Config{ID: cfg.ID, TTL: cfg.LeaderTTL, Logger: log})
 	if err != nil {
@@ -630,6 +633,9 @@ func (c *Client) applyBounds(ctx context.Context) error {
 			return fmt.Errorf("limits.%s: %w", name, err)
 		}
 		c.log.Info("concurrency limit set from the configuration", zap.String("limit", name), zap.Int("n", n))
+	}
+	if err := c.q.SetRates(ctx, c.cfg.Rates, by); err != nil {
+		return fmt.Errorf("rates: %w", err)
 	}
 	return nil
 }

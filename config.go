@@ -151,6 +151,11 @@ type Config struct {
 	// process, from 1, or LimitNone to run none (0 is refused, as for
 	// Capacities). Start sets each, every start, as it sets Capacities.
 	Limits map[string]int
+	// Rates are cluster-wide rate limits: KindLimit(kind) or
+	// QueueLimit(queue) → at most N starts per period, with a burst (see
+	// ParseRate). Start sets each, every start, as it sets Limits; a limit
+	// not named is left as it is.
+	Rates map[string]Rate
 	// Setup, when set, runs in Start after docket's indexes are ensured:
 	// the application's own idempotent set-up, such as its collections'
 	// indexes. An error from it fails Start, which may be retried.
@@ -263,3 +268,13 @@ func KindLimit(kind string) string { return queue.KindLimit(kind) }
 // QueueLimit names the concurrency limit of a queue, for Config.Limits and
 // LimitSet: "queue:QUEUE".
 func QueueLimit(q string) string { return queue.QueueLimit(q) }
+
+// Rate is a rate limit: at most N job starts per Per across every
+// process, at most Burst of them at once after a quiet spell. Write one
+// as ParseRate reads it ("14/s burst 5") or as a struct literal.
+type Rate = queue.Rate
+
+// ParseRate reads a rate limit written as "N/PERIOD", the period s, m, h
+// or a Go duration, with an optional " burst B": "14/s", "600/m burst
+// 20", "5/250ms".
+func ParseRate(s string) (Rate, error) { return queue.ParseRate(s) }

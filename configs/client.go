@@ -33,6 +33,7 @@ func (c *Config) ClientConfig() docket.Config {
 		PeriodicJobs:       c.ClientPeriodicJobs(),
 		Capacities:         c.Capacities,
 		Limits:             c.Limits,
+		Rates:              c.Rates,
 	}
 	if !c.Mongo.WriteTimeoutAuto {
 		// Set by the operator: it bounds heartbeats and completions too.

@@ -59,6 +59,10 @@ type Config struct {
 	// every worker; each worker sets them at start. Defaults to none: no
 	// limit is changed.
 	Limits Limits `yaml:"limits"`
+	// Rates bound how many jobs of a kind or a queue start per period
+	// across every worker; each worker sets them at start. Defaults to
+	// none: no rate is changed.
+	Rates Rates `yaml:"rates"`
 	// HTTP serves the worker's metrics and health probes.
 	HTTP HTTPConfig `yaml:"http"`
 	Log  LogConfig  `yaml:"log"`
@@ -195,6 +199,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Limits.Validate(); err != nil {
+		return err
+	}
+	if err := c.Rates.Validate(); err != nil {
 		return err
 	}
 	return c.HTTP.Validate()

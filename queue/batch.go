@@ -117,7 +117,7 @@ func (c store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.Jo
 		}
 		pq := p
 		pq.Queues = qs
-		claimed, handled, err := c.claimUnderLimits(ctx, pq, k)
+		claimed, handled, err := c.claimUnderRates(ctx, pq, k)
 		if !handled {
 			claimed, err = c.claimBatchTries(ctx, pq, k)
 		}

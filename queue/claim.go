@@ -100,7 +100,7 @@ func (c store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 // claimOneUnderLimits is Claim from the queues of p as given: under the
 // limits that apply to p (limit.go), or else with claimOne.
 func (c store) claimOneUnderLimits(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
-	claimed, handled, err := c.claimUnderLimits(ctx, p, 1)
+	claimed, handled, err := c.claimUnderRates(ctx, p, 1)
 	if !handled {
 		return c.claimOne(ctx, p)
 	}

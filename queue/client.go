@@ -124,6 +124,8 @@ type Client struct {
 	capacities *capacities
 	// limits caches the concurrency limits for claims; shared by copies.
 	limits *runLimits
+	// rates caches the rate limits for claims; shared by copies.
+	rates *rateCache
 
 	// betweenReadAndStamp, when set (by tests), runs in a batch claim after
 	// the candidates are read and before they are stamped.
@@ -159,7 +161,7 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 	}
 	wc, _ := parseWriteConcern(cfg.WriteConcern)
 	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
-	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32), noGroupMin: new(atomic.Bool), fewIDTypes: new(atomic.Bool), pauses: newPauses(), capacities: newCapacities(), limits: newRunLimits(), cancels: &cancelHooks{}}, nil
+	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32), noGroupMin: new(atomic.Bool), fewIDTypes: new(atomic.Bool), pauses: newPauses(), capacities: newCapacities(), limits: newRunLimits(), rates: newRateCache(), cancels: &cancelHooks{}}, nil
 }
 
 // Collection returns the jobs collection, with the configured write concern.

@@ -229,13 +229,19 @@ func (c *Client) readLimits(ctx context.Context) ([]RunLimit, error) {
 		return nil, fmt.Errorf("queue: read limits: %w", err)
 	}
 	var out []RunLimit
+	var rates []bson.Raw
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		if isRateDoc(d) { // rate.go
+			rates = append(rates, d)
+			return nil
+		}
 		out = append(out, runLimit(d))
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue: read limits: %w", err)
 	}
+	c.storeRates(rates)
 	return out, nil
 }
 

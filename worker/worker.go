@@ -50,6 +50,10 @@ type Worker struct {
 	log *zap.Logger
 	obs Observer
 
+	// rates says when a rate limit that left a kind or queue out of the
+	// last claim allows a start again (queue.Client.NextRateStart).
+	rates interface{ NextRateStart() time.Time }
+
 	// Slots (see launch). held counts the jobs the worker holds from their
 	// claim until their handler returns: waiting for a run slot or running.
 	// Only the dispatcher adds to it, up to Concurrency and the jobs it
@@ -130,6 +134,7 @@ func New(q *queue.Client, reg *jobs.Registry, cfg Config) (*Worker, error) {
 	w := &Worker{
 		cfg:          cfg,
 		q:            store,
+		rates:        q,
 		reg:          reg,
 		log:          cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)),
 		obs:          cfg.Observer,
@@ -356,6 +361,11 @@ func (w *Worker) dispatch() {
 			// server busy with empty claims while the outcomes and
 			// renewals of the jobs held wait behind them.
 			wait = max(jitter(idle, w.cfg.PollMax), time.Since(sent))
+			// A rate limit that left a kind out allows its next start at
+			// a known time: claim then, not a poll later.
+			if next := w.rates.NextRateStart(); !next.IsZero() {
+				wait = min(wait, max(time.Until(next), time.Millisecond))
+			}
 		}
 		t := time.NewTimer(wait)
 		select {

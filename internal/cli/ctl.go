@@ -124,8 +124,12 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 		if err != nil {
 			return err
 		}
+		ls, err := readLimitStats(e, limits) // rate.go
+		if err != nil {
+			return err
+		}
 		if *asJSON {
-			return printStatsJSON(e.stdout, counts, paused, caps, limits)
+			return printStatsJSON(e.stdout, counts, paused, caps, limits, ls)
 		}
 		fmt.Fprintln(e.stdout, counts.freshness())
 		stats := counts.Queues
@@ -172,8 +176,9 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 				fmt.Fprintf(e.stdout, "limit %s: limits nothing (malformed: %s)\n", shown(l.Name), shown(l.Malformed))
 				continue
 			}
-			fmt.Fprintf(e.stdout, "limit %s: %d / %d slots taken (running / limit)\n", shown(l.Name), l.Running, l.Limit)
+			fmt.Fprintf(e.stdout, "limit %s: %d / %d slots taken (running / limit), %d waiting\n", shown(l.Name), l.Running, l.Limit, ls.waiting[l.Name])
 		}
+		ls.printText(e.stdout)
 		return nil
 	}
 }
@@ -788,12 +793,15 @@ type statsJSON struct {
 	Queues       []queueJSON `json:"queues"`
 	// Limits are the concurrency limits with their running jobs.
 	Limits []limitJSON `json:"limits,omitempty"`
+	// Rates are the rate limits with the starts they allow now.
+	Rates []rateJSON `json:"rates,omitempty"`
 }
 
 type limitJSON struct {
 	Name      string `json:"name"`
 	Limit     int    `json:"limit"`
 	Running   int    `json:"running"`
+	Waiting   int64  `json:"waiting"`
 	Malformed string `json:"malformed,omitempty"`
 }
 
@@ -806,7 +814,7 @@ type queueJSON struct {
 	Occupied        *int                        `json:"occupied,omitempty"`
 }
 
-func printStatsJSON(w io.Writer, c statsCounts, paused []queue.QueueState, caps []queue.QueueCapacity, limits []queue.RunLimit) error {
+func printStatsJSON(w io.Writer, c statsCounts, paused []queue.QueueState, caps []queue.QueueCapacity, limits []queue.RunLimit, ls limitStats) error {
 	out := statsJSON{Source: "leader", CountedAt: c.CountedAt, AgeSeconds: c.Age().Seconds(), CountedBy: c.By,
 		EverySeconds: c.Every.Seconds(), Stale: c.Stale(), Unreadable: c.Unreadable, Queues: []queueJSON{}}
 	if c.Exact {
@@ -851,8 +859,9 @@ func printStatsJSON(w io.Writer, c statsCounts, paused []queue.QueueState, caps 
 	}
 	sort.Slice(out.Queues, func(i, j int) bool { return out.Queues[i].Queue < out.Queues[j].Queue })
 	for _, l := range limits {
-		out.Limits = append(out.Limits, limitJSON{Name: l.Name, Limit: l.Limit, Running: l.Running, Malformed: l.Malformed})
+		out.Limits = append(out.Limits, limitJSON{Name: l.Name, Limit: l.Limit, Running: l.Running, Waiting: ls.waiting[l.Name], Malformed: l.Malformed})
 	}
+	out.Rates = ls.json()
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)

@@ -11,7 +11,7 @@ import (
 )
 
 func init() {
-	ctlCommands["limit"] = subcommand{"limit how many jobs of a kind or queue run at once across every worker: `limit kind:K N`, `limit queue:Q N`, `limit NAME off`; alone, list the limits", ctlLimit}
+	ctlCommands["limit"] = subcommand{"limit how many jobs of a kind or queue run at once across every worker: `limit kind:K N`, `limit queue:Q N`, `limit NAME off`; rates: `limit rate kind:K 14/s --burst 5`, `limit rate NAME off`; alone, list the limits and rates", ctlLimit}
 }
 
 // ctlLimit sets, clears or lists the concurrency limits.
@@ -23,7 +23,16 @@ func ctlLimit(fs *flag.FlagSet) func(*env, []string) error {
 			return listLimits(e)
 		case 2:
 		default:
+			if rest[0] == "rate" {
+				break
+			}
 			return badInput("give a limit's name and a number, or off: limit kind:KIND N, limit queue:QUEUE N")
+		}
+		if *by == "" {
+			*by = operator()
+		}
+		if rest[0] == "rate" {
+			return ctlRate(e, rest[1:], *by) // rate.go
 		}
 		name, val := rest[0], rest[1]
 		if _, _, err := queue.ParseLimitName(name); err != nil {
@@ -62,15 +71,22 @@ func listLimits(e *env) error {
 	if err != nil {
 		return err
 	}
-	if len(ls) == 0 {
+	rates, err := e.q.RateLimits(e.ctx)
+	if err != nil {
+		return err
+	}
+	if len(ls) == 0 && len(rates) == 0 {
 		fmt.Fprintln(e.stdout, "no limit is set")
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "limit\trunning\tset")
+	if len(ls) > 0 {
+		fmt.Fprintln(tw, "limit\trunning\tset")
+	}
 	for _, l := range ls {
 		fmt.Fprintf(tw, "%s\t%s\n", shown(l.Name), limitNote(l))
 	}
+	printRates(tw, rates) // rate.go
 	return tw.Flush()
 }
 

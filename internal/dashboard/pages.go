@@ -187,6 +187,11 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	capacity := capacityCells(caps)
+	limits, err := s.limitRows(ctx) // limits.go
+	if err != nil {
+		s.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
 	alive, err := s.q.Workers(ctx, 0, false)
 	if err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
@@ -244,8 +249,9 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		Paused []pausedRow
 		Alive  int
 		Fresh  freshness
+		Limits []limitRow
 	}{page{Title: "Overview", Nav: "overview", Refresh: s.cfg.Refresh}, cards, since(oldest), states, rows, left, minuteChart(ok, failed, counts.CountedAt),
-		pausedList, len(alive), fresh})
+		pausedList, len(alive), fresh, limits})
 }
 
 // leftOut is what the overview leaves out to stay small, said on the page.

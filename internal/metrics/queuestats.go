@@ -68,6 +68,8 @@ type QueueStats struct {
 	at    time.Time     // when the counts were taken; zero when none are held
 	every time.Duration // how often the leader that stored them counts
 	stats []queue.QueueStats
+	// limits are the flow-control gauges' values (limits.go).
+	limits limitsRead
 }
 
 // NewQueueStats returns the leader's queue gauges.
@@ -128,10 +130,12 @@ func (s *QueueStats) refresh(ctx context.Context) {
 		s.mu.Lock()
 		s.at, s.stats = time.Time{}, nil
 		s.mu.Unlock()
+		s.limits.forget()
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
 	defer cancel()
+	s.limits.read(cctx, s.cfg.Queue, s.cfg.Logger)
 	// The counts this process stored as the leader of this term (the
 	// maintenance's recovery.StatsCounter) serve here too: one count per
 	// interval for both. Before its first count of the term, count here.
@@ -159,6 +163,7 @@ func (s *QueueStats) Describe(ch chan<- *prometheus.Desc) {
 	ch <- s.jobs
 	ch <- s.oldest
 	ch <- s.leader
+	describeLimits(ch)
 }
 
 // Collect implements prometheus.Collector. It exports the counts only while
@@ -173,6 +178,7 @@ func (s *QueueStats) Collect(ch chan<- prometheus.Metric) {
 	if !leading || held != term || at.IsZero() || time.Since(at) > staleAfter*max(s.cfg.Interval, every) {
 		return
 	}
+	s.limits.collect(ch)
 	now := time.Now()
 	for _, g := range bounded(stats, s.cfg.MaxQueues) {
 		for st, n := range g.byState {

@@ -1,0 +1,66 @@
+package cli
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// TestRateCommands: `docketctl limit rate kind:k 1/h --burst 2` sets a
+// rate that claims then obey; bad input exits 2; `limit` and stats show
+// the burst used, the next start and the jobs waiting; a malformed rate
+// another app wrote is shown escaped; `limit rate kind:k off` clears it.
+func TestRateCommands(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	uri := testdb.URI()
+	ctx := context.Background()
+
+	out, errs, code := runCtl(t, uri, db, "limit", "rate", "kind:k", "1/h", "--burst", "2")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "kind:k\trate 1/h burst 2")
+	for _, bad := range [][]string{{"limit", "rate", "kind:k"}, {"limit", "rate", "k", "1/s"}, {"limit", "rate", "kind:k", "fast"}, {"limit", "rate", "kind:k", "1/s", "--burst", "0"}} {
+		_, errs, code = runCtl(t, uri, db, bad...)
+		require.Equal(t, 2, code, "%v: %s", bad, errs)
+	}
+
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	require.NoError(t, q.EnsureIndexes(ctx))
+	for range 5 {
+		_, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{})
+		require.NoError(t, err)
+	}
+	got, err := jobstore.Of(q).ClaimBatch(ctx, queue.ClaimParams{Owner: "w", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute}, 5)
+	require.NoError(t, err)
+	require.Len(t, got, 2, "the burst holds")
+
+	out, errs, code = runCtl(t, uri, db, "limit")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `rate kind:k\s+1/h burst 2\s+burst 2 / 2 used, next start in \S+, 2 started\s+\S+ by `, out)
+	out, errs, code = runCtl(t, uri, db, "stats", "--exact")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `rate kind:k: 1/h burst 2, burst 2 / 2 used, next start in \S+, 3 waiting`, out)
+	out, errs, code = runCtl(t, uri, db, "stats", "--exact", "--json")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, `"rates": [`)
+	require.Contains(t, out, `"burstUsed": 2`)
+	require.Contains(t, out, `"waiting": 3`)
+
+	_, err = db.Collection("limits").InsertOne(ctx, bson.D{{Key: "_id", Value: "rate:kind:\x1b[31mred"}, {Key: "rate", Value: "\x1b[2J"}})
+	require.NoError(t, err)
+	out, errs, code = runCtl(t, uri, db, "limit")
+	require.Zero(t, code, errs)
+	require.NotContains(t, out, "\x1b")
+	require.Contains(t, out, "malformed, limits nothing")
+
+	out, errs, code = runCtl(t, uri, db, "limit", "rate", "kind:k", "off")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "kind:k\tno rate limit")
+}
