@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.uber.org/zap"
@@ -16,7 +17,7 @@ import (
 // run is one claimed job while this worker holds it.
 type run struct {
 	job   *jobs.Job
-	lease queue.Lease
+	lease store.Lease
 
 	mu      sync.Mutex
 	expires time.Time // the lease's expiry as last renewed

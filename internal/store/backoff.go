@@ -1,4 +1,4 @@
-package queue
+package store
 
 import (
 	"math/rand/v2"

@@ -1,4 +1,4 @@
-package queue
+package store
 
 import (
 	"context"
@@ -92,7 +92,7 @@ const (
 // Every job the call stamps carries p.Token (or a fresh token). On an
 // error it returns no job, though some may have been stamped (a stamp or a
 // read-back whose reply was lost): ReleaseClaim(p.Token) gives them back.
-func (c store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
+func (c *Store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
 	if k < 1 {
 		return nil, fmt.Errorf("queue: claim batch: k is %d, must be at least 1", k)
 	}
@@ -143,7 +143,7 @@ func (c store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.Jo
 
 // claimBatchTries is ClaimBatch from the queues of p as given: a claim
 // that lost its whole block to another worker tries again.
-func (c store) claimBatchTries(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
+func (c *Store) claimBatchTries(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
 	for range claimBatchTries {
 		claimed, raced, err := c.claimBatchOnce(ctx, p, k, nil)
 		if errors.Is(err, errMalformedCandidate) || isTypeMismatch(err) {
@@ -177,7 +177,7 @@ func isTypeMismatch(err error) bool {
 // others claimed first all the candidates it found, and that there may be
 // more beyond them. With limits (s not nil), the candidates of a limit are
 // stamped one by one, each with free slots of s (limit.go).
-func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slotPicker) (claimed []*jobs.Job, raced bool, err error) {
+func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slotPicker) (claimed []*jobs.Job, raced bool, err error) {
 	t := now()
 	filter := claimFilter(p, t)
 	window := claimWindow
@@ -256,7 +256,7 @@ func (c *Client) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *sl
 // stampBlock stamps, for a batch claim with params p at t, those jobs of
 // block that are still as asRead says they were read, with one updateMany.
 // matched is false when none were. It returns the jobs it stamped.
-func (c *Client) stampBlock(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A) (claimed []*jobs.Job, matched bool, err error) {
+func (c *Store) stampBlock(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A) (claimed []*jobs.Job, matched bool, err error) {
 	token := p.Token
 	ids := make(bson.A, len(block))
 	for i, j := range block {
@@ -293,7 +293,7 @@ func (c *Client) stampBlock(ctx context.Context, p ClaimParams, t time.Time, blo
 // stampUnderLimits stamps the jobs of block as stampBlock does, but for
 // those under a limit of s, which it stamps one by one with free slots.
 // matched is false when none was stamped.
-func (c *Client) stampUnderLimits(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) (claimed []*jobs.Job, matched bool, err error) {
+func (c *Store) stampUnderLimits(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) (claimed []*jobs.Job, matched bool, err error) {
 	var free []*jobs.Job
 	var freeRead bson.A
 	var limited []int
@@ -345,7 +345,7 @@ func claimOrder(a, b *jobs.Job) int {
 // first: one at random among the full blocks of cands whose jobs all have
 // the priority of the best, so that no job is taken before one of a higher
 // priority. With fewer than two such blocks it is the first.
-func (c *Client) pickFirstBlock(cands []*jobs.Job, k int) int {
+func (c *Store) pickFirstBlock(cands []*jobs.Job, k int) int {
 	top := 0
 	for top < len(cands) && cands[top].Priority == cands[0].Priority {
 		top++
@@ -362,7 +362,7 @@ func (c *Client) pickFirstBlock(cands []*jobs.Job, k int) int {
 
 // readBack reads which of the candidates in block a batch claim stamped
 // with token.
-func (c *Client) readBack(ctx context.Context, block []*jobs.Job, token string) ([]*jobs.Job, error) {
+func (c *Store) readBack(ctx context.Context, block []*jobs.Job, token string) ([]*jobs.Job, error) {
 	ids := make(bson.A, len(block))
 	for i, j := range block {
 		ids[i] = j.ID
@@ -438,7 +438,7 @@ func stampClaim(j *jobs.Job, p ClaimParams, t time.Time, token string) {
 // pushes down only a filter that is {_id} alone, so each updateOne would
 // scan the collection until its job, where the updateMany scans it once.
 // On MongoDB both use the _id index.
-func (c store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err error) {
+func (c *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err error) {
 	if len(ls) == 0 {
 		return nil, nil
 	}
@@ -512,7 +512,7 @@ const DefaultCompleteLinger = 2 * time.Millisecond
 // completeTimeout bounds one flush of batched completions.
 const completeTimeout = 10 * time.Second
 
-// withBatchedCompletion returns a Client like c whose Complete joins
+// WithBatchedCompletion returns a Store like c whose Complete joins
 // concurrent completions into one CompleteMany (group commit): the first
 // waits linger for others, then one updateMany writes them all, and each
 // caller learns its own job's outcome, with the same errors as Complete.
@@ -523,7 +523,7 @@ const completeTimeout = 10 * time.Second
 // each. Otherwise (a trickle of jobs) each is written at once by its
 // caller, as without batching, beside any flush in flight. The other
 // methods are c's.
-func (c *Client) withBatchedCompletion(linger time.Duration) *Client {
+func (c *Store) WithBatchedCompletion(linger time.Duration) *Store {
 	b := *c
 	b.completions = &completer{c: c, linger: linger}
 	return &b
@@ -531,7 +531,7 @@ func (c *Client) withBatchedCompletion(linger time.Duration) *Client {
 
 // completer gathers Complete calls into CompleteMany flushes.
 type completer struct {
-	c      *Client // without batching
+	c      *Store // without batching
 	linger time.Duration
 
 	mu       sync.Mutex
@@ -611,7 +611,7 @@ func (b *completer) complete(ctx context.Context, l Lease) error {
 		// written at once, as without batching.
 		b.alone++
 		b.mu.Unlock()
-		err := store{b.c}.Complete(ctx, l)
+		err := b.c.Complete(ctx, l)
 		b.mu.Lock()
 		b.alone--
 		b.mu.Unlock()
@@ -682,7 +682,7 @@ func (b *completer) flush() {
 			ls[i] = p.lease
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), flushDeadline(batch))
-		lost, err := store{b.c}.CompleteMany(ctx, ls)
+		lost, err := b.c.CompleteMany(ctx, ls)
 		cancel()
 		isLost := make(map[Lease]bool, len(lost))
 		for _, l := range lost {

@@ -1,4 +1,4 @@
-package queue_test
+package store_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -25,7 +25,7 @@ func TestClaimBatchTakesTheBestInClaimOrder(t *testing.T) {
 	_, err = b.q.Enqueue(b.ctx, "other", nil, queue.InsertOpts{})
 	require.NoError(t, err)
 
-	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 10)
+	got, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 10)
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	require.Equal(t, high.ID, got[0].ID)
@@ -40,7 +40,7 @@ func TestClaimBatchTakesTheBestInClaimOrder(t *testing.T) {
 		require.Equal(t, stored.LeaseToken, j.LeaseToken)
 		require.True(t, stored.LeaseExpiresAt.Equal(*j.LeaseExpiresAt))
 	}
-	none, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 10)
+	none, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 10)
 	require.NoError(t, err)
 	require.Empty(t, none)
 }
@@ -49,7 +49,7 @@ func TestClaimBatchLeasesAreFencedPerJob(t *testing.T) {
 	b := setup(t)
 	_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{{Kind: "k"}, {Kind: "k"}, {Kind: "k"}})
 	require.NoError(t, err)
-	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 3)
+	got, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Len(t, got, 3)
 
@@ -57,15 +57,15 @@ func TestClaimBatchLeasesAreFencedPerJob(t *testing.T) {
 	// lost, and on the others it holds.
 	j2 := b.takeOver(t, got[1])
 	require.NotEqual(t, got[1].LeaseToken, j2.LeaseToken)
-	require.ErrorIs(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(got[1])), queue.ErrLeaseLost)
+	require.ErrorIs(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(got[1])), queue.ErrLeaseLost)
 
-	lost, err := jobstore.Of(b.q).CompleteMany(b.ctx, []queue.Lease{queue.LeaseOf(got[0]), queue.LeaseOf(got[1]), queue.LeaseOf(got[2])})
+	lost, err := store.Of(b.q).CompleteMany(b.ctx, []store.Lease{store.LeaseOf(got[0]), store.LeaseOf(got[1]), store.LeaseOf(got[2])})
 	require.NoError(t, err)
-	require.Equal(t, []queue.Lease{queue.LeaseOf(got[1])}, lost)
+	require.Equal(t, []store.Lease{store.LeaseOf(got[1])}, lost)
 	require.Equal(t, jobs.StateSucceeded, b.get(t, got[0].ID).State)
 	require.Equal(t, jobs.StateSucceeded, b.get(t, got[2].ID).State)
 	require.Equal(t, jobs.StateRunning, b.get(t, got[1].ID).State, "the new holder's job is untouched")
-	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j2)))
+	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j2)))
 }
 
 // A batched completion whose updateMany used up the caller's time (here:
@@ -76,21 +76,21 @@ func TestCompleteManyReadsBackWithTimeOfItsOwn(t *testing.T) {
 	b := setup(t)
 	_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{{Kind: "k"}, {Kind: "k"}, {Kind: "k"}, {Kind: "k"}})
 	require.NoError(t, err)
-	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 4)
+	got, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 4)
 	require.NoError(t, err)
 	require.Len(t, got, 4)
 	b.takeOver(t, got[1])
 	b.takeOver(t, got[3])
 
 	ctx, cancel := context.WithCancel(b.ctx)
-	q := queue.WithCompleteReadBackHook(b.q, cancel)
-	lost, err := jobstore.Of(q).CompleteMany(ctx, []queue.Lease{queue.LeaseOf(got[0]), queue.LeaseOf(got[1])})
+	q := store.WithCompleteReadBackHook(store.Of(b.q), cancel)
+	lost, err := store.Of(q).CompleteMany(ctx, []store.Lease{store.LeaseOf(got[0]), store.LeaseOf(got[1])})
 	require.NoError(t, err)
-	require.Equal(t, []queue.Lease{queue.LeaseOf(got[1])}, lost)
+	require.Equal(t, []store.Lease{store.LeaseOf(got[1])}, lost)
 	require.Equal(t, jobs.StateSucceeded, b.get(t, got[0].ID).State)
 
-	q = queue.WithReadBackTimeout(b.q, 0)
-	_, err = jobstore.Of(q).CompleteMany(b.ctx, []queue.Lease{queue.LeaseOf(got[2]), queue.LeaseOf(got[3])})
+	q = store.WithReadBackTimeout(store.Of(b.q), 0)
+	_, err = store.Of(q).CompleteMany(b.ctx, []store.Lease{store.LeaseOf(got[2]), store.LeaseOf(got[3])})
 	require.ErrorIs(t, err, queue.ErrOutcomeUnknown)
 	require.NotErrorIs(t, err, queue.ErrLeaseLost)
 	require.Equal(t, jobs.StateSucceeded, b.get(t, got[2].ID).State)
@@ -100,24 +100,24 @@ func TestClaimBatchJobsAreReleasedAndReapedLikeSingleClaims(t *testing.T) {
 	b := setup(t)
 	_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{{Kind: "k"}, {Kind: "k"}})
 	require.NoError(t, err)
-	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 2)
+	got, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 2)
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 
-	require.NoError(t, jobstore.Of(b.q).Release(b.ctx, queue.LeaseOf(got[0])))
+	require.NoError(t, store.Of(b.q).Release(b.ctx, store.LeaseOf(got[0])))
 	released := b.get(t, got[0].ID)
 	require.Equal(t, jobs.StateAvailable, released.State)
 	require.Zero(t, released.Attempt)
 
-	_, err = jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": got[1].ID},
+	_, err = store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": got[1].ID},
 		bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
 	require.NoError(t, err)
-	res, err := jobstore.Of(b.q).Reap(b.ctx, time.Second, 100)
+	res, err := store.Of(b.q).Reap(b.ctx, time.Second, 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Requeued)
 	require.Equal(t, jobs.StateAvailable, b.get(t, got[1].ID).State)
 
-	again, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 5)
+	again, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 5)
 	require.NoError(t, err)
 	require.Len(t, again, 2)
 }
@@ -131,8 +131,8 @@ func TestClaimBatchReadsBackAfterALostRace(t *testing.T) {
 	// release does, between the candidates' read and the claim, by making
 	// the stored document differ from any read.
 	first := b.claim(t, claimAll)
-	require.NoError(t, jobstore.Of(b.q).Release(b.ctx, queue.LeaseOf(first)))
-	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 3)
+	require.NoError(t, store.Of(b.q).Release(b.ctx, store.LeaseOf(first)))
+	got, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Len(t, got, 3)
 	for _, j := range got {
@@ -146,16 +146,16 @@ func TestBatchedCompletionReportsEachOutcome(t *testing.T) {
 	b := setup(t)
 	_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{{Kind: "k"}, {Kind: "k"}, {Kind: "k"}, {Kind: "k"}})
 	require.NoError(t, err)
-	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 4)
+	got, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 4)
 	require.NoError(t, err)
 	require.Len(t, got, 4)
 	b.takeOver(t, got[3])
 
-	bq := jobstore.Batched(b.q, 5*time.Millisecond)
+	bq := store.Of(b.q).WithBatchedCompletion(5 * time.Millisecond)
 	errs := make([]error, len(got))
 	var wg sync.WaitGroup
 	for i, j := range got {
-		wg.Go(func() { errs[i] = bq.Complete(b.ctx, queue.LeaseOf(j)) })
+		wg.Go(func() { errs[i] = bq.Complete(b.ctx, store.LeaseOf(j)) })
 	}
 	wg.Wait()
 	for i := range 3 {
@@ -182,7 +182,7 @@ func TestNoDoubleClaimInBatches(t *testing.T) {
 			p := claimAll
 			p.Owner = fmt.Sprintf("g%d", g)
 			for {
-				js, err := jobstore.Of(b.q).ClaimBatch(b.ctx, p, 8)
+				js, err := store.Of(b.q).ClaimBatch(b.ctx, p, 8)
 				if err != nil {
 					errs <- err
 					return
@@ -190,14 +190,14 @@ func TestNoDoubleClaimInBatches(t *testing.T) {
 				if len(js) == 0 {
 					return
 				}
-				ls := make([]queue.Lease, len(js))
+				ls := make([]store.Lease, len(js))
 				mu.Lock()
 				for i, j := range js {
 					claims[j.ID]++
-					ls[i] = queue.LeaseOf(j)
+					ls[i] = store.LeaseOf(j)
 				}
 				mu.Unlock()
-				lost, err := jobstore.Of(b.q).CompleteMany(b.ctx, ls)
+				lost, err := store.Of(b.q).CompleteMany(b.ctx, ls)
 				if err == nil && len(lost) > 0 {
 					err = fmt.Errorf("%d leases lost", len(lost))
 				}
@@ -217,7 +217,7 @@ func TestNoDoubleClaimInBatches(t *testing.T) {
 	for id, c := range claims {
 		require.Equal(t, 1, c, "job %s claimed %d times", id, c)
 	}
-	left, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{"state": bson.M{"$ne": "succeeded"}})
+	left, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{"state": bson.M{"$ne": "succeeded"}})
 	require.NoError(t, err)
 	require.Zero(t, left)
 }
@@ -231,12 +231,12 @@ func TestClaimBatchBuriesMalformedJobsAndGoesOn(t *testing.T) {
 		{"_id": "bad-attempt", "kind": "k", "queue": "default", "state": "available", "runAt": now.Add(-time.Hour), "attempt": "one", "args": bson.M{}},
 		{"_id": "bad-args", "kind": "k", "queue": "default", "state": "available", "runAt": now.Add(-time.Hour), "args": "a string"},
 	} {
-		_, err := jobstore.Of(b.q).Collection().InsertOne(b.ctx, doc)
+		_, err := store.Of(b.q).Collection().InsertOne(b.ctx, doc)
 		require.NoError(t, err)
 	}
 	got := map[string]bool{}
 	for range 6 {
-		js, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 4)
+		js, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 4)
 		require.NoError(t, err)
 		for _, j := range js {
 			got[j.ID] = true
@@ -245,7 +245,7 @@ func TestClaimBatchBuriesMalformedJobsAndGoesOn(t *testing.T) {
 	require.Equal(t, map[string]bool{res[0].ID: true, res[1].ID: true}, got)
 	for _, id := range []string{"bad-attempt", "bad-args"} {
 		var doc bson.M
-		require.NoError(t, jobstore.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": id}).Decode(&doc))
+		require.NoError(t, store.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": id}).Decode(&doc))
 		require.Equal(t, "dead", doc["state"], id)
 	}
 }
@@ -253,10 +253,10 @@ func TestClaimBatchBuriesMalformedJobsAndGoesOn(t *testing.T) {
 // raceOnce returns a client whose next batch claim, between reading its
 // candidates and stamping them, lets other run first (once), and counts
 // the candidate reads of its claims in reads.
-func raceOnce(b bundle, other func()) (c *queue.Client, reads *int) {
+func raceOnce(b bundle, other func()) (c *store.Store, reads *int) {
 	var once sync.Once
 	reads = new(int)
-	return queue.WithRaceBeforeStamp(b.q, func() { *reads++; once.Do(other) }), reads
+	return store.WithRaceBeforeStamp(store.Of(b.q), func() { *reads++; once.Do(other) }), reads
 }
 
 func ids(js []*jobs.Job) []string {
@@ -285,10 +285,10 @@ func TestClaimBatchTakesTheNextBlockWhenAnotherWorkerStampedTheFirst(t *testing.
 	var theirs []*jobs.Job
 	racer, reads := raceOnce(b, func() {
 		var err error
-		theirs, err = jobstore.Of(b.q).ClaimBatch(b.ctx, claimAsW2, 3)
+		theirs, err = store.Of(b.q).ClaimBatch(b.ctx, claimAsW2, 3)
 		require.NoError(t, err)
 	})
-	got, err := jobstore.Of(racer).ClaimBatch(b.ctx, claimAll, 3)
+	got, err := store.Of(racer).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Equal(t, 1, *reads, "the claim read the candidates again")
 	require.Equal(t, all[:3], ids(theirs))
@@ -302,7 +302,7 @@ func TestClaimBatchReadsBackWhenAnotherWorkerTookPartOfTheBlock(t *testing.T) {
 	all := enqueueN(t, b, 6)
 	var theirs *jobs.Job
 	racer, _ := raceOnce(b, func() { theirs = b.claim(t, claimAsW2) })
-	got, err := jobstore.Of(racer).ClaimBatch(b.ctx, claimAll, 3)
+	got, err := store.Of(racer).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Equal(t, all[0], theirs.ID)
 	require.Equal(t, all[1:3], ids(got), "what is left of the first block")
@@ -314,11 +314,11 @@ func TestClaimBatchReadsAgainWhenEveryCandidateWasTaken(t *testing.T) {
 	b := setup(t)
 	all := enqueueN(t, b, 9)
 	racer, reads := raceOnce(b, func() {
-		theirs, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAsW2, 6)
+		theirs, err := store.Of(b.q).ClaimBatch(b.ctx, claimAsW2, 6)
 		require.NoError(t, err)
 		require.Len(t, theirs, 6)
 	})
-	got, err := jobstore.Of(racer).ClaimBatch(b.ctx, claimAll, 3)
+	got, err := store.Of(racer).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Equal(t, 2, *reads, "both blocks were taken: the claim reads again")
 	require.Equal(t, all[6:], ids(got))
@@ -334,12 +334,12 @@ func TestClaimBatchDoesNotReadAgainWhenItSawEveryJob(t *testing.T) {
 	b := setup(t)
 	enqueueN(t, b, 3)
 	racer, reads := raceOnce(b, func() {
-		theirs, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAsW2, 3)
+		theirs, err := store.Of(b.q).ClaimBatch(b.ctx, claimAsW2, 3)
 		require.NoError(t, err)
 		require.Len(t, theirs, 3)
 		enqueueN(t, b, 1)
 	})
-	got, err := jobstore.Of(racer).ClaimBatch(b.ctx, claimAll, 4)
+	got, err := store.Of(racer).ClaimBatch(b.ctx, claimAll, 4)
 	require.NoError(t, err)
 	require.Empty(t, got)
 	require.Equal(t, 1, *reads, "the read saw every job, and all were taken: no second read")
@@ -352,9 +352,9 @@ func TestClaimBatchDoesNotTakeAJobChangedSinceItWasRead(t *testing.T) {
 	// and releases it: it is available again, but not as read.
 	racer, _ := raceOnce(b, func() {
 		j := b.claim(t, claimAsW2)
-		require.NoError(t, jobstore.Of(b.q).Release(b.ctx, queue.LeaseOf(j)))
+		require.NoError(t, store.Of(b.q).Release(b.ctx, store.LeaseOf(j)))
 	})
-	got, err := jobstore.Of(racer).ClaimBatch(b.ctx, claimAll, 3)
+	got, err := store.Of(racer).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Equal(t, all[1:], ids(got))
 	requireStored(t, b, got)

@@ -1,4 +1,4 @@
-package queue
+package store
 
 import (
 	"context"
@@ -67,7 +67,7 @@ var claimSort = bson.D{{Key: "priority", Value: -1}, {Key: "runAt", Value: 1}, {
 // of p.Lease from when the claim was sent. It returns nil and no error when
 // there is nothing to claim. On an error the server may still have applied
 // the claim: the job then carries p.Token (see ReleaseClaim).
-func (c store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
+func (c *Store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 	if len(p.Queues) == 0 || len(p.Kinds) == 0 {
 		return nil, errors.New("queue: claim needs at least one queue and one kind")
 	}
@@ -99,7 +99,7 @@ func (c store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 
 // claimOneUnderLimits is Claim from the queues of p as given: under the
 // limits that apply to p (limit.go), or else with claimOne.
-func (c store) claimOneUnderLimits(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
+func (c *Store) claimOneUnderLimits(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 	claimed, handled, err := c.claimUnderLimits(ctx, p, 1)
 	if !handled {
 		return c.claimOne(ctx, p)
@@ -111,7 +111,7 @@ func (c store) claimOneUnderLimits(ctx context.Context, p ClaimParams) (*jobs.Jo
 }
 
 // claimOne is Claim's findAndModify, from the queues of p as given.
-func (c store) claimOne(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
+func (c *Store) claimOne(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 	t := now()
 	filter := claimFilter(p, t)
 	update := claimUpdate(p, t, p.Token)
@@ -164,7 +164,7 @@ const malformed = "malformed job document (see the job document in the README): 
 // buryMalformed sends the job in raw, which this claim has just stamped
 // running but which does not decode, to dead with the decoding error. The
 // write is fenced on the claim's lease token.
-func (c *Client) buryMalformed(ctx context.Context, raw bson.Raw, t time.Time, cause error) error {
+func (c *Store) buryMalformed(ctx context.Context, raw bson.Raw, t time.Time, cause error) error {
 	id := raw.Lookup("_id")
 	token, _ := raw.Lookup("leaseToken").StringValueOK()
 	owner, _ := raw.Lookup("owner").StringValueOK()
@@ -183,7 +183,7 @@ func (c *Client) buryMalformed(ctx context.Context, raw bson.Raw, t time.Time, c
 // buryCandidate sends raw, an available job read by a claim that does not
 // decode, to dead with the decoding error, fenced on its state and
 // updatedAt as read.
-func (c *Client) buryCandidate(ctx context.Context, raw bson.Raw, t time.Time, cause error) error {
+func (c *Store) buryCandidate(ctx context.Context, raw bson.Raw, t time.Time, cause error) error {
 	id := raw.Lookup("_id")
 	msg := malformed + cause.Error()
 	_, err := c.coll.UpdateOne(ctx,
@@ -197,7 +197,7 @@ func (c *Client) buryCandidate(ctx context.Context, raw bson.Raw, t time.Time, c
 
 // buryBadAttempts sends to dead the claimable jobs whose attempt is not a
 // number, which a claim's $inc cannot count, and returns how many.
-func (c *Client) buryBadAttempts(ctx context.Context, filter bson.D, t time.Time) (int, error) {
+func (c *Store) buryBadAttempts(ctx context.Context, filter bson.D, t time.Time) (int, error) {
 	bad := append(bson.D{}, filter...)
 	bad = append(bad, bson.E{Key: "attempt", Value: bson.D{{Key: "$exists", Value: true}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "number"}}}}})
 	cur, err := c.coll.Find(ctx, bad, options.Find().SetLimit(maxBuried).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "attempt", Value: 1}}))
@@ -235,7 +235,7 @@ func (c *Client) buryBadAttempts(ctx context.Context, filter bson.D, t time.Time
 // at once (or cancelled, when a cancel was requested). It returns how many
 // it released. Call it only for a claim whose jobs were not handed to a
 // handler.
-func (c store) ReleaseClaim(ctx context.Context, token string) (int, error) {
+func (c *Store) ReleaseClaim(ctx context.Context, token string) (int, error) {
 	if token == "" {
 		return 0, errors.New("queue: release claim: empty token")
 	}

@@ -1,4 +1,4 @@
-package queue_test
+package store_test
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -28,12 +28,12 @@ var cleanDisturbances = []struct {
 }{
 	{"retry-run-succeed", func(t *testing.T, b bundle, id string, _ jobs.State) {
 		b.retry(t, id)
-		require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(b.claimID(t, id))))
+		require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(b.claimID(t, id))))
 	}},
 	{"retry-run-die", func(t *testing.T, b bundle, id string, _ jobs.State) {
 		b.retry(t, id)
 		j := b.claimID(t, id)
-		_, err := jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
+		_, err := store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
 		require.NoError(t, err)
 	}},
 	{"retry-cancel", func(t *testing.T, b bundle, id string, _ jobs.State) {
@@ -47,7 +47,7 @@ var cleanDisturbances = []struct {
 		b.claimID(t, id)
 	}},
 	{"leader-clean", func(t *testing.T, b bundle, _ string, s jobs.State) {
-		_, err := jobstore.Of(b.q).Clean(b.ctx, s, 24*time.Hour, 100)
+		_, err := store.Of(b.q).Clean(b.ctx, s, 24*time.Hour, 100)
 		require.NoError(t, err)
 	}},
 	{"operator-delete", func(t *testing.T, b bundle, id string, _ jobs.State) {
@@ -60,7 +60,7 @@ var cleanDisturbances = []struct {
 		require.NoError(t, err)
 	}},
 	{"reaper", func(t *testing.T, b bundle, _ string, _ jobs.State) {
-		_, err := jobstore.Of(b.q).Reap(b.ctx, 0, 100)
+		_, err := store.Of(b.q).Reap(b.ctx, 0, 100)
 		require.NoError(t, err)
 	}},
 }
@@ -88,15 +88,15 @@ func (b bundle) finishAs(t *testing.T, s jobs.State, ids ...string) {
 		j := b.claim(t, claimAll)
 		switch s {
 		case jobs.StateSucceeded:
-			require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
+			require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
 		case jobs.StateDead:
-			_, err := jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
+			_, err := store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
 			require.NoError(t, err)
 		case jobs.StateCancelled:
-			require.NoError(t, jobstore.Of(b.q).Cancelled(b.ctx, queue.LeaseOf(j), j, "stop"))
+			require.NoError(t, store.Of(b.q).Cancelled(b.ctx, store.LeaseOf(j), j, "stop"))
 		}
 	}
-	_, err := jobstore.Of(b.q).Collection().UpdateMany(b.ctx, bson.M{"_id": bson.M{"$in": ids}},
+	_, err := store.Of(b.q).Collection().UpdateMany(b.ctx, bson.M{"_id": bson.M{"$in": ids}},
 		bson.M{"$set": bson.M{"finishedAt": time.Now().Add(-48 * time.Hour)}})
 	require.NoError(t, err)
 }
@@ -104,7 +104,7 @@ func (b bundle) finishAs(t *testing.T, s jobs.State, ids ...string) {
 // eligible returns the ids of the jobs in state s finished before cutoff.
 func (b bundle) eligible(t *testing.T, s jobs.State, cutoff time.Time) map[string]bool {
 	t.Helper()
-	cur, err := jobstore.Of(b.q).Collection().Find(b.ctx, bson.M{"state": s, "finishedAt": bson.M{"$lt": cutoff}})
+	cur, err := store.Of(b.q).Collection().Find(b.ctx, bson.M{"state": s, "finishedAt": bson.M{"$lt": cutoff}})
 	require.NoError(t, err)
 	out := map[string]bool{}
 	for cur.Next(b.ctx) {
@@ -116,7 +116,7 @@ func (b bundle) eligible(t *testing.T, s jobs.State, cutoff time.Time) map[strin
 
 func (b bundle) ids(t *testing.T) map[string]bool {
 	t.Helper()
-	cur, err := jobstore.Of(b.q).Collection().Find(b.ctx, bson.M{})
+	cur, err := store.Of(b.q).Collection().Find(b.ctx, bson.M{})
 	require.NoError(t, err)
 	out := map[string]bool{}
 	for cur.Next(b.ctx) {
@@ -141,14 +141,14 @@ func TestCleanHarness(t *testing.T) {
 				b.succeed(t, 1)
 				subject := ids[0]
 				var before, elig map[string]bool
-				cq := queue.WithCleanHook(b.q, func() {
+				cq := store.WithCleanHook(store.Of(b.q), func() {
 					d.do(t, b, subject, s)
 					// Eligible at the delete: still in s, finished more
 					// than a day ago (none of these jobs finished between
 					// the Clean's cutoff and this one's).
 					before, elig = b.ids(t), b.eligible(t, s, time.Now().Add(-24*time.Hour))
 				})
-				_, err := jobstore.Of(cq).Clean(b.ctx, s, 24*time.Hour, 100)
+				_, err := store.Of(cq).Clean(b.ctx, s, 24*time.Hour, 100)
 				require.NoError(t, err)
 				require.NotNil(t, before, "the Clean read nothing to delete")
 				want := map[string]bool{}

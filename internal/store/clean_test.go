@@ -1,10 +1,11 @@
-package queue_test
+package store_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -16,7 +17,7 @@ func (b bundle) succeed(t *testing.T, n int) {
 	t.Helper()
 	for range n {
 		j := b.claim(t, claimAll)
-		require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
+		require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
 	}
 }
 
@@ -24,7 +25,7 @@ func (b bundle) succeed(t *testing.T, n int) {
 // retention of 24 h.
 func (b bundle) finishedLongAgo(t *testing.T, ids ...string) {
 	t.Helper()
-	r, err := jobstore.Of(b.q).Collection().UpdateMany(b.ctx,
+	r, err := store.Of(b.q).Collection().UpdateMany(b.ctx,
 		bson.M{"_id": bson.M{"$in": ids}, "state": jobs.StateSucceeded},
 		bson.M{"$set": bson.M{"finishedAt": time.Now().Add(-48 * time.Hour)}})
 	require.NoError(t, err)
@@ -41,7 +42,7 @@ func TestCleanSparesAJobRetriedAndFinishedMeanwhile(t *testing.T) {
 	b.finishedLongAgo(t, ids...)
 
 	calls := 0
-	cq := queue.WithCleanHook(b.q, func() {
+	cq := store.WithCleanHook(store.Of(b.q), func() {
 		calls++
 		out, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: ids[:1]})
 		require.NoError(t, err)
@@ -49,9 +50,9 @@ func TestCleanSparesAJobRetriedAndFinishedMeanwhile(t *testing.T) {
 		require.NoError(t, out[0].Err)
 		j := b.claim(t, claimAll)
 		require.Equal(t, ids[0], j.ID)
-		require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
+		require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
 	})
-	n, err := jobstore.Of(cq).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
+	n, err := store.Of(cq).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, calls)
 	require.Equal(t, 1, n)
@@ -73,12 +74,12 @@ func TestCleanSparesAJobRetriedMeanwhile(t *testing.T) {
 	b.succeed(t, 1)
 	b.finishedLongAgo(t, ids...)
 
-	cq := queue.WithCleanHook(b.q, func() {
+	cq := store.WithCleanHook(store.Of(b.q), func() {
 		out, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: ids})
 		require.NoError(t, err)
 		require.NoError(t, out[0].Err)
 	})
-	n, err := jobstore.Of(cq).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
+	n, err := store.Of(cq).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Equal(t, jobs.StateAvailable, b.get(t, ids[0]).State)
@@ -92,16 +93,16 @@ func TestCleanDeletesTheJobsStillEligible(t *testing.T) {
 	ids := enqueueN(t, b, 5)
 	b.succeed(t, 5)
 	b.finishedLongAgo(t, ids[:4]...)
-	_, err := jobstore.Of(b.q).Collection().InsertOne(b.ctx, bson.D{
+	_, err := store.Of(b.q).Collection().InsertOne(b.ctx, bson.D{
 		{Key: "_id", Value: 42}, {Key: "state", Value: "succeeded"}, {Key: "finishedAt", Value: time.Now().Add(-48 * time.Hour)},
 	})
 	require.NoError(t, err)
 
 	calls := 0
-	cq := queue.WithCleanHook(b.q, func() { calls++ })
+	cq := store.WithCleanHook(store.Of(b.q), func() { calls++ })
 	total := 0
 	for {
-		n, err := jobstore.Of(cq).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 2)
+		n, err := store.Of(cq).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 2)
 		require.NoError(t, err)
 		total += n
 		if n < 2 {
@@ -110,8 +111,37 @@ func TestCleanDeletesTheJobsStillEligible(t *testing.T) {
 	}
 	require.Equal(t, 5, total)
 	require.Equal(t, 3, calls) // batches of 2, 2 and 1
-	left, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{})
+	left, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, left)
 	require.Equal(t, jobs.StateSucceeded, b.get(t, ids[4]).State)
+}
+
+// Retention keeps a finished job whose key holds for a period until the
+// period ends: deleting it would let a second job with the key in.
+func TestCleanKeepsAJobUntilItsPeriodEnds(t *testing.T) {
+	b := setup(t)
+	ids := make([]string, 2)
+	for i, o := range []queue.InsertOpts{{UniqueKey: "p", UniqueFor: 7 * 24 * time.Hour}, {}} {
+		r, err := b.q.Enqueue(b.ctx, "k", bson.M{"i": i}, o)
+		require.NoError(t, err)
+		ids[i] = r.ID
+	}
+	b.succeed(t, 2)
+	b.finishedLongAgo(t, ids...)
+
+	n, err := store.Of(b.q).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "only the job without a period")
+	b.get(t, ids[0])
+	dup, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{UniqueKey: "p", UniqueFor: 7 * 24 * time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, ids[0], dup.ID, fmt.Sprintf("%+v", dup))
+
+	// Once its period is over, it goes.
+	_, err = b.db.Collection(b.q.CollectionName()).UpdateByID(b.ctx, ids[0], bson.M{"$set": bson.M{"uniqueUntil": time.Now().Add(-time.Minute)}})
+	require.NoError(t, err)
+	n, err = store.Of(b.q).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
 }

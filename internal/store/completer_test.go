@@ -1,4 +1,4 @@
-package queue_test
+package store_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -25,18 +25,18 @@ func TestBatchedCompletionGroupsOnlyCompletionsThatComeTogether(t *testing.T) {
 	b := setup(t)
 	q, updates := updateCounted(t, b, true)
 	const linger = 2 * time.Second
-	bq := jobstore.Batched(q, linger)
+	bq := store.Of(q).WithBatchedCompletion(linger)
 
 	enqueueN(t, b, 14)
 	for range 2 {
 		j := b.claim(t, claimAll)
 		start := time.Now()
-		require.NoError(t, bq.Complete(b.ctx, queue.LeaseOf(j)))
+		require.NoError(t, bq.Complete(b.ctx, store.LeaseOf(j)))
 		require.Less(t, time.Since(start), linger/2, "a lone completion waited for others")
 		require.Equal(t, jobs.StateSucceeded, b.get(t, j.ID).State)
 	}
 
-	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 12)
+	got, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 12)
 	require.NoError(t, err)
 	require.Len(t, got, 12)
 	before := updates.Load()
@@ -52,7 +52,7 @@ func TestBatchedCompletionGroupsOnlyCompletionsThatComeTogether(t *testing.T) {
 func TestBatchedCompletionWritesABatchClaimsJobsTogether(t *testing.T) {
 	b := setup(t)
 	q, updates := updateCounted(t, b, false)
-	bq := jobstore.Batched(q, 200*time.Millisecond)
+	bq := store.Of(q).WithBatchedCompletion(200 * time.Millisecond)
 
 	enqueueN(t, b, 6)
 	got, err := bq.ClaimBatch(b.ctx, claimAll, 6) // through the completer's client: it learns the batch
@@ -84,12 +84,12 @@ func updateCounted(t *testing.T, b bundle, withClaims bool) (*queue.Client, *ato
 
 // completeAtOnce completes every job of got through bq at the same time,
 // and checks each succeeded.
-func completeAtOnce(t *testing.T, b bundle, bq jobstore.Store, got []*jobs.Job) {
+func completeAtOnce(t *testing.T, b bundle, bq *store.Store, got []*jobs.Job) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make([]error, len(got))
 	for i, j := range got {
-		wg.Go(func() { errs[i] = bq.Complete(b.ctx, queue.LeaseOf(j)) })
+		wg.Go(func() { errs[i] = bq.Complete(b.ctx, store.LeaseOf(j)) })
 	}
 	wg.Wait()
 	for i, j := range got {

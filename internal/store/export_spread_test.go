@@ -1,8 +1,8 @@
-package queue
+package store
 
-// WithBlockPick returns a Client like c whose spread batch claims start at
+// WithBlockPick returns a Store like c whose spread batch claims start at
 // the block pick returns among n, instead of a random one, and record n.
-func WithBlockPick(c *Client, pick func(n int) int) *Client {
+func WithBlockPick(c *Store, pick func(n int) int) *Store {
 	h := hooks{}
 	if c.hooks != nil {
 		h = *c.hooks

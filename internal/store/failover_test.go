@@ -1,13 +1,12 @@
-package queue_test
+package store_test
 
 import (
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
-	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -20,8 +19,8 @@ import (
 func TestLostBatchStampReplyIsReapedThenRun(t *testing.T) {
 	b := setup(t)
 	ids := enqueueN(t, b, 3)
-	lost := queue.WithLostStampReply(b.q, errors.New("connection reset by peer"))
-	got, err := jobstore.Of(lost).ClaimBatch(b.ctx, claimAll, 3)
+	lost := store.WithLostStampReply(store.Of(b.q), errors.New("connection reset by peer"))
+	got, err := store.Of(lost).ClaimBatch(b.ctx, claimAll, 3)
 	require.Error(t, err)
 	require.Empty(t, got)
 	for _, id := range ids {
@@ -29,17 +28,17 @@ func TestLostBatchStampReplyIsReapedThenRun(t *testing.T) {
 		require.Equal(t, jobs.StateRunning, j.State, "the stamp was applied")
 		require.NotEmpty(t, j.LeaseToken)
 	}
-	r, err := jobstore.Of(b.q).Reap(b.ctx, time.Second, 100)
+	r, err := store.Of(b.q).Reap(b.ctx, time.Second, 100)
 	require.NoError(t, err)
 	require.Zero(t, r.Requeued, "not before the lease and the grace have passed")
 
-	_, err = jobstore.Of(b.q).Collection().UpdateMany(b.ctx, bson.M{}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
+	_, err = store.Of(b.q).Collection().UpdateMany(b.ctx, bson.M{}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
 	require.NoError(t, err)
-	r, err = jobstore.Of(b.q).Reap(b.ctx, time.Second, 100)
+	r, err = store.Of(b.q).Reap(b.ctx, time.Second, 100)
 	require.NoError(t, err)
-	require.Equal(t, queue.ReapResult{Requeued: 3}, r)
+	require.Equal(t, store.ReapResult{Requeued: 3}, r)
 
-	claimed, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 3)
+	claimed, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.ElementsMatch(t, ids, func() []string {
 		var out []string
@@ -49,11 +48,11 @@ func TestLostBatchStampReplyIsReapedThenRun(t *testing.T) {
 		}
 		return out
 	}())
-	ls := make([]queue.Lease, len(claimed))
+	ls := make([]store.Lease, len(claimed))
 	for i, j := range claimed {
-		ls[i] = queue.LeaseOf(j)
+		ls[i] = store.LeaseOf(j)
 	}
-	lostLeases, err := jobstore.Of(b.q).CompleteMany(b.ctx, ls)
+	lostLeases, err := store.Of(b.q).CompleteMany(b.ctx, ls)
 	require.NoError(t, err)
 	require.Empty(t, lostLeases)
 	for _, id := range ids {
@@ -68,22 +67,22 @@ func TestLostBatchStampReplyIsReapedThenRun(t *testing.T) {
 func TestCompleteManyTwiceHasOneOutcome(t *testing.T) {
 	b := setup(t)
 	enqueueN(t, b, 3)
-	claimed, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 3)
+	claimed, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Len(t, claimed, 3)
 	// The third job's lease was lost: the reaper took it and another
 	// worker holds it now.
 	stolen := b.takeOver(t, claimed[2])
-	ls := []queue.Lease{queue.LeaseOf(claimed[0]), queue.LeaseOf(claimed[1]), queue.LeaseOf(claimed[2])}
+	ls := []store.Lease{store.LeaseOf(claimed[0]), store.LeaseOf(claimed[1]), store.LeaseOf(claimed[2])}
 
 	// A partly applied first try: only the first job was written.
-	first, err := jobstore.Of(b.q).CompleteMany(b.ctx, ls[:1])
+	first, err := store.Of(b.q).CompleteMany(b.ctx, ls[:1])
 	require.NoError(t, err)
 	require.Empty(t, first)
 	for range 2 {
-		lost, err := jobstore.Of(b.q).CompleteMany(b.ctx, ls)
+		lost, err := store.Of(b.q).CompleteMany(b.ctx, ls)
 		require.NoError(t, err)
-		require.Equal(t, []queue.Lease{ls[2]}, lost)
+		require.Equal(t, []store.Lease{ls[2]}, lost)
 	}
 	require.Equal(t, jobs.StateSucceeded, b.get(t, claimed[0].ID).State)
 	require.Equal(t, jobs.StateSucceeded, b.get(t, claimed[1].ID).State)

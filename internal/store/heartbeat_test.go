@@ -1,10 +1,10 @@
-package queue_test
+package store_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 )
@@ -22,22 +22,22 @@ func TestHeartbeatDetectsProjection(t *testing.T) {
 	// A lost lease is still reported as lost by the first heartbeat.
 	fresh, err := queue.New(b.db, queue.Config{})
 	require.NoError(t, err)
-	require.Equal(t, "unknown", queue.HeartbeatProjection(fresh))
-	_, err = jobstore.Of(fresh).Heartbeat(b.ctx, queue.Lease{JobID: j.ID, Token: "stale"}, time.Hour)
+	require.Equal(t, "unknown", store.HeartbeatProjection(store.Of(fresh)))
+	_, err = store.Of(fresh).Heartbeat(b.ctx, store.Lease{JobID: j.ID, Token: "stale"}, time.Hour)
 	require.ErrorIs(t, err, queue.ErrLeaseLost)
 
-	require.Equal(t, "unknown", queue.HeartbeatProjection(b.q))
+	require.Equal(t, "unknown", store.HeartbeatProjection(store.Of(b.q)))
 	for i := range 2 {
-		ren, err := jobstore.Of(b.q).Heartbeat(b.ctx, queue.LeaseOf(j), time.Hour)
+		ren, err := store.Of(b.q).Heartbeat(b.ctx, store.LeaseOf(j), time.Hour)
 		require.NoError(t, err, "heartbeat %d", i)
 		require.WithinDuration(t, time.Now().Add(time.Hour), ren.ExpiresAt, time.Minute)
 		require.False(t, ren.CancelRequested)
 		require.WithinDuration(t, ren.ExpiresAt, *b.get(t, j.ID).LeaseExpiresAt, time.Millisecond)
-		require.Equal(t, "whole document", queue.HeartbeatProjection(b.q), "devdb does not implement findAndModify fields")
+		require.Equal(t, "whole document", store.HeartbeatProjection(store.Of(b.q)), "devdb does not implement findAndModify fields")
 	}
 	_, err = b.q.Cancel(b.ctx, j.ID)
 	require.NoError(t, err)
-	ren, err := jobstore.Of(b.q).Heartbeat(b.ctx, queue.LeaseOf(j), time.Hour)
+	ren, err := store.Of(b.q).Heartbeat(b.ctx, store.LeaseOf(j), time.Hour)
 	require.NoError(t, err)
 	require.True(t, ren.CancelRequested)
 }

@@ -1,4 +1,4 @@
-package queue
+package store
 
 import (
 	"context"
@@ -46,13 +46,13 @@ const heartbeatChunk = 1000
 // again is harmless. The error is returned when nothing can be said of any
 // lease (wrapping ErrOutcomeUnknown when the read back failed); a lease
 // whose own outcome is unknown has it in its Beat.
-func (c store) HeartbeatMany(ctx context.Context, leases []Lease, d time.Duration) (map[Lease]Beat, error) {
+func (c *Store) HeartbeatMany(ctx context.Context, leases []Lease, d time.Duration) (map[Lease]Beat, error) {
 	return c.heartbeatMany(ctx, leases, d, nil)
 }
 
 // heartbeatMany is HeartbeatMany with a test hook, between, run before
 // each command after the first: "read" and "renew cancelled".
-func (c *Client) heartbeatMany(ctx context.Context, leases []Lease, d time.Duration, between func(step string)) (map[Lease]Beat, error) {
+func (c *Store) heartbeatMany(ctx context.Context, leases []Lease, d time.Duration, between func(step string)) (map[Lease]Beat, error) {
 	if d <= 0 {
 		return nil, fmt.Errorf("queue: heartbeat: duration %s must be positive", d)
 	}
@@ -87,7 +87,7 @@ func (c *Client) heartbeatMany(ctx context.Context, leases []Lease, d time.Durat
 // heartbeatChunk renews leases (distinct, at most heartbeatChunk) and
 // records each one's Beat in out. The error is returned when nothing is
 // known of any of them.
-func (c *Client) heartbeatChunk(ctx context.Context, leases []Lease, d time.Duration, between func(string), out map[Lease]Beat) error {
+func (c *Store) heartbeatChunk(ctx context.Context, leases []Lease, d time.Duration, between func(string), out map[Lease]Beat) error {
 	t := now()
 	exp := t.Add(d).Truncate(time.Millisecond) // as the server stores it
 	n, err := c.renewMany(ctx, leases, t, exp, true)
@@ -167,7 +167,7 @@ func (c *Client) heartbeatChunk(ctx context.Context, leases []Lease, d time.Dura
 // request), and returns how many matched. The leases are grouped by token
 // (a batch claim stamps one token on all its jobs): an $or of {leaseToken,
 // _id: {$in}}, which matches exactly the pairs given.
-func (c *Client) renewMany(ctx context.Context, leases []Lease, t, exp time.Time, uncancelled bool) (int64, error) {
+func (c *Store) renewMany(ctx context.Context, leases []Lease, t, exp time.Time, uncancelled bool) (int64, error) {
 	byToken := map[string]bson.A{}
 	var tokens []string
 	for _, l := range leases {
@@ -218,7 +218,7 @@ type heldLease struct {
 
 // readLeases reads back the jobs of leases and returns those still held by
 // their lease: running, with the lease's token.
-func (c *Client) readLeases(ctx context.Context, leases []Lease) (map[Lease]heldLease, error) {
+func (c *Store) readLeases(ctx context.Context, leases []Lease) (map[Lease]heldLease, error) {
 	ids := make(bson.A, 0, len(leases))
 	want := map[string][]string{} // job id → tokens asked about
 	for _, l := range leases {

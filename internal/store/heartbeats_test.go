@@ -1,4 +1,4 @@
-package queue_test
+package store_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -57,7 +57,7 @@ func (b bundle) monitored(t *testing.T) (*queue.Client, *commands) {
 // hand-written field of another type does not stop it).
 func (b bundle) leaseOf(t *testing.T, id string) (string, time.Time) {
 	t.Helper()
-	raw, err := jobstore.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": id}).Raw()
+	raw, err := store.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": id}).Raw()
 	require.NoError(t, err)
 	token, _ := raw.Lookup("leaseToken").StringValueOK()
 	exp, ok := raw.Lookup("leaseExpiresAt").TimeOK()
@@ -71,19 +71,19 @@ func (b bundle) leaseOf(t *testing.T, id string) (string, time.Time) {
 func TestHeartbeatManyRenewsEveryLeaseInOneCommand(t *testing.T) {
 	b := setup(t)
 	enqueueN(t, b, 6)
-	var leases []queue.Lease
+	var leases []store.Lease
 	for range 2 {
-		leases = append(leases, queue.LeaseOf(b.claim(t, claimAll)))
+		leases = append(leases, store.LeaseOf(b.claim(t, claimAll)))
 	}
-	batch, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 4)
+	batch, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 4)
 	require.NoError(t, err)
 	require.Len(t, batch, 4)
 	for _, j := range batch {
-		leases = append(leases, queue.LeaseOf(j))
+		leases = append(leases, store.LeaseOf(j))
 	}
 
 	q, cmds := b.monitored(t)
-	got, err := jobstore.Of(q).HeartbeatMany(b.ctx, leases, time.Hour)
+	got, err := store.Of(q).HeartbeatMany(b.ctx, leases, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"update": 1}, cmds.reset(), "one updateMany for six leases")
 	require.Len(t, got, 6)
@@ -98,7 +98,7 @@ func TestHeartbeatManyRenewsEveryLeaseInOneCommand(t *testing.T) {
 	}
 
 	// Nothing to renew: no command.
-	none, err := jobstore.Of(q).HeartbeatMany(b.ctx, nil, time.Hour)
+	none, err := store.Of(q).HeartbeatMany(b.ctx, nil, time.Hour)
 	require.NoError(t, err)
 	require.Empty(t, none)
 	require.Empty(t, cmds.reset())
@@ -121,38 +121,38 @@ func TestHeartbeatManyReportsEachLeaseOnItsOwn(t *testing.T) {
 	other := b.takeOver(t, taken)
 	otherToken, otherExp := b.leaseOf(t, taken.ID)
 	require.Equal(t, other.LeaseToken, otherToken)
-	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(finished)))
+	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(finished)))
 	before := b.get(t, finished.ID)
 	out, err := b.q.Cancel(b.ctx, cancelled.ID)
 	require.NoError(t, err)
 	require.Equal(t, queue.CancelRequested, out)
-	_, err = jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": oddCancel.ID}, bson.M{"$set": bson.M{"cancelRequestedAt": "please stop"}})
+	_, err = store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": oddCancel.ID}, bson.M{"$set": bson.M{"cancelRequestedAt": "please stop"}})
 	require.NoError(t, err)
 
 	q, cmds := b.monitored(t)
-	leases := []queue.Lease{queue.LeaseOf(taken), queue.LeaseOf(finished), queue.LeaseOf(cancelled), queue.LeaseOf(oddCancel), queue.LeaseOf(plain)}
-	got, err := jobstore.Of(q).HeartbeatMany(b.ctx, leases, time.Hour)
+	leases := []store.Lease{store.LeaseOf(taken), store.LeaseOf(finished), store.LeaseOf(cancelled), store.LeaseOf(oddCancel), store.LeaseOf(plain)}
+	got, err := store.Of(q).HeartbeatMany(b.ctx, leases, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"update": 2, "find": 1}, cmds.reset(),
 		"the updateMany, a read back, and an updateMany of the two asked to stop")
 
-	require.ErrorIs(t, got[queue.LeaseOf(taken)].Err, queue.ErrLeaseLost)
+	require.ErrorIs(t, got[store.LeaseOf(taken)].Err, queue.ErrLeaseLost)
 	token, exp := b.leaseOf(t, taken.ID)
 	require.Equal(t, otherToken, token, "the new holder's lease is untouched")
 	require.True(t, exp.Equal(otherExp), "the new holder's expiry is untouched")
 
-	require.ErrorIs(t, got[queue.LeaseOf(finished)].Err, queue.ErrLeaseLost)
+	require.ErrorIs(t, got[store.LeaseOf(finished)].Err, queue.ErrLeaseLost)
 	require.Equal(t, before, b.get(t, finished.ID), "a finished job is not written")
 
 	for _, j := range []*jobs.Job{cancelled, oddCancel} {
-		beat := got[queue.LeaseOf(j)]
+		beat := got[store.LeaseOf(j)]
 		require.NoError(t, beat.Err, j.ID)
 		require.True(t, beat.CancelRequested, j.ID)
 		_, exp := b.leaseOf(t, j.ID)
 		require.True(t, exp.Equal(beat.ExpiresAt), "job %s renewed while its handler stops", j.ID)
 		require.WithinDuration(t, time.Now().Add(time.Hour), exp, time.Minute)
 	}
-	beat := got[queue.LeaseOf(plain)]
+	beat := got[store.LeaseOf(plain)]
 	require.NoError(t, beat.Err)
 	require.False(t, beat.CancelRequested)
 	_, exp = b.leaseOf(t, plain.ID)
@@ -186,7 +186,7 @@ func TestHeartbeatManyStallThenResume(t *testing.T) {
 				if victim == stopping {
 					// A reap cancels a job asked to stop rather than
 					// re-queue it: another holder takes it by hand.
-					_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": victim.ID},
+					_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": victim.ID},
 						bson.M{"$set": bson.M{"leaseToken": "another attempt's", "owner": "w2", "leaseExpiresAt": time.Now().Add(time.Minute)}})
 					require.NoError(t, err)
 				} else {
@@ -198,8 +198,8 @@ func TestHeartbeatManyStallThenResume(t *testing.T) {
 				takeOver()
 			}
 			stalls := 0
-			leases := []queue.Lease{queue.LeaseOf(victim), queue.LeaseOf(kept), queue.LeaseOf(stopping)}
-			got, err := queue.HeartbeatManyWithStall(b.ctx, b.q, leases, time.Hour, func(at string) {
+			leases := []store.Lease{store.LeaseOf(victim), store.LeaseOf(kept), store.LeaseOf(stopping)}
+			got, err := store.HeartbeatManyWithStall(b.ctx, store.Of(b.q), leases, time.Hour, func(at string) {
 				if at == step {
 					stalls++
 					takeOver()
@@ -210,7 +210,7 @@ func TestHeartbeatManyStallThenResume(t *testing.T) {
 				require.Equal(t, 1, stalls, "the batch took the step %q", step)
 			}
 
-			require.ErrorIs(t, got[queue.LeaseOf(victim)].Err, queue.ErrLeaseLost)
+			require.ErrorIs(t, got[store.LeaseOf(victim)].Err, queue.ErrLeaseLost)
 			token, exp := b.leaseOf(t, victim.ID)
 			require.Equal(t, otherToken, token)
 			require.True(t, exp.Equal(otherExp), "the new holder's expiry %s was changed to %s", otherExp, exp)
@@ -218,7 +218,7 @@ func TestHeartbeatManyStallThenResume(t *testing.T) {
 				if j == victim {
 					continue
 				}
-				beat := got[queue.LeaseOf(j)]
+				beat := got[store.LeaseOf(j)]
 				require.NoError(t, beat.Err, j.ID)
 				require.Equal(t, j == stopping, beat.CancelRequested)
 				_, exp := b.leaseOf(t, j.ID)
@@ -234,18 +234,18 @@ func TestHeartbeatManyStallThenResume(t *testing.T) {
 func TestHeartbeatManyAgainAfterALostReply(t *testing.T) {
 	b := setup(t)
 	enqueueN(t, b, 3)
-	var leases []queue.Lease
+	var leases []store.Lease
 	for range 3 {
-		leases = append(leases, queue.LeaseOf(b.claim(t, claimAll)))
+		leases = append(leases, store.LeaseOf(b.claim(t, claimAll)))
 	}
-	_, err := jobstore.Of(b.q).HeartbeatMany(b.ctx, leases, time.Hour) // applied; its reply is not looked at
+	_, err := store.Of(b.q).HeartbeatMany(b.ctx, leases, time.Hour) // applied; its reply is not looked at
 	require.NoError(t, err)
 	first := map[string]time.Time{}
 	for _, l := range leases {
 		_, first[l.JobID] = b.leaseOf(t, l.JobID)
 	}
 	time.Sleep(5 * time.Millisecond) // a later now, to the millisecond the server keeps
-	got, err := jobstore.Of(b.q).HeartbeatMany(b.ctx, leases, time.Hour)
+	got, err := store.Of(b.q).HeartbeatMany(b.ctx, leases, time.Hour)
 	require.NoError(t, err)
 	for _, l := range leases {
 		require.NoError(t, got[l].Err)
@@ -262,9 +262,9 @@ func TestHeartbeatManyAgainAfterALostReply(t *testing.T) {
 func TestHeartbeatManyRefusesBadInput(t *testing.T) {
 	b := setup(t)
 	q, cmds := b.monitored(t)
-	_, err := jobstore.Of(q).HeartbeatMany(b.ctx, []queue.Lease{{JobID: "a", Token: "t"}, {JobID: "b"}}, time.Hour)
+	_, err := store.Of(q).HeartbeatMany(b.ctx, []store.Lease{{JobID: "a", Token: "t"}, {JobID: "b"}}, time.Hour)
 	require.ErrorContains(t, err, `job "b": the lease has no token`)
-	_, err = jobstore.Of(q).HeartbeatMany(b.ctx, []queue.Lease{{JobID: "a", Token: "t"}}, 0)
+	_, err = store.Of(q).HeartbeatMany(b.ctx, []store.Lease{{JobID: "a", Token: "t"}}, 0)
 	require.ErrorContains(t, err, "duration 0s must be positive")
 	require.Empty(t, cmds.reset())
 }

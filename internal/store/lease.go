@@ -1,4 +1,4 @@
-package queue
+package store
 
 import (
 	"context"
@@ -24,7 +24,7 @@ func fence(l Lease) bson.D {
 
 // fencedUpdate applies update to the job l holds; ErrLeaseLost if it no
 // longer holds it.
-func (c *Client) fencedUpdate(ctx context.Context, op string, l Lease, update bson.D) error {
+func (c *Store) fencedUpdate(ctx context.Context, op string, l Lease, update bson.D) error {
 	res, err := c.coll.UpdateOne(ctx, fence(l), update)
 	if err == nil {
 		err = c.lostFinishReply(op)
@@ -48,7 +48,7 @@ type Renewal struct {
 
 // Heartbeat extends the lease l by d from now. It returns ErrLeaseLost when
 // l no longer holds the job.
-func (c store) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renewal, error) {
+func (c *Store) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renewal, error) {
 	t := now()
 	update := bson.D{{Key: "$set", Value: bson.D{
 		{Key: "leaseExpiresAt", Value: t.Add(d)},
@@ -89,7 +89,7 @@ var heartbeatFields = bson.D{{Key: "_id", Value: 1}, {Key: "cancelRequestedAt", 
 // supports it. The first heartbeat of a client finds out; a refusal
 // (which writes nothing) is retried at once without the projection, and
 // later heartbeats go without it.
-func (c *Client) renew(ctx context.Context, l Lease, update bson.D, out any) error {
+func (c *Store) renew(ctx context.Context, l Lease, update bson.D, out any) error {
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
 	mode := projectionUnsupported
 	if c.projection != nil {
@@ -134,7 +134,7 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 // Complete marks the job l holds succeeded. On a Client made by
 // withBatchedCompletion, the write joins concurrent completions in one
 // updateMany; the outcome is the same.
-func (c store) Complete(ctx context.Context, l Lease) error {
+func (c *Store) Complete(ctx context.Context, l Lease) error {
 	if c.completions != nil {
 		return c.completions.complete(ctx, l)
 	}
@@ -150,7 +150,7 @@ func (c store) Complete(ctx context.Context, l Lease) error {
 }
 
 // Cancelled marks the job l holds cancelled, recording why.
-func (c store) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason string) error {
+func (c *Store) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason string) error {
 	t := now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: reason})
 	err := c.fencedUpdate(ctx, "cancel", l, finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}))
@@ -187,7 +187,7 @@ func (w *written) hasError(attempt int, owner, msg string) bool {
 // readWritten reads back the fields a finishing write sets in job id, each
 // on its own (a field of another type is left at its zero value); nil when
 // the job is gone.
-func (c *Client) readWritten(ctx context.Context, id string) (*written, error) {
+func (c *Store) readWritten(ctx context.Context, id string) (*written, error) {
 	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(bson.D{
 		{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}, {Key: "runAt", Value: 1}, {Key: "errors", Value: 1},
 		{Key: releasedTokenField, Value: 1},
@@ -220,7 +220,7 @@ func (c *Client) readWritten(ctx context.Context, id string) (*written, error) {
 // lost (err): it reads the job back and returns nil when ours says this
 // attempt's own write is there (an earlier try was applied and its reply
 // lost), err otherwise.
-func (c *Client) unlessWritten(ctx context.Context, op string, l Lease, err error, ours func(*written) bool) error {
+func (c *Store) unlessWritten(ctx context.Context, op string, l Lease, err error, ours func(*written) bool) error {
 	// The read-back gets time of its own: the write may have used up the
 	// caller's (a loaded server), and only the read tells a lost lease
 	// from an earlier try applied with its reply lost.
@@ -250,7 +250,7 @@ const readBackTimeout = 5 * time.Second
 
 // lostFinishReply is the error a test hook makes of the reply of the
 // finishing write op; nil without hooks.
-func (c *Client) lostFinishReply(op string) error {
+func (c *Store) lostFinishReply(op string) error {
 	if c.hooks == nil || c.hooks.afterFinish == nil {
 		return nil
 	}
@@ -268,7 +268,7 @@ type Failure struct {
 // Fail records that the attempt of j held by l failed with cause. The job
 // is retried after a backoff unless cause is permanent or the attempts are
 // used up, in which case it is dead.
-func (c store) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Failure, error) {
+func (c *Store) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Failure, error) {
 	t := now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cause.Error()})
 	f, update := c.failure(j, t, jobs.IsPermanent(cause), errs)
@@ -334,7 +334,7 @@ func cancelledInstead(requestedAt, instead string) string {
 // sets the field on a running job and nothing unsets it, so if the first
 // update missed because of it, the second one matches. It returns
 // ErrLeaseLost when neither matched (filter no longer holds the job).
-func (c *Client) requeueUnlessCancelled(ctx context.Context, op string, filter, update bson.D, cancel func(requestedAt string, doc bson.Raw) bson.D) (cancelled bool, err error) {
+func (c *Store) requeueUnlessCancelled(ctx context.Context, op string, filter, update bson.D, cancel func(requestedAt string, doc bson.Raw) bson.D) (cancelled bool, err error) {
 	id := filterID(filter)
 	res, err := c.coll.UpdateOne(ctx, append(append(bson.D{}, filter...), cancelNotRequested), update)
 	if err == nil && res.MatchedCount == 1 {
@@ -388,7 +388,7 @@ func filterID(filter bson.D) any {
 
 // failure returns where a failed attempt of j sends it and the update that
 // does so.
-func (c *Client) failure(j *jobs.Job, t time.Time, permanent bool, errs []jobs.AttemptError) (Failure, bson.D) {
+func (c *Store) failure(j *jobs.Job, t time.Time, permanent bool, errs []jobs.AttemptError) (Failure, bson.D) {
 	maxAttempts := j.MaxAttempts
 	if maxAttempts <= 0 { // a plain insert may leave it out
 		maxAttempts = jobs.DefaultMaxAttempts
@@ -436,7 +436,7 @@ const releasedTokenField = "releasedToken"
 // reads the job back: released by l already (an earlier try applied, its
 // reply lost), it returns nil; otherwise ErrLeaseLost, or ErrOutcomeUnknown
 // when the read fails.
-func (c store) Release(ctx context.Context, l Lease) error {
+func (c *Store) Release(ctx context.Context, l Lease) error {
 	t := now()
 	mark := bson.E{Key: releasedTokenField, Value: l.Token}
 	update := requeue(t, t, mark)

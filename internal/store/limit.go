@@ -1,4 +1,4 @@
-package queue
+package store
 
 import (
 	"context"
@@ -144,7 +144,7 @@ func newRunLimits() *runLimits {
 }
 
 // limitsColl is the collection of the limits.
-func (c *Client) limitsColl() *mongo.Collection {
+func (c *Store) limitsColl() *mongo.Collection {
 	name := DefaultLimitsCollection
 	if c.cfg.Collection != DefaultCollection {
 		name = c.cfg.Collection + "_" + DefaultLimitsCollection
@@ -158,7 +158,7 @@ func (c *Client) limitsColl() *mongo.Collection {
 // once to this client's claims and within LimitRefresh to every other
 // worker's. Lowering it below the jobs running now stops none: claims wait
 // until fewer than n run. by, when set, records who set it.
-func (c *Client) SetLimit(ctx context.Context, name string, n int, by string) error {
+func (c *Store) SetLimit(ctx context.Context, name string, n int, by string) error {
 	if _, _, err := ParseLimitName(name); err != nil {
 		return fmt.Errorf("queue: set limit: %w", err)
 	}
@@ -180,7 +180,7 @@ func (c *Client) SetLimit(ctx context.Context, name string, n int, by string) er
 
 // ClearLimit removes the limit name. It reports whether there was one.
 // Running jobs keep their slots until they end, harmlessly.
-func (c *Client) ClearLimit(ctx context.Context, name string) (bool, error) {
+func (c *Store) ClearLimit(ctx context.Context, name string) (bool, error) {
 	if _, _, err := ParseLimitName(name); err != nil {
 		return false, fmt.Errorf("queue: clear limit: %w", err)
 	}
@@ -194,7 +194,7 @@ func (c *Client) ClearLimit(ctx context.Context, name string) (bool, error) {
 
 // RunLimits returns every stored limit, in name order, with how many of
 // its jobs run now.
-func (c *Client) RunLimits(ctx context.Context) ([]RunLimit, error) {
+func (c *Store) RunLimits(ctx context.Context) ([]RunLimit, error) {
 	ls, err := c.readLimits(ctx)
 	if err != nil {
 		return nil, err
@@ -223,7 +223,7 @@ func (c *Client) RunLimits(ctx context.Context) ([]RunLimit, error) {
 }
 
 // readLimits reads the stored limits in name order.
-func (c *Client) readLimits(ctx context.Context) ([]RunLimit, error) {
+func (c *Store) readLimits(ctx context.Context) ([]RunLimit, error) {
 	cur, err := c.limitsColl().Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("queue: read limits: %w", err)
@@ -262,7 +262,7 @@ func runLimit(d bson.Raw) RunLimit {
 }
 
 // forgetLimits makes the next claim of this client read the limits again.
-func (c *Client) forgetLimits() {
+func (c *Store) forgetLimits() {
 	c.limits.mu.Lock()
 	c.limits.readAt = time.Time{}
 	c.limits.mu.Unlock()
@@ -272,7 +272,7 @@ func (c *Client) forgetLimits() {
 // the last read's time, on a slow server: see trusted), on the
 // kinds and the queues of p. A failed read fails the claim: claiming
 // without knowing the limits could break them.
-func (c *Client) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map[string]int, err error) {
+func (c *Store) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map[string]int, err error) {
 	l := c.limits
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -285,7 +285,7 @@ func (c *Client) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues ma
 		l.kinds, l.queues = map[string]int{}, map[string]int{}
 		for _, rl := range ls {
 			if rl.Malformed != "" {
-				c.warnMalformed(l.warned, rl.Name, rl.Malformed,
+				c.WarnMalformed(l.warned, rl.Name, rl.Malformed,
 					"a limits document is malformed: it limits NOTHING; `docketctl limit` rewrites it")
 				continue
 			}
@@ -318,7 +318,7 @@ func (c *Client) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues ma
 // readRunLoad reads, with one find, the running jobs of the given limited
 // kinds and queues, and returns each limit's load by name: the slots held
 // and how many running jobs hold none.
-func (c *Client) readRunLoad(ctx context.Context, kinds, queues map[string]int) (map[string]*queueLoad, error) {
+func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int) (map[string]*queueLoad, error) {
 	var or bson.A
 	if len(kinds) > 0 {
 		or = append(or, bson.D{{Key: "kind", Value: bson.D{{Key: "$in", Value: keys(kinds)}}}})
@@ -492,7 +492,7 @@ func (s *slotPicker) pop(name string) int {
 // index, one whose job was taken matches nothing; the others are applied.
 // Unless every update matched, the jobs stamped are read back by the
 // claim's token. It returns the jobs it claimed.
-func (c *Client) stampLimited(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) ([]*jobs.Job, error) {
+func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) ([]*jobs.Job, error) {
 	var models []mongo.WriteModel
 	var sent []*jobs.Job
 	for i, j := range block {
@@ -551,7 +551,7 @@ func (c *Client) stampLimited(ctx context.Context, p ClaimParams, t time.Time, b
 // full ones out of its filter, and claims the rest, stamping each job of a
 // limit with free slots in a write of its own. handled is false when no
 // limit applies: the caller claims as usual.
-func (c store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, handled bool, err error) {
+func (c *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, handled bool, err error) {
 	kinds, queues, err := c.limitsFor(ctx, p)
 	if err != nil {
 		return nil, true, fmt.Errorf("queue: claim: %w", err)
@@ -601,7 +601,7 @@ func (c store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (clai
 // slot written as null, which MongoDB's sparse unique index indexes. The
 // reaper runs it every pass; it touches only such jobs. It returns how
 // many it changed.
-func (c *Client) FreeStrandedRunSlots(ctx context.Context) (int, error) {
+func (c *Store) FreeStrandedRunSlots(ctx context.Context) (int, error) {
 	n := 0
 	for _, f := range []string{kindRunSlotField, queueRunSlotField} {
 		res, err := c.coll.UpdateMany(ctx,

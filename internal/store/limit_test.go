@@ -1,4 +1,4 @@
-package queue_test
+package store_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -54,52 +54,52 @@ func TestLimitEveryExitFreesTheSlot(t *testing.T) {
 	boom := errors.New("boom")
 	cases := []struct {
 		name      string
-		attempts  int                                                         // maxAttempts; 0: default
-		lease     time.Duration                                               // 0: a minute
-		cancelReq bool                                                        // a cancel is requested first
-		exit      func(t *testing.T, b bundle, s jobstore.Store, j *jobs.Job) // ends the attempt
+		attempts  int                                                       // maxAttempts; 0: default
+		lease     time.Duration                                             // 0: a minute
+		cancelReq bool                                                      // a cancel is requested first
+		exit      func(t *testing.T, b bundle, s *store.Store, j *jobs.Job) // ends the attempt
 		want      jobs.State
 	}{
-		{name: "complete", want: jobs.StateSucceeded, exit: func(t *testing.T, b bundle, s jobstore.Store, j *jobs.Job) {
-			require.NoError(t, s.Complete(b.ctx, queue.LeaseOf(j)))
+		{name: "complete", want: jobs.StateSucceeded, exit: func(t *testing.T, b bundle, s *store.Store, j *jobs.Job) {
+			require.NoError(t, s.Complete(b.ctx, store.LeaseOf(j)))
 		}},
-		{name: "complete many", want: jobs.StateSucceeded, exit: func(t *testing.T, b bundle, s jobstore.Store, j *jobs.Job) {
-			lost, err := s.CompleteMany(b.ctx, []queue.Lease{queue.LeaseOf(j)})
+		{name: "complete many", want: jobs.StateSucceeded, exit: func(t *testing.T, b bundle, s *store.Store, j *jobs.Job) {
+			lost, err := s.CompleteMany(b.ctx, []store.Lease{store.LeaseOf(j)})
 			require.NoError(t, err)
 			require.Empty(t, lost)
 		}},
-		{name: "batched complete", want: jobs.StateSucceeded, exit: func(t *testing.T, b bundle, _ jobstore.Store, j *jobs.Job) {
-			require.NoError(t, jobstore.Batched(b.q, time.Millisecond).Complete(b.ctx, queue.LeaseOf(j)))
+		{name: "batched complete", want: jobs.StateSucceeded, exit: func(t *testing.T, b bundle, _ *store.Store, j *jobs.Job) {
+			require.NoError(t, store.Of(b.q).WithBatchedCompletion(time.Millisecond).Complete(b.ctx, store.LeaseOf(j)))
 		}},
-		{name: "fail, retried", want: jobs.StateAvailable, exit: func(t *testing.T, b bundle, s jobstore.Store, j *jobs.Job) {
-			f, err := s.Fail(b.ctx, queue.LeaseOf(j), j, boom)
+		{name: "fail, retried", want: jobs.StateAvailable, exit: func(t *testing.T, b bundle, s *store.Store, j *jobs.Job) {
+			f, err := s.Fail(b.ctx, store.LeaseOf(j), j, boom)
 			require.NoError(t, err)
 			require.Equal(t, jobs.StateAvailable, f.State)
 		}},
-		{name: "fail, dead", attempts: 1, want: jobs.StateDead, exit: func(t *testing.T, b bundle, s jobstore.Store, j *jobs.Job) {
-			f, err := s.Fail(b.ctx, queue.LeaseOf(j), j, boom)
+		{name: "fail, dead", attempts: 1, want: jobs.StateDead, exit: func(t *testing.T, b bundle, s *store.Store, j *jobs.Job) {
+			f, err := s.Fail(b.ctx, store.LeaseOf(j), j, boom)
 			require.NoError(t, err)
 			require.Equal(t, jobs.StateDead, f.State)
 		}},
-		{name: "fail, permanent", want: jobs.StateDead, exit: func(t *testing.T, b bundle, s jobstore.Store, j *jobs.Job) {
-			_, err := s.Fail(b.ctx, queue.LeaseOf(j), j, jobs.Permanent(boom))
+		{name: "fail, permanent", want: jobs.StateDead, exit: func(t *testing.T, b bundle, s *store.Store, j *jobs.Job) {
+			_, err := s.Fail(b.ctx, store.LeaseOf(j), j, jobs.Permanent(boom))
 			require.NoError(t, err)
 		}},
-		{name: "fail, cancelled instead of retried", cancelReq: true, want: jobs.StateCancelled, exit: func(t *testing.T, b bundle, s jobstore.Store, j *jobs.Job) {
-			f, err := s.Fail(b.ctx, queue.LeaseOf(j), j, boom)
+		{name: "fail, cancelled instead of retried", cancelReq: true, want: jobs.StateCancelled, exit: func(t *testing.T, b bundle, s *store.Store, j *jobs.Job) {
+			f, err := s.Fail(b.ctx, store.LeaseOf(j), j, boom)
 			require.NoError(t, err)
 			require.Equal(t, jobs.StateCancelled, f.State)
 		}},
-		{name: "cancelled", cancelReq: true, want: jobs.StateCancelled, exit: func(t *testing.T, b bundle, s jobstore.Store, j *jobs.Job) {
-			require.NoError(t, s.Cancelled(b.ctx, queue.LeaseOf(j), j, "cancel requested"))
+		{name: "cancelled", cancelReq: true, want: jobs.StateCancelled, exit: func(t *testing.T, b bundle, s *store.Store, j *jobs.Job) {
+			require.NoError(t, s.Cancelled(b.ctx, store.LeaseOf(j), j, "cancel requested"))
 		}},
-		{name: "release", want: jobs.StateAvailable, exit: func(t *testing.T, b bundle, s jobstore.Store, j *jobs.Job) {
-			require.NoError(t, s.Release(b.ctx, queue.LeaseOf(j)))
+		{name: "release", want: jobs.StateAvailable, exit: func(t *testing.T, b bundle, s *store.Store, j *jobs.Job) {
+			require.NoError(t, s.Release(b.ctx, store.LeaseOf(j)))
 		}},
-		{name: "release, cancelled instead", cancelReq: true, want: jobs.StateCancelled, exit: func(t *testing.T, b bundle, s jobstore.Store, j *jobs.Job) {
-			require.NoError(t, s.Release(b.ctx, queue.LeaseOf(j)))
+		{name: "release, cancelled instead", cancelReq: true, want: jobs.StateCancelled, exit: func(t *testing.T, b bundle, s *store.Store, j *jobs.Job) {
+			require.NoError(t, s.Release(b.ctx, store.LeaseOf(j)))
 		}},
-		{name: "release claim", want: jobs.StateAvailable, exit: func(t *testing.T, b bundle, s jobstore.Store, j *jobs.Job) {
+		{name: "release claim", want: jobs.StateAvailable, exit: func(t *testing.T, b bundle, s *store.Store, j *jobs.Job) {
 			n, err := s.ReleaseClaim(b.ctx, j.LeaseToken)
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
@@ -117,7 +117,7 @@ func TestLimitEveryExitFreesTheSlot(t *testing.T) {
 				_, err := b.q.Enqueue(b.ctx, "k", bson.M{}, queue.InsertOpts{MaxAttempts: tc.attempts})
 				require.NoError(t, err)
 			}
-			s := jobstore.Of(b.q)
+			s := store.Of(b.q)
 			p := claimAll
 			if tc.lease > 0 {
 				p.Lease = tc.lease
@@ -154,7 +154,7 @@ func TestLimitEveryExitFreesTheSlot(t *testing.T) {
 }
 
 // reapAfterLease waits out j's lease and reaps it.
-func reapAfterLease(t *testing.T, b bundle, s jobstore.Store, j *jobs.Job) {
+func reapAfterLease(t *testing.T, b bundle, s *store.Store, j *jobs.Job) {
 	t.Helper()
 	time.Sleep(time.Until(*j.LeaseExpiresAt) + 10*time.Millisecond)
 	res, err := s.Reap(b.ctx, 0, 10)
@@ -223,8 +223,8 @@ func TestLimitConcurrentClaimersNeverExceedIt(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			s := jobstore.Of(q)
-			p := queue.ClaimParams{Owner: fmt.Sprintf("w%d", w), Queues: []string{"default"}, Kinds: []string{"k", "u"}, Lease: time.Minute}
+			s := store.Of(q)
+			p := store.ClaimParams{Owner: fmt.Sprintf("w%d", w), Queues: []string{"default"}, Kinds: []string{"k", "u"}, Lease: time.Minute}
 			for ctx.Err() == nil {
 				var got []*jobs.Job
 				if w%2 == 0 {
@@ -259,11 +259,11 @@ func TestLimitConcurrentClaimersNeverExceedIt(t *testing.T) {
 					}
 					switch rand.IntN(4) {
 					case 0:
-						_, err = s.Fail(ctx, queue.LeaseOf(j), j, errors.New("flaky"))
+						_, err = s.Fail(ctx, store.LeaseOf(j), j, errors.New("flaky"))
 					case 1:
-						err = s.Release(ctx, queue.LeaseOf(j))
+						err = s.Release(ctx, store.LeaseOf(j))
 					default:
-						err = s.Complete(ctx, queue.LeaseOf(j))
+						err = s.Complete(ctx, store.LeaseOf(j))
 					}
 					if err != nil {
 						t.Errorf("end attempt of %s: %v", j.ID, err)
@@ -295,7 +295,7 @@ func TestLimitStalledAttemptReapedAndResumed(t *testing.T) {
 		_, err := b.q.Enqueue(b.ctx, "k", bson.M{}, queue.InsertOpts{Priority: 1 - prio})
 		require.NoError(t, err)
 	}
-	s := jobstore.Of(b.q)
+	s := store.Of(b.q)
 	p := claimAll
 	p.Lease = time.Second
 	stalled, err := s.Claim(b.ctx, p)
@@ -314,7 +314,7 @@ func TestLimitStalledAttemptReapedAndResumed(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, stalled.ID, owner.ID, "the stalled attempt's job, claimed again")
 
-	l := queue.LeaseOf(stalled)
+	l := store.LeaseOf(stalled)
 	_, err = s.Heartbeat(b.ctx, l, time.Minute)
 	require.ErrorIs(t, err, queue.ErrLeaseLost)
 	require.ErrorIs(t, s.Complete(b.ctx, l), queue.ErrLeaseLost)
@@ -329,10 +329,10 @@ func TestLimitStalledAttemptReapedAndResumed(t *testing.T) {
 	require.Equal(t, map[string]int{"running": 1}, slotsHeld(t, b))
 	ks, _ := runSlots(t, b, owner.ID)
 	require.Equal(t, "k/0", ks)
-	third, err := s.Claim(b.ctx, queue.ClaimParams{Owner: "w3", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute})
+	third, err := s.Claim(b.ctx, store.ClaimParams{Owner: "w3", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute})
 	require.NoError(t, err)
 	require.Nil(t, third, "still full: the stalled attempt got nothing back")
-	require.NoError(t, s.Complete(b.ctx, queue.LeaseOf(owner)))
+	require.NoError(t, s.Complete(b.ctx, store.LeaseOf(owner)))
 	require.Empty(t, slotsHeld(t, b))
 }
 
@@ -355,8 +355,8 @@ func TestLimitFullKindIsLeftOutOfTheClaim(t *testing.T) {
 	mc, cmds := testdb.Monitored(t)
 	q, err := queue.New(mc.Database(b.db.Name()), queue.Config{})
 	require.NoError(t, err)
-	s := jobstore.Of(q)
-	p := queue.ClaimParams{Owner: "w", Queues: []string{"default"}, Kinds: []string{"a", "b"}, Lease: time.Minute}
+	s := store.Of(q)
+	p := store.ClaimParams{Owner: "w", Queues: []string{"default"}, Kinds: []string{"a", "b"}, Lease: time.Minute}
 	first, err := s.Claim(b.ctx, p)
 	require.NoError(t, err)
 	require.Equal(t, "a", first.Kind, "the higher priority first")
@@ -386,7 +386,7 @@ func TestLimitFullKindIsLeftOutOfTheClaim(t *testing.T) {
 	require.Equal(t, []string{"find jobs", "find jobs", "find jobs"}, cmds()[before:],
 		"a claim of the full kind alone reads its running jobs and sends no claim")
 
-	require.NoError(t, s.Complete(b.ctx, queue.LeaseOf(first)))
+	require.NoError(t, s.Complete(b.ctx, store.LeaseOf(first)))
 	next, err := s.Claim(b.ctx, p)
 	require.NoError(t, err)
 	require.Equal(t, "a", next.Kind)
@@ -399,7 +399,7 @@ func TestLimitFullKindIsLeftOutOfTheClaim(t *testing.T) {
 func TestLimitCountsRunningJobsWithoutASlot(t *testing.T) {
 	b := setup(t)
 	enqueueN(t, b, 6)
-	s := jobstore.Of(b.q)
+	s := store.Of(b.q)
 	before, err := s.ClaimBatch(b.ctx, claimAll, 2)
 	require.NoError(t, err)
 	require.Len(t, before, 2)
@@ -407,22 +407,22 @@ func TestLimitCountsRunningJobsWithoutASlot(t *testing.T) {
 	j, err := s.Claim(b.ctx, claimAll)
 	require.NoError(t, err)
 	require.Nil(t, j)
-	require.NoError(t, s.Complete(b.ctx, queue.LeaseOf(before[0])))
+	require.NoError(t, s.Complete(b.ctx, store.LeaseOf(before[0])))
 	got, err := s.ClaimBatch(b.ctx, claimAll, 4)
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 
-	require.NoError(t, s.Complete(b.ctx, queue.LeaseOf(before[1])))
+	require.NoError(t, s.Complete(b.ctx, store.LeaseOf(before[1])))
 	got2, err := s.ClaimBatch(b.ctx, claimAll, 4)
 	require.NoError(t, err)
 	require.Len(t, got2, 1)
 	// Two hold slots; lowered to 1, none more until both end.
 	require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("k"), 1, ""))
-	require.NoError(t, s.Complete(b.ctx, queue.LeaseOf(got[0])))
+	require.NoError(t, s.Complete(b.ctx, store.LeaseOf(got[0])))
 	j, err = s.Claim(b.ctx, claimAll)
 	require.NoError(t, err)
 	require.Nil(t, j, "one still runs: the limit of 1 is full")
-	require.NoError(t, s.Complete(b.ctx, queue.LeaseOf(got2[0])))
+	require.NoError(t, s.Complete(b.ctx, store.LeaseOf(got2[0])))
 	j, err = s.Claim(b.ctx, claimAll)
 	require.NoError(t, err)
 	require.NotNil(t, j)
@@ -439,7 +439,7 @@ func TestLimitsStoredAndRead(t *testing.T) {
 	require.ErrorContains(t, b.q.SetLimit(b.ctx, "kind:", 2, ""), "empty")
 	require.ErrorContains(t, b.q.SetLimit(b.ctx, "kind:k", -1, ""), "between 0 and")
 	enqueueN(t, b, 3)
-	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 3)
+	got, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 
@@ -463,7 +463,7 @@ func TestLimitsStoredAndRead(t *testing.T) {
 	had, err = b.q.ClearLimit(b.ctx, "kind:k")
 	require.NoError(t, err)
 	require.False(t, had)
-	j, err := jobstore.Of(b.q).Claim(b.ctx, claimAll)
+	j, err := store.Of(b.q).Claim(b.ctx, claimAll)
 	require.NoError(t, err)
 	require.NotNil(t, j, "the kind is no longer limited")
 }
@@ -474,14 +474,14 @@ func TestLimitStrandedRunSlotsAreFreed(t *testing.T) {
 	b := setup(t)
 	require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("k"), 1, ""))
 	enqueueN(t, b, 2)
-	j, err := jobstore.Of(b.q).Claim(b.ctx, claimAll)
+	j, err := store.Of(b.q).Claim(b.ctx, claimAll)
 	require.NoError(t, err)
 	_, err = b.db.Collection("jobs").UpdateOne(b.ctx, bson.D{{Key: "_id", Value: j.ID}}, bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: "succeeded"}}}})
 	require.NoError(t, err)
 	n, err := b.q.FreeStrandedRunSlots(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	next, err := jobstore.Of(b.q).Claim(b.ctx, claimAll)
+	next, err := store.Of(b.q).Claim(b.ctx, claimAll)
 	require.NoError(t, err)
 	require.NotNil(t, next)
 }

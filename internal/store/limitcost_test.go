@@ -1,10 +1,10 @@
-package queue_test
+package store_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -21,14 +21,14 @@ func claimAllInBatches(t *testing.T, limit int) int {
 	mc, cmds := testdb.Monitored(t)
 	q, err := queue.New(mc.Database(b.db.Name()), queue.Config{})
 	require.NoError(t, err)
-	s := jobstore.Of(q)
+	s := store.Of(q)
 	for done := 0; done < 200; {
 		got, err := s.ClaimBatch(b.ctx, claimAll, 50)
 		require.NoError(t, err)
 		require.NotEmpty(t, got)
-		ls := make([]queue.Lease, len(got))
+		ls := make([]store.Lease, len(got))
 		for i, j := range got {
-			ls[i] = queue.LeaseOf(j)
+			ls[i] = store.LeaseOf(j)
 		}
 		lost, err := s.CompleteMany(b.ctx, ls)
 		require.NoError(t, err)

@@ -1,10 +1,10 @@
-package queue_test
+package store_test
 
 import (
 	"errors"
 	"testing"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -13,7 +13,7 @@ import (
 var errReset = errors.New("connection reset by peer")
 
 // withToken is claimAll with the lease token the caller chose.
-func withToken(token string) queue.ClaimParams {
+func withToken(token string) store.ClaimParams {
 	p := claimAll
 	p.Token = token
 	return p
@@ -39,9 +39,9 @@ func TestReleaseClaimAfterLostClaimReply(t *testing.T) {
 	b := setup(t)
 	res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{MaxAttempts: 1})
 	require.NoError(t, err)
-	lost := queue.WithLostClaimReply(b.q, 1, errReset)
+	lost := store.WithLostClaimReply(store.Of(b.q), 1, errReset)
 
-	got, err := jobstore.Of(lost).Claim(b.ctx, withToken("claim-1"))
+	got, err := store.Of(lost).Claim(b.ctx, withToken("claim-1"))
 	require.ErrorIs(t, err, errReset)
 	require.Nil(t, got)
 	j := b.get(t, res.ID)
@@ -49,11 +49,11 @@ func TestReleaseClaimAfterLostClaimReply(t *testing.T) {
 	require.Equal(t, "claim-1", j.LeaseToken, "with the token the caller chose")
 	require.Equal(t, 1, j.Attempt)
 
-	n, err := jobstore.Of(b.q).ReleaseClaim(b.ctx, "claim-1")
+	n, err := store.Of(b.q).ReleaseClaim(b.ctx, "claim-1")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	requireReleasedUncounted(t, b, res.ID)
-	n, err = jobstore.Of(b.q).ReleaseClaim(b.ctx, "claim-1")
+	n, err = store.Of(b.q).ReleaseClaim(b.ctx, "claim-1")
 	require.NoError(t, err)
 	require.Zero(t, n, "a second release finds nothing")
 
@@ -61,10 +61,10 @@ func TestReleaseClaimAfterLostClaimReply(t *testing.T) {
 	require.Equal(t, res.ID, again.ID)
 	require.Equal(t, 1, again.Attempt)
 	require.NotEqual(t, "claim-1", again.LeaseToken)
-	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(again)))
+	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(again)))
 	require.Equal(t, jobs.StateSucceeded, b.get(t, res.ID).State)
 
-	_, err = jobstore.Of(b.q).ReleaseClaim(b.ctx, "")
+	_, err = store.Of(b.q).ReleaseClaim(b.ctx, "")
 	require.ErrorContains(t, err, "empty token")
 }
 
@@ -76,9 +76,9 @@ func TestReleaseClaimLeavesOtherLeasesAlone(t *testing.T) {
 	mine := b.claim(t, withToken("claim-1"))
 	require.Equal(t, ids[0], mine.ID)
 	other := b.claim(t, claimAsW2)
-	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(mine)))
+	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(mine)))
 
-	n, err := jobstore.Of(b.q).ReleaseClaim(b.ctx, "claim-1")
+	n, err := store.Of(b.q).ReleaseClaim(b.ctx, "claim-1")
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Equal(t, jobs.StateSucceeded, b.get(t, mine.ID).State)
@@ -95,13 +95,13 @@ func TestReleaseClaimAfterFailedBatchReadBack(t *testing.T) {
 	b := setup(t)
 	ids := enqueueN(t, b, 3)
 	var taken *jobs.Job
-	c := queue.WithRaceBeforeStamp(b.q, func() { taken = b.claim(t, claimAsW2) })
-	c = queue.WithFailedReadBack(c, errReset)
+	c := store.WithRaceBeforeStamp(store.Of(b.q), func() { taken = b.claim(t, claimAsW2) })
+	c = store.WithFailedReadBack(store.Of(c), errReset)
 
-	got, err := jobstore.Of(c).ClaimBatch(b.ctx, withToken("batch-1"), 3)
+	got, err := store.Of(c).ClaimBatch(b.ctx, withToken("batch-1"), 3)
 	require.ErrorIs(t, err, errReset)
 	require.Empty(t, got)
-	n, err := jobstore.Of(b.q).ReleaseClaim(b.ctx, "batch-1")
+	n, err := store.Of(b.q).ReleaseClaim(b.ctx, "batch-1")
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	for _, id := range ids {
@@ -120,10 +120,10 @@ func TestReleaseClaimAfterFailedBatchReadBack(t *testing.T) {
 func TestReleaseClaimAfterLostBatchStampReply(t *testing.T) {
 	b := setup(t)
 	ids := enqueueN(t, b, 3)
-	got, err := jobstore.Of(queue.WithLostStampReply(b.q, errReset)).ClaimBatch(b.ctx, withToken("batch-1"), 3)
+	got, err := store.Of(store.WithLostStampReply(store.Of(b.q), errReset)).ClaimBatch(b.ctx, withToken("batch-1"), 3)
 	require.ErrorIs(t, err, errReset)
 	require.Empty(t, got)
-	n, err := jobstore.Of(b.q).ReleaseClaim(b.ctx, "batch-1")
+	n, err := store.Of(b.q).ReleaseClaim(b.ctx, "batch-1")
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	for _, id := range ids {
@@ -140,22 +140,22 @@ func TestLostFinishReplyIsNotALostLease(t *testing.T) {
 	for _, tc := range []struct {
 		op          string
 		maxAttempts int
-		write       func(c *queue.Client, b bundle, j *jobs.Job) (jobs.State, error)
+		write       func(c *store.Store, b bundle, j *jobs.Job) (jobs.State, error)
 		want        jobs.State
 	}{
-		{"complete", 0, func(c *queue.Client, b bundle, j *jobs.Job) (jobs.State, error) {
-			return jobs.StateSucceeded, jobstore.Of(c).Complete(b.ctx, queue.LeaseOf(j))
+		{"complete", 0, func(c *store.Store, b bundle, j *jobs.Job) (jobs.State, error) {
+			return jobs.StateSucceeded, store.Of(c).Complete(b.ctx, store.LeaseOf(j))
 		}, jobs.StateSucceeded},
-		{"fail", 3, func(c *queue.Client, b bundle, j *jobs.Job) (jobs.State, error) {
-			f, err := jobstore.Of(c).Fail(b.ctx, queue.LeaseOf(j), j, cause)
+		{"fail", 3, func(c *store.Store, b bundle, j *jobs.Job) (jobs.State, error) {
+			f, err := store.Of(c).Fail(b.ctx, store.LeaseOf(j), j, cause)
 			return f.State, err
 		}, jobs.StateAvailable},
-		{"fail", 1, func(c *queue.Client, b bundle, j *jobs.Job) (jobs.State, error) {
-			f, err := jobstore.Of(c).Fail(b.ctx, queue.LeaseOf(j), j, cause)
+		{"fail", 1, func(c *store.Store, b bundle, j *jobs.Job) (jobs.State, error) {
+			f, err := store.Of(c).Fail(b.ctx, store.LeaseOf(j), j, cause)
 			return f.State, err
 		}, jobs.StateDead},
-		{"cancel", 0, func(c *queue.Client, b bundle, j *jobs.Job) (jobs.State, error) {
-			return jobs.StateCancelled, jobstore.Of(c).Cancelled(b.ctx, queue.LeaseOf(j), j, "cancelled while running")
+		{"cancel", 0, func(c *store.Store, b bundle, j *jobs.Job) (jobs.State, error) {
+			return jobs.StateCancelled, store.Of(c).Cancelled(b.ctx, store.LeaseOf(j), j, "cancelled while running")
 		}, jobs.StateCancelled},
 	} {
 		t.Run(string(tc.want), func(t *testing.T) {
@@ -163,7 +163,7 @@ func TestLostFinishReplyIsNotALostLease(t *testing.T) {
 			res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{MaxAttempts: tc.maxAttempts})
 			require.NoError(t, err)
 			j := b.claim(t, claimAll)
-			lost := queue.WithLostFinishReply(b.q, tc.op, 1, errReset)
+			lost := store.WithLostFinishReply(store.Of(b.q), tc.op, 1, errReset)
 
 			_, err = tc.write(lost, b, j)
 			require.ErrorIs(t, err, errReset)
@@ -191,13 +191,13 @@ func TestLostFinishReplyStillReportsARealLoss(t *testing.T) {
 	require.NoError(t, err)
 	old := b.claim(t, claimAll)
 	cur := b.takeOver(t, old)
-	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(cur)))
+	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(cur)))
 
-	require.ErrorIs(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(old)), queue.ErrLeaseLost)
-	_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(old), old, errors.New("boom"))
+	require.ErrorIs(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(old)), queue.ErrLeaseLost)
+	_, err = store.Of(b.q).Fail(b.ctx, store.LeaseOf(old), old, errors.New("boom"))
 	require.ErrorIs(t, err, queue.ErrLeaseLost)
-	require.ErrorIs(t, jobstore.Of(b.q).Cancelled(b.ctx, queue.LeaseOf(old), old, "stop"), queue.ErrLeaseLost)
-	require.ErrorIs(t, jobstore.Of(b.q).Release(b.ctx, queue.LeaseOf(old)), queue.ErrLeaseLost)
+	require.ErrorIs(t, store.Of(b.q).Cancelled(b.ctx, store.LeaseOf(old), old, "stop"), queue.ErrLeaseLost)
+	require.ErrorIs(t, store.Of(b.q).Release(b.ctx, store.LeaseOf(old)), queue.ErrLeaseLost)
 	require.Equal(t, jobs.StateSucceeded, b.get(t, old.ID).State)
 }
 
@@ -232,9 +232,9 @@ func TestLostReleaseReplyIsNotALostLease(t *testing.T) {
 			if tc.before != nil {
 				tc.before(b, j)
 			}
-			lost := queue.WithLostFinishReply(b.q, "release", 1, errReset)
+			lost := store.WithLostFinishReply(store.Of(b.q), "release", 1, errReset)
 
-			err = jobstore.Of(lost).Release(b.ctx, queue.LeaseOf(j))
+			err = store.Of(lost).Release(b.ctx, store.LeaseOf(j))
 			require.ErrorIs(t, err, errReset)
 			require.NotErrorIs(t, err, queue.ErrLeaseLost)
 			require.NotErrorIs(t, err, queue.ErrOutcomeUnknown, "the write's own failure says nothing of the job")
@@ -242,7 +242,7 @@ func TestLostReleaseReplyIsNotALostLease(t *testing.T) {
 				tc.after(b, j)
 			}
 
-			require.NoError(t, jobstore.Of(lost).Release(b.ctx, queue.LeaseOf(j)),
+			require.NoError(t, store.Of(lost).Release(b.ctx, store.LeaseOf(j)),
 				"the retry finds the job released by this lease")
 			got := b.get(t, res.ID)
 			require.Equal(t, tc.want, got.State)

@@ -1,4 +1,4 @@
-package queue
+package store
 
 import (
 	"context"
@@ -62,8 +62,8 @@ type pauses struct {
 
 func newPauses() *pauses { return &pauses{refresh: PauseRefresh, warned: map[string]string{}} }
 
-// queuesColl is the collection of the queues' states.
-func (c *Client) queuesColl() *mongo.Collection {
+// QueuesColl is the collection of the queues' states.
+func (c *Store) QueuesColl() *mongo.Collection {
 	name := DefaultQueuesCollection
 	if c.cfg.Collection != DefaultCollection {
 		name = c.cfg.Collection + "_" + DefaultQueuesCollection
@@ -103,7 +103,7 @@ func storedQueueName(q string) error {
 // refuse (ValidQueueName) is refused. by, when set, records who
 // paused it. It reports whether the queue was running until now (false:
 // it was already paused, nothing changed).
-func (c *Client) Pause(ctx context.Context, queue, by string) (bool, error) {
+func (c *Store) Pause(ctx context.Context, queue, by string) (bool, error) {
 	if err := ValidQueueName(queue); err != nil {
 		return false, fmt.Errorf("queue: pause: %w", err)
 	}
@@ -114,7 +114,7 @@ func (c *Client) Pause(ctx context.Context, queue, by string) (bool, error) {
 	// Conditioned on not being paused, so that pausing twice keeps the
 	// first pausedAt and says nothing changed; the upsert of a queue that
 	// is already paused meets its _id: a duplicate key.
-	_, err := c.queuesColl().UpdateOne(ctx,
+	_, err := c.QueuesColl().UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: queue}, {Key: "paused", Value: bson.D{{Key: "$ne", Value: true}}}},
 		bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: bson.D{{Key: "resumedAt", Value: ""}, {Key: "resumedBy", Value: ""}}}},
 		options.UpdateOne().SetUpsert(true))
@@ -132,7 +132,7 @@ func (c *Client) Pause(ctx context.Context, queue, by string) (bool, error) {
 // reports whether the queue was paused (or its document malformed) until
 // now. Any name that can be stored is taken, so that a queue another
 // application paused under a name enqueue refuses can be resumed.
-func (c *Client) Resume(ctx context.Context, queue, by string) (bool, error) {
+func (c *Store) Resume(ctx context.Context, queue, by string) (bool, error) {
 	if err := storedQueueName(queue); err != nil {
 		return false, fmt.Errorf("queue: resume: %w", err)
 	}
@@ -140,7 +140,7 @@ func (c *Client) Resume(ctx context.Context, queue, by string) (bool, error) {
 	if by != "" {
 		set = append(set, bson.E{Key: "resumedBy", Value: by})
 	}
-	res, err := c.queuesColl().UpdateOne(ctx,
+	res, err := c.QueuesColl().UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: queue}, {Key: "paused", Value: bson.D{{Key: "$ne", Value: false}}}},
 		bson.D{{Key: "$set", Value: set}})
 	if err != nil {
@@ -153,14 +153,14 @@ func (c *Client) Resume(ctx context.Context, queue, by string) (bool, error) {
 // QueueStates returns the stored state of every queue that has one and is
 // not plainly running: the paused ones, and those whose document another
 // application wrote malformed. Queues are in name order.
-func (c *Client) QueueStates(ctx context.Context) ([]QueueState, error) {
-	return readQueues(ctx, c, bson.D{{Key: "paused", Value: bson.D{{Key: "$ne", Value: false}}}}, "paused queues", queueState)
+func (c *Store) QueueStates(ctx context.Context) ([]QueueState, error) {
+	return ReadQueues(ctx, c, bson.D{{Key: "paused", Value: bson.D{{Key: "$ne", Value: false}}}}, "paused queues", queueState)
 }
 
-// readQueues reads the queues documents matching filter, in name order,
+// ReadQueues reads the queues documents matching filter, in name order,
 // each decoded field by field with decode; what names them in errors.
-func readQueues[T any](ctx context.Context, c *Client, filter bson.D, what string, decode func(bson.Raw) T) ([]T, error) {
-	cur, err := c.queuesColl().Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+func ReadQueues[T any](ctx context.Context, c *Store, filter bson.D, what string, decode func(bson.Raw) T) ([]T, error) {
+	cur, err := c.QueuesColl().Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("queue: read %s: %w", what, err)
 	}
@@ -201,7 +201,7 @@ func queueState(d bson.Raw) QueueState {
 
 // forgetPauses makes the next claim of this client read the paused queues
 // again.
-func (c *Client) forgetPauses() {
+func (c *Store) forgetPauses() {
 	c.pauses.mu.Lock()
 	c.pauses.readAt = time.Time{}
 	c.pauses.mu.Unlock()
@@ -217,7 +217,7 @@ func (c *Client) forgetPauses() {
 // anything). When a read fails it keeps the last paused set (none before
 // the first read) and logs: the claim that follows meets the same server
 // and reports its error itself.
-func (c *Client) unpaused(ctx context.Context, qs []string) (out []string, stale bool) {
+func (c *Store) unpaused(ctx context.Context, qs []string) (out []string, stale bool) {
 	p := c.pauses
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -249,7 +249,7 @@ func (p *pauses) pausesAny(qs []string) bool {
 }
 
 // readPauses reads the paused queues into the cache. c.pauses.mu held.
-func (c *Client) readPauses(ctx context.Context) error {
+func (c *Store) readPauses(ctx context.Context) error {
 	p := c.pauses
 	t := time.Now()
 	states, err := c.QueueStates(ctx)
@@ -261,7 +261,7 @@ func (c *Client) readPauses(ctx context.Context) error {
 	p.paused = map[string]bool{}
 	for _, s := range states {
 		if s.Malformed != "" {
-			c.warnMalformed(p.warned, s.Queue, s.Malformed,
+			c.WarnMalformed(p.warned, s.Queue, s.Malformed,
 				"a queues document is malformed: the queue is NOT paused; `docketctl pause` or `resume` rewrites it")
 			continue
 		}
@@ -270,9 +270,9 @@ func (c *Client) readPauses(ctx context.Context) error {
 	return nil
 }
 
-// warnMalformed logs, once per queue and problem, that another app wrote
+// WarnMalformed logs, once per queue and problem, that another app wrote
 // the queue's document malformed; warned remembers what was logged.
-func (c *Client) warnMalformed(warned map[string]string, queue, problem, msg string) {
+func (c *Store) WarnMalformed(warned map[string]string, queue, problem, msg string) {
 	if warned[queue] != problem {
 		warned[queue] = problem
 		c.log.Warn(msg, zap.String("queue", queue), zap.String("problem", problem))
@@ -287,7 +287,7 @@ func (c *Client) warnMalformed(warned map[string]string, queue, problem, msg str
 // unpaused claims with the last known set. A failed give-back is returned:
 // the caller's claim then fails with the jobs still under its token, which
 // a worker gives back as it does after any claim error (ReleaseClaim).
-func (c store) confirmUnpaused(ctx context.Context, claimed []*jobs.Job) (bool, error) {
+func (c *Store) confirmUnpaused(ctx context.Context, claimed []*jobs.Job) (bool, error) {
 	p := c.pauses
 	p.mu.Lock()
 	err := c.readPauses(ctx)

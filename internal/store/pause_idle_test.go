@@ -1,4 +1,4 @@
-package queue_test
+package store_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -33,7 +33,7 @@ func pauseReads(t *testing.T, b bundle, refresh time.Duration) (*queue.Client, *
 	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
 	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
 	require.NoError(t, err)
-	queue.SetPauseRefresh(q, refresh)
+	store.SetPauseRefresh(store.Of(q), refresh)
 	return q, &reads
 }
 
@@ -44,10 +44,10 @@ func TestIdleClaimsReadNoPausedQueues(t *testing.T) {
 	b := setup(t)
 	q, reads := pauseReads(t, b, 20*time.Millisecond)
 	for range 10 {
-		j, err := jobstore.Of(q).Claim(b.ctx, claimAll)
+		j, err := store.Of(q).Claim(b.ctx, claimAll)
 		require.NoError(t, err)
 		require.Nil(t, j)
-		got, err := jobstore.Of(q).ClaimBatch(b.ctx, claimAll, 5)
+		got, err := store.Of(q).ClaimBatch(b.ctx, claimAll, 5)
 		require.NoError(t, err)
 		require.Empty(t, got)
 		time.Sleep(30 * time.Millisecond) // past the refresh: the cache is stale
@@ -66,7 +66,7 @@ func TestStaleClaimGivesBackAJobOfAQueuePausedSince(t *testing.T) {
 			q, reads := pauseReads(t, b, 20*time.Millisecond)
 			p := claimAll
 			p.Queues = []string{"mail", "reports"}
-			got, err := jobstore.Of(q).ClaimBatch(b.ctx, p, k) // reads the paused queues: none
+			got, err := store.Of(q).ClaimBatch(b.ctx, p, k) // reads the paused queues: none
 			require.NoError(t, err)
 			require.Empty(t, got)
 
@@ -78,7 +78,7 @@ func TestStaleClaimGivesBackAJobOfAQueuePausedSince(t *testing.T) {
 			require.NoError(t, err)
 			time.Sleep(30 * time.Millisecond) // past the refresh: the cache is stale
 
-			got, err = jobstore.Of(q).ClaimBatch(b.ctx, p, k)
+			got, err = store.Of(q).ClaimBatch(b.ctx, p, k)
 			require.NoError(t, err)
 			require.Len(t, got, 1)
 			require.Equal(t, reports.ID, got[0].ID, "the paused queue's job given back, the running queue's taken")

@@ -1,4 +1,4 @@
-package queue_test
+package store_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -19,26 +19,26 @@ type finishingWrite struct {
 	op          string     // the write's name for WithLostFinishReply
 	maxAttempts int        // more than one, so that a take-over re-queues the job
 	want        jobs.State // where the first, applied try leaves the job
-	write       func(ctx context.Context, c *queue.Client, j *jobs.Job) error
+	write       func(ctx context.Context, c *store.Store, j *jobs.Job) error
 }
 
 var finishingWrites = []finishingWrite{
-	{"complete", "complete", 3, jobs.StateSucceeded, func(ctx context.Context, c *queue.Client, j *jobs.Job) error {
-		return jobstore.Of(c).Complete(ctx, queue.LeaseOf(j))
+	{"complete", "complete", 3, jobs.StateSucceeded, func(ctx context.Context, c *store.Store, j *jobs.Job) error {
+		return store.Of(c).Complete(ctx, store.LeaseOf(j))
 	}},
-	{"fail to retry", "fail", 3, jobs.StateAvailable, func(ctx context.Context, c *queue.Client, j *jobs.Job) error {
-		_, err := jobstore.Of(c).Fail(ctx, queue.LeaseOf(j), j, errors.New("boom"))
+	{"fail to retry", "fail", 3, jobs.StateAvailable, func(ctx context.Context, c *store.Store, j *jobs.Job) error {
+		_, err := store.Of(c).Fail(ctx, store.LeaseOf(j), j, errors.New("boom"))
 		return err
 	}},
-	{"fail to dead", "fail", 3, jobs.StateDead, func(ctx context.Context, c *queue.Client, j *jobs.Job) error {
-		_, err := jobstore.Of(c).Fail(ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad args")))
+	{"fail to dead", "fail", 3, jobs.StateDead, func(ctx context.Context, c *store.Store, j *jobs.Job) error {
+		_, err := store.Of(c).Fail(ctx, store.LeaseOf(j), j, jobs.Permanent(errors.New("bad args")))
 		return err
 	}},
-	{"cancelled", "cancel", 3, jobs.StateCancelled, func(ctx context.Context, c *queue.Client, j *jobs.Job) error {
-		return jobstore.Of(c).Cancelled(ctx, queue.LeaseOf(j), j, "cancelled while running")
+	{"cancelled", "cancel", 3, jobs.StateCancelled, func(ctx context.Context, c *store.Store, j *jobs.Job) error {
+		return store.Of(c).Cancelled(ctx, store.LeaseOf(j), j, "cancelled while running")
 	}},
-	{"release", "release", 3, jobs.StateAvailable, func(ctx context.Context, c *queue.Client, j *jobs.Job) error {
-		return jobstore.Of(c).Release(ctx, queue.LeaseOf(j))
+	{"release", "release", 3, jobs.StateAvailable, func(ctx context.Context, c *store.Store, j *jobs.Job) error {
+		return store.Of(c).Release(ctx, store.LeaseOf(j))
 	}},
 }
 
@@ -65,14 +65,14 @@ func TestFailedReadBackAfterLostFinishReplyIsUnknown(t *testing.T) {
 			res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{MaxAttempts: tc.maxAttempts})
 			require.NoError(t, err)
 			j := b.claim(t, claimAll)
-			lost := queue.WithLostFinishReply(b.q, tc.op, 1, errReset)
+			lost := store.WithLostFinishReply(store.Of(b.q), tc.op, 1, errReset)
 			require.ErrorIs(t, tc.write(b.ctx, lost, j), errReset)
 			require.Equal(t, tc.want, b.get(t, res.ID).State, "the server applied the first try")
 
-			requireOutcomeUnknown(t, tc.write(b.ctx, queue.WithReadBackTimeout(b.q, 0), j))
+			requireOutcomeUnknown(t, tc.write(b.ctx, store.WithReadBackTimeout(store.Of(b.q), 0), j))
 			require.Equal(t, tc.want, b.get(t, res.ID).State, "the failed retry wrote nothing")
 
-			require.NoError(t, tc.write(b.ctx, b.q, j), "a retry that reads back finds the attempt's own outcome")
+			require.NoError(t, tc.write(b.ctx, store.Of(b.q), j), "a retry that reads back finds the attempt's own outcome")
 		})
 	}
 }
@@ -90,10 +90,10 @@ func TestFailedReadBackAfterRealLossIsUnknown(t *testing.T) {
 			old := b.claim(t, claimAll)
 			b.takeOver(t, old)
 
-			requireOutcomeUnknown(t, tc.write(b.ctx, queue.WithReadBackTimeout(b.q, 0), old))
+			requireOutcomeUnknown(t, tc.write(b.ctx, store.WithReadBackTimeout(store.Of(b.q), 0), old))
 			require.Equal(t, jobs.StateRunning, b.get(t, res.ID).State, "the new holder's attempt is untouched")
 
-			require.ErrorIs(t, tc.write(b.ctx, b.q, old), queue.ErrLeaseLost)
+			require.ErrorIs(t, tc.write(b.ctx, store.Of(b.q), old), queue.ErrLeaseLost)
 		})
 	}
 }
@@ -111,8 +111,8 @@ func TestFailedHeartbeatReadBackIsUnknown(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
-	leases := []queue.Lease{queue.LeaseOf(victim), queue.LeaseOf(kept)}
-	_, err := queue.HeartbeatManyWithStall(ctx, b.q, leases, time.Hour, func(step string) {
+	leases := []store.Lease{store.LeaseOf(victim), store.LeaseOf(kept)}
+	_, err := store.HeartbeatManyWithStall(ctx, store.Of(b.q), leases, time.Hour, func(step string) {
 		if step == "read" {
 			cancel() // the read back fails
 		}
@@ -121,8 +121,8 @@ func TestFailedHeartbeatReadBackIsUnknown(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled, "the read's own failure is kept")
 	require.NotErrorIs(t, err, queue.ErrLeaseLost)
 
-	got, err := queue.HeartbeatManyWithStall(b.ctx, b.q, leases, time.Hour, nil)
+	got, err := store.HeartbeatManyWithStall(b.ctx, store.Of(b.q), leases, time.Hour, nil)
 	require.NoError(t, err, "a retry whose read works says what happened to each lease")
-	require.ErrorIs(t, got[queue.LeaseOf(victim)].Err, queue.ErrLeaseLost)
-	require.NoError(t, got[queue.LeaseOf(kept)].Err)
+	require.ErrorIs(t, got[store.LeaseOf(victim)].Err, queue.ErrLeaseLost)
+	require.NoError(t, got[store.LeaseOf(kept)].Err)
 }

@@ -1,4 +1,4 @@
-package queue
+package store
 
 import (
 	"context"
@@ -85,7 +85,7 @@ const MaxSpare = 10 * time.Minute
 // whose owner has no entry, or
 // one that cannot be read, is reaped as before. Spared jobs do not count
 // against limit.
-func (c store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapResult, error) {
+func (c *Store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapResult, error) {
 	var res ReapResult
 	t := now()
 	// No limit on the find: spared jobs are passed over, so that they never
@@ -144,10 +144,10 @@ const spareBeatMax = time.Minute
 // on the server's clock, and not further ahead of it than WorkerClockSkew. The registry is for people and may hold anything:
 // a document that does not read as a live process is left out, and a
 // registry that cannot be read at all spares no one (logged).
-func (c *Client) liveWorkers(ctx context.Context) map[string]bool {
+func (c *Store) liveWorkers(ctx context.Context) map[string]bool {
 	t := c.ServerTime(ctx)
-	cur, err := c.workersColl().Find(ctx,
-		bson.D{{Key: "lastSeen", Value: bson.D{{Key: "$gte", Value: t.Add(-aliveFor(spareBeatMax))}}}},
+	cur, err := c.WorkersColl().Find(ctx,
+		bson.D{{Key: "lastSeen", Value: bson.D{{Key: "$gte", Value: t.Add(-AliveFor(spareBeatMax))}}}},
 		options.Find().SetProjection(bson.D{{Key: "lastSeen", Value: 1}, {Key: "beatEveryMs", Value: 1}}))
 	if err != nil {
 		c.log.Warn("reaper: cannot read the workers registry; sparing no expired job", zap.Error(err))
@@ -159,17 +159,17 @@ func (c *Client) liveWorkers(ctx context.Context) map[string]bool {
 		if !ok || id == "" {
 			return nil
 		}
-		w := workerInfo(d)
-		if w.LastSeen.IsZero() {
+		lastSeen, beatEvery := LastBeat(d)
+		if lastSeen.IsZero() {
 			return nil
 		}
 		// A beat after the hello (a negative age) is as alive as can be,
 		// within the clock skew the registry allows; one further ahead is
 		// not a beat docket wrote (see WorkerClockSkew).
-		if w.LastSeen.After(t.Add(WorkerClockSkew)) {
+		if lastSeen.After(t.Add(WorkerClockSkew)) {
 			return nil
 		}
-		if t.Sub(w.LastSeen) < aliveFor(min(w.BeatEvery, spareBeatMax)) {
+		if t.Sub(lastSeen) < AliveFor(min(beatEvery, spareBeatMax)) {
 			live[id] = true
 		}
 		return nil
@@ -202,7 +202,7 @@ func spared(raw bson.Raw, live map[string]bool, t time.Time, grace time.Duration
 }
 
 // reapOne re-queues, kills, cancels or buries the expired job raw.
-func (c *Client) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapResult, error) {
+func (c *Store) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapResult, error) {
 	// The fence is on the values as stored, whatever their type.
 	filter := bson.D{
 		{Key: "_id", Value: raw.Lookup("_id")},
@@ -275,7 +275,7 @@ func (c *Client) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapRe
 // alone: a job retried between the read and the delete (by an operator, or
 // while this process was stalled for any length of time) is left alone,
 // and so is one that finished again since.
-func (c store) Clean(ctx context.Context, s jobs.State, age time.Duration, limit int) (int, error) {
+func (c *Store) Clean(ctx context.Context, s jobs.State, age time.Duration, limit int) (int, error) {
 	t := now()
 	eligible := bson.E{Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: t.Add(-age)}}}
 	// A job whose unique key holds over a period is kept until the period

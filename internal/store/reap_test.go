@@ -1,14 +1,16 @@
-package queue_test
+package store_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
+	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 const reapGrace = 5 * time.Second
@@ -56,9 +58,9 @@ func TestReapSparesAliveButSlowOwners(t *testing.T) {
 	require.NoError(t, err)
 	b.expiredAgo(t, "of-dead", "dead", 40*time.Second, lease)
 
-	res, err := jobstore.Of(b.q).Reap(b.ctx, reapGrace, 100)
+	res, err := store.Of(b.q).Reap(b.ctx, reapGrace, 100)
 	require.NoError(t, err)
-	require.Equal(t, queue.ReapResult{Requeued: 3, Spared: 1}, res)
+	require.Equal(t, store.ReapResult{Requeued: 3, Spared: 1}, res)
 	require.Equal(t, jobs.StateRunning, b.state(t, "slow"), "spared within one more lease")
 	for _, id := range []string{"stuck", "orphan", "of-dead"} {
 		require.Equal(t, jobs.StateAvailable, b.state(t, id), id)
@@ -68,13 +70,13 @@ func TestReapSparesAliveButSlowOwners(t *testing.T) {
 	// the extra lease, it is reaped. (Moved back in time rather than
 	// waited for; the reap is fenced on the expiry it reads.)
 	b.beat(t, "alive")
-	_, err = jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": "slow"}, bson.M{"$set": bson.M{
+	_, err = store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": "slow"}, bson.M{"$set": bson.M{
 		"leaseExpiresAt": time.Now().Add(-66 * time.Second), "heartbeatAt": time.Now().Add(-126 * time.Second),
 	}})
 	require.NoError(t, err)
-	res, err = jobstore.Of(b.q).Reap(b.ctx, reapGrace, 100)
+	res, err = store.Of(b.q).Reap(b.ctx, reapGrace, 100)
 	require.NoError(t, err)
-	require.Equal(t, queue.ReapResult{Requeued: 1}, res)
+	require.Equal(t, store.ReapResult{Requeued: 1}, res)
 	require.Equal(t, jobs.StateAvailable, b.state(t, "slow"))
 }
 
@@ -89,10 +91,10 @@ func TestReapSparedJobsDoNotFillTheBatch(t *testing.T) {
 	}
 	b.expiredAgo(t, "d1", "gone", 10*time.Second, time.Minute)
 	b.expiredAgo(t, "d2", "gone", 10*time.Second, time.Minute)
-	res, err := jobstore.Of(b.q).Reap(b.ctx, reapGrace, 1)
+	res, err := store.Of(b.q).Reap(b.ctx, reapGrace, 1)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Requeued)
-	res2, err := jobstore.Of(b.q).Reap(b.ctx, reapGrace, 1)
+	res2, err := store.Of(b.q).Reap(b.ctx, reapGrace, 1)
 	require.NoError(t, err)
 	require.Equal(t, 1, res2.Requeued)
 	for _, id := range []string{"d1", "d2"} {
@@ -129,11 +131,11 @@ func TestReapReadsAMalformedRegistry(t *testing.T) {
 	b.runningByHand(t, "text-heartbeat", bson.E{Key: "owner", Value: "alive"}, bson.E{Key: "heartbeatAt", Value: "then"})
 	b.runningByHand(t, "beat-after-expiry", bson.E{Key: "owner", Value: "alive"}, bson.E{Key: "heartbeatAt", Value: now})
 
-	res, err := jobstore.Of(b.q).Reap(b.ctx, reapGrace, 100)
+	res, err := store.Of(b.q).Reap(b.ctx, reapGrace, 100)
 	require.NoError(t, err)
 	// The job with a heartbeatAt of another type does not decode: buried,
 	// as before.
-	require.Equal(t, queue.ReapResult{Requeued: 7, Buried: 1}, res)
+	require.Equal(t, store.ReapResult{Requeued: 7, Buried: 1}, res)
 }
 
 // TestReapWithNothingExpiredReadsNoRegistry: a pass that finds no expired
@@ -143,14 +145,23 @@ func TestReapWithNothingExpiredReadsNoRegistry(t *testing.T) {
 	b := setup(t)
 	b.beat(t, "alive")
 	q, cmds := monitoredQueue(t, b.db)
-	res, err := jobstore.Of(q).Reap(b.ctx, reapGrace, 100)
+	res, err := store.Of(q).Reap(b.ctx, reapGrace, 100)
 	require.NoError(t, err)
 	require.Zero(t, res.Settled()+res.Spared)
 	require.Equal(t, []string{"find " + queue.DefaultCollection}, cmds())
 
 	b.expiredAgo(t, "dead-owner", "gone", time.Minute, 30*time.Second)
-	res, err = jobstore.Of(q).Reap(b.ctx, reapGrace, 100)
+	res, err = store.Of(q).Reap(b.ctx, reapGrace, 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Requeued)
 	require.Contains(t, cmds(), "find "+queue.DefaultWorkersCollection)
+}
+
+// monitoredQueue is a Client on db whose commands cmds lists.
+func monitoredQueue(t *testing.T, db *mongo.Database) (*queue.Client, func() []string) {
+	t.Helper()
+	client, cmds := testdb.Monitored(t)
+	q, err := queue.New(client.Database(db.Name()), queue.Config{})
+	require.NoError(t, err)
+	return q, cmds
 }

@@ -1,15 +1,15 @@
-package queue_test
+package store_test
 
 import (
 	"testing"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 )
 
 // claimSpread is claimAll with its batch claims spread.
-var claimSpread = func() queue.ClaimParams { p := claimAll; p.Spread = true; return p }()
+var claimSpread = func() store.ClaimParams { p := claimAll; p.Spread = true; return p }()
 
 // TestSpreadBatchClaimStartsAtAPickedBlock: a spread batch claim reads
 // claimSpreadBlocks blocks of k and takes the block picked among them, so
@@ -18,15 +18,15 @@ func TestSpreadBatchClaimStartsAtAPickedBlock(t *testing.T) {
 	b := setup(t)
 	all := enqueueN(t, b, 14)
 	var among []int
-	q := queue.WithBlockPick(b.q, func(n int) int { among = append(among, n); return 2 })
-	got, err := jobstore.Of(q).ClaimBatch(b.ctx, claimSpread, 3)
+	q := store.WithBlockPick(store.Of(b.q), func(n int) int { among = append(among, n); return 2 })
+	got, err := store.Of(q).ClaimBatch(b.ctx, claimSpread, 3)
 	require.NoError(t, err)
 	require.Equal(t, []int{4}, among, "picked among the 4 full blocks read")
 	require.Equal(t, all[6:9], ids(got))
 	requireStored(t, b, got)
 
 	// Unspread, the same claim takes the best k.
-	got, err = jobstore.Of(q).ClaimBatch(b.ctx, claimAll, 3)
+	got, err = store.Of(q).ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)
 	require.Equal(t, all[:3], ids(got))
 	require.Len(t, among, 1, "an unspread claim picks no block")
@@ -38,21 +38,21 @@ func TestSpreadBatchClaimStartsAtAPickedBlock(t *testing.T) {
 func TestSpreadBatchClaimsOfTwoWorkersDoNotCollide(t *testing.T) {
 	b := setup(t)
 	all := enqueueN(t, b, 12)
-	var theirs []*queue.Lease
+	var theirs []*store.Lease
 	other := func() {
-		got, err := jobstore.Of(queue.WithBlockPick(b.q, func(int) int { return 0 })).ClaimBatch(b.ctx, func() queue.ClaimParams {
+		got, err := store.Of(store.WithBlockPick(store.Of(b.q), func(int) int { return 0 })).ClaimBatch(b.ctx, func() store.ClaimParams {
 			p := claimAsW2
 			p.Spread = true
 			return p
 		}(), 3)
 		require.NoError(t, err)
 		for _, j := range got {
-			l := queue.LeaseOf(j)
+			l := store.LeaseOf(j)
 			theirs = append(theirs, &l)
 		}
 	}
 	racer, reads := raceOnce(b, other)
-	got, err := jobstore.Of(queue.WithBlockPick(racer, func(int) int { return 1 })).ClaimBatch(b.ctx, claimSpread, 3)
+	got, err := store.Of(store.WithBlockPick(store.Of(racer), func(int) int { return 1 })).ClaimBatch(b.ctx, claimSpread, 3)
 	require.NoError(t, err)
 	require.Equal(t, 1, *reads)
 	require.Len(t, theirs, 3)
@@ -74,12 +74,12 @@ func TestSpreadBatchClaimNeverPassesAHigherPriority(t *testing.T) {
 		high = append(high, res.ID)
 	}
 	picked := 0
-	q := queue.WithBlockPick(b.q, func(n int) int { picked++; return n - 1 })
-	got, err := jobstore.Of(q).ClaimBatch(b.ctx, claimSpread, 3)
+	q := store.WithBlockPick(store.Of(b.q), func(n int) int { picked++; return n - 1 })
+	got, err := store.Of(q).ClaimBatch(b.ctx, claimSpread, 3)
 	require.NoError(t, err)
 	require.Zero(t, picked, "one full block of the best priority: nothing to pick among")
 	require.Equal(t, high[:3], ids(got))
-	got, err = jobstore.Of(q).ClaimBatch(b.ctx, claimSpread, 3)
+	got, err = store.Of(q).ClaimBatch(b.ctx, claimSpread, 3)
 	require.NoError(t, err)
 	require.Equal(t, high[3], got[0].ID, "the last job of priority 5 comes first")
 }

@@ -1,4 +1,4 @@
-package queue_test
+package store_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -16,7 +16,7 @@ import (
 // expire moves the lease of job id a minute into the past.
 func (b bundle) expire(t *testing.T, id string) {
 	t.Helper()
-	_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
+	_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
 	require.NoError(t, err)
 }
 
@@ -44,7 +44,7 @@ func (b bundle) runningByHand(t *testing.T, id string, extra ...bson.E) {
 			doc = append(doc, e)
 		}
 	}
-	_, err := jobstore.Of(b.q).Collection().InsertOne(b.ctx, doc)
+	_, err := store.Of(b.q).Collection().InsertOne(b.ctx, doc)
 	require.NoError(t, err)
 }
 
@@ -60,9 +60,9 @@ func TestReapBuriesUndecodableJobsAndReapsTheRest(t *testing.T) {
 	b.runningByHand(t, "bad-errors", bson.E{Key: "errors", Value: 5})
 	b.runningByHand(t, "bad-owner", bson.E{Key: "owner", Value: bson.A{1}}, bson.E{Key: "uniqueKey", Value: "u"})
 
-	r, err := jobstore.Of(b.q).Reap(b.ctx, 0, 100)
+	r, err := store.Of(b.q).Reap(b.ctx, 0, 100)
 	require.NoError(t, err)
-	require.Equal(t, queue.ReapResult{Requeued: 1, Buried: 3}, r)
+	require.Equal(t, store.ReapResult{Requeued: 1, Buried: 3}, r)
 	require.Equal(t, jobs.StateAvailable, b.get(t, res.ID).State)
 	for _, id := range []string{"bad-attempt", "bad-errors", "bad-owner"} {
 		var doc struct {
@@ -71,7 +71,7 @@ func TestReapBuriesUndecodableJobsAndReapsTheRest(t *testing.T) {
 				Message string `bson:"message"`
 			} `bson:"errors"`
 		}
-		require.NoError(t, jobstore.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": id}).Decode(&doc))
+		require.NoError(t, store.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": id}).Decode(&doc))
 		require.Equal(t, "dead", doc.State, id)
 		require.Len(t, doc.Errors, 1, id)
 		require.Contains(t, doc.Errors[0].Message, "malformed job document", id)
@@ -82,7 +82,7 @@ func TestReapBuriesUndecodableJobsAndReapsTheRest(t *testing.T) {
 	// And the good one runs again.
 	again := b.claim(t, claimAll)
 	require.Equal(t, res.ID, again.ID)
-	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(again)))
+	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(again)))
 }
 
 // TestCleanAndCountsReadEachDocumentOnItsOwn: ids and kinds of another
@@ -90,7 +90,7 @@ func TestReapBuriesUndecodableJobsAndReapsTheRest(t *testing.T) {
 func TestCleanAndCountsReadEachDocumentOnItsOwn(t *testing.T) {
 	b := setup(t)
 	old := time.Now().Add(-48 * time.Hour)
-	_, err := jobstore.Of(b.q).Collection().InsertMany(b.ctx, []any{
+	_, err := store.Of(b.q).Collection().InsertMany(b.ctx, []any{
 		bson.D{{Key: "_id", Value: 42}, {Key: "kind", Value: 5}, {Key: "state", Value: "succeeded"}, {Key: "finishedAt", Value: old}},
 		bson.D{{Key: "_id", Value: "s1"}, {Key: "kind", Value: "k"}, {Key: "state", Value: "succeeded"}, {Key: "finishedAt", Value: old}},
 		bson.D{{Key: "_id", Value: bson.NewObjectID()}, {Key: "state", Value: 7}},
@@ -105,10 +105,10 @@ func TestCleanAndCountsReadEachDocumentOnItsOwn(t *testing.T) {
 		{Kind: "", State: `{"$numberInt":"7"}`, N: 1},
 	}, counts)
 
-	n, err := jobstore.Of(b.q).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
+	n, err := store.Of(b.q).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
-	left, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{})
+	left, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, left)
 }
@@ -146,7 +146,7 @@ func TestAcknowledgedCancelSurvivesFailReapAndRelease(t *testing.T) {
 	t.Run("fail", func(t *testing.T) {
 		b := setup(t)
 		j := b.cancelWhileRunning(t)
-		f, err := jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, errors.New("boom"))
+		f, err := store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, errors.New("boom"))
 		require.NoError(t, err)
 		require.Equal(t, jobs.StateCancelled, f.State)
 		b.requireCancelled(t, j.ID, "instead of being retried")
@@ -156,15 +156,15 @@ func TestAcknowledgedCancelSurvivesFailReapAndRelease(t *testing.T) {
 		b := setup(t)
 		j := b.cancelWhileRunning(t)
 		b.expire(t, j.ID)
-		r, err := jobstore.Of(b.q).Reap(b.ctx, 0, 100)
+		r, err := store.Of(b.q).Reap(b.ctx, 0, 100)
 		require.NoError(t, err)
-		require.Equal(t, queue.ReapResult{Cancelled: 1}, r)
+		require.Equal(t, store.ReapResult{Cancelled: 1}, r)
 		b.requireCancelled(t, j.ID, "instead of being re-queued")
 	})
 	t.Run("release", func(t *testing.T) {
 		b := setup(t)
 		j := b.cancelWhileRunning(t)
-		require.NoError(t, jobstore.Of(b.q).Release(b.ctx, queue.LeaseOf(j)))
+		require.NoError(t, store.Of(b.q).Release(b.ctx, store.LeaseOf(j)))
 		b.requireCancelled(t, j.ID, "instead of being released")
 	})
 	t.Run("batch claim then fail", func(t *testing.T) {
@@ -172,16 +172,16 @@ func TestAcknowledgedCancelSurvivesFailReapAndRelease(t *testing.T) {
 		_, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{UniqueKey: "c"})
 		require.NoError(t, err)
 		enqueueN(t, b, 1)
-		got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, claimAll, 2)
+		got, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 2)
 		require.NoError(t, err)
 		require.Len(t, got, 2)
 		_, err = b.q.Cancel(b.ctx, got[0].ID)
 		require.NoError(t, err)
-		f, err := jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(got[0]), got[0], errors.New("boom"))
+		f, err := store.Of(b.q).Fail(b.ctx, store.LeaseOf(got[0]), got[0], errors.New("boom"))
 		require.NoError(t, err)
 		require.Equal(t, jobs.StateCancelled, f.State)
 		// The other job of the batch, not asked to stop, is retried.
-		f, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(got[1]), got[1], errors.New("boom"))
+		f, err = store.Of(b.q).Fail(b.ctx, store.LeaseOf(got[1]), got[1], errors.New("boom"))
 		require.NoError(t, err)
 		require.Equal(t, jobs.StateAvailable, f.State)
 		require.Equal(t, jobs.StateCancelled, b.get(t, got[0].ID).State)
@@ -191,18 +191,18 @@ func TestAcknowledgedCancelSurvivesFailReapAndRelease(t *testing.T) {
 		_, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{})
 		require.NoError(t, err)
 		j := b.claim(t, claimAll)
-		_, err = jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": j.ID}, bson.M{"$set": bson.M{"cancelRequestedAt": nil}})
+		_, err = store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": j.ID}, bson.M{"$set": bson.M{"cancelRequestedAt": nil}})
 		require.NoError(t, err)
-		require.NoError(t, jobstore.Of(b.q).Release(b.ctx, queue.LeaseOf(j)))
+		require.NoError(t, store.Of(b.q).Release(b.ctx, store.LeaseOf(j)))
 		require.Equal(t, jobs.StateAvailable, b.get(t, j.ID).State)
 	})
 	t.Run("a lost lease still writes nothing", func(t *testing.T) {
 		b := setup(t)
 		j := b.cancelWhileRunning(t)
-		stale := queue.Lease{JobID: j.ID, Token: "stale"}
-		_, err := jobstore.Of(b.q).Fail(b.ctx, stale, j, errors.New("late"))
+		stale := store.Lease{JobID: j.ID, Token: "stale"}
+		_, err := store.Of(b.q).Fail(b.ctx, stale, j, errors.New("late"))
 		require.ErrorIs(t, err, queue.ErrLeaseLost)
-		require.ErrorIs(t, jobstore.Of(b.q).Release(b.ctx, stale), queue.ErrLeaseLost)
+		require.ErrorIs(t, store.Of(b.q).Release(b.ctx, stale), queue.ErrLeaseLost)
 		require.Equal(t, jobs.StateRunning, b.get(t, j.ID).State)
 	})
 }
@@ -212,7 +212,7 @@ func TestAcknowledgedCancelSurvivesFailReapAndRelease(t *testing.T) {
 // context that never ends.
 func TestCancelOfAnUnknownStateReturns(t *testing.T) {
 	b := setup(t)
-	_, err := jobstore.Of(b.q).Collection().InsertMany(b.ctx, []any{
+	_, err := store.Of(b.q).Collection().InsertMany(b.ctx, []any{
 		bson.D{{Key: "_id", Value: "weird"}, {Key: "state", Value: "weird"}},
 		bson.D{{Key: "_id", Value: "numeric"}, {Key: "state", Value: 3}},
 		bson.D{{Key: "_id", Value: "stateless"}},

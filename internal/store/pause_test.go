@@ -1,10 +1,10 @@
-package queue_test
+package store_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -52,10 +52,10 @@ func TestPauseStopsClaims(t *testing.T) {
 		return j.Queue == "reports"
 	}, 30*time.Second, 200*time.Millisecond) // a liveness bound: the timing is checked inside
 	require.Nil(t, b.claim(t, p), "only paused jobs are left")
-	got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, p, 5)
+	got, err := store.Of(b.q).ClaimBatch(b.ctx, p, 5)
 	require.NoError(t, err)
 	require.Empty(t, got, "a batch claim skips the paused queue too")
-	n, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{"queue": "mail", "state": "available"})
+	n, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{"queue": "mail", "state": "available"})
 	require.NoError(t, err)
 	require.EqualValues(t, 10-taken, n, "a paused queue's jobs stay available")
 	require.Positive(t, n)
@@ -75,7 +75,7 @@ func TestPauseStopsClaims(t *testing.T) {
 	require.False(t, changed, "resuming twice changes nothing")
 	resumed := 0
 	require.Eventually(t, func() bool {
-		got, err := jobstore.Of(b.q).ClaimBatch(b.ctx, p, 5)
+		got, err := store.Of(b.q).ClaimBatch(b.ctx, p, 5)
 		require.NoError(t, err)
 		resumed += len(got)
 		return resumed == int(n)
@@ -106,12 +106,12 @@ func TestMalformedQueuesDocumentsDoNotStopClaims(t *testing.T) {
 	require.NoError(t, err)
 	ids := enqueueN(t, b, 3)
 	for i := range 2 {
-		j, err := jobstore.Of(q).Claim(b.ctx, claimAll)
+		j, err := store.Of(q).Claim(b.ctx, claimAll)
 		require.NoError(t, err)
 		require.NotNil(t, j, "claim %d", i)
 		require.Equal(t, ids[i], j.ID)
 	}
-	got, err := jobstore.Of(q).ClaimBatch(b.ctx, claimAll, 2)
+	got, err := store.Of(q).ClaimBatch(b.ctx, claimAll, 2)
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, 1, logs.FilterMessageSnippet("malformed").FilterField(zap.String("queue", "default")).Len(), "logged once: %v", logs.All())

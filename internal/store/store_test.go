@@ -1,4 +1,4 @@
-package queue_test
+package store_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -35,10 +35,10 @@ func setup(t *testing.T) bundle {
 	return bundle{ctx: ctx, db: db, q: q}
 }
 
-var claimAll = queue.ClaimParams{Owner: "w1", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute}
+var claimAll = store.ClaimParams{Owner: "w1", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute}
 
 // claimAsW2 is claimAll by another worker.
-var claimAsW2 = func() queue.ClaimParams { p := claimAll; p.Owner = "w2"; return p }()
+var claimAsW2 = func() store.ClaimParams { p := claimAll; p.Owner = "w2"; return p }()
 
 // enqueueN enqueues n jobs of kind k and returns their ids in order.
 func enqueueN(t *testing.T, b bundle, n int) []string {
@@ -56,9 +56,9 @@ func enqueueN(t *testing.T, b bundle, n int) []string {
 	return ids
 }
 
-func (b bundle) claim(t *testing.T, p queue.ClaimParams) *jobs.Job {
+func (b bundle) claim(t *testing.T, p store.ClaimParams) *jobs.Job {
 	t.Helper()
-	j, err := jobstore.Of(b.q).Claim(b.ctx, p)
+	j, err := store.Of(b.q).Claim(b.ctx, p)
 	require.NoError(t, err)
 	return j
 }
@@ -94,7 +94,7 @@ func TestEnqueueRejectsInvalidInput(t *testing.T) {
 			require.Contains(t, err.Error(), tc.field)
 		})
 	}
-	n, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{})
+	n, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{})
 	require.NoError(t, err)
 	require.Zero(t, n, "an invalid job in a batch must write nothing")
 }
@@ -105,7 +105,7 @@ func TestEnqueueWritesTheDocumentedSchema(t *testing.T) {
 	res, err := b.q.Enqueue(b.ctx, "k", bson.M{"n": 1}, queue.InsertOpts{})
 	require.NoError(t, err)
 	var doc bson.M
-	require.NoError(t, jobstore.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": res.ID}).Decode(&doc))
+	require.NoError(t, store.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": res.ID}).Decode(&doc))
 	require.Equal(t, "k", doc["kind"])
 	require.Equal(t, "default", doc["queue"])
 	require.Equal(t, "available", doc["state"])
@@ -151,7 +151,7 @@ func TestUniqueKeyReturnsTheHolderUntilItFinishes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, first.ID, dup.ID)
 
-	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
+	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
 	done := b.get(t, first.ID)
 	require.Empty(t, done.UniqueKey)
 	require.Equal(t, "sync:u1", done.FinishedUniqueKey)
@@ -163,10 +163,10 @@ func TestUniqueKeyReturnsTheHolderUntilItFinishes(t *testing.T) {
 
 	// A dead job frees its key too.
 	j = b.claim(t, claimAll) // the keyless job or the fresh one
-	_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
+	_, err = store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
 	require.NoError(t, err)
 	j = b.claim(t, claimAll)
-	_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
+	_, err = store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
 	require.NoError(t, err)
 	again2, err := b.q.Enqueue(b.ctx, "k", nil, opts)
 	require.NoError(t, err)
@@ -243,7 +243,7 @@ func TestNoDoubleClaim(t *testing.T) {
 			p := claimAll
 			p.Owner = fmt.Sprintf("g%d", g)
 			for {
-				j, err := jobstore.Of(b.q).Claim(b.ctx, p)
+				j, err := store.Of(b.q).Claim(b.ctx, p)
 				if err != nil {
 					errs <- err
 					return
@@ -254,7 +254,7 @@ func TestNoDoubleClaim(t *testing.T) {
 				mu.Lock()
 				claims[j.ID]++
 				mu.Unlock()
-				if err := jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)); err != nil {
+				if err := store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)); err != nil {
 					errs <- fmt.Errorf("complete %s by %s: %w", j.ID, p.Owner, err)
 					return
 				}
@@ -270,7 +270,7 @@ func TestNoDoubleClaim(t *testing.T) {
 	for id, c := range claims {
 		require.Equal(t, 1, c, "job %s claimed %d times", id, c)
 	}
-	left, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{"state": bson.M{"$ne": "succeeded"}})
+	left, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{"state": bson.M{"$ne": "succeeded"}})
 	require.NoError(t, err)
 	require.Zero(t, left)
 }
@@ -279,10 +279,10 @@ func TestNoDoubleClaim(t *testing.T) {
 // as happens when j's worker stalls past its lease.
 func (b bundle) takeOver(t *testing.T, j *jobs.Job) *jobs.Job {
 	t.Helper()
-	_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": j.ID},
+	_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": j.ID},
 		bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
 	require.NoError(t, err)
-	res, err := jobstore.Of(b.q).Reap(b.ctx, time.Second, 100)
+	res, err := store.Of(b.q).Reap(b.ctx, time.Second, 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Requeued)
 	j2 := b.claim(t, claimAsW2)
@@ -299,21 +299,21 @@ func TestLostLeaseCannotWrite(t *testing.T) {
 	old := b.claim(t, claimAll)
 	cur := b.takeOver(t, old)
 	before := b.get(t, old.ID)
-	l := queue.LeaseOf(old)
+	l := store.LeaseOf(old)
 
-	_, err = jobstore.Of(b.q).Heartbeat(b.ctx, l, time.Hour)
+	_, err = store.Of(b.q).Heartbeat(b.ctx, l, time.Hour)
 	require.ErrorIs(t, err, queue.ErrLeaseLost)
-	require.ErrorIs(t, jobstore.Of(b.q).Complete(b.ctx, l), queue.ErrLeaseLost)
-	_, err = jobstore.Of(b.q).Fail(b.ctx, l, old, errors.New("late"))
+	require.ErrorIs(t, store.Of(b.q).Complete(b.ctx, l), queue.ErrLeaseLost)
+	_, err = store.Of(b.q).Fail(b.ctx, l, old, errors.New("late"))
 	require.ErrorIs(t, err, queue.ErrLeaseLost)
-	require.ErrorIs(t, jobstore.Of(b.q).Release(b.ctx, l), queue.ErrLeaseLost)
-	require.ErrorIs(t, jobstore.Of(b.q).Cancelled(b.ctx, l, old, "late"), queue.ErrLeaseLost)
+	require.ErrorIs(t, store.Of(b.q).Release(b.ctx, l), queue.ErrLeaseLost)
+	require.ErrorIs(t, store.Of(b.q).Cancelled(b.ctx, l, old, "late"), queue.ErrLeaseLost)
 	require.Equal(t, before, b.get(t, old.ID), "the old holder changed the job")
 
 	// The new holder still can.
-	_, err = jobstore.Of(b.q).Heartbeat(b.ctx, queue.LeaseOf(cur), time.Hour)
+	_, err = store.Of(b.q).Heartbeat(b.ctx, store.LeaseOf(cur), time.Hour)
 	require.NoError(t, err)
-	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(cur)))
+	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(cur)))
 	done := b.get(t, old.ID)
 	require.Equal(t, jobs.StateSucceeded, done.State)
 	require.Equal(t, "w2", done.Owner)
@@ -329,7 +329,7 @@ func TestFailRetriesWithBackoffThenDead(t *testing.T) {
 	require.NoError(t, err)
 
 	j := b.claim(t, claimAll)
-	f, err := jobstore.Of(q).Fail(b.ctx, queue.LeaseOf(j), j, errors.New("boom 1"))
+	f, err := store.Of(q).Fail(b.ctx, store.LeaseOf(j), j, errors.New("boom 1"))
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateAvailable, f.State)
 	require.WithinDuration(t, time.Now().Add(time.Hour), f.RunAt, 16*time.Minute)
@@ -344,11 +344,11 @@ func TestFailRetriesWithBackoffThenDead(t *testing.T) {
 	require.Nil(t, b.claim(t, claimAll), "a job in backoff is not claimable")
 
 	for attempt := 2; attempt <= 3; attempt++ {
-		_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": res.ID}, bson.M{"$set": bson.M{"runAt": time.Now()}})
+		_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": res.ID}, bson.M{"$set": bson.M{"runAt": time.Now()}})
 		require.NoError(t, err)
 		j = b.claim(t, claimAll)
 		require.Equal(t, attempt, j.Attempt)
-		f, err = jobstore.Of(q).Fail(b.ctx, queue.LeaseOf(j), j, fmt.Errorf("boom %d", attempt))
+		f, err = store.Of(q).Fail(b.ctx, store.LeaseOf(j), j, fmt.Errorf("boom %d", attempt))
 		require.NoError(t, err)
 	}
 	require.Equal(t, jobs.StateDead, f.State)
@@ -364,7 +364,7 @@ func TestPermanentErrorIsDeadAtOnce(t *testing.T) {
 	res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{})
 	require.NoError(t, err)
 	j := b.claim(t, claimAll)
-	f, err := jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, fmt.Errorf("handler: %w", jobs.InvalidArgs("userA", "must not be empty")))
+	f, err := store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, fmt.Errorf("handler: %w", jobs.InvalidArgs("userA", "must not be empty")))
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateDead, f.State)
 	got := b.get(t, res.ID)
@@ -378,11 +378,11 @@ func TestErrorsKeepTheLast20(t *testing.T) {
 	res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{MaxAttempts: 30})
 	require.NoError(t, err)
 	for i := 1; i <= 23; i++ {
-		_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": res.ID}, bson.M{"$set": bson.M{"runAt": time.Now()}})
+		_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": res.ID}, bson.M{"$set": bson.M{"runAt": time.Now()}})
 		require.NoError(t, err)
 		j := b.claim(t, claimAll)
 		require.NotNil(t, j, "attempt %d", i)
-		_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, fmt.Errorf("boom %d", i))
+		_, err = store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, fmt.Errorf("boom %d", i))
 		require.NoError(t, err)
 	}
 	got := b.get(t, res.ID)
@@ -412,10 +412,10 @@ func TestCancel(t *testing.T) {
 	out, err = b.q.Cancel(b.ctx, running.ID)
 	require.NoError(t, err)
 	require.Equal(t, queue.CancelRequested, out)
-	ren, err := jobstore.Of(b.q).Heartbeat(b.ctx, queue.LeaseOf(running), time.Minute)
+	ren, err := store.Of(b.q).Heartbeat(b.ctx, store.LeaseOf(running), time.Minute)
 	require.NoError(t, err)
 	require.True(t, ren.CancelRequested)
-	require.NoError(t, jobstore.Of(b.q).Cancelled(b.ctx, queue.LeaseOf(running), running, "cancelled while running"))
+	require.NoError(t, store.Of(b.q).Cancelled(b.ctx, store.LeaseOf(running), running, "cancelled while running"))
 	got = b.get(t, running.ID)
 	require.Equal(t, jobs.StateCancelled, got.State)
 	require.Equal(t, "c", got.FinishedUniqueKey)
@@ -431,7 +431,7 @@ func TestReleaseGivesTheJobBackAtOnce(t *testing.T) {
 	res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{})
 	require.NoError(t, err)
 	j := b.claim(t, claimAll)
-	require.NoError(t, jobstore.Of(b.q).Release(b.ctx, queue.LeaseOf(j)))
+	require.NoError(t, store.Of(b.q).Release(b.ctx, store.LeaseOf(j)))
 	got := b.get(t, res.ID)
 	require.Equal(t, jobs.StateAvailable, got.State)
 	require.Equal(t, 0, got.Attempt, "a released attempt does not count")
@@ -450,18 +450,18 @@ func TestReapRequeuesOnlyExpiredLeases(t *testing.T) {
 	})
 	require.NoError(t, err)
 	expired, lastTry, live := b.claim(t, claimAll), b.claim(t, claimAll), b.claim(t, claimAll)
-	_, err = jobstore.Of(b.q).Collection().UpdateMany(b.ctx, bson.M{"_id": bson.M{"$in": bson.A{expired.ID, lastTry.ID}}},
+	_, err = store.Of(b.q).Collection().UpdateMany(b.ctx, bson.M{"_id": bson.M{"$in": bson.A{expired.ID, lastTry.ID}}},
 		bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-10 * time.Second)}})
 	require.NoError(t, err)
 
 	// Inside the grace period nothing is reaped.
-	r, err := jobstore.Of(b.q).Reap(b.ctx, time.Minute, 100)
+	r, err := store.Of(b.q).Reap(b.ctx, time.Minute, 100)
 	require.NoError(t, err)
-	require.Equal(t, queue.ReapResult{}, r)
+	require.Equal(t, store.ReapResult{}, r)
 
-	r, err = jobstore.Of(b.q).Reap(b.ctx, time.Second, 100)
+	r, err = store.Of(b.q).Reap(b.ctx, time.Second, 100)
 	require.NoError(t, err)
-	require.Equal(t, queue.ReapResult{Requeued: 1, Dead: 1}, r)
+	require.Equal(t, store.ReapResult{Requeued: 1, Dead: 1}, r)
 	got := b.get(t, res[0].ID)
 	require.Equal(t, jobs.StateAvailable, got.State)
 	require.Len(t, got.Errors, 1)
@@ -469,7 +469,7 @@ func TestReapRequeuesOnlyExpiredLeases(t *testing.T) {
 	require.Contains(t, got.Errors[0].Message, "w1")
 	require.Equal(t, jobs.StateDead, b.get(t, res[1].ID).State)
 	require.Equal(t, jobs.StateRunning, b.get(t, live.ID).State)
-	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(live)))
+	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(live)))
 }
 
 // TestConcurrentReapersReapEachJobOnce: several reapers at once must not
@@ -486,7 +486,7 @@ func TestConcurrentReapersReapEachJobOnce(t *testing.T) {
 	for range n {
 		require.NotNil(t, b.claim(t, claimAll))
 	}
-	_, err = jobstore.Of(b.q).Collection().UpdateMany(b.ctx, bson.M{}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
+	_, err = store.Of(b.q).Collection().UpdateMany(b.ctx, bson.M{}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
 	require.NoError(t, err)
 	var mu sync.Mutex
 	total := 0
@@ -495,7 +495,7 @@ func TestConcurrentReapersReapEachJobOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := jobstore.Of(b.q).Reap(b.ctx, 0, 100)
+			r, err := store.Of(b.q).Reap(b.ctx, 0, 100)
 			if !assertNoError(t, err) {
 				return
 			}
@@ -506,7 +506,7 @@ func TestConcurrentReapersReapEachJobOnce(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, n, total)
-	cur, err := jobstore.Of(b.q).Collection().Find(b.ctx, bson.M{})
+	cur, err := store.Of(b.q).Collection().Find(b.ctx, bson.M{})
 	require.NoError(t, err)
 	var all []jobs.Job
 	require.NoError(t, cur.All(b.ctx, &all))
@@ -524,13 +524,13 @@ func TestReapSkipsARenewedLease(t *testing.T) {
 	require.NoError(t, err)
 	j := b.claim(t, claimAll)
 	// The same fence the reaper uses, on a stale expiry: a renewal changed it.
-	_, err = jobstore.Of(b.q).Heartbeat(b.ctx, queue.LeaseOf(j), time.Minute)
+	_, err = store.Of(b.q).Heartbeat(b.ctx, store.LeaseOf(j), time.Minute)
 	require.NoError(t, err)
-	_, err = jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": j.ID}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
+	_, err = store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": j.ID}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
 	require.NoError(t, err)
-	_, err = jobstore.Of(b.q).Heartbeat(b.ctx, queue.LeaseOf(j), time.Minute)
+	_, err = store.Of(b.q).Heartbeat(b.ctx, store.LeaseOf(j), time.Minute)
 	require.NoError(t, err)
-	r, err := jobstore.Of(b.q).Reap(b.ctx, 0, 100)
+	r, err := store.Of(b.q).Reap(b.ctx, 0, 100)
 	require.NoError(t, err)
 	require.Zero(t, r.Requeued)
 	require.Equal(t, jobs.StateRunning, b.get(t, j.ID).State)
@@ -542,11 +542,11 @@ func TestCleanDeletesOnlyOldFinishedJobs(t *testing.T) {
 	require.NoError(t, err)
 	for range 2 {
 		j := b.claim(t, claimAll)
-		require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
+		require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
 	}
-	_, err = jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": res[0].ID}, bson.M{"$set": bson.M{"finishedAt": time.Now().Add(-48 * time.Hour)}})
+	_, err = store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": res[0].ID}, bson.M{"$set": bson.M{"finishedAt": time.Now().Add(-48 * time.Hour)}})
 	require.NoError(t, err)
-	n, err := jobstore.Of(b.q).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
+	n, err := store.Of(b.q).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	_, err = b.q.Get(b.ctx, res[0].ID)
