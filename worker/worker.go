@@ -121,8 +121,8 @@ func New(q *queue.Client, reg *jobs.Registry, cfg Config) (*Worker, error) {
 	if len(reg.Kinds()) == 0 {
 		return nil, errors.New("worker: the registry has no kinds: register a handler first")
 	}
-	st := store.Of(q)
-	if cfg.ClaimBatch > 1 {
+	st := store.Of(q) // nil for a zero Client, which only config checks use
+	if cfg.ClaimBatch > 1 && st != nil {
 		st = st.WithBatchedCompletion(store.DefaultCompleteLinger)
 	}
 	w := &Worker{

@@ -131,8 +131,8 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 	}
 }
 
-// Complete marks the job l holds succeeded. On a Client made by
-// withBatchedCompletion, the write joins concurrent completions in one
+// Complete marks the job l holds succeeded. On a Store made by
+// WithBatchedCompletion, the write joins concurrent completions in one
 // updateMany; the outcome is the same.
 func (c *Store) Complete(ctx context.Context, l Lease) error {
 	if c.completions != nil {

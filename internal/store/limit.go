@@ -49,7 +49,7 @@ import (
 // slots below N minus their number (see queueLoad.freeSlots).
 
 // DefaultLimitsCollection holds the concurrency limits, beside the default
-// jobs collection; a Client on another jobs collection C uses C_limits.
+// jobs collection; a Store on another jobs collection C uses C_limits.
 const DefaultLimitsCollection = "limits"
 
 // LimitRefresh is how long a claim trusts the limits it read: a limit set
@@ -128,7 +128,7 @@ type RunLimit struct {
 	Malformed string
 }
 
-// runLimits caches the limits for the claims of one Client and its copies.
+// runLimits caches the limits for the claims of one Store and its copies.
 type runLimits struct {
 	mu      sync.Mutex
 	readAt  time.Time

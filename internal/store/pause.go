@@ -27,7 +27,7 @@ import (
 // `docketctl pause` and `resume` rewrite such a document cleanly.
 
 // DefaultQueuesCollection is the collection holding the queues' paused
-// state, beside the default jobs collection. A Client on another jobs
+// state, beside the default jobs collection. A Store on another jobs
 // collection C uses C_queues.
 const DefaultQueuesCollection = "queues"
 
@@ -49,7 +49,7 @@ type QueueState struct {
 	Malformed string
 }
 
-// pauses caches the paused queues for the claims of one Client and its
+// pauses caches the paused queues for the claims of one Store and its
 // copies.
 type pauses struct {
 	mu      sync.Mutex
