@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/stretchr/testify/require"
@@ -96,7 +96,7 @@ func TestInsertTakesTheKindsDefaults(t *testing.T) {
 
 	_, err = c.InsertMany(ctx, []docket.InsertManyParams{{Args: GreetArgs{Name: "c"}}, {Args: nil}})
 	require.ErrorContains(t, err, "args")
-	n, err := jobstore.Of(c.Queue()).Collection().CountDocuments(ctx, map[string]any{})
+	n, err := store.Of(c.Queue()).Collection().CountDocuments(ctx, map[string]any{})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "an invalid InsertMany writes nothing")
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -46,7 +46,7 @@ func (c *Client) WaitIdle(ctx context.Context, p WaitParams) error {
 	if p.PollInterval == 0 {
 		p.PollInterval = DefaultWaitPollInterval
 	}
-	coll := jobstore.Of(c.q).Collection()
+	coll := store.Of(c.q).Collection()
 	wait := min(10*time.Millisecond, p.PollInterval)
 	for {
 		busy, err := busyJob(ctx, coll, p, time.Now())

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -110,7 +110,7 @@ func RequireNotInserted[T jobs.Args](t TB, client *docket.Client, want T) {
 func inserted[T jobs.Args](client *docket.Client, want T) ([]*jobs.Job, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cur, err := jobstore.Of(client.Queue()).Collection().Find(ctx, bson.D{{Key: "kind", Value: want.Kind()}})
+	cur, err := store.Of(client.Queue()).Collection().Find(ctx, bson.D{{Key: "kind", Value: want.Kind()}})
 	if err != nil {
 		return nil, err
 	}

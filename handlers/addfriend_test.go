@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -53,7 +53,7 @@ func newUsersEnv(t *testing.T) *usersEnv {
 	// rather than by q.EnsureIndexes, which hands the shared queue.Indexes
 	// to the driver, and the driver writes to their options: a data race
 	// between parallel tests.
-	_, err = jobstore.Of(q).Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
+	_, err = store.Of(q).Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
 		Keys:    bson.D{{Key: "uniqueKey", Value: 1}},
 		Options: options.Index().SetUnique(true).SetSparse(true),
 	})

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -72,7 +72,7 @@ func newHarnessEnv(t *testing.T) *harnessEnv {
 	// Only the unique-key index matters (the rename sweeper's sync jobs);
 	// built here rather than by q.EnsureIndexes, whose shared models the
 	// driver writes to: a race between parallel tests.
-	_, err = jobstore.Of(q).Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
+	_, err = store.Of(q).Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
 		Keys:    bson.D{{Key: "uniqueKey", Value: 1}},
 		Options: options.Index().SetUnique(true).SetSparse(true),
 	})
@@ -178,7 +178,7 @@ func (h *harnessEnv) start(t *testing.T, name string, stallAfter, killAfter int)
 	var j *jobs.Job
 	require.Eventually(t, func() bool {
 		var err error
-		j, err = jobstore.Of(h.q).Claim(h.ctx, queue.ClaimParams{
+		j, err = store.Of(h.q).Claim(h.ctx, store.ClaimParams{
 			Owner:  fmt.Sprintf("%s-%d", name, h.owners.Add(1)),
 			Queues: []string{jobs.DefaultQueue}, Kinds: h.reg.Kinds(), Lease: harnessLease,
 		})
@@ -256,17 +256,17 @@ func (h *harnessEnv) finish(t *testing.T, a *harnessAttempt, cause error) error 
 	if killed {
 		return nil
 	}
-	l := queue.LeaseOf(a.job)
+	l := store.LeaseOf(a.job)
 	var err error
 	final := true
 	switch {
 	case cause == nil:
-		err = jobstore.Of(h.q).Complete(h.ctx, l)
+		err = store.Of(h.q).Complete(h.ctx, l)
 	case errors.Is(cause, jobs.ErrCancelled):
-		err = jobstore.Of(h.q).Cancelled(h.ctx, l, a.job, cause.Error())
+		err = store.Of(h.q).Cancelled(h.ctx, l, a.job, cause.Error())
 	default:
-		var f queue.Failure
-		f, err = jobstore.Of(h.q).Fail(h.ctx, l, a.job, cause)
+		var f store.Failure
+		f, err = store.Of(h.q).Fail(h.ctx, l, a.job, cause)
 		final = f.State.Finished()
 	}
 	if err == nil && final && a.job.ID == h.subject {
@@ -280,7 +280,7 @@ func (h *harnessEnv) finish(t *testing.T, a *harnessAttempt, cause error) error 
 func (h *harnessEnv) expire(t *testing.T, a *harnessAttempt) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		_, err := jobstore.Of(h.q).Reap(h.ctx, 0, 100)
+		_, err := store.Of(h.q).Reap(h.ctx, 0, 100)
 		require.NoError(t, err)
 		j, err := h.q.Get(h.ctx, h.subject)
 		require.NoError(t, err)
@@ -293,16 +293,16 @@ func (h *harnessEnv) expire(t *testing.T, a *harnessAttempt) {
 // touching the job.
 func (h *harnessEnv) resumeStale(t *testing.T, a *harnessAttempt) {
 	t.Helper()
-	before, err := jobstore.Of(h.q).Collection().FindOne(h.ctx, bson.D{{Key: "_id", Value: h.subject}}).Raw()
+	before, err := store.Of(h.q).Collection().FindOne(h.ctx, bson.D{{Key: "_id", Value: h.subject}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) { // deleted by the world
 		err, before = nil, nil
 	}
 	require.NoError(t, err)
 	cause := a.wait(t)
 	require.ErrorIs(t, h.finish(t, a, cause), queue.ErrLeaseLost, "stale attempt %s finished the job (its handler returned %v)", a.name, cause)
-	_, err = jobstore.Of(h.q).Heartbeat(h.ctx, queue.LeaseOf(a.job), time.Minute)
+	_, err = store.Of(h.q).Heartbeat(h.ctx, store.LeaseOf(a.job), time.Minute)
 	require.ErrorIs(t, err, queue.ErrLeaseLost, "stale attempt %s renewed its lease", a.name)
-	after, err := jobstore.Of(h.q).Collection().FindOne(h.ctx, bson.D{{Key: "_id", Value: h.subject}}).Raw()
+	after, err := store.Of(h.q).Collection().FindOne(h.ctx, bson.D{{Key: "_id", Value: h.subject}}).Raw()
 	if before == nil {
 		require.ErrorIs(t, err, mongo.ErrNoDocuments, "stale attempt %s wrote the job back", a.name)
 		return
@@ -315,7 +315,7 @@ func (h *harnessEnv) resumeStale(t *testing.T, a *harnessAttempt) {
 // and records its outcome; it reports whether there was one.
 func (h *harnessEnv) runFully(t *testing.T) bool {
 	t.Helper()
-	j, err := jobstore.Of(h.q).Claim(h.ctx, queue.ClaimParams{
+	j, err := store.Of(h.q).Claim(h.ctx, store.ClaimParams{
 		Owner: fmt.Sprintf("drain-%d", h.owners.Add(1)), Queues: []string{jobs.DefaultQueue}, Kinds: h.reg.Kinds(), Lease: harnessLease,
 	})
 	require.NoError(t, err)
@@ -336,14 +336,14 @@ func (h *harnessEnv) settle(t *testing.T, c harnessCase) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		_, err := jobstore.Of(h.q).Reap(h.ctx, 0, 100)
+		_, err := store.Of(h.q).Reap(h.ctx, 0, 100)
 		require.NoError(t, err)
 		if c.recover != nil {
 			c.recover(t, h)
 		}
 		for h.runFully(t) {
 		}
-		open, err := jobstore.Of(h.q).Collection().CountDocuments(h.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}}})
+		open, err := store.Of(h.q).Collection().CountDocuments(h.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}}})
 		require.NoError(t, err)
 		if open == 0 && (c.pending == nil || !c.pending(t, h)) {
 			return
@@ -728,7 +728,7 @@ func harnessCases() []harnessCase {
 						require.NoError(t, err)
 					}
 				}
-				_, err := jobstore.Of(h.q).Collection().InsertOne(h.ctx, bson.D{
+				_, err := store.Of(h.q).Collection().InsertOne(h.ctx, bson.D{
 					{Key: "_id", Value: "f47ac10b-58cc-4372-a567-0e02b2c3d479"}, {Key: "kind", Value: handlers.RenameKind},
 					{Key: "args", Value: bson.D{{Key: "userId", Value: "u1"}, {Key: "newName", Value: "Ann"}}},
 					{Key: "state", Value: jobs.StateAvailable}, {Key: "queue", Value: jobs.DefaultQueue}, {Key: "runAt", Value: time.Now()},
@@ -996,7 +996,7 @@ func harnessSyncing(t *testing.T, h *harnessEnv) bool {
 // with the greatest (createdAt, _id) sets: the one that must win.
 func harnessLastRename(t *testing.T, h *harnessEnv, uid string) string {
 	t.Helper()
-	cur, err := jobstore.Of(h.q).Collection().Find(h.ctx, bson.D{{Key: "kind", Value: handlers.RenameKind}, {Key: "state", Value: jobs.StateSucceeded}})
+	cur, err := store.Of(h.q).Collection().Find(h.ctx, bson.D{{Key: "kind", Value: handlers.RenameKind}, {Key: "state", Value: jobs.StateSucceeded}})
 	require.NoError(t, err)
 	var all []jobs.Job
 	require.NoError(t, cur.All(h.ctx, &all))

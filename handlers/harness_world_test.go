@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -68,7 +68,7 @@ func (h *harnessEnv) runWorld(t *testing.T, w string) {
 		h.before = j
 	}
 	if w == worldMaintenance || w == worldPurge || w == worldDelete {
-		cur, err := jobstore.Of(h.q).Collection().Find(h.ctx, bson.D{})
+		cur, err := store.Of(h.q).Collection().Find(h.ctx, bson.D{})
 		require.NoError(t, err)
 		require.NoError(t, cur.All(h.ctx, &h.gone))
 	}
@@ -112,7 +112,7 @@ func (h *harnessEnv) runWorld(t *testing.T, w string) {
 func (h *harnessEnv) maintenance(t *testing.T) {
 	t.Helper()
 	{
-		_, err := jobstore.Of(h.q).Reap(h.ctx, 0, 100)
+		_, err := store.Of(h.q).Reap(h.ctx, 0, 100)
 		require.NoError(t, err)
 		_, err = h.q.FreeStrandedSlots(h.ctx)
 		require.NoError(t, err)
@@ -122,7 +122,7 @@ func (h *harnessEnv) maintenance(t *testing.T) {
 		_, err = handlers.SweepTrees(h.ctx, h.db, 1, h.log)
 		require.NoError(t, err)
 		for _, s := range []jobs.State{jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled} {
-			_, err := jobstore.Of(h.q).Clean(h.ctx, s, -time.Hour, 1000)
+			_, err := store.Of(h.q).Clean(h.ctx, s, -time.Hour, 1000)
 			require.NoError(t, err)
 		}
 	}
@@ -131,7 +131,7 @@ func (h *harnessEnv) maintenance(t *testing.T) {
 // unfinished counts the default queue's available and running jobs.
 func (h *harnessEnv) unfinished(t *testing.T) int {
 	t.Helper()
-	n, err := jobstore.Of(h.q).Collection().CountDocuments(h.ctx, bson.D{
+	n, err := store.Of(h.q).Collection().CountDocuments(h.ctx, bson.D{
 		{Key: "queue", Value: jobs.DefaultQueue}, {Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}}})
 	require.NoError(t, err)
 	return int(n)
@@ -283,7 +283,7 @@ func (h *harnessEnv) limitBeforeClaim(t *testing.T) {
 	t.Helper()
 	j, err := h.q.Get(h.ctx, h.subject)
 	require.NoError(t, err)
-	_, err = jobstore.Of(h.q).Collection().Indexes().CreateOne(h.ctx, mongo.IndexModel{
+	_, err = store.Of(h.q).Collection().Indexes().CreateOne(h.ctx, mongo.IndexModel{
 		Keys:    bson.D{{Key: "kindRunSlot", Value: 1}},
 		Options: options.Index().SetName(queue.KindRunSlotIndex).SetUnique(true).SetSparse(true),
 	})
@@ -300,7 +300,7 @@ func (h *harnessEnv) checkLimit(t *testing.T, bound int) {
 	if h.limitKind == "" {
 		return
 	}
-	cur, err := jobstore.Of(h.q).Collection().Find(h.ctx, bson.D{{Key: "$or", Value: bson.A{
+	cur, err := store.Of(h.q).Collection().Find(h.ctx, bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: "kindRunSlot", Value: bson.D{{Key: "$exists", Value: true}}}},
 		bson.D{{Key: "kind", Value: h.limitKind}, {Key: "state", Value: jobs.StateRunning}},
 	}}})
@@ -331,11 +331,11 @@ func (h *harnessEnv) checkLimit(t *testing.T, bound int) {
 // handler; the limit is 1 when it returns.
 func (h *harnessEnv) limitWorld(t *testing.T) {
 	t.Helper()
-	s := jobstore.Of(h.q)
+	s := store.Of(h.q)
 	name := queue.KindLimit(h.limitKind)
 	claim := func() *jobs.Job {
 		t.Helper()
-		j, err := s.Claim(h.ctx, queue.ClaimParams{
+		j, err := s.Claim(h.ctx, store.ClaimParams{
 			Owner: "limit-world", Queues: []string{jobs.DefaultQueue}, Kinds: []string{h.limitKind}, Lease: time.Minute,
 		})
 		require.NoError(t, err)
@@ -361,7 +361,7 @@ func (h *harnessEnv) limitWorld(t *testing.T) {
 	h.checkLimit(t, 2)
 	setLimit(1)
 	h.checkLimit(t, 2) // lowering stops none
-	require.NoError(t, s.Release(h.ctx, queue.LeaseOf(x)))
+	require.NoError(t, s.Release(h.ctx, store.LeaseOf(x)))
 	h.checkLimit(t, 1)
 	require.Nil(t, claim(), "a claim under a limit of 1 held by the stalled attempt")
 	_, err = h.q.ClearLimit(h.ctx, name)
@@ -370,6 +370,6 @@ func (h *harnessEnv) limitWorld(t *testing.T) {
 	require.NotNil(t, x, "a claim with the limit cleared")
 	h.checkLimit(t, 2)
 	setLimit(1)
-	require.NoError(t, s.Complete(h.ctx, queue.LeaseOf(x)))
+	require.NoError(t, s.Complete(h.ctx, store.LeaseOf(x)))
 	h.checkLimit(t, 1)
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -560,13 +560,13 @@ func TestLedgerCancel(t *testing.T) {
 		t.Helper()
 		h := b.handler(t, nil)
 		for {
-			j, err := jobstore.Of(b.q).Claim(b.ctx, queue.ClaimParams{Owner: "t", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.LedgerTransferKind}, Lease: time.Minute})
+			j, err := store.Of(b.q).Claim(b.ctx, store.ClaimParams{Owner: "t", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.LedgerTransferKind}, Lease: time.Minute})
 			require.NoError(t, err)
 			if j == nil {
 				return
 			}
 			require.NoError(t, h.Work(b.ctx, j))
-			require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
+			require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
 		}
 	}
 	opening := map[string]int64{"alice": 1_000, "bob": 0, "carol": 0}

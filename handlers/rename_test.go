@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -187,7 +187,7 @@ func sweepOnce(t *testing.T, e *usersEnv, due bool) {
 	require.NoError(t, err)
 	require.Equal(t, handlers.RenameArgs{UserID: "u1", Sync: true}, args)
 	require.NoError(t, e.run(e.ctx, t, j))
-	require.NoError(t, jobstore.Of(e.q).Complete(e.ctx, queue.LeaseOf(j)))
+	require.NoError(t, store.Of(e.q).Complete(e.ctx, store.LeaseOf(j)))
 	require.Nil(t, claimUserJob(t, e), "more than one job was enqueued")
 
 	n, err = sw.RunOnce(e.ctx)
@@ -198,7 +198,7 @@ func sweepOnce(t *testing.T, e *usersEnv, due bool) {
 // claimUserJob claims the next rename-user job, or returns nil.
 func claimUserJob(t *testing.T, e *usersEnv) *jobs.Job {
 	t.Helper()
-	j, err := jobstore.Of(e.q).Claim(e.ctx, queue.ClaimParams{
+	j, err := store.Of(e.q).Claim(e.ctx, store.ClaimParams{
 		Owner: "test", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.RenameKind}, Lease: time.Minute,
 	})
 	require.NoError(t, err)
@@ -427,7 +427,7 @@ func TestConcurrentUsersLoad(t *testing.T) {
 		require.NoError(t, err)
 		for j := claimUserJob(t, e); j != nil; j = claimUserJob(t, e) {
 			require.NoError(t, e.run(e.ctx, t, j))
-			require.NoError(t, jobstore.Of(e.q).Complete(e.ctx, queue.LeaseOf(j)))
+			require.NoError(t, store.Of(e.q).Complete(e.ctx, store.LeaseOf(j)))
 		}
 		n, err := e.users.CountDocuments(e.ctx, bson.D{{Key: "syncing", Value: bson.D{{Key: "$exists", Value: true}}}})
 		require.NoError(t, err)
@@ -567,7 +567,7 @@ func TestRenameCreatedAtMissingOrAhead(t *testing.T) {
 			if tc.createdAt != nil {
 				doc = append(doc, bson.E{Key: "createdAt", Value: tc.createdAt})
 			}
-			_, err := jobstore.Of(e.q).Collection().InsertOne(e.ctx, doc)
+			_, err := store.Of(e.q).Collection().InsertOne(e.ctx, doc)
 			require.NoError(t, err)
 
 			foreign := claimUserJob(t, e)
@@ -604,7 +604,7 @@ func TestRenameCreatedAtMissingOrAhead(t *testing.T) {
 			// Deleted once finished (retention, a purge, an operator): a
 			// stale first attempt that stalled before its stamp cannot
 			// order itself, and renames nothing (issue 20's harness).
-			_, err = jobstore.Of(e.q).Collection().DeleteOne(e.ctx, bson.D{{Key: "_id", Value: foreign.ID}})
+			_, err = store.Of(e.q).Collection().DeleteOne(e.ctx, bson.D{{Key: "_id", Value: foreign.ID}})
 			require.NoError(t, err)
 			ctx, steps = recordUserSteps(e.ctx)
 			require.ErrorIs(t, e.run(ctx, t, foreign), queue.ErrLeaseLost)

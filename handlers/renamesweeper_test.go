@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -76,7 +76,7 @@ func newRenameSweepEnv(t *testing.T) *renameSweepEnv {
 	// by q.EnsureIndexes, which hands the shared queue.Indexes to the
 	// driver, and the driver writes to their options: a data race between
 	// parallel tests.
-	_, err = jobstore.Of(q).Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
+	_, err = store.Of(q).Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
 		Keys:    bson.D{{Key: "uniqueKey", Value: 1}},
 		Options: options.Index().SetUnique(true).SetSparse(true),
 	})
@@ -140,7 +140,7 @@ func (e *renameSweepEnv) requireUser(t *testing.T, id, name string, syncing bool
 
 func (e *renameSweepEnv) allJobs(t *testing.T) []jobs.Job {
 	t.Helper()
-	cur, err := jobstore.Of(e.q).Collection().Find(e.ctx, bson.D{})
+	cur, err := store.Of(e.q).Collection().Find(e.ctx, bson.D{})
 	require.NoError(t, err)
 	var all []jobs.Job
 	require.NoError(t, cur.All(e.ctx, &all))
@@ -152,7 +152,7 @@ func (e *renameSweepEnv) runAll(t *testing.T) int {
 	t.Helper()
 	n := 0
 	for {
-		j, err := jobstore.Of(e.q).Claim(e.ctx, queue.ClaimParams{
+		j, err := store.Of(e.q).Claim(e.ctx, store.ClaimParams{
 			Owner: "test", Queues: []string{jobs.DefaultQueue}, Kinds: e.reg.Kinds(), Lease: time.Minute,
 		})
 		require.NoError(t, err)
@@ -162,7 +162,7 @@ func (e *renameSweepEnv) runAll(t *testing.T) int {
 		h, _, ok := e.reg.Lookup(j.Kind)
 		require.True(t, ok)
 		require.NoError(t, h.Work(e.ctx, j))
-		require.NoError(t, jobstore.Of(e.q).Complete(e.ctx, queue.LeaseOf(j)))
+		require.NoError(t, store.Of(e.q).Complete(e.ctx, store.LeaseOf(j)))
 		n++
 	}
 }

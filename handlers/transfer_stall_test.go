@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -57,7 +57,7 @@ func (b *transferBundle) start(t *testing.T, h jobs.Handler, ctl *attemptCtl) *r
 	var j *jobs.Job
 	require.Eventually(t, func() bool {
 		var err error
-		j, err = jobstore.Of(b.q).Claim(b.ctx, queue.ClaimParams{
+		j, err = store.Of(b.q).Claim(b.ctx, store.ClaimParams{
 			Owner: "stall", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.TransferKind}, Lease: time.Millisecond,
 		})
 		require.NoError(t, err)
@@ -97,7 +97,7 @@ func (a *runningAttempt) wait(t *testing.T) error {
 func (b *transferBundle) reapAll(t *testing.T) {
 	t.Helper()
 	time.Sleep(2 * time.Millisecond) // the 1 ms leases are over
-	_, err := jobstore.Of(b.q).Reap(b.ctx, 0, 100)
+	_, err := store.Of(b.q).Reap(b.ctx, 0, 100)
 	require.NoError(t, err)
 }
 
@@ -107,9 +107,9 @@ func (b *transferBundle) finishAttempt(t *testing.T, a *runningAttempt, herr err
 	t.Helper()
 	var err error
 	if herr == nil {
-		err = jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(a.job))
+		err = store.Of(b.q).Complete(b.ctx, store.LeaseOf(a.job))
 	} else {
-		_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(a.job), a.job, herr)
+		_, err = store.Of(b.q).Fail(b.ctx, store.LeaseOf(a.job), a.job, herr)
 	}
 	if err != nil {
 		require.ErrorIs(t, err, queue.ErrLeaseLost)

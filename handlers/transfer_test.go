@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -139,7 +139,7 @@ func (b *transferBundle) claim(t *testing.T) *jobs.Job {
 	var j *jobs.Job
 	require.Eventually(t, func() bool {
 		var err error
-		j, err = jobstore.Of(b.q).Claim(b.ctx, queue.ClaimParams{
+		j, err = store.Of(b.q).Claim(b.ctx, store.ClaimParams{
 			Owner: "test", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.TransferKind}, Lease: time.Minute,
 		})
 		require.NoError(t, err)
@@ -152,10 +152,10 @@ func (b *transferBundle) claim(t *testing.T) *jobs.Job {
 func (b *transferBundle) finish(t *testing.T, j *jobs.Job, err error) {
 	t.Helper()
 	if err == nil {
-		require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
+		require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
 		return
 	}
-	_, ferr := jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, err)
+	_, ferr := store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, err)
 	require.NoError(t, ferr)
 }
 
@@ -469,7 +469,7 @@ func TestEnqueueTransferRejects(t *testing.T) {
 			n, err := b.txs.CountDocuments(b.ctx, bson.D{})
 			require.NoError(t, err)
 			require.Zero(t, n, "no transaction is written")
-			n, err = jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{})
+			n, err = store.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{})
 			require.NoError(t, err)
 			require.Zero(t, n, "no job is enqueued")
 		})
@@ -551,7 +551,7 @@ func TestTransferReverse(t *testing.T) {
 	n, err := b.txs.CountDocuments(b.ctx, bson.D{{Key: "reverses", Value: txID}})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
-	n, err = jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{})
+	n, err = store.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "one job for the transfer, one for its reversal")
 	checkMoneyInvariants(t, b.db, opening)
@@ -657,7 +657,7 @@ func (b *transferBundle) claimID(t *testing.T, id string) *jobs.Job {
 	var others []*jobs.Job
 	defer func() {
 		for _, o := range others {
-			require.NoError(t, jobstore.Of(b.q).Release(b.ctx, queue.LeaseOf(o)))
+			require.NoError(t, store.Of(b.q).Release(b.ctx, store.LeaseOf(o)))
 		}
 	}()
 	for {
@@ -707,7 +707,7 @@ func TestTransferLoad(t *testing.T) {
 		return nil
 	})
 	claim := func(ctx context.Context, lease time.Duration) (*jobs.Job, error) {
-		return jobstore.Of(b.q).Claim(ctx, queue.ClaimParams{
+		return store.Of(b.q).Claim(ctx, store.ClaimParams{
 			Owner: "load", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.TransferKind}, Lease: lease,
 		})
 	}
@@ -782,7 +782,7 @@ func TestTransferLoad(t *testing.T) {
 				werr := h.Work(ctx, j)
 				switch {
 				case werr == nil:
-					err = jobstore.Of(b.q).Complete(ctx, queue.LeaseOf(j))
+					err = store.Of(b.q).Complete(ctx, store.LeaseOf(j))
 				case !errors.Is(werr, errTransferCrash) && !errors.Is(werr, handlers.ErrTransferOwned):
 					fail(fmt.Errorf("job %s: %w", j.ID, werr))
 					return
@@ -790,11 +790,11 @@ func TestTransferLoad(t *testing.T) {
 					switch rng.IntN(4) {
 					case 0: // the job is dead; the recovery pass must notice
 						dead.Add(1)
-						_, err = jobstore.Of(b.q).Fail(ctx, queue.LeaseOf(j), j, jobs.Permanent(werr))
+						_, err = store.Of(b.q).Fail(ctx, store.LeaseOf(j), j, jobs.Permanent(werr))
 					case 1: // the worker vanished; the reaper must notice
 						abandoned.Add(1)
 					default: // the worker records the failure; the job retries
-						_, err = jobstore.Of(b.q).Fail(ctx, queue.LeaseOf(j), j, werr)
+						_, err = store.Of(b.q).Fail(ctx, store.LeaseOf(j), j, werr)
 					}
 				}
 				if err != nil {
@@ -822,7 +822,7 @@ func TestTransferLoad(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for unfinished() > 0 {
 		require.True(t, time.Now().Before(deadline), "%d transfers left unfinished", unfinished())
-		_, err := jobstore.Of(b.q).Reap(b.ctx, 0, 1_000)
+		_, err := store.Of(b.q).Reap(b.ctx, 0, 1_000)
 		require.NoError(t, err)
 		_, err = rec.RunOnce(b.ctx)
 		require.NoError(t, err)
@@ -841,7 +841,7 @@ func TestTransferLoad(t *testing.T) {
 						fail(fmt.Errorf("job %s: %w", j.ID, err))
 						return
 					}
-					if err := jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)); err != nil {
+					if err := store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)); err != nil {
 						fail(fmt.Errorf("job %s: %w", j.ID, err))
 						return
 					}
@@ -871,7 +871,7 @@ func TestTransferLoad(t *testing.T) {
 	t.Logf("transactions by state: %+v", states)
 
 	// No transfer job is left to run.
-	n, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}}})
+	n, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}}})
 	require.NoError(t, err)
 	require.Zero(t, n)
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -100,7 +100,7 @@ func (b *recoveryBundle) insert(t *testing.T, coll string, docs ...bson.D) {
 
 func (b *recoveryBundle) claim(t *testing.T) *jobs.Job {
 	t.Helper()
-	j, err := jobstore.Of(b.q).Claim(b.ctx, queue.ClaimParams{
+	j, err := store.Of(b.q).Claim(b.ctx, store.ClaimParams{
 		Owner: "test", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.TransferKind}, Lease: time.Minute,
 	})
 	require.NoError(t, err)
@@ -113,7 +113,7 @@ func (b *recoveryBundle) runAll(t *testing.T) int {
 	n := 0
 	for j := b.claim(t); j != nil; j = b.claim(t) {
 		require.NoError(t, b.h.Work(b.ctx, j), "job %s", j.ID)
-		require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
+		require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
 		n++
 	}
 	return n
@@ -121,7 +121,7 @@ func (b *recoveryBundle) runAll(t *testing.T) int {
 
 func (b *recoveryBundle) jobCount(t *testing.T, filter bson.D) int64 {
 	t.Helper()
-	n, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, filter)
+	n, err := store.Of(b.q).Collection().CountDocuments(b.ctx, filter)
 	require.NoError(t, err)
 	return n
 }
@@ -164,7 +164,7 @@ func TestTransferRecoveryFinishesStalled(t *testing.T) {
 	require.NoError(t, err)
 	deadJob := b.claim(t)
 	require.Equal(t, res.ID, deadJob.ID)
-	_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(deadJob), deadJob, jobs.Permanent(context.DeadlineExceeded))
+	_, err = store.Of(b.q).Fail(b.ctx, store.LeaseOf(deadJob), deadJob, jobs.Permanent(context.DeadlineExceeded))
 	require.NoError(t, err)
 
 	// alice opened with 1000 and bob with 0; t2, t3 and t4 are partly
@@ -243,7 +243,7 @@ func TestTransferRecoveryLeavesLiveJobs(t *testing.T) {
 	check(jobs.StateAvailable)
 	j := b.claim(t)
 	check(jobs.StateRunning)
-	_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, context.DeadlineExceeded)
+	_, err = store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, context.DeadlineExceeded)
 	require.NoError(t, err)
 	check(jobs.StateAvailable)
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -135,7 +136,7 @@ func (c *Client) CancelJobID(ctx context.Context, jobID JobID) (CancelOutcome, e
 		t := now()
 		res, err := c.coll.UpdateOne(ctx,
 			bson.D{{Key: "_id", Value: key}, {Key: "state", Value: jobs.StateAvailable}},
-			finish(jobs.StateCancelled, t))
+			store.Finish(jobs.StateCancelled, t))
 		if err != nil {
 			return 0, fmt.Errorf("queue: cancel job %s: %w", id, err)
 		}

@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -89,7 +88,7 @@ const CapacityIndex = "capacitySlot"
 
 // capacitySlotField is the job field holding its slot of the queue's
 // capacity; only admitted, unfinished jobs of a bounded queue have it.
-const capacitySlotField = "capacitySlot"
+const capacitySlotField = store.CapacitySlotField
 
 // MaxCapacity bounds a queue's capacity: admission reads the occupied
 // slots, so a capacity costs a read of up to that many short documents.
@@ -104,10 +103,6 @@ type slotted struct {
 	jobs.Job     `bson:",inline"`
 	CapacitySlot string `bson:"capacitySlot"`
 }
-
-// slotKey is the value of capacitySlot for slot k of queue q. Queue names
-// may hold '/': the slot number is after the last one, and has none.
-func slotKey(q string, k int) string { return q + "/" + strconv.Itoa(k) }
 
 // capacities caches the queues' capacities for the enqueues of one Client
 // and its copies.
@@ -157,7 +152,7 @@ func (c *Client) SetCapacity(ctx context.Context, queue string, n int, by string
 	}
 	// A new document gets paused: false, so it reads as a running queue
 	// to the pause code (a document without paused is malformed there).
-	_, err := c.queuesColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: queue}},
+	_, err := c.st.QueuesColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: queue}},
 		bson.D{{Key: "$set", Value: set}, {Key: "$setOnInsert", Value: bson.D{{Key: "paused", Value: false}}}},
 		options.UpdateOne().SetUpsert(true))
 	if err != nil {
@@ -174,7 +169,7 @@ func (c *Client) ClearCapacity(ctx context.Context, queue, by string) (bool, err
 		return false, fmt.Errorf("queue: clear capacity: %w", err)
 	}
 	update := bson.D{{Key: "$unset", Value: bson.D{{Key: "capacity", Value: ""}, {Key: "capacitySetAt", Value: ""}, {Key: "capacitySetBy", Value: ""}}}}
-	res, err := c.queuesColl().UpdateOne(ctx,
+	res, err := c.st.QueuesColl().UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: queue}, {Key: "capacity", Value: bson.D{{Key: "$exists", Value: true}}}}, update)
 	if err != nil {
 		return false, fmt.Errorf("queue: clear capacity of %s: %w", queue, err)
@@ -227,23 +222,7 @@ func (l queueLoad) count() int { return len(l.slots) + l.unslotted }
 // overflow, the unfinished jobs holding no slot below capacity (see the
 // comment at the top of this file).
 func (l queueLoad) freeSlots(capacity int) []int {
-	if l.count() >= capacity {
-		return nil
-	}
-	overflow := l.unslotted
-	for k := range l.slots {
-		if k >= capacity {
-			overflow++
-		}
-	}
-	free := make([]int, 0, capacity-l.count())
-	for k := range capacity - overflow {
-		if !l.slots[k] {
-			free = append(free, k)
-		}
-	}
-	rand.Shuffle(len(free), func(a, b int) { free[a], free[b] = free[b], free[a] })
-	return free
+	return store.FreeSlots(l.slots, l.unslotted, capacity)
 }
 
 // readLoad reads queue's load: first how many of its unfinished jobs hold
@@ -268,7 +247,7 @@ func (c *Client) readLoad(ctx context.Context, queue string) (queueLoad, error) 
 
 // readCapacities reads the capacities stored, in queue name order.
 func (c *Client) readCapacities(ctx context.Context) ([]QueueCapacity, error) {
-	return readQueues(ctx, c, bson.D{{Key: "capacity", Value: bson.D{{Key: "$exists", Value: true}}}}, "capacities", queueCapacity)
+	return store.ReadQueues(ctx, c.st, bson.D{{Key: "capacity", Value: bson.D{{Key: "$exists", Value: true}}}}, "capacities", queueCapacity)
 }
 
 // queueCapacity reads one queues document's capacity field by field.
@@ -279,7 +258,7 @@ func queueCapacity(d bson.Raw) QueueCapacity {
 		return QueueCapacity{Queue: id.String(), Malformed: fmt.Sprintf("_id is a %s, not a queue name", id.Type)}
 	}
 	qc := QueueCapacity{Queue: name}
-	if qc.Capacity, qc.Malformed = storedCount(d, "capacity", MaxCapacity); qc.Malformed != "" {
+	if qc.Capacity, qc.Malformed = store.StoredCount(d, "capacity", MaxCapacity); qc.Malformed != "" {
 		return qc
 	}
 	if t, ok := d.Lookup("capacitySetAt").TimeOK(); ok {
@@ -319,7 +298,7 @@ func (c *Client) capacityOf(ctx context.Context) (map[string]int, error) {
 		p.limits = map[string]int{}
 		for _, qc := range caps {
 			if qc.Malformed != "" {
-				c.warnMalformed(p.warned, qc.Queue, qc.Malformed,
+				c.st.WarnMalformed(p.warned, qc.Queue, qc.Malformed,
 					"a queues document has a malformed capacity: the queue is NOT bounded; `docketctl capacity` rewrites it")
 				continue
 			}
@@ -385,7 +364,7 @@ func (c *Client) admit(ctx context.Context, j *jobs.Job, capacity int, own bool)
 			return c.refuse(ctx, j, capacity, own)
 		}
 		for _, k := range free {
-			r, taken, err := c.insertSlotted(ctx, j, slotKey(j.Queue, k))
+			r, taken, err := c.insertSlotted(ctx, j, store.SlotKey(j.Queue, k))
 			if taken {
 				continue
 			}
@@ -534,7 +513,7 @@ func (c *Client) readmit(ctx context.Context, filter, update bson.D, queue strin
 			return &QueueFullError{Queue: queue, Capacity: capacity}
 		}
 		for _, k := range free {
-			slot := slotKey(queue, k)
+			slot := store.SlotKey(queue, k)
 			u := append(bson.D{}, update...)
 			u = append(u, bson.E{Key: "$set", Value: bson.D{{Key: capacitySlotField, Value: slot}}})
 			u = mergeSets(u)
@@ -589,29 +568,4 @@ func mergeSets(update bson.D) bson.D {
 		out[at].Value = append(out[at].Value.(bson.D), e.Value.(bson.D)...)
 	}
 	return out
-}
-
-// storedCount reads the whole number in field of a settings document that
-// an operator or another application may have written by hand: an int, or
-// a double that is one, from 0 to max. malformed says what is wrong
-// otherwise.
-func storedCount(d bson.Raw, field string, max int) (n int, malformed string) {
-	v := d.Lookup(field)
-	var i int64
-	switch v.Type {
-	case bson.TypeInt32, bson.TypeInt64:
-		i, _ = v.AsInt64OK()
-	case bson.TypeDouble:
-		f := v.Double()
-		if f != math.Trunc(f) || math.IsInf(f, 0) {
-			return 0, fmt.Sprintf("%s is %v, not an integer", field, f)
-		}
-		i = int64(f)
-	default:
-		return 0, fmt.Sprintf("%s is %s %s, not an integer", field, v.Type, v)
-	}
-	if i < 0 || i > int64(max) {
-		return 0, fmt.Sprintf("%s %d is not between 0 and %d", field, i, max)
-	}
-	return int(i), ""
 }

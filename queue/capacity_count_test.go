@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -16,7 +16,7 @@ import (
 // unfinished counts the jobs of queue "q" that are available or running.
 func (b bundle) unfinished(t *testing.T) int {
 	t.Helper()
-	n, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{"queue": "q", "state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}})
+	n, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{"queue": "q", "state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}})
 	require.NoError(t, err)
 	return int(n)
 }
@@ -88,7 +88,7 @@ func TestCapacityCountsJobsEnqueuedWithoutIt(t *testing.T) {
 	require.Equal(t, 5, b.unfinished(t))
 
 	// Another app's job with a null slot counts too.
-	_, err = jobstore.Of(b.q).Collection().InsertOne(b.ctx, bson.M{"_id": "raw", "kind": "k", "queue": "q", "state": "available", "capacitySlot": nil})
+	_, err = store.Of(b.q).Collection().InsertOne(b.ctx, bson.M{"_id": "raw", "kind": "k", "queue": "q", "state": "available", "capacitySlot": nil})
 	require.NoError(t, err)
 	require.Equal(t, 6, b.occupied(t))
 	b.requireReported(t)
@@ -123,7 +123,7 @@ func TestCapacityRacingAdmissionsCountWhatHoldsNoSlot(t *testing.T) {
 				var holder struct {
 					ID string `bson:"_id"`
 				}
-				require.NoError(t, jobstore.Of(b.q).Collection().FindOne(b.ctx, bson.M{"capacitySlot": "q/" + string(rune('0'+k))}).Decode(&holder))
+				require.NoError(t, store.Of(b.q).Collection().FindOne(b.ctx, bson.M{"capacitySlot": "q/" + string(rune('0'+k))}).Decode(&holder))
 				_, err := b.q.Cancel(b.ctx, holder.ID)
 				require.NoError(t, err)
 			}

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -89,7 +89,7 @@ func TestCapacityRefusesPastIt(t *testing.T) {
 	require.ErrorIs(t, res[3].Err, queue.ErrQueueFull)
 	require.ErrorIs(t, res[3].Err, queue.ErrNotInserted)
 	require.Contains(t, err.Error(), "1 refused (queue full)")
-	n, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{"_id": res[3].ID})
+	n, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{"_id": res[3].ID})
 	require.NoError(t, err)
 	require.Zero(t, n, "a refused job is not in the collection")
 
@@ -165,10 +165,10 @@ func TestCapacityExactUnderConcurrency(t *testing.T) {
 	wg.Wait()
 	require.EqualValues(t, 7, admitted.Load())
 	require.EqualValues(t, 320-7, refused.Load())
-	n, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{"queue": "q"})
+	n, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.M{"queue": "q"})
 	require.NoError(t, err)
 	require.EqualValues(t, 7, n)
-	slots, err := jobstore.Of(b.q).Collection().Distinct(b.ctx, "capacitySlot", bson.M{"queue": "q"}).Raw()
+	slots, err := store.Of(b.q).Collection().Distinct(b.ctx, "capacitySlot", bson.M{"queue": "q"}).Raw()
 	require.NoError(t, err)
 	vals, err := slots.Values()
 	require.NoError(t, err)
@@ -188,28 +188,28 @@ func TestCapacityFreedByEachFinish(t *testing.T) {
 		frees bool
 	}{
 		{"complete", queue.InsertOpts{}, func(t *testing.T, b bundle, _ string) {
-			require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(b.claim(t, claimQ))))
+			require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(b.claim(t, claimQ))))
 		}, true},
 		{"complete many", queue.InsertOpts{}, func(t *testing.T, b bundle, _ string) {
-			lost, err := jobstore.Of(b.q).CompleteMany(b.ctx, []queue.Lease{queue.LeaseOf(b.claim(t, claimQ))})
+			lost, err := store.Of(b.q).CompleteMany(b.ctx, []store.Lease{store.LeaseOf(b.claim(t, claimQ))})
 			require.NoError(t, err)
 			require.Empty(t, lost)
 		}, true},
 		{"fail permanently", queue.InsertOpts{}, func(t *testing.T, b bundle, _ string) {
 			j := b.claim(t, claimQ)
-			f, err := jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
+			f, err := store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
 			require.NoError(t, err)
 			require.Equal(t, jobs.StateDead, f.State)
 		}, true},
 		{"fail with attempts left (retried: keeps it)", queue.InsertOpts{}, func(t *testing.T, b bundle, _ string) {
 			j := b.claim(t, claimQ)
-			f, err := jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, errors.New("again"))
+			f, err := store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, errors.New("again"))
 			require.NoError(t, err)
 			require.Equal(t, jobs.StateAvailable, f.State)
 		}, false},
 		{"cancelled by its worker", queue.InsertOpts{}, func(t *testing.T, b bundle, _ string) {
 			j := b.claim(t, claimQ)
-			require.NoError(t, jobstore.Of(b.q).Cancelled(b.ctx, queue.LeaseOf(j), j, "stop"))
+			require.NoError(t, store.Of(b.q).Cancelled(b.ctx, store.LeaseOf(j), j, "stop"))
 		}, true},
 		{"cancel of an available job", queue.InsertOpts{}, func(t *testing.T, b bundle, id string) {
 			out, err := b.q.Cancel(b.ctx, id)
@@ -221,15 +221,15 @@ func TestCapacityFreedByEachFinish(t *testing.T) {
 			out, err := b.q.Cancel(b.ctx, id)
 			require.NoError(t, err)
 			require.Equal(t, queue.CancelRequested, out)
-			require.NoError(t, jobstore.Of(b.q).Release(b.ctx, queue.LeaseOf(j)))
+			require.NoError(t, store.Of(b.q).Release(b.ctx, store.LeaseOf(j)))
 		}, true},
 		{"release (keeps it)", queue.InsertOpts{}, func(t *testing.T, b bundle, _ string) {
-			require.NoError(t, jobstore.Of(b.q).Release(b.ctx, queue.LeaseOf(b.claim(t, claimQ))))
+			require.NoError(t, store.Of(b.q).Release(b.ctx, store.LeaseOf(b.claim(t, claimQ))))
 		}, false},
 		{"reaped with attempts used up", queue.InsertOpts{MaxAttempts: 1}, func(t *testing.T, b bundle, id string) {
 			b.claim(t, claimQ)
 			b.expire(t, id)
-			r, err := jobstore.Of(b.q).Reap(b.ctx, 0, 100)
+			r, err := store.Of(b.q).Reap(b.ctx, 0, 100)
 			require.NoError(t, err)
 			require.Equal(t, 1, r.Dead)
 		}, true},
@@ -238,36 +238,36 @@ func TestCapacityFreedByEachFinish(t *testing.T) {
 			_, err := b.q.Cancel(b.ctx, id)
 			require.NoError(t, err)
 			b.expire(t, id)
-			r, err := jobstore.Of(b.q).Reap(b.ctx, 0, 100)
+			r, err := store.Of(b.q).Reap(b.ctx, 0, 100)
 			require.NoError(t, err)
 			require.Equal(t, 1, r.Cancelled)
 		}, true},
 		{"reaped and re-queued (keeps it)", queue.InsertOpts{}, func(t *testing.T, b bundle, id string) {
 			b.claim(t, claimQ)
 			b.expire(t, id)
-			r, err := jobstore.Of(b.q).Reap(b.ctx, 0, 100)
+			r, err := store.Of(b.q).Reap(b.ctx, 0, 100)
 			require.NoError(t, err)
 			require.Equal(t, 1, r.Requeued)
 		}, false},
 		{"reaped and buried (malformed)", queue.InsertOpts{}, func(t *testing.T, b bundle, id string) {
 			b.claim(t, claimQ)
 			b.expire(t, id)
-			_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"errors": 5}})
+			_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"errors": 5}})
 			require.NoError(t, err)
-			r, err := jobstore.Of(b.q).Reap(b.ctx, 0, 100)
+			r, err := store.Of(b.q).Reap(b.ctx, 0, 100)
 			require.NoError(t, err)
 			require.Equal(t, 1, r.Buried)
 		}, true},
 		{"buried by a claim (attempt not a number)", queue.InsertOpts{}, func(t *testing.T, b bundle, id string) {
-			_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"attempt": "x"}})
+			_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"attempt": "x"}})
 			require.NoError(t, err)
 			require.Nil(t, b.claim(t, claimQ))
-			raw, err := jobstore.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": id}).Raw()
+			raw, err := store.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": id}).Raw()
 			require.NoError(t, err)
 			require.Equal(t, "dead", raw.Lookup("state").StringValue())
 		}, true},
 		{"buried by a claim (does not decode)", queue.InsertOpts{}, func(t *testing.T, b bundle, id string) {
-			_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"errors": 5}})
+			_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"errors": 5}})
 			require.NoError(t, err)
 			require.Nil(t, b.claim(t, claimQ))
 			require.Equal(t, jobs.StateDead, b.get(t, id).State)
@@ -278,17 +278,17 @@ func TestCapacityFreedByEachFinish(t *testing.T) {
 			require.NoError(t, res[0].Err)
 		}, true},
 		{"a null slot written by another app is cleared", queue.InsertOpts{}, func(t *testing.T, b bundle, id string) {
-			_, err := jobstore.Of(b.q).Collection().DeleteOne(b.ctx, bson.M{"_id": id})
+			_, err := store.Of(b.q).Collection().DeleteOne(b.ctx, bson.M{"_id": id})
 			require.NoError(t, err)
 			// In another queue: an unfinished job of "q" would count.
-			_, err = jobstore.Of(b.q).Collection().InsertOne(b.ctx, bson.M{"_id": "raw", "kind": "k", "queue": "other", "state": "available", "capacitySlot": nil})
+			_, err = store.Of(b.q).Collection().InsertOne(b.ctx, bson.M{"_id": "raw", "kind": "k", "queue": "other", "state": "available", "capacitySlot": nil})
 			require.NoError(t, err)
 			n, err := b.q.FreeStrandedSlots(b.ctx)
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
 		}, true},
 		{"finished by another app, then the reaper's sweep", queue.InsertOpts{}, func(t *testing.T, b bundle, id string) {
-			_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"state": "succeeded"}})
+			_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"state": "succeeded"}})
 			require.NoError(t, err)
 			n, err := b.q.FreeStrandedSlots(b.ctx)
 			require.NoError(t, err)
@@ -308,7 +308,7 @@ func TestCapacityFreedByEachFinish(t *testing.T) {
 				return
 			}
 			require.Equal(t, 0, b.occupied(t))
-			raw, err := jobstore.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": r.ID}).Raw()
+			raw, err := store.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": r.ID}).Raw()
 			if err == nil {
 				_, has := raw.Lookup("capacitySlot").StringValueOK()
 				require.False(t, has, "a finished job holds no slot")
@@ -339,7 +339,7 @@ func TestCapacityLowered(t *testing.T) {
 	var holder struct {
 		ID string `bson:"_id"`
 	}
-	require.NoError(t, jobstore.Of(b.q).Collection().FindOne(b.ctx, bson.M{"capacitySlot": "q/0"}).Decode(&holder))
+	require.NoError(t, store.Of(b.q).Collection().FindOne(b.ctx, bson.M{"capacitySlot": "q/0"}).Decode(&holder))
 	_, err := b.q.Cancel(b.ctx, holder.ID)
 	require.NoError(t, err)
 	b.requireFull(t, 2)
@@ -461,7 +461,7 @@ func TestCapacityRetryReadmits(t *testing.T) {
 	a, err := b.capped(queue.InsertOpts{UniqueKey: "u"})
 	require.NoError(t, err)
 	j := b.claim(t, claimQ)
-	_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
+	_, err = store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
 	require.NoError(t, err)
 	other, err := b.capped(queue.InsertOpts{})
 	require.NoError(t, err)
@@ -482,7 +482,7 @@ func TestCapacityRetryReadmits(t *testing.T) {
 
 	// Dead again; its key taken meanwhile by another job (capacity 3).
 	j = b.claim(t, claimQ)
-	_, err = jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
+	_, err = store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
 	require.NoError(t, err)
 	require.NoError(t, b.q.SetCapacity(b.ctx, "q", 3, ""))
 	_, err = b.capped(queue.InsertOpts{UniqueKey: "u"})

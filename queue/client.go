@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -22,8 +22,8 @@ import (
 
 // Defaults for Config.
 const (
-	// DefaultCollection is the name of the jobs collection.
-	DefaultCollection = "jobs"
+	// DefaultCollection ("jobs") is the name of the jobs collection.
+	DefaultCollection = store.DefaultCollection
 	// DefaultWriteConcern is the write concern of every write that changes a
 	// job's state.
 	DefaultWriteConcern = "majority"
@@ -84,31 +84,23 @@ func (c Config) Validate() error {
 }
 
 func parseWriteConcern(s string) (*writeconcern.WriteConcern, error) {
-	if s == "majority" {
-		return writeconcern.Majority(), nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
-		return nil, fmt.Errorf("queue.writeConcern: %q must be \"majority\" or a number of nodes of at least 1", s)
-	}
-	return &writeconcern.WriteConcern{W: n}, nil
+	return store.ParseWriteConcern(s)
 }
 
-// Client reads and writes jobs in one database.
+// Client enqueues and administers the jobs of one database. Claiming,
+// renewing and finishing leases are docket's engine's (package worker and
+// package recovery), through the client's store in internal/store.
 type Client struct {
+	handle // the engine reaches st through it (store.Of)
+
+	st   *store.Store
 	cfg  Config
 	coll *mongo.Collection
 	log  *zap.Logger
 
-	completions *completer // nil unless withBatchedCompletion
-
-	// indexes ensures the jobs indexes once per client; shared by the
-	// copies made by withBatchedCompletion.
+	// indexes ensures the jobs indexes once per client.
 	indexes *ensured
 
-	// projection is whether heartbeats may project (projectionUnknown
-	// until the first heartbeat); shared by copies.
-	projection *atomic.Int32
 	// noGroupMin is set once the server refused the $min accumulator
 	// (FerretDB v1 does); Stats then finds each queue's oldest job with a
 	// second pass.
@@ -117,29 +109,14 @@ type Client struct {
 	// type it cannot store (FerretDB v1); List's paging then leaves those
 	// types out.
 	fewIDTypes *atomic.Bool
-	// pauses caches the paused queues for claims; shared by copies.
-	pauses *pauses
-	// capacities caches the queues' capacities for enqueues; shared by
-	// copies.
+	// capacities caches the queues' capacities for enqueues.
 	capacities *capacities
-	// limits caches the concurrency limits for claims; shared by copies.
-	limits *runLimits
-	// rates caches the rate limits for claims; shared by copies.
-	rates *rateCache
-
-	// betweenReadAndStamp, when set (by tests), runs in a batch claim after
-	// the candidates are read and before they are stamped.
-	betweenReadAndStamp func()
-	// afterStamp, when set (by tests), runs in a batch claim after a stamp
-	// the server applied; an error it returns is taken as the stamp's, as
-	// when the reply is lost (a failover, a broken connection).
-	afterStamp func() error
-	// hooks, when set (by tests), lose replies of claims and finishing
-	// writes; see claim.go.
-	hooks *hooks
 	// cancels are the applications' cancel hooks (OnCancel).
 	cancels *cancelHooks
 }
+
+// handle is the name under which a Client embeds its store's Handle.
+type handle = store.Handle
 
 // ensured records that the jobs indexes exist, once EnsureIndexes
 // succeeded.
@@ -161,11 +138,9 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 	}
 	wc, _ := parseWriteConcern(cfg.WriteConcern)
 	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
-	return &Client{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), indexes: &ensured{}, projection: new(atomic.Int32), noGroupMin: new(atomic.Bool), fewIDTypes: new(atomic.Bool), pauses: newPauses(), capacities: newCapacities(), limits: newRunLimits(), rates: newRateCache(), cancels: &cancelHooks{}}, nil
+	st := store.New(coll, store.Config(cfg))
+	return &Client{handle: st.Handle(), st: st, cfg: cfg, coll: coll, log: st.Log(), indexes: &ensured{}, noGroupMin: new(atomic.Bool), fewIDTypes: new(atomic.Bool), capacities: newCapacities(), cancels: &cancelHooks{}}, nil
 }
-
-// Collection returns the jobs collection, with the configured write concern.
-func (c store) Collection() *mongo.Collection { return c.coll }
 
 // CollectionName is the name of the jobs collection, for an application
 // that reads job documents itself (its handlers, a report). Reading is
@@ -226,11 +201,11 @@ func Indexes() []mongo.IndexModel {
 		},
 		{ // a limited kind's run slots: at most one running job per slot
 			// (limit.go)
-			Keys:    bson.D{{Key: kindRunSlotField, Value: 1}},
+			Keys:    bson.D{{Key: KindRunSlotIndex, Value: 1}},
 			Options: options.Index().SetName(KindRunSlotIndex).SetUnique(true).SetSparse(true),
 		},
 		{ // a limited queue's run slots
-			Keys:    bson.D{{Key: queueRunSlotField, Value: 1}},
+			Keys:    bson.D{{Key: QueueRunSlotIndex, Value: 1}},
 			Options: options.Index().SetName(QueueRunSlotIndex).SetUnique(true).SetSparse(true),
 		},
 	}
@@ -518,7 +493,7 @@ var ErrNotFound = errors.New("job not found")
 
 // ErrLeaseLost is returned by a fenced write that matched nothing: the
 // caller no longer holds the job's lease.
-var ErrLeaseLost = errors.New("lease lost")
+var ErrLeaseLost = store.ErrLeaseLost
 
 // ErrOutcomeUnknown is wrapped by the error of a write whose outcome could
 // not be learned: the write, or an earlier try of it, may have been applied
@@ -530,9 +505,19 @@ var ErrLeaseLost = errors.New("lease lost")
 // their leases, and reading the jobs back failed: neither done nor a lost
 // lease is known, and trying the write again, which reads back again, is
 // safe. The error keeps the read's own failure as well.
-var ErrOutcomeUnknown = errors.New("outcome not known")
+var ErrOutcomeUnknown = store.ErrOutcomeUnknown
 
-func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
+func now() time.Time { return store.Now() }
+
+// eachRaw calls fn with every document of cur, one at a time (see
+// store.EachRaw).
+func eachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) error {
+	return store.EachRaw(ctx, cur, fn)
+}
+
+// errNotImplemented is the server's code for an option or operator it
+// does not implement.
+const errNotImplemented = store.CodeNotImplemented
 
 // Count is the number of jobs of one kind in one state.
 type Count struct {

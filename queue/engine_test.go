@@ -10,7 +10,7 @@ import (
 
 // TestLeaseOperationsAreNotPublic checks that an embedding app cannot
 // claim, renew or finish a job behind a worker's lease: the lease-level
-// operations are reachable only through internal/jobstore.
+// operations are reachable only through internal/store.
 func TestLeaseOperationsAreNotPublic(t *testing.T) {
 	engineOnly := []string{"Claim", "ClaimBatch", "ReleaseClaim", "Heartbeat", "Complete", "CompleteMany",
 		"Cancelled", "Fail", "Release", "Reap", "Clean", "Collection", "WithBatchedCompletion", "HeartbeatMany"}

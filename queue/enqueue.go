@@ -5,10 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -660,7 +659,7 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 	invalid := func(field, format string, a ...any) error {
 		return &ValidationError{Field: field, Reason: fmt.Sprintf(format, a...)}
 	}
-	if p := nameProblem(in.Kind); p != "" {
+	if p := store.NameProblem(in.Kind); p != "" {
 		return nil, invalid("kind", "%s", p)
 	}
 	args, err := encodeArgs(in.Args)
@@ -685,7 +684,7 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 		}
 	}
 	if o.Queue != "" {
-		if p := nameProblem(o.Queue); p != "" {
+		if p := store.NameProblem(o.Queue); p != "" {
 			return nil, invalid("queue", "%s", p)
 		}
 	}
@@ -750,21 +749,6 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 		CreatedAt:       t,
 		UpdatedAt:       t,
 	}, nil
-}
-
-// nameProblem says what is wrong with a kind or queue name, or returns ""
-// when nothing is: what jobs.NameProblem refuses, and control characters
-// (C0, DEL, C1: a newline, an escape sequence), which have no place in a
-// name that tables, logs and metric labels show.
-func nameProblem(s string) string {
-	if p := jobs.NameProblem(s, jobs.MaxNameBytes); p != "" {
-		return p
-	}
-	if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
-		r := []rune(s[i:])[0]
-		return fmt.Sprintf("%q holds the control character %U at byte %d; names may not hold control characters", s, r, i)
-	}
-	return ""
 }
 
 // encodeArgs turns args into a BSON document of at most jobs.MaxArgsBytes.

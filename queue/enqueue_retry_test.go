@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -27,7 +27,7 @@ var lostReply = mongo.CommandError{Code: 0, Message: "connection closed before t
 // idsInDB returns the ids of every job in the collection, sorted.
 func idsInDB(t *testing.T, b bundle) []string {
 	t.Helper()
-	cur, err := jobstore.Of(b.q).Collection().Find(b.ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	cur, err := store.Of(b.q).Collection().Find(b.ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	require.NoError(t, err)
 	var docs []struct {
 		ID string `bson:"_id"`
@@ -164,7 +164,7 @@ func TestEnqueuePartlyAppliedIsCompletedByTheResend(t *testing.T) {
 	b := setup(t)
 	res, err := b.q.EnqueueMany(loseReplies(b.ctx, func(int) {
 		ids := idsInDB(t, b)
-		_, err := jobstore.Of(b.q).Collection().DeleteMany(b.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[:3]}}}})
+		_, err := store.Of(b.q).Collection().DeleteMany(b.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[:3]}}}})
 		require.NoError(t, err)
 	}, 1), inserts(10))
 	require.NoError(t, err)
@@ -184,7 +184,7 @@ func TestEnqueuePartlyAppliedReportsExactlyWhatIsThere(t *testing.T) {
 	dropPart := func(call int) {
 		calls = append(calls, call)
 		ids := idsInDB(t, b)
-		_, err := jobstore.Of(b.q).Collection().DeleteMany(b.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[1000:1700]}}}})
+		_, err := store.Of(b.q).Collection().DeleteMany(b.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[1000:1700]}}}})
 		require.NoError(t, err)
 	}
 	res, err := b.q.EnqueueMany(loseReplies(b.ctx, dropPart, 2, 3), ins)
@@ -268,7 +268,7 @@ func TestEnqueueRetryOfUniqueKeyJobIsExistedNotDuplicate(t *testing.T) {
 	require.Equal(t, first.ID, other.ID)
 
 	j := b.claim(t, claimAll)
-	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
+	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
 	late, err := b.q.Enqueue(b.ctx, "k", nil, opts)
 	require.NoError(t, err)
 	require.True(t, late.Existed, "the finished job is found by its id")

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -35,7 +35,7 @@ func TestEnqueueEnsuresTheIndexesItReliesOn(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, second.Duplicate)
 	require.Equal(t, first.ID, second.ID)
-	n, err := jobstore.Of(q).Collection().CountDocuments(ctx, bson.M{})
+	n, err := store.Of(q).Collection().CountDocuments(ctx, bson.M{})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 }
@@ -52,7 +52,7 @@ func TestEnsureIndexesRefusedNamesTheDuplicates(t *testing.T) {
 	require.NoError(t, err)
 	now := time.Now()
 	for _, id := range []string{"a", "b"} {
-		_, err := jobstore.Of(q).Collection().InsertOne(ctx, bson.D{
+		_, err := store.Of(q).Collection().InsertOne(ctx, bson.D{
 			{Key: "_id", Value: id}, {Key: "kind", Value: "k"}, {Key: "queue", Value: "default"}, {Key: "args", Value: bson.D{}},
 			{Key: "state", Value: "available"}, {Key: "runAt", Value: now}, {Key: "uniqueKey", Value: "twice"},
 		})
@@ -69,7 +69,7 @@ func TestEnsureIndexesRefusedNamesTheDuplicates(t *testing.T) {
 	require.NoError(t, err, "a job without a unique key does not need the index")
 
 	// Once the data is fixed, the next enqueue sets the index up.
-	_, err = jobstore.Of(q).Collection().DeleteOne(ctx, bson.M{"_id": "b"})
+	_, err = store.Of(q).Collection().DeleteOne(ctx, bson.M{"_id": "b"})
 	require.NoError(t, err)
 	r1, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{UniqueKey: "other"})
 	require.NoError(t, err)
@@ -88,7 +88,7 @@ func TestEnsureIndexesAcceptsTheSameIndexUnderAnotherName(t *testing.T) {
 	ctx := context.Background()
 	q, err := queue.New(db, queue.Config{})
 	require.NoError(t, err)
-	_, err = jobstore.Of(q).Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
+	_, err = store.Of(q).Collection().Indexes().CreateOne(ctx, mongo.IndexModel{
 		Keys:    bson.D{{Key: "uniqueKey", Value: 1}},
 		Options: options.Index().SetUnique(true).SetSparse(true),
 	})

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -101,7 +101,7 @@ func TestExplainHandlerQueries(t *testing.T) {
 			{Key: "find", Value: handlers.TransactionsCollection}, {Key: "filter", Value: bson.D{{Key: "_id", Value: "t0001"}}},
 		}},
 		{Name: "recovery unique keys", Index: "uniqueKey", Cmd: bson.D{
-			{Key: "find", Value: jobstore.Of(q).Collection().Name()},
+			{Key: "find", Value: store.Of(q).Collection().Name()},
 			{Key: "filter", Value: bson.D{{Key: "uniqueKey", Value: bson.D{{Key: "$in", Value: bson.A{"transfer:t0001", "transfer:t0002"}}}}}},
 			{Key: "projection", Value: bson.D{{Key: "uniqueKey", Value: 1}}},
 		}},

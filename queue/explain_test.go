@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/stretchr/testify/require"
@@ -156,10 +157,9 @@ func TestExplainJobsQueries(t *testing.T) {
 	seedBacklog(t, c)
 
 	t0 := now()
-	p := ClaimParams{Owner: "w", Queues: []string{"default", "q1"}, Kinds: []string{"k0", "k1", "k2"}, Lease: time.Minute}
-	filter := claimFilter(p, t0)
-	update := claimUpdate(p, t0, "token")
-	coll := store{c}.Collection().Name()
+	p := store.ClaimParams{Owner: "w", Queues: []string{"default", "q1"}, Kinds: []string{"k0", "k1", "k2"}, Lease: time.Minute}
+	filter, update, claimSort, claimWindow := store.ClaimQuery(p, t0, "token")
+	coll := c.coll.Name()
 	stamp := append(append(bson.D{}, filter...), bson.E{Key: "$or", Value: bson.A{
 		bson.D{{Key: "_id", Value: "j1"}, {Key: "attempt", Value: 0}, {Key: "updatedAt", Value: t0}},
 		bson.D{{Key: "_id", Value: "j2"}, {Key: "attempt", Value: 0}, {Key: "updatedAt", Value: t0}},
@@ -265,7 +265,7 @@ func seedBacklog(t *testing.T, c *Client) {
 		}
 		docs = append(docs, d)
 	}
-	_, err := store{c}.Collection().InsertMany(context.Background(), docs)
+	_, err := c.coll.InsertMany(context.Background(), docs)
 	require.NoError(t, err)
 }
 

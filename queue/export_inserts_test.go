@@ -9,3 +9,9 @@ import "context"
 func WithInsertHook(ctx context.Context, f func(err error) error) context.Context {
 	return context.WithValue(ctx, insertHookKey{}, f)
 }
+
+// WithAdmitHook returns ctx with f run by each admission to a bounded
+// queue after it read the occupied slots and before it inserts.
+func WithAdmitHook(ctx context.Context, f func()) context.Context {
+	return context.WithValue(ctx, admitHookKey{}, f)
+}

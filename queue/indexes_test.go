@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -89,7 +90,8 @@ func TestClaimIndexServesClaim(t *testing.T) {
 	require.NotEmpty(t, claim.keys, "no index named %s", ClaimIndex)
 
 	var equality []string
-	for _, e := range claimFilter(ClaimParams{Queues: []string{"q"}, Kinds: []string{"k"}}, now()) {
+	filter, _, claimSort, _ := store.ClaimQuery(store.ClaimParams{Queues: []string{"q"}, Kinds: []string{"k"}}, now(), "")
+	for _, e := range filter {
 		op, isOp := e.Value.(bson.D)
 		if !isOp || (len(op) == 1 && op[0].Key == "$in") {
 			equality = append(equality, e.Key)
@@ -115,7 +117,7 @@ func TestEnsureIndexesBuildsDeclared(t *testing.T) {
 	require.NoError(t, c.EnsureIndexes(ctx))
 	require.NoError(t, c.EnsureIndexes(ctx), "a second run finds them all by name")
 
-	specs, err := store{c}.Collection().Indexes().ListSpecifications(ctx)
+	specs, err := c.coll.Indexes().ListSpecifications(ctx)
 	require.NoError(t, err)
 	onServer := map[string]mongo.IndexSpecification{}
 	for _, s := range specs {

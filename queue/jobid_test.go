@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -40,7 +40,7 @@ func insertOdd(t *testing.T, b bundle, ids []any) []queue.JobID {
 			{Key: "state", Value: "dead"}, {Key: "attempt", Value: 3}, {Key: "maxAttempts", Value: 3},
 			{Key: "finishedAt", Value: time.Now()}, {Key: "args", Value: bson.D{}}}
 	}
-	_, err := jobstore.Of(b.q).Collection().InsertMany(b.ctx, docs)
+	_, err := store.Of(b.q).Collection().InsertMany(b.ctx, docs)
 	require.NoError(t, err)
 	all, more, err := b.q.List(b.ctx, queue.JobFilter{}, "", 1000)
 	require.NoError(t, err)
@@ -126,8 +126,10 @@ func TestJobIDTokensRoundTrip(t *testing.T) {
 func TestListPagesAcrossIDTypes(t *testing.T) {
 	b := setup(t)
 	ids := insertOdd(t, b, oddIDs())
-	for _, id := range enqueueN(t, b, 3) {
-		ids = append(ids, queue.StringJobID(id))
+	for i := range 3 {
+		r, err := b.q.Enqueue(b.ctx, "k", bson.M{"i": i}, queue.InsertOpts{})
+		require.NoError(t, err)
+		ids = append(ids, queue.StringJobID(r.ID))
 	}
 	all, _, err := b.q.List(b.ctx, queue.JobFilter{}, "", 1000)
 	require.NoError(t, err)

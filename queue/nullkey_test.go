@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -37,7 +37,7 @@ func TestNullUniqueKeyIsNoKey(t *testing.T) {
 	ctx := context.Background()
 	q, err := queue.New(db, queue.Config{})
 	require.NoError(t, err)
-	coll := jobstore.Of(q).Collection()
+	coll := store.Of(q).Collection()
 
 	// Before any index: two nulls from another app, then docket's first
 	// enqueue (which sets the indexes up) with a key, and one without.
@@ -64,7 +64,7 @@ func TestNullUniqueKeyIsNoKey(t *testing.T) {
 	// Every job runs, and docket's own keys are untouched.
 	seen := map[string]bool{}
 	for {
-		j, err := jobstore.Of(q).Claim(ctx, claimAll)
+		j, err := store.Of(q).Claim(ctx, claimAll)
 		require.NoError(t, err)
 		if j == nil {
 			break
@@ -73,7 +73,7 @@ func TestNullUniqueKeyIsNoKey(t *testing.T) {
 			require.Empty(t, j.UniqueKey)
 		}
 		seen[j.ID] = true
-		require.NoError(t, jobstore.Of(q).Complete(ctx, queue.LeaseOf(j)))
+		require.NoError(t, store.Of(q).Complete(ctx, store.LeaseOf(j)))
 	}
 	require.Len(t, seen, 6)
 	done, err := q.Get(ctx, r1.ID)

@@ -8,7 +8,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -54,7 +54,7 @@ func TestQueueReadsFromPrimary(t *testing.T) {
 	require.Equal(t, readpref.SecondaryPreferredMode, readPrefOf(t, db.Collection("users")), "the URI's preference applies elsewhere")
 	q, err := queue.New(db, queue.Config{})
 	require.NoError(t, err)
-	require.Equal(t, readpref.PrimaryMode, readPrefOf(t, jobstore.Of(q).Collection()))
+	require.Equal(t, readpref.PrimaryMode, readPrefOf(t, store.Of(q).Collection()))
 }
 
 // TestQueueReadsItsOwnWritesWithSecondaryPreferredURI: through a client
@@ -77,13 +77,13 @@ func TestQueueReadsItsOwnWritesWithSecondaryPreferredURI(t *testing.T) {
 		require.True(t, again.Duplicate, "the second enqueue did not see the first")
 		require.Equal(t, first.ID, again.ID)
 
-		claimed, err := jobstore.Of(q).ClaimBatch(ctx, queue.ClaimParams{Owner: "w", Queues: []string{jobs.DefaultQueue}, Kinds: []string{"k"}, Lease: time.Minute}, 5)
+		claimed, err := store.Of(q).ClaimBatch(ctx, store.ClaimParams{Owner: "w", Queues: []string{jobs.DefaultQueue}, Kinds: []string{"k"}, Lease: time.Minute}, 5)
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		require.Equal(t, first.ID, claimed[0].ID)
 		got, err := q.Get(ctx, first.ID)
 		require.NoError(t, err)
 		require.Equal(t, jobs.StateRunning, got.State)
-		require.NoError(t, jobstore.Of(q).Complete(ctx, queue.LeaseOf(claimed[0])))
+		require.NoError(t, store.Of(q).Complete(ctx, store.LeaseOf(claimed[0])))
 	}
 }

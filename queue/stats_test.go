@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -29,7 +29,7 @@ func TestStatsAndOverview(t *testing.T) {
 		bson.M{"_id": "b2", "kind": "k", "queue": "b", "state": "available", "runAt": now.Add(time.Hour)},
 		bson.M{"_id": "x1", "kind": "k", "queue": 7, "state": "available", "runAt": "soon"},
 	}
-	_, err := jobstore.Of(b.q).Collection().InsertMany(b.ctx, docs)
+	_, err := store.Of(b.q).Collection().InsertMany(b.ctx, docs)
 	require.NoError(t, err)
 	for round := range 2 { // the first round may find out that the server lacks $min
 		stats, finished, err := b.q.Overview(b.ctx, now.Add(-time.Hour), jobs.StateSucceeded, jobs.StateDead)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -30,7 +30,7 @@ func TestStoredStatsRoundTrip(t *testing.T) {
 		bson.M{"_id": "a3", "kind": "j", "queue": "a", "state": "succeeded", "runAt": now, "finishedAt": now.Add(-3 * time.Hour)},
 		bson.M{"_id": "b1", "kind": "k", "queue": "b", "state": "dead", "runAt": now, "finishedAt": now.Add(-5 * time.Minute)},
 	}
-	_, err = jobstore.Of(b.q).Collection().InsertMany(b.ctx, docs)
+	_, err = store.Of(b.q).Collection().InsertMany(b.ctx, docs)
 	require.NoError(t, err)
 
 	counted, err := b.q.CountStats(b.ctx)
@@ -169,7 +169,7 @@ func TestStoredStatsReadIsBounded(t *testing.T) {
 	for i := range n {
 		docs = append(docs, bson.M{"_id": fmt.Sprintf("j%05d", i), "kind": "k", "queue": "q", "state": "available", "runAt": time.Now()})
 		if len(docs) == cap(docs) {
-			_, err := jobstore.Of(b.q).Collection().InsertMany(b.ctx, docs)
+			_, err := store.Of(b.q).Collection().InsertMany(b.ctx, docs)
 			require.NoError(t, err)
 			docs = docs[:0]
 		}

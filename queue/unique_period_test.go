@@ -2,12 +2,11 @@ package queue_test
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -29,7 +28,7 @@ func TestUniqueForHoldsTheKeyForItsPeriodFinishedOrNot(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, queue.Result{ID: first.ID, Duplicate: true}, running)
 
-	require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
+	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
 	done := b.get(t, first.ID)
 	require.Equal(t, jobs.StateSucceeded, done.State)
 	require.NotEmpty(t, done.UniquePeriodKey, "finishing does not free a period's key")
@@ -150,33 +149,4 @@ func TestDuplicateSaysWhenItsArgsWereDropped(t *testing.T) {
 	other, err := b.q.Enqueue(b.ctx, "k", bson.M{"to": "b"}, opts)
 	require.NoError(t, err)
 	require.Equal(t, queue.Result{ID: first.ID, Duplicate: true, ArgsDropped: true}, other)
-}
-
-// Retention keeps a finished job whose key holds for a period until the
-// period ends: deleting it would let a second job with the key in.
-func TestCleanKeepsAJobUntilItsPeriodEnds(t *testing.T) {
-	b := setup(t)
-	ids := make([]string, 2)
-	for i, o := range []queue.InsertOpts{{UniqueKey: "p", UniqueFor: 7 * 24 * time.Hour}, {}} {
-		r, err := b.q.Enqueue(b.ctx, "k", bson.M{"i": i}, o)
-		require.NoError(t, err)
-		ids[i] = r.ID
-	}
-	b.succeed(t, 2)
-	b.finishedLongAgo(t, ids...)
-
-	n, err := jobstore.Of(b.q).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
-	require.NoError(t, err)
-	require.Equal(t, 1, n, "only the job without a period")
-	b.get(t, ids[0])
-	dup, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{UniqueKey: "p", UniqueFor: 7 * 24 * time.Hour})
-	require.NoError(t, err)
-	require.Equal(t, ids[0], dup.ID, fmt.Sprintf("%+v", dup))
-
-	// Once its period is over, it goes.
-	_, err = b.db.Collection(b.q.CollectionName()).UpdateByID(b.ctx, ids[0], bson.M{"$set": bson.M{"uniqueUntil": time.Now().Add(-time.Minute)}})
-	require.NoError(t, err)
-	n, err = jobstore.Of(b.q).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
 }

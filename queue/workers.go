@@ -6,10 +6,10 @@ import (
 	"sort"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 )
 
 // The registry of live worker processes: each process upserts a document
@@ -25,33 +25,27 @@ import (
 // them with a TTL index on lastSeen; FerretDB v1 has none, so docket
 // deletes them itself, which works on both.)
 
-// DefaultWorkersCollection is the collection of the registry, beside the
-// default jobs collection. A Client on another jobs collection C uses
-// C_workers.
-const DefaultWorkersCollection = "workers"
+// DefaultWorkersCollection ("workers") is the collection of the registry,
+// beside the default jobs collection. A Client on another jobs collection
+// C uses C_workers.
+const DefaultWorkersCollection = store.DefaultWorkersCollection
 
-// aliveFor is how long after its last beat a process that beats every
-// beatEvery (at least a second) still counts as alive.
-func aliveFor(beatEvery time.Duration) time.Duration {
-	return WorkerMissedBeats * max(beatEvery, time.Second)
-}
-
-// WorkerMissedBeats is how many beats a process may miss before listings
-// leave it out.
-const WorkerMissedBeats = 3
+// WorkerMissedBeats (3) is how many beats a process may miss before
+// listings leave it out, and the reaper stops sparing its expired jobs.
+const WorkerMissedBeats = store.WorkerMissedBeats
 
 // WorkerForgetAfter is how long after its last beat a process's document
 // is deleted.
 const WorkerForgetAfter = time.Hour
 
-// WorkerClockSkew is how far past the server's time a process's lastSeen
+// WorkerClockSkew (5 s) is how far past the server's time a process's lastSeen
 // may be and still count as a beat. lastSeen is the server's own clock
 // and the listing reads that clock too, so only another member of a
 // replica set (after a failover), a clock stepped back, or another
 // application's document puts it ahead. A lastSeen further ahead is
 // suspicious: the process is listed with Future set, never alive, since
 // such a stamp says nothing about when it last beat.
-const WorkerClockSkew = 5 * time.Second
+const WorkerClockSkew = store.WorkerClockSkew
 
 // WorkerInfo is one worker process as the registry holds it.
 type WorkerInfo struct {
@@ -81,13 +75,7 @@ type WorkerInfo struct {
 	Future bool
 }
 
-func (c *Client) workersColl() *mongo.Collection {
-	name := DefaultWorkersCollection
-	if c.cfg.Collection != DefaultCollection {
-		name = c.cfg.Collection + "_" + DefaultWorkersCollection
-	}
-	return c.coll.Database().Collection(name, options.Collection().SetReadPreference(readpref.Primary()))
-}
+func (c *Client) workersColl() *mongo.Collection { return c.st.WorkersColl() }
 
 // Beat records that the worker process w is alive, as it is now. Only
 // w's own document is written; any number of beats may race.
@@ -127,15 +115,7 @@ func (c *Client) Unregister(ctx context.Context, id string) error {
 
 // ServerTime returns the server's clock, from hello's localTime; the
 // local clock when the server does not say.
-func (c *Client) ServerTime(ctx context.Context) time.Time {
-	raw, err := c.coll.Database().RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
-	if err == nil {
-		if t, ok := raw.Lookup("localTime").TimeOK(); ok {
-			return t.UTC()
-		}
-	}
-	return time.Now().UTC()
-}
+func (c *Client) ServerTime(ctx context.Context) time.Time { return c.st.ServerTime(ctx) }
 
 // Workers lists the registered worker processes, in host and id order:
 // with all false only those alive, that is seen within ttl, or when ttl is
@@ -156,7 +136,7 @@ func (c *Client) Workers(ctx context.Context, ttl time.Duration, all bool) ([]Wo
 		w := workerInfo(d)
 		limit := ttl
 		if limit <= 0 {
-			limit = aliveFor(w.BeatEvery)
+			limit = store.AliveFor(w.BeatEvery)
 		}
 		if !w.LastSeen.IsZero() {
 			w.Age = t.Sub(w.LastSeen)
@@ -210,11 +190,6 @@ func workerInfo(d bson.Raw) WorkerInfo {
 	if t, ok := d.Lookup("startedAt").TimeOK(); ok {
 		w.StartedAt = t.UTC()
 	}
-	if t, ok := d.Lookup("lastSeen").TimeOK(); ok {
-		w.LastSeen = t.UTC()
-	}
-	if ms, ok := d.Lookup("beatEveryMs").AsInt64OK(); ok && ms > 0 {
-		w.BeatEvery = time.Duration(ms) * time.Millisecond
-	}
+	w.LastSeen, w.BeatEvery = store.LastBeat(d)
 	return w
 }

@@ -3,7 +3,7 @@ package recovery_test
 import (
 	"testing"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
 	"github.com/stretchr/testify/require"
@@ -18,7 +18,7 @@ func TestReaperPassFreesStrandedCapacitySlots(t *testing.T) {
 	require.NoError(t, b.q.SetCapacity(b.ctx, "q", 1, ""))
 	res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{Queue: "q"})
 	require.NoError(t, err)
-	_, err = jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": res.ID}, bson.M{"$set": bson.M{"state": "succeeded"}})
+	_, err = store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": res.ID}, bson.M{"$set": bson.M{"state": "succeeded"}})
 	require.NoError(t, err)
 	_, err = b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{Queue: "q"})
 	require.ErrorIs(t, err, queue.ErrQueueFull, "the stranded slot still counts")

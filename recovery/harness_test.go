@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -169,7 +169,7 @@ func (w *periodicWorld) leader() {
 // run claims and completes every runnable job.
 func (w *periodicWorld) run() {
 	for {
-		j, err := jobstore.Of(w.q).Claim(w.ctx, queue.ClaimParams{
+		j, err := store.Of(w.q).Claim(w.ctx, store.ClaimParams{
 			Owner: "runner", Queues: []string{jobs.DefaultQueue}, Kinds: []string{"noop"}, Lease: time.Minute,
 		})
 		require.NoError(w.t, err)
@@ -179,7 +179,7 @@ func (w *periodicWorld) run() {
 		w.mu.Lock()
 		w.ran[j.ID]++
 		w.mu.Unlock()
-		require.NoError(w.t, jobstore.Of(w.q).Complete(w.ctx, queue.LeaseOf(j)))
+		require.NoError(w.t, store.Of(w.q).Complete(w.ctx, store.LeaseOf(j)))
 	}
 }
 
@@ -189,7 +189,7 @@ func (w *periodicWorld) purge(s jobs.State) {
 }
 
 func (w *periodicWorld) retention(s jobs.State) {
-	_, err := jobstore.Of(w.q).Clean(w.ctx, s, -time.Hour, 1000)
+	_, err := store.Of(w.q).Clean(w.ctx, s, -time.Hour, 1000)
 	require.NoError(w.t, err)
 }
 
@@ -334,10 +334,10 @@ func (w *periodicWorld) check() {
 	if w.outage {
 		require.Equal(t, []time.Time{w.clock.now().UTC()}, outage, "after a month away the ticks taken are the latest, once")
 	}
-	held, err := jobstore.Of(w.q).Collection().CountDocuments(w.ctx, bson.D{{Key: "periodicHold", Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "state", Value: jobs.StateAvailable}})
+	held, err := store.Of(w.q).Collection().CountDocuments(w.ctx, bson.D{{Key: "periodicHold", Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "state", Value: jobs.StateAvailable}})
 	require.NoError(t, err)
 	require.Zero(t, held, "held jobs left")
-	open, err := jobstore.Of(w.q).Collection().CountDocuments(w.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}}})
+	open, err := store.Of(w.q).Collection().CountDocuments(w.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}}})
 	require.NoError(t, err)
 	require.Zero(t, open, "unfinished jobs left")
 	var st bson.M

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/robfig/cron/v3"
@@ -431,7 +431,7 @@ func (p *PeriodicEnqueuer) enqueueTick(ctx context.Context, j periodicJob, tick 
 	}
 	job.ID = PeriodicJobID(j.Name, tick)
 	job.RunAt = heldRunAt
-	jobsColl := jobstore.Of(p.q).Collection()
+	jobsColl := store.Of(p.q).Collection()
 	at := tick.Format(time.RFC3339Nano)
 	held := false
 	for range maxHoldRounds {
@@ -530,7 +530,7 @@ func holdGen(v bson.RawValue) (int64, bool) {
 // already, or cancelled or deleted by an operator while held).
 func (p *PeriodicEnqueuer) release(ctx context.Context, j periodicJob, tick time.Time, gen int64, now time.Time) (bool, error) {
 	id := PeriodicJobID(j.Name, tick)
-	res, err := jobstore.Of(p.q).Collection().UpdateOne(ctx, heldFilter(id, gen),
+	res, err := store.Of(p.q).Collection().UpdateOne(ctx, heldFilter(id, gen),
 		bson.D{{Key: "$set", Value: bson.D{{Key: "runAt", Value: now}, {Key: "updatedAt", Value: now}}},
 			{Key: "$unset", Value: bson.D{{Key: "periodicHold", Value: ""}}}})
 	if err != nil {
@@ -581,7 +581,7 @@ func (p *PeriodicEnqueuer) maybeSweepOrphans(ctx context.Context, j periodicJob,
 func (p *PeriodicEnqueuer) sweepOrphans(ctx context.Context, j periodicJob) (int, error) {
 	// The ids of j's jobs: "periodic:NAME:" then the tick; ';' follows ':'.
 	prefix := "periodic:" + j.Name
-	cur, err := jobstore.Of(p.q).Collection().Find(ctx,
+	cur, err := store.Of(p.q).Collection().Find(ctx,
 		bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: prefix + ":"}, {Key: "$lt", Value: prefix + ";"}}},
 			{Key: "periodicHold", Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "state", Value: jobs.StateAvailable}},
 		options.Find().SetProjection(bson.D{{Key: "periodicHold", Value: 1}}))
@@ -629,7 +629,7 @@ func (p *PeriodicEnqueuer) sweepOrphans(ctx context.Context, j periodicJob) (int
 		if !h.ok || st.Pending != nil && st.Pending.Equal(h.tick) && st.Gen == h.gen {
 			continue // the pending tick's own, or not docket's to judge
 		}
-		res, err := jobstore.Of(p.q).Collection().DeleteOne(ctx, heldFilter(h.id, h.gen))
+		res, err := store.Of(p.q).Collection().DeleteOne(ctx, heldFilter(h.id, h.gen))
 		if err != nil {
 			return n, fmt.Errorf("remove held job %s: %w", h.id, err)
 		}

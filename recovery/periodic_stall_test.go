@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
@@ -23,7 +23,7 @@ func runPeriodicJobs(t *testing.T, q *queue.Client, ran map[string]int) {
 	t.Helper()
 	ctx := context.Background()
 	for {
-		j, err := jobstore.Of(q).Claim(ctx, queue.ClaimParams{
+		j, err := store.Of(q).Claim(ctx, store.ClaimParams{
 			Owner: "runner", Queues: []string{jobs.DefaultQueue}, Kinds: []string{"noop"}, Lease: time.Minute,
 		})
 		require.NoError(t, err)
@@ -31,7 +31,7 @@ func runPeriodicJobs(t *testing.T, q *queue.Client, ran map[string]int) {
 			return
 		}
 		ran[j.ID]++
-		require.NoError(t, jobstore.Of(q).Complete(ctx, queue.LeaseOf(j)))
+		require.NoError(t, store.Of(q).Complete(ctx, store.LeaseOf(j)))
 	}
 }
 
@@ -94,7 +94,7 @@ func TestPeriodicStalledLeaderAfterPurgeRunsTheTickOnce(t *testing.T) {
 				require.NoError(t, err)
 				require.EqualValues(t, 1, purged)
 			case "retention":
-				cleaned, err := jobstore.Of(q).Clean(ctx, jobs.StateSucceeded, 0, 100)
+				cleaned, err := store.Of(q).Clean(ctx, jobs.StateSucceeded, 0, 100)
 				require.NoError(t, err)
 				require.Equal(t, 1, cleaned)
 			}

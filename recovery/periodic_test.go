@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -27,7 +27,7 @@ func (c *fakeClock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
 func newClock(t time.Time) *fakeClock    { c := &fakeClock{}; c.ns.Store(t.UnixNano()); return c }
 func periodicJobs(t *testing.T, q *queue.Client) []jobs.Job {
 	t.Helper()
-	cur, err := jobstore.Of(q).Collection().Find(context.Background(), bson.D{}, nil)
+	cur, err := store.Of(q).Collection().Find(context.Background(), bson.D{}, nil)
 	require.NoError(t, err)
 	var out []jobs.Job
 	require.NoError(t, cur.All(context.Background(), &out))

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.uber.org/zap"
@@ -131,10 +131,10 @@ func (r *Reaper) Schedule() string { return "@every " + r.cfg.Interval.String() 
 // RunOnce makes one pass: it re-queues expired leases until none is left
 // (or ctx ends), clears null unique keys, then applies retention within
 // the retention budget.
-func (r *Reaper) RunOnce(ctx context.Context) (queue.ReapResult, error) {
-	var total queue.ReapResult
+func (r *Reaper) RunOnce(ctx context.Context) (store.ReapResult, error) {
+	var total store.ReapResult
 	for {
-		res, err := jobstore.Of(r.q).Reap(ctx, r.cfg.Grace, r.cfg.Batch)
+		res, err := store.Of(r.q).Reap(ctx, r.cfg.Grace, r.cfg.Batch)
 		total = total.Add(res)
 		if err != nil {
 			return total, err
@@ -179,7 +179,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (queue.ReapResult, error) {
 		for _, s := range rule.states {
 			deleted := 0
 			for {
-				n, err := jobstore.Of(r.q).Clean(ctx, s, rule.age, r.cfg.Batch)
+				n, err := store.Of(r.q).Clean(ctx, s, rule.age, r.cfg.Batch)
 				deleted += n
 				if err != nil {
 					return total, err

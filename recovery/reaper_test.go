@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -56,14 +56,14 @@ func (b *reaperBundle) insertFinished(t *testing.T, n int, s jobs.State, finishe
 				{Key: "finishedAt", Value: finishedAt}, {Key: "createdAt", Value: finishedAt}, {Key: "updatedAt", Value: finishedAt},
 			})
 		}
-		_, err := jobstore.Of(b.q).Collection().InsertMany(b.ctx, docs)
+		_, err := store.Of(b.q).Collection().InsertMany(b.ctx, docs)
 		require.NoError(t, err)
 	}
 }
 
 func (b *reaperBundle) count(t *testing.T, filter bson.D) int64 {
 	t.Helper()
-	n, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, filter)
+	n, err := store.Of(b.q).Collection().CountDocuments(b.ctx, filter)
 	require.NoError(t, err)
 	return n
 }
@@ -104,13 +104,13 @@ func TestReaperPassGoesOnPastAnUndecodableJob(t *testing.T) {
 	b := reaperSetup(t)
 	res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{})
 	require.NoError(t, err)
-	j, err := jobstore.Of(b.q).Claim(b.ctx, queue.ClaimParams{Owner: "w1", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute})
+	j, err := store.Of(b.q).Claim(b.ctx, store.ClaimParams{Owner: "w1", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute})
 	require.NoError(t, err)
 	require.NotNil(t, j)
 	past := time.Now().Add(-time.Hour)
-	_, err = jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": res.ID}, bson.M{"$set": bson.M{"leaseExpiresAt": past}})
+	_, err = store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": res.ID}, bson.M{"$set": bson.M{"leaseExpiresAt": past}})
 	require.NoError(t, err)
-	_, err = jobstore.Of(b.q).Collection().InsertOne(b.ctx, bson.D{
+	_, err = store.Of(b.q).Collection().InsertOne(b.ctx, bson.D{
 		{Key: "_id", Value: "bad"}, {Key: "kind", Value: "k"}, {Key: "state", Value: "running"}, {Key: "attempt", Value: "x"},
 		{Key: "errors", Value: 5}, {Key: "leaseToken", Value: "t"}, {Key: "leaseExpiresAt", Value: past},
 	})
@@ -132,7 +132,7 @@ func TestReaperPassGoesOnPastAnUndecodableJob(t *testing.T) {
 func TestReaperPassClearsNullUniqueKeys(t *testing.T) {
 	b := reaperSetup(t)
 	insert := func(id string) error {
-		_, err := jobstore.Of(b.q).Collection().InsertOne(b.ctx, bson.D{
+		_, err := store.Of(b.q).Collection().InsertOne(b.ctx, bson.D{
 			{Key: "_id", Value: id}, {Key: "kind", Value: "k"}, {Key: "queue", Value: "default"}, {Key: "args", Value: bson.D{}},
 			{Key: "state", Value: "available"}, {Key: "runAt", Value: time.Now()}, {Key: "uniqueKey", Value: nil},
 		})
@@ -190,7 +190,7 @@ func TestReaperPassSparesALiveWorkersJobsForOneLease(t *testing.T) {
 	for _, owner := range []string{"slow", "slow", "dead", "dead"} {
 		res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{})
 		require.NoError(t, err)
-		j, err := jobstore.Of(b.q).Claim(b.ctx, queue.ClaimParams{Owner: owner, Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute})
+		j, err := store.Of(b.q).Claim(b.ctx, store.ClaimParams{Owner: owner, Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute})
 		require.NoError(t, err)
 		require.Equal(t, res.ID, j.ID)
 		ids = append(ids, j.ID)
@@ -198,7 +198,7 @@ func TestReaperPassSparesALiveWorkersJobsForOneLease(t *testing.T) {
 	// expire sets every lease, of a minute, as expired ago.
 	expire := func(ago time.Duration) {
 		exp := time.Now().Add(-ago)
-		_, err := jobstore.Of(b.q).Collection().UpdateMany(b.ctx, bson.M{"state": "running"},
+		_, err := store.Of(b.q).Collection().UpdateMany(b.ctx, bson.M{"state": "running"},
 			bson.M{"$set": bson.M{"leaseExpiresAt": exp, "heartbeatAt": exp.Add(-time.Minute)}})
 		require.NoError(t, err)
 	}

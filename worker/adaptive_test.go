@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -43,7 +43,7 @@ func (c *claimCounts) get() claimCounts {
 func (b *bundle) monitoredQueue(t *testing.T) (*queue.Client, *claimCounts) {
 	t.Helper()
 	c := &claimCounts{pending: map[int64]string{}}
-	coll := jobstore.Of(b.q).Collection().Name()
+	coll := store.Of(b.q).Collection().Name()
 	available := func(doc bson.Raw, field string) bool {
 		s, _ := doc.Lookup(field, "state").StringValueOK()
 		return s == string(jobs.StateAvailable)
@@ -112,7 +112,7 @@ func (b *bundle) monitoredQueue(t *testing.T) (*queue.Client, *claimCounts) {
 	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	q, err := queue.New(client.Database(jobstore.Of(b.q).Collection().Database().Name()), queue.Config{})
+	q, err := queue.New(client.Database(store.Of(b.q).Collection().Database().Name()), queue.Config{})
 	require.NoError(t, err)
 	return q, c
 }
@@ -147,7 +147,7 @@ func TestAdaptiveClaimsTakeBatchesUnderABacklog(t *testing.T) {
 	q, counts := b.monitoredQueue(t)
 	b.startOn(t, q, worker.Config{Concurrency: 10}, nil)
 	require.Eventually(t, func() bool {
-		c, err := jobstore.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{{Key: "state", Value: jobs.StateSucceeded}})
+		c, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{{Key: "state", Value: jobs.StateSucceeded}})
 		require.NoError(t, err)
 		return c == n
 	}, 60*time.Second, 20*time.Millisecond)

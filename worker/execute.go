@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.uber.org/zap"
@@ -16,7 +17,7 @@ import (
 // run is one claimed job while this worker holds it.
 type run struct {
 	job   *jobs.Job
-	lease queue.Lease
+	lease store.Lease
 
 	mu      sync.Mutex
 	expires time.Time // the lease's expiry as last renewed
@@ -353,17 +354,8 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 	}
 }
 
-// snoozer is the store operation behind jobs.Snooze (queue's Snooze):
-// give the job back to run again after d, its attempt not counted.
-type snoozer interface {
-	Snooze(ctx context.Context, l queue.Lease, j *jobs.Job, d time.Duration) (jobs.State, error)
-}
-
-// snooze makes a handler's jobs.Snooze write, fenced on l.
-func (w *Worker) snooze(ctx context.Context, l queue.Lease, j *jobs.Job, d time.Duration) (jobs.State, error) {
-	s, ok := w.q.(snoozer)
-	if !ok { // every store of a *queue.Client snoozes
-		return "", fmt.Errorf("worker: snooze job %s: the store cannot snooze", l.JobID)
-	}
-	return s.Snooze(ctx, l, j, d)
+// snooze makes a handler's jobs.Snooze write, fenced on l: the job runs
+// again after d, its attempt not counted.
+func (w *Worker) snooze(ctx context.Context, l store.Lease, j *jobs.Job, d time.Duration) (jobs.State, error) {
+	return w.q.Snooze(ctx, l, j, d)
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.uber.org/zap"
@@ -211,7 +212,7 @@ const beatCommand = 100
 // applies what it learned to each job. It returns the first error other
 // than a lost lease.
 func (w *Worker) renewPart(part []*beat) error {
-	leases := make([]queue.Lease, len(part))
+	leases := make([]store.Lease, len(part))
 	earliest := part[0].r.leaseExpiry()
 	for i, b := range part {
 		leases[i] = b.r.lease
@@ -226,7 +227,7 @@ func (w *Worker) renewPart(part []*beat) error {
 	cancel()
 	failed := err
 	for _, b := range part {
-		beat := queue.Beat{Err: err}
+		beat := store.Beat{Err: err}
 		if err == nil {
 			var ok bool
 			if beat, ok = got[b.r.lease]; !ok {
@@ -242,7 +243,7 @@ func (w *Worker) renewPart(part []*beat) error {
 }
 
 // applyBeat passes on to b's job what its renewal learned.
-func (w *Worker) applyBeat(b *beat, beat queue.Beat) {
+func (w *Worker) applyBeat(b *beat, beat store.Beat) {
 	r := b.r
 	w.obs.Heartbeat(r.job, beat.Err)
 	switch {

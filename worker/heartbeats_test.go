@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -58,7 +58,7 @@ func (b *bundle) renewalQueue(t *testing.T) (*queue.Client, *renewals) {
 	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(r.monitor()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	q, err := queue.New(client.Database(jobstore.Of(b.q).Collection().Database().Name()),
+	q, err := queue.New(client.Database(store.Of(b.q).Collection().Database().Name()),
 		queue.Config{RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
 	require.NoError(t, err)
 	return q, &r
@@ -177,7 +177,7 @@ func TestLostLeaseInABatchCancelsOnlyItsJob(t *testing.T) {
 	require.Eventually(t, func() bool { return h.running() == 5 }, 20*time.Second, 10*time.Millisecond)
 
 	taken, cancelled := ids[2], ids[3]
-	_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": taken}, bson.M{"$set": bson.M{"leaseToken": "someone-else", "owner": "w2"}})
+	_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": taken}, bson.M{"$set": bson.M{"leaseToken": "someone-else", "owner": "w2"}})
 	require.NoError(t, err)
 	out, err := b.q.Cancel(b.ctx, cancelled)
 	require.NoError(t, err)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -168,7 +168,7 @@ func (b *bundle) lossyQueueWith(t *testing.T, d *lossyDialer) (*queue.Client, *l
 		defer cancel()
 		_ = client.Disconnect(ctx)
 	})
-	q, err := queue.New(client.Database(jobstore.Of(b.q).Collection().Database().Name()),
+	q, err := queue.New(client.Database(store.Of(b.q).Collection().Database().Name()),
 		queue.Config{RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
 	require.NoError(t, err)
 	return q, d

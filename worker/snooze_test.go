@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
@@ -107,7 +107,7 @@ func TestCancelFromTheHandlerEndsTheJob(t *testing.T) {
 // fenced on the lease and changes nothing of the new holder's job.
 func TestSnoozeAfterTheLeaseWasLostWritesNothing(t *testing.T) {
 	b := setup(t)
-	coll := jobstore.Of(b.q).Collection()
+	coll := store.Of(b.q).Collection()
 	b.handle(t, "k", func(ctx context.Context, j *jobs.Job) error {
 		// Another holder takes the job, before any heartbeat could tell.
 		_, err := coll.UpdateOne(ctx, bson.M{"_id": j.ID}, bson.M{"$set": bson.M{"leaseToken": "someone-else", "owner": "w2"}})

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/google/uuid"
@@ -45,14 +45,10 @@ var (
 // StopAndCancel.
 type Worker struct {
 	cfg Config
-	q   jobstore.Store // the lease-level side of the queue client
+	q   *store.Store // the lease-level side of the queue client
 	reg *jobs.Registry
 	log *zap.Logger
 	obs Observer
-
-	// rates says when a rate limit that left a kind or queue out of the
-	// last claim allows a start again (queue.Client.NextRateStart).
-	rates interface{ NextRateStart() time.Time }
 
 	// Slots (see launch). held counts the jobs the worker holds from their
 	// claim until their handler returns: waiting for a run slot or running.
@@ -127,14 +123,13 @@ func New(q *queue.Client, reg *jobs.Registry, cfg Config) (*Worker, error) {
 	if len(reg.Kinds()) == 0 {
 		return nil, errors.New("worker: the registry has no kinds: register a handler first")
 	}
-	store := jobstore.Of(q)
-	if cfg.ClaimBatch > 1 {
-		store = jobstore.Batched(q, queue.DefaultCompleteLinger)
+	st := store.Of(q) // nil for a zero Client, which only config checks use
+	if cfg.ClaimBatch > 1 && st != nil {
+		st = st.WithBatchedCompletion(store.DefaultCompleteLinger)
 	}
 	w := &Worker{
 		cfg:          cfg,
-		q:            store,
-		rates:        q,
+		q:            st,
 		reg:          reg,
 		log:          cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)),
 		obs:          cfg.Observer,
@@ -287,7 +282,7 @@ func (w *Worker) dispatch() {
 	kinds := w.reg.Kinds()
 	// Spread: batch claims of processes claiming at once take different
 	// blocks of the best jobs rather than race for the same ones.
-	params := queue.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: kinds, Lease: w.cfg.Lease, Spread: true}
+	params := store.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: kinds, Lease: w.cfg.Lease, Spread: true}
 	var idle, failing time.Duration
 	var sizer claimSizer
 	var took claimLatency
@@ -363,7 +358,7 @@ func (w *Worker) dispatch() {
 			wait = max(jitter(idle, w.cfg.PollMax), time.Since(sent))
 			// A rate limit that left a kind out allows its next start at
 			// a known time: claim then, not a poll later.
-			if next := w.rates.NextRateStart(); !next.IsZero() {
+			if next := w.q.NextRateStart(); !next.IsZero() {
 				wait = min(wait, max(time.Until(next), time.Millisecond))
 			}
 		}
@@ -396,7 +391,7 @@ func (w *Worker) startable(job *jobs.Job) bool {
 	}
 	log := w.log.With(job.LogFields(zap.Duration("lease_left", left), zap.Duration("start_margin", margin))...)
 	ctx, cancel := context.WithTimeout(context.Background(), w.bound(w.cfg.ClaimTimeout()))
-	err := w.q.Release(ctx, queue.LeaseOf(job))
+	err := w.q.Release(ctx, store.LeaseOf(job))
 	cancel()
 	if err != nil {
 		log.Warn("claimed a job with too little lease left to start it, and could not give it back; the reaper re-queues it after its lease", zap.Error(err))
@@ -777,7 +772,7 @@ func (w *Worker) signalWake() {
 // one of the Concurrency run slots (w.exec) to start, and its outcome is
 // written under a writing slot (see freeSlots).
 func (w *Worker) launch(job *jobs.Job) {
-	r := &run{job: job, lease: queue.LeaseOf(job), expires: *job.LeaseExpiresAt}
+	r := &run{job: job, lease: store.LeaseOf(job), expires: *job.LeaseExpiresAt}
 	w.mu.Lock()
 	w.active[job.ID] = r
 	w.mu.Unlock()

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -276,7 +276,7 @@ func TestLostLeaseCancelsHandlerAndWritesNothing(t *testing.T) {
 	b.start(t, worker.Config{})
 	<-started
 	// Another holder takes the job, as after a reap and a new claim.
-	_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"leaseToken": "someone-else", "owner": "w2"}})
+	_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": id}, bson.M{"$set": bson.M{"leaseToken": "someone-else", "owner": "w2"}})
 	require.NoError(t, err)
 	select {
 	case c := <-cause:

@@ -23,7 +23,7 @@ import (
 
 	"github.com/docketq/docket/configs"
 	"github.com/docketq/docket/internal/devdbproc"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -398,7 +398,7 @@ func (b *bencher) burnDownLimited(ctx context.Context, name string, n, procs, co
 // enqueue-to-finish in ms. A claim sets heartbeatAt; jobs shorter than the
 // heartbeat interval keep it.
 func jobTimes(ctx context.Context, q *queue.Client) (start, finish []float64, err error) {
-	cur, err := jobstore.Of(q).Collection().Find(ctx, bson.D{{Key: "state", Value: jobs.StateSucceeded}},
+	cur, err := store.Of(q).Collection().Find(ctx, bson.D{{Key: "state", Value: jobs.StateSucceeded}},
 		options.Find().SetProjection(bson.D{{Key: "createdAt", Value: 1}, {Key: "heartbeatAt", Value: 1}, {Key: "finishedAt", Value: 1}}))
 	if err != nil {
 		return nil, nil, err

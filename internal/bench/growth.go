@@ -11,8 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/leadership"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
@@ -216,7 +216,7 @@ func (b *bencher) growthPoint(ctx context.Context, system string, pt growthPoint
 	// database holds as succeeded (at least those completed in the window).
 	cctx, cancel := context.WithTimeout(ctx, max(time.Until(deadline), time.Minute))
 	defer cancel()
-	if n, err := jobstore.Of(q).Collection().CountDocuments(cctx, bson.D{{Key: "state", Value: jobs.StateSucceeded}}); err == nil {
+	if n, err := store.Of(q).Collection().CountDocuments(cctx, bson.D{{Key: "state", Value: jobs.StateSucceeded}}); err == nil {
 		row.SucceededInDB = n - int64(pt.retained)
 	}
 	return row, nil
@@ -226,7 +226,7 @@ func (b *bencher) growthPoint(ctx context.Context, system string, pt growthPoint
 // ago (inside the default retention, which leaves them be), then its
 // backlog, in chunks of growthChunk; it gives up at deadline.
 func loadGrowth(ctx context.Context, q *queue.Client, pt growthPoint, deadline time.Time) error {
-	coll := jobstore.Of(q).Collection()
+	coll := store.Of(q).Collection()
 	now := time.Now()
 	for i := 0; i < pt.retained; i += growthChunk {
 		if time.Now().After(deadline) {
@@ -323,13 +323,13 @@ func (b *bencher) growthDocket(ctx context.Context, db *mongo.Database, row *Gro
 // the window closes its connections (a server such as devdb then drops the
 // commands they left waiting).
 func (b *bencher) growthRaw(ctx context.Context, db *mongo.Database, q *queue.Client, row *GrowthRow, window time.Duration) error {
-	mon := newMonitor(jobstore.Of(q).Collection().Name())
+	mon := newMonitor(store.Of(q).Collection().Name())
 	c, err := mongo.Connect(options.Client().ApplyURI(b.uri).SetMonitor(mon.commandMonitor()))
 	if err != nil {
 		return err
 	}
 	defer func() { _ = c.Disconnect(context.Background()) }()
-	coll := c.Database(db.Name()).Collection(jobstore.Of(q).Collection().Name(),
+	coll := c.Database(db.Name()).Collection(store.Of(q).Collection().Name(),
 		options.Collection().SetWriteConcern(writeconcern.Majority()))
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/leadership"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/google/uuid"
@@ -33,7 +33,7 @@ func (b *bencher) rawLoop(ctx context.Context) (*BurnDown, error) {
 	if err := b.enqueue(ctx, q, b.o.Jobs, "noop", nil); err != nil {
 		return nil, err
 	}
-	mon := newMonitor(jobstore.Of(q).Collection().Name())
+	mon := newMonitor(store.Of(q).Collection().Name())
 	var colls []*mongo.Collection
 	for range b.o.Procs {
 		c, err := mongo.Connect(options.Client().ApplyURI(b.uri).SetMonitor(mon.commandMonitor()))
@@ -41,7 +41,7 @@ func (b *bencher) rawLoop(ctx context.Context) (*BurnDown, error) {
 			return nil, err
 		}
 		defer func() { _ = c.Disconnect(context.Background()) }()
-		colls = append(colls, c.Database(db.Name()).Collection(jobstore.Of(q).Collection().Name(),
+		colls = append(colls, c.Database(db.Name()).Collection(store.Of(q).Collection().Name(),
 			options.Collection().SetWriteConcern(writeconcern.Majority())))
 	}
 	errs := make(chan error, b.o.Procs*b.o.Concurrency)

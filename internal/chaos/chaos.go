@@ -29,7 +29,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -640,7 +640,7 @@ func (r *run) stall(long bool) {
 	deadline := time.Now().Add(20 * time.Second)
 	for victim == nil && time.Now().Before(deadline) {
 		owners := map[string]bool{}
-		cur, err := jobstore.Of(r.q).Collection().Find(ctx, bson.M{"state": jobs.StateRunning})
+		cur, err := store.Of(r.q).Collection().Find(ctx, bson.M{"state": jobs.StateRunning})
 		if err == nil {
 			var running []jobs.Job
 			_ = cur.All(ctx, &running)
@@ -667,7 +667,7 @@ func (r *run) stall(long bool) {
 	}
 	_ = victim.cmd.Process.Signal(syscall.SIGSTOP)
 	rec := stallRecord{p: victim, held: map[string]jobs.Job{}, stopped: time.Now()}
-	cur, err := jobstore.Of(r.q).Collection().Find(ctx, bson.M{"state": jobs.StateRunning, "owner": victim.id})
+	cur, err := store.Of(r.q).Collection().Find(ctx, bson.M{"state": jobs.StateRunning, "owner": victim.id})
 	if err == nil {
 		var held []jobs.Job
 		_ = cur.All(ctx, &held)
@@ -739,7 +739,7 @@ func (r *run) drain() bool {
 	var last string
 	var jobsDone time.Time
 	for time.Now().Before(deadline) {
-		open, err1 := jobstore.Of(r.q).Collection().CountDocuments(ctx, bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}})
+		open, err1 := store.Of(r.q).Collection().CountDocuments(ctx, bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}})
 		txs, err2 := r.db.Collection(handlers.TransactionsCollection).CountDocuments(ctx,
 			bson.M{"state": bson.M{"$nin": bson.A{handlers.TxDone, handlers.TxCancelled}}})
 		syncing, err3 := r.db.Collection(handlers.UsersCollection).CountDocuments(ctx, bson.M{"syncing": bson.M{"$exists": true}})
@@ -782,7 +782,7 @@ func later(a, b time.Time) time.Time {
 }
 
 func (r *run) dumpOpen() {
-	cur, err := jobstore.Of(r.q).Collection().Find(context.Background(), bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}},
+	cur, err := store.Of(r.q).Collection().Find(context.Background(), bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}},
 		options.Find().SetLimit(10))
 	if err != nil {
 		return

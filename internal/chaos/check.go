@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -109,7 +109,7 @@ func expectedDeath(j *jobs.Job) string {
 // check runs every check on the drained system.
 func (r *run) check() {
 	ctx := context.Background()
-	cur, err := jobstore.Of(r.q).Collection().Find(ctx, bson.M{})
+	cur, err := store.Of(r.q).Collection().Find(ctx, bson.M{})
 	if err != nil {
 		r.fatalf("chaos: read jobs: %v", err)
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -85,7 +85,7 @@ func (r *run) sampleLimit(ctx context.Context) {
 		ExpiresAt *time.Time `bson:"leaseExpiresAt"`
 	}
 	at := time.Now()
-	cur, err := jobstore.Of(r.q).Collection().Find(ctx, bson.M{"kind": limitKind})
+	cur, err := store.Of(r.q).Collection().Find(ctx, bson.M{"kind": limitKind})
 	if err == nil {
 		err = cur.All(ctx, &docs)
 	}
@@ -166,7 +166,7 @@ func (r *run) checkLimit(all []jobs.Job) {
 			r.errorf("chaos: limit: job %s was enqueued as %s but is %s", id, limitKind, j.Kind)
 		}
 	}
-	held, err := jobstore.Of(r.q).Collection().CountDocuments(ctx, bson.M{"$or": bson.A{
+	held, err := store.Of(r.q).Collection().CountDocuments(ctx, bson.M{"$or": bson.A{
 		bson.M{"kindRunSlot": bson.M{"$exists": true}}, bson.M{"queueRunSlot": bson.M{"$exists": true}},
 	}})
 	if err != nil || held != 0 {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -372,7 +372,7 @@ func (r *run) sampleSale(ctx context.Context) {
 		State jobs.State `bson:"state"`
 		Slot  *string    `bson:"capacitySlot"`
 	}
-	cur, err := jobstore.Of(r.q).Collection().Find(ctx, bson.M{"queue": saleQueue})
+	cur, err := store.Of(r.q).Collection().Find(ctx, bson.M{"queue": saleQueue})
 	if err == nil {
 		err = cur.All(ctx, &docs)
 	}
@@ -507,7 +507,7 @@ func (r *run) checkOrders(all []jobs.Job) {
 		}
 		orderJobs[q.orderID()] = append(orderJobs[q.orderID()], j)
 	}
-	held, err := jobstore.Of(r.q).Collection().CountDocuments(ctx, bson.M{"capacitySlot": bson.M{"$exists": true}})
+	held, err := store.Of(r.q).Collection().CountDocuments(ctx, bson.M{"capacitySlot": bson.M{"$exists": true}})
 	if err != nil || held != 0 {
 		r.errorf("chaos: sale: %d jobs still hold a capacity slot after the drain (%v)", held, err)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -36,7 +36,7 @@ func TestLimitCommands(t *testing.T) {
 		_, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{})
 		require.NoError(t, err)
 	}
-	got, err := jobstore.Of(q).ClaimBatch(ctx, queue.ClaimParams{Owner: "w", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute}, 3)
+	got, err := store.Of(q).ClaimBatch(ctx, store.ClaimParams{Owner: "w", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute}, 3)
 	require.NoError(t, err)
 	require.Len(t, got, 2, "the limit holds")
 

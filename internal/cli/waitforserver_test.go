@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/configs"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -32,7 +32,7 @@ func TestWaitForServerClassifiesSetupErrors(t *testing.T) {
 	q, err := queue.New(db, queue.Config{})
 	require.NoError(t, err)
 	for _, id := range []string{"a", "b"} {
-		_, err := jobstore.Of(q).Collection().InsertOne(context.Background(), bson.D{{Key: "_id", Value: id}, {Key: "uniqueKey", Value: "twice"}})
+		_, err := store.Of(q).Collection().InsertOne(context.Background(), bson.D{{Key: "_id", Value: id}, {Key: "uniqueKey", Value: "twice"}})
 		require.NoError(t, err)
 	}
 

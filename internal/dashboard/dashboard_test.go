@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/dashboard"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -52,7 +52,7 @@ func setup(t *testing.T, cfg dashboard.Config) *bundle {
 		require.NoError(t, err)
 		b.ids[name] = res.ID
 		if set != nil {
-			_, err := jobstore.Of(q).Collection().UpdateOne(ctx, bson.M{"_id": res.ID}, bson.D{{Key: "$set", Value: set}})
+			_, err := store.Of(q).Collection().UpdateOne(ctx, bson.M{"_id": res.ID}, bson.D{{Key: "$set", Value: set}})
 			require.NoError(t, err)
 		}
 	}
@@ -126,7 +126,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	// The page refreshes its content in place: a job finished meanwhile
 	// shows without a reload.
 	br.script(`window.stayed = true; return 1`)
-	_, err := jobstore.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": b.ids["waiting0"]}, bson.M{"$set": bson.M{"state": "succeeded", "finishedAt": time.Now()}})
+	_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": b.ids["waiting0"]}, bson.M{"$set": bson.M{"state": "succeeded", "finishedAt": time.Now()}})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return br.text(`.card .n[data-state="succeeded"]`) == "5" }, 10*time.Second, 100*time.Millisecond)
 	require.Equal(t, true, br.script(`return window.stayed === true`), "refreshed without a full reload")
@@ -334,7 +334,7 @@ func BenchmarkOverview5000(b *testing.B) {
 		}
 		docs[i] = d
 	}
-	_, err = jobstore.Of(q).Collection().InsertMany(ctx, docs)
+	_, err = store.Of(q).Collection().InsertMany(ctx, docs)
 	require.NoError(b, err)
 	require.NoError(b, q.Beat(ctx, queue.WorkerInfo{ID: "host-1-abc", Host: "host", PID: 1, Queues: []string{"q0"}, Concurrency: 10, BeatEvery: time.Hour}))
 	_, err = q.Pause(ctx, "q2", "bench")
@@ -346,7 +346,7 @@ func BenchmarkOverview5000(b *testing.B) {
 	// multiples of it.
 	b.Run("raw countDocuments({})", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := jobstore.Of(q).Collection().CountDocuments(ctx, bson.D{}); err != nil {
+			if _, err := store.Of(q).Collection().CountDocuments(ctx, bson.D{}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/dashboard"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -35,7 +35,7 @@ func (b *bundle) insertOdd(t *testing.T) {
 			{Key: "state", Value: "dead"}, {Key: "attempt", Value: 3}, {Key: "maxAttempts", Value: 3},
 			{Key: "finishedAt", Value: time.Now()}, {Key: "args", Value: bson.D{}}})
 	}
-	_, err := jobstore.Of(b.q).Collection().InsertMany(b.ctx, docs)
+	_, err := store.Of(b.q).Collection().InsertMany(b.ctx, docs)
 	require.NoError(t, err)
 }
 

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/dashboard"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -27,7 +27,7 @@ func TestFlowControlInABrowser(t *testing.T) {
 	}
 	require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("mail"), 1, "test"))
 	require.NoError(t, b.q.SetRate(b.ctx, queue.QueueLimit("mail"), queue.Rate{N: 2, Per: time.Hour, Burst: 2}, "test"))
-	_, err := jobstore.Of(b.q).ClaimBatch(b.ctx, queue.ClaimParams{Owner: "w", Queues: []string{"reports"}, Kinds: []string{"mail"}, Lease: time.Minute}, 1)
+	_, err := store.Of(b.q).ClaimBatch(b.ctx, store.ClaimParams{Owner: "w", Queues: []string{"reports"}, Kinds: []string{"mail"}, Lease: time.Minute}, 1)
 	require.NoError(t, err)
 	evil := `<img src=x onerror="window.pwned=1">`
 	_, err = b.db.Collection(queue.DefaultLimitsCollection).InsertMany(b.ctx, []any{

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/dashboard"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
@@ -67,7 +67,7 @@ func TestDashboardPauseInABrowser(t *testing.T) {
 	// in claim order (priority 5), beside one of reports (priority 0): the
 	// worker takes reports' and leaves bulk's.
 	due := paused.Add(queue.PauseRefresh)
-	_, err = jobstore.Of(b.q).Collection().UpdateMany(ctx, bson.M{"queue": "bulk"}, bson.M{"$set": bson.M{"runAt": due}})
+	_, err = store.Of(b.q).Collection().UpdateMany(ctx, bson.M{"queue": "bulk"}, bson.M{"$set": bson.M{"runAt": due}})
 	require.NoError(t, err)
 	rep, err := b.q.Enqueue(ctx, "mail", bson.M{}, queue.InsertOpts{Queue: "reports", RunAt: due})
 	require.NoError(t, err)
@@ -100,7 +100,7 @@ func TestDashboardPauseInABrowser(t *testing.T) {
 	br.click("#confirm")
 	require.Equal(t, "Queue bulk resumed.", br.text("#result"))
 	require.Eventually(t, func() bool {
-		n, err := jobstore.Of(b.q).Collection().CountDocuments(ctx, bson.M{"queue": "bulk", "state": "succeeded"})
+		n, err := store.Of(b.q).Collection().CountDocuments(ctx, bson.M{"queue": "bulk", "state": "succeeded"})
 		require.NoError(t, err)
 		return n == int64(len(bulk))
 	}, 20*time.Second, 20*time.Millisecond, "the worker runs bulk's jobs once it is resumed")

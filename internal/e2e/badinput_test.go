@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -149,7 +149,7 @@ func TestBadInputEndsDeadOrVisible(t *testing.T) {
 				doc = append(doc, e)
 			}
 		}
-		if _, err := jobstore.Of(q).Collection().InsertOne(ctx, doc); err != nil {
+		if _, err := store.Of(q).Collection().InsertOne(ctx, doc); err != nil {
 			refused[c.name] = err
 		}
 	}
@@ -172,7 +172,7 @@ func TestBadInputEndsDeadOrVisible(t *testing.T) {
 		},
 	}
 	raw := func(id string) bson.Raw {
-		r, err := jobstore.Of(q).Collection().FindOne(ctx, bson.M{"_id": id}).Raw()
+		r, err := store.Of(q).Collection().FindOne(ctx, bson.M{"_id": id}).Raw()
 		require.NoError(t, err, "job %s was dropped", id)
 		return r
 	}

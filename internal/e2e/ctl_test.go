@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -21,7 +21,7 @@ func ctlBinary(t *testing.T) string {
 // setState moves job id to state s by hand, as a worker would have.
 func setState(t *testing.T, q *queue.Client, id string, set bson.D) {
 	t.Helper()
-	_, err := jobstore.Of(q).Collection().UpdateOne(context.Background(), bson.M{"_id": id}, bson.D{{Key: "$set", Value: set}})
+	_, err := store.Of(q).Collection().UpdateOne(context.Background(), bson.M{"_id": id}, bson.D{{Key: "$set", Value: set}})
 	require.NoError(t, err)
 }
 
@@ -52,7 +52,7 @@ func TestDocketctl(t *testing.T) {
 	past := time.Now().Add(-48 * time.Hour)
 	setState(t, q, ids[0], bson.D{{Key: "state", Value: "dead"}, {Key: "attempt", Value: 25}, {Key: "finishedAt", Value: past},
 		{Key: "errors", Value: bson.A{bson.M{"attempt": 25, "at": past, "owner": "w1", "message": "smtp: connection refused"}}}})
-	_, err := jobstore.Of(q).Collection().UpdateOne(ctx, bson.M{"_id": ids[0]}, bson.M{"$rename": bson.M{"uniqueKey": "finishedUniqueKey"}})
+	_, err := store.Of(q).Collection().UpdateOne(ctx, bson.M{"_id": ids[0]}, bson.M{"$rename": bson.M{"uniqueKey": "finishedUniqueKey"}})
 	require.NoError(t, err)
 	setState(t, q, ids[1], bson.D{{Key: "state", Value: "running"}, {Key: "leaseToken", Value: "t"}, {Key: "attempt", Value: 1}})
 	setState(t, q, ids[2], bson.D{{Key: "state", Value: "succeeded"}, {Key: "finishedAt", Value: past}})

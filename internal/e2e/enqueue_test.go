@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/stretchr/testify/require"
@@ -58,7 +58,7 @@ func TestEnqueueCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateCancelled, j.State)
 
-	n, err := jobstore.Of(q).Collection().CountDocuments(ctx, bson.M{})
+	n, err := store.Of(q).Collection().CountDocuments(ctx, bson.M{})
 	require.NoError(t, err)
 	require.EqualValues(t, 4, n)
 }
@@ -90,7 +90,7 @@ func TestEnqueueRejectsBadInputAndWritesNothing(t *testing.T) {
 			require.Contains(t, stderr, tc.want)
 		})
 	}
-	n, err := jobstore.Of(q).Collection().CountDocuments(context.Background(), bson.M{})
+	n, err := store.Of(q).Collection().CountDocuments(context.Background(), bson.M{})
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
@@ -141,7 +141,7 @@ func TestEnqueueHandlerCommands(t *testing.T) {
 
 	// show prints a job another application wrote with fields of other
 	// types as it is stored.
-	_, err = jobstore.Of(q).Collection().InsertOne(ctx, bson.M{"_id": "odd", "kind": "noop", "attempt": "x", "state": "running", "errors": 5})
+	_, err = store.Of(q).Collection().InsertOne(ctx, bson.M{"_id": "odd", "kind": "noop", "attempt": "x", "state": "running", "errors": 5})
 	require.NoError(t, err)
 	out, stderr, code = run(t, ctlBinary(t), db, nil, "", "show", "--json", "odd")
 	require.Equal(t, 0, code, stderr)
@@ -169,7 +169,7 @@ func TestEnqueueHandlerCommands(t *testing.T) {
 		require.Equal(t, 2, code, "%v: %s", tc.args, stderr)
 		require.Contains(t, stderr, tc.want, "%v", tc.args)
 	}
-	n, err := jobstore.Of(q).Collection().CountDocuments(ctx, bson.M{})
+	n, err := store.Of(q).Collection().CountDocuments(ctx, bson.M{})
 	require.NoError(t, err)
 	require.EqualValues(t, 4, n, "bad input must enqueue nothing")
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/internal/cli"
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/stretchr/testify/require"
@@ -68,7 +68,7 @@ func TestFlashSale(t *testing.T) {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			n, err := jobstore.Of(q).Collection().CountDocuments(ctx, bson.M{"queue": "sale", "state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}})
+			n, err := store.Of(q).Collection().CountDocuments(ctx, bson.M{"queue": "sale", "state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}})
 			if err != nil {
 				t.Error(err)
 				return
@@ -153,7 +153,7 @@ func TestFlashSale(t *testing.T) {
 	require.LessOrEqual(t, maxSlots.Load(), int64(capacity))
 	require.Equal(t, int64(capacity), maxJobs.Load(), "the queue was seen full")
 
-	n, err := jobstore.Of(q).Collection().CountDocuments(ctx, bson.M{"queue": "sale"})
+	n, err := store.Of(q).Collection().CountDocuments(ctx, bson.M{"queue": "sale"})
 	require.NoError(t, err)
 	require.EqualValues(t, len(admitted), n, "a job per admitted request, none for a refused one")
 	p, err := handlers.ReadProduct(ctx, db, "tv")

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -50,7 +50,7 @@ func TestLeaderRunsMaintenanceAndPeriodicJobsAcrossAFailover(t *testing.T) {
 	}
 	first := leaderOf(-1)
 	ticks := func() []time.Time {
-		cur, err := jobstore.Of(q).Collection().Find(ctx, bson.M{"queue": "ticks"})
+		cur, err := store.Of(q).Collection().Find(ctx, bson.M{"queue": "ticks"})
 		require.NoError(t, err)
 		var out []time.Time
 		for cur.Next(ctx) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -56,7 +56,7 @@ func TestPauseQueue(t *testing.T) {
 	require.NoError(t, err)
 	waitJob(t, q, bJob.ID, time.Minute, "succeeded", inState(jobs.StateSucceeded))
 	count := func(f bson.M) int64 {
-		n, err := jobstore.Of(q).Collection().CountDocuments(ctx, f)
+		n, err := store.Of(q).Collection().CountDocuments(ctx, f)
 		require.NoError(t, err)
 		return n
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -23,13 +23,13 @@ func TestWorkerReapRunsOnePass(t *testing.T) {
 	ctx := context.Background()
 	res, err := q.EnqueueMany(ctx, []queue.Insert{{Kind: "record", Opts: queue.InsertOpts{Priority: 1}}, {Kind: "record"}})
 	require.NoError(t, err)
-	p := queue.ClaimParams{Owner: "gone", Queues: []string{"default"}, Kinds: []string{"record"}, Lease: time.Minute}
+	p := store.ClaimParams{Owner: "gone", Queues: []string{"default"}, Kinds: []string{"record"}, Lease: time.Minute}
 	for range 2 {
-		j, err := jobstore.Of(q).Claim(ctx, p)
+		j, err := store.Of(q).Claim(ctx, p)
 		require.NoError(t, err)
 		require.NotNil(t, j)
 	}
-	_, err = jobstore.Of(q).Collection().UpdateOne(ctx, bson.M{"_id": res[0].ID}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Hour)}})
+	_, err = store.Of(q).Collection().UpdateOne(ctx, bson.M{"_id": res[0].ID}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Hour)}})
 	require.NoError(t, err)
 
 	out, stderr, code := run(t, workerBinary(t), db, nil, "", "reap")

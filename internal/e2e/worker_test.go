@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -50,7 +50,7 @@ func fourWorkersRunEachJobOnce(t *testing.T, n int, flags ...string) {
 		procs = append(procs, startWorker(t, db, "worker"+string(rune('A'+i)), args...))
 	}
 	require.Eventually(t, func() bool {
-		c, err := jobstore.Of(q).Collection().CountDocuments(context.Background(), bson.M{"state": "succeeded"})
+		c, err := store.Of(q).Collection().CountDocuments(context.Background(), bson.M{"state": "succeeded"})
 		require.NoError(t, err)
 		return c == int64(n)
 	}, 8*time.Minute, 500*time.Millisecond, "not every job succeeded")
@@ -69,7 +69,7 @@ func fourWorkersRunEachJobOnce(t *testing.T, n int, flags ...string) {
 		owners[e[0]["owner"].(string)] = true
 	}
 	require.Greater(t, len(owners), 1, "the load was not shared between processes")
-	bad, err := jobstore.Of(q).Collection().CountDocuments(context.Background(), bson.M{"$or": bson.A{
+	bad, err := store.Of(q).Collection().CountDocuments(context.Background(), bson.M{"$or": bson.A{
 		bson.M{"state": bson.M{"$ne": "succeeded"}}, bson.M{"attempt": bson.M{"$ne": 1}},
 	}})
 	require.NoError(t, err)

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/jobstore"
 	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/internal/metrics"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/queue"
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,7 +36,7 @@ func TestLimitGauges(t *testing.T) {
 	require.NoError(t, q.SetRate(ctx, queue.KindLimit("k"), queue.Rate{N: 2, Per: time.Hour, Burst: 2}, ""))
 	_, err = db.Collection(queue.DefaultLimitsCollection).InsertOne(ctx, bson.M{"_id": "rate:kind:bad\xff", "rate": 1, "periodMs": 1000, "burst": 1})
 	require.NoError(t, err)
-	got, err := jobstore.Of(q).ClaimBatch(ctx, queue.ClaimParams{Owner: "w", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute}, 5)
+	got, err := store.Of(q).ClaimBatch(ctx, store.ClaimParams{Owner: "w", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute}, 5)
 	require.NoError(t, err)
 	require.Len(t, got, 2, "the rate's burst")
 

@@ -1,0 +1,301 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/google/uuid"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
+)
+
+// ClaimParams say which jobs a worker may claim and for how long.
+type ClaimParams struct {
+	// Owner is the claiming worker's id.
+	Owner string
+	// Queues are the queues the worker serves.
+	Queues []string
+	// Kinds are the kinds the worker has handlers for.
+	Kinds []string
+	// Lease is how long the claim holds the job unless renewed.
+	Lease time.Duration
+	// Token is the lease token the claim stamps on the jobs it takes. It
+	// must be fresh for each call, never reused: a caller that makes its
+	// own (a worker does) knows it before the claim is sent, so after an
+	// error, when the server may have applied the claim and lost its reply,
+	// ReleaseClaim finds and gives back the jobs that carry it. Empty: a
+	// fresh one is made.
+	Token string
+	// Spread makes a batch claim take a block of k picked at random among
+	// the best candidates of the highest priority it read (up to
+	// claimSpreadBlocks blocks), rather than the first k, so that worker
+	// processes claiming at once take different jobs instead of racing
+	// for the same ones. Jobs of one priority then start in claim order
+	// only roughly (within a few batches); a job of a lower priority is
+	// never taken before one of a higher. Single claims ignore it.
+	Spread bool
+}
+
+// withToken returns p with a fresh token unless it has one.
+func (p ClaimParams) withToken() ClaimParams {
+	if p.Token == "" {
+		p.Token = uuid.NewString()
+	}
+	return p
+}
+
+// Lease identifies one claim of a job: every write by the holder is fenced
+// on it.
+type Lease struct {
+	// JobID is the claimed job.
+	JobID string
+	// Token is the claim's fresh token.
+	Token string
+}
+
+// claimSort is the claim order: highest priority, then longest runnable,
+// then oldest.
+var claimSort = bson.D{{Key: "priority", Value: -1}, {Key: "runAt", Value: 1}, {Key: "_id", Value: 1}}
+
+// Claim takes the best runnable job with one atomic findAndModify, stamping
+// it running with p.Owner, p.Token (or a fresh token) and a lease expiry
+// of p.Lease from when the claim was sent. It returns nil and no error when
+// there is nothing to claim. On an error the server may still have applied
+// the claim: the job then carries p.Token (see ReleaseClaim).
+func (c *Store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
+	if len(p.Queues) == 0 || len(p.Kinds) == 0 {
+		return nil, errors.New("queue: claim needs at least one queue and one kind")
+	}
+	p = p.withToken()
+	// At most twice: a claim made with a stale set of paused queues that
+	// took a job of a queue paused since gives it back and claims again
+	// with the set it read (pause.go).
+	for range 2 {
+		qs, stale := c.unpaused(ctx, p.Queues)
+		if len(qs) == 0 { // every queue is paused
+			return nil, nil
+		}
+		pq := p
+		pq.Queues = qs
+		j, err := c.claimOneUnderLimits(ctx, pq)
+		if j == nil || err != nil || !stale {
+			return j, err
+		}
+		ok, err := c.confirmUnpaused(ctx, []*jobs.Job{j})
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return j, nil
+		}
+	}
+	return nil, nil
+}
+
+// claimOneUnderLimits is Claim from the queues of p as given: under the
+// limits that apply to p (limit.go), or else with claimOne.
+func (c *Store) claimOneUnderLimits(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
+	claimed, handled, err := c.claimUnderRates(ctx, p, 1)
+	if !handled {
+		return c.claimOne(ctx, p)
+	}
+	if len(claimed) == 0 || err != nil {
+		return nil, err
+	}
+	return claimed[0], nil
+}
+
+// claimOne is Claim's findAndModify, from the queues of p as given.
+func (c *Store) claimOne(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
+	t := now()
+	filter := claimFilter(p, t)
+	update := claimUpdate(p, t, p.Token)
+	opts := options.FindOneAndUpdate().SetSort(claimSort).SetReturnDocument(options.After)
+	// A document that an app wrote by hand with a field of the wrong type
+	// must not block the queue: it is buried (dead, with what is wrong) and
+	// the claim goes on to the next job.
+	for range maxBuried + 1 {
+		raw, err := c.coll.FindOneAndUpdate(ctx, filter, update, opts).Raw()
+		if err == nil && c.hooks != nil && c.hooks.afterClaim != nil {
+			err = c.hooks.afterClaim()
+		}
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return nil, nil
+		}
+		var se mongo.ServerError
+		if errors.As(err, &se) && se.HasErrorCode(errTypeMismatch) {
+			// $inc met a non-numeric attempt: nothing was claimed.
+			if n, berr := c.buryBadAttempts(ctx, filter, t); berr != nil || n == 0 {
+				return nil, fmt.Errorf("queue: claim: %w", err)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("queue: claim: %w", err)
+		}
+		var j jobs.Job
+		if derr := bson.Unmarshal(raw, &j); derr != nil {
+			if berr := c.buryMalformed(ctx, raw, t, derr); berr != nil {
+				return nil, fmt.Errorf("queue: claim: %w (and marking it dead: %w)", derr, berr)
+			}
+			continue
+		}
+		return &j, nil
+	}
+	return nil, nil
+}
+
+// maxBuried bounds how many malformed jobs one claim buries before it
+// returns; the next claim goes on.
+const maxBuried = 10
+
+// errTypeMismatch is the server's code for an update applied to a field of
+// the wrong type.
+const errTypeMismatch = 14
+
+// malformed is the start of the message a malformed job dies with.
+const malformed = "malformed job document (see the job document in the README): "
+
+// buryMalformed sends the job in raw, which this claim has just stamped
+// running but which does not decode, to dead with the decoding error. The
+// write is fenced on the claim's lease token.
+func (c *Store) buryMalformed(ctx context.Context, raw bson.Raw, t time.Time, cause error) error {
+	id := raw.Lookup("_id")
+	token, _ := raw.Lookup("leaseToken").StringValueOK()
+	owner, _ := raw.Lookup("owner").StringValueOK()
+	attempt, _ := raw.Lookup("attempt").AsInt64OK()
+	msg := malformed + cause.Error()
+	errs := bson.A{jobs.AttemptError{Attempt: int(attempt), At: t, Owner: owner, Message: msg}}
+	_, err := c.coll.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: token}},
+		finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs}))
+	if err == nil {
+		c.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
+	}
+	return err
+}
+
+// buryCandidate sends raw, an available job read by a claim that does not
+// decode, to dead with the decoding error, fenced on its state and
+// updatedAt as read.
+func (c *Store) buryCandidate(ctx context.Context, raw bson.Raw, t time.Time, cause error) error {
+	id := raw.Lookup("_id")
+	msg := malformed + cause.Error()
+	_, err := c.coll.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateAvailable}, {Key: "updatedAt", Value: rawOrNull(raw, "updatedAt")}},
+		finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: msg}}}))
+	if err == nil {
+		c.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
+	}
+	return err
+}
+
+// buryBadAttempts sends to dead the claimable jobs whose attempt is not a
+// number, which a claim's $inc cannot count, and returns how many.
+func (c *Store) buryBadAttempts(ctx context.Context, filter bson.D, t time.Time) (int, error) {
+	bad := append(bson.D{}, filter...)
+	bad = append(bad, bson.E{Key: "attempt", Value: bson.D{{Key: "$exists", Value: true}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "number"}}}}})
+	cur, err := c.coll.Find(ctx, bad, options.Find().SetLimit(maxBuried).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "attempt", Value: 1}}))
+	if err != nil {
+		return 0, err
+	}
+	var docs []bson.Raw
+	if err := cur.All(ctx, &docs); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, d := range docs {
+		id, attempt := d.Lookup("_id"), d.Lookup("attempt")
+		msg := fmt.Sprintf("%sattempt: %s %s is not a number", malformed, attempt.Type, attempt)
+		res, err := c.coll.UpdateOne(ctx,
+			bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateAvailable}, {Key: "attempt", Value: attempt}},
+			finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: msg}}}))
+		if err != nil {
+			return n, err
+		}
+		if res.MatchedCount == 1 {
+			n++
+			c.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
+		}
+	}
+	return n, nil
+}
+
+// ReleaseClaim gives back, as if they had never been claimed, the jobs that
+// a claim with token stamped and that are still running under it: a claim
+// (or batch claim) that returned an error may have been applied by the
+// server with its reply lost, leaving jobs that no worker runs. Each is
+// released as Release does, fenced on {_id, state: running, token}: the
+// attempt is not counted, no error is recorded, and the job is available
+// at once (or cancelled, when a cancel was requested). It returns how many
+// it released. Call it only for a claim whose jobs were not handed to a
+// handler.
+func (c *Store) ReleaseClaim(ctx context.Context, token string) (int, error) {
+	if token == "" {
+		return 0, errors.New("queue: release claim: empty token")
+	}
+	cur, err := c.coll.Find(ctx,
+		bson.D{{Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: token}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return 0, fmt.Errorf("queue: release claim %s: %w", token, err)
+	}
+	var ids []string
+	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+		if id, ok := d.Lookup("_id").StringValueOK(); ok {
+			ids = append(ids, id)
+		}
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("queue: release claim %s: %w", token, err)
+	}
+	n := 0
+	for _, id := range ids {
+		err := c.Release(ctx, Lease{JobID: id, Token: token})
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			// Reaped, or cancelled meanwhile. (A release by an earlier try
+			// whose reply was lost returns nil: Release reads it back.)
+		case err != nil:
+			return n, fmt.Errorf("queue: release claim %s: %w", token, err)
+		default:
+			n++
+			c.log.Info("released a job whose claim returned an error: not run, attempt not counted",
+				zap.String("job_id", id), zap.String("lease_token", token))
+		}
+	}
+	return n, nil
+}
+
+// hooks let tests lose the reply of a write the server applied, or fail a
+// read, at the points where a real network can. Each, when set, returns
+// the error taken as the operation's.
+type hooks struct {
+	// afterClaim runs after a claim's findAndModify the server applied.
+	afterClaim func() error
+	// beforeReadBack runs before a batch claim reads back what it stamped.
+	beforeReadBack func() error
+	// afterFinish runs after a fenced write that ends an attempt (complete,
+	// fail, cancelled) and that the server applied; op names the write.
+	afterFinish func(op string) error
+	// pickBlock, when set, picks a spread batch claim's first block among
+	// n, in place of a random one.
+	pickBlock func(n int) int
+	// readBackTimeout, when set, bounds a finishing write's read-back in
+	// place of readBackTimeout.
+	readBackTimeout *time.Duration
+	// beforeCompleteReadBack runs when a CompleteMany whose fences did not
+	// all match has written, before it reads which did.
+	beforeCompleteReadBack func()
+	// beforeClean runs when Clean has read the ids of the jobs to delete,
+	// before it deletes them.
+	beforeClean func()
+}
+
+// LeaseOf returns the lease that j carries.
+func LeaseOf(j *jobs.Job) Lease { return Lease{JobID: j.ID, Token: j.LeaseToken} }

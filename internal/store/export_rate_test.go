@@ -1,0 +1,11 @@
+package store
+
+// SetRateHooks makes c's claims (and its copies') under a rate run
+// afterReserve after a reservation the server applied (its error taken as
+// the write's: a lost reply) and beforeClaim between a reservation and the
+// claim of its jobs (a stall). nil leaves a hook unset.
+func SetRateHooks(c *Store, afterReserve func() error, beforeClaim func()) {
+	c.rates.mu.Lock()
+	defer c.rates.mu.Unlock()
+	c.rates.afterReserve, c.rates.beforeRateClaim = afterReserve, beforeClaim
+}

@@ -1,0 +1,122 @@
+package store
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// WithRaceBeforeStamp returns a Store like c whose batch claims run f
+// after reading their candidates and before stamping them, as if another
+// worker ran in between.
+func WithRaceBeforeStamp(c *Store, f func()) *Store {
+	r := *c
+	r.betweenReadAndStamp = f
+	return &r
+}
+
+// HeartbeatProjection says what c's heartbeats found out about the
+// server: "unknown" before the first, then "projects" or "whole document".
+func HeartbeatProjection(c *Store) string {
+	switch c.projection.Load() {
+	case projectionSupported:
+		return "projects"
+	case projectionUnsupported:
+		return "whole document"
+	}
+	return "unknown"
+}
+
+// WithLostStampReply returns a Store like c whose batch claims stamp their
+// jobs and then fail with err, as if the server applied the stamp and its
+// reply was lost.
+func WithLostStampReply(c *Store, err error) *Store {
+	r := *c
+	r.afterStamp = func() error { return err }
+	return &r
+}
+
+// withHooks returns a copy of c with hooks h (c's other fields shared).
+func withHooks(c *Store, h hooks) *Store {
+	r := *c
+	r.hooks = &h
+	return &r
+}
+
+// WithLostClaimReply returns a Store like c whose claims' findAndModify,
+// once the server applied it, fails with err the first n times, as when
+// the reply is lost.
+func WithLostClaimReply(c *Store, n int, err error) *Store {
+	var left atomic.Int32
+	left.Store(int32(n))
+	return withHooks(c, hooks{afterClaim: func() error {
+		if left.Add(-1) >= 0 {
+			return err
+		}
+		return nil
+	}})
+}
+
+// WithFailedReadBack returns a Store like c whose batch claims fail with
+// err when they read back the jobs they stamped.
+func WithFailedReadBack(c *Store, err error) *Store {
+	return withHooks(c, hooks{beforeReadBack: func() error { return err }})
+}
+
+// WithLostFinishReply returns a Store like c whose finishing write op
+// ("complete", "fail", "cancel"), once the server applied it, fails with
+// err the first n times, as when the reply is lost.
+func WithLostFinishReply(c *Store, op string, n int, err error) *Store {
+	var left atomic.Int32
+	left.Store(int32(n))
+	return withHooks(c, hooks{afterFinish: func(got string) error {
+		if got == op && left.Add(-1) >= 0 {
+			return err
+		}
+		return nil
+	}})
+}
+
+// SetPauseRefresh sets how long the claims of c (and its copies) trust the
+// paused queues they last read.
+func SetPauseRefresh(c *Store, d time.Duration) {
+	c.pauses.mu.Lock()
+	c.pauses.refresh = d
+	c.pauses.mu.Unlock()
+}
+
+// WithReadBackTimeout returns a Store like c whose fenced finishing
+// writes that matched nothing bound the read telling a lost lease from an
+// earlier try applied by d (5 s otherwise); a d of 0 makes that read fail
+// at once with context.DeadlineExceeded.
+func WithReadBackTimeout(c *Store, d time.Duration) *Store {
+	h := hooks{}
+	if c.hooks != nil {
+		h = *c.hooks
+	}
+	h.readBackTimeout = &d
+	return withHooks(c, h)
+}
+
+// WithCleanHook returns a Store like c whose Clean runs f after it read
+// the ids of the jobs to delete and before it deletes them, as if the
+// process stalled in between.
+func WithCleanHook(c *Store, f func()) *Store {
+	h := hooks{}
+	if c.hooks != nil {
+		h = *c.hooks
+	}
+	h.beforeClean = f
+	return withHooks(c, h)
+}
+
+// WithCompleteReadBackHook returns a Store like c whose CompleteMany runs
+// f after its updateMany, when not every fence matched, before it reads
+// which did.
+func WithCompleteReadBackHook(c *Store, f func()) *Store {
+	h := hooks{}
+	if c.hooks != nil {
+		h = *c.hooks
+	}
+	h.beforeCompleteReadBack = f
+	return withHooks(c, h)
+}

@@ -1,0 +1,466 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
+)
+
+// fence matches the job only while l still holds it.
+func fence(l Lease) bson.D {
+	return bson.D{
+		{Key: "_id", Value: l.JobID},
+		{Key: "state", Value: jobs.StateRunning},
+		{Key: "leaseToken", Value: l.Token},
+	}
+}
+
+// fencedUpdate applies update to the job l holds; ErrLeaseLost if it no
+// longer holds it.
+func (c *Store) fencedUpdate(ctx context.Context, op string, l Lease, update bson.D) error {
+	res, err := c.coll.UpdateOne(ctx, fence(l), update)
+	if err == nil {
+		err = c.lostFinishReply(op)
+	}
+	if err != nil {
+		return fmt.Errorf("queue: %s job %s: %w", op, l.JobID, err)
+	}
+	if res.MatchedCount == 0 {
+		return fmt.Errorf("queue: %s job %s: %w", op, l.JobID, ErrLeaseLost)
+	}
+	return nil
+}
+
+// Renewal is what a heartbeat learned.
+type Renewal struct {
+	// ExpiresAt is the lease's new expiry.
+	ExpiresAt time.Time
+	// CancelRequested is true when someone asked the job to stop.
+	CancelRequested bool
+}
+
+// Heartbeat extends the lease l by d from now. It returns ErrLeaseLost when
+// l no longer holds the job.
+func (c *Store) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renewal, error) {
+	t := now()
+	update := bson.D{{Key: "$set", Value: bson.D{
+		{Key: "leaseExpiresAt", Value: t.Add(d)},
+		{Key: "heartbeatAt", Value: t},
+	}}}
+	var got struct {
+		CancelRequestedAt *time.Time `bson:"cancelRequestedAt"`
+	}
+	err := c.renew(ctx, l, update, &got)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return Renewal{}, fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, ErrLeaseLost)
+	}
+	if err != nil {
+		return Renewal{}, fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, err)
+	}
+	return Renewal{ExpiresAt: t.Add(d), CancelRequested: got.CancelRequestedAt != nil}, nil
+}
+
+// Whether the server returns only some fields of a findAndModify's
+// document (its fields option): MongoDB does, FerretDB v1 refuses it with
+// NotImplemented. Detected by a client's first heartbeat.
+const (
+	projectionUnknown int32 = iota
+	projectionSupported
+	projectionUnsupported
+)
+
+// errNotImplemented is the server's code for an option it does not
+// implement.
+const errNotImplemented = 238
+
+// heartbeatFields are the fields a heartbeat reads back: not the args,
+// which may be up to 1 MB.
+var heartbeatFields = bson.D{{Key: "_id", Value: 1}, {Key: "cancelRequestedAt", Value: 1}}
+
+// renew applies a heartbeat's update to the job l holds and decodes what
+// it reads back into out, asking for heartbeatFields only where the server
+// supports it. The first heartbeat of a client finds out; a refusal
+// (which writes nothing) is retried at once without the projection, and
+// later heartbeats go without it.
+func (c *Store) renew(ctx context.Context, l Lease, update bson.D, out any) error {
+	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
+	mode := projectionUnsupported
+	if c.projection != nil {
+		mode = c.projection.Load()
+	}
+	if mode != projectionUnsupported {
+		err := c.coll.FindOneAndUpdate(ctx, fence(l), update, opts.SetProjection(heartbeatFields)).Decode(out)
+		var se mongo.ServerError
+		if !errors.As(err, &se) || !se.HasErrorCode(errNotImplemented) {
+			if mode == projectionUnknown && (err == nil || errors.Is(err, mongo.ErrNoDocuments)) {
+				c.projection.Store(projectionSupported)
+			}
+			return err
+		}
+		c.projection.Store(projectionUnsupported)
+		c.log.Info("the server does not project findAndModify results; heartbeats read whole jobs back", zap.Error(err))
+		opts = options.FindOneAndUpdate().SetReturnDocument(options.After)
+	}
+	return c.coll.FindOneAndUpdate(ctx, fence(l), update, opts).Decode(out)
+}
+
+// finish returns the update that moves a job to the final state s at t,
+// freeing its unique key, its slot of a bounded queue's capacity and its
+// run slots of concurrency limits (limit.go). Every write that finishes a
+// job uses it.
+func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
+	set = append(set,
+		bson.E{Key: "state", Value: s},
+		bson.E{Key: "finishedAt", Value: t},
+		bson.E{Key: "updatedAt", Value: t},
+	)
+	return bson.D{
+		{Key: "$set", Value: bson.D(set)},
+		{Key: "$unset", Value: bson.D{
+			{Key: "leaseExpiresAt", Value: ""}, {Key: capacitySlotField, Value: ""},
+			{Key: kindRunSlotField, Value: ""}, {Key: queueRunSlotField, Value: ""},
+		}},
+		{Key: "$rename", Value: bson.D{{Key: "uniqueKey", Value: "finishedUniqueKey"}}},
+	}
+}
+
+// Complete marks the job l holds succeeded. On a Store made by
+// WithBatchedCompletion, the write joins concurrent completions in one
+// updateMany; the outcome is the same.
+func (c *Store) Complete(ctx context.Context, l Lease) error {
+	if c.completions != nil {
+		return c.completions.complete(ctx, l)
+	}
+	err := c.fencedUpdate(ctx, "complete", l, finish(jobs.StateSucceeded, now()))
+	if errors.Is(err, ErrLeaseLost) {
+		// A try of this write whose reply was lost may have been applied:
+		// only this attempt writes succeeded under its token.
+		return c.unlessWritten(ctx, "complete", l, err, func(w *written) bool {
+			return w.State == jobs.StateSucceeded && w.LeaseToken == l.Token
+		})
+	}
+	return err
+}
+
+// Cancelled marks the job l holds cancelled, recording why.
+func (c *Store) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason string) error {
+	t := now()
+	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: reason})
+	err := c.fencedUpdate(ctx, "cancel", l, finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}))
+	if errors.Is(err, ErrLeaseLost) {
+		return c.unlessWritten(ctx, "cancel", l, err, func(w *written) bool {
+			return w.State == jobs.StateCancelled && w.LeaseToken == l.Token && w.hasError(j.Attempt, j.Owner, reason)
+		})
+	}
+	return err
+}
+
+// written is what a finishing write leaves in a job, read back to tell
+// whether a try whose reply was lost was applied.
+type written struct {
+	State         jobs.State
+	LeaseToken    string
+	RunAt         time.Time
+	Errors        []jobs.AttemptError
+	ReleasedToken string
+}
+
+// hasError reports whether w records the error msg of the given attempt
+// and owner: only that attempt's own final write records it (the reaper's
+// and a cancel's messages are their own).
+func (w *written) hasError(attempt int, owner, msg string) bool {
+	for _, e := range w.Errors {
+		if e.Attempt == attempt && e.Owner == owner && e.Message == msg {
+			return true
+		}
+	}
+	return false
+}
+
+// readWritten reads back the fields a finishing write sets in job id, each
+// on its own (a field of another type is left at its zero value); nil when
+// the job is gone.
+func (c *Store) readWritten(ctx context.Context, id string) (*written, error) {
+	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(bson.D{
+		{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}, {Key: "runAt", Value: 1}, {Key: "errors", Value: 1},
+		{Key: releasedTokenField, Value: 1},
+	})).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var w written
+	state, _ := raw.Lookup("state").StringValueOK()
+	w.State = jobs.State(state)
+	w.LeaseToken, _ = raw.Lookup("leaseToken").StringValueOK()
+	w.RunAt, _ = raw.Lookup("runAt").TimeOK()
+	w.ReleasedToken, _ = raw.Lookup(releasedTokenField).StringValueOK()
+	if arr, ok := raw.Lookup("errors").ArrayOK(); ok {
+		vals, _ := arr.Values()
+		for _, v := range vals {
+			var e jobs.AttemptError
+			if doc, ok := v.DocumentOK(); ok && bson.Unmarshal(doc, &e) == nil {
+				w.Errors = append(w.Errors, e)
+			}
+		}
+	}
+	return &w, nil
+}
+
+// unlessWritten is called when the fenced write op of lease l reported
+// lost (err): it reads the job back and returns nil when ours says this
+// attempt's own write is there (an earlier try was applied and its reply
+// lost), err otherwise.
+func (c *Store) unlessWritten(ctx context.Context, op string, l Lease, err error, ours func(*written) bool) error {
+	// The read-back gets time of its own: the write may have used up the
+	// caller's (a loaded server), and only the read tells a lost lease
+	// from an earlier try applied with its reply lost.
+	timeout := readBackTimeout
+	if c.hooks != nil && c.hooks.readBackTimeout != nil {
+		timeout = *c.hooks.readBackTimeout
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	w, rerr := c.readWritten(rctx, l.JobID)
+	if rerr != nil {
+		// Unknown, not lost: the caller tries the write again, which
+		// reads back again.
+		return fmt.Errorf("queue: %s job %s: the fenced write matched nothing and reading the job back failed: %w: %w", op, l.JobID, ErrOutcomeUnknown, rerr)
+	}
+	if w == nil || !ours(w) {
+		return err
+	}
+	c.log.Info("the job already holds this attempt's outcome: an earlier try was applied and its reply lost",
+		zap.String("job_id", l.JobID), zap.String("op", op), zap.String("state", string(w.State)))
+	return nil
+}
+
+// readBackTimeout bounds the read that tells a lost lease from a write
+// already applied.
+const readBackTimeout = 5 * time.Second
+
+// lostFinishReply is the error a test hook makes of the reply of the
+// finishing write op; nil without hooks.
+func (c *Store) lostFinishReply(op string) error {
+	if c.hooks == nil || c.hooks.afterFinish == nil {
+		return nil
+	}
+	return c.hooks.afterFinish(op)
+}
+
+// Failure is the outcome of a failed attempt.
+type Failure struct {
+	// State is where the job went: available (to retry) or dead.
+	State jobs.State
+	// RunAt is when the retry may run, for State available.
+	RunAt time.Time
+}
+
+// Fail records that the attempt of j held by l failed with cause. The job
+// is retried after a backoff unless cause is permanent or the attempts are
+// used up, in which case it is dead.
+func (c *Store) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Failure, error) {
+	t := now()
+	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cause.Error()})
+	f, update := c.failure(j, t, jobs.IsPermanent(cause), errs)
+	// A try of this write whose reply was lost may have been applied: the
+	// job then records this attempt's error (only this attempt writes it).
+	msg := cause.Error()
+	ours := func(w *written) bool { return w.hasError(j.Attempt, j.Owner, msg) }
+	if f.State == jobs.StateDead {
+		err := c.fencedUpdate(ctx, "fail", l, update)
+		if errors.Is(err, ErrLeaseLost) {
+			err = c.unlessWritten(ctx, "fail", l, err, func(w *written) bool {
+				return w.State == jobs.StateDead && w.LeaseToken == l.Token && ours(w)
+			})
+		}
+		return f, err
+	}
+	cancelled, err := c.requeueUnlessCancelled(ctx, "fail", fence(l), update, func(requestedAt string, _ bson.Raw) bson.D {
+		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: jobs.AppendError(errs, jobs.AttemptError{
+			Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, "retried"),
+		})})
+	})
+	if errors.Is(err, ErrLeaseLost) {
+		var got *written
+		err = c.unlessWritten(ctx, "fail", l, err, func(w *written) bool { got = w; return ours(w) })
+		if err == nil {
+			// Re-queued by this attempt (and maybe claimed again since), or
+			// cancelled instead, which keeps the token.
+			if got.State == jobs.StateCancelled && got.LeaseToken == l.Token {
+				return Failure{State: jobs.StateCancelled}, nil
+			}
+			if got.State == jobs.StateAvailable {
+				f.RunAt = got.RunAt
+			}
+			return f, nil
+		}
+	}
+	if cancelled {
+		return Failure{State: jobs.StateCancelled}, err
+	}
+	return f, err
+}
+
+// cancelNotRequested and cancelRequested split a fence by whether someone
+// asked the job to stop. An explicit null is no request, as Heartbeat reads
+// it.
+var (
+	cancelNotRequested = bson.E{Key: "cancelRequestedAt", Value: nil}
+	cancelRequested    = bson.E{Key: "cancelRequestedAt", Value: bson.D{{Key: "$ne", Value: nil}}}
+)
+
+// cancelledInstead is the error recorded when a cancel request turns what
+// would have been a re-queue into the end of the job.
+func cancelledInstead(requestedAt, instead string) string {
+	return fmt.Sprintf("cancelled: cancel requested at %s, so the job ends here instead of being %s", requestedAt, instead)
+}
+
+// requeueUnlessCancelled applies update, which sends the job back to the
+// queue, to the job filter matches, unless someone asked the job to stop:
+// then it applies cancel(the request's time) instead, which ends it
+// cancelled, and reports cancelled. Each branch is one single-document
+// update on filter plus the state of cancelRequestedAt, so a cancel request
+// that lands at any moment is honoured by exactly one of them: Cancel only
+// sets the field on a running job and nothing unsets it, so if the first
+// update missed because of it, the second one matches. It returns
+// ErrLeaseLost when neither matched (filter no longer holds the job).
+func (c *Store) requeueUnlessCancelled(ctx context.Context, op string, filter, update bson.D, cancel func(requestedAt string, doc bson.Raw) bson.D) (cancelled bool, err error) {
+	id := filterID(filter)
+	res, err := c.coll.UpdateOne(ctx, append(append(bson.D{}, filter...), cancelNotRequested), update)
+	if err == nil && res.MatchedCount == 1 {
+		err = c.lostFinishReply(op)
+	}
+	if err != nil {
+		return false, fmt.Errorf("queue: %s job %v: %w", op, id, err)
+	}
+	if res.MatchedCount == 1 {
+		return false, nil
+	}
+	requested := append(append(bson.D{}, filter...), cancelRequested)
+	raw, err := c.coll.FindOne(ctx, requested, options.FindOne().SetProjection(bson.D{
+		{Key: "cancelRequestedAt", Value: 1}, {Key: "errors", Value: 1}, {Key: "attempt", Value: 1}, {Key: "owner", Value: 1},
+	})).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return false, fmt.Errorf("queue: %s job %v: %w", op, id, ErrLeaseLost)
+	}
+	if err != nil {
+		// The fence matched nothing, and only the read tells a lost lease
+		// from a cancel request.
+		return false, fmt.Errorf("queue: %s job %v: the fenced write matched nothing and reading the job back failed: %w: %w", op, id, ErrOutcomeUnknown, err)
+	}
+	at := raw.Lookup("cancelRequestedAt").String()
+	if tm, ok := raw.Lookup("cancelRequestedAt").TimeOK(); ok {
+		at = tm.UTC().Format(time.RFC3339Nano)
+	}
+	res, err = c.coll.UpdateOne(ctx, requested, cancel(at, raw))
+	if err == nil && res.MatchedCount == 1 {
+		err = c.lostFinishReply(op)
+	}
+	if err != nil {
+		return false, fmt.Errorf("queue: %s job %v (cancel requested): %w", op, id, err)
+	}
+	if res.MatchedCount == 0 {
+		return false, fmt.Errorf("queue: %s job %v: %w", op, id, ErrLeaseLost)
+	}
+	c.log.Info("cancel request honoured: job cancelled instead of re-queued", zap.Any("job_id", id), zap.String("op", op), zap.String("cancel_requested_at", at))
+	return true, nil
+}
+
+// filterID is the _id a fence matches, for messages.
+func filterID(filter bson.D) any {
+	for _, e := range filter {
+		if e.Key == "_id" {
+			return e.Value
+		}
+	}
+	return nil
+}
+
+// failure returns where a failed attempt of j sends it and the update that
+// does so.
+func (c *Store) failure(j *jobs.Job, t time.Time, permanent bool, errs []jobs.AttemptError) (Failure, bson.D) {
+	maxAttempts := j.MaxAttempts
+	if maxAttempts <= 0 { // a plain insert may leave it out
+		maxAttempts = jobs.DefaultMaxAttempts
+	}
+	if permanent || j.Attempt >= maxAttempts {
+		return Failure{State: jobs.StateDead}, finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs})
+	}
+	runAt := t.Add(Backoff(j.Attempt, c.cfg.RetryBase, c.cfg.RetryMax))
+	return Failure{State: jobs.StateAvailable, RunAt: runAt}, requeue(t, runAt, bson.E{Key: "errors", Value: errs})
+}
+
+// requeue returns the update that makes a running job available at runAt,
+// dropping its lease and freeing its run slots of concurrency limits
+// (limit.go). Every write that gives an attempt back (a retry, a release,
+// the reaper's re-queue) uses it.
+func requeue(t, runAt time.Time, set ...bson.E) bson.D {
+	set = append(set,
+		bson.E{Key: "state", Value: jobs.StateAvailable},
+		bson.E{Key: "runAt", Value: runAt},
+		bson.E{Key: "updatedAt", Value: t},
+	)
+	return bson.D{
+		{Key: "$set", Value: bson.D(set)},
+		{Key: "$unset", Value: bson.D{
+			{Key: "leaseToken", Value: ""},
+			{Key: "leaseExpiresAt", Value: ""},
+			{Key: "heartbeatAt", Value: ""},
+			{Key: kindRunSlotField, Value: ""},
+			{Key: queueRunSlotField, Value: ""},
+		}},
+	}
+}
+
+// releasedTokenField holds the lease token of a job's last release: no
+// other write sets it, and a claim does not clear it, so a release whose
+// reply was lost recognizes itself when it reads the job back, even after
+// the job was claimed again.
+const releasedTokenField = "releasedToken"
+
+// Release gives the job l holds back to the queue at once, as if this
+// attempt had not been made: a worker shutting down uses it.
+//
+// A job whose cancel was requested ends cancelled instead, with why in its
+// errors. Like the finishing writes, a release whose fence matches nothing
+// reads the job back: released by l already (an earlier try applied, its
+// reply lost), it returns nil; otherwise ErrLeaseLost, or ErrOutcomeUnknown
+// when the read fails.
+func (c *Store) Release(ctx context.Context, l Lease) error {
+	t := now()
+	mark := bson.E{Key: releasedTokenField, Value: l.Token}
+	update := requeue(t, t, mark)
+	update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempt", Value: -1}}})
+	_, err := c.requeueUnlessCancelled(ctx, "release", fence(l), update, func(requestedAt string, doc bson.Raw) bson.D {
+		// Release has no job in hand: the errors, attempt and owner are
+		// those read with the request, which only the holder of l writes.
+		var j struct {
+			Errors  []jobs.AttemptError `bson:"errors"`
+			Attempt int                 `bson:"attempt"`
+			Owner   string              `bson:"owner"`
+		}
+		_ = bson.Unmarshal(doc, &j) // a field that does not decode is left at its zero value
+		errs := jobs.AppendError(j.Errors, jobs.AttemptError{
+			Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, "released to another worker"),
+		})
+		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}, mark)
+	})
+	if errors.Is(err, ErrLeaseLost) {
+		return c.unlessWritten(ctx, "release", l, err, func(w *written) bool {
+			return w.ReleasedToken == l.Token
+		})
+	}
+	return err
+}
+
+func errorsIsLeaseLost(err error) bool { return errors.Is(err, ErrLeaseLost) }

@@ -1,0 +1,631 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.uber.org/zap"
+)
+
+// Concurrency limits: at most N jobs of a kind ("kind:NAME"), or of a
+// queue ("queue:NAME"), run at once across every worker process.
+//
+// The limit is stored in the limits collection, {_id: "kind:email",
+// limit: 3, limitSetAt, limitSetBy}, and read by every claim through a
+// cache of at most LimitRefresh.
+//
+// A running job of a limited kind holds a run slot, kindRunSlot:
+// "<kind>/<k>" with k in [0, N), taken by the claim's own write under a
+// unique sparse index; a job of a limited queue holds queueRunSlot:
+// "<queue>/<k>" the same way (a job under both limits holds both). Two
+// running jobs can never hold one slot, so at every moment at most N jobs
+// of the limit hold one. The slot is freed by the write that ends or gives
+// back the attempt, in the same write (finish and requeue, lease.go):
+// complete, CompleteMany, fail (retry or dead), cancelled, release,
+// ReleaseClaim, and the reaper's re-queue, which is fenced on the expired
+// lease; a worker that stalls or dies keeps its slots until the reaper
+// takes its jobs back, never while its lease holds.
+//
+// A claim whose queues or kinds have limits first reads the running jobs
+// of those limits (one find): which slots are held, and how many running
+// jobs hold none (claimed before the limit was set, by a worker that had
+// not yet read it, or by an older docket). It leaves out of its filter the
+// kinds and queues whose limit is full, so a full limit costs no claim a
+// read of its jobs, and claims the rest: jobs of no limit as before, and
+// each job of a limit with a write of its own that stamps a free slot
+// (a batch cannot stamp k different slots with one updateMany). As with a
+// capacity, a running job holding no slot counts, and a claim takes only
+// slots below N minus their number (see queueLoad.freeSlots).
+
+// DefaultLimitsCollection holds the concurrency limits, beside the default
+// jobs collection; a Store on another jobs collection C uses C_limits.
+const DefaultLimitsCollection = "limits"
+
+// LimitRefresh is how long a claim trusts the limits it read: a limit set
+// or cleared by another process applies to this one's claims within it
+// (within twice a read's time, when reading them takes longer: a slow
+// server).
+// SetLimit and ClearLimit apply at once to the client that calls them.
+const LimitRefresh = time.Second
+
+// MaxLimit bounds a concurrency limit: a claim reads the running jobs of
+// the limit, up to that many.
+const MaxLimit = 10_000
+
+// The job fields holding run slots, and the names of their unique sparse
+// indexes.
+const (
+	kindRunSlotField  = "kindRunSlot"
+	queueRunSlotField = "queueRunSlot"
+	// KindRunSlotIndex is the name of the unique sparse index on
+	// kindRunSlot.
+	KindRunSlotIndex = kindRunSlotField
+	// QueueRunSlotIndex is the name of the unique sparse index on
+	// queueRunSlot.
+	QueueRunSlotIndex = queueRunSlotField
+)
+
+// The scopes of a limit's name.
+const (
+	kindScope  = "kind:"
+	queueScope = "queue:"
+)
+
+// KindLimit is the name of the concurrency limit on the jobs of kind.
+func KindLimit(kind string) string { return kindScope + kind }
+
+// QueueLimit is the name of the concurrency limit on the jobs of queue.
+func QueueLimit(queue string) string { return queueScope + queue }
+
+// ParseLimitName checks a limit's name, "kind:NAME" or "queue:NAME", and
+// returns whether it is a kind's and the kind's or queue's name.
+func ParseLimitName(name string) (isKind bool, target string, err error) {
+	switch {
+	case strings.HasPrefix(name, kindScope):
+		target = name[len(kindScope):]
+		if target == "" {
+			return false, "", fmt.Errorf("limit %q: the kind is empty", name)
+		}
+		if p := nameProblem(target); p != "" {
+			return false, "", fmt.Errorf("limit %q: kind %s", name, p)
+		}
+		return true, target, nil
+	case strings.HasPrefix(name, queueScope):
+		target = name[len(queueScope):]
+		if err := ValidQueueName(target); err != nil {
+			return false, "", fmt.Errorf("limit %q: %w", name, err)
+		}
+		return false, target, nil
+	}
+	return false, "", fmt.Errorf("limit %q: a limit is named kind:KIND or queue:QUEUE", name)
+}
+
+// RunLimit is one stored concurrency limit.
+type RunLimit struct {
+	// Name is "kind:KIND" or "queue:QUEUE".
+	Name string
+	// Limit is the most jobs of it that run at once.
+	Limit int
+	// Running is how many of its jobs run now: those holding a slot and
+	// those holding none (filled by RunLimits only).
+	Running int
+	SetAt   time.Time
+	SetBy   string
+	// Malformed says what is wrong with a limit another application wrote
+	// (not an integer between 0 and MaxLimit); such a limit limits
+	// nothing.
+	Malformed string
+}
+
+// runLimits caches the limits for the claims of one Store and its copies.
+type runLimits struct {
+	mu      sync.Mutex
+	readAt  time.Time
+	kinds   map[string]int
+	queues  map[string]int
+	warned  map[string]string
+	refresh time.Duration
+	took    time.Duration // the last read's
+}
+
+func newRunLimits() *runLimits {
+	return &runLimits{refresh: LimitRefresh, warned: map[string]string{}}
+}
+
+// limitsColl is the collection of the limits.
+func (c *Store) limitsColl() *mongo.Collection {
+	name := DefaultLimitsCollection
+	if c.cfg.Collection != DefaultCollection {
+		name = c.cfg.Collection + "_" + DefaultLimitsCollection
+	}
+	wc, _ := parseWriteConcern(c.cfg.WriteConcern)
+	return c.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
+}
+
+// SetLimit limits the jobs of name ("kind:KIND", "queue:QUEUE") that run
+// at once, across every worker process, to n (0: none runs). It applies at
+// once to this client's claims and within LimitRefresh to every other
+// worker's. Lowering it below the jobs running now stops none: claims wait
+// until fewer than n run. by, when set, records who set it.
+func (c *Store) SetLimit(ctx context.Context, name string, n int, by string) error {
+	if _, _, err := ParseLimitName(name); err != nil {
+		return fmt.Errorf("queue: set limit: %w", err)
+	}
+	if n < 0 || n > MaxLimit {
+		return fmt.Errorf("queue: set limit %s: %d must be between 0 and %d", name, n, MaxLimit)
+	}
+	set := bson.D{{Key: "limit", Value: n}, {Key: "limitSetAt", Value: now()}}
+	if by != "" {
+		set = append(set, bson.E{Key: "limitSetBy", Value: by})
+	}
+	_, err := c.limitsColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: name}},
+		bson.D{{Key: "$set", Value: set}}, options.UpdateOne().SetUpsert(true))
+	if err != nil {
+		return fmt.Errorf("queue: set limit %s: %w", name, err)
+	}
+	c.forgetLimits()
+	return nil
+}
+
+// ClearLimit removes the limit name. It reports whether there was one.
+// Running jobs keep their slots until they end, harmlessly.
+func (c *Store) ClearLimit(ctx context.Context, name string) (bool, error) {
+	if _, _, err := ParseLimitName(name); err != nil {
+		return false, fmt.Errorf("queue: clear limit: %w", err)
+	}
+	res, err := c.limitsColl().DeleteOne(ctx, bson.D{{Key: "_id", Value: name}})
+	if err != nil {
+		return false, fmt.Errorf("queue: clear limit %s: %w", name, err)
+	}
+	c.forgetLimits()
+	return res.DeletedCount > 0, nil
+}
+
+// RunLimits returns every stored limit, in name order, with how many of
+// its jobs run now.
+func (c *Store) RunLimits(ctx context.Context) ([]RunLimit, error) {
+	ls, err := c.readLimits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	kinds, queues := map[string]int{}, map[string]int{}
+	for _, l := range ls {
+		if l.Malformed != "" {
+			continue
+		}
+		if isKind, target, _ := ParseLimitName(l.Name); isKind {
+			kinds[target] = l.Limit
+		} else {
+			queues[target] = l.Limit
+		}
+	}
+	load, err := c.readRunLoad(ctx, kinds, queues)
+	if err != nil {
+		return nil, err
+	}
+	for i, l := range ls {
+		if l.Malformed == "" {
+			ls[i].Running = load[l.Name].count()
+		}
+	}
+	return ls, nil
+}
+
+// readLimits reads the stored limits in name order.
+func (c *Store) readLimits(ctx context.Context) ([]RunLimit, error) {
+	cur, err := c.limitsColl().Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("queue: read limits: %w", err)
+	}
+	var out []RunLimit
+	var rates []bson.Raw
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		if isRateDoc(d) { // rate.go
+			rates = append(rates, d)
+			return nil
+		}
+		out = append(out, runLimit(d))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: read limits: %w", err)
+	}
+	c.storeRates(rates)
+	return out, nil
+}
+
+// runLimit reads one limits document field by field.
+func runLimit(d bson.Raw) RunLimit {
+	id := d.Lookup("_id")
+	name, ok := id.StringValueOK()
+	if !ok {
+		return RunLimit{Name: id.String(), Malformed: fmt.Sprintf("_id is a %s, not a limit name", id.Type)}
+	}
+	l := RunLimit{Name: name}
+	if _, _, err := ParseLimitName(name); err != nil {
+		l.Malformed = err.Error()
+		return l
+	}
+	if l.Limit, l.Malformed = storedCount(d, "limit", MaxLimit); l.Malformed != "" {
+		return l
+	}
+	if t, ok := d.Lookup("limitSetAt").TimeOK(); ok {
+		l.SetAt = t.UTC()
+	}
+	l.SetBy, _ = d.Lookup("limitSetBy").StringValueOK()
+	return l
+}
+
+// forgetLimits makes the next claim of this client read the limits again.
+func (c *Store) forgetLimits() {
+	c.limits.mu.Lock()
+	c.limits.readAt = time.Time{}
+	c.limits.mu.Unlock()
+}
+
+// limitsFor returns the limits, as read at most LimitRefresh ago (or twice
+// the last read's time, on a slow server: see trusted), on the
+// kinds and the queues of p. A failed read fails the claim: claiming
+// without knowing the limits could break them.
+func (c *Store) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map[string]int, err error) {
+	l := c.limits
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t := time.Now(); l.readAt.IsZero() || t.Sub(l.readAt) >= trusted(l.refresh, l.took) {
+		ls, err := c.readLimits(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		l.readAt, l.took = t, time.Since(t)
+		l.kinds, l.queues = map[string]int{}, map[string]int{}
+		for _, rl := range ls {
+			if rl.Malformed != "" {
+				c.WarnMalformed(l.warned, rl.Name, rl.Malformed,
+					"a limits document is malformed: it limits NOTHING; `docketctl limit` rewrites it")
+				continue
+			}
+			if isKind, target, _ := ParseLimitName(rl.Name); isKind {
+				l.kinds[target] = rl.Limit
+			} else {
+				l.queues[target] = rl.Limit
+			}
+		}
+	}
+	for _, k := range p.Kinds {
+		if n, ok := l.kinds[k]; ok {
+			if kinds == nil {
+				kinds = map[string]int{}
+			}
+			kinds[k] = n
+		}
+	}
+	for _, q := range p.Queues {
+		if n, ok := l.queues[q]; ok {
+			if queues == nil {
+				queues = map[string]int{}
+			}
+			queues[q] = n
+		}
+	}
+	return kinds, queues, nil
+}
+
+// readRunLoad reads, with one find, the running jobs of the given limited
+// kinds and queues, and returns each limit's load by name: the slots held
+// and how many running jobs hold none.
+func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int) (map[string]*queueLoad, error) {
+	var or bson.A
+	if len(kinds) > 0 {
+		or = append(or, bson.D{{Key: "kind", Value: bson.D{{Key: "$in", Value: keys(kinds)}}}})
+	}
+	if len(queues) > 0 {
+		or = append(or, bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: keys(queues)}}}})
+	}
+	out := map[string]*queueLoad{}
+	for k := range kinds {
+		out[KindLimit(k)] = &queueLoad{slots: map[int]bool{}}
+	}
+	for q := range queues {
+		out[QueueLimit(q)] = &queueLoad{slots: map[int]bool{}}
+	}
+	if len(or) == 0 {
+		return out, nil
+	}
+	filter := bson.D{{Key: "state", Value: jobs.StateRunning}}
+	if len(or) == 1 {
+		filter = append(filter, or[0].(bson.D)...)
+	} else {
+		filter = append(filter, bson.E{Key: "$or", Value: or})
+	}
+	cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(bson.D{
+		{Key: "_id", Value: 0}, {Key: "kind", Value: 1}, {Key: "queue", Value: 1},
+		{Key: kindRunSlotField, Value: 1}, {Key: queueRunSlotField, Value: 1},
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("queue: read the running jobs of the limits: %w", err)
+	}
+	count := func(load *queueLoad, target string, slot bson.RawValue) {
+		if k, ok := slotNumber(target, slot); ok {
+			load.slots[k] = true
+		} else {
+			load.unslotted++
+		}
+	}
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		if kind, ok := d.Lookup("kind").StringValueOK(); ok {
+			if load := out[KindLimit(kind)]; load != nil && kinds != nil {
+				if _, limited := kinds[kind]; limited {
+					count(load, kind, d.Lookup(kindRunSlotField))
+				}
+			}
+		}
+		if q, ok := d.Lookup("queue").StringValueOK(); ok {
+			if load := out[QueueLimit(q)]; load != nil && queues != nil {
+				if _, limited := queues[q]; limited {
+					count(load, q, d.Lookup(queueRunSlotField))
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: read the running jobs of the limits: %w", err)
+	}
+	return out, nil
+}
+
+// slotNumber returns k when slot is "<target>/<k>".
+func slotNumber(target string, slot bson.RawValue) (int, bool) {
+	s, ok := slot.StringValueOK()
+	if !ok || !strings.HasPrefix(s, target+"/") {
+		return 0, false
+	}
+	n := s[len(target)+1:]
+	k, err := strconv.Atoi(n)
+	if err != nil || k < 0 || strconv.Itoa(k) != n {
+		return 0, false
+	}
+	return k, true
+}
+
+func keys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// slotPicker hands out, for one claim, the free run slots of the limits
+// that apply to it, as read just before.
+type slotPicker struct {
+	kinds, queues map[string]int // limited kinds and queues → limit
+	free          map[string][]int
+}
+
+// newSlotPicker returns the picker of the limits kinds and queues with
+// their loads.
+func newSlotPicker(kinds, queues map[string]int, load map[string]*queueLoad) *slotPicker {
+	s := &slotPicker{kinds: kinds, queues: queues, free: map[string][]int{}}
+	for k, n := range kinds {
+		s.free[KindLimit(k)] = load[KindLimit(k)].freeSlots(n)
+	}
+	for q, n := range queues {
+		s.free[QueueLimit(q)] = load[QueueLimit(q)].freeSlots(n)
+	}
+	return s
+}
+
+// limited reports whether a job of kind in queue needs a slot.
+func (s *slotPicker) limited(kind, queue string) bool {
+	_, k := s.kinds[kind]
+	_, q := s.queues[queue]
+	return k || q
+}
+
+// full reports whether limit name has no free slot left.
+func (s *slotPicker) full(name string) bool { return len(s.free[name]) == 0 }
+
+// narrow returns p without the kinds and queues whose limit is full, and
+// whether any of p's kinds and queues is limited and still open.
+func (s *slotPicker) narrow(p ClaimParams) (ClaimParams, bool) {
+	open := false
+	var kinds, queues []string
+	for _, k := range p.Kinds {
+		if _, ok := s.kinds[k]; ok {
+			if s.full(KindLimit(k)) {
+				continue
+			}
+			open = true
+		}
+		kinds = append(kinds, k)
+	}
+	for _, q := range p.Queues {
+		if _, ok := s.queues[q]; ok {
+			if s.full(QueueLimit(q)) {
+				continue
+			}
+			open = true
+		}
+		queues = append(queues, q)
+	}
+	p.Kinds, p.Queues = kinds, queues
+	return p, open
+}
+
+// take returns the slot fields for a job of kind in queue, taking a free
+// slot of each limit it is under; ok is false when one of them is full.
+func (s *slotPicker) take(kind, queue string) (set bson.D, ok bool) {
+	if _, lim := s.kinds[kind]; lim && s.full(KindLimit(kind)) {
+		return nil, false
+	}
+	if _, lim := s.queues[queue]; lim && s.full(QueueLimit(queue)) {
+		return nil, false
+	}
+	if _, lim := s.kinds[kind]; lim {
+		set = append(set, bson.E{Key: kindRunSlotField, Value: slotKey(kind, s.pop(KindLimit(kind)))})
+	}
+	if _, lim := s.queues[queue]; lim {
+		set = append(set, bson.E{Key: queueRunSlotField, Value: slotKey(queue, s.pop(QueueLimit(queue)))})
+	}
+	return set, true
+}
+
+func (s *slotPicker) pop(name string) int {
+	f := s.free[name]
+	k := f[len(f)-1]
+	s.free[name] = f[:len(f)-1]
+	return k
+}
+
+// stampLimited stamps, for a batch claim with params p at t, those of
+// block (jobs under limits, read as asRead) that are still as read, each
+// with free run slots from s, with one unordered bulkWrite of an update per
+// job: each update carries its own slots, which one updateMany cannot. An
+// update whose slot another claim took meanwhile is refused by the unique
+// index, one whose job was taken matches nothing; the others are applied.
+// Unless every update matched, the jobs stamped are read back by the
+// claim's token. It returns the jobs it claimed.
+func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) ([]*jobs.Job, error) {
+	var models []mongo.WriteModel
+	var sent []*jobs.Job
+	for i, j := range block {
+		set, ok := s.take(j.Kind, j.Queue)
+		if !ok {
+			continue // its limit is full
+		}
+		match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
+		match = append(match, asRead[i].(bson.D)[1:]...) // attempt and updatedAt as read
+		update := claimUpdate(p, t, p.Token)
+		update[0].Value = append(update[0].Value.(bson.D), set...)
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(match).SetUpdate(update))
+		sent = append(sent, j)
+	}
+	if len(models) == 0 {
+		return nil, nil
+	}
+	res, err := c.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	if err == nil && c.afterStamp != nil {
+		err = c.afterStamp()
+	}
+	var bwe mongo.BulkWriteException
+	switch {
+	case err == nil && res.MatchedCount == int64(len(models)):
+		for _, j := range sent {
+			stampClaim(j, p, t, p.Token)
+		}
+		return sent, nil
+	case err == nil:
+	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0:
+		// Answered: some updates were refused, a slot taken meanwhile
+		// (E11000; devdb quotes SQLite's UNIQUE constraint), or a job an
+		// app wrote with an attempt that is not a number, which is buried.
+		for _, we := range bwe.WriteErrors {
+			if we.Code == errTypeMismatch {
+				if _, berr := c.buryBadAttempts(ctx, claimFilter(p, t), t); berr != nil {
+					c.log.Warn("claim: cannot bury a job whose attempt is not a number", zap.Error(berr))
+				}
+				break
+			}
+		}
+	case strings.Contains(err.Error(), "UNIQUE constraint failed"):
+		// devdb answers a slot taken with a command error quoting
+		// SQLite, and applies none of the updates after it: those
+		// before it may be applied, and the read-back finds them.
+	default:
+		// Maybe applied with its reply lost: the jobs carry the token, and
+		// the caller's ReleaseClaim gives them back.
+		return nil, fmt.Errorf("queue: claim %d jobs under their limits: %w", len(models), err)
+	}
+	return c.readBack(ctx, sent, p.Token)
+}
+
+// claimUnderLimits is a claim of up to k jobs (Claim: 1) by p when limits
+// apply to p's kinds or queues: it reads their running jobs, leaves the
+// full ones out of its filter, and claims the rest, stamping each job of a
+// limit with free slots in a write of its own. handled is false when no
+// limit applies: the caller claims as usual.
+func (c *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, handled bool, err error) {
+	kinds, queues, err := c.limitsFor(ctx, p)
+	if err != nil {
+		return nil, true, fmt.Errorf("queue: claim: %w", err)
+	}
+	if len(kinds) == 0 && len(queues) == 0 {
+		return nil, false, nil
+	}
+	for range claimBatchTries {
+		load, err := c.readRunLoad(ctx, kinds, queues)
+		if err != nil {
+			return nil, true, fmt.Errorf("queue: claim: %w", err)
+		}
+		s := newSlotPicker(kinds, queues, load)
+		pn, open := s.narrow(p)
+		if len(pn.Kinds) == 0 || len(pn.Queues) == 0 {
+			return nil, true, nil // every limit that applies is full
+		}
+		if !open {
+			// What is left needs no slot: claim it as usual.
+			if k == 1 {
+				j, err := c.claimOne(ctx, pn)
+				if j == nil || err != nil {
+					return nil, true, err
+				}
+				return []*jobs.Job{j}, true, nil
+			}
+			claimed, err := c.claimBatchTries(ctx, pn, k)
+			return claimed, true, err
+		}
+		claimed, raced, err := c.claimBatchOnce(ctx, pn, k, s)
+		if errors.Is(err, errMalformedCandidate) || isTypeMismatch(err) {
+			if _, berr := c.buryBadAttempts(ctx, claimFilter(pn, now()), now()); berr != nil {
+				return nil, true, fmt.Errorf("queue: claim: %w", err)
+			}
+			continue
+		}
+		if err != nil || len(claimed) > 0 || !raced {
+			return claimed, true, err
+		}
+	}
+	return nil, true, nil
+}
+
+// FreeStrandedRunSlots unsets the run slots of the jobs that hold one but
+// are not running: another application's write ended or re-queued them and
+// left the slot, which would otherwise be held forever. It also clears a
+// slot written as null, which MongoDB's sparse unique index indexes. The
+// reaper runs it every pass; it touches only such jobs. It returns how
+// many it changed.
+func (c *Store) FreeStrandedRunSlots(ctx context.Context) (int, error) {
+	n := 0
+	for _, f := range []string{kindRunSlotField, queueRunSlotField} {
+		res, err := c.coll.UpdateMany(ctx,
+			bson.D{{Key: "$or", Value: bson.A{
+				bson.D{{Key: f, Value: bson.D{{Key: "$type", Value: "null"}}}},
+				bson.D{
+					{Key: f, Value: bson.D{{Key: "$exists", Value: true}}},
+					{Key: "state", Value: bson.D{{Key: "$ne", Value: jobs.StateRunning}}},
+				},
+			}}},
+			bson.D{{Key: "$unset", Value: bson.D{{Key: f, Value: ""}}}})
+		if err != nil {
+			return n, fmt.Errorf("queue: free stranded run slots: %w", err)
+		}
+		n += int(res.ModifiedCount)
+	}
+	if n > 0 {
+		c.log.Info("freed the run slots of jobs that were not running (written by another app)", zap.Int("jobs", n))
+	}
+	return n, nil
+}

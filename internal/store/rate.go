@@ -1,0 +1,761 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
+)
+
+// Rate limits: at most N starts of a kind's or a queue's jobs per period,
+// with a burst, across every worker process.
+//
+// A rate is stored beside the concurrency limits, in the limits collection,
+// as {_id: "rate:kind:email", rate: 14, periodMs: 1000, burst: 5, tat,
+// starts, rateSetAt, rateSetBy}, so the one read of that collection that
+// every claim makes each LimitRefresh brings the rates too: a process with
+// no rate set pays no command for them.
+//
+// The rate is kept by GCRA (the generic cell rate algorithm): with an
+// emission interval T = period/N (rounded up to the nanosecond, and tat
+// rounded up to the millisecond, so rounding only slows it), tat is the
+// theoretical arrival time of the next start; k starts are allowed at t
+// when max(tat, t) + k·T - t ≤ burst·T, and taking them sets tat to
+// max(tat, t) + k·T. A claim that may claim jobs under a rate first
+// reserves k starts (at most what it may claim) with one conditional write
+// on the rate's document, matching tat as last read (a compare-and-set; on
+// a miss it reads the document and tries again), then claims up to k jobs
+// of it, and gives back the starts it did not use with one more write,
+// only when tat is still the one it wrote (else they are lost: the rate
+// runs under, never over). starts counts the reservations.
+//
+// What "exact" means: the reservations are exact. In any window of one
+// period at most N + burst starts are reserved, whatever the number of
+// processes, because every reservation is a compare-and-set of the one
+// document. A claim stamps its jobs after its reservation; a claim whose
+// reply comes more than RateStartLag after its reservation (the process
+// stalled, the server was slow, the reply was lost) gives its jobs back
+// unstarted, its attempt not counted, and keeps the reservation (the rate
+// runs under). So a job of a rate starts within RateStartLag of its
+// reservation, and in any window of one period at most N + burst jobs of
+// it are claimed, plus those of one RateStartLag (⌈RateStartLag/T⌉) when
+// claims are delayed. Rates assume the processes' clocks agree: a clock
+// ahead by d lets its process start up to d/T early. A lost reply of a
+// reservation counts as taken. Over-running needs a clock that is wrong;
+// every other failure only slows the rate.
+//
+// A claim leaves out a kind or queue whose rate allows no start now, as
+// last read, until its next start is allowed (NextRateStart tells a worker
+// when), so a rate that binds costs no claim a read of its jobs.
+
+// RateStartLag bounds how long after its reservation a job of a rate
+// limit may be claimed: a claim answered later gives its jobs of the rate
+// back, unstarted and uncounted.
+const RateStartLag = 500 * time.Millisecond
+
+// MaxRate bounds a rate's count per period, and MaxBurst its burst.
+const (
+	MaxRate  = 1_000_000
+	MaxBurst = 10_000
+)
+
+// rateReserveTries bounds the compare-and-sets of one reservation.
+const rateReserveTries = 4
+
+// rateScope prefixes the _id of a rate's document in the limits
+// collection.
+const rateScope = "rate:"
+
+// Rate is a rate limit: at most N starts per Per, of which at most Burst
+// at once.
+type Rate struct {
+	// N is how many starts each Per allows.
+	N int
+	// Per is the period, at least a millisecond.
+	Per time.Duration
+	// Burst is how many may start at once after a quiet spell; 0 is 1.
+	Burst int
+}
+
+// interval is the emission interval T: Per/N, rounded up.
+func (r Rate) interval() time.Duration {
+	return time.Duration((int64(r.Per) + int64(r.N) - 1) / int64(r.N))
+}
+
+func (r Rate) burst() int { return max(r.Burst, 1) }
+
+// Validate reports what is wrong with r.
+func (r Rate) Validate() error {
+	switch {
+	case r.N < 1 || r.N > MaxRate:
+		return fmt.Errorf("rate %d must be from 1 to %d", r.N, MaxRate)
+	case r.Per < time.Millisecond || r.Per%time.Millisecond != 0:
+		return fmt.Errorf("rate period %s must be a whole number of milliseconds, at least 1ms", r.Per)
+	case r.Burst < 0 || r.Burst > MaxBurst:
+		return fmt.Errorf("rate burst %d must be from 1 to %d", r.Burst, MaxBurst)
+	case r.interval() <= 0:
+		return fmt.Errorf("rate %s is faster than one start a nanosecond", r)
+	}
+	return nil
+}
+
+// String writes r as ParseRate reads it: "14/s", "600/m burst 20".
+func (r Rate) String() string {
+	per := r.Per.String()
+	switch r.Per {
+	case time.Second:
+		per = "s"
+	case time.Minute:
+		per = "m"
+	case time.Hour:
+		per = "h"
+	}
+	s := fmt.Sprintf("%d/%s", r.N, per)
+	if r.Burst > 1 {
+		s += fmt.Sprintf(" burst %d", r.Burst)
+	}
+	return s
+}
+
+// ParseRate reads a rate: N/PERIOD, the period s, m, h or a Go duration
+// (14/s, 600/m, 5/250ms), optionally followed by " burst B".
+func ParseRate(s string) (Rate, error) {
+	f := strings.Fields(s)
+	var r Rate
+	switch {
+	case len(f) == 1:
+	case len(f) == 3 && f[1] == "burst":
+		b, err := strconv.Atoi(f[2])
+		if err != nil {
+			return Rate{}, fmt.Errorf("rate %q: burst %q is not a whole number", s, f[2])
+		}
+		r.Burst = b
+	default:
+		return Rate{}, fmt.Errorf("rate %q: write N/PERIOD, e.g. 14/s or 600/m burst 20", s)
+	}
+	n, per, ok := strings.Cut(f[0], "/")
+	if !ok {
+		return Rate{}, fmt.Errorf("rate %q: write N/PERIOD, e.g. 14/s or 600/m burst 20", s)
+	}
+	var err error
+	if r.N, err = strconv.Atoi(n); err != nil {
+		return Rate{}, fmt.Errorf("rate %q: %q is not a whole number", s, n)
+	}
+	switch per {
+	case "s":
+		r.Per = time.Second
+	case "m":
+		r.Per = time.Minute
+	case "h":
+		r.Per = time.Hour
+	default:
+		if r.Per, err = time.ParseDuration(per); err != nil {
+			return Rate{}, fmt.Errorf("rate %q: period %q is not s, m, h or a duration", s, per)
+		}
+	}
+	if err := r.Validate(); err != nil {
+		return Rate{}, fmt.Errorf("rate %q: %w", s, err)
+	}
+	return r, nil
+}
+
+// RateLimit is one stored rate limit.
+type RateLimit struct {
+	// Name is "kind:KIND" or "queue:QUEUE".
+	Name string
+	Rate Rate
+	// Starts counts the starts reserved under it, across every process,
+	// since it was first set.
+	Starts int64
+	// Used is how much of the burst is taken now: 0 when Burst jobs may
+	// start at once, Burst when none may.
+	Used int
+	// NextStart is when the next start is allowed; zero: now.
+	NextStart time.Time
+	SetAt     time.Time
+	SetBy     string
+	// Malformed says what is wrong with a rate another application wrote;
+	// such a rate limits nothing.
+	Malformed string
+}
+
+// rateState is one rate as a claim knows it.
+type rateState struct {
+	rate Rate
+	tat  time.Time     // as last read or written by this client
+	raw  bson.RawValue // tat as stored, for the compare-and-set
+}
+
+// rateCache caches the rates for the claims of one Client and its copies.
+// It is filled by every read of the limits collection (limitsFor).
+type rateCache struct {
+	mu     sync.Mutex
+	rates  map[string]*rateState // by limit name
+	warned map[string]string
+	// next is when the earliest rate that a claim left out allows a start
+	// again; zero when the last claim left none out.
+	next time.Time
+	// afterReserve, when set (by tests), runs after a reservation the
+	// server applied; its error is taken as the write's (a lost reply).
+	afterReserve func() error
+	// beforeRateClaim, when set (by tests), runs between a reservation
+	// and the claim of its jobs (a process that stalls there).
+	beforeRateClaim func()
+}
+
+func newRateCache() *rateCache {
+	return &rateCache{rates: map[string]*rateState{}, warned: map[string]string{}}
+}
+
+// isRateDoc reports whether d, a document of the limits collection, is a
+// rate's.
+func isRateDoc(d bson.Raw) bool {
+	id, _ := d.Lookup("_id").StringValueOK()
+	return strings.HasPrefix(id, rateScope)
+}
+
+// storeRates replaces the cached rates with those read in docs.
+func (c *Store) storeRates(docs []bson.Raw) {
+	rc := c.rates
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	old := rc.rates
+	rc.rates = map[string]*rateState{}
+	for _, d := range docs {
+		rl, st := rateLimit(d, time.Now())
+		if rl.Malformed != "" {
+			c.WarnMalformed(rc.warned, rl.Name, rl.Malformed,
+				"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")
+			continue
+		}
+		if o := old[rl.Name]; o != nil && o.tat.After(st.tat) && o.rate == st.rate {
+			// This client reserved since the read was sent.
+			st.tat, st.raw = o.tat, o.raw
+		}
+		rc.rates[rl.Name] = st
+	}
+}
+
+// rateLimit reads one rate's document field by field.
+func rateLimit(d bson.Raw, t time.Time) (RateLimit, *rateState) {
+	id, _ := d.Lookup("_id").StringValueOK()
+	rl := RateLimit{Name: strings.TrimPrefix(id, rateScope)}
+	if _, _, err := ParseLimitName(rl.Name); err != nil {
+		rl.Malformed = err.Error()
+		return rl, nil
+	}
+	n, bad := storedCount(d, "rate", MaxRate)
+	if bad == "" && n == 0 {
+		bad = "rate is 0"
+	}
+	var per int
+	if bad == "" {
+		per, bad = storedCount(d, "periodMs", math.MaxInt32)
+	}
+	var burst int
+	if bad == "" {
+		burst, bad = storedCount(d, "burst", MaxBurst)
+	}
+	rl.Rate = Rate{N: n, Per: time.Duration(per) * time.Millisecond, Burst: burst}
+	if bad == "" {
+		if err := rl.Rate.Validate(); err != nil {
+			bad = err.Error()
+		}
+	}
+	if bad != "" {
+		rl.Malformed = bad
+		return rl, nil
+	}
+	st := &rateState{rate: rl.Rate, raw: rawValue(d, "tat")}
+	if tat, ok := st.raw.TimeOK(); ok {
+		st.tat = tat.UTC()
+	} // any other tat is taken as none, and replaced by the first reservation
+	rl.Starts, _ = d.Lookup("starts").AsInt64OK()
+	rl.Used, rl.NextStart = st.used(t)
+	if at, ok := d.Lookup("rateSetAt").TimeOK(); ok {
+		rl.SetAt = at.UTC()
+	}
+	rl.SetBy, _ = d.Lookup("rateSetBy").StringValueOK()
+	return rl, st
+}
+
+// rawValue is d's field, or a null that matches it missing.
+func rawValue(d bson.Raw, field string) bson.RawValue {
+	v, err := d.LookupErr(field)
+	if err != nil {
+		return bson.RawValue{Type: bson.TypeNull}
+	}
+	return v
+}
+
+// avail is how many starts s allows at t.
+func (s *rateState) avail(t time.Time) int {
+	T := s.rate.interval()
+	base := s.tat
+	if base.Before(t) {
+		base = t
+	}
+	room := t.Add(time.Duration(s.rate.burst()) * T).Sub(base)
+	if room < T {
+		return 0
+	}
+	return int(room / T)
+}
+
+// used is how much of the burst is taken at t, and when the next start is
+// allowed (zero: now).
+func (s *rateState) used(t time.Time) (int, time.Time) {
+	a := s.avail(t)
+	if a > 0 {
+		return s.rate.burst() - min(a, s.rate.burst()), time.Time{}
+	}
+	return s.rate.burst(), s.nextStart()
+}
+
+// nextStart is when one start is allowed: tat - (burst-1)·T.
+func (s *rateState) nextStart() time.Time {
+	return s.tat.Add(-time.Duration(s.rate.burst()-1) * s.rate.interval())
+}
+
+// ceilMs rounds t up to the millisecond, as BSON stores it.
+func ceilMs(t time.Time) time.Time {
+	if r := t.Truncate(time.Millisecond); !r.Equal(t) {
+		return r.Add(time.Millisecond)
+	}
+	return t
+}
+
+// ratesColl is where the rates are stored: the limits collection.
+func (c *Store) ratesColl() *mongo.Collection { return c.limitsColl() }
+
+// SetRate limits the jobs of name ("kind:KIND", "queue:QUEUE") that start,
+// across every worker process, to r. It applies at once to this client's
+// claims and within LimitRefresh to every other worker's. by, when set,
+// records who set it.
+func (c *Store) SetRate(ctx context.Context, name string, r Rate, by string) error {
+	if _, _, err := ParseLimitName(name); err != nil {
+		return fmt.Errorf("queue: set rate: %w", err)
+	}
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("queue: set rate %s: %w", name, err)
+	}
+	set := bson.D{
+		{Key: "rate", Value: r.N}, {Key: "periodMs", Value: r.Per.Milliseconds()},
+		{Key: "burst", Value: r.burst()}, {Key: "rateSetAt", Value: now()},
+	}
+	if by != "" {
+		set = append(set, bson.E{Key: "rateSetBy", Value: by})
+	}
+	_, err := c.ratesColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: rateScope + name}},
+		bson.D{{Key: "$set", Value: set}}, options.UpdateOne().SetUpsert(true))
+	if err != nil {
+		return fmt.Errorf("queue: set rate %s: %w", name, err)
+	}
+	c.forgetLimits()
+	return nil
+}
+
+// ClearRate removes the rate limit of name. It reports whether there was
+// one.
+func (c *Store) ClearRate(ctx context.Context, name string) (bool, error) {
+	if _, _, err := ParseLimitName(name); err != nil {
+		return false, fmt.Errorf("queue: clear rate: %w", err)
+	}
+	res, err := c.ratesColl().DeleteOne(ctx, bson.D{{Key: "_id", Value: rateScope + name}})
+	if err != nil {
+		return false, fmt.Errorf("queue: clear rate %s: %w", name, err)
+	}
+	c.forgetLimits()
+	return res.DeletedCount > 0, nil
+}
+
+// RateLimits returns every stored rate limit, in name order, with how much
+// of its burst is used now.
+func (c *Store) RateLimits(ctx context.Context) ([]RateLimit, error) {
+	cur, err := c.ratesColl().Find(ctx,
+		bson.D{{Key: "_id", Value: bson.D{{Key: "$regex", Value: "^" + rateScope}}}},
+		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("queue: read rate limits: %w", err)
+	}
+	var out []RateLimit
+	t := time.Now()
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		rl, _ := rateLimit(d, t)
+		out = append(out, rl)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: read rate limits: %w", err)
+	}
+	return out, nil
+}
+
+// NextRateStart is when a rate limit that made this client's last claim
+// leave out a kind or queue allows a start again; zero when the last claim
+// left none out. A worker whose claim found nothing waits no longer than
+// until then.
+func (c *Store) NextRateStart() time.Time {
+	rc := c.rates
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.next
+}
+
+// WaitingOnLimits counts, for each of names ("kind:K", "queue:Q"), the
+// jobs of it that could run now (available, runAt passed): those a full
+// limit or a spent rate holds back.
+func (c *Store) WaitingOnLimits(ctx context.Context, names []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, name := range names {
+		isKind, target, err := ParseLimitName(name)
+		if err != nil {
+			continue
+		}
+		field := "queue"
+		if isKind {
+			field = "kind"
+		}
+		n, err := c.coll.CountDocuments(ctx, bson.D{
+			{Key: field, Value: target},
+			{Key: "state", Value: jobs.StateAvailable},
+			{Key: "runAt", Value: bson.D{{Key: "$lte", Value: now()}}},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("queue: count the jobs waiting on %s: %w", name, err)
+		}
+		out[name] = n
+	}
+	return out, nil
+}
+
+// rateCell is a part of a claim's params under the same rates.
+type rateCell struct {
+	p     ClaimParams
+	names []string // the rates, one or two
+}
+
+// plan splits p by the rates that apply to it: the cells of jobs under a
+// rate (each kind, each queue, and each pair of both), and the rest,
+// under none. ok is false when no rate applies.
+func (rc *rateCache) plan(p ClaimParams) (cells []rateCell, rest ClaimParams, ok bool) {
+	var rk, rq, fk, fq []string
+	for _, k := range p.Kinds {
+		if rc.rates[KindLimit(k)] != nil {
+			rk = append(rk, k)
+		} else {
+			fk = append(fk, k)
+		}
+	}
+	for _, q := range p.Queues {
+		if rc.rates[QueueLimit(q)] != nil {
+			rq = append(rq, q)
+		} else {
+			fq = append(fq, q)
+		}
+	}
+	if len(rk) == 0 && len(rq) == 0 {
+		return nil, p, false
+	}
+	cell := func(ks, qs []string, names ...string) {
+		if len(ks) > 0 && len(qs) > 0 {
+			cp := p
+			cp.Kinds, cp.Queues = ks, qs
+			cells = append(cells, rateCell{p: cp, names: names})
+		}
+	}
+	for _, k := range rk {
+		cell([]string{k}, fq, KindLimit(k))
+		for _, q := range rq {
+			cell([]string{k}, []string{q}, KindLimit(k), QueueLimit(q))
+		}
+	}
+	for _, q := range rq {
+		cell(fk, []string{q}, QueueLimit(q))
+	}
+	rest = p
+	rest.Kinds, rest.Queues = fk, fq
+	return cells, rest, true
+}
+
+// claimUnderRates is a claim of up to k jobs (Claim: 1) by p, under the
+// rate limits that apply to p's kinds and queues, then under the
+// concurrency limits (claimUnderLimits). handled is false when neither
+// applies: the caller claims as usual.
+func (c *Store) claimUnderRates(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, handled bool, err error) {
+	// The limits read brings the rates (readLimits); cached, it costs
+	// nothing.
+	if _, _, err := c.limitsFor(ctx, p); err != nil {
+		return nil, true, fmt.Errorf("queue: claim: %w", err)
+	}
+	rc := c.rates
+	rc.mu.Lock()
+	cells, rest, ok := rc.plan(p)
+	rc.next = time.Time{}
+	rc.mu.Unlock()
+	if !ok {
+		return c.claimUnderLimits(ctx, p, k)
+	}
+	for _, cell := range cells {
+		if len(claimed) >= k {
+			break
+		}
+		got, err := c.claimRateCell(ctx, cell, k-len(claimed))
+		claimed = append(claimed, got...)
+		if err != nil {
+			return claimed, true, err
+		}
+	}
+	if len(claimed) < k && len(rest.Kinds) > 0 && len(rest.Queues) > 0 {
+		got, err := c.claimPlain(ctx, rest, k-len(claimed))
+		claimed = append(claimed, got...)
+		if err != nil {
+			return claimed, true, err
+		}
+	}
+	slices.SortStableFunc(claimed, claimOrder)
+	return claimed, true, nil
+}
+
+// claimPlain claims up to k jobs by p under the concurrency limits only.
+func (c *Store) claimPlain(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
+	got, handled, err := c.claimUnderLimits(ctx, p, k)
+	if handled {
+		return got, err
+	}
+	if k == 1 {
+		j, err := c.claimOne(ctx, p)
+		if j == nil || err != nil {
+			return nil, err
+		}
+		return []*jobs.Job{j}, nil
+	}
+	return c.claimBatchTries(ctx, p, k)
+}
+
+// claimRateCell reserves up to k starts under each rate of cell, claims as
+// many jobs of it, and gives back the starts it did not use.
+func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*jobs.Job, error) {
+	type held struct {
+		name string
+		n    int
+		tat  time.Time // written by the reservation
+	}
+	var hs []held
+	giveBack := func(keep int) {
+		for i := range hs {
+			if tat, ok := c.giveBack(ctx, hs[i].name, hs[i].n-keep, hs[i].tat); ok {
+				hs[i].tat = tat
+			}
+			hs[i].n = keep
+		}
+	}
+	t := now()
+	n := k
+	for _, name := range cell.names {
+		got, tat, err := c.reserve(ctx, name, n, t)
+		if err != nil || got == 0 {
+			// A lost reply keeps what it may have reserved: the rate runs
+			// under.
+			giveBack(0)
+			return nil, err
+		}
+		if got < n {
+			giveBack(got)
+			n = got
+		}
+		hs = append(hs, held{name, got, tat})
+	}
+	if rc := c.rates; rc.beforeRateClaim != nil {
+		rc.beforeRateClaim()
+	}
+	claimed, err := c.claimPlain(ctx, cell.p, n)
+	if err != nil {
+		return nil, err // its jobs carry the token: the caller gives them back
+	}
+	if late := time.Since(t); late > RateStartLag && len(claimed) > 0 {
+		// The claim came too late after its reservation to count as made
+		// then: give its jobs back unstarted; the reservation stays used.
+		for _, j := range claimed {
+			if err := c.Release(ctx, LeaseOf(j)); err != nil && !errors.Is(err, ErrLeaseLost) {
+				return nil, fmt.Errorf("queue: claim: giving back the jobs of a late claim under a rate: %w", err)
+			}
+		}
+		c.log.Warn("gave back the jobs of a claim under a rate limit answered too late after its reservation: not run, attempts not counted",
+			zap.Strings("rates", cell.names), zap.Duration("late", late), zap.Int("jobs", len(claimed)))
+		return nil, nil
+	}
+	if len(claimed) < n {
+		giveBack(len(claimed))
+	}
+	return claimed, nil
+}
+
+// rateOf is the cached rate of name.
+func (c *Store) rateOf(name string) (Rate, bool) {
+	rc := c.rates
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if s := rc.rates[name]; s != nil {
+		return s.rate, true
+	}
+	return Rate{}, false
+}
+
+// reserve takes up to k starts of rate name at t with a compare-and-set on
+// its document, reading it again when another process changed it. It
+// returns how many it took and the tat it wrote; none when the rate allows
+// no start now (NextRateStart then says when).
+func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (int, time.Time, error) {
+	rc := c.rates
+	for range rateReserveTries {
+		rc.mu.Lock()
+		s := rc.rates[name]
+		if s == nil { // cleared since the claim planned
+			rc.mu.Unlock()
+			return 0, time.Time{}, nil
+		}
+		st := *s
+		rc.mu.Unlock()
+		n := min(k, st.avail(t))
+		if n == 0 {
+			rc.noteNext(st.nextStart())
+			return 0, time.Time{}, nil
+		}
+		base := st.tat
+		if base.Before(t) {
+			base = t
+		}
+		tat := ceilMs(base.Add(time.Duration(n) * st.rate.interval()))
+		res, err := c.ratesColl().UpdateOne(ctx,
+			bson.D{{Key: "_id", Value: rateScope + name}, {Key: "tat", Value: st.raw}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: tat}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}})
+		if err == nil && rc.afterReserve != nil {
+			err = rc.afterReserve()
+		}
+		if err != nil {
+			c.forgetLimits() // what is stored is unknown: read it again
+			return 0, time.Time{}, fmt.Errorf("queue: claim: reserve %d starts of rate %s: %w", n, name, err)
+		}
+		if res.MatchedCount == 1 {
+			rc.mu.Lock()
+			if s := rc.rates[name]; s != nil {
+				s.tat = tat
+				s.raw.Type, s.raw.Value = bsonDateTime(tat)
+			}
+			rc.mu.Unlock()
+			return n, tat, nil
+		}
+		// Another process reserved (or the rate changed): read it again.
+		if err := c.readRate(ctx, name); err != nil {
+			return 0, time.Time{}, err
+		}
+	}
+	return 0, time.Time{}, nil
+}
+
+// bsonDateTime is the raw BSON of t as a date.
+func bsonDateTime(t time.Time) (bson.Type, []byte) {
+	typ, b, _ := bson.MarshalValue(t)
+	return typ, b
+}
+
+// noteNext records that a claim left out a rate whose next start is at.
+func (rc *rateCache) noteNext(at time.Time) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.next.IsZero() || at.Before(rc.next) {
+		rc.next = at
+	}
+}
+
+// readRate reads the document of rate name into the cache.
+func (c *Store) readRate(ctx context.Context, name string) error {
+	raw, err := c.ratesColl().FindOne(ctx, bson.D{{Key: "_id", Value: rateScope + name}}).Raw()
+	rc := c.rates
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		delete(rc.rates, name)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("queue: claim: read rate %s: %w", name, err)
+	}
+	rl, st := rateLimit(raw, time.Now())
+	if rl.Malformed != "" {
+		c.WarnMalformed(rc.warned, rl.Name, rl.Malformed,
+			"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")
+		delete(rc.rates, name)
+		return nil
+	}
+	rc.rates[name] = st
+	return nil
+}
+
+// giveBack returns n unused starts of rate name, reserved by a write that
+// set tat, when no one reserved since: tat goes back by n intervals.
+// Best-effort: when it does not match, the starts are lost (the rate runs
+// under).
+func (c *Store) giveBack(ctx context.Context, name string, n int, tat time.Time) (time.Time, bool) {
+	if n <= 0 {
+		return tat, true
+	}
+	r, ok := c.rateOf(name)
+	if !ok {
+		return tat, false
+	}
+	back := ceilMs(tat.Add(-time.Duration(n) * r.interval()))
+	res, err := c.ratesColl().UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: rateScope + name}, {Key: "tat", Value: tat}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: back}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: -n}}}})
+	if err != nil || res.MatchedCount == 0 {
+		return tat, false
+	}
+	rc := c.rates
+	rc.mu.Lock()
+	if s := rc.rates[name]; s != nil && s.tat.Equal(tat) {
+		s.tat = back
+		s.raw.Type, s.raw.Value = bsonDateTime(back)
+	}
+	rc.mu.Unlock()
+	return back, true
+}
+
+// ValidateRates reports the first of rates (limit name → rate) whose name
+// or rate is invalid, named as setting.NAME.
+func ValidateRates(setting string, rates map[string]Rate) error {
+	for _, name := range slices.Sorted(maps.Keys(rates)) {
+		if _, _, err := ParseLimitName(name); err != nil {
+			return fmt.Errorf("%s: %w", setting, err)
+		}
+		if err := rates[name].Validate(); err != nil {
+			return fmt.Errorf("%s.%s: %w", setting, name, err)
+		}
+	}
+	return nil
+}
+
+// SetRates sets each of rates (limit name → rate), in name order,
+// recording by.
+func (c *Store) SetRates(ctx context.Context, rates map[string]Rate, by string) error {
+	for _, name := range slices.Sorted(maps.Keys(rates)) {
+		if err := c.SetRate(ctx, name, rates[name], by); err != nil {
+			return err
+		}
+		c.log.Info("rate limit set from the configuration", zap.String("limit", name), zap.Stringer("rate", rates[name]))
+	}
+	return nil
+}

@@ -1,0 +1,304 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/internal/store"
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+func TestParseRate(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want queue.Rate
+		err  string
+	}{
+		{in: "14/s", want: queue.Rate{N: 14, Per: time.Second}},
+		{in: "600/m burst 20", want: queue.Rate{N: 600, Per: time.Minute, Burst: 20}},
+		{in: "5/250ms", want: queue.Rate{N: 5, Per: 250 * time.Millisecond}},
+		{in: "3/h", want: queue.Rate{N: 3, Per: time.Hour}},
+		{in: "14", err: "N/PERIOD"},
+		{in: "x/s", err: "not a whole number"},
+		{in: "0/s", err: "from 1"},
+		{in: "1/1us", err: "milliseconds"},
+		{in: "1/s burst", err: "N/PERIOD"},
+		{in: "1/s burst -1", err: "burst"},
+		{in: "1/fortnight", err: "period"},
+	} {
+		got, err := queue.ParseRate(tc.in)
+		if tc.err != "" {
+			require.ErrorContains(t, err, tc.err, tc.in)
+			continue
+		}
+		require.NoError(t, err, tc.in)
+		require.Equal(t, tc.want, got, tc.in)
+		back, err := queue.ParseRate(got.String())
+		require.NoError(t, err)
+		require.Equal(t, got, back)
+	}
+}
+
+// enqueueKinds enqueues n jobs of each kind.
+func enqueueKinds(t *testing.T, b bundle, n int, kinds ...string) {
+	t.Helper()
+	var ins []queue.Insert
+	for _, k := range kinds {
+		for i := range n {
+			ins = append(ins, queue.Insert{Kind: k, Args: bson.M{"i": i}})
+		}
+	}
+	_, err := b.q.EnqueueMany(b.ctx, ins)
+	require.NoError(t, err)
+}
+
+// maxInWindow is the most of times (sorted) in any closed window of w.
+func maxInWindow(times []time.Time, w time.Duration) int {
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	most, from := 0, 0
+	for to := range times {
+		for times[to].Sub(times[from]) > w {
+			from++
+		}
+		most = max(most, to-from+1)
+	}
+	return most
+}
+
+// TestRateHeldAcrossProcesses: two clients (as two processes), each with
+// two claim loops taking batches of 3, claim jobs of a kind under 5 per
+// 500 ms with a burst of 2 for 2.2 s: no window of 500 ms holds more than
+// 5 + 2 claims, and the rate is used (no claim loop starves it).
+func TestRateHeldAcrossProcesses(t *testing.T) {
+	b := setup(t)
+	r := queue.Rate{N: 5, Per: 500 * time.Millisecond, Burst: 2}
+	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k"), r, "test"))
+	enqueueN(t, b, 100)
+	var mu sync.Mutex
+	var at []time.Time
+	end := time.Now().Add(2200 * time.Millisecond)
+	var wg sync.WaitGroup
+	for proc := range 2 {
+		q, err := queue.New(b.db, queue.Config{})
+		require.NoError(t, err)
+		s := store.Of(q)
+		for loop := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p := claimAll
+				p.Owner = string(rune('a'+proc)) + string(rune('0'+loop))
+				for time.Now().Before(end) {
+					got, err := s.ClaimBatch(b.ctx, p, 3)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					for _, j := range got {
+						at = append(at, *j.HeartbeatAt)
+					}
+					mu.Unlock()
+					if len(got) == 0 {
+						wait := 20 * time.Millisecond
+						if next := q.NextRateStart(); !next.IsZero() {
+							wait = min(wait, time.Until(next))
+						}
+						time.Sleep(max(wait, time.Millisecond))
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	most := maxInWindow(at, r.Per)
+	t.Logf("%d claims in 2.2 s, at most %d in a window of %s", len(at), most, r.Per)
+	require.LessOrEqual(t, most, r.N+r.Burst)
+	// 2.2 s allow 2 + 22 starts; the first window has at least its burst.
+	require.GreaterOrEqual(t, len(at), 15)
+	rls, err := b.q.RateLimits(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, rls, 1)
+	require.Equal(t, int64(len(at)), rls[0].Starts, "starts counts exactly the starts claimed")
+}
+
+// TestRateLeavesOtherKindsClaimable: a kind whose rate is spent is left
+// out of claims until its next start, and the other kinds of the same
+// claim are taken meanwhile (no head-of-line blocking).
+func TestRateLeavesOtherKindsClaimable(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("slow"), queue.Rate{N: 1, Per: time.Hour}, ""))
+	enqueueKinds(t, b, 5, "slow", "fast")
+	s := store.Of(b.q)
+	p := claimAll
+	p.Kinds = []string{"slow", "fast"}
+	got, err := s.ClaimBatch(b.ctx, p, 10)
+	require.NoError(t, err)
+	kinds := map[string]int{}
+	for _, j := range got {
+		kinds[j.Kind]++
+	}
+	require.Equal(t, map[string]int{"slow": 1, "fast": 5}, kinds)
+	got, err = s.ClaimBatch(b.ctx, p, 10)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	next := b.q.NextRateStart()
+	require.WithinDuration(t, time.Now().Add(time.Hour), next, 5*time.Second)
+	// Single claims too.
+	j, err := s.Claim(b.ctx, p)
+	require.NoError(t, err)
+	require.Nil(t, j)
+}
+
+// TestRateCostsNothingUnset: with no rate set, a claim sends no command it
+// did not send before (the rates come with the limits read).
+func TestRateCostsNothingUnset(t *testing.T) {
+	b := setup(t)
+	enqueueN(t, b, 20)
+	mc, cmds := testdb.Monitored(t)
+	q, err := queue.New(mc.Database(b.db.Name()), queue.Config{})
+	require.NoError(t, err)
+	s := store.Of(q)
+	for range 20 {
+		j, err := s.Claim(b.ctx, claimAll)
+		require.NoError(t, err)
+		require.NotNil(t, j)
+	}
+	n := 0
+	for _, c := range cmds() {
+		if strings.HasSuffix(c, " limits") {
+			n++
+		}
+	}
+	require.LessOrEqual(t, n, 2, "the limits (and rates) are read once per LimitRefresh: %v", cmds())
+}
+
+// TestRateMalformedDocument: a rate document another app wrote badly
+// limits nothing, is reported, and does not stop claims.
+func TestRateMalformedDocument(t *testing.T) {
+	b := setup(t)
+	core, logs := observer.New(zap.WarnLevel)
+	q, err := queue.New(b.db, queue.Config{Logger: zap.New(core)})
+	require.NoError(t, err)
+	_, err = b.db.Collection("limits").InsertMany(b.ctx, []any{
+		bson.D{{Key: "_id", Value: "rate:kind:k"}, {Key: "rate", Value: "lots"}, {Key: "periodMs", Value: 1000}, {Key: "burst", Value: 1}},
+		bson.D{{Key: "_id", Value: "rate:kind:other"}, {Key: "rate", Value: 2}, {Key: "periodMs", Value: 1000}, {Key: "burst", Value: 1}, {Key: "tat", Value: "yesterday"}},
+	})
+	require.NoError(t, err)
+	enqueueN(t, b, 3)
+	enqueueKinds(t, b, 3, "other")
+	s := store.Of(q)
+	p := claimAll
+	p.Kinds = []string{"k", "other"}
+	got, err := s.ClaimBatch(b.ctx, p, 10)
+	require.NoError(t, err)
+	kinds := map[string]int{}
+	for _, j := range got {
+		kinds[j.Kind]++
+	}
+	// k's rate limits nothing; other's malformed tat is taken as none.
+	require.Equal(t, map[string]int{"k": 3, "other": 1}, kinds)
+	require.Equal(t, 1, logs.FilterMessageSnippet("rate limit's document is malformed").Len())
+	rls, err := q.RateLimits(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, rls, 2)
+	require.Contains(t, rls[0].Malformed, "rate is string")
+	lims, err := q.RunLimits(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, lims, "rates are not listed as malformed concurrency limits")
+}
+
+// TestRateLostReservationReply: a reservation applied whose reply is lost
+// fails the claim and counts as taken: the rate runs under, never over.
+func TestRateLostReservationReply(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k"), queue.Rate{N: 2, Per: time.Hour, Burst: 2}, ""))
+	enqueueN(t, b, 5)
+	lost := true
+	store.SetRateHooks(store.Of(b.q), func() error {
+		if lost {
+			lost = false
+			return errors.New("connection reset")
+		}
+		return nil
+	}, nil)
+	s := store.Of(b.q)
+	_, err := s.ClaimBatch(b.ctx, claimAll, 2)
+	require.ErrorContains(t, err, "connection reset")
+	got, err := s.ClaimBatch(b.ctx, claimAll, 5)
+	require.NoError(t, err)
+	require.Empty(t, got, "the lost reservation took the burst")
+	require.Zero(t, countState(t, b, jobs.StateRunning))
+}
+
+// TestRateStalledClaimGivesItsJobsBack: a claim that stalls past
+// RateStartLag between its reservation and its claim gives the jobs back,
+// attempts not counted, and keeps the reservation used.
+func TestRateStalledClaimGivesItsJobsBack(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k"), queue.Rate{N: 3, Per: time.Hour, Burst: 3}, ""))
+	enqueueN(t, b, 5)
+	store.SetRateHooks(store.Of(b.q), nil, func() { time.Sleep(queue.RateStartLag + 100*time.Millisecond) })
+	s := store.Of(b.q)
+	got, err := s.ClaimBatch(b.ctx, claimAll, 3)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	require.Zero(t, countState(t, b, jobs.StateRunning))
+	cur, err := b.db.Collection("jobs").Find(b.ctx, bson.D{{Key: "attempt", Value: bson.D{{Key: "$ne", Value: 0}}}})
+	require.NoError(t, err)
+	var counted []bson.Raw
+	require.NoError(t, cur.All(b.ctx, &counted))
+	require.Empty(t, counted, "no attempt counted")
+	store.SetRateHooks(store.Of(b.q), nil, nil)
+	got, err = s.ClaimBatch(b.ctx, claimAll, 3)
+	require.NoError(t, err)
+	require.Empty(t, got, "the stalled claim's reservation stays used")
+}
+
+// TestRateAndConcurrencyLimitTogether: a kind under both a rate and a
+// concurrency limit takes the smaller; unused starts are given back.
+func TestRateAndConcurrencyLimitTogether(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k"), queue.Rate{N: 10, Per: time.Hour, Burst: 10}, ""))
+	require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("k"), 2, ""))
+	require.NoError(t, b.q.SetRate(b.ctx, queue.QueueLimit("default"), queue.Rate{N: 3, Per: time.Hour, Burst: 3}, ""))
+	enqueueN(t, b, 10)
+	s := store.Of(b.q)
+	got, err := s.ClaimBatch(b.ctx, claimAll, 10)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	rls, err := b.q.RateLimits(b.ctx)
+	require.NoError(t, err)
+	for _, rl := range rls {
+		require.Equal(t, int64(2), rl.Starts, rl.Name)
+	}
+	for _, j := range got {
+		require.NoError(t, s.Complete(b.ctx, store.LeaseOf(j)))
+	}
+	got, err = s.ClaimBatch(b.ctx, claimAll, 10)
+	require.NoError(t, err)
+	require.Len(t, got, 1, "the queue's rate has one start left")
+	require.NoError(t, b.q.SetRate(context.Background(), queue.QueueLimit("default"), queue.Rate{N: 3, Per: time.Hour, Burst: 3}, ""))
+	cleared, err := b.q.ClearRate(b.ctx, queue.QueueLimit("default"))
+	require.NoError(t, err)
+	require.True(t, cleared)
+}
+
+// countState counts the jobs in state s.
+func countState(t *testing.T, b bundle, s jobs.State) int64 {
+	t.Helper()
+	n, err := b.db.Collection("jobs").CountDocuments(b.ctx, bson.D{{Key: "state", Value: s}})
+	require.NoError(t, err)
+	return n
+}

@@ -1,0 +1,121 @@
+package store
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/docketq/docket/jobs"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Slots: a bounded queue's admitted jobs each hold a slot of its capacity
+// (package queue admits them), a limited kind's or queue's running jobs a
+// run slot of its limit (limit.go). The writes that end or give back an
+// attempt free them (finish and requeue, lease.go).
+
+// capacitySlotField is the job field holding its slot of the queue's
+// capacity; only admitted, unfinished jobs of a bounded queue have it.
+const capacitySlotField = CapacitySlotField
+
+// CapacitySlotField is capacitySlotField, for package queue.
+const CapacitySlotField = "capacitySlot"
+
+// slotKey is the value of capacitySlot for slot k of queue q. Queue names
+// may hold '/': the slot number is after the last one, and has none.
+func slotKey(q string, k int) string { return q + "/" + strconv.Itoa(k) }
+
+// SlotKey is slotKey, for package queue.
+func SlotKey(q string, k int) string { return slotKey(q, k) }
+
+// queueLoad is what an admission reads of a queue: the slots held, and how
+// many unfinished jobs hold none.
+type queueLoad struct {
+	slots     map[int]bool
+	unslotted int
+}
+
+// count is how many jobs of the queue are unfinished (a finished job whose
+// slot another app left set counts until the reaper frees it).
+func (l queueLoad) count() int { return len(l.slots) + l.unslotted }
+
+// freeSlots returns the slots an admission to a queue of capacity may
+// take, none when it is full: those not held below capacity minus the
+// overflow, the unfinished jobs holding no slot below capacity (see the
+// comment at the top of this file).
+func (l queueLoad) freeSlots(capacity int) []int {
+	if l.count() >= capacity {
+		return nil
+	}
+	overflow := l.unslotted
+	for k := range l.slots {
+		if k >= capacity {
+			overflow++
+		}
+	}
+	free := make([]int, 0, capacity-l.count())
+	for k := range capacity - overflow {
+		if !l.slots[k] {
+			free = append(free, k)
+		}
+	}
+	rand.Shuffle(len(free), func(a, b int) { free[a], free[b] = free[b], free[a] })
+	return free
+}
+
+// FreeSlots is the free slots of a load of the slots held and the
+// unfinished jobs holding none, for package queue.
+func FreeSlots(slots map[int]bool, unslotted, capacity int) []int {
+	return queueLoad{slots: slots, unslotted: unslotted}.freeSlots(capacity)
+}
+
+// storedCount reads the whole number in field of a settings document that
+// an operator or another application may have written by hand: an int, or
+// a double that is one, from 0 to max. malformed says what is wrong
+// otherwise.
+func storedCount(d bson.Raw, field string, max int) (n int, malformed string) {
+	v := d.Lookup(field)
+	var i int64
+	switch v.Type {
+	case bson.TypeInt32, bson.TypeInt64:
+		i, _ = v.AsInt64OK()
+	case bson.TypeDouble:
+		f := v.Double()
+		if f != math.Trunc(f) || math.IsInf(f, 0) {
+			return 0, fmt.Sprintf("%s is %v, not an integer", field, f)
+		}
+		i = int64(f)
+	default:
+		return 0, fmt.Sprintf("%s is %s %s, not an integer", field, v.Type, v)
+	}
+	if i < 0 || i > int64(max) {
+		return 0, fmt.Sprintf("%s %d is not between 0 and %d", field, i, max)
+	}
+	return int(i), ""
+}
+
+// StoredCount is storedCount, for package queue.
+func StoredCount(d bson.Raw, field string, max int) (n int, malformed string) {
+	return storedCount(d, field, max)
+}
+
+// nameProblem says what is wrong with a kind or queue name, or returns ""
+// when nothing is: what jobs.NameProblem refuses, and control characters
+// (C0, DEL, C1: a newline, an escape sequence), which have no place in a
+// name that tables, logs and metric labels show.
+func nameProblem(s string) string {
+	if p := jobs.NameProblem(s, jobs.MaxNameBytes); p != "" {
+		return p
+	}
+	if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
+		r := []rune(s[i:])[0]
+		return fmt.Sprintf("%q holds the control character %U at byte %d; names may not hold control characters", s, r, i)
+	}
+	return ""
+}
+
+// NameProblem is nameProblem, for package queue.
+func NameProblem(s string) string { return nameProblem(s) }

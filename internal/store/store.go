@@ -1,0 +1,154 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+	"go.uber.org/zap"
+)
+
+// DefaultCollection is the name of the jobs collection unless configured;
+// the collections beside it (queues, limits, workers) take their default
+// names only beside it.
+const DefaultCollection = "jobs"
+
+// Config is what a Store is made with: queue.Config's fields, defaults
+// set and validated by package queue.
+type Config struct {
+	Collection   string
+	WriteConcern string
+	RetryBase    time.Duration
+	RetryMax     time.Duration
+	Logger       *zap.Logger
+}
+
+// Store reads and writes the jobs of one jobs collection: the state that
+// the writes share (the caches of paused queues and limits, what the
+// server was found to support, test hooks) and the lease-level operations.
+type Store struct {
+	cfg  Config
+	coll *mongo.Collection
+	log  *zap.Logger
+
+	completions *completer // nil unless WithBatchedCompletion
+
+	// projection is whether heartbeats may project (projectionUnknown
+	// until the first heartbeat); shared by copies.
+	projection *atomic.Int32
+	// pauses caches the paused queues for claims; shared by copies.
+	pauses *pauses
+	// limits caches the concurrency limits for claims; shared by copies.
+	limits *runLimits
+	// rates caches the rate limits for claims; shared by copies.
+	rates *rateCache
+
+	// betweenReadAndStamp, when set (by tests), runs in a batch claim after
+	// the candidates are read and before they are stamped.
+	betweenReadAndStamp func()
+	// afterStamp, when set (by tests), runs in a batch claim after a stamp
+	// the server applied; an error it returns is taken as the stamp's, as
+	// when the reply is lost (a failover, a broken connection).
+	afterStamp func() error
+	// hooks, when set (by tests), lose replies of claims and finishing
+	// writes; see claim.go.
+	hooks *hooks
+}
+
+// New returns the Store of coll, whose write concern and read preference
+// are the caller's (package queue reads and writes on the primary).
+func New(coll *mongo.Collection, cfg Config) *Store {
+	return &Store{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), projection: new(atomic.Int32), pauses: newPauses(), limits: newRunLimits(), rates: newRateCache()}
+}
+
+// Collection returns the jobs collection, with the configured write concern.
+func (c *Store) Collection() *mongo.Collection { return c.coll }
+
+// Log is the logger of the store's writes.
+func (c *Store) Log() *zap.Logger { return c.log }
+
+// Handle is what a queue.Client embeds, under a name of its own, so that
+// docket's engine reaches the client's Store with Of while the Store's
+// methods stay off the client's API: no package outside docket can name
+// this package, so none can call Of.
+type Handle struct{ s *Store }
+
+// Handle returns the Handle of c.
+func (c *Store) Handle() Handle { return Handle{c} }
+
+func (h Handle) store() *Store { return h.s }
+
+func (c *Store) store() *Store { return c }
+
+// Holder is a value that embeds a Handle (a *queue.Client), or a *Store.
+type Holder interface{ store() *Store }
+
+// Of returns the Store of h.
+func Of(h Holder) *Store { return h.store() }
+
+// ParseWriteConcern reads a configured write concern: "majority" or a
+// number of nodes.
+func ParseWriteConcern(s string) (*writeconcern.WriteConcern, error) {
+	if s == "majority" {
+		return writeconcern.Majority(), nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return nil, fmt.Errorf("queue.writeConcern: %q must be \"majority\" or a number of nodes of at least 1", s)
+	}
+	return &writeconcern.WriteConcern{W: n}, nil
+}
+
+func parseWriteConcern(s string) (*writeconcern.WriteConcern, error) { return ParseWriteConcern(s) }
+
+// ErrLeaseLost is returned by a fenced write that matched nothing: the
+// caller no longer holds the job's lease.
+var ErrLeaseLost = errors.New("lease lost")
+
+// ErrOutcomeUnknown is wrapped by the error of a write whose outcome could
+// not be learned: the write, or an earlier try of it, may have been applied
+// with its reply lost, and the read that would have told (the job looked up
+// by id, read back) failed too. It is the Result.Err of a job whose insert
+// failed so: enqueueing it again with the same id adds it at most once. A
+// lease holder's writes (renewals, the writes that finish an attempt or
+// give the job back) return it when they matched nothing, or not all of
+// their leases, and reading the jobs back failed: neither done nor a lost
+// lease is known, and trying the write again, which reads back again, is
+// safe. The error keeps the read's own failure as well.
+var ErrOutcomeUnknown = errors.New("outcome not known")
+
+func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
+
+// Now is the time the store stamps on what it writes: UTC, to the
+// millisecond a BSON date keeps.
+func Now() time.Time { return now() }
+
+// EachRaw calls fn with each document of cur, then closes it; an error of
+// fn stops the walk and is returned.
+func EachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) error {
+	return eachRaw(ctx, cur, fn)
+}
+
+// Finish is the update that ends a job in state s at t, freeing its unique
+// key and its slots: finish, for package queue's writes that end a job
+// (a cancel).
+func Finish(s jobs.State, t time.Time, set ...bson.E) bson.D { return finish(s, t, set...) }
+
+// CodeNotImplemented is the server's code for an option or operator it
+// does not implement.
+const CodeNotImplemented = errNotImplemented
+
+// ClaimQuery is what a claim by p at t under token sends: its filter, its
+// update and its sort, and how many candidates a batch claim of k reads
+// per k (the tests of package queue check, on a real MongoDB, the index
+// each of docket's queries uses).
+func ClaimQuery(p ClaimParams, t time.Time, token string) (filter, update, sort bson.D, window int) {
+	return claimFilter(p, t), claimUpdate(p, t, token), claimSort, claimWindow
+}

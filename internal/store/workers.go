@@ -1,0 +1,66 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+)
+
+// The registry of live worker processes is package queue's (Beat,
+// Workers); the reaper reads it to spare the jobs of live processes.
+
+// DefaultWorkersCollection is the collection of the registry, beside the
+// default jobs collection. A Store on another jobs collection C uses
+// C_workers.
+const DefaultWorkersCollection = "workers"
+
+// AliveFor is how long after its last beat a process that beats every
+// beatEvery (at least a second) still counts as alive.
+func AliveFor(beatEvery time.Duration) time.Duration {
+	return WorkerMissedBeats * max(beatEvery, time.Second)
+}
+
+// WorkerMissedBeats is how many beats a process may miss before it no
+// longer counts as alive.
+const WorkerMissedBeats = 3
+
+// WorkerClockSkew is how far past the server's time a process's lastSeen
+// may be and still count as a beat (see queue.WorkerClockSkew).
+const WorkerClockSkew = 5 * time.Second
+
+// WorkersColl is the collection of the registry.
+func (c *Store) WorkersColl() *mongo.Collection {
+	name := DefaultWorkersCollection
+	if c.cfg.Collection != DefaultCollection {
+		name = c.cfg.Collection + "_" + DefaultWorkersCollection
+	}
+	return c.coll.Database().Collection(name, options.Collection().SetReadPreference(readpref.Primary()))
+}
+
+// ServerTime returns the server's clock, from hello's localTime; the
+// local clock when the server does not say.
+func (c *Store) ServerTime(ctx context.Context) time.Time {
+	raw, err := c.coll.Database().RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
+	if err == nil {
+		if t, ok := raw.Lookup("localTime").TimeOK(); ok {
+			return t.UTC()
+		}
+	}
+	return time.Now().UTC()
+}
+
+// LastBeat reads a registry document's last beat (zero when it has none
+// that reads as a time) and beat interval (zero unless positive).
+func LastBeat(d bson.Raw) (lastSeen time.Time, beatEvery time.Duration) {
+	if t, ok := d.Lookup("lastSeen").TimeOK(); ok {
+		lastSeen = t.UTC()
+	}
+	if ms, ok := d.Lookup("beatEveryMs").AsInt64OK(); ok && ms > 0 {
+		beatEvery = time.Duration(ms) * time.Millisecond
+	}
+	return lastSeen, beatEvery
+}

@@ -1,0 +1,93 @@
+package queue
+
+import (
+	"context"
+	"time"
+
+	"github.com/docketq/docket/internal/store"
+)
+
+// Rate limits: at most N starts of a kind's or a queue's jobs per period,
+// with a burst, across every worker process. A rate is a document of the
+// limits collection, beside the concurrency limits, read by the same read
+// of that collection that every claim makes each LimitRefresh: a process
+// with no rate set pays no command for them. A claim reserves its starts
+// with one compare-and-set of the rate's document (GCRA), claims them and
+// gives back what it did not use; whatever fails, the rate runs under,
+// never over, as long as the processes' clocks agree (see
+// docs/OPERATING.md).
+
+// RateStartLag (500 ms) bounds how long after its reservation a job of a
+// rate limit may be claimed: a claim answered later gives its jobs of the
+// rate back, unstarted and uncounted.
+const RateStartLag = store.RateStartLag
+
+// MaxRate (1,000,000) bounds a rate's count per period, and MaxBurst
+// (10,000) its burst.
+const (
+	MaxRate  = store.MaxRate
+	MaxBurst = store.MaxBurst
+)
+
+// Rate is a rate limit: at most N starts per Per, of which at most Burst
+// at once (0 is 1). Per is at least a millisecond, in whole milliseconds.
+// Its String writes it as ParseRate reads it; Validate says what is wrong
+// with it.
+type Rate = store.Rate
+
+// RateLimit is one stored rate limit: Name ("kind:KIND" or
+// "queue:QUEUE"); Rate; Starts, the starts reserved under it across every
+// process since it was first set; Used, how much of the burst is taken now
+// (0 when Burst jobs may start at once); NextStart, when the next start is
+// allowed (zero: now); SetAt and SetBy; and Malformed, which says what is
+// wrong with a rate another application wrote: such a rate limits nothing.
+type RateLimit = store.RateLimit
+
+// ParseRate reads a rate: N/PERIOD, the period s, m, h or a Go duration
+// (14/s, 600/m, 5/250ms), optionally followed by " burst B".
+func ParseRate(s string) (Rate, error) { return store.ParseRate(s) }
+
+// ValidateRates reports the first of rates (limit name → rate) whose name
+// or rate is invalid, named as setting.NAME.
+func ValidateRates(setting string, rates map[string]Rate) error {
+	return store.ValidateRates(setting, rates)
+}
+
+// SetRate limits the jobs of name ("kind:KIND", "queue:QUEUE") that start,
+// across every worker process, to r. It applies at once to this client's
+// claims and within LimitRefresh to every other worker's. by, when set,
+// records who set it.
+func (c *Client) SetRate(ctx context.Context, name string, r Rate, by string) error {
+	return c.st.SetRate(ctx, name, r, by)
+}
+
+// SetRates sets each of rates (limit name → rate), in name order,
+// recording by.
+func (c *Client) SetRates(ctx context.Context, rates map[string]Rate, by string) error {
+	return c.st.SetRates(ctx, rates, by)
+}
+
+// ClearRate removes the rate limit of name. It reports whether there was
+// one.
+func (c *Client) ClearRate(ctx context.Context, name string) (bool, error) {
+	return c.st.ClearRate(ctx, name)
+}
+
+// RateLimits returns every stored rate limit, in name order, with how much
+// of its burst is used now.
+func (c *Client) RateLimits(ctx context.Context) ([]RateLimit, error) {
+	return c.st.RateLimits(ctx)
+}
+
+// NextRateStart is when a rate limit that made this client's last claim
+// leave out a kind or queue allows a start again; zero when the last claim
+// left none out. A worker whose claim found nothing waits no longer than
+// until then.
+func (c *Client) NextRateStart() time.Time { return c.st.NextRateStart() }
+
+// WaitingOnLimits counts, for each of names ("kind:K", "queue:Q"), the
+// jobs of it that could run now (available, runAt passed): those a full
+// limit or a spent rate holds back.
+func (c *Client) WaitingOnLimits(ctx context.Context, names []string) (map[string]int64, error) {
+	return c.st.WaitingOnLimits(ctx, names)
+}

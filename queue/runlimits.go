@@ -1,0 +1,92 @@
+package queue
+
+import (
+	"context"
+
+	"github.com/docketq/docket/internal/store"
+)
+
+// Concurrency limits: at most N jobs of a kind ("kind:NAME"), or of a
+// queue ("queue:NAME"), run at once across every worker process. A limit
+// is a document of the limits collection, read by every claim through a
+// cache of at most LimitRefresh; a running job of a limit holds one of its
+// N run slots, taken by the claim's own write under a unique index and
+// freed by the write that ends or gives back the attempt.
+
+// DefaultLimitsCollection ("limits") holds the concurrency limits, beside
+// the default jobs collection; a Client on another jobs collection C uses
+// C_limits.
+const DefaultLimitsCollection = store.DefaultLimitsCollection
+
+// LimitRefresh (one second) is how long a claim trusts the limits it read:
+// a limit set or cleared by another process applies to this one's claims
+// within it (within twice a read's time, when reading them takes longer:
+// a slow server). SetLimit and ClearLimit apply at once to the client that
+// calls them.
+const LimitRefresh = store.LimitRefresh
+
+// MaxLimit (10,000) bounds a concurrency limit: a claim reads the running
+// jobs of the limit, up to that many.
+const MaxLimit = store.MaxLimit
+
+// The names of the unique sparse indexes on the run slots a running job of
+// a limit holds.
+const (
+	// KindRunSlotIndex ("kindRunSlot") is the index of a limited kind's
+	// run slots.
+	KindRunSlotIndex = store.KindRunSlotIndex
+	// QueueRunSlotIndex ("queueRunSlot") is the index of a limited queue's
+	// run slots.
+	QueueRunSlotIndex = store.QueueRunSlotIndex
+)
+
+// RunLimit is one stored concurrency limit: Name ("kind:KIND" or
+// "queue:QUEUE"); Limit, the most jobs of it that run at once; Running,
+// how many of its jobs run now (filled by RunLimits only); SetAt and SetBy;
+// and Malformed, which says what is wrong with a limit another application
+// wrote (not an integer between 0 and MaxLimit): such a limit limits
+// nothing.
+type RunLimit = store.RunLimit
+
+// KindLimit is the name of the concurrency limit on the jobs of kind.
+func KindLimit(kind string) string { return store.KindLimit(kind) }
+
+// QueueLimit is the name of the concurrency limit on the jobs of queue.
+func QueueLimit(queue string) string { return store.QueueLimit(queue) }
+
+// ParseLimitName checks a limit's name, "kind:NAME" or "queue:NAME", and
+// returns whether it is a kind's and the kind's or queue's name.
+func ParseLimitName(name string) (isKind bool, target string, err error) {
+	return store.ParseLimitName(name)
+}
+
+// SetLimit limits the jobs of name ("kind:KIND", "queue:QUEUE") that run
+// at once, across every worker process, to n (0: none runs). It applies at
+// once to this client's claims and within LimitRefresh to every other
+// worker's. Lowering it below the jobs running now stops none: claims wait
+// until fewer than n run. by, when set, records who set it.
+func (c *Client) SetLimit(ctx context.Context, name string, n int, by string) error {
+	return c.st.SetLimit(ctx, name, n, by)
+}
+
+// ClearLimit removes the limit name. It reports whether there was one.
+// Running jobs keep their slots until they end, harmlessly.
+func (c *Client) ClearLimit(ctx context.Context, name string) (bool, error) {
+	return c.st.ClearLimit(ctx, name)
+}
+
+// RunLimits returns every stored limit, in name order, with how many of
+// its jobs run now.
+func (c *Client) RunLimits(ctx context.Context) ([]RunLimit, error) {
+	return c.st.RunLimits(ctx)
+}
+
+// FreeStrandedRunSlots unsets the run slots of the jobs that hold one but
+// are not running: another application's write ended or re-queued them and
+// left the slot, which would otherwise be held forever. It also clears a
+// slot written as null, which MongoDB's sparse unique index indexes. The
+// reaper runs it every pass; it touches only such jobs. It returns how
+// many it changed.
+func (c *Client) FreeStrandedRunSlots(ctx context.Context) (int, error) {
+	return c.st.FreeStrandedRunSlots(ctx)
+}
