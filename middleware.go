@@ -23,8 +23,8 @@ import (
 type Middleware = jobs.Middleware
 
 // Use adds middleware around every handler of the client, whichever kind
-// and whenever it was added; the first given runs outermost. Call it before Start: after, it fails, as the
-// pool takes its middleware when it starts.
+// and whenever it was added; the first given runs outermost. Call it before Start: after, it fails,
+// as the pool takes its middleware when it starts.
 func (c *Client) Use(mw ...Middleware) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -38,6 +38,20 @@ func (c *Client) Use(mw ...Middleware) error {
 	}
 	c.middleware = append(c.middleware, mw...)
 	return nil
+}
+
+// Handler returns the handler of kind as the pool runs it: wrapped in the
+// client's middleware (Use), with its kind's options. ok is false when no
+// handler was added for kind. Package dockettest runs handlers through it.
+func (c *Client) Handler(kind string) (h jobs.Handler, opts jobs.KindOptions, ok bool) {
+	h, opts, ok = c.reg.Lookup(kind)
+	if !ok {
+		return nil, opts, false
+	}
+	c.mu.Lock()
+	mw := slices.Clone(c.middleware)
+	c.mu.Unlock()
+	return jobs.Wrap(h, mw...), opts, true
 }
 
 // workerConfig is the pool's configuration: Config's, with the client's

@@ -53,7 +53,7 @@ func WorkJob(ctx context.Context, client *docket.Client, args jobs.Args, opts ..
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	h, ko, ok := client.Registry().Lookup(args.Kind())
+	h, ko, ok := client.Handler(args.Kind())
 	if !ok {
 		return nil, fmt.Errorf("dockettest: Work: no handler for kind %q (registered: %v)", args.Kind(), client.Registry().Kinds())
 	}

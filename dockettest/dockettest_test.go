@@ -81,6 +81,32 @@ func TestWorkRunsTheHandlerAndRequireInsertedSeesItsJob(t *testing.T) {
 	require.ErrorContains(t, dockettest.Work(ctx, client, otherArgs{}), `no handler for kind "other"`)
 }
 
+// TestWorkRunsTheClientsMiddleware: a handler worked by Work runs inside
+// the middleware the client's pool would run it in (Use), so a test sees
+// what the middleware adds (a context value here, tracing or logging in an
+// application).
+func TestWorkRunsTheClientsMiddleware(t *testing.T) {
+	t.Parallel()
+	type key struct{}
+	client, err := docket.NewClient(testdb.NewDB(t), docket.Config{})
+	require.NoError(t, err)
+	var seen []string
+	docket.MustAddHandler(client, func(ctx context.Context, _ *jobs.Job, a WelcomeArgs) error {
+		tenant, _ := ctx.Value(key{}).(string)
+		seen = append(seen, "handler for "+tenant)
+		return nil
+	}, jobs.KindOptions{})
+	require.NoError(t, client.Use(func(next jobs.Handler) jobs.Handler {
+		return jobs.HandlerFunc(func(ctx context.Context, job *jobs.Job) error {
+			seen = append(seen, "middleware "+job.Kind)
+			return next.Work(context.WithValue(ctx, key{}, "acme"), job)
+		})
+	}))
+
+	require.NoError(t, dockettest.Work(context.Background(), client, WelcomeArgs{To: "a@example.com"}))
+	require.Equal(t, []string{"middleware welcome", "handler for acme"}, seen)
+}
+
 type otherArgs struct{}
 
 func (otherArgs) Kind() string { return "other" }
