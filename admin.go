@@ -399,6 +399,68 @@ func (c *Client) LimitList(ctx context.Context) ([]RunLimit, error) {
 	return ls, nil
 }
 
+// RateLimit is one stored rate limit as RateList returns it (see
+// queue.RateLimit): its Rate, the starts reserved under it, how much of
+// its burst is used now and when the next start is allowed.
+type RateLimit = queue.RateLimit
+
+// RateSet limits how many jobs of name (KindLimit(kind) or
+// QueueLimit(queue)) start per period across every worker process, to r
+// (see Rate, ParseRate). It applies within a second; jobs over the rate
+// wait, their attempts not counted.
+func (c *Client) RateSet(ctx context.Context, name string, r Rate, opts *LimitOpts) error {
+	var by string
+	if opts != nil {
+		by = opts.By
+	}
+	if err := c.q.SetRate(ctx, name, r, by); err != nil {
+		return fmt.Errorf("docket: %w", err)
+	}
+	return nil
+}
+
+// RateClear removes the rate limit name, and reports whether there was
+// one.
+func (c *Client) RateClear(ctx context.Context, name string) (bool, error) {
+	had, err := c.q.ClearRate(ctx, name)
+	if err != nil {
+		return false, fmt.Errorf("docket: %w", err)
+	}
+	return had, nil
+}
+
+// RateList returns every stored rate limit, in name order.
+func (c *Client) RateList(ctx context.Context) ([]RateLimit, error) {
+	rs, err := c.q.RateLimits(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	return rs, nil
+}
+
+// JobID is a job's _id, whatever its BSON type (another application may
+// insert a number or an ObjectId); its String is the id for a person,
+// escaped, and its Token the form every command and JobGet take back.
+type JobID = queue.JobID
+
+// CancelHook is a kind's side of a cancel: given the job's id and its args
+// as stored, it stops what the job's work started (rolls a transfer back)
+// before a cancel of an unfinished job of the kind is written. It may run
+// more than once for one job, and after the job started or finished: it
+// must be idempotent. An error wrapping ErrNotCancellable refuses the
+// cancel (the work can no longer be stopped); any error leaves the job as
+// it was and is what JobCancel returns.
+type CancelHook = queue.CancelHook
+
+// ErrNotCancellable, wrapped by a CancelHook's error, refuses a cancel.
+var ErrNotCancellable = queue.ErrNotCancellable
+
+// OnCancel makes JobCancel (and docketctl's and the dashboard's cancel,
+// when they run with this hook registered) run hook before it cancels an
+// unfinished job of kind, replacing the hook kind had; a nil hook removes
+// it. Register it on every client that cancels jobs.
+func (c *Client) OnCancel(kind string, hook CancelHook) { c.q.OnCancel(kind, hook) }
+
 // WorkersParams say which worker processes Workers lists.
 type WorkersParams struct {
 	// All lists the processes that stopped beating too, not only the

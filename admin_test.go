@@ -3,6 +3,7 @@ package docket_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -118,4 +120,46 @@ func TestWorkersAndLeadership(t *testing.T) {
 	ws, err = c.Workers(ctx, &docket.WorkersParams{All: true})
 	require.NoError(t, err)
 	require.Empty(t, ws, "a stopped client leaves the registry")
+}
+
+// Rate limits and cancel hooks are set on the one client too: an
+// application needs no second client for them.
+func TestRatesAndCancelHooksOnTheClient(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+
+	r, err := docket.ParseRate("14/s burst 5")
+	require.NoError(t, err)
+	require.NoError(t, c.RateSet(ctx, docket.KindLimit("email"), r, &docket.LimitOpts{By: "test"}))
+	rs, err := c.RateList(ctx)
+	require.NoError(t, err)
+	require.Len(t, rs, 1)
+	require.Equal(t, "kind:email", rs[0].Name)
+	require.Equal(t, r, rs[0].Rate)
+	require.Equal(t, "test", rs[0].SetBy)
+	require.Error(t, c.RateSet(ctx, "email", r, nil), "a name without kind: or queue:")
+	had, err := c.RateClear(ctx, docket.KindLimit("email"))
+	require.NoError(t, err)
+	require.True(t, had)
+
+	res, err := c.Insert(ctx, GreetArgs{Name: "d"}, nil)
+	require.NoError(t, err)
+	var hooked []string
+	c.OnCancel(GreetArgs{}.Kind(), func(_ context.Context, id docket.JobID, _ bson.Raw) error {
+		hooked = append(hooked, id.Token())
+		return fmt.Errorf("already shipped: %w", docket.ErrNotCancellable)
+	})
+	_, err = c.JobCancel(ctx, res.ID)
+	require.ErrorIs(t, err, docket.ErrNotCancellable)
+	require.Equal(t, []string{res.ID}, hooked)
+	job, err := c.JobGet(ctx, res.ID)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateAvailable, job.State, "a refused cancel leaves the job as it was")
+
+	c.OnCancel(GreetArgs{}.Kind(), nil)
+	out, err := c.JobCancel(ctx, res.ID)
+	require.NoError(t, err)
+	require.Equal(t, docket.JobCancelled, out)
 }
