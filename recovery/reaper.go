@@ -128,11 +128,19 @@ func NewReaper(q *queue.Client, cfg ReaperConfig) (*Reaper, error) {
 // ReaperConfig.Interval.
 func (r *Reaper) Schedule() string { return "@every " + r.cfg.Interval.String() }
 
+// ReapResult counts what a reaper pass did with the jobs whose lease
+// expired: Requeued (back to available), Dead (attempts used up),
+// Cancelled (a cancel was requested), Buried (did not decode: dead with
+// what is wrong), Skipped (a write failed; the next pass tries again) and
+// Spared (an owner still beating in the workers registry). Settled is
+// Requeued + Dead + Cancelled + Buried.
+type ReapResult = store.ReapResult
+
 // RunOnce makes one pass: it re-queues expired leases until none is left
 // (or ctx ends), clears null unique keys, then applies retention within
 // the retention budget.
-func (r *Reaper) RunOnce(ctx context.Context) (store.ReapResult, error) {
-	var total store.ReapResult
+func (r *Reaper) RunOnce(ctx context.Context) (ReapResult, error) {
+	var total ReapResult
 	for {
 		res, err := store.Of(r.q).Reap(ctx, r.cfg.Grace, r.cfg.Batch)
 		total = total.Add(res)
