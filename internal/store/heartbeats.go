@@ -176,9 +176,9 @@ func (c *Store) renewMany(ctx context.Context, leases []Lease, t, exp time.Time,
 		}
 		byToken[l.Token] = append(byToken[l.Token], l.JobID)
 	}
-	// The job ids come first: a server that evaluates a filter in Go, key
-	// by key, over every document (devdb) then rejects all other jobs on
-	// the first key; MongoDB plans it on the _id index either way.
+	// The job ids come first: MongoDB plans it on the _id index in any
+	// order; a server that evaluates a filter key by key over every
+	// document (server.go) then rejects all other jobs on the first key.
 	var filter bson.D
 	switch {
 	case len(leases) == 1:

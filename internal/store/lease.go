@@ -67,44 +67,22 @@ func (c *Store) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renewa
 	return Renewal{ExpiresAt: t.Add(d), CancelRequested: got.CancelRequestedAt != nil}, nil
 }
 
-// Whether the server returns only some fields of a findAndModify's
-// document (its fields option): MongoDB does, FerretDB v1 refuses it with
-// NotImplemented. Detected by a client's first heartbeat.
-const (
-	projectionUnknown int32 = iota
-	projectionSupported
-	projectionUnsupported
-)
-
-// errNotImplemented is the server's code for an option it does not
-// implement.
-const errNotImplemented = 238
-
 // heartbeatFields are the fields a heartbeat reads back: not the args,
 // which may be up to 1 MB.
 var heartbeatFields = bson.D{{Key: "_id", Value: 1}, {Key: "cancelRequestedAt", Value: 1}}
 
 // renew applies a heartbeat's update to the job l holds and decodes what
-// it reads back into out, asking for heartbeatFields only where the server
-// supports it. The first heartbeat of a client finds out; a refusal
-// (which writes nothing) is retried at once without the projection, and
-// later heartbeats go without it.
+// it reads back into out, asking for heartbeatFields only. A server that
+// lacks findAndModify's projection (Server.FindAndModifyProjection)
+// refuses it, writing nothing: the heartbeat is sent again at once
+// without it, and later heartbeats go without it.
 func (c *Store) renew(ctx context.Context, l Lease, update bson.D, out any) error {
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
-	mode := projectionUnsupported
-	if c.projection != nil {
-		mode = c.projection.Load()
-	}
-	if mode != projectionUnsupported {
+	if f := &c.server.FindAndModifyProjection; !f.Lacking() {
 		err := c.coll.FindOneAndUpdate(ctx, fence(l), update, opts.SetProjection(heartbeatFields)).Decode(out)
-		var se mongo.ServerError
-		if !errors.As(err, &se) || !se.HasErrorCode(errNotImplemented) {
-			if mode == projectionUnknown && (err == nil || errors.Is(err, mongo.ErrNoDocuments)) {
-				c.projection.Store(projectionSupported)
-			}
+		if !f.Detect(err) {
 			return err
 		}
-		c.projection.Store(projectionUnsupported)
 		c.log.Info("the server does not project findAndModify results; heartbeats read whole jobs back", zap.Error(err))
 		opts = options.FindOneAndUpdate().SetReturnDocument(options.After)
 	}

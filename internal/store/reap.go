@@ -305,8 +305,9 @@ func (c *Store) Clean(ctx context.Context, s jobs.State, age time.Duration, limi
 	if c.hooks != nil && c.hooks.beforeClean != nil {
 		c.hooks.beforeClean()
 	}
-	// _id first: devdb evaluates a filter key by key, and the $in rules
-	// out all but the batch before the other keys are looked at.
+	// _id first: MongoDB plans it on the _id index in any order; a server
+	// that evaluates a filter key by key (server.go) rules out all but the
+	// batch before it looks at the other keys.
 	r, err := c.coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}, {Key: "state", Value: s}, eligible, periodOver})
 	if err != nil {
 		return 0, fmt.Errorf("queue: clean %s jobs: %w", s, err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -40,9 +39,9 @@ type Store struct {
 
 	completions *completer // nil unless WithBatchedCompletion
 
-	// projection is whether heartbeats may project (projectionUnknown
-	// until the first heartbeat); shared by copies.
-	projection *atomic.Int32
+	// server is what the server was found to support (server.go);
+	// shared by copies.
+	server *Server
 	// pauses caches the paused queues for claims; shared by copies.
 	pauses *pauses
 	// limits caches the concurrency limits for claims; shared by copies.
@@ -65,7 +64,7 @@ type Store struct {
 // New returns the Store of coll, whose write concern and read preference
 // are the caller's (package queue reads and writes on the primary).
 func New(coll *mongo.Collection, cfg Config) *Store {
-	return &Store{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), projection: new(atomic.Int32), pauses: newPauses(), limits: newRunLimits(), rates: newRateCache()}
+	return &Store{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), server: newServer(), pauses: newPauses(), limits: newRunLimits(), rates: newRateCache()}
 }
 
 // Collection returns the jobs collection, with the configured write concern.
@@ -140,10 +139,6 @@ func EachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) er
 // key and its slots: finish, for package queue's writes that end a job
 // (a cancel).
 func Finish(s jobs.State, t time.Time, set ...bson.E) bson.D { return finish(s, t, set...) }
-
-// CodeNotImplemented is the server's code for an option or operator it
-// does not implement.
-const CodeNotImplemented = errNotImplemented
 
 // ClaimQuery is what a claim by p at t under token sends: its filter, its
 // update and its sort, and how many candidates a batch claim of k reads
