@@ -246,7 +246,7 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 	if err != nil {
 		return nil, err
 	}
-	t := now()
+	t := c.now()
 	for i := range found {
 		r := &found[i]
 		if r.Err != nil {
@@ -336,7 +336,7 @@ func (c *Client) Purge(ctx context.Context, s jobs.State, age time.Duration) (in
 	if !s.Finished() {
 		return 0, fmt.Errorf("queue: purge: state %q is not a finished state (succeeded, dead, cancelled)", s)
 	}
-	res, err := c.coll.DeleteMany(ctx, bson.D{{Key: "state", Value: s}, {Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: now().Add(-age)}}}})
+	res, err := c.coll.DeleteMany(ctx, bson.D{{Key: "state", Value: s}, {Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: c.now().Add(-age)}}}})
 	if err != nil {
 		return 0, fmt.Errorf("queue: purge %s jobs: %w", s, err)
 	}
@@ -378,7 +378,7 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 		return nil, fmt.Errorf("queue: stats: %w", err)
 	}
 	defer cur.Close(ctx)
-	t := now()
+	t := c.now()
 	byQueue := map[string]*QueueStats{}
 	var order []string
 	for cur.Next(ctx) {
@@ -473,7 +473,7 @@ func (c *Client) scanStats(ctx context.Context, since time.Time, states []jobs.S
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: stats: %w", err)
 	}
-	t := now()
+	t := c.now()
 	byQueue := map[string]*QueueStats{}
 	var order []string
 	finished := map[jobs.State][]time.Time{}

@@ -146,7 +146,7 @@ func (c *Client) SetCapacity(ctx context.Context, queue string, n int, by string
 	if n < 0 || n > MaxCapacity {
 		return fmt.Errorf("queue: set capacity of %s: %d must be between 0 and %d", queue, n, MaxCapacity)
 	}
-	set := bson.D{{Key: "capacity", Value: n}, {Key: "capacitySetAt", Value: now()}}
+	set := bson.D{{Key: "capacity", Value: n}, {Key: "capacitySetAt", Value: c.now()}}
 	if by != "" {
 		set = append(set, bson.E{Key: "capacitySetBy", Value: by})
 	}

@@ -501,7 +501,8 @@ var ErrLeaseLost = store.ErrLeaseLost
 // safe. The error keeps the read's own failure as well.
 var ErrOutcomeUnknown = store.ErrOutcomeUnknown
 
-func now() time.Time { return store.Now() }
+// now is the time c stamps and compares with: its store's clock.
+func (c *Client) now() time.Time { return c.st.Now() }
 
 // eachRaw calls fn with every document of cur, one at a time (see
 // store.EachRaw).

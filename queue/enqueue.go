@@ -226,7 +226,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 	own := make([]bool, len(ins))
 	results := make([]Result, len(ins))
 	ids := make(map[string]int, len(ins))
-	t := now()
+	t := c.now()
 	for i, in := range ins {
 		j, err := NewJob(in, t)
 		if err != nil {

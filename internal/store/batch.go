@@ -179,7 +179,7 @@ func isTypeMismatch(err error) bool {
 // more beyond them. With limits (s not nil), the candidates of a limit are
 // stamped one by one, each with free slots of s (limit.go).
 func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slotPicker) (claimed []*jobs.Job, raced bool, err error) {
-	t := now()
+	t := c.now()
 	filter := claimFilter(p, t)
 	window := claimWindow
 	if p.Spread {
@@ -443,7 +443,7 @@ func (c *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err
 	if len(ls) == 0 {
 		return nil, nil
 	}
-	t := now()
+	t := c.now()
 	fences := make(bson.A, len(ls))
 	ids := make(bson.A, len(ls))
 	for i, l := range ls {

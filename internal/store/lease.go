@@ -49,7 +49,7 @@ type Renewal struct {
 // Heartbeat extends the lease l by d from now. It returns ErrLeaseLost when
 // l no longer holds the job.
 func (c *Store) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renewal, error) {
-	t := now()
+	t := c.now()
 	update := bson.D{{Key: "$set", Value: bson.D{
 		{Key: "leaseExpiresAt", Value: t.Add(d)},
 		{Key: "heartbeatAt", Value: t},
@@ -116,7 +116,7 @@ func (c *Store) Complete(ctx context.Context, l Lease) error {
 	if c.completions != nil {
 		return c.completions.complete(ctx, l)
 	}
-	err := c.fencedUpdate(ctx, "complete", l, finish(jobs.StateSucceeded, now()))
+	err := c.fencedUpdate(ctx, "complete", l, finish(jobs.StateSucceeded, c.now()))
 	if errors.Is(err, ErrLeaseLost) {
 		// A try of this write whose reply was lost may have been applied:
 		// only this attempt writes succeeded under its token.
@@ -129,7 +129,7 @@ func (c *Store) Complete(ctx context.Context, l Lease) error {
 
 // Cancelled marks the job l holds cancelled, recording why.
 func (c *Store) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason string) error {
-	t := now()
+	t := c.now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: reason})
 	err := c.fencedUpdate(ctx, "cancel", l, finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}))
 	if errors.Is(err, ErrLeaseLost) {
@@ -247,7 +247,7 @@ type Failure struct {
 // is retried after a backoff unless cause is permanent or the attempts are
 // used up, in which case it is dead.
 func (c *Store) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Failure, error) {
-	t := now()
+	t := c.now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cause.Error()})
 	f, update := c.failure(j, t, jobs.IsPermanent(cause), errs)
 	// A try of this write whose reply was lost may have been applied: the
@@ -415,7 +415,7 @@ const releasedTokenField = "releasedToken"
 // reply lost), it returns nil; otherwise ErrLeaseLost, or ErrOutcomeUnknown
 // when the read fails.
 func (c *Store) Release(ctx context.Context, l Lease) error {
-	t := now()
+	t := c.now()
 	mark := bson.E{Key: releasedTokenField, Value: l.Token}
 	update := requeue(t, t, mark)
 	update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempt", Value: -1}}})

@@ -165,7 +165,7 @@ func (c *Store) SetLimit(ctx context.Context, name string, n int, by string) err
 	if n < 0 || n > MaxLimit {
 		return fmt.Errorf("queue: set limit %s: %d must be between 0 and %d", name, n, MaxLimit)
 	}
-	set := bson.D{{Key: "limit", Value: n}, {Key: "limitSetAt", Value: now()}}
+	set := bson.D{{Key: "limit", Value: n}, {Key: "limitSetAt", Value: c.now()}}
 	if by != "" {
 		set = append(set, bson.E{Key: "limitSetBy", Value: by})
 	}
@@ -589,7 +589,7 @@ func (c *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (cla
 		}
 		claimed, raced, err := c.claimBatchOnce(ctx, pn, k, s)
 		if errors.Is(err, errMalformedCandidate) || isTypeMismatch(err) {
-			if _, berr := c.buryBadAttempts(ctx, claimFilter(pn, now()), now()); berr != nil {
+			if _, berr := c.buryBadAttempts(ctx, claimFilter(pn, c.now()), c.now()); berr != nil {
 				return nil, true, fmt.Errorf("queue: claim: %w", err)
 			}
 			continue

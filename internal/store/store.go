@@ -42,6 +42,9 @@ type Store struct {
 	// server is what the server was found to support (server.go);
 	// shared by copies.
 	server *Server
+	// clock, when set (by tests), is read instead of the wall clock
+	// (clock.go).
+	clock func() time.Time
 	// pauses caches the paused queues for claims; shared by copies.
 	pauses *pauses
 	// limits caches the concurrency limits for claims; shared by copies.
@@ -123,11 +126,9 @@ var ErrLeaseLost = errors.New("lease lost")
 // safe. The error keeps the read's own failure as well.
 var ErrOutcomeUnknown = errors.New("outcome not known")
 
+// now is the wall clock as the store stamps it: UTC, to the millisecond a
+// BSON date keeps. The store's writes read their Store's clock (c.now).
 func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
-
-// Now is the time the store stamps on what it writes: UTC, to the
-// millisecond a BSON date keeps.
-func Now() time.Time { return now() }
 
 // EachRaw calls fn with each document of cur, then closes it; an error of
 // fn stops the walk and is returned.
