@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -47,8 +48,9 @@ func (f JobFilter) query() bson.D {
 	}
 	switch {
 	case len(ids) == 1:
-		// An equality, not an $in of one: FerretDB v1 looks up only an
-		// _id equality by its key, and scans the collection for the rest.
+		// An equality, not an $in of one: the same plan on MongoDB, and
+		// one that a server which looks up only a lone _id equality by
+		// its index (server.go in internal/store) does not scan for.
 		q = append(q, bson.E{Key: "_id", Value: ids[0]})
 	case len(ids) > 1:
 		q = append(q, bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}})
@@ -139,15 +141,14 @@ func (c *Client) List(ctx context.Context, f JobFilter, after string, limit int)
 	find := func() (*mongo.Cursor, error) {
 		q := f.query()
 		if !start.IsZero() {
-			q = append(q, afterID(start, c.fewIDTypes.Load())...)
+			q = append(q, afterID(start, c.srv.TypeAliases.Lacking())...)
 		}
 		return c.coll.Find(ctx, q, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)+1))
 	}
 	cur, err := find()
-	if !start.IsZero() && !c.fewIDTypes.Load() && unknownTypeAlias(err) {
-		// A server that knows fewer BSON types (FerretDB v1) can store
-		// none of the others: page without them.
-		c.fewIDTypes.Store(true)
+	if !start.IsZero() && !c.srv.TypeAliases.Lacking() && c.srv.TypeAliases.Detect(err) {
+		// A server that knows fewer BSON types can store none of the
+		// others: page without them.
 		cur, err = find()
 	}
 	if err != nil {
@@ -245,7 +246,7 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 	if err != nil {
 		return nil, err
 	}
-	t := now()
+	t := c.now()
 	for i := range found {
 		r := &found[i]
 		if r.Err != nil {
@@ -286,7 +287,7 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 		}
 		res, err := c.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}}, update)
 		switch {
-		case mongo.IsDuplicateKeyError(err):
+		case store.IsDuplicateKey(err):
 			r.Err = ErrUniqueKeyHeld
 		case err != nil:
 			return found, fmt.Errorf("queue: retry job %s: %w", r.ID, err)
@@ -335,7 +336,7 @@ func (c *Client) Purge(ctx context.Context, s jobs.State, age time.Duration) (in
 	if !s.Finished() {
 		return 0, fmt.Errorf("queue: purge: state %q is not a finished state (succeeded, dead, cancelled)", s)
 	}
-	res, err := c.coll.DeleteMany(ctx, bson.D{{Key: "state", Value: s}, {Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: now().Add(-age)}}}})
+	res, err := c.coll.DeleteMany(ctx, bson.D{{Key: "state", Value: s}, {Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: c.now().Add(-age)}}}})
 	if err != nil {
 		return 0, fmt.Errorf("queue: purge %s jobs: %w", s, err)
 	}
@@ -358,31 +359,26 @@ type QueueStats struct {
 // longest-waiting runnable job, in one pass over the collection (on
 // MongoDB the claim index holds every field the pass reads).
 func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
-	if c.noGroupMin.Load() {
+	if c.srv.GroupMin.Lacking() {
 		stats, _, err := c.scanStats(ctx, time.Time{}, nil)
 		return stats, err
 	}
 	group := bson.D{
 		{Key: "_id", Value: bson.D{{Key: "queue", Value: "$queue"}, {Key: "kind", Value: "$kind"}, {Key: "state", Value: "$state"}}},
 		{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
-	}
-	withMin := !c.noGroupMin.Load()
-	if withMin {
-		group = append(group, bson.E{Key: "oldest", Value: bson.D{{Key: "$min", Value: "$runAt"}}})
+		{Key: "oldest", Value: bson.D{{Key: "$min", Value: "$runAt"}}},
 	}
 	cur, err := c.coll.Aggregate(ctx, mongo.Pipeline{{{Key: "$group", Value: group}}})
-	var se mongo.ServerError
-	if withMin && errors.As(err, &se) && se.HasErrorCode(errNotImplemented) {
-		// FerretDB v1 has no $min accumulator (it has $sum and $count
-		// only): count in one pass of our own instead (scanStats).
-		c.noGroupMin.Store(true)
+	if c.srv.GroupMin.Detect(err) {
+		// No $min accumulator: count in one pass of our own instead
+		// (scanStats).
 		return c.Stats(ctx)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: stats: %w", err)
 	}
 	defer cur.Close(ctx)
-	t := now()
+	t := c.now()
 	byQueue := map[string]*QueueStats{}
 	var order []string
 	for cur.Next(ctx) {
@@ -444,17 +440,18 @@ func (c *Client) Finished(ctx context.Context, since time.Time, states ...jobs.S
 }
 
 // Overview returns Stats and, for each of states, when the jobs that ended
-// in it at or after since ended: what the dashboard's overview shows. On
-// MongoDB that is the $group of Stats and the finished index's range; on a
-// server without $min (FerretDB v1, where every query but an _id lookup
-// scans the collection) it is one pass over the collection, not two.
+// in it at or after since ended: what the dashboard's overview shows: the
+// $group of Stats and the finished index's range. On a server without
+// $min (Server.GroupMin in internal/store), whose every query but an _id
+// lookup scans the collection, it is one pass over the collection, not
+// two.
 func (c *Client) Overview(ctx context.Context, since time.Time, states ...jobs.State) ([]QueueStats, map[jobs.State][]time.Time, error) {
-	if !c.noGroupMin.Load() {
+	if !c.srv.GroupMin.Lacking() {
 		stats, err := c.Stats(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
-		if !c.noGroupMin.Load() {
+		if !c.srv.GroupMin.Lacking() {
 			finished, err := c.Finished(ctx, since, states...)
 			return stats, finished, err
 		}
@@ -476,7 +473,7 @@ func (c *Client) scanStats(ctx context.Context, since time.Time, states []jobs.S
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: stats: %w", err)
 	}
-	t := now()
+	t := c.now()
 	byQueue := map[string]*QueueStats{}
 	var order []string
 	finished := map[jobs.State][]time.Time{}

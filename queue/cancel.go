@@ -133,7 +133,7 @@ func (c *Client) CancelJobID(ctx context.Context, jobID JobID) (CancelOutcome, e
 		return 0, fmt.Errorf("queue: cancel job %s: %w", id, err)
 	}
 	for range cancelTries {
-		t := now()
+		t := c.now()
 		res, err := c.coll.UpdateOne(ctx,
 			bson.D{{Key: "_id", Value: key}, {Key: "state", Value: jobs.StateAvailable}},
 			store.Finish(jobs.StateCancelled, t))

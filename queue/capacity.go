@@ -146,7 +146,7 @@ func (c *Client) SetCapacity(ctx context.Context, queue string, n int, by string
 	if n < 0 || n > MaxCapacity {
 		return fmt.Errorf("queue: set capacity of %s: %d must be between 0 and %d", queue, n, MaxCapacity)
 	}
-	set := bson.D{{Key: "capacity", Value: n}, {Key: "capacitySetAt", Value: now()}}
+	set := bson.D{{Key: "capacity", Value: n}, {Key: "capacitySetAt", Value: c.now()}}
 	if by != "" {
 		set = append(set, bson.E{Key: "capacitySetBy", Value: by})
 	}
@@ -438,12 +438,13 @@ func (c *Client) insertSlotted(ctx context.Context, j *jobs.Job, slot string) (r
 
 // whichDuplicate tells which unique index refused j's insert: its id
 // (Existed), its unique key (Duplicate), or its slot (taken). MongoDB names
-// the index in the message; devdb does not, so the id and the key are
+// the index in the message; when the message names none (not every
+// server's does, server.go in internal/store), the id and the key are
 // looked up, and a refusal neither explains was the slot. A unique key
 // whose holder finished in between reads as taken too: admission tries
 // again, which inserts the job.
 func (c *Client) whichDuplicate(ctx context.Context, j *jobs.Job, err error) (Result, bool, error) {
-	if err != nil && strings.Contains(err.Error(), "index: "+CapacityIndex+" ") {
+	if store.DuplicateIndexIs(err, CapacityIndex) {
 		return Result{}, true, nil
 	}
 	lerr := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
@@ -518,24 +519,19 @@ func (c *Client) readmit(ctx context.Context, filter, update bson.D, queue strin
 			u = append(u, bson.E{Key: "$set", Value: bson.D{{Key: capacitySlotField, Value: slot}}})
 			u = mergeSets(u)
 			res, err := c.coll.UpdateOne(ctx, filter, u)
-			// MongoDB reports E11000 naming the index ("index: name
-			// dup key"); devdb reports an update's duplicate as an
-			// internal error quoting SQLite, naming the index too
-			// ("UNIQUE constraint failed: index 'coll_hash_name'").
-			msg := ""
-			if err != nil {
-				msg = err.Error()
-			}
+			// A duplicate key names the index it broke (E11000's
+			// "index: name dup key"; store.DuplicateIndex reads the
+			// forms servers use).
 			switch {
 			case err == nil && res.MatchedCount == 0:
 				return errRetryMissed
 			case err == nil:
 				return nil
-			case !mongo.IsDuplicateKeyError(err) && !strings.Contains(msg, "UNIQUE constraint failed"):
+			case !store.IsDuplicateKey(err):
 				return err
-			case strings.Contains(msg, "index: "+CapacityIndex+" "), strings.Contains(msg, "_"+CapacityIndex+"'"):
+			case store.DuplicateIndexIs(err, CapacityIndex):
 				continue
-			case strings.Contains(msg, "index: "), strings.Contains(msg, "UNIQUE constraint failed: index '"):
+			case store.DuplicateIndex(err) != "":
 				return ErrUniqueKeyHeld // another index than the slot's
 			}
 			// The index is not named: the slot's holder tells.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/docketq/docket/internal/store"
@@ -101,14 +100,8 @@ type Client struct {
 	// indexes ensures the jobs indexes once per client.
 	indexes *ensured
 
-	// noGroupMin is set once the server refused the $min accumulator
-	// (FerretDB v1 does); Stats then finds each queue's oldest job with a
-	// second pass.
-	noGroupMin *atomic.Bool
-	// fewIDTypes is set once the server refused a $type alias of a BSON
-	// type it cannot store (FerretDB v1); List's paging then leaves those
-	// types out.
-	fewIDTypes *atomic.Bool
+	// srv is what the server was found to support (the store's).
+	srv *store.Server
 	// capacities caches the queues' capacities for enqueues.
 	capacities *capacities
 	// cancels are the applications' cancel hooks (OnCancel).
@@ -139,7 +132,7 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 	wc, _ := parseWriteConcern(cfg.WriteConcern)
 	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
 	st := store.New(coll, store.Config(cfg))
-	return &Client{handle: st.Handle(), st: st, cfg: cfg, coll: coll, log: st.Log(), indexes: &ensured{}, noGroupMin: new(atomic.Bool), fewIDTypes: new(atomic.Bool), capacities: newCapacities(), cancels: &cancelHooks{}}, nil
+	return &Client{handle: st.Handle(), st: st, cfg: cfg, coll: coll, log: st.Log(), indexes: &ensured{}, srv: st.Server(), capacities: newCapacities(), cancels: &cancelHooks{}}, nil
 }
 
 // CollectionName is the name of the jobs collection, for an application
@@ -256,9 +249,9 @@ func (c *Client) ensureIndexes(ctx context.Context) error {
 
 // clearNullsAndEnsure makes the indexes that are missing. Explicit null
 // unique keys would collide in the unique index, so they are cleared first,
-// but only when an index is missing: that pass is an updateMany which, on a
-// server without usable indexes for it (devdb), scans the whole collection,
-// and every enqueueing process runs this once. With the indexes in place,
+// but only when an index is missing: that pass is an updateMany which,
+// without the uniqueKey index, scans the whole collection, and every
+// enqueueing process runs this once. With the indexes in place,
 // the reaper clears nulls on its passes.
 func (c *Client) clearNullsAndEnsure(ctx context.Context) error {
 	missing, err := missingIndexes(ctx, c.coll, Indexes())
@@ -303,7 +296,7 @@ var ErrSetupRefused = errors.New("setup refused by the server")
 // refused reports whether err, from createIndexes, is the server refusing
 // the index rather than the server being away.
 func refused(err error) bool {
-	if mongo.IsDuplicateKeyError(err) {
+	if store.IsDuplicateKey(err) {
 		return true
 	}
 	var se mongo.ServerError
@@ -316,8 +309,7 @@ func refused(err error) bool {
 			}
 		}
 	}
-	// FerretDB v1 with SQLite reports a duplicate as SQLite's message.
-	return strings.Contains(err.Error(), "UNIQUE constraint failed")
+	return false
 }
 
 // duplicates names, for each unique index of models, up to five values
@@ -373,9 +365,9 @@ func duplicates(ctx context.Context, coll *mongo.Collection, models []mongo.Inde
 
 // EnsureIndexes creates those of models that coll lacks, by name, and
 // wraps ErrSetupRefused when the server refuses one for what coll holds.
-// Asking
-// only for the missing ones keeps start-up cheap, and sidesteps FerretDB
-// v1, whose createIndexes panics when given indexes that already exist.
+// Asking only for the missing ones keeps a start-up with every index in
+// place to one listIndexes, and never asks a server to build an index it
+// has (some fail on that, server.go in internal/store).
 func EnsureIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.IndexModel) error {
 	missing, err := missingIndexes(ctx, coll, models)
 	if err != nil {
@@ -384,11 +376,12 @@ func EnsureIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.I
 	if len(missing) == 0 {
 		return nil
 	}
-	// One at a time: FerretDB v1 makes a createIndexes of several indexes
-	// in steps, and one refused index (duplicates under a unique one)
-	// leaves the others made but unrecorded, so that every later attempt
-	// fails on them. Alone, the others are made, and only the refused one
-	// is missing.
+	// One at a time: MongoDB builds the indexes of one createIndexes
+	// together and fails them together, so one refused index (duplicates
+	// under a unique one) would leave the claim's and the reaper's unbuilt
+	// too. Alone, the others are made, and only the refused one is
+	// missing. (A server that makes them in steps would also leave the
+	// others made but unrecorded.)
 	var refusal error
 	var refusedModels []mongo.IndexModel
 	for _, m := range missing {
@@ -401,8 +394,8 @@ func EnsureIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.I
 			refusal = errors.Join(refusal, err)
 			refusedModels = append(refusedModels, m)
 		default:
-			// Another process may have made it in between (FerretDB v1
-			// fails on an index that exists): look again.
+			// Another process may have made it in between, and a server
+			// may fail on an index that exists: look again.
 			if again, lerr := coll.Indexes().ListSpecifications(ctx); lerr == nil && hasAll(again, []mongo.IndexModel{m}) {
 				continue
 			}
@@ -447,7 +440,8 @@ func equivalentExists(ctx context.Context, coll *mongo.Collection, m mongo.Index
 	}
 	flag := func(b *bool) bool { return b != nil && *b }
 	for _, s := range specs {
-		// Sparseness is not compared: FerretDB v1 does not report it.
+		// Sparseness is not compared: not every server reports it
+		// (server.go in internal/store).
 		if bytes.Equal(s.KeysDocument, want) && flag(s.Unique) == flag(o.Unique) {
 			return true
 		}
@@ -507,17 +501,14 @@ var ErrLeaseLost = store.ErrLeaseLost
 // safe. The error keeps the read's own failure as well.
 var ErrOutcomeUnknown = store.ErrOutcomeUnknown
 
-func now() time.Time { return store.Now() }
+// now is the time c stamps and compares with: its store's clock.
+func (c *Client) now() time.Time { return c.st.Now() }
 
 // eachRaw calls fn with every document of cur, one at a time (see
 // store.EachRaw).
 func eachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) error {
 	return store.EachRaw(ctx, cur, fn)
 }
-
-// errNotImplemented is the server's code for an option or operator it
-// does not implement.
-const errNotImplemented = store.CodeNotImplemented
 
 // Count is the number of jobs of one kind in one state.
 type Count struct {

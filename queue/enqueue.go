@@ -155,9 +155,10 @@ func (e *ValidationError) Error() string {
 	return fmt.Sprintf("queue: job %d: %s: %s", e.Index, e.Field, e.Reason)
 }
 
-// Limits of one insert command of EnqueueMany. Bounded commands let other
-// clients' commands run between them (devdb runs one command at a time)
-// and keep the encoded command small.
+// Limits of one insert command of EnqueueMany. Bounded commands keep the
+// encoded command small (well under the server's 48 MB message), bound
+// the time of each, and let other clients' commands run between them on a
+// server that runs one command at a time (server.go in internal/store).
 const (
 	// ChunkJobs is the most jobs one insert command carries.
 	ChunkJobs = 1000
@@ -225,7 +226,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 	own := make([]bool, len(ins))
 	results := make([]Result, len(ins))
 	ids := make(map[string]int, len(ins))
-	t := now()
+	t := c.now()
 	for i, in := range ins {
 		j, err := NewJob(in, t)
 		if err != nil {

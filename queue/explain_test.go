@@ -156,7 +156,7 @@ func TestExplainJobsQueries(t *testing.T) {
 	require.NoError(t, c.EnsureIndexes(ctx))
 	seedBacklog(t, c)
 
-	t0 := now()
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
 	p := store.ClaimParams{Owner: "w", Queues: []string{"default", "q1"}, Kinds: []string{"k0", "k1", "k2"}, Lease: time.Minute}
 	filter, update, claimSort, claimWindow := store.ClaimQuery(p, t0, "token")
 	coll := c.coll.Name()
@@ -237,7 +237,7 @@ func TestExplainJobsQueries(t *testing.T) {
 // scheduled later, so that the planner chooses among indexes on data.
 func seedBacklog(t *testing.T, c *Client) {
 	t.Helper()
-	t0 := now()
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
 	states := []jobs.State{jobs.StateAvailable, jobs.StateAvailable, jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead}
 	docs := make([]any, 0, 3000)
 	for i := range 3000 {

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
@@ -90,7 +91,7 @@ func TestClaimIndexServesClaim(t *testing.T) {
 	require.NotEmpty(t, claim.keys, "no index named %s", ClaimIndex)
 
 	var equality []string
-	filter, _, claimSort, _ := store.ClaimQuery(store.ClaimParams{Queues: []string{"q"}, Kinds: []string{"k"}}, now(), "")
+	filter, _, claimSort, _ := store.ClaimQuery(store.ClaimParams{Queues: []string{"q"}, Kinds: []string{"k"}}, time.Now().UTC().Truncate(time.Millisecond), "")
 	for _, e := range filter {
 		op, isOp := e.Value.(bson.D)
 		if !isOp || (len(op) == 1 && op[0].Key == "$in") {

@@ -8,7 +8,6 @@ import (
 	"math"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // JobID is a job's _id as stored, of whatever BSON type: a string for
@@ -146,9 +145,10 @@ var typeAliases = map[bson.Type]string{
 	bson.TypeJavaScript: "javascript", bson.TypeCodeWithScope: "javascriptWithScope", bson.TypeMaxKey: "maxKey",
 }
 
-// storableOnly are the aliases of the types a server without them (FerretDB
-// v1 stores none of these, and refuses their aliases in $type) can leave
-// out of a filter: no document of theirs can be there.
+// storableOnly are the aliases of the types that a server lacking them
+// (Server.TypeAliases in internal/store: it stores none of these, and
+// refuses their aliases in $type) can leave out of a filter: no document
+// of theirs can be there.
 var storableOnly = map[string]bool{
 	"minKey": true, "undefined": true, "decimal": true, "symbol": true,
 	"dbPointer": true, "javascript": true, "javascriptWithScope": true, "maxKey": true,
@@ -203,14 +203,3 @@ func afterID(id JobID, fewTypes bool) bson.D {
 	}
 	return bson.D{{Key: "$or", Value: or}}
 }
-
-// unknownTypeAlias reports whether err is a server's refusal of a $type
-// alias it does not know: BadValue ("Unknown type name alias", FerretDB
-// v1) or NotImplemented.
-func unknownTypeAlias(err error) bool {
-	var se mongo.ServerError
-	return errors.As(err, &se) && (se.HasErrorCode(errBadValue) || se.HasErrorCode(errNotImplemented))
-}
-
-// errBadValue is the server's code for an argument it refuses.
-const errBadValue = 2

@@ -21,9 +21,10 @@ import (
 // localTime), so no clock is compared across machines. A process that
 // stopped beating (killed, stalled, cut off) drops out of the listing once
 // it has missed WorkerMissedBeats beats; its document is deleted by a
-// listing once it is WorkerForgetAfter old. (Real MongoDB could expire
-// them with a TTL index on lastSeen; FerretDB v1 has none, so docket
-// deletes them itself, which works on both.)
+// listing once it is WorkerForgetAfter old. (A TTL index on lastSeen
+// could expire them on MongoDB; a listing deleting them works on every
+// server docket runs on, some of which have no TTL indexes: server.go in
+// internal/store.)
 
 // DefaultWorkersCollection ("workers") is the collection of the registry,
 // beside the default jobs collection. A Client on another jobs collection

@@ -86,8 +86,8 @@ type Config struct {
 	ClaimBatch int `yaml:"claimBatch"`
 	// Prefetch is how many jobs the worker may hold beyond Concurrency,
 	// claimed and waiting for a slot, when its claims are slow compared
-	// with its jobs: a slow server (devdb over a big backlog, an
-	// overloaded primary) answers a claim of many jobs about as fast as a
+	// with its jobs: a slow server (an overloaded primary, a server that
+	// scans a big backlog) answers a claim of many jobs about as fast as a
 	// claim of few, so the worker claims ahead what its slots will run
 	// while the next claim is on its way, Concurrency × claim latency ÷
 	// handler time of them, up to Prefetch. With fast claims or long jobs

@@ -166,9 +166,9 @@ func (w *Worker) renew(bb *beatBatch, batch []*beat) {
 	sent := time.Now()
 	var failed error
 	// In commands of at most beatCommand jobs, each with its own timeout:
-	// on a server that writes each document on its own (devdb takes
-	// ~15 ms a document under load), one command for hundreds of jobs
-	// would outlast the write timeout and renew none of them.
+	// an updateMany writes each document on its own, and on a loaded
+	// server (a slow one took ~15 ms a document) one command for hundreds
+	// of jobs would outlast the write timeout and renew none of them.
 	for start := 0; start < len(batch); start += beatCommand {
 		part := batch[start:min(start+beatCommand, len(batch))]
 		if err := w.renewPart(part); err != nil && failed == nil {

@@ -574,8 +574,8 @@ func (h *handlerTime) mean() time.Duration {
 
 // claimLatency remembers how long the last claims took, so that the next
 // one's deadline follows the server rather than a fixed bound: a server
-// slow for minutes (an overloaded primary, an index build, devdb over a
-// big collection) answers claims in seconds, and a claim given up at a
+// slow for minutes (an overloaded primary, an index build, a server that
+// scans a big collection) answers claims in seconds, and a claim given up at a
 // fixed deadline while the server still works on it is wasted twice: its
 // reply, and the sweep that gives back what it stamped. A claim that
 // timed out counts as taking its whole deadline, so the next deadline is

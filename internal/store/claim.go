@@ -112,7 +112,7 @@ func (c *Store) claimOneUnderLimits(ctx context.Context, p ClaimParams) (*jobs.J
 
 // claimOne is Claim's findAndModify, from the queues of p as given.
 func (c *Store) claimOne(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
-	t := now()
+	t := c.now()
 	filter := claimFilter(p, t)
 	update := claimUpdate(p, t, p.Token)
 	opts := options.FindOneAndUpdate().SetSort(claimSort).SetReturnDocument(options.After)

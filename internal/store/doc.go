@@ -12,6 +12,11 @@
 // success; when that read fails too, the error wraps ErrOutcomeUnknown and
 // trying the write again is safe.
 //
+// The code is written for MongoDB. What a server speaking its protocol may
+// lack (the embedded server of docket's tests lacks some of it) is
+// detected and named in one place, server.go; the code elsewhere refers to
+// a feature by name (Server).
+//
 // A queue.Client, which an application enqueues and administers with,
 // holds a Store; package worker, package recovery and docket's tests reach
 // it with Of(client). Being internal, this package cannot be imported from

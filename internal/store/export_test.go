@@ -14,18 +14,6 @@ func WithRaceBeforeStamp(c *Store, f func()) *Store {
 	return &r
 }
 
-// HeartbeatProjection says what c's heartbeats found out about the
-// server: "unknown" before the first, then "projects" or "whole document".
-func HeartbeatProjection(c *Store) string {
-	switch c.projection.Load() {
-	case projectionSupported:
-		return "projects"
-	case projectionUnsupported:
-		return "whole document"
-	}
-	return "unknown"
-}
-
 // WithLostStampReply returns a Store like c whose batch claims stamp their
 // jobs and then fail with err, as if the server applied the stamp and its
 // reply was lost.

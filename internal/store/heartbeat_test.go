@@ -13,8 +13,10 @@ import (
 // fields they need, not the whole job (args up to 1 MB), where the server
 // supports it; devdb (FerretDB v1) does not, and the first heartbeat finds
 // that out and falls back, with no error and no lost renewal.
+// (TestServerDetectsEachFeature counts the commands.)
 func TestHeartbeatDetectsProjection(t *testing.T) {
 	b := setup(t)
+	lacking := lacksFeatures(t, b)
 	_, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{})
 	require.NoError(t, err)
 	j := b.claim(t, claimAll)
@@ -22,18 +24,18 @@ func TestHeartbeatDetectsProjection(t *testing.T) {
 	// A lost lease is still reported as lost by the first heartbeat.
 	fresh, err := queue.New(b.db, queue.Config{})
 	require.NoError(t, err)
-	require.Equal(t, "unknown", store.HeartbeatProjection(store.Of(fresh)))
+	require.Equal(t, "unknown", store.Of(fresh).Server().FindAndModifyProjection.State())
 	_, err = store.Of(fresh).Heartbeat(b.ctx, store.Lease{JobID: j.ID, Token: "stale"}, time.Hour)
 	require.ErrorIs(t, err, queue.ErrLeaseLost)
 
-	require.Equal(t, "unknown", store.HeartbeatProjection(store.Of(b.q)))
+	require.Equal(t, "unknown", store.Of(b.q).Server().FindAndModifyProjection.State())
 	for i := range 2 {
 		ren, err := store.Of(b.q).Heartbeat(b.ctx, store.LeaseOf(j), time.Hour)
 		require.NoError(t, err, "heartbeat %d", i)
 		require.WithinDuration(t, time.Now().Add(time.Hour), ren.ExpiresAt, time.Minute)
 		require.False(t, ren.CancelRequested)
 		require.WithinDuration(t, ren.ExpiresAt, *b.get(t, j.ID).LeaseExpiresAt, time.Millisecond)
-		require.Equal(t, "whole document", store.HeartbeatProjection(store.Of(b.q)), "devdb does not implement findAndModify fields")
+		require.Equal(t, want(lacking), store.Of(b.q).Server().FindAndModifyProjection.State())
 	}
 	_, err = b.q.Cancel(b.ctx, j.ID)
 	require.NoError(t, err)

@@ -88,7 +88,7 @@ func (c *Store) heartbeatMany(ctx context.Context, leases []Lease, d time.Durati
 // records each one's Beat in out. The error is returned when nothing is
 // known of any of them.
 func (c *Store) heartbeatChunk(ctx context.Context, leases []Lease, d time.Duration, between func(string), out map[Lease]Beat) error {
-	t := now()
+	t := c.now()
 	exp := t.Add(d).Truncate(time.Millisecond) // as the server stores it
 	n, err := c.renewMany(ctx, leases, t, exp, true)
 	if err != nil {
@@ -131,7 +131,7 @@ func (c *Store) heartbeatChunk(ctx context.Context, leases []Lease, d time.Durat
 	if between != nil {
 		between("renew cancelled")
 	}
-	t = now()
+	t = c.now()
 	exp = t.Add(d).Truncate(time.Millisecond)
 	n, err = c.renewMany(ctx, again, t, exp, false)
 	if err == nil && n == int64(len(again)) {
@@ -176,9 +176,9 @@ func (c *Store) renewMany(ctx context.Context, leases []Lease, t, exp time.Time,
 		}
 		byToken[l.Token] = append(byToken[l.Token], l.JobID)
 	}
-	// The job ids come first: a server that evaluates a filter in Go, key
-	// by key, over every document (devdb) then rejects all other jobs on
-	// the first key; MongoDB plans it on the _id index either way.
+	// The job ids come first: MongoDB plans it on the _id index in any
+	// order; a server that evaluates a filter key by key over every
+	// document (server.go) then rejects all other jobs on the first key.
 	var filter bson.D
 	switch {
 	case len(leases) == 1:

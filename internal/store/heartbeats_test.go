@@ -244,7 +244,7 @@ func TestHeartbeatManyAgainAfterALostReply(t *testing.T) {
 	for _, l := range leases {
 		_, first[l.JobID] = b.leaseOf(t, l.JobID)
 	}
-	time.Sleep(5 * time.Millisecond) // a later now, to the millisecond the server keeps
+	b.clock.Advance(5 * time.Millisecond) // a later now, to the millisecond the server keeps
 	got, err := store.Of(b.q).HeartbeatMany(b.ctx, leases, time.Hour)
 	require.NoError(t, err)
 	for _, l := range leases {

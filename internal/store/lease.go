@@ -49,7 +49,7 @@ type Renewal struct {
 // Heartbeat extends the lease l by d from now. It returns ErrLeaseLost when
 // l no longer holds the job.
 func (c *Store) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renewal, error) {
-	t := now()
+	t := c.now()
 	update := bson.D{{Key: "$set", Value: bson.D{
 		{Key: "leaseExpiresAt", Value: t.Add(d)},
 		{Key: "heartbeatAt", Value: t},
@@ -67,44 +67,22 @@ func (c *Store) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renewa
 	return Renewal{ExpiresAt: t.Add(d), CancelRequested: got.CancelRequestedAt != nil}, nil
 }
 
-// Whether the server returns only some fields of a findAndModify's
-// document (its fields option): MongoDB does, FerretDB v1 refuses it with
-// NotImplemented. Detected by a client's first heartbeat.
-const (
-	projectionUnknown int32 = iota
-	projectionSupported
-	projectionUnsupported
-)
-
-// errNotImplemented is the server's code for an option it does not
-// implement.
-const errNotImplemented = 238
-
 // heartbeatFields are the fields a heartbeat reads back: not the args,
 // which may be up to 1 MB.
 var heartbeatFields = bson.D{{Key: "_id", Value: 1}, {Key: "cancelRequestedAt", Value: 1}}
 
 // renew applies a heartbeat's update to the job l holds and decodes what
-// it reads back into out, asking for heartbeatFields only where the server
-// supports it. The first heartbeat of a client finds out; a refusal
-// (which writes nothing) is retried at once without the projection, and
-// later heartbeats go without it.
+// it reads back into out, asking for heartbeatFields only. A server that
+// lacks findAndModify's projection (Server.FindAndModifyProjection)
+// refuses it, writing nothing: the heartbeat is sent again at once
+// without it, and later heartbeats go without it.
 func (c *Store) renew(ctx context.Context, l Lease, update bson.D, out any) error {
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
-	mode := projectionUnsupported
-	if c.projection != nil {
-		mode = c.projection.Load()
-	}
-	if mode != projectionUnsupported {
+	if f := &c.server.FindAndModifyProjection; !f.Lacking() {
 		err := c.coll.FindOneAndUpdate(ctx, fence(l), update, opts.SetProjection(heartbeatFields)).Decode(out)
-		var se mongo.ServerError
-		if !errors.As(err, &se) || !se.HasErrorCode(errNotImplemented) {
-			if mode == projectionUnknown && (err == nil || errors.Is(err, mongo.ErrNoDocuments)) {
-				c.projection.Store(projectionSupported)
-			}
+		if !f.Detect(err) {
 			return err
 		}
-		c.projection.Store(projectionUnsupported)
 		c.log.Info("the server does not project findAndModify results; heartbeats read whole jobs back", zap.Error(err))
 		opts = options.FindOneAndUpdate().SetReturnDocument(options.After)
 	}
@@ -138,7 +116,7 @@ func (c *Store) Complete(ctx context.Context, l Lease) error {
 	if c.completions != nil {
 		return c.completions.complete(ctx, l)
 	}
-	err := c.fencedUpdate(ctx, "complete", l, finish(jobs.StateSucceeded, now()))
+	err := c.fencedUpdate(ctx, "complete", l, finish(jobs.StateSucceeded, c.now()))
 	if errors.Is(err, ErrLeaseLost) {
 		// A try of this write whose reply was lost may have been applied:
 		// only this attempt writes succeeded under its token.
@@ -151,7 +129,7 @@ func (c *Store) Complete(ctx context.Context, l Lease) error {
 
 // Cancelled marks the job l holds cancelled, recording why.
 func (c *Store) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason string) error {
-	t := now()
+	t := c.now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: reason})
 	err := c.fencedUpdate(ctx, "cancel", l, finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}))
 	if errors.Is(err, ErrLeaseLost) {
@@ -269,7 +247,7 @@ type Failure struct {
 // is retried after a backoff unless cause is permanent or the attempts are
 // used up, in which case it is dead.
 func (c *Store) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Failure, error) {
-	t := now()
+	t := c.now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cause.Error()})
 	f, update := c.failure(j, t, jobs.IsPermanent(cause), errs)
 	// A try of this write whose reply was lost may have been applied: the
@@ -437,7 +415,7 @@ const releasedTokenField = "releasedToken"
 // reply lost), it returns nil; otherwise ErrLeaseLost, or ErrOutcomeUnknown
 // when the read fails.
 func (c *Store) Release(ctx context.Context, l Lease) error {
-	t := now()
+	t := c.now()
 	mark := bson.E{Key: releasedTokenField, Value: l.Token}
 	update := requeue(t, t, mark)
 	update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempt", Value: -1}}})

@@ -165,7 +165,7 @@ func (c *Store) SetLimit(ctx context.Context, name string, n int, by string) err
 	if n < 0 || n > MaxLimit {
 		return fmt.Errorf("queue: set limit %s: %d must be between 0 and %d", name, n, MaxLimit)
 	}
-	set := bson.D{{Key: "limit", Value: n}, {Key: "limitSetAt", Value: now()}}
+	set := bson.D{{Key: "limit", Value: n}, {Key: "limitSetAt", Value: c.now()}}
 	if by != "" {
 		set = append(set, bson.E{Key: "limitSetBy", Value: by})
 	}
@@ -530,8 +530,8 @@ func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, bl
 	case err == nil:
 	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0:
 		// Answered: some updates were refused, a slot taken meanwhile
-		// (E11000; devdb quotes SQLite's UNIQUE constraint), or a job an
-		// app wrote with an attempt that is not a number, which is buried.
+		// (a duplicate key), or a job an app wrote with an attempt that is
+		// not a number, which is buried.
 		for _, we := range bwe.WriteErrors {
 			if we.Code == errTypeMismatch {
 				if _, berr := c.buryBadAttempts(ctx, claimFilter(p, t), t); berr != nil {
@@ -540,10 +540,10 @@ func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, bl
 				break
 			}
 		}
-	case strings.Contains(err.Error(), "UNIQUE constraint failed"):
-		// devdb answers a slot taken with a command error quoting
-		// SQLite, and applies none of the updates after it: those
-		// before it may be applied, and the read-back finds them.
+	case DuplicateCommand(err):
+		// A slot taken, answered as a command error (server.go): none
+		// of the updates after it was applied, those before it may be,
+		// and the read-back finds them.
 	default:
 		// Maybe applied with its reply lost: the jobs carry the token, and
 		// the caller's ReleaseClaim gives them back.
@@ -589,7 +589,7 @@ func (c *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (cla
 		}
 		claimed, raced, err := c.claimBatchOnce(ctx, pn, k, s)
 		if errors.Is(err, errMalformedCandidate) || isTypeMismatch(err) {
-			if _, berr := c.buryBadAttempts(ctx, claimFilter(pn, now()), now()); berr != nil {
+			if _, berr := c.buryBadAttempts(ctx, claimFilter(pn, c.now()), c.now()); berr != nil {
 				return nil, true, fmt.Errorf("queue: claim: %w", err)
 			}
 			continue

@@ -55,7 +55,6 @@ func TestLimitEveryExitFreesTheSlot(t *testing.T) {
 	cases := []struct {
 		name      string
 		attempts  int                                                       // maxAttempts; 0: default
-		lease     time.Duration                                             // 0: a minute
 		cancelReq bool                                                      // a cancel is requested first
 		exit      func(t *testing.T, b bundle, s *store.Store, j *jobs.Job) // ends the attempt
 		want      jobs.State
@@ -104,9 +103,9 @@ func TestLimitEveryExitFreesTheSlot(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
 		}},
-		{name: "reaped, re-queued", lease: 50 * time.Millisecond, want: jobs.StateAvailable, exit: reapAfterLease},
-		{name: "reaped, dead", attempts: 1, lease: 50 * time.Millisecond, want: jobs.StateDead, exit: reapAfterLease},
-		{name: "reaped, cancelled", cancelReq: true, lease: 50 * time.Millisecond, want: jobs.StateCancelled, exit: reapAfterLease},
+		{name: "reaped, re-queued", want: jobs.StateAvailable, exit: reapAfterLease},
+		{name: "reaped, dead", attempts: 1, want: jobs.StateDead, exit: reapAfterLease},
+		{name: "reaped, cancelled", cancelReq: true, want: jobs.StateCancelled, exit: reapAfterLease},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,11 +117,7 @@ func TestLimitEveryExitFreesTheSlot(t *testing.T) {
 				require.NoError(t, err)
 			}
 			s := store.Of(b.q)
-			p := claimAll
-			if tc.lease > 0 {
-				p.Lease = tc.lease
-			}
-			j, err := s.Claim(b.ctx, p)
+			j, err := s.Claim(b.ctx, claimAll)
 			require.NoError(t, err)
 			require.NotNil(t, j)
 			ks, qs := runSlots(t, b, j.ID)
@@ -153,10 +148,10 @@ func TestLimitEveryExitFreesTheSlot(t *testing.T) {
 	}
 }
 
-// reapAfterLease waits out j's lease and reaps it.
+// reapAfterLease moves the clock past j's lease and reaps it.
 func reapAfterLease(t *testing.T, b bundle, s *store.Store, j *jobs.Job) {
 	t.Helper()
-	time.Sleep(time.Until(*j.LeaseExpiresAt) + 10*time.Millisecond)
+	b.clock.Advance(j.LeaseExpiresAt.Sub(b.clock.Now()) + 10*time.Millisecond)
 	res, err := s.Reap(b.ctx, 0, 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Settled())
@@ -297,7 +292,7 @@ func TestLimitStalledAttemptReapedAndResumed(t *testing.T) {
 	}
 	s := store.Of(b.q)
 	p := claimAll
-	p.Lease = time.Second
+	p.Lease = time.Minute
 	stalled, err := s.Claim(b.ctx, p)
 	require.NoError(t, err)
 	require.NotNil(t, stalled)
@@ -309,7 +304,7 @@ func TestLimitStalledAttemptReapedAndResumed(t *testing.T) {
 	require.Zero(t, res.Settled(), "not reaped while its lease holds")
 
 	reapAfterLease(t, b, s, stalled)
-	time.Sleep(20 * time.Millisecond) // the retry's backoff (at most 10 ms here)
+	b.clock.Advance(20 * time.Millisecond) // the retry's backoff (at most 10 ms here)
 	owner, err := s.Claim(b.ctx, claimAsW2)
 	require.NoError(t, err)
 	require.Equal(t, stalled.ID, owner.ID, "the stalled attempt's job, claimed again")

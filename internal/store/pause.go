@@ -107,7 +107,7 @@ func (c *Store) Pause(ctx context.Context, queue, by string) (bool, error) {
 	if err := ValidQueueName(queue); err != nil {
 		return false, fmt.Errorf("queue: pause: %w", err)
 	}
-	set := bson.D{{Key: "paused", Value: true}, {Key: "pausedAt", Value: now()}}
+	set := bson.D{{Key: "paused", Value: true}, {Key: "pausedAt", Value: c.now()}}
 	if by != "" {
 		set = append(set, bson.E{Key: "pausedBy", Value: by})
 	}
@@ -136,7 +136,7 @@ func (c *Store) Resume(ctx context.Context, queue, by string) (bool, error) {
 	if err := storedQueueName(queue); err != nil {
 		return false, fmt.Errorf("queue: resume: %w", err)
 	}
-	set := bson.D{{Key: "paused", Value: false}, {Key: "resumedAt", Value: now()}}
+	set := bson.D{{Key: "paused", Value: false}, {Key: "resumedAt", Value: c.now()}}
 	if by != "" {
 		set = append(set, bson.E{Key: "resumedBy", Value: by})
 	}

@@ -234,7 +234,7 @@ func (c *Store) storeRates(docs []bson.Raw) {
 	old := rc.rates
 	rc.rates = map[string]*rateState{}
 	for _, d := range docs {
-		rl, st := rateLimit(d, time.Now())
+		rl, st := rateLimit(d, c.instant())
 		if rl.Malformed != "" {
 			c.WarnMalformed(rc.warned, rl.Name, rl.Malformed,
 				"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")
@@ -353,7 +353,7 @@ func (c *Store) SetRate(ctx context.Context, name string, r Rate, by string) err
 	}
 	set := bson.D{
 		{Key: "rate", Value: r.N}, {Key: "periodMs", Value: r.Per.Milliseconds()},
-		{Key: "burst", Value: r.burst()}, {Key: "rateSetAt", Value: now()},
+		{Key: "burst", Value: r.burst()}, {Key: "rateSetAt", Value: c.now()},
 	}
 	if by != "" {
 		set = append(set, bson.E{Key: "rateSetBy", Value: by})
@@ -391,7 +391,7 @@ func (c *Store) RateLimits(ctx context.Context) ([]RateLimit, error) {
 		return nil, fmt.Errorf("queue: read rate limits: %w", err)
 	}
 	var out []RateLimit
-	t := time.Now()
+	t := c.instant()
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
 		rl, _ := rateLimit(d, t)
 		out = append(out, rl)
@@ -431,7 +431,7 @@ func (c *Store) WaitingOnLimits(ctx context.Context, names []string) (map[string
 		n, err := c.coll.CountDocuments(ctx, bson.D{
 			{Key: field, Value: target},
 			{Key: "state", Value: jobs.StateAvailable},
-			{Key: "runAt", Value: bson.D{{Key: "$lte", Value: now()}}},
+			{Key: "runAt", Value: bson.D{{Key: "$lte", Value: c.now()}}},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("queue: count the jobs waiting on %s: %w", name, err)
@@ -562,7 +562,7 @@ func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 			hs[i].n = keep
 		}
 	}
-	t := now()
+	t := c.now()
 	n := k
 	for _, name := range cell.names {
 		got, tat, err := c.reserve(ctx, name, n, t)
@@ -585,7 +585,7 @@ func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 	if err != nil {
 		return nil, err // its jobs carry the token: the caller gives them back
 	}
-	if late := time.Since(t); late > RateStartLag && len(claimed) > 0 {
+	if late := c.instant().Sub(t); late > RateStartLag && len(claimed) > 0 {
 		// The claim came too late after its reservation to count as made
 		// then: give its jobs back unstarted; the reservation stays used.
 		for _, j := range claimed {
@@ -694,7 +694,7 @@ func (c *Store) readRate(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("queue: claim: read rate %s: %w", name, err)
 	}
-	rl, st := rateLimit(raw, time.Now())
+	rl, st := rateLimit(raw, c.instant())
 	if rl.Malformed != "" {
 		c.WarnMalformed(rc.warned, rl.Name, rl.Malformed,
 			"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")

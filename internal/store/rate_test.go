@@ -249,7 +249,7 @@ func TestRateStalledClaimGivesItsJobsBack(t *testing.T) {
 	b := setup(t)
 	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k"), queue.Rate{N: 3, Per: time.Hour, Burst: 3}, ""))
 	enqueueN(t, b, 5)
-	store.SetRateHooks(store.Of(b.q), nil, func() { time.Sleep(queue.RateStartLag + 100*time.Millisecond) })
+	store.SetRateHooks(store.Of(b.q), nil, func() { b.clock.Advance(queue.RateStartLag + 100*time.Millisecond) })
 	s := store.Of(b.q)
 	got, err := s.ClaimBatch(b.ctx, claimAll, 3)
 	require.NoError(t, err)

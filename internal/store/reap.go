@@ -87,7 +87,7 @@ const MaxSpare = 10 * time.Minute
 // against limit.
 func (c *Store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapResult, error) {
 	var res ReapResult
-	t := now()
+	t := c.now()
 	// No limit on the find: spared jobs are passed over, so that they never
 	// keep other expired jobs out of the batch; reading stops once the
 	// batch is full.
@@ -276,7 +276,7 @@ func (c *Store) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapRes
 // while this process was stalled for any length of time) is left alone,
 // and so is one that finished again since.
 func (c *Store) Clean(ctx context.Context, s jobs.State, age time.Duration, limit int) (int, error) {
-	t := now()
+	t := c.now()
 	eligible := bson.E{Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: t.Add(-age)}}}
 	// A job whose unique key holds over a period is kept until the period
 	// ends: deleting it would let a second job with the key in.
@@ -305,8 +305,9 @@ func (c *Store) Clean(ctx context.Context, s jobs.State, age time.Duration, limi
 	if c.hooks != nil && c.hooks.beforeClean != nil {
 		c.hooks.beforeClean()
 	}
-	// _id first: devdb evaluates a filter key by key, and the $in rules
-	// out all but the batch before the other keys are looked at.
+	// _id first: MongoDB plans it on the _id index in any order; a server
+	// that evaluates a filter key by key (server.go) rules out all but the
+	// batch before it looks at the other keys.
 	r, err := c.coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}, {Key: "state", Value: s}, eligible, periodOver})
 	if err != nil {
 		return 0, fmt.Errorf("queue: clean %s jobs: %w", s, err)

@@ -19,7 +19,7 @@ import (
 // earlier try of itself whose reply was lost; otherwise a lease that no
 // longer holds the job writes nothing and returns ErrLeaseLost.
 func (c *Store) Snooze(ctx context.Context, l Lease, j *jobs.Job, d time.Duration) (jobs.State, error) {
-	t := now()
+	t := c.now()
 	mark := bson.E{Key: releasedTokenField, Value: l.Token}
 	update := requeue(t, t.Add(max(d, 0)), mark)
 	update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempt", Value: -1}}})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -40,9 +39,12 @@ type Store struct {
 
 	completions *completer // nil unless WithBatchedCompletion
 
-	// projection is whether heartbeats may project (projectionUnknown
-	// until the first heartbeat); shared by copies.
-	projection *atomic.Int32
+	// server is what the server was found to support (server.go);
+	// shared by copies.
+	server *Server
+	// clock, when set (by tests), is read instead of the wall clock
+	// (clock.go).
+	clock func() time.Time
 	// pauses caches the paused queues for claims; shared by copies.
 	pauses *pauses
 	// limits caches the concurrency limits for claims; shared by copies.
@@ -65,7 +67,7 @@ type Store struct {
 // New returns the Store of coll, whose write concern and read preference
 // are the caller's (package queue reads and writes on the primary).
 func New(coll *mongo.Collection, cfg Config) *Store {
-	return &Store{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), projection: new(atomic.Int32), pauses: newPauses(), limits: newRunLimits(), rates: newRateCache()}
+	return &Store{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), server: newServer(), pauses: newPauses(), limits: newRunLimits(), rates: newRateCache()}
 }
 
 // Collection returns the jobs collection, with the configured write concern.
@@ -124,11 +126,9 @@ var ErrLeaseLost = errors.New("lease lost")
 // safe. The error keeps the read's own failure as well.
 var ErrOutcomeUnknown = errors.New("outcome not known")
 
+// now is the wall clock as the store stamps it: UTC, to the millisecond a
+// BSON date keeps. The store's writes read their Store's clock (c.now).
 func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
-
-// Now is the time the store stamps on what it writes: UTC, to the
-// millisecond a BSON date keeps.
-func Now() time.Time { return now() }
 
 // EachRaw calls fn with each document of cur, then closes it; an error of
 // fn stops the walk and is returned.
@@ -140,10 +140,6 @@ func EachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) er
 // key and its slots: finish, for package queue's writes that end a job
 // (a cancel).
 func Finish(s jobs.State, t time.Time, set ...bson.E) bson.D { return finish(s, t, set...) }
-
-// CodeNotImplemented is the server's code for an option or operator it
-// does not implement.
-const CodeNotImplemented = errNotImplemented
 
 // ClaimQuery is what a claim by p at t under token sends: its filter, its
 // update and its sort, and how many candidates a batch claim of k reads

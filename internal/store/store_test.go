@@ -22,6 +22,9 @@ type bundle struct {
 	ctx context.Context
 	db  *mongo.Database
 	q   *queue.Client
+	// clock is q's clock: a test moves it past a lease or a backoff
+	// rather than sleeping (only for what q alone writes and reads).
+	clock *store.ShiftedClock
 }
 
 func setup(t *testing.T) bundle {
@@ -30,9 +33,11 @@ func setup(t *testing.T) bundle {
 	db := testdb.NewDB(t)
 	q, err := queue.New(db, queue.Config{RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond})
 	require.NoError(t, err)
+	clock := &store.ShiftedClock{}
+	store.Of(q).SetClock(clock.Now)
 	ctx := context.Background()
 	require.NoError(t, q.EnsureIndexes(ctx))
-	return bundle{ctx: ctx, db: db, q: q}
+	return bundle{ctx: ctx, db: db, q: q, clock: clock}
 }
 
 var claimAll = store.ClaimParams{Owner: "w1", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute}

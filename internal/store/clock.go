@@ -1,0 +1,52 @@
+package store
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// The store's clock is the time it stamps on what it writes and compares
+// with what it reads: a claim's lease expiry and the reaper's "expired", a
+// failure's backoff and the claim's "runnable", a rate's reservations. One
+// clock serves both sides of each comparison, so a test that moves it
+// forward moves time for the jobs of its client, as River's time
+// generator does, rather than sleeping. The deadlines of calls to the
+// server, caches' refreshes and the worker's own timers keep the wall
+// clock.
+
+// SetClock makes c (and the queue.Client holding it) read the time from
+// now instead of the wall clock. Call it before c is used; tests only.
+func (c *Store) SetClock(now func() time.Time) { c.clock = now }
+
+// Now is the time c stamps on what it writes: UTC, to the millisecond a
+// BSON date keeps. A nil Store reads the wall clock.
+func (c *Store) Now() time.Time {
+	if c == nil || c.clock == nil {
+		return now()
+	}
+	return c.clock().UTC().Truncate(time.Millisecond)
+}
+
+func (c *Store) now() time.Time { return c.Now() }
+
+// instant is c's clock to the nanosecond, for computations that are not
+// stored.
+func (c *Store) instant() time.Time {
+	if c == nil || c.clock == nil {
+		return time.Now()
+	}
+	return c.clock()
+}
+
+// ShiftedClock is a clock for tests: the wall clock plus an offset that
+// Advance moves forward. Time keeps passing, so deadlines and timers still
+// work; a test advances it past a lease or a backoff instead of sleeping.
+type ShiftedClock struct{ offset atomic.Int64 }
+
+// Now is the wall clock plus the offset.
+func (s *ShiftedClock) Now() time.Time {
+	return time.Now().Add(time.Duration(s.offset.Load()))
+}
+
+// Advance moves the clock d forward.
+func (s *ShiftedClock) Advance(d time.Duration) { s.offset.Add(int64(d)) }
