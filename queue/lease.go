@@ -113,8 +113,9 @@ func (c *Client) renew(ctx context.Context, l Lease, update bson.D, out any) err
 
 // finish returns the update that moves a job to the final state s at t,
 // freeing its unique key, its slot of a bounded queue's capacity and its
-// run slots of concurrency limits (limit.go). Every write that finishes a
-// job uses it.
+// run slots of concurrency limits (limit.go), and marking the outcome due
+// to the jobs that wait for it (deps.go). Every write that finishes a job
+// uses it.
 func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 	set = append(set,
 		bson.E{Key: "state", Value: s},
@@ -127,7 +128,11 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 			{Key: "leaseExpiresAt", Value: ""}, {Key: capacitySlotField, Value: ""},
 			{Key: kindRunSlotField, Value: ""}, {Key: queueRunSlotField, Value: ""},
 		}},
-		{Key: "$rename", Value: bson.D{{Key: "uniqueKey", Value: "finishedUniqueKey"}}},
+		{Key: "$rename", Value: bson.D{
+			{Key: "uniqueKey", Value: "finishedUniqueKey"},
+			// A job others wait for: its outcome is now due to them (deps.go).
+			{Key: dependentsField, Value: dependentsDueField},
+		}},
 	}
 }
 

@@ -127,8 +127,9 @@ func NewReaper(q *queue.Client, cfg ReaperConfig) (*Reaper, error) {
 func (r *Reaper) Schedule() string { return r.cfg.Schedule }
 
 // RunOnce makes one pass: it re-queues expired leases until none is left
-// (or ctx ends), clears null unique keys, then applies retention within
-// the retention budget.
+// (or ctx ends), clears null unique keys, frees stranded slots, settles the
+// workflows that stopped processes left (settleDependents), then applies
+// retention within the retention budget.
 func (r *Reaper) RunOnce(ctx context.Context) (queue.ReapResult, error) {
 	var total queue.ReapResult
 	for {
@@ -156,6 +157,10 @@ func (r *Reaper) RunOnce(ctx context.Context) (queue.ReapResult, error) {
 	// Likewise a job ended or re-queued by another app's write may still
 	// hold a run slot of a concurrency limit.
 	if _, err := r.q.FreeStrandedRunSlots(ctx); err != nil {
+		return total, err
+	}
+	// Before retention, which keeps a job until its dependents are told.
+	if err := r.settleDependents(ctx); err != nil {
 		return total, err
 	}
 	if total.Settled()+total.Skipped+total.Spared > 0 {

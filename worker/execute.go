@@ -148,6 +148,9 @@ func (w *Worker) execute(r *run) {
 	switch {
 	case werr == nil:
 		log.Info("job finished", fields...)
+		if job.Dependents {
+			w.settleDependents(job.ID, log)
+		}
 	case errors.Is(werr, queue.ErrLeaseLost):
 		observed = OutcomeLeaseLost
 		w.obs.LeaseLost(job)

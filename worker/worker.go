@@ -44,6 +44,7 @@ var (
 type Worker struct {
 	cfg Config
 	q   jobstore.Store // the lease-level side of the queue client
+	c   *queue.Client  // the client itself, to settle dependents (deps.go)
 	reg *jobs.Registry
 	log *zap.Logger
 	obs Observer
@@ -128,6 +129,7 @@ func New(q *queue.Client, reg *jobs.Registry, cfg Config) (*Worker, error) {
 	w := &Worker{
 		cfg:          cfg,
 		q:            store,
+		c:            q,
 		reg:          reg,
 		log:          cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)),
 		obs:          cfg.Observer,
