@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -79,6 +80,25 @@ func depsStep(ctx context.Context, step string) error {
 		return hook(ctx, step)
 	}
 	return nil
+}
+
+// runningKey is the context key of the job whose handler runs under a
+// context (WithRunningJob).
+type runningKey struct{}
+
+type runningJob struct {
+	id     string
+	marked *atomic.Bool
+}
+
+// WithRunningJob returns ctx for the handler of the job with id, which a
+// worker runs: a job enqueued under it that waits for that job sets
+// marked once the job is marked as having dependents. The claimed job
+// did not say so, and the worker then knows to settle its dependents
+// right after its finishing write, rather than leaving them to the
+// leader's pass.
+func WithRunningJob(ctx context.Context, id string, marked *atomic.Bool) context.Context {
+	return context.WithValue(ctx, runningKey{}, runningJob{id: id, marked: marked})
 }
 
 // checkAfter validates the parents of a job with id (empty: a new id).
@@ -154,6 +174,9 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 			{Key: dependentsField, Value: bson.D{{Key: "$ne", Value: true}}},
 		}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsField, Value: true}}}}); err != nil {
 			return fmt.Errorf("queue: mark the parents of %d jobs: %w", len(ds), err)
+		}
+		if r, ok := ctx.Value(runningKey{}).(runningJob); ok && seen[r.id] {
+			r.marked.Store(true)
 		}
 		if err := depsStep(ctx, "link:mark"); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -75,7 +76,11 @@ func (w *Worker) execute(r *run) {
 		opts.Timeout = jobs.DefaultTimeout
 	}
 	h = jobs.Wrap(h, w.cfg.Middleware...)
-	ctx, cancelTimeout := context.WithTimeoutCause(jobCtx, opts.Timeout, ErrTimeout)
+	// A job the handler enqueues to run after this one marks it (queue's
+	// WithRunningJob): its dependents are then settled right after its
+	// finishing write, as those it had when claimed.
+	var marked atomic.Bool
+	ctx, cancelTimeout := context.WithTimeoutCause(queue.WithRunningJob(jobCtx, job.ID, &marked), opts.Timeout, ErrTimeout)
 	defer cancelTimeout()
 
 	log.Info("job started")
@@ -148,7 +153,7 @@ func (w *Worker) execute(r *run) {
 	switch {
 	case werr == nil:
 		log.Info("job finished", fields...)
-		if job.Dependents {
+		if job.Dependents || marked.Load() {
 			w.settleDependents(job.ID, log)
 		}
 	case errors.Is(werr, queue.ErrLeaseLost):
