@@ -11,10 +11,11 @@ package queue
 //
 //  1. link (the enqueuer, after the insert; else the leader's pass once the
 //     job has been linking for a grace period): mark each parent with
-//     dependents: true, then read the parents' states and apply those that
-//     have finished to the job, then unset linking. A parent read
-//     unfinished was marked before it was read, so its finishing write
-//     sees the mark.
+//     dependents: true (a finished one with dependentsDue too, so that
+//     retention keeps it until it is settled), then read the parents'
+//     states and apply those that have finished to the job, then unset
+//     linking. A parent read unfinished was marked before it was read, so
+//     its finishing write sees the mark.
 //  2. the parent's finishing write (finish, lease.go) renames dependents to
 //     dependentsDue: a flag on the jobs that have dependents only, set by
 //     the very write that records the outcome, so nothing falls between.
@@ -169,10 +170,22 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 	if len(parents) > 0 {
 		// Marked before they are read: a parent read unfinished below
 		// finishes after the mark, and its finishing write flags it due.
+		// One that has finished is flagged due at once, so that
+		// retention keeps it until it is settled: a parent read missing
+		// below either never was or was deleted before the mark (or,
+		// settled since, the job no longer waits for it).
 		if _, err := c.coll.UpdateMany(ctx, bson.D{
 			{Key: "_id", Value: bson.D{{Key: "$in", Value: parents}}},
+			{Key: "state", Value: bson.D{{Key: "$nin", Value: finishedStates}}},
 			{Key: dependentsField, Value: bson.D{{Key: "$ne", Value: true}}},
 		}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsField, Value: true}}}}); err != nil {
+			return fmt.Errorf("queue: mark the parents of %d jobs: %w", len(ds), err)
+		}
+		if _, err := c.coll.UpdateMany(ctx, bson.D{
+			{Key: "_id", Value: bson.D{{Key: "$in", Value: parents}}},
+			{Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}},
+			{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}},
+		}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsDueField, Value: true}}}}); err != nil {
 			return fmt.Errorf("queue: mark the parents of %d jobs: %w", len(ds), err)
 		}
 		if r, ok := ctx.Value(runningKey{}).(runningJob); ok && seen[r.id] {
@@ -192,7 +205,7 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 	for _, d := range ds {
 		all = append(all, d.id)
 		var resolved []string
-		cause := ""
+		cause, culprit := "", ""
 		for _, p := range d.waitingOn {
 			st, found := states[p]
 			switch {
@@ -202,14 +215,16 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 				if d.runAnyway {
 					resolved = append(resolved, p)
 				} else if cause == "" {
-					cause = parentEnded(p, st, found)
+					cause, culprit = parentEnded(p, st, found), p
 				}
 			}
 		}
 		mine := bson.D{{Key: "_id", Value: d.id}, {Key: "state", Value: jobs.StateBlocked}}
 		switch {
 		case cause != "":
-			if err := c.cancelBlocked(ctx, mine, t, cause); err != nil {
+			// Only while the job still waits for that parent: one that
+			// succeeded and was settled, then deleted, was pulled.
+			if err := c.cancelBlocked(ctx, append(slices.Clone(mine), bson.E{Key: waitingOnField, Value: culprit}), t, cause); err != nil {
 				return err
 			}
 		case len(resolved) > 0:
