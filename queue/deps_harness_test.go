@@ -22,7 +22,8 @@ import (
 // any write of the settle that tells the parent's dependents. While it is
 // stalled everything else happens: the leader's passes (SettleDependents),
 // other workers claiming and finishing every job they can (and settling
-// their own), retention deleting whatever it may. Then A resumes, with
+// their own), and in half the runs retention deleting whatever it may
+// (the other half keep every job, so that a late write to one is seen). Then A resumes, with
 // what it read before the stall, or stays dead, and the world drains. The
 // same for an enqueuer that stalls or dies between a dependent's insert
 // and the steps of its link, while the parent finishes. Checked from the
@@ -275,45 +276,54 @@ func TestWorkflowHarnessSettle(t *testing.T) {
 		}
 		for at := range settleSteps(end) {
 			for _, kill := range []bool{false, true} {
-				mode := "stall"
-				if kill {
-					mode = "die"
-				}
-				t.Run(fmt.Sprintf("%s/%s-at-%d", shape.name, mode, at), func(t *testing.T) {
-					w := newFlowWorld(t, shape)
-					w.insert(t, "")
-					// A claims the target, runs it and makes its finishing write.
-					j, err := jobstore.Of(w.b.q).Claim(w.b.ctx, claimAll)
-					require.NoError(t, err)
-					require.Equal(t, shape.target, j.ID)
-					require.True(t, j.Dependents)
-					w.work(t, j)
-
-					s := newStepper(at, kill)
-					done := make(chan error, 1)
-					go func() {
-						if err := s.step(w.b.ctx, "finished"); err != nil {
-							done <- err
-							return
-						}
-						_, err := w.b.q.SettleDependentsOf(queue.WithDepsStep(w.b.ctx, s.step), j.ID)
-						done <- err
-					}()
-					<-s.stalled
-					w.drain(t, true)
-					if !kill {
-						close(s.resume)
-					}
-					err = <-done
+				for _, retention := range []bool{false, true} {
+					mode := "stall"
 					if kill {
-						require.ErrorIs(t, err, errKilled)
-					} else {
-						require.NoError(t, err)
+						mode = "die"
 					}
-					require.Greater(t, len(s.steps), at, "the stall point was reached")
-					w.drain(t, true)
-					w.check(t)
-				})
+					if retention {
+						mode += "-retention"
+					}
+					t.Run(fmt.Sprintf("%s/%s-at-%d", shape.name, mode, at), func(t *testing.T) {
+						w := newFlowWorld(t, shape)
+						w.insert(t, "")
+						// A claims the target, runs it and makes its finishing write.
+						j, err := jobstore.Of(w.b.q).Claim(w.b.ctx, claimAll)
+						require.NoError(t, err)
+						require.Equal(t, shape.target, j.ID)
+						require.True(t, j.Dependents)
+						w.work(t, j)
+
+						s := newStepper(at, kill)
+						done := make(chan error, 1)
+						go func() {
+							if err := s.step(w.b.ctx, "finished"); err != nil {
+								done <- err
+								return
+							}
+							_, err := w.b.q.SettleDependentsOf(queue.WithDepsStep(w.b.ctx, s.step), j.ID)
+							done <- err
+						}()
+						select {
+						case <-s.stalled:
+						case err := <-done:
+							t.Fatalf("the settle ended (%v) after steps %v, before step %d", err, s.steps, at)
+						}
+						w.drain(t, retention)
+						if !kill {
+							close(s.resume)
+						}
+						err = <-done
+						if kill {
+							require.ErrorIs(t, err, errKilled)
+						} else {
+							require.NoError(t, err)
+						}
+						require.Greater(t, len(s.steps), at, "the stall point was reached")
+						w.drain(t, retention)
+						w.check(t)
+					})
+				}
 			}
 		}
 	}

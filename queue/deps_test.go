@@ -391,3 +391,44 @@ func TestDepParentRetriedBeforeSettle(t *testing.T) {
 	b.settle(t, a)
 	b.run(t, child, jobs.StateSucceeded)
 }
+
+// An enqueuer stalls between marking a dependent's parents and reading
+// them; meanwhile one parent succeeds, is settled (which releases the
+// dependent from it) and deleted by retention. Read missing when the link
+// resumes, it must not cancel a job that no longer waits for it.
+func TestDepParentSettledAndDeletedDuringLink(t *testing.T) {
+	b := setup(t)
+	p1 := b.enqueueK(t, queue.InsertOpts{Priority: 1})
+	p2 := b.enqueueK(t, queue.InsertOpts{})
+	stalled, resume := make(chan struct{}), make(chan struct{})
+	ctx := queue.WithDepsStep(b.ctx, func(_ context.Context, step string) error {
+		if step == "link:mark" {
+			close(stalled)
+			<-resume
+		}
+		return nil
+	})
+	done := make(chan string, 1)
+	go func() {
+		res, err := b.q.Enqueue(ctx, "k", nil, queue.InsertOpts{After: []string{p1, p2}})
+		if err != nil {
+			res.ID = err.Error()
+		}
+		done <- res.ID
+	}()
+	<-stalled
+	b.run(t, p1, jobs.StateSucceeded)
+	b.settle(t, p1)
+	b.finishedLongAgo(t, p1)
+	n, err := jobstore.Of(b.q).Clean(b.ctx, jobs.StateSucceeded, time.Hour, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	close(resume)
+	child := <-done
+	j := b.get(t, child)
+	require.Equal(t, jobs.StateBlocked, j.State, "errors: %v", j.Errors)
+	require.Equal(t, []string{p2}, j.WaitingOn)
+	b.run(t, p2, jobs.StateSucceeded)
+	b.settle(t, p2)
+	b.run(t, child, jobs.StateSucceeded)
+}
