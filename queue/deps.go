@@ -30,8 +30,9 @@ package queue
 // on state blocked and an empty waitingOn; nothing makes a job blocked but
 // its insert and an operator's retry; a $pull of one parent's id changes
 // nothing the second time. A dependent cancelled here is finished by
-// finish, so its own dependents are settled the same way: cancels carry on
-// down the graph, one level per settle.
+// finish, so its own dependents are settled the same way: the settle goes
+// on down the graph (settleDown), and whatever a stopped process left is
+// flagged due for the leader's pass.
 
 import (
 	"context"
@@ -365,14 +366,51 @@ func setAlso(update bson.D, e bson.E) bson.D {
 // leader's reaper for any job left due (SettleDependents); it is safe to
 // call any number of times, from any number of processes at once.
 func (c *Client) SettleDependentsOf(ctx context.Context, id string) (bool, error) {
-	return c.settle(ctx, id)
+	return c.settleDown(ctx, id)
+}
+
+// settleDown settles the dependents of the job with id, then those of the
+// dependents that this cancelled, and so on down the graph, so that one
+// call carries a cancel to every descendant. It reports whether the job
+// itself had dependents due.
+func (c *Client) settleDown(ctx context.Context, id any) (bool, error) {
+	first := true
+	var had bool
+	for next := []any{id}; len(next) > 0; {
+		id := next[0]
+		next = next[1:]
+		st, ok, err := c.settle(ctx, id)
+		if err != nil {
+			return had, err
+		}
+		if first {
+			had, first = ok, false
+		}
+		if !ok || st == jobs.StateSucceeded {
+			continue
+		}
+		cur, err := c.coll.Find(ctx, bson.D{
+			{Key: afterField, Value: id}, {Key: "state", Value: jobs.StateCancelled},
+			{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
+		}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+		if err != nil {
+			return had, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
+		}
+		if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+			next = append(next, d.Lookup("_id"))
+			return nil
+		}); err != nil {
+			return had, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
+		}
+	}
+	return had, nil
 }
 
 // settleNow settles the dependents of the job with id, which was just
 // finished; a failure is logged: the job is left due, and the leader's
 // pass settles it.
 func (c *Client) settleNow(ctx context.Context, id any) {
-	if _, err := c.settle(ctx, id); err != nil {
+	if _, err := c.settleDown(ctx, id); err != nil {
 		c.log.Warn("telling a finished job's dependents failed; the leader's pass does it", zap.Any("job_id", asID(id)), zap.Error(err))
 	}
 }
@@ -382,22 +420,24 @@ func (c *Client) settleNow(ctx context.Context, id any) {
 // jobs waiting for them.
 var notDue = bson.E{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}}
 
-// settle is SettleDependentsOf for an id of any type.
-func (c *Client) settle(ctx context.Context, id any) (bool, error) {
+// settle tells the dependents of the job with id (of any type) of its
+// outcome st, if it has finished and they have not been told; ok reports
+// whether it had.
+func (c *Client) settle(ctx context.Context, id any) (st jobs.State, ok bool, err error) {
 	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
 		options.FindOne().SetProjection(bson.D{{Key: "state", Value: 1}})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return false, nil
+		return st, false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("queue: read job %v to settle its dependents: %w", id, err)
+		return st, false, fmt.Errorf("queue: read job %v to settle its dependents: %w", id, err)
 	}
 	s, _ := raw.Lookup("state").StringValueOK()
-	st := jobs.State(s)
+	st = jobs.State(s)
 	if !st.Finished() {
 		// Retried before its dependents were told: they wait for the
 		// retry's outcome, which its finishing write leaves due.
-		return false, nil
+		return st, false, nil
 	}
 	t := now()
 	waiting := bson.D{
@@ -411,37 +451,37 @@ func (c *Client) settle(ctx context.Context, id any) (bool, error) {
 	}
 	if st == jobs.StateSucceeded {
 		if _, err := c.coll.UpdateMany(ctx, waiting, pull); err != nil {
-			return false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
+			return st, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
 		}
 	} else {
 		if _, err := c.coll.UpdateMany(ctx, append(slices.Clone(waiting), bson.E{Key: runAnywayField, Value: true}), pull); err != nil {
-			return false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
+			return st, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
 		}
 		if err := depsStep(ctx, "settle:pull"); err != nil {
-			return false, err
+			return st, false, err
 		}
 		why := fmt.Sprintf("cancelled: parent %v ended %s", asID(id), st)
 		if err := c.cancelBlocked(ctx, append(slices.Clone(waiting), bson.E{Key: runAnywayField, Value: bson.D{{Key: "$ne", Value: true}}}), t, why); err != nil {
-			return false, err
+			return st, false, err
 		}
 	}
 	if err := depsStep(ctx, "settle:"+string(st)); err != nil {
-		return false, err
+		return st, false, err
 	}
 	if err := c.release(ctx, bson.E{Key: afterField, Value: id}, t); err != nil {
-		return false, err
+		return st, false, err
 	}
 	if err := depsStep(ctx, "settle:ready"); err != nil {
-		return false, err
+		return st, false, err
 	}
 	// Done, for this outcome: a retry that finished again since, in
 	// another state, is left due for the next settle.
 	if _, err := c.coll.UpdateOne(ctx, bson.D{
 		{Key: "_id", Value: id}, {Key: "state", Value: st}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
 	}, bson.D{{Key: "$rename", Value: bson.D{{Key: dependentsDueField, Value: dependentsField}}}}); err != nil {
-		return false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
+		return st, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
 	}
-	return true, depsStep(ctx, "settle:done")
+	return st, true, depsStep(ctx, "settle:done")
 }
 
 // asID shows an id read as a bson.RawValue as its string when it is one.
@@ -492,7 +532,7 @@ func (c *Client) SettleDependents(ctx context.Context, linkGrace time.Duration, 
 		return res, fmt.Errorf("queue: find jobs whose dependents are due: %w", err)
 	}
 	for _, id := range due {
-		ok, err := c.settle(ctx, id)
+		ok, err := c.settleDown(ctx, id)
 		if err != nil {
 			return res, err
 		}

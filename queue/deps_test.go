@@ -154,9 +154,11 @@ func TestDepFailedParentCancelsTransitively(t *testing.T) {
 			require.Equal(t, jobs.StateCancelled, c.State)
 			require.Contains(t, c.Errors[len(c.Errors)-1].Message, "parent "+a+" ended "+string(end))
 			b.requireState(t, jobs.StateAvailable, anyway)
-			// The cancelled child's own outcome is due to its dependents.
-			b.requireState(t, jobs.StateBlocked, grandchild)
-			b.settle(t, child)
+			// The settle goes on down: the cancelled child's dependents
+			// are told too.
+			ok, err := b.q.SettleDependentsOf(b.ctx, child)
+			require.NoError(t, err)
+			require.False(t, ok, "settled already")
 			g := b.get(t, grandchild)
 			require.Equal(t, jobs.StateCancelled, g.State)
 			require.Contains(t, g.Errors[len(g.Errors)-1].Message, "parent "+child+" ended cancelled")

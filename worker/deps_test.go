@@ -152,11 +152,16 @@ func TestWorkflowDeadParentCancelsDescendants(t *testing.T) {
 	b := setup(t)
 	f := b.flow(t)
 	f.fail["bad"] = true
+	// Enqueued before any runs, so that the worker that ends each parent
+	// is the one to tell its dependents.
+	_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{
+		{Kind: "step", Opts: queue.InsertOpts{ID: "bad"}},
+		{Kind: "step", Opts: queue.InsertOpts{ID: "child", After: []string{"bad"}}},
+		{Kind: "step", Opts: queue.InsertOpts{ID: "grandchild", After: []string{"child"}}},
+		{Kind: "step", Opts: queue.InsertOpts{ID: "cleanup", After: []string{"bad"}, AfterRunAnyway: true}},
+	})
+	require.NoError(t, err)
 	b.start(t, worker.Config{Concurrency: 2})
-	b.step(t, "bad")
-	b.step(t, "child", "bad")
-	b.step(t, "grandchild", "child")
-	b.enqueue(t, "step", nil, queue.InsertOpts{ID: "cleanup", After: []string{"bad"}, AfterRunAnyway: true})
 	b.waitState(t, "bad", jobs.StateDead)
 	b.waitState(t, "cleanup", jobs.StateSucceeded)
 	c := b.waitState(t, "child", jobs.StateCancelled)
