@@ -796,3 +796,51 @@ func (c *Client) whyNotDeleted(ctx context.Context, r *ActionResult) error {
 	}
 	return fmt.Errorf("its state changed from %s meanwhile; left alone", r.From)
 }
+
+// Relative is a parent or a dependent of a job, as an operator sees it.
+type Relative struct {
+	// ID is the related job's id.
+	ID string
+	// State is its state; "" when it is not in the collection.
+	State jobs.State
+	// Waiting is, for a parent, that the job still waits for it.
+	Waiting bool
+}
+
+// Relatives returns the parents of the job j (its after, in order, each
+// with its state) and up to limit of the jobs that wait, or waited, for it
+// (oldest first); more reports that there are others.
+func (c *Client) Relatives(ctx context.Context, j JobSummary, limit int) (parents, dependents []Relative, more bool, err error) {
+	after, _ := stringIDs(j.Raw.Lookup(afterField))
+	waiting, _ := stringIDs(j.Raw.Lookup(waitingOnField))
+	if len(after) > 0 {
+		ids := make(bson.A, len(after))
+		for i, p := range after {
+			ids[i] = p
+		}
+		states, err := c.statesOf(ctx, ids)
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("queue: read the parents of job %s: %w", j.ID, err)
+		}
+		for _, p := range after {
+			parents = append(parents, Relative{ID: p, State: states[p], Waiting: slices.Contains(waiting, p)})
+		}
+	}
+	cur, err := c.coll.Find(ctx, bson.D{{Key: afterField, Value: j.JobID.v}}, options.Find().
+		SetProjection(bson.D{{Key: "state", Value: 1}}).SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)+1))
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("queue: find the dependents of job %s: %w", j.ID, err)
+	}
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		st, _ := d.Lookup("state").StringValueOK()
+		dependents = append(dependents, Relative{ID: JobIDOf(d).String(), State: jobs.State(st)})
+		return nil
+	})
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("queue: find the dependents of job %s: %w", j.ID, err)
+	}
+	if len(dependents) > limit {
+		dependents, more = dependents[:limit], true
+	}
+	return parents, dependents, more, nil
+}

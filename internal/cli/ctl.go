@@ -279,6 +279,11 @@ func ctlShow(fs *flag.FlagSet) func(*env, []string) error {
 				continue
 			}
 			showJob(e.stdout, j)
+			parents, dependents, more, err := e.q.Relatives(e.ctx, j, maxShownDependents)
+			if err != nil {
+				return err
+			}
+			showRelatives(e.stdout, parents, dependents, more)
 		}
 		if len(missing) > 0 {
 			return usageError{fmt.Errorf("no job with id %s", strings.Join(missing, ", "))}
@@ -292,7 +297,7 @@ func ctlShow(fs *flag.FlagSet) func(*env, []string) error {
 // Every value is shown (escaped), the args' JSON too.
 func showJob(w io.Writer, j queue.JobSummary) {
 	fmt.Fprintf(w, "job %s\n", idLabel(j.JobID))
-	for _, f := range []string{"kind", "queue", "state", "priority", "attempt", "maxAttempts", "runAt", "createdAt", "updatedAt", "finishedAt", "owner", "uniqueKey", "finishedUniqueKey", "cancelRequestedAt"} {
+	for _, f := range []string{"kind", "queue", "state", "priority", "attempt", "maxAttempts", "runAt", "createdAt", "updatedAt", "finishedAt", "owner", "uniqueKey", "finishedUniqueKey", "cancelRequestedAt", "runAnyway", "linking"} {
 		if v := j.Raw.Lookup(f); v.Type != 0 {
 			fmt.Fprintf(w, "  %-18s %s\n", f+":", shown(showValue(v)))
 		}
