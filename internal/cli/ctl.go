@@ -66,7 +66,7 @@ func (l *listFlag) Set(s string) error {
 // filterFlags registers the flags that select jobs.
 func filterFlags(fs *flag.FlagSet) (states, kinds, queues *listFlag) {
 	states, kinds, queues = &listFlag{}, &listFlag{}, &listFlag{}
-	fs.Var(states, "state", "states, comma-separated: available, running, succeeded, dead, cancelled")
+	fs.Var(states, "state", "states, comma-separated: blocked, available, running, succeeded, dead, cancelled")
 	fs.Var(kinds, "kind", "kinds, comma-separated")
 	fs.Var(queues, "queue", "queues, comma-separated")
 	return states, kinds, queues
@@ -77,7 +77,7 @@ func parseStates(states []string) ([]jobs.State, error) {
 	for i, s := range states {
 		out[i] = jobs.State(s)
 		if !out[i].Valid() {
-			return nil, badInput("--state: %q is not a state (available, running, succeeded, dead, cancelled)", s)
+			return nil, badInput("--state: %q is not a state (blocked, available, running, succeeded, dead, cancelled)", s)
 		}
 	}
 	return out, nil
