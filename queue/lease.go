@@ -136,14 +136,16 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 	}
 }
 
-// Complete marks the job l holds succeeded. On a Client made by
-// withBatchedCompletion, the write joins concurrent completions in one
-// updateMany; the outcome is the same.
+// Complete marks the job l holds succeeded, storing the result that ctx
+// carries (WithResult), if any. On a Client made by
+// withBatchedCompletion, a completion without a result joins concurrent
+// ones in one updateMany; the outcome is the same.
 func (c store) Complete(ctx context.Context, l Lease) error {
-	if c.completions != nil {
+	result := resultOf(ctx) // deps.go: written alone, with its own job
+	if c.completions != nil && result == nil {
 		return c.completions.complete(ctx, l)
 	}
-	err := c.fencedUpdate(ctx, "complete", l, finish(jobs.StateSucceeded, now()))
+	err := c.fencedUpdate(ctx, "complete", l, finish(jobs.StateSucceeded, now(), result...))
 	if errors.Is(err, ErrLeaseLost) {
 		// A try of this write whose reply was lost may have been applied:
 		// only this attempt writes succeeded under its token.

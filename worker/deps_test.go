@@ -12,6 +12,7 @@ import (
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // flow records, from inside the handlers, what a workflow did: each job's
@@ -170,4 +171,57 @@ func TestWorkflowDeadParentCancelsDescendants(t *testing.T) {
 	require.Equal(t, "cancelled: parent child ended cancelled", g.Errors[len(g.Errors)-1].Message)
 	f.check(t, "bad", "cleanup")
 	require.Zero(t, f.runs["child"]+f.runs["grandchild"])
+}
+
+// A handler's result is stored with its job when it succeeds, and the
+// jobs that wait for it read it; a result over the limit ends the job
+// dead, saying why.
+func TestWorkflowResults(t *testing.T) {
+	b := setup(t)
+	type sum struct {
+		N int `bson:"n"`
+	}
+	b.handle(t, "count", func(ctx context.Context, j *jobs.Job) error {
+		var in sum
+		if err := bson.Unmarshal(j.Args, &in); err != nil {
+			return err
+		}
+		return jobs.SetResult(ctx, sum{N: in.N * 10})
+	}, jobs.KindOptions{})
+	got := make(chan int, 1)
+	b.handle(t, "total", func(ctx context.Context, j *jobs.Job) error {
+		results, err := b.q.Results(ctx, j.After)
+		if err != nil {
+			return err
+		}
+		total := 0
+		for _, p := range j.After {
+			var s sum
+			if err := bson.Unmarshal(results[p], &s); err != nil {
+				return jobs.Permanent(fmt.Errorf("parent %s: %w", p, err))
+			}
+			total += s.N
+		}
+		got <- total
+		return jobs.SetResult(ctx, sum{N: total})
+	}, jobs.KindOptions{})
+	b.handle(t, "huge", func(ctx context.Context, j *jobs.Job) error {
+		return jobs.SetResult(ctx, bson.M{"blob": make([]byte, jobs.MaxResultBytes)})
+	}, jobs.KindOptions{})
+	_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{
+		{Kind: "count", Args: sum{N: 1}, Opts: queue.InsertOpts{ID: "a"}},
+		{Kind: "count", Args: sum{N: 2}, Opts: queue.InsertOpts{ID: "b"}},
+		{Kind: "total", Opts: queue.InsertOpts{ID: "total", After: []string{"a", "b"}}},
+		{Kind: "huge", Opts: queue.InsertOpts{ID: "huge"}},
+	})
+	require.NoError(t, err)
+	b.start(t, worker.Config{Concurrency: 2, ClaimBatch: 4})
+	j := b.waitState(t, "total", jobs.StateSucceeded)
+	require.Equal(t, 30, <-got)
+	require.Equal(t, int32(30), j.Result.Lookup("n").Int32())
+	h := b.waitState(t, "huge", jobs.StateDead)
+	require.Contains(t, h.Errors[0].Message, "bytes is over the 65536-byte limit")
+	require.Nil(t, h.Result)
+
+	require.ErrorIs(t, jobs.SetResult(b.ctx, sum{}), jobs.ErrNoResultHere)
 }

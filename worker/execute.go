@@ -80,7 +80,8 @@ func (w *Worker) execute(r *run) {
 	// WithRunningJob): its dependents are then settled right after its
 	// finishing write, as those it had when claimed.
 	var marked atomic.Bool
-	ctx, cancelTimeout := context.WithTimeoutCause(queue.WithRunningJob(jobCtx, job.ID, &marked), opts.Timeout, ErrTimeout)
+	var set jobs.ResultSlot // what the handler sets (jobs.SetResult)
+	ctx, cancelTimeout := context.WithTimeoutCause(jobs.WithResultSlot(queue.WithRunningJob(jobCtx, job.ID, &marked), &set), opts.Timeout, ErrTimeout)
 	defer cancelTimeout()
 
 	log.Info("job started")
@@ -122,7 +123,7 @@ func (w *Worker) execute(r *run) {
 	switch {
 	case err == nil:
 		outcome, observed = "succeeded", OutcomeSucceeded
-		write = func(ctx context.Context) error { return w.q.Complete(ctx, r.lease) }
+		write = func(ctx context.Context) error { return w.q.Complete(queue.WithResult(ctx, set.Result()), r.lease) }
 	case errors.Is(cause, ErrShutdown):
 		outcome, observed = "released", OutcomeReleased
 		write = func(ctx context.Context) error { return w.q.Release(ctx, r.lease) }

@@ -293,7 +293,7 @@ func ctlShow(fs *flag.FlagSet) func(*env, []string) error {
 }
 
 // showJob prints one job for a person: its fields, each attempt's error,
-// its args.
+// its args and result.
 // Every value is shown (escaped), the args' JSON too.
 func showJob(w io.Writer, j queue.JobSummary) {
 	fmt.Fprintf(w, "job %s\n", idLabel(j.JobID))
@@ -317,10 +317,12 @@ func showJob(w io.Writer, j queue.JobSummary) {
 				shown(showValue(d.Lookup("owner"))), shown(showValue(d.Lookup("message"))))
 		}
 	}
-	if args := j.Raw.Lookup("args"); args.Type != 0 {
-		b, err := bson.MarshalExtJSON(bson.D{{Key: "args", Value: args}}, false, false)
-		if err == nil {
-			fmt.Fprintf(w, "  args:              %s\n", shown(strings.TrimSuffix(strings.TrimPrefix(string(b), `{"args":`), "}")))
+	for _, f := range []string{"args", "result"} {
+		if v := j.Raw.Lookup(f); v.Type != 0 {
+			b, err := bson.MarshalExtJSON(bson.D{{Key: f, Value: v}}, false, false)
+			if err == nil {
+				fmt.Fprintf(w, "  %-18s %s\n", f+":", shown(strings.TrimSuffix(strings.TrimPrefix(string(b), `{"`+f+`":`), "}")))
+			}
 		}
 	}
 }

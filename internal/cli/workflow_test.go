@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // `enqueue job --after` and a batch line's "after" make jobs that wait;
@@ -42,8 +44,11 @@ func TestEnqueueAfterAndShowRelatives(t *testing.T) {
 	require.Contains(t, out, "runAnyway:         true")
 	require.Contains(t, out, "  parents:\n    load cancelled\n")
 
+	_, err := db.Collection("jobs").UpdateByID(context.Background(), "extract", bson.M{"$set": bson.M{"result": bson.M{"rows": 7}}})
+	require.NoError(t, err)
 	out, stderr, code = runCtl(t, uri, db, "show", "extract")
 	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "  result:            {\"rows\":7}\n")
 	require.Contains(t, out, "  dependents:\n    check blocked\n    load cancelled\n")
 
 	_, stderr, code = runEnqueue(t, uri, db, "", "job", "--kind", "noop", "--after", "extract,extract")
