@@ -32,16 +32,7 @@ func (b bundle) enqueueK(t *testing.T, opts queue.InsertOpts) string {
 // run claims the one runnable job, which must be id, and ends it in s.
 func (b bundle) run(t *testing.T, id string, s jobs.State) {
 	t.Helper()
-	j := b.claimID(t, id)
-	switch s {
-	case jobs.StateSucceeded:
-		require.NoError(t, jobstore.Of(b.q).Complete(b.ctx, queue.LeaseOf(j)))
-	case jobs.StateDead:
-		_, err := jobstore.Of(b.q).Fail(b.ctx, queue.LeaseOf(j), j, jobs.Permanent(errors.New("bad input")))
-		require.NoError(t, err)
-	case jobs.StateCancelled:
-		require.NoError(t, jobstore.Of(b.q).Cancelled(b.ctx, queue.LeaseOf(j), j, "stop"))
-	}
+	b.end(t, b.claimID(t, id), s)
 }
 
 func (b bundle) settle(t *testing.T, id string) {
