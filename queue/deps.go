@@ -68,6 +68,11 @@ const MaxAfter = 1000
 // it instead.
 const DefaultLinkGrace = time.Minute
 
+// unfinishedStates are the states of a job that has not ended, as a
+// filter's $in: a blocked job holds its slot of a bounded queue's
+// capacity (capacity.go) while it waits, as an available one does.
+var unfinishedStates = bson.A{jobs.StateBlocked, jobs.StateAvailable, jobs.StateRunning}
+
 // finishedStates are the final states, as a filter's $in.
 var finishedStates = bson.A{jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}
 

@@ -425,3 +425,24 @@ func TestDepParentSettledAndDeletedDuringLink(t *testing.T) {
 	b.settle(t, p2)
 	b.run(t, child, jobs.StateSucceeded)
 }
+
+// A blocked job of a bounded queue holds its slot while it waits: the
+// reaper's freeing of stranded slots leaves it, and admission counts it.
+func TestDepBlockedJobHoldsItsCapacitySlot(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetCapacity(b.ctx, "q", 2, "test"))
+	parent, err := b.capped(queue.InsertOpts{})
+	require.NoError(t, err)
+	child, err := b.capped(queue.InsertOpts{After: []string{parent.ID}})
+	require.NoError(t, err)
+	b.requireState(t, jobs.StateBlocked, child.ID)
+	n, err := b.q.FreeStrandedSlots(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Equal(t, 2, b.occupied(t))
+	b.requireFull(t, 2)
+	// Cancelled while it waits, it frees its slot.
+	_, err = b.q.Cancel(b.ctx, child.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, b.occupied(t))
+}

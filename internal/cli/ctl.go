@@ -129,7 +129,7 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		fmt.Fprintln(e.stdout, counts.freshness())
 		stats := counts.Queues
-		states := []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}
+		states := []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled, jobs.StateBlocked}
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprint(tw, "queue\tkind\t")
 		for _, s := range states {
