@@ -141,7 +141,7 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 // withBatchedCompletion, a completion without a result joins concurrent
 // ones in one updateMany; the outcome is the same.
 func (c store) Complete(ctx context.Context, l Lease) error {
-	result := resultOf(ctx) // deps.go: written alone, with its own job
+	result := resultOf(ctx) // results.go: written alone, with its own job
 	if c.completions != nil && result == nil {
 		return c.completions.complete(ctx, l)
 	}
