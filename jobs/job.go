@@ -11,8 +11,11 @@ type State string
 
 // The states of a job. A job is created available, moves to running when a
 // worker claims it, and ends succeeded, dead or cancelled. A failed attempt
-// that may be retried moves it back to available with a later runAt.
+// that may be retried moves it back to available with a later runAt. A job
+// enqueued after other jobs (its parents) is created blocked, and becomes
+// available when the last of them succeeds (see docs/WORKFLOWS.md).
 const (
+	StateBlocked   State = "blocked"
 	StateAvailable State = "available"
 	StateRunning   State = "running"
 	StateSucceeded State = "succeeded"
@@ -28,7 +31,7 @@ func (s State) Finished() bool {
 // Valid reports whether s is one of the known states.
 func (s State) Valid() bool {
 	switch s {
-	case StateAvailable, StateRunning, StateSucceeded, StateDead, StateCancelled:
+	case StateBlocked, StateAvailable, StateRunning, StateSucceeded, StateDead, StateCancelled:
 		return true
 	}
 	return false
@@ -101,6 +104,27 @@ type Job struct {
 	UpdatedAt time.Time `bson:"updatedAt"`
 	// FinishedAt is when the job reached a final state.
 	FinishedAt *time.Time `bson:"finishedAt,omitempty"`
+	// After holds the ids of the jobs this one was enqueued to wait for
+	// (its parents), as given; empty for a job without parents.
+	After []string `bson:"after,omitempty"`
+	// WaitingOn holds the ids of the parents that have not succeeded yet;
+	// a blocked job becomes available when it is empty.
+	WaitingOn []string `bson:"waitingOn,omitempty"`
+	// RunAnyway makes the job run once every parent has finished, however
+	// it ended; without it, a parent that ends dead or cancelled cancels
+	// the job.
+	RunAnyway bool `bson:"runAnyway,omitempty"`
+	// Dependents is set on a job that other jobs wait for. The write that
+	// finishes the job renames it dependentsDue, which stays until its
+	// dependents have been told of its outcome (queue/deps.go).
+	Dependents bool `bson:"dependents,omitempty"`
+	// Linking is set on a blocked job from its insert until its parents
+	// are marked as having it and those already finished are applied to
+	// it; the leader's pass finishes a link whose enqueuer stopped.
+	Linking bool `bson:"linking,omitempty"`
+	// Result is what the handler of a succeeded job set with SetResult,
+	// stored by the write that recorded its success.
+	Result bson.Raw `bson:"result,omitempty"`
 }
 
 // AttemptError records why one attempt did not succeed.

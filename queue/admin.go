@@ -234,7 +234,10 @@ func (c *Client) matching(ctx context.Context, f JobFilter) ([]ActionResult, err
 // an available one runs now. A running job is left alone (ErrJobRunning);
 // so is a finished job whose unique key an unfinished job now holds
 // (ErrUniqueKeyHeld). Each write is conditioned on the state it was decided
-// on. A finished job of a bounded queue is admitted again as an enqueue
+// on. A job enqueued with parents goes back to blocked and waits for them
+// again (those that succeeded release it at once); a blocked job is left
+// alone, and so is a succeeded job that others waited for
+// (ErrHasDependents). A finished job of a bounded queue is admitted again as an enqueue
 // would be, holding a slot of the capacity in the same write; when its
 // queue is full it is left alone with a *QueueFullError.
 func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error) {
@@ -259,6 +262,11 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 			}
 			continue
 		}
+		if done, err := c.retryWithParents(ctx, r, t, limits); err != nil {
+			return found, err
+		} else if done {
+			continue
+		}
 		update := bson.D{
 			{Key: "$set", Value: bson.D{
 				{Key: "state", Value: jobs.StateAvailable}, {Key: "runAt", Value: t},
@@ -274,7 +282,7 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 			// A finished job of a bounded queue is admitted again, as an
 			// enqueue would be: it holds a slot, or stays finished.
 			if capacity, ok := limits[r.queue]; ok {
-				switch err := c.readmit(ctx, bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}}, update, r.queue, capacity); {
+				switch err := c.readmit(ctx, retryFilter(r), update, r.queue, capacity); {
 				case errors.Is(err, errRetryMissed):
 					r.Err = fmt.Errorf("its state changed from %s meanwhile; left alone", r.From)
 				case errors.Is(err, ErrQueueFull), errors.Is(err, ErrUniqueKeyHeld):
@@ -285,7 +293,7 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 				continue
 			}
 		}
-		res, err := c.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}}, update)
+		res, err := c.coll.UpdateOne(ctx, retryFilter(r), update)
 		switch {
 		case store.IsDuplicateKey(err):
 			r.Err = ErrUniqueKeyHeld
@@ -299,7 +307,9 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 }
 
 // Delete removes the jobs f selects that have finished; with force, also
-// those that are available. A running job is never removed.
+// those that are available or blocked. A running job is never removed, nor
+// one that jobs wait for until they have been told of its outcome
+// (ErrHasDependents).
 func (c *Client) Delete(ctx context.Context, f JobFilter, force bool) ([]ActionResult, error) {
 	found, err := c.matching(ctx, f)
 	if err != nil {
@@ -319,12 +329,12 @@ func (c *Client) Delete(ctx context.Context, f JobFilter, force bool) ([]ActionR
 			r.Err = fmt.Errorf("%w (it is %s); --force deletes it", ErrNotFinished, r.From)
 			continue
 		}
-		res, err := c.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}})
+		res, err := c.coll.DeleteOne(ctx, append(bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}}, deletable(s)...))
 		if err != nil {
 			return found, fmt.Errorf("queue: delete job %s: %w", r.ID, err)
 		}
 		if res.DeletedCount == 0 {
-			r.Err = fmt.Errorf("its state changed from %s meanwhile; left alone", r.From)
+			r.Err = c.whyNotDeleted(ctx, r)
 		}
 	}
 	return found, nil
@@ -336,7 +346,9 @@ func (c *Client) Purge(ctx context.Context, s jobs.State, age time.Duration) (in
 	if !s.Finished() {
 		return 0, fmt.Errorf("queue: purge: state %q is not a finished state (succeeded, dead, cancelled)", s)
 	}
-	res, err := c.coll.DeleteMany(ctx, bson.D{{Key: "state", Value: s}, {Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: c.now().Add(-age)}}}})
+	// Jobs whose dependents have not been told of their outcome stay
+	// (notDue, deps.go).
+	res, err := c.coll.DeleteMany(ctx, bson.D{{Key: "state", Value: s}, {Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: c.now().Add(-age)}}}, notDue})
 	if err != nil {
 		return 0, fmt.Errorf("queue: purge %s jobs: %w", s, err)
 	}

@@ -116,8 +116,9 @@ func (c *Client) runCancelHook(ctx context.Context, jobID JobID) error {
 // between available and running under it.
 const cancelTries = 10
 
-// Cancel stops a job: an available job is cancelled at once; a running one
-// is flagged, and ends cancelled at its next transition: its worker cancels
+// Cancel stops a job: an available or blocked job is cancelled at once, and
+// so are the jobs that wait for it (docs/WORKFLOWS.md); a running one is
+// flagged, and ends cancelled at its next transition: its worker cancels
 // the handler at its next heartbeat, and a failure, a release or a reap
 // also end it cancelled. First, the cancel hook of the job's kind, if any
 // (OnCancel), stops the application's side of its work.
@@ -134,13 +135,16 @@ func (c *Client) CancelJobID(ctx context.Context, jobID JobID) (CancelOutcome, e
 	}
 	for range cancelTries {
 		t := c.now()
+		// A blocked job (waiting for its parents) is cancelled as an
+		// available one is; finish unsets linking too (deps.go).
 		res, err := c.coll.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: key}, {Key: "state", Value: jobs.StateAvailable}},
-			store.Finish(jobs.StateCancelled, t))
+			bson.D{{Key: "_id", Value: key}, {Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateBlocked}}}}},
+			unsetAlso(store.Finish(jobs.StateCancelled, t), linkingField))
 		if err != nil {
 			return 0, fmt.Errorf("queue: cancel job %s: %w", id, err)
 		}
 		if res.MatchedCount == 1 {
+			c.settleNow(ctx, key)
 			return Cancelled, nil
 		}
 		res, err = c.coll.UpdateOne(ctx,
@@ -171,7 +175,7 @@ func (c *Client) CancelJobID(ctx context.Context, jobID JobID) (CancelOutcome, e
 		case s.Finished():
 			return 0, fmt.Errorf("queue: cancel job %s: %w (%s)", id, ErrFinished, s)
 		case !s.Valid():
-			return 0, fmt.Errorf("queue: cancel job %s: %w %q: not one of available, running, succeeded, dead, cancelled", id, ErrUnknownState, st)
+			return 0, fmt.Errorf("queue: cancel job %s: %w %q: not one of blocked, available, running, succeeded, dead, cancelled", id, ErrUnknownState, st)
 		}
 		// It moved between available and running under us: try again.
 		if err := ctx.Err(); err != nil {

@@ -231,7 +231,7 @@ func (l queueLoad) freeSlots(capacity int) []int {
 // load). The count is served by the claim index's {state, queue} prefix.
 func (c *Client) readLoad(ctx context.Context, queue string) (queueLoad, error) {
 	n, err := c.coll.CountDocuments(ctx, bson.D{
-		{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}},
+		{Key: "state", Value: bson.D{{Key: "$in", Value: unfinishedStates}}},
 		{Key: "queue", Value: queue},
 		{Key: capacitySlotField, Value: nil}, // none, or null (written by another app)
 	})
@@ -469,7 +469,7 @@ func (c *Client) whichDuplicate(ctx context.Context, j *jobs.Job, err error) (Re
 }
 
 // FreeStrandedSlots unsets the slot of the jobs that hold one but are
-// neither available nor running: finished by another application's write
+// neither blocked, available nor running: finished by another application's write
 // that left the slot, or with a state docket does not know. Such a job
 // would hold its slot forever. It also clears a slot another app wrote as
 // null, which MongoDB's sparse unique index indexes (a second null would
@@ -481,7 +481,7 @@ func (c *Client) FreeStrandedSlots(ctx context.Context) (int, error) {
 			bson.D{{Key: capacitySlotField, Value: bson.D{{Key: "$type", Value: "null"}}}},
 			bson.D{
 				{Key: capacitySlotField, Value: bson.D{{Key: "$exists", Value: true}}},
-				{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}},
+				{Key: "state", Value: bson.D{{Key: "$nin", Value: unfinishedStates}}},
 			},
 		}}},
 		bson.D{{Key: "$unset", Value: bson.D{{Key: capacitySlotField, Value: ""}}}})

@@ -201,6 +201,12 @@ func Indexes() []mongo.IndexModel {
 			Keys:    bson.D{{Key: QueueRunSlotIndex, Value: 1}},
 			Options: options.Index().SetName(QueueRunSlotIndex).SetUnique(true).SetSparse(true),
 		},
+		// Workflows (deps.go): settling a parent's dependents,
+		// {after: id, state: blocked, ...}, and a job's dependents shown;
+		// the leader's pass over outcomes due and jobs left linking.
+		{Keys: bson.D{{Key: afterField, Value: 1}}, Options: options.Index().SetName("after").SetSparse(true)},
+		{Keys: bson.D{{Key: dependentsDueField, Value: 1}}, Options: options.Index().SetName(dependentsDueField).SetSparse(true)},
+		{Keys: bson.D{{Key: linkingField, Value: 1}}, Options: options.Index().SetName(linkingField).SetSparse(true)},
 	}
 }
 

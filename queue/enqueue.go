@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/docketq/docket/internal/store"
@@ -51,6 +52,16 @@ type InsertOpts struct {
 	// the key and the period's start are one value of a unique index.
 	// Requires UniqueKey.
 	UniqueFor time.Duration
+	// After holds the ids of jobs (its parents) this job waits for: it is
+	// enqueued blocked, and runs once every one of them has succeeded. A
+	// parent that ends dead or cancelled, or that is not in the
+	// collection, cancels it, with why in its errors, unless
+	// AfterRunAnyway. Parents enqueued in the same EnqueueMany are found.
+	// At most MaxAfter ids. See docs/WORKFLOWS.md.
+	After []string
+	// AfterRunAnyway makes a job with After run once every parent has
+	// finished, however it ended.
+	AfterRunAnyway bool
 }
 
 // periodKeyLayout formats a period's start in a job's UniquePeriodKey:
@@ -274,9 +285,12 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 		c.log.Warn("enqueue without the jobs indexes: creating them failed; the next enqueue tries again", zap.Error(err))
 	}
 	if bounded {
-		return c.enqueueBounded(ctx, docs, own, results, limits)
+		results, err = c.enqueueBounded(ctx, docs, own, results, limits)
+	} else {
+		results, err = c.enqueueChunks(ctx, docs, own, results)
 	}
-	return c.enqueueChunks(ctx, docs, own, results)
+	c.linkInserted(ctx, docs, results)
+	return results, err
 }
 
 // enqueueBounded enqueues docs, some of which go to bounded queues: each
@@ -709,6 +723,12 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 	if o.MaxAttempts < 0 {
 		return nil, invalid("maxAttempts", "%d must not be negative", o.MaxAttempts)
 	}
+	if field, problem := checkAfter(o.After, o.ID); problem != "" {
+		return nil, invalid(field, "%s", problem)
+	}
+	if o.AfterRunAnyway && len(o.After) == 0 {
+		return nil, invalid("afterRunAnyway", "needs after: it says what to run after")
+	}
 	if o.Queue == "" {
 		o.Queue = jobs.DefaultQueue
 	}
@@ -734,12 +754,23 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 		end := start.Add(o.UniqueFor)
 		uniqueKey, periodKey, until = "", o.UniqueKey+"@"+start.Format(periodKeyLayout), &end
 	}
+	state := jobs.StateAvailable
+	if len(o.After) > 0 {
+		if slices.Contains(o.After, id) {
+			return nil, invalid("after", "%q is the job's own id: a job cannot wait for itself", id)
+		}
+		state = jobs.StateBlocked
+	}
 	return &jobs.Job{
 		ID:              id,
 		Kind:            in.Kind,
 		Queue:           o.Queue,
 		Args:            args,
-		State:           jobs.StateAvailable,
+		State:           state,
+		After:           slices.Clone(o.After),
+		WaitingOn:       slices.Clone(o.After),
+		RunAnyway:       o.AfterRunAnyway,
+		Linking:         len(o.After) > 0,
 		Priority:        o.Priority,
 		RunAt:           runAt,
 		MaxAttempts:     o.MaxAttempts,

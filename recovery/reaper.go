@@ -137,8 +137,9 @@ func (r *Reaper) Schedule() string { return "@every " + r.cfg.Interval.String() 
 type ReapResult = store.ReapResult
 
 // RunOnce makes one pass: it re-queues expired leases until none is left
-// (or ctx ends), clears null unique keys, then applies retention within
-// the retention budget.
+// (or ctx ends), clears null unique keys, frees stranded slots, settles the
+// workflows that stopped processes left (settleDependents), then applies
+// retention within the retention budget.
 func (r *Reaper) RunOnce(ctx context.Context) (ReapResult, error) {
 	var total ReapResult
 	for {
@@ -166,6 +167,10 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapResult, error) {
 	// Likewise a job ended or re-queued by another app's write may still
 	// hold a run slot of a concurrency limit.
 	if _, err := r.q.FreeStrandedRunSlots(ctx); err != nil {
+		return total, err
+	}
+	// Before retention, which keeps a job until its dependents are told.
+	if err := r.settleDependents(ctx); err != nil {
 		return total, err
 	}
 	if total.Settled()+total.Skipped+total.Spared > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docketq/docket/internal/store"
@@ -76,7 +77,12 @@ func (w *Worker) execute(r *run) {
 		opts.Timeout = jobs.DefaultTimeout
 	}
 	h = jobs.Wrap(h, w.cfg.Middleware...)
-	ctx, cancelTimeout := context.WithTimeoutCause(jobCtx, opts.Timeout, ErrTimeout)
+	// A job the handler enqueues to run after this one marks it (queue's
+	// WithRunningJob): its dependents are then settled right after its
+	// finishing write, as those it had when claimed.
+	var marked atomic.Bool
+	var set jobs.ResultSlot // what the handler sets (jobs.SetResult)
+	ctx, cancelTimeout := context.WithTimeoutCause(jobs.WithResultSlot(queue.WithRunningJob(jobCtx, job.ID, &marked), &set), opts.Timeout, ErrTimeout)
 	defer cancelTimeout()
 
 	log.Info("job started")
@@ -120,7 +126,7 @@ func (w *Worker) execute(r *run) {
 	switch {
 	case err == nil:
 		outcome, observed = "succeeded", OutcomeSucceeded
-		write = func(ctx context.Context) error { return w.q.Complete(ctx, r.lease) }
+		write = func(ctx context.Context) error { return w.q.Complete(store.WithResult(ctx, set.Result()), r.lease) }
 	case errors.As(err, &cancelled):
 		// The handler's own decision, whatever ended its context.
 		outcome, observed = "cancelled by its handler", OutcomeCancelled
@@ -166,6 +172,9 @@ func (w *Worker) execute(r *run) {
 	switch {
 	case werr == nil:
 		log.Info("job finished", fields...)
+		if job.Dependents || marked.Load() {
+			w.settleDependents(job.ID, log)
+		}
 	case errors.Is(werr, queue.ErrLeaseLost):
 		observed = OutcomeLeaseLost
 		w.obs.LeaseLost(job)

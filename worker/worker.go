@@ -45,7 +45,8 @@ var (
 // StopAndCancel.
 type Worker struct {
 	cfg Config
-	q   *store.Store // the lease-level side of the queue client
+	q   *store.Store  // the lease-level side of the queue client
+	c   *queue.Client // the client itself, to settle dependents (deps.go)
 	reg *jobs.Registry
 	log *zap.Logger
 	obs Observer
@@ -130,6 +131,7 @@ func New(q *queue.Client, reg *jobs.Registry, cfg Config) (*Worker, error) {
 	w := &Worker{
 		cfg:          cfg,
 		q:            st,
+		c:            q,
 		reg:          reg,
 		log:          cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)),
 		obs:          cfg.Observer,

@@ -41,10 +41,14 @@ type batchLine struct {
 	MaxAttempts int             `json:"maxAttempts"`
 	UniqueKey   string          `json:"uniqueKey"`
 	UniqueFor   string          `json:"uniqueFor"`
+	// After names the jobs this one waits for: enqueued already, or on
+	// earlier lines.
+	After          []string `json:"after"`
+	AfterRunAnyway bool     `json:"afterRunAnyway"`
 }
 
 func batchCommand(fs *flag.FlagSet) func(*env, []string) error {
-	file := fs.String("file", "-", "file of JSON lines, - for stdin; each line: {\"id\", \"kind\": K, \"args\": {...}, \"queue\", \"priority\", \"delay\", \"runAt\", \"maxAttempts\", \"uniqueKey\", \"uniqueFor\": \"1h\"}")
+	file := fs.String("file", "-", "file of JSON lines, - for stdin; each line: {\"id\", \"kind\": K, \"args\": {...}, \"queue\", \"priority\", \"delay\", \"runAt\", \"maxAttempts\", \"uniqueKey\", \"uniqueFor\": \"1h\", \"after\": [ids of jobs enqueued already or on earlier lines], \"afterRunAnyway\"}")
 	batchID := fs.String("batch-id", "", "the id of this batch, a UUID; a line without an \"id\" gets one derived from it and the line's number, so a rerun of the same input with the --batch-id a failed run printed inserts only what is missing (default: a new one)")
 	return func(e *env, rest []string) error {
 		if len(rest) > 0 {
@@ -233,6 +237,7 @@ func parseLine(line []byte, n int, batch uuid.UUID) (queue.Insert, error) {
 	}
 	in := queue.Insert{Kind: bl.Kind, Args: args, Opts: queue.InsertOpts{
 		ID: bl.ID, Queue: bl.Queue, Priority: bl.Priority, MaxAttempts: bl.MaxAttempts, UniqueKey: bl.UniqueKey,
+		After: bl.After, AfterRunAnyway: bl.AfterRunAnyway,
 	}}
 	if in.Opts.ID == "" {
 		in.Opts.ID = lineID(batch, n)

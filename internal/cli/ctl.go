@@ -66,7 +66,7 @@ func (l *listFlag) Set(s string) error {
 // filterFlags registers the flags that select jobs.
 func filterFlags(fs *flag.FlagSet) (states, kinds, queues *listFlag) {
 	states, kinds, queues = &listFlag{}, &listFlag{}, &listFlag{}
-	fs.Var(states, "state", "states, comma-separated: available, running, succeeded, dead, cancelled")
+	fs.Var(states, "state", "states, comma-separated: blocked, available, running, succeeded, dead, cancelled")
 	fs.Var(kinds, "kind", "kinds, comma-separated")
 	fs.Var(queues, "queue", "queues, comma-separated")
 	return states, kinds, queues
@@ -77,7 +77,7 @@ func parseStates(states []string) ([]jobs.State, error) {
 	for i, s := range states {
 		out[i] = jobs.State(s)
 		if !out[i].Valid() {
-			return nil, badInput("--state: %q is not a state (available, running, succeeded, dead, cancelled)", s)
+			return nil, badInput("--state: %q is not a state (blocked, available, running, succeeded, dead, cancelled)", s)
 		}
 	}
 	return out, nil
@@ -133,7 +133,7 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		fmt.Fprintln(e.stdout, counts.freshness())
 		stats := counts.Queues
-		states := []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}
+		states := []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled, jobs.StateBlocked}
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprint(tw, "queue\tkind\t")
 		for _, s := range states {
@@ -284,6 +284,11 @@ func ctlShow(fs *flag.FlagSet) func(*env, []string) error {
 				continue
 			}
 			showJob(e.stdout, j)
+			parents, dependents, more, err := e.q.Relatives(e.ctx, j, maxShownDependents)
+			if err != nil {
+				return err
+			}
+			showRelatives(e.stdout, parents, dependents, more)
 		}
 		if len(missing) > 0 {
 			return usageError{fmt.Errorf("no job with id %s", strings.Join(missing, ", "))}
@@ -293,11 +298,11 @@ func ctlShow(fs *flag.FlagSet) func(*env, []string) error {
 }
 
 // showJob prints one job for a person: its fields, each attempt's error,
-// its args.
+// its args and result.
 // Every value is shown (escaped), the args' JSON too.
 func showJob(w io.Writer, j queue.JobSummary) {
 	fmt.Fprintf(w, "job %s\n", idLabel(j.JobID))
-	for _, f := range []string{"kind", "queue", "state", "priority", "attempt", "maxAttempts", "runAt", "createdAt", "updatedAt", "finishedAt", "owner", "uniqueKey", "finishedUniqueKey", "uniquePeriodKey", "uniqueUntil", "cancelRequestedAt"} {
+	for _, f := range []string{"kind", "queue", "state", "priority", "attempt", "maxAttempts", "runAt", "createdAt", "updatedAt", "finishedAt", "owner", "uniqueKey", "finishedUniqueKey", "uniquePeriodKey", "uniqueUntil", "cancelRequestedAt", "runAnyway", "linking"} {
 		if v := j.Raw.Lookup(f); v.Type != 0 {
 			fmt.Fprintf(w, "  %-18s %s\n", f+":", shown(showValue(v)))
 		}
@@ -317,10 +322,12 @@ func showJob(w io.Writer, j queue.JobSummary) {
 				shown(showValue(d.Lookup("owner"))), shown(showValue(d.Lookup("message"))))
 		}
 	}
-	if args := j.Raw.Lookup("args"); args.Type != 0 {
-		b, err := bson.MarshalExtJSON(bson.D{{Key: "args", Value: args}}, false, false)
-		if err == nil {
-			fmt.Fprintf(w, "  args:              %s\n", shown(strings.TrimSuffix(strings.TrimPrefix(string(b), `{"args":`), "}")))
+	for _, f := range []string{"args", "result"} {
+		if v := j.Raw.Lookup(f); v.Type != 0 {
+			b, err := bson.MarshalExtJSON(bson.D{{Key: f, Value: v}}, false, false)
+			if err == nil {
+				fmt.Fprintf(w, "  %-18s %s\n", f+":", shown(strings.TrimSuffix(strings.TrimPrefix(string(b), `{"`+f+`":`), "}")))
+			}
 		}
 	}
 }

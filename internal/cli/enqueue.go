@@ -165,6 +165,15 @@ func insertOptsFlags(fs *flag.FlagSet, o *queue.InsertOpts) *string {
 	fs.IntVar(&o.MaxAttempts, "max-attempts", 0, "attempts before the job is dead (default 25)")
 	fs.StringVar(&o.UniqueKey, "unique-key", "", "while a job with this key is unfinished, return its id instead")
 	fs.DurationVar(&o.UniqueFor, "unique-for", 0, "with --unique-key: hold the key for this period (cut on the epoch: 1h from the hour), finished or not, instead of while its job is unfinished")
+	fs.Func("after", "ids of jobs, comma-separated (repeatable), that must all succeed before this one runs; one that ends dead or cancelled cancels it (see docs/WORKFLOWS.md)", func(s string) error {
+		for _, id := range strings.Split(s, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				o.After = append(o.After, id)
+			}
+		}
+		return nil
+	})
+	fs.BoolVar(&o.AfterRunAnyway, "after-run-anyway", false, "with --after: run once every parent has finished, however it ended")
 	return fs.String("run-at", "", "run no sooner than this time (RFC 3339)")
 }
 

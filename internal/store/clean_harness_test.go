@@ -81,20 +81,25 @@ func (b bundle) claimID(t *testing.T, id string) *jobs.Job {
 	return j
 }
 
+// end ends the claimed job j in state s, with its lease.
+func (b bundle) end(t *testing.T, j *jobs.Job, s jobs.State) {
+	t.Helper()
+	switch s {
+	case jobs.StateSucceeded:
+		require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
+	case jobs.StateDead:
+		_, err := store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
+		require.NoError(t, err)
+	case jobs.StateCancelled:
+		require.NoError(t, store.Of(b.q).Cancelled(b.ctx, store.LeaseOf(j), j, "stop"))
+	}
+}
+
 // finishAs ends the jobs ids in state s, 48 h ago.
 func (b bundle) finishAs(t *testing.T, s jobs.State, ids ...string) {
 	t.Helper()
 	for range ids {
-		j := b.claim(t, claimAll)
-		switch s {
-		case jobs.StateSucceeded:
-			require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
-		case jobs.StateDead:
-			_, err := store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, jobs.Permanent(errors.New("bad")))
-			require.NoError(t, err)
-		case jobs.StateCancelled:
-			require.NoError(t, store.Of(b.q).Cancelled(b.ctx, store.LeaseOf(j), j, "stop"))
-		}
+		b.end(t, b.claim(t, claimAll), s)
 	}
 	_, err := store.Of(b.q).Collection().UpdateMany(b.ctx, bson.M{"_id": bson.M{"$in": ids}},
 		bson.M{"$set": bson.M{"finishedAt": time.Now().Add(-48 * time.Hour)}})

@@ -91,8 +91,9 @@ func (c *Store) renew(ctx context.Context, l Lease, update bson.D, out any) erro
 
 // finish returns the update that moves a job to the final state s at t,
 // freeing its unique key, its slot of a bounded queue's capacity and its
-// run slots of concurrency limits (limit.go). Every write that finishes a
-// job uses it.
+// run slots of concurrency limits (limit.go), and marking the outcome due
+// to the jobs that wait for it (deps.go). Every write that finishes a job
+// uses it.
 func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 	set = append(set,
 		bson.E{Key: "state", Value: s},
@@ -105,18 +106,24 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 			{Key: "leaseExpiresAt", Value: ""}, {Key: capacitySlotField, Value: ""},
 			{Key: kindRunSlotField, Value: ""}, {Key: queueRunSlotField, Value: ""},
 		}},
-		{Key: "$rename", Value: bson.D{{Key: "uniqueKey", Value: "finishedUniqueKey"}}},
+		{Key: "$rename", Value: bson.D{
+			{Key: "uniqueKey", Value: "finishedUniqueKey"},
+			// A job others wait for: its outcome is now due to them (deps.go).
+			{Key: dependentsField, Value: dependentsDueField},
+		}},
 	}
 }
 
-// Complete marks the job l holds succeeded. On a Store made by
-// WithBatchedCompletion, the write joins concurrent completions in one
-// updateMany; the outcome is the same.
+// Complete marks the job l holds succeeded, storing the result that ctx
+// carries (WithResult), if any. On a Store made by WithBatchedCompletion,
+// a completion without a result joins concurrent ones in one updateMany;
+// the outcome is the same.
 func (c *Store) Complete(ctx context.Context, l Lease) error {
-	if c.completions != nil {
+	result := resultOf(ctx) // results.go: written alone, with its own job
+	if c.completions != nil && result == nil {
 		return c.completions.complete(ctx, l)
 	}
-	err := c.fencedUpdate(ctx, "complete", l, finish(jobs.StateSucceeded, c.now()))
+	err := c.fencedUpdate(ctx, "complete", l, finish(jobs.StateSucceeded, c.now(), result...))
 	if errors.Is(err, ErrLeaseLost) {
 		// A try of this write whose reply was lost may have been applied:
 		// only this attempt writes succeeded under its token.

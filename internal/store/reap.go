@@ -279,13 +279,15 @@ func (c *Store) Clean(ctx context.Context, s jobs.State, age time.Duration, limi
 	t := c.now()
 	eligible := bson.E{Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: t.Add(-age)}}}
 	// A job whose unique key holds over a period is kept until the period
-	// ends: deleting it would let a second job with the key in.
+	// ends: deleting it would let a second job with the key in. A job whose
+	// dependents have not been told of its outcome is kept until they are
+	// (notDue, deps.go).
 	periodOver := bson.E{Key: "$or", Value: bson.A{
 		bson.D{{Key: "uniqueUntil", Value: bson.D{{Key: "$exists", Value: false}}}},
 		bson.D{{Key: "uniqueUntil", Value: bson.D{{Key: "$lte", Value: t}}}},
 	}}
 	cur, err := c.coll.Find(ctx,
-		bson.D{{Key: "state", Value: s}, eligible, periodOver},
+		bson.D{{Key: "state", Value: s}, eligible, periodOver, notDue},
 		options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return 0, fmt.Errorf("queue: find %s jobs to clean: %w", s, err)
@@ -308,7 +310,7 @@ func (c *Store) Clean(ctx context.Context, s jobs.State, age time.Duration, limi
 	// _id first: MongoDB plans it on the _id index in any order; a server
 	// that evaluates a filter key by key (server.go) rules out all but the
 	// batch before it looks at the other keys.
-	r, err := c.coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}, {Key: "state", Value: s}, eligible, periodOver})
+	r, err := c.coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}, {Key: "state", Value: s}, eligible, periodOver, notDue})
 	if err != nil {
 		return 0, fmt.Errorf("queue: clean %s jobs: %w", s, err)
 	}

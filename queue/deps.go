@@ -1,0 +1,692 @@
+package queue
+
+// Dependencies: jobs that wait for other jobs (docs/WORKFLOWS.md).
+//
+// A job enqueued with InsertOpts.After is inserted blocked, which no claim
+// matches, with after (its parents, as given), waitingOn (the parents that
+// have not succeeded yet) and linking: true. Without transactions, three
+// steps keep the documents consistent. Each is a write conditioned on what
+// made it right, each is safe to repeat, and a process may stall or die
+// before any of them, with a pass of the leader to finish what it left:
+//
+//  1. link (the enqueuer, after the insert; else the leader's pass once the
+//     job has been linking for a grace period): mark each parent with
+//     dependents: true (a finished one with dependentsDue too, so that
+//     retention keeps it until it is settled), then read the parents'
+//     states and apply those that have finished to the job, then unset
+//     linking. A parent read unfinished was marked before it was read, so
+//     its finishing write sees the mark.
+//  2. the parent's finishing write (finish, lease.go) renames dependents to
+//     dependentsDue: a flag on the jobs that have dependents only, set by
+//     the very write that records the outcome, so nothing falls between.
+//  3. settle (the parent's worker right after its finishing write; else
+//     the leader's pass): apply the parent's outcome to the blocked jobs
+//     whose waitingOn holds it ($pull it when it succeeded, or for a job
+//     that runs anyway; cancel the job otherwise), turn available those
+//     whose waitingOn is now empty, then rename dependentsDue back to
+//     dependents, conditioned on the state that was settled.
+//
+// Exactly once: a blocked job turns available only by a write conditioned
+// on state blocked and an empty waitingOn; nothing makes a job blocked but
+// its insert and an operator's retry; a $pull of one parent's id changes
+// nothing the second time. A dependent cancelled here is finished by
+// finish, so its own dependents are settled the same way: the settle goes
+// on down the graph (settleDown), and whatever a stopped process left is
+// flagged due for the leader's pass.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/docketq/docket/internal/store"
+	"github.com/docketq/docket/jobs"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
+)
+
+// The fields of the dependency protocol (the bson names of jobs.Job's
+// After, WaitingOn, RunAnyway, Linking and Dependents).
+const (
+	afterField         = "after"
+	waitingOnField     = "waitingOn"
+	runAnywayField     = "runAnyway"
+	linkingField       = store.LinkingField
+	dependentsField    = store.DependentsField
+	dependentsDueField = store.DependentsDueField
+)
+
+// MaxAfter is the most parents one job may wait for.
+const MaxAfter = 1000
+
+// DefaultLinkGrace is how long a blocked job may stay linking (its
+// enqueuer between its insert and its link) before the leader's pass links
+// it instead.
+const DefaultLinkGrace = time.Minute
+
+// unfinishedStates are the states of a job that has not ended, as a
+// filter's $in: a blocked job holds its slot of a bounded queue's
+// capacity (capacity.go) while it waits, as an available one does.
+var unfinishedStates = bson.A{jobs.StateBlocked, jobs.StateAvailable, jobs.StateRunning}
+
+// finishedStates are the final states, as a filter's $in.
+var finishedStates = bson.A{jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}
+
+// depsStepKey is the context key of a test's hook that runs after each
+// write of a link or a settle, named by step; an error it returns stops
+// the link or settle there, as if its process had died.
+type depsStepKey struct{}
+
+// depsStep runs the test hook of ctx after the write step, if any.
+func depsStep(ctx context.Context, step string) error {
+	if hook, ok := ctx.Value(depsStepKey{}).(func(context.Context, string) error); ok {
+		return hook(ctx, step)
+	}
+	return nil
+}
+
+// runningKey is the context key of the job whose handler runs under a
+// context (WithRunningJob).
+type runningKey struct{}
+
+type runningJob struct {
+	id     string
+	marked *atomic.Bool
+}
+
+// WithRunningJob returns ctx for the handler of the job with id, which a
+// worker runs: a job enqueued under it that waits for that job sets
+// marked once the job is marked as having dependents. The claimed job
+// did not say so, and the worker then knows to settle its dependents
+// right after its finishing write, rather than leaving them to the
+// leader's pass.
+func WithRunningJob(ctx context.Context, id string, marked *atomic.Bool) context.Context {
+	return context.WithValue(ctx, runningKey{}, runningJob{id: id, marked: marked})
+}
+
+// checkAfter validates the parents of a job with id (empty: a new id).
+func checkAfter(after []string, id string) (string, string) {
+	if len(after) > MaxAfter {
+		return "after", fmt.Sprintf("%d parents is over the limit of %d", len(after), MaxAfter)
+	}
+	seen := make(map[string]bool, len(after))
+	for i, p := range after {
+		if problem := jobs.NameProblem(p, jobs.MaxNameBytes); problem != "" {
+			return fmt.Sprintf("after[%d]", i), problem
+		}
+		if seen[p] {
+			return fmt.Sprintf("after[%d]", i), fmt.Sprintf("%q is named twice", p)
+		}
+		if p == id {
+			return fmt.Sprintf("after[%d]", i), fmt.Sprintf("%q is the job's own id: a job cannot wait for itself", p)
+		}
+		seen[p] = true
+	}
+	return "", ""
+}
+
+// dependent is a blocked job to link: its id as stored and the parents it
+// waits for.
+type dependent struct {
+	id        any
+	waitingOn []string
+	runAnyway bool
+}
+
+// linkInserted links the jobs of docs that wait for parents and that
+// results say are in the collection. A failure is logged, not returned:
+// the jobs are in, still linking, and the leader's pass links them.
+func (c *Client) linkInserted(ctx context.Context, docs []*jobs.Job, results []Result) {
+	var ds []dependent
+	for i, d := range docs {
+		r := results[i]
+		// A job found there (Existed) was inserted by an earlier enqueue,
+		// which linked it or left it to the leader's pass.
+		if len(d.After) == 0 || r.Err != nil || r.Duplicate || r.Existed {
+			continue
+		}
+		ds = append(ds, dependent{id: d.ID, waitingOn: d.WaitingOn, runAnyway: d.RunAnyway})
+	}
+	if len(ds) == 0 {
+		return
+	}
+	if err := c.link(ctx, ds); err != nil {
+		c.log.Warn("enqueued jobs that wait for others could not be linked to their parents; the leader's pass links them",
+			zap.Int("jobs", len(ds)), zap.Error(err))
+	}
+}
+
+// link makes the parents of ds know of them and applies to each the
+// outcome of its parents that have finished (steps 1 of the protocol).
+func (c *Client) link(ctx context.Context, ds []dependent) error {
+	var parents bson.A
+	seen := map[string]bool{}
+	for _, d := range ds {
+		for _, p := range d.waitingOn {
+			if !seen[p] {
+				seen[p] = true
+				parents = append(parents, p)
+			}
+		}
+	}
+	if len(parents) > 0 {
+		// Marked before they are read: a parent read unfinished below
+		// finishes after the mark, and its finishing write flags it due.
+		// One that has finished is flagged due at once, so that
+		// retention keeps it until it is settled: a parent read missing
+		// below either never was or was deleted before the mark (or,
+		// settled since, the job no longer waits for it).
+		if _, err := c.coll.UpdateMany(ctx, bson.D{
+			{Key: "_id", Value: bson.D{{Key: "$in", Value: parents}}},
+			{Key: "state", Value: bson.D{{Key: "$nin", Value: finishedStates}}},
+			{Key: dependentsField, Value: bson.D{{Key: "$ne", Value: true}}},
+		}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsField, Value: true}}}}); err != nil {
+			return fmt.Errorf("queue: mark the parents of %d jobs: %w", len(ds), err)
+		}
+		if _, err := c.coll.UpdateMany(ctx, bson.D{
+			{Key: "_id", Value: bson.D{{Key: "$in", Value: parents}}},
+			{Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}},
+			{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}},
+		}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsDueField, Value: true}}}}); err != nil {
+			return fmt.Errorf("queue: mark the parents of %d jobs: %w", len(ds), err)
+		}
+		if r, ok := ctx.Value(runningKey{}).(runningJob); ok && seen[r.id] {
+			r.marked.Store(true)
+		}
+		if err := depsStep(ctx, "link:mark"); err != nil {
+			return err
+		}
+	}
+	states, err := c.statesOf(ctx, parents)
+	if err != nil {
+		return fmt.Errorf("queue: read the parents of %d jobs: %w", len(ds), err)
+	}
+	t := c.now()
+	all := make(bson.A, 0, len(ds))
+	var maybeReady bson.A
+	for _, d := range ds {
+		all = append(all, d.id)
+		var resolved []string
+		cause, culprit := "", ""
+		for _, p := range d.waitingOn {
+			st, found := states[p]
+			switch {
+			case st == jobs.StateSucceeded:
+				resolved = append(resolved, p)
+			case !found || st == jobs.StateDead || st == jobs.StateCancelled:
+				if d.runAnyway {
+					resolved = append(resolved, p)
+				} else if cause == "" {
+					cause, culprit = parentEnded(p, st, found), p
+				}
+			}
+		}
+		mine := bson.D{{Key: "_id", Value: d.id}, {Key: "state", Value: jobs.StateBlocked}}
+		switch {
+		case cause != "":
+			// Only while the job still waits for that parent: one that
+			// succeeded and was settled, then deleted, was pulled.
+			if err := c.cancelBlocked(ctx, append(slices.Clone(mine), bson.E{Key: waitingOnField, Value: culprit}), t, cause); err != nil {
+				return err
+			}
+		case len(resolved) > 0:
+			// $pullAll, not $pull with $in: devdb (FerretDB v1) accepts
+			// the latter and removes nothing.
+			_, err := c.coll.UpdateOne(ctx, append(slices.Clone(mine), bson.E{Key: waitingOnField, Value: bson.D{{Key: "$type", Value: "array"}}}), bson.D{
+				{Key: "$pullAll", Value: bson.D{{Key: waitingOnField, Value: resolved}}},
+				{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: t}}},
+			})
+			if err != nil {
+				return fmt.Errorf("queue: link job %v: %w", d.id, err)
+			}
+			maybeReady = append(maybeReady, d.id)
+		default:
+			continue
+		}
+		if err := depsStep(ctx, "link:apply"); err != nil {
+			return err
+		}
+	}
+	if len(maybeReady) > 0 {
+		if err := c.release(ctx, bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: maybeReady}}}, t); err != nil {
+			return err
+		}
+		if err := depsStep(ctx, "link:ready"); err != nil {
+			return err
+		}
+	}
+	// Last: a job is linking until every step above is done, so the
+	// leader's pass redoes a link that stopped anywhere before.
+	if _, err := c.coll.UpdateMany(ctx, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: all}}},
+		{Key: linkingField, Value: true},
+	}, bson.D{{Key: "$unset", Value: bson.D{{Key: linkingField, Value: ""}}}}); err != nil {
+		return fmt.Errorf("queue: link %d jobs: %w", len(ds), err)
+	}
+	return depsStep(ctx, "link:done")
+}
+
+// parentEnded says why a job waiting for parent p is cancelled: p ended
+// in state st, or (found false) is not in the collection.
+func parentEnded(p string, st jobs.State, found bool) string {
+	if !found {
+		return fmt.Sprintf("cancelled: parent %s is not in the collection (never enqueued, or deleted)", p)
+	}
+	return fmt.Sprintf("cancelled: parent %s ended %s", p, st)
+}
+
+// statesOf reads the state of each of ids that is in the collection (a
+// state of another type reads as "").
+func (c *Client) statesOf(ctx context.Context, ids bson.A) (map[string]jobs.State, error) {
+	out := make(map[string]jobs.State, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}}))
+	if err != nil {
+		return nil, err
+	}
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		if id, ok := d.Lookup("_id").StringValueOK(); ok {
+			st, _ := d.Lookup("state").StringValueOK()
+			out[id] = jobs.State(st)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// cancelBlocked cancels the blocked jobs filter matches, recording why.
+// filter must hold state: blocked.
+func (c *Client) cancelBlocked(ctx context.Context, filter bson.D, t time.Time, why string) error {
+	e := jobs.AttemptError{At: t, Message: why}
+	update := store.Finish(jobs.StateCancelled, t)
+	update = unsetAlso(update, linkingField)
+	// A job's errors is an array: the reason is pushed. One that another
+	// app wrote as something else gets an array holding the reason.
+	if _, err := c.coll.UpdateMany(ctx, append(slices.Clone(filter), bson.E{Key: "errors", Value: bson.D{{Key: "$type", Value: "array"}}}),
+		append(update, bson.E{Key: "$push", Value: bson.D{{Key: "errors", Value: e}}})); err != nil {
+		return fmt.Errorf("queue: cancel the dependents (%s): %w", why, err)
+	}
+	if _, err := c.coll.UpdateMany(ctx, filter, setAlso(update, bson.E{Key: "errors", Value: bson.A{e}})); err != nil {
+		return fmt.Errorf("queue: cancel the dependents (%s): %w", why, err)
+	}
+	return nil
+}
+
+// release makes available the blocked jobs that match match and wait for
+// no parent any more.
+func (c *Client) release(ctx context.Context, match bson.E, t time.Time) error {
+	_, err := c.coll.UpdateMany(ctx, bson.D{
+		match,
+		{Key: "state", Value: jobs.StateBlocked},
+		{Key: waitingOnField, Value: bson.D{{Key: "$size", Value: 0}}},
+	}, bson.D{
+		{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "updatedAt", Value: t}}},
+		{Key: "$unset", Value: bson.D{{Key: linkingField, Value: ""}}},
+	})
+	if err != nil {
+		return fmt.Errorf("queue: make ready the jobs whose parents succeeded: %w", err)
+	}
+	return nil
+}
+
+// unsetAlso returns update with fields added to its $unset.
+func unsetAlso(update bson.D, fields ...string) bson.D {
+	out := slices.Clone(update)
+	for i, op := range out {
+		if op.Key == "$unset" {
+			d := slices.Clone(op.Value.(bson.D))
+			for _, f := range fields {
+				d = append(d, bson.E{Key: f, Value: ""})
+			}
+			out[i].Value = d
+		}
+	}
+	return out
+}
+
+// setAlso returns update with e added to its $set.
+func setAlso(update bson.D, e bson.E) bson.D {
+	out := slices.Clone(update)
+	for i, op := range out {
+		if op.Key == "$set" {
+			out[i].Value = append(slices.Clone(op.Value.(bson.D)), e)
+		}
+	}
+	return out
+}
+
+// SettleDependentsOf tells the jobs that wait for the job with id of its
+// outcome, if it has finished and they have not been told yet: when it
+// succeeded, each stops waiting for it and runs once it waits for no other
+// job; when it ended dead or cancelled, each is cancelled, with why,
+// unless it runs anyway. It reports whether there was anything to settle.
+// Workers call it right after finishing a job that has dependents, and the
+// leader's reaper for any job left due (SettleDependents); it is safe to
+// call any number of times, from any number of processes at once.
+func (c *Client) SettleDependentsOf(ctx context.Context, id string) (bool, error) {
+	return c.settleDown(ctx, id)
+}
+
+// settleDown settles the dependents of the job with id, then those of the
+// dependents that this cancelled, and so on down the graph, so that one
+// call carries a cancel to every descendant. It reports whether the job
+// itself had dependents due.
+func (c *Client) settleDown(ctx context.Context, id any) (bool, error) {
+	first := true
+	var had bool
+	for next := []any{id}; len(next) > 0; {
+		id := next[0]
+		next = next[1:]
+		st, ok, err := c.settle(ctx, id)
+		if err != nil {
+			return had, err
+		}
+		if first {
+			had, first = ok, false
+		}
+		if !ok || st == jobs.StateSucceeded {
+			continue
+		}
+		cur, err := c.coll.Find(ctx, bson.D{
+			{Key: afterField, Value: id}, {Key: "state", Value: jobs.StateCancelled},
+			{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
+		}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+		if err != nil {
+			return had, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
+		}
+		if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+			next = append(next, d.Lookup("_id"))
+			return nil
+		}); err != nil {
+			return had, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
+		}
+	}
+	return had, nil
+}
+
+// settleNow settles the dependents of the job with id, which was just
+// finished; a failure is logged: the job is left due, and the leader's
+// pass settles it.
+func (c *Client) settleNow(ctx context.Context, id any) {
+	if _, err := c.settleDown(ctx, id); err != nil {
+		c.log.Warn("telling a finished job's dependents failed; the leader's pass does it", zap.Any("job_id", asID(id)), zap.Error(err))
+	}
+}
+
+// notDue matches the jobs whose outcome is not due to dependents:
+// retention and deletes leave the others alone, which would strand the
+// jobs waiting for them.
+var notDue = store.NotDue
+
+// settle tells the dependents of the job with id (of any type) of its
+// outcome st, if it has finished and they have not been told; ok reports
+// whether it had.
+func (c *Client) settle(ctx context.Context, id any) (st jobs.State, ok bool, err error) {
+	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
+		options.FindOne().SetProjection(bson.D{{Key: "state", Value: 1}})).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return st, false, nil
+	}
+	if err != nil {
+		return st, false, fmt.Errorf("queue: read job %v to settle its dependents: %w", id, err)
+	}
+	s, _ := raw.Lookup("state").StringValueOK()
+	st = jobs.State(s)
+	if !st.Finished() {
+		// Retried before its dependents were told: they wait for the
+		// retry's outcome, which its finishing write leaves due.
+		return st, false, nil
+	}
+	t := c.now()
+	waiting := bson.D{
+		{Key: afterField, Value: id},
+		{Key: "state", Value: jobs.StateBlocked},
+		{Key: waitingOnField, Value: bson.D{{Key: "$type", Value: "array"}, {Key: "$in", Value: bson.A{id}}}},
+	}
+	pull := bson.D{
+		{Key: "$pull", Value: bson.D{{Key: waitingOnField, Value: id}}},
+		{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: t}}},
+	}
+	if st == jobs.StateSucceeded {
+		if _, err := c.coll.UpdateMany(ctx, waiting, pull); err != nil {
+			return st, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
+		}
+	} else {
+		if _, err := c.coll.UpdateMany(ctx, append(slices.Clone(waiting), bson.E{Key: runAnywayField, Value: true}), pull); err != nil {
+			return st, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
+		}
+		if err := depsStep(ctx, "settle:pull"); err != nil {
+			return st, false, err
+		}
+		why := fmt.Sprintf("cancelled: parent %v ended %s", asID(id), st)
+		if err := c.cancelBlocked(ctx, append(slices.Clone(waiting), bson.E{Key: runAnywayField, Value: bson.D{{Key: "$ne", Value: true}}}), t, why); err != nil {
+			return st, false, err
+		}
+	}
+	if err := depsStep(ctx, "settle:"+string(st)); err != nil {
+		return st, false, err
+	}
+	if err := c.release(ctx, bson.E{Key: afterField, Value: id}, t); err != nil {
+		return st, false, err
+	}
+	if err := depsStep(ctx, "settle:ready"); err != nil {
+		return st, false, err
+	}
+	// Done, for this outcome: a retry that finished again since, in
+	// another state, is left due for the next settle.
+	if _, err := c.coll.UpdateOne(ctx, bson.D{
+		{Key: "_id", Value: id}, {Key: "state", Value: st}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
+	}, bson.D{{Key: "$rename", Value: bson.D{{Key: dependentsDueField, Value: dependentsField}}}}); err != nil {
+		return st, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
+	}
+	return st, true, depsStep(ctx, "settle:done")
+}
+
+// asID shows an id read as a bson.RawValue as its string when it is one.
+func asID(id any) any {
+	if v, ok := id.(bson.RawValue); ok {
+		if s, ok := v.StringValueOK(); ok {
+			return s
+		}
+	}
+	return id
+}
+
+// DepsResult counts what one SettleDependents pass did.
+type DepsResult struct {
+	// Settled counts the finished jobs whose dependents were told of
+	// their outcome.
+	Settled int
+	// Linked counts the blocked jobs linked to their parents in place of
+	// an enqueuer that stopped before it did.
+	Linked int
+	// Buried counts the blocked jobs whose parents could not be read
+	// (written by another app), now dead with why.
+	Buried int
+}
+
+// SettleDependents is the leader's pass over dependencies: it settles
+// (SettleDependentsOf) up to limit finished jobs whose dependents have not
+// been told of their outcome, as when the worker that finished one stopped
+// before it did, and links up to limit blocked jobs that have been linking
+// for more than linkGrace, as when their enqueuer stopped between the
+// insert and the link. Safe to run from many processes at once.
+func (c *Client) SettleDependents(ctx context.Context, linkGrace time.Duration, limit int) (DepsResult, error) {
+	var res DepsResult
+	cur, err := c.coll.Find(ctx, bson.D{
+		{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
+		{Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}},
+	}, options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return res, fmt.Errorf("queue: find jobs whose dependents are due: %w", err)
+	}
+	var due []bson.RawValue
+	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+		if id, err := d.LookupErr("_id"); err == nil {
+			due = append(due, id)
+		}
+		return nil
+	}); err != nil {
+		return res, fmt.Errorf("queue: find jobs whose dependents are due: %w", err)
+	}
+	for _, id := range due {
+		ok, err := c.settleDown(ctx, id)
+		if err != nil {
+			return res, err
+		}
+		if ok {
+			res.Settled++
+		}
+	}
+
+	t := c.now()
+	cur, err = c.coll.Find(ctx, bson.D{
+		{Key: linkingField, Value: true},
+		{Key: "state", Value: jobs.StateBlocked},
+		// Missing or of another type counts as old.
+		{Key: "updatedAt", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: t.Add(-linkGrace)}}}}},
+	}, options.Find().SetLimit(int64(limit)).SetProjection(bson.D{
+		{Key: afterField, Value: 1}, {Key: waitingOnField, Value: 1}, {Key: runAnywayField, Value: 1},
+	}))
+	if err != nil {
+		return res, fmt.Errorf("queue: find blocked jobs left linking: %w", err)
+	}
+	var ds []dependent
+	var bad []bson.Raw
+	var fills []mongo.WriteModel
+	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+		dep, fill, ok := readDependent(d)
+		switch {
+		case !ok:
+			bad = append(bad, slices.Clone(d))
+		case fill != nil:
+			fills = append(fills, mongo.NewUpdateOneModel().SetFilter(bson.D{
+				{Key: "_id", Value: dep.id}, {Key: "state", Value: jobs.StateBlocked}, {Key: fill[0].Key, Value: nil},
+			}).SetUpdate(bson.D{{Key: "$set", Value: fill}}))
+			fallthrough
+		default:
+			ds = append(ds, dep)
+		}
+		return nil
+	}); err != nil {
+		return res, fmt.Errorf("queue: find blocked jobs left linking: %w", err)
+	}
+	if len(fills) > 0 {
+		// Settling matches after and pulls from waitingOn: a job written
+		// with one of them gets the other first.
+		if _, err := c.coll.BulkWrite(ctx, fills); err != nil {
+			return res, fmt.Errorf("queue: fill in the parents of blocked jobs: %w", err)
+		}
+	}
+	for _, d := range bad {
+		if err := c.buryBlocked(ctx, d, t); err != nil {
+			return res, err
+		}
+		res.Buried++
+	}
+	if len(ds) > 0 {
+		if err := c.link(ctx, ds); err != nil {
+			return res, err
+		}
+		res.Linked = len(ds)
+		c.log.Info("linked blocked jobs whose enqueuer stopped before it did", zap.Int("jobs", len(ds)))
+	}
+	return res, nil
+}
+
+// readDependent reads a blocked job's parents from d: waitingOn and
+// after, arrays of non-empty strings, the first within the second, one of
+// them missing or null standing for the other; runAnyway a boolean or
+// missing. ok is false when they are not so (another app wrote them).
+// fill is the $set that writes the one that stands for the other.
+func readDependent(d bson.Raw) (dep dependent, fill bson.D, ok bool) {
+	dep.id = d.Lookup("_id")
+	read := func(field string) ([]string, bool, bool) {
+		v, err := d.LookupErr(field)
+		if err != nil || v.Type == bson.TypeNull {
+			return nil, false, true
+		}
+		ids, ok := stringIDs(v)
+		return ids, true, ok
+	}
+	waiting, hasWaiting, okWaiting := read(waitingOnField)
+	after, hasAfter, okAfter := read(afterField)
+	switch {
+	case !okWaiting || !okAfter || (!hasWaiting && !hasAfter):
+		return dep, nil, false
+	case !hasWaiting:
+		waiting = after
+		fill = bson.D{{Key: waitingOnField, Value: after}}
+	case !hasAfter:
+		after = waiting
+		fill = bson.D{{Key: afterField, Value: waiting}}
+	}
+	for _, p := range waiting {
+		if !slices.Contains(after, p) {
+			return dep, nil, false
+		}
+	}
+	dep.waitingOn = waiting
+	if r, err := d.LookupErr(runAnywayField); err == nil && r.Type != bson.TypeNull {
+		b, ok := r.BooleanOK()
+		if !ok {
+			return dep, nil, false
+		}
+		dep.runAnyway = b
+	}
+	return dep, fill, true
+}
+
+// stringIDs reads v as an array of non-empty strings.
+func stringIDs(v bson.RawValue) ([]string, bool) {
+	arr, ok := v.ArrayOK()
+	if !ok {
+		return nil, false
+	}
+	vals, err := arr.Values()
+	if err != nil {
+		return nil, false
+	}
+	out := make([]string, 0, len(vals))
+	for _, e := range vals {
+		s, ok := e.StringValueOK()
+		if !ok || s == "" {
+			return nil, false
+		}
+		out = append(out, s)
+	}
+	return out, true
+}
+
+// buryBlocked ends dead the blocked job d, whose parents cannot be read,
+// saying why; conditioned on it still being blocked and linking.
+func (c *Client) buryBlocked(ctx context.Context, d bson.Raw, t time.Time) error {
+	id := d.Lookup("_id")
+	why := fmt.Sprintf("dead: a blocked job must name its parents in %s and %s (or one of them) as arrays of job ids (strings), the first within the second, and %s must be true, false or missing; found %s %s, %s %s, %s %s",
+		afterField, waitingOnField, runAnywayField,
+		waitingOnField, shown(d, waitingOnField), afterField, shown(d, afterField), runAnywayField, shown(d, runAnywayField))
+	filter := bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateBlocked}, {Key: linkingField, Value: true}}
+	update := unsetAlso(store.Finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: why}}}), linkingField)
+	if _, err := c.coll.UpdateOne(ctx, filter, update); err != nil {
+		return fmt.Errorf("queue: bury blocked job %v: %w", id, err)
+	}
+	c.log.Warn("a blocked job's parents cannot be read; it is dead", zap.Any("job_id", asID(id)), zap.String("why", why))
+	return nil
+}
+
+// shown is field of d as extended JSON, or "missing".
+func shown(d bson.Raw, field string) string {
+	v, err := d.LookupErr(field)
+	if err != nil {
+		return "missing"
+	}
+	return v.String()
+}

@@ -1,0 +1,390 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/internal/store"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// The workflow harness: the counterpart, for dependencies, of
+// handlers/harness_test.go. A worker A finishes a parent and then stalls,
+// or dies, at one of its steps: right after its finishing write, or after
+// any write of the settle that tells the parent's dependents. While it is
+// stalled everything else happens: the leader's passes (SettleDependents),
+// other workers claiming and finishing every job they can (and settling
+// their own), and in half the runs retention deleting whatever it may
+// (the other half keep every job, so that a late write to one is seen). Then A resumes, with
+// what it read before the stall, or stays dead, and the world drains. The
+// same for an enqueuer that stalls or dies between a dependent's insert
+// and the steps of its link, while the parent finishes. Checked from the
+// database:
+//
+//   - no job ran before every parent had succeeded (or, for a job that
+//     runs anyway, finished): each run reads its parents as it starts;
+//   - no job ran twice;
+//   - every job ran whose parents all succeeded, and every other ended
+//     cancelled, with why; none is left blocked, linking or due.
+
+// flowShape is a workflow: jobs in insert order, each with its parents.
+type flowShape struct {
+	name   string
+	jobs   []flowJob
+	target string // the parent that A (or the late dependent) is about
+}
+
+type flowJob struct {
+	id     string
+	after  []string
+	dies   bool // its handler fails permanently
+	anyway bool
+}
+
+var flowShapes = []flowShape{
+	{name: "chain", target: "a", jobs: []flowJob{{id: "a"}, {id: "b", after: []string{"a"}}, {id: "c", after: []string{"b"}}}},
+	{name: "fan-in", target: "p1", jobs: []flowJob{{id: "p1"}, {id: "p2"}, {id: "p3"}, {id: "c", after: []string{"p1", "p2", "p3"}}}},
+	{name: "diamond", target: "a", jobs: []flowJob{
+		{id: "a"}, {id: "b1", after: []string{"a"}}, {id: "b2", after: []string{"a"}}, {id: "c", after: []string{"b1", "b2"}},
+	}},
+	{name: "failing-parent", target: "a", jobs: []flowJob{
+		{id: "a", dies: true}, {id: "b", after: []string{"a"}}, {id: "c", after: []string{"b"}},
+		{id: "d", after: []string{"a"}, anyway: true}, {id: "e", after: []string{"d", "c"}, anyway: true},
+	}},
+}
+
+// flowWorld is one run of the harness: its own database.
+type flowWorld struct {
+	b     bundle
+	shape flowShape
+
+	mu    sync.Mutex
+	runs  map[string]int
+	early []string
+	ended map[string]jobs.State // as the harness's workers ended them
+}
+
+func newFlowWorld(t *testing.T, shape flowShape) *flowWorld {
+	return &flowWorld{b: setup(t), shape: shape, runs: map[string]int{}, ended: map[string]jobs.State{}}
+}
+
+func (w *flowWorld) job(id string) flowJob {
+	for _, j := range w.shape.jobs {
+		if j.id == id {
+			return j
+		}
+	}
+	panic("no job " + id)
+}
+
+// insert enqueues the shape's jobs, those in skip aside, the target first
+// in claim order.
+func (w *flowWorld) insert(t *testing.T, skip string) {
+	t.Helper()
+	var ins []queue.Insert
+	for _, j := range w.shape.jobs {
+		if j.id == skip {
+			continue
+		}
+		prio := 0
+		if j.id == w.shape.target {
+			prio = 10
+		}
+		ins = append(ins, queue.Insert{Kind: "k", Opts: queue.InsertOpts{ID: j.id, After: j.after, AfterRunAnyway: j.anyway, Priority: prio}})
+	}
+	_, err := w.b.q.EnqueueMany(w.b.ctx, ins)
+	require.NoError(t, err)
+}
+
+// work runs the claimed job j as a handler would: it reads its parents
+// from the database as it starts, then its finishing write ends it.
+func (w *flowWorld) work(t *testing.T, j *jobs.Job) {
+	t.Helper()
+	fj := w.job(j.ID)
+	for _, p := range fj.after {
+		st := jobs.State("deleted")
+		if pj, err := w.b.q.Get(w.b.ctx, p); err == nil {
+			st = pj.State
+		} else {
+			require.ErrorIs(t, err, queue.ErrNotFound)
+			// Deleted by retention, which deletes finished jobs only, and
+			// only once they are settled.
+			w.mu.Lock()
+			switch {
+			case w.ended[p] == jobs.StateSucceeded:
+				st = jobs.StateSucceeded
+			case fj.anyway:
+				st = jobs.StateCancelled // or dead: finished, however
+			}
+			w.mu.Unlock()
+		}
+		if !(st == jobs.StateSucceeded || fj.anyway && st.Finished()) {
+			w.mu.Lock()
+			w.early = append(w.early, fmt.Sprintf("%s ran while parent %s was %s", j.ID, p, st))
+			w.mu.Unlock()
+		}
+	}
+	w.mu.Lock()
+	w.runs[j.ID]++
+	w.mu.Unlock()
+	end := jobs.StateSucceeded
+	if fj.dies {
+		end = jobs.StateDead
+		_, err := store.Of(w.b.q).Fail(w.b.ctx, store.LeaseOf(j), j, jobs.Permanent(errors.New("this step fails")))
+		require.NoError(t, err)
+	} else {
+		require.NoError(t, store.Of(w.b.q).Complete(w.b.ctx, store.LeaseOf(j)))
+	}
+	w.mu.Lock()
+	w.ended[j.ID] = end
+	w.mu.Unlock()
+}
+
+// drain is everyone but A until nothing moves: the leader's pass (with
+// no link grace: a link in progress is redone beside it), workers that
+// finish and settle every runnable job, and (with retention) retention
+// deleting every finished job it may.
+func (w *flowWorld) drain(t *testing.T, retention bool) {
+	t.Helper()
+	for range 200 {
+		got, err := w.b.q.SettleDependents(w.b.ctx, 0, 100)
+		require.NoError(t, err)
+		j, err := store.Of(w.b.q).Claim(w.b.ctx, claimAll)
+		require.NoError(t, err)
+		if j != nil {
+			w.work(t, j)
+			_, err := w.b.q.SettleDependentsOf(w.b.ctx, j.ID)
+			require.NoError(t, err)
+		}
+		for _, s := range []jobs.State{jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled} {
+			if retention {
+				w.cleanAll(t, s)
+			}
+		}
+		if j == nil && got == (queue.DepsResult{}) {
+			return
+		}
+	}
+	t.Fatal("the workflow did not settle in 200 rounds")
+}
+
+// cleanAll is retention with no age: it deletes every job finished in s
+// that it may.
+func (w *flowWorld) cleanAll(t *testing.T, s jobs.State) {
+	t.Helper()
+	_, err := store.Of(w.b.q).Collection().UpdateMany(w.b.ctx, bson.M{"state": s, "finishedAt": bson.M{"$gt": time.Now().Add(-time.Hour)}},
+		bson.M{"$set": bson.M{"finishedAt": time.Now().Add(-48 * time.Hour)}})
+	require.NoError(t, err)
+	_, err = store.Of(w.b.q).Clean(w.b.ctx, s, time.Hour, 100)
+	require.NoError(t, err)
+}
+
+// expected is what each job must have done: ran, or (false) ended
+// cancelled without running.
+func (w *flowWorld) expected() map[string]bool {
+	ran := map[string]bool{}
+	ok := map[string]bool{}
+	for _, j := range w.shape.jobs { // parents come first
+		runs := true // a job that runs anyway runs once every parent has ended, however
+		for _, p := range j.after {
+			if !ok[p] && !j.anyway {
+				runs = false
+			}
+		}
+		ran[j.id] = runs
+		ok[j.id] = runs && !j.dies
+	}
+	return ran
+}
+
+func (w *flowWorld) check(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	require.Empty(t, w.early, "jobs ran before their parents succeeded")
+	for id, ran := range w.expected() {
+		if ran {
+			require.Equal(t, 1, w.runs[id], "runs of %s", id)
+		} else {
+			require.Zero(t, w.runs[id], "runs of %s", id)
+		}
+	}
+	coll := store.Of(w.b.q).Collection()
+	for _, f := range []bson.M{
+		{"state": bson.M{"$in": bson.A{"blocked", "available", "running"}}},
+		{"linking": bson.M{"$exists": true}},
+		{"dependentsDue": bson.M{"$exists": true}},
+	} {
+		n, err := coll.CountDocuments(w.b.ctx, f)
+		require.NoError(t, err)
+		require.Zero(t, n, "jobs left matching %v", f)
+	}
+}
+
+// stepper stalls or kills a settle or a link at step index at (0 is the
+// first step it reports).
+type stepper struct {
+	at      int
+	kill    bool
+	n       int
+	steps   []string
+	stalled chan struct{}
+	resume  chan struct{}
+}
+
+var errKilled = errors.New("harness: killed")
+
+func newStepper(at int, kill bool) *stepper {
+	return &stepper{at: at, kill: kill, stalled: make(chan struct{}), resume: make(chan struct{})}
+}
+
+func (s *stepper) step(_ context.Context, name string) error {
+	k := s.n
+	s.n++
+	s.steps = append(s.steps, name)
+	if k != s.at {
+		return nil
+	}
+	if s.kill {
+		close(s.stalled)
+		return fmt.Errorf("%w after %s", errKilled, name)
+	}
+	close(s.stalled)
+	<-s.resume
+	return nil
+}
+
+// settleSteps is how many steps a settle of a parent ending in s reports,
+// with the step before it (A's finishing write done).
+func settleSteps(s jobs.State) int {
+	if s == jobs.StateSucceeded {
+		return 1 + 3 // finished; settle:succeeded, settle:ready, settle:done
+	}
+	return 1 + 4 // finished; settle:pull, settle:<state>, settle:ready, settle:done
+}
+
+func TestWorkflowHarnessSettle(t *testing.T) {
+	for _, shape := range flowShapes {
+		end := jobs.StateSucceeded
+		for _, j := range shape.jobs {
+			if j.id == shape.target && j.dies {
+				end = jobs.StateDead
+			}
+		}
+		for at := range settleSteps(end) {
+			for _, kill := range []bool{false, true} {
+				for _, retention := range []bool{false, true} {
+					mode := "stall"
+					if kill {
+						mode = "die"
+					}
+					if retention {
+						mode += "-retention"
+					}
+					t.Run(fmt.Sprintf("%s/%s-at-%d", shape.name, mode, at), func(t *testing.T) {
+						w := newFlowWorld(t, shape)
+						w.insert(t, "")
+						// A claims the target, runs it and makes its finishing write.
+						j, err := store.Of(w.b.q).Claim(w.b.ctx, claimAll)
+						require.NoError(t, err)
+						require.Equal(t, shape.target, j.ID)
+						require.True(t, j.Dependents)
+						w.work(t, j)
+
+						s := newStepper(at, kill)
+						done := make(chan error, 1)
+						go func() {
+							if err := s.step(w.b.ctx, "finished"); err != nil {
+								done <- err
+								return
+							}
+							_, err := w.b.q.SettleDependentsOf(queue.WithDepsStep(w.b.ctx, s.step), j.ID)
+							done <- err
+						}()
+						select {
+						case <-s.stalled:
+						case err := <-done:
+							t.Fatalf("the settle ended (%v) after steps %v, before step %d", err, s.steps, at)
+						}
+						w.drain(t, retention)
+						if !kill {
+							close(s.resume)
+						}
+						err = <-done
+						if kill {
+							require.ErrorIs(t, err, errKilled)
+						} else {
+							require.NoError(t, err)
+						}
+						require.Greater(t, len(s.steps), at, "the stall point was reached")
+						w.drain(t, retention)
+						w.check(t)
+					})
+				}
+			}
+		}
+	}
+}
+
+// linkSteps are the steps of the link of a dependent whose one parent is
+// unfinished at the link's read (link:mark, link:done), or has finished
+// (link:mark, link:apply, link:ready, link:done).
+const linkSteps = 4
+
+func TestWorkflowHarnessLink(t *testing.T) {
+	for _, shape := range flowShapes {
+		// The late dependent is the last job, enqueued on its own while
+		// its parents run.
+		late := shape.jobs[len(shape.jobs)-1]
+		for at := range linkSteps {
+			for _, kill := range []bool{false, true} {
+				mode := "stall"
+				if kill {
+					mode = "die"
+				}
+				t.Run(fmt.Sprintf("%s/%s-at-%d", shape.name, mode, at), func(t *testing.T) {
+					w := newFlowWorld(t, shape)
+					w.insert(t, late.id)
+					// Half the runs have a parent finished before the
+					// enqueue (the link applies it), half not.
+					// (Without retention: a parent deleted before its
+					// dependent is enqueued cancels it, TestDepInsertedAfterItsParentFinished.)
+					if at%2 == 1 {
+						w.drain(t, false)
+					}
+					s := newStepper(at, kill)
+					done := make(chan error, 1)
+					go func() {
+						_, err := w.b.q.Enqueue(queue.WithDepsStep(w.b.ctx, s.step), "k", nil,
+							queue.InsertOpts{ID: late.id, After: late.after, AfterRunAnyway: late.anyway})
+						done <- err
+					}()
+					select {
+					case <-s.stalled:
+						w.drain(t, true)
+						if !kill {
+							close(s.resume)
+						}
+					case err := <-done: // fewer steps than at: nothing to stall
+						require.NoError(t, err)
+						done <- nil
+					}
+					// The insert is in either way: a link that dies is
+					// logged, not returned (the pass finishes it).
+					require.NoError(t, <-done)
+					w.drain(t, true)
+					w.check(t)
+					require.True(t, slices.Contains(s.steps, "link:mark"))
+				})
+			}
+		}
+	}
+}

@@ -1,0 +1,12 @@
+package queue
+
+import "context"
+
+// WithDepsStep returns ctx carrying f, which runs after each write of a
+// link or a settle of dependencies made under ctx, given the step's name
+// ("link:mark", "link:apply", "link:ready", "settle:pull",
+// "settle:<state>", "settle:ready", "settle:done"); an error it returns
+// stops the link or settle there, as if its process had died.
+func WithDepsStep(ctx context.Context, f func(ctx context.Context, step string) error) context.Context {
+	return context.WithValue(ctx, depsStepKey{}, f)
+}
