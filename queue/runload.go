@@ -62,8 +62,8 @@ type runLoads struct {
 	views   map[string]*runView // by limit name
 	holders map[string][]heldSlot
 	// full: the last claim under limits left one of them with no free
-	// slot.
-	full bool
+	// slot; limited: limits applied to the last claim.
+	full, limited bool
 	// told: RunEnded was called, so the views know this client's own
 	// frees (a worker's client); else a view that holds a slot its user
 	// freed with a finishing write must not be trusted to be full.
@@ -291,8 +291,20 @@ func (r *runLoads) noteFull(s *slotPicker) {
 		}
 	}
 	r.mu.Lock()
-	r.full = full
+	r.full, r.limited = full, s != nil
 	r.mu.Unlock()
+}
+
+// UnderLimits reports whether concurrency limits applied to this client's
+// last claim. A claim under a limit stamps its jobs with a candidates'
+// read and a write, as a batch claim does, whether it asks for one job or
+// many: a worker then claims for all its free slots at once, never one
+// job at a time.
+func (c *Client) UnderLimits() bool {
+	r := c.limits.loads
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.limited
 }
 
 // LimitFull reports whether this client's last claim under concurrency

@@ -19,4 +19,7 @@ type flowControl interface {
 	// LimitFull reports whether the last claim left a concurrency limit
 	// full.
 	LimitFull() bool
+	// UnderLimits reports whether concurrency limits applied to the last
+	// claim: one job costs such a claim as much as many.
+	UnderLimits() bool
 }

@@ -301,9 +301,14 @@ func (w *Worker) dispatch() {
 		}
 		slots := 1
 		size := sizer.next(w.cfg.ClaimBatch, target)
-		if size == claimGathered && w.flow.LimitFull() {
+		switch {
+		case size == claimGathered && w.flow.LimitFull():
 			// A full limit, not the backlog, bounds what the next claim
 			// gets: waiting for more slots to free would only delay it.
+			size = claimFree
+		case size == claimOne && w.cfg.ClaimBatch > 1 && w.flow.UnderLimits():
+			// Under a limit a claim of one job costs a read and a write,
+			// as a batch does: claim for the slots free now.
 			size = claimFree
 		}
 		switch size {
