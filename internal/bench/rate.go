@@ -27,9 +27,12 @@ type RateBench struct {
 	StartsPerSec float64 `json:"startsPerSec"`
 	Held         float64 `json:"held"`
 	// MostPerPeriod is the most starts in any one period of the rate
-	// (sliding), against the N + burst it allows.
+	// (sliding), against the N + burst reservations it allows, and that
+	// plus the starts of one queue.RateStartLag, by which a claim may
+	// follow its reservation (see queue/rate.go).
 	MostPerPeriod    int     `json:"mostPerPeriod"`
 	AllowedPerPeriod int     `json:"allowedPerPeriod"`
+	AllowedWithLag   int     `json:"allowedWithLag"`
 	CommandsPerJob   float64 `json:"commandsPerJob"`
 }
 
@@ -86,6 +89,8 @@ func (b *bencher) rate(ctx context.Context) (*RateBench, error) {
 	}
 	res := &RateBench{Rate: r.String(), Procs: b.o.RateProcs, Concurrency: b.o.Concurrency,
 		Seconds: b.o.RateFor.Seconds(), AllowedPerPeriod: r.N + max(r.Burst, 1)}
+	T := r.Per / time.Duration(r.N)
+	res.AllowedWithLag = res.AllowedPerPeriod + int((queue.RateStartLag+T-1)/T)
 	var in []time.Time
 	for _, t := range starts {
 		if !t.Before(from) && t.Before(to) {
@@ -142,6 +147,6 @@ func mostWithin(ts []time.Time, d time.Duration) int {
 }
 
 func (r *RateBench) write(w io.Writer) {
-	fmt.Fprintf(w, "rate: %s on no-op jobs, %d processes x %d: %d starts in %.0fs = %.2f/s, %.1f%% of the rate; at most %d in any period (N + burst = %d); %.2f cmds/job\n",
-		r.Rate, r.Procs, r.Concurrency, r.Starts, r.Seconds, r.StartsPerSec, 100*r.Held, r.MostPerPeriod, r.AllowedPerPeriod, r.CommandsPerJob)
+	fmt.Fprintf(w, "rate: %s on no-op jobs, %d processes x %d: %d starts in %.0fs = %.2f/s, %.1f%% of the rate; at most %d claimed in any period (reserved: N + burst = %d; claimed: %d with one RateStartLag); %.2f cmds/job\n",
+		r.Rate, r.Procs, r.Concurrency, r.Starts, r.Seconds, r.StartsPerSec, 100*r.Held, r.MostPerPeriod, r.AllowedPerPeriod, r.AllowedWithLag, r.CommandsPerJob)
 }
