@@ -56,19 +56,7 @@ func TestLimitFarFromFullIsReadOnce(t *testing.T) {
 		}
 		enqueueN(t, b, 200)
 		_, s, cmds := monitoredStore(t, b)
-		for done := 0; done < 200; {
-			got, err := s.ClaimBatch(b.ctx, claimAll, 50)
-			require.NoError(t, err)
-			require.NotEmpty(t, got)
-			ls := make([]queue.Lease, len(got))
-			for i, j := range got {
-				ls[i] = queue.LeaseOf(j)
-			}
-			lost, err := s.CompleteMany(b.ctx, ls)
-			require.NoError(t, err)
-			require.Empty(t, lost)
-			done += len(got)
-		}
+		claimAndComplete(t, b, s, 200, 50)
 		return jobsCommands(cmds())
 	}
 	var free, limited int
