@@ -38,7 +38,8 @@ import (
 // takes its jobs back, never while its lease holds.
 //
 // A claim whose queues or kinds have limits first reads the running jobs
-// of those limits (one find): which slots are held, and how many running
+// of those limits (one find), or takes what a recent read showed (a view,
+// runload.go): which slots are held, and how many running
 // jobs hold none (claimed before the limit was set, by a worker that had
 // not yet read it, or by an older docket). It leaves out of its filter the
 // kinds and queues whose limit is full, so a full limit costs no claim a
