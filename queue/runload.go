@@ -129,11 +129,7 @@ func (c *Client) slotsFor(ctx context.Context, kinds, queues map[string]int, k i
 		r.views[name] = &runView{limit: n, readAt: sent, held: copySet(l.slots)}
 	}
 	r.mu.Unlock()
-	s := newSlotPicker(kinds, queues, load)
-	for _, f := range s.free {
-		rand.Shuffle(len(f), func(i, j int) { f[i], f[j] = f[j], f[i] })
-	}
-	return s, nil
+	return newSlotPicker(kinds, queues, load), nil
 }
 
 func copySet(m map[int]bool) map[int]bool {
@@ -159,25 +155,26 @@ func (r *runLoads) fromViews(kinds, queues map[string]int, names map[string]int,
 			return nil
 		}
 		age := time.Since(v.readAt)
+		// Slots held at or above the limit (it was lowered while they
+		// ran) count against it, as in a read (queueLoad.freeSlots).
+		overflow := 0
+		for slot := range v.held {
+			if slot >= n {
+				overflow++
+			}
+		}
 		switch {
 		case (age < runLoadTrust && 2*(len(v.held)+k) <= n) || (r.told && age < LimitRefresh):
 			// Far from full, or young and kept up to date with this
 			// client's own frees (a worker's, which tells RunEnded): the
 			// slots free as read, less those this client took since,
-			// plus those it freed.
-			f := make([]int, 0, max(n-len(v.held), 0))
-			for slot := range n {
-				if !v.held[slot] {
-					f = append(f, slot)
-				}
-			}
-			rand.Shuffle(len(f), func(i, j int) { f[i], f[j] = f[j], f[i] })
-			free[name] = f
+			// plus those it freed; none when it is full.
+			free[name] = queueLoad{slots: v.held}.freeSlots(n)
 		case len(v.freed) > 0:
 			// Older: only what this client's runs freed is known free.
 			var f []int
 			for _, slot := range v.freed {
-				if slot < n {
+				if slot < n-overflow {
 					f = append(f, slot)
 				}
 			}

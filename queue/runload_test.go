@@ -171,3 +171,44 @@ func TestLimitViewsNeverExceedTheLimit(t *testing.T) {
 	require.LessOrEqual(t, most, limit)
 	require.Empty(t, slotsHeld(t, b))
 }
+
+// backdateLimit makes limit name look set an hour ago.
+func backdateLimit(t *testing.T, b bundle, name string) {
+	t.Helper()
+	_, err := b.db.Collection(queue.DefaultLimitsCollection).UpdateOne(b.ctx, bson.D{{Key: "_id", Value: name}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "limitSetAt", Value: time.Now().Add(-time.Hour)}}}})
+	require.NoError(t, err)
+}
+
+// TestLimitLoweredViewsCountSlotsAboveIt: a limit lowered while jobs run
+// in slots at or above it counts them: a client whose own runs free the
+// slots below the new limit claims nothing until fewer than the limit run
+// (as a read of the running jobs would say), not into the freed slots.
+func TestLimitLoweredViewsCountSlotsAboveIt(t *testing.T) {
+	b := setup(t)
+	name := queue.KindLimit("k")
+	setLimitLongAgo(t, b, name, 4)
+	enqueueN(t, b, 8)
+	q, s, _ := monitoredStore(t, b)
+	running, err := s.ClaimBatch(b.ctx, claimAll, 4)
+	require.NoError(t, err)
+	require.Len(t, running, 4)
+	require.NoError(t, q.SetLimit(b.ctx, name, 2, "test")) // q's next claim reads it
+	backdateLimit(t, b, name)
+	none, err := s.ClaimBatch(b.ctx, claimAll, 4)
+	require.NoError(t, err)
+	require.Empty(t, none, "4 run, the limit is 2")
+
+	// The runs holding slots 0 and 1 end: 2 still run, in slots 2 and 3.
+	for _, j := range running {
+		if ks, _ := runSlots(t, b, j.ID); ks == "k/0" || ks == "k/1" {
+			require.NoError(t, s.Complete(b.ctx, queue.LeaseOf(j)))
+			q.RunEnded(j.ID)
+		}
+	}
+	require.Equal(t, map[string]int{"running": 2}, slotsHeld(t, b))
+	more, err := s.ClaimBatch(b.ctx, claimAll, 4)
+	require.NoError(t, err)
+	require.Empty(t, more, "2 run, the limit is 2: the freed slots below it are not free")
+	require.Equal(t, map[string]int{"running": 2}, slotsHeld(t, b))
+}
