@@ -43,7 +43,8 @@ import (
 // no slot and came at least two LimitRefresh after the limit was set: by
 // then every process claims under the limit (jobs claimed by a process
 // that had not read it yet hold no slot and count against it; a view does
-// not see new ones).
+// not see new ones). A limit another application wrote without limitSetAt
+// is taken as set long ago.
 
 // runLoadTrust is how long a claim trusts a read of the run slots of a
 // limit far from full.
