@@ -19,9 +19,7 @@ import (
 func setLimitLongAgo(t *testing.T, b bundle, name string, n int) {
 	t.Helper()
 	require.NoError(t, b.q.SetLimit(b.ctx, name, n, "test"))
-	_, err := b.db.Collection(queue.DefaultLimitsCollection).UpdateOne(b.ctx, bson.D{{Key: "_id", Value: name}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "limitSetAt", Value: time.Now().Add(-time.Hour)}}}})
-	require.NoError(t, err)
+	backdateLimit(t, b, name)
 }
 
 // monitoredStore is a client of b's database whose commands are counted.
