@@ -41,6 +41,9 @@ func (r *Rates) UnmarshalYAML(n *yaml.Node) error {
 		}
 		out[k.Value] = rate
 	}
+	if len(out) == 0 {
+		out = nil // rates: {} is the default, none, as for the limits
+	}
 	*r = out
 	return nil
 }

@@ -56,8 +56,9 @@ type harnessEnv struct {
 	gone      []jobs.Job // every job as it was before the world, which may delete them
 	retried   bool
 	cancelled bool
-	// limitKind is the kind under worldLimit's concurrency limit of 1.
-	limitKind string
+	// limitKind is the kind under worldLimit's concurrency limit of 1,
+	// rateKind the kind under worldRate's rate limit.
+	limitKind, rateKind string
 }
 
 type harnessAttemptKey struct{}
@@ -419,8 +420,8 @@ func harnessSchedules(n int, full bool, c harnessCase) []harnessSchedule {
 				if w == worldCancel && c.either == nil ||
 					// The case's interference runs another job of the
 					// kind to the end while B, killed, holds the only
-					// slot: a limit of 1 rightly forbids it.
-					w == worldLimit && c.interfere != nil {
+					// slot: a limit of 1 (or a spent rate) rightly forbids it.
+					(w == worldLimit || w == worldRate) && c.interfere != nil {
 					if full {
 						continue
 					}
@@ -468,6 +469,9 @@ func (c harnessCase) run(t *testing.T, s harnessSchedule) {
 	if s.world == worldLimit {
 		h.limitBeforeClaim(t)
 	}
+	if s.world == worldRate {
+		h.rateBeforeClaim(t)
+	}
 	a := h.start(t, "A", s.i, -1)
 	attempts := []*harnessAttempt{a}
 	h.checkLimit(t, 1)
@@ -493,6 +497,7 @@ func (c harnessCase) run(t *testing.T, s harnessSchedule) {
 			h.checkLimit(t, 1)
 			require.NoError(t, h.finish(t, b, b.wait(t)))
 			h.checkLimit(t, 1)
+			h.checkRateAfterB(t)
 		}
 		if c.interfere != nil {
 			c.interfere(t, h)

@@ -53,13 +53,21 @@ const (
 	// was lowered), only running jobs hold a run slot, and at the end none
 	// does (limitWorld, checkLimit).
 	worldLimit = "limit"
+	// worldRate: the job's kind has a rate limit of two starts an hour,
+	// A's claim taking the first. While A holds the job, a copy takes the
+	// second and is given back, a claim gets nothing, and the burst is
+	// raised by two, for the copy and B; after B, exactly four starts were
+	// reserved (harness_rate_test.go).
+	worldRate = "rate"
 )
 
 // harnessWorlds, in the order harnessSchedules turns through them.
-var harnessWorlds = []string{worldNone, worldCapacity, worldRetry, worldMaintenance, worldCancel, worldPurge, worldDelete, worldLimit}
+var harnessWorlds = []string{worldNone, worldCapacity, worldRetry, worldMaintenance, worldCancel, worldPurge, worldDelete, worldLimit, worldRate}
 
 // atStall reports whether world w runs while A still holds the job.
-func atStall(w string) bool { return w == worldCancel || w == worldCapacity || w == worldLimit }
+func atStall(w string) bool {
+	return w == worldCancel || w == worldCapacity || w == worldLimit || w == worldRate
+}
 
 // runWorld runs world w.
 func (h *harnessEnv) runWorld(t *testing.T, w string) {
@@ -103,6 +111,8 @@ func (h *harnessEnv) runWorld(t *testing.T, w string) {
 		require.NoError(t, err)
 	case worldLimit:
 		h.limitWorld(t)
+	case worldRate:
+		h.rateWorld(t)
 	default:
 		t.Fatalf("unknown world %q", w)
 	}

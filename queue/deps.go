@@ -235,8 +235,8 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 				return err
 			}
 		case len(resolved) > 0:
-			// $pullAll, not $pull with $in: devdb (FerretDB v1) accepts
-			// the latter and removes nothing.
+			// $pullAll of the finished parents (internal/store's
+			// server.go says why not $pull with $in).
 			_, err := c.coll.UpdateOne(ctx, append(slices.Clone(mine), bson.E{Key: waitingOnField, Value: bson.D{{Key: "$type", Value: "array"}}}), bson.D{
 				{Key: "$pullAll", Value: bson.D{{Key: waitingOnField, Value: resolved}}},
 				{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: t}}},

@@ -51,6 +51,11 @@ type Worker struct {
 	log *zap.Logger
 	obs Observer
 
+	// flow says when a rate limit that left a kind or queue out of the
+	// last claim allows a start again, and which jobs hold run slots of a
+	// concurrency limit (limits.go).
+	flow flowControl
+
 	// Slots (see launch). held counts the jobs the worker holds from their
 	// claim until their handler returns: waiting for a run slot or running.
 	// Only the dispatcher adds to it, up to Concurrency and the jobs it
@@ -132,6 +137,7 @@ func New(q *queue.Client, reg *jobs.Registry, cfg Config) (*Worker, error) {
 		cfg:          cfg,
 		q:            st,
 		c:            q,
+		flow:         st,
 		reg:          reg,
 		log:          cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)),
 		obs:          cfg.Observer,
@@ -296,7 +302,18 @@ func (w *Worker) dispatch() {
 			return
 		}
 		slots := 1
-		switch sizer.next(w.cfg.ClaimBatch, target) {
+		size := sizer.next(w.cfg.ClaimBatch, target)
+		switch {
+		case size == claimGathered && w.flow.LimitFull():
+			// A full limit, not the backlog, bounds what the next claim
+			// gets: waiting for more slots to free would only delay it.
+			size = claimFree
+		case size == claimOne && w.cfg.ClaimBatch > 1 && w.flow.UnderLimits():
+			// Under a limit a claim of one job costs a read and a write,
+			// as a batch does: claim for the slots free now.
+			size = claimFree
+		}
+		switch size {
 		case claimFree:
 			slots = w.gatherSlots(false, target)
 		case claimGathered:
@@ -338,7 +355,11 @@ func (w *Worker) dispatch() {
 		if unused := slots - started; unused > 0 {
 			w.held.Add(-int64(unused))
 		}
-		if err == nil && started > 0 {
+		// A claim that left a concurrency limit full waits: its own jobs'
+		// finishing writes wake it (their slots are then handed to it), as
+		// does any handler's return, or else its next poll. Claiming again
+		// at once would find the limit full.
+		if err == nil && started > 0 && !w.flow.LimitFull() {
 			idle, failing = 0, 0
 			continue
 		}
@@ -360,7 +381,7 @@ func (w *Worker) dispatch() {
 			wait = max(jitter(idle, w.cfg.PollMax), time.Since(sent))
 			// A rate limit that left a kind out allows its next start at
 			// a known time: claim then, not a poll later.
-			if next := w.q.NextRateStart(); !next.IsZero() {
+			if next := w.flow.NextRateStart(); !next.IsZero() {
 				wait = min(wait, max(time.Until(next), time.Millisecond))
 			}
 		}
@@ -370,7 +391,9 @@ func (w *Worker) dispatch() {
 			t.Stop()
 			return
 		case <-w.wake:
-			idle = 0
+			if !w.flow.LimitFull() {
+				idle = 0
+			} // else polls for the slots other processes free back off
 		case <-t.C:
 		}
 		t.Stop()
@@ -840,7 +863,12 @@ func (w *Worker) freeSlots(r *run) {
 		r.executing = false
 	}
 	w.held.Add(-1)
-	w.signalWake()
+	if !w.flow.HoldsRunSlot(r.job.ID) {
+		// A job holding a run slot wakes the dispatcher once its
+		// finishing write has freed the slot (launch), not before: a
+		// claim now would find its limit still full.
+		w.signalWake()
+	}
 }
 
 // String describes the worker for logs.

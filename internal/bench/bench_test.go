@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,6 +42,7 @@ func TestEveryRunMeasuresWhatItRan(t *testing.T) {
 		IdleWarmup: time.Second, IdleFor: time.Second, FailoverProcs: 2,
 		SleepJobs: 8, Sleep: 10 * time.Millisecond, SleepConcurrency: 1, SleepClaimBatch: 1,
 		HeartbeatJobs: 10, HeartbeatSleep: 3 * time.Second, HeartbeatLease: 3 * time.Second, HeartbeatInterval: time.Second,
+		Rate: queue.Rate{N: 20, Per: time.Second, Burst: 5}, RateProcs: 2, RateFor: 2 * time.Second,
 		Runs: allRuns,
 	}
 	// The bench starts its own devdb: the binary testdb builds.
@@ -61,6 +63,10 @@ func TestEveryRunMeasuresWhatItRan(t *testing.T) {
 	}
 	require.LessOrEqual(t, res.Limits.Binding.JobsPerSec, res.Limits.Allowed*1.05,
 		"a binding limit of %d on %d ms jobs runs no more than it allows", res.Limits.Limit, res.Limits.SleepMs)
+	require.NotNil(t, res.Rate)
+	require.Positive(t, res.Rate.Starts)
+	require.LessOrEqual(t, res.Rate.MostPerPeriod, res.Rate.AllowedWithLag,
+		"no period saw more claims than the rate allows (with those of one RateStartLag: see queue/rate.go)")
 	require.Equal(t, 40, res.Single.Jobs)
 	require.GreaterOrEqual(t, res.Single.CommandsPerJob, 2.0, "a single claim and a completion per job")
 	require.GreaterOrEqual(t, res.Raw.CommandsPerJob, 2.0, "the raw loop's findAndModify and update per job")

@@ -54,6 +54,8 @@ type Results struct {
 	Growth *Growth `json:"growth,omitempty"`
 	// Limits is the cost of concurrency limits, binding or not.
 	Limits *LimitsBench `json:"limits,omitempty"`
+	// Rate is a rate limit held by several processes.
+	Rate *RateBench `json:"rate,omitempty"`
 }
 
 // LimitsBench is the limits run: the same burn-down without a limit and
@@ -235,6 +237,9 @@ func (r *Results) writeTable(w io.Writer) {
 		fmt.Fprintf(w, "limits: a limit that does not bind: %.1f%% of the throughput without one, %+.3f commands/job; a binding limit of %d on %d ms jobs: %.1f jobs/s, %.1f%% of the %.0f it allows\n",
 			100*l.NotBinding.JobsPerSec/l.Free.JobsPerSec, l.NotBinding.CommandsPerJob-l.Free.CommandsPerJob,
 			l.Limit, l.SleepMs, l.Binding.JobsPerSec, 100*l.Binding.JobsPerSec/l.Allowed, l.Allowed)
+	}
+	if r.Rate != nil {
+		r.Rate.write(w)
 	}
 	for _, i := range []*Idle{r.Idle, r.Idle4, r.Idle8} {
 		if i == nil {

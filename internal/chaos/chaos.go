@@ -5,8 +5,9 @@
 // leases and cut off from the database while a mixed load of transfers,
 // friendships, racing renames, ledger transfers (and cancels), tree
 // publishes and flash-sale orders into a bounded queue runs, the transfers
-// under a concurrency limit, readers read the trees' snapshots and a
-// sampler reads the bounded queue and the limited kind all the while. Then it lets the queue drain and checks every job, every handler
+// under a concurrency limit, bursts of noop jobs under a rate limit,
+// readers read the trees' snapshots and a sampler reads the bounded queue,
+// the limited kind and the rate-limited one all the while. Then it lets the queue drain and checks every job, every handler
 // invariant (the ledger's, the trees' and the sale's included), every
 // snapshot read and sample, and that no worker wrote anything after it
 // had lost a lease. On failure
@@ -183,6 +184,12 @@ type Result struct {
 	// LimitMaxLive and LimitMaxHeld the most attempts holding a live lease
 	// and the most run slots held it saw at once.
 	LimitJobs, LimitSamples, LimitMaxLive, LimitMaxHeld int
+	// RateJobs is how many jobs of the rate-limited kind (rate.go) the run
+	// enqueued, RateClaims the attempts of them the sampler saw claimed,
+	// RateMostPerPeriod the most claimed in one period of the rate, and
+	// RateStarts the starts the rate reserved.
+	RateJobs, RateClaims, RateMostPerPeriod int
+	RateStarts                              int64
 	// Elapsed is the whole run, from devdb's start to the last check.
 	Elapsed time.Duration
 }
@@ -196,7 +203,8 @@ func (r Result) String() string {
 		"trees: %d versions published, %d snapshot reads each one whole published version (%d failed while devdb was down); "+
 		"sale (capacity %d): %d order requests, %d admitted, %d refused as the queue was full, %d resends found their job there; "+
 		"%d orders placed (%d units), %d rejected as sold out; %d samples of the queue, at most %d admitted and unfinished; "+
-		"limit %s=%d: %d jobs, %d samples, at most %d running with a live lease and %d slots held; in %s",
+		"limit %s=%d: %d jobs, %d samples, at most %d running with a live lease and %d slots held; "+
+		"rate %s=%s: %d jobs, %d attempts claimed, at most %d in one period, %d starts reserved; in %s",
 		r.Seed, r.Jobs, r.Succeeded, r.Dead, r.Cancelled, r.Retried, r.MaxAttempt,
 		r.TxDone, r.TxCancelled, r.Kills, r.Stalls, r.StalledJobs, r.OutlivedJobs, r.Outage.Round(100*time.Millisecond),
 		r.OutageLogLines, r.UnloggedFinishes,
@@ -204,7 +212,8 @@ func (r Result) String() string {
 		r.TreePublishes, r.TreeReads, r.TreeReadsDown,
 		r.SaleCapacity, r.OrderRequests, r.OrderAdmitted, r.OrderRefused, r.OrderResentThere,
 		r.OrdersPlaced, r.UnitsSold, r.OrdersRejected, r.SaleSamples, r.SaleMaxHeld,
-		limitKind, limitN, r.LimitJobs, r.LimitSamples, r.LimitMaxLive, r.LimitMaxHeld, r.Elapsed.Round(time.Second))
+		limitKind, limitN, r.LimitJobs, r.LimitSamples, r.LimitMaxLive, r.LimitMaxHeld,
+		rateKind, rateOf, r.RateJobs, r.RateClaims, r.RateMostPerPeriod, r.RateStarts, r.Elapsed.Round(time.Second))
 }
 
 // Worker flags: leases short enough that a dead or stalled worker's jobs
@@ -220,6 +229,7 @@ var workerFlags = []string{
 	"--tree-sweep-schedule", "@every 1s",
 	"--queues", "default," + saleQueue,
 	"--limits", fmt.Sprintf("kind:%s=%d", limitKind, limitN),
+	"--rates", rateFlag(),
 }
 
 // run is the state of one chaos run.
@@ -252,6 +262,7 @@ type run struct {
 	trees  treeLoad
 	orders orderLoad
 	limit  limitLoad
+	rate   rateLoad
 
 	failures []string // every failed check, in order, for the summary
 }
@@ -308,6 +319,7 @@ func Run(t testing.TB, cfg Config) Result {
 	r.seedLedger()
 	r.seedTrees()
 	stopReaders := r.startReaders()
+	r.rate.since = time.Now()
 	stopSampler := r.startSampler()
 	for range cfg.Workers {
 		r.startWorker()
@@ -492,6 +504,7 @@ func (r *run) wave(w, n int) {
 	r.ledgerWave(ctx, w, nLedger)
 	r.treeWave(ctx, w, nTree)
 	r.orderWave(ctx, w, nOrder)
+	r.rateWave(ctx, max(n*2/5, 20)) // beside the wave's n: a burst the rate spreads over seconds
 	if w > 0 {
 		r.cancelLedger(ctx, w)
 	}

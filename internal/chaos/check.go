@@ -130,6 +130,7 @@ func (r *run) check() {
 	r.checkTrees(all)
 	r.checkOrders(all)
 	r.checkLimit(all)
+	r.checkRate(all)
 }
 
 // checkJob: every job succeeded, or is dead or cancelled as the run meant.

@@ -344,6 +344,7 @@ func (r *run) startSampler() func() {
 		for {
 			r.sampleSale(context.Background())
 			r.sampleLimit(context.Background())
+			r.sampleRate(context.Background())
 			select {
 			case <-stop:
 				return

@@ -17,7 +17,8 @@ import (
 // (transfers, friendships, renames, ledger transfers and cancels, tree
 // publishes, with readers checking every tree snapshot they read, and
 // flash-sale orders into a bounded queue, sampled all the while, and
-// the transfers under a concurrency limit of 2, sampled too), then
+// the transfers under a concurrency limit of 2 and bursts of noop jobs
+// under a rate limit, both sampled too), then
 // checks every job and every handler invariant from the database
 // (internal/chaos). The short form runs in `make test`;
 // DOCKET_CHAOS=long (`make chaos`) runs the long one. DOCKET_CHAOS_SEED

@@ -38,7 +38,8 @@ import (
 // takes its jobs back, never while its lease holds.
 //
 // A claim whose queues or kinds have limits first reads the running jobs
-// of those limits (one find): which slots are held, and how many running
+// of those limits (one find), or takes what a recent read showed (a view,
+// runload.go): which slots are held, and how many running
 // jobs hold none (claimed before the limit was set, by a worker that had
 // not yet read it, or by an older docket). It leaves out of its filter the
 // kinds and queues whose limit is full, so a full limit costs no claim a
@@ -137,10 +138,12 @@ type runLimits struct {
 	warned  map[string]string
 	refresh time.Duration
 	took    time.Duration // the last read's
+	setAt   map[string]time.Time
+	loads   *runLoads // runload.go
 }
 
 func newRunLimits() *runLimits {
-	return &runLimits{refresh: LimitRefresh, warned: map[string]string{}}
+	return &runLimits{refresh: LimitRefresh, warned: map[string]string{}, loads: newRunLoads()}
 }
 
 // limitsColl is the collection of the limits.
@@ -288,13 +291,14 @@ func (c *Store) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map
 			return nil, nil, err
 		}
 		l.readAt, l.took = t, time.Since(t)
-		l.kinds, l.queues = map[string]int{}, map[string]int{}
+		l.kinds, l.queues, l.setAt = map[string]int{}, map[string]int{}, map[string]time.Time{}
 		for _, rl := range ls {
 			if rl.Malformed != "" {
 				c.WarnMalformed(l.warned, rl.Name, rl.Malformed,
 					"a limits document is malformed: it limits NOTHING; `docketctl limit` rewrites it")
 				continue
 			}
+			l.setAt[rl.Name] = rl.SetAt
 			if isKind, target, _ := ParseLimitName(rl.Name); isKind {
 				l.kinds[target] = rl.Limit
 			} else {
@@ -501,11 +505,14 @@ func (s *slotPicker) pop(name string) int {
 func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) ([]*jobs.Job, error) {
 	var models []mongo.WriteModel
 	var sent []*jobs.Job
-	for i, j := range block {
+	stamped := map[string]bson.D{}
+	for _, i := range stampOrder(p, block) {
+		j := block[i]
 		set, ok := s.take(j.Kind, j.Queue)
 		if !ok {
 			continue // its limit is full
 		}
+		stamped[j.ID] = set
 		match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
 		match = append(match, asRead[i].(bson.D)[1:]...) // attempt and updatedAt as read
 		update := claimUpdate(p, t, p.Token)
@@ -526,12 +533,20 @@ func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, bl
 		for _, j := range sent {
 			stampClaim(j, p, t, p.Token)
 		}
+		c.limits.loads.noteTaken(stamped)
 		return sent, nil
-	case err == nil:
+	}
+	switch {
+	case err == nil && res.MatchedCount == 0:
+		return nil, nil // all taken meanwhile
+	case err == nil: // jobs taken meanwhile: they matched nothing
 	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0:
 		// Answered: some updates were refused, a slot taken meanwhile
 		// (a duplicate key), or a job an app wrote with an attempt that is
 		// not a number, which is buried.
+		// A slot refused: the views of the run slots are wrong
+		// (runload.go).
+		c.limits.loads.forget()
 		for _, we := range bwe.WriteErrors {
 			if we.Code == errTypeMismatch {
 				if _, berr := c.buryBadAttempts(ctx, claimFilter(p, t), t); berr != nil {
@@ -544,12 +559,20 @@ func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, bl
 		// A slot taken, answered as a command error (server.go): none
 		// of the updates after it was applied, those before it may be,
 		// and the read-back finds them.
+		c.limits.loads.forget()
 	default:
 		// Maybe applied with its reply lost: the jobs carry the token, and
 		// the caller's ReleaseClaim gives them back.
+		c.limits.loads.forget()
 		return nil, fmt.Errorf("queue: claim %d jobs under their limits: %w", len(models), err)
 	}
-	return c.readBack(ctx, sent, p.Token)
+	claimed, err := c.readBack(ctx, sent, p.Token)
+	got := map[string]bson.D{}
+	for _, j := range claimed {
+		got[j.ID] = stamped[j.ID]
+	}
+	c.limits.loads.noteTaken(got)
+	return claimed, err
 }
 
 // claimUnderLimits is a claim of up to k jobs (Claim: 1) by p when limits
@@ -563,14 +586,16 @@ func (c *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (cla
 		return nil, true, fmt.Errorf("queue: claim: %w", err)
 	}
 	if len(kinds) == 0 && len(queues) == 0 {
+		c.limits.loads.noteFull(nil)
 		return nil, false, nil
 	}
-	for range claimBatchTries {
-		load, err := c.readRunLoad(ctx, kinds, queues)
+	var s *slotPicker
+	defer func() { c.limits.loads.noteFull(s) }()
+	for try := range claimBatchTries {
+		s, err = c.slotsFor(ctx, kinds, queues, k, try > 0)
 		if err != nil {
 			return nil, true, fmt.Errorf("queue: claim: %w", err)
 		}
-		s := newSlotPicker(kinds, queues, load)
 		pn, open := s.narrow(p)
 		if len(pn.Kinds) == 0 || len(pn.Queues) == 0 {
 			return nil, true, nil // every limit that applies is full

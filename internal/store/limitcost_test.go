@@ -21,20 +21,7 @@ func claimAllInBatches(t *testing.T, limit int) int {
 	mc, cmds := testdb.Monitored(t)
 	q, err := queue.New(mc.Database(b.db.Name()), queue.Config{})
 	require.NoError(t, err)
-	s := store.Of(q)
-	for done := 0; done < 200; {
-		got, err := s.ClaimBatch(b.ctx, claimAll, 50)
-		require.NoError(t, err)
-		require.NotEmpty(t, got)
-		ls := make([]store.Lease, len(got))
-		for i, j := range got {
-			ls[i] = store.LeaseOf(j)
-		}
-		lost, err := s.CompleteMany(b.ctx, ls)
-		require.NoError(t, err)
-		require.Empty(t, lost)
-		done += len(got)
-	}
+	claimAndComplete(t, b, store.Of(q), 200, 50)
 	n := 0
 	for _, c := range cmds() {
 		if strings.HasSuffix(c, " jobs") || strings.HasSuffix(c, " limits") {
@@ -58,4 +45,23 @@ func TestLimitNotBindingCostsACommandPerBatch(t *testing.T) {
 	})
 	t.Logf("200 jobs in batches of 50: %d commands without a limit, %d under a limit of 1000", free, limited)
 	require.LessOrEqual(t, limited, free+4+1)
+}
+
+// claimAndComplete claims n jobs with s in batches of k, completing each
+// batch together.
+func claimAndComplete(t *testing.T, b bundle, s *store.Store, n, k int) {
+	t.Helper()
+	for done := 0; done < n; {
+		got, err := s.ClaimBatch(b.ctx, claimAll, k)
+		require.NoError(t, err)
+		require.NotEmpty(t, got)
+		ls := make([]store.Lease, len(got))
+		for i, j := range got {
+			ls[i] = store.LeaseOf(j)
+		}
+		lost, err := s.CompleteMany(b.ctx, ls)
+		require.NoError(t, err)
+		require.Empty(t, lost)
+		done += len(got)
+	}
 }

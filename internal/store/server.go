@@ -67,6 +67,9 @@ import (
 //   - Pipeline updates ([{$set: …}]), which would let one updateMany give
 //     each job of a batch claim a token of its own: FerretDB v1 has none,
 //     and one token per batch fences as well (batch.go).
+//   - $pull with an $in condition: FerretDB v1 accepts it and removes
+//     nothing, so a dependent's waiting list loses its finished parents
+//     by $pullAll, the same update on MongoDB (package queue's deps.go).
 //   - Multi-document transactions, change streams, partial indexes,
 //     $lookup, $push with $slice: FerretDB v1 lacks or ignores them.
 //

@@ -46,6 +46,7 @@ func main() {
 				// Record the execution first: the tests count them.
 				if _, err := execs.InsertOne(ctx, bson.M{
 					"jobId": j.ID, "attempt": j.Attempt, "owner": j.Owner, "token": j.LeaseToken, "at": time.Now(),
+					"claimedAt": j.HeartbeatAt, // the claim's stamp
 				}); err != nil {
 					return err
 				}
