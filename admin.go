@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"slices"
 	"time"
 
@@ -432,6 +433,18 @@ func (c *Client) RateClear(ctx context.Context, name string) (bool, error) {
 // RateList returns every stored rate limit, in name order.
 func (c *Client) RateList(ctx context.Context) ([]RateLimit, error) {
 	rs, err := c.q.RateLimits(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
+	return rs, nil
+}
+
+// Results returns the results of the jobs ids that have one, by id (a
+// job's After: its parents, whose results its handler reads). A job
+// without a result, or not in the collection, is absent. A handler sets
+// its job's result with jobs.SetResult; see docs/WORKFLOWS.md.
+func (c *Client) Results(ctx context.Context, ids []string) (map[string]bson.Raw, error) {
+	rs, err := c.q.Results(ctx, ids)
 	if err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
