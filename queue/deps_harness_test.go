@@ -262,6 +262,25 @@ func (s *stepper) step(_ context.Context, name string) error {
 	return nil
 }
 
+// waitStall waits until s stalls (or is killed) at its step, or the work
+// ends, on done, without reaching it. A work killed at the step ends at
+// once, so both are ready and a select alone would pick either: the stall
+// counts, and the work's error is put back on done.
+func waitStall(s *stepper, done chan error) (stalled bool, err error) {
+	select {
+	case <-s.stalled:
+		return true, nil
+	case err := <-done:
+		select {
+		case <-s.stalled:
+			done <- err
+			return true, nil
+		default:
+			return false, err
+		}
+	}
+}
+
 // settleSteps is how many steps a settle of a parent ending in s reports,
 // with the step before it (A's finishing write done).
 func settleSteps(s jobs.State) int {
@@ -309,9 +328,7 @@ func TestWorkflowHarnessSettle(t *testing.T) {
 							_, err := w.b.q.SettleDependentsOf(queue.WithDepsStep(w.b.ctx, s.step), j.ID)
 							done <- err
 						}()
-						select {
-						case <-s.stalled:
-						case err := <-done:
+						if stalled, err := waitStall(s, done); !stalled {
 							t.Fatalf("the settle ended (%v) after steps %v, before step %d", err, s.steps, at)
 						}
 						w.drain(t, retention)
@@ -367,13 +384,12 @@ func TestWorkflowHarnessLink(t *testing.T) {
 							queue.InsertOpts{ID: late.id, After: late.after, AfterRunAnyway: late.anyway})
 						done <- err
 					}()
-					select {
-					case <-s.stalled:
+					if stalled, err := waitStall(s, done); stalled {
 						w.drain(t, true)
 						if !kill {
 							close(s.resume)
 						}
-					case err := <-done: // fewer steps than at: nothing to stall
+					} else { // fewer steps than at: nothing to stall
 						require.NoError(t, err)
 						done <- nil
 					}
