@@ -55,7 +55,7 @@ type WorkflowTask struct {
 	Workflow string
 	// After are its parents as stored (the strings of its after).
 	After []string
-	// WaitingOn are the parents it still waits for.
+	// WaitingOn are the parents a blocked job still waits for.
 	WaitingOn []string
 	// RunAnyway is its runAnyway.
 	RunAnyway bool
@@ -241,7 +241,9 @@ func workflowTask(d bson.Raw) WorkflowTask {
 	t.Name, _ = d.Lookup(workflowTaskField).StringValueOK()
 	t.Workflow, _ = d.Lookup(workflowField).StringValueOK()
 	t.After = anyStrings(d.Lookup(afterField))
-	t.WaitingOn = anyStrings(d.Lookup(waitingOnField))
+	if t.State == jobs.StateBlocked { // a job that has left blocked waits for nothing
+		t.WaitingOn = anyStrings(d.Lookup(waitingOnField))
+	}
 	t.RunAnyway, _ = d.Lookup(runAnywayField).BooleanOK()
 	if r, ok := d.Lookup("result").DocumentOK(); ok {
 		t.HasResult, t.ResultBytes = true, len(r)
@@ -282,6 +284,14 @@ func anyStrings(v bson.RawValue) []string {
 // order of creation.
 func topoOrder(tasks []WorkflowTask) []WorkflowTask {
 	byCreation := func(a, b WorkflowTask) int {
+		// A job without a createdAt (another application's) after the
+		// others.
+		if a.CreatedAt.IsZero() != b.CreatedAt.IsZero() {
+			if a.CreatedAt.IsZero() {
+				return 1
+			}
+			return -1
+		}
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 			return c
 		}
