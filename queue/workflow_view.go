@@ -53,10 +53,11 @@ type WorkflowTask struct {
 	Name string
 	// Workflow is its workflow field, when a string.
 	Workflow string
-	// After are its parents as stored (the strings of its after).
-	After []string
+	// After are its parents, as stored (of any type, in a document
+	// another application wrote); nil when after is not an array.
+	After []JobID
 	// WaitingOn are the parents a blocked job still waits for.
-	WaitingOn []string
+	WaitingOn []JobID
 	// RunAnyway is its runAnyway.
 	RunAnyway bool
 	// Cancelled is, for a job a parent cancelled, the message saying
@@ -140,7 +141,6 @@ func (c *Client) workflowOfJob(ctx context.Context, id JobID, limit int) (Workfl
 	}
 	var order []node // in the order found: nearest first
 	seen := map[string]bool{}
-	key := func(v bson.RawValue) string { return string([]byte{byte(v.Type)}) + string(v.Value) }
 	read := func(filter bson.D) ([]node, error) {
 		cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: afterField, Value: 1}}).
 			SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(scanCap+1)))
@@ -169,7 +169,7 @@ func (c *Client) workflowOfJob(ctx context.Context, id JobID, limit int) (Workfl
 		return WorkflowView{}, fmt.Errorf("job %s: %w", id, ErrNotFound)
 	}
 	frontier := first
-	seen[key(first[0].v)] = true
+	seen[idKey(first[0].v)] = true
 	order = append(order, first[0])
 	atLeast := false
 	for len(frontier) > 0 && !atLeast {
@@ -177,7 +177,7 @@ func (c *Client) workflowOfJob(ctx context.Context, id JobID, limit int) (Workfl
 		for _, n := range frontier {
 			down = append(down, n.v)
 			for _, p := range n.after {
-				if !seen[key(p)] {
+				if !seen[idKey(p)] {
 					up = append(up, p)
 				}
 			}
@@ -198,14 +198,14 @@ func (c *Client) workflowOfJob(ctx context.Context, id JobID, limit int) (Workfl
 		}
 		frontier = frontier[:0:0]
 		for _, n := range found {
-			if seen[key(n.v)] {
+			if seen[idKey(n.v)] {
 				continue
 			}
 			if len(order) >= scanCap {
 				atLeast = true
 				break
 			}
-			seen[key(n.v)] = true
+			seen[idKey(n.v)] = true
 			order = append(order, n)
 			frontier = append(frontier, n)
 		}
@@ -240,9 +240,9 @@ func workflowTask(d bson.Raw) WorkflowTask {
 	t := WorkflowTask{JobSummary: Summarize(d)}
 	t.Name, _ = d.Lookup(workflowTaskField).StringValueOK()
 	t.Workflow, _ = d.Lookup(workflowField).StringValueOK()
-	t.After = anyStrings(d.Lookup(afterField))
+	t.After = anyIDs(d.Lookup(afterField))
 	if t.State == jobs.StateBlocked { // a job that has left blocked waits for nothing
-		t.WaitingOn = anyStrings(d.Lookup(waitingOnField))
+		t.WaitingOn = anyIDs(d.Lookup(waitingOnField))
 	}
 	t.RunAnyway, _ = d.Lookup(runAnywayField).BooleanOK()
 	if r, ok := d.Lookup("result").DocumentOK(); ok {
@@ -263,20 +263,23 @@ func workflowTask(d bson.Raw) WorkflowTask {
 	return t
 }
 
-// anyStrings are the values of the array v for people: strings as they
-// are, another type's in extended JSON; nil when v is not an array.
-func anyStrings(v bson.RawValue) []string {
+// anyIDs are the values of the array v, as ids of any type; nil when v is
+// not an array.
+func anyIDs(v bson.RawValue) []JobID {
 	arr, ok := v.ArrayOK()
 	if !ok {
 		return nil
 	}
 	vals, _ := arr.Values()
-	out := make([]string, 0, len(vals))
+	out := make([]JobID, 0, len(vals))
 	for _, e := range vals {
-		out = append(out, JobID{e}.String())
+		out = append(out, JobID{bson.RawValue{Type: e.Type, Value: slices.Clone(e.Value)}})
 	}
 	return out
 }
+
+// idKey is a map key for the id v, of its type.
+func idKey(v bson.RawValue) string { return string([]byte{byte(v.Type)}) + string(v.Value) }
 
 // topoOrder orders tasks so that every parent among them comes before its
 // dependents, ties (jobs ready at once) by creation then id. Jobs of a
@@ -298,18 +301,16 @@ func topoOrder(tasks []WorkflowTask) []WorkflowTask {
 		return strings.Compare(a.JobID.Token(), b.JobID.Token())
 	}
 	slices.SortStableFunc(tasks, byCreation)
-	index := map[string]int{} // by the id of a string _id: after names those
+	index := make(map[string]int, len(tasks)) // by idKey
 	for i, t := range tasks {
-		if s, ok := t.JobID.StringID(); ok {
-			index[s] = i
-		}
+		index[idKey(t.JobID.v)] = i
 	}
 	waits := make([]int, len(tasks))
 	children := make([][]int, len(tasks))
 	for i, t := range tasks {
 		seen := map[int]bool{}
 		for _, p := range t.After {
-			if j, ok := index[p]; ok && j != i && !seen[j] {
+			if j, ok := index[idKey(p.v)]; ok && j != i && !seen[j] {
 				seen[j] = true
 				waits[i]++
 				children[j] = append(children[j], i)

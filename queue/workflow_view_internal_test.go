@@ -13,7 +13,10 @@ import (
 func TestTopoOrder(t *testing.T) {
 	t0 := time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)
 	task := func(id string, sec int, after ...string) WorkflowTask {
-		w := WorkflowTask{JobSummary: JobSummary{ID: id, JobID: StringJobID(id)}, After: after}
+		w := WorkflowTask{JobSummary: JobSummary{ID: id, JobID: StringJobID(id)}}
+		for _, p := range after {
+			w.After = append(w.After, StringJobID(p))
+		}
 		if sec >= 0 {
 			w.CreatedAt = t0.Add(time.Duration(sec) * time.Second)
 		}

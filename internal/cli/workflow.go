@@ -66,7 +66,7 @@ func printWorkflow(w io.Writer, v queue.WorkflowView) error {
 		if len(t.WaitingOn) > 0 {
 			ids := make([]string, len(t.WaitingOn))
 			for i, p := range t.WaitingOn {
-				ids[i] = shown(p)
+				ids[i] = shown(p.String())
 			}
 			waiting = strings.Join(ids, ",")
 			if t.RunAnyway {
@@ -126,8 +126,8 @@ type workflowTaskJSON struct {
 	State       string   `json:"state"`
 	Attempt     int      `json:"attempt"`
 	MaxAttempts int      `json:"maxAttempts"`
-	After       []string `json:"after,omitempty"`
-	WaitingOn   []string `json:"waitingOn,omitempty"`
+	After       []string `json:"after,omitempty"`     // tokens
+	WaitingOn   []string `json:"waitingOn,omitempty"` // tokens
 	RunAnyway   bool     `json:"runAnyway,omitempty"`
 	Cancelled   string   `json:"cancelled,omitempty"`
 	ResultBytes *int     `json:"resultBytes,omitempty"`
@@ -137,7 +137,7 @@ func printWorkflowJSON(w io.Writer, v queue.WorkflowView) error {
 	out := workflowJSON{Workflow: v.Workflow, Job: v.Job.Token(), Tasks: []workflowTaskJSON{}, LeftOut: v.LeftOut, AtLeast: v.AtLeast}
 	for _, t := range v.Tasks {
 		tj := workflowTaskJSON{ID: t.JobID.Token(), IDText: t.ID, Name: t.Name, Kind: t.Kind, State: string(t.State), Attempt: t.Attempt,
-			MaxAttempts: t.MaxAttempts, After: t.After, WaitingOn: t.WaitingOn, RunAnyway: t.RunAnyway, Cancelled: t.Cancelled}
+			MaxAttempts: t.MaxAttempts, After: tokens(t.After), WaitingOn: tokens(t.WaitingOn), RunAnyway: t.RunAnyway, Cancelled: t.Cancelled}
 		if t.HasResult {
 			n := t.ResultBytes
 			tj.ResultBytes = &n
@@ -147,4 +147,13 @@ func printWorkflowJSON(w io.Writer, v queue.WorkflowView) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// tokens are the tokens of ids.
+func tokens(ids []queue.JobID) []string {
+	var out []string
+	for _, id := range ids {
+		out = append(out, id.Token())
+	}
+	return out
 }
