@@ -183,14 +183,14 @@ func (c *Client) workflowOfJob(ctx context.Context, id JobID, limit int) (Workfl
 			}
 		}
 		var found []node
-		for _, filter := range []bson.D{
-			{{Key: "_id", Value: bson.D{{Key: "$in", Value: up}}}},
-			{{Key: afterField, Value: bson.D{{Key: "$in", Value: down}}}},
-		} {
-			if len(filter[0].Value.(bson.D)[0].Value.(bson.A)) == 0 {
+		for _, step := range []struct {
+			field string
+			ids   bson.A
+		}{{"_id", up}, {afterField, down}} { // the parents, then the dependents
+			if len(step.ids) == 0 {
 				continue
 			}
-			ns, err := read(filter)
+			ns, err := read(bson.D{{Key: step.field, Value: bson.D{{Key: "$in", Value: step.ids}}}})
 			if err != nil {
 				return WorkflowView{}, fmt.Errorf("queue: read the graph of job %s: %w", id, err)
 			}
