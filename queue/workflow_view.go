@@ -80,8 +80,9 @@ var workflowProjection = bson.D{
 
 // WorkflowTasks reads, for id, the tasks of the workflow it names (the jobs
 // whose workflow field is id, a string), or, when no job carries that
-// workflow, the graph of the job it names: its ancestors and descendants
-// through after. At most limit jobs are read (the first created of a
+// workflow, the graph of the job it names: the job and every job
+// connected to it through after (its parents and dependents, theirs, and
+// so on). At most limit jobs are read (the first created of a
 // workflow; of a graph, those nearest the job); the view says how many it
 // left out. ErrNotFound: id names neither.
 func (c *Client) WorkflowTasks(ctx context.Context, id JobID, limit int) (WorkflowView, error) {
@@ -137,7 +138,7 @@ func (c *Client) workflowOfJob(ctx context.Context, id JobID, limit int) (Workfl
 	scanCap := limit * workflowScanFactor
 	type node struct {
 		v     bson.RawValue
-		after []bson.RawValue
+		after []JobID
 	}
 	var order []node // in the order found: nearest first
 	seen := map[string]bool{}
@@ -149,14 +150,7 @@ func (c *Client) workflowOfJob(ctx context.Context, id JobID, limit int) (Workfl
 		}
 		var out []node
 		err = eachRaw(ctx, cur, func(d bson.Raw) error {
-			n := node{v: JobIDOf(d).v}
-			if arr, ok := d.Lookup(afterField).ArrayOK(); ok {
-				vals, _ := arr.Values()
-				for _, p := range vals {
-					n.after = append(n.after, bson.RawValue{Type: p.Type, Value: slices.Clone(p.Value)})
-				}
-			}
-			out = append(out, n)
+			out = append(out, node{v: JobIDOf(d).v, after: anyIDs(d.Lookup(afterField))})
 			return nil
 		})
 		return out, err
@@ -177,8 +171,8 @@ func (c *Client) workflowOfJob(ctx context.Context, id JobID, limit int) (Workfl
 		for _, n := range frontier {
 			down = append(down, n.v)
 			for _, p := range n.after {
-				if !seen[idKey(p)] {
-					up = append(up, p)
+				if !seen[idKey(p.v)] {
+					up = append(up, p.v)
 				}
 			}
 		}
