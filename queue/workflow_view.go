@@ -6,12 +6,14 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -38,6 +40,10 @@ type WorkflowView struct {
 	// Tasks are the jobs shown: parents before their dependents, ties by
 	// creation (then id).
 	Tasks []WorkflowTask
+	// Gate is set when Tasks hold, beside the workflow's tasks, the job
+	// whose id is the workflow's (the builder's gate, whose success
+	// publishes the workflow).
+	Gate bool
 	// LeftOut is how many more jobs belong and are not shown; with
 	// AtLeast, the walk stopped before it found them all.
 	LeftOut int
@@ -108,7 +114,7 @@ func (c *Client) workflowByName(ctx context.Context, wf string, limit int) (Work
 	}
 	var tasks []WorkflowTask
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
-		tasks = append(tasks, workflowTask(slices.Clone(d)))
+		tasks = append(tasks, readWorkflowTask(slices.Clone(d)))
 		return nil
 	})
 	if err != nil {
@@ -125,6 +131,20 @@ func (c *Client) workflowByName(ctx context.Context, wf string, limit int) (Work
 			return WorkflowView{}, false, fmt.Errorf("queue: count the tasks of workflow %q: %w", wf, err)
 		}
 		v.LeftOut = max(int(n)-limit, 1)
+	}
+	// The job whose id is the workflow's, when it is not a task: the
+	// builder's gate, which its tasks wait for and whose success publishes
+	// the workflow. Listed with them, it says whether the workflow was
+	// published (or cancelled before).
+	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: wf}}, options.FindOne().SetProjection(workflowProjection)).Raw()
+	switch {
+	case err == nil:
+		if gate := readWorkflowTask(slices.Clone(raw)); gate.Workflow != wf {
+			v.Gate = true
+			tasks = append(tasks, gate)
+		}
+	case !errors.Is(err, mongo.ErrNoDocuments):
+		return WorkflowView{}, false, fmt.Errorf("queue: read workflow %q: %w", wf, err)
 	}
 	v.Tasks = topoOrder(tasks)
 	return v, true, nil
@@ -219,7 +239,7 @@ func (c *Client) workflowOfJob(ctx context.Context, id JobID, limit int) (Workfl
 	}
 	var tasks []WorkflowTask
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
-		tasks = append(tasks, workflowTask(slices.Clone(d)))
+		tasks = append(tasks, readWorkflowTask(slices.Clone(d)))
 		return nil
 	})
 	if err != nil {
@@ -229,8 +249,8 @@ func (c *Client) workflowOfJob(ctx context.Context, id JobID, limit int) (Workfl
 	return v, nil
 }
 
-// workflowTask reads a WorkflowTask from a stored job document.
-func workflowTask(d bson.Raw) WorkflowTask {
+// readWorkflowTask reads a WorkflowTask from a stored job document.
+func readWorkflowTask(d bson.Raw) WorkflowTask {
 	t := WorkflowTask{JobSummary: Summarize(d)}
 	t.Name, _ = d.Lookup(workflowTaskField).StringValueOK()
 	t.Workflow, _ = d.Lookup(workflowField).StringValueOK()

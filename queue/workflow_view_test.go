@@ -49,8 +49,9 @@ func TestWorkflowTasksBounds(t *testing.T) {
 	v, err = b.q.WorkflowTasks(b.ctx, queue.StringJobID("root"), 5)
 	require.NoError(t, err)
 	require.Equal(t, "root", v.Workflow, "a workflow's id before a job's")
-	require.Len(t, v.Tasks, 5)
-	require.Equal(t, "leaf-00", v.Tasks[0].ID)
+	require.True(t, v.Gate, "the job of the workflow's id is listed with its tasks, as a builder's gate")
+	require.Len(t, v.Tasks, 6)
+	require.Equal(t, []string{"root", "leaf-00"}, []string{v.Tasks[0].ID, v.Tasks[1].ID})
 	require.Equal(t, 7, v.LeftOut)
 
 	_, err = b.q.WorkflowTasks(b.ctx, queue.StringJobID("nope"), 5)

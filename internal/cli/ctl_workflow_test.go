@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/queue"
@@ -116,6 +117,17 @@ func TestCtlWorkflow(t *testing.T) {
 	require.Equal(t, "t\r\x1b[2Kfake\nrow", v.Tasks[6].Name, "--json is exact")
 	require.Equal(t, "@EAcAAAA", v.Tasks[6].ID)
 	require.Equal(t, "cancelled: parent check ended cancelled", v.Tasks[4].Cancelled)
+
+	// The job of the workflow's id, not a task of it (a builder's gate),
+	// is listed with the tasks and said to be their gate.
+	_, err := db.Collection(queue.DefaultCollection).InsertOne(context.Background(), bson.D{{Key: "_id", Value: "wf-1"}, {Key: "kind", Value: "docket.workflow"},
+		{Key: "state", Value: "succeeded"}, {Key: "createdAt", Value: time.Unix(0, 0)}})
+	require.NoError(t, err)
+	out, stderr, code = runCtl(t, uri, db, "workflow", "wf-1")
+	require.Equal(t, 0, code, stderr)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	require.Equal(t, "workflow wf-1: 7 tasks and the job of its id (its gate: the tasks wait for it; succeeded, it published them), parents before dependents", lines[0])
+	require.Equal(t, "docket.workflow wf-1 succeeded 0/0 - - -", strings.Join(strings.Fields(lines[2]), " "))
 
 	_, stderr, code = runCtl(t, uri, db, "workflow", "nope")
 	require.Equal(t, 2, code)

@@ -51,7 +51,11 @@ func ctlWorkflow(fs *flag.FlagSet) func(*env, []string) error {
 // shown (escaped).
 func printWorkflow(w io.Writer, v queue.WorkflowView) error {
 	if v.Workflow != "" {
-		fmt.Fprintf(w, "workflow %s: %d tasks, parents before dependents\n", idLabel(queue.StringJobID(v.Workflow)), len(v.Tasks)+v.LeftOut)
+		gate, n := "", len(v.Tasks)+v.LeftOut
+		if v.Gate {
+			gate, n = " and the job of its id (its gate: the tasks wait for it; succeeded, it published them)", n-1
+		}
+		fmt.Fprintf(w, "workflow %s: %d tasks%s, parents before dependents\n", idLabel(queue.StringJobID(v.Workflow)), n, gate)
 	} else {
 		fmt.Fprintf(w, "job %s and the jobs connected to it through after (its parents and dependents, theirs, and so on), parents before dependents\n", idLabel(v.Job))
 	}
@@ -116,6 +120,8 @@ type workflowJSON struct {
 	Tasks    []workflowTaskJSON `json:"tasks"`
 	LeftOut  int                `json:"leftOut"`
 	AtLeast  bool               `json:"leftOutAtLeast,omitempty"`
+	// Gate: tasks hold the job of the workflow's id, its gate.
+	Gate bool `json:"gate,omitempty"`
 }
 
 type workflowTaskJSON struct {
@@ -134,7 +140,7 @@ type workflowTaskJSON struct {
 }
 
 func printWorkflowJSON(w io.Writer, v queue.WorkflowView) error {
-	out := workflowJSON{Workflow: v.Workflow, Job: v.Job.Token(), Tasks: []workflowTaskJSON{}, LeftOut: v.LeftOut, AtLeast: v.AtLeast}
+	out := workflowJSON{Workflow: v.Workflow, Job: v.Job.Token(), Tasks: []workflowTaskJSON{}, LeftOut: v.LeftOut, AtLeast: v.AtLeast, Gate: v.Gate}
 	for _, t := range v.Tasks {
 		tj := workflowTaskJSON{ID: t.JobID.Token(), IDText: t.ID, Name: t.Name, Kind: t.Kind, State: string(t.State), Attempt: t.Attempt,
 			MaxAttempts: t.MaxAttempts, After: tokens(t.After), WaitingOn: tokens(t.WaitingOn), RunAnyway: t.RunAnyway, Cancelled: t.Cancelled}

@@ -93,6 +93,10 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 		}
 		rows[i] = row
 	}
+	total := len(rows) + v.LeftOut
+	if v.Gate {
+		total-- // the gate is not a task
+	}
 	title := "Workflow " + v.Workflow
 	var job idLink
 	if v.Workflow == "" {
@@ -112,9 +116,10 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 		Job      idLink
 		Tasks    []taskRow
 		Total    int
+		Gate     bool
 		LeftOut  string
 		Shown    int
-	}{page{Title: title, Nav: "jobs", Refresh: s.cfg.Refresh}, v.Workflow, job, rows, len(rows) + v.LeftOut, left, WorkflowTasks})
+	}{page{Title: title, Nav: "jobs", Refresh: s.cfg.Refresh}, v.Workflow, job, rows, total, v.Gate, left, WorkflowTasks})
 }
 
 // byteSize says how large a result is, for people.
