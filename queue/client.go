@@ -207,6 +207,9 @@ func Indexes() []mongo.IndexModel {
 		{Keys: bson.D{{Key: afterField, Value: 1}}, Options: options.Index().SetName("after").SetSparse(true)},
 		{Keys: bson.D{{Key: dependentsDueField, Value: 1}}, Options: options.Index().SetName(dependentsDueField).SetSparse(true)},
 		{Keys: bson.D{{Key: linkingField, Value: 1}}, Options: options.Index().SetName(linkingField).SetSparse(true)},
+		// A workflow's tasks, {workflow: id}, for docketctl workflow and
+		// the dashboard's workflow page (workflow_view.go).
+		{Keys: bson.D{{Key: workflowField, Value: 1}}, Options: options.Index().SetName(workflowField).SetSparse(true)},
 	}
 }
 

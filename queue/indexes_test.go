@@ -66,6 +66,7 @@ func TestIndexesDeclared(t *testing.T) {
 		{name: "after", keys: bson.D{{Key: "after", Value: 1}}, sparse: true},
 		{name: "dependentsDue", keys: bson.D{{Key: "dependentsDue", Value: 1}}, sparse: true},
 		{name: "linking", keys: bson.D{{Key: "linking", Value: 1}}, sparse: true},
+		{name: "workflow", keys: bson.D{{Key: "workflow", Value: 1}}, sparse: true},
 	}
 	got := declared(t, Indexes())
 	require.Equal(t, want, got)

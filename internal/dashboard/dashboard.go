@@ -172,7 +172,7 @@ func New(db *mongo.Database, q *queue.Client, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, db: db, q: q, csrf: hex.EncodeToString(token), pages: map[string]*template.Template{},
 		mux: http.NewServeMux(), log: cfg.Logger.Named("dashboard"), hosts: hosts, tls: tc, guesses: newThrottle(time.Now)}
-	for _, page := range []string{"overview", "jobs", "job", "confirm", "result", "error", "workers", "queueconfirm", "queueresult"} {
+	for _, page := range []string{"overview", "jobs", "job", "confirm", "result", "error", "workers", "queueconfirm", "queueresult", "workflow"} {
 		t, err := template.New(page).ParseFS(files, "templates/base.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: template %s: %w", page, err)
@@ -187,6 +187,7 @@ func New(db *mongo.Database, q *queue.Client, cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /jobs/{id}/{action}", s.confirm)
 	s.mux.HandleFunc("POST /jobs/{id}/{action}", s.act)
 	s.mux.HandleFunc("GET /workers", s.workers)
+	s.mux.HandleFunc("GET /workflows/{id}", s.workflow) // workflow.go
 	s.mux.HandleFunc("GET /queues/{action}", s.queueConfirm)
 	s.mux.HandleFunc("POST /queues/{action}", s.queueAct)
 	return s, nil

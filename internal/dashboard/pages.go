@@ -470,6 +470,13 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	default: // not a document: another app wrote it; show it as it is
 		args = v.String()
 	}
+	result := ""
+	if v, ok := j.Raw.Lookup("result").DocumentOK(); ok {
+		if b, err := bson.MarshalExtJSONIndent(v, false, false, "", "  "); err == nil {
+			result = string(b)
+		}
+	}
+	workflow, _ := j.Raw.Lookup("workflow").StringValueOK()
 	st := jobs.State(j.State)
 	s.render(w, r, http.StatusOK, "job", struct {
 		page
@@ -477,9 +484,11 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 		Href                           string
 		Fields                         []field
 		Timeline                       []event
-		Args                           string
+		Args, Result                   string
+		Workflow, WorkflowHref         string
 		CanRetry, CanCancel, CanDelete bool
-	}{page{Title: "Job " + j.ID, Nav: "jobs", Refresh: s.cfg.Refresh}, j, jobPath(j.JobID), fields, timeline, args,
+	}{page{Title: "Job " + j.ID, Nav: "jobs", Refresh: s.cfg.Refresh}, j, jobPath(j.JobID), fields, timeline, args, result,
+		workflow, jobWorkflowPath(j), // workflow.go
 		st.Valid() && st != jobs.StateRunning, st == jobs.StateAvailable || st == jobs.StateRunning, st.Finished()})
 }
 
