@@ -136,6 +136,10 @@ type dependent struct {
 	id        any
 	waitingOn []string
 	runAnyway bool
+	// gate is the id of the workflow the job is a task of (its workflow
+	// field), whose gate it waits for: a gate that did not open, or is
+	// not in the collection, cancels it even when it runs anyway.
+	gate string
 }
 
 // linkInserted links the jobs of docs that wait for parents and that
@@ -150,7 +154,11 @@ func (c *Client) linkInserted(ctx context.Context, docs []*jobs.Job, results []R
 		if len(d.After) == 0 || r.Err != nil || r.Duplicate || r.Existed {
 			continue
 		}
-		ds = append(ds, dependent{id: d.ID, waitingOn: d.WaitingOn, runAnyway: d.RunAnyway})
+		dep := dependent{id: d.ID, waitingOn: d.WaitingOn, runAnyway: d.RunAnyway}
+		if tags, ok := ctx.Value(workflowTagKey{}).(map[string]workflowTag); ok {
+			dep.gate = tags[d.ID].Workflow
+		}
+		ds = append(ds, dep)
 	}
 	if len(ds) == 0 {
 		return
@@ -221,7 +229,7 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 			case !found || st == jobs.StateDead || st == jobs.StateCancelled:
 				// A workflow's gate that did not open cancels even a
 				// task that runs anyway (workflow.go).
-				if d.runAnyway && !gates[p] {
+				if d.runAnyway && !gates[p] && p != d.gate {
 					resolved = append(resolved, p)
 				} else if cause == "" {
 					cause, culprit = parentEnded(p, st, found), p
@@ -574,6 +582,7 @@ func (c *Client) SettleDependents(ctx context.Context, linkGrace time.Duration, 
 		{Key: "updatedAt", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: t.Add(-linkGrace)}}}}},
 	}, options.Find().SetLimit(int64(limit)).SetProjection(bson.D{
 		{Key: afterField, Value: 1}, {Key: waitingOnField, Value: 1}, {Key: runAnywayField, Value: 1},
+		{Key: WorkflowField, Value: 1},
 	}))
 	if err != nil {
 		return res, fmt.Errorf("queue: find blocked jobs left linking: %w", err)
@@ -654,6 +663,7 @@ func readDependent(d bson.Raw) (dep dependent, fill bson.D, ok bool) {
 		}
 	}
 	dep.waitingOn = waiting
+	dep.gate, _ = d.Lookup(WorkflowField).StringValueOK() // of another type: no gate
 	if r, err := d.LookupErr(runAnywayField); err == nil && r.Type != bson.TypeNull {
 		b, ok := r.BooleanOK()
 		if !ok {

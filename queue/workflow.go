@@ -361,17 +361,35 @@ func (c *Client) InsertWorkflow(ctx context.Context, w *Workflow) (WorkflowResul
 		}
 	}
 	if len(existed) > 0 {
-		// An earlier call's tasks, or jobs of someone else's that hold
-		// the ids: those would not be gated.
-		n, err := c.coll.CountDocuments(ctx, bson.D{
+		// Tasks found there: an earlier call's, which must still be
+		// waiting (one that is not was cancelled, with the workflow by
+		// the sweep, or on its own: publishing would run the others), or
+		// jobs of someone else's holding the ids, which would not be
+		// gated. Either way the workflow is not published, and its gate
+		// is cancelled, with the tasks inserted here.
+		foreign, err := c.coll.CountDocuments(ctx, bson.D{
 			{Key: "_id", Value: bson.D{{Key: "$in", Value: existed}}},
 			{Key: WorkflowField, Value: bson.D{{Key: "$ne", Value: id}}},
 		})
 		if err != nil {
 			return res, fmt.Errorf("queue: insert workflow %s: check its tasks found inserted: %w", id, err)
 		}
-		if n > 0 {
-			return res, fmt.Errorf("queue: insert workflow %s: %w: %d of its task ids are jobs of no task of it (the workflow is not published; cancel it)", id, ErrWorkflowIDTaken, n)
+		ended, err := c.coll.CountDocuments(ctx, bson.D{
+			{Key: "_id", Value: bson.D{{Key: "$in", Value: existed}}},
+			{Key: "state", Value: bson.D{{Key: "$ne", Value: jobs.StateBlocked}}},
+		})
+		if err != nil {
+			return res, fmt.Errorf("queue: insert workflow %s: check its tasks found inserted: %w", id, err)
+		}
+		if foreign+ended > 0 {
+			why := fmt.Sprintf("cancelled: %d of the workflow's task ids are held by other jobs, and %d of its tasks had ended before it was published", foreign, ended)
+			if _, err := c.cancelGate(ctx, []any{id}, nil, why); err != nil {
+				return res, fmt.Errorf("queue: insert workflow %s: %s; cancelling it: %w", id, why, err)
+			}
+			if foreign > 0 {
+				return res, fmt.Errorf("queue: insert workflow %s: %w: %d of its task ids (it is cancelled)", id, ErrWorkflowIDTaken, foreign)
+			}
+			return res, fmt.Errorf("queue: insert workflow %s: %w: %d of its tasks had ended", id, ErrWorkflowCancelled, ended)
 		}
 	}
 	if err := workflowStep(ctx, "tasks"); err != nil {
