@@ -63,6 +63,10 @@ const WorkflowGateQueue = "docket.workflows"
 // leader's pass cancels it, and so every task inserted for it.
 const DefaultWorkflowGrace = 10 * time.Minute
 
+// workflowChunk is how many tasks InsertWorkflow enqueues at a time,
+// refreshing its gate's updatedAt between them.
+const workflowChunk = 1000
+
 // TaskSeparator joins a workflow's id and a task's name into the task's
 // job id.
 const TaskSeparator = "/"
@@ -350,9 +354,26 @@ func (c *Client) InsertWorkflow(ctx context.Context, w *Workflow) (WorkflowResul
 	if err := workflowStep(ctx, "gate"); err != nil {
 		return res, err
 	}
-	results, err := c.EnqueueMany(context.WithValue(ctx, workflowTagKey{}, tags), ins)
-	if err != nil {
-		return res, fmt.Errorf("queue: insert workflow %s: its tasks (it is not published; insert it again with the same id): %w", id, err)
+	tctx := context.WithValue(ctx, workflowTagKey{}, tags)
+	results := make([]Result, 0, len(ins))
+	for lo := 0; lo < len(ins); lo += workflowChunk {
+		if lo > 0 {
+			// A long insert keeps its gate young, so that the leader's
+			// pass does not cancel a builder that is making progress; a
+			// gate cancelled meanwhile stops it.
+			r, err := c.coll.UpdateOne(ctx, gateFilter(id), bson.D{{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: c.now()}}}})
+			if err != nil {
+				return res, fmt.Errorf("queue: insert workflow %s: %w", id, err)
+			}
+			if r.MatchedCount == 0 {
+				return res, fmt.Errorf("queue: insert workflow %s: %w (while its tasks were inserted)", id, ErrWorkflowCancelled)
+			}
+		}
+		rs, err := c.EnqueueMany(tctx, ins[lo:min(lo+workflowChunk, len(ins))])
+		if err != nil {
+			return res, fmt.Errorf("queue: insert workflow %s: its tasks (it is not published; insert it again with the same id): %w", id, err)
+		}
+		results = append(results, rs...)
 	}
 	var existed bson.A
 	for i, r := range results {
