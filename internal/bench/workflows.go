@@ -171,11 +171,11 @@ func (b *bencher) workflows(ctx context.Context) (*WorkflowsBench, error) {
 func (r *WorkflowsBench) write(w io.Writer) {
 	fmt.Fprintln(w, "\nworkflows (no-op tasks; jobs/s from the workers' start, after the insert; commands: workers' + inserter's):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "shape\ttasks\tedges\tinsert s\tjobs/s\tplain jobs/s\tcmds/job\tplain cmds/job\tadded cmds/job\t")
+	fmt.Fprintln(tw, "shape\ttasks\tedges\tinsert s\tinsert cmds\tjobs/s\tplain jobs/s\tcmds/job\tplain cmds/job\tadded cmds/job\t")
 	for _, s := range r.Shapes {
 		n := float64(s.Flow.Jobs)
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.2f\t%.2f\t%+.2f\t\n", s.Shape, s.Flow.Jobs, s.Edges, s.InsertSeconds,
-			s.Flow.JobsPerSec, s.Plain.JobsPerSec,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%d (plain %d)\t%.1f\t%.1f\t%.2f\t%.2f\t%+.2f\t\n", s.Shape, s.Flow.Jobs, s.Edges, s.InsertSeconds,
+			s.InsertCommands, s.PlainInsertCommands, s.Flow.JobsPerSec, s.Plain.JobsPerSec,
 			float64(s.Flow.Commands+s.InsertCommands)/n, float64(s.Plain.Commands+s.PlainInsertCommands)/n, s.AddedPerJob)
 	}
 	_ = tw.Flush()
