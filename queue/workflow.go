@@ -81,6 +81,11 @@ var ErrWorkflowCancelled = errors.New("workflow cancelled before it was publishe
 // task's id, is held by a job that is not part of that workflow.
 var ErrWorkflowIDTaken = errors.New("id held by a job of another kind or workflow")
 
+// ErrWorkflowGate is the error of Retry for a workflow's gate: a workflow
+// is published by its builder only. Insert the workflow again under a
+// new id.
+var ErrWorkflowGate = errors.New("a workflow's gate is not retried: insert the workflow again under a new id")
+
 // TaskOpts are the options of one task of a workflow.
 type TaskOpts struct {
 	// After names the tasks of the same workflow this one runs after (its

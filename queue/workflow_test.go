@@ -227,6 +227,11 @@ func TestWorkflowCancelUnpublished(t *testing.T) {
 	_, err = b.q.InsertWorkflow(b.ctx, diamond("wf"))
 	require.ErrorIs(t, err, queue.ErrWorkflowCancelled)
 	b.requireNothingToClaim(t)
+	// Its gate is not retried (it would be available with no handler).
+	out, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{"wf"}})
+	require.NoError(t, err)
+	require.ErrorIs(t, out[0].Err, queue.ErrWorkflowGate)
+	b.requireState(t, jobs.StateCancelled, "wf")
 }
 
 func TestWorkflowInvalidWritesNothing(t *testing.T) {
