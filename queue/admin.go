@@ -193,13 +193,14 @@ type ActionResult struct {
 	Err error
 
 	queue string // the job's queue, for Retry's admission
+	kind  string // the job's kind: a workflow's gate is not retried
 }
 
 // matching returns the ids and states of the jobs f selects, whatever the
 // types of their ids; with f.IDs or f.JobIDs set, an id no job has is
 // returned with ErrNotFound.
 func (c *Client) matching(ctx context.Context, f JobFilter) ([]ActionResult, error) {
-	cur, err := c.coll.Find(ctx, f.query(), options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "queue", Value: 1}}).SetSort(bson.D{{Key: "_id", Value: 1}}))
+	cur, err := c.coll.Find(ctx, f.query(), options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "queue", Value: 1}, {Key: "kind", Value: 1}}).SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("queue: find jobs: %w", err)
 	}
@@ -210,8 +211,9 @@ func (c *Client) matching(ctx context.Context, f JobFilter) ([]ActionResult, err
 		id := JobIDOf(cur.Current)
 		state, _ := cur.Current.Lookup("state").StringValueOK()
 		q, _ := cur.Current.Lookup("queue").StringValueOK()
+		kind, _ := cur.Current.Lookup("kind").StringValueOK()
 		found[id.Token()] = true
-		out = append(out, ActionResult{ID: id.String(), JobID: id, From: state, queue: q})
+		out = append(out, ActionResult{ID: id.String(), JobID: id, From: state, queue: q, kind: kind})
 	}
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("queue: find jobs: %w", err)
@@ -260,6 +262,12 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 			if r.From != string(jobs.StateRunning) {
 				r.Err = fmt.Errorf("state %q is not one docket knows", r.From)
 			}
+			continue
+		}
+		if r.kind == WorkflowGateKind {
+			// Made available, no handler would run it: its workflow
+			// is published once, by its builder (workflow.go).
+			r.Err = ErrWorkflowGate
 			continue
 		}
 		if done, err := c.retryWithParents(ctx, r, t, limits); err != nil {

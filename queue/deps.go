@@ -136,6 +136,10 @@ type dependent struct {
 	id        any
 	waitingOn []string
 	runAnyway bool
+	// gate is the id of the workflow the job is a task of (its workflow
+	// field), whose gate it waits for: a gate that did not open, or is
+	// not in the collection, cancels it even when it runs anyway.
+	gate string
 }
 
 // linkInserted links the jobs of docs that wait for parents and that
@@ -150,7 +154,11 @@ func (c *Client) linkInserted(ctx context.Context, docs []*jobs.Job, results []R
 		if len(d.After) == 0 || r.Err != nil || r.Duplicate || r.Existed {
 			continue
 		}
-		ds = append(ds, dependent{id: d.ID, waitingOn: d.WaitingOn, runAnyway: d.RunAnyway})
+		dep := dependent{id: d.ID, waitingOn: d.WaitingOn, runAnyway: d.RunAnyway}
+		if tags, ok := ctx.Value(workflowTagKey{}).(map[string]workflowTag); ok {
+			dep.gate = tags[d.ID].Workflow
+		}
+		ds = append(ds, dep)
 	}
 	if len(ds) == 0 {
 		return
@@ -202,7 +210,7 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 			return err
 		}
 	}
-	states, err := c.statesOf(ctx, parents)
+	states, gates, err := c.parentsOf(ctx, parents)
 	if err != nil {
 		return fmt.Errorf("queue: read the parents of %d jobs: %w", len(ds), err)
 	}
@@ -219,7 +227,9 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 			case st == jobs.StateSucceeded:
 				resolved = append(resolved, p)
 			case !found || st == jobs.StateDead || st == jobs.StateCancelled:
-				if d.runAnyway {
+				// A workflow's gate that did not open cancels even a
+				// task that runs anyway (workflow.go).
+				if d.runAnyway && !gates[p] && p != d.gate {
 					resolved = append(resolved, p)
 				} else if cause == "" {
 					cause, culprit = parentEnded(p, st, found), p
@@ -283,23 +293,33 @@ func parentEnded(p string, st jobs.State, found bool) string {
 // statesOf reads the state of each of ids that is in the collection (a
 // state of another type reads as "").
 func (c *Client) statesOf(ctx context.Context, ids bson.A) (map[string]jobs.State, error) {
+	out, _, err := c.parentsOf(ctx, ids)
+	return out, err
+}
+
+// parentsOf is statesOf, also saying which of ids are workflows' gates.
+func (c *Client) parentsOf(ctx context.Context, ids bson.A) (map[string]jobs.State, map[string]bool, error) {
 	out := make(map[string]jobs.State, len(ids))
+	gates := map[string]bool{}
 	if len(ids) == 0 {
-		return out, nil
+		return out, gates, nil
 	}
 	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}}))
+		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "kind", Value: 1}}))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
 		if id, ok := d.Lookup("_id").StringValueOK(); ok {
 			st, _ := d.Lookup("state").StringValueOK()
 			out[id] = jobs.State(st)
+			if kind, _ := d.Lookup("kind").StringValueOK(); kind == WorkflowGateKind {
+				gates[id] = true
+			}
 		}
 		return nil
 	})
-	return out, err
+	return out, gates, err
 }
 
 // cancelBlocked cancels the blocked jobs filter matches, recording why.
@@ -431,7 +451,7 @@ var notDue = store.NotDue
 // whether it had.
 func (c *Client) settle(ctx context.Context, id any) (st jobs.State, ok bool, err error) {
 	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
-		options.FindOne().SetProjection(bson.D{{Key: "state", Value: 1}})).Raw()
+		options.FindOne().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "kind", Value: 1}})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return st, false, nil
 	}
@@ -458,6 +478,13 @@ func (c *Client) settle(ctx context.Context, id any) (st jobs.State, ok bool, er
 	if st == jobs.StateSucceeded {
 		if _, err := c.coll.UpdateMany(ctx, waiting, pull); err != nil {
 			return st, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
+		}
+	} else if kind, _ := raw.Lookup("kind").StringValueOK(); kind == WorkflowGateKind {
+		// A workflow's gate that did not open: every task waiting for it
+		// is cancelled, those that run anyway too (workflow.go).
+		why := fmt.Sprintf("cancelled: workflow %v was %s before it was published", asID(id), st)
+		if err := c.cancelBlocked(ctx, waiting, t, why); err != nil {
+			return st, false, err
 		}
 	} else {
 		if _, err := c.coll.UpdateMany(ctx, append(slices.Clone(waiting), bson.E{Key: runAnywayField, Value: true}), pull); err != nil {
@@ -555,6 +582,7 @@ func (c *Client) SettleDependents(ctx context.Context, linkGrace time.Duration, 
 		{Key: "updatedAt", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: t.Add(-linkGrace)}}}}},
 	}, options.Find().SetLimit(int64(limit)).SetProjection(bson.D{
 		{Key: afterField, Value: 1}, {Key: waitingOnField, Value: 1}, {Key: runAnywayField, Value: 1},
+		{Key: WorkflowField, Value: 1},
 	}))
 	if err != nil {
 		return res, fmt.Errorf("queue: find blocked jobs left linking: %w", err)
@@ -635,6 +663,7 @@ func readDependent(d bson.Raw) (dep dependent, fill bson.D, ok bool) {
 		}
 	}
 	dep.waitingOn = waiting
+	dep.gate, _ = d.Lookup(WorkflowField).StringValueOK() // of another type: no gate
 	if r, err := d.LookupErr(runAnywayField); err == nil && r.Type != bson.TypeNull {
 		b, ok := r.BooleanOK()
 		if !ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,6 +66,9 @@ var flowShapes = []flowShape{
 type flowWorld struct {
 	b     bundle
 	shape flowShape
+	// prefix is what the jobs' ids have before their names in the shape:
+	// a workflow's id and "/" when the shape is inserted as a workflow.
+	prefix string
 
 	mu    sync.Mutex
 	runs  map[string]int
@@ -108,10 +112,11 @@ func (w *flowWorld) insert(t *testing.T, skip string) {
 // from the database as it starts, then its finishing write ends it.
 func (w *flowWorld) work(t *testing.T, j *jobs.Job) {
 	t.Helper()
-	fj := w.job(j.ID)
+	name := strings.TrimPrefix(j.ID, w.prefix)
+	fj := w.job(name)
 	for _, p := range fj.after {
 		st := jobs.State("deleted")
-		if pj, err := w.b.q.Get(w.b.ctx, p); err == nil {
+		if pj, err := w.b.q.Get(w.b.ctx, w.prefix+p); err == nil {
 			st = pj.State
 		} else {
 			require.ErrorIs(t, err, queue.ErrNotFound)
@@ -133,7 +138,7 @@ func (w *flowWorld) work(t *testing.T, j *jobs.Job) {
 		}
 	}
 	w.mu.Lock()
-	w.runs[j.ID]++
+	w.runs[name]++
 	w.mu.Unlock()
 	end := jobs.StateSucceeded
 	if fj.dies {
@@ -144,7 +149,7 @@ func (w *flowWorld) work(t *testing.T, j *jobs.Job) {
 		require.NoError(t, store.Of(w.b.q).Complete(w.b.ctx, store.LeaseOf(j)))
 	}
 	w.mu.Lock()
-	w.ended[j.ID] = end
+	w.ended[name] = end
 	w.mu.Unlock()
 }
 
@@ -217,6 +222,12 @@ func (w *flowWorld) check(t *testing.T) {
 			require.Zero(t, w.runs[id], "runs of %s", id)
 		}
 	}
+	w.checkLeft(t)
+}
+
+// checkLeft checks that no job is left unfinished, linking or due.
+func (w *flowWorld) checkLeft(t *testing.T) {
+	t.Helper()
 	coll := store.Of(w.b.q).Collection()
 	for _, f := range []bson.M{
 		{"state": bson.M{"$in": bson.A{"blocked", "available", "running"}}},
@@ -400,6 +411,116 @@ func TestWorkflowHarnessLink(t *testing.T) {
 					w.check(t)
 					require.True(t, slices.Contains(s.steps, "link:mark"))
 				})
+			}
+		}
+	}
+}
+
+// workflow is the shape as a workflow with id wf.
+func (w *flowWorld) workflow(wf string) *queue.Workflow {
+	out := queue.NewWorkflow(wf)
+	for _, j := range w.shape.jobs {
+		out.Add(j.id, "k", nil, queue.TaskOpts{After: j.after, AfterRunAnyway: j.anyway})
+	}
+	return out
+}
+
+// TestWorkflowHarnessBuilder: a builder inserting the shape as a workflow
+// stalls or dies after any of its writes (the gate, each step of linking
+// its tasks, the tasks, the publish, each step of the publish's settle)
+// while the rest of the world drains (the leader's passes, in half the
+// runs the sweep of unpublished workflows with no grace, workers,
+// retention); then it resumes with what it read, or is called again with
+// the same id; last a sweep with no grace and a drain. Checked from the
+// database: when the gate ended succeeded (published) every task did what
+// the shape says, once, none early; when it did not, no task ran at all
+// (the tasks that run anyway included); nothing is left blocked, linking
+// or due.
+func TestWorkflowHarnessBuilder(t *testing.T) {
+	// gate, link:mark, link:done, tasks, publish, settle:succeeded,
+	// settle:ready, settle:done
+	const builderSteps = 8
+	for _, shape := range flowShapes {
+		for at := range builderSteps {
+			for _, kill := range []bool{false, true} {
+				for _, sweep := range []bool{false, true} {
+					mode := "stall"
+					if kill {
+						mode = "die"
+					}
+					if sweep {
+						mode += "-swept"
+					}
+					t.Run(fmt.Sprintf("%s/%s-at-%d", shape.name, mode, at), func(t *testing.T) {
+						w := newFlowWorld(t, shape)
+						w.prefix = "wf" + queue.TaskSeparator
+						s := newStepper(at, kill)
+						done := make(chan error, 1)
+						go func() {
+							ctx := queue.WithDepsStep(queue.WithWorkflowStep(w.b.ctx, s.step), s.step)
+							_, err := w.b.q.InsertWorkflow(ctx, w.workflow("wf"))
+							done <- err
+						}()
+						meanwhile := func() {
+							if sweep {
+								_, err := w.b.q.SweepWorkflows(w.b.ctx, 0, 100)
+								require.NoError(t, err)
+							}
+							// Retention only while a builder stalls: one that
+							// dies is called again, and a workflow retention
+							// deleted whole is inserted again by its id, as a
+							// job is (InsertOpts.ID).
+							w.drain(t, !kill)
+						}
+						select {
+						case <-s.stalled:
+							meanwhile()
+							if !kill {
+								close(s.resume)
+							}
+						case err := <-done:
+							t.Fatalf("the builder ended (%v) after steps %v, before step %d", err, s.steps, at)
+						}
+						err := <-done
+						// The publish step reports after its write: the
+						// workflow was published. A settle killed after it
+						// is logged, not returned.
+						published := slices.Contains(s.steps, "publish")
+						switch {
+						case kill && published:
+						case kill:
+							require.ErrorIs(t, err, errKilled)
+						case err != nil:
+							require.ErrorIs(t, err, queue.ErrWorkflowCancelled)
+						default:
+							published = true
+						}
+						if kill {
+							// Called again with the same id. (After a publish
+							// whose gate retention deleted since, it finds
+							// tasks ended and refuses: ErrWorkflowCancelled.)
+							_, err = w.b.q.InsertWorkflow(w.b.ctx, w.workflow("wf"))
+							if err != nil {
+								require.ErrorIs(t, err, queue.ErrWorkflowCancelled)
+							} else {
+								published = true
+							}
+						}
+						w.drain(t, !kill)
+						_, err = w.b.q.SweepWorkflows(w.b.ctx, 0, 100)
+						require.NoError(t, err)
+						w.drain(t, false)
+
+						if published {
+							w.check(t)
+						} else {
+							w.mu.Lock()
+							require.Empty(t, w.runs, "tasks of a workflow that was not published ran")
+							w.mu.Unlock()
+							w.checkLeft(t)
+						}
+					})
+				}
 			}
 		}
 	}

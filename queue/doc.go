@@ -1,8 +1,9 @@
 // Package queue is what an application calls on the jobs collection:
 // enqueueing (with unique keys and bounded queues), reading and
 // administering jobs (list, get, retry, cancel, delete, purge, counts and
-// stats), pausing queues, capacities, concurrency limits, stored stats and
-// the registry of worker processes. A write may be applied with its reply
+// stats), pausing queues, capacities, concurrency limits, stored stats,
+// dependencies and workflows (deps.go, workflow.go) and the registry of
+// worker processes. A write may be applied with its reply
 // lost: an insert that cannot tell wraps ErrOutcomeUnknown, and enqueueing
 // again with the same id is safe.
 //

@@ -10,3 +10,10 @@ import "context"
 func WithDepsStep(ctx context.Context, f func(ctx context.Context, step string) error) context.Context {
 	return context.WithValue(ctx, depsStepKey{}, f)
 }
+
+// WithWorkflowStep returns ctx carrying f, which runs after each write of
+// an InsertWorkflow made under ctx ("gate", "tasks", "publish"); an error
+// it returns stops the insert there, as if its process had died.
+func WithWorkflowStep(ctx context.Context, f func(ctx context.Context, step string) error) context.Context {
+	return context.WithValue(ctx, workflowStepKey{}, f)
+}

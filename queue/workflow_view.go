@@ -20,8 +20,8 @@ import (
 // The fields a workflow builder stamps on each of its tasks: the
 // workflow's id and the task's name in it.
 const (
-	workflowField     = "workflow"
-	workflowTaskField = "workflowTask"
+	workflowField     = WorkflowField
+	workflowTaskField = WorkflowTaskField
 )
 
 // workflowScanFactor bounds a job's graph: WorkflowTasks walks at most

@@ -11,7 +11,8 @@ import (
 // that wait for a finished job of its outcome when the worker that
 // finished it stopped before it did, and links the blocked jobs whose
 // enqueuer stopped between their insert and their link (see
-// queue.SettleDependents). It goes on, batch after batch, while a batch
+// queue.SettleDependents), and cancels the workflows left unpublished for
+// longer than queue.DefaultWorkflowGrace (queue.SweepWorkflows). It goes on, batch after batch, while a batch
 // comes back full.
 func (r *Reaper) settleDependents(ctx context.Context) error {
 	var total queue.DepsResult
@@ -24,6 +25,17 @@ func (r *Reaper) settleDependents(ctx context.Context) error {
 			return err
 		}
 		if res.Settled+res.Linked+res.Buried < r.cfg.Batch {
+			break
+		}
+	}
+	// After the settles: a workflow's gate this cancels is settled here
+	// (its tasks cancelled), and what is left due goes to the next pass.
+	for {
+		n, err := r.q.SweepWorkflows(ctx, queue.DefaultWorkflowGrace, r.cfg.Batch)
+		if err != nil {
+			return err
+		}
+		if n < r.cfg.Batch {
 			break
 		}
 	}

@@ -93,12 +93,17 @@ type Options struct {
 	RateProcs int
 	RateFor   time.Duration
 
+	// The workflows run: WorkflowJobs tasks in a fan-out, a fan-in and a
+	// layered DAG, WorkflowChain in a chain, each beside a plain
+	// burn-down of as many jobs.
+	WorkflowJobs, WorkflowChain int
+
 	Runs []string
 	JSON bool
 }
 
 var allRuns = []string{"single", "raw", "default", "batch", "batch4x10", "steady", "idle", "idle4", "idle8", "heartbeats", "failover", "scaling",
-	"ledger", "limits", "rate",
+	"ledger", "limits", "rate", "workflows",
 }
 
 // optInRuns are runs made only when --runs names them: growth takes its
@@ -148,6 +153,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	rate := fs.String("rate", "20/s burst 5", "rate limit of the rate run (N/PERIOD [burst B])")
 	fs.IntVar(&o.RateProcs, "rate-procs", 3, "worker processes of the rate run")
 	fs.DurationVar(&o.RateFor, "rate-for", time.Minute, "how long the rate run counts starts, after a 5 s warm-up")
+	fs.IntVar(&o.WorkflowJobs, "workflow-jobs", 300, "tasks of the workflows run's fan-out, fan-in and layered DAG (a fan-in at most 998)")
+	fs.IntVar(&o.WorkflowChain, "workflow-chain", 100, "tasks of the workflows run's chain, which runs one at a time")
 	runs := fs.String("runs", strings.Join(allRuns, ","), "runs to make, of "+strings.Join(allRuns, ",")+" (the default), and "+strings.Join(optInRuns, ","))
 	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON instead of a table")
 	if err := fs.Parse(args); err != nil {
@@ -263,6 +270,8 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 			res.Limits, err = b.limits(ctx)
 		case "rate":
 			res.Rate, err = b.rate(ctx)
+		case "workflows":
+			res.Workflows, err = b.workflows(ctx)
 		case "scaling":
 			for _, p := range []int{1, 2, 4} {
 				var s *BurnDown
@@ -368,6 +377,14 @@ func (b *bencher) burnDown(ctx context.Context, name string, n, procs, concurren
 // burnDownLimited is burnDown with the concurrency limits of limits set
 // before the workers start.
 func (b *bencher) burnDownLimited(ctx context.Context, name string, n, procs, concurrency, claimBatch int, kind string, args any, limits map[string]int) (*BurnDown, error) {
+	return b.burnDownWith(ctx, name, n, procs, concurrency, claimBatch, limits, func(ctx context.Context, q *queue.Client) error {
+		return b.enqueue(ctx, q, n, kind, args)
+	})
+}
+
+// burnDownWith is burnDownLimited with the n jobs inserted by insert, on
+// the run's fresh database, before the workers start.
+func (b *bencher) burnDownWith(ctx context.Context, name string, n, procs, concurrency, claimBatch int, limits map[string]int, insert func(context.Context, *queue.Client) error) (*BurnDown, error) {
 	db, q, err := b.freshDB(ctx, name)
 	if err != nil {
 		return nil, err
@@ -384,7 +401,7 @@ func (b *bencher) burnDownLimited(ctx context.Context, name string, n, procs, co
 		// (queue/runload.go).
 		time.Sleep(2*queue.LimitRefresh + 100*time.Millisecond)
 	}
-	if err := b.enqueue(ctx, q, n, kind, args); err != nil {
+	if err := insert(ctx, q); err != nil {
 		return nil, err
 	}
 	ps, err := b.startWorkers(db.Name(), procs, concurrency, claimBatch)

@@ -43,6 +43,7 @@ func TestEveryRunMeasuresWhatItRan(t *testing.T) {
 		SleepJobs: 8, Sleep: 10 * time.Millisecond, SleepConcurrency: 1, SleepClaimBatch: 1,
 		HeartbeatJobs: 10, HeartbeatSleep: 3 * time.Second, HeartbeatLease: 3 * time.Second, HeartbeatInterval: time.Second,
 		Rate: queue.Rate{N: 20, Per: time.Second, Burst: 5}, RateProcs: 2, RateFor: 2 * time.Second,
+		WorkflowJobs: 30, WorkflowChain: 10,
 		Runs: allRuns,
 	}
 	// The bench starts its own devdb: the binary testdb builds.
@@ -226,4 +227,32 @@ func TestGrowthSaysWhereItStopped(t *testing.T) {
 	var table bytes.Buffer
 	(&Results{Growth: g}).writeTable(&table)
 	require.Contains(t, table.String(), "growth: 100,000 skipped: the budget ran out")
+}
+
+// TestWorkflowsRun runs the workflows run at a small size: every shape's
+// tasks ran, as many as its plain burn-down's jobs, and dependencies cost
+// commands where parents have dependents to tell.
+func TestWorkflowsRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a devdb and worker processes")
+	}
+	t.Setenv("DOCKET_DEVDB_BIN", testdb.DevDBBinary(t))
+	var log bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Options{Procs: 2, Concurrency: 4, WorkflowJobs: 30, WorkflowChain: 10, Runs: []string{"workflows"}}, &log)
+	require.NoError(t, err, log.String())
+	require.NotNil(t, res.Workflows)
+	require.Len(t, res.Workflows.Shapes, 4)
+	for _, s := range res.Workflows.Shapes {
+		require.Equal(t, s.Plain.Jobs, s.Flow.Jobs, s.Shape)
+		require.Positive(t, s.Flow.JobsPerSec, s.Shape)
+		require.Positive(t, s.InsertCommands, s.Shape)
+		if s.Shape != "fan-out" {
+			require.Positive(t, s.AddedPerJob, s.Shape)
+		}
+	}
+	var out bytes.Buffer
+	res.writeTable(&out)
+	require.Contains(t, out.String(), "layered")
 }

@@ -56,6 +56,8 @@ type Results struct {
 	Limits *LimitsBench `json:"limits,omitempty"`
 	// Rate is a rate limit held by several processes.
 	Rate *RateBench `json:"rate,omitempty"`
+	// Workflows is workflows of several shapes beside plain burn-downs.
+	Workflows *WorkflowsBench `json:"workflows,omitempty"`
 }
 
 // LimitsBench is the limits run: the same burn-down without a limit and
@@ -240,6 +242,9 @@ func (r *Results) writeTable(w io.Writer) {
 	}
 	if r.Rate != nil {
 		r.Rate.write(w)
+	}
+	if r.Workflows != nil {
+		r.Workflows.write(w)
 	}
 	for _, i := range []*Idle{r.Idle, r.Idle4, r.Idle8} {
 		if i == nil {

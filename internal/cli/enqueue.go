@@ -43,8 +43,9 @@ type subcommand struct {
 
 // subcommands maps names to enqueue's subcommands.
 var subcommands = map[string]subcommand{
-	"job":   {"enqueue one job of any kind: --kind K --args '{json}'", jobCommand},
-	"batch": {"enqueue many jobs, one JSON object per line, from --file or stdin", batchCommand},
+	"job":      {"enqueue one job of any kind: --kind K --args '{json}'", jobCommand},
+	"batch":    {"enqueue many jobs, one JSON object per line, from --file or stdin", batchCommand},
+	"workflow": {"enqueue a workflow --id ID: tasks (one JSON object per line, \"after\" naming tasks) that run all or none (docs/WORKFLOWS.md)", workflowCommand},
 }
 
 // Enqueue is the main function of the enqueue command; it returns the exit
