@@ -35,10 +35,54 @@ type RecordArgs struct {
 // Kind implements jobs.Args.
 func (RecordArgs) Kind() string { return "record" }
 
+// StepArgs are the args of a step job: a workflow task of the chaos run
+// (internal/chaos/workflow.go) that records each attempt in the steps
+// collection.
+type StepArgs struct {
+	// SleepMs is how long the attempt takes.
+	SleepMs int `bson:"sleepMs"`
+	// Fail makes every attempt fail permanently: the job ends dead.
+	Fail bool `bson:"fail"`
+}
+
+// Kind implements jobs.Args.
+func (StepArgs) Kind() string { return "step" }
+
+// workStep records the attempt's start (the claim's stamp and the
+// handler's clock), works, and records its end just before it returns
+// success: an attempt whose end is recorded returned success, whether or
+// not its completion was then recorded (a lost lease fences it out).
+func workStep(steps *mongo.Collection) func(context.Context, *jobs.Job, StepArgs) error {
+	return func(ctx context.Context, j *jobs.Job, a StepArgs) error {
+		rec := func(phase string) error {
+			_, err := steps.InsertOne(ctx, bson.M{
+				"jobId": j.ID, "attempt": j.Attempt, "owner": j.Owner, "token": j.LeaseToken,
+				"phase": phase, "at": time.Now(), "claimedAt": j.HeartbeatAt,
+			})
+			return err
+		}
+		if err := rec("start"); err != nil {
+			return err
+		}
+		select {
+		case <-time.After(time.Duration(a.SleepMs) * time.Millisecond):
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		if a.Fail {
+			return jobs.Permanent(errors.New("step: fails permanently"))
+		}
+		return rec("end")
+	}
+}
+
 func main() {
 	os.Exit(cli.Worker(os.Args[1:], os.Stdout, os.Stderr,
 		func(reg *jobs.Registry, db *mongo.Database, q *queue.Client, log *zap.Logger) error {
 			if err := handlers.Register(reg, handlers.Deps{DB: db, Queue: q, Logger: log}); err != nil {
+				return err
+			}
+			if err := jobs.Register(reg, workStep(db.Collection("steps")), jobs.KindOptions{}); err != nil {
 				return err
 			}
 			execs := db.Collection("executions")
