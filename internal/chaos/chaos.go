@@ -190,6 +190,11 @@ type Result struct {
 	// RateStarts the starts the rate reserved.
 	RateJobs, RateClaims, RateMostPerPeriod int
 	RateStarts                              int64
+	// Workflows is how many workflows the run inserted (workflow.go),
+	// WorkflowTasks their tasks, WorkflowAttempts the attempts of them
+	// whose handler started, WorkflowFencedEnds the attempts that returned
+	// success but whose success another attempt's replaced (a lost lease).
+	Workflows, WorkflowTasks, WorkflowAttempts, WorkflowFencedEnds int
 	// Elapsed is the whole run, from devdb's start to the last check.
 	Elapsed time.Duration
 }
@@ -204,7 +209,8 @@ func (r Result) String() string {
 		"sale (capacity %d): %d order requests, %d admitted, %d refused as the queue was full, %d resends found their job there; "+
 		"%d orders placed (%d units), %d rejected as sold out; %d samples of the queue, at most %d admitted and unfinished; "+
 		"limit %s=%d: %d jobs, %d samples, at most %d running with a live lease and %d slots held; "+
-		"rate %s=%s: %d jobs, %d attempts claimed, at most %d in one period, %d starts reserved; in %s",
+		"rate %s=%s: %d jobs, %d attempts claimed, at most %d in one period, %d starts reserved; "+
+		"workflows: %d (%d tasks, %d attempts started, %d successes fenced out), none early, lost or succeeded twice; in %s",
 		r.Seed, r.Jobs, r.Succeeded, r.Dead, r.Cancelled, r.Retried, r.MaxAttempt,
 		r.TxDone, r.TxCancelled, r.Kills, r.Stalls, r.StalledJobs, r.OutlivedJobs, r.Outage.Round(100*time.Millisecond),
 		r.OutageLogLines, r.UnloggedFinishes,
@@ -213,7 +219,8 @@ func (r Result) String() string {
 		r.SaleCapacity, r.OrderRequests, r.OrderAdmitted, r.OrderRefused, r.OrderResentThere,
 		r.OrdersPlaced, r.UnitsSold, r.OrdersRejected, r.SaleSamples, r.SaleMaxHeld,
 		limitKind, limitN, r.LimitJobs, r.LimitSamples, r.LimitMaxLive, r.LimitMaxHeld,
-		rateKind, rateOf, r.RateJobs, r.RateClaims, r.RateMostPerPeriod, r.RateStarts, r.Elapsed.Round(time.Second))
+		rateKind, rateOf, r.RateJobs, r.RateClaims, r.RateMostPerPeriod, r.RateStarts,
+		r.Workflows, r.WorkflowTasks, r.WorkflowAttempts, r.WorkflowFencedEnds, r.Elapsed.Round(time.Second))
 }
 
 // Worker flags: leases short enough that a dead or stalled worker's jobs
@@ -263,6 +270,7 @@ type run struct {
 	orders orderLoad
 	limit  limitLoad
 	rate   rateLoad
+	wfs    []wfRecord // the workflows inserted
 
 	failures []string // every failed check, in order, for the summary
 }
@@ -292,7 +300,9 @@ func Run(t testing.TB, cfg Config) Result {
 		openings:  map[string]int64{},
 	}
 	r.res.Seed = cfg.Seed
-	r.workerBin = testdb.BuildBinary(t, "github.com/docketq/docket/cmd/worker", false)
+	// The worker command with test kinds added: the workflows' step
+	// (workflow.go); otherwise exactly cmd/worker.
+	r.workerBin = testdb.BuildBinary(t, "github.com/docketq/docket/internal/testworker", false)
 	r.enqueueBin = testdb.BuildBinary(t, "github.com/docketq/docket/cmd/enqueue", false)
 	r.ctlBin = testdb.BuildBinary(t, "github.com/docketq/docket/cmd/docketctl", false)
 	r.dbx = testdb.StartDevDB(t, "")
@@ -505,6 +515,7 @@ func (r *run) wave(w, n int) {
 	r.treeWave(ctx, w, nTree)
 	r.orderWave(ctx, w, nOrder)
 	r.rateWave(ctx, max(n*2/5, 20)) // beside the wave's n: a burst the rate spreads over seconds
+	r.workflowWave(ctx, w)          // beside the wave's n too: five workflows of step jobs
 	if w > 0 {
 		r.cancelLedger(ctx, w)
 	}

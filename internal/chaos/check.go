@@ -131,6 +131,7 @@ func (r *run) check() {
 	r.checkOrders(all)
 	r.checkLimit(all)
 	r.checkRate(all)
+	r.checkWorkflows(byID)
 }
 
 // checkJob: every job succeeded, or is dead or cancelled as the run meant.
@@ -145,6 +146,15 @@ func (r *run) checkJob(j *jobs.Job) {
 		lastErr = j.Errors[len(j.Errors)-1].Message
 	}
 	switch want := expectedDeath(j); {
+	case isWorkflowJob(j): // checkWorkflows judges its state
+		switch j.State {
+		case jobs.StateSucceeded:
+			r.res.Succeeded++
+		case jobs.StateDead:
+			r.res.Dead++
+		case jobs.StateCancelled:
+			r.res.Cancelled++
+		}
 	case r.cancelled[j.ID]:
 		if j.State != jobs.StateCancelled {
 			r.errorf("chaos: job %s was cancelled but is %s", j.ID, j.State)
