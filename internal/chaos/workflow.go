@@ -32,12 +32,17 @@ import (
 //     parent's finishedAt (BSON times, to the millisecond: a claim in the
 //     millisecond of its parent's finishing write passes); a cancelled
 //     task never started;
-//   - no task succeeded twice: the success a document records is that of
-//     its last attempt started (no attempt numbered higher), an attempt
-//     whose handler returned success (its end recorded with the job's
-//     lease token), and no attempt was claimed after it. A second success
-//     needs a claim after the first, and would leave a later finishedAt
-//     than its dependents' starts.
+//   - no task succeeded twice, and none started after its success: the
+//     success a document records is that of its last attempt started (no
+//     attempt numbered higher), an attempt whose handler returned success
+//     (its end recorded with the job's lease token); no attempt was
+//     claimed after its finishedAt; and every earlier attempt that started
+//     has a failure in the job's errors (its handler failed, or the reaper
+//     took its expired lease). An earlier attempt without one ended
+//     without the queue recording a failure, yet the job ran again: it
+//     succeeded, and then ran (and here succeeded) again. A second success
+//     also rewrites finishedAt, later than its dependents' starts, which
+//     the rule above catches.
 //
 // At-least-once is not "ran once": an attempt can return success and lose
 // its lease before its completion is recorded (SIGSTOPped, cut off), and
@@ -251,8 +256,9 @@ func (s stepRecord) claimed() time.Time {
 }
 
 // checkOneSuccess: the success job j records is that of its last attempt
-// started, whose handler returned success, and no attempt was claimed
-// after it; other attempts that returned success lost their lease.
+// started, whose handler returned success, no attempt was claimed after
+// it, and every earlier attempt failed; other attempts that returned
+// success lost their lease.
 func (r *run) checkOneSuccess(j *jobs.Job, starts, ends []stepRecord) {
 	for _, s := range starts {
 		if s.Attempt > j.Attempt {
@@ -261,6 +267,16 @@ func (r *run) checkOneSuccess(j *jobs.Job, starts, ends []stepRecord) {
 		if s.claimed().After(*j.FinishedAt) {
 			r.errorf("chaos: task %s succeeded at %s, yet attempt %d was claimed after, at %s",
 				j.ID, j.FinishedAt.Format(time.StampMicro), s.Attempt, s.claimed().Format(time.StampMicro))
+		}
+	}
+	failed := map[int]bool{}
+	for _, e := range j.Errors {
+		failed[e.Attempt] = true
+	}
+	for _, s := range starts {
+		if s.Attempt < j.Attempt && !failed[s.Attempt] && len(j.Errors) < jobs.MaxErrors {
+			r.errorf("chaos: task %s: attempt %d started and no failure of it is recorded, yet attempt %d ran and succeeded: it succeeded twice (errors %+v)",
+				j.ID, s.Attempt, j.Attempt, j.Errors)
 		}
 	}
 	own := slices.IndexFunc(ends, func(e stepRecord) bool { return e.Attempt == j.Attempt && e.Token == j.LeaseToken })
