@@ -6,9 +6,12 @@
 // friendships, racing renames, ledger transfers (and cancels), tree
 // publishes and flash-sale orders into a bounded queue runs, the transfers
 // under a concurrency limit, bursts of noop jobs under a rate limit,
-// readers read the trees' snapshots and a sampler reads the bounded queue,
-// the limited kind and the rate-limited one all the while. Then it lets the queue drain and checks every job, every handler
-// invariant (the ledger's, the trees' and the sale's included), every
+// workflows of step jobs (a chain, a fan-in, a diamond, a failing task, a
+// task that runs anyway), readers read the trees' snapshots and a sampler
+// reads the bounded queue, the limited kind and the rate-limited one all
+// the while. Then it lets the queue drain and checks every job, every handler
+// invariant (the ledger's, the trees', the sale's and the workflows'
+// included), every
 // snapshot read and sample, and that no worker wrote anything after it
 // had lost a lease. On failure
 // the last lines it logs are the seed and the failed checks.
