@@ -105,7 +105,7 @@ func (r *run) workflowWave(ctx context.Context, w int) {
 		rec := wfRecord{id: fmt.Sprintf("wf-w%d-%s", w, s.name), shape: s.name, tasks: s.tasks}
 		wf := queue.NewWorkflow(rec.id)
 		for _, t := range s.tasks {
-			wf.Add(t.name, stepKind, stepArgs{SleepMs: r.intN(100), Fail: t.fail},
+			wf.Add(t.name, stepKind, stepArgs{SleepMs: 300 + r.intN(900), Fail: t.fail},
 				queue.TaskOpts{After: t.after, AfterRunAnyway: t.anyway})
 		}
 		var res queue.WorkflowResult
