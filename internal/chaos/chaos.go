@@ -195,8 +195,10 @@ type Result struct {
 	RateStarts                              int64
 	// Workflows is how many workflows the run inserted (workflow.go),
 	// WorkflowTasks their tasks, WorkflowAttempts the attempts of them
-	// whose handler started, WorkflowFencedEnds the attempts that returned
-	// success but whose success another attempt's replaced (a lost lease).
+	// whose handler started, WorkflowFencedEnds the attempts that recorded
+	// their return of success besides the one the job records (their lease
+	// was lost, or the reply to their end's record was, and the job ran
+	// again).
 	Workflows, WorkflowTasks, WorkflowAttempts, WorkflowFencedEnds int
 	// Elapsed is the whole run, from devdb's start to the last check.
 	Elapsed time.Duration
