@@ -18,9 +18,11 @@ import (
 // publishes, with readers checking every tree snapshot they read, and
 // flash-sale orders into a bounded queue, sampled all the while, and
 // the transfers under a concurrency limit of 2 and bursts of noop jobs
-// under a rate limit, both sampled too), then
-// checks every job and every handler invariant from the database
-// (internal/chaos). The short form runs in `make test`;
+// under a rate limit, both sampled too, and workflows: chains, a fan-in,
+// a diamond, a failing task and a runs-anyway one), then checks every job
+// and every handler invariant from the database (internal/chaos), for the
+// workflows that no task started before its parents succeeded, none was
+// lost and none succeeded twice. The short form runs in `make test`;
 // DOCKET_CHAOS=long (`make chaos`) runs the long one. DOCKET_CHAOS_SEED
 // replays a run's load and schedule of failures.
 //
