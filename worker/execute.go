@@ -166,7 +166,7 @@ func (w *Worker) execute(r *run) {
 	}
 	werr := w.persist(r, write, log)
 	if werr == nil {
-		w.flow.RunEnded(job.ID) // its run slots, if any, go to the next claim
+		w.q.RunEnded(job.ID) // its run slots, if any, go to the next claim
 	}
 	fields := []zap.Field{zap.Duration("duration", elapsed), zap.String("outcome", outcome)}
 	if err != nil {

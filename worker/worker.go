@@ -45,16 +45,11 @@ var (
 // StopAndCancel.
 type Worker struct {
 	cfg Config
-	q   *store.Store  // the lease-level side of the queue client
+	q   *store.Store  // the lease-level side of the queue client, its limits' and rates' state too
 	c   *queue.Client // the client itself, to settle dependents (deps.go)
 	reg *jobs.Registry
 	log *zap.Logger
 	obs Observer
-
-	// flow says when a rate limit that left a kind or queue out of the
-	// last claim allows a start again, and which jobs hold run slots of a
-	// concurrency limit (limits.go).
-	flow flowControl
 
 	// Slots (see launch). held counts the jobs the worker holds from their
 	// claim until their handler returns: waiting for a run slot or running.
@@ -137,7 +132,6 @@ func New(q *queue.Client, reg *jobs.Registry, cfg Config) (*Worker, error) {
 		cfg:          cfg,
 		q:            st,
 		c:            q,
-		flow:         st,
 		reg:          reg,
 		log:          cfg.Logger.Named("worker").With(zap.String("worker", cfg.ID)),
 		obs:          cfg.Observer,
@@ -304,11 +298,11 @@ func (w *Worker) dispatch() {
 		slots := 1
 		size := sizer.next(w.cfg.ClaimBatch, target)
 		switch {
-		case size == claimGathered && w.flow.LimitFull():
+		case size == claimGathered && w.q.LimitFull():
 			// A full limit, not the backlog, bounds what the next claim
 			// gets: waiting for more slots to free would only delay it.
 			size = claimFree
-		case size == claimOne && w.cfg.ClaimBatch > 1 && w.flow.UnderLimits():
+		case size == claimOne && w.cfg.ClaimBatch > 1 && w.q.UnderLimits():
 			// Under a limit a claim of one job costs a read and a write,
 			// as a batch does: claim for the slots free now.
 			size = claimFree
@@ -359,7 +353,7 @@ func (w *Worker) dispatch() {
 		// finishing writes wake it (their slots are then handed to it), as
 		// does any handler's return, or else its next poll. Claiming again
 		// at once would find the limit full.
-		if err == nil && started > 0 && !w.flow.LimitFull() {
+		if err == nil && started > 0 && !w.q.LimitFull() {
 			idle, failing = 0, 0
 			continue
 		}
@@ -381,7 +375,7 @@ func (w *Worker) dispatch() {
 			wait = max(jitter(idle, w.cfg.PollMax), time.Since(sent))
 			// A rate limit that left a kind out allows its next start at
 			// a known time: claim then, not a poll later.
-			if next := w.flow.NextRateStart(); !next.IsZero() {
+			if next := w.q.NextRateStart(); !next.IsZero() {
 				wait = min(wait, max(time.Until(next), time.Millisecond))
 			}
 		}
@@ -391,7 +385,7 @@ func (w *Worker) dispatch() {
 			t.Stop()
 			return
 		case <-w.wake:
-			if !w.flow.LimitFull() {
+			if !w.q.LimitFull() {
 				idle = 0
 			} // else polls for the slots other processes free back off
 		case <-t.C:
@@ -863,7 +857,7 @@ func (w *Worker) freeSlots(r *run) {
 		r.executing = false
 	}
 	w.held.Add(-1)
-	if !w.flow.HoldsRunSlot(r.job.ID) {
+	if !w.q.HoldsRunSlot(r.job.ID) {
 		// A job holding a run slot wakes the dispatcher once its
 		// finishing write has freed the slot (launch), not before: a
 		// claim now would find its limit still full.
