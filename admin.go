@@ -212,7 +212,7 @@ type QueuePauseOpts struct {
 // within a second; running jobs finish, waiting ones wait. It reports
 // whether the queue was running until now.
 func (c *Client) QueuePause(ctx context.Context, name string, opts *QueuePauseOpts) (bool, error) {
-	changed, err := c.q.Pause(ctx, name, byOf(opts))
+	changed, err := c.q.Pause(ctx, name, opts.by())
 	if err != nil {
 		return false, fmt.Errorf("docket: %w", err)
 	}
@@ -222,14 +222,30 @@ func (c *Client) QueuePause(ctx context.Context, name string, opts *QueuePauseOp
 // QueueResume lets workers claim from the queue name again. It reports
 // whether the queue was paused until now.
 func (c *Client) QueueResume(ctx context.Context, name string, opts *QueuePauseOpts) (bool, error) {
-	changed, err := c.q.Resume(ctx, name, byOf(opts))
+	changed, err := c.q.Resume(ctx, name, opts.by())
 	if err != nil {
 		return false, fmt.Errorf("docket: %w", err)
 	}
 	return changed, nil
 }
 
-func byOf(o *QueuePauseOpts) string {
+// by is who the options say acts: their By, none for nil options. The
+// Opts types are one shape each for their verbs' docs.
+func (o *QueuePauseOpts) by() string {
+	if o == nil {
+		return ""
+	}
+	return o.By
+}
+
+func (o *CapacityOpts) by() string {
+	if o == nil {
+		return ""
+	}
+	return o.By
+}
+
+func (o *LimitOpts) by() string {
 	if o == nil {
 		return ""
 	}
@@ -327,11 +343,7 @@ func (c *Client) QueueSetCapacity(ctx context.Context, name string, n int, opts 
 	if err != nil {
 		return fmt.Errorf("docket: QueueSetCapacity %s: %w", name, err)
 	}
-	var by string
-	if opts != nil {
-		by = opts.By
-	}
-	if err := c.q.SetCapacity(ctx, name, stored, by); err != nil {
+	if err := c.q.SetCapacity(ctx, name, stored, opts.by()); err != nil {
 		return fmt.Errorf("docket: %w", err)
 	}
 	return nil
@@ -340,11 +352,7 @@ func (c *Client) QueueSetCapacity(ctx context.Context, name string, n int, opts 
 // QueueClearCapacity makes the queue name unbounded again, and reports
 // whether it had a capacity.
 func (c *Client) QueueClearCapacity(ctx context.Context, name string, opts *CapacityOpts) (bool, error) {
-	var by string
-	if opts != nil {
-		by = opts.By
-	}
-	had, err := c.q.ClearCapacity(ctx, name, by)
+	had, err := c.q.ClearCapacity(ctx, name, opts.by())
 	if err != nil {
 		return false, fmt.Errorf("docket: %w", err)
 	}
@@ -371,11 +379,7 @@ func (c *Client) LimitSet(ctx context.Context, name string, n int, opts *LimitOp
 	if err != nil {
 		return fmt.Errorf("docket: LimitSet %s: %w", name, err)
 	}
-	var by string
-	if opts != nil {
-		by = opts.By
-	}
-	if err := c.q.SetLimit(ctx, name, stored, by); err != nil {
+	if err := c.q.SetLimit(ctx, name, stored, opts.by()); err != nil {
 		return fmt.Errorf("docket: %w", err)
 	}
 	return nil
@@ -410,11 +414,7 @@ type RateLimit = queue.RateLimit
 // (see Rate, ParseRate). It applies within a second; jobs over the rate
 // wait, their attempts not counted.
 func (c *Client) RateSet(ctx context.Context, name string, r Rate, opts *LimitOpts) error {
-	var by string
-	if opts != nil {
-		by = opts.By
-	}
-	if err := c.q.SetRate(ctx, name, r, by); err != nil {
+	if err := c.q.SetRate(ctx, name, r, opts.by()); err != nil {
 		return fmt.Errorf("docket: %w", err)
 	}
 	return nil
