@@ -7,8 +7,10 @@ import (
 
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // TestLimitCommands: `docketctl limit kind:k 2` limits kind k; bad input
@@ -29,15 +31,7 @@ func TestLimitCommands(t *testing.T) {
 		require.Equal(t, 2, code, "%v: %s", bad, errs)
 	}
 
-	q, err := queue.New(db, queue.Config{})
-	require.NoError(t, err)
-	require.NoError(t, q.EnsureIndexes(ctx))
-	for range 3 {
-		_, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{})
-		require.NoError(t, err)
-	}
-	got, err := store.Of(q).ClaimBatch(ctx, store.ClaimParams{Owner: "w", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute}, 3)
-	require.NoError(t, err)
+	q, got := enqueueAndClaim(t, db, 3)
 	require.Len(t, got, 2, "the limit holds")
 
 	out, errs, code = runCtl(t, uri, db, "limit")
@@ -67,4 +61,22 @@ func TestLimitCommands(t *testing.T) {
 	require.Equal(t, 2, ls[0].Running, "jobs running over a lowered limit count")
 	require.Equal(t, "config:w1", ls[0].SetBy)
 	require.Equal(t, "queue:bulk", ls[1].Name)
+}
+
+// enqueueAndClaim enqueues n jobs of kind k and claims as many as the
+// limits and rates on k allow, up to n: what the limit and rate tests
+// start from.
+func enqueueAndClaim(t *testing.T, db *mongo.Database, n int) (*queue.Client, []*jobs.Job) {
+	t.Helper()
+	ctx := context.Background()
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	require.NoError(t, q.EnsureIndexes(ctx))
+	for range n {
+		_, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{})
+		require.NoError(t, err)
+	}
+	got, err := store.Of(q).ClaimBatch(ctx, store.ClaimParams{Owner: "w", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute}, n)
+	require.NoError(t, err)
+	return q, got
 }

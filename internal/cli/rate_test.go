@@ -3,11 +3,8 @@ package cli
 import (
 	"context"
 	"testing"
-	"time"
 
-	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
-	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -30,15 +27,7 @@ func TestRateCommands(t *testing.T) {
 		require.Equal(t, 2, code, "%v: %s", bad, errs)
 	}
 
-	q, err := queue.New(db, queue.Config{})
-	require.NoError(t, err)
-	require.NoError(t, q.EnsureIndexes(ctx))
-	for range 5 {
-		_, err := q.Enqueue(ctx, "k", nil, queue.InsertOpts{})
-		require.NoError(t, err)
-	}
-	got, err := store.Of(q).ClaimBatch(ctx, store.ClaimParams{Owner: "w", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute}, 5)
-	require.NoError(t, err)
+	_, got := enqueueAndClaim(t, db, 5) // limit_test.go
 	require.Len(t, got, 2, "the burst holds")
 
 	out, errs, code = runCtl(t, uri, db, "limit")
@@ -53,7 +42,7 @@ func TestRateCommands(t *testing.T) {
 	require.Contains(t, out, `"burstUsed": 2`)
 	require.Contains(t, out, `"waiting": 3`)
 
-	_, err = db.Collection("limits").InsertOne(ctx, bson.D{{Key: "_id", Value: "rate:kind:\x1b[31mred"}, {Key: "rate", Value: "\x1b[2J"}})
+	_, err := db.Collection("limits").InsertOne(ctx, bson.D{{Key: "_id", Value: "rate:kind:\x1b[31mred"}, {Key: "rate", Value: "\x1b[2J"}})
 	require.NoError(t, err)
 	out, errs, code = runCtl(t, uri, db, "limit")
 	require.Zero(t, code, errs)
