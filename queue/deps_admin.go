@@ -57,6 +57,9 @@ func (c *Client) retryWithParents(ctx context.Context, r *ActionResult, t time.T
 	if err != nil {
 		return false, fmt.Errorf("queue: retry job %s: %w", r.ID, err)
 	}
+	if err := depsStep(ctx, "retry:read"); err != nil {
+		return false, err
+	}
 	_, marked := raw.LookupErr(dependentsField)
 	_, due := raw.LookupErr(dependentsDueField)
 	if r.From == string(jobs.StateSucceeded) && (marked == nil || due == nil) {
@@ -89,13 +92,23 @@ func (c *Client) retryWithParents(ctx context.Context, r *ActionResult, t time.T
 	if jobs.State(r.From).Finished() {
 		update = append(update, bson.E{Key: "$rename", Value: bson.D{{Key: "finishedUniqueKey", Value: "uniqueKey"}}})
 	}
-	res, err := c.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}, {Key: afterField, Value: afterRaw}}, update)
+	// Conditioned on what was read: its state, its parents and, when it
+	// succeeded, still no dependents (one linked since was released by
+	// that success, and would not run again).
+	filter := bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}, {Key: afterField, Value: afterRaw}}
+	if r.From == string(jobs.StateSucceeded) {
+		filter = append(filter, bson.E{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}, notDue)
+	}
+	res, err := c.coll.UpdateOne(ctx, filter, update)
 	switch {
 	case mongo.IsDuplicateKeyError(err):
 		r.Err = ErrUniqueKeyHeld
 		return true, nil
 	case err != nil:
 		return false, fmt.Errorf("queue: retry job %s: %w", r.ID, err)
+	case res.MatchedCount == 0 && r.From == string(jobs.StateSucceeded):
+		r.Err = fmt.Errorf("its state changed from %s meanwhile, or %w now; left alone", r.From, ErrHasDependents)
+		return true, nil
 	case res.MatchedCount == 0:
 		r.Err = fmt.Errorf("its state changed from %s meanwhile; left alone", r.From)
 		return true, nil
