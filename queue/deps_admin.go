@@ -49,6 +49,7 @@ func (c *Client) retryWithParents(ctx context.Context, r *ActionResult, t time.T
 	}
 	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: r.JobID.v}}, options.FindOne().SetProjection(bson.D{
 		{Key: afterField, Value: 1}, {Key: runAnywayField, Value: 1}, {Key: dependentsField, Value: 1}, {Key: dependentsDueField, Value: 1},
+		{Key: WorkflowField, Value: 1},
 	})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		r.Err = fmt.Errorf("it was deleted meanwhile")
@@ -56,6 +57,9 @@ func (c *Client) retryWithParents(ctx context.Context, r *ActionResult, t time.T
 	}
 	if err != nil {
 		return false, fmt.Errorf("queue: retry job %s: %w", r.ID, err)
+	}
+	if err := depsStep(ctx, "retry:read"); err != nil {
+		return false, err
 	}
 	_, marked := raw.LookupErr(dependentsField)
 	_, due := raw.LookupErr(dependentsDueField)
@@ -89,18 +93,31 @@ func (c *Client) retryWithParents(ctx context.Context, r *ActionResult, t time.T
 	if jobs.State(r.From).Finished() {
 		update = append(update, bson.E{Key: "$rename", Value: bson.D{{Key: "finishedUniqueKey", Value: "uniqueKey"}}})
 	}
-	res, err := c.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}, {Key: afterField, Value: afterRaw}}, update)
+	// Conditioned on what was read: its state, its parents and, when it
+	// succeeded, still no dependents (one linked since was released by
+	// that success, and would not run again).
+	filter := bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}, {Key: afterField, Value: afterRaw}}
+	if r.From == string(jobs.StateSucceeded) {
+		filter = append(filter, bson.E{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}, notDue)
+	}
+	res, err := c.coll.UpdateOne(ctx, filter, update)
 	switch {
 	case mongo.IsDuplicateKeyError(err):
 		r.Err = ErrUniqueKeyHeld
 		return true, nil
 	case err != nil:
 		return false, fmt.Errorf("queue: retry job %s: %w", r.ID, err)
+	case res.MatchedCount == 0 && r.From == string(jobs.StateSucceeded):
+		r.Err = fmt.Errorf("its state changed from %s meanwhile, or %w now; left alone", r.From, ErrHasDependents)
+		return true, nil
 	case res.MatchedCount == 0:
 		r.Err = fmt.Errorf("its state changed from %s meanwhile; left alone", r.From)
 		return true, nil
 	}
-	if err := c.link(ctx, []dependent{{id: r.JobID.v, waitingOn: after, runAnyway: runAnyway}}); err != nil {
+	// A task's gate cancels it even when it runs anyway, as the leader's
+	// link (readDependent) has it: one deleted since must not let it run.
+	gate, _ := raw.Lookup(WorkflowField).StringValueOK()
+	if err := c.link(ctx, []dependent{{id: r.JobID.v, waitingOn: after, runAnyway: runAnyway, gate: gate}}); err != nil {
 		c.log.Warn("a retried job waits for its parents again; linking it failed, the leader's pass links it", zap.String("job_id", r.ID), zap.Error(err))
 	}
 	return true, nil

@@ -446,3 +446,44 @@ func TestDepBlockedJobHoldsItsCapacitySlot(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, b.occupied(t))
 }
+
+// An operator's Retry of a succeeded job that has parents stalls between
+// reading it (no dependents then) and its write; meanwhile a new job that
+// waits for it is enqueued, linked and released by its success. The
+// resumed write must not run it again: its dependent would not run again.
+func TestDepRetryStalledWhileADependentIsLinked(t *testing.T) {
+	b := setup(t)
+	a := b.enqueueK(t, queue.InsertOpts{})
+	child := b.after(t, a)
+	b.run(t, a, jobs.StateSucceeded)
+	b.settle(t, a)
+	b.run(t, child, jobs.StateSucceeded)
+
+	stalled, resume := make(chan struct{}), make(chan struct{})
+	ctx := queue.WithDepsStep(b.ctx, func(_ context.Context, step string) error {
+		if step == "retry:read" {
+			close(stalled)
+			<-resume
+		}
+		return nil
+	})
+	type outcome struct {
+		out []queue.ActionResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		out, err := b.q.Retry(ctx, queue.JobFilter{IDs: []string{child}})
+		done <- outcome{out, err}
+	}()
+	<-stalled
+	grandchild := b.after(t, child)
+	b.requireState(t, jobs.StateAvailable, grandchild)
+	close(resume)
+	o := <-done
+	require.NoError(t, o.err)
+	require.ErrorIs(t, o.out[0].Err, queue.ErrHasDependents)
+	b.requireState(t, jobs.StateSucceeded, child)
+	b.run(t, grandchild, jobs.StateSucceeded)
+	b.requireNothingToClaim(t)
+}

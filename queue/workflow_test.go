@@ -301,3 +301,28 @@ func TestWorkflowMalformedFieldsWrittenByOthers(t *testing.T) {
 	}
 	b.requireNothingToClaim(t)
 }
+
+// A task that runs anyway, of a workflow cancelled before it was
+// published, whose gate retention has since deleted: an operator's retry
+// of it must not run it (its gate never opened), as the leader's link
+// would not.
+func TestWorkflowRetryOfARunAnywayTaskAfterItsGateIsDeleted(t *testing.T) {
+	b := setup(t)
+	_, err := b.q.InsertWorkflow(b.stopAt("tasks", nil), diamond("wf"))
+	require.ErrorIs(t, err, died)
+	_, err = b.q.CancelWorkflow(b.ctx, "wf")
+	require.NoError(t, err)
+	b.requireState(t, jobs.StateCancelled, taskIDs("wf", diamondTasks...)...)
+	b.finishedAgo(t, bson.M{"$eq": "wf"}, 1, bson.E{Key: "state", Value: jobs.StateCancelled})
+	n, err := store.Of(b.q).Clean(b.ctx, jobs.StateCancelled, time.Hour, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	d := queue.TaskID("wf", "d")
+	out, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{d}})
+	require.NoError(t, err)
+	require.NoError(t, out[0].Err)
+	j := b.get(t, d)
+	require.Equal(t, jobs.StateCancelled, j.State, "errors: %v", j.Errors)
+	b.requireNothingToClaim(t)
+}
