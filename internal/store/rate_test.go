@@ -302,3 +302,23 @@ func countState(t *testing.T, b bundle, s jobs.State) int64 {
 	require.NoError(t, err)
 	return n
 }
+
+// TestRateReservationFollowsAChangedRate: a reservation is a
+// compare-and-set on the rate as read, not only on tat: a process whose
+// cached rate another process lowered since (within LimitRefresh, or
+// after a stall) reads it again and reserves under the new one.
+func TestRateReservationFollowsAChangedRate(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k"), queue.Rate{N: 100, Per: time.Hour, Burst: 100}, ""))
+	s := store.Of(b.q)
+	got, err := s.ClaimBatch(b.ctx, claimAll, 5) // caches the rate
+	require.NoError(t, err)
+	require.Empty(t, got)
+	other, err := queue.New(b.db, queue.Config{})
+	require.NoError(t, err)
+	require.NoError(t, other.SetRate(b.ctx, queue.KindLimit("k"), queue.Rate{N: 1, Per: time.Hour, Burst: 1}, "operator"))
+	enqueueN(t, b, 5)
+	got, err = s.ClaimBatch(b.ctx, claimAll, 5)
+	require.NoError(t, err)
+	require.Len(t, got, 1, "the reservation is made under the rate stored now")
+}
