@@ -197,6 +197,9 @@ type rateState struct {
 	rate Rate
 	tat  time.Time     // as last read or written by this client
 	raw  bson.RawValue // tat as stored, for the compare-and-set
+	// badStarts: starts is stored but not a number (another application
+	// wrote it), so that $inc would fail: the next reservation sets it.
+	badStarts bool
 }
 
 // rateCache caches the rates for the claims of one Client and its copies.
@@ -243,7 +246,7 @@ func (c *Store) storeRates(docs []bson.Raw) {
 		}
 		if o := old[rl.Name]; o != nil && o.tat.After(st.tat) && o.rate == st.rate {
 			// This client reserved since the read was sent.
-			st.tat, st.raw = o.tat, o.raw
+			st.tat, st.raw, st.badStarts = o.tat, o.raw, o.badStarts
 		}
 		rc.rates[rl.Name] = st
 	}
@@ -283,7 +286,12 @@ func rateLimit(d bson.Raw, t time.Time) (RateLimit, *rateState) {
 	if tat, ok := st.raw.TimeOK(); ok {
 		st.tat = tat.UTC()
 	} // any other tat is taken as none, and replaced by the first reservation
-	rl.Starts, _ = d.Lookup("starts").AsInt64OK()
+	switch v := d.Lookup("starts"); v.Type {
+	case 0, bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
+		rl.Starts, _ = v.AsInt64OK()
+	default:
+		st.badStarts = true
+	}
 	rl.Used, rl.NextStart = st.used(t)
 	if at, ok := d.Lookup("rateSetAt").TimeOK(); ok {
 		rl.SetAt = at.UTC()
@@ -632,9 +640,11 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 			base = t
 		}
 		tat := ceilMs(base.Add(time.Duration(n) * st.rate.interval()))
-		res, err := c.ratesColl().UpdateOne(ctx,
-			rateFilter(name, st.rate, st.raw),
-			bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: tat}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}})
+		update := bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: tat}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}}
+		if st.badStarts { // $inc would fail every claim: count afresh
+			update = bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: tat}, {Key: "starts", Value: n}}}}
+		}
+		res, err := c.ratesColl().UpdateOne(ctx, rateFilter(name, st.rate, st.raw), update)
 		if err == nil && rc.afterReserve != nil {
 			err = rc.afterReserve()
 		}
@@ -645,7 +655,7 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		if res.MatchedCount == 1 {
 			rc.mu.Lock()
 			if s := rc.rates[name]; s != nil {
-				s.tat = tat
+				s.tat, s.badStarts = tat, false
 				s.raw.Type, s.raw.Value = bsonDateTime(tat)
 			}
 			rc.mu.Unlock()
