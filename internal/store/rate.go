@@ -360,19 +360,12 @@ func (c *Store) SetRate(ctx context.Context, name string, r Rate, by string) err
 	if err := r.Validate(); err != nil {
 		return fmt.Errorf("queue: set rate %s: %w", name, err)
 	}
-	set := bson.D{
-		{Key: "rate", Value: r.N}, {Key: "periodMs", Value: r.Per.Milliseconds()},
-		{Key: "burst", Value: r.burst()}, {Key: "rateSetAt", Value: c.now()},
+	fields := bson.D{
+		{Key: "rate", Value: r.N}, {Key: "periodMs", Value: r.Per.Milliseconds()}, {Key: "burst", Value: r.burst()},
 	}
-	if by != "" {
-		set = append(set, bson.E{Key: "rateSetBy", Value: by})
-	}
-	_, err := c.ratesColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: rateScope + name}},
-		bson.D{{Key: "$set", Value: set}}, options.UpdateOne().SetUpsert(true))
-	if err != nil {
+	if err := c.setLimitsDoc(ctx, rateScope+name, fields, "rate", by); err != nil {
 		return fmt.Errorf("queue: set rate %s: %w", name, err)
 	}
-	c.forgetLimits()
 	return nil
 }
 
@@ -382,12 +375,11 @@ func (c *Store) ClearRate(ctx context.Context, name string) (bool, error) {
 	if _, _, err := ParseLimitName(name); err != nil {
 		return false, fmt.Errorf("queue: clear rate: %w", err)
 	}
-	res, err := c.ratesColl().DeleteOne(ctx, bson.D{{Key: "_id", Value: rateScope + name}})
+	found, err := c.deleteLimitsDoc(ctx, rateScope+name)
 	if err != nil {
 		return false, fmt.Errorf("queue: clear rate %s: %w", name, err)
 	}
-	c.forgetLimits()
-	return res.DeletedCount > 0, nil
+	return found, nil
 }
 
 // RateLimits returns every stored rate limit, in name order, with how much
