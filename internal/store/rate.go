@@ -351,8 +351,9 @@ func (c *Store) ratesColl() *mongo.Collection { return c.limitsColl() }
 
 // SetRate limits the jobs of name ("kind:KIND", "queue:QUEUE") that start,
 // across every worker process, to r. It applies at once to this client's
-// claims and within LimitRefresh to every other worker's. by, when set,
-// records who set it.
+// claims, to every other worker's next reservation under a rate it had
+// read (the reservation is conditioned on the rate), and within
+// LimitRefresh to its claims otherwise. by, when set, records who set it.
 func (c *Store) SetRate(ctx context.Context, name string, r Rate, by string) error {
 	if _, _, err := ParseLimitName(name); err != nil {
 		return fmt.Errorf("queue: set rate: %w", err)
