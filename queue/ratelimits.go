@@ -55,8 +55,9 @@ func ValidateRates(setting string, rates map[string]Rate) error {
 
 // SetRate limits the jobs of name ("kind:KIND", "queue:QUEUE") that start,
 // across every worker process, to r. It applies at once to this client's
-// claims and within LimitRefresh to every other worker's. by, when set,
-// records who set it.
+// claims, to every other worker's next reservation under a rate it had
+// read (the reservation is conditioned on the rate), and within
+// LimitRefresh to its claims otherwise. by, when set, records who set it.
 func (c *Client) SetRate(ctx context.Context, name string, r Rate, by string) error {
 	return c.st.SetRate(ctx, name, r, by)
 }

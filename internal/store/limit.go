@@ -168,17 +168,39 @@ func (c *Store) SetLimit(ctx context.Context, name string, n int, by string) err
 	if n < 0 || n > MaxLimit {
 		return fmt.Errorf("queue: set limit %s: %d must be between 0 and %d", name, n, MaxLimit)
 	}
-	set := bson.D{{Key: "limit", Value: n}, {Key: "limitSetAt", Value: c.now()}}
-	if by != "" {
-		set = append(set, bson.E{Key: "limitSetBy", Value: by})
+	if err := c.setLimitsDoc(ctx, name, bson.D{{Key: "limit", Value: n}}, "limit", by); err != nil {
+		return fmt.Errorf("queue: set limit %s: %w", name, err)
 	}
-	_, err := c.limitsColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: name}},
+	return nil
+}
+
+// setLimitsDoc sets fields, with PREFIXSetAt now and PREFIXSetBy by (when
+// set), in the limits collection's document id, creating it when missing,
+// and makes this client's next claim read the limits again.
+func (c *Store) setLimitsDoc(ctx context.Context, id string, fields bson.D, prefix, by string) error {
+	set := append(fields, bson.E{Key: prefix + "SetAt", Value: c.now()})
+	if by != "" {
+		set = append(set, bson.E{Key: prefix + "SetBy", Value: by})
+	}
+	_, err := c.limitsColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
 		bson.D{{Key: "$set", Value: set}}, options.UpdateOne().SetUpsert(true))
 	if err != nil {
-		return fmt.Errorf("queue: set limit %s: %w", name, err)
+		return err
 	}
 	c.forgetLimits()
 	return nil
+}
+
+// deleteLimitsDoc deletes the limits collection's document id, reporting
+// whether there was one, and makes this client's next claim read the
+// limits again.
+func (c *Store) deleteLimitsDoc(ctx context.Context, id string) (bool, error) {
+	res, err := c.limitsColl().DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})
+	if err != nil {
+		return false, err
+	}
+	c.forgetLimits()
+	return res.DeletedCount > 0, nil
 }
 
 // ClearLimit removes the limit name. It reports whether there was one.
@@ -187,12 +209,11 @@ func (c *Store) ClearLimit(ctx context.Context, name string) (bool, error) {
 	if _, _, err := ParseLimitName(name); err != nil {
 		return false, fmt.Errorf("queue: clear limit: %w", err)
 	}
-	res, err := c.limitsColl().DeleteOne(ctx, bson.D{{Key: "_id", Value: name}})
+	found, err := c.deleteLimitsDoc(ctx, name)
 	if err != nil {
 		return false, fmt.Errorf("queue: clear limit %s: %w", name, err)
 	}
-	c.forgetLimits()
-	return res.DeletedCount > 0, nil
+	return found, nil
 }
 
 // RunLimits returns every stored limit, in name order, with how many of

@@ -35,11 +35,12 @@ import (
 // when max(tat, t) + k·T - t ≤ burst·T, and taking them sets tat to
 // max(tat, t) + k·T. A claim that may claim jobs under a rate first
 // reserves k starts (at most what it may claim) with one conditional write
-// on the rate's document, matching tat as last read (a compare-and-set; on
-// a miss it reads the document and tries again), then claims up to k jobs
-// of it, and gives back the starts it did not use with one more write,
-// only when tat is still the one it wrote (else they are lost: the rate
-// runs under, never over). starts counts the reservations.
+// on the rate's document, matching tat and the rate as last read (a
+// compare-and-set; on a miss it reads the document and tries again), then
+// claims up to k jobs of it, and gives back the starts it did not use with
+// one more write, only when tat is still the one it wrote and the rate the
+// one it read (else they are lost: the rate runs under, never over).
+// starts counts the reservations.
 //
 // What "exact" means: the reservations are exact. In any window of one
 // period at most N + burst starts are reserved, whatever the number of
@@ -196,6 +197,9 @@ type rateState struct {
 	rate Rate
 	tat  time.Time     // as last read or written by this client
 	raw  bson.RawValue // tat as stored, for the compare-and-set
+	// badStarts: starts is stored but not a number (another application
+	// wrote it), so that $inc would fail: the next reservation sets it.
+	badStarts bool
 }
 
 // rateCache caches the rates for the claims of one Client and its copies.
@@ -242,7 +246,7 @@ func (c *Store) storeRates(docs []bson.Raw) {
 		}
 		if o := old[rl.Name]; o != nil && o.tat.After(st.tat) && o.rate == st.rate {
 			// This client reserved since the read was sent.
-			st.tat, st.raw = o.tat, o.raw
+			st.tat, st.raw, st.badStarts = o.tat, o.raw, o.badStarts
 		}
 		rc.rates[rl.Name] = st
 	}
@@ -282,7 +286,12 @@ func rateLimit(d bson.Raw, t time.Time) (RateLimit, *rateState) {
 	if tat, ok := st.raw.TimeOK(); ok {
 		st.tat = tat.UTC()
 	} // any other tat is taken as none, and replaced by the first reservation
-	rl.Starts, _ = d.Lookup("starts").AsInt64OK()
+	switch v := d.Lookup("starts"); v.Type {
+	case 0, bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
+		rl.Starts, _ = v.AsInt64OK()
+	default:
+		st.badStarts = true
+	}
 	rl.Used, rl.NextStart = st.used(t)
 	if at, ok := d.Lookup("rateSetAt").TimeOK(); ok {
 		rl.SetAt = at.UTC()
@@ -342,8 +351,9 @@ func (c *Store) ratesColl() *mongo.Collection { return c.limitsColl() }
 
 // SetRate limits the jobs of name ("kind:KIND", "queue:QUEUE") that start,
 // across every worker process, to r. It applies at once to this client's
-// claims and within LimitRefresh to every other worker's. by, when set,
-// records who set it.
+// claims, to every other worker's next reservation under a rate it had
+// read (the reservation is conditioned on the rate), and within
+// LimitRefresh to its claims otherwise. by, when set, records who set it.
 func (c *Store) SetRate(ctx context.Context, name string, r Rate, by string) error {
 	if _, _, err := ParseLimitName(name); err != nil {
 		return fmt.Errorf("queue: set rate: %w", err)
@@ -351,19 +361,12 @@ func (c *Store) SetRate(ctx context.Context, name string, r Rate, by string) err
 	if err := r.Validate(); err != nil {
 		return fmt.Errorf("queue: set rate %s: %w", name, err)
 	}
-	set := bson.D{
-		{Key: "rate", Value: r.N}, {Key: "periodMs", Value: r.Per.Milliseconds()},
-		{Key: "burst", Value: r.burst()}, {Key: "rateSetAt", Value: c.now()},
+	fields := bson.D{
+		{Key: "rate", Value: r.N}, {Key: "periodMs", Value: r.Per.Milliseconds()}, {Key: "burst", Value: r.burst()},
 	}
-	if by != "" {
-		set = append(set, bson.E{Key: "rateSetBy", Value: by})
-	}
-	_, err := c.ratesColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: rateScope + name}},
-		bson.D{{Key: "$set", Value: set}}, options.UpdateOne().SetUpsert(true))
-	if err != nil {
+	if err := c.setLimitsDoc(ctx, rateScope+name, fields, "rate", by); err != nil {
 		return fmt.Errorf("queue: set rate %s: %w", name, err)
 	}
-	c.forgetLimits()
 	return nil
 }
 
@@ -373,12 +376,11 @@ func (c *Store) ClearRate(ctx context.Context, name string) (bool, error) {
 	if _, _, err := ParseLimitName(name); err != nil {
 		return false, fmt.Errorf("queue: clear rate: %w", err)
 	}
-	res, err := c.ratesColl().DeleteOne(ctx, bson.D{{Key: "_id", Value: rateScope + name}})
+	found, err := c.deleteLimitsDoc(ctx, rateScope+name)
 	if err != nil {
 		return false, fmt.Errorf("queue: clear rate %s: %w", name, err)
 	}
-	c.forgetLimits()
-	return res.DeletedCount > 0, nil
+	return found, nil
 }
 
 // RateLimits returns every stored rate limit, in name order, with how much
@@ -551,12 +553,13 @@ func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 	type held struct {
 		name string
 		n    int
+		rate Rate      // as the reservation read it
 		tat  time.Time // written by the reservation
 	}
 	var hs []held
 	giveBack := func(keep int) {
 		for i := range hs {
-			if tat, ok := c.giveBack(ctx, hs[i].name, hs[i].n-keep, hs[i].tat); ok {
+			if tat, ok := c.giveBack(ctx, hs[i].name, hs[i].rate, hs[i].n-keep, hs[i].tat); ok {
 				hs[i].tat = tat
 			}
 			hs[i].n = keep
@@ -565,7 +568,7 @@ func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 	t := c.now()
 	n := k
 	for _, name := range cell.names {
-		got, tat, err := c.reserve(ctx, name, n, t)
+		got, r, tat, err := c.reserve(ctx, name, n, t)
 		if err != nil || got == 0 {
 			// A lost reply keeps what it may have reserved: the rate runs
 			// under.
@@ -576,7 +579,7 @@ func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 			giveBack(got)
 			n = got
 		}
-		hs = append(hs, held{name, got, tat})
+		hs = append(hs, held{name, got, r, tat})
 	}
 	if rc := c.rates; rc.beforeRateClaim != nil {
 		rc.beforeRateClaim()
@@ -603,67 +606,69 @@ func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 	return claimed, nil
 }
 
-// rateOf is the cached rate of name.
-func (c *Store) rateOf(name string) (Rate, bool) {
-	rc := c.rates
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if s := rc.rates[name]; s != nil {
-		return s.rate, true
-	}
-	return Rate{}, false
-}
-
 // reserve takes up to k starts of rate name at t with a compare-and-set on
 // its document, reading it again when another process changed it. It
 // returns how many it took and the tat it wrote; none when the rate allows
-// no start now (NextRateStart then says when).
-func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (int, time.Time, error) {
+// no start now (NextRateStart then says when). The write is conditioned on
+// the rate as read too, not only on tat: a rate changed since it was read
+// (by an operator, within LimitRefresh or across a stall) is read again.
+func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (int, Rate, time.Time, error) {
 	rc := c.rates
 	for range rateReserveTries {
 		rc.mu.Lock()
 		s := rc.rates[name]
 		if s == nil { // cleared since the claim planned
 			rc.mu.Unlock()
-			return 0, time.Time{}, nil
+			return 0, Rate{}, time.Time{}, nil
 		}
 		st := *s
 		rc.mu.Unlock()
 		n := min(k, st.avail(t))
 		if n == 0 {
 			rc.noteNext(st.nextStart())
-			return 0, time.Time{}, nil
+			return 0, Rate{}, time.Time{}, nil
 		}
 		base := st.tat
 		if base.Before(t) {
 			base = t
 		}
 		tat := ceilMs(base.Add(time.Duration(n) * st.rate.interval()))
-		res, err := c.ratesColl().UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: rateScope + name}, {Key: "tat", Value: st.raw}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: tat}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}})
+		update := bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: tat}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}}
+		if st.badStarts { // $inc would fail every claim: count afresh
+			update = bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: tat}, {Key: "starts", Value: n}}}}
+		}
+		res, err := c.ratesColl().UpdateOne(ctx, rateFilter(name, st.rate, st.raw), update)
 		if err == nil && rc.afterReserve != nil {
 			err = rc.afterReserve()
 		}
 		if err != nil {
 			c.forgetLimits() // what is stored is unknown: read it again
-			return 0, time.Time{}, fmt.Errorf("queue: claim: reserve %d starts of rate %s: %w", n, name, err)
+			return 0, Rate{}, time.Time{}, fmt.Errorf("queue: claim: reserve %d starts of rate %s: %w", n, name, err)
 		}
 		if res.MatchedCount == 1 {
 			rc.mu.Lock()
 			if s := rc.rates[name]; s != nil {
-				s.tat = tat
+				s.tat, s.badStarts = tat, false
 				s.raw.Type, s.raw.Value = bsonDateTime(tat)
 			}
 			rc.mu.Unlock()
-			return n, tat, nil
+			return n, st.rate, tat, nil
 		}
 		// Another process reserved (or the rate changed): read it again.
 		if err := c.readRate(ctx, name); err != nil {
-			return 0, time.Time{}, err
+			return 0, Rate{}, time.Time{}, err
 		}
 	}
-	return 0, time.Time{}, nil
+	return 0, Rate{}, time.Time{}, nil
+}
+
+// rateFilter matches the document of rate name while it holds rate r and
+// tat: what a reservation or a give-back computed from.
+func rateFilter(name string, r Rate, tat any) bson.D {
+	return bson.D{
+		{Key: "_id", Value: rateScope + name}, {Key: "tat", Value: tat},
+		{Key: "rate", Value: r.N}, {Key: "periodMs", Value: r.Per.Milliseconds()}, {Key: "burst", Value: r.Burst},
+	}
 }
 
 // bsonDateTime is the raw BSON of t as a date.
@@ -705,21 +710,17 @@ func (c *Store) readRate(ctx context.Context, name string) error {
 	return nil
 }
 
-// giveBack returns n unused starts of rate name, reserved by a write that
-// set tat, when no one reserved since: tat goes back by n intervals.
-// Best-effort: when it does not match, the starts are lost (the rate runs
-// under).
-func (c *Store) giveBack(ctx context.Context, name string, n int, tat time.Time) (time.Time, bool) {
+// giveBack returns n unused starts of rate name, reserved under r by a
+// write that set tat, when no one reserved since and the rate is still r:
+// tat goes back by n of r's intervals. Best-effort: when it does not match,
+// the starts are lost (the rate runs under).
+func (c *Store) giveBack(ctx context.Context, name string, r Rate, n int, tat time.Time) (time.Time, bool) {
 	if n <= 0 {
 		return tat, true
 	}
-	r, ok := c.rateOf(name)
-	if !ok {
-		return tat, false
-	}
 	back := ceilMs(tat.Add(-time.Duration(n) * r.interval()))
 	res, err := c.ratesColl().UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: rateScope + name}, {Key: "tat", Value: tat}},
+		rateFilter(name, r, tat),
 		bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: back}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: -n}}}})
 	if err != nil || res.MatchedCount == 0 {
 		return tat, false

@@ -302,3 +302,48 @@ func countState(t *testing.T, b bundle, s jobs.State) int64 {
 	require.NoError(t, err)
 	return n
 }
+
+// TestRateReservationFollowsAChangedRate: a reservation is a
+// compare-and-set on the rate as read, not only on tat: a process whose
+// cached rate another process lowered since (within LimitRefresh, or
+// after a stall) reads it again and reserves under the new one.
+func TestRateReservationFollowsAChangedRate(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k"), queue.Rate{N: 100, Per: time.Hour, Burst: 100}, ""))
+	s := store.Of(b.q)
+	got, err := s.ClaimBatch(b.ctx, claimAll, 5) // caches the rate
+	require.NoError(t, err)
+	require.Empty(t, got)
+	other, err := queue.New(b.db, queue.Config{})
+	require.NoError(t, err)
+	require.NoError(t, other.SetRate(b.ctx, queue.KindLimit("k"), queue.Rate{N: 1, Per: time.Hour, Burst: 1}, "operator"))
+	enqueueN(t, b, 5)
+	got, err = s.ClaimBatch(b.ctx, claimAll, 5)
+	require.NoError(t, err)
+	require.Len(t, got, 1, "the reservation is made under the rate stored now")
+}
+
+// TestRateNonNumericStarts: a rate whose starts another application wrote
+// as something other than a number (null, a string) still limits; the
+// first reservation restarts the count rather than failing every claim
+// with "$inc of a non-numeric value".
+func TestRateNonNumericStarts(t *testing.T) {
+	b := setup(t)
+	_, err := b.db.Collection("limits").InsertMany(b.ctx, []any{
+		bson.D{{Key: "_id", Value: "rate:kind:k"}, {Key: "rate", Value: 2}, {Key: "periodMs", Value: 3600000}, {Key: "burst", Value: 2}, {Key: "starts", Value: "many"}},
+		bson.D{{Key: "_id", Value: "rate:kind:other"}, {Key: "rate", Value: 1}, {Key: "periodMs", Value: 3600000}, {Key: "burst", Value: 1}, {Key: "starts", Value: nil}},
+	})
+	require.NoError(t, err)
+	enqueueN(t, b, 3)
+	enqueueKinds(t, b, 3, "other")
+	p := claimAll
+	p.Kinds = []string{"k", "other"}
+	got, err := store.Of(b.q).ClaimBatch(b.ctx, p, 10)
+	require.NoError(t, err)
+	require.Len(t, got, 3, "2 of k, 1 of other")
+	rls, err := b.q.RateLimits(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, rls, 2)
+	require.Equal(t, int64(2), rls[0].Starts)
+	require.Equal(t, int64(1), rls[1].Starts)
+}
