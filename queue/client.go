@@ -201,6 +201,14 @@ func Indexes() []mongo.IndexModel {
 			Keys:    bson.D{{Key: QueueRunSlotIndex, Value: 1}},
 			Options: options.Index().SetName(QueueRunSlotIndex).SetUnique(true).SetSparse(true),
 		},
+		{ // a partitioned kind's run slots, per partition
+			Keys:    bson.D{{Key: KindPartSlotIndex, Value: 1}},
+			Options: options.Index().SetName(KindPartSlotIndex).SetUnique(true).SetSparse(true),
+		},
+		{ // a partitioned queue's run slots
+			Keys:    bson.D{{Key: QueuePartSlotIndex, Value: 1}},
+			Options: options.Index().SetName(QueuePartSlotIndex).SetUnique(true).SetSparse(true),
+		},
 		// Workflows (deps.go): settling a parent's dependents,
 		// {after: id, state: blocked, ...}, and a job's dependents shown;
 		// the leader's pass over outcomes due and jobs left linking.

@@ -63,6 +63,8 @@ func TestIndexesDeclared(t *testing.T) {
 		{name: "capacitySlot", keys: bson.D{{Key: "capacitySlot", Value: 1}}, unique: true, sparse: true},
 		{name: "kindRunSlot", keys: bson.D{{Key: "kindRunSlot", Value: 1}}, unique: true, sparse: true},
 		{name: "queueRunSlot", keys: bson.D{{Key: "queueRunSlot", Value: 1}}, unique: true, sparse: true},
+		{name: "kindPartSlot", keys: bson.D{{Key: "kindPartSlot", Value: 1}}, unique: true, sparse: true},
+		{name: "queuePartSlot", keys: bson.D{{Key: "queuePartSlot", Value: 1}}, unique: true, sparse: true},
 		{name: "after", keys: bson.D{{Key: "after", Value: 1}}, sparse: true},
 		{name: "dependentsDue", keys: bson.D{{Key: "dependentsDue", Value: 1}}, sparse: true},
 		{name: "linking", keys: bson.D{{Key: "linking", Value: 1}}, sparse: true},

@@ -38,6 +38,12 @@ const (
 	// QueueRunSlotIndex ("queueRunSlot") is the index of a limited queue's
 	// run slots.
 	QueueRunSlotIndex = store.QueueRunSlotIndex
+	// KindPartSlotIndex ("kindPartSlot") is the index of a partitioned
+	// kind's run slots.
+	KindPartSlotIndex = store.KindPartSlotIndex
+	// QueuePartSlotIndex ("queuePartSlot") is the index of a partitioned
+	// queue's run slots.
+	QueuePartSlotIndex = store.QueuePartSlotIndex
 )
 
 // RunLimit is one stored concurrency limit: Name ("kind:KIND" or
@@ -67,6 +73,21 @@ func ParseLimitName(name string) (isKind bool, target string, err error) {
 // until fewer than n run. by, when set, records who set it.
 func (c *Client) SetLimit(ctx context.Context, name string, n int, by string) error {
 	return c.st.SetLimit(ctx, name, n, by)
+}
+
+// SetPartitionLimit limits the jobs of name ("kind:KIND", "queue:QUEUE")
+// that run at once to n per value of their args field arg (a dotted path
+// for a nested field), across every worker process (0: none runs),
+// leaving its total (SetLimit), if any, as it is. by, when set, records
+// who set it.
+func (c *Client) SetPartitionLimit(ctx context.Context, name, arg string, n int, by string) error {
+	return c.st.SetPartitionLimit(ctx, name, arg, n, by)
+}
+
+// ClearPartitionLimit removes the partition limit of name, leaving its
+// total, and reports whether there was one.
+func (c *Client) ClearPartitionLimit(ctx context.Context, name string) (bool, error) {
+	return c.st.ClearPartitionLimit(ctx, name)
 }
 
 // ClearLimit removes the limit name. It reports whether there was one.

@@ -23,12 +23,20 @@ const claimBatchTries = 3
 
 // claimFilter matches the jobs that p may claim at t.
 func claimFilter(p ClaimParams, t time.Time) bson.D {
-	return bson.D{
+	f := bson.D{
 		{Key: "state", Value: jobs.StateAvailable},
 		{Key: "queue", Value: bson.D{{Key: "$in", Value: p.Queues}}},
 		{Key: "kind", Value: bson.D{{Key: "$in", Value: p.Kinds}}},
 		{Key: "runAt", Value: bson.D{{Key: "$lte", Value: t}}},
 	}
+	if len(p.skip) > 0 {
+		and := make(bson.A, 0, len(p.skip))
+		for _, s := range p.skip {
+			and = append(and, s.filter())
+		}
+		f = append(f, bson.E{Key: "$and", Value: and})
+	}
+	return f
 }
 
 // claimUpdate stamps a job claimed at t with p.Owner and token.

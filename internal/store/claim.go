@@ -39,6 +39,9 @@ type ClaimParams struct {
 	// only roughly (within a few batches); a job of a lower priority is
 	// never taken before one of a higher. Single claims ignore it.
 	Spread bool
+
+	// skip leaves saturated partitions out of the claim (partition.go).
+	skip []partSkip
 }
 
 // withToken returns p with a fresh token unless it has one.

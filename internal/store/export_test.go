@@ -1,6 +1,7 @@
 package store
 
 import (
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"sync/atomic"
 	"time"
 )
@@ -108,3 +109,6 @@ func WithCompleteReadBackHook(c *Store, f func()) *Store {
 	h.beforeCompleteReadBack = f
 	return withHooks(c, h)
 }
+
+// PartKey is partKey, for the tests.
+func PartKey(arg string, v bson.RawValue) string { return partKey(arg, v) }

@@ -105,6 +105,7 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 		{Key: "$unset", Value: bson.D{
 			{Key: "leaseExpiresAt", Value: ""}, {Key: capacitySlotField, Value: ""},
 			{Key: kindRunSlotField, Value: ""}, {Key: queueRunSlotField, Value: ""},
+			{Key: kindPartSlotField, Value: ""}, {Key: queuePartSlotField, Value: ""},
 		}},
 		{Key: "$rename", Value: bson.D{
 			{Key: "uniqueKey", Value: "finishedUniqueKey"},
@@ -403,6 +404,8 @@ func requeue(t, runAt time.Time, set ...bson.E) bson.D {
 			{Key: "heartbeatAt", Value: ""},
 			{Key: kindRunSlotField, Value: ""},
 			{Key: queueRunSlotField, Value: ""},
+			{Key: kindPartSlotField, Value: ""},
+			{Key: queuePartSlotField, Value: ""},
 		}},
 	}
 }

@@ -127,6 +127,19 @@ type RunLimit struct {
 	// (not an integer between 0 and MaxLimit); such a limit limits
 	// nothing.
 	Malformed string
+	// NoTotal: only the partition limit applies (Limit is 0 and means
+	// nothing).
+	NoTotal bool
+	// PartitionBy, when set, is the args field whose every value gets
+	// its own limit, PartitionLimit jobs running at once (partition.go).
+	PartitionBy    string
+	PartitionLimit int
+	// Partitions is how many values of PartitionBy have jobs running now,
+	// and Saturated how many of them run PartitionLimit jobs or more
+	// (filled by RunLimits only).
+	Partitions, Saturated int
+	PartitionSetAt        time.Time
+	PartitionSetBy        string
 }
 
 // runLimits caches the limits for the claims of one Store and its copies.
@@ -139,7 +152,8 @@ type runLimits struct {
 	refresh time.Duration
 	took    time.Duration // the last read's
 	setAt   map[string]time.Time
-	loads   *runLoads // runload.go
+	parts   *partSpecs // partition.go
+	loads   *runLoads  // runload.go
 }
 
 func newRunLimits() *runLimits {
@@ -224,23 +238,39 @@ func (c *Store) RunLimits(ctx context.Context) ([]RunLimit, error) {
 		return nil, err
 	}
 	kinds, queues := map[string]int{}, map[string]int{}
+	parts := newPartSpecs()
 	for _, l := range ls {
 		if l.Malformed != "" {
 			continue
 		}
-		if isKind, target, _ := ParseLimitName(l.Name); isKind {
-			kinds[target] = l.Limit
-		} else {
-			queues[target] = l.Limit
+		isKind, target, _ := ParseLimitName(l.Name)
+		// Every limit's running jobs are counted, a partitioned one's
+		// against its total or, with none, against the most there are.
+		total := l.Limit
+		if l.NoTotal {
+			total = MaxLimit
 		}
+		if isKind {
+			kinds[target] = total
+		} else {
+			queues[target] = total
+		}
+		parts.add(isKind, target, l)
 	}
-	load, err := c.readRunLoad(ctx, kinds, queues)
+	load, pload, err := c.readRunLoad(ctx, kinds, queues, parts)
 	if err != nil {
 		return nil, err
 	}
 	for i, l := range ls {
-		if l.Malformed == "" {
-			ls[i].Running = load[l.Name].count()
+		if l.Malformed != "" {
+			continue
+		}
+		ls[i].Running = load[l.Name].count()
+		for _, pl := range pload[l.Name] {
+			ls[i].Partitions++
+			if pl.count() >= l.PartitionLimit {
+				ls[i].Saturated++
+			}
 		}
 	}
 	return ls, nil
@@ -281,6 +311,29 @@ func runLimit(d bson.Raw) RunLimit {
 		l.Malformed = err.Error()
 		return l
 	}
+	if by := d.Lookup("partitionBy"); by.Type != 0 {
+		arg, ok := by.StringValueOK()
+		if !ok {
+			l.Malformed = fmt.Sprintf("partitionBy is %s %s, not an args field", by.Type, by)
+			return l
+		}
+		if err := ValidPartitionArg(arg); err != nil {
+			l.Malformed = err.Error()
+			return l
+		}
+		l.PartitionBy = arg
+		if l.PartitionLimit, l.Malformed = storedCount(d, "partitionLimit", MaxLimit); l.Malformed != "" {
+			return l
+		}
+		if t, ok := d.Lookup("partitionSetAt").TimeOK(); ok {
+			l.PartitionSetAt = t.UTC()
+		}
+		l.PartitionSetBy, _ = d.Lookup("partitionSetBy").StringValueOK()
+		if d.Lookup("limit").Type == 0 {
+			l.NoTotal = true
+			return l
+		}
+	}
 	if l.Limit, l.Malformed = storedCount(d, "limit", MaxLimit); l.Malformed != "" {
 		return l
 	}
@@ -302,17 +355,18 @@ func (c *Store) forgetLimits() {
 // the last read's time, on a slow server: see trusted), on the
 // kinds and the queues of p. A failed read fails the claim: claiming
 // without knowing the limits could break them.
-func (c *Store) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map[string]int, err error) {
+func (c *Store) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map[string]int, parts *partSpecs, err error) {
 	l := c.limits
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if t := time.Now(); l.readAt.IsZero() || t.Sub(l.readAt) >= trusted(l.refresh, l.took) {
 		ls, err := c.readLimits(ctx)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		l.readAt, l.took = t, time.Since(t)
 		l.kinds, l.queues, l.setAt = map[string]int{}, map[string]int{}, map[string]time.Time{}
+		l.parts = newPartSpecs()
 		for _, rl := range ls {
 			if rl.Malformed != "" {
 				c.WarnMalformed(l.warned, rl.Name, rl.Malformed,
@@ -320,13 +374,18 @@ func (c *Store) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map
 				continue
 			}
 			l.setAt[rl.Name] = rl.SetAt
-			if isKind, target, _ := ParseLimitName(rl.Name); isKind {
+			isKind, target, _ := ParseLimitName(rl.Name)
+			l.parts.add(isKind, target, rl)
+			switch {
+			case rl.NoTotal:
+			case isKind:
 				l.kinds[target] = rl.Limit
-			} else {
+			default:
 				l.queues[target] = rl.Limit
 			}
 		}
 	}
+	parts = l.parts.of(p)
 	for _, k := range p.Kinds {
 		if n, ok := l.kinds[k]; ok {
 			if kinds == nil {
@@ -343,19 +402,33 @@ func (c *Store) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map
 			queues[q] = n
 		}
 	}
-	return kinds, queues, nil
+	return kinds, queues, parts, nil
 }
 
 // readRunLoad reads, with one find, the running jobs of the given limited
-// kinds and queues, and returns each limit's load by name: the slots held
-// and how many running jobs hold none.
-func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int) (map[string]*queueLoad, error) {
-	var or bson.A
-	if len(kinds) > 0 {
-		or = append(or, bson.D{{Key: "kind", Value: bson.D{{Key: "$in", Value: keys(kinds)}}}})
+// kinds and queues and of the partitioned ones of parts, and returns each
+// limit's load by name (the slots held and how many running jobs hold
+// none) and each partitioned limit's loads by partition.
+func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int, parts *partSpecs) (map[string]*queueLoad, map[string]map[string]*partLoad, error) {
+	kindSet, queueSet := map[string]bool{}, map[string]bool{}
+	for k := range kinds {
+		kindSet[k] = true
 	}
-	if len(queues) > 0 {
-		or = append(or, bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: keys(queues)}}}})
+	for q := range queues {
+		queueSet[q] = true
+	}
+	for k := range parts.kinds {
+		kindSet[k] = true
+	}
+	for q := range parts.queues {
+		queueSet[q] = true
+	}
+	var or bson.A
+	if len(kindSet) > 0 {
+		or = append(or, bson.D{{Key: "kind", Value: bson.D{{Key: "$in", Value: setKeys(kindSet)}}}})
+	}
+	if len(queueSet) > 0 {
+		or = append(or, bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: setKeys(queueSet)}}}})
 	}
 	out := map[string]*queueLoad{}
 	for k := range kinds {
@@ -364,8 +437,9 @@ func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int) (
 	for q := range queues {
 		out[QueueLimit(q)] = &queueLoad{slots: map[int]bool{}}
 	}
+	pout := map[string]map[string]*partLoad{}
 	if len(or) == 0 {
-		return out, nil
+		return out, pout, nil
 	}
 	filter := bson.D{{Key: "state", Value: jobs.StateRunning}}
 	if len(or) == 1 {
@@ -373,12 +447,19 @@ func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int) (
 	} else {
 		filter = append(filter, bson.E{Key: "$or", Value: or})
 	}
-	cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(bson.D{
+	proj := bson.D{
 		{Key: "_id", Value: 0}, {Key: "kind", Value: 1}, {Key: "queue", Value: 1},
 		{Key: kindRunSlotField, Value: 1}, {Key: queueRunSlotField, Value: 1},
-	}))
+	}
+	if parts.any() {
+		proj = append(proj, bson.E{Key: kindPartSlotField, Value: 1}, bson.E{Key: queuePartSlotField, Value: 1})
+		// The whole args rather than the fields: two limits may name
+		// fields one of which holds the other, which a projection refuses.
+		proj = append(proj, bson.E{Key: "args", Value: 1})
+	}
+	cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(proj))
 	if err != nil {
-		return nil, fmt.Errorf("queue: read the running jobs of the limits: %w", err)
+		return nil, nil, fmt.Errorf("queue: read the running jobs of the limits: %w", err)
 	}
 	count := func(load *queueLoad, target string, slot bson.RawValue) {
 		if k, ok := slotNumber(target, slot); ok {
@@ -387,27 +468,43 @@ func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int) (
 			load.unslotted++
 		}
 	}
+	countPart := func(name, target string, pl partLimit, args bson.Raw, slot bson.RawValue) {
+		v := partValue(args, pl.arg)
+		p := partKey(pl.arg, v)
+		if pout[name] == nil {
+			pout[name] = map[string]*partLoad{}
+		}
+		load := pout[name][p]
+		if load == nil {
+			load = &partLoad{queueLoad: queueLoad{slots: map[int]bool{}}, value: v}
+			pout[name][p] = load
+		}
+		count(&load.queueLoad, partSlotTarget(target, p), slot)
+	}
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		args, _ := d.Lookup("args").DocumentOK()
 		if kind, ok := d.Lookup("kind").StringValueOK(); ok {
-			if load := out[KindLimit(kind)]; load != nil && kinds != nil {
-				if _, limited := kinds[kind]; limited {
-					count(load, kind, d.Lookup(kindRunSlotField))
-				}
+			if load := out[KindLimit(kind)]; load != nil {
+				count(load, kind, d.Lookup(kindRunSlotField))
+			}
+			if pl, ok := parts.kinds[kind]; ok {
+				countPart(KindLimit(kind), kind, pl, args, d.Lookup(kindPartSlotField))
 			}
 		}
 		if q, ok := d.Lookup("queue").StringValueOK(); ok {
-			if load := out[QueueLimit(q)]; load != nil && queues != nil {
-				if _, limited := queues[q]; limited {
-					count(load, q, d.Lookup(queueRunSlotField))
-				}
+			if load := out[QueueLimit(q)]; load != nil {
+				count(load, q, d.Lookup(queueRunSlotField))
+			}
+			if pl, ok := parts.queues[q]; ok {
+				countPart(QueueLimit(q), q, pl, args, d.Lookup(queuePartSlotField))
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: read the running jobs of the limits: %w", err)
+		return nil, nil, fmt.Errorf("queue: read the running jobs of the limits: %w", err)
 	}
-	return out, nil
+	return out, pout, nil
 }
 
 // slotNumber returns k when slot is "<target>/<k>".
@@ -438,12 +535,18 @@ func keys(m map[string]int) []string {
 type slotPicker struct {
 	kinds, queues map[string]int // limited kinds and queues → limit
 	free          map[string][]int
+	// parts are the partitioned limits, pload their partitions' loads by
+	// limit name and partition, and pfree the free slots of the
+	// partitions a job of the claim needed so far, by partName.
+	parts *partSpecs
+	pload map[string]map[string]*partLoad
+	pfree map[string][]int
 }
 
 // newSlotPicker returns the picker of the limits kinds and queues with
-// their loads.
-func newSlotPicker(kinds, queues map[string]int, load map[string]*queueLoad) *slotPicker {
-	s := &slotPicker{kinds: kinds, queues: queues, free: map[string][]int{}}
+// their loads, and of the partitioned ones of parts with pload.
+func newSlotPicker(kinds, queues map[string]int, load map[string]*queueLoad, parts *partSpecs, pload map[string]map[string]*partLoad) *slotPicker {
+	s := &slotPicker{kinds: kinds, queues: queues, free: map[string][]int{}, parts: parts, pload: pload, pfree: map[string][]int{}}
 	for k, n := range kinds {
 		s.free[KindLimit(k)] = load[KindLimit(k)].freeSlots(n)
 	}
@@ -457,14 +560,18 @@ func newSlotPicker(kinds, queues map[string]int, load map[string]*queueLoad) *sl
 func (s *slotPicker) limited(kind, queue string) bool {
 	_, k := s.kinds[kind]
 	_, q := s.queues[queue]
-	return k || q
+	_, pk := s.parts.kinds[kind]
+	_, pq := s.parts.queues[queue]
+	return k || q || pk || pq
 }
 
 // full reports whether limit name has no free slot left.
 func (s *slotPicker) full(name string) bool { return len(s.free[name]) == 0 }
 
 // narrow returns p without the kinds and queues whose limit is full, and
-// whether any of p's kinds and queues is limited and still open.
+// with the saturated partitions of its partitioned ones left out of its
+// filter, and whether any of p's kinds and queues is limited and still
+// open.
 func (s *slotPicker) narrow(p ClaimParams) (ClaimParams, bool) {
 	open := false
 	var kinds, queues []string
@@ -473,6 +580,9 @@ func (s *slotPicker) narrow(p ClaimParams) (ClaimParams, bool) {
 			if s.full(KindLimit(k)) {
 				continue
 			}
+			open = true
+		}
+		if _, ok := s.parts.kinds[k]; ok {
 			open = true
 		}
 		kinds = append(kinds, k)
@@ -484,19 +594,29 @@ func (s *slotPicker) narrow(p ClaimParams) (ClaimParams, bool) {
 			}
 			open = true
 		}
+		if _, ok := s.parts.queues[q]; ok {
+			open = true
+		}
 		queues = append(queues, q)
 	}
 	p.Kinds, p.Queues = kinds, queues
+	p.skip = s.saturated(p)
 	return p, open
 }
 
-// take returns the slot fields for a job of kind in queue, taking a free
-// slot of each limit it is under; ok is false when one of them is full.
-func (s *slotPicker) take(kind, queue string) (set bson.D, ok bool) {
+// take returns the slot fields for a job of kind in queue with args,
+// taking a free slot of each limit and partition it is under; ok is false
+// when one of them is full.
+func (s *slotPicker) take(kind, queue string, args bson.Raw) (set bson.D, ok bool) {
 	if _, lim := s.kinds[kind]; lim && s.full(KindLimit(kind)) {
 		return nil, false
 	}
 	if _, lim := s.queues[queue]; lim && s.full(QueueLimit(queue)) {
+		return nil, false
+	}
+	kp, kpOK := s.partFree(KindLimit(kind), kind, s.parts.kinds, args)
+	qp, qpOK := s.partFree(QueueLimit(queue), queue, s.parts.queues, args)
+	if !kpOK || !qpOK {
 		return nil, false
 	}
 	if _, lim := s.kinds[kind]; lim {
@@ -505,6 +625,12 @@ func (s *slotPicker) take(kind, queue string) (set bson.D, ok bool) {
 	if _, lim := s.queues[queue]; lim {
 		set = append(set, bson.E{Key: queueRunSlotField, Value: slotKey(queue, s.pop(QueueLimit(queue)))})
 	}
+	if kp != "" {
+		set = append(set, bson.E{Key: kindPartSlotField, Value: slotKey(partSlotTarget(kind, kp), s.popPart(partName(KindLimit(kind), kp)))})
+	}
+	if qp != "" {
+		set = append(set, bson.E{Key: queuePartSlotField, Value: slotKey(partSlotTarget(queue, qp), s.popPart(partName(QueueLimit(queue), qp)))})
+	}
 	return set, true
 }
 
@@ -512,6 +638,13 @@ func (s *slotPicker) pop(name string) int {
 	f := s.free[name]
 	k := f[len(f)-1]
 	s.free[name] = f[:len(f)-1]
+	return k
+}
+
+func (s *slotPicker) popPart(key string) int {
+	f := s.pfree[key]
+	k := f[len(f)-1]
+	s.pfree[key] = f[:len(f)-1]
 	return k
 }
 
@@ -529,7 +662,7 @@ func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, bl
 	stamped := map[string]bson.D{}
 	for _, i := range stampOrder(p, block) {
 		j := block[i]
-		set, ok := s.take(j.Kind, j.Queue)
+		set, ok := s.take(j.Kind, j.Queue, j.Args)
 		if !ok {
 			continue // its limit is full
 		}
@@ -602,18 +735,18 @@ func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, bl
 // limit with free slots in a write of its own. handled is false when no
 // limit applies: the caller claims as usual.
 func (c *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, handled bool, err error) {
-	kinds, queues, err := c.limitsFor(ctx, p)
+	kinds, queues, parts, err := c.limitsFor(ctx, p)
 	if err != nil {
 		return nil, true, fmt.Errorf("queue: claim: %w", err)
 	}
-	if len(kinds) == 0 && len(queues) == 0 {
+	if len(kinds) == 0 && len(queues) == 0 && !parts.any() {
 		c.limits.loads.noteFull(nil)
 		return nil, false, nil
 	}
 	var s *slotPicker
 	defer func() { c.limits.loads.noteFull(s) }()
 	for try := range claimBatchTries {
-		s, err = c.slotsFor(ctx, kinds, queues, k, try > 0)
+		s, err = c.slotsFor(ctx, kinds, queues, parts, k, try > 0)
 		if err != nil {
 			return nil, true, fmt.Errorf("queue: claim: %w", err)
 		}
@@ -655,7 +788,7 @@ func (c *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (cla
 // many it changed.
 func (c *Store) FreeStrandedRunSlots(ctx context.Context) (int, error) {
 	n := 0
-	for _, f := range []string{kindRunSlotField, queueRunSlotField} {
+	for _, f := range runSlotFields {
 		res, err := c.coll.UpdateMany(ctx,
 			bson.D{{Key: "$or", Value: bson.A{
 				bson.D{{Key: f, Value: bson.D{{Key: "$type", Value: "null"}}}},

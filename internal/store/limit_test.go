@@ -29,6 +29,16 @@ func runSlots(t *testing.T, b bundle, id string) (kind, q string) {
 	return kind, q
 }
 
+// partSlots returns the partition run slots job id holds, "" for none.
+func partSlots(t *testing.T, b bundle, id string) (kind, q string) {
+	t.Helper()
+	raw, err := b.db.Collection("jobs").FindOne(b.ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+	require.NoError(t, err)
+	kind, _ = raw.Lookup("kindPartSlot").StringValueOK()
+	q, _ = raw.Lookup("queuePartSlot").StringValueOK()
+	return kind, q
+}
+
 // slotsHeld counts the jobs that hold a run slot of kind k, by state.
 func slotsHeld(t *testing.T, b bundle) map[string]int {
 	t.Helper()
@@ -112,6 +122,10 @@ func TestLimitEveryExitFreesTheSlot(t *testing.T) {
 			b := setup(t)
 			require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("k"), 1, "test"))
 			require.NoError(t, b.q.SetLimit(b.ctx, queue.QueueLimit("default"), 1, "test"))
+			// And partitioned: the jobs, without a field c, are in c's
+			// partition of null.
+			require.NoError(t, b.q.SetPartitionLimit(b.ctx, queue.KindLimit("k"), "c", 1, "test"))
+			require.NoError(t, b.q.SetPartitionLimit(b.ctx, queue.QueueLimit("default"), "c", 1, "test"))
 			for range 2 {
 				_, err := b.q.Enqueue(b.ctx, "k", bson.M{}, queue.InsertOpts{MaxAttempts: tc.attempts})
 				require.NoError(t, err)
@@ -123,6 +137,9 @@ func TestLimitEveryExitFreesTheSlot(t *testing.T) {
 			ks, qs := runSlots(t, b, j.ID)
 			require.Equal(t, "k/0", ks)
 			require.Equal(t, "default/0", qs)
+			kp, qp := partSlots(t, b, j.ID)
+			require.Regexp(t, `^k/[0-9a-f]{16}/0$`, kp)
+			require.Regexp(t, `^default/[0-9a-f]{16}/0$`, qp)
 			other, err := s.ClaimBatch(b.ctx, claimAsW2, 5)
 			require.NoError(t, err)
 			require.Empty(t, other, "the limit is full")
@@ -141,6 +158,9 @@ func TestLimitEveryExitFreesTheSlot(t *testing.T) {
 			ks, qs = runSlots(t, b, j.ID)
 			require.Empty(t, ks, "the kind's slot is freed")
 			require.Empty(t, qs, "the queue's slot is freed")
+			kp, qp = partSlots(t, b, j.ID)
+			require.Empty(t, kp, "the kind's partition slot is freed")
+			require.Empty(t, qp, "the queue's partition slot is freed")
 			next, err := s.Claim(b.ctx, claimAsW2)
 			require.NoError(t, err)
 			require.NotNil(t, next, "the next claim takes a job")

@@ -499,7 +499,7 @@ func (rc *rateCache) plan(p ClaimParams) (cells []rateCell, rest ClaimParams, ok
 func (c *Store) claimUnderRates(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, handled bool, err error) {
 	// The limits read brings the rates (readLimits); cached, it costs
 	// nothing.
-	if _, _, err := c.limitsFor(ctx, p); err != nil {
+	if _, _, _, err := c.limitsFor(ctx, p); err != nil {
 		return nil, true, fmt.Errorf("queue: claim: %w", err)
 	}
 	rc := c.rates

@@ -101,7 +101,7 @@ func (r *runLoads) forget() {
 // kinds and queues: from the views when they may be trusted (see above),
 // else from a read of the running jobs, which it keeps as the new views.
 // fresh forces the read.
-func (c *Store) slotsFor(ctx context.Context, kinds, queues map[string]int, k int, fresh bool) (*slotPicker, error) {
+func (c *Store) slotsFor(ctx context.Context, kinds, queues map[string]int, parts *partSpecs, k int, fresh bool) (*slotPicker, error) {
 	names := map[string]int{}
 	for kind, n := range kinds {
 		names[KindLimit(kind)] = n
@@ -110,13 +110,15 @@ func (c *Store) slotsFor(ctx context.Context, kinds, queues map[string]int, k in
 		names[QueueLimit(q)] = n
 	}
 	r := c.limits.loads
-	if !fresh {
+	// A partitioned limit has no views: its partitions are read by every
+	// claim (partition.go).
+	if !fresh && !parts.any() {
 		if s := r.fromViews(kinds, queues, names, k, c.limitsSetAt()); s != nil {
 			return s, nil
 		}
 	}
 	sent := time.Now()
-	load, err := c.readRunLoad(ctx, kinds, queues)
+	load, pload, err := c.readRunLoad(ctx, kinds, queues, parts)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +132,7 @@ func (c *Store) slotsFor(ctx context.Context, kinds, queues map[string]int, k in
 		r.views[name] = &runView{limit: n, readAt: sent, held: copySet(l.slots)}
 	}
 	r.mu.Unlock()
-	return newSlotPicker(kinds, queues, load), nil
+	return newSlotPicker(kinds, queues, load, parts, pload), nil
 }
 
 func copySet(m map[int]bool) map[int]bool {
@@ -187,7 +189,7 @@ func (r *runLoads) fromViews(kinds, queues map[string]int, names map[string]int,
 			return nil
 		}
 	}
-	return &slotPicker{kinds: kinds, queues: queues, free: free}
+	return &slotPicker{kinds: kinds, queues: queues, free: free, parts: newPartSpecs()}
 }
 
 // noteTaken records the run slots stamped on the jobs claimed (job id →
@@ -199,6 +201,12 @@ func (r *runLoads) noteTaken(stamped map[string]bson.D) {
 	for id, set := range stamped {
 		var hs []heldSlot
 		for _, e := range set {
+			if e.Key == kindPartSlotField || e.Key == queuePartSlotField {
+				// A partition's slot: freed as the others, kept in no
+				// view (partition.go).
+				hs = append(hs, heldSlot{})
+				continue
+			}
 			target, k, ok := parseSlot(e.Value)
 			if !ok {
 				continue

@@ -1,0 +1,353 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Partitioned concurrency limits: at most N jobs of a kind (or a queue)
+// run at once per value of one of their args fields, "each customer gets
+// at most 2 at once", across every worker process. A partition limit is
+// part of the kind's (or queue's) limits document, {_id: "kind:email",
+// partitionBy: "customerId", partitionLimit: 2}, beside its optional
+// total, limit: 10, which bounds the jobs running across all partitions.
+//
+// A running job of a partitioned kind holds a partition run slot,
+// kindPartSlot: "<kind>/<p>/<k>" with k in [0, N), where p names its
+// partition: a hash of the field's name and value (partKey), so that any
+// value another application writes (a number, an ObjectId, bytes that are
+// not UTF-8) makes a short slot of fixed form. A job of a partitioned
+// queue holds queuePartSlot the same way. The slots are taken by the
+// claim's own write under unique sparse indexes and freed by the writes
+// that free the other run slots (finish and requeue, lease.go), so a
+// partition is exact under the same failures as a limit.
+//
+// Finding work when many partitions are saturated: a claim reads the
+// running jobs of its partitioned limits (one find, with the limits'
+// other running jobs), and leaves out of its filter the partitions with
+// no free slot, by their values: {$or: [{kind: {$ne: K}}, {"args.F":
+// {$nin: [values]}}]}. Its candidates are then jobs it may run, however
+// many jobs of saturated partitions come first in claim order, and a
+// partition that frees a slot is claimed from again by the next claim. At
+// most maxSkippedPartitions values are left out per limit; past that, a
+// claim may read candidates it cannot stamp and takes the others it read.
+// A job whose field is missing or null is in the partition of null.
+
+// The job fields holding partition run slots, and their unique sparse
+// indexes' names.
+const (
+	kindPartSlotField  = "kindPartSlot"
+	queuePartSlotField = "queuePartSlot"
+	// KindPartSlotIndex is the name of the unique sparse index on
+	// kindPartSlot.
+	KindPartSlotIndex = kindPartSlotField
+	// QueuePartSlotIndex is the name of the unique sparse index on
+	// queuePartSlot.
+	QueuePartSlotIndex = queuePartSlotField
+)
+
+// runSlotFields are every job field holding a run slot: the writes that
+// end or give back an attempt unset them all.
+var runSlotFields = []string{kindRunSlotField, queueRunSlotField, kindPartSlotField, queuePartSlotField}
+
+// maxSkippedPartitions bounds the saturated partitions of one limit that a
+// claim's filter leaves out by value.
+const maxSkippedPartitions = 1000
+
+// MaxPartitionArgBytes bounds the name of a partition's args field.
+const MaxPartitionArgBytes = 200
+
+// partLimit is a partition limit: at most n running jobs per value of the
+// args field arg.
+type partLimit struct {
+	arg string
+	n   int
+}
+
+// ValidPartitionArg checks the args field a limit is partitioned by: a
+// field name, or a dotted path into nested documents, each part non-empty,
+// printable, and not starting with '$'.
+func ValidPartitionArg(arg string) error {
+	switch {
+	case arg == "":
+		return fmt.Errorf("a partition's args field is empty")
+	case !utf8.ValidString(arg):
+		return fmt.Errorf("partition args field %q is not valid UTF-8", arg)
+	case len(arg) > MaxPartitionArgBytes:
+		return fmt.Errorf("partition args field %.20q… is %d bytes, more than %d", arg, len(arg), MaxPartitionArgBytes)
+	case strings.IndexFunc(arg, unicode.IsControl) >= 0:
+		return fmt.Errorf("partition args field %q holds a control character", arg)
+	}
+	for _, part := range strings.Split(arg, ".") {
+		if part == "" || strings.HasPrefix(part, "$") {
+			return fmt.Errorf("partition args field %q: each dotted part must be non-empty and not start with '$'", arg)
+		}
+	}
+	return nil
+}
+
+// partValue returns the value of the args field arg (a dotted path) in
+// args: the zero RawValue when args or the field is missing.
+func partValue(args bson.Raw, arg string) bson.RawValue {
+	if len(args) == 0 {
+		return bson.RawValue{}
+	}
+	v, err := args.LookupErr(strings.Split(arg, ".")...)
+	if err != nil {
+		return bson.RawValue{}
+	}
+	return v
+}
+
+// partKey names the partition of a job whose args field arg holds v: a
+// hash of arg and of v, with the values MongoDB's equality takes as one
+// (numbers of one value, whatever their type; a missing field and null)
+// made one, as the claim's filter, which leaves partitions out by value,
+// sees them.
+func partKey(arg string, v bson.RawValue) string {
+	h := sha256.New()
+	h.Write([]byte(arg))
+	h.Write([]byte{0})
+	var b [9]byte
+	switch v.Type {
+	case 0, bson.TypeNull, bson.TypeUndefined:
+		h.Write([]byte{'0'})
+	case bson.TypeInt32, bson.TypeInt64:
+		i, _ := v.AsInt64OK()
+		b[0] = 'i'
+		binary.BigEndian.PutUint64(b[1:], uint64(i))
+		h.Write(b[:])
+	case bson.TypeDouble:
+		f := v.Double()
+		if f == math.Trunc(f) && math.Abs(f) < 1<<63 {
+			b[0] = 'i'
+			binary.BigEndian.PutUint64(b[1:], uint64(int64(f)))
+		} else {
+			if math.IsNaN(f) {
+				f = math.NaN()
+			}
+			b[0] = 'd'
+			binary.BigEndian.PutUint64(b[1:], math.Float64bits(f))
+		}
+		h.Write(b[:])
+	default:
+		h.Write([]byte{byte(v.Type)})
+		h.Write(v.Value)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// partSlotTarget is the prefix of the partition run slots of target's
+// partition p: "<target>/<p>", the slot then "<target>/<p>/<k>".
+func partSlotTarget(target, p string) string { return target + "/" + p }
+
+// partName is the key of the free slots of limit name's partition p in a
+// slotPicker.
+func partName(name, p string) string { return name + "\x00" + p }
+
+// partLoad is what a claim read of one partition: its load and a value of
+// its field, by which a claim's filter leaves it out when it is full.
+type partLoad struct {
+	queueLoad
+	value bson.RawValue
+}
+
+// partSkip leaves the jobs of saturated partitions of one limit out of a
+// claim's filter.
+type partSkip struct {
+	field  string // "kind" or "queue"
+	target string
+	arg    string
+	values bson.A
+}
+
+// filter is the condition matching every job but those of s's partitions.
+func (s partSkip) filter() bson.D {
+	return bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: s.field, Value: bson.D{{Key: "$ne", Value: s.target}}}},
+		bson.D{{Key: "args." + s.arg, Value: bson.D{{Key: "$nin", Value: s.values}}}},
+	}}}
+}
+
+// SetPartitionLimit limits the jobs of name ("kind:KIND", "queue:QUEUE")
+// that run at once to n per value of their args field arg (a dotted path
+// for a nested field), across every worker process (0: none runs). It
+// leaves the limit's total (SetLimit), if any, as it is. by, when set,
+// records who set it.
+func (c *Store) SetPartitionLimit(ctx context.Context, name, arg string, n int, by string) error {
+	if _, _, err := ParseLimitName(name); err != nil {
+		return fmt.Errorf("queue: set partition limit: %w", err)
+	}
+	if err := ValidPartitionArg(arg); err != nil {
+		return fmt.Errorf("queue: set partition limit %s: %w", name, err)
+	}
+	if n < 0 || n > MaxLimit {
+		return fmt.Errorf("queue: set partition limit %s: %d must be between 0 and %d", name, n, MaxLimit)
+	}
+	if err := c.setLimitsDoc(ctx, name, bson.D{{Key: "partitionBy", Value: arg}, {Key: "partitionLimit", Value: n}}, "partition", by); err != nil {
+		return fmt.Errorf("queue: set partition limit %s: %w", name, err)
+	}
+	return nil
+}
+
+// ClearPartitionLimit removes the partition limit of name, leaving its
+// total, and reports whether there was one.
+func (c *Store) ClearPartitionLimit(ctx context.Context, name string) (bool, error) {
+	if _, _, err := ParseLimitName(name); err != nil {
+		return false, fmt.Errorf("queue: clear partition limit: %w", err)
+	}
+	found, err := c.unsetLimitsFields(ctx, name, "partitionBy", "partitionLimit", "partitionSetAt", "partitionSetBy")
+	if err != nil {
+		return false, fmt.Errorf("queue: clear partition limit %s: %w", name, err)
+	}
+	return found, nil
+}
+
+// unsetLimitsFields unsets fields (the first one must exist) of the limits
+// document id, deletes it when it then limits nothing (neither a limit
+// nor a partitionBy left), and reports whether the first field was there.
+func (c *Store) unsetLimitsFields(ctx context.Context, id string, fields ...string) (bool, error) {
+	unset := bson.D{}
+	for _, f := range fields {
+		unset = append(unset, bson.E{Key: f, Value: ""})
+	}
+	res, err := c.limitsColl().UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: fields[0], Value: bson.D{{Key: "$exists", Value: true}}}},
+		bson.D{{Key: "$unset", Value: unset}})
+	if err != nil {
+		return false, err
+	}
+	// Conditioned on nothing left: a limit set meanwhile by another
+	// client is kept.
+	if _, err := c.limitsColl().DeleteOne(ctx, bson.D{
+		{Key: "_id", Value: id},
+		{Key: "limit", Value: bson.D{{Key: "$exists", Value: false}}},
+		{Key: "partitionBy", Value: bson.D{{Key: "$exists", Value: false}}},
+	}); err != nil {
+		return false, err
+	}
+	c.forgetLimits()
+	return res.MatchedCount > 0, nil
+}
+
+// partSpecs are partitioned limits by kind and by queue.
+type partSpecs struct {
+	kinds, queues map[string]partLimit
+}
+
+func newPartSpecs() *partSpecs {
+	return &partSpecs{kinds: map[string]partLimit{}, queues: map[string]partLimit{}}
+}
+
+// add records l's partition limit, if it has one, under target.
+func (ps *partSpecs) add(isKind bool, target string, l RunLimit) {
+	if l.PartitionBy == "" {
+		return
+	}
+	pl := partLimit{arg: l.PartitionBy, n: l.PartitionLimit}
+	if isKind {
+		ps.kinds[target] = pl
+	} else {
+		ps.queues[target] = pl
+	}
+}
+
+// of returns those of ps on the kinds and queues of p.
+func (ps *partSpecs) of(p ClaimParams) *partSpecs {
+	out := newPartSpecs()
+	if ps == nil {
+		return out
+	}
+	for _, k := range p.Kinds {
+		if pl, ok := ps.kinds[k]; ok {
+			out.kinds[k] = pl
+		}
+	}
+	for _, q := range p.Queues {
+		if pl, ok := ps.queues[q]; ok {
+			out.queues[q] = pl
+		}
+	}
+	return out
+}
+
+// any reports whether ps holds a partitioned limit.
+func (ps *partSpecs) any() bool { return ps != nil && len(ps.kinds)+len(ps.queues) > 0 }
+
+// partFree returns the partition of a job of target with args under the
+// partitioned limit name of specs, if any, and whether it has a free slot
+// ("" and true when target is not partitioned).
+func (s *slotPicker) partFree(name, target string, specs map[string]partLimit, args bson.Raw) (string, bool) {
+	pl, ok := specs[target]
+	if !ok {
+		return "", true
+	}
+	p := partKey(pl.arg, partValue(args, pl.arg))
+	key := partName(name, p)
+	f, ok := s.pfree[key]
+	if !ok {
+		load := queueLoad{slots: map[int]bool{}}
+		if l := s.pload[name][p]; l != nil {
+			load = l.queueLoad
+		}
+		f = load.freeSlots(pl.n)
+		s.pfree[key] = f
+	}
+	return p, len(f) > 0
+}
+
+// saturated returns what leaves out of the filter of a claim by p the
+// saturated partitions of its partitioned limits, by value, at most
+// maxSkippedPartitions per limit.
+func (s *slotPicker) saturated(p ClaimParams) []partSkip {
+	var out []partSkip
+	add := func(field, name, target string, pl partLimit) {
+		var values bson.A
+		for _, l := range s.pload[name] {
+			if len(values) == maxSkippedPartitions {
+				break
+			}
+			if len(l.freeSlots(pl.n)) == 0 {
+				if l.value.Type == 0 {
+					values = append(values, nil) // missing: the partition of null
+				} else {
+					values = append(values, l.value)
+				}
+			}
+		}
+		if len(values) > 0 {
+			out = append(out, partSkip{field: field, target: target, arg: pl.arg, values: values})
+		}
+	}
+	for _, k := range p.Kinds {
+		if pl, ok := s.parts.kinds[k]; ok {
+			add("kind", KindLimit(k), k, pl)
+		}
+	}
+	for _, q := range p.Queues {
+		if pl, ok := s.parts.queues[q]; ok {
+			add("queue", QueueLimit(q), q, pl)
+		}
+	}
+	return out
+}
+
+// setKeys returns the members of set in order.
+func setKeys(set map[string]bool) []string {
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
