@@ -385,7 +385,32 @@ func (c *Client) LimitSet(ctx context.Context, name string, n int, opts *LimitOp
 	return nil
 }
 
-// LimitClear removes the limit name, and reports whether there was one.
+// LimitSetPartition limits how many jobs of name (KindLimit(kind) or
+// QueueLimit(queue)) run at once per value of their args field p.By, to
+// p.N, across every worker process, beside the limit's total (LimitSet),
+// if any. It applies within a second.
+func (c *Client) LimitSetPartition(ctx context.Context, name string, p PartitionLimit, opts *LimitOpts) error {
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("docket: LimitSetPartition %s: %w", name, err)
+	}
+	if err := c.q.SetPartitionLimit(ctx, name, p.By, p.N, opts.by()); err != nil {
+		return fmt.Errorf("docket: %w", err)
+	}
+	return nil
+}
+
+// LimitClearPartition removes the partition limit of name, leaving its
+// total, and reports whether there was one.
+func (c *Client) LimitClearPartition(ctx context.Context, name string) (bool, error) {
+	had, err := c.q.ClearPartitionLimit(ctx, name)
+	if err != nil {
+		return false, fmt.Errorf("docket: %w", err)
+	}
+	return had, nil
+}
+
+// LimitClear removes the limit name, its total and its partition limit,
+// and reports whether there was one.
 func (c *Client) LimitClear(ctx context.Context, name string) (bool, error) {
 	had, err := c.q.ClearLimit(ctx, name)
 	if err != nil {

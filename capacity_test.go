@@ -43,15 +43,19 @@ func TestConfigCapacitiesAndLimitsAreSetAtStart(t *testing.T) {
 		{docket.Config{Capacities: map[string]int{"": 3}}, "Config.Capacities"},
 		{docket.Config{Limits: map[string]int{"mail": 3}}, "Config.Limits"},
 		{docket.Config{Limits: map[string]int{"kind:greet": 1_000_000}}, `Config.Limits["kind:greet"]`},
+		{docket.Config{PartitionLimits: map[string]docket.PartitionLimit{"greet": {N: 1, By: "name"}}}, "Config.PartitionLimits"},
+		{docket.Config{PartitionLimits: map[string]docket.PartitionLimit{"kind:greet": {N: 0, By: "name"}}}, `Config.PartitionLimits["kind:greet"]: 0 per name: N must be from 1`},
+		{docket.Config{PartitionLimits: map[string]docket.PartitionLimit{"kind:greet": {N: 1, By: "$name"}}}, `Config.PartitionLimits["kind:greet"]`},
 	} {
 		_, err := docket.NewClient(db, c.cfg)
 		require.ErrorContains(t, err, c.want)
 	}
 
 	c, err := docket.NewClient(db, docket.Config{
-		Logger:     zaptest.NewLogger(t),
-		Capacities: map[string]int{"mail": 2},
-		Limits:     map[string]int{docket.KindLimit("greet"): 1, docket.QueueLimit("mail"): 3},
+		Logger:          zaptest.NewLogger(t),
+		Capacities:      map[string]int{"mail": 2},
+		Limits:          map[string]int{docket.KindLimit("greet"): 1, docket.QueueLimit("mail"): 3},
+		PartitionLimits: map[string]docket.PartitionLimit{docket.KindLimit("greet"): {N: 2, By: "name"}},
 	})
 	require.NoError(t, err)
 	docket.MustAddHandler(c, noop, jobs.KindOptions{})
@@ -69,7 +73,25 @@ func TestConfigCapacitiesAndLimitsAreSetAtStart(t *testing.T) {
 	require.Equal(t, "kind:greet", ls[0].Name)
 	require.Equal(t, 1, ls[0].Limit)
 	require.Equal(t, "config:"+c.ID(), ls[0].SetBy)
+	require.Equal(t, "name", ls[0].PartitionBy)
+	require.Equal(t, 2, ls[0].PartitionLimit)
 	require.Equal(t, "queue:mail", ls[1].Name)
+
+	// The admin verbs: a partition beside the queue's total; cleared, the
+	// total stays.
+	require.ErrorContains(t, c.LimitSetPartition(ctx, docket.QueueLimit("mail"), docket.PartitionLimit{N: 0, By: "x"}, nil), "N must be from 1")
+	require.NoError(t, c.LimitSetPartition(ctx, docket.QueueLimit("mail"), docket.PartitionLimit{N: 1, By: "tenant"}, &docket.LimitOpts{By: "test"}))
+	ls, err = c.LimitList(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "tenant", ls[1].PartitionBy)
+	require.Equal(t, "test", ls[1].PartitionSetBy)
+	had, err := c.LimitClearPartition(ctx, docket.QueueLimit("mail"))
+	require.NoError(t, err)
+	require.True(t, had)
+	ls, err = c.LimitList(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, ls[1].Limit)
+	require.Empty(t, ls[1].PartitionBy)
 }
 
 // Zero means the default throughout Config, so a capacity or limit of 0 is

@@ -131,6 +131,9 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if err := queue.ValidateRates("rates", cfg.Rates); err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
+	if err := validatePartitionLimits(cfg.PartitionLimits); err != nil {
+		return nil, fmt.Errorf("docket: %w", err)
+	}
 	elector, err := leadership.New(db.Collection(leadership.DefaultCollection),
 		leadership.Config{ID: cfg.ID, TTL: cfg.LeaderTTL, Logger: log})
 	if err != nil {
@@ -617,6 +620,20 @@ func validateBounds(caps, limits map[string]int) error {
 	return nil
 }
 
+// validatePartitionLimits checks Config.PartitionLimits, naming the first
+// that is wrong.
+func validatePartitionLimits(pls map[string]PartitionLimit) error {
+	for _, name := range slices.Sorted(maps.Keys(pls)) {
+		if _, _, err := queue.ParseLimitName(name); err != nil {
+			return fmt.Errorf("Config.PartitionLimits: %w", err)
+		}
+		if err := pls[name].Validate(); err != nil {
+			return fmt.Errorf("Config.PartitionLimits[%q]: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // applyBounds sets the configured capacities and limits.
 func (c *Client) applyBounds(ctx context.Context) error {
 	by := "config:" + c.cfg.ID
@@ -633,6 +650,13 @@ func (c *Client) applyBounds(ctx context.Context) error {
 			return fmt.Errorf("limits.%s: %w", name, err)
 		}
 		c.log.Info("concurrency limit set from the configuration", zap.String("limit", name), zap.Int("n", n))
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.cfg.PartitionLimits)) {
+		pl := c.cfg.PartitionLimits[name]
+		if err := c.q.SetPartitionLimit(ctx, name, pl.By, pl.N, by); err != nil {
+			return fmt.Errorf("partition limits.%s: %w", name, err)
+		}
+		c.log.Info("partition limit set from the configuration", zap.String("limit", name), zap.Stringer("partition", pl))
 	}
 	if err := c.q.SetRates(ctx, c.cfg.Rates, by); err != nil {
 		return fmt.Errorf("rates: %w", err)

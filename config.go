@@ -151,6 +151,12 @@ type Config struct {
 	// process, from 1, or LimitNone to run none (0 is refused, as for
 	// Capacities). Start sets each, every start, as it sets Capacities.
 	Limits map[string]int
+	// PartitionLimits are cluster-wide concurrency limits per value of an
+	// args field: KindLimit(kind) or QueueLimit(queue) → at most N jobs
+	// running at once per value of the field (see PartitionLimit), beside
+	// the limit's total in Limits, if any. Start sets each, every start,
+	// as it sets Limits.
+	PartitionLimits map[string]PartitionLimit
 	// Rates are cluster-wide rate limits: KindLimit(kind) or
 	// QueueLimit(queue) → at most N starts per period, with a burst (see
 	// ParseRate). Start sets each, every start, as it sets Limits; a limit
@@ -273,6 +279,16 @@ func QueueLimit(q string) string { return queue.QueueLimit(q) }
 // process, at most Burst of them at once after a quiet spell. Write one
 // as ParseRate reads it ("14/s burst 5") or as a struct literal.
 type Rate = queue.Rate
+
+// PartitionLimit is a concurrency limit per value of an args field:
+// {N: 2, By: "customerId"} runs at most 2 jobs of each customer at once
+// across every process (a dotted By reads a nested field; jobs without
+// the field, or with null, are one partition). It reads as "2 per
+// customerId" (ParsePartitionLimit).
+type PartitionLimit = queue.PartitionLimit
+
+// ParsePartitionLimit reads "N per FIELD", such as "2 per customerId".
+func ParsePartitionLimit(s string) (PartitionLimit, error) { return queue.ParsePartitionLimit(s) }
 
 // ParseRate reads a rate limit written as "N/PERIOD", the period s, m, h
 // or a Go duration, with an optional " burst B": "14/s", "600/m burst

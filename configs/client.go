@@ -33,6 +33,7 @@ func (c *Config) ClientConfig() docket.Config {
 		PeriodicJobs:       c.ClientPeriodicJobs(),
 		Capacities:         c.Capacities,
 		Limits:             c.Limits,
+		PartitionLimits:    c.PartitionLimits,
 		Rates:              c.Rates,
 	}
 	if !c.Mongo.WriteTimeoutAuto {

@@ -59,6 +59,10 @@ type Config struct {
 	// every worker; each worker sets them at start. Defaults to none: no
 	// limit is changed.
 	Limits Limits `yaml:"limits"`
+	// PartitionLimits bound how many jobs of a kind or a queue run at once
+	// per value of an args field, across every worker; each worker sets
+	// them at start. Defaults to none: no partition limit is changed.
+	PartitionLimits PartitionLimits `yaml:"partitionLimits"`
 	// Rates bound how many jobs of a kind or a queue start per period
 	// across every worker; each worker sets them at start. Defaults to
 	// none: no rate is changed.
@@ -202,6 +206,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.Rates.Validate(); err != nil {
+		return err
+	}
+	if err := c.PartitionLimits.Validate(); err != nil {
 		return err
 	}
 	return c.HTTP.Validate()

@@ -61,6 +61,7 @@ func settings(c *Config, role string) []Setting {
 		Setting{"http.addr", "DOCKET_HTTP_ADDR", "http-addr", "host:port serving /metrics, /healthz and /readyz (default: none)", (*stringValue)(&c.HTTP.Addr)},
 		Setting{"capacities", "DOCKET_CAPACITIES", "capacities", "queue capacities set at start, QUEUE=N,... (default: none changed)", (*capacitiesValue)(&c.Capacities)},
 		Setting{"limits", "DOCKET_LIMITS", "limits", "concurrency limits set at start, kind:KIND=N or queue:QUEUE=N,... (default: none changed)", (*limitsValue)(&c.Limits)},
+		Setting{"partitionLimits", "DOCKET_PARTITION_LIMITS", "partition-limits", "concurrency limits per args value set at start, kind:KIND=N per FIELD,... (default: none changed)", (*partitionsValue)(&c.PartitionLimits)},
 		Setting{"rates", "DOCKET_RATES", "rates", "rate limits set at start, kind:KIND=N/PERIOD[ burst B] or queue:QUEUE=...,... (default: none changed)", (*ratesValue)(&c.Rates)},
 		Setting{"http.queueStatsInterval", "DOCKET_QUEUE_STATS_INTERVAL", "queue-stats-interval", "how often the leader counts jobs per queue and state for /metrics", (*durationValue)(&c.HTTP.QueueStatsInterval)},
 	)

@@ -111,3 +111,12 @@ func (c *Client) RunLimits(ctx context.Context) ([]RunLimit, error) {
 func (c *Client) FreeStrandedRunSlots(ctx context.Context) (int, error) {
 	return c.st.FreeStrandedRunSlots(ctx)
 }
+
+// PartitionLimit is a partition limit as configured: at most N jobs
+// running at once per value of the args field By. It reads and prints as
+// "N per FIELD", such as "2 per customerId".
+type PartitionLimit = store.PartitionLimit
+
+// ParsePartitionLimit reads "N per FIELD", such as "2 per customerId" or
+// "1 per customer.id".
+func ParsePartitionLimit(s string) (PartitionLimit, error) { return store.ParsePartitionLimit(s) }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -350,4 +351,43 @@ func setKeys(set map[string]bool) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// PartitionLimit is a partition limit as configured: at most N jobs
+// running at once per value of the args field By (see SetPartitionLimit).
+// It reads and prints as "N per FIELD", such as "2 per customerId".
+type PartitionLimit struct {
+	N  int
+	By string
+}
+
+// String is the limit as ParsePartitionLimit reads it.
+func (p PartitionLimit) String() string { return strconv.Itoa(p.N) + " per " + p.By }
+
+// Validate reports what is wrong with p: N from 1 to MaxLimit (0 would
+// run none, which is an operator's decision, not a configuration's), and a
+// valid field.
+func (p PartitionLimit) Validate() error {
+	if p.N < 1 || p.N > MaxLimit {
+		return fmt.Errorf("%d per %s: N must be from 1 to %d", p.N, p.By, MaxLimit)
+	}
+	return ValidPartitionArg(p.By)
+}
+
+// ParsePartitionLimit reads "N per FIELD", such as "2 per customerId" or
+// "1 per customer.id".
+func ParsePartitionLimit(s string) (PartitionLimit, error) {
+	f := strings.Fields(s)
+	if len(f) != 3 || f[1] != "per" {
+		return PartitionLimit{}, fmt.Errorf("partition limit %q: write N per FIELD, such as 2 per customerId", s)
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return PartitionLimit{}, fmt.Errorf("partition limit %q: %q is not a whole number", s, f[0])
+	}
+	p := PartitionLimit{N: n, By: f[2]}
+	if err := p.Validate(); err != nil {
+		return PartitionLimit{}, fmt.Errorf("partition limit %q: %w", s, err)
+	}
+	return p, nil
 }
