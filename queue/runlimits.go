@@ -120,3 +120,8 @@ type PartitionLimit = store.PartitionLimit
 // ParsePartitionLimit reads "N per FIELD", such as "2 per customerId" or
 // "1 per customer.id".
 func ParsePartitionLimit(s string) (PartitionLimit, error) { return store.ParsePartitionLimit(s) }
+
+// ValidPartitionArg checks the args field a limit is partitioned by: a
+// field name, or a dotted path into nested documents, each part non-empty,
+// printable, and not starting with '$'.
+func ValidPartitionArg(arg string) error { return store.ValidPartitionArg(arg) }

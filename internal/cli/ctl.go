@@ -176,7 +176,7 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 				fmt.Fprintf(e.stdout, "limit %s: limits nothing (malformed: %s)\n", shown(l.Name), shown(l.Malformed))
 				continue
 			}
-			fmt.Fprintf(e.stdout, "limit %s: %d / %d slots taken (running / limit), %d waiting\n", shown(l.Name), l.Running, l.Limit, ls.waiting[l.Name])
+			fmt.Fprintf(e.stdout, "limit %s: %s, %d waiting\n", shown(l.Name), shown(l.Use()), ls.waiting[l.Name])
 		}
 		ls.printText(e.stdout)
 		return nil
@@ -805,11 +805,16 @@ type statsJSON struct {
 }
 
 type limitJSON struct {
-	Name      string `json:"name"`
-	Limit     int    `json:"limit"`
-	Running   int    `json:"running"`
-	Waiting   int64  `json:"waiting"`
-	Malformed string `json:"malformed,omitempty"`
+	Name string `json:"name"`
+	// Limit is the total, absent when only a partition limit applies.
+	Limit          *int   `json:"limit,omitempty"`
+	Running        int    `json:"running"`
+	Waiting        int64  `json:"waiting"`
+	PartitionBy    string `json:"partitionBy,omitempty"`
+	PartitionLimit int    `json:"partitionLimit,omitempty"`
+	Partitions     int    `json:"partitions,omitempty"`
+	PartitionsFull int    `json:"partitionsFull,omitempty"`
+	Malformed      string `json:"malformed,omitempty"`
 }
 
 type queueJSON struct {
@@ -866,7 +871,13 @@ func printStatsJSON(w io.Writer, c statsCounts, paused []queue.QueueState, caps 
 	}
 	sort.Slice(out.Queues, func(i, j int) bool { return out.Queues[i].Queue < out.Queues[j].Queue })
 	for _, l := range limits {
-		out.Limits = append(out.Limits, limitJSON{Name: l.Name, Limit: l.Limit, Running: l.Running, Waiting: ls.waiting[l.Name], Malformed: l.Malformed})
+		lj := limitJSON{Name: l.Name, Running: l.Running, Waiting: ls.waiting[l.Name], Malformed: l.Malformed,
+			PartitionBy: l.PartitionBy, PartitionLimit: l.PartitionLimit, Partitions: l.Partitions, PartitionsFull: l.Saturated}
+		if !l.NoTotal && l.Malformed == "" {
+			n := l.Limit
+			lj.Limit = &n
+		}
+		out.Limits = append(out.Limits, lj)
 	}
 	out.Rates = ls.json()
 	enc := json.NewEncoder(w)

@@ -39,7 +39,7 @@ func TestLimitCommands(t *testing.T) {
 	require.Regexp(t, `kind:k\s+2 / 2\s+\S+ by `, out)
 	out, errs, code = runCtl(t, uri, db, "stats", "--exact")
 	require.Zero(t, code, errs)
-	require.Contains(t, out, "limit kind:k: 2 / 2 slots taken")
+	require.Contains(t, out, "limit kind:k: 2 / 2 running, 1 waiting")
 	out, errs, code = runCtl(t, uri, db, "stats", "--exact", "--json")
 	require.Zero(t, code, errs)
 	require.Contains(t, out, `"limits": [`)
@@ -61,6 +61,57 @@ func TestLimitCommands(t *testing.T) {
 	require.Equal(t, 2, ls[0].Running, "jobs running over a lowered limit count")
 	require.Equal(t, "config:w1", ls[0].SetBy)
 	require.Equal(t, "queue:bulk", ls[1].Name)
+}
+
+// TestLimitPerCommands: `limit kind:k 1 --per c` limits each value of
+// args.c, beside no total; `limit` and stats show the partitions running
+// full; `limit kind:k off --per c` clears the partition only; a bad field
+// exits 2 naming it.
+func TestLimitPerCommands(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	uri := testdb.URI()
+	ctx := context.Background()
+
+	out, errs, code := runCtl(t, uri, db, "limit", "kind:k", "1", "--per", "c")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "kind:k\tlimit 1 per c")
+	for _, bad := range [][]string{{"limit", "kind:k", "1", "--per", "$c"}, {"limit", "kind:k", "1", "--per"}, {"limit", "--per", "c"}, {"limit", "kind:k", "x", "--per", "c"}} {
+		_, errs, code = runCtl(t, uri, db, bad...)
+		require.Equal(t, 2, code, "%v: %s", bad, errs)
+	}
+	_, errs, _ = runCtl(t, uri, db, "limit", "kind:k", "1", "--per", "a\x1b[2Jb")
+	require.NotContains(t, errs, "\x1b")
+
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	require.NoError(t, q.EnsureIndexes(ctx))
+	for _, c := range []any{"a", "a", "b", nil} {
+		_, err := q.Enqueue(ctx, "k", map[string]any{"c": c}, queue.InsertOpts{})
+		require.NoError(t, err)
+	}
+	got, err := store.Of(q).ClaimBatch(ctx, store.ClaimParams{Owner: "w", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute}, 4)
+	require.NoError(t, err)
+	require.Len(t, got, 3, "one of each value of c")
+
+	out, errs, code = runCtl(t, uri, db, "limit")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `kind:k\s+3, 1 per c \(3 of 3 partitions running full\)\s+\S+ by `, out)
+	out, errs, code = runCtl(t, uri, db, "stats", "--exact")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "limit kind:k: 3 running; 1 per c: 3 of 3 partitions running full, 1 waiting")
+	out, errs, code = runCtl(t, uri, db, "stats", "--exact", "--json")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, `"partitionBy": "c"`)
+	require.Contains(t, out, `"partitionsFull": 3`)
+	require.NotContains(t, out, `"limit": `, "no total")
+
+	require.NoError(t, q.SetLimit(ctx, "kind:k", 5, "test"))
+	out, errs, code = runCtl(t, uri, db, "limit", "kind:k", "off", "--per", "c")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "kind:k\tno partition limit")
+	out, _, _ = runCtl(t, uri, db, "limit")
+	require.Regexp(t, `kind:k\s+3 / 5\s`, out)
 }
 
 // enqueueAndClaim enqueues n jobs of kind k and claims as many as the

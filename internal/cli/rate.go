@@ -45,6 +45,9 @@ func ctlRate(e *env, rest []string, by string) error {
 		return badInput("%s", shown(err.Error()))
 	}
 	if val == "off" {
+		if burst > 0 {
+			return badInput("--burst has no meaning with off: limit rate %s off", shown(name))
+		}
 		had, err := e.q.ClearRate(e.ctx, name)
 		if err != nil {
 			return err
@@ -90,11 +93,11 @@ func rateNote(r queue.RateLimit, now time.Time) string {
 	return fmt.Sprintf("%s\tburst %d / %d used, next start %s, %d started\t%s", r.Rate, r.Used, max(r.Rate.Burst, 1), next, r.Starts, set)
 }
 
-// printRates lists the rates under listLimits' table.
+// printRates lists the rates in listLimits' table of rates.
 func printRates(w io.Writer, rates []queue.RateLimit) {
 	now := time.Now()
 	for _, r := range rates {
-		fmt.Fprintf(w, "rate %s\t%s\n", shown(r.Name), rateNote(r, now))
+		fmt.Fprintf(w, "%s\t%s\n", shown(r.Name), rateNote(r, now))
 	}
 }
 

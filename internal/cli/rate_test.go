@@ -22,7 +22,7 @@ func TestRateCommands(t *testing.T) {
 	out, errs, code := runCtl(t, uri, db, "limit", "rate", "kind:k", "1/h", "--burst", "2")
 	require.Zero(t, code, errs)
 	require.Contains(t, out, "kind:k\trate 1/h burst 2")
-	for _, bad := range [][]string{{"limit", "rate", "kind:k"}, {"limit", "rate", "k", "1/s"}, {"limit", "rate", "kind:k", "fast"}, {"limit", "rate", "kind:k", "1/s", "--burst", "0"}} {
+	for _, bad := range [][]string{{"limit", "rate", "kind:k"}, {"limit", "rate", "k", "1/s"}, {"limit", "rate", "kind:k", "fast"}, {"limit", "rate", "kind:k", "1/s", "--burst", "0"}, {"limit", "rate", "kind:k", "off", "--burst", "3"}} {
 		_, errs, code = runCtl(t, uri, db, bad...)
 		require.Equal(t, 2, code, "%v: %s", bad, errs)
 	}
@@ -32,7 +32,7 @@ func TestRateCommands(t *testing.T) {
 
 	out, errs, code = runCtl(t, uri, db, "limit")
 	require.Zero(t, code, errs)
-	require.Regexp(t, `rate kind:k\s+1/h burst 2\s+burst 2 / 2 used, next start in \S+, 2 started\s+\S+ by `, out)
+	require.Regexp(t, `(?m)^rate\s+limit\s+use\s+set\n(.*\n)*kind:k\s+1/h burst 2\s+burst 2 / 2 used, next start in \S+, 2 started\s+\S+ by `, out)
 	out, errs, code = runCtl(t, uri, db, "stats", "--exact")
 	require.Zero(t, code, errs)
 	require.Regexp(t, `rate kind:k: 1/h burst 2, burst 2 / 2 used, next start in \S+, 3 waiting`, out)

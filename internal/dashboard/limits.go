@@ -50,8 +50,8 @@ func (s *Server) limitRows(ctx context.Context) ([]limitRow, error) {
 	for _, l := range limits {
 		row := limitRow{Name: l.Name, What: "concurrency", Waiting: waiting[l.Name], Malformed: l.Malformed}
 		if l.Malformed == "" {
-			row.Use = fmt.Sprintf("%d / %d slots taken", l.Running, l.Limit)
-			row.Bound = l.Running >= l.Limit
+			row.Use = l.Use()
+			row.Bound = l.Binding()
 		}
 		rows = append(rows, row)
 	}

@@ -13,7 +13,8 @@ import (
 )
 
 // TestFlowControlInABrowser: the overview lists the concurrency and rate
-// limits with their use (slots taken / limit, burst used, the next start),
+// limits with their use (running / limit, partitions running full, burst
+// used, the next start),
 // says which bind, counts the jobs waiting on each, and shows names and
 // problems another app wrote as text, never as markup.
 func TestFlowControlInABrowser(t *testing.T) {
@@ -30,6 +31,7 @@ func TestFlowControlInABrowser(t *testing.T) {
 	_, err := store.Of(b.q).ClaimBatch(b.ctx, store.ClaimParams{Owner: "w", Queues: []string{"reports"}, Kinds: []string{"mail"}, Lease: time.Minute}, 1)
 	require.NoError(t, err)
 	evil := `<img src=x onerror="window.pwned=1">`
+	require.NoError(t, b.q.SetPartitionLimit(b.ctx, queue.KindLimit("report"), evil, 2, "test"))
 	_, err = b.db.Collection(queue.DefaultLimitsCollection).InsertMany(b.ctx, []any{
 		bson.M{"_id": "rate:kind:" + evil, "rate": 1, "periodMs": 1000, "burst": 1},
 		bson.M{"_id": "rate:queue:reports", "rate": evil, "periodMs": 1000, "burst": 1},
@@ -43,7 +45,8 @@ func TestFlowControlInABrowser(t *testing.T) {
 	br := startBrowser(t)
 	br.open(b.srv.URL + "/")
 	row := func(name string) string { return br.text(fmt.Sprintf(`#limits tr[data-limit="%s"]`, name)) }
-	require.Contains(t, row("kind:mail"), "1 / 1 slots taken binding")
+	require.Contains(t, row("kind:mail"), "1 / 1 running binding")
+	require.Contains(t, row("kind:report"), "0 running; 2 per "+evil+": 0 of 0 partitions running full")
 	require.Contains(t, row("kind:mail"), "concurrency")
 	require.Regexp(t, `queue:mail\s+rate\s+2/h burst 2: 2 / 2 of the burst used, 5 started binding\s+in 1h\d+m\d+s`, row("queue:mail"))
 	require.Contains(t, row("queue:reports"), "malformed: limits nothing (rate is string")

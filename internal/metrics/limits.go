@@ -20,6 +20,12 @@ var (
 		"A concurrency limit: the most jobs of it that run at once; exported by the leader only.", []string{"limit"}, nil)
 	limitWaitingDesc = prometheus.NewDesc(Namespace+"_limit_waiting_jobs",
 		"Runnable jobs (available, due) of a concurrency or rate limit; exported by the leader only.", []string{"limit"}, nil)
+	partitionMaxDesc = prometheus.NewDesc(Namespace+"_limit_partition_max_running_jobs",
+		"A partition limit: the most jobs of one value of its args field that run at once; exported by the leader only.", []string{"limit"}, nil)
+	partitionsDesc = prometheus.NewDesc(Namespace+"_limit_partitions_running",
+		"Values of a partition limit's args field with jobs running now; exported by the leader only.", []string{"limit"}, nil)
+	partitionsFullDesc = prometheus.NewDesc(Namespace+"_limit_partitions_full",
+		"Values of a partition limit's args field running as many jobs as it allows; exported by the leader only.", []string{"limit"}, nil)
 	rateStartsDesc = prometheus.NewDesc(Namespace+"_rate_limit_starts_total",
 		"Starts reserved under a rate limit across every process since it was set; exported by the leader only.", []string{"limit"}, nil)
 	rateAllowedDesc = prometheus.NewDesc(Namespace+"_rate_limit_per_second",
@@ -73,7 +79,7 @@ func (l *limitsRead) forget() {
 }
 
 func describeLimits(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{limitRunningDesc, limitMaxDesc, limitWaitingDesc, rateStartsDesc, rateAllowedDesc, rateBurstUsedDesc} {
+	for _, d := range []*prometheus.Desc{limitRunningDesc, limitMaxDesc, limitWaitingDesc, partitionMaxDesc, partitionsDesc, partitionsFullDesc, rateStartsDesc, rateAllowedDesc, rateBurstUsedDesc} {
 		ch <- d
 	}
 }
@@ -97,8 +103,15 @@ func (l *limitsRead) collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		gauge(limitRunningDesc, prometheus.GaugeValue, float64(x.Running), x.Name)
-		gauge(limitMaxDesc, prometheus.GaugeValue, float64(x.Limit), x.Name)
+		if !x.NoTotal {
+			gauge(limitMaxDesc, prometheus.GaugeValue, float64(x.Limit), x.Name)
+		}
 		gauge(limitWaitingDesc, prometheus.GaugeValue, float64(l.waiting[x.Name]), x.Name)
+		if x.PartitionBy != "" {
+			gauge(partitionMaxDesc, prometheus.GaugeValue, float64(x.PartitionLimit), x.Name)
+			gauge(partitionsDesc, prometheus.GaugeValue, float64(x.Partitions), x.Name)
+			gauge(partitionsFullDesc, prometheus.GaugeValue, float64(x.Saturated), x.Name)
+		}
 	}
 	for _, x := range l.rates {
 		if x.Malformed != "" {

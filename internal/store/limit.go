@@ -142,6 +142,25 @@ type RunLimit struct {
 	PartitionSetBy        string
 }
 
+// Use says how much of l is used: "2 / 3 running", and for a partitioned
+// limit "; 2 per customerId: 1 of 4 partitions running full" (l.Running,
+// l.Partitions and l.Saturated as RunLimits fills them). The field's name
+// comes from the database: a caller escapes it for where it shows it.
+func (l RunLimit) Use() string {
+	s := fmt.Sprintf("%d / %d running", l.Running, l.Limit)
+	if l.NoTotal {
+		s = fmt.Sprintf("%d running", l.Running)
+	}
+	if l.PartitionBy != "" {
+		s += fmt.Sprintf("; %d per %s: %d of %d partitions running full", l.PartitionLimit, l.PartitionBy, l.Saturated, l.Partitions)
+	}
+	return s
+}
+
+// Binding reports whether l lets no job start now: its total is reached.
+// (A partition running full binds only its own jobs.)
+func (l RunLimit) Binding() bool { return l.Malformed == "" && !l.NoTotal && l.Running >= l.Limit }
+
 // runLimits caches the limits for the claims of one Store and its copies.
 type runLimits struct {
 	mu      sync.Mutex
