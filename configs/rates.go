@@ -24,7 +24,9 @@ var ratesForm = namedForm[queue.Rate]{setting: "rates", noun: "rate", pair: "NAM
 
 // UnmarshalYAML reads the mapping limit name → rate, refusing an entry
 // that does not read with an error that names it and its line.
-func (r *Rates) UnmarshalYAML(n *yaml.Node) error { return ratesForm.decode(n, (*map[string]queue.Rate)(r)) }
+func (r *Rates) UnmarshalYAML(n *yaml.Node) error {
+	return ratesForm.decode(n, (*map[string]queue.Rate)(r))
+}
 
 // Validate reports the first rate whose name or value is invalid.
 func (r Rates) Validate() error { return queue.ValidateRates("rates", r) }

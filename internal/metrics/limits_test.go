@@ -18,7 +18,8 @@ import (
 )
 
 // TestLimitGauges: the leader exports each concurrency limit's running
-// jobs and limit, each rate's starts, steady rate and burst used, and the
+// jobs and limit (and a partition limit's N, partitions running and
+// running full), each rate's starts, steady rate and burst used, and the
 // jobs waiting on each; a rate another app wrote under a name with bytes
 // that are not UTF-8 breaks no scrape (labelValue).
 func TestLimitGauges(t *testing.T) {
@@ -33,6 +34,7 @@ func TestLimitGauges(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, q.SetLimit(ctx, queue.KindLimit("k"), 3, ""))
+	require.NoError(t, q.SetPartitionLimit(ctx, queue.KindLimit("k"), "c", 4, ""))
 	require.NoError(t, q.SetRate(ctx, queue.KindLimit("k"), queue.Rate{N: 2, Per: time.Hour, Burst: 2}, ""))
 	_, err = db.Collection(queue.DefaultLimitsCollection).InsertOne(ctx, bson.M{"_id": "rate:kind:bad\xff", "rate": 1, "periodMs": 1000, "burst": 1})
 	require.NoError(t, err)
@@ -63,6 +65,9 @@ func TestLimitGauges(t *testing.T) {
 	}{
 		{"docket_limit_running_jobs", 2},
 		{"docket_limit_max_running_jobs", 3},
+		{"docket_limit_partition_max_running_jobs", 4},
+		{"docket_limit_partitions_running", 1}, // the jobs have no c: one partition, of null
+		{"docket_limit_partitions_full", 0},
 		{"docket_rate_limit_starts_total", 2},
 		{"docket_rate_limit_burst_used", 2},
 		{"docket_rate_limit_per_second", 2.0 / 3600},
