@@ -33,11 +33,13 @@ import (
 
 // Options size the runs. The defaults take about a minute on devdb.
 type Options struct {
-	MongoURI    string
-	Jobs        int
-	Procs       int
-	Concurrency int
-	ClaimBatch  int
+	MongoURI string
+	Jobs     int
+	// PartitionJobs is the backlog of each burn-down of the partitions run.
+	PartitionJobs int
+	Procs         int
+	Concurrency   int
+	ClaimBatch    int
 
 	SteadyRate float64
 	SteadyFor  time.Duration
@@ -107,8 +109,9 @@ var allRuns = []string{"single", "raw", "default", "batch", "batch4x10", "steady
 }
 
 // optInRuns are runs made only when --runs names them: growth takes its
-// whole budget (10 minutes by default).
-var optInRuns = []string{"growth"}
+// whole budget (10 minutes by default), partitions burns down a real
+// backlog three times (about 10 minutes on devdb).
+var optInRuns = []string{"growth", "partitions"}
 
 // Main is the bench command. `bench worker ...` is a worker process of a
 // run.
@@ -121,6 +124,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.MongoURI, "mongo-uri", "", "server to measure (default: start a devdb of its own)")
 	fs.IntVar(&o.Jobs, "jobs", 300, "no-op jobs per burn-down")
+	fs.IntVar(&o.PartitionJobs, "partition-jobs", 20_000, "no-op jobs per burn-down of the partitions run")
 	fs.IntVar(&o.Procs, "procs", 2, "worker processes in burn-downs and steady state")
 	fs.IntVar(&o.Concurrency, "concurrency", 20, "jobs at once per worker process (the raw loop runs procs x this goroutines)")
 	fs.IntVar(&o.ClaimBatch, "claim-batch", 20, "claim batch of the batch burn-down")
@@ -270,6 +274,8 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 			res.Limits, err = b.limits(ctx)
 		case "rate":
 			res.Rate, err = b.rate(ctx)
+		case "partitions":
+			res.Partitions, err = b.partitions(ctx)
 		case "workflows":
 			res.Workflows, err = b.workflows(ctx)
 		case "scaling":

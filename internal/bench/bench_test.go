@@ -256,3 +256,28 @@ func TestWorkflowsRun(t *testing.T) {
 	res.writeTable(&out)
 	require.Contains(t, out.String(), "layered")
 }
+
+// TestPartitionsRunMeasuresWhatItRan: the partitions run burns its
+// backlog down without a limit and under one that does not bind, and runs
+// every other customer's job past a hot customer's under 1 per customer.
+func TestPartitionsRunMeasuresWhatItRan(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a devdb and worker processes")
+	}
+	t.Setenv("DOCKET_DEVDB_BIN", testdb.DevDBBinary(t))
+	var log bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Options{Procs: 2, Concurrency: 4, PartitionJobs: 60, Runs: []string{"partitions"}}, &log)
+	require.NoError(t, err, log.String())
+	p := res.Partitions
+	require.NotNil(t, p)
+	require.Equal(t, 30, p.Customers)
+	require.Positive(t, p.Free.JobsPerSec)
+	require.Positive(t, p.NotBinding.JobsPerSec)
+	require.Equal(t, 29, p.Hot.Others)
+	require.Positive(t, p.Hot.HotRan, "the hot customer ran too")
+	var out bytes.Buffer
+	res.writeTable(&out)
+	require.Contains(t, out.String(), "a hot customer's 31 jobs ahead of 29 others'")
+}

@@ -56,6 +56,8 @@ type Results struct {
 	Limits *LimitsBench `json:"limits,omitempty"`
 	// Rate is a rate limit held by several processes.
 	Rate *RateBench `json:"rate,omitempty"`
+	// Partitions is a partition limit at a real backlog.
+	Partitions *PartitionsBench `json:"partitions,omitempty"`
 	// Workflows is workflows of several shapes beside plain burn-downs.
 	Workflows *WorkflowsBench `json:"workflows,omitempty"`
 }
@@ -242,6 +244,9 @@ func (r *Results) writeTable(w io.Writer) {
 	}
 	if r.Rate != nil {
 		r.Rate.write(w)
+	}
+	if r.Partitions != nil {
+		r.Partitions.write(w)
 	}
 	if r.Workflows != nil {
 		r.Workflows.write(w)
