@@ -393,17 +393,7 @@ func (c *Client) InsertWorkflow(ctx context.Context, w *Workflow) (WorkflowResul
 		// jobs of someone else's holding the ids, which would not be
 		// gated. Either way the workflow is not published, and its gate
 		// is cancelled, with the tasks inserted here.
-		foreign, err := c.coll.CountDocuments(ctx, bson.D{
-			{Key: "_id", Value: bson.D{{Key: "$in", Value: existed}}},
-			{Key: WorkflowField, Value: bson.D{{Key: "$ne", Value: id}}},
-		})
-		if err != nil {
-			return res, fmt.Errorf("queue: insert workflow %s: check its tasks found inserted: %w", id, err)
-		}
-		ended, err := c.coll.CountDocuments(ctx, bson.D{
-			{Key: "_id", Value: bson.D{{Key: "$in", Value: existed}}},
-			{Key: "state", Value: bson.D{{Key: "$ne", Value: jobs.StateBlocked}}},
-		})
+		foreign, ended, err := c.classifyFound(ctx, id, existed)
 		if err != nil {
 			return res, fmt.Errorf("queue: insert workflow %s: check its tasks found inserted: %w", id, err)
 		}
@@ -572,6 +562,29 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (WorkflowCancelR
 		res.Cancelled, _ = c.countCancelledWithGate(ctx, id)
 	}
 	return res, nil
+}
+
+// classifyFound reads, with one find, the jobs ids that an insert of
+// workflow id found already there, and counts those that are not its tasks
+// (another job holds the id) and, of its tasks, those no longer blocked.
+func (c *Client) classifyFound(ctx context.Context, id string, ids bson.A) (foreign, ended int, err error) {
+	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(bson.D{{Key: WorkflowField, Value: 1}, {Key: "state", Value: 1}}))
+	if err != nil {
+		return 0, 0, err
+	}
+	err = store.EachRaw(ctx, cur, func(d bson.Raw) error {
+		wf, _ := d.Lookup(WorkflowField).StringValueOK()
+		st, _ := d.Lookup("state").StringValueOK()
+		switch {
+		case wf != id:
+			foreign++
+		case jobs.State(st) != jobs.StateBlocked:
+			ended++
+		}
+		return nil
+	})
+	return foreign, ended, err
 }
 
 // countCancelledWithGate counts the tasks of the workflow with id that its
