@@ -62,8 +62,8 @@ func newProcessLimits(limits map[string]int) processLimits {
 	return p
 }
 
-// any reports whether there is a process limit at all.
-func (p *processLimits) any() bool { return len(p.kinds)+len(p.queues) > 0 }
+// limited reports whether there is a process limit at all.
+func (p *processLimits) limited() bool { return len(p.kinds)+len(p.queues) > 0 }
 
 // hold counts job, just claimed, as held. Call it with Worker.mu held.
 func (p *processLimits) hold(job *jobs.Job) {
@@ -135,7 +135,7 @@ func (p *processLimits) held() map[string]int {
 // a job ends (its goroutine wakes the dispatcher once the job is
 // uncounted: launch) or the worker stops claiming, and returns false.
 func (w *Worker) processRoom(params *store.ClaimParams, kinds []string) (int, bool) {
-	if !w.plimits.any() {
+	if !w.plimits.limited() {
 		return math.MaxInt, true
 	}
 	w.mu.Lock()
@@ -156,7 +156,8 @@ func (w *Worker) processRoom(params *store.ClaimParams, kinds []string) (int, bo
 // fitProcessRoom caps a claim's slots at room (see processRoom), giving
 // back the slots beyond it: a batch never brings more jobs than a process
 // limit has room for. It costs no command, only smaller batches while a
-// limited kind or queue has little room.
+// limited kind or queue has little room (and dispatch does not wait to
+// gather slots that the room would give back).
 func (w *Worker) fitProcessRoom(slots, room int) int {
 	if slots <= room {
 		return slots

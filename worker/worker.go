@@ -306,9 +306,10 @@ func (w *Worker) dispatch() {
 		slots := 1
 		size := sizer.next(min(w.cfg.ClaimBatch, room), target)
 		switch {
-		case size == claimGathered && w.q.LimitFull():
-			// A full limit, not the backlog, bounds what the next claim
-			// gets: waiting for more slots to free would only delay it.
+		case size == claimGathered && (w.q.LimitFull() || room < min(w.cfg.ClaimBatch, target)):
+			// A full limit (or a process limit's room), not the backlog,
+			// bounds what the next claim gets: waiting for more slots to
+			// free would only delay it.
 			size = claimFree
 		case size == claimOne && w.cfg.ClaimBatch > 1 && w.q.UnderLimits():
 			// Under a limit a claim of one job costs a read and a write,
