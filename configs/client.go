@@ -5,7 +5,8 @@ import "github.com/docketq/docket"
 // ClientConfig returns the configuration as a docket.Client takes it:
 // the file's nested queue, worker, reaper and leader settings on
 // docket.Config's flat fields, with the periodic jobs, capacities,
-// limits and process limits. The caller adds the logger and the application's set-up.
+// limits and process limits. The caller adds the logger and the
+// application's set-up.
 func (c *Config) ClientConfig() docket.Config {
 	d := docket.Config{
 		ID:                 c.Worker.ID,
