@@ -162,6 +162,16 @@ type Config struct {
 	// ParseRate). Start sets each, every start, as it sets Limits; a limit
 	// not named is left as it is.
 	Rates map[string]Rate
+	// ProcessLimits are this process's own concurrency limits:
+	// KindLimit(kind) or QueueLimit(queue) → the most jobs of it this
+	// process holds at once (claimed, waiting for a slot or running, until
+	// its outcome is written), from 1; 0 and negatives are refused. A kind
+	// or queue at its limit is left out of this process's claims, at no
+	// cost in commands, while other processes claim it as their own limits
+	// allow: what bounds a machine's memory, CPU or a local resource, where
+	// Limits bound a shared one. Kept in this process, never stored.
+	// Defaults to none.
+	ProcessLimits map[string]int
 	// Setup, when set, runs in Start after docket's indexes are ensured:
 	// the application's own idempotent set-up, such as its collections'
 	// indexes. An error from it fails Start, which may be retried.
@@ -186,7 +196,8 @@ func (c Config) engine(log *zap.Logger) (engine, error) {
 		worker: worker.Config{
 			ID: c.ID, Queues: c.Queues, Concurrency: c.Concurrency, Lease: c.Lease, HeartbeatInterval: c.HeartbeatInterval,
 			ShutdownTimeout: c.ShutdownTimeout, StuckGrace: c.StuckGrace, PollMin: c.PollMin, PollMax: c.PollMax,
-			ClaimBatch: c.ClaimBatch, Prefetch: c.Prefetch, WriteTimeout: c.WriteTimeout, Logger: c.Logger,
+			ClaimBatch: c.ClaimBatch, Prefetch: c.Prefetch, WriteTimeout: c.WriteTimeout, ProcessLimits: c.ProcessLimits,
+			Logger: c.Logger,
 		},
 		reaper: recovery.ReaperConfig{
 			Interval: c.ReapInterval, Grace: c.ReapGrace, Batch: c.ReapBatch, RetentionBudget: c.RetentionBudget,
@@ -219,6 +230,7 @@ var fieldNames = configFields{
 	"worker.shutdownTimeout", "Config.ShutdownTimeout", "worker.pollMin", "Config.PollMin",
 	"worker.pollMax", "Config.PollMax", "worker.claimBatch", "Config.ClaimBatch",
 	"worker.prefetch", "Config.Prefetch", "worker.stuckGrace", "Config.StuckGrace",
+	"worker.processLimits", "Config.ProcessLimits",
 	"reaper.interval", "Config.ReapInterval", "reaper.grace", "Config.ReapGrace",
 	"reaper.batch", "Config.ReapBatch", "reaper.retentionBudget", "Config.RetentionBudget",
 }

@@ -31,7 +31,7 @@ func TestConfigMapsOntoTheEngine(t *testing.T) {
 		ID: "w1", Collection: "c", WriteConcern: "1", RetryBase: 2 * time.Second, RetryMax: 3 * time.Second,
 		Queues: []string{"a"}, Concurrency: 4, Lease: 9 * time.Second, HeartbeatInterval: 3 * time.Second,
 		ShutdownTimeout: 5 * time.Second, StuckGrace: 6 * time.Second, PollMin: 7 * time.Millisecond, PollMax: 8 * time.Millisecond,
-		ClaimBatch: 9, Prefetch: -1, WriteTimeout: 2 * time.Second,
+		ClaimBatch: 9, Prefetch: -1, WriteTimeout: 2 * time.Second, ProcessLimits: map[string]int{"kind:k": 2},
 		ReapInterval: 11 * time.Second, ReapGrace: 12 * time.Second, ReapBatch: 13, RetentionBudget: 14 * time.Second,
 		SucceededRetention: time.Hour, DeadRetention: 2 * time.Hour,
 	}
@@ -41,6 +41,7 @@ func TestConfigMapsOntoTheEngine(t *testing.T) {
 	require.Equal(t, []any{"c", "1", 2 * time.Second, 3 * time.Second}, []any{q.Collection, q.WriteConcern, q.RetryBase, q.RetryMax})
 	require.Equal(t, []any{"w1", []string{"a"}, 4, 9 * time.Second, 3 * time.Second, 5 * time.Second, 6 * time.Second, 7 * time.Millisecond, 8 * time.Millisecond, 9, -1, 2 * time.Second},
 		[]any{w.ID, w.Queues, w.Concurrency, w.Lease, w.HeartbeatInterval, w.ShutdownTimeout, w.StuckGrace, w.PollMin, w.PollMax, w.ClaimBatch, w.Prefetch, w.WriteTimeout})
+	require.Equal(t, map[string]int{"kind:k": 2}, w.ProcessLimits)
 	require.Equal(t, []any{11 * time.Second, 12 * time.Second, 13, 14 * time.Second, time.Hour, 2 * time.Hour},
 		[]any{r.Interval, r.Grace, r.Batch, r.RetentionBudget, r.SucceededRetention, r.DeadRetention})
 

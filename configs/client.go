@@ -4,8 +4,9 @@ import "github.com/docketq/docket"
 
 // ClientConfig returns the configuration as a docket.Client takes it:
 // the file's nested queue, worker, reaper and leader settings on
-// docket.Config's flat fields, with the periodic jobs, capacities and
-// limits. The caller adds the logger and the application's set-up.
+// docket.Config's flat fields, with the periodic jobs, capacities,
+// limits and process limits. The caller adds the logger and the
+// application's set-up.
 func (c *Config) ClientConfig() docket.Config {
 	d := docket.Config{
 		ID:                 c.Worker.ID,
@@ -35,6 +36,7 @@ func (c *Config) ClientConfig() docket.Config {
 		Limits:             c.Limits,
 		PartitionLimits:    c.PartitionLimits,
 		Rates:              c.Rates,
+		ProcessLimits:      c.ProcessLimits,
 	}
 	if !c.Mongo.WriteTimeoutAuto {
 		// Set by the operator: it bounds heartbeats and completions too.

@@ -67,6 +67,10 @@ type Config struct {
 	// across every worker; each worker sets them at start. Defaults to
 	// none: no rate is changed.
 	Rates Rates `yaml:"rates"`
+	// ProcessLimits bound how many jobs of a kind or a queue this process
+	// holds at once, whatever the other processes hold; kept in the
+	// process, never stored. Defaults to none.
+	ProcessLimits ProcessLimits `yaml:"processLimits"`
 	// HTTP serves the worker's metrics and health probes.
 	HTTP HTTPConfig `yaml:"http"`
 	Log  LogConfig  `yaml:"log"`
@@ -209,6 +213,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.PartitionLimits.Validate(); err != nil {
+		return err
+	}
+	if err := c.ProcessLimits.Validate(); err != nil {
 		return err
 	}
 	return c.HTTP.Validate()

@@ -63,6 +63,7 @@ func settings(c *Config, role string) []Setting {
 		Setting{"limits", "DOCKET_LIMITS", "limits", "concurrency limits set at start, kind:KIND=N or queue:QUEUE=N,... (default: none changed)", (*limitsValue)(&c.Limits)},
 		Setting{"partitionLimits", "DOCKET_PARTITION_LIMITS", "partition-limits", "concurrency limits per args value set at start, kind:KIND=N per FIELD,... (default: none changed)", (*partitionsValue)(&c.PartitionLimits)},
 		Setting{"rates", "DOCKET_RATES", "rates", "rate limits set at start, kind:KIND=N/PERIOD[ burst B] or queue:QUEUE=...,... (default: none changed)", (*ratesValue)(&c.Rates)},
+		Setting{"processLimits", "DOCKET_PROCESS_LIMITS", "process-limits", "this process's own concurrency limits, kind:KIND=N or queue:QUEUE=N,... (default: none)", (*limitsValue)(&c.ProcessLimits)},
 		Setting{"http.queueStatsInterval", "DOCKET_QUEUE_STATS_INTERVAL", "queue-stats-interval", "how often the leader counts jobs per queue and state for /metrics", (*durationValue)(&c.HTTP.QueueStatsInterval)},
 	)
 }

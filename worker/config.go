@@ -112,6 +112,19 @@ type Config struct {
 	// discarded. Not applied at shutdown (see Stop). Defaults to
 	// DefaultStuckGrace.
 	StuckGrace time.Duration `yaml:"stuckGrace"`
+	// ProcessLimits bound what this worker holds at once, whatever the
+	// other workers hold: a limit's name, queue.KindLimit(kind) or
+	// queue.QueueLimit(queue), → the most of its jobs the worker holds,
+	// from 1 to queue.MaxLimit. A job is held from its claim (claimed
+	// ahead and waiting for a slot too) until its outcome is written,
+	// however it ends, so at most that many of its handlers run at once.
+	// A kind or queue at its limit is left out of the claims until one of
+	// its jobs ends, and a claim takes no more jobs than the least room
+	// left among the limited kinds and queues it claims (see
+	// processlimits.go). Unlike the cluster-wide limits
+	// (queue.Client.SetLimit) they are this process's alone, never
+	// stored. Defaults to none.
+	ProcessLimits map[string]int `yaml:"-"`
 	// Logger receives the worker's logs. Defaults to a no-op logger.
 	Logger *zap.Logger `yaml:"-"`
 	// Observer is told of claims, attempts and heartbeats, for metrics.
@@ -194,7 +207,7 @@ func (c Config) Validate() error {
 	case c.StuckGrace < 0:
 		return fmt.Errorf("worker.stuckGrace: %s must not be negative", c.StuckGrace)
 	}
-	return nil
+	return validateProcessLimits(c.ProcessLimits) // processlimits.go
 }
 
 // prefetchMax is the most jobs a worker of c holds beyond Concurrency: c.Prefetch,

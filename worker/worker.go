@@ -80,7 +80,8 @@ type Worker struct {
 	inHandler    atomic.Int64 // jobs whose handlers have not returned (stuck ones excepted)
 	mu           sync.Mutex
 	active       map[string]*run
-	beats        heartbeater // renews the leases of the running jobs (heartbeats.go)
+	plimits      processLimits // the jobs held per process limit, under mu (processlimits.go)
+	beats        heartbeater   // renews the leases of the running jobs (heartbeats.go)
 
 	// sweeps are the goroutines giving back the jobs of claims that
 	// returned an error; stopSweeps makes them sweep at once and end.
@@ -140,6 +141,7 @@ func New(q *queue.Client, reg *jobs.Registry, cfg Config) (*Worker, error) {
 		wake:         make(chan struct{}, 1),
 		dispatchDone: make(chan struct{}),
 		active:       map[string]*run{},
+		plimits:      newProcessLimits(cfg.ProcessLimits),
 	}
 	if w.obs == nil {
 		w.obs = NopObserver{}
@@ -161,6 +163,7 @@ func (w *Worker) Start(ctx context.Context) {
 			zap.Strings("queues", w.cfg.Queues),
 			zap.Strings("kinds", w.reg.Kinds()),
 			zap.Int("concurrency", w.cfg.Concurrency))
+		w.logProcessLimits()
 		go w.dispatch()
 		context.AfterFunc(ctx, func() { _ = w.StopAndCancel(context.Background()) })
 	})
@@ -295,12 +298,18 @@ func (w *Worker) dispatch() {
 		if !w.awaitRoom(target) {
 			return
 		}
+		// Leave out what is at its process limit; nothing left, no claim.
+		room, ok := w.processRoom(&params, kinds)
+		if !ok {
+			continue
+		}
 		slots := 1
-		size := sizer.next(w.cfg.ClaimBatch, target)
+		size := sizer.next(min(w.cfg.ClaimBatch, room), target)
 		switch {
-		case size == claimGathered && w.q.LimitFull():
-			// A full limit, not the backlog, bounds what the next claim
-			// gets: waiting for more slots to free would only delay it.
+		case size == claimGathered && (w.q.LimitFull() || room < min(w.cfg.ClaimBatch, target)):
+			// A full limit (or a process limit's room), not the backlog,
+			// bounds what the next claim gets: waiting for more slots to
+			// free would only delay it.
 			size = claimFree
 		case size == claimOne && w.cfg.ClaimBatch > 1 && w.q.UnderLimits():
 			// Under a limit a claim of one job costs a read and a write,
@@ -313,6 +322,7 @@ func (w *Worker) dispatch() {
 		case claimGathered:
 			slots = w.gatherSlots(true, target)
 		}
+		slots = w.fitProcessRoom(slots, room)
 		// The token is made here, before the claim is sent: a claim that
 		// returns an error may have been applied with its reply lost, and
 		// its jobs are then found by their token and given back.
@@ -789,11 +799,14 @@ func (w *Worker) signalWake() {
 // launch runs job in its own goroutine. The job holds the slot the
 // dispatcher took for it (w.held) until its handler returns; it waits for
 // one of the Concurrency run slots (w.exec) to start, and its outcome is
-// written under a writing slot (see freeSlots).
+// written under a writing slot (see freeSlots). It counts in its process
+// limits (processlimits.go) from before its goroutine starts until that
+// goroutine ends.
 func (w *Worker) launch(job *jobs.Job) {
 	r := &run{job: job, lease: store.LeaseOf(job), expires: *job.LeaseExpiresAt}
 	w.mu.Lock()
 	w.active[job.ID] = r
+	w.plimits.hold(job)
 	w.mu.Unlock()
 	w.running.Add(1)
 	go func() {
@@ -805,6 +818,7 @@ func (w *Worker) launch(job *jobs.Job) {
 			}
 			w.mu.Lock()
 			delete(w.active, job.ID)
+			w.plimits.release(job)
 			w.mu.Unlock()
 			w.signalWake()
 		}()

@@ -1,0 +1,99 @@
+package e2e
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// TestProcessLimitHoldsInEachWorkerProcess: two worker processes of
+// concurrency 4, one given `--process-limits kind:record=2`, the other
+// DOCKET_PROCESS_LIMITS=kind:record=2, run 16 record jobs of 300 ms. A
+// sampler of the database never sees a process hold more than 2 record
+// jobs (claimed or running), sees each hold 2, and every job succeeds.
+// Each logs its process limits at start; none is stored, as a
+// cluster-wide limit would be.
+func TestProcessLimitHoldsInEachWorkerProcess(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	q := newQueue(t, db)
+	ctx := context.Background()
+	ins := make([]queue.Insert, 16)
+	for i := range ins {
+		ins[i] = queue.Insert{Kind: "record", Args: bson.M{"sleepMs": 300}}
+	}
+	_, err := q.EnqueueMany(ctx, ins)
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	most := map[string]int64{} // worker id → record jobs held at once
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Add(1)
+	go func() {
+		defer sampler.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			cur, err := db.Collection("jobs").Aggregate(ctx, bson.A{
+				bson.M{"$match": bson.M{"kind": "record", "state": "running"}},
+				bson.M{"$group": bson.M{"_id": "$owner", "n": bson.M{"$sum": 1}}},
+			})
+			if err != nil {
+				continue
+			}
+			var rows []struct {
+				Owner string `bson:"_id"`
+				N     int64  `bson:"n"`
+			}
+			if cur.All(ctx, &rows) != nil {
+				continue
+			}
+			mu.Lock()
+			for _, r := range rows {
+				most[r.Owner] = max(most[r.Owner], r.N)
+			}
+			mu.Unlock()
+		}
+	}()
+
+	args := append([]string{"--concurrency", "4"}, fastWorker...)
+	byFlag := startWorker(t, db, "worker --process-limits", append([]string{"--process-limits", "kind:record=2"}, args...)...)
+	byEnv := startProc(t, workerBinary(t), db, "worker DOCKET_PROCESS_LIMITS", []string{"DOCKET_PROCESS_LIMITS=kind:record=2"}, args...)
+	ids := []string{byFlag.workerID(), byEnv.workerID()}
+	for _, p := range []*proc{byFlag, byEnv} {
+		p.waitLog(`"process_limits":{"kind:record":2}`, 10*time.Second)
+	}
+
+	require.Eventually(t, func() bool {
+		n, err := db.Collection("jobs").CountDocuments(ctx, bson.M{"kind": "record", "state": bson.M{"$ne": "succeeded"}})
+		return err == nil && n == 0
+	}, 90*time.Second, 50*time.Millisecond, "every job succeeds")
+	close(stop)
+	sampler.Wait()
+	for _, p := range []*proc{byFlag, byEnv} {
+		p.signal(syscall.SIGTERM)
+		require.Zero(t, p.wait(30*time.Second), "%s exits cleanly", p.name)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("record jobs held at once per worker process: %v", most)
+	for _, id := range ids {
+		require.Equal(t, int64(2), most[id], "record jobs %s held at once: the limit, reached", id)
+	}
+	require.Len(t, most, 2, "held by other owners: %v", most)
+	ls, err := q.RunLimits(ctx)
+	require.NoError(t, err)
+	require.Empty(t, ls, "a process limit is not stored")
+}

@@ -1,0 +1,192 @@
+package worker
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+
+	"github.com/docketq/docket/internal/store"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"go.uber.org/zap"
+)
+
+// Process limits (Config.ProcessLimits) bound the jobs of a kind or a
+// queue that one worker holds at once, where the cluster-wide limits
+// (internal/store/limit.go) bound those running across every worker. They
+// cost no command: the worker counts what it holds, and its dispatcher,
+// the only goroutine that claims, leaves out of each claim what is at its
+// limit and claims no more jobs than the least room left. The count is
+// exact in jobs held, prefetched ones included (see Config.Prefetch):
+// launch counts a job before its goroutine starts, and the goroutine
+// uncounts it once the job is no longer held, whichever way it ended
+// (finished and written, lease lost, given back at a stop or unstarted,
+// given up on as stuck); both under Worker.mu. A claimed job too short of
+// lease to start (Worker.startable) is given back by the dispatcher before
+// its next claim, never launched, so never counted.
+
+// validateProcessLimits reports the first process limit whose name or
+// value is invalid, naming it as Config's field.
+func validateProcessLimits(limits map[string]int) error {
+	for _, name := range slices.Sorted(maps.Keys(limits)) {
+		if _, _, err := queue.ParseLimitName(name); err != nil {
+			return fmt.Errorf("worker.processLimits: %w", err)
+		}
+		if n := limits[name]; n < 1 || n > queue.MaxLimit {
+			return fmt.Errorf("worker.processLimits[%q]: %d must be from 1 to %d (the most jobs of it this process holds at once)", name, n, queue.MaxLimit)
+		}
+	}
+	return nil
+}
+
+// processLimits is a worker's Config.ProcessLimits, read, with how many
+// jobs of each limited kind and queue the worker holds. The counts are
+// guarded by Worker.mu.
+type processLimits struct {
+	kinds, queues         map[string]int // the limit of each limited kind, queue
+	heldKinds, heldQueues map[string]int // the jobs held of each, none when absent
+}
+
+// newProcessLimits reads limits, valid (see validateProcessLimits).
+func newProcessLimits(limits map[string]int) processLimits {
+	p := processLimits{kinds: map[string]int{}, queues: map[string]int{}, heldKinds: map[string]int{}, heldQueues: map[string]int{}}
+	for name, n := range limits {
+		isKind, target, _ := queue.ParseLimitName(name)
+		if isKind {
+			p.kinds[target] = n
+		} else {
+			p.queues[target] = n
+		}
+	}
+	return p
+}
+
+// limited reports whether there is a process limit at all.
+func (p *processLimits) limited() bool { return len(p.kinds)+len(p.queues) > 0 }
+
+// hold counts job, just claimed, as held. Call it with Worker.mu held.
+func (p *processLimits) hold(job *jobs.Job) {
+	if _, ok := p.kinds[job.Kind]; ok {
+		p.heldKinds[job.Kind]++
+	}
+	if _, ok := p.queues[job.Queue]; ok {
+		p.heldQueues[job.Queue]++
+	}
+}
+
+// release uncounts job, which hold counted: the worker no longer holds it.
+// Call it with Worker.mu held.
+func (p *processLimits) release(job *jobs.Job) {
+	if _, ok := p.kinds[job.Kind]; ok {
+		p.heldKinds[job.Kind]--
+	}
+	if _, ok := p.queues[job.Queue]; ok {
+		p.heldQueues[job.Queue]--
+	}
+}
+
+// room returns kinds and queues without those at their limit, and the
+// least room left among the limited ones it keeps (math.MaxInt when it
+// keeps none): the most jobs a claim of them may take and still keep
+// every limit. Either list is empty when all of it is at its limit. Call
+// it with Worker.mu held.
+func (p *processLimits) room(kinds, queues []string) (openKinds, openQueues []string, room int) {
+	room = math.MaxInt
+	keep := func(names []string, limits, held map[string]int) []string {
+		out := make([]string, 0, len(names))
+		for _, name := range names {
+			if n, ok := limits[name]; ok {
+				left := n - held[name]
+				if left <= 0 {
+					continue
+				}
+				room = min(room, left)
+			}
+			out = append(out, name)
+		}
+		return out
+	}
+	return keep(kinds, p.kinds, p.heldKinds), keep(queues, p.queues, p.heldQueues), room
+}
+
+// held returns how many jobs of each limited kind and queue the worker
+// holds, by limit name, those at none left out. For tests and logs.
+func (p *processLimits) held() map[string]int {
+	out := map[string]int{}
+	for k, n := range p.heldKinds {
+		if n != 0 {
+			out[queue.KindLimit(k)] = n
+		}
+	}
+	for q, n := range p.heldQueues {
+		if n != 0 {
+			out[queue.QueueLimit(q)] = n
+		}
+	}
+	return out
+}
+
+// processRoom narrows params, for the next claim, to the kinds (of
+// kinds, the registry's) and the worker's queues that are under their
+// process limits, and returns the most jobs the claim may take. When
+// every kind or every queue is at its limit there is nothing to claim: it
+// sends no claim, gives back the slot awaitRoom took for it, waits until
+// a job ends (its goroutine wakes the dispatcher once the job is
+// uncounted: launch) or the worker stops claiming, and returns false.
+func (w *Worker) processRoom(params *store.ClaimParams, kinds []string) (int, bool) {
+	if !w.plimits.limited() {
+		return math.MaxInt, true
+	}
+	w.mu.Lock()
+	ks, qs, room := w.plimits.room(kinds, w.cfg.Queues)
+	w.mu.Unlock()
+	params.Kinds, params.Queues = ks, qs
+	if len(params.Kinds) > 0 && len(params.Queues) > 0 {
+		return room, true
+	}
+	w.held.Add(-1)
+	select {
+	case <-w.wake:
+	case <-w.claimingCtx.Done():
+	}
+	return 0, false
+}
+
+// fitProcessRoom caps a claim's slots at room (see processRoom), giving
+// back the slots beyond it: a batch never brings more jobs than a process
+// limit has room for. It costs no command, only smaller batches while a
+// limited kind or queue has little room (and dispatch does not wait to
+// gather slots that the room would give back).
+func (w *Worker) fitProcessRoom(slots, room int) int {
+	if slots <= room {
+		return slots
+	}
+	w.held.Add(-int64(slots - room))
+	return room
+}
+
+// logProcessLimits logs the worker's process limits at its start, and
+// warns of those that can bind nothing: a kind it has no handler for, a
+// queue it does not claim from.
+func (w *Worker) logProcessLimits() {
+	if len(w.cfg.ProcessLimits) == 0 {
+		return
+	}
+	fields := make([]zap.Field, 0, len(w.cfg.ProcessLimits))
+	for _, name := range slices.Sorted(maps.Keys(w.cfg.ProcessLimits)) {
+		fields = append(fields, zap.Int(name, w.cfg.ProcessLimits[name]))
+	}
+	w.log.Info("process limits: the most jobs of each this process holds at once", zap.Dict("process_limits", fields...))
+	kinds := w.reg.Kinds()
+	for k := range w.plimits.kinds {
+		if !slices.Contains(kinds, k) {
+			w.log.Warn("a process limit names a kind this worker has no handler for; it bounds nothing", zap.String("limit", queue.KindLimit(k)))
+		}
+	}
+	for q := range w.plimits.queues {
+		if !slices.Contains(w.cfg.Queues, q) {
+			w.log.Warn("a process limit names a queue this worker does not claim from; it bounds nothing", zap.String("limit", queue.QueueLimit(q)))
+		}
+	}
+}
