@@ -134,12 +134,16 @@ func (r *run) seedPartition() {
 }
 
 // partWave enqueues n record jobs at once, over the customers of
-// partCustomer, each of 200 to 600 ms.
+// partCustomer, each of 200 to 600 ms. The jobs are numbered across the
+// run, so that a short run too has every form of every customerId.
 func (r *run) partWave(ctx context.Context, n int) {
+	r.part.mu.Lock()
+	first := len(r.part.enqueued)
+	r.part.mu.Unlock()
 	ins := make([]queue.Insert, n)
 	for i := range ins {
 		args := bson.D{{Key: "sleepMs", Value: 200 + 100*(i%5)}}
-		if c, ok := partCustomer(i); ok {
+		if c, ok := partCustomer(first + i); ok {
 			args = append(args, bson.E{Key: partArg, Value: c})
 		}
 		ins[i] = queue.Insert{Kind: partKind, Args: args}
