@@ -5,16 +5,16 @@
 // leases and cut off from the database while a mixed load of transfers,
 // friendships, racing renames, ledger transfers (and cancels), tree
 // publishes and flash-sale orders into a bounded queue runs, the transfers
-// under a concurrency limit, bursts of noop jobs under a rate limit,
-// workflows of step jobs (a chain, a fan-in, a diamond, a failing task, a
-// task that runs anyway), readers read the trees' snapshots and a sampler
-// reads the bounded queue, the limited kind, the rate-limited one and the
-// partitioned one (per customer) all the while. Then it lets the queue drain and checks every job, every handler
-// invariant (the ledger's, the trees', the sale's and the workflows'
-// included), every
-// snapshot read and sample, and that no worker wrote anything after it
-// had lost a lease. On failure
-// the last lines it logs are the seed and the failed checks.
+// under a concurrency limit, bursts of noop jobs under a rate limit and of
+// record jobs under a partition limit per customer, workflows of step jobs
+// (a chain, a fan-in, a diamond, a failing task, a task that runs anyway),
+// readers read the trees' snapshots and a sampler reads the bounded queue,
+// the limited kind, the rate-limited one and the partitioned one (per
+// partition) all the while. Then it lets the queue drain and checks every
+// job, every handler invariant (the ledger's, the trees', the sale's and
+// the workflows' included), every snapshot read and sample, and that no
+// worker wrote anything after it had lost a lease. On failure the last
+// lines it logs are the seed and the failed checks.
 //
 // A run is driven by one seed: the same seed makes the same load and the
 // same schedule of failures (the timing of processes still varies).
