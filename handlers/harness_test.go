@@ -59,6 +59,11 @@ type harnessEnv struct {
 	// limitKind is the kind under worldLimit's concurrency limit of 1,
 	// rateKind the kind under worldRate's rate limit.
 	limitKind, rateKind string
+	// partKind is the kind under worldPartition's partition limit of 1
+	// per value of its args field partArg; partP binds each partition to
+	// the name of its slots, as first seen (checkPartition).
+	partKind, partArg string
+	partP             map[string]string
 }
 
 type harnessAttemptKey struct{}
@@ -399,9 +404,9 @@ func (s harnessSchedule) String() string { return s.display }
 
 // harnessSchedules lists the schedules for a handler of n writes. Each
 // two-attempt schedule runs one world (harnessWorlds), in turn: by default
-// the world of (i, j) is number 3i+j+1 (mod 7), so that every stall point
-// of A meets several worlds and every world several stall points; full
-// runs every world with every two-attempt schedule. A world the case
+// the world of (i, j) is number 3i+j+1 (modulo the number of worlds), so
+// that every stall point of A meets several worlds and every world several
+// stall points; full runs every world with every two-attempt schedule. A world the case
 // cannot take (cancel, without an either check) is none.
 func harnessSchedules(n int, full bool, c harnessCase) []harnessSchedule {
 	var out []harnessSchedule
@@ -421,7 +426,7 @@ func harnessSchedules(n int, full bool, c harnessCase) []harnessSchedule {
 					// The case's interference runs another job of the
 					// kind to the end while B, killed, holds the only
 					// slot: a limit of 1 (or a spent rate) rightly forbids it.
-					(w == worldLimit || w == worldRate) && c.interfere != nil {
+					(w == worldLimit || w == worldRate || w == worldPartition) && c.interfere != nil {
 					if full {
 						continue
 					}
@@ -471,6 +476,9 @@ func (c harnessCase) run(t *testing.T, s harnessSchedule) {
 	}
 	if s.world == worldRate {
 		h.rateBeforeClaim(t)
+	}
+	if s.world == worldPartition {
+		h.partBeforeClaim(t)
 	}
 	a := h.start(t, "A", s.i, -1)
 	attempts := []*harnessAttempt{a}
@@ -579,7 +587,11 @@ func (c harnessCase) dryRun(t *testing.T) []string {
 // the job's kind under a concurrency limit of 1 from before A's claim,
 // lowered, raised, cleared and set again around claims while A holds its
 // slot, then checked after every step: never more running jobs of the kind
-// than the limit, only running jobs holding a run slot, none at the end.
+// than the limit, only running jobs holding a run slot, none at the end;
+// or the kind partitioned, 1 per value of an args field, the same way
+// per partition (copies of other partitions claimed past A's full one,
+// numbers of one value one partition, a total beside it), each running
+// job holding a partition slot of its own.
 //
 // Then the reaper, the kind's sweeper or recovery pass and further attempts
 // run until nothing is left to do, and the case's invariants are checked

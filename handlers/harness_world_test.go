@@ -59,14 +59,26 @@ const (
 	// raised by two, for the copy and B; after B, exactly four starts were
 	// reserved (harness_rate_test.go).
 	worldRate = "rate"
+	// worldPartition: the job's kind is partitioned, 1 running job per
+	// value of its first args field (or of customerId, which it lacks),
+	// with no total, from before A's claim, so A holds its partition's
+	// only slot. While A holds it, copies of the job of A's partition,
+	// of another and of the numbers 7 and 7.0 are claimed around the
+	// partition limit lowered, raised under a total, lowered and cleared
+	// (partitionWorld); then B claims the job under the limit and A
+	// resumes. At every step no partition runs more jobs than its limit
+	// (or than ran when it was lowered), each running job holds a
+	// partition slot of its own, only running jobs hold one, and at the
+	// end none does (checkPartition).
+	worldPartition = "partition"
 )
 
 // harnessWorlds, in the order harnessSchedules turns through them.
-var harnessWorlds = []string{worldNone, worldCapacity, worldRetry, worldMaintenance, worldCancel, worldPurge, worldDelete, worldLimit, worldRate}
+var harnessWorlds = []string{worldNone, worldCapacity, worldRetry, worldMaintenance, worldCancel, worldPurge, worldDelete, worldLimit, worldRate, worldPartition}
 
 // atStall reports whether world w runs while A still holds the job.
 func atStall(w string) bool {
-	return w == worldCancel || w == worldCapacity || w == worldLimit || w == worldRate
+	return w == worldCancel || w == worldCapacity || w == worldLimit || w == worldRate || w == worldPartition
 }
 
 // runWorld runs world w.
@@ -113,6 +125,8 @@ func (h *harnessEnv) runWorld(t *testing.T, w string) {
 		h.limitWorld(t)
 	case worldRate:
 		h.rateWorld(t)
+	case worldPartition:
+		h.partitionWorld(t)
 	default:
 		t.Fatalf("unknown world %q", w)
 	}
@@ -304,9 +318,11 @@ func (h *harnessEnv) limitBeforeClaim(t *testing.T) {
 
 // checkLimit checks the limit of worldLimit (nothing in other worlds): at
 // most bound running jobs of the kind, and no job that is not running
-// holding a run slot.
+// holding a run slot; and the partition limit of worldPartition, per
+// partition (checkPartition).
 func (h *harnessEnv) checkLimit(t *testing.T, bound int) {
 	t.Helper()
+	h.checkPartition(t, bound) // per partition, in worldPartition
 	if h.limitKind == "" {
 		return
 	}

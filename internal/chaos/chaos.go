@@ -5,16 +5,16 @@
 // leases and cut off from the database while a mixed load of transfers,
 // friendships, racing renames, ledger transfers (and cancels), tree
 // publishes and flash-sale orders into a bounded queue runs, the transfers
-// under a concurrency limit, bursts of noop jobs under a rate limit,
-// workflows of step jobs (a chain, a fan-in, a diamond, a failing task, a
-// task that runs anyway), readers read the trees' snapshots and a sampler
-// reads the bounded queue, the limited kind and the rate-limited one all
-// the while. Then it lets the queue drain and checks every job, every handler
-// invariant (the ledger's, the trees', the sale's and the workflows'
-// included), every
-// snapshot read and sample, and that no worker wrote anything after it
-// had lost a lease. On failure
-// the last lines it logs are the seed and the failed checks.
+// under a concurrency limit, bursts of noop jobs under a rate limit and of
+// record jobs under a partition limit per customer, workflows of step jobs
+// (a chain, a fan-in, a diamond, a failing task, a task that runs anyway),
+// readers read the trees' snapshots and a sampler reads the bounded queue,
+// the limited kind, the rate-limited one and the partitioned one (per
+// partition) all the while. Then it lets the queue drain and checks every
+// job, every handler invariant (the ledger's, the trees', the sale's and
+// the workflows' included), every snapshot read and sample, and that no
+// worker wrote anything after it had lost a lease. On failure the last
+// lines it logs are the seed and the failed checks.
 //
 // A run is driven by one seed: the same seed makes the same load and the
 // same schedule of failures (the timing of processes still varies).
@@ -193,6 +193,12 @@ type Result struct {
 	// RateStarts the starts the rate reserved.
 	RateJobs, RateClaims, RateMostPerPeriod int
 	RateStarts                              int64
+	// PartJobs is how many jobs of the partitioned kind (partition.go) the
+	// run enqueued; PartSamples how many reads of them the sampler judged,
+	// PartHotMaxLive the most attempts of the hot customer's partition
+	// holding a live lease it saw at once, PartMaxHeld the most partition
+	// slots held at once, Partitions how many partitions held slots.
+	PartJobs, PartSamples, PartHotMaxLive, PartMaxHeld, Partitions int
 	// Workflows is how many workflows the run inserted (workflow.go),
 	// WorkflowTasks their tasks, WorkflowAttempts the attempts of them
 	// whose handler started, WorkflowFencedEnds the attempts that recorded
@@ -215,6 +221,7 @@ func (r Result) String() string {
 		"%d orders placed (%d units), %d rejected as sold out; %d samples of the queue, at most %d admitted and unfinished; "+
 		"limit %s=%d: %d jobs, %d samples, at most %d running with a live lease and %d slots held; "+
 		"rate %s=%s: %d jobs, %d attempts claimed, at most %d in one period, %d starts reserved; "+
+		"partition %s=%d per %s: %d jobs, %d samples, %d partitions held slots, at most %d of %s's running with a live lease and %d slots held; "+
 		"workflows: %d (%d tasks, %d attempts started, %d successes fenced out), none early, lost or succeeded twice; in %s",
 		r.Seed, r.Jobs, r.Succeeded, r.Dead, r.Cancelled, r.Retried, r.MaxAttempt,
 		r.TxDone, r.TxCancelled, r.Kills, r.Stalls, r.StalledJobs, r.OutlivedJobs, r.Outage.Round(100*time.Millisecond),
@@ -225,6 +232,7 @@ func (r Result) String() string {
 		r.OrdersPlaced, r.UnitsSold, r.OrdersRejected, r.SaleSamples, r.SaleMaxHeld,
 		limitKind, limitN, r.LimitJobs, r.LimitSamples, r.LimitMaxLive, r.LimitMaxHeld,
 		rateKind, rateOf, r.RateJobs, r.RateClaims, r.RateMostPerPeriod, r.RateStarts,
+		partKind, partN, partArg, r.PartJobs, r.PartSamples, r.Partitions, r.PartHotMaxLive, partHot, r.PartMaxHeld,
 		r.Workflows, r.WorkflowTasks, r.WorkflowAttempts, r.WorkflowFencedEnds, r.Elapsed.Round(time.Second))
 }
 
@@ -275,6 +283,7 @@ type run struct {
 	orders orderLoad
 	limit  limitLoad
 	rate   rateLoad
+	part   partLoad
 	wfs    []wfRecord // the workflows inserted
 
 	failures []string // every failed check, in order, for the summary
@@ -333,6 +342,7 @@ func Run(t testing.TB, cfg Config) Result {
 	}
 	r.seedLedger()
 	r.seedTrees()
+	r.seedPartition() // before the workers: their first claims are under it
 	stopReaders := r.startReaders()
 	r.rate.since = time.Now()
 	stopSampler := r.startSampler()
@@ -520,6 +530,7 @@ func (r *run) wave(w, n int) {
 	r.treeWave(ctx, w, nTree)
 	r.orderWave(ctx, w, nOrder)
 	r.rateWave(ctx, max(n*2/5, 20)) // beside the wave's n: a burst the rate spreads over seconds
+	r.partWave(ctx, max(n/5, 16))   // beside the wave's n too: the hot customer's saturate
 	r.workflowWave(ctx, w)          // beside the wave's n too: five workflows of step jobs
 	if w > 0 {
 		r.cancelLedger(ctx, w)

@@ -131,6 +131,7 @@ func (r *run) check() {
 	r.checkOrders(all)
 	r.checkLimit(all)
 	r.checkRate(all)
+	r.checkPartition(all)
 	r.checkWorkflows(byID)
 }
 

@@ -172,9 +172,11 @@ func (r *run) checkLimit(all []jobs.Job) {
 	if err != nil || held != 0 {
 		r.errorf("chaos: limit: %d jobs still hold a run slot after the drain (%v)", held, err)
 	}
+	// Beside the partitioned kind's limit (partition.go).
 	ls, err := r.q.RunLimits(ctx)
 	name := queue.KindLimit(limitKind)
-	if err != nil || len(ls) != 1 || ls[0].Name != name || ls[0].Limit != limitN || ls[0].Running != 0 {
+	if i := slices.IndexFunc(ls, func(l queue.RunLimit) bool { return l.Name == name }); err != nil || len(ls) != 2 || i < 0 ||
+		ls[i].Limit != limitN || ls[i].PartitionBy != "" || ls[i].Running != 0 {
 		r.errorf("chaos: limit: the limits after the drain are %+v (%v); want %s at %d, none running", ls, err, name, limitN)
 	}
 	for _, p := range r.procs {

@@ -334,8 +334,9 @@ func (r *run) orderCommand(q *orderReq) {
 	}
 }
 
-// startSampler starts the sampler of the sale's jobs and of the limited
-// kind's (limit.go); the function it returns stops it. A run that stops
+// startSampler starts the sampler of the sale's jobs, of the limited
+// kind's (limit.go), the rate-limited one's (rate.go) and the partitioned
+// one's (partition.go); the function it returns stops it. A run that stops
 // early stops it in its cleanup, before devdb goes.
 func (r *run) startSampler() func() {
 	stop := make(chan struct{})
@@ -345,6 +346,7 @@ func (r *run) startSampler() func() {
 			r.sampleSale(context.Background())
 			r.sampleLimit(context.Background())
 			r.sampleRate(context.Background())
+			r.samplePart(context.Background())
 			select {
 			case <-stop:
 				return

@@ -17,8 +17,9 @@ import (
 // (transfers, friendships, renames, ledger transfers and cancels, tree
 // publishes, with readers checking every tree snapshot they read, and
 // flash-sale orders into a bounded queue, sampled all the while, and
-// the transfers under a concurrency limit of 2 and bursts of noop jobs
-// under a rate limit, both sampled too, and workflows: chains, a fan-in,
+// the transfers under a concurrency limit of 2, bursts of noop jobs
+// under a rate limit and of record jobs under a partition limit of 2 per
+// customer, all sampled too, and workflows: chains, a fan-in,
 // a diamond, a failing task and a runs-anyway one), then checks every job
 // and every handler invariant from the database (internal/chaos), for the
 // workflows that no task started before its parents succeeded, none was

@@ -7,7 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/docketq/docket/handlers"
@@ -76,6 +80,39 @@ func workStep(steps *mongo.Collection) func(context.Context, *jobs.Job, StepArgs
 	}
 }
 
+// CallArgs are the args of a call job: one call of a downstream HTTP
+// service, as a job of an app's would make, for the tests that count what
+// the downstream sees (internal/e2e/partition_test.go).
+type CallArgs struct {
+	// URL is the downstream's; the call is GET URL?customer=...&job=...
+	URL string `bson:"url"`
+	// Customer is whom the call is for, as the downstream counts calls.
+	Customer string `bson:"customer"`
+}
+
+// Kind implements jobs.Args.
+func (CallArgs) Kind() string { return "call" }
+
+// callDownstream calls the downstream once; any answer but 200 fails the
+// attempt.
+func callDownstream(ctx context.Context, j *jobs.Job, a CallArgs) error {
+	u := a.URL + "?" + url.Values{"customer": {a.Customer}, "job": {j.ID}, "attempt": {strconv.Itoa(j.Attempt)}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return jobs.Permanent(err)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	_, _ = io.Copy(io.Discard, res.Body)
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("call: downstream answered %s", res.Status)
+	}
+	return nil
+}
+
 func main() {
 	os.Exit(cli.Worker(os.Args[1:], os.Stdout, os.Stderr,
 		func(reg *jobs.Registry, db *mongo.Database, q *queue.Client, log *zap.Logger) error {
@@ -83,6 +120,9 @@ func main() {
 				return err
 			}
 			if err := jobs.Register(reg, workStep(db.Collection("steps")), jobs.KindOptions{}); err != nil {
+				return err
+			}
+			if err := jobs.Register(reg, callDownstream, jobs.KindOptions{}); err != nil {
 				return err
 			}
 			execs := db.Collection("executions")
