@@ -90,8 +90,9 @@ func (c *Client) ClearPartitionLimit(ctx context.Context, name string) (bool, er
 	return c.st.ClearPartitionLimit(ctx, name)
 }
 
-// ClearLimit removes the limit name. It reports whether there was one.
-// Running jobs keep their slots until they end, harmlessly.
+// ClearLimit removes the limit name, its total and its partition limit
+// (ClearPartitionLimit removes only the latter). It reports whether there
+// was one. Running jobs keep their slots until they end, harmlessly.
 func (c *Client) ClearLimit(ctx context.Context, name string) (bool, error) {
 	return c.st.ClearLimit(ctx, name)
 }

@@ -236,8 +236,9 @@ func (c *Store) deleteLimitsDoc(ctx context.Context, id string) (bool, error) {
 	return res.DeletedCount > 0, nil
 }
 
-// ClearLimit removes the limit name. It reports whether there was one.
-// Running jobs keep their slots until they end, harmlessly.
+// ClearLimit removes the limit name, its total and its partition limit
+// (ClearPartitionLimit removes only the latter). It reports whether there
+// was one. Running jobs keep their slots until they end, harmlessly.
 func (c *Store) ClearLimit(ctx context.Context, name string) (bool, error) {
 	if _, _, err := ParseLimitName(name); err != nil {
 		return false, fmt.Errorf("queue: clear limit: %w", err)
