@@ -9,3 +9,11 @@ func SetRateHooks(c *Store, afterReserve func() error, beforeClaim func()) {
 	defer c.rates.mu.Unlock()
 	c.rates.afterReserve, c.rates.beforeRateClaim = afterReserve, beforeClaim
 }
+
+// SetRatePartCleanHook makes c's CleanRatePartitions run f when it has
+// read what to delete, before it deletes (a claim that writes meanwhile).
+func SetRatePartCleanHook(c *Store, f func()) {
+	c.rates.mu.Lock()
+	defer c.rates.mu.Unlock()
+	c.rates.beforePartClean = f
+}
