@@ -684,6 +684,11 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		}
 		st := *s
 		rc.mu.Unlock()
+		if st.rate.By != "" {
+			// Partitioned since the claim planned: its state is its
+			// partitions', which the next claim reserves.
+			return 0, Rate{}, time.Time{}, nil
+		}
 		n := min(k, st.avail(t))
 		if n == 0 {
 			rc.noteNext(st.nextStart())
