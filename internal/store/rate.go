@@ -641,8 +641,12 @@ func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 	if err != nil {
 		return nil, err // its jobs carry the token: the caller gives them back
 	}
-	if late, err := c.lateUnderRate(ctx, cell.names, t, claimed); late || err != nil {
-		return nil, err
+	// (Under partitioned rates alone, claimRateParts checked it against
+	// its own reservation.)
+	if len(hs) > 0 {
+		if late, err := c.lateUnderRate(ctx, cell.names, t, claimed); late || err != nil {
+			return nil, err
+		}
 	}
 	if len(claimed) < n {
 		giveBack(len(claimed))

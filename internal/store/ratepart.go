@@ -364,6 +364,10 @@ func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 			take = append(take, rp)
 		}
 	}
+	// Reserve at the time of the write, not of the reads: a start the
+	// reads allowed is allowed later too, and the time a job may take to
+	// start (RateStartLag) is counted from here.
+	t = c.now()
 	if err := c.reserveParts(ctx, take, t); err != nil {
 		return nil, false, err
 	}
