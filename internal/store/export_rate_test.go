@@ -17,3 +17,12 @@ func SetRatePartCleanHook(c *Store, f func()) {
 	defer c.rates.mu.Unlock()
 	c.rates.beforePartClean = f
 }
+
+// SetRatePartReserveHook makes c's claims under a partitioned rate run f
+// when they have read their partitions, before they reserve (another
+// process that reserves meanwhile).
+func SetRatePartReserveHook(c *Store, f func()) {
+	c.rates.mu.Lock()
+	defer c.rates.mu.Unlock()
+	c.rates.beforePartReserve = f
+}

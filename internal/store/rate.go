@@ -241,6 +241,9 @@ type rateCache struct {
 	// spent are the partitions of partitioned rates that claims found
 	// spent, by rate name and partition (ratepart.go).
 	spent map[string]map[string]spentPart
+	// beforePartReserve, when set (by tests), runs when a claim under a
+	// partitioned rate has read its partitions, before it reserves.
+	beforePartReserve func()
 	// beforePartClean, when set (by tests), runs when CleanRatePartitions
 	// has read what to delete, before it deletes.
 	beforePartClean func()

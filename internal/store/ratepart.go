@@ -367,6 +367,9 @@ func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 	// Reserve at the time of the write, not of the reads: a start the
 	// reads allowed is allowed later too, and the time a job may take to
 	// start (RateStartLag) is counted from here.
+	if rc.beforePartReserve != nil {
+		rc.beforePartReserve()
+	}
 	t = c.now()
 	if err := c.reserveParts(ctx, take, t); err != nil {
 		return nil, false, err
