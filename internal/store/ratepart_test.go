@@ -481,9 +481,12 @@ func TestRatePartitionLostStampReply(t *testing.T) {
 
 // TestRatePartitionReservationRace: another process reserves a partition
 // between this claim's read of it and its reservation, and inserts one
-// this claim found missing: the compare-and-set and the insert miss, the
-// claim reads back which of its writes were applied and claims only the
-// jobs of those; no partition passes its burst.
+// this claim found missing, taking other jobs of them (of a higher
+// priority, enqueued meanwhile), at the same instant (both clocks
+// stopped, so that its tats are the very ones this claim computes): the
+// compare-and-set and the insert miss, the claim reads back which of its
+// writes were applied (by its nonce, not by tat alone) and claims only
+// the jobs of those; no partition passes its burst.
 func TestRatePartitionReservationRace(t *testing.T) {
 	b := setup(t)
 	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k"), queue.Rate{N: 1, Per: time.Hour, Burst: 2, By: "customerId"}, ""))
@@ -493,23 +496,33 @@ func TestRatePartitionReservationRace(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	enqueueFor(t, b, 3, "a", "b", "c")
+	stopped := b.clock.Now()
+	s.SetClock(func() time.Time { return stopped })
 	other, err := queue.New(b.db, queue.Config{})
 	require.NoError(t, err)
+	store.Of(other).SetClock(func() time.Time { return stopped })
 	once := true
 	store.SetRatePartReserveHook(s, func() {
 		if !once {
 			return
 		}
 		once = false
-		p := claimAsW2
-		p.Kinds = []string{"k"}
-		got, err := store.Of(other).ClaimBatch(b.ctx, p, 3) // a's last start, b's burst
+		_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{
+			{Kind: "k", Args: bson.M{"customerId": "a", "first": true}, Opts: queue.InsertOpts{Priority: 10}},
+			{Kind: "k", Args: bson.M{"customerId": "b", "first": true}, Opts: queue.InsertOpts{Priority: 10}},
+			{Kind: "k", Args: bson.M{"customerId": "b", "first": true}, Opts: queue.InsertOpts{Priority: 10}},
+		})
+		require.NoError(t, err)
+		got, err := store.Of(other).ClaimBatch(b.ctx, claimAsW2, 3) // a's last start, b's burst
 		require.NoError(t, err)
 		require.Equal(t, map[string]int{"a": 1, "b": 2}, byCustomer(got))
+		for _, j := range got {
+			require.Equal(t, 10, j.Priority)
+		}
 	})
 	got, err = s.ClaimBatch(b.ctx, claimAll, 6)
 	require.NoError(t, err)
-	require.Equal(t, map[string]int{"c": 2}, byCustomer(got), "a and b were taken meanwhile")
+	require.Equal(t, map[string]int{"c": 2}, byCustomer(got), "a's and b's starts were taken meanwhile")
 	store.SetRatePartReserveHook(s, nil)
 	running, err := b.db.Collection("jobs").Find(b.ctx, bson.D{{Key: "state", Value: jobs.StateRunning}})
 	require.NoError(t, err)
@@ -519,4 +532,33 @@ func TestRatePartitionReservationRace(t *testing.T) {
 	got, err = s.ClaimBatch(b.ctx, claimAll, 6)
 	require.NoError(t, err)
 	require.Empty(t, got)
+}
+
+// TestRatePartitionSpentSkippedByValue: a process that found a partition
+// spent leaves its jobs out of its next claims' filter by value until its
+// next start: one read of candidates finds the others, however many jobs
+// of the spent one come first in claim order.
+func TestRatePartitionSpentSkippedByValue(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k"), queue.Rate{N: 1, Per: time.Hour, By: "customerId"}, ""))
+	enqueueFor(t, b, 10, "a")
+	enqueueFor(t, b, 1, "b", "c")
+	mc, cmds := testdb.Monitored(t)
+	q, err := queue.New(mc.Database(b.db.Name()), queue.Config{})
+	require.NoError(t, err)
+	s := store.Of(q)
+	for _, want := range []string{"a", "b", "c"} {
+		before := len(cmds())
+		j, err := s.Claim(b.ctx, claimAll)
+		require.NoError(t, err)
+		require.NotNil(t, j)
+		require.Equal(t, want, customerOf(j))
+		finds := 0
+		for _, c := range cmds()[before:] {
+			if c == "find jobs" {
+				finds++
+			}
+		}
+		require.Equal(t, 1, finds, "one read of candidates: %v", cmds()[before:])
+	}
 }
