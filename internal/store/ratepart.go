@@ -259,6 +259,7 @@ func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 	usedUp := map[string]map[string]bool{} // name → partitions this claim's picks use up
 	var picks []ratePick
 	picked := map[string]bool{}
+	candByID := map[string]rateCand{}
 	var next time.Time // the earliest next start of a partition left out
 	notePartNext := func(at time.Time) {
 		if next.IsZero() || at.Before(next) {
@@ -333,6 +334,7 @@ func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 			}
 			picks = append(picks, ratePick{id: cand.id, parts: ps})
 			picked[cand.id] = true
+			candByID[cand.id] = cand
 		}
 		for _, rp := range parts {
 			if rp.take >= rp.avail {
@@ -399,7 +401,11 @@ func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 	}
 	cp := p
 	cp.ids = ids
-	claimed, err = c.claimPlain(ctx, cp, len(ids))
+	if block, asRead, ok := c.stampable(ctx, cp, ids, candByID); ok {
+		claimed, _, err = c.stampBlock(ctx, cp, c.now(), block, asRead)
+	} else {
+		claimed, err = c.claimPlain(ctx, cp, len(ids))
+	}
 	if err != nil {
 		return nil, false, err // its jobs carry the token: the caller gives them back; the starts stay taken
 	}
@@ -443,17 +449,21 @@ func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 	return claimed, false, nil
 }
 
-// rateCand is a candidate of a claim under a partitioned rate.
+// rateCand is a candidate of a claim under a partitioned rate: its id
+// and args, and the job with its attempt and updatedAt as read, to stamp
+// it as a batch claim does.
 type rateCand struct {
-	id   string
-	args bson.Raw
+	id     string
+	args   bson.Raw
+	job    *jobs.Job
+	asRead bson.D
 }
 
-// rateCandidates reads up to limit candidates of p at t, in claim order:
-// their ids and args.
+// rateCandidates reads up to limit candidates of p at t, in claim order.
+// One that does not decode (another application wrote it) is buried, as
+// a batch claim under limits does, rather than given a start.
 func (c *Store) rateCandidates(ctx context.Context, p ClaimParams, t time.Time, limit int) ([]rateCand, error) {
-	cur, err := c.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(limit)).
-		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "args", Value: 1}}))
+	cur, err := c.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(limit)))
 	if err != nil {
 		return nil, fmt.Errorf("queue: claim: find candidates under a partitioned rate: %w", err)
 	}
@@ -463,14 +473,46 @@ func (c *Store) rateCandidates(ctx context.Context, p ClaimParams, t time.Time, 
 		if !ok {
 			return nil // not a job docket wrote: a plain claim buries it
 		}
+		var j jobs.Job
+		if err := bson.Unmarshal(d, &j); err != nil {
+			if berr := c.buryCandidate(ctx, d, t, err); berr != nil {
+				return fmt.Errorf("candidate %s: %w (and marking it dead: %w)", id, err, berr)
+			}
+			return nil
+		}
 		args, _ := d.Lookup("args").DocumentOK()
-		out = append(out, rateCand{id: id, args: args})
+		out = append(out, rateCand{id: id, args: args, job: &j, asRead: bson.D{
+			{Key: "_id", Value: id},
+			{Key: "attempt", Value: rawOrNull(d, "attempt")},
+			{Key: "updatedAt", Value: rawOrNull(d, "updatedAt")},
+		}})
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue: claim: read candidates under a partitioned rate: %w", err)
 	}
 	return out, nil
+}
+
+// stampable returns the jobs ids (picked from cands) as a block that
+// stampBlock stamps with one updateMany, saving the batch claim's read of
+// them again, when they are a batch and no concurrency limit applies to p
+// (whose slots a claim under limits must pick); ok is false otherwise, and
+// the claim is made as any claim, by ids.
+func (c *Store) stampable(ctx context.Context, p ClaimParams, ids []string, cands map[string]rateCand) (block []*jobs.Job, asRead bson.A, ok bool) {
+	if len(ids) < 2 {
+		return nil, nil, false // a single claim is one findAndModify either way
+	}
+	kinds, queues, parts, err := c.limitsFor(ctx, p)
+	if err != nil || len(kinds) > 0 || len(queues) > 0 || parts.any() {
+		return nil, nil, false
+	}
+	for _, id := range ids {
+		cand := cands[id]
+		block = append(block, cand.job)
+		asRead = append(asRead, cand.asRead)
+	}
+	return block, asRead, true
 }
 
 // readRateParts reads the documents ids of parts (one find) and sets what
