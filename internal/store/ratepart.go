@@ -50,8 +50,10 @@ import (
 //     back which did: a partition whose tat and res (a nonce of this
 //     reservation) are still the ones written is reserved, any other is
 //     taken as not (the rate runs under);
-//  4. claims exactly the jobs reserved for (ClaimParams.ids), under the
-//     concurrency limits as any claim;
+//  4. claims exactly the jobs reserved for: a batch stamps them as read
+//     with one updateMany (stampBlock), as a batch claim does; a single
+//     claim, or one under concurrency limits too, claims them as any
+//     claim, restricted to them (ClaimParams.ids);
 //  5. confirms the rate: one update of the rate's document conditioned on
 //     the rate as read, which adds the starts used to its starts. It
 //     comes after the reservations, so a rate that matched then held when
@@ -67,11 +69,13 @@ import (
 // taken, and no failure but a wrong clock over-runs.
 //
 // Cost, in commands to the server per claim (TestRatePartitionCost
-// measures it): 5 for a single claim (the candidates, the partitions, the
-// reservation, the findAndModify, the confirmation), 6 for a batch (its
-// claim is a find and an update), one more when a partition had no
-// document yet, and one more to give starts back when fewer jobs were
-// claimed than reserved for.
+// measures it): 5, single or batch (the candidates, the partitions, the
+// reservation, the stamp, the confirmation), so 0.5 a job for batches of
+// 10; one more when some partitions had a document and some none (an
+// update and an insert), one more to read back the reservation when
+// another claim raced it, one more to give starts back when fewer jobs
+// were claimed than reserved for; and those of the concurrency limits'
+// claim when limits apply too.
 
 // DefaultRatePartsCollection holds the partitions' state of the
 // partitioned rates, beside the default jobs collection; a Store on
