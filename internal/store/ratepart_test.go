@@ -570,3 +570,27 @@ func TestRatePartitionSpentSkippedByValue(t *testing.T) {
 		require.Equal(t, 1, finds, "one read of candidates: %v", cmds()[before:])
 	}
 }
+
+// TestRatePartitionBesideAPlainRate: a queue's partitioned rate and a
+// kind's plain rate on the same jobs: the claim takes what both allow.
+func TestRatePartitionBesideAPlainRate(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k"), queue.Rate{N: 3, Per: time.Hour, Burst: 3}, ""))
+	require.NoError(t, b.q.SetRate(b.ctx, queue.QueueLimit("default"), queue.Rate{N: 1, Per: time.Hour, Burst: 2, By: "customerId"}, ""))
+	enqueueFor(t, b, 3, "a", "b")
+	s := store.Of(b.q)
+	got, err := s.ClaimBatch(b.ctx, claimAll, 10)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"a": 2, "b": 1}, byCustomer(got), "the kind's 3, a's burst of 2")
+	rls, err := b.q.RateLimits(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, rls, 2)
+	for _, rl := range rls {
+		require.Equal(t, int64(3), rl.Starts, rl.Name)
+	}
+	require.Equal(t, 2, rls[1].Partitions)
+	require.Equal(t, 1, rls[1].Spent)
+	got, err = s.ClaimBatch(b.ctx, claimAll, 10)
+	require.NoError(t, err)
+	require.Empty(t, got, "the kind's rate is spent")
+}
