@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"time"
 
@@ -130,9 +131,11 @@ func storedPartitionBy(d bson.Raw) (by, bad string) {
 // ratePartID is the _id of the document of rate name's partition p.
 func ratePartID(name, p string) string { return name + "/" + p }
 
-// ratePartRange matches the _ids of the partitions of rate name.
-func ratePartRange(name string) bson.D {
-	return bson.D{{Key: "$gte", Value: name + "/"}, {Key: "$lt", Value: name + "0"}} // '0' follows '/'
+// ratePartIDs matches the _ids of the partitions of rate name: its name,
+// a slash and a partKey (16 hex digits), not those of a kind whose name
+// goes on past a slash.
+func ratePartIDs(name string) bson.D {
+	return bson.D{{Key: "$regex", Value: "^" + regexp.QuoteMeta(name) + "/[0-9a-f]{16}$"}}
 }
 
 // spentPart is a partition a claim found spent: the value of its field,
@@ -756,13 +759,13 @@ func (c *Store) CleanRatePartitions(ctx context.Context, limit int) (int, error)
 // document, and those of them that allow no start at t.
 func (c *Store) ratePartCounts(ctx context.Context, name string, r Rate, t time.Time) (parts, spent int, err error) {
 	coll := c.ratePartsColl()
-	n, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: ratePartRange(name)}})
+	n, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: ratePartIDs(name)}})
 	if err != nil {
 		return 0, 0, err
 	}
 	// None allowed at t: tat > t + (burst-1)·T.
 	full := t.Add(time.Duration(r.burst()-1) * r.interval())
-	s, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: ratePartRange(name)}, {Key: "tat", Value: bson.D{{Key: "$gt", Value: full}}}})
+	s, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: ratePartIDs(name)}, {Key: "tat", Value: bson.D{{Key: "$gt", Value: full}}}})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -594,3 +594,28 @@ func TestRatePartitionBesideAPlainRate(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, got, "the kind's rate is spent")
 }
+
+// TestRatePartitionCountsOfKindsNamedAlike: the partitions counted for
+// kind k are k's, not those of a kind whose name is k and a slash on.
+func TestRatePartitionCountsOfKindsNamedAlike(t *testing.T) {
+	b := setup(t)
+	r := queue.Rate{N: 1, Per: time.Hour, By: "customerId"}
+	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k"), r, ""))
+	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k/x"), r, ""))
+	enqueueFor(t, b, 1, "a")
+	_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{
+		{Kind: "k/x", Args: bson.M{"customerId": "a"}}, {Kind: "k/x", Args: bson.M{"customerId": "b"}},
+	})
+	require.NoError(t, err)
+	p := claimAll
+	p.Kinds = []string{"k", "k/x"}
+	got, err := store.Of(b.q).ClaimBatch(b.ctx, p, 10)
+	require.NoError(t, err)
+	require.Len(t, got, 3)
+	rls, err := b.q.RateLimits(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, rls, 2)
+	require.Equal(t, "kind:k", rls[0].Name)
+	require.Equal(t, 1, rls[0].Partitions)
+	require.Equal(t, 2, rls[1].Partitions)
+}
