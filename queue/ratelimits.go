@@ -16,6 +16,12 @@ import (
 // gives back what it did not use; whatever fails, the rate runs under,
 // never over, as long as the processes' clocks agree (see
 // docs/OPERATING.md).
+//
+// A rate may be partitioned (Rate.By): N starts per period per value of
+// an args field, each partition's state a document of its own in the rate
+// partitions collection (DefaultRatePartsCollection), reserved by a claim
+// after it has read its candidates; the reaper's pass deletes the idle
+// ones (CleanRatePartitions).
 
 // RateStartLag (500 ms) bounds how long after its reservation a job of a
 // rate limit may be claimed: a claim answered later gives its jobs of the
@@ -30,21 +36,35 @@ const (
 )
 
 // Rate is a rate limit: at most N starts per Per, of which at most Burst
-// at once (0 is 1). Per is at least a millisecond, in whole milliseconds.
-// Its String writes it as ParseRate reads it; Validate says what is wrong
-// with it.
+// at once (0 is 1); with By, per value of the jobs' args field By (a
+// dotted path for a nested field). Per is at least a millisecond, in
+// whole milliseconds. Its String writes it as ParseRate reads it;
+// Validate says what is wrong with it.
 type Rate = store.Rate
+
+// DefaultRatePartsCollection holds the partitions' state of the
+// partitioned rates; a Client on another jobs collection C uses
+// C_rate_partitions.
+const DefaultRatePartsCollection = store.DefaultRatePartsCollection
+
+// RatePartitionIdle (a minute) is how long past its tat a partition's
+// document is kept before CleanRatePartitions deletes it.
+const RatePartitionIdle = store.RatePartitionIdle
 
 // RateLimit is one stored rate limit: Name ("kind:KIND" or
 // "queue:QUEUE"); Rate; Starts, the starts reserved under it across every
 // process since it was first set; Used, how much of the burst is taken now
 // (0 when Burst jobs may start at once); NextStart, when the next start is
-// allowed (zero: now); SetAt and SetBy; and Malformed, which says what is
-// wrong with a rate another application wrote: such a rate limits nothing.
+// allowed (zero: now); SetAt and SetBy; Malformed, which says what is
+// wrong with a rate another application wrote: such a rate limits nothing;
+// and of a partitioned rate, Partitions, how many of its partitions have
+// state stored, and Spent, how many of them allow no start now (Used and
+// NextStart are then zero: each partition has its own).
 type RateLimit = store.RateLimit
 
 // ParseRate reads a rate: N/PERIOD, the period s, m, h or a Go duration
-// (14/s, 600/m, 5/250ms), optionally followed by " burst B".
+// (14/s, 600/m, 5/250ms), optionally followed by " burst B", then
+// optionally by " per FIELD" ("10/m burst 2 per customerId").
 func ParseRate(s string) (Rate, error) { return store.ParseRate(s) }
 
 // ValidateRates reports the first of rates (limit name → rate) whose name
@@ -91,4 +111,12 @@ func (c *Client) NextRateStart() time.Time { return c.st.NextRateStart() }
 // limit or a spent rate holds back.
 func (c *Client) WaitingOnLimits(ctx context.Context, names []string) (map[string]int64, error) {
 	return c.st.WaitingOnLimits(ctx, names)
+}
+
+// CleanRatePartitions deletes up to limit documents of partitions of the
+// partitioned rates whose tat is RatePartitionIdle in the past, each
+// conditioned on the tat it read (state a claim wrote meanwhile is kept),
+// and returns how many. The reaper's pass runs it.
+func (c *Client) CleanRatePartitions(ctx context.Context, limit int) (int, error) {
+	return c.st.CleanRatePartitions(ctx, limit)
 }

@@ -137,9 +137,10 @@ func (r *Reaper) Schedule() string { return "@every " + r.cfg.Interval.String() 
 type ReapResult = store.ReapResult
 
 // RunOnce makes one pass: it re-queues expired leases until none is left
-// (or ctx ends), clears null unique keys, frees stranded slots, settles the
-// workflows that stopped processes left (settleDependents), then applies
-// retention within the retention budget.
+// (or ctx ends), clears null unique keys, frees stranded slots, deletes a
+// batch of idle rate partitions, settles the workflows that stopped
+// processes left (settleDependents), then applies retention within the
+// retention budget.
 func (r *Reaper) RunOnce(ctx context.Context) (ReapResult, error) {
 	var total ReapResult
 	for {
@@ -167,6 +168,11 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapResult, error) {
 	// Likewise a job ended or re-queued by another app's write may still
 	// hold a run slot of a concurrency limit.
 	if _, err := r.q.FreeStrandedRunSlots(ctx); err != nil {
+		return total, err
+	}
+	// The idle partitions of partitioned rates hold nothing a missing
+	// document does not: delete a batch of them.
+	if _, err := r.q.CleanRatePartitions(ctx, r.cfg.Batch); err != nil {
 		return total, err
 	}
 	// Before retention, which keeps a job until its dependents are told.

@@ -217,3 +217,30 @@ func TestReaperPassSparesALiveWorkersJobsForOneLease(t *testing.T) {
 	require.Zero(t, got.Spared)
 	require.EqualValues(t, 4, b.count(t, bson.D{{Key: "state", Value: "available"}}))
 }
+
+// TestReaperPassCleansIdleRatePartitions: a pass deletes the documents of
+// partitions of a partitioned rate whose tat is RatePartitionIdle past,
+// at most a batch of them, and keeps the others.
+func TestReaperPassCleansIdleRatePartitions(t *testing.T) {
+	b := reaperSetup(t)
+	parts := store.Of(b.q).Collection().Database().Collection(queue.DefaultRatePartsCollection)
+	old := time.Now().Add(-queue.RatePartitionIdle - time.Minute)
+	_, err := parts.InsertMany(b.ctx, []any{
+		bson.D{{Key: "_id", Value: "kind:k/1"}, {Key: "tat", Value: old}, {Key: "starts", Value: 1}},
+		bson.D{{Key: "_id", Value: "kind:k/2"}, {Key: "tat", Value: old}, {Key: "starts", Value: 1}},
+		bson.D{{Key: "_id", Value: "kind:k/3"}, {Key: "tat", Value: old}, {Key: "starts", Value: 1}},
+		bson.D{{Key: "_id", Value: "kind:k/4"}, {Key: "tat", Value: time.Now().Add(time.Minute)}, {Key: "starts", Value: 1}},
+	})
+	require.NoError(t, err)
+	r := b.reaper(t, recovery.ReaperConfig{Batch: 2})
+	_, err = r.RunOnce(b.ctx)
+	require.NoError(t, err)
+	n, err := parts.CountDocuments(b.ctx, bson.D{})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n, "a batch of the idle ones")
+	_, err = r.RunOnce(b.ctx)
+	require.NoError(t, err)
+	n, err = parts.CountDocuments(b.ctx, bson.D{})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "the one whose tat is ahead is kept")
+}

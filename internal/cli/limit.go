@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	ctlCommands["limit"] = subcommand{"limit how many jobs of a kind or queue run at once across every worker: `limit kind:K N`, `limit queue:Q N`, `limit NAME off`; per value of an args field: `limit kind:K N --per FIELD`, `limit NAME off --per FIELD`; rates: `limit rate kind:K 14/s --burst 5`, `limit rate NAME off`; alone, list the limits and rates", ctlLimit}
+	ctlCommands["limit"] = subcommand{"limit how many jobs of a kind or queue run at once across every worker: `limit kind:K N`, `limit queue:Q N`, `limit NAME off`; per value of an args field: `limit kind:K N --per FIELD`, `limit NAME off --per FIELD`; rates: `limit rate kind:K 14/s --burst 5`, per value of an args field: `limit rate kind:K 10/m --burst 2 --per FIELD`, `limit rate NAME off`; alone, list the limits and rates", ctlLimit}
 }
 
 // ctlLimit sets, clears or lists the concurrency limits.

@@ -11,14 +11,30 @@ import (
 )
 
 // ctlRate sets or clears a rate limit: rest is what follows `limit rate`:
-// NAME RATE [--burst B], or NAME off. The flag may come after the
-// arguments.
+// NAME RATE [--burst B] [--per FIELD], or NAME off. The flags may come
+// after the arguments; RATE may be given in words, as ParseRate reads it
+// ("10/m burst 2 per customerId", quoted or not).
 func ctlRate(e *env, rest []string, by string) error {
 	var args []string
 	burst := -1
+	per := ""
 	for i := 0; i < len(rest); i++ {
 		a := rest[i]
 		switch {
+		case a == "--per" || a == "-per":
+			if i+1 == len(rest) {
+				return badInput("--per needs an args field")
+			}
+			i++
+			per = rest[i]
+			if err := queue.ValidPartitionArg(per); err != nil {
+				return badInput("--per: %s", shown(err.Error()))
+			}
+		case strings.HasPrefix(a, "--per=") || strings.HasPrefix(a, "-per="):
+			_, per, _ = strings.Cut(a, "=")
+			if err := queue.ValidPartitionArg(per); err != nil {
+				return badInput("--per: %s", shown(err.Error()))
+			}
 		case a == "--burst" || a == "-burst":
 			if i+1 == len(rest) {
 				return badInput("--burst needs a number")
@@ -37,16 +53,16 @@ func ctlRate(e *env, rest []string, by string) error {
 			args = append(args, a)
 		}
 	}
-	if len(args) != 2 {
-		return badInput("give a limit's name and a rate, or off: limit rate kind:KIND 14/s [--burst 5], limit rate queue:QUEUE 600/m, limit rate NAME off")
+	if len(args) < 2 {
+		return badInput("give a limit's name and a rate, or off: limit rate kind:KIND 14/s [--burst 5] [--per FIELD], limit rate queue:QUEUE 600/m, limit rate NAME off")
 	}
-	name, val := args[0], args[1]
+	name, val := args[0], strings.Join(args[1:], " ")
 	if _, _, err := queue.ParseLimitName(name); err != nil {
 		return badInput("%s", shown(err.Error()))
 	}
 	if val == "off" {
-		if burst > 0 {
-			return badInput("--burst has no meaning with off: limit rate %s off", shown(name))
+		if burst > 0 || per != "" {
+			return badInput("--burst and --per have no meaning with off: limit rate %s off", shown(name))
 		}
 		had, err := e.q.ClearRate(e.ctx, name)
 		if err != nil {
@@ -66,10 +82,13 @@ func ctlRate(e *env, rest []string, by string) error {
 	if burst > 0 {
 		r.Burst = burst
 	}
+	if per != "" {
+		r.By = per
+	}
 	if err := e.q.SetRate(e.ctx, name, r, by); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%s\trate %s: workers apply it within %s\n", shown(name), r, queue.LimitRefresh)
+	fmt.Fprintf(e.stdout, "%s\trate %s: workers apply it within %s\n", shown(name), shown(r.String()), queue.LimitRefresh)
 	return nil
 }
 
@@ -90,7 +109,16 @@ func rateNote(r queue.RateLimit, now time.Time) string {
 	if r.SetBy != "" {
 		set += " by " + shown(r.SetBy)
 	}
+	if r.Rate.By != "" {
+		return fmt.Sprintf("%s\t%s, %d started\t%s", shown(r.Rate.String()), partitionsNote(r), r.Starts, set)
+	}
 	return fmt.Sprintf("%s\tburst %d / %d used, next start %s, %d started\t%s", r.Rate, r.Used, max(r.Rate.Burst, 1), next, r.Starts, set)
+}
+
+// partitionsNote says how a partitioned rate's partitions are used: "3
+// partitions with state, 1 spent".
+func partitionsNote(r queue.RateLimit) string {
+	return fmt.Sprintf("%d partitions with state, %d spent", r.Partitions, r.Spent)
 }
 
 // printRates lists the rates in listLimits' table of rates.
@@ -111,6 +139,11 @@ type rateJSON struct {
 	NextStart *time.Time `json:"nextStart,omitempty"`
 	Waiting   int64      `json:"waiting"`
 	Malformed string     `json:"malformed,omitempty"`
+	// PartitionBy is a partitioned rate's args field; Partitions how many
+	// of its partitions have state, Spent how many allow no start now.
+	PartitionBy string `json:"partitionBy,omitempty"`
+	Partitions  int    `json:"partitions,omitempty"`
+	Spent       int    `json:"spent,omitempty"`
 }
 
 // limitStats are what stats shows of the limits beside the concurrency
@@ -149,6 +182,10 @@ func (s limitStats) printText(w io.Writer) {
 			fmt.Fprintf(w, "rate %s: limits nothing (malformed: %s)\n", shown(r.Name), shown(r.Malformed))
 			continue
 		}
+		if r.Rate.By != "" {
+			fmt.Fprintf(w, "rate %s: %s, %s, %d waiting\n", shown(r.Name), shown(r.Rate.String()), partitionsNote(r), s.waiting[r.Name])
+			continue
+		}
 		next := ""
 		if !r.NextStart.IsZero() && r.NextStart.After(now) {
 			next = ", next start in " + r.NextStart.Sub(now).Round(time.Millisecond).String()
@@ -161,7 +198,8 @@ func (s limitStats) printText(w io.Writer) {
 func (s limitStats) json() []rateJSON {
 	var out []rateJSON
 	for _, r := range s.rates {
-		j := rateJSON{Name: r.Name, Rate: r.Rate.String(), Burst: max(r.Rate.Burst, 1), BurstUsed: r.Used, Starts: r.Starts, Waiting: s.waiting[r.Name], Malformed: r.Malformed}
+		j := rateJSON{Name: r.Name, Rate: r.Rate.String(), Burst: max(r.Rate.Burst, 1), BurstUsed: r.Used, Starts: r.Starts, Waiting: s.waiting[r.Name], Malformed: r.Malformed,
+			PartitionBy: r.Rate.By, Partitions: r.Partitions, Spent: r.Spent}
 		if r.Malformed != "" {
 			j.Rate, j.Burst = "", 0
 		}

@@ -53,3 +53,36 @@ func TestRateCommands(t *testing.T) {
 	require.Zero(t, code, errs)
 	require.Contains(t, out, "kind:k\tno rate limit")
 }
+
+// TestRateCommandsPartitioned: `docketctl limit rate kind:k 1/h --burst 2
+// --per customerId` (or the rate in words) sets a partitioned rate;
+// `limit` and stats show its partitions with state and those spent.
+func TestRateCommandsPartitioned(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	uri := testdb.URI()
+
+	out, errs, code := runCtl(t, uri, db, "limit", "rate", "kind:k", "1/h", "burst", "2", "per", "customerId")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "kind:k\trate 1/h burst 2 per customerId")
+	out, errs, code = runCtl(t, uri, db, "limit", "rate", "kind:k", "1/h", "--burst", "2", "--per", "customerId")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "kind:k\trate 1/h burst 2 per customerId")
+	for _, bad := range [][]string{{"limit", "rate", "kind:k", "1/h", "--per", "$x"}, {"limit", "rate", "kind:k", "off", "--per", "c"}, {"limit", "rate", "kind:k", "1/h", "--per"}} {
+		_, errs, code = runCtl(t, uri, db, bad...)
+		require.Equal(t, 2, code, "%v: %s", bad, errs)
+	}
+
+	_, got := enqueueAndClaim(t, db, 5) // no customerId: one partition, of null
+	require.Len(t, got, 2, "the partition's burst holds")
+	out, errs, code = runCtl(t, uri, db, "limit")
+	require.Zero(t, code, errs)
+	require.Regexp(t, `kind:k\s+1/h burst 2 per customerId\s+1 partitions with state, 1 spent, 2 started`, out)
+	out, errs, code = runCtl(t, uri, db, "stats", "--exact")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, "rate kind:k: 1/h burst 2 per customerId, 1 partitions with state, 1 spent, 3 waiting")
+	out, errs, code = runCtl(t, uri, db, "stats", "--exact", "--json")
+	require.Zero(t, code, errs)
+	require.Contains(t, out, `"partitionBy": "customerId"`)
+	require.Contains(t, out, `"spent": 1`)
+}

@@ -29,8 +29,12 @@ func claimFilter(p ClaimParams, t time.Time) bson.D {
 		{Key: "kind", Value: bson.D{{Key: "$in", Value: p.Kinds}}},
 		{Key: "runAt", Value: bson.D{{Key: "$lte", Value: t}}},
 	}
-	if len(p.skip) > 0 {
-		and := make(bson.A, 0, len(p.skip))
+	if len(p.skip) > 0 || len(p.ids) > 0 {
+		and := make(bson.A, 0, len(p.skip)+1)
+		if len(p.ids) > 0 {
+			// Under $and: the stamps put an _id of their own first.
+			and = append(and, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: p.ids}}}})
+		}
 		for _, s := range p.skip {
 			and = append(and, s.filter())
 		}

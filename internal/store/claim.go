@@ -42,6 +42,9 @@ type ClaimParams struct {
 
 	// skip leaves saturated partitions out of the claim (partition.go).
 	skip []partSkip
+	// ids, when set, restricts the claim to these jobs: those a claim
+	// under a partitioned rate reserved starts for (ratepart.go).
+	ids []string
 }
 
 // withToken returns p with a fresh token unless it has one.

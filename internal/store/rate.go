@@ -80,7 +80,7 @@ const rateReserveTries = 4
 const rateScope = "rate:"
 
 // Rate is a rate limit: at most N starts per Per, of which at most Burst
-// at once.
+// at once; with By, per value of the args field By (ratepart.go).
 type Rate struct {
 	// N is how many starts each Per allows.
 	N int
@@ -88,6 +88,10 @@ type Rate struct {
 	Per time.Duration
 	// Burst is how many may start at once after a quiet spell; 0 is 1.
 	Burst int
+	// By, when set, partitions the rate: every value of the jobs' args
+	// field By (a dotted path for a nested field) gets N starts per Per
+	// of its own, with its own burst.
+	By string
 }
 
 // interval is the emission interval T: Per/N, rounded up.
@@ -108,11 +112,14 @@ func (r Rate) Validate() error {
 		return fmt.Errorf("rate burst %d must be from 1 to %d", r.Burst, MaxBurst)
 	case r.interval() <= 0:
 		return fmt.Errorf("rate %s is faster than one start a nanosecond", r)
+	case r.By != "":
+		return ValidPartitionArg(r.By)
 	}
 	return nil
 }
 
-// String writes r as ParseRate reads it: "14/s", "600/m burst 20".
+// String writes r as ParseRate reads it: "14/s", "600/m burst 20",
+// "10/m burst 2 per customerId".
 func (r Rate) String() string {
 	per := r.Per.String()
 	switch r.Per {
@@ -127,14 +134,23 @@ func (r Rate) String() string {
 	if r.Burst > 1 {
 		s += fmt.Sprintf(" burst %d", r.Burst)
 	}
+	if r.By != "" {
+		s += " per " + r.By
+	}
 	return s
 }
 
 // ParseRate reads a rate: N/PERIOD, the period s, m, h or a Go duration
-// (14/s, 600/m, 5/250ms), optionally followed by " burst B".
+// (14/s, 600/m, 5/250ms), optionally followed by " burst B", then
+// optionally by " per FIELD", which partitions it by that args field
+// ("10/m burst 2 per customerId").
 func ParseRate(s string) (Rate, error) {
 	f := strings.Fields(s)
 	var r Rate
+	if len(f) >= 3 && f[len(f)-2] == "per" {
+		r.By = f[len(f)-1]
+		f = f[:len(f)-2]
+	}
 	switch {
 	case len(f) == 1:
 	case len(f) == 3 && f[1] == "burst":
@@ -144,11 +160,11 @@ func ParseRate(s string) (Rate, error) {
 		}
 		r.Burst = b
 	default:
-		return Rate{}, fmt.Errorf("rate %q: write N/PERIOD, e.g. 14/s or 600/m burst 20", s)
+		return Rate{}, fmt.Errorf("rate %q: write N/PERIOD, e.g. 14/s, 600/m burst 20 or 10/m per customerId", s)
 	}
 	n, per, ok := strings.Cut(f[0], "/")
 	if !ok {
-		return Rate{}, fmt.Errorf("rate %q: write N/PERIOD, e.g. 14/s or 600/m burst 20", s)
+		return Rate{}, fmt.Errorf("rate %q: write N/PERIOD, e.g. 14/s, 600/m burst 20 or 10/m per customerId", s)
 	}
 	var err error
 	if r.N, err = strconv.Atoi(n); err != nil {
@@ -190,6 +206,11 @@ type RateLimit struct {
 	// Malformed says what is wrong with a rate another application wrote;
 	// such a rate limits nothing.
 	Malformed string
+	// Partitions is how many partitions of a partitioned rate (Rate.By)
+	// have state stored, and Spent how many of them allow no start now
+	// (filled by RateLimits only). Used and NextStart are then zero: each
+	// partition has its own.
+	Partitions, Spent int
 }
 
 // rateState is one rate as a claim knows it.
@@ -217,10 +238,19 @@ type rateCache struct {
 	// beforeRateClaim, when set (by tests), runs between a reservation
 	// and the claim of its jobs (a process that stalls there).
 	beforeRateClaim func()
+	// spent are the partitions of partitioned rates that claims found
+	// spent, by rate name and partition (ratepart.go).
+	spent map[string]map[string]spentPart
+	// beforePartReserve, when set (by tests), runs when a claim under a
+	// partitioned rate has read its partitions, before it reserves.
+	beforePartReserve func()
+	// beforePartClean, when set (by tests), runs when CleanRatePartitions
+	// has read what to delete, before it deletes.
+	beforePartClean func()
 }
 
 func newRateCache() *rateCache {
-	return &rateCache{rates: map[string]*rateState{}, warned: map[string]string{}}
+	return &rateCache{rates: map[string]*rateState{}, warned: map[string]string{}, spent: map[string]map[string]spentPart{}}
 }
 
 // isRateDoc reports whether d, a document of the limits collection, is a
@@ -273,6 +303,9 @@ func rateLimit(d bson.Raw, t time.Time) (RateLimit, *rateState) {
 		burst, bad = storedCount(d, "burst", MaxBurst)
 	}
 	rl.Rate = Rate{N: n, Per: time.Duration(per) * time.Millisecond, Burst: burst}
+	if bad == "" {
+		rl.Rate.By, bad = storedPartitionBy(d)
+	}
 	if bad == "" {
 		if err := rl.Rate.Validate(); err != nil {
 			bad = err.Error()
@@ -363,6 +396,7 @@ func (c *Store) SetRate(ctx context.Context, name string, r Rate, by string) err
 	}
 	fields := bson.D{
 		{Key: "rate", Value: r.N}, {Key: "periodMs", Value: r.Per.Milliseconds()}, {Key: "burst", Value: r.burst()},
+		{Key: "partitionBy", Value: partitionByValue(r)},
 	}
 	if err := c.setLimitsDoc(ctx, rateScope+name, fields, "rate", by); err != nil {
 		return fmt.Errorf("queue: set rate %s: %w", name, err)
@@ -401,6 +435,16 @@ func (c *Store) RateLimits(ctx context.Context) ([]RateLimit, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue: read rate limits: %w", err)
+	}
+	for i, rl := range out {
+		if rl.Malformed != "" || rl.Rate.By == "" {
+			continue
+		}
+		// Each partition has its own burst and next start.
+		out[i].Used, out[i].NextStart = 0, time.Time{}
+		if out[i].Partitions, out[i].Spent, err = c.ratePartCounts(ctx, rl.Name, rl.Rate, t); err != nil {
+			return nil, fmt.Errorf("queue: read the partitions of rate %s: %w", rl.Name, err)
+		}
 	}
 	return out, nil
 }
@@ -548,8 +592,14 @@ func (c *Store) claimPlain(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 }
 
 // claimRateCell reserves up to k starts under each rate of cell, claims as
-// many jobs of it, and gives back the starts it did not use.
+// many jobs of it, and gives back the starts it did not use. Under a
+// partitioned rate, it claims them with claimRateParts, which reserves
+// per partition.
 func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*jobs.Job, error) {
+	parted, plain, ok := c.rates.partitionedRates(cell.names)
+	if !ok { // cleared since the claim planned
+		return nil, nil
+	}
 	type held struct {
 		name string
 		n    int
@@ -567,7 +617,7 @@ func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 	}
 	t := c.now()
 	n := k
-	for _, name := range cell.names {
+	for _, name := range plain {
 		got, r, tat, err := c.reserve(ctx, name, n, t)
 		if err != nil || got == 0 {
 			// A lost reply keeps what it may have reserved: the rate runs
@@ -581,29 +631,47 @@ func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 		}
 		hs = append(hs, held{name, got, r, tat})
 	}
-	if rc := c.rates; rc.beforeRateClaim != nil {
-		rc.beforeRateClaim()
+	var claimed []*jobs.Job
+	var err error
+	if len(parted) > 0 {
+		claimed, err = c.claimRateParts(ctx, cell.p, parted, n, t)
+	} else {
+		if rc := c.rates; rc.beforeRateClaim != nil {
+			rc.beforeRateClaim()
+		}
+		claimed, err = c.claimPlain(ctx, cell.p, n)
 	}
-	claimed, err := c.claimPlain(ctx, cell.p, n)
 	if err != nil {
 		return nil, err // its jobs carry the token: the caller gives them back
 	}
-	if late := c.instant().Sub(t); late > RateStartLag && len(claimed) > 0 {
-		// The claim came too late after its reservation to count as made
-		// then: give its jobs back unstarted; the reservation stays used.
-		for _, j := range claimed {
-			if err := c.Release(ctx, LeaseOf(j)); err != nil && !errors.Is(err, ErrLeaseLost) {
-				return nil, fmt.Errorf("queue: claim: giving back the jobs of a late claim under a rate: %w", err)
-			}
+	// (Under partitioned rates alone, claimRateParts checked it against
+	// its own reservation.)
+	if len(hs) > 0 {
+		if late, err := c.lateUnderRate(ctx, cell.names, t, claimed); late || err != nil {
+			return nil, err
 		}
-		c.log.Warn("gave back the jobs of a claim under a rate limit answered too late after its reservation: not run, attempts not counted",
-			zap.Strings("rates", cell.names), zap.Duration("late", late), zap.Int("jobs", len(claimed)))
-		return nil, nil
 	}
 	if len(claimed) < n {
 		giveBack(len(claimed))
 	}
 	return claimed, nil
+}
+
+// lateUnderRate gives claimed back, unstarted, when the claim was answered
+// more than RateStartLag after its reservation at t: it came too late to
+// count as made then. The reservation stays used. late reports that it
+// did.
+func (c *Store) lateUnderRate(ctx context.Context, names []string, t time.Time, claimed []*jobs.Job) (late bool, err error) {
+	d := c.instant().Sub(t)
+	if d <= RateStartLag || len(claimed) == 0 {
+		return false, nil
+	}
+	if err := c.releaseRateJobs(ctx, claimed); err != nil {
+		return true, err
+	}
+	c.log.Warn("gave back the jobs of a claim under a rate limit answered too late after its reservation: not run, attempts not counted",
+		zap.Strings("rates", names), zap.Duration("late", d), zap.Int("jobs", len(claimed)))
+	return true, nil
 }
 
 // reserve takes up to k starts of rate name at t with a compare-and-set on
@@ -623,6 +691,11 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		}
 		st := *s
 		rc.mu.Unlock()
+		if st.rate.By != "" {
+			// Partitioned since the claim planned: its state is its
+			// partitions', which the next claim reserves.
+			return 0, Rate{}, time.Time{}, nil
+		}
 		n := min(k, st.avail(t))
 		if n == 0 {
 			rc.noteNext(st.nextStart())
@@ -663,12 +736,16 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 }
 
 // rateFilter matches the document of rate name while it holds rate r and
-// tat: what a reservation or a give-back computed from.
+// tat: what a reservation or a give-back computed from. (Of a partitioned
+// rate, whose state is its partitions', tat is left out when nil.)
 func rateFilter(name string, r Rate, tat any) bson.D {
-	return bson.D{
-		{Key: "_id", Value: rateScope + name}, {Key: "tat", Value: tat},
-		{Key: "rate", Value: r.N}, {Key: "periodMs", Value: r.Per.Milliseconds()}, {Key: "burst", Value: r.Burst},
+	f := bson.D{{Key: "_id", Value: rateScope + name}}
+	if tat != nil {
+		f = append(f, bson.E{Key: "tat", Value: tat})
 	}
+	return append(f,
+		bson.E{Key: "rate", Value: r.N}, bson.E{Key: "periodMs", Value: r.Per.Milliseconds()}, bson.E{Key: "burst", Value: r.Burst},
+		bson.E{Key: "partitionBy", Value: partitionByValue(r)})
 }
 
 // bsonDateTime is the raw BSON of t as a date.

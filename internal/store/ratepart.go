@@ -1,0 +1,773 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/google/uuid"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.uber.org/zap"
+)
+
+// Partitioned rates: at most N starts per period per value of one of the
+// jobs' args fields, "10 starts a minute per customerId, burst 2", across
+// every worker process.
+//
+// The rate is the rate's document of the limits collection with
+// partitionBy: "customerId" (Rate.By), read with the other limits. Each
+// partition's GCRA state is a document of its own in the rate partitions
+// collection (DefaultRatePartsCollection), {_id: "kind:email/<p>", tat,
+// starts, res}, p naming the partition as a partitioned concurrency limit
+// does (partKey: numbers of one value are one partition, a missing field
+// and null are one). It is inserted by the first reservation of its
+// partition and deleted by CleanRatePartitions (the reaper's pass) once
+// its tat is RatePartitionIdle in the past, when it holds nothing a
+// missing document does not say.
+//
+// A claim knows its candidates' partitions only once it has read them, so
+// a claim under a partitioned rate (claimRateParts):
+//
+//  1. reads candidates (one find), leaving out by value ($nin, as
+//     partSkip) the partitions it knows to be spent until their next
+//     start, and those it found spent or used up in this claim (reading
+//     again, at most ratePartTries times, when every candidate it read was
+//     of such a partition);
+//  2. reads those partitions' documents (one find by _id $in) and picks,
+//     in claim order, the candidates whose partitions allow a start at t,
+//     at most the starts each allows;
+//  3. reserves each partition's starts with a compare-and-set on its tat
+//     as read (one unordered bulkWrite of updates, and one insert of the
+//     partitions that had no document, which fails on a duplicate _id when
+//     another claim inserted first); when not every write matched, it reads
+//     back which did: a partition whose tat and res (a nonce of this
+//     reservation) are still the ones written is reserved, any other is
+//     taken as not (the rate runs under);
+//  4. claims exactly the jobs reserved for: a batch stamps them as read
+//     with one updateMany (stampBlock), as a batch claim does; a single
+//     claim, or one under concurrency limits too, claims them as any
+//     claim, restricted to them (ClaimParams.ids);
+//  5. confirms the rate: one update of the rate's document conditioned on
+//     the rate as read, which adds the starts used to its starts. It
+//     comes after the reservations, so a rate that matched then held when
+//     they were made; one that did not (an operator changed or cleared it
+//     since this process read it) gives the jobs back unstarted, gives the
+//     starts back and claims again under the rate read anew;
+//  6. gives back the starts it did not use, as a plain rate does.
+//
+// So the guarantee is the plain rate's, per partition: the reservations
+// are exact (every one is a compare-and-set of the partition's document,
+// or an insert that only the first claim wins), the jobs start within
+// RateStartLag of them or are given back unstarted, a lost reply counts as
+// taken, and no failure but a wrong clock over-runs.
+//
+// Cost, in commands to the server per claim (TestRatePartitionCost
+// measures it): 5, single or batch (the candidates, the partitions, the
+// reservation, the stamp, the confirmation), so 0.5 a job for batches of
+// 10; one more when some partitions had a document and some none (an
+// update and an insert), one more to read back the reservation when
+// another claim raced it, one more to give starts back when fewer jobs
+// were claimed than reserved for; and those of the concurrency limits'
+// claim when limits apply too.
+
+// DefaultRatePartsCollection holds the partitions' state of the
+// partitioned rates, beside the default jobs collection; a Store on
+// another jobs collection C uses C_rate_partitions.
+const DefaultRatePartsCollection = "rate_partitions"
+
+// RatePartitionIdle is how long past its tat a partition's document is
+// kept: CleanRatePartitions deletes it then. (A tat in the past says no
+// more than a missing document; the margin covers clocks that disagree.)
+const RatePartitionIdle = time.Minute
+
+// ratePartTries bounds the reads of candidates of one claim under a
+// partitioned rate: a read all of whose candidates were of spent
+// partitions is made again without them.
+const ratePartTries = 3
+
+// ratePartsColl is the collection of the partitions' state.
+func (c *Store) ratePartsColl() *mongo.Collection {
+	name := DefaultRatePartsCollection
+	if c.cfg.Collection != DefaultCollection {
+		name = c.cfg.Collection + "_" + DefaultRatePartsCollection
+	}
+	wc, _ := parseWriteConcern(c.cfg.WriteConcern)
+	return c.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
+}
+
+// partitionByValue is r.By as stored: null for a rate not partitioned.
+func partitionByValue(r Rate) any {
+	if r.By == "" {
+		return nil
+	}
+	return r.By
+}
+
+// storedPartitionBy reads a rate document's partitionBy: the field, or
+// what is wrong with it.
+func storedPartitionBy(d bson.Raw) (by, bad string) {
+	v := d.Lookup("partitionBy")
+	if v.Type == 0 || v.Type == bson.TypeNull {
+		return "", ""
+	}
+	s, ok := v.StringValueOK()
+	if !ok {
+		return "", fmt.Sprintf("partitionBy is %s %s, not an args field", v.Type, v)
+	}
+	if err := ValidPartitionArg(s); err != nil {
+		return "", err.Error()
+	}
+	return s, ""
+}
+
+// ratePartID is the _id of the document of rate name's partition p.
+func ratePartID(name, p string) string { return name + "/" + p }
+
+// ratePartIDs matches the _ids of the partitions of rate name: its name,
+// a slash and a partKey (16 hex digits), not those of a kind whose name
+// goes on past a slash.
+func ratePartIDs(name string) bson.D {
+	return bson.D{{Key: "$regex", Value: "^" + regexp.QuoteMeta(name) + "/[0-9a-f]{16}$"}}
+}
+
+// spentPart is a partition a claim found spent: the value of its field,
+// by which later claims leave its jobs out, and when it allows a start
+// again, under rate.
+type spentPart struct {
+	value bson.RawValue
+	next  time.Time
+	rate  Rate
+}
+
+// noteSpent records that partition p (of value v) of rate name, under r,
+// allows no start until next.
+func (rc *rateCache) noteSpent(name, p string, v bson.RawValue, r Rate, next time.Time) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	m := rc.spent[name]
+	if m == nil {
+		m = map[string]spentPart{}
+		rc.spent[name] = m
+	}
+	if _, ok := m[p]; !ok && len(m) >= maxSkippedPartitions {
+		return
+	}
+	m[p] = spentPart{value: v, next: next, rate: r}
+}
+
+// spentSkips returns, for rate name under r at t, the values of the
+// partitions known spent (dropping those that allow a start again) and
+// the earliest next start among them.
+func (rc *rateCache) spentSkips(name string, r Rate, t time.Time) (bson.A, time.Time) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	var values bson.A
+	var next time.Time
+	for p, s := range rc.spent[name] {
+		if s.rate != r || !s.next.After(t) {
+			delete(rc.spent[name], p)
+			continue
+		}
+		values = append(values, skipValue(s.value))
+		if next.IsZero() || s.next.Before(next) {
+			next = s.next
+		}
+	}
+	return values, next
+}
+
+// skipValue is v as a $nin lists it: null for a missing field.
+func skipValue(v bson.RawValue) any {
+	if v.Type == 0 {
+		return nil
+	}
+	return v
+}
+
+// ratePart is one partition of a partitioned rate as one claim sees it.
+type ratePart struct {
+	id    string // its document's _id
+	name  string // the rate's
+	p     string // partKey
+	value bson.RawValue
+	rate  Rate
+	// As read: whether the document exists, its tat (raw for the
+	// compare-and-set), whether its starts is not a number.
+	exists    bool
+	raw       bson.RawValue
+	tat       time.Time
+	badStarts bool
+	avail     int // starts allowed at t
+	take      int // picked by this claim
+	// Written by the reservation: reserved reports that it was applied.
+	newTat   time.Time
+	reserved bool
+	used     int // jobs claimed in it
+}
+
+// ratePick is a candidate picked for a start, with its partitions.
+type ratePick struct {
+	id    string
+	parts []*ratePart
+}
+
+// partitionedRates returns which of names are partitioned rates, with
+// their rates, and the others; ok is false when one was cleared.
+func (rc *rateCache) partitionedRates(names []string) (parted map[string]Rate, plain []string, ok bool) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	parted = map[string]Rate{}
+	for _, name := range names {
+		s := rc.rates[name]
+		if s == nil {
+			return nil, nil, false
+		}
+		if s.rate.By != "" {
+			parted[name] = s.rate
+		} else {
+			plain = append(plain, name)
+		}
+	}
+	return parted, plain, true
+}
+
+// claimRateParts claims up to n jobs by p under the partitioned rates
+// parted (name → rate as read), each job with a start reserved in its
+// partition of each, reserving at t (see the top of this file).
+func (c *Store) claimRateParts(ctx context.Context, p ClaimParams, parted map[string]Rate, n int, t time.Time) ([]*jobs.Job, error) {
+	for try := 0; ; try++ {
+		claimed, changed, err := c.claimRatePartsOnce(ctx, p, parted, n, t)
+		if !changed || err != nil || try == 1 {
+			return claimed, err
+		}
+		// A rate changed since it was read: claim again under it.
+		fresh, _, ok := c.rates.partitionedRates(slices.Sorted(maps.Keys(parted)))
+		if !ok || len(fresh) != len(parted) {
+			return nil, nil // cleared, or no longer partitioned: the next claim plans anew
+		}
+		parted, t = fresh, c.now()
+	}
+}
+
+// claimRatePartsOnce is one try of claimRateParts; changed reports that a
+// rate was changed since it was read (the claim took nothing).
+func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted map[string]Rate, n int, t time.Time) (claimed []*jobs.Job, changed bool, err error) {
+	rc := c.rates
+	names := slices.Sorted(maps.Keys(parted))
+	parts := map[string]*ratePart{}
+	usedUp := map[string]map[string]bool{} // name → partitions this claim's picks use up
+	var picks []ratePick
+	picked := map[string]bool{}
+	candByID := map[string]rateCand{}
+	var next time.Time // the earliest next start of a partition left out
+	notePartNext := func(at time.Time) {
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	for range ratePartTries {
+		pp := p
+		pp.skip = slices.Clone(p.skip)
+		for _, name := range names {
+			values, at := rc.spentSkips(name, parted[name], t)
+			if !at.IsZero() {
+				notePartNext(at)
+			}
+			for part := range usedUp[name] {
+				values = append(values, skipValue(parts[ratePartID(name, part)].value))
+			}
+			if len(values) > maxSkippedPartitions {
+				values = values[:maxSkippedPartitions]
+			}
+			if len(values) > 0 {
+				isKind, target, _ := ParseLimitName(name)
+				field := "queue"
+				if isKind {
+					field = "kind"
+				}
+				pp.skip = append(pp.skip, partSkip{field: field, target: target, arg: parted[name].By, values: values})
+			}
+		}
+		limit := n * claimWindow
+		cands, err := c.rateCandidates(ctx, pp, t, limit)
+		if err != nil {
+			return nil, false, err
+		}
+		// The partitions of the candidates, read once each.
+		var toRead []string
+		for _, cand := range cands {
+			for _, name := range names {
+				by := parted[name].By
+				v := partValue(cand.args, by)
+				key := partKey(by, v)
+				id := ratePartID(name, key)
+				if parts[id] == nil {
+					parts[id] = &ratePart{id: id, name: name, p: key, value: v, rate: parted[name], raw: bson.RawValue{Type: bson.TypeNull}}
+					toRead = append(toRead, id)
+				}
+			}
+		}
+		if err := c.readRateParts(ctx, parts, toRead, t); err != nil {
+			return nil, false, err
+		}
+		for _, cand := range cands {
+			if len(picks) == n {
+				break
+			}
+			if picked[cand.id] {
+				continue
+			}
+			var ps []*ratePart
+			ok := true
+			for _, name := range names {
+				by := parted[name].By
+				rp := parts[ratePartID(name, partKey(by, partValue(cand.args, by)))]
+				ps = append(ps, rp)
+				ok = ok && rp.take < rp.avail
+			}
+			if !ok {
+				continue
+			}
+			for _, rp := range ps {
+				rp.take++
+			}
+			picks = append(picks, ratePick{id: cand.id, parts: ps})
+			picked[cand.id] = true
+			candByID[cand.id] = cand
+		}
+		for _, rp := range parts {
+			if rp.take >= rp.avail {
+				if usedUp[rp.name] == nil {
+					usedUp[rp.name] = map[string]bool{}
+				}
+				usedUp[rp.name][rp.p] = true
+				if rp.avail == 0 {
+					at := rateState{rate: rp.rate, tat: rp.tat}
+					rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, at.nextStart())
+					notePartNext(at.nextStart())
+				}
+			}
+		}
+		if len(picks) == n || len(cands) < limit {
+			break
+		}
+	}
+	if len(picks) == 0 {
+		if !next.IsZero() {
+			rc.noteNext(next)
+		}
+		return nil, false, nil
+	}
+
+	var take []*ratePart
+	for _, id := range slices.Sorted(maps.Keys(parts)) {
+		if rp := parts[id]; rp.take > 0 {
+			take = append(take, rp)
+		}
+	}
+	// Reserve at the time of the write, not of the reads: a start the
+	// reads allowed is allowed later too, and the time a job may take to
+	// start (RateStartLag) is counted from here.
+	if rc.beforePartReserve != nil {
+		rc.beforePartReserve()
+	}
+	t = c.now()
+	if err := c.reserveParts(ctx, take, t); err != nil {
+		return nil, false, err
+	}
+	var ids []string
+	for _, pk := range picks {
+		ok := true
+		for _, rp := range pk.parts {
+			ok = ok && rp.reserved
+		}
+		if ok {
+			ids = append(ids, pk.id)
+		}
+	}
+	for _, rp := range take {
+		if rp.reserved && rp.take >= rp.avail {
+			at := rateState{rate: rp.rate, tat: rp.newTat}
+			rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, at.nextStart())
+		}
+	}
+	if len(ids) == 0 {
+		c.giveBackParts(ctx, take)
+		return nil, false, nil
+	}
+	if rc.beforeRateClaim != nil {
+		rc.beforeRateClaim()
+	}
+	cp := p
+	cp.ids = ids
+	if block, asRead, ok := c.stampable(ctx, cp, ids, candByID); ok {
+		claimed, _, err = c.stampBlock(ctx, cp, c.now(), block, asRead)
+	} else {
+		claimed, err = c.claimPlain(ctx, cp, len(ids))
+	}
+	if err != nil {
+		return nil, false, err // its jobs carry the token: the caller gives them back; the starts stay taken
+	}
+	// Which partitions the claimed jobs used.
+	byID := map[string]ratePick{}
+	for _, pk := range picks {
+		byID[pk.id] = pk
+	}
+	for _, j := range claimed {
+		for _, rp := range byID[j.ID].parts {
+			rp.used++
+		}
+	}
+	if len(claimed) > 0 {
+		ok, err := c.confirmRates(ctx, names, parted, len(claimed))
+		if err != nil {
+			return nil, false, errors.Join(err, c.releaseRateJobs(ctx, claimed))
+		}
+		if !ok {
+			// Changed since read: these starts were reserved under a rate
+			// that no longer holds. Give all back and claim again.
+			if err := c.releaseRateJobs(ctx, claimed); err != nil {
+				return nil, false, err
+			}
+			for _, rp := range take {
+				rp.used = 0
+			}
+			c.giveBackParts(ctx, take)
+			for _, name := range names {
+				if err := c.readRate(ctx, name); err != nil {
+					return nil, false, err
+				}
+			}
+			return nil, true, nil
+		}
+	}
+	if late, err := c.lateUnderRate(ctx, names, t, claimed); late || err != nil {
+		return nil, false, err
+	}
+	c.giveBackParts(ctx, take)
+	return claimed, false, nil
+}
+
+// rateCand is a candidate of a claim under a partitioned rate: its id
+// and args, and the job with its attempt and updatedAt as read, to stamp
+// it as a batch claim does.
+type rateCand struct {
+	id     string
+	args   bson.Raw
+	job    *jobs.Job
+	asRead bson.D
+}
+
+// rateCandidates reads up to limit candidates of p at t, in claim order.
+// One that does not decode (another application wrote it) is buried, as
+// a batch claim under limits does, rather than given a start.
+func (c *Store) rateCandidates(ctx context.Context, p ClaimParams, t time.Time, limit int) ([]rateCand, error) {
+	cur, err := c.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("queue: claim: find candidates under a partitioned rate: %w", err)
+	}
+	var out []rateCand
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		id, ok := d.Lookup("_id").StringValueOK()
+		if !ok {
+			return nil // not a job docket wrote: a plain claim buries it
+		}
+		var j jobs.Job
+		if err := bson.Unmarshal(d, &j); err != nil {
+			if berr := c.buryCandidate(ctx, d, t, err); berr != nil {
+				return fmt.Errorf("candidate %s: %w (and marking it dead: %w)", id, err, berr)
+			}
+			return nil
+		}
+		args, _ := d.Lookup("args").DocumentOK()
+		out = append(out, rateCand{id: id, args: args, job: &j, asRead: bson.D{
+			{Key: "_id", Value: id},
+			{Key: "attempt", Value: rawOrNull(d, "attempt")},
+			{Key: "updatedAt", Value: rawOrNull(d, "updatedAt")},
+		}})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: claim: read candidates under a partitioned rate: %w", err)
+	}
+	return out, nil
+}
+
+// stampable returns the jobs ids (picked from cands) as a block that
+// stampBlock stamps with one updateMany, saving the batch claim's read of
+// them again, when they are a batch and no concurrency limit applies to p
+// (whose slots a claim under limits must pick); ok is false otherwise, and
+// the claim is made as any claim, by ids.
+func (c *Store) stampable(ctx context.Context, p ClaimParams, ids []string, cands map[string]rateCand) (block []*jobs.Job, asRead bson.A, ok bool) {
+	if len(ids) < 2 {
+		return nil, nil, false // a single claim is one findAndModify either way
+	}
+	kinds, queues, parts, err := c.limitsFor(ctx, p)
+	if err != nil || len(kinds) > 0 || len(queues) > 0 || parts.any() {
+		return nil, nil, false
+	}
+	for _, id := range ids {
+		cand := cands[id]
+		block = append(block, cand.job)
+		asRead = append(asRead, cand.asRead)
+	}
+	return block, asRead, true
+}
+
+// readRateParts reads the documents ids of parts (one find) and sets what
+// each allows at t. A partition with no document allows its burst; a tat
+// that is not a date (another application wrote it) is taken as none, and
+// replaced by the reservation.
+func (c *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, ids []string, t time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	cur, err := c.ratePartsColl().Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	if err != nil {
+		return fmt.Errorf("queue: claim: read rate partitions: %w", err)
+	}
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		id, _ := d.Lookup("_id").StringValueOK()
+		rp := parts[id]
+		if rp == nil {
+			return nil
+		}
+		rp.exists = true
+		rp.raw = rawValue(d, "tat")
+		if tat, ok := rp.raw.TimeOK(); ok {
+			rp.tat = tat.UTC()
+		}
+		switch d.Lookup("starts").Type {
+		case 0, bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
+		default:
+			rp.badStarts = true
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("queue: claim: read rate partitions: %w", err)
+	}
+	for _, id := range ids {
+		rp := parts[id]
+		st := rateState{rate: rp.rate, tat: rp.tat}
+		rp.avail = st.avail(t)
+	}
+	return nil
+}
+
+// reserveParts takes rp.take starts of each of parts at t: a
+// compare-and-set of each document on its tat as read, an insert of each
+// that had none. It sets reserved on those that were applied. An error is
+// a reply lost: what it reserved counts as taken.
+func (c *Store) reserveParts(ctx context.Context, parts []*ratePart, t time.Time) error {
+	nonce := uuid.NewString()
+	var updates []mongo.WriteModel
+	var inserts []any
+	for _, rp := range parts {
+		base := rp.tat
+		if base.Before(t) {
+			base = t
+		}
+		rp.newTat = ceilMs(base.Add(time.Duration(rp.take) * rp.rate.interval()))
+		if !rp.exists {
+			inserts = append(inserts, bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: rp.newTat}, {Key: "starts", Value: rp.take}, {Key: "res", Value: nonce}})
+			continue
+		}
+		set := bson.D{{Key: "tat", Value: rp.newTat}, {Key: "res", Value: nonce}}
+		update := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: rp.take}}}}
+		if rp.badStarts { // $inc would fail: count afresh
+			update = bson.D{{Key: "$set", Value: append(set, bson.E{Key: "starts", Value: rp.take})}}
+		}
+		updates = append(updates, mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: rp.raw}}).SetUpdate(update))
+	}
+	sure := true // every write known applied
+	answered := func(err error) bool {
+		var bwe mongo.BulkWriteException
+		return (errors.As(err, &bwe) && bwe.WriteConcernError == nil) || IsDuplicateKey(err)
+	}
+	coll := c.ratePartsColl()
+	if len(updates) > 0 {
+		res, err := coll.BulkWrite(ctx, updates, options.BulkWrite().SetOrdered(false))
+		if err == nil && c.rates.afterReserve != nil {
+			err = c.rates.afterReserve()
+		}
+		switch {
+		case err == nil:
+			sure = sure && res.MatchedCount == int64(len(updates))
+		case answered(err):
+			sure = false
+		default:
+			return fmt.Errorf("queue: claim: reserve starts of %d rate partitions: %w", len(updates), err)
+		}
+	}
+	if len(inserts) > 0 {
+		_, err := coll.InsertMany(ctx, inserts, options.InsertMany().SetOrdered(false))
+		if err == nil && len(updates) == 0 && c.rates.afterReserve != nil {
+			err = c.rates.afterReserve()
+		}
+		switch {
+		case err == nil:
+		case answered(err):
+			sure = false // another claim inserted first
+		default:
+			return fmt.Errorf("queue: claim: reserve starts of %d new rate partitions: %w", len(inserts), err)
+		}
+	}
+	if sure {
+		for _, rp := range parts {
+			rp.reserved = true
+		}
+		return nil
+	}
+	// Read back which were applied: those still as this reservation wrote
+	// them. One written and then changed by another claim cannot be told
+	// from one not written: it is taken as not reserved (the rate runs
+	// under).
+	ids := make(bson.A, len(parts))
+	byID := map[string]*ratePart{}
+	for i, rp := range parts {
+		ids[i] = rp.id
+		byID[rp.id] = rp
+	}
+	cur, err := coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "res", Value: nonce}})
+	if err != nil {
+		return fmt.Errorf("queue: claim: read back the reserved rate partitions: %w", err)
+	}
+	return eachRaw(ctx, cur, func(d bson.Raw) error {
+		id, _ := d.Lookup("_id").StringValueOK()
+		if rp := byID[id]; rp != nil {
+			if tat, ok := d.Lookup("tat").TimeOK(); ok && tat.Equal(rp.newTat) {
+				rp.reserved = true
+			}
+		}
+		return nil
+	})
+}
+
+// giveBackParts gives back the starts of parts reserved and not used
+// (take - used), each only when its tat is still the one the reservation
+// wrote (one unordered bulkWrite). Best-effort: a give-back that does not
+// match is lost (the rate runs under).
+func (c *Store) giveBackParts(ctx context.Context, parts []*ratePart) {
+	var models []mongo.WriteModel
+	for _, rp := range parts {
+		n := rp.take - rp.used
+		if !rp.reserved || n <= 0 {
+			continue
+		}
+		back := ceilMs(rp.newTat.Add(-time.Duration(n) * rp.rate.interval()))
+		models = append(models, mongo.NewUpdateOneModel().
+			SetFilter(bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: rp.newTat}}).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: back}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: -n}}}}))
+	}
+	if len(models) == 0 {
+		return
+	}
+	if _, err := c.ratePartsColl().BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
+		c.log.Debug("rate partitions: giving back unused starts failed; they are lost (the rate runs under)", zap.Error(err))
+	}
+}
+
+// confirmRates adds n starts to each of names' documents, conditioned on
+// the rate as read (parted): ok is false when one no longer matched (an
+// operator changed or cleared it after this process read it).
+func (c *Store) confirmRates(ctx context.Context, names []string, parted map[string]Rate, n int) (bool, error) {
+	for _, name := range names {
+		c.rates.mu.Lock()
+		bad := c.rates.rates[name] != nil && c.rates.rates[name].badStarts
+		c.rates.mu.Unlock()
+		update := bson.D{{Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}}
+		if bad {
+			update = bson.D{{Key: "$set", Value: bson.D{{Key: "starts", Value: n}}}}
+		}
+		res, err := c.ratesColl().UpdateOne(ctx, rateFilter(name, parted[name], nil), update)
+		if err != nil {
+			c.forgetLimits()
+			return false, fmt.Errorf("queue: claim: confirm rate %s: %w", name, err)
+		}
+		if res.MatchedCount == 0 {
+			return false, nil
+		}
+		if bad {
+			c.rates.mu.Lock()
+			if s := c.rates.rates[name]; s != nil {
+				s.badStarts = false
+			}
+			c.rates.mu.Unlock()
+		}
+	}
+	return true, nil
+}
+
+// releaseRateJobs gives claimed back unstarted, attempts not counted.
+func (c *Store) releaseRateJobs(ctx context.Context, claimed []*jobs.Job) error {
+	for _, j := range claimed {
+		if err := c.Release(ctx, LeaseOf(j)); err != nil && !errors.Is(err, ErrLeaseLost) {
+			return fmt.Errorf("queue: claim: giving back the jobs of a claim under a rate: %w", err)
+		}
+	}
+	return nil
+}
+
+// CleanRatePartitions deletes up to limit documents of partitions of the
+// partitioned rates whose tat is RatePartitionIdle in the past: they hold
+// nothing a missing document does not. Each delete is conditioned on the
+// tat it read, so state that a claim wrote meanwhile is kept. The
+// reaper's pass runs it. It returns how many it deleted.
+func (c *Store) CleanRatePartitions(ctx context.Context, limit int) (int, error) {
+	if limit < 1 {
+		return 0, nil
+	}
+	cutoff := c.now().Add(-RatePartitionIdle)
+	coll := c.ratePartsColl()
+	cur, err := coll.Find(ctx, bson.D{{Key: "tat", Value: bson.D{{Key: "$lt", Value: cutoff}}}},
+		options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "tat", Value: 1}}))
+	if err != nil {
+		return 0, fmt.Errorf("queue: clean rate partitions: %w", err)
+	}
+	var models []mongo.WriteModel
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		models = append(models, mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: d.Lookup("_id")}, {Key: "tat", Value: d.Lookup("tat")}}))
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("queue: clean rate partitions: %w", err)
+	}
+	if len(models) == 0 {
+		return 0, nil
+	}
+	if c.rates.beforePartClean != nil {
+		c.rates.beforePartClean()
+	}
+	res, err := coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	if err != nil {
+		return 0, fmt.Errorf("queue: clean rate partitions: %w", err)
+	}
+	return int(res.DeletedCount), nil
+}
+
+// ratePartCounts counts the partitions of rate name under r that have a
+// document, and those of them that allow no start at t.
+func (c *Store) ratePartCounts(ctx context.Context, name string, r Rate, t time.Time) (parts, spent int, err error) {
+	coll := c.ratePartsColl()
+	n, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: ratePartIDs(name)}})
+	if err != nil {
+		return 0, 0, err
+	}
+	// None allowed at t: tat > t + (burst-1)·T.
+	full := t.Add(time.Duration(r.burst()-1) * r.interval())
+	s, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: ratePartIDs(name)}, {Key: "tat", Value: bson.D{{Key: "$gt", Value: full}}}})
+	if err != nil {
+		return 0, 0, err
+	}
+	return int(n), int(s), nil
+}
