@@ -58,7 +58,12 @@ func (s *Server) limitRows(ctx context.Context) ([]limitRow, error) {
 	now := time.Now()
 	for _, r := range rates {
 		row := limitRow{Name: r.Name, What: "rate", Waiting: waiting[r.Name], Malformed: r.Malformed}
-		if r.Malformed == "" {
+		switch {
+		case r.Malformed != "":
+		case r.Rate.By != "":
+			// Per partition: no one burst or next start to show.
+			row.Use = fmt.Sprintf("%s: %d of %d partitions spent, %d started", r.Rate, r.Spent, r.Partitions, r.Starts)
+		default:
 			burst := max(r.Rate.Burst, 1)
 			row.Use = fmt.Sprintf("%s: %d / %d of the burst used, %d started", r.Rate, r.Used, burst, r.Starts)
 			row.Bound = r.Used >= burst

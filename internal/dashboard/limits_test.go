@@ -32,6 +32,7 @@ func TestFlowControlInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	evil := `<img src=x onerror="window.pwned=1">`
 	require.NoError(t, b.q.SetPartitionLimit(b.ctx, queue.KindLimit("report"), evil, 2, "test"))
+	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("digest"), queue.Rate{N: 1, Per: time.Hour, Burst: 1, By: "customerId"}, "test"))
 	_, err = b.db.Collection(queue.DefaultLimitsCollection).InsertMany(b.ctx, []any{
 		bson.M{"_id": "rate:kind:" + evil, "rate": 1, "periodMs": 1000, "burst": 1},
 		bson.M{"_id": "rate:queue:reports", "rate": evil, "periodMs": 1000, "burst": 1},
@@ -48,6 +49,7 @@ func TestFlowControlInABrowser(t *testing.T) {
 	require.Contains(t, row("kind:mail"), "1 / 1 running binding")
 	require.Contains(t, row("kind:report"), "0 running; 2 per "+evil+": 0 of 0 partitions running full")
 	require.Contains(t, row("kind:mail"), "concurrency")
+	require.Contains(t, row("kind:digest"), "per customerId: 0 of 0 partitions spent, 0 started")
 	require.Regexp(t, `queue:mail\s+rate\s+2/h burst 2: 2 / 2 of the burst used, 5 started binding\s+in 1h\d+m\d+s`, row("queue:mail"))
 	require.Contains(t, row("queue:reports"), "malformed: limits nothing (rate is string")
 	require.Contains(t, br.text("#limits"), "kind:"+evil)

@@ -30,6 +30,10 @@ var (
 		"Starts reserved under a rate limit across every process since it was set; exported by the leader only.", []string{"limit"}, nil)
 	rateAllowedDesc = prometheus.NewDesc(Namespace+"_rate_limit_per_second",
 		"A rate limit's steady rate, in starts per second; exported by the leader only.", []string{"limit"}, nil)
+	ratePartitionsDesc = prometheus.NewDesc(Namespace+"_rate_limit_partitions",
+		"Partitions of a partitioned rate limit with state stored; exported by the leader only.", []string{"limit"}, nil)
+	ratePartitionsSpentDesc = prometheus.NewDesc(Namespace+"_rate_limit_partitions_spent",
+		"Partitions of a partitioned rate limit that allow no start now; exported by the leader only.", []string{"limit"}, nil)
 	rateBurstUsedDesc = prometheus.NewDesc(Namespace+"_rate_limit_burst_used",
 		"How much of a rate limit's burst is used (burst: no start is allowed now); exported by the leader only.", []string{"limit"}, nil)
 )
@@ -79,7 +83,7 @@ func (l *limitsRead) forget() {
 }
 
 func describeLimits(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{limitRunningDesc, limitMaxDesc, limitWaitingDesc, partitionMaxDesc, partitionsDesc, partitionsFullDesc, rateStartsDesc, rateAllowedDesc, rateBurstUsedDesc} {
+	for _, d := range []*prometheus.Desc{limitRunningDesc, limitMaxDesc, limitWaitingDesc, partitionMaxDesc, partitionsDesc, partitionsFullDesc, rateStartsDesc, rateAllowedDesc, rateBurstUsedDesc, ratePartitionsDesc, ratePartitionsSpentDesc} {
 		ch <- d
 	}
 }
@@ -119,7 +123,12 @@ func (l *limitsRead) collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(rateStartsDesc, prometheus.CounterValue, float64(x.Starts), x.Name)
 		gauge(rateAllowedDesc, prometheus.GaugeValue, float64(x.Rate.N)/x.Rate.Per.Seconds(), x.Name)
-		gauge(rateBurstUsedDesc, prometheus.GaugeValue, float64(x.Used), x.Name)
+		if x.Rate.By != "" {
+			gauge(ratePartitionsDesc, prometheus.GaugeValue, float64(x.Partitions), x.Name)
+			gauge(ratePartitionsSpentDesc, prometheus.GaugeValue, float64(x.Spent), x.Name)
+		} else {
+			gauge(rateBurstUsedDesc, prometheus.GaugeValue, float64(x.Used), x.Name)
+		}
 		gauge(limitWaitingDesc, prometheus.GaugeValue, float64(l.waiting[x.Name]), x.Name)
 	}
 }

@@ -35,6 +35,7 @@ func TestLimitGauges(t *testing.T) {
 	}
 	require.NoError(t, q.SetLimit(ctx, queue.KindLimit("k"), 3, ""))
 	require.NoError(t, q.SetPartitionLimit(ctx, queue.KindLimit("k"), "c", 4, ""))
+	require.NoError(t, q.SetRate(ctx, queue.KindLimit("p"), queue.Rate{N: 1, Per: time.Hour, Burst: 1, By: "customerId"}, ""))
 	require.NoError(t, q.SetRate(ctx, queue.KindLimit("k"), queue.Rate{N: 2, Per: time.Hour, Burst: 2}, ""))
 	_, err = db.Collection(queue.DefaultLimitsCollection).InsertOne(ctx, bson.M{"_id": "rate:kind:bad\xff", "rate": 1, "periodMs": 1000, "burst": 1})
 	require.NoError(t, err)
@@ -76,8 +77,15 @@ func TestLimitGauges(t *testing.T) {
 		require.True(t, ok, c.name)
 		require.InDelta(t, c.want, v, 1e-9, c.name)
 	}
+	v, ok := value(fams, "docket_rate_limit_partitions", "limit", "kind:p")
+	require.True(t, ok, "a partitioned rate's partitions")
+	require.Zero(t, v)
+	_, ok = value(fams, "docket_rate_limit_partitions_spent", "limit", "kind:p")
+	require.True(t, ok)
+	_, ok = value(fams, "docket_rate_limit_burst_used", "limit", "kind:p")
+	require.False(t, ok, "a partitioned rate has no one burst")
 	// Waiting is exported for the limit and for the rate: the same 3 jobs.
-	v, _ := value(fams, "docket_limit_waiting_jobs", "limit", "kind:k")
+	v, _ = value(fams, "docket_limit_waiting_jobs", "limit", "kind:k")
 	require.Equal(t, 3.0, v)
-	require.Len(t, fams["docket_rate_limit_per_second"].GetMetric(), 2, "the rate of the odd name is exported, and breaks no scrape")
+	require.Len(t, fams["docket_rate_limit_per_second"].GetMetric(), 3, "the rate of the odd name is exported (beside k's and p's), and breaks no scrape")
 }
