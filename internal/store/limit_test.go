@@ -294,7 +294,10 @@ func TestLimitConcurrentClaimersNeverExceedIt(t *testing.T) {
 	require.NoError(t, ctx.Err(), "every job ended in time")
 	require.LessOrEqual(t, maxHeld.Load(), int32(limit), "attempts held at once")
 	require.LessOrEqual(t, maxSeen.Load(), int32(limit), "running jobs of the kind sampled in the database")
-	require.Equal(t, int32(limit), maxHeld.Load(), "the limit was reached (the test can fail)")
+	// The claims raced up to the limit, or next to it on a loaded
+	// machine (2 of 3 once in six runs under -race): with the index not
+	// unique, 4 to 5 are held.
+	require.GreaterOrEqual(t, maxHeld.Load(), int32(limit-1), "the claims raced near the limit (the test can fail)")
 	require.Empty(t, slotsHeld(t, b), "no slot is left held")
 }
 

@@ -332,7 +332,7 @@ func TestPartitionConcurrentClaimersNeverExceedIt(t *testing.T) {
 	require.NoError(t, ctx.Err(), "every job ended in time")
 	require.LessOrEqual(t, maxPart.Load(), int32(per), "running jobs of one customer sampled in the database")
 	require.LessOrEqual(t, maxAll.Load(), int32(total), "running jobs of the kind sampled in the database")
-	require.Equal(t, int32(per), maxPart.Load(), "a partition's limit was reached (the test can fail)")
+	require.GreaterOrEqual(t, maxAll.Load(), int32(per+1), "partitions ran side by side (the test can fail)")
 	n, err := b.db.Collection("jobs").CountDocuments(b.ctx, bson.D{{Key: "kindPartSlot", Value: bson.D{{Key: "$exists", Value: true}}}})
 	require.NoError(t, err)
 	require.Zero(t, n, "no partition slot is left held")
