@@ -108,3 +108,11 @@ func WithCompleteReadBackHook(c *Store, f func()) *Store {
 	h.beforeCompleteReadBack = f
 	return withHooks(c, h)
 }
+
+// SetLimitRefresh sets how long the claims of c (and its copies) trust
+// the limits they last read.
+func SetLimitRefresh(c *Store, d time.Duration) {
+	c.limits.mu.Lock()
+	c.limits.refresh = d
+	c.limits.mu.Unlock()
+}
