@@ -81,6 +81,7 @@ type Worker struct {
 	mu           sync.Mutex
 	active       map[string]*run
 	beats        heartbeater // renews the leases of the running jobs (heartbeats.go)
+	ahead        successors  // jobs read ahead to hand run slots to (handoff.go)
 
 	// sweeps are the goroutines giving back the jobs of claims that
 	// returned an error; stopSweeps makes them sweep at once and end.
@@ -806,7 +807,9 @@ func (w *Worker) launch(job *jobs.Job) {
 			w.mu.Lock()
 			delete(w.active, job.ID)
 			w.mu.Unlock()
-			w.signalWake()
+			if !r.handedOn { // else its slots run the successor: nothing to claim
+				w.signalWake()
+			}
 		}()
 		w.execute(r)
 	}()

@@ -82,7 +82,7 @@ func (c *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue s
 	if c.rated(kind, queue) {
 		return nil, nil
 	}
-	if qs, _ := c.unpaused(ctx, p.Queues); len(qs) == 0 {
+	if !c.freshPauses(ctx, queue) {
 		return nil, nil
 	}
 	t := c.now()
@@ -108,6 +108,24 @@ func (c *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue s
 	return out, nil
 }
 
+// freshPauses reports whether queue is not paused as read within
+// PauseRefresh, reading the paused queues again when the last read is
+// older. A claim reads them only when its answer would pause one of its
+// queues (unpaused), or to confirm a claim that took jobs: a worker whose
+// jobs start by hand-offs claims seldom, and a hand-off needs a fresh
+// answer (it cannot give its successor back as a claim does).
+func (c *Store) freshPauses(ctx context.Context, queue string) bool {
+	p := c.pauses
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.readAt.IsZero() || time.Since(p.readAt) >= trusted(p.refresh, p.took) {
+		if c.readPauses(ctx) != nil {
+			return false
+		}
+	}
+	return !p.paused[queue]
+}
+
 // rated reports whether a rate limit applies to kind or queue.
 func (c *Store) rated(kind, queue string) bool {
 	rc := c.rates
@@ -131,8 +149,8 @@ func (c *Store) SuccessorsWanted(jobID string) bool {
 	}
 	for _, h := range hs {
 		v := r.views[h.limit]
-		if v != nil && 2*len(v.held) <= v.limit {
-			return false
+		if v == nil || 2*len(v.held) <= v.limit {
+			return false // no hand-off without a view (handoffSlots)
 		}
 	}
 	return true
@@ -300,4 +318,42 @@ func (b *completer) handedOff(l Lease) {
 	b.mu.Lock()
 	b.ofBatch(l)
 	b.mu.Unlock()
+}
+
+// HandOnFreed claims next, read ahead by ReadSuccessors, for p (p.Token
+// fresh and known to the caller) into the run slots that the job jobID
+// held until its finishing write, applied: the second try of a hand-off
+// whose successor had been taken (CompleteHandingOff returned none and no
+// error), one stamp rather than the claim's read and stamp. It returns
+// the successor claimed, nil when it was taken too or its slot was
+// (another claim got the slot first: the limit holds either way), and
+// ErrNoHandoff, sending nothing, where a hand-off may not be made (see
+// above). On any other error next may carry p.Token: the caller gives it
+// back with ReleaseClaim(p.Token).
+func (c *Store) HandOnFreed(ctx context.Context, jobID string, next *Successor, p ClaimParams) (*jobs.Job, error) {
+	j := next.Job
+	set, ok := c.handoffSlots(jobID, j.Kind, j.Queue)
+	if !ok || p.Token == "" {
+		return nil, ErrNoHandoff
+	}
+	p.Kinds, p.Queues = []string{j.Kind}, []string{j.Queue}
+	t := c.now()
+	match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
+	match = append(match, next.asRead...)
+	stamp := claimUpdate(p, t, p.Token)
+	stamp[0].Value = append(stamp[0].Value.(bson.D), set...)
+	res, err := c.coll.UpdateOne(ctx, match, stamp)
+	switch {
+	case err == nil && res.MatchedCount == 1:
+		stampClaim(j, p, t, p.Token)
+		c.limits.loads.handedOn(jobID, j.ID)
+		return j, nil
+	case err == nil:
+		return nil, nil
+	case IsDuplicateKey(err) || isTypeMismatch(err):
+		c.limits.loads.forget()
+		return nil, nil
+	}
+	c.limits.loads.forget()
+	return nil, fmt.Errorf("queue: hand the run slots of job %s on: %w", jobID, err)
 }

@@ -103,12 +103,13 @@ func TestHandoffCompletesAndClaimsInOneCommand(t *testing.T) {
 }
 
 // TestHandoffSuccessorTakenMeanwhile: a successor another worker claimed
-// after it was read matches nothing: the job is completed, its slot
-// freed, and the caller's next claim takes it.
+// after it was read matches nothing: the job is completed and its slot
+// freed; HandOnFreed stamps another successor into it, and once that one
+// ends, the caller's next claim takes it.
 func TestHandoffSuccessorTakenMeanwhile(t *testing.T) {
 	b := setup(t)
 	s := store.Of(b.q)
-	a, succ := handoffSetup(t, b, s, 2)
+	a, succ := handoffSetup(t, b, s, 3)
 	// Another worker claims succ[0] and gives it back: it is available
 	// again, but not as read (its updatedAt moved).
 	_, err := b.db.Collection("jobs").UpdateOne(b.ctx, bson.D{{Key: "_id", Value: succ[0].Job.ID}},
@@ -120,7 +121,24 @@ func TestHandoffSuccessorTakenMeanwhile(t *testing.T) {
 	require.Equal(t, jobs.StateSucceeded, b.get(t, a.ID).State)
 	require.Equal(t, jobs.StateAvailable, b.get(t, succ[0].Job.ID).State)
 	require.Empty(t, slotsHeld(t, b))
-	s.RunEnded(a.ID)
+
+	// One more stamp hands the freed slot to another successor read
+	// ahead; a taken one matches nothing.
+	got, err = s.HandOnFreed(b.ctx, a.ID, succ[0], handoffParams("handoff-2"))
+	require.NoError(t, err)
+	require.Nil(t, got, "still not as read")
+	got, err = s.HandOnFreed(b.ctx, a.ID, succ[1], handoffParams("handoff-3"))
+	require.NoError(t, err)
+	require.NotNil(t, got)
+	require.Equal(t, succ[1].Job.ID, got.ID)
+	require.Equal(t, "handoff-3", b.get(t, got.ID).LeaseToken)
+	require.Equal(t, []string{got.ID}, runningOfK(t, b))
+	require.True(t, s.HoldsRunSlot(got.ID))
+	require.False(t, s.HoldsRunSlot(a.ID))
+	_, err = s.HandOnFreed(b.ctx, a.ID, succ[0], handoffParams("handoff-4"))
+	require.ErrorIs(t, err, store.ErrNoHandoff, "a's slots went to got")
+	require.NoError(t, s.Complete(b.ctx, store.LeaseOf(got)))
+	s.RunEnded(got.ID)
 	next, err := s.Claim(b.ctx, claimAll)
 	require.NoError(t, err)
 	require.NotNil(t, next)
