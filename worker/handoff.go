@@ -81,8 +81,8 @@ func (s *successors) pool(k successorKey) *successorPool {
 // drop removes the candidates read too long ago, and forgets the handed
 // jobs as old. s.mu is held.
 func (p *successorPool) drop(now time.Time) {
-	for len(p.cands) > 0 && now.Sub(p.cands[0].ReadAt) >= successorMaxAge {
-		p.cands = p.cands[1:]
+	if now.Sub(p.readAt) >= successorMaxAge {
+		p.cands = nil
 	}
 	for id, at := range p.handed {
 		if now.Sub(at) >= successorMaxAge {
@@ -92,9 +92,13 @@ func (p *successorPool) drop(now time.Time) {
 }
 
 // readWindow is how many candidates a read ahead asks for when running
-// jobs of the pool run here: one for each, and as many more, so that
-// workers reading at once rarely offer the same job.
-func readWindow(running int) int { return 4*running + 4 }
+// jobs of the pool run here: on a server that sorts the available jobs
+// for every such read (devdb's does, in Go), a read of many costs what a
+// read of few does, while each read is a command all others wait behind;
+// and the more there are, the less often two workers offer the same one.
+// So a read asks for what the pool's jobs take in successorMaxAge or
+// more, up to store.MaxSuccessors.
+func readWindow(running int) int { return max(8*running+8, store.MaxSuccessors) }
 
 // readAhead registers r's job, which has started, as a run of its kind
 // and queue, and when it holds run slots of a limit that binds, reads
@@ -117,10 +121,10 @@ func (w *Worker) readAhead(r *run) (done func()) {
 		s.mu.Unlock()
 	}
 	p.drop(time.Now())
-	// Enough read lately: one for each job here and as many more, read
-	// within a handler's time (what others take meanwhile makes a
-	// hand-off miss).
-	fresh := len(p.cands) >= 2*p.running && time.Since(p.readAt) < w.handler.mean()
+	// Enough read lately: two for each job here and one more, read
+	// within half of successorMaxAge (what others take meanwhile makes a
+	// hand-off miss, which costs a stamp of another).
+	fresh := len(p.cands) > 2*p.running && time.Since(p.readAt) < successorMaxAge/2
 	if p.reading || fresh || !w.q.SuccessorsWanted(job.ID) || w.claimingCtx.Err() != nil {
 		return done
 	}
@@ -153,8 +157,9 @@ func (w *Worker) readAhead(r *run) (done func()) {
 
 // takeSuccessor returns a job read ahead of kind and queue to hand run
 // slots to, nil when there is none: one picked at random among those of
-// the highest priority read, up to a read's window, so that two workers
-// that read the same jobs rarely offer the same.
+// the highest priority read, so that two workers that read the same jobs
+// rarely offer the same (jobs of one priority start in claim order only
+// roughly, within a read's window, as with a spread claim).
 func (w *Worker) takeSuccessor(k successorKey) *store.Successor {
 	s := &w.ahead
 	s.mu.Lock()
@@ -166,7 +171,7 @@ func (w *Worker) takeSuccessor(k successorKey) *store.Successor {
 		return nil
 	}
 	top := 1
-	for top < len(p.cands) && top < readWindow(p.running) && p.cands[top].Job.Priority == p.cands[0].Job.Priority {
+	for top < len(p.cands) && p.cands[top].Job.Priority == p.cands[0].Job.Priority {
 		top++
 	}
 	i := rand.IntN(top)

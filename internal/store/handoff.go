@@ -56,8 +56,16 @@ type Successor struct {
 	asRead bson.D
 }
 
+// The comments on the commands of hand-offs, which name them in a
+// server's logs and profiler (and to docket's bench, which counts a
+// hand-off as one completion, not as the two jobs its reply counts).
+const (
+	SuccessorsComment = "docket: read successors"
+	HandoffComment    = "docket: complete and hand on"
+)
+
 // MaxSuccessors bounds the candidates one ReadSuccessors reads.
-const MaxSuccessors = 32
+const MaxSuccessors = 64
 
 // ReadSuccessors reads, in claim order, up to n available jobs of kind in
 // queue that p could claim now, when a job of kind in queue may hand its
@@ -86,7 +94,7 @@ func (c *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue s
 		return nil, nil
 	}
 	t := c.now()
-	cur, err := c.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(n)))
+	cur, err := c.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(n)).SetComment(SuccessorsComment))
 	if err != nil {
 		return nil, fmt.Errorf("queue: read successors: %w", err)
 	}
@@ -154,6 +162,18 @@ func (c *Store) SuccessorsWanted(jobID string) bool {
 		}
 	}
 	return true
+}
+
+// refreshForHandoff reads the limits and the paused queues again when
+// the last reads are too old for a hand-off of a job of kind in queue
+// (a command on the limits or queues collection about once a second, in
+// place of the claim's two on the jobs that a hand-off refused for it
+// would cost). A failed read leaves them old: the hand-off is not made.
+func (c *Store) refreshForHandoff(ctx context.Context, p ClaimParams, kind, queue string) {
+	p.Kinds, p.Queues = []string{kind}, []string{queue}
+	if _, _, err := c.limitsFor(ctx, p); err == nil {
+		c.freshPauses(ctx, queue)
+	}
 }
 
 // handoffSlots returns the slot fields that a job of kind in queue, which
@@ -246,6 +266,7 @@ var ErrNoHandoff = errors.New("queue: no run slot hand-off now")
 // which reads back a completion already applied.
 func (c *Store) CompleteHandingOff(ctx context.Context, l Lease, next *Successor, p ClaimParams) (*jobs.Job, error) {
 	j := next.Job
+	c.refreshForHandoff(ctx, p, j.Kind, j.Queue)
 	set, ok := c.handoffSlots(l.JobID, j.Kind, j.Queue)
 	if !ok || p.Token == "" {
 		return nil, ErrNoHandoff
@@ -261,7 +282,7 @@ func (c *Store) CompleteHandingOff(ctx context.Context, l Lease, next *Successor
 	stamp := claimUpdate(p, t, p.Token)
 	stamp[0].Value = append(stamp[0].Value.(bson.D), set...)
 	res, err := c.coll.BulkWrite(ctx, []mongo.WriteModel{end, mongo.NewUpdateOneModel().SetFilter(match).SetUpdate(stamp)},
-		options.BulkWrite().SetOrdered(true))
+		options.BulkWrite().SetOrdered(true).SetComment(HandoffComment))
 	if err == nil {
 		err = c.lostFinishReply("handoff")
 	}
@@ -332,6 +353,7 @@ func (b *completer) handedOff(l Lease) {
 // back with ReleaseClaim(p.Token).
 func (c *Store) HandOnFreed(ctx context.Context, jobID string, next *Successor, p ClaimParams) (*jobs.Job, error) {
 	j := next.Job
+	c.refreshForHandoff(ctx, p, j.Kind, j.Queue)
 	set, ok := c.handoffSlots(jobID, j.Kind, j.Queue)
 	if !ok || p.Token == "" {
 		return nil, ErrNoHandoff
