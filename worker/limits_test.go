@@ -201,3 +201,51 @@ func runUnderBindingLimit(t *testing.T, n int, handoff bool) (perJob float64, ha
 	})
 	return perJob, handed
 }
+
+// TestLimitStoppingWorkerHandsNothingOn: a worker that stops while a job
+// holding the run slot of a binding limit runs lets that job finish and
+// records it, but hands its slot to no successor: a stop means no new
+// jobs. The jobs read ahead are left available, their attempts not
+// counted.
+func TestLimitStoppingWorkerHandsNothingOn(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("k"), 1, "test"))
+	_, err := store.Of(b.q).Collection().Database().Collection(queue.DefaultLimitsCollection).UpdateOne(b.ctx,
+		bson.D{{Key: "_id", Value: queue.KindLimit("k")}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "limitSetAt", Value: time.Now().Add(-time.Hour)}}}})
+	require.NoError(t, err)
+	started := make(chan string, 10)
+	release := make(chan struct{})
+	b.handle(t, "k", func(_ context.Context, j *jobs.Job) error {
+		started <- j.ID
+		<-release
+		return nil
+	}, jobs.KindOptions{})
+	ids := make([]string, 4)
+	for i := range ids {
+		ids[i] = b.enqueue(t, "k", bson.M{"i": i}, queue.InsertOpts{})
+	}
+	w := b.start(t, worker.Config{Concurrency: 4})
+	first := <-started
+	// Let the read ahead land: the successors are known when the stop
+	// comes.
+	time.Sleep(300 * time.Millisecond)
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Stop(context.Background()) }()
+	require.Eventually(t, func() bool { return b.logs.FilterMessage("worker stopping").Len() > 0 }, 5*time.Second, 5*time.Millisecond)
+	close(release)
+	require.NoError(t, <-stopped)
+	b.waitState(t, first, jobs.StateSucceeded)
+	handed, _, _, _ := worker.HandoffCounts(w)
+	require.Zero(t, handed)
+	for _, id := range ids {
+		if id == first {
+			continue
+		}
+		j, err := b.q.Get(b.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, jobs.StateAvailable, j.State, "no job started after the stop")
+		require.Zero(t, j.Attempt)
+	}
+	require.Len(t, started, 0)
+}
