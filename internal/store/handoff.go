@@ -25,6 +25,9 @@ import (
 // one candidate, matched on its id, the claim filter and its attempt and
 // updatedAt as read (as stampLimited stamps), setting the slots the first
 // write frees. The candidate is then claimed with no further round trip.
+// When it had been taken since it was read (its stamp matches nothing),
+// HandOnFreed stamps another into the freed slots: one round trip, not a
+// claim's two.
 //
 // The limit is kept by the unique index on the slots, not by the first
 // write's fence: the stamp takes the slot values the ending job held, so
@@ -38,7 +41,8 @@ import (
 // A hand-off is made only where a claim would give the candidate the very
 // slots the ending job frees: the candidate is of the same kind and queue
 // (so the same limits apply), no rate applies to them (a start would need
-// a reservation, rate.go), its queue is not paused as last read, and the
+// a reservation, rate.go), its queue is not paused as read within
+// PauseRefresh, and the
 // limits and the views of their run slots (runload.go) are as trusted as
 // a claim from a view requires: read lately, under the limit as it is
 // now, with no slot held at or above it (a lowered limit is never kept
