@@ -57,11 +57,12 @@ type successorKey struct{ kind, queue string }
 // successorPool is the read ahead of one kind and queue.
 type successorPool struct {
 	cands   []*store.Successor
-	running int       // jobs of it running here and holding run slots
-	reading bool      // a read is on its way
-	readAt  time.Time // when the last read was sent
+	running int           // jobs of it running here and holding run slots
+	reading bool          // a read is on its way
+	readAt  time.Time     // when the last read's reply came
+	took    time.Duration // how long the last read took
 	// handed are the jobs offered a slot lately, by id, left out of the
-	// reads that follow until successorMaxAge.
+	// reads that follow until maxAge.
 	handed map[string]time.Time
 }
 
@@ -81,7 +82,7 @@ func (s *successors) pool(k successorKey) *successorPool {
 // drop removes the candidates read too long ago, and forgets the handed
 // jobs as old. s.mu is held.
 func (p *successorPool) drop(now time.Time) {
-	if now.Sub(p.readAt) >= successorMaxAge {
+	if now.Sub(p.readAt) >= p.maxAge() {
 		p.cands = nil
 	}
 	for id, at := range p.handed {
@@ -90,6 +91,12 @@ func (p *successorPool) drop(now time.Time) {
 		}
 	}
 }
+
+// maxAge is how long the jobs of the pool's last read are offered slots:
+// successorMaxAge, or four times what the read took when that is longer
+// (a server that sorts a big backlog for each read: reading again sooner
+// would keep it sorting).
+func (p *successorPool) maxAge() time.Duration { return max(successorMaxAge, 4*p.took) }
 
 // readWindow is how many candidates a read ahead asks for when running
 // jobs of the pool run here: on a server that sorts the available jobs
@@ -122,9 +129,11 @@ func (w *Worker) readAhead(r *run) (done func()) {
 	}
 	p.drop(time.Now())
 	// Enough read lately: two for each job here and one more, read
-	// within half of successorMaxAge (what others take meanwhile makes a
-	// hand-off miss, which costs a stamp of another).
-	fresh := len(p.cands) > 2*p.running && time.Since(p.readAt) < successorMaxAge/2
+	// within half of maxAge (what others take meanwhile makes a hand-off
+	// miss, which costs a stamp of another); and a read that took long
+	// is not followed by another within as long, drained or not.
+	since := time.Since(p.readAt)
+	fresh := (len(p.cands) > 2*p.running && since < p.maxAge()/2) || since < p.took
 	if p.reading || fresh || !w.q.SuccessorsWanted(job.ID) || w.claimingCtx.Err() != nil {
 		return done
 	}
@@ -144,7 +153,7 @@ func (w *Worker) readAhead(r *run) (done func()) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		p.reading = false
-		p.readAt = sent
+		p.readAt, p.took = time.Now(), time.Since(sent)
 		p.cands = p.cands[:0]
 		for _, c := range got {
 			if _, ok := p.handed[c.Job.ID]; !ok {
