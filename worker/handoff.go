@@ -25,6 +25,10 @@ import (
 // the successor) leaves the completion as it was: the freed slot goes to
 // the dispatcher's next claim.
 
+// slowProbe: a read ahead slower than the handlers it serves is made
+// again only after slowProbe times as long.
+const slowProbe = 10
+
 // handOnTries is how many more successors read ahead a completion that
 // freed its slot (its successor taken) stamps into it, one at a time,
 // before leaving the slot to the dispatcher's claim.
@@ -132,8 +136,14 @@ func (w *Worker) readAhead(r *run) (done func()) {
 	// within half of maxAge (what others take meanwhile makes a hand-off
 	// miss, which costs a stamp of another); and a read that took long
 	// is not followed by another within as long, drained or not.
+	// A read that takes longer than a handler runs is not ahead of
+	// anything, and on a server that runs one command at a time (devdb
+	// sorting a big backlog) it holds back every other, hand-offs
+	// included: read again only every slowProbe reads' time, to see
+	// whether reads got fast.
 	since := time.Since(p.readAt)
-	fresh := (len(p.cands) > 2*p.running && since < p.maxAge()/2) || since < p.took
+	fresh := (len(p.cands) > 2*p.running && since < p.maxAge()/2) || since < p.took ||
+		(p.took > w.handler.mean() && since < slowProbe*p.took)
 	if p.reading || fresh || !w.q.SuccessorsWanted(job.ID) || w.claimingCtx.Err() != nil {
 		return done
 	}
