@@ -18,8 +18,8 @@ import (
 // limit that binds, a job's run slot goes to the next job of its limit in
 // the round trip of its finishing write, and that job starts on the
 // ending job's goroutine, with no claim between them. While a job holding
-// run slots runs, the worker keeps a few jobs of its kind and queue read
-// ahead; when the job succeeds, its completion claims one of them into the
+// run slots runs, the worker keeps up to readWindow jobs of its kind and
+// queue read ahead; when the job succeeds, its completion claims one of them into the
 // slots it frees. Anything that does not fit (no candidate, the limit far
 // from full, a rate, a paused queue, the worker stopping, no run slot for
 // the successor) leaves the completion as it was: the freed slot goes to
@@ -102,14 +102,13 @@ func (p *successorPool) drop(now time.Time) {
 // would keep it sorting).
 func (p *successorPool) maxAge() time.Duration { return max(successorMaxAge, 4*p.took) }
 
-// readWindow is how many candidates a read ahead asks for when running
-// jobs of the pool run here: on a server that sorts the available jobs
-// for every such read (devdb's does, in Go), a read of many costs what a
-// read of few does, while each read is a command all others wait behind;
-// and the more there are, the less often two workers offer the same one.
-// So a read asks for what the pool's jobs take in successorMaxAge or
-// more, up to store.MaxSuccessors.
-func readWindow(running int) int { return max(8*running+8, store.MaxSuccessors) }
+// readWindow is how many candidates a read ahead asks for: on a server
+// that sorts the available jobs for every such read (devdb's does, in
+// Go), a read of many costs what a read of few does, while each read is
+// a command all others wait behind; and the more there are, the less
+// often two workers offer the same one. So a read asks for the most,
+// store.MaxSuccessors, and is made seldom (see readAhead).
+const readWindow = store.MaxSuccessors
 
 // readAhead registers r's job, which has started, as a run of its kind
 // and queue, and when it holds run slots of a limit that binds, reads
@@ -135,20 +134,20 @@ func (w *Worker) readAhead(r *run) (done func()) {
 	// Enough read lately: two for each job here and one more, read
 	// within half of maxAge (what others take meanwhile makes a hand-off
 	// miss, which costs a stamp of another); and a read that took long
-	// is not followed by another within as long, drained or not.
-	// A read that takes longer than a handler runs is not ahead of
-	// anything, and on a server that runs one command at a time (devdb
-	// sorting a big backlog) it holds back every other, hand-offs
-	// included: read again only every slowProbe reads' time, to see
-	// whether reads got fast.
-	since := time.Since(p.readAt)
+	// is not followed by another within as long, drained or not. A read
+	// that takes longer than a handler runs is not ahead of anything,
+	// and on a server that runs one command at a time (devdb sorting a
+	// big backlog) it holds back every other, hand-offs included: it is
+	// made again only every slowProbe reads' time, to see whether reads
+	// got fast.
+	since, handler := time.Since(p.readAt), w.handler.mean()
 	fresh := (len(p.cands) > 2*p.running && since < p.maxAge()/2) || since < p.took ||
-		(p.took > w.handler.mean() && since < slowProbe*p.took)
+		(handler > 0 && p.took > handler && since < slowProbe*p.took)
 	if p.reading || fresh || !w.q.SuccessorsWanted(job.ID) || w.claimingCtx.Err() != nil {
 		return done
 	}
 	p.reading = true
-	n := readWindow(p.running)
+	n := readWindow
 	w.running.Add(1) // r's own is held: a stop waits for this read too
 	go func() {
 		defer w.running.Done()

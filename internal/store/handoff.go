@@ -285,7 +285,14 @@ func (c *Store) CompleteHandingOff(ctx context.Context, l Lease, next *Successor
 	match = append(match, next.asRead...)
 	stamp := claimUpdate(p, t, p.Token)
 	stamp[0].Value = append(stamp[0].Value.(bson.D), set...)
-	res, err := c.coll.BulkWrite(ctx, []mongo.WriteModel{end, mongo.NewUpdateOneModel().SetFilter(match).SetUpdate(stamp)},
+	// The reply counts the documents matched, not which: a third write
+	// that matches the successor only once it carries p.Token, fresh to
+	// this call, counts the stamp twice, so that the count tells the
+	// completion alone (1) from the stamp alone (2). It changes nothing.
+	witness := mongo.NewUpdateOneModel().
+		SetFilter(bson.D{{Key: "_id", Value: j.ID}, {Key: "leaseToken", Value: p.Token}}).
+		SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "leaseToken", Value: p.Token}}}})
+	res, err := c.coll.BulkWrite(ctx, []mongo.WriteModel{end, mongo.NewUpdateOneModel().SetFilter(match).SetUpdate(stamp), witness},
 		options.BulkWrite().SetOrdered(true).SetComment(HandoffComment))
 	if err == nil {
 		err = c.lostFinishReply("handoff")
@@ -294,24 +301,27 @@ func (c *Store) CompleteHandingOff(ctx context.Context, l Lease, next *Successor
 	ours := func(w *written) bool { return w.State == jobs.StateSucceeded && w.LeaseToken == l.Token }
 	var bwe mongo.BulkWriteException
 	switch {
-	case err == nil && res.MatchedCount == 2:
+	case err == nil && res.MatchedCount == 3:
 		stampClaim(j, p, t, p.Token)
 		c.limits.loads.handedOn(l.JobID, j.ID)
 		return j, nil
+	case err == nil && res.MatchedCount == 1:
+		return nil, nil // completed; the successor was taken since it was read
 	case err == nil && res.MatchedCount == 0:
 		// The lease was lost, and the successor taken since it was read.
 		return nil, c.unlessWritten(ctx, "complete", l, lost, ours)
 	case err == nil:
-		// One of the two matched: the successor tells which.
+		// The stamp alone (or a count no write of this call explains:
+		// the successor, read back, tells whether it is ours). The lease
+		// was lost (reaped, which freed the slot), and the successor took
+		// the free slot, as any claim could have.
 		got, rerr := c.readBack(ctx, []*jobs.Job{j}, p.Token)
 		if rerr != nil {
 			return nil, fmt.Errorf("queue: complete job %s handing its run slots on: %w", l.JobID, rerr)
 		}
 		if len(got) == 0 {
-			return nil, nil // completed; the successor was taken since it was read
+			return nil, c.unlessWritten(ctx, "complete", l, lost, ours)
 		}
-		// The lease was lost (reaped, which freed the slot), and the
-		// successor took the free slot, as any claim could have.
 		c.limits.loads.handedOn(l.JobID, got[0].ID)
 		return got[0], c.unlessWritten(ctx, "complete", l, lost, ours)
 	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0 && bwe.WriteErrors[0].Index == 1:
