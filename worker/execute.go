@@ -29,6 +29,7 @@ type run struct {
 	executing bool // holds a run slot
 	freed     bool // its held slot was given up (freeSlots)
 	writing   bool // holds a writing slot
+	handedOn  bool // its run slots went to a successor it started (handoff.go)
 }
 
 // settle claims the right to make the job's final write; only the first
@@ -68,6 +69,7 @@ func (w *Worker) execute(r *run) {
 	var elapsed time.Duration
 	var failure string // the error recorded for a failed attempt
 	w.obs.Started(job)
+	defer w.readAhead(r)() // handoff.go
 	defer func() { w.obs.Finished(endedJob(job, observed, failure), observed, elapsed) }()
 	h, opts, ok := w.reg.Lookup(job.Kind)
 	if !ok { // cannot happen: claims only match registered kinds
@@ -126,7 +128,7 @@ func (w *Worker) execute(r *run) {
 	switch {
 	case err == nil:
 		outcome, observed = "succeeded", OutcomeSucceeded
-		write = func(ctx context.Context) error { return w.q.Complete(store.WithResult(ctx, set.Result()), r.lease) }
+		write = w.completeWrite(r, set.Result) // handoff.go
 	case errors.As(err, &cancelled):
 		// The handler's own decision, whatever ended its context.
 		outcome, observed = "cancelled by its handler", OutcomeCancelled

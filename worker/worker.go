@@ -82,6 +82,7 @@ type Worker struct {
 	active       map[string]*run
 	plimits      processLimits // the jobs held per process limit, under mu (processlimits.go)
 	beats        heartbeater   // renews the leases of the running jobs (heartbeats.go)
+	ahead        successors    // jobs read ahead to hand run slots to (handoff.go)
 
 	// sweeps are the goroutines giving back the jobs of claims that
 	// returned an error; stopSweeps makes them sweep at once and end.
@@ -820,7 +821,9 @@ func (w *Worker) launch(job *jobs.Job) {
 			delete(w.active, job.ID)
 			w.plimits.release(job)
 			w.mu.Unlock()
-			w.signalWake()
+			if !r.handedOn { // else its slots run the successor: nothing to claim
+				w.signalWake()
+			}
 		}()
 		w.execute(r)
 	}()

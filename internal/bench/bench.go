@@ -71,6 +71,12 @@ type Options struct {
 	// its jobs at once per worker process (default 4).
 	LedgerTransfers, LedgerHot, LedgerCold, LedgerConcurrency int
 
+	// LimitJobs is the backlog of the limits run's binding burn-down;
+	// LimitFor, when set, measures it for that long rather than until it
+	// is drained (a backlog of thousands runs for minutes at 50 jobs/s).
+	LimitJobs int
+	LimitFor  time.Duration
+
 	// The heartbeats run: HeartbeatJobs jobs of HeartbeatSleep each, all at
 	// once on one process, with a lease and heartbeat interval of their own.
 	HeartbeatJobs     int
@@ -141,6 +147,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.Sleep, "sleep", 100*time.Millisecond, "how long a scaling job's handler sleeps")
 	fs.IntVar(&o.SleepConcurrency, "sleep-concurrency", 1, "jobs at once per worker process in scaling runs")
 	fs.IntVar(&o.SleepClaimBatch, "sleep-claim-batch", 1, "claim batch of the scaling runs")
+	fs.IntVar(&o.LimitJobs, "limit-jobs", limitBindingJobs, "backlog of the limits run's binding burn-down")
+	fs.DurationVar(&o.LimitFor, "limit-for", 0, "measure the limits run's binding burn-down this long rather than until drained (0: until drained)")
 	fs.IntVar(&o.LedgerTransfers, "ledger-transfers", DefaultLedgerTransfers, "transfers per row of the ledger run (ledger and two-phase, hot and cold)")
 	fs.IntVar(&o.LedgerHot, "ledger-hot", DefaultLedgerHot, "accounts of the ledger run's hot rows")
 	fs.IntVar(&o.LedgerCold, "ledger-cold", DefaultLedgerCold, "accounts of the ledger run's cold rows")
@@ -305,6 +313,9 @@ type bencher struct {
 	client *mongo.Client
 	log    io.Writer
 	stamp  string
+	// window, when set, ends a burn-down after that long, its jobs/s
+	// counted over the jobs completed by then.
+	window time.Duration
 }
 
 // freshDB returns an empty database for one run: devdb's claims scan the
@@ -416,6 +427,10 @@ func (b *bencher) burnDownWith(ctx context.Context, name string, n, procs, concu
 	}
 	start := time.Now()
 	for completed(ps) < int64(n) {
+		if b.window > 0 && time.Since(start) >= b.window {
+			n = int(completed(ps))
+			break
+		}
 		if time.Since(start) > 10*time.Minute {
 			stopAll(ps)
 			return nil, fmt.Errorf("%d of %d jobs completed after 10 min", completed(ps), n)
@@ -508,8 +523,15 @@ func (b *bencher) limits(ctx context.Context) (*LimitsBench, error) {
 		return nil, err
 	}
 	r.Limit, r.SleepMs = limitBinding, int(limitSleep/time.Millisecond)
-	if r.Binding, err = b.burnDownLimited(ctx, "limit-binding", limitBindingJobs, 2, 10, defaultClaimBatch, "bench-sleep", SleepArgs{Ms: r.SleepMs},
-		map[string]int{queue.KindLimit("bench-sleep"): limitBinding}); err != nil {
+	backlog := b.o.LimitJobs
+	if backlog <= 0 {
+		backlog = limitBindingJobs
+	}
+	b.window = b.o.LimitFor
+	r.Binding, err = b.burnDownLimited(ctx, "limit-binding", backlog, 2, 10, defaultClaimBatch, "bench-sleep", SleepArgs{Ms: r.SleepMs},
+		map[string]int{queue.KindLimit("bench-sleep"): limitBinding})
+	b.window = 0
+	if err != nil {
 		return nil, err
 	}
 	r.Allowed = float64(limitBinding) * float64(time.Second) / float64(limitSleep)

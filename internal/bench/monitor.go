@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/leadership"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/event"
 )
@@ -49,6 +50,7 @@ const (
 	cmdBatchUpdate         // updates to running: a batch claim's stamp
 	cmdComplete            // update to succeeded: one or many completions
 	cmdGiveBack            // update taking a claim's attempt back: jobs given back unstarted
+	cmdHandoff             // a completion and the stamp of the successor it hands its run slots to
 )
 
 func newMonitor(jobsColl string) *monitor {
@@ -72,7 +74,7 @@ func (m *monitor) onStarted(_ context.Context, e *event.CommandStartedEvent) {
 	switch k {
 	case cmdClaim, cmdBatchFind, cmdBatchUpdate:
 		m.claimCmds.Add(1)
-	case cmdComplete:
+	case cmdComplete, cmdHandoff:
 		m.doneCmds.Add(1)
 	}
 	if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); coll == leadership.DefaultCollection {
@@ -102,6 +104,8 @@ func (m *monitor) onStarted(_ context.Context, e *event.CommandStartedEvent) {
 			coll += "/stamp"
 		case cmdComplete:
 			coll += "/complete"
+		case cmdHandoff:
+			coll += "/handoff"
 		}
 		m.names[e.RequestID] = coll
 	}
@@ -116,6 +120,12 @@ func (m *monitor) classify(e *event.CommandStartedEvent) cmdKind {
 	coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
 	if coll != m.jobsColl {
 		return cmdOther
+	}
+	switch comment, _ := e.Command.Lookup("comment").StringValueOK(); comment {
+	case store.HandoffComment:
+		return cmdHandoff
+	case store.SuccessorsComment:
+		return cmdOther // a read ahead, no claim
 	}
 	switch e.CommandName {
 	case "findAndModify":
@@ -222,6 +232,14 @@ func (m *monitor) onSucceeded(_ context.Context, e *event.CommandSucceededEvent)
 	case cmdGiveBack:
 		if n, ok := e.Reply.Lookup("n").AsInt64OK(); ok {
 			m.givenBack.Add(n)
+		}
+	case cmdHandoff:
+		// n counts the completion and the successor's stamp: one
+		// completion when either matched (a completion whose lease was
+		// lost with its successor claimed counts one too many; it takes
+		// a stalled, reaped job).
+		if n, ok := e.Reply.Lookup("n").AsInt64OK(); ok && n > 0 {
+			m.completed.Add(1)
 		}
 	}
 }

@@ -112,3 +112,11 @@ func WithCompleteReadBackHook(c *Store, f func()) *Store {
 
 // PartKey is partKey, for the tests.
 func PartKey(arg string, v bson.RawValue) string { return partKey(arg, v) }
+
+// SetLimitRefresh sets how long the claims of c (and its copies) trust
+// the limits they last read.
+func SetLimitRefresh(c *Store, d time.Duration) {
+	c.limits.mu.Lock()
+	c.limits.refresh = d
+	c.limits.mu.Unlock()
+}

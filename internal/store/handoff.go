@@ -1,0 +1,407 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
+)
+
+// Handing a run slot on: under a concurrency limit that binds, the slot
+// of a job that ends goes to the next job of its limit in the round trip
+// of the finishing write itself, rather than in the three round trips in
+// a row of the write, the next claim's read of candidates and its stamp.
+//
+// While a job holding run slots runs, its worker reads a few candidates
+// of the job's kind and queue ahead (ReadSuccessors, in claim order).
+// When the job succeeds, CompleteHandingOff sends one ordered bulkWrite:
+// the fenced finishing write that Complete sends, then the claim stamp of
+// one candidate, matched on its id, the claim filter and its attempt and
+// updatedAt as read (as stampLimited stamps), setting the slots the first
+// write frees. The candidate is then claimed with no further round trip.
+// When it had been taken since it was read (its stamp matches nothing),
+// HandOnFreed stamps another into the freed slots: one round trip, not a
+// claim's two.
+//
+// The limit is kept by the unique index on the slots, not by the first
+// write's fence: the stamp takes the slot values the ending job held, so
+// it succeeds only if no running job holds them. When the ending job's
+// lease was lost (it stalled, the reaper re-queued it, which freed its
+// slots), the stamp either takes a slot that is free, which any claim
+// could take, or is refused as a duplicate key when another claim took
+// it since. Either way no slot is held twice, and the number of running
+// jobs of the limit is the number of slots held.
+//
+// A hand-off is made only where a claim would give the candidate the very
+// slots the ending job frees: the candidate is of the same kind and queue
+// (so the same limits apply), no rate applies to them (a start would need
+// a reservation, rate.go), its queue is not paused as read within
+// PauseRefresh, and the
+// limits and the views of their run slots (runload.go) are as trusted as
+// a claim from a view requires: read lately, under the limit as it is
+// now, with no slot held at or above it (a lowered limit is never kept
+// over-full by hand-offs). Otherwise the caller completes as usual and
+// the freed slot goes to its next claim.
+
+// Successor is a job read ahead by ReadSuccessors: a candidate to take,
+// with CompleteHandingOff, the run slots of a job that ends.
+type Successor struct {
+	// Job is the candidate as read (available).
+	Job *jobs.Job
+	// ReadAt is when it was read.
+	ReadAt time.Time
+	// asRead matches its attempt and updatedAt as read.
+	asRead bson.D
+}
+
+// The comments on the commands of hand-offs, which name them in a
+// server's logs and profiler (and to docket's bench, which counts a
+// hand-off as one completion, not as the two jobs its reply counts).
+const (
+	SuccessorsComment = "docket: read successors"
+	HandoffComment    = "docket: complete and hand on"
+)
+
+// MaxSuccessors bounds the candidates one ReadSuccessors reads.
+const MaxSuccessors = 64
+
+// ReadSuccessors reads, in claim order, up to n available jobs of kind in
+// queue that p could claim now, when a job of kind in queue may hand its
+// run slots on (see above): none, and no command on the jobs, when no
+// concurrency limit applies to them, a rate does, or the queue is paused.
+// It refreshes the caches of limits and paused queues as a claim does.
+// The jobs are read whole: the one handed a slot runs without reading it
+// again.
+func (c *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue string, n int) ([]*Successor, error) {
+	n = min(n, MaxSuccessors)
+	if n < 1 {
+		return nil, nil
+	}
+	p.Kinds, p.Queues = []string{kind}, []string{queue}
+	kinds, queues, parts, err := c.limitsFor(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("queue: read successors: %w", err)
+	}
+	if len(kinds) == 0 && len(queues) == 0 || parts.any() {
+		// A partitioned limit hands nothing on: the successor's
+		// partition slot is not the one the ending job frees.
+		return nil, nil
+	}
+	if c.rated(kind, queue) {
+		return nil, nil
+	}
+	if !c.freshPauses(ctx, queue) {
+		return nil, nil
+	}
+	t := c.now()
+	cur, err := c.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(n)).SetComment(SuccessorsComment))
+	if err != nil {
+		return nil, fmt.Errorf("queue: read successors: %w", err)
+	}
+	var out []*Successor
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		var j jobs.Job
+		if bson.Unmarshal(d, &j) != nil {
+			return nil // a claim buries it
+		}
+		out = append(out, &Successor{Job: &j, ReadAt: t, asRead: bson.D{
+			{Key: "attempt", Value: rawOrNull(d, "attempt")},
+			{Key: "updatedAt", Value: rawOrNull(d, "updatedAt")},
+		}})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue: read successors: %w", err)
+	}
+	return out, nil
+}
+
+// freshPauses reports whether queue is not paused as read within
+// PauseRefresh, reading the paused queues again when the last read is
+// older. A claim reads them only when its answer would pause one of its
+// queues (unpaused), or to confirm a claim that took jobs: a worker whose
+// jobs start by hand-offs claims seldom, and a hand-off needs a fresh
+// answer (it cannot give its successor back as a claim does).
+func (c *Store) freshPauses(ctx context.Context, queue string) bool {
+	p := c.pauses
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.readAt.IsZero() || time.Since(p.readAt) >= trusted(p.refresh, p.took) {
+		if c.readPauses(ctx) != nil {
+			return false
+		}
+	}
+	return !p.paused[queue]
+}
+
+// rated reports whether a rate limit applies to kind or queue.
+func (c *Store) rated(kind, queue string) bool {
+	rc := c.rates
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.rates[KindLimit(kind)] != nil || rc.rates[QueueLimit(queue)] != nil
+}
+
+// SuccessorsWanted reports whether the job jobID, claimed by this client,
+// holds run slots of limits that are not far from full as this client
+// last saw them (runload.go): the ones where reading successors ahead
+// may pay. A limit far from full (half of it free or more) has free slots
+// for the next claim anyway, and its jobs cost no read ahead.
+func (c *Store) SuccessorsWanted(jobID string) bool {
+	r := c.limits.loads
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	hs, ok := r.holders[jobID]
+	if !ok {
+		return false
+	}
+	for _, h := range hs {
+		v := r.views[h.limit]
+		if v == nil || 2*len(v.held) <= v.limit {
+			return false // no hand-off without a view (handoffSlots)
+		}
+	}
+	return true
+}
+
+// refreshForHandoff reads the limits and the paused queues again when
+// the last reads are too old for a hand-off of a job of kind in queue
+// (a command on the limits or queues collection about once a second, in
+// place of the claim's two on the jobs that a hand-off refused for it
+// would cost). A failed read leaves them old: the hand-off is not made.
+func (c *Store) refreshForHandoff(ctx context.Context, p ClaimParams, kind, queue string) {
+	p.Kinds, p.Queues = []string{kind}, []string{queue}
+	if _, _, _, err := c.limitsFor(ctx, p); err == nil {
+		c.freshPauses(ctx, queue)
+	}
+}
+
+// handoffSlots returns the slot fields that a job of kind in queue, which
+// the job jobID holding them hands on, is stamped with, and whether the
+// hand-off may be made now (see above), with no command: the caches of
+// limits, rates and paused queues fresh and agreeing, the views of the
+// limits trusted.
+func (c *Store) handoffSlots(jobID, kind, queue string) (bson.D, bool) {
+	if c.rated(kind, queue) {
+		return nil, false
+	}
+	p := c.pauses
+	p.mu.Lock()
+	paused := p.readAt.IsZero() || time.Since(p.readAt) >= trusted(p.refresh, p.took) || p.paused[queue]
+	p.mu.Unlock()
+	if paused {
+		return nil, false
+	}
+	l := c.limits
+	l.mu.Lock()
+	if l.readAt.IsZero() || time.Since(l.readAt) >= trusted(l.refresh, l.took) {
+		l.mu.Unlock()
+		return nil, false
+	}
+	if l.parts != nil {
+		if _, ok := l.parts.kinds[kind]; ok {
+			l.mu.Unlock()
+			return nil, false // partitioned: see ReadSuccessors
+		}
+		if _, ok := l.parts.queues[queue]; ok {
+			l.mu.Unlock()
+			return nil, false
+		}
+	}
+	names := map[string]int{}
+	if n, ok := l.kinds[kind]; ok {
+		names[KindLimit(kind)] = n
+	}
+	if n, ok := l.queues[queue]; ok {
+		names[QueueLimit(queue)] = n
+	}
+	setAt := l.setAt
+	l.mu.Unlock()
+
+	r := c.limits.loads
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	hs := r.holders[jobID]
+	if len(hs) == 0 || len(hs) != len(names) {
+		return nil, false // another set of limits applies now
+	}
+	var set bson.D
+	for _, h := range hs {
+		n, ok := names[h.limit]
+		v := r.views[h.limit]
+		if !ok || h.k >= n || v == nil || v.limit != n || !v.readAt.After(setAt[h.limit].Add(2*LimitRefresh)) {
+			return nil, false
+		}
+		for slot := range v.held {
+			if slot >= n {
+				return nil, false // over a lowered limit: let it drain
+			}
+		}
+		if h.limit == KindLimit(kind) {
+			set = append(set, bson.E{Key: kindRunSlotField, Value: slotKey(kind, h.k)})
+		} else {
+			set = append(set, bson.E{Key: queueRunSlotField, Value: slotKey(queue, h.k)})
+		}
+	}
+	return set, true
+}
+
+// handedOn records that the run slots of job from went to job to (a
+// successor stamped with them): to holds them, and from no longer.
+func (r *runLoads) handedOn(from, to string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if hs, ok := r.holders[from]; ok {
+		delete(r.holders, from)
+		r.holders[to] = hs
+	}
+}
+
+// ErrNoHandoff is returned by CompleteHandingOff, before sending anything,
+// when the hand-off may not be made now: the caller completes the job as
+// usual (Complete).
+var ErrNoHandoff = errors.New("queue: no run slot hand-off now")
+
+// CompleteHandingOff marks the job l holds succeeded, as Complete does
+// (with the result ctx carries), and in the same round trip claims next,
+// read ahead by ReadSuccessors, for p (p.Token fresh and known to the
+// caller, the lease counted from before the send) into the run slots the
+// job frees. It returns the successor claimed, nil when it was not (taken
+// by another claim since it was read, or its slot taken: the slot freed
+// goes to the next claim as after Complete), and the completion's error,
+// as Complete's: nil, ErrLeaseLost, ErrOutcomeUnknown; ErrNoHandoff when
+// nothing was sent (see above). On any other error the completion's
+// outcome is not known and next may carry p.Token: the caller gives it
+// back with ReleaseClaim(p.Token) and completes again with Complete,
+// which reads back a completion already applied.
+func (c *Store) CompleteHandingOff(ctx context.Context, l Lease, next *Successor, p ClaimParams) (*jobs.Job, error) {
+	j := next.Job
+	c.refreshForHandoff(ctx, p, j.Kind, j.Queue)
+	set, ok := c.handoffSlots(l.JobID, j.Kind, j.Queue)
+	if !ok || p.Token == "" {
+		return nil, ErrNoHandoff
+	}
+	if c.completions != nil {
+		c.completions.handedOff(l)
+	}
+	p.Kinds, p.Queues = []string{j.Kind}, []string{j.Queue}
+	t := c.now()
+	end := mongo.NewUpdateOneModel().SetFilter(fence(l)).SetUpdate(finish(jobs.StateSucceeded, t, resultOf(ctx)...))
+	match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
+	match = append(match, next.asRead...)
+	stamp := claimUpdate(p, t, p.Token)
+	stamp[0].Value = append(stamp[0].Value.(bson.D), set...)
+	// The reply counts the documents matched, not which: a third write
+	// that matches the successor only once it carries p.Token, fresh to
+	// this call, counts the stamp twice, so that the count tells the
+	// completion alone (1) from the stamp alone (2). It changes nothing.
+	witness := mongo.NewUpdateOneModel().
+		SetFilter(bson.D{{Key: "_id", Value: j.ID}, {Key: "leaseToken", Value: p.Token}}).
+		SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "leaseToken", Value: p.Token}}}})
+	res, err := c.coll.BulkWrite(ctx, []mongo.WriteModel{end, mongo.NewUpdateOneModel().SetFilter(match).SetUpdate(stamp), witness},
+		options.BulkWrite().SetOrdered(true).SetComment(HandoffComment))
+	if err == nil {
+		err = c.lostFinishReply("handoff")
+	}
+	lost := fmt.Errorf("queue: complete job %s: %w", l.JobID, ErrLeaseLost)
+	ours := func(w *written) bool { return w.State == jobs.StateSucceeded && w.LeaseToken == l.Token }
+	var bwe mongo.BulkWriteException
+	switch {
+	case err == nil && res.MatchedCount == 3:
+		stampClaim(j, p, t, p.Token)
+		c.limits.loads.handedOn(l.JobID, j.ID)
+		return j, nil
+	case err == nil && res.MatchedCount == 1:
+		return nil, nil // completed; the successor was taken since it was read
+	case err == nil && res.MatchedCount == 0:
+		// The lease was lost, and the successor taken since it was read.
+		return nil, c.unlessWritten(ctx, "complete", l, lost, ours)
+	case err == nil:
+		// The stamp alone (or a count no write of this call explains:
+		// the successor, read back, tells whether it is ours). The lease
+		// was lost (reaped, which freed the slot), and the successor took
+		// the free slot, as any claim could have.
+		got, rerr := c.readBack(ctx, []*jobs.Job{j}, p.Token)
+		if rerr != nil {
+			return nil, fmt.Errorf("queue: complete job %s handing its run slots on: %w", l.JobID, rerr)
+		}
+		if len(got) == 0 {
+			return nil, c.unlessWritten(ctx, "complete", l, lost, ours)
+		}
+		c.limits.loads.handedOn(l.JobID, got[0].ID)
+		return got[0], c.unlessWritten(ctx, "complete", l, lost, ours)
+	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0 && bwe.WriteErrors[0].Index == 1:
+		// Answered: the completion was made or matched nothing, and the
+		// stamp was refused (its slot held by another claim: a duplicate
+		// key; or a candidate another app wrote badly, which a claim
+		// buries). The views of the slots are then wrong (runload.go).
+		c.limits.loads.forget()
+		c.log.Debug("run slot hand-off refused", zap.String("job_id", l.JobID), zap.String("successor", j.ID), zap.Error(err))
+		if res != nil && res.MatchedCount == 1 {
+			return nil, nil
+		}
+		return nil, c.unlessWritten(ctx, "complete", l, lost, ours)
+	case DuplicateCommand(err):
+		// The stamp's duplicate key answered as a command error
+		// (server.go): the stamp was not applied, the completion may
+		// have been.
+		c.limits.loads.forget()
+		return nil, c.unlessWritten(ctx, "complete", l, lost, ours)
+	}
+	// Not answered, or the completion refused: neither outcome is known.
+	c.limits.loads.forget()
+	return nil, fmt.Errorf("queue: complete job %s handing its run slots on: %w", l.JobID, err)
+}
+
+// handedOff counts the completion of l, made by a hand-off rather than
+// through the completer, as one of its batch's (see ofBatch).
+func (b *completer) handedOff(l Lease) {
+	b.mu.Lock()
+	b.ofBatch(l)
+	b.mu.Unlock()
+}
+
+// HandOnFreed claims next, read ahead by ReadSuccessors, for p (p.Token
+// fresh and known to the caller) into the run slots that the job jobID
+// held until its finishing write, applied: the second try of a hand-off
+// whose successor had been taken (CompleteHandingOff returned none and no
+// error), one stamp rather than the claim's read and stamp. It returns
+// the successor claimed, nil when it was taken too or its slot was
+// (another claim got the slot first: the limit holds either way), and
+// ErrNoHandoff, sending nothing, where a hand-off may not be made (see
+// above). On any other error next may carry p.Token: the caller gives it
+// back with ReleaseClaim(p.Token).
+func (c *Store) HandOnFreed(ctx context.Context, jobID string, next *Successor, p ClaimParams) (*jobs.Job, error) {
+	j := next.Job
+	c.refreshForHandoff(ctx, p, j.Kind, j.Queue)
+	set, ok := c.handoffSlots(jobID, j.Kind, j.Queue)
+	if !ok || p.Token == "" {
+		return nil, ErrNoHandoff
+	}
+	p.Kinds, p.Queues = []string{j.Kind}, []string{j.Queue}
+	t := c.now()
+	match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
+	match = append(match, next.asRead...)
+	stamp := claimUpdate(p, t, p.Token)
+	stamp[0].Value = append(stamp[0].Value.(bson.D), set...)
+	res, err := c.coll.UpdateOne(ctx, match, stamp)
+	switch {
+	case err == nil && res.MatchedCount == 1:
+		stampClaim(j, p, t, p.Token)
+		c.limits.loads.handedOn(jobID, j.ID)
+		return j, nil
+	case err == nil:
+		return nil, nil
+	case IsDuplicateKey(err) || isTypeMismatch(err):
+		c.limits.loads.forget()
+		return nil, nil
+	}
+	c.limits.loads.forget()
+	return nil, fmt.Errorf("queue: hand the run slots of job %s on: %w", jobID, err)
+}

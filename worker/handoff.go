@@ -1,0 +1,342 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/docketq/docket/internal/store"
+	"github.com/google/uuid"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/zap"
+)
+
+// Handing run slots on (internal/store/handoff.go): under a concurrency
+// limit that binds, a job's run slot goes to the next job of its limit in
+// the round trip of its finishing write, and that job starts on the
+// ending job's goroutine, with no claim between them. While a job holding
+// run slots runs, the worker keeps up to readWindow jobs of its kind and
+// queue read ahead; when the job succeeds, its completion claims one of them into the
+// slots it frees. Anything that does not fit (no candidate, the limit far
+// from full, a rate, a paused queue, the worker stopping, no run slot for
+// the successor) leaves the completion as it was: the freed slot goes to
+// the dispatcher's next claim.
+
+// slowProbe: a read ahead slower than the handlers it serves is made
+// again only after slowProbe times as long.
+const slowProbe = 10
+
+// handOnTries is how many more successors read ahead a completion that
+// freed its slot (its successor taken) stamps into it, one at a time,
+// before leaving the slot to the dispatcher's claim.
+const handOnTries = 2
+
+// successorMaxAge is how long a job read ahead is offered a slot: an
+// older read has likely been claimed by another worker since, and a stamp
+// that matches nothing costs the slot the claim round trips a hand-off
+// saves.
+const successorMaxAge = time.Second
+
+// successors are the jobs read ahead, per kind and queue, for the run
+// slots of this worker's jobs.
+type successors struct {
+	mu    sync.Mutex
+	pools map[successorKey]*successorPool
+
+	// What the completions of jobs holding run slots did: handed their
+	// slots on; sent a hand-off whose successor was taken; found no
+	// successor read ahead; or could not hand on (store.ErrNoHandoff).
+	handed, missed, empty, refused atomic.Int64
+	// off, set by tests before Start, turns hand-offs and reads ahead
+	// off.
+	off bool
+}
+
+// successorKey names the jobs that may take one another's run slots.
+type successorKey struct{ kind, queue string }
+
+// successorPool is the read ahead of one kind and queue.
+type successorPool struct {
+	cands   []*store.Successor
+	running int           // jobs of it running here and holding run slots
+	reading bool          // a read is on its way
+	readAt  time.Time     // when the last read's reply came
+	took    time.Duration // how long the last read took
+	// handed are the jobs offered a slot lately, by id, left out of the
+	// reads that follow until maxAge.
+	handed map[string]time.Time
+}
+
+// pool returns the pool of k. s.mu is held.
+func (s *successors) pool(k successorKey) *successorPool {
+	if s.pools == nil {
+		s.pools = map[successorKey]*successorPool{}
+	}
+	p := s.pools[k]
+	if p == nil {
+		p = &successorPool{handed: map[string]time.Time{}}
+		s.pools[k] = p
+	}
+	return p
+}
+
+// drop removes the candidates read too long ago, and forgets the handed
+// jobs as old. s.mu is held.
+func (p *successorPool) drop(now time.Time) {
+	if now.Sub(p.readAt) >= p.maxAge() {
+		p.cands = nil
+	}
+	for id, at := range p.handed {
+		if now.Sub(at) >= successorMaxAge {
+			delete(p.handed, id)
+		}
+	}
+}
+
+// maxAge is how long the jobs of the pool's last read are offered slots:
+// successorMaxAge, or four times what the read took when that is longer
+// (a server that sorts a big backlog for each read: reading again sooner
+// would keep it sorting).
+func (p *successorPool) maxAge() time.Duration { return max(successorMaxAge, 4*p.took) }
+
+// readWindow is how many candidates a read ahead asks for: on a server
+// that sorts the available jobs for every such read (devdb's does, in
+// Go), a read of many costs what a read of few does, while each read is
+// a command all others wait behind; and the more there are, the less
+// often two workers offer the same one. So a read asks for the most,
+// store.MaxSuccessors, and is made seldom (see readAhead).
+const readWindow = store.MaxSuccessors
+
+// readAhead registers r's job, which has started, as a run of its kind
+// and queue, and when it holds run slots of a limit that binds, reads
+// successors ahead unless enough are read already. It returns what
+// unregisters it.
+func (w *Worker) readAhead(r *run) (done func()) {
+	job := r.job
+	if w.ahead.off || !w.q.HoldsRunSlot(job.ID) {
+		return func() {}
+	}
+	k := successorKey{job.Kind, job.Queue}
+	s := &w.ahead
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pool(k)
+	p.running++
+	done = func() {
+		s.mu.Lock()
+		p.running--
+		s.mu.Unlock()
+	}
+	p.drop(time.Now())
+	// Enough read lately: two for each job here and one more, read
+	// within half of maxAge (what others take meanwhile makes a hand-off
+	// miss, which costs a stamp of another); and a read that took long
+	// is not followed by another within as long, drained or not. A read
+	// that takes longer than a handler runs is not ahead of anything,
+	// and on a server that runs one command at a time (devdb sorting a
+	// big backlog) it holds back every other, hand-offs included: it is
+	// made again only every slowProbe reads' time, to see whether reads
+	// got fast.
+	since, handler := time.Since(p.readAt), w.handler.mean()
+	fresh := (len(p.cands) > 2*p.running && since < p.maxAge()/2) || since < p.took ||
+		(handler > 0 && p.took > handler && since < slowProbe*p.took)
+	if p.reading || fresh || !w.q.SuccessorsWanted(job.ID) || w.claimingCtx.Err() != nil {
+		return done
+	}
+	p.reading = true
+	n := readWindow
+	w.running.Add(1) // r's own is held: a stop waits for this read too
+	go func() {
+		defer w.running.Done()
+		params := store.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: w.reg.Kinds(), Lease: w.cfg.Lease}
+		ctx, cancel := context.WithTimeout(context.Background(), w.bound(w.cfg.ClaimTimeout()))
+		sent := time.Now()
+		got, err := w.q.ReadSuccessors(ctx, params, k.kind, k.queue, n)
+		cancel()
+		if err != nil {
+			w.log.Debug("reading successors ahead failed", zap.Error(err))
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		p.reading = false
+		p.readAt, p.took = time.Now(), time.Since(sent)
+		p.cands = p.cands[:0]
+		for _, c := range got {
+			if _, ok := p.handed[c.Job.ID]; !ok {
+				p.cands = append(p.cands, c)
+			}
+		}
+	}()
+	return done
+}
+
+// takeSuccessor returns a job read ahead of kind and queue to hand run
+// slots to, nil when there is none: one picked at random among those of
+// the highest priority read, so that two workers that read the same jobs
+// rarely offer the same (jobs of one priority start in claim order only
+// roughly, within a read's window, as with a spread claim).
+func (w *Worker) takeSuccessor(k successorKey) *store.Successor {
+	s := &w.ahead
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pool(k)
+	now := time.Now()
+	p.drop(now)
+	if len(p.cands) == 0 {
+		return nil
+	}
+	top := 1
+	for top < len(p.cands) && p.cands[top].Job.Priority == p.cands[0].Job.Priority {
+		top++
+	}
+	i := rand.IntN(top)
+	c := p.cands[i]
+	p.cands = append(p.cands[:i:i], p.cands[i+1:]...)
+	p.handed[c.Job.ID] = now
+	return c
+}
+
+// missedSuccessor drops what was read ahead of k: a successor read in it
+// had been taken by another worker, so the rest likely were too.
+func (w *Worker) missedSuccessor(k successorKey) {
+	s := &w.ahead
+	s.mu.Lock()
+	s.pool(k).cands = nil
+	s.mu.Unlock()
+}
+
+// completeWrite returns the write that records the success of r's job,
+// with the result result returns: its first try hands the job's run slots
+// on when it can (handOff), the others (and a first that cannot) are
+// Complete.
+func (w *Worker) completeWrite(r *run, result func() bson.Raw) func(context.Context) error {
+	tried := false
+	return func(ctx context.Context) error {
+		ctx = store.WithResult(ctx, result())
+		if !tried {
+			tried = true
+			if err, sent := w.handOff(ctx, r); sent {
+				return err
+			}
+		}
+		return w.q.Complete(ctx, r.lease)
+	}
+}
+
+// handOff completes r's job handing its run slots to a successor read
+// ahead, and starts the successor claimed so. sent is false when no
+// hand-off was sent: the caller completes as usual. The error is the
+// completion's (see store.CompleteHandingOff): one that leaves it
+// unknown gives back the successor, which its stamp may have claimed,
+// and the caller's next try is a Complete, which reads back a completion
+// already applied.
+//
+// The successor is a claimed job like any other: it counts as one
+// (Observer.Claimed), is started only when it has StartMargin of lease
+// left (startable), and holds one of the dispatcher's slots (w.held),
+// taken here rather than by the dispatcher: r's, given up when its
+// handler returned, comes back to the successor (the worker may hold one
+// job over its target meanwhile, when the dispatcher took the room in
+// between). A worker that stops claiming hands nothing on.
+func (w *Worker) handOff(ctx context.Context, r *run) (err error, sent bool) {
+	job := r.job
+	if w.ahead.off || w.claimingCtx.Err() != nil || !w.q.HoldsRunSlot(job.ID) {
+		return nil, false
+	}
+	k := successorKey{job.Kind, job.Queue}
+	next := w.takeSuccessor(k)
+	if next == nil {
+		w.ahead.empty.Add(1)
+		return nil, false
+	}
+	// Only with a run slot free for it: a successor waiting for one
+	// would hold its limit's slot idle.
+	if !w.exec.TryAcquire(1) {
+		return nil, false
+	}
+	w.exec.Release(1)
+	params := store.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: w.reg.Kinds(), Lease: w.cfg.Lease, Token: uuid.NewString()}
+	start := time.Now()
+	got, err := w.q.CompleteHandingOff(ctx, r.lease, next, params)
+	if errors.Is(err, store.ErrNoHandoff) {
+		w.ahead.refused.Add(1)
+		return nil, false
+	}
+	if got == nil && err == nil {
+		// Completed, and the successor had been taken: the slot is
+		// free, and one more stamp of another successor read ahead
+		// still costs less than the claim's read and stamp.
+		w.ahead.missed.Add(1)
+		for range handOnTries {
+			next := w.takeSuccessor(k)
+			if next == nil {
+				break
+			}
+			params.Token = uuid.NewString()
+			var herr error
+			got, herr = w.q.HandOnFreed(ctx, job.ID, next, params)
+			if got != nil || herr != nil {
+				if herr != nil && !errors.Is(herr, store.ErrNoHandoff) {
+					w.giveBackSuccessor(params.Token)
+				}
+				break
+			}
+			w.ahead.missed.Add(1)
+		}
+		if got == nil {
+			w.missedSuccessor(k)
+		}
+	}
+	if got == nil {
+		if err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, store.ErrOutcomeUnknown) {
+			w.giveBackSuccessor(params.Token)
+		}
+		return err, true
+	}
+	w.ahead.handed.Add(1)
+	w.obs.Claimed(time.Since(start), 1, nil)
+	if w.startable(got) {
+		w.held.Add(1)
+		r.handedOn = true
+		w.launch(got)
+	} else {
+		w.signalWake()
+	}
+	return err, true
+}
+
+// giveBackSuccessor gives back the successor that a hand-off whose
+// outcome is unknown may have claimed under token, as the dispatcher
+// gives back the jobs of a claim that returned an error: at once, and
+// once more a claim timeout later (a write still queued on the server is
+// applied by then). A stop makes the second sweep at once.
+func (w *Worker) giveBackSuccessor(token string) {
+	w.running.Add(1) // the caller's run is held: a stop waits for this
+	go func() {
+		defer w.running.Done()
+		log := w.log.With(zap.String("lease_token", token))
+		for sweep := range 2 {
+			if sweep > 0 {
+				t := time.NewTimer(w.cfg.ClaimTimeout())
+				select {
+				case <-t.C:
+				case <-w.claimingCtx.Done():
+				}
+				t.Stop()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), w.bound(w.cfg.ClaimTimeout()))
+			n, err := w.q.ReleaseClaim(ctx, token)
+			cancel()
+			if n > 0 {
+				w.unstarted.Add(int64(n))
+				log.Warn("gave back the successor of a run slot hand-off whose reply was lost: not run, attempt not counted", zap.Int("jobs", n))
+			}
+			if err != nil {
+				log.Warn("could not give back the successor of a run slot hand-off whose reply was lost; the reaper re-queues it after its lease", zap.Error(err))
+			}
+		}
+	}()
+}
