@@ -284,8 +284,8 @@ func TestHandoffLostReply(t *testing.T) {
 // TestHandoffOnlyWhereAClaimWouldGiveTheSlot: no hand-off is sent (and
 // nothing is read ahead) when a claim would not give the successor the
 // slot the job frees: a rate on the kind, its queue paused, a successor
-// of another kind or queue, a limit lowered below the slot, a limit far
-// from full. The job is then completed as usual.
+// of another kind or queue, a partition limit on the kind, a limit lowered
+// below the slot, a limit far from full. The job is then completed as usual.
 func TestHandoffOnlyWhereAClaimWouldGiveTheSlot(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -306,6 +306,14 @@ func TestHandoffOnlyWhereAClaimWouldGiveTheSlot(t *testing.T) {
 		}},
 		{"another kind", func(t *testing.T, _ bundle, _ *store.Store, _ *jobs.Job, next *store.Successor) {
 			next.Job.Kind = "other"
+		}},
+		{"partitioned", func(t *testing.T, b bundle, s *store.Store, _ *jobs.Job, _ *store.Successor) {
+			// Set after a's claim, so a holds no partition slot: its
+			// successor would run without one.
+			require.NoError(t, b.q.SetPartitionLimit(b.ctx, queue.KindLimit("k"), "c", 1, "test"))
+			got, err := s.ReadSuccessors(b.ctx, claimAll, "k", "default", 4)
+			require.NoError(t, err)
+			require.Empty(t, got)
 		}},
 		{"lowered", func(t *testing.T, b bundle, s *store.Store, _ *jobs.Job, _ *store.Successor) {
 			require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("k"), 0, "test"))
