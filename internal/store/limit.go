@@ -394,6 +394,7 @@ func (c *Store) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map
 				continue
 			}
 			l.setAt[rl.Name] = rl.SetAt
+			l.setAt[rl.Name+partSetAtKey] = rl.PartitionSetAt
 			isKind, target, _ := ParseLimitName(rl.Name)
 			l.parts.add(isKind, target, rl)
 			switch {
@@ -496,7 +497,7 @@ func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int, p
 		}
 		load := pout[name][p]
 		if load == nil {
-			load = &partLoad{queueLoad: queueLoad{slots: map[int]bool{}}, value: v}
+			load = &partLoad{queueLoad: queueLoad{slots: map[int]bool{}}, value: v, known: true}
 			pout[name][p] = load
 		}
 		count(&load.queueLoad, partSlotTarget(target, p), slot)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -43,6 +44,9 @@ import (
 // most maxSkippedPartitions values are left out per limit; past that, a
 // claim may read candidates it cannot stamp and takes the others it read.
 // A job whose field is missing or null is in the partition of null.
+//
+// A worker's claims read the partitions from a view younger than
+// LimitRefresh when they may (see "Views of partitioned limits" below).
 
 // The job fields holding partition run slots, and their unique sparse
 // indexes' names.
@@ -161,6 +165,9 @@ func partName(name, p string) string { return name + "\x00" + p }
 type partLoad struct {
 	queueLoad
 	value bson.RawValue
+	// known: value was read (a partition this client's own claim added
+	// to a view has none).
+	known bool
 }
 
 // partSkip leaves the jobs of saturated partitions of one limit out of a
@@ -318,6 +325,9 @@ func (s *slotPicker) saturated(p ClaimParams) []partSkip {
 			if len(values) == maxSkippedPartitions {
 				break
 			}
+			if !l.known {
+				continue
+			}
 			if len(l.freeSlots(pl.n)) == 0 {
 				if l.value.Type == 0 {
 					values = append(values, nil) // missing: the partition of null
@@ -390,4 +400,141 @@ func ParsePartitionLimit(s string) (PartitionLimit, error) {
 		return PartitionLimit{}, fmt.Errorf("partition limit %q: %w", s, err)
 	}
 	return p, nil
+}
+
+// Views of partitioned limits: a worker's claims under a partitioned
+// limit trust, for LimitRefresh, what the last read of its running jobs
+// showed, kept up to date with the client's own claims and finished runs
+// (runload.go does the same for a limit's total). A view that is wrong
+// costs a refused stamp (the unique index on the partition's slots), which
+// drops every view, or a partition left out of claims for at most
+// LimitRefresh, never a job over the limit. As for totals, a view is used
+// only when its read found every running job of the limit holding a
+// partition slot and came two LimitRefresh after the partition limit was
+// set, and only by a client told of its own frees (RunEnded): a client
+// that ends attempts without telling would trust views of full partitions
+// it freed.
+
+// partSetAtKey suffixes a limit's name in runLimits.setAt for when its
+// partition limit was set.
+const partSetAtKey = "\x00partition"
+
+// partView is one partitioned limit's partitions as a claim of this client
+// last read them.
+type partView struct {
+	arg    string
+	n      int
+	readAt time.Time
+	loads  map[string]*partLoad // by partition
+}
+
+// copyPartLoads returns a copy of loads that the caller may keep while
+// the original changes.
+func copyPartLoads(loads map[string]*partLoad) map[string]*partLoad {
+	out := make(map[string]*partLoad, len(loads))
+	for p, l := range loads {
+		out[p] = &partLoad{queueLoad: queueLoad{slots: copySet(l.slots), unslotted: l.unslotted}, value: l.value, known: l.known}
+	}
+	return out
+}
+
+// partsFromViews returns the partitions' loads of the partitioned limits
+// parts from the views, or nil when one of them may not be trusted. r.mu
+// is not held.
+func (r *runLoads) partsFromViews(parts *partSpecs, setAt map[string]time.Time) map[string]map[string]*partLoad {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.told {
+		return nil
+	}
+	out := map[string]map[string]*partLoad{}
+	check := func(name string, pl partLimit) bool {
+		v := r.parts[name]
+		if v == nil || v.arg != pl.arg || v.n != pl.n || time.Since(v.readAt) >= LimitRefresh ||
+			!v.readAt.After(setAt[name+partSetAtKey].Add(2*LimitRefresh)) {
+			return false
+		}
+		out[name] = copyPartLoads(v.loads)
+		return true
+	}
+	for k, pl := range parts.kinds {
+		if !check(KindLimit(k), pl) {
+			return nil
+		}
+	}
+	for q, pl := range parts.queues {
+		if !check(QueueLimit(q), pl) {
+			return nil
+		}
+	}
+	return out
+}
+
+// storePartViews keeps a read of the partitioned limits parts, sent at
+// sent, as their views: none for a limit with a running job holding no
+// partition slot. r.mu is held.
+func (r *runLoads) storePartViews(parts *partSpecs, pload map[string]map[string]*partLoad, sent time.Time) {
+	store := func(name string, pl partLimit) {
+		for _, l := range pload[name] {
+			if l.unslotted > 0 {
+				delete(r.parts, name)
+				return
+			}
+		}
+		r.parts[name] = &partView{arg: pl.arg, n: pl.n, readAt: sent, loads: copyPartLoads(pload[name])}
+	}
+	for k, pl := range parts.kinds {
+		store(KindLimit(k), pl)
+	}
+	for q, pl := range parts.queues {
+		store(QueueLimit(q), pl)
+	}
+}
+
+// notePartTaken records in the views the partition slot value this
+// client's claim stamped in field, and returns it as the job's. r.mu is
+// held.
+func (r *runLoads) notePartTaken(field string, value any) (heldSlot, bool) {
+	s, ok := value.(string)
+	if !ok {
+		return heldSlot{}, false
+	}
+	i := strings.LastIndexByte(s, '/')
+	if i < 0 {
+		return heldSlot{}, false
+	}
+	k, err := strconv.Atoi(s[i+1:])
+	rest := s[:i]
+	j := strings.LastIndexByte(rest, '/')
+	if err != nil || k < 0 || j < 0 {
+		return heldSlot{}, false
+	}
+	target, p := rest[:j], rest[j+1:]
+	name := QueueLimit(target)
+	if field == kindPartSlotField {
+		name = KindLimit(target)
+	}
+	if v := r.parts[name]; v != nil {
+		l := v.loads[p]
+		if l == nil {
+			// Its value is not known here: a claim's filter cannot leave
+			// it out by value (saturated skips it); the picker still
+			// refuses its jobs once it is full.
+			l = &partLoad{queueLoad: queueLoad{slots: map[int]bool{}}}
+			v.loads[p] = l
+		}
+		l.slots[k] = true
+	}
+	return heldSlot{limit: partName(name, p), k: k, part: true}, true
+}
+
+// notePartFreed records in the views that h, a partition slot this
+// client's run held, is free. r.mu is held.
+func (r *runLoads) notePartFreed(h heldSlot) {
+	name, p, _ := strings.Cut(h.limit, "\x00")
+	if v := r.parts[name]; v != nil {
+		if l := v.loads[p]; l != nil {
+			delete(l.slots, h.k)
+		}
+	}
 }

@@ -337,3 +337,93 @@ func TestPartitionConcurrentClaimersNeverExceedIt(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "no partition slot is left held")
 }
+
+// setPartitionLongAgo sets a partition limit of n per args.c on kind k,
+// set an hour ago as far as the views can tell.
+func setPartitionLongAgo(t *testing.T, b bundle, n int) {
+	t.Helper()
+	require.NoError(t, b.q.SetPartitionLimit(b.ctx, queue.KindLimit("k"), "c", n, "test"))
+	_, err := b.db.Collection(queue.DefaultLimitsCollection).UpdateOne(b.ctx, bson.D{{Key: "_id", Value: "kind:k"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "partitionSetAt", Value: time.Now().Add(-time.Hour)}}}})
+	require.NoError(t, err)
+}
+
+// finds counts the finds on the jobs in cmds: a claim's candidates, and a
+// read of a limit's running jobs.
+func finds(cmds []string) int {
+	n := 0
+	for _, c := range cmds {
+		if c == "find jobs" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPartitionViews: a worker's client (told of its own frees) claims
+// under a partition limit from a view of its partitions younger than
+// LimitRefresh: its second claim sends one find (its candidates), not two;
+// a slot its own finished run freed goes to its next claim without a
+// read; a slot another client took meanwhile is refused by the index,
+// which drops the views, and the limit holds throughout.
+func TestPartitionViews(t *testing.T) {
+	b := setup(t)
+	setPartitionLongAgo(t, b, 1)
+	var ins []queue.Insert
+	for i := range 9 {
+		ins = append(ins, queue.Insert{Kind: "k", Args: bson.M{"c": []string{"a", "b", "c"}[i%3], "i": i}})
+	}
+	_, err := b.q.EnqueueMany(b.ctx, ins)
+	require.NoError(t, err)
+	_, s, cmds := monitoredStore(t, b)
+	s.RunEnded("none") // a worker's client: told of its own frees
+
+	got, err := s.ClaimBatch(b.ctx, claimAll, 2)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	before := finds(cmds())
+	require.Equal(t, 2, before, "the first claim reads the running jobs, then its candidates")
+
+	more, err := s.ClaimBatch(b.ctx, claimAll, 2)
+	require.NoError(t, err)
+	require.Len(t, more, 1, "the third customer's, the others full")
+	require.Equal(t, 1, finds(cmds())-before, "from the view: the candidates' find only")
+
+	// Its own run ends: the slot goes to its next claim, read from the
+	// view.
+	require.NoError(t, s.Complete(b.ctx, store.LeaseOf(got[0])))
+	s.RunEnded(got[0].ID)
+	before = finds(cmds())
+	next, err := s.ClaimBatch(b.ctx, claimAll, 2)
+	require.NoError(t, err)
+	require.Len(t, next, 1)
+	require.Equal(t, got[0].Args.Lookup("c").StringValue(), next[0].Args.Lookup("c").StringValue())
+	require.Equal(t, 1, finds(cmds())-before)
+
+	// Its own run ends, and another client takes the freed slot before
+	// it: its stamp from the view is refused by the index, which drops
+	// the views; the claim reads the running jobs again (more finds than
+	// a claim from a view), and the limit holds throughout.
+	other := store.Of(b.q)
+	require.NoError(t, s.Complete(b.ctx, store.LeaseOf(more[0])))
+	s.RunEnded(more[0].ID)
+	taken, err := other.ClaimBatch(b.ctx, claimAsW2, 1)
+	require.NoError(t, err)
+	require.Len(t, taken, 1, "the freed partition's next job, taken by another client")
+	require.Equal(t, "c", taken[0].Args.Lookup("c").StringValue())
+	before = finds(cmds())
+	stale, err := s.ClaimBatch(b.ctx, claimAll, 2)
+	require.NoError(t, err)
+	require.Empty(t, stale, "its view's free slot is taken: the stamp is refused")
+	require.Greater(t, finds(cmds())-before, 1, "the refused stamp sent the claim back to a read")
+	for _, n := range partRunning(t, b) {
+		require.LessOrEqual(t, n, 1)
+	}
+	// The new view knows every partition full: the next claim leaves them
+	// all out of its filter by value.
+	before = finds(cmds())
+	none, err := s.ClaimBatch(b.ctx, claimAll, 2)
+	require.NoError(t, err)
+	require.Empty(t, none)
+	require.Equal(t, 1, finds(cmds())-before)
+}

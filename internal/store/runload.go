@@ -65,6 +65,9 @@ type runLoads struct {
 	// full: the last claim under limits left one of them with no free
 	// slot; limited: limits applied to the last claim.
 	full, limited bool
+	// parts are the views of the partitioned limits (partition.go), by
+	// limit name.
+	parts map[string]*partView
 	// told: RunEnded was called, so the views know this client's own
 	// frees (a worker's client); else a view that holds a slot its user
 	// freed with a finishing write must not be trusted to be full.
@@ -82,18 +85,20 @@ type runView struct {
 
 // heldSlot is one run slot a job holds.
 type heldSlot struct {
-	limit string // its name: kind:K or queue:Q
+	limit string // its name: kind:K or queue:Q; a partition's: partName
 	k     int
+	part  bool // a partition's slot
 }
 
 func newRunLoads() *runLoads {
-	return &runLoads{views: map[string]*runView{}, holders: map[string][]heldSlot{}}
+	return &runLoads{views: map[string]*runView{}, parts: map[string]*partView{}, holders: map[string][]heldSlot{}}
 }
 
 // forget drops every view: the next claim reads.
 func (r *runLoads) forget() {
 	r.mu.Lock()
 	r.views = map[string]*runView{}
+	r.parts = map[string]*partView{}
 	r.mu.Unlock()
 }
 
@@ -110,11 +115,16 @@ func (c *Store) slotsFor(ctx context.Context, kinds, queues map[string]int, part
 		names[QueueLimit(q)] = n
 	}
 	r := c.limits.loads
-	// A partitioned limit has no views: its partitions are read by every
-	// claim (partition.go).
-	if !fresh && !parts.any() {
-		if s := r.fromViews(kinds, queues, names, k, c.limitsSetAt()); s != nil {
-			return s, nil
+	if !fresh {
+		setAt := c.limitsSetAt()
+		if s := r.fromViews(kinds, queues, names, k, setAt); s != nil {
+			if !parts.any() {
+				return s, nil
+			}
+			if pload := r.partsFromViews(parts, setAt); pload != nil {
+				s.parts, s.pload, s.pfree = parts, pload, map[string][]int{}
+				return s, nil
+			}
 		}
 	}
 	sent := time.Now()
@@ -131,6 +141,7 @@ func (c *Store) slotsFor(ctx context.Context, kinds, queues map[string]int, part
 		}
 		r.views[name] = &runView{limit: n, readAt: sent, held: copySet(l.slots)}
 	}
+	r.storePartViews(parts, pload, sent)
 	r.mu.Unlock()
 	return newSlotPicker(kinds, queues, load, parts, pload), nil
 }
@@ -202,9 +213,9 @@ func (r *runLoads) noteTaken(stamped map[string]bson.D) {
 		var hs []heldSlot
 		for _, e := range set {
 			if e.Key == kindPartSlotField || e.Key == queuePartSlotField {
-				// A partition's slot: freed as the others, kept in no
-				// view (partition.go).
-				hs = append(hs, heldSlot{})
+				if h, ok := r.notePartTaken(e.Key, e.Value); ok {
+					hs = append(hs, h)
+				}
 				continue
 			}
 			target, k, ok := parseSlot(e.Value)
@@ -272,6 +283,10 @@ func (c *Store) RunEnded(jobID string) {
 	}
 	delete(r.holders, jobID)
 	for _, h := range hs {
+		if h.part {
+			r.notePartFreed(h)
+			continue
+		}
 		if v := r.views[h.limit]; v != nil && v.held[h.k] {
 			delete(v.held, h.k)
 			v.freed = append(v.freed, h.k)
