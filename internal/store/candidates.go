@@ -31,8 +31,8 @@ import (
 // not full, its saturated partitions skipped) and on its attempt and
 // updatedAt as read, with its slots under the unique indexes. One that
 // anyone claimed, changed or removed since it was read matches nothing and
-// is dropped; when no candidate taken from the cache was stamped, the
-// claim reads as it would without it.
+// is dropped; when none of those a claim took from the cache (its window,
+// twice: cacheTakes) was stamped, the claim reads as it would without it.
 //
 // Only claim order may lag: a job that became runnable after the cache was
 // filled (inserted, retried, its runAt reached), even of a higher
@@ -74,8 +74,8 @@ type candidateCache struct {
 	took   time.Duration
 	cands  []candidate // in claim order
 
-	// hits and reads count the claims served from the cache and the
-	// reads that filled it (tests).
+	// hits counts the takes that found candidates, fills the reads that
+	// filled the cache (tests).
 	hits, fills int
 }
 
