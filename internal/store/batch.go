@@ -186,18 +186,63 @@ func isTypeMismatch(err error) bool {
 	return errors.As(err, &se) && se.HasErrorCode(errTypeMismatch)
 }
 
+// cacheTakes is how many times a claim under limits takes candidates
+// from the cache (candidates.go), each up to its window, while none it
+// took is stamped (others of this client's peers took them first),
+// before it reads.
+const cacheTakes = 2
+
 // claimBatchOnce makes one attempt of ClaimBatch. raced reports that
 // others claimed first all the candidates it found, and that there may be
 // more beyond them. With limits (s not nil), the candidates of a limit are
 // stamped one by one, each with free slots of s (limit.go).
 func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slotPicker) (claimed []*jobs.Job, raced bool, err error) {
 	t := c.now()
-	filter := claimFilter(p, t)
 	window := claimWindow
 	if p.Spread {
 		window = max(claimWindow, min(claimSpreadBlocks, claimSpreadMax/k))
 	}
-	cur, err := c.coll.Find(ctx, filter, options.Find().SetSort(claimSort).SetLimit(int64(k*window)))
+	// Under limits, candidates left by an earlier read (candidates.go)
+	// first: no read when one of them is stamped.
+	cache := s != nil && s.binds(k*window) && c.cacheable(p)
+	for range cacheTakes {
+		if !cache {
+			break
+		}
+		taken, gen := c.cands.take(p, k*window)
+		if len(taken) == 0 {
+			break
+		}
+		before := s.snapshot()
+		cands := make([]*jobs.Job, len(taken))
+		asRead := make(bson.A, len(taken))
+		for i, cd := range taken {
+			cands[i], asRead[i] = cd.job, cd.asRead
+		}
+		claimed, err := c.stampCandidates(ctx, p, t, k, cands, asRead, s)
+		if err != nil {
+			return nil, false, err
+		}
+		back := unsent(taken, s)
+		c.cands.putBack(gen, back)
+		if len(claimed) > 0 {
+			return claimed, false, nil
+		}
+		// None was stamped (taken by others since, or changed), so no
+		// slot was taken either: those sent a stamp are dropped, and the
+		// claim tries the next, or reads as without the cache.
+		s.restore(before)
+		if len(back) == len(taken) {
+			break // none could be sent a stamp: their limits are full
+		}
+	}
+	limit := k * window
+	if cache {
+		limit = max(limit, candidateWindow)
+	}
+	filter := claimFilter(p, t)
+	sent := time.Now()
+	cur, err := c.coll.Find(ctx, filter, options.Find().SetSort(claimSort).SetLimit(int64(limit)))
 	if err != nil {
 		return nil, false, fmt.Errorf("queue: claim batch: find candidates: %w", err)
 	}
@@ -205,7 +250,11 @@ func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slo
 	if err := cur.All(ctx, &docs); err != nil {
 		return nil, false, fmt.Errorf("queue: claim batch: read candidates: %w", err)
 	}
+	took := time.Since(sent)
 	if len(docs) == 0 {
+		if cache {
+			c.cands.fill(p, nil, sent, took)
+		}
 		return nil, false, nil
 	}
 
@@ -234,7 +283,42 @@ func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slo
 	if len(cands) == 0 {
 		return nil, true, nil
 	}
+	tried := min(len(cands), k*window)
+	var gen uint64
+	if cache {
+		// The candidates beyond the claim's window wait for the next
+		// claims; those within it that are sent no stamp join them.
+		rest := make([]candidate, 0, len(cands)-tried)
+		for i := tried; i < len(cands); i++ {
+			rest = append(rest, candidate{job: cands[i], asRead: asRead[i].(bson.D)})
+		}
+		gen = c.cands.fill(p, rest, sent, took)
+	}
+	claimed, err = c.stampCandidates(ctx, p, t, k, cands[:tried], asRead[:tried], s)
+	if err != nil {
+		return nil, false, err
+	}
+	if cache {
+		var back []candidate
+		for i := range tried {
+			back = append(back, candidate{job: cands[i], asRead: asRead[i].(bson.D)})
+		}
+		c.cands.putBack(gen, unsent(back, s))
+	}
+	if len(claimed) > 0 {
+		return claimed, false, nil
+	}
+	// Every block was taken. Read again only if this read was cut at its
+	// limit: otherwise it saw every runnable job, and others have them.
+	return nil, len(docs) == limit, nil
+}
 
+// stampCandidates stamps, for a batch claim with params p at t, the
+// candidates cands (read as asRead, in claim order) block of k by block,
+// until a block has a job still as read, and returns the jobs it claimed:
+// none when every block was taken. With limits (s not nil), the jobs of a
+// limit are stamped one by one with free slots of s (limit.go).
+func (c *Store) stampCandidates(ctx context.Context, p ClaimParams, t time.Time, k int, cands []*jobs.Job, asRead bson.A, s *slotPicker) ([]*jobs.Job, error) {
 	if c.betweenReadAndStamp != nil {
 		c.betweenReadAndStamp()
 	}
@@ -254,16 +338,14 @@ func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slo
 		}
 		claimed, matched, err := stamp(ctx, p, t, cands[from:to], asRead[from:to])
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		if !matched {
 			continue // another worker took this block: try the next
 		}
-		return claimed, false, nil
+		return claimed, nil
 	}
-	// Every block was taken. Read again only if this read was cut at its
-	// limit: otherwise it saw every runnable job, and others have them.
-	return nil, len(docs) == k*window, nil
+	return nil, nil
 }
 
 // stampBlock stamps, for a batch claim with params p at t, those jobs of
@@ -319,6 +401,9 @@ func (c *Store) stampUnderLimits(ctx context.Context, p ClaimParams, t time.Time
 		freeRead = append(freeRead, asRead[i])
 	}
 	if len(free) > 0 {
+		for _, j := range free {
+			s.markSent(j.ID)
+		}
 		claimed, matched, err = c.stampBlock(ctx, p, t, free, freeRead)
 		if err != nil {
 			return nil, false, err

@@ -120,3 +120,19 @@ func SetLimitRefresh(c *Store, d time.Duration) {
 	c.limits.refresh = d
 	c.limits.mu.Unlock()
 }
+
+// CandidateHits is how many claims of c took candidates from its cache
+// (candidates.go), and how many reads filled it.
+func CandidateHits(c *Store) (hits, fills int) {
+	c.cands.mu.Lock()
+	defer c.cands.mu.Unlock()
+	return c.cands.hits, c.cands.fills
+}
+
+// AgeCandidates makes the candidates c keeps for claims d older, as if
+// read d earlier.
+func AgeCandidates(c *Store, d time.Duration) {
+	c.cands.mu.Lock()
+	c.cands.readAt = c.cands.readAt.Add(-d)
+	c.cands.mu.Unlock()
+}

@@ -562,6 +562,53 @@ type slotPicker struct {
 	parts *partSpecs
 	pload map[string]map[string]*partLoad
 	pfree map[string][]int
+	// sent are the jobs of the claim sent a stamp, by id (candidates.go).
+	sent map[string]bool
+}
+
+// binds reports whether a limit of the claim has fewer than n slots free
+// (a claim of n could not take n jobs of it), or a partitioned limit
+// applies: where the claim's candidates are kept (candidates.go).
+func (s *slotPicker) binds(n int) bool {
+	if s.parts.any() {
+		return true
+	}
+	for _, f := range s.free {
+		if len(f) < n {
+			return true
+		}
+	}
+	return false
+}
+
+// markSent records that the job id is sent a stamp.
+func (s *slotPicker) markSent(id string) {
+	if s.sent == nil {
+		s.sent = map[string]bool{}
+	}
+	s.sent[id] = true
+}
+
+// pickerState is what a claim's stamps take from a slotPicker.
+type pickerState struct{ free, pfree map[string][]int }
+
+// snapshot returns the free slots of s, for restore.
+func (s *slotPicker) snapshot() pickerState {
+	return pickerState{free: cloneSlots(s.free), pfree: cloneSlots(s.pfree)}
+}
+
+// restore makes the free slots of s what snapshot returned, and forgets
+// the stamps sent since: for stamps that matched nothing, so took no slot.
+func (s *slotPicker) restore(st pickerState) {
+	s.free, s.pfree, s.sent = cloneSlots(st.free), cloneSlots(st.pfree), nil
+}
+
+func cloneSlots(m map[string][]int) map[string][]int {
+	out := make(map[string][]int, len(m))
+	for k, v := range m {
+		out[k] = slices.Clone(v)
+	}
+	return out
 }
 
 // newSlotPicker returns the picker of the limits kinds and queues with
@@ -681,6 +728,7 @@ func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, bl
 	var models []mongo.WriteModel
 	var sent []*jobs.Job
 	stamped := map[string]bson.D{}
+	before := s.snapshot()
 	for _, i := range stampOrder(p, block) {
 		j := block[i]
 		set, ok := s.take(j.Kind, j.Queue, j.Args)
@@ -688,6 +736,7 @@ func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, bl
 			continue // its limit is full
 		}
 		stamped[j.ID] = set
+		s.markSent(j.ID)
 		match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
 		match = append(match, asRead[i].(bson.D)[1:]...) // attempt and updatedAt as read
 		update := claimUpdate(p, t, p.Token)
@@ -713,7 +762,12 @@ func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, bl
 	}
 	switch {
 	case err == nil && res.MatchedCount == 0:
-		return nil, nil // all taken meanwhile
+		// All taken meanwhile: no write was made, so the slots they were
+		// given are still free, for the claim's next block.
+		sent := s.sent
+		s.restore(before)
+		s.sent = sent
+		return nil, nil
 	case err == nil: // jobs taken meanwhile: they matched nothing
 	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0:
 		// Answered: some updates were refused, a slot taken meanwhile

@@ -128,6 +128,11 @@ func (c *Store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapR
 		}
 		res = res.Add(r)
 	}
+	if res.Requeued > 0 {
+		// Jobs runnable again, likely ahead of the candidates this
+		// client keeps for its claims (candidates.go): read afresh.
+		c.cands.forget()
+	}
 	return res, nil
 }
 

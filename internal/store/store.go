@@ -49,6 +49,9 @@ type Store struct {
 	pauses *pauses
 	// limits caches the concurrency limits for claims; shared by copies.
 	limits *runLimits
+	// cands keeps candidates for claims under limits; shared by copies
+	// (candidates.go).
+	cands *candidateCache
 	// rates caches the rate limits for claims; shared by copies.
 	rates *rateCache
 
@@ -67,7 +70,7 @@ type Store struct {
 // New returns the Store of coll, whose write concern and read preference
 // are the caller's (package queue reads and writes on the primary).
 func New(coll *mongo.Collection, cfg Config) *Store {
-	return &Store{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), server: newServer(), pauses: newPauses(), limits: newRunLimits(), rates: newRateCache()}
+	return &Store{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), server: newServer(), pauses: newPauses(), limits: newRunLimits(), cands: newCandidateCache(), rates: newRateCache()}
 }
 
 // Collection returns the jobs collection, with the configured write concern.
