@@ -139,7 +139,8 @@ func TestWorkflowWithWorkersCancel(t *testing.T) {
 	}
 	res, err := b.q.CancelWorkflow(b.ctx, "wf")
 	require.NoError(t, err)
-	require.Equal(t, 1, res.Running)
+	// b1 runs, held; b2, released with it, may still be running too.
+	require.Contains(t, []int{1, 2}, res.Running)
 	close(release)
 	b.waitState(t, jobs.StateSucceeded, "wf/a", "wf/b1")
 	b.waitState(t, jobs.StateCancelled, "wf/c", "wf/d")

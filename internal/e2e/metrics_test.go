@@ -168,6 +168,9 @@ func TestWorkerServesMetricsAndProbes(t *testing.T) {
 		holder, other = 1, 0
 	}
 	require.Equal(t, ws[holder].workerID(), j.Owner)
+	// Claimed is not started: a job claimed ahead of its handler is given
+	// back at once by a stop (seen once under load). Wait for its start.
+	ws[holder].waitLog(`"job started","worker":"`+j.Owner+`","job_id":"`+long.ID+`"`, 30*time.Second)
 	ws[holder].signal(syscall.SIGTERM)
 	ws[holder].waitLog("stopping: waiting for running jobs", 30*time.Second)
 	code, body := httpGet(t, urls[holder]+"/readyz")
