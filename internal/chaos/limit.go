@@ -142,33 +142,8 @@ func (r *run) checkLimit(all []jobs.Job) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r.res.LimitJobs, r.res.LimitSamples, r.res.LimitMaxLive, r.res.LimitMaxHeld = len(l.enqueued), l.samples, l.maxLive, l.maxHeld
-	for _, p := range l.problems {
-		r.errorf("chaos: limit: the sampler saw it: %s", p)
-	}
-	if l.samples == 0 {
-		r.errorf("chaos: limit: no sample of the %s jobs succeeded during the run", limitKind)
-	}
-	for _, e := range l.errs {
-		if strings.Contains(e.err.Error(), "try again") || r.duringOutage(e.at) {
-			continue
-		}
-		r.errorf("chaos: limit: a sample failed while devdb was up: %v", e.err)
-	}
-	byID := map[string]*jobs.Job{}
-	for i := range all {
-		byID[all[i].ID] = &all[i]
-	}
-	for _, id := range l.enqueued {
-		switch j := byID[id]; {
-		case j == nil:
-			r.errorf("chaos: limit: %s job %s was enqueued but is not in the collection", limitKind, id)
-		case j.Kind != limitKind:
-			r.errorf("chaos: limit: job %s was enqueued as %s but is %s", id, limitKind, j.Kind)
-		}
-	}
-	held, err := store.Of(r.q).Collection().CountDocuments(ctx, bson.M{"$or": bson.A{
-		bson.M{"kindRunSlot": bson.M{"$exists": true}}, bson.M{"queueRunSlot": bson.M{"$exists": true}},
-	}})
+	r.checkSampled("limit", limitKind, l.samples, l.problems, l.errs, l.enqueued, all)
+	held, err := r.slotsHeld(ctx, "kindRunSlot", "queueRunSlot")
 	if err != nil || held != 0 {
 		r.errorf("chaos: limit: %d jobs still hold a run slot after the drain (%v)", held, err)
 	}
@@ -186,4 +161,44 @@ func (r *run) checkLimit(all []jobs.Job) {
 			}
 		}
 	}
+}
+
+// checkSampled checks, after the drain, what a sampler of the jobs of kind
+// (what: "limit", "partition") saw: the problems it found, that it judged
+// a sample, that no sample failed while devdb was up, and that every job
+// of kind the run enqueued is in all, as that kind.
+func (r *run) checkSampled(what, kind string, samples int, problems []string, errs []saleReadErr, enqueued []string, all []jobs.Job) {
+	for _, p := range problems {
+		r.errorf("chaos: %s: the sampler saw it: %s", what, p)
+	}
+	if samples == 0 {
+		r.errorf("chaos: %s: no sample of the %s jobs succeeded during the run", what, kind)
+	}
+	for _, e := range errs {
+		if strings.Contains(e.err.Error(), "try again") || r.duringOutage(e.at) {
+			continue
+		}
+		r.errorf("chaos: %s: a sample failed while devdb was up: %v", what, e.err)
+	}
+	byID := map[string]*jobs.Job{}
+	for i := range all {
+		byID[all[i].ID] = &all[i]
+	}
+	for _, id := range enqueued {
+		switch j := byID[id]; {
+		case j == nil:
+			r.errorf("chaos: %s: %s job %s was enqueued but is not in the collection", what, kind, id)
+		case j.Kind != kind:
+			r.errorf("chaos: %s: job %s was enqueued as %s but is %s", what, id, kind, j.Kind)
+		}
+	}
+}
+
+// slotsHeld counts the jobs holding any of the slot fields.
+func (r *run) slotsHeld(ctx context.Context, fields ...string) (int64, error) {
+	or := bson.A{}
+	for _, f := range fields {
+		or = append(or, bson.M{f: bson.M{"$exists": true}})
+	}
+	return store.Of(r.q).Collection().CountDocuments(ctx, bson.M{"$or": or})
 }

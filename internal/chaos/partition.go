@@ -265,33 +265,8 @@ func (r *run) checkPartition(all []jobs.Job) {
 	defer l.mu.Unlock()
 	r.res.PartJobs, r.res.PartSamples, r.res.PartMaxHeld = len(l.enqueued), l.samples, l.maxHeld
 	r.res.PartHotMaxLive, r.res.Partitions = l.maxLive["string "+partHot], len(l.slotOf)
-	for _, p := range l.problems {
-		r.errorf("chaos: partition: the sampler saw it: %s", p)
-	}
-	if l.samples == 0 {
-		r.errorf("chaos: partition: no sample of the %s jobs succeeded during the run", partKind)
-	}
-	for _, e := range l.errs {
-		if strings.Contains(e.err.Error(), "try again") || r.duringOutage(e.at) {
-			continue
-		}
-		r.errorf("chaos: partition: a sample failed while devdb was up: %v", e.err)
-	}
-	byID := map[string]*jobs.Job{}
-	for i := range all {
-		byID[all[i].ID] = &all[i]
-	}
-	for _, id := range l.enqueued {
-		switch j := byID[id]; {
-		case j == nil:
-			r.errorf("chaos: partition: %s job %s was enqueued but is not in the collection", partKind, id)
-		case j.Kind != partKind:
-			r.errorf("chaos: partition: job %s was enqueued as %s but is %s", id, partKind, j.Kind)
-		}
-	}
-	held, err := store.Of(r.q).Collection().CountDocuments(ctx, bson.M{"$or": bson.A{
-		bson.M{"kindPartSlot": bson.M{"$exists": true}}, bson.M{"queuePartSlot": bson.M{"$exists": true}},
-	}})
+	r.checkSampled("partition", partKind, l.samples, l.problems, l.errs, l.enqueued, all)
+	held, err := r.slotsHeld(ctx, "kindPartSlot", "queuePartSlot")
 	if err != nil || held != 0 {
 		r.errorf("chaos: partition: %d jobs still hold a partition slot after the drain (%v)", held, err)
 	}

@@ -702,17 +702,15 @@ func (s *slotPicker) take(kind, queue string, args bson.Raw) (set bson.D, ok boo
 	return set, true
 }
 
-func (s *slotPicker) pop(name string) int {
-	f := s.free[name]
-	k := f[len(f)-1]
-	s.free[name] = f[:len(f)-1]
-	return k
-}
+func (s *slotPicker) pop(name string) int { return popSlot(s.free, name) }
 
-func (s *slotPicker) popPart(key string) int {
-	f := s.pfree[key]
+func (s *slotPicker) popPart(key string) int { return popSlot(s.pfree, key) }
+
+// popSlot takes the last of the free slots free[key].
+func popSlot(free map[string][]int, key string) int {
+	f := free[key]
 	k := f[len(f)-1]
-	s.pfree[key] = f[:len(f)-1]
+	free[key] = f[:len(f)-1]
 	return k
 }
 
