@@ -474,9 +474,9 @@ func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int, p
 	}
 	if parts.any() {
 		proj = append(proj, bson.E{Key: kindPartSlotField, Value: 1}, bson.E{Key: queuePartSlotField, Value: 1})
-		// The whole args rather than the fields: two limits may name
-		// fields one of which holds the other, which a projection refuses.
-		proj = append(proj, bson.E{Key: "args", Value: 1})
+		for _, f := range parts.argPaths() {
+			proj = append(proj, bson.E{Key: "args." + f, Value: 1})
+		}
 	}
 	cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(proj))
 	if err != nil {

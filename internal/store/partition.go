@@ -289,6 +289,35 @@ func (ps *partSpecs) of(p ClaimParams) *partSpecs {
 	return out
 }
 
+// argPaths returns the args fields ps's limits are partitioned by, for a
+// projection of the running jobs: each once, and none that another of
+// them holds (a projection refuses a path and one inside it; the outer
+// one brings both).
+func (ps *partSpecs) argPaths() []string {
+	set := map[string]bool{}
+	for _, pl := range ps.kinds {
+		set[pl.arg] = true
+	}
+	for _, pl := range ps.queues {
+		set[pl.arg] = true
+	}
+	var out []string
+	for f := range set {
+		inside := false
+		for g := range set {
+			if g != f && strings.HasPrefix(f, g+".") {
+				inside = true
+				break
+			}
+		}
+		if !inside {
+			out = append(out, f)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // any reports whether ps holds a partitioned limit.
 func (ps *partSpecs) any() bool { return ps != nil && len(ps.kinds)+len(ps.queues) > 0 }
 
@@ -328,7 +357,7 @@ func (s *slotPicker) saturated(p ClaimParams) []partSkip {
 			if !l.known {
 				continue
 			}
-			if len(l.freeSlots(pl.n)) == 0 {
+			if l.count() >= pl.n { // no free slot (queueLoad.freeSlots)
 				if l.value.Type == 0 {
 					values = append(values, nil) // missing: the partition of null
 				} else {

@@ -430,3 +430,26 @@ func TestPartitionViews(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, none)
 }
+
+// TestPartitionFieldsOneInsideAnother: a kind partitioned by
+// customer.id and its queue by customer: the read of the running jobs
+// projects the outer field only (a projection refuses both), and each
+// limit holds.
+func TestPartitionFieldsOneInsideAnother(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetPartitionLimit(b.ctx, queue.KindLimit("k"), "customer.id", 1, ""))
+	require.NoError(t, b.q.SetPartitionLimit(b.ctx, queue.QueueLimit("default"), "customer", 2, ""))
+	var ins []queue.Insert
+	for i := range 6 {
+		ins = append(ins, queue.Insert{Kind: "k", Args: bson.M{"customer": bson.M{"id": i % 2}, "i": i}})
+	}
+	_, err := b.q.EnqueueMany(b.ctx, ins)
+	require.NoError(t, err)
+	s := store.Of(b.q)
+	got, err := s.ClaimBatch(b.ctx, claimAll, 6)
+	require.NoError(t, err)
+	require.Len(t, got, 2, "one per customer.id")
+	more, err := s.ClaimBatch(b.ctx, claimAll, 6)
+	require.NoError(t, err)
+	require.Empty(t, more, "read back from the running jobs: both values full")
+}
