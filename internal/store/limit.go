@@ -331,16 +331,12 @@ func runLimit(d bson.Raw) RunLimit {
 		l.Malformed = err.Error()
 		return l
 	}
-	if by := d.Lookup("partitionBy"); by.Type != 0 {
-		arg, ok := by.StringValueOK()
-		if !ok {
-			l.Malformed = fmt.Sprintf("partitionBy is %s %s, not an args field", by.Type, by)
-			return l
-		}
-		if err := ValidPartitionArg(arg); err != nil {
-			l.Malformed = err.Error()
-			return l
-		}
+	arg, bad := storedPartitionBy(d) // ratepart.go: as a rate's
+	if bad != "" {
+		l.Malformed = bad
+		return l
+	}
+	if arg != "" {
 		l.PartitionBy = arg
 		if l.PartitionLimit, l.Malformed = storedCount(d, "partitionLimit", MaxLimit); l.Malformed != "" {
 			return l
