@@ -136,3 +136,26 @@ func AgeCandidates(c *Store, d time.Duration) {
 	c.cands.readAt = c.cands.readAt.Add(-d)
 	c.cands.mu.Unlock()
 }
+
+// SkippedPartitionValues builds the partitions of kind k's limit of n per
+// args.c, each value running count jobs, and returns how many values a
+// claim's filter leaves out, per limit.
+func SkippedPartitionValues(counts map[string]int, n int) []int {
+	parts := newPartSpecs()
+	parts.kinds["k"] = partLimit{arg: "c", n: n}
+	loads := map[string]*partLoad{}
+	for v, count := range counts {
+		typ, data, _ := bson.MarshalValue(v)
+		l := &partLoad{queueLoad: queueLoad{slots: map[int]bool{}}, value: bson.RawValue{Type: typ, Value: data}, known: true}
+		for k := range count {
+			l.slots[k] = true
+		}
+		loads[v] = l
+	}
+	s := &slotPicker{parts: parts, pload: map[string]map[string]*partLoad{KindLimit("k"): loads}}
+	var out []int
+	for _, sk := range s.saturated(ClaimParams{Kinds: []string{"k"}, Queues: []string{"default"}}) {
+		out = append(out, len(sk.values))
+	}
+	return out
+}

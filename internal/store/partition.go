@@ -69,6 +69,12 @@ var runSlotFields = []string{kindRunSlotField, queueRunSlotField, kindPartSlotFi
 // claim's filter leaves out by value.
 const maxSkippedPartitions = 1000
 
+// maxSkippedValueBytes bounds a value a claim's filter leaves out: a
+// larger one (another app may write a value of up to the args' 1 MB) is
+// not sent with every claim; the picker still refuses its partition's
+// jobs while it is full.
+const maxSkippedValueBytes = 1024
+
 // MaxPartitionArgBytes bounds the name of a partition's args field.
 const MaxPartitionArgBytes = 200
 
@@ -354,7 +360,7 @@ func (s *slotPicker) saturated(p ClaimParams) []partSkip {
 			if len(values) == maxSkippedPartitions {
 				break
 			}
-			if !l.known {
+			if !l.known || len(l.value.Value) > maxSkippedValueBytes {
 				continue
 			}
 			if l.count() >= pl.n { // no free slot (queueLoad.freeSlots)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -452,4 +453,30 @@ func TestPartitionFieldsOneInsideAnother(t *testing.T) {
 	more, err := s.ClaimBatch(b.ctx, claimAll, 6)
 	require.NoError(t, err)
 	require.Empty(t, more, "read back from the running jobs: both values full")
+}
+
+// TestPartitionLargeValueIsNotSentWithClaims: a full partition whose
+// value is large (another app's 100 KB string) is not left out of the
+// claim's filter by value, so claims stay small; its jobs are still not
+// claimed while it is full.
+func TestPartitionLargeValueIsNotSentWithClaims(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetPartitionLimit(b.ctx, queue.KindLimit("k"), "c", 1, ""))
+	big := strings.Repeat("x", 100_000)
+	_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{
+		{Kind: "k", Args: bson.M{"c": big, "i": 0}}, {Kind: "k", Args: bson.M{"c": big, "i": 1}},
+		{Kind: "k", Args: bson.M{"c": "small", "i": 2}},
+	})
+	require.NoError(t, err)
+	s := store.Of(b.q)
+	got, err := s.ClaimBatch(b.ctx, claimAll, 1)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, big, got[0].Args.Lookup("c").StringValue())
+	more, err := s.ClaimBatch(b.ctx, claimAll, 5)
+	require.NoError(t, err)
+	require.Len(t, more, 1, "the small customer's; the big one is full")
+	require.Equal(t, "small", more[0].Args.Lookup("c").StringValue())
+	require.Equal(t, []int{1}, store.SkippedPartitionValues(map[string]int{"small": 1, big: 1}, 1),
+		"a full partition's large value is not sent with the claims")
 }
