@@ -1,17 +1,20 @@
 // Package devdb runs a MongoDB-protocol server for development and tests:
 // FerretDB v1 embedded with its SQLite backend, behind a wire-level front that
-// runs one command at a time.
+// runs one write at a time.
 //
 // FerretDB v1 does not make findAndModify (nor update) atomic: it reads the
 // matching documents, then writes them by _id, with nothing held in between,
 // so two concurrent claims can take the same job. docket relies on MongoDB's
-// single-document atomicity, so the front serializes commands: it reads one
+// single-document atomicity, so the front serializes writes: it reads one
 // whole request from a client connection, takes a global lock, forwards the
 // request to a FerretDB connection dedicated to that client connection, reads
-// the reply and releases the lock. Commands that only describe the server
-// (hello, isMaster) and getMore, which only reads a cursor opened under the
-// lock and on a tailable awaitData cursor waits for data up to its maxTimeMS,
-// skip the lock.
+// the reply and releases the lock. Commands that only read (find, count,
+// distinct, the list commands, an aggregate without $out or $merge) run
+// beside it, at most one per CPU (two at least) at once: a read cannot break a write's
+// atomicity, and SQLite in WAL mode reads beside a write. Commands that only
+// describe the server (hello, isMaster) and getMore, which only reads a
+// cursor and on a tailable awaitData cursor waits for data up to its
+// maxTimeMS, take neither.
 //
 // A request waiting for the lock is dropped unrun if its client closes the
 // connection, and answered MaxTimeMSExpired unrun if its maxTimeMS passes.

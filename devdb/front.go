@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 )
 
@@ -32,25 +34,75 @@ const (
 const freePerConn = 16 << 10
 
 // unlockedCommands are the commands the front forwards without taking the
-// global lock.
+// global lock or a reader's place.
 //
 // hello and isMaster only describe the server, and an awaitable hello (one
 // with maxAwaitTimeMS) may block on a server for many seconds.
 //
 // getMore only reads, from a cursor that a find, aggregate or list command
-// opened under the lock, and on a tailable awaitData cursor FerretDB waits for
-// new documents up to the getMore's maxTimeMS (1 s by default, up to 2³¹ ms),
-// holding nothing but the front's lock while it polls. The lock is there to
-// make a findAndModify's read-then-write atomic against other writes; a
-// getMore writes nothing, and FerretDB (SQLite in WAL mode) runs reads beside
-// a write, each reading documents as they were before or after it. So running
-// getMore outside the lock cannot break that atomicity.
+// opened, and on a tailable awaitData cursor FerretDB waits for new
+// documents up to the getMore's maxTimeMS (1 s by default, up to 2³¹ ms),
+// holding nothing while it polls. It writes nothing (see readOnly).
 var unlockedCommands = map[string]bool{
 	"hello":    true,
 	"isMaster": true,
 	"ismaster": true,
 	"getMore":  true,
 }
+
+// readCommands are the commands that only read documents or metadata. They
+// run beside the global lock, at most maxReaders at once (see readOnly).
+var readCommands = map[string]bool{
+	"find":            true,
+	"count":           true,
+	"distinct":        true,
+	"listIndexes":     true,
+	"listCollections": true,
+}
+
+// readOnly reports whether the command cmd, whose document is doc, only
+// reads, and so may run outside the global lock: a read command, or an
+// aggregate none of whose stages writes ($out, $merge).
+//
+// The lock is there to make a findAndModify's read-then-write atomic
+// against other writes. A command that writes nothing cannot break that,
+// and FerretDB (SQLite in WAL mode, a pool of connections) runs reads beside
+// a write, each reading the documents as they were before or after it, as
+// MongoDB's reads do. Before reads ran outside the lock, one sort of a big
+// collection (FerretDB sorts in Go: about a second per 20,000 documents)
+// held up every write, a fenced update by _id included.
+func readOnly(cmd string, doc []byte) bool {
+	if readCommands[cmd] {
+		return true
+	}
+	if cmd != "aggregate" {
+		return false
+	}
+	pipeline, ok := bson.Raw(doc).Lookup("pipeline").ArrayOK()
+	if !ok {
+		return false
+	}
+	stages, err := pipeline.Values()
+	if err != nil {
+		return false
+	}
+	for _, st := range stages {
+		d, ok := st.DocumentOK()
+		if !ok {
+			return false
+		}
+		switch firstKey(d) {
+		case "", "$out", "$merge":
+			return false
+		}
+	}
+	return true
+}
+
+// maxReaders is how many read-only commands run at once beside the lock:
+// each may hold a whole sorted collection in memory, and more than the CPUs
+// only share them.
+var maxReaders = max(2, runtime.NumCPU())
 
 var (
 	// errBackendClosed reports that the backend connection ended while the
@@ -82,8 +134,8 @@ type frontConfig struct {
 }
 
 // front accepts client connections and forwards each one's messages to a
-// backend connection of its own, running one command at a time across all
-// connections.
+// backend connection of its own, running one write at a time across all
+// connections, and reads beside it (readOnly).
 type front struct {
 	ln          net.Listener
 	backendAddr string
@@ -93,7 +145,10 @@ type front struct {
 	// lockCh is the one-command-at-a-time lock, a channel so that waiting
 	// for it can be given up: a request holds it (has sent into it) from the
 	// moment it is sent to the backend until its reply has been read back.
+	// Read-only commands do not take it; they take a place in readCh, of
+	// maxReaders places, the same way.
 	lockCh chan struct{}
+	readCh chan struct{}
 
 	// pingID numbers the pings the front itself sends; they count down from
 	// -1 so they never collide with a driver's (positive) request ids.
@@ -118,7 +173,7 @@ type front struct {
 
 	// Counters for tests and logs.
 	opened  atomic.Int64 // client connections accepted
-	queued  atomic.Int64 // requests waiting for the lock now
+	queued  atomic.Int64 // requests waiting for the lock or a reader's place now
 	dropped atomic.Int64 // requests dropped: the client left while they waited
 	expired atomic.Int64 // requests answered MaxTimeMSExpired while they waited
 
@@ -140,6 +195,7 @@ func newFront(ln net.Listener, backendAddr string, log *zap.Logger, cfg frontCon
 		log:         log,
 		cfg:         cfg,
 		lockCh:      make(chan struct{}, 1),
+		readCh:      make(chan struct{}, maxReaders),
 		conns:       make(map[*proxyConn]struct{}),
 		acceptDone:  make(chan struct{}),
 	}
@@ -475,10 +531,11 @@ func (f *front) openBackend(pc *proxyConn, log *zap.Logger) (replies <-chan mess
 	return out, stop, nil
 }
 
-// handle runs one request: it takes the lock unless req is an unlocked
-// command, then forwards req and waits for its reply. It returns the final
-// reply for the caller to write to the client once the lock is released, or
-// nil when the client expects no reply.
+// handle runs one request: it takes the lock, or a reader's place for a
+// read-only command, unless req is an unlocked command, then forwards req
+// and waits for its reply. It returns the final reply for the caller to
+// write to the client once the lock is released, or nil when the client
+// expects no reply.
 //
 // A request that waits for the lock is dropped unrun if its client closes
 // the connection meanwhile (errClientGone), and answered MaxTimeMSExpired
@@ -486,10 +543,17 @@ func (f *front) openBackend(pc *proxyConn, log *zap.Logger) (replies <-chan mess
 func (f *front) handle(pc *proxyConn, cr *bufio.Reader, req message, replies <-chan message) (message, error) {
 	received := time.Now()
 	cmd := req.commandName()
-	locked := !unlockedCommands[cmd]
+	var slot chan struct{}
+	switch {
+	case unlockedCommands[cmd]:
+	case readOnly(cmd, req.commandDoc()):
+		slot = f.readCh
+	default:
+		slot = f.lockCh
+	}
 
-	if locked {
-		finish, err := f.acquire(pc, cr, received, req.maxTime())
+	if slot != nil {
+		finish, err := f.acquire(slot, pc, cr, received, req.maxTime())
 		if errors.Is(err, errMaxTimeExpired) {
 			if req.moreToCome() {
 				return nil, nil
@@ -502,18 +566,18 @@ func (f *front) handle(pc *proxyConn, cr *bufio.Reader, req message, replies <-c
 		defer finish()
 	}
 
-	return f.roundTrip(pc, cmd, req, replies, locked)
+	return f.roundTrip(pc, cmd, req, replies, slot)
 }
 
-// acquire takes the lock for a request of pc received at the given time. If
-// the lock is busy it waits, watching the client connection: it gives up
+// acquire takes a place in slot (the lock or a reader's place) for a
+// request of pc received at the given time. If there is none free it waits, watching the client connection: it gives up
 // with errClientGone if the client closes it, and with errMaxTimeExpired if
 // maxTime (when not 0) passes. Once it has the lock it returns at once; the
 // caller calls finish after the round trip, before it reads from cr again, so
 // that ending the watcher costs the lock's holder nothing.
-func (f *front) acquire(pc *proxyConn, cr *bufio.Reader, received time.Time, maxTime time.Duration) (finish func(), err error) {
+func (f *front) acquire(slot chan struct{}, pc *proxyConn, cr *bufio.Reader, received time.Time, maxTime time.Duration) (finish func(), err error) {
 	select {
-	case f.lockCh <- struct{}{}:
+	case slot <- struct{}{}:
 		return func() {}, nil
 	default:
 	}
@@ -550,7 +614,7 @@ func (f *front) acquire(pc *proxyConn, cr *bufio.Reader, received time.Time, max
 
 	for {
 		select {
-		case f.lockCh <- struct{}{}:
+		case slot <- struct{}{}:
 			wake()
 			return func() { wait() }, nil
 
@@ -577,14 +641,15 @@ func (f *front) acquire(pc *proxyConn, cr *bufio.Reader, received time.Time, max
 }
 
 // roundTrip sends req to the backend and waits for the reply to it. When
-// locked, the caller holds the lock and roundTrip releases it.
+// slot is not nil, the caller holds a place in it (the lock or a reader's
+// place) and roundTrip releases it.
 //
-// The lock is released as soon as the reply has been read from the backend:
+// The place is released as soon as the reply has been read from the backend:
 // by then the command has finished, so the client's own reading speed never
 // holds up other clients.
-func (f *front) roundTrip(pc *proxyConn, cmd string, req message, replies <-chan message, locked bool) (message, error) {
-	if locked {
-		defer f.unlock()
+func (f *front) roundTrip(pc *proxyConn, cmd string, req message, replies <-chan message, slot chan struct{}) (message, error) {
+	if slot != nil {
+		defer func() { <-slot }()
 	}
 
 	if hook := f.testHookForward.Load(); hook != nil {

@@ -76,9 +76,9 @@ import (
 // What shapes performance without changing behaviour, for the comments
 // that mention "a server that scans": FerretDB v1 looks up by index only a
 // filter on _id alone (an equality, or an $in), evaluates every other filter
-// in Go over every document, key by key in the filter's order, and runs
-// one command at a time (devdb serialises them for single-document
-// atomicity). So docket's filters put _id first where they have it, and an
+// in Go over every document, key by key in the filter's order, and devdb
+// runs one write at a time (for single-document atomicity), reads beside
+// it. So docket's filters put _id first where they have it, and an
 // equality rather than an $in of one; both are the same plan on MongoDB.
 // FerretDB v1 also does not report an index's sparseness in listIndexes,
 // so an index made by hand is matched on its keys and uniqueness only
