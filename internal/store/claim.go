@@ -301,6 +301,9 @@ type hooks struct {
 	// beforeClean runs when Clean has read the ids of the jobs to delete,
 	// before it deletes them.
 	beforeClean func()
+	// beforeFreeStranded runs when FreeStrandedRunSlots has read the ids
+	// of the stranded jobs, before it frees their slots.
+	beforeFreeStranded func()
 }
 
 // LeaseOf returns the lease that j carries.

@@ -98,6 +98,18 @@ func WithCleanHook(c *Store, f func()) *Store {
 	return withHooks(c, h)
 }
 
+// WithFreeStrandedHook returns a Store like c whose FreeStrandedRunSlots
+// runs f after it read the ids of the stranded jobs and before it frees
+// their slots, as if the process stalled in between.
+func WithFreeStrandedHook(c *Store, f func()) *Store {
+	h := hooks{}
+	if c.hooks != nil {
+		h = *c.hooks
+	}
+	h.beforeFreeStranded = f
+	return withHooks(c, h)
+}
+
 // WithCompleteReadBackHook returns a Store like c whose CompleteMany runs
 // f after its updateMany, when not every fence matched, before it reads
 // which did.

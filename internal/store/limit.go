@@ -849,23 +849,62 @@ func (c *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (cla
 	return nil, true, nil
 }
 
+// strandedBatch bounds the stranded jobs one FreeStrandedRunSlots frees;
+// the next pass frees more.
+const strandedBatch = 1000
+
 // FreeStrandedRunSlots unsets the run slots of the jobs that hold one but
 // are not running: another application's write ended or re-queued them and
 // left the slot, which would otherwise be held forever. It also clears a
 // slot written as null, which MongoDB's sparse unique index indexes. The
 // reaper runs it every pass; it touches only such jobs. It returns how
 // many it changed.
+//
+// It finds them first with one read, then frees each slot field of those
+// found with a write by their ids, conditioned again on what made it
+// stranded: on MongoDB both are index scans of the slots' sparse indexes;
+// on a server that evaluates filters over every document (devdb) the read
+// runs beside the writes, where four updateMany passes held them all up
+// (1.6 s each at 20,000 jobs), and a pass that finds none writes nothing.
 func (c *Store) FreeStrandedRunSlots(ctx context.Context) (int, error) {
+	stranded := func(f string) bson.D {
+		return bson.D{{Key: "$or", Value: bson.A{
+			bson.D{{Key: f, Value: bson.D{{Key: "$type", Value: "null"}}}},
+			bson.D{
+				{Key: f, Value: bson.D{{Key: "$exists", Value: true}}},
+				{Key: "state", Value: bson.D{{Key: "$ne", Value: jobs.StateRunning}}},
+			},
+		}}}
+	}
+	either := make(bson.A, len(runSlotFields))
+	for i, f := range runSlotFields {
+		either[i] = stranded(f)
+	}
+	cur, err := c.coll.Find(ctx, bson.D{{Key: "$or", Value: either}},
+		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetLimit(strandedBatch))
+	if err != nil {
+		return 0, fmt.Errorf("queue: free stranded run slots: find them: %w", err)
+	}
+	var found []struct {
+		ID any `bson:"_id"`
+	}
+	if err := cur.All(ctx, &found); err != nil {
+		return 0, fmt.Errorf("queue: free stranded run slots: read them: %w", err)
+	}
+	if len(found) == 0 {
+		return 0, nil
+	}
+	ids := make(bson.A, len(found))
+	for i, d := range found {
+		ids[i] = d.ID
+	}
+	if c.hooks != nil && c.hooks.beforeFreeStranded != nil {
+		c.hooks.beforeFreeStranded()
+	}
 	n := 0
 	for _, f := range runSlotFields {
 		res, err := c.coll.UpdateMany(ctx,
-			bson.D{{Key: "$or", Value: bson.A{
-				bson.D{{Key: f, Value: bson.D{{Key: "$type", Value: "null"}}}},
-				bson.D{
-					{Key: f, Value: bson.D{{Key: "$exists", Value: true}}},
-					{Key: "state", Value: bson.D{{Key: "$ne", Value: jobs.StateRunning}}},
-				},
-			}}},
+			append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, stranded(f)...),
 			bson.D{{Key: "$unset", Value: bson.D{{Key: f, Value: ""}}}})
 		if err != nil {
 			return n, fmt.Errorf("queue: free stranded run slots: %w", err)

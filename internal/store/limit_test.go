@@ -486,6 +486,58 @@ func TestLimitsStoredAndRead(t *testing.T) {
 	require.NotNil(t, j, "the kind is no longer limited")
 }
 
+// TestLimitStrandedRunSlotsFreedOnlyWhileStranded: the reaper's
+// FreeStrandedRunSlots reads the stranded jobs, then frees their slots by
+// id. A job re-claimed while it stalled in between holds its new slot
+// (the write is conditioned again, not only on the id read); a running
+// job's slot is never touched, and one written as null is cleared.
+func TestLimitStrandedRunSlotsFreedOnlyWhileStranded(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("k"), 3, ""))
+	ids := enqueueN(t, b, 4)
+	jobsColl := b.db.Collection("jobs")
+	set := func(id string, d bson.D) {
+		t.Helper()
+		_, err := jobsColl.UpdateOne(b.ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: d}})
+		require.NoError(t, err)
+	}
+	slotOf := func(id string) bson.RawValue {
+		t.Helper()
+		raw, err := jobsColl.FindOne(b.ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+		require.NoError(t, err)
+		return raw.Lookup("kindRunSlot")
+	}
+	var running []*jobs.Job
+	for range 2 {
+		j, err := store.Of(b.q).Claim(b.ctx, claimAll)
+		require.NoError(t, err)
+		require.NotNil(t, j)
+		running = append(running, j)
+	}
+	// Another app re-queues the first with its slot left; a job not
+	// running carries a null slot.
+	set(running[0].ID, bson.D{{Key: "state", Value: "available"}})
+	set(ids[3], bson.D{{Key: "kindRunSlot", Value: nil}})
+
+	// Between the read and the frees, the re-queued job is claimed again
+	// (by a write of another app that keeps its slot, as a worker's stamp
+	// of that slot would): it is running, and its slot is held.
+	s := store.WithFreeStrandedHook(store.Of(b.q), func() {
+		set(running[0].ID, bson.D{{Key: "state", Value: "running"}})
+	})
+	n, err := s.FreeStrandedRunSlots(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "only the null slot was freed")
+	require.Equal(t, bson.TypeString, slotOf(running[0].ID).Type, "the job running again keeps its slot")
+	require.Equal(t, bson.TypeString, slotOf(running[1].ID).Type, "a running job keeps its slot")
+	require.Zero(t, slotOf(ids[3]).Type, "the null slot is gone")
+
+	// Nothing stranded: a pass changes nothing.
+	n, err = store.Of(b.q).FreeStrandedRunSlots(b.ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}
+
 // TestLimitStrandedRunSlotsAreFreed: a job another app ended or re-queued
 // with its run slot left holds it no more after FreeStrandedRunSlots.
 func TestLimitStrandedRunSlotsAreFreed(t *testing.T) {
