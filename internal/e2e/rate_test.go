@@ -46,17 +46,30 @@ func TestRateHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 		p := startWorker(t, db, "worker", args...)
 		ids[p.workerID()] = p
 	}
+	// The victim is a running job whose handler has started (written its
+	// execution): a job running in the database may also be one claimed
+	// ahead, not started yet, which the kill would leave run only once.
 	var victimJob string
 	require.Eventually(t, func() bool {
-		var j jobs.Job
-		err := db.Collection("jobs").FindOne(ctx, bson.M{"kind": "record", "state": "running"}).Decode(&j)
-		if err != nil || ids[j.Owner] == nil {
+		cur, err := db.Collection("jobs").Find(ctx, bson.M{"kind": "record", "state": "running"})
+		if err != nil {
 			return false
 		}
-		victimJob = j.ID
-		ids[j.Owner].signal(syscall.SIGKILL)
-		ids[j.Owner].wait(10 * time.Second)
-		return true
+		var running []jobs.Job
+		if cur.All(ctx, &running) != nil {
+			return false
+		}
+		started := executions(t, db)
+		for _, j := range running {
+			if ids[j.Owner] == nil || len(started[j.ID]) == 0 {
+				continue
+			}
+			victimJob = j.ID
+			ids[j.Owner].signal(syscall.SIGKILL)
+			ids[j.Owner].wait(10 * time.Second)
+			return true
+		}
+		return false
 	}, 60*time.Second, 5*time.Millisecond)
 
 	require.Eventually(t, func() bool {
