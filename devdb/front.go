@@ -100,9 +100,41 @@ func readOnly(cmd string, doc []byte) bool {
 }
 
 // maxReaders is how many read-only commands run at once beside the lock:
-// each may hold a whole sorted collection in memory, and more than the CPUs
-// only share them.
-var maxReaders = max(2, runtime.NumCPU())
+// each may hold a whole sorted collection in memory (FerretDB sorts in Go).
+// It is more than the CPUs, so that short reads are not held up behind a
+// few long sorts, but bounded, so that many clients sorting a big
+// collection at once cannot take all memory. A find by _id takes no place
+// (byID).
+var maxReaders = max(4, 2*runtime.NumCPU())
+
+// byID reports whether the find command doc has a filter on _id: devdb
+// reads only the rows such a filter names (idindex.go and the overlay's
+// pushdown), whatever the collection holds, so it runs without a reader's
+// place.
+func byID(cmd string, doc []byte) bool {
+	if cmd != "find" {
+		return false
+	}
+	filter, ok := bson.Raw(doc).Lookup("filter").DocumentOK()
+	if !ok {
+		return false
+	}
+	v, err := filter.LookupErr("_id")
+	if err != nil {
+		return false
+	}
+	switch v.Type {
+	case bson.TypeEmbeddedDocument:
+		// {_id: {$in: [...]}} or {_id: {$eq: x}} is pushed down; another
+		// operator ($gt, $exists, ...) may read every row.
+		op := firstKey(v.Document())
+		return op == "$in" || op == "$eq"
+	case bson.TypeRegex, bson.TypeUndefined:
+		return false
+	default:
+		return true
+	}
+}
 
 var (
 	// errBackendClosed reports that the backend connection ended while the
@@ -545,7 +577,7 @@ func (f *front) handle(pc *proxyConn, cr *bufio.Reader, req message, replies <-c
 	cmd := req.commandName()
 	var slot chan struct{}
 	switch {
-	case unlockedCommands[cmd]:
+	case unlockedCommands[cmd], byID(cmd, req.commandDoc()):
 	case readOnly(cmd, req.commandDoc()):
 		slot = f.readCh
 	default:

@@ -140,18 +140,21 @@ func TestReadersAreBounded(t *testing.T) {
 	})
 
 	done := make(chan error, 1)
-	go func() { done <- coll.FindOne(ctx, bson.D{{Key: "_id", Value: 1}}).Err() }()
+	go func() { done <- coll.FindOne(ctx, bson.D{{Key: "n", Value: 1}}).Err() }()
 	select {
 	case err := <-done:
 		t.Fatalf("a find was answered (err %v) while every reader's place was taken", err)
 	case <-time.After(500 * time.Millisecond):
 	}
 
-	// A write does not wait for readers.
+	// A write does not wait for readers, nor does a find by _id.
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err = connect(t, s.URI()).Database("rd").Collection("c").InsertOne(wctx, bson.D{{Key: "_id", Value: 2}})
+	other := connect(t, s.URI()).Database("rd").Collection("c")
+	_, err = other.InsertOne(wctx, bson.D{{Key: "_id", Value: 2}, {Key: "n", Value: 1}})
 	require.NoError(t, err)
+	require.NoError(t, other.FindOne(wctx, bson.D{{Key: "_id", Value: 2}}).Err())
+	require.NoError(t, other.FindOne(wctx, bson.D{{Key: "n", Value: 1}, {Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{2}}}}}).Err())
 
 	<-s.front.readCh
 	select {
@@ -200,5 +203,38 @@ func TestReadOnly(t *testing.T) {
 		{"aggregate, malformed", "aggregate", []byte{1, 2, 3}, false},
 	} {
 		require.Equal(t, c.want, readOnly(c.cmd, c.doc), c.name)
+	}
+}
+
+func TestByID(t *testing.T) {
+	find := func(filter any) []byte {
+		d := bson.D{{Key: "find", Value: "c"}}
+		if filter != nil {
+			d = append(d, bson.E{Key: "filter", Value: filter})
+		}
+		b, err := bson.Marshal(d)
+		require.NoError(t, err)
+		return b
+	}
+	for _, c := range []struct {
+		name string
+		cmd  string
+		doc  []byte
+		want bool
+	}{
+		{"equality", "find", find(bson.D{{Key: "_id", Value: "a"}}), true},
+		{"equality beside others", "find", find(bson.D{{Key: "state", Value: "x"}, {Key: "_id", Value: 7}}), true},
+		{"$in", "find", find(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{1, 2}}}}}), true},
+		{"$eq", "find", find(bson.D{{Key: "_id", Value: bson.D{{Key: "$eq", Value: 1}}}}), true},
+		{"$gt", "find", find(bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: 1}}}}), false},
+		{"a document id", "find", find(bson.D{{Key: "_id", Value: bson.D{{Key: "a", Value: 1}}}}), false},
+		{"a regex", "find", find(bson.D{{Key: "_id", Value: bson.Regex{Pattern: "a"}}}), false},
+		{"no _id", "find", find(bson.D{{Key: "state", Value: "x"}}), false},
+		{"no filter", "find", find(nil), false},
+		{"inside $or", "find", find(bson.D{{Key: "$or", Value: bson.A{bson.D{{Key: "_id", Value: 1}}}}}), false},
+		{"count", "count", find(bson.D{{Key: "_id", Value: 1}}), false},
+		{"malformed", "find", []byte{1, 2, 3}, false},
+	} {
+		require.Equal(t, c.want, byID(c.cmd, c.doc), c.name)
 	}
 }
