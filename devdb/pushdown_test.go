@@ -65,7 +65,15 @@ func TestFiltersArePushedDown(t *testing.T) {
 		{bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"a", "c", "zz"}}}}, {Key: "state", Value: "running"}}, []string{"c"}, true},
 		{bson.D{{Key: "_id", Value: oid}, {Key: "state", Value: "available"}}, []string{oid.Hex()}, true},
 		{bson.D{{Key: "_id", Value: "a"}}, []string{"a"}, true},
+		// $in of strings: equal to one, or an array holding one.
+		{bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{"available", "dead"}}}}}, []string{"7", "a", "b", "bad�", "h<&>", "l", "m", oid.Hex()}, true},
+		{bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{"x"}}}}}, []string{"b"}, true},
+		{bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{"running", "none"}}}}, {Key: "n", Value: nil}}, []string{"c"}, true},
 		// Not pushed down, still right.
+		{bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{"running", nil}}}}}, []string{"c", "d", "k"}, false},
+		{bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{"availablé", `avail"able`}}}}}, []string{"e", "j"}, false},
+		{bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{"running"}}, {Key: "$ne", Value: "x"}}}}, []string{"c"}, false},
+		{bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{}}}}}, nil, false},
 		{bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"a", 7}}}}}, []string{"7", "a"}, false},
 		{bson.D{{Key: "_id", Value: "h<&>"}}, []string{"h<&>"}, false},
 		{bson.D{{Key: "state", Value: `avail"able`}}, []string{"e"}, false},

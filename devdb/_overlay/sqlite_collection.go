@@ -4,7 +4,8 @@
 // _id was stored from a string that was not UTF-8 (see idTexts); Query and
 // Explain push down, through
 // pushdownWhere (at the end of this file), an _id equality or $in and
-// string equalities of top-level fields wherever they stand in the filter,
+// string equalities and $in of strings of top-level fields wherever they
+// stand in the filter,
 // not only a filter that is {_id} alone. The original is
 // internal/backends/sqlite/collection.go of FerretDB v1.24.0; devdb builds
 // with this file in its place (go build -overlay, see devdb/overlay.go).
@@ -559,14 +560,21 @@ func pushdownWhere(filter *types.Document) (string, []any) {
 				continue
 			}
 
-			s, ok := must.NotFail(filter.Get(k)).(string)
-			if !ok || !plainString(s) {
+			expr := fmt.Sprintf(`%s->'$.%s'`, metadata.DefaultColumn, k)
+			v := must.NotFail(filter.Get(k))
+			if s, ok := v.(string); ok && plainString(s) {
+				conds = append(conds, fmt.Sprintf(`(%s = ? OR (%s >= '[' AND %s < '\'))`, expr, expr, expr))
+				args = append(args, string(must.NotFail(sjson.MarshalSingleValue(s))))
 				continue
 			}
 
-			expr := fmt.Sprintf(`%s->'$.%s'`, metadata.DefaultColumn, k)
-			conds = append(conds, fmt.Sprintf(`(%s = ? OR (%s >= '[' AND %s < '\'))`, expr, expr, expr))
-			args = append(args, string(must.NotFail(sjson.MarshalSingleValue(s))))
+			// {k: {$in: [strings]}}: k equal to one of them, or an array
+			// (which may hold one), as for an equality.
+			if in := stringsIn(v); len(in) > 0 {
+				marks := strings.TrimSuffix(strings.Repeat("?, ", len(in)), ", ")
+				conds = append(conds, fmt.Sprintf(`(%s IN (%s) OR (%s >= '[' AND %s < '\'))`, expr, marks, expr, expr))
+				args = append(args, in...)
+			}
 		}
 	}
 
@@ -609,6 +617,31 @@ func idIn(v any) []any {
 			return nil
 		}
 		res = append(res, string(must.NotFail(sjson.MarshalSingleValue(e))))
+	}
+
+	return res
+}
+
+// stringsIn returns the JSON texts of the values of a filter {$in: [...]}
+// whose values are all strings pushdownWhere compares, or nil.
+func stringsIn(v any) []any {
+	d, ok := v.(*types.Document)
+	if !ok || d.Len() != 1 || d.Keys()[0] != "$in" {
+		return nil
+	}
+
+	a, ok := must.NotFail(d.Get("$in")).(*types.Array)
+	if !ok || a.Len() == 0 || a.Len() > 500 {
+		return nil
+	}
+
+	res := make([]any, 0, a.Len())
+	for i := 0; i < a.Len(); i++ {
+		s, ok := must.NotFail(a.Get(i)).(string)
+		if !ok || !plainString(s) {
+			return nil
+		}
+		res = append(res, string(must.NotFail(sjson.MarshalSingleValue(s))))
 	}
 
 	return res
