@@ -225,6 +225,9 @@ func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slo
 		}
 		back := unsent(taken, s)
 		c.cands.putBack(gen, back)
+		if epoch, ok := c.cands.startRefill(); ok {
+			c.refill(p, max(k*window, c.cands.window()), epoch)
+		}
 		if len(claimed) > 0 {
 			return claimed, false, nil
 		}
@@ -238,7 +241,7 @@ func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slo
 	}
 	limit := k * window
 	if cache {
-		limit = max(limit, candidateWindow)
+		limit = max(limit, c.cands.window())
 	}
 	filter := claimFilter(p, t)
 	sent := time.Now()

@@ -1,13 +1,17 @@
 package store
 
 import (
+	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
 )
 
 // Candidates kept for claims under concurrency limits that bind. A claim
@@ -45,10 +49,36 @@ import (
 // reads afresh, so no such job waits behind the cache. Claims under a
 // rate limit neither use nor fill it: their reservations are sized to
 // what they claim at once. Claims naming jobs (ratepart.go) neither.
+//
+// A read that took slowCandidateRead or longer is one of a server that
+// sorts the whole backlog for each read (devdb: about a second per 20,000
+// available jobs), where a read of many costs what a read of few does. The
+// next reads then ask for more (window: up to maxCandidateWindow), and a
+// claim that finds the cache half drained or three quarters aged starts
+// the next read in the background (refill), so that no claim waits for
+// one: the cache serves claims until it ends, aged or not, and the
+// candidates it finds replace the cache's, less those this client sent a
+// stamp meanwhile. Each such read is a sort of the backlog on that
+// server, so they are made no more often than the cache's age asks. A spread claim (ClaimParams.Spread, as workers claim)
+// takes its candidates at random among the cache's first priority, so
+// that processes holding the same candidates seldom race for the same
+// job; jobs of one priority then start in claim order only within a
+// read's window, as with spread batch claims.
 
 // candidateWindow is how many candidates a claim under limits reads at
 // least: as many as a worker's read ahead of successors (handoff.go).
 const candidateWindow = MaxSuccessors
+
+// slowCandidateRead is how long a read of candidates takes on a server
+// that sorts the backlog for each read (see above), and
+// maxCandidateWindow the most candidates a read asks for there.
+const (
+	slowCandidateRead  = 100 * time.Millisecond
+	maxCandidateWindow = 8 * candidateWindow
+)
+
+// refillTimeout bounds a read of candidates in the background.
+const refillTimeout = time.Minute
 
 // candidateMaxAge is the least time the candidates of one read are
 // offered to the claims that follow (see candidateCache.maxAge): as long
@@ -73,6 +103,15 @@ type candidateCache struct {
 	readAt time.Time
 	took   time.Duration
 	cands  []candidate // in claim order
+	filled int         // how many the last fill kept
+
+	// epoch counts forgets: a refill started before one is dropped.
+	epoch uint64
+	// refilling is set while a read runs in the background (refill);
+	// sentDuring holds the candidates taken meanwhile, which the read
+	// may still return.
+	refilling  bool
+	sentDuring map[any]bool
 
 	// hits counts the takes that found candidates, fills the reads that
 	// filled the cache (tests).
@@ -86,6 +125,92 @@ func newCandidateCache() *candidateCache { return &candidateCache{} }
 // (a server that sorts a big backlog for each read: reading again sooner
 // would keep it sorting), as a worker's successor pool does.
 func (cc *candidateCache) maxAge() time.Duration { return max(candidateMaxAge, 4*cc.took) }
+
+// window is how many candidates a claim under limits reads at least:
+// candidateWindow, or more after a slow read (see above), up to
+// maxCandidateWindow.
+func (cc *candidateCache) window() int {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.took < slowCandidateRead {
+		return candidateWindow
+	}
+	return min(maxCandidateWindow, candidateWindow*int(cc.took/slowCandidateRead))
+}
+
+// startRefill reports whether a claim that took candidates from the cache
+// should read the next ones in the background: the last read was slow and
+// the cache is half drained or three quarters aged, and no such read runs
+// yet. It
+// then marks one as running, and returns the epoch to fill it with.
+func (cc *candidateCache) startRefill() (uint64, bool) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.refilling || cc.took < slowCandidateRead {
+		return 0, false
+	}
+	if len(cc.cands) > cc.filled/2 && time.Since(cc.readAt) < cc.maxAge()*3/4 {
+		return 0, false
+	}
+	cc.refilling, cc.sentDuring = true, map[any]bool{}
+	return cc.epoch, true
+}
+
+// refill reads, in the background, the candidates of claims by p and
+// fills the cache with them (see startRefill), unless the cache was
+// forgotten since epoch.
+func (c *Store) refill(p ClaimParams, limit int, epoch uint64) {
+	go func() {
+		cc := c.cands
+		var got []candidate
+		ok := false
+		var sent time.Time
+		var took time.Duration
+		defer func() {
+			cc.mu.Lock()
+			defer cc.mu.Unlock()
+			if ok && cc.epoch == epoch {
+				kept := got[:0]
+				for _, cd := range got {
+					if !cc.sentDuring[cd.job.ID] {
+						kept = append(kept, cd)
+					}
+				}
+				cc.fillLocked(p, kept, sent, took)
+			}
+			cc.refilling, cc.sentDuring = false, nil
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), refillTimeout)
+		defer cancel()
+		sent = time.Now()
+		cur, err := c.coll.Find(ctx, claimFilter(p, c.now()), options.Find().SetSort(claimSort).SetLimit(int64(limit)))
+		if err != nil {
+			c.log.Debug("reading candidates ahead failed", zap.Error(err))
+			return
+		}
+		var docs []bson.Raw
+		if err := cur.All(ctx, &docs); err != nil {
+			c.log.Debug("reading candidates ahead failed", zap.Error(err))
+			return
+		}
+		took = time.Since(sent)
+		for _, d := range docs {
+			var j jobs.Job
+			if bson.Unmarshal(d, &j) != nil {
+				continue // a claim's own read buries it
+			}
+			got = append(got, candidate{job: &j, asRead: bson.D{
+				{Key: "_id", Value: j.ID},
+				{Key: "attempt", Value: rawOrNull(d, "attempt")},
+				{Key: "updatedAt", Value: rawOrNull(d, "updatedAt")},
+			}})
+		}
+		ok = true
+		if c.hooks != nil && c.hooks.afterRefillRead != nil {
+			c.hooks.afterRefillRead()
+		}
+	}()
+}
 
 // skipKeys names each partition that skip leaves out.
 func skipKeys(skip []partSkip) map[string]bool {
@@ -130,7 +255,7 @@ func (cc *candidateCache) take(p ClaimParams, n int) ([]candidate, uint64) {
 	if len(cc.cands) == 0 {
 		return nil, 0
 	}
-	if time.Since(cc.readAt) >= cc.maxAge() {
+	if time.Since(cc.readAt) >= cc.maxAge() && !cc.refilling {
 		cc.cands = nil
 		return nil, 0
 	}
@@ -152,11 +277,35 @@ func (cc *candidateCache) take(p ClaimParams, n int) ([]candidate, uint64) {
 			}
 		}
 	}
+	var match []int
+	for i, cd := range cc.cands {
+		if slices.Contains(p.Kinds, cd.job.Kind) && slices.Contains(p.Queues, cd.job.Queue) {
+			match = append(match, i)
+		}
+	}
+	picked := match[:min(n, len(match))]
+	if p.Spread && len(match) > n {
+		top := 1
+		for top < len(match) && cc.cands[match[top]].job.Priority == cc.cands[match[0]].job.Priority {
+			top++
+		}
+		if top > n {
+			picked = slices.Clone(match[:top])
+			rand.Shuffle(top, func(i, j int) { picked[i], picked[j] = picked[j], picked[i] })
+			picked = picked[:n]
+			slices.Sort(picked)
+		}
+	}
 	var out []candidate
 	keep := cc.cands[:0:0]
-	for _, cd := range cc.cands {
-		if len(out) < n && slices.Contains(p.Kinds, cd.job.Kind) && slices.Contains(p.Queues, cd.job.Queue) {
+	next := 0
+	for i, cd := range cc.cands {
+		if next < len(picked) && picked[next] == i {
 			out = append(out, cd)
+			next++
+			if cc.sentDuring != nil {
+				cc.sentDuring[cd.job.ID] = true
+			}
 			continue
 		}
 		keep = append(keep, cd)
@@ -176,6 +325,9 @@ func (cc *candidateCache) putBack(gen uint64, cands []candidate) {
 	}
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
+	for _, cd := range cands {
+		delete(cc.sentDuring, cd.job.ID) // not sent after all
+	}
 	if gen != cc.gen {
 		return // filled again since: it has them, or newer
 	}
@@ -188,6 +340,11 @@ func (cc *candidateCache) putBack(gen uint64, cands []candidate) {
 func (cc *candidateCache) fill(p ClaimParams, cands []candidate, readAt time.Time, took time.Duration) uint64 {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
+	return cc.fillLocked(p, cands, readAt, took)
+}
+
+// fillLocked is fill with cc.mu held.
+func (cc *candidateCache) fillLocked(p ClaimParams, cands []candidate, readAt time.Time, took time.Duration) uint64 {
 	cc.gen++
 	cc.fills++
 	cc.kinds, cc.queues = map[string]bool{}, map[string]bool{}
@@ -200,6 +357,7 @@ func (cc *candidateCache) fill(p ClaimParams, cands []candidate, readAt time.Tim
 	cc.skips = skipKeys(p.skip)
 	cc.readAt, cc.took = readAt, took
 	cc.cands = slices.Clone(cands)
+	cc.filled = len(cands)
 	return cc.gen
 }
 
@@ -207,6 +365,7 @@ func (cc *candidateCache) fill(p ClaimParams, cands []candidate, readAt time.Tim
 func (cc *candidateCache) forget() {
 	cc.mu.Lock()
 	cc.cands = nil
+	cc.epoch++
 	cc.mu.Unlock()
 }
 

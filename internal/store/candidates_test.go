@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -219,4 +220,143 @@ func TestCandidateCacheAgesOut(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{urgent.ID}, jobIDs(got), "aged out, the cache is read again")
 	require.Equal(t, 2, finds())
+}
+
+// candidateReadLimits returns a client of b's database, and a function
+// listing the limits of its sorted finds on the jobs collection (its
+// reads of candidates), in the order sent.
+func candidateReadLimits(t *testing.T, b bundle) (*store.Store, func() []int64) {
+	t.Helper()
+	var mu sync.Mutex
+	var limits []int64
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if coll, _ := e.Command.Lookup("find").StringValueOK(); coll != "jobs" || e.Command.Lookup("sort").Type == 0 {
+			return
+		}
+		n, _ := e.Command.Lookup("limit").AsInt64OK()
+		mu.Lock()
+		limits = append(limits, n)
+		mu.Unlock()
+	}}
+	mc, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = mc.Disconnect(context.Background()) })
+	q, err := queue.New(mc.Database(b.db.Name()), queue.Config{})
+	require.NoError(t, err)
+	return store.Of(q), func() []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(limits)
+	}
+}
+
+// TestCandidateCacheRefillsInTheBackground: after a slow read of
+// candidates (a server sorting a big backlog), claims that drain the
+// cache to half start the next read in the background, for more
+// candidates, and go on taking from the cache while it runs; the
+// candidates it read replace the cache's, less those stamped meanwhile,
+// so no claim sent a stamp that could only miss.
+func TestCandidateCacheRefillsInTheBackground(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("k"), 1, ""))
+	want := enqueueN(t, b, 41)
+	plain, limits := candidateReadLimits(t, b)
+
+	readDone := make(chan struct{})
+	release := make(chan struct{})
+	s := store.WithRefillHook(plain, func() {
+		close(readDone)
+		<-release
+	})
+	claimOne := func() string {
+		t.Helper()
+		got, err := s.ClaimBatch(b.ctx, claimAll, 1)
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		completeAll(t, b, s, got)
+		return got[0].ID
+	}
+
+	var claimed []string
+	claimed = append(claimed, claimOne())
+	require.Equal(t, []int64{64}, limits(), "a fast read asks for the usual window")
+	store.SlowCandidateReads(s, time.Second)
+
+	// 40 kept: the claims take from the cache until it is half drained.
+	for len(limits()) == 1 {
+		require.Less(t, len(claimed), 41, "no read in the background")
+		claimed = append(claimed, claimOne())
+	}
+	select {
+	case <-readDone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the read in the background did not end")
+	}
+	require.Equal(t, []int64{64, 640 / 10 * 8}, limits(), "after a slow read, a read asks for more")
+
+	// While it waits to fill the cache, claims go on from the cache: the
+	// read returned the jobs they take.
+	during := []string{claimOne(), claimOne(), claimOne()}
+	claimed = append(claimed, during...)
+	require.Len(t, limits(), 2, "the claims sent no read")
+	close(release)
+	require.Eventually(t, func() bool { _, fills := store.CandidateHits(s); return fills == 2 },
+		10*time.Second, time.Millisecond, "the read fills the cache")
+
+	var rest []any
+	for _, id := range want {
+		if !slices.Contains(claimed, id) {
+			rest = append(rest, id)
+		}
+	}
+	require.Equal(t, rest, store.CandidateIDs(s), "the cache holds what is left, in claim order, none stamped meanwhile")
+	for len(claimed) < len(want) {
+		claimed = append(claimed, claimOne())
+	}
+	require.ElementsMatch(t, want, claimed)
+	require.Len(t, limits(), 2, "the rest came from the cache")
+}
+
+// TestCandidateCacheSpreadClaimsKeepPriority: spread claims (as workers
+// make) take kept candidates at random among the first priority, so that
+// two processes holding the same candidates seldom race for one; every
+// job of the higher priority still starts before any of the lower.
+func TestCandidateCacheSpreadClaimsKeepPriority(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("k"), 1, ""))
+	low := enqueueN(t, b, 20)
+	var high []string
+	for i := range 20 {
+		j, err := b.q.Enqueue(b.ctx, "k", bson.M{"high": i}, queue.InsertOpts{Priority: 5})
+		require.NoError(t, err)
+		high = append(high, j.ID)
+	}
+	s, _ := candidateFinds(t, b)
+	p := claimAll
+	p.Spread = true
+
+	var got []string
+	for range 40 {
+		js, err := s.ClaimBatch(b.ctx, p, 1)
+		require.NoError(t, err)
+		require.Len(t, js, 1)
+		completeAll(t, b, s, js)
+		got = append(got, js[0].ID)
+	}
+	require.ElementsMatch(t, high, got[:20], "the higher priority first")
+	require.ElementsMatch(t, low, got[20:])
+	// A claim's own window is shuffled anyway (stampOrder): picked among
+	// all kept, some job starts far from its place in claim order.
+	far := 0
+	for i, id := range got[:20] {
+		far = max(far, abs(i-slices.Index(high, id)))
+	}
+	require.GreaterOrEqual(t, far, 8, "picked at random among the kept candidates of the first priority")
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

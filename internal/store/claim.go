@@ -304,6 +304,9 @@ type hooks struct {
 	// beforeFreeStranded runs when FreeStrandedRunSlots has read the ids
 	// of the stranded jobs, before it frees their slots.
 	beforeFreeStranded func()
+	// afterRefillRead runs when a read of candidates in the background
+	// (candidates.go) has read them, before it fills the cache.
+	afterRefillRead func()
 }
 
 // LeaseOf returns the lease that j carries.

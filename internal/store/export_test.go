@@ -141,6 +141,36 @@ func CandidateHits(c *Store) (hits, fills int) {
 	return c.cands.hits, c.cands.fills
 }
 
+// SlowCandidateReads makes the last read of candidates of c (and its
+// copies) seem to have taken d, as on a server sorting a big backlog.
+func SlowCandidateReads(c *Store, d time.Duration) {
+	c.cands.mu.Lock()
+	c.cands.took = d
+	c.cands.mu.Unlock()
+}
+
+// CandidateIDs lists the ids of the candidates c keeps, in their order.
+func CandidateIDs(c *Store) []any {
+	c.cands.mu.Lock()
+	defer c.cands.mu.Unlock()
+	out := make([]any, len(c.cands.cands))
+	for i, cd := range c.cands.cands {
+		out[i] = cd.job.ID
+	}
+	return out
+}
+
+// WithRefillHook returns a Store like c whose reads of candidates in the
+// background run f once they have read, before they fill the cache.
+func WithRefillHook(c *Store, f func()) *Store {
+	h := hooks{}
+	if c.hooks != nil {
+		h = *c.hooks
+	}
+	h.afterRefillRead = f
+	return withHooks(c, h)
+}
+
 // AgeCandidates makes the candidates c keeps for claims d older, as if
 // read d earlier.
 func AgeCandidates(c *Store, d time.Duration) {
