@@ -100,6 +100,11 @@ func (m *monitor) onStarted(_ context.Context, e *event.CommandStartedEvent) {
 			if f, ok := e.Command.Lookup("filter").DocumentOK(); ok && f.Lookup("leaseToken").Type != 0 {
 				coll += "/readback"
 			}
+		}
+		if l, ok := e.Command.Lookup("limit").AsInt64OK(); ok && e.CommandName == "find" {
+			coll += fmt.Sprintf(" limit=%d", l)
+		}
+		switch k {
 		case cmdBatchUpdate:
 			coll += "/stamp"
 		case cmdComplete:
