@@ -5,7 +5,8 @@
 // Explain push down, through
 // pushdownWhere (at the end of this file), an _id equality or $in and
 // string equalities and $in of strings of top-level fields wherever they
-// stand in the filter,
+// stand in the filter, and a find's sort on top-level fields is applied
+// here (querySorted, QueryParams.SortKeys),
 // not only a filter that is {_id} alone. The original is
 // internal/backends/sqlite/collection.go of FerretDB v1.24.0; devdb builds
 // with this file in its place (go build -overlay, see devdb/overlay.go).
@@ -26,19 +27,25 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 
 	sqlite3 "modernc.org/sqlite"
 	sqlite3lib "modernc.org/sqlite/lib"
 
 	"github.com/FerretDB/FerretDB/internal/backends"
 	"github.com/FerretDB/FerretDB/internal/backends/sqlite/metadata"
+	"github.com/FerretDB/FerretDB/internal/handler/common"
 	"github.com/FerretDB/FerretDB/internal/handler/sjson"
 	"github.com/FerretDB/FerretDB/internal/types"
 	"github.com/FerretDB/FerretDB/internal/util/fsql"
+	"github.com/FerretDB/FerretDB/internal/util/iterator"
 	"github.com/FerretDB/FerretDB/internal/util/lazyerrors"
 	"github.com/FerretDB/FerretDB/internal/util/must"
 )
@@ -78,6 +85,10 @@ func (c *collection) Query(ctx context.Context, params *backends.QueryParams) (*
 	q := prepareSelectClause(meta.TableName, params.Comment, meta.Capped(), params.OnlyRecordIDs)
 
 	whereClause, args := pushdownWhere(params.Filter)
+
+	if params.SortKeys.Len() > 0 && !meta.Capped() && !params.OnlyRecordIDs {
+		return querySorted(ctx, db, meta.TableName, whereClause, args, params.SortKeys, params.Limit)
+	}
 
 	q += whereClause
 	q += prepareOrderByClause(params.Sort)
@@ -691,4 +702,208 @@ func idTexts(id any) []string {
 	}
 
 	return []string{text}
+}
+
+// querySorted returns the documents of table that the WHERE clause where
+// (with args) selects, in the order of the sort sortKeys, exactly as the
+// handler's own sort orders them, for a find that stops at its limit:
+// rather than decoding every selected document to sort them, it reads
+// each row's rowid and its sort fields alone (their values and sjson
+// types), decodes those small documents and sorts them with the handler's
+// sort (common.SortDocuments: the same order for every type, arrays and
+// missing fields included), then reads the whole documents in that order,
+// a chunk at a time, as the handler pulls them (sortedIterator). The
+// handler filters them exactly, and stops at its limit.
+//
+// The two reads are not one snapshot: a document changed between them is
+// returned as it is at the second (and the handler filters it as such) in
+// the place its sort fields had at the first; one deleted meanwhile is left
+// out. A find on MongoDB does not read one snapshot either.
+func querySorted(ctx context.Context, db *fsql.DB, table, where string, args []any, sortKeys *types.Document, limit int64) (*backends.QueryResult, error) {
+	// One json_extract of every path, each value and its type, so that
+	// SQLite parses each document once: it returns them as one JSON array,
+	// null for a path that is missing (a field is missing when its type is).
+	keys := sortKeys.Keys()
+	paths := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		paths = append(paths, fmt.Sprintf(`'$.%s'`, k), fmt.Sprintf(`'$."$s".p.%s'`, k))
+	}
+	q := fmt.Sprintf(`SELECT rowid, json_extract(%s, %s) FROM %q`, metadata.DefaultColumn, strings.Join(paths, ", "), table)
+
+	rows, err := db.QueryContext(ctx, q+where, args...)
+	if err != nil {
+		return nil, lazyerrors.Error(err)
+	}
+	defer rows.Close()
+
+	var minis []*types.Document
+	rowids := map[*types.Document]int64{}
+	vals := make([]sql.NullString, 2*len(keys))
+	var rowid int64
+	var extracted []byte
+	var parts []json.RawMessage
+
+	var b strings.Builder
+	for rows.Next() {
+		if err = rows.Scan(&rowid, &extracted); err != nil {
+			return nil, lazyerrors.Error(err)
+		}
+		parts = parts[:0]
+		if err = json.Unmarshal(extracted, &parts); err != nil || len(parts) != len(vals) {
+			return nil, lazyerrors.Errorf("sorted query: extracted %q: %v", extracted, err)
+		}
+		for i, p := range parts {
+			vals[i] = sql.NullString{String: string(p), Valid: string(p) != "null"}
+		}
+		for i := range keys {
+			// A null value is a value when its type is there.
+			if vals[2*i+1].Valid && !vals[2*i].Valid {
+				vals[2*i] = sql.NullString{String: "null", Valid: true}
+			}
+		}
+
+		b.Reset()
+		b.WriteString(`{"$s":{"p":{`)
+		var present []string
+		for i, k := range keys {
+			v, t := vals[2*i], vals[2*i+1]
+			if !v.Valid || !t.Valid {
+				continue // missing
+			}
+			if len(present) > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(strconv.Quote(k))
+			b.WriteByte(':')
+			b.WriteString(t.String)
+			present = append(present, k)
+		}
+		b.WriteString(`},"$k":[`)
+		for i, k := range present {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(strconv.Quote(k))
+		}
+		b.WriteString(`]}`)
+		for i, k := range keys {
+			v, t := vals[2*i], vals[2*i+1]
+			if !v.Valid || !t.Valid {
+				continue
+			}
+			b.WriteByte(',')
+			b.WriteString(strconv.Quote(k))
+			b.WriteByte(':')
+			b.WriteString(v.String)
+		}
+		b.WriteByte('}')
+
+		mini, err := sjson.Unmarshal([]byte(b.String()))
+		if err != nil {
+			return nil, lazyerrors.Error(err)
+		}
+		minis = append(minis, mini)
+		rowids[mini] = rowid
+	}
+	if err = rows.Err(); err != nil {
+		return nil, lazyerrors.Error(err)
+	}
+
+	if err = common.SortDocuments(minis, sortKeys); err != nil {
+		return nil, lazyerrors.Error(err)
+	}
+
+	order := make([]int64, len(minis))
+	for i, m := range minis {
+		order[i] = rowids[m]
+	}
+
+	return &backends.QueryResult{
+		Iter: &sortedIterator{ctx: ctx, db: db, table: table, order: order, chunk: int(min(max(limit, 16), 1000))},
+	}, nil
+}
+
+// sortedIterator returns the documents of table with the rowids of order,
+// in that order, reading them chunk at a time; it skips those deleted since.
+type sortedIterator struct {
+	m     sync.Mutex
+	ctx   context.Context
+	db    *fsql.DB
+	table string
+	order []int64
+	chunk int
+	buf   []*types.Document
+	done  bool
+}
+
+// Next implements iterator.Interface.
+func (it *sortedIterator) Next() (struct{}, *types.Document, error) {
+	it.m.Lock()
+	defer it.m.Unlock()
+
+	var unused struct{}
+	for len(it.buf) == 0 {
+		if it.done || len(it.order) == 0 {
+			it.done = true
+			return unused, nil, iterator.ErrIteratorDone
+		}
+		if err := context.Cause(it.ctx); err != nil {
+			it.done = true
+			return unused, nil, lazyerrors.Error(err)
+		}
+
+		ids := it.order[:min(it.chunk, len(it.order))]
+		it.order = it.order[len(ids):]
+
+		marks := strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")
+		args := make([]any, len(ids))
+		for i, id := range ids {
+			args[i] = id
+		}
+		q := fmt.Sprintf(`SELECT rowid, %s FROM %q WHERE rowid IN (%s)`, metadata.DefaultColumn, it.table, marks)
+		rows, err := it.db.QueryContext(it.ctx, q, args...)
+		if err != nil {
+			it.done = true
+			return unused, nil, lazyerrors.Error(err)
+		}
+
+		got := make(map[int64]*types.Document, len(ids))
+		for rows.Next() {
+			var rowid int64
+			var text []byte
+			if err = rows.Scan(&rowid, &text); err != nil {
+				break
+			}
+			var doc *types.Document
+			if doc, err = sjson.Unmarshal(text); err != nil {
+				break
+			}
+			got[rowid] = doc
+		}
+		if err == nil {
+			err = rows.Err()
+		}
+		rows.Close()
+		if err != nil {
+			it.done = true
+			return unused, nil, lazyerrors.Error(err)
+		}
+
+		for _, id := range ids {
+			if d, ok := got[id]; ok {
+				it.buf = append(it.buf, d)
+			}
+		}
+	}
+
+	d := it.buf[0]
+	it.buf = it.buf[1:]
+	return unused, d, nil
+}
+
+// Close implements iterator.Interface.
+func (it *sortedIterator) Close() {
+	it.m.Lock()
+	defer it.m.Unlock()
+	it.done, it.buf, it.order = true, nil, nil
 }

@@ -1,10 +1,13 @@
 #!/bin/sh
 # Prints the path of a Go workspace file (for GOWORK=...) that builds the
-# devdb module with two of FerretDB's files replaced: its SQLite collection
-# by _overlay/sqlite_collection.go, whose queries push down _id lookups and
-# string equalities wherever they stand in a filter, and its update command
-# by _overlay/handler_msg_update.go, which closes each statement's query
-# when the statement is done (see their headers).
+# devdb module with four of FerretDB's files replaced: its SQLite collection
+# by _overlay/sqlite_collection.go, whose queries push down _id lookups,
+# string equalities and $in of strings wherever they stand in a filter, and
+# apply a limited find's sort (querySorted); its find command and backend
+# interface by _overlay/handler_msg_find.go and backends_collection.go,
+# which pass that sort down; and its update command by
+# _overlay/handler_msg_update.go, which closes each statement's query when
+# the statement is done (see their headers).
 #
 # Go does not let a build overlay replace files in the module cache, so the
 # script copies FerretDB's module (3.4 MB) from the cache to
@@ -22,7 +25,9 @@ exec 9>"$here/.lock"
 flock 9
 # The files devdb replaces: this directory's file, then its place in FerretDB.
 patches="sqlite_collection.go internal/backends/sqlite/collection.go
-handler_msg_update.go internal/handler/msg_update.go"
+handler_msg_update.go internal/handler/msg_update.go
+backends_collection.go internal/backends/collection.go
+handler_msg_find.go internal/handler/msg_find.go"
 stale=false
 if [ ! -f "$copy/.version" ] || [ "$(cat "$copy/.version")" != "$version" ]; then
 	stale=true
