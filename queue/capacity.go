@@ -474,9 +474,10 @@ func (c *Client) whichDuplicate(ctx context.Context, j *jobs.Job, err error) (Re
 // would hold its slot forever. It also clears a slot another app wrote as
 // null, which MongoDB's sparse unique index indexes (a second null would
 // be refused). The reaper runs it every pass; it touches only such jobs,
-// so any number may run at any time. It returns how many it changed.
+// so any number may run at any time; it finds them first, and frees up to
+// 1,000 a call (store.UpdateFound). It returns how many it changed.
 func (c *Client) FreeStrandedSlots(ctx context.Context) (int, error) {
-	res, err := c.coll.UpdateMany(ctx,
+	n, err := c.st.UpdateFound(ctx,
 		bson.D{{Key: "$or", Value: bson.A{
 			bson.D{{Key: capacitySlotField, Value: bson.D{{Key: "$type", Value: "null"}}}},
 			bson.D{
@@ -488,10 +489,10 @@ func (c *Client) FreeStrandedSlots(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("queue: free stranded capacity slots: %w", err)
 	}
-	if res.ModifiedCount > 0 {
-		c.log.Info("freed the capacity slots of jobs that were not unfinished (written by another app)", zap.Int64("jobs", res.ModifiedCount))
+	if n > 0 {
+		c.log.Info("freed the capacity slots of jobs that were not unfinished (written by another app)", zap.Int("jobs", n))
 	}
-	return int(res.ModifiedCount), nil
+	return n, nil
 }
 
 // errRetryMissed is readmit's error when the job's state changed between

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,6 +104,9 @@ func (m *monitor) onStarted(_ context.Context, e *event.CommandStartedEvent) {
 		}
 		if l, ok := e.Command.Lookup("limit").AsInt64OK(); ok && e.CommandName == "find" {
 			coll += fmt.Sprintf(" limit=%d", l)
+		}
+		if k == cmdOther && (e.CommandName == "update" || e.CommandName == "find") {
+			coll += " q=" + filterKeys(e)
 		}
 		switch k {
 		case cmdBatchUpdate:
@@ -307,3 +311,21 @@ func (m *monitor) takeClaims() []float64 {
 // it returned or matched and its round trip. It shows where a run's
 // commands go.
 var traceCmds = os.Getenv("DOCKET_BENCH_TRACE") != ""
+
+// filterKeys names the top-level keys of the filter of a find, or of the
+// first statement of an update (traceCmds).
+func filterKeys(e *event.CommandStartedEvent) string {
+	f, ok := e.Command.Lookup("filter").DocumentOK()
+	if e.CommandName == "update" {
+		f, ok = e.Command.Lookup("updates", "0", "q").DocumentOK()
+	}
+	if !ok {
+		return "?"
+	}
+	els, _ := f.Elements()
+	keys := make([]string, len(els))
+	for i, el := range els {
+		keys[i] = el.Key()
+	}
+	return strings.Join(keys, ",")
+}

@@ -301,9 +301,9 @@ type hooks struct {
 	// beforeClean runs when Clean has read the ids of the jobs to delete,
 	// before it deletes them.
 	beforeClean func()
-	// beforeFreeStranded runs when FreeStrandedRunSlots has read the ids
-	// of the stranded jobs, before it frees their slots.
-	beforeFreeStranded func()
+	// betweenFindAndUpdate runs when UpdateFound or FreeStrandedRunSlots
+	// has read the ids of the jobs to change, before it changes them.
+	betweenFindAndUpdate func()
 	// afterRefillRead runs when a read of candidates in the background
 	// (candidates.go) has read them, before it fills the cache.
 	afterRefillRead func()

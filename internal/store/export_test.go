@@ -98,15 +98,16 @@ func WithCleanHook(c *Store, f func()) *Store {
 	return withHooks(c, h)
 }
 
-// WithFreeStrandedHook returns a Store like c whose FreeStrandedRunSlots
-// runs f after it read the ids of the stranded jobs and before it frees
-// their slots, as if the process stalled in between.
-func WithFreeStrandedHook(c *Store, f func()) *Store {
+// WithFindUpdateHook returns a Store like c whose UpdateFound and
+// FreeStrandedRunSlots run f after they read the ids of the jobs to
+// change and before they change them, as if the process stalled in
+// between.
+func WithFindUpdateHook(c *Store, f func()) *Store {
 	h := hooks{}
 	if c.hooks != nil {
 		h = *c.hooks
 	}
-	h.beforeFreeStranded = f
+	h.betweenFindAndUpdate = f
 	return withHooks(c, h)
 }
 

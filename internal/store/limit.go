@@ -849,10 +849,6 @@ func (c *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (cla
 	return nil, true, nil
 }
 
-// strandedBatch bounds the stranded jobs one FreeStrandedRunSlots frees;
-// the next pass frees more.
-const strandedBatch = 1000
-
 // FreeStrandedRunSlots unsets the run slots of the jobs that hold one but
 // are not running: another application's write ended or re-queued them and
 // left the slot, which would otherwise be held forever. It also clears a
@@ -880,26 +876,12 @@ func (c *Store) FreeStrandedRunSlots(ctx context.Context) (int, error) {
 	for i, f := range runSlotFields {
 		either[i] = stranded(f)
 	}
-	cur, err := c.coll.Find(ctx, bson.D{{Key: "$or", Value: either}},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetLimit(strandedBatch))
+	ids, err := c.foundIDs(ctx, bson.D{{Key: "$or", Value: either}})
 	if err != nil {
-		return 0, fmt.Errorf("queue: free stranded run slots: find them: %w", err)
+		return 0, fmt.Errorf("queue: free stranded run slots: %w", err)
 	}
-	var found []struct {
-		ID any `bson:"_id"`
-	}
-	if err := cur.All(ctx, &found); err != nil {
-		return 0, fmt.Errorf("queue: free stranded run slots: read them: %w", err)
-	}
-	if len(found) == 0 {
+	if len(ids) == 0 {
 		return 0, nil
-	}
-	ids := make(bson.A, len(found))
-	for i, d := range found {
-		ids[i] = d.ID
-	}
-	if c.hooks != nil && c.hooks.beforeFreeStranded != nil {
-		c.hooks.beforeFreeStranded()
 	}
 	n := 0
 	for _, f := range runSlotFields {

@@ -522,7 +522,7 @@ func TestLimitStrandedRunSlotsFreedOnlyWhileStranded(t *testing.T) {
 	// Between the read and the frees, the re-queued job is claimed again
 	// (by a write of another app that keeps its slot, as a worker's stamp
 	// of that slot would): it is running, and its slot is held.
-	s := store.WithFreeStrandedHook(store.Of(b.q), func() {
+	s := store.WithFindUpdateHook(store.Of(b.q), func() {
 		set(running[0].ID, bson.D{{Key: "state", Value: "running"}})
 	})
 	n, err := s.FreeStrandedRunSlots(b.ctx)

@@ -10,6 +10,7 @@ import (
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 	"go.uber.org/zap"
 )
@@ -150,4 +151,52 @@ func Finish(s jobs.State, t time.Time, set ...bson.E) bson.D { return finish(s, 
 // each of docket's queries uses).
 func ClaimQuery(p ClaimParams, t time.Time, token string) (filter, update, sort bson.D, window int) {
 	return claimFilter(p, t), claimUpdate(p, t, token), claimSort, claimWindow
+}
+
+// FoundBatch bounds the documents one UpdateFound (or one of the reaper's
+// repairs) changes; the next call changes more.
+const FoundBatch = 1000
+
+// foundIDs reads the ids of up to FoundBatch jobs filter matches.
+func (c *Store) foundIDs(ctx context.Context, filter bson.D) (bson.A, error) {
+	cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetLimit(FoundBatch))
+	if err != nil {
+		return nil, fmt.Errorf("find them: %w", err)
+	}
+	var found []struct {
+		ID any `bson:"_id"`
+	}
+	if err := cur.All(ctx, &found); err != nil {
+		return nil, fmt.Errorf("read them: %w", err)
+	}
+	ids := make(bson.A, len(found))
+	for i, d := range found {
+		ids[i] = d.ID
+	}
+	if len(ids) > 0 && c.hooks != nil && c.hooks.betweenFindAndUpdate != nil {
+		c.hooks.betweenFindAndUpdate()
+	}
+	return ids, nil
+}
+
+// UpdateFound applies update to the jobs filter matches, up to FoundBatch
+// of them a call, and returns how many it changed. It reads their ids
+// first, then writes by those ids with filter repeated, so that a job
+// changed meanwhile so that it no longer matches is left alone. For the
+// reaper's repairs of what other applications wrote (a null unique key, a
+// stranded slot): such jobs are few, and their filters are ones that a
+// server evaluating filters over every document (devdb) cannot narrow. On
+// it the read runs beside the writes, where one updateMany held every
+// write up (1.5-2.2 s at a 20,000-job backlog), and a pass that finds
+// nothing writes nothing; on MongoDB both are index scans.
+func (c *Store) UpdateFound(ctx context.Context, filter, update bson.D) (int, error) {
+	ids, err := c.foundIDs(ctx, filter)
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	res, err := c.coll.UpdateMany(ctx, append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, filter...), update)
+	if err != nil {
+		return 0, err
+	}
+	return int(res.ModifiedCount), nil
 }
