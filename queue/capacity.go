@@ -468,6 +468,15 @@ func (c *Client) whichDuplicate(ctx context.Context, j *jobs.Job, err error) (Re
 	return Result{}, true, nil
 }
 
+// strandedCapacitySlots matches the jobs FreeStrandedSlots changes.
+var strandedCapacitySlots = bson.D{{Key: "$or", Value: bson.A{
+	bson.D{{Key: capacitySlotField, Value: bson.D{{Key: "$type", Value: "null"}}}},
+	bson.D{
+		{Key: capacitySlotField, Value: bson.D{{Key: "$exists", Value: true}}},
+		{Key: "state", Value: bson.D{{Key: "$nin", Value: unfinishedStates}}},
+	},
+}}}
+
 // FreeStrandedSlots unsets the slot of the jobs that hold one but are
 // neither blocked, available nor running: finished by another application's write
 // that left the slot, or with a state docket does not know. Such a job
@@ -477,14 +486,7 @@ func (c *Client) whichDuplicate(ctx context.Context, j *jobs.Job, err error) (Re
 // so any number may run at any time; it finds them first, and frees up to
 // 1,000 a call (store.UpdateFound). It returns how many it changed.
 func (c *Client) FreeStrandedSlots(ctx context.Context) (int, error) {
-	n, err := c.st.UpdateFound(ctx,
-		bson.D{{Key: "$or", Value: bson.A{
-			bson.D{{Key: capacitySlotField, Value: bson.D{{Key: "$type", Value: "null"}}}},
-			bson.D{
-				{Key: capacitySlotField, Value: bson.D{{Key: "$exists", Value: true}}},
-				{Key: "state", Value: bson.D{{Key: "$nin", Value: unfinishedStates}}},
-			},
-		}}},
+	n, err := c.st.UpdateFound(ctx, strandedCapacitySlots,
 		bson.D{{Key: "$unset", Value: bson.D{{Key: capacitySlotField, Value: ""}}}})
 	if err != nil {
 		return 0, fmt.Errorf("queue: free stranded capacity slots: %w", err)

@@ -156,18 +156,10 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapResult, error) {
 		}
 	}
 	// A uniqueKey that another app wrote as null would block the next
-	// such job in the unique index: null means no key.
-	if _, err := r.q.ClearNullUniqueKeys(ctx); err != nil {
-		return total, err
-	}
-	// A job finished by another app's write may still hold its slot of a
-	// bounded queue's capacity: free it.
-	if _, err := r.q.FreeStrandedSlots(ctx); err != nil {
-		return total, err
-	}
-	// Likewise a job ended or re-queued by another app's write may still
-	// hold a run slot of a concurrency limit.
-	if _, err := r.q.FreeStrandedRunSlots(ctx); err != nil {
+	// such job in the unique index (null means no key); a job finished,
+	// ended or re-queued by another app's write may still hold its slot of
+	// a bounded queue's capacity or a run slot of a concurrency limit.
+	if err := r.q.RepairForeignWrites(ctx); err != nil {
 		return total, err
 	}
 	// The idle partitions of partitioned rates hold nothing a missing

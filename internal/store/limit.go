@@ -849,6 +849,28 @@ func (c *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (cla
 	return nil, true, nil
 }
 
+// strandedRunSlot matches the jobs whose run slot field f is stranded: null,
+// or held by a job that is not running.
+func strandedRunSlot(f string) bson.D {
+	return bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: f, Value: bson.D{{Key: "$type", Value: "null"}}}},
+		bson.D{
+			{Key: f, Value: bson.D{{Key: "$exists", Value: true}}},
+			{Key: "state", Value: bson.D{{Key: "$ne", Value: jobs.StateRunning}}},
+		},
+	}}}
+}
+
+// StrandedRunSlotsFilter matches the jobs FreeStrandedRunSlots frees a
+// slot of.
+func StrandedRunSlotsFilter() bson.D {
+	either := make(bson.A, len(runSlotFields))
+	for i, f := range runSlotFields {
+		either[i] = strandedRunSlot(f)
+	}
+	return bson.D{{Key: "$or", Value: either}}
+}
+
 // FreeStrandedRunSlots unsets the run slots of the jobs that hold one but
 // are not running: another application's write ended or re-queued them and
 // left the slot, which would otherwise be held forever. It also clears a
@@ -863,20 +885,7 @@ func (c *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (cla
 // runs beside the writes, where four updateMany passes held them all up
 // (1.6 s each at 20,000 jobs), and a pass that finds none writes nothing.
 func (c *Store) FreeStrandedRunSlots(ctx context.Context) (int, error) {
-	stranded := func(f string) bson.D {
-		return bson.D{{Key: "$or", Value: bson.A{
-			bson.D{{Key: f, Value: bson.D{{Key: "$type", Value: "null"}}}},
-			bson.D{
-				{Key: f, Value: bson.D{{Key: "$exists", Value: true}}},
-				{Key: "state", Value: bson.D{{Key: "$ne", Value: jobs.StateRunning}}},
-			},
-		}}}
-	}
-	either := make(bson.A, len(runSlotFields))
-	for i, f := range runSlotFields {
-		either[i] = stranded(f)
-	}
-	ids, err := c.foundIDs(ctx, bson.D{{Key: "$or", Value: either}})
+	ids, err := c.foundIDs(ctx, StrandedRunSlotsFilter())
 	if err != nil {
 		return 0, fmt.Errorf("queue: free stranded run slots: %w", err)
 	}
@@ -886,7 +895,7 @@ func (c *Store) FreeStrandedRunSlots(ctx context.Context) (int, error) {
 	n := 0
 	for _, f := range runSlotFields {
 		res, err := c.coll.UpdateMany(ctx,
-			append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, stranded(f)...),
+			append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, strandedRunSlot(f)...),
 			bson.D{{Key: "$unset", Value: bson.D{{Key: f, Value: ""}}}})
 		if err != nil {
 			return n, fmt.Errorf("queue: free stranded run slots: %w", err)

@@ -200,3 +200,13 @@ func (c *Store) UpdateFound(ctx context.Context, filter, update bson.D) (int, er
 	}
 	return int(res.ModifiedCount), nil
 }
+
+// AnyMatch reports whether filter matches a job, with one read of at most
+// one id.
+func (c *Store) AnyMatch(ctx context.Context, filter bson.D) (bool, error) {
+	err := c.coll.FindOne(ctx, filter, options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return false, nil
+	}
+	return err == nil, err
+}
