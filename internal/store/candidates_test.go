@@ -23,32 +23,8 @@ import (
 // is not sorted) are counted by the returned function.
 func candidateFinds(t *testing.T, b bundle) (*store.Store, func() int) {
 	t.Helper()
-	var mu sync.Mutex
-	n := 0
-	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		if e.CommandName != "find" {
-			return
-		}
-		if coll, _ := e.Command.Lookup("find").StringValueOK(); coll != "jobs" {
-			return
-		}
-		if e.Command.Lookup("sort").Type == 0 {
-			return
-		}
-		mu.Lock()
-		n++
-		mu.Unlock()
-	}}
-	mc, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = mc.Disconnect(context.Background()) })
-	q, err := queue.New(mc.Database(b.db.Name()), queue.Config{})
-	require.NoError(t, err)
-	return store.Of(q), func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return n
-	}
+	s, limits := candidateReadLimits(t, b)
+	return s, func() int { return len(limits()) }
 }
 
 func jobIDs(js []*jobs.Job) []string {
