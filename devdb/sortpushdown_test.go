@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -100,6 +101,25 @@ func TestSortedFindsMatchFerretDBsOwnSort(t *testing.T) {
 		{{Key: "_id", Value: 1}},
 		{{Key: "nope", Value: 1}, {Key: "_id", Value: -1}},
 	}
+	// A sort value other than 1 or -1 is refused alike, limit or not.
+	code := func(limit int64) int32 {
+		t.Helper()
+		o := options.Find().SetSort(bson.D{{Key: "p", Value: 2}})
+		if limit > 0 {
+			o.SetLimit(limit)
+		}
+		cur, err := coll.Find(ctx, bson.D{}, o)
+		if err == nil {
+			err = cur.All(ctx, &[]bson.Raw{})
+		}
+		var se mongo.ServerError
+		require.ErrorAs(t, err, &se, "limit %d", limit)
+		var ce mongo.CommandError
+		require.ErrorAs(t, err, &ce)
+		return ce.Code
+	}
+	require.Equal(t, code(0), code(5), "the same error with a limit")
+
 	for _, f := range filters {
 		for _, so := range sorts {
 			all := ids(f, so, 0)

@@ -366,9 +366,27 @@ func handleMaxTimeMSError(err error, maxTimeMS int64, cmd string) error {
 }
 
 // topLevelSortKeys reports whether every key of the sort document sort is
-// a top-level field name the SQLite backend can put in a JSON path as is.
+// a top-level field name the SQLite backend can put in a JSON path as is,
+// sorted ascending or descending (1 or -1; any other value is left to the
+// handler's sort, which reports it).
 func topLevelSortKeys(sort *types.Document) bool {
 	for _, k := range sort.Keys() {
+		switch v := must.NotFail(sort.Get(k)).(type) {
+		case int32:
+			if v != 1 && v != -1 {
+				return false
+			}
+		case int64:
+			if v != 1 && v != -1 {
+				return false
+			}
+		case float64:
+			if v != 1 && v != -1 {
+				return false
+			}
+		default:
+			return false
+		}
 		if k == "" || len(k) > 128 {
 			return false
 		}

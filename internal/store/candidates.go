@@ -11,7 +11,6 @@ import (
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.uber.org/zap"
 )
 
 // Candidates kept for claims under concurrency limits that bind. A claim
@@ -183,14 +182,16 @@ func (c *Store) refill(p ClaimParams, limit int, epoch uint64) {
 		ctx, cancel := context.WithTimeout(context.Background(), refillTimeout)
 		defer cancel()
 		sent = time.Now()
+		// A read that fails is dropped unlogged: the next claim that
+		// finds the cache drained or aged reads as it would without it,
+		// and reports what fails then (this goroutine may outlive its
+		// client, and a test's logger).
 		cur, err := c.coll.Find(ctx, claimFilter(p, c.now()), options.Find().SetSort(claimSort).SetLimit(int64(limit)))
 		if err != nil {
-			c.log.Debug("reading candidates ahead failed", zap.Error(err))
 			return
 		}
 		var docs []bson.Raw
 		if err := cur.All(ctx, &docs); err != nil {
-			c.log.Debug("reading candidates ahead failed", zap.Error(err))
 			return
 		}
 		took = time.Since(sent)
