@@ -10,9 +10,10 @@
 // request to a FerretDB connection dedicated to that client connection, reads
 // the reply and releases the lock. Commands that only read (find, count,
 // distinct, the list commands, an aggregate without $out or $merge) run
-// beside it, at most one per CPU (two at least) at once: a read cannot break a write's
-// atomicity, and SQLite in WAL mode reads beside a write. Commands that only
-// describe the server (hello, isMaster) and getMore, which only reads a
+// beside it, at most max(4, 2 x CPUs) at once, a find by _id without a
+// place: a read cannot break a write's atomicity, and SQLite in WAL mode
+// reads beside a write. Commands that only describe the server (hello,
+// isMaster) and getMore, which only reads a
 // cursor and on a tailable awaitData cursor waits for data up to its
 // maxTimeMS, take neither.
 //
