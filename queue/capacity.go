@@ -484,12 +484,21 @@ var strandedCapacitySlots = bson.D{{Key: "$or", Value: bson.A{
 // null, which MongoDB's sparse unique index indexes (a second null would
 // be refused). The reaper runs it every pass; it touches only such jobs,
 // so any number may run at any time; it finds them first, and frees up to
-// 1,000 a call (store.UpdateFound). It returns how many it changed.
+// 1,000 a call (store.FoundIDs). It returns how many it changed.
 func (c *Client) FreeStrandedSlots(ctx context.Context) (int, error) {
-	n, err := c.st.UpdateFound(ctx, strandedCapacitySlots,
-		bson.D{{Key: "$unset", Value: bson.D{{Key: capacitySlotField, Value: ""}}}})
+	ids, err := c.st.FoundIDs(ctx, strandedCapacitySlots)
 	if err != nil {
 		return 0, fmt.Errorf("queue: free stranded capacity slots: %w", err)
+	}
+	return c.freeStrandedSlotsOf(ctx, ids)
+}
+
+// freeStrandedSlotsOf frees the capacity slots of those of the jobs ids
+// whose slot is still stranded.
+func (c *Client) freeStrandedSlotsOf(ctx context.Context, ids bson.A) (int, error) {
+	n, err := c.st.UpdateIDs(ctx, ids, strandedCapacitySlots, bson.D{{Key: "$unset", Value: bson.D{{Key: capacitySlotField, Value: ""}}}})
+	if err != nil {
+		return n, fmt.Errorf("queue: free stranded capacity slots: %w", err)
 	}
 	if n > 0 {
 		c.log.Info("freed the capacity slots of jobs that were not unfinished (written by another app)", zap.Int("jobs", n))

@@ -288,28 +288,29 @@ func (c *Client) clearNullsAndEnsure(ctx context.Context) error {
 var nullUniqueKeys = bson.D{{Key: "uniqueKey", Value: bson.D{{Key: "$type", Value: "null"}}}}
 
 // RepairForeignWrites undoes what another application's writes may leave
-// that would block docket: it clears null unique keys
-// (ClearNullUniqueKeys), and frees the capacity slots (FreeStrandedSlots)
-// and run slots (FreeStrandedRunSlots) of jobs that no longer hold them.
-// One read asks whether any job needs one of them, and only then does it
-// run them: on MongoDB each is an index scan, on devdb a pass over every
-// job, three of them every reaper pass (1-2 s each at 20,000 jobs) where
-// one does. The reaper runs it every pass.
+// that would block docket: null unique keys (ClearNullUniqueKeys), and the
+// capacity slots (FreeStrandedSlots) and run slots (FreeStrandedRunSlots)
+// of jobs that no longer hold them. One read finds the jobs that need any
+// of them (up to store.FoundBatch; the next call finds more), and each
+// repair writes by their ids with its own filter repeated, so a job changed
+// meanwhile is left alone; a pass that finds none writes nothing. On devdb
+// each such read is a pass over every job (1-2 s at 20,000), where one
+// does. The reaper runs it every pass.
 func (c *Client) RepairForeignWrites(ctx context.Context) error {
-	due, err := c.st.AnyMatch(ctx, bson.D{{Key: "$or", Value: bson.A{nullUniqueKeys, strandedCapacitySlots, store.StrandedRunSlotsFilter()}}})
+	ids, err := c.st.FoundIDs(ctx, bson.D{{Key: "$or", Value: bson.A{nullUniqueKeys, strandedCapacitySlots, store.StrandedRunSlotsFilter()}}})
 	if err != nil {
 		return fmt.Errorf("queue: repair other applications' writes: %w", err)
 	}
-	if !due {
+	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := c.ClearNullUniqueKeys(ctx); err != nil {
+	if _, err := c.clearNullUniqueKeysOf(ctx, ids); err != nil {
 		return err
 	}
-	if _, err := c.FreeStrandedSlots(ctx); err != nil {
+	if _, err := c.freeStrandedSlotsOf(ctx, ids); err != nil {
 		return err
 	}
-	_, err = c.FreeStrandedRunSlots(ctx)
+	_, err = c.st.FreeRunSlotsOf(ctx, ids)
 	return err
 }
 
@@ -320,19 +321,28 @@ func (c *Client) RepairForeignWrites(ctx context.Context) error {
 // second document with uniqueKey null is refused (E11000). The reaper runs
 // it every pass, EnsureIndexes before it creates the index. It touches
 // only nulls, so any number may run at any time; it finds them first, a
-// thousand at a time (store.UpdateFound).
+// thousand at a time (store.FoundIDs).
 func (c *Client) ClearNullUniqueKeys(ctx context.Context) (int, error) {
 	n := 0
 	for {
-		k, err := c.st.UpdateFound(ctx, nullUniqueKeys,
-			bson.D{{Key: "$unset", Value: bson.D{{Key: "uniqueKey", Value: ""}}}})
-		n += k
+		ids, err := c.st.FoundIDs(ctx, nullUniqueKeys)
 		if err != nil {
 			return n, fmt.Errorf("queue: clear null unique keys: %w", err)
 		}
-		if k < store.FoundBatch {
-			break
+		k, err := c.clearNullUniqueKeysOf(ctx, ids)
+		n += k
+		if err != nil || len(ids) < store.FoundBatch {
+			return n, err
 		}
+	}
+}
+
+// clearNullUniqueKeysOf clears the null unique keys of those of the jobs
+// ids that still have one.
+func (c *Client) clearNullUniqueKeysOf(ctx context.Context, ids bson.A) (int, error) {
+	n, err := c.st.UpdateIDs(ctx, ids, nullUniqueKeys, bson.D{{Key: "$unset", Value: bson.D{{Key: "uniqueKey", Value: ""}}}})
+	if err != nil {
+		return n, fmt.Errorf("queue: clear null unique keys: %w", err)
 	}
 	if n > 0 {
 		c.log.Info("cleared explicit null unique keys (null means no key)", zap.Int("jobs", n))

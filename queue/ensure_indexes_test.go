@@ -113,7 +113,7 @@ func TestFirstEnqueueWithIndexesInPlaceScansNothing(t *testing.T) {
 	dbName := testdb.NewDB(t).Name()
 	var mu sync.Mutex
 	var commands []string
-	// The scan for null keys: a find on uniqueKey (store.UpdateFound).
+	// The scan for null keys: a find on uniqueKey (store.FoundIDs).
 	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
 		name := e.CommandName
 		if f, ok := e.Command.Lookup("filter").DocumentOK(); ok && name == "find" && f.Lookup("uniqueKey").Type != 0 {

@@ -301,8 +301,8 @@ type hooks struct {
 	// beforeClean runs when Clean has read the ids of the jobs to delete,
 	// before it deletes them.
 	beforeClean func()
-	// betweenFindAndUpdate runs when UpdateFound or FreeStrandedRunSlots
-	// has read the ids of the jobs to change, before it changes them.
+	// betweenFindAndUpdate runs when FoundIDs has read the ids of the
+	// jobs a repair changes, before it changes them.
 	betweenFindAndUpdate func()
 	// afterRefillRead runs when a read of candidates in the background
 	// (candidates.go) has read them, before it fills the cache.

@@ -98,8 +98,8 @@ func WithCleanHook(c *Store, f func()) *Store {
 	return withHooks(c, h)
 }
 
-// WithFindUpdateHook returns a Store like c whose UpdateFound and
-// FreeStrandedRunSlots run f after they read the ids of the jobs to
+// WithFindUpdateHook returns a Store like c whose FoundIDs (and so the
+// reaper's repairs) run f after they read the ids of the jobs to
 // change and before they change them, as if the process stalled in
 // between.
 func WithFindUpdateHook(c *Store, f func()) *Store {

@@ -8,8 +8,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// TestUpdateFoundRechecksItsFilter: UpdateFound reads the ids of the jobs
-// its filter matches, then writes by those ids with the filter repeated.
+// TestUpdateFoundRechecksItsFilter: a repair reads the ids of the jobs its
+// filter matches (FoundIDs), then writes by those ids with the filter
+// repeated (UpdateIDs).
 // A job changed while it stalled in between so that it no longer matches
 // is left alone (only an _id condition would have overwritten it); the
 // others are changed.
@@ -25,9 +26,7 @@ func TestUpdateFoundRechecksItsFilter(t *testing.T) {
 		_, err := jobsColl.UpdateOne(b.ctx, bson.D{{Key: "_id", Value: ids[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "note", Value: "kept"}}}})
 		require.NoError(t, err)
 	})
-	n, err := s.UpdateFound(b.ctx,
-		bson.D{{Key: "note", Value: bson.D{{Key: "$type", Value: "null"}}}},
-		bson.D{{Key: "$unset", Value: bson.D{{Key: "note", Value: ""}}}})
+	n, err := updateFound(b, s)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	key := func(id string) bson.RawValue {
@@ -39,9 +38,17 @@ func TestUpdateFoundRechecksItsFilter(t *testing.T) {
 	require.Zero(t, key(ids[1]).Type)
 	require.Zero(t, key(ids[2]).Type)
 
-	n, err = store.Of(b.q).UpdateFound(b.ctx,
-		bson.D{{Key: "note", Value: bson.D{{Key: "$type", Value: "null"}}}},
-		bson.D{{Key: "$unset", Value: bson.D{{Key: "note", Value: ""}}}})
+	n, err = updateFound(b, store.Of(b.q))
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing found, nothing written")
+}
+
+// updateFound unsets the null notes of the jobs as a repair does.
+func updateFound(b bundle, s *store.Store) (int, error) {
+	nullNote := bson.D{{Key: "note", Value: bson.D{{Key: "$type", Value: "null"}}}}
+	ids, err := s.FoundIDs(b.ctx, nullNote)
+	if err != nil {
+		return 0, err
+	}
+	return s.UpdateIDs(b.ctx, ids, nullNote, bson.D{{Key: "$unset", Value: bson.D{{Key: "note", Value: ""}}}})
 }

@@ -874,33 +874,28 @@ func StrandedRunSlotsFilter() bson.D {
 // FreeStrandedRunSlots unsets the run slots of the jobs that hold one but
 // are not running: another application's write ended or re-queued them and
 // left the slot, which would otherwise be held forever. It also clears a
-// slot written as null, which MongoDB's sparse unique index indexes. The
-// reaper runs it every pass; it touches only such jobs. It returns how
-// many it changed.
-//
-// It finds them first with one read, then frees each slot field of those
-// found with a write by their ids, conditioned again on what made it
-// stranded: on MongoDB both are index scans of the slots' sparse indexes;
-// on a server that evaluates filters over every document (devdb) the read
-// runs beside the writes, where four updateMany passes held them all up
-// (1.6 s each at 20,000 jobs), and a pass that finds none writes nothing.
+// slot written as null, which MongoDB's sparse unique index indexes. It
+// touches only such jobs, found first (FoundIDs), up to FoundBatch a call.
+// It returns how many it changed.
 func (c *Store) FreeStrandedRunSlots(ctx context.Context) (int, error) {
-	ids, err := c.foundIDs(ctx, StrandedRunSlotsFilter())
+	ids, err := c.FoundIDs(ctx, StrandedRunSlotsFilter())
 	if err != nil {
 		return 0, fmt.Errorf("queue: free stranded run slots: %w", err)
 	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
+	return c.FreeRunSlotsOf(ctx, ids)
+}
+
+// FreeRunSlotsOf frees the stranded run slots of those of the jobs ids
+// that still hold one (see FreeStrandedRunSlots): each slot field with one
+// write by those ids, conditioned again on what makes it stranded.
+func (c *Store) FreeRunSlotsOf(ctx context.Context, ids bson.A) (int, error) {
 	n := 0
 	for _, f := range runSlotFields {
-		res, err := c.coll.UpdateMany(ctx,
-			append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, strandedRunSlot(f)...),
-			bson.D{{Key: "$unset", Value: bson.D{{Key: f, Value: ""}}}})
+		k, err := c.UpdateIDs(ctx, ids, strandedRunSlot(f), bson.D{{Key: "$unset", Value: bson.D{{Key: f, Value: ""}}}})
+		n += k
 		if err != nil {
 			return n, fmt.Errorf("queue: free stranded run slots: %w", err)
 		}
-		n += int(res.ModifiedCount)
 	}
 	if n > 0 {
 		c.log.Info("freed the run slots of jobs that were not running (written by another app)", zap.Int("jobs", n))

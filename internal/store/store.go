@@ -153,12 +153,19 @@ func ClaimQuery(p ClaimParams, t time.Time, token string) (filter, update, sort 
 	return claimFilter(p, t), claimUpdate(p, t, token), claimSort, claimWindow
 }
 
-// FoundBatch bounds the documents one UpdateFound (or one of the reaper's
-// repairs) changes; the next call changes more.
+// FoundBatch bounds the jobs one FoundIDs reads, and so the jobs one of
+// the reaper's repairs changes a call; the next call changes more.
 const FoundBatch = 1000
 
-// foundIDs reads the ids of up to FoundBatch jobs filter matches.
-func (c *Store) foundIDs(ctx context.Context, filter bson.D) (bson.A, error) {
+// FoundIDs reads the ids of up to FoundBatch jobs filter matches: the
+// first half of a repair of what other applications wrote (a null unique
+// key, a stranded slot), whose second half is UpdateIDs. Such jobs are
+// few, and their filters are ones a server evaluating filters over every
+// document (devdb) cannot narrow: there the read runs beside the writes,
+// where an updateMany held every write up (1.5-2.2 s at a 20,000-job
+// backlog), and a pass that finds nothing writes nothing. On MongoDB both
+// halves are index scans.
+func (c *Store) FoundIDs(ctx context.Context, filter bson.D) (bson.A, error) {
 	cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetLimit(FoundBatch))
 	if err != nil {
 		return nil, fmt.Errorf("find them: %w", err)
@@ -179,34 +186,16 @@ func (c *Store) foundIDs(ctx context.Context, filter bson.D) (bson.A, error) {
 	return ids, nil
 }
 
-// UpdateFound applies update to the jobs filter matches, up to FoundBatch
-// of them a call, and returns how many it changed. It reads their ids
-// first, then writes by those ids with filter repeated, so that a job
-// changed meanwhile so that it no longer matches is left alone. For the
-// reaper's repairs of what other applications wrote (a null unique key, a
-// stranded slot): such jobs are few, and their filters are ones that a
-// server evaluating filters over every document (devdb) cannot narrow. On
-// it the read runs beside the writes, where one updateMany held every
-// write up (1.5-2.2 s at a 20,000-job backlog), and a pass that finds
-// nothing writes nothing; on MongoDB both are index scans.
-func (c *Store) UpdateFound(ctx context.Context, filter, update bson.D) (int, error) {
-	ids, err := c.foundIDs(ctx, filter)
-	if err != nil || len(ids) == 0 {
-		return 0, err
+// UpdateIDs applies update to those of the jobs ids that filter still
+// matches, and returns how many it changed: a job changed since its id was
+// read (FoundIDs) so that it no longer matches is left alone.
+func (c *Store) UpdateIDs(ctx context.Context, ids bson.A, filter, update bson.D) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
 	}
 	res, err := c.coll.UpdateMany(ctx, append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, filter...), update)
 	if err != nil {
 		return 0, err
 	}
 	return int(res.ModifiedCount), nil
-}
-
-// AnyMatch reports whether filter matches a job, with one read of at most
-// one id.
-func (c *Store) AnyMatch(ctx context.Context, filter bson.D) (bool, error) {
-	err := c.coll.FindOne(ctx, filter, options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return false, nil
-	}
-	return err == nil, err
 }
