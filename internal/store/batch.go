@@ -214,11 +214,7 @@ func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slo
 			break
 		}
 		before := s.snapshot()
-		cands := make([]*jobs.Job, len(taken))
-		asRead := make(bson.A, len(taken))
-		for i, cd := range taken {
-			cands[i], asRead[i] = cd.job, cd.asRead
-		}
+		cands, asRead := split(taken)
 		claimed, err := c.stampCandidates(ctx, p, t, k, cands, asRead, s)
 		if err != nil {
 			return nil, false, err
@@ -243,17 +239,10 @@ func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slo
 	if cache {
 		limit = max(limit, c.cands.window())
 	}
-	filter := claimFilter(p, t)
-	sent := time.Now()
-	cur, err := c.coll.Find(ctx, filter, options.Find().SetSort(claimSort).SetLimit(int64(limit)))
+	docs, sent, took, err := c.readCandidates(ctx, p, t, limit)
 	if err != nil {
-		return nil, false, fmt.Errorf("queue: claim batch: find candidates: %w", err)
+		return nil, false, fmt.Errorf("queue: claim batch: %w", err)
 	}
-	var docs []bson.Raw
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, false, fmt.Errorf("queue: claim batch: read candidates: %w", err)
-	}
-	took := time.Since(sent)
 	if len(docs) == 0 {
 		if cache {
 			c.cands.fill(p, nil, sent, took)
@@ -261,8 +250,7 @@ func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slo
 		return nil, false, nil
 	}
 
-	cands := make([]*jobs.Job, 0, len(docs))
-	asRead := make(bson.A, 0, len(docs))
+	cs := make([]candidate, 0, len(docs))
 	for _, d := range docs {
 		var j jobs.Job
 		if err := bson.Unmarshal(d, &j); err != nil {
@@ -276,37 +264,25 @@ func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slo
 			}
 			continue
 		}
-		cands = append(cands, &j)
-		asRead = append(asRead, bson.D{
-			{Key: "_id", Value: j.ID},
-			{Key: "attempt", Value: rawOrNull(d, "attempt")},
-			{Key: "updatedAt", Value: rawOrNull(d, "updatedAt")},
-		})
+		cs = append(cs, candidateOf(&j, d))
 	}
-	if len(cands) == 0 {
+	if len(cs) == 0 {
 		return nil, true, nil
 	}
-	tried := min(len(cands), k*window)
+	tried := min(len(cs), k*window)
 	var gen uint64
 	if cache {
 		// The candidates beyond the claim's window wait for the next
 		// claims; those within it that are sent no stamp join them.
-		rest := make([]candidate, 0, len(cands)-tried)
-		for i := tried; i < len(cands); i++ {
-			rest = append(rest, candidate{job: cands[i], asRead: asRead[i].(bson.D)})
-		}
-		gen = c.cands.fill(p, rest, sent, took)
+		gen = c.cands.fill(p, cs[tried:], sent, took)
 	}
-	claimed, err = c.stampCandidates(ctx, p, t, k, cands[:tried], asRead[:tried], s)
+	cands, asRead := split(cs[:tried])
+	claimed, err = c.stampCandidates(ctx, p, t, k, cands, asRead, s)
 	if err != nil {
 		return nil, false, err
 	}
 	if cache {
-		var back []candidate
-		for i := range tried {
-			back = append(back, candidate{job: cands[i], asRead: asRead[i].(bson.D)})
-		}
-		c.cands.putBack(gen, unsent(back, s))
+		c.cands.putBack(gen, unsent(cs[:tried], s))
 	}
 	if len(claimed) > 0 {
 		return claimed, false, nil
@@ -447,10 +423,7 @@ func claimOrder(a, b *jobs.Job) int {
 // the priority of the best, so that no job is taken before one of a higher
 // priority. With fewer than two such blocks it is the first.
 func (c *Store) pickFirstBlock(cands []*jobs.Job, k int) int {
-	top := 0
-	for top < len(cands) && cands[top].Priority == cands[0].Priority {
-		top++
-	}
+	top := FirstPriorityRun(len(cands), func(i int) int { return cands[i].Priority })
 	n := top / k
 	if n < 2 {
 		return 0
@@ -459,6 +432,18 @@ func (c *Store) pickFirstBlock(cands []*jobs.Job, k int) int {
 		return c.hooks.pickBlock(n)
 	}
 	return rand.IntN(n)
+}
+
+// FirstPriorityRun is how many of n jobs in claim order, whose priorities
+// priority gives, share the first one's priority: those a spread claim or
+// hand-off picks among at random (a job of a lower priority never goes
+// before one of a higher).
+func FirstPriorityRun(n int, priority func(i int) int) int {
+	top := min(n, 1)
+	for top < n && priority(top) == priority(0) {
+		top++
+	}
+	return top
 }
 
 // readBack reads which of the candidates in block a batch claim stamped

@@ -91,6 +91,39 @@ type candidate struct {
 	asRead bson.D
 }
 
+// candidateOf is the candidate j, read as d.
+func candidateOf(j *jobs.Job, d bson.Raw) candidate {
+	return candidate{job: j, asRead: bson.D{
+		{Key: "_id", Value: j.ID},
+		{Key: "attempt", Value: rawOrNull(d, "attempt")},
+		{Key: "updatedAt", Value: rawOrNull(d, "updatedAt")},
+	}}
+}
+
+// split returns the jobs of cs and what their stamps match as read.
+func split(cs []candidate) ([]*jobs.Job, bson.A) {
+	js := make([]*jobs.Job, len(cs))
+	asRead := make(bson.A, len(cs))
+	for i, cd := range cs {
+		js[i], asRead[i] = cd.job, cd.asRead
+	}
+	return js, asRead
+}
+
+// readCandidates reads, in claim order, up to limit jobs a claim by p at
+// t could take, and returns when the read was sent and how long it took.
+func (c *Store) readCandidates(ctx context.Context, p ClaimParams, t time.Time, limit int) (docs []bson.Raw, sent time.Time, took time.Duration, err error) {
+	sent = time.Now()
+	cur, err := c.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(limit)))
+	if err != nil {
+		return nil, sent, 0, fmt.Errorf("find candidates: %w", err)
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, sent, 0, fmt.Errorf("read candidates: %w", err)
+	}
+	return docs, sent, time.Since(sent), nil
+}
+
 // candidateCache holds the candidates of the last read of the claims of
 // one Store and its copies under limits.
 type candidateCache struct {
@@ -160,56 +193,38 @@ func (cc *candidateCache) startRefill() (uint64, bool) {
 // forgotten since epoch.
 func (c *Store) refill(p ClaimParams, limit int, epoch uint64) {
 	go func() {
-		cc := c.cands
-		var got []candidate
-		ok := false
-		var sent time.Time
-		var took time.Duration
-		defer func() {
-			cc.mu.Lock()
-			defer cc.mu.Unlock()
-			if ok && cc.epoch == epoch {
-				kept := got[:0]
-				for _, cd := range got {
-					if !cc.sentDuring[cd.job.ID] {
-						kept = append(kept, cd)
-					}
-				}
-				cc.fillLocked(p, kept, sent, took)
-			}
-			cc.refilling, cc.sentDuring = false, nil
-		}()
-		ctx, cancel := context.WithTimeout(context.Background(), refillTimeout)
-		defer cancel()
-		sent = time.Now()
 		// A read that fails is dropped unlogged: the next claim that
 		// finds the cache drained or aged reads as it would without it,
 		// and reports what fails then (this goroutine may outlive its
 		// client, and a test's logger).
-		cur, err := c.coll.Find(ctx, claimFilter(p, c.now()), options.Find().SetSort(claimSort).SetLimit(int64(limit)))
-		if err != nil {
-			return
-		}
-		var docs []bson.Raw
-		if err := cur.All(ctx, &docs); err != nil {
-			return
-		}
-		took = time.Since(sent)
+		ctx, cancel := context.WithTimeout(context.Background(), refillTimeout)
+		docs, sent, took, err := c.readCandidates(ctx, p, c.now(), limit)
+		cancel()
+		var got []candidate
 		for _, d := range docs {
 			var j jobs.Job
 			if bson.Unmarshal(d, &j) != nil {
 				continue // a claim's own read buries it
 			}
-			got = append(got, candidate{job: &j, asRead: bson.D{
-				{Key: "_id", Value: j.ID},
-				{Key: "attempt", Value: rawOrNull(d, "attempt")},
-				{Key: "updatedAt", Value: rawOrNull(d, "updatedAt")},
-			}})
+			got = append(got, candidateOf(&j, d))
 		}
-		ok = true
-		if c.hooks != nil && c.hooks.afterRefillRead != nil {
+		if err == nil && c.hooks != nil && c.hooks.afterRefillRead != nil {
 			c.hooks.afterRefillRead()
 		}
+
+		cc := c.cands
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		if err == nil && cc.epoch == epoch {
+			kept := got[:0]
+			for _, cd := range got {
+				if !cc.sentDuring[cd.job.ID] {
+					kept = append(kept, cd)
+				}
+			}
+			cc.fillLocked(p, kept, sent, took)
+		}
+		cc.refilling, cc.sentDuring = false, nil
 	}()
 }
 
@@ -286,10 +301,7 @@ func (cc *candidateCache) take(p ClaimParams, n int) ([]candidate, uint64) {
 	}
 	picked := match[:min(n, len(match))]
 	if p.Spread && len(match) > n {
-		top := 1
-		for top < len(match) && cc.cands[match[top]].job.Priority == cc.cands[match[0]].job.Priority {
-			top++
-		}
+		top := FirstPriorityRun(len(match), func(i int) int { return cc.cands[match[i]].job.Priority })
 		if top > n {
 			picked = slices.Clone(match[:top])
 			rand.Shuffle(top, func(i, j int) { picked[i], picked[j] = picked[j], picked[i] })
