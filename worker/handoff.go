@@ -188,10 +188,7 @@ func (w *Worker) takeSuccessor(k successorKey) *store.Successor {
 	if len(p.cands) == 0 {
 		return nil
 	}
-	top := 1
-	for top < len(p.cands) && p.cands[top].Job.Priority == p.cands[0].Job.Priority {
-		top++
-	}
+	top := store.FirstPriorityRun(len(p.cands), func(i int) int { return p.cands[i].Job.Priority })
 	i := rand.IntN(top)
 	c := p.cands[i]
 	p.cands = append(p.cands[:i:i], p.cands[i+1:]...)

@@ -353,10 +353,7 @@ func stampOrder(p ClaimParams, block []*jobs.Job) []int {
 	if !p.Spread || len(block) < 2 {
 		return order
 	}
-	top := 1
-	for top < len(block) && block[top].Priority == block[0].Priority {
-		top++
-	}
+	top := FirstPriorityRun(len(block), func(i int) int { return block[i].Priority })
 	rand.Shuffle(top, func(i, j int) { order[i], order[j] = order[j], order[i] })
 	return order
 }
