@@ -278,6 +278,8 @@ func TestCandidateCacheRefillsInTheBackground(t *testing.T) {
 	close(release)
 	require.Eventually(t, func() bool { _, fills := store.CandidateHits(s); return fills == 2 },
 		10*time.Second, time.Millisecond, "the read fills the cache")
+	// However slow the machine, the rest are claimed within its age.
+	store.AgeCandidates(s, -time.Minute)
 
 	var rest []any
 	for _, id := range want {
