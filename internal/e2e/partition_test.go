@@ -142,9 +142,18 @@ func TestPartitionHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 		ids[p.workerID()] = p
 	}
 
-	// Kill the worker whose job's call of c1's is in flight.
+	// Kill the worker whose job's call of c1's is in flight, once c1's
+	// partition has been full: after the kill, the killed job holds one of
+	// c1's two slots until the reaper frees it, so c1's remaining jobs may
+	// all run one at a time (seen once: c1 never had 2 calls at once).
 	var victimJob string
 	require.Eventually(t, func() bool {
+		down.mu.Lock()
+		full := down.most["c1"] >= perCustomer
+		down.mu.Unlock()
+		if !full {
+			return false
+		}
 		id, ok := down.callingJob("c1")
 		if !ok {
 			return false
