@@ -2,9 +2,12 @@ package devdb
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/url"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -128,5 +131,153 @@ func TestSortedFindsMatchFerretDBsOwnSort(t *testing.T) {
 				require.Equal(t, want, ids(f, so, limit), "filter %v sort %v limit %d", f, so, limit)
 			}
 		}
+	}
+}
+
+// TestIndexedSortsMatchFerretDBsOwnSort: for a collection with an index on
+// two or more top-level fields, devdb adds a covering index of their values
+// and types (idindex.go), and a limited find whose filter sets the index's
+// first field equal to strings and whose sort keys are all in the index is
+// sorted from that index alone (orderByIndex in _overlay). Its result must
+// be exactly the first documents of FerretDB's own sort of every match, for
+// sort values of every type that index orders (numbers of three kinds
+// around 2^53, strings with escapes and bytes past ASCII, null, missing,
+// ObjectIDs, booleans, dates), _ids of three types, a non-leading key
+// holding arrays; and still when a document's leading field or a sort key
+// is an array or an object, which the index does not order (left to
+// FerretDB's sort of the sort fields).
+func TestIndexedSortsMatchFerretDBsOwnSort(t *testing.T) {
+	s := startServer(t)
+	ctx := context.Background()
+	coll := connect(t, s.URI()).Database("indexed").Collection("jobs")
+	_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{
+		{Key: "state", Value: 1}, {Key: "q", Value: 1}, {Key: "p", Value: -1}, {Key: "r", Value: 1}, {Key: "_id", Value: 1},
+	}})
+	require.NoError(t, err)
+
+	rng := rand.New(rand.NewPCG(3, 4))
+	day := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	values := []any{
+		int32(0), int32(3), int32(-7), int64(3), int64(1) << 40, int64(1)<<53 + 1, int64(1) << 53, float64(1 << 53), 2.5, -0.5, 3.0,
+		math.MaxFloat64, -1e300, math.SmallestNonzeroFloat64,
+		"", "a", "b", "B", "ä", "é", `quo"te`, "back\\slash", "tab\there", "<&>", "日本", "a\x00b", "[x", "{",
+		nil, bson.NewObjectIDFromTimestamp(day), bson.NewObjectIDFromTimestamp(day.Add(time.Hour)),
+		true, false, bson.NewDateTimeFromTime(day), bson.NewDateTimeFromTime(day.Add(-time.Minute)), bson.NewDateTimeFromTime(time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC)),
+	}
+	const missing = "missing"
+	pick := func(vs []any) any {
+		if rng.IntN(8) == 0 {
+			return missing
+		}
+		return vs[rng.IntN(len(vs))]
+	}
+	states := []any{"available", "available", "running", int32(1), nil, "availablf", bson.NewObjectID()}
+	queues := []any{"a", "b", bson.A{"a", "z"}, bson.A{}, int32(4), nil, "[a]"}
+	doc := func(i int) bson.D {
+		d := bson.D{}
+		switch i % 3 {
+		case 0:
+			d = append(d, bson.E{Key: "_id", Value: fmt.Sprintf("id-%03d", i)})
+		case 1:
+			d = append(d, bson.E{Key: "_id", Value: int32(i)})
+		default:
+			d = append(d, bson.E{Key: "_id", Value: bson.NewObjectID()})
+		}
+		for _, f := range []struct {
+			name string
+			vs   []any
+		}{{"state", states}, {"q", queues}, {"p", values}, {"r", values}} {
+			if v := pick(f.vs); v != missing {
+				d = append(d, bson.E{Key: f.name, Value: v})
+			}
+		}
+		return append(d, bson.E{Key: "n", Value: int32(rng.IntN(10))}, bson.E{Key: "pad", Value: fmt.Sprintf("%0100d", i)})
+	}
+	var docs []any
+	for i := range 600 {
+		docs = append(docs, doc(i))
+	}
+	_, err = coll.InsertMany(ctx, docs)
+	require.NoError(t, err)
+	waitForIndex(t, filepath.Join(s.Dir(), "indexed.sqlite"), "__devdb_c_state,q,p,r,_id")
+
+	ids := func(filter, sort bson.D, limit int64) []string {
+		t.Helper()
+		o := options.Find().SetSort(sort).SetProjection(bson.D{{Key: "_id", Value: 1}})
+		if limit > 0 {
+			o.SetLimit(limit)
+		}
+		cur, err := coll.Find(ctx, filter, o)
+		require.NoError(t, err)
+		var got []bson.Raw
+		require.NoError(t, cur.All(ctx, &got))
+		out := make([]string, len(got))
+		for i, d := range got {
+			out[i] = d.Lookup("_id").String()
+		}
+		return out
+	}
+	filters := []bson.D{
+		{{Key: "state", Value: "available"}},
+		{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{"available", "running"}}}}},
+		{{Key: "state", Value: "available"}, {Key: "q", Value: bson.D{{Key: "$in", Value: bson.A{"a", "z"}}}}},
+		{{Key: "state", Value: "available"}, {Key: "q", Value: "b"}, {Key: "n", Value: bson.D{{Key: "$gte", Value: 4}}}},
+		{{Key: "state", Value: "available"}, {Key: "r", Value: bson.D{{Key: "$lte", Value: bson.NewDateTimeFromTime(day)}}}},
+		{{Key: "state", Value: "nothing"}},
+	}
+	sorts := []bson.D{
+		{{Key: "p", Value: 1}, {Key: "_id", Value: 1}},
+		{{Key: "p", Value: -1}, {Key: "_id", Value: 1}},
+		{{Key: "p", Value: -1}, {Key: "r", Value: 1}, {Key: "_id", Value: 1}},
+		{{Key: "r", Value: 1}, {Key: "p", Value: -1}, {Key: "_id", Value: -1}},
+		{{Key: "_id", Value: 1}},
+		{{Key: "_id", Value: -1}},
+		{{Key: "q", Value: 1}, {Key: "_id", Value: 1}},
+		{{Key: "n", Value: 1}, {Key: "_id", Value: 1}},
+	}
+	check := func(stage string) {
+		t.Helper()
+		for _, f := range filters {
+			for _, so := range sorts {
+				all := ids(f, so, 0)
+				for _, limit := range []int64{1, 7, 64, 1000} {
+					want := all[:min(int(limit), len(all))]
+					require.Equal(t, want, ids(f, so, limit), "%s: filter %v sort %v limit %d", stage, f, so, limit)
+				}
+			}
+		}
+	}
+	check("simple types")
+
+	// A sort key that is an array or an object, and a leading field that
+	// is an array holding the value: the index orders neither.
+	_, err = coll.InsertMany(ctx, []any{
+		bson.D{{Key: "_id", Value: "arr-p"}, {Key: "state", Value: "available"}, {Key: "q", Value: "a"}, {Key: "p", Value: bson.A{int32(1), int32(99)}}},
+		bson.D{{Key: "_id", Value: "obj-r"}, {Key: "state", Value: "available"}, {Key: "q", Value: "b"}, {Key: "r", Value: bson.D{{Key: "x", Value: 1}}}},
+	})
+	require.NoError(t, err)
+	check("array and object sort values")
+	_, err = coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "arr-state"}, {Key: "state", Value: bson.A{"x", "available"}}, {Key: "q", Value: "a"}, {Key: "p", Value: int32(1000)}})
+	require.NoError(t, err)
+	check("array leading field")
+	require.Contains(t, ids(bson.D{{Key: "state", Value: "available"}}, bson.D{{Key: "_id", Value: -1}}, 1000), `"arr-state"`)
+}
+
+// waitForIndex waits until the SQLite file holds an index whose name ends
+// with suffix.
+func waitForIndex(t *testing.T, file, suffix string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: file, RawQuery: "mode=ro"}).String())
+	require.NoError(t, err)
+	defer db.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		require.NoError(t, db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'index' AND substr(name, -?) = ?`, len(suffix), suffix).Scan(&n))
+		if n > 0 {
+			return
+		}
+		require.False(t, time.Now().After(deadline), "no index %s in %s", suffix, file)
+		time.Sleep(100 * time.Millisecond)
 	}
 }

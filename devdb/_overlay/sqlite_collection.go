@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -87,6 +88,11 @@ func (c *collection) Query(ctx context.Context, params *backends.QueryParams) (*
 	whereClause, args := pushdownWhere(params.Filter)
 
 	if params.SortKeys.Len() > 0 && !meta.Capped() && !params.OnlyRecordIDs {
+		if order, ok := orderByIndex(ctx, db, meta.TableName, params.Filter, params.SortKeys); ok {
+			return &backends.QueryResult{
+				Iter: &sortedIterator{ctx: ctx, db: db, table: meta.TableName, order: order, chunk: sortedChunk(params.Limit)},
+			}, nil
+		}
 		return querySorted(ctx, db, meta.TableName, whereClause, args, params.SortKeys, params.Limit)
 	}
 
@@ -819,8 +825,201 @@ func querySorted(ctx context.Context, db *fsql.DB, table, where string, args []a
 	}
 
 	return &backends.QueryResult{
-		Iter: &sortedIterator{ctx: ctx, db: db, table: table, order: order, chunk: int(min(max(limit, 16), 1000))},
+		Iter: &sortedIterator{ctx: ctx, db: db, table: table, order: order, chunk: sortedChunk(limit)},
 	}, nil
+}
+
+// sortedChunk is how many documents a sortedIterator reads at once for a
+// find stopping at limit.
+func sortedChunk(limit int64) int { return int(min(max(limit, 16), 1000)) }
+
+// Covering indexes (devdb's idindex.go): for each of a collection's
+// indexes on two or more top-level fields k1, k2, ..., devdb adds the
+// SQLite index "<table>__devdb_c_k1,k2,..." on, for each key, the
+// field's SQL value and its sjson type:
+//
+//	_ferretdb_sjson->>'$.k', _ferretdb_sjson->>'$."$s".p.k.t'
+//
+// Every column of such an index is an expression of _ferretdb_sjson
+// SQLite can read from the index itself (->> returns no JSON subtype, so
+// SQLite takes the indexed value for the expression): a query that names
+// no other expression reads no row, and parses no JSON.
+const coveringInfix = "__devdb_c_"
+
+// coveringValue and coveringType are a key's expressions in a covering
+// index (%s: the field's name).
+const (
+	coveringValue = `_ferretdb_sjson->>'$.%s'`
+	coveringType  = `_ferretdb_sjson->>'$."$s".p.%s.t'`
+)
+
+// coveringRank is the place of a key's type in the BSON order of types
+// (%s: its type expression), for the types whose SQL values order as BSON
+// orders them within the type: null and missing, numbers (int, long and
+// double compared by value, as SQLite compares integers and reals),
+// strings (SQLite compares text bytewise, as BSON does), ObjectIDs (sjson
+// stores them as lowercase hex, whose order is the bytes'), booleans
+// (false 0, true 1) and dates (milliseconds). Every other type ranks
+// coveringOther: a sort over one of those is left to querySorted.
+const (
+	coveringRank = `CASE WHEN %[1]s IS NULL THEN 1 WHEN %[1]s = 'null' THEN 1 ` +
+		`WHEN %[1]s IN ('int', 'long', 'double') THEN 2 WHEN %[1]s = 'string' THEN 3 ` +
+		`WHEN %[1]s = 'objectId' THEN 7 WHEN %[1]s = 'bool' THEN 8 WHEN %[1]s = 'date' THEN 9 ELSE 99 END`
+	coveringOther = 99
+)
+
+// orderByIndex returns, in the order of the sort sortKeys, the rowids of
+// table's documents that may match filter, when one of the table's
+// covering indexes (above) can say so alone: it holds every sort key, and
+// it leads with a field the filter sets equal to a string or to one of
+// strings ({k1: "s"} or {k1: {$in: [...]}}); then SQLite reads that index
+// only, from the filter's values of k1 on, and sorts it. ok is false, and
+// querySorted does the work, when no index serves, when a document has k1
+// as an array (it may hold the value: SQLite's seek would miss it), or
+// when a matching document's sort key is of a type the index does not
+// order (an array, an object, ...).
+//
+// The rowids may include documents the filter does not match (only k1
+// and the other string equalities of the index's keys are applied here):
+// the handler filters the documents exactly, as for every query.
+func orderByIndex(ctx context.Context, db *fsql.DB, table string, filter, sortKeys *types.Document) ([]int64, bool) {
+	if filter == nil || filter.Has("_id") {
+		return nil, false // a lookup by _id: querySorted reads those few rows
+	}
+
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?`, table)
+	if err != nil {
+		return nil, false
+	}
+	var index string
+	var keys []string
+	prefix := table + coveringInfix
+	for rows.Next() {
+		var name string
+		if rows.Scan(&name) != nil {
+			break
+		}
+		ks := strings.Split(strings.TrimPrefix(name, prefix), ",")
+		if index == "" && strings.HasPrefix(name, prefix) && coveringServes(ks, filter, sortKeys) {
+			index, keys = name, ks
+		}
+	}
+	if rows.Err() != nil || rows.Close() != nil || index == "" {
+		return nil, false
+	}
+
+	value := func(k string) string { return fmt.Sprintf(coveringValue, k) }
+	typ := func(k string) string { return fmt.Sprintf(coveringType, k) }
+
+	var conds []string
+	var args []any
+	for i, k := range keys {
+		if !filter.Has(k) {
+			continue
+		}
+		in := stringEqualities(must.NotFail(filter.Get(k)))
+		if in == nil {
+			continue
+		}
+		marks := strings.TrimSuffix(strings.Repeat("?, ", len(in)), ", ")
+		cond := fmt.Sprintf(`%s IN (%s) AND %s = 'string'`, value(k), marks, typ(k))
+		if i > 0 {
+			cond = fmt.Sprintf(`((%s) OR %s = 'array')`, cond, typ(k))
+		}
+		conds = append(conds, cond)
+		args = append(args, in...)
+	}
+
+	// An array k1 (sjson: its JSON text, '[...]') may hold the value; the
+	// seek on k1's value finds only the strings.
+	k1 := keys[0]
+	var n int
+	err = db.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %q INDEXED BY %q WHERE %s >= '[' AND %s < '\' AND %s = 'array' LIMIT 1)`,
+		table, index, value(k1), value(k1), typ(k1))).Scan(&n)
+	if err != nil || n > 0 {
+		return nil, false
+	}
+
+	var order, other []string
+	for _, k := range sortKeys.Keys() {
+		dir := ""
+		if must.NotFail(sortKeys.Get(k)).(int64) < 0 {
+			dir = " DESC"
+		}
+		rank := fmt.Sprintf(coveringRank, typ(k))
+		order = append(order, rank+dir, value(k)+dir)
+		other = append(other, fmt.Sprintf(`%s = %d`, rank, coveringOther))
+	}
+
+	q := fmt.Sprintf(`SELECT rowid, %s FROM %q INDEXED BY %q WHERE %s ORDER BY %s`,
+		strings.Join(other, " OR "), table, index, strings.Join(conds, " AND "), strings.Join(order, ", "))
+	rows, err = db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, false
+	}
+	defer rows.Close()
+
+	var out []int64
+	for rows.Next() {
+		var rowid int64
+		var unordered bool
+		if rows.Scan(&rowid, &unordered) != nil || unordered {
+			return nil, false
+		}
+		out = append(out, rowid)
+	}
+	if rows.Err() != nil {
+		return nil, false
+	}
+
+	return out, true
+}
+
+// coveringServes reports whether the covering index on keys serves a find
+// with filter sorted by sortKeys (see orderByIndex).
+func coveringServes(keys []string, filter, sortKeys *types.Document) bool {
+	if len(keys) < 2 || !filter.Has(keys[0]) || stringEqualities(must.NotFail(filter.Get(keys[0]))) == nil {
+		return false
+	}
+	for _, k := range keys {
+		if !plainName(k) {
+			return false
+		}
+	}
+	for _, k := range sortKeys.Keys() {
+		if !slices.Contains(keys, k) {
+			return false
+		}
+		if _, ok := must.NotFail(sortKeys.Get(k)).(int64); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// stringEqualities returns the strings a filter's value v sets a field
+// equal to, "s" or {$in: ["s", ...]} (at most 500), or nil.
+func stringEqualities(v any) []any {
+	if s, ok := v.(string); ok {
+		return []any{s}
+	}
+	d, ok := v.(*types.Document)
+	if !ok || d.Len() != 1 || d.Keys()[0] != "$in" {
+		return nil
+	}
+	a, ok := must.NotFail(d.Get("$in")).(*types.Array)
+	if !ok || a.Len() == 0 || a.Len() > 500 {
+		return nil
+	}
+	res := make([]any, 0, a.Len())
+	for i := 0; i < a.Len(); i++ {
+		s, ok := must.NotFail(a.Get(i)).(string)
+		if !ok {
+			return nil
+		}
+		res = append(res, s)
+	}
+	return res
 }
 
 // sortedIterator returns the documents of table with the rowids of order,
