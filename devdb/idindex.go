@@ -62,23 +62,27 @@ const (
 // sort fields, which makes SQLite parse every matching document's JSON (a
 // claim's read of candidates at a backlog of 20,000: 0.85 s). For each of
 // a collection's indexes on two or more top-level fields, the indexer adds
-// a covering index holding each key's SQL value and sjson type
-// (coveringColumns), from which SQLite can seek a filter's string
+// a covering index holding each key's SQL value and the rank of its BSON
+// type (coveringColumns), from which SQLite can seek a filter's string
 // equalities and sort by the keys without reading a row: the same read
-// then takes milliseconds (orderByIndex in _overlay). The index's name
+// then takes milliseconds (orderByIndex in _overlay, which holds the same
+// expressions: TestCoveringExpressionsMatchTheOverlays). The index's name
 // lists the keys, "<table>__devdb_c_state,queue,kind,priority,runAt,_id",
 // which is how the query finds it.
 const (
 	coveringInfix = "__devdb_c_"
 	coveringValue = `_ferretdb_sjson->>'$.%s'`
 	coveringType  = `_ferretdb_sjson->>'$."$s".p.%s.t'`
+	coveringRank  = `CASE coalesce(%s, 'null') WHEN 'null' THEN 1 WHEN 'int' THEN 2 WHEN 'long' THEN 2 WHEN 'double' THEN 2 ` +
+		`WHEN 'string' THEN 3 WHEN 'object' THEN 4 WHEN 'array' THEN 5 WHEN 'binData' THEN 6 WHEN 'objectId' THEN 7 ` +
+		`WHEN 'bool' THEN 8 WHEN 'date' THEN 9 WHEN 'timestamp' THEN 10 WHEN 'regex' THEN 11 ELSE 99 END`
 )
 
 // coveringColumns is the column list of the covering index on keys.
 func coveringColumns(keys []string) string {
 	cols := make([]string, 0, 2*len(keys))
 	for _, k := range keys {
-		cols = append(cols, fmt.Sprintf(coveringValue, k), fmt.Sprintf(coveringType, k))
+		cols = append(cols, fmt.Sprintf(coveringValue, k), fmt.Sprintf(coveringRank, fmt.Sprintf(coveringType, k)))
 	}
 	return strings.Join(cols, ", ")
 }

@@ -3,8 +3,12 @@ package devdb
 import (
 	"context"
 	"database/sql"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -88,4 +92,48 @@ func waitForLookupIndex(t *testing.T, file string) string {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestCoveringExpressionsMatchTheOverlays: the covering indexes devdb
+// adds serve devdb's FerretDB's sorted finds only if its queries name the
+// very expressions the indexes hold, which _overlay/sqlite_collection.go
+// spells in constants of its own (it is built inside FerretDB's module).
+func TestCoveringExpressionsMatchTheOverlays(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("_overlay", "sqlite_collection.go"), nil, 0)
+	require.NoError(t, err)
+	got := map[string]string{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		if vs, ok := n.(*ast.ValueSpec); ok {
+			for i, name := range vs.Names {
+				if i < len(vs.Values) {
+					if s, ok := stringConst(vs.Values[i]); ok {
+						got[name.Name] = s
+					}
+				}
+			}
+		}
+		return true
+	})
+	for name, want := range map[string]string{
+		"coveringInfix": coveringInfix, "coveringValue": coveringValue, "coveringType": coveringType, "coveringRank": coveringRank,
+	} {
+		require.Equal(t, want, got[name], "the overlay's %s", name)
+	}
+}
+
+// stringConst evaluates a string literal or a sum of them.
+func stringConst(e ast.Expr) (string, bool) {
+	switch e := e.(type) {
+	case *ast.BasicLit:
+		if e.Kind != token.STRING {
+			return "", false
+		}
+		s, err := strconv.Unquote(e.Value)
+		return s, err == nil
+	case *ast.BinaryExpr:
+		a, ok1 := stringConst(e.X)
+		b, ok2 := stringConst(e.Y)
+		return a + b, ok1 && ok2 && e.Op == token.ADD
+	}
+	return "", false
 }

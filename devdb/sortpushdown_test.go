@@ -261,6 +261,33 @@ func TestIndexedSortsMatchFerretDBsOwnSort(t *testing.T) {
 	require.NoError(t, err)
 	check("array leading field")
 	require.Contains(t, ids(bson.D{{Key: "state", Value: "available"}}, bson.D{{Key: "_id", Value: -1}}, 1000), `"arr-state"`)
+
+	// A filter the index applies in part, which leaves out most of the
+	// first windows of the index's order: the find reads on, a window
+	// twice as wide each time, until it has its limit.
+	other := connect(t, s.URI()).Database("indexed").Collection("wide")
+	_, err = other.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "state", Value: 1}, {Key: "p", Value: -1}, {Key: "_id", Value: 1}}})
+	require.NoError(t, err)
+	docs = docs[:0]
+	for i := range 3000 {
+		docs = append(docs, bson.D{{Key: "_id", Value: fmt.Sprintf("w-%04d", i)}, {Key: "state", Value: "available"},
+			{Key: "p", Value: int32(rng.IntN(100))}, {Key: "n", Value: int32(i % 100)}})
+	}
+	_, err = other.InsertMany(ctx, docs)
+	require.NoError(t, err)
+	waitForIndex(t, filepath.Join(s.Dir(), "indexed.sqlite"), "__devdb_c_state,p,_id")
+	coll = other
+	for _, f := range []bson.D{
+		{{Key: "state", Value: "available"}, {Key: "n", Value: int32(99)}},
+		{{Key: "state", Value: "available"}, {Key: "n", Value: bson.D{{Key: "$gte", Value: 90}}}},
+	} {
+		so := bson.D{{Key: "p", Value: -1}, {Key: "_id", Value: 1}}
+		all := ids(f, so, 0)
+		require.NotEmpty(t, all)
+		for _, limit := range []int64{1, 25, 29, 30, 31, 200, 1000} {
+			require.Equal(t, all[:min(int(limit), len(all))], ids(f, so, limit), "wide: filter %v limit %d", f, limit)
+		}
+	}
 }
 
 // waitForIndex waits until the SQLite file holds an index whose name ends

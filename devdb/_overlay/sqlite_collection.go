@@ -88,10 +88,8 @@ func (c *collection) Query(ctx context.Context, params *backends.QueryParams) (*
 	whereClause, args := pushdownWhere(params.Filter)
 
 	if params.SortKeys.Len() > 0 && !meta.Capped() && !params.OnlyRecordIDs {
-		if order, ok := orderByIndex(ctx, db, meta.TableName, params.Filter, params.SortKeys); ok {
-			return &backends.QueryResult{
-				Iter: &sortedIterator{ctx: ctx, db: db, table: meta.TableName, order: order, chunk: sortedChunk(params.Limit)},
-			}, nil
+		if it, ok := orderByIndex(ctx, db, meta.TableName, params.Filter, params.SortKeys, params.Limit); ok {
+			return &backends.QueryResult{Iter: it}, nil
 		}
 		return querySorted(ctx, db, meta.TableName, whereClause, args, params.SortKeys, params.Limit)
 	}
@@ -836,53 +834,58 @@ func sortedChunk(limit int64) int { return int(min(max(limit, 16), 1000)) }
 // Covering indexes (devdb's idindex.go): for each of a collection's
 // indexes on two or more top-level fields k1, k2, ..., devdb adds the
 // SQLite index "<table>__devdb_c_k1,k2,..." on, for each key, the
-// field's SQL value and its sjson type:
+// field's SQL value and the rank of its BSON type:
 //
-//	_ferretdb_sjson->>'$.k', _ferretdb_sjson->>'$."$s".p.k.t'
+//	_ferretdb_sjson->>'$.k', CASE _ferretdb_sjson->>'$."$s".p.k.t' ... END
 //
-// Every column of such an index is an expression of _ferretdb_sjson
-// SQLite can read from the index itself (->> returns no JSON subtype, so
-// SQLite takes the indexed value for the expression): a query that names
-// no other expression reads no row, and parses no JSON.
+// Every column of such an index is an expression of _ferretdb_sjson that
+// SQLite reads from the index itself (->> returns no JSON subtype, so
+// SQLite may use the indexed value for the expression): a query that
+// names no other expression reads no row and parses no JSON.
 const coveringInfix = "__devdb_c_"
 
-// coveringValue and coveringType are a key's expressions in a covering
-// index (%s: the field's name).
+// coveringValue and coveringType are a key's value and sjson type (%s:
+// the field's name); coveringRank is the place of its type (%s: the type
+// expression) in BSON's order of types: null and missing 1, numbers 2,
+// strings 3, objects 4, arrays 5, binary 6, ObjectIDs 7, booleans 8,
+// dates 9, timestamps 10, regexes 11. Within the types coveringOrdered
+// lists, SQL orders the values as BSON does: numbers by value (SQLite
+// compares integers and reals exactly), strings bytewise (SQLite's BINARY
+// collation), ObjectIDs by their lowercase hex (their bytes' order),
+// booleans as 0 and 1, dates as milliseconds; a sort over any other type
+// is left to querySorted.
 const (
 	coveringValue = `_ferretdb_sjson->>'$.%s'`
 	coveringType  = `_ferretdb_sjson->>'$."$s".p.%s.t'`
+	coveringRank  = `CASE coalesce(%s, 'null') WHEN 'null' THEN 1 WHEN 'int' THEN 2 WHEN 'long' THEN 2 WHEN 'double' THEN 2 ` +
+		`WHEN 'string' THEN 3 WHEN 'object' THEN 4 WHEN 'array' THEN 5 WHEN 'binData' THEN 6 WHEN 'objectId' THEN 7 ` +
+		`WHEN 'bool' THEN 8 WHEN 'date' THEN 9 WHEN 'timestamp' THEN 10 WHEN 'regex' THEN 11 ELSE 99 END`
+	coveringOrdered = `1, 2, 3, 7, 8, 9`
+	rankString      = 3
+	rankArray       = 5
 )
 
-// coveringRank is the place of a key's type in the BSON order of types
-// (%s: its type expression), for the types whose SQL values order as BSON
-// orders them within the type: null and missing, numbers (int, long and
-// double compared by value, as SQLite compares integers and reals),
-// strings (SQLite compares text bytewise, as BSON does), ObjectIDs (sjson
-// stores them as lowercase hex, whose order is the bytes'), booleans
-// (false 0, true 1) and dates (milliseconds). Every other type ranks
-// coveringOther: a sort over one of those is left to querySorted.
-const (
-	coveringRank = `CASE WHEN %[1]s IS NULL THEN 1 WHEN %[1]s = 'null' THEN 1 ` +
-		`WHEN %[1]s IN ('int', 'long', 'double') THEN 2 WHEN %[1]s = 'string' THEN 3 ` +
-		`WHEN %[1]s = 'objectId' THEN 7 WHEN %[1]s = 'bool' THEN 8 WHEN %[1]s = 'date' THEN 9 ELSE 99 END`
-	coveringOther = 99
-)
-
-// orderByIndex returns, in the order of the sort sortKeys, the rowids of
-// table's documents that may match filter, when one of the table's
-// covering indexes (above) can say so alone: it holds every sort key, and
-// it leads with a field the filter sets equal to a string or to one of
-// strings ({k1: "s"} or {k1: {$in: [...]}}); then SQLite reads that index
-// only, from the filter's values of k1 on, and sorts it. ok is false, and
-// querySorted does the work, when no index serves, when a document has k1
-// as an array (it may hold the value: SQLite's seek would miss it), or
-// when a matching document's sort key is of a type the index does not
-// order (an array, an object, ...).
+// orderByIndex returns an iterator of table's documents that may match
+// filter, in the order of the sort sortKeys, when one of the table's
+// covering indexes (above) can order them alone: it holds every sort key,
+// and it leads with a field the filter sets equal to a string or to one
+// of strings ({k1: "s"} or {k1: {$in: [...]}}). SQLite then seeks that
+// index to the filter's values of k1, applies the other string
+// equalities of the index's keys to the index's entries, and keeps the
+// first of them in sort order (a top-N sort): for a find stopping at
+// limit, at least sortedWindow(limit) rowids, and more, a window twice as
+// wide, when the handler's exact filter leaves too few of them. ok is
+// false, and querySorted does the work, when no index serves, when a
+// document has k1 as an array (it may hold the value: the seek would miss
+// it), or when a document whose entry matches has a sort key of a type
+// the index does not order (an array, an object, ...): the sort puts
+// those first, so one look at the first says.
 //
-// The rowids may include documents the filter does not match (only k1
-// and the other string equalities of the index's keys are applied here):
-// the handler filters the documents exactly, as for every query.
-func orderByIndex(ctx context.Context, db *fsql.DB, table string, filter, sortKeys *types.Document) ([]int64, bool) {
+// As with querySorted, the reads are not one snapshot: a later window
+// skips the rowids an earlier one returned, and may miss a document whose
+// sort keys moved it into the part already read meanwhile (a find on
+// MongoDB may miss such a document too).
+func orderByIndex(ctx context.Context, db *fsql.DB, table string, filter, sortKeys *types.Document, limit int64) (*sortedIterator, bool) {
 	if filter == nil || filter.Has("_id") {
 		return nil, false // a lookup by _id: querySorted reads those few rows
 	}
@@ -909,7 +912,17 @@ func orderByIndex(ctx context.Context, db *fsql.DB, table string, filter, sortKe
 	}
 
 	value := func(k string) string { return fmt.Sprintf(coveringValue, k) }
-	typ := func(k string) string { return fmt.Sprintf(coveringType, k) }
+	rank := func(k string) string { return fmt.Sprintf(coveringRank, fmt.Sprintf(coveringType, k)) }
+
+	// An array k1 (sjson stores its JSON text, '[...]') may hold the
+	// value; the seek on k1's value finds only the strings.
+	k1 := keys[0]
+	var n int
+	err = db.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %q INDEXED BY %q WHERE %s >= '[' AND %s < '\' AND %s = %d LIMIT 1)`,
+		table, index, value(k1), value(k1), rank(k1), rankArray)).Scan(&n)
+	if err != nil || n > 0 {
+		return nil, false
+	}
 
 	var conds []string
 	var args []any
@@ -922,58 +935,84 @@ func orderByIndex(ctx context.Context, db *fsql.DB, table string, filter, sortKe
 			continue
 		}
 		marks := strings.TrimSuffix(strings.Repeat("?, ", len(in)), ", ")
-		cond := fmt.Sprintf(`%s IN (%s) AND %s = 'string'`, value(k), marks, typ(k))
+		cond := fmt.Sprintf(`%s IN (%s) AND %s = %d`, value(k), marks, rank(k), rankString)
 		if i > 0 {
-			cond = fmt.Sprintf(`((%s) OR %s = 'array')`, cond, typ(k))
+			cond = fmt.Sprintf(`((%s) OR %s = %d)`, cond, rank(k), rankArray)
 		}
 		conds = append(conds, cond)
 		args = append(args, in...)
 	}
 
-	// An array k1 (sjson: its JSON text, '[...]') may hold the value; the
-	// seek on k1's value finds only the strings.
-	k1 := keys[0]
-	var n int
-	err = db.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %q INDEXED BY %q WHERE %s >= '[' AND %s < '\' AND %s = 'array' LIMIT 1)`,
-		table, index, value(k1), value(k1), typ(k1))).Scan(&n)
-	if err != nil || n > 0 {
-		return nil, false
-	}
-
-	var order, other []string
+	// The documents with a sort key of a type the index does not order
+	// come first (unordered: 1), the others in sort order.
+	var order, unordered []string
 	for _, k := range sortKeys.Keys() {
 		dir := ""
 		if must.NotFail(sortKeys.Get(k)).(int64) < 0 {
 			dir = " DESC"
 		}
-		rank := fmt.Sprintf(coveringRank, typ(k))
-		order = append(order, rank+dir, value(k)+dir)
-		other = append(other, fmt.Sprintf(`%s = %d`, rank, coveringOther))
+		order = append(order, rank(k)+dir, value(k)+dir)
+		unordered = append(unordered, fmt.Sprintf(`%s NOT IN (%s)`, rank(k), coveringOrdered))
 	}
+	q := fmt.Sprintf(`SELECT rowid, (%[1]s) FROM %[2]q INDEXED BY %[3]q WHERE %[4]s ORDER BY (%[1]s) DESC, %[5]s LIMIT ?`,
+		strings.Join(unordered, " OR "), table, index, strings.Join(conds, " AND "), strings.Join(order, ", "))
 
-	q := fmt.Sprintf(`SELECT rowid, %s FROM %q INDEXED BY %q WHERE %s ORDER BY %s`,
-		strings.Join(other, " OR "), table, index, strings.Join(conds, " AND "), strings.Join(order, ", "))
-	rows, err = db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, false
-	}
-	defer rows.Close()
-
-	var out []int64
-	for rows.Next() {
-		var rowid int64
-		var unordered bool
-		if rows.Scan(&rowid, &unordered) != nil || unordered {
-			return nil, false
+	// window reads the rowids in places [from, to) of the order, less
+	// those seen; ok is false when a document is of a type the index does
+	// not order.
+	seen := map[int64]bool{}
+	window := func(from, to int) (rowids []int64, full, ok bool, err error) {
+		rows, err := db.QueryContext(ctx, q, append(slices.Clone(args), to)...)
+		if err != nil {
+			return nil, false, false, lazyerrors.Error(err)
 		}
-		out = append(out, rowid)
-	}
-	if rows.Err() != nil {
-		return nil, false
+		defer rows.Close()
+		i := 0
+		for ; rows.Next(); i++ {
+			var rowid int64
+			var other bool
+			if err = rows.Scan(&rowid, &other); err != nil {
+				return nil, false, false, lazyerrors.Error(err)
+			}
+			if other {
+				return nil, false, false, nil
+			}
+			if i >= from && !seen[rowid] {
+				seen[rowid] = true
+				rowids = append(rowids, rowid)
+			}
+		}
+		if err = rows.Err(); err != nil {
+			return nil, false, false, lazyerrors.Error(err)
+		}
+		return rowids, i == to, true, nil
 	}
 
-	return out, true
+	size := sortedWindow(limit)
+	first, full, ok, err := window(0, size)
+	if err != nil || !ok {
+		return nil, false
+	}
+	it := &sortedIterator{ctx: ctx, db: db, table: table, order: first, chunk: sortedChunk(limit)}
+	if full {
+		read := size
+		it.more = func() ([]int64, bool, error) {
+			size = 2 * read
+			next, full, ok, err := window(read, size)
+			if err == nil && !ok {
+				err = lazyerrors.New("sorted query: a document changed to a type the index does not order")
+			}
+			read = size
+			return next, full, err
+		}
+	}
+
+	return it, true
 }
+
+// sortedWindow is how many rowids in sort order orderByIndex reads first
+// for a find stopping at limit: the handler's filter may leave out some.
+func sortedWindow(limit int64) int { return int(min(max(2*limit, 256), 100_000)) }
 
 // coveringServes reports whether the covering index on keys serves a find
 // with filter sorted by sortKeys (see orderByIndex).
@@ -1033,6 +1072,9 @@ type sortedIterator struct {
 	chunk int
 	buf   []*types.Document
 	done  bool
+	// more, when set, returns the rowids that follow order once it is
+	// read, and whether more may follow them (orderByIndex).
+	more func() ([]int64, bool, error)
 }
 
 // Next implements iterator.Interface.
@@ -1042,6 +1084,17 @@ func (it *sortedIterator) Next() (struct{}, *types.Document, error) {
 
 	var unused struct{}
 	for len(it.buf) == 0 {
+		for len(it.order) == 0 && !it.done && it.more != nil {
+			next, more, err := it.more()
+			if err != nil {
+				it.done = true
+				return unused, nil, lazyerrors.Error(err)
+			}
+			it.order = next
+			if !more {
+				it.more = nil
+			}
+		}
 		if it.done || len(it.order) == 0 {
 			it.done = true
 			return unused, nil, iterator.ErrIteratorDone
@@ -1104,5 +1157,5 @@ func (it *sortedIterator) Next() (struct{}, *types.Document, error) {
 func (it *sortedIterator) Close() {
 	it.m.Lock()
 	defer it.m.Unlock()
-	it.done, it.buf, it.order = true, nil, nil
+	it.done, it.buf, it.order, it.more = true, nil, nil, nil
 }
