@@ -3,6 +3,7 @@ package devdb
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -244,6 +245,7 @@ func TestIndexedSortsMatchFerretDBsOwnSort(t *testing.T) {
 					want := all[:min(int(limit), len(all))]
 					require.Equal(t, want, ids(f, so, limit), "%s: filter %v sort %v limit %d", stage, f, so, limit)
 				}
+				require.Equal(t, all[:min(1, len(all))], modified(coll, f, so), "%s: findAndModify filter %v sort %v", stage, f, so)
 			}
 		}
 	}
@@ -288,6 +290,43 @@ func TestIndexedSortsMatchFerretDBsOwnSort(t *testing.T) {
 			require.Equal(t, all[:min(int(limit), len(all))], ids(f, so, limit), "wide: filter %v limit %d", f, limit)
 		}
 	}
+}
+
+// modified is the _id, as ids gives it, of the document a findAndModify
+// with filter and sort updates (a field no index holds), none when it
+// finds none.
+func modified(coll *mongo.Collection, filter, sort bson.D) []string {
+	var got bson.Raw
+	err := coll.FindOneAndUpdate(context.Background(), filter, bson.D{{Key: "$inc", Value: bson.D{{Key: "touched", Value: 1}}}},
+		options.FindOneAndUpdate().SetSort(sort)).Decode(&got)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return []string{}
+	}
+	if err != nil {
+		return []string{"error: " + err.Error()}
+	}
+	return []string{got.Lookup("_id").String()}
+}
+
+// TestSortedFindAndModifyOfACappedCollection: devdb's FerretDB has the
+// backend sort a findAndModify's matches, except in a capped collection,
+// whose documents the backend returns in insertion order: there the
+// handler sorts them, as FerretDB does.
+func TestSortedFindAndModifyOfACappedCollection(t *testing.T) {
+	s := startServer(t)
+	ctx := context.Background()
+	db := connect(t, s.URI()).Database("capped")
+	require.NoError(t, db.CreateCollection(ctx, "jobs", options.CreateCollection().SetCapped(true).SetSizeInBytes(1<<20)))
+	coll := db.Collection("jobs")
+	_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "state", Value: 1}, {Key: "p", Value: -1}}})
+	require.NoError(t, err)
+	for i, p := range []int32{3, 9, 1, 7} {
+		_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("c%d", i)}, {Key: "state", Value: "available"}, {Key: "p", Value: p}})
+		require.NoError(t, err)
+	}
+	waitForIndex(t, filepath.Join(s.Dir(), "capped.sqlite"), "__devdb_c_state,p")
+	require.Equal(t, []string{`"c1"`}, modified(coll, bson.D{{Key: "state", Value: "available"}}, bson.D{{Key: "p", Value: -1}}))
+	require.Equal(t, []string{`"c2"`}, modified(coll, bson.D{{Key: "state", Value: "available"}}, bson.D{{Key: "p", Value: 1}}))
 }
 
 // waitForIndex waits until the SQLite file holds an index whose name ends

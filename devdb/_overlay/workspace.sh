@@ -1,11 +1,12 @@
 #!/bin/sh
 # Prints the path of a Go workspace file (for GOWORK=...) that builds the
-# devdb module with four of FerretDB's files replaced: its SQLite collection
+# devdb module with five of FerretDB's files replaced: its SQLite collection
 # by _overlay/sqlite_collection.go, whose queries push down _id lookups,
 # string equalities and $in of strings wherever they stand in a filter, and
-# apply a limited find's sort (querySorted); its find command and backend
-# interface by _overlay/handler_msg_find.go and backends_collection.go,
-# which pass that sort down; and its update command by
+# apply a limited find's sort (orderByIndex, querySorted); its find and
+# findAndModify commands and backend interface by _overlay/handler_msg_find.go,
+# handler_msg_findandmodify.go and backends_collection.go, which pass that
+# sort down; and its update command by
 # _overlay/handler_msg_update.go, which closes each statement's query when
 # the statement is done (see their headers).
 #
@@ -27,7 +28,8 @@ flock 9
 patches="sqlite_collection.go internal/backends/sqlite/collection.go
 handler_msg_update.go internal/handler/msg_update.go
 backends_collection.go internal/backends/collection.go
-handler_msg_find.go internal/handler/msg_find.go"
+handler_msg_find.go internal/handler/msg_find.go
+handler_msg_findandmodify.go internal/handler/msg_findandmodify.go"
 stale=false
 if [ ! -f "$copy/.version" ] || [ "$(cat "$copy/.version")" != "$version" ]; then
 	stale=true
