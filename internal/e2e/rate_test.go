@@ -49,6 +49,10 @@ func TestRateHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 	// The victim is a running job whose handler has started (written its
 	// execution): a job running in the database may also be one claimed
 	// ahead, not started yet, which the kill would leave run only once.
+	// Its handler may also end, and its completion land, between the
+	// read and the kill (a loaded machine takes that long): the victim
+	// is one still running once its worker is dead and its last writes
+	// have landed; else another worker's job is.
 	var victimJob string
 	require.Eventually(t, func() bool {
 		cur, err := db.Collection("jobs").Find(ctx, bson.M{"kind": "record", "state": "running"})
@@ -61,13 +65,21 @@ func TestRateHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 		}
 		started := executions(t, db)
 		for _, j := range running {
-			if ids[j.Owner] == nil || len(started[j.ID]) == 0 {
+			if ids[j.Owner] == nil || len(started[j.ID]) == 0 || len(ids) == 1 {
 				continue
 			}
-			victimJob = j.ID
 			ids[j.Owner].signal(syscall.SIGKILL)
 			ids[j.Owner].wait(10 * time.Second)
-			return true
+			delete(ids, j.Owner)
+			time.Sleep(500 * time.Millisecond) // a write sent before the kill lands
+			var after jobs.Job
+			if db.Collection("jobs").FindOne(ctx, bson.M{"_id": j.ID}).Decode(&after) == nil &&
+				after.State == jobs.StateRunning && after.Owner == j.Owner {
+				victimJob = j.ID
+				return true
+			}
+			t.Logf("job %s finished before its worker was killed; killing another", j.ID)
+			return false
 		}
 		return false
 	}, 60*time.Second, 5*time.Millisecond)
