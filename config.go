@@ -169,8 +169,8 @@ type Config struct {
 	// or queue at its limit is left out of this process's claims, at no
 	// cost in commands, while other processes claim it as their own limits
 	// allow: what bounds a machine's memory, CPU or a local resource, where
-	// Limits bound a shared one. Kept in this process, never stored.
-	// Defaults to none.
+	// Limits bound a shared one. Kept in this process, never shared; the
+	// workers registry shows them (docketctl workers). Defaults to none.
 	ProcessLimits map[string]int
 	// Setup, when set, runs in Start after docket's indexes are ensured:
 	// the application's own idempotent set-up, such as its collections'

@@ -2,8 +2,10 @@ package docket
 
 import (
 	"context"
+	"maps"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -48,25 +50,29 @@ func version() string {
 	return v
 }
 
-// register enters this client in the workers registry and beats there
-// until the returned function is called, which deletes its entry:
-// `docketctl workers` and the dashboard list the processes alive, and the
-// reaper spares the expired leases of a process that still beats (a slow
-// one, not a dead one) for one more lease. Every started client registers,
-// embedded or the worker command alike. A beat that fails is logged and
-// retried at the next; the registry never stops the pool.
 // pool is the client's pool as the registry sees it.
 type pool interface {
 	ID() string
 	Running() int
 }
 
+// register enters this client in the workers registry and beats there
+// until the returned function is called, which deletes its entry:
+// `docketctl workers` and the dashboard list the processes alive, with
+// their process limits, and the reaper spares the expired leases of a
+// process that still beats (a slow one, not a dead one) for one more
+// lease. Every started client registers, embedded or the worker command
+// alike. A beat that fails is logged and retried at the next; the registry
+// never stops the pool.
 func register(q *queue.Client, wcfg worker.Config, w pool, kinds []string, log *zap.Logger) (unregister func()) {
 	host, _ := os.Hostname()
 	info := queue.WorkerInfo{
 		ID: w.ID(), Host: host, PID: int64(os.Getpid()), Version: version(), Queues: wcfg.Queues, Kinds: kinds,
 		Concurrency: int64(wcfg.Concurrency), StartedAt: time.Now(),
 		BeatEvery: min(wcfg.HeartbeatInterval, registryBeatMax),
+		// A copy: the beats read it while the application may still hold
+		// its Config's map.
+		ProcessLimits: maps.Clone(wcfg.ProcessLimits),
 	}
 	if len(info.Queues) == 0 {
 		info.Queues = []string{"default"}
@@ -78,6 +84,12 @@ func register(q *queue.Client, wcfg worker.Config, w pool, kinds []string, log *
 		info.BeatEvery = registryBeatMax
 	}
 	log = log.Named("registry")
+	for _, name := range slices.Sorted(maps.Keys(info.ProcessLimits)) {
+		if queue.UnlistedLimitName(name) {
+			log.Warn("a process limit whose name some servers refuse as a field name is not shown in the workers registry; it still binds this process",
+				zap.String("limit", name))
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)

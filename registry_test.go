@@ -53,12 +53,16 @@ func TestRegistryBeatsEveryTenSecondsAtMost(t *testing.T) {
 
 // TestEmbeddedClientIsInTheRegistry: every started client beats in the
 // workers registry, not only the worker command, so the dashboard's
-// Workers page and docketctl workers list an embedded one, and the reaper
-// knows it alive; Stop takes it out.
+// Workers page and docketctl workers list an embedded one, with its
+// process limits, and the reaper knows it alive; Stop takes it out. A
+// limit named with a '.', which devdb refuses as a field name, is left out
+// of the beats, never failing them.
 func TestEmbeddedClientIsInTheRegistry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, err := NewClient(testdb.NewDB(t), Config{Logger: zaptest.NewLogger(t), ID: "embedded-1", Queues: []string{"mail"}, Concurrency: 3})
+	limits := map[string]int{KindLimit("registry-test"): 2, QueueLimit("mail"): 1, KindLimit("email.send"): 4}
+	c, err := NewClient(testdb.NewDB(t), Config{Logger: zaptest.NewLogger(t), ID: "embedded-1", Queues: []string{"mail"}, Concurrency: 3,
+		ProcessLimits: limits})
 	require.NoError(t, err)
 	require.NoError(t, AddHandler(c, func(context.Context, *jobs.Job, registryArgs) error { return nil }, jobs.KindOptions{Queue: "mail"}))
 	require.NoError(t, c.Start(ctx))
@@ -71,6 +75,7 @@ func TestEmbeddedClientIsInTheRegistry(t *testing.T) {
 	require.Equal(t, []string{"mail"}, got[0].Queues)
 	require.Equal(t, []string{"registry-test"}, got[0].Kinds)
 	require.EqualValues(t, 3, got[0].Concurrency)
+	require.Equal(t, map[string]int{"kind:registry-test": 2, "queue:mail": 1}, got[0].ProcessLimits)
 	require.True(t, got[0].Alive)
 
 	require.NoError(t, c.Stop(ctx))

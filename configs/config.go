@@ -69,7 +69,7 @@ type Config struct {
 	Rates Rates `yaml:"rates"`
 	// ProcessLimits bound how many jobs of a kind or a queue this process
 	// holds at once, whatever the other processes hold; kept in the
-	// process, never stored. Defaults to none.
+	// process, never shared. Defaults to none.
 	ProcessLimits ProcessLimits `yaml:"processLimits"`
 	// HTTP serves the worker's metrics and health probes.
 	HTTP HTTPConfig `yaml:"http"`

@@ -10,7 +10,7 @@ import (
 // ProcessLimits are the worker process's own concurrency limits: a
 // limit's name, "kind:KIND" or "queue:QUEUE" as for Limits, → the most of
 // its jobs this process holds at once (docket.Config.ProcessLimits). Unlike
-// Limits they are never stored: each process enforces its own, and a
+// Limits they are never shared: each process enforces its own, and a
 // process started without them has none.
 //
 // In YAML, a mapping: processLimits: {"kind:resize": 2}; in

@@ -3,8 +3,13 @@ package queue
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"sort"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/docketq/docket/internal/store"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -14,17 +19,17 @@ import (
 
 // The registry of live worker processes: each process upserts a document
 // {_id: worker id, host, pid, version, queues, kinds, concurrency,
-// running, startedAt, lastSeen, beatEveryMs} at its heartbeat interval,
-// at most every 10 s (docket worker's registryBeatMax), and deletes
-// it when it stops cleanly. lastSeen is the server's clock ($currentDate),
-// and a listing compares it with the server's clock too (hello's
-// localTime), so no clock is compared across machines. A process that
-// stopped beating (killed, stalled, cut off) drops out of the listing once
-// it has missed WorkerMissedBeats beats; its document is deleted by a
-// listing once it is WorkerForgetAfter old. (A TTL index on lastSeen
-// could expire them on MongoDB; a listing deleting them works on every
-// server docket runs on, some of which have no TTL indexes: server.go in
-// internal/store.)
+// running, processLimits, startedAt, lastSeen, beatEveryMs} at its
+// heartbeat interval, at most every 10 s (docket worker's
+// registryBeatMax), and deletes it when it stops cleanly. lastSeen is the
+// server's clock ($currentDate), and a listing compares it with the
+// server's clock too (hello's localTime), so no clock is compared across
+// machines. A process that stopped beating (killed, stalled, cut off)
+// drops out of the listing once it has missed WorkerMissedBeats beats; its
+// document is deleted by a listing once it is WorkerForgetAfter old. (A
+// TTL index on lastSeen could expire them on MongoDB; a listing deleting
+// them works on every server docket runs on, some of which have no TTL
+// indexes: server.go in internal/store.)
 
 // DefaultWorkersCollection ("workers") is the collection of the registry,
 // beside the default jobs collection. A Client on another jobs collection
@@ -58,8 +63,15 @@ type WorkerInfo struct {
 	Kinds       []string
 	Concurrency int64
 	// Running is how many jobs the process was running at its last beat.
-	Running   int64
-	StartedAt time.Time
+	Running int64
+	// ProcessLimits are the process's own limits (its Config.ProcessLimits:
+	// limit name → the most jobs of it the process holds at once), stored
+	// as {processLimits: {name: n}} for people to read; no process reads
+	// them back to enforce them. Beat leaves out a name that not every
+	// server takes as a field name (see UnlistedLimitName). Listed as
+	// stored, what cannot be read left out; nil when there are none.
+	ProcessLimits map[string]int
+	StartedAt     time.Time
 	// LastSeen is the server's time of the last beat.
 	LastSeen time.Time
 	// BeatEvery is how often the process beats.
@@ -91,11 +103,19 @@ func (c *Client) Beat(ctx context.Context, w WorkerInfo) error {
 	if kinds == nil {
 		kinds = []string{}
 	}
+	// Always a document, an empty one for none, so that a reader finds one
+	// type; in name order, so that a process's beats write the same one.
+	limits := bson.D{}
+	for _, name := range slices.Sorted(maps.Keys(w.ProcessLimits)) {
+		if !UnlistedLimitName(name) {
+			limits = append(limits, bson.E{Key: name, Value: w.ProcessLimits[name]})
+		}
+	}
 	_, err := c.workersColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: w.ID}}, bson.D{
 		{Key: "$set", Value: bson.D{
 			{Key: "host", Value: w.Host}, {Key: "pid", Value: w.PID}, {Key: "version", Value: w.Version},
 			{Key: "queues", Value: queues}, {Key: "kinds", Value: kinds}, {Key: "concurrency", Value: w.Concurrency},
-			{Key: "running", Value: w.Running}, {Key: "startedAt", Value: w.StartedAt.UTC()},
+			{Key: "running", Value: w.Running}, {Key: "processLimits", Value: limits}, {Key: "startedAt", Value: w.StartedAt.UTC()},
 			{Key: "beatEveryMs", Value: w.BeatEvery.Milliseconds()},
 		}},
 		{Key: "$currentDate", Value: bson.D{{Key: "lastSeen", Value: true}}},
@@ -104,6 +124,17 @@ func (c *Client) Beat(ctx context.Context, w WorkerInfo) error {
 		return fmt.Errorf("queue: worker beat: %w", err)
 	}
 	return nil
+}
+
+// UnlistedLimitName reports whether Beat leaves the process limit name out
+// of the registry: a name that holds a '.', starts with '$', holds a NUL
+// or is not UTF-8 is not a field name every server docket runs on stores
+// (FerretDB v1, and so devdb, refuses a key with a '.' or bytes that are
+// not UTF-8, failing the whole beat). The limit still binds the process;
+// only listings do not show it. A kind named "email.send" is the usual
+// case.
+func UnlistedLimitName(name string) bool {
+	return strings.ContainsAny(name, ".\x00") || strings.HasPrefix(name, "$") || !utf8.ValidString(name)
 }
 
 // Unregister deletes the document of worker id: the process has stopped.
@@ -188,9 +219,52 @@ func workerInfo(d bson.Raw) WorkerInfo {
 	w.Queues, w.Kinds = strs("queues"), strs("kinds")
 	w.Concurrency, _ = d.Lookup("concurrency").AsInt64OK()
 	w.Running, _ = d.Lookup("running").AsInt64OK()
+	w.ProcessLimits = processLimits(d.Lookup("processLimits"))
 	if t, ok := d.Lookup("startedAt").TimeOK(); ok {
 		w.StartedAt = t.UTC()
 	}
 	w.LastSeen, w.BeatEvery = store.LastBeat(d)
 	return w
+}
+
+// processLimits reads a registry document's processLimits, {name: n}:
+// each name as stored, with a whole number from 1 to MaxLimit, the range
+// a worker accepts. Anything else (not a document, a value of another
+// type, a fraction, a number out of range) is left out, never an error:
+// another application may have written it. nil when none is read.
+func processLimits(v bson.RawValue) map[string]int {
+	d, ok := v.DocumentOK()
+	if !ok {
+		return nil
+	}
+	els, _ := d.Elements() // none when its bytes are malformed
+	var out map[string]int
+	for _, e := range els {
+		n, ok := wholeNumber(e.Value())
+		if !ok || n < 1 || n > MaxLimit {
+			continue
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[e.Key()] = int(n)
+	}
+	return out
+}
+
+// wholeNumber reads v when it is an integer, or a double that holds a
+// whole number (as an application in JavaScript writes one);
+// bson.RawValue.AsInt64OK would truncate a fraction.
+func wholeNumber(v bson.RawValue) (int64, bool) {
+	switch v.Type {
+	case bson.TypeInt32, bson.TypeInt64:
+		return v.AsInt64OK()
+	case bson.TypeDouble:
+		f, ok := v.DoubleOK()
+		if !ok || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+			return 0, false
+		}
+		return int64(f), true
+	}
+	return 0, false
 }

@@ -63,3 +63,71 @@ func TestWorkersRegistry(t *testing.T) {
 	require.Len(t, alive, 1)
 	require.Error(t, b.q.Beat(b.ctx, queue.WorkerInfo{}), "a beat needs an id")
 }
+
+// TestWorkersRegistryProcessLimits: a beat stores the process's limits as
+// a document, an empty one when there are none, and a listing reads them
+// back; a name some servers refuse as a field name (a '.', as in a kind
+// "email.send") is left out rather than failing the beat. Documents
+// another app wrote with processLimits of other types, or values that are
+// not whole numbers from 1 to MaxLimit, are listed, what cannot be read
+// left out.
+func TestWorkersRegistryProcessLimits(t *testing.T) {
+	b := setup(t)
+	beat := func(id string, limits map[string]int) {
+		t.Helper()
+		require.NoError(t, b.q.Beat(b.ctx, queue.WorkerInfo{ID: id, Host: "h", Queues: []string{"reports"}, Concurrency: 4,
+			ProcessLimits: limits, StartedAt: time.Now(), BeatEvery: time.Minute}))
+	}
+	beat("limited", map[string]int{"queue:reports": 3, "kind:email": 2, "kind:email.send": 4})
+	beat("unlimited", nil)
+	coll := b.db.Collection(queue.DefaultWorkersCollection)
+	raw, err := coll.FindOne(b.ctx, bson.M{"_id": "limited"}).Raw()
+	require.NoError(t, err)
+	require.Equal(t, `{"kind:email": {"$numberInt":"2"},"queue:reports": {"$numberInt":"3"}}`, raw.Lookup("processLimits").String(),
+		"a document in name order, without the dotted name")
+	raw, err = coll.FindOne(b.ctx, bson.M{"_id": "unlimited"}).Raw()
+	require.NoError(t, err)
+	require.Equal(t, "{}", raw.Lookup("processLimits").String(), "always a document")
+
+	seen := time.Now()
+	malformed := map[string]any{
+		"a-string": "kind:email=2",
+		"an-array": bson.A{"kind:email", 2},
+		"a-null":   nil,
+		"values": bson.D{
+			{Key: "kind:x", Value: "x"}, {Key: "kind:frac", Value: 2.5}, {Key: "kind:null", Value: nil},
+			{Key: "kind:zero", Value: 0}, {Key: "kind:neg", Value: int64(-3)}, {Key: "kind:huge", Value: int64(1) << 62},
+			{Key: "kind:big-double", Value: 1e300}, {Key: "kind:over", Value: queue.MaxLimit + 1}, {Key: "kind:doc", Value: bson.D{{Key: "n", Value: 2}}},
+			{Key: "kind:whole-double", Value: 5.0}, {Key: "kind:long", Value: int64(6)}, {Key: "queue:\x1b[2Kq", Value: int32(7)},
+		},
+	}
+	for id, v := range malformed {
+		_, err := coll.InsertOne(b.ctx, bson.M{"_id": id, "host": "other-app", "lastSeen": seen, "beatEveryMs": 60_000, "processLimits": v})
+		require.NoError(t, err, id)
+	}
+
+	list, err := b.q.Workers(b.ctx, 0, false)
+	require.NoError(t, err)
+	got := map[string]map[string]int{}
+	for _, w := range list {
+		got[w.ID] = w.ProcessLimits
+	}
+	require.Equal(t, map[string]map[string]int{
+		"limited":   {"kind:email": 2, "queue:reports": 3},
+		"unlimited": nil,
+		"a-string":  nil, "an-array": nil, "a-null": nil,
+		"values": {"kind:whole-double": 5, "kind:long": 6, "queue:\x1b[2Kq": 7},
+	}, got)
+}
+
+// TestUnlistedLimitName: the names Beat leaves out are those not every
+// server takes as a field name.
+func TestUnlistedLimitName(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]bool{
+		"kind:email": false, "queue:reports": false, "kind:e-mail_2": false, "kind:ü": false, "queue:$x": false,
+		"kind:email.send": true, "$kind": true, "kind:a\x00b": true, "kind:m\xff": true,
+	} {
+		require.Equal(t, want, queue.UnlistedLimitName(name), "%q", name)
+	}
+}

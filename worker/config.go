@@ -122,8 +122,9 @@ type Config struct {
 	// its jobs ends, and a claim takes no more jobs than the least room
 	// left among the limited kinds and queues it claims (see
 	// processlimits.go). Unlike the cluster-wide limits
-	// (queue.Client.SetLimit) they are this process's alone, never
-	// stored. Defaults to none.
+	// (queue.Client.SetLimit) they are this process's alone, never read
+	// from the database (docket's registry only shows them). Defaults to
+	// none.
 	ProcessLimits map[string]int `yaml:"-"`
 	// Logger receives the worker's logs. Defaults to a no-op logger.
 	Logger *zap.Logger `yaml:"-"`
