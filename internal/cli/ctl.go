@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"os/user"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -39,7 +41,7 @@ var ctlCommands = map[string]subcommand{
 	"purge":     {"delete the jobs that finished in a state long ago: --state succeeded --older-than 24h", ctlPurge},
 	"pause":     {"stop every worker claiming from the queues named, within a second; running jobs finish", ctlPause},
 	"resume":    {"let workers claim from the paused queues named again", ctlResume},
-	"workers":   {"the worker processes alive: id, host, pid, version, queues, concurrency, running jobs, started, last seen", ctlWorkers},
+	"workers":   {"the worker processes alive: id, host, pid, version, queues, concurrency, running jobs, process limits, started, last seen", ctlWorkers},
 	"dashboard": {"serve the web dashboard: --addr 127.0.0.1:8080 (any other address needs " + dashboard.PasswordEnv + " and TLS); --dashboard-host NAME to be reached by another name", ctlDashboard},
 }
 
@@ -661,10 +663,14 @@ func ctlWorkers(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		if *asJSON {
 			for _, w := range list {
+				limits := w.ProcessLimits
+				if limits == nil {
+					limits = map[string]int{} // an object always, as the registry stores it
+				}
 				b, err := json.Marshal(map[string]any{
 					"id": w.ID, "host": w.Host, "pid": w.PID, "version": w.Version, "queues": w.Queues, "kinds": w.Kinds,
-					"concurrency": w.Concurrency, "running": w.Running, "startedAt": w.StartedAt, "lastSeen": w.LastSeen,
-					"alive": w.Alive, "future": w.Future,
+					"concurrency": w.Concurrency, "running": w.Running, "processLimits": limits, "startedAt": w.StartedAt,
+					"lastSeen": w.LastSeen, "alive": w.Alive, "future": w.Future,
 				})
 				if err != nil {
 					return err
@@ -674,14 +680,14 @@ func ctlWorkers(fs *flag.FlagSet) func(*env, []string) error {
 			return nil
 		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "id\thost\tpid\tversion\tqueues\tconcurrency\trunning\tstarted\tlast seen")
+		fmt.Fprintln(tw, "id\thost\tpid\tversion\tqueues\tconcurrency\trunning\tlimits\tstarted\tlast seen")
 		for _, w := range list {
 			queues := make([]string, len(w.Queues))
 			for i, q := range w.Queues {
 				queues[i] = shown(q)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\n", shown(w.ID), shown(w.Host), w.PID, shown(w.Version), strings.Join(queues, ","),
-				w.Concurrency, w.Running, w.StartedAt.Format(time.RFC3339), lastSeen(w))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", shown(w.ID), shown(w.Host), w.PID, shown(w.Version), strings.Join(queues, ","),
+				w.Concurrency, w.Running, processLimitsCell(w.ProcessLimits), w.StartedAt.Format(time.RFC3339), lastSeen(w))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -691,6 +697,25 @@ func ctlWorkers(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		return nil
 	}
+}
+
+// processLimitsCell says a process's limits in the workers table:
+// kind:email=2,queue:reports=3, in name order, each name shown (another
+// application may have stored it), and quoted when it holds a ',' or '='
+// so that it reads as one entry; "-" when there are none.
+func processLimitsCell(limits map[string]int) string {
+	if len(limits) == 0 {
+		return "-"
+	}
+	cells := make([]string, 0, len(limits))
+	for _, name := range slices.Sorted(maps.Keys(limits)) {
+		s := shown(name)
+		if s == name && strings.ContainsAny(name, ",=") {
+			s = strconv.Quote(name)
+		}
+		cells = append(cells, fmt.Sprintf("%s=%d", s, limits[name]))
+	}
+	return strings.Join(cells, ",")
 }
 
 // lastSeen says how a process's last beat reads in the workers table.

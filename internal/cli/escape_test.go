@@ -209,3 +209,78 @@ func TestEnqueueRefusesControlCharactersInNames(t *testing.T) {
 	requireSafe(t, errs, false)
 	require.Empty(t, jobIDs(t, db))
 }
+
+// TestCtlWorkersShowsProcessLimits: workers lists each process's limits,
+// in name order, "-" for none, every name escaped as shown: one another
+// application stored with an escape sequence or a newline reaches the
+// terminal quoted, adding no row; one holding ',' or '=' is quoted so that
+// it reads as one entry. --json keeps them exact, {} for none.
+func TestCtlWorkersShowsProcessLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewDB(t)
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	for id, limits := range map[string]map[string]int{"limited": {"queue:reports": 3, "kind:email": 2}, "unlimited": nil} {
+		require.NoError(t, q.Beat(ctx, queue.WorkerInfo{ID: id, Host: "h", PID: 1, Queues: []string{"reports"}, Concurrency: 4,
+			ProcessLimits: limits, StartedAt: time.Now(), BeatEvery: time.Minute}))
+	}
+	foreign := map[string]int{"kind:k\x1b]0;owned\a": 2, "queue:a\nfake  row": 1, "kind:a,b=9": 5}
+	limits := bson.D{}
+	for name, n := range foreign {
+		limits = append(limits, bson.E{Key: name, Value: n})
+	}
+	_, err = db.Collection(queue.DefaultWorkersCollection).InsertOne(ctx, bson.D{
+		{Key: "_id", Value: "foreign"}, {Key: "host", Value: "h"}, {Key: "lastSeen", Value: q.ServerTime(ctx)}, {Key: "beatEveryMs", Value: 60_000},
+		{Key: "processLimits", Value: limits},
+	})
+	require.NoError(t, err)
+
+	out, errs, code := runCtl(t, testdb.URI(), db, "workers")
+	require.Zero(t, code, errs)
+	requireSafe(t, out, false)
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	require.Len(t, lines, 4, "a header and three processes, no fake row: %s", out)
+	require.Regexp(t, `^id\s+host\s+pid\s+version\s+queues\s+concurrency\s+running\s+limits\s+started\s+last seen$`, lines[0])
+	rows := map[string]string{}
+	for _, l := range lines[1:] {
+		rows[strings.Fields(l)[0]] = l
+	}
+	require.Regexp(t, `\sreports\s+4\s+0\s+kind:email=2,queue:reports=3\s`, rows["limited"])
+	require.Regexp(t, `\sreports\s+4\s+0\s+-\s`, rows["unlimited"])
+	require.Contains(t, rows["foreign"], ` "kind:a,b=9"=5,"kind:k\x1b]0;owned\a"=2,"queue:a\nfake  row"=1 `)
+
+	out, errs, code = runCtl(t, testdb.URI(), db, "workers", "--json")
+	require.Zero(t, code, errs)
+	got := map[string]map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var doc struct {
+			ID            string         `json:"id"`
+			ProcessLimits map[string]int `json:"processLimits"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &doc), line)
+		require.NotNil(t, doc.ProcessLimits, "an object, not null: %s", line)
+		got[doc.ID] = doc.ProcessLimits
+	}
+	require.Equal(t, map[string]map[string]int{"limited": {"kind:email": 2, "queue:reports": 3}, "unlimited": {}, "foreign": foreign}, got)
+}
+
+// TestProcessLimitsCell: the workers table's limits cell for names devdb
+// cannot store (bytes that are not UTF-8) as well: each escaped by shown.
+func TestProcessLimitsCell(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		limits map[string]int
+		want   string
+	}{
+		{nil, "-"},
+		{map[string]int{}, "-"},
+		{map[string]int{"queue:reports": 3, "kind:email": 2}, "kind:email=2,queue:reports=3"},
+		{map[string]int{"kind:m\xff": 2, "kind:\u009b2J": 1}, `"kind:m\xff"=2,"kind:\u009b2J"=1`},
+		{map[string]int{`"kind:q`: 1, "kind:a=b": 2}, `"\"kind:q"=1,"kind:a=b"=2`},
+	} {
+		got := processLimitsCell(c.limits)
+		require.Equal(t, c.want, got, "%#v", c.limits)
+		requireSafe(t, got, false)
+	}
+}

@@ -21,8 +21,9 @@ import (
 // TestDashboardPauseInABrowser: pausing a queue from the overview (a
 // confirmed POST) stops a running worker claiming from it, resuming it from
 // the overview makes the worker run its jobs; the workers page lists the
-// processes alive and not one that stopped beating. Screenshots: overview
-// with a paused queue, the confirmation, the workers page.
+// processes alive and not one that stopped beating, with their process
+// limits, a name holding markup shown as text. Screenshots: overview with
+// a paused queue, the confirmation, the workers page.
 func TestDashboardPauseInABrowser(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{Refresh: 1})
@@ -44,7 +45,8 @@ func TestDashboardPauseInABrowser(t *testing.T) {
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 	host, _ := os.Hostname()
 	require.NoError(t, b.q.Beat(ctx, queue.WorkerInfo{ID: w.ID(), Host: host, PID: int64(os.Getpid()), Version: "test",
-		Queues: []string{"bulk", "reports"}, Concurrency: 4, StartedAt: time.Now(), BeatEvery: time.Minute}))
+		Queues: []string{"bulk", "reports"}, Concurrency: 4, StartedAt: time.Now(), BeatEvery: time.Minute,
+		ProcessLimits: map[string]int{"queue:reports": 3, "kind:mail": 2, `kind:<b id="limitbold">x</b>`: 1}}))
 	_, err = b.db.Collection(queue.DefaultWorkersCollection).InsertOne(ctx, bson.M{"_id": "gone-1-dead", "host": "old", "pid": 1,
 		"lastSeen": time.Now().Add(-time.Minute), "beatEveryMs": 1000, "queues": bson.A{"bulk"}, "concurrency": 2})
 	require.NoError(t, err)
@@ -92,7 +94,8 @@ func TestDashboardPauseInABrowser(t *testing.T) {
 	table := br.text("#workers")
 	require.Contains(t, table, w.ID())
 	require.NotContains(t, table, "gone-1-dead", "a process that stopped beating is not listed")
-	require.Regexp(t, `bulk, reports\s+4\s+0`, table)
+	require.Regexp(t, `bulk, reports\s+4\s+0\s+kind:<b id="limitbold">x</b>=1, kind:mail=2, queue:reports=3\s`, table)
+	require.Equal(t, float64(0), br.script(`return document.querySelectorAll("#limitbold").length`), "a limit's name is text, not markup")
 	br.screenshot("workers")
 
 	br.open(b.srv.URL + "/")

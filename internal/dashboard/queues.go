@@ -2,7 +2,10 @@ package dashboard
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -99,8 +102,8 @@ func (s *Server) queueAct(w http.ResponseWriter, r *http.Request) {
 }
 
 type workerRow struct {
-	ID, Host, Version, Queues, Started, LastSeen string
-	PID, Concurrency, Running                    int64
+	ID, Host, Version, Queues, Limits, Started, LastSeen string
+	PID, Concurrency, Running                            int64
 }
 
 func (s *Server) workers(w http.ResponseWriter, r *http.Request) {
@@ -122,6 +125,7 @@ func (s *Server) workers(w http.ResponseWriter, r *http.Request) {
 			}
 			rows[i].Queues += q
 		}
+		rows[i].Limits = limitsCell(x.ProcessLimits)
 		running += x.Running
 		slots += x.Concurrency
 	}
@@ -131,4 +135,18 @@ func (s *Server) workers(w http.ResponseWriter, r *http.Request) {
 		Running, Slots int64
 		MissedBeats    int
 	}{page{Title: "Workers", Nav: "workers", Refresh: s.cfg.Refresh}, rows, running, slots, queue.WorkerMissedBeats})
+}
+
+// limitsCell says a process's limits on the workers page: kind:email=2,
+// queue:reports=3, in name order; "-" when there are none. The names are
+// as stored, escaped by the template like everything else on the page.
+func limitsCell(limits map[string]int) string {
+	if len(limits) == 0 {
+		return "-"
+	}
+	cells := make([]string, 0, len(limits))
+	for _, name := range slices.Sorted(maps.Keys(limits)) {
+		cells = append(cells, fmt.Sprintf("%s=%d", name, limits[name]))
+	}
+	return strings.Join(cells, ", ")
 }
