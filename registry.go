@@ -5,7 +5,6 @@ import (
 	"maps"
 	"os"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"time"
 
@@ -84,12 +83,6 @@ func register(q *queue.Client, wcfg worker.Config, w pool, kinds []string, log *
 		info.BeatEvery = registryBeatMax
 	}
 	log = log.Named("registry")
-	for _, name := range slices.Sorted(maps.Keys(info.ProcessLimits)) {
-		if queue.UnlistedLimitName(name) {
-			log.Warn("a process limit whose name some servers refuse as a field name is not shown in the workers registry; it still binds this process",
-				zap.String("limit", name))
-		}
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)

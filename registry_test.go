@@ -54,9 +54,9 @@ func TestRegistryBeatsEveryTenSecondsAtMost(t *testing.T) {
 // TestEmbeddedClientIsInTheRegistry: every started client beats in the
 // workers registry, not only the worker command, so the dashboard's
 // Workers page and docketctl workers list an embedded one, with its
-// process limits, and the reaper knows it alive; Stop takes it out. A
-// limit named with a '.', which devdb refuses as a field name, is left out
-// of the beats, never failing them.
+// process limits (one named with a '.', which is no field name every
+// server takes, among them), and the reaper knows it alive; Stop takes it
+// out.
 func TestEmbeddedClientIsInTheRegistry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -75,7 +75,7 @@ func TestEmbeddedClientIsInTheRegistry(t *testing.T) {
 	require.Equal(t, []string{"mail"}, got[0].Queues)
 	require.Equal(t, []string{"registry-test"}, got[0].Kinds)
 	require.EqualValues(t, 3, got[0].Concurrency)
-	require.Equal(t, map[string]int{"kind:registry-test": 2, "queue:mail": 1}, got[0].ProcessLimits)
+	require.Equal(t, map[string]int{"kind:registry-test": 2, "queue:mail": 1, "kind:email.send": 4}, got[0].ProcessLimits)
 	require.True(t, got[0].Alive)
 
 	require.NoError(t, c.Stop(ctx))

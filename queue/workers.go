@@ -7,9 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/docketq/docket/internal/store"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -66,9 +64,10 @@ type WorkerInfo struct {
 	Running int64
 	// ProcessLimits are the process's own limits (its Config.ProcessLimits:
 	// limit name → the most jobs of it the process holds at once), stored
-	// as {processLimits: {name: n}} for people to read; no process reads
-	// them back to enforce them. Beat leaves out a name that not every
-	// server takes as a field name (see UnlistedLimitName). Listed as
+	// as {processLimits: [{name, n}, ...]} for people to read; no process
+	// reads them back to enforce them. A name is a value, not a field
+	// name, so any name is stored as it is ("kind:email.send" among
+	// them: a '.' is not a field name every server takes). Listed as
 	// stored, what cannot be read left out; nil when there are none.
 	ProcessLimits map[string]int
 	StartedAt     time.Time
@@ -103,13 +102,11 @@ func (c *Client) Beat(ctx context.Context, w WorkerInfo) error {
 	if kinds == nil {
 		kinds = []string{}
 	}
-	// Always a document, an empty one for none, so that a reader finds one
+	// Always an array, an empty one for none, so that a reader finds one
 	// type; in name order, so that a process's beats write the same one.
-	limits := bson.D{}
+	limits := bson.A{}
 	for _, name := range slices.Sorted(maps.Keys(w.ProcessLimits)) {
-		if !UnlistedLimitName(name) {
-			limits = append(limits, bson.E{Key: name, Value: w.ProcessLimits[name]})
-		}
+		limits = append(limits, bson.D{{Key: "name", Value: name}, {Key: "n", Value: w.ProcessLimits[name]}})
 	}
 	_, err := c.workersColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: w.ID}}, bson.D{
 		{Key: "$set", Value: bson.D{
@@ -124,17 +121,6 @@ func (c *Client) Beat(ctx context.Context, w WorkerInfo) error {
 		return fmt.Errorf("queue: worker beat: %w", err)
 	}
 	return nil
-}
-
-// UnlistedLimitName reports whether Beat leaves the process limit name out
-// of the registry: a name that holds a '.', starts with '$', holds a NUL
-// or is not UTF-8 is not a field name every server docket runs on stores
-// (FerretDB v1, and so devdb, refuses a key with a '.' or bytes that are
-// not UTF-8, failing the whole beat). The limit still binds the process;
-// only listings do not show it. A kind named "email.send" is the usual
-// case.
-func UnlistedLimitName(name string) bool {
-	return strings.ContainsAny(name, ".\x00") || strings.HasPrefix(name, "$") || !utf8.ValidString(name)
 }
 
 // Unregister deletes the document of worker id: the process has stopped.
@@ -227,27 +213,40 @@ func workerInfo(d bson.Raw) WorkerInfo {
 	return w
 }
 
-// processLimits reads a registry document's processLimits, {name: n}:
-// each name as stored, with a whole number from 1 to MaxLimit, the range
-// a worker accepts. Anything else (not a document, a value of another
-// type, a fraction, a number out of range) is left out, never an error:
-// another application may have written it. nil when none is read.
+// processLimits reads a registry document's processLimits, [{name, n}]:
+// each name a string as stored, with a whole number from 1 to MaxLimit,
+// the range a worker accepts. Anything else (not an array, an element
+// that is not a document, a name that is not a string, a value of
+// another type, a fraction, a number out of range, a name listed twice
+// after the first) is left out, never an error: another application may
+// have written it. nil when none is read.
 func processLimits(v bson.RawValue) map[string]int {
-	d, ok := v.DocumentOK()
+	a, ok := v.ArrayOK()
 	if !ok {
 		return nil
 	}
-	els, _ := d.Elements() // none when its bytes are malformed
+	vals, _ := a.Values() // none when its bytes are malformed
 	var out map[string]int
-	for _, e := range els {
-		n, ok := wholeNumber(e.Value())
+	for _, e := range vals {
+		d, ok := e.DocumentOK()
+		if !ok {
+			continue
+		}
+		name, ok := d.Lookup("name").StringValueOK()
+		if !ok {
+			continue
+		}
+		n, ok := wholeNumber(d.Lookup("n"))
 		if !ok || n < 1 || n > MaxLimit {
+			continue
+		}
+		if _, dup := out[name]; dup {
 			continue
 		}
 		if out == nil {
 			out = map[string]int{}
 		}
-		out[e.Key()] = int(n)
+		out[name] = int(n)
 	}
 	return out
 }

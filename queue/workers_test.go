@@ -65,12 +65,12 @@ func TestWorkersRegistry(t *testing.T) {
 }
 
 // TestWorkersRegistryProcessLimits: a beat stores the process's limits as
-// a document, an empty one when there are none, and a listing reads them
-// back; a name some servers refuse as a field name (a '.', as in a kind
-// "email.send") is left out rather than failing the beat. Documents
-// another app wrote with processLimits of other types, or values that are
-// not whole numbers from 1 to MaxLimit, are listed, what cannot be read
-// left out.
+// an array of {name, n} in name order, an empty one when there are none,
+// and a listing reads them back, any name as it is (a '.', as in a kind
+// "email.send", is no field name every server takes; as a value it is
+// stored like any other). Documents another app wrote with processLimits
+// of other types, or elements that are not {name: string, n: a whole
+// number from 1 to MaxLimit}, are listed, what cannot be read left out.
 func TestWorkersRegistryProcessLimits(t *testing.T) {
 	b := setup(t)
 	beat := func(id string, limits map[string]int) {
@@ -83,22 +83,25 @@ func TestWorkersRegistryProcessLimits(t *testing.T) {
 	coll := b.db.Collection(queue.DefaultWorkersCollection)
 	raw, err := coll.FindOne(b.ctx, bson.M{"_id": "limited"}).Raw()
 	require.NoError(t, err)
-	require.Equal(t, `{"kind:email": {"$numberInt":"2"},"queue:reports": {"$numberInt":"3"}}`, raw.Lookup("processLimits").String(),
-		"a document in name order, without the dotted name")
+	require.Equal(t, `[{"name": "kind:email","n": {"$numberInt":"2"}},{"name": "kind:email.send","n": {"$numberInt":"4"}},{"name": "queue:reports","n": {"$numberInt":"3"}}]`,
+		raw.Lookup("processLimits").String(), "an array in name order")
 	raw, err = coll.FindOne(b.ctx, bson.M{"_id": "unlimited"}).Raw()
 	require.NoError(t, err)
-	require.Equal(t, "{}", raw.Lookup("processLimits").String(), "always a document")
+	require.Equal(t, "[]", raw.Lookup("processLimits").String(), "always an array")
 
 	seen := time.Now()
+	limit := func(name, n any) bson.D { return bson.D{{Key: "name", Value: name}, {Key: "n", Value: n}} }
 	malformed := map[string]any{
-		"a-string": "kind:email=2",
-		"an-array": bson.A{"kind:email", 2},
-		"a-null":   nil,
-		"values": bson.D{
-			{Key: "kind:x", Value: "x"}, {Key: "kind:frac", Value: 2.5}, {Key: "kind:null", Value: nil},
-			{Key: "kind:zero", Value: 0}, {Key: "kind:neg", Value: int64(-3)}, {Key: "kind:huge", Value: int64(1) << 62},
-			{Key: "kind:big-double", Value: 1e300}, {Key: "kind:over", Value: queue.MaxLimit + 1}, {Key: "kind:doc", Value: bson.D{{Key: "n", Value: 2}}},
-			{Key: "kind:whole-double", Value: 5.0}, {Key: "kind:long", Value: int64(6)}, {Key: "queue:\x1b[2Kq", Value: int32(7)},
+		"a-string":   "kind:email=2",
+		"a-document": bson.D{{Key: "kind:email", Value: 2}},
+		"a-null":     nil,
+		"values": bson.A{
+			limit("kind:x", "x"), limit("kind:frac", 2.5), limit("kind:null", nil),
+			limit("kind:zero", 0), limit("kind:neg", int64(-3)), limit("kind:huge", int64(1)<<62),
+			limit("kind:big-double", 1e300), limit("kind:over", queue.MaxLimit+1), limit("kind:doc", bson.D{{Key: "n", Value: 2}}),
+			limit(int32(5), 2), limit(nil, 2), bson.D{{Key: "n", Value: 2}}, "kind:bare", int32(3),
+			limit("kind:whole-double", 5.0), limit("kind:long", int64(6)), limit("queue:\x1b[2Kq", int32(7)),
+			limit("kind:long", int64(8)), limit("kind:a.b", 9),
 		},
 	}
 	for id, v := range malformed {
@@ -113,21 +116,9 @@ func TestWorkersRegistryProcessLimits(t *testing.T) {
 		got[w.ID] = w.ProcessLimits
 	}
 	require.Equal(t, map[string]map[string]int{
-		"limited":   {"kind:email": 2, "queue:reports": 3},
 		"unlimited": nil,
-		"a-string":  nil, "an-array": nil, "a-null": nil,
-		"values": {"kind:whole-double": 5, "kind:long": 6, "queue:\x1b[2Kq": 7},
+		"limited":   {"kind:email": 2, "kind:email.send": 4, "queue:reports": 3},
+		"a-string":  nil, "a-document": nil, "a-null": nil,
+		"values": {"kind:whole-double": 5, "kind:long": 6, "queue:\x1b[2Kq": 7, "kind:a.b": 9},
 	}, got)
-}
-
-// TestUnlistedLimitName: the names Beat leaves out are those not every
-// server takes as a field name.
-func TestUnlistedLimitName(t *testing.T) {
-	t.Parallel()
-	for name, want := range map[string]bool{
-		"kind:email": false, "queue:reports": false, "kind:e-mail_2": false, "kind:ü": false, "queue:$x": false,
-		"kind:email.send": true, "$kind": true, "kind:a\x00b": true, "kind:m\xff": true,
-	} {
-		require.Equal(t, want, queue.UnlistedLimitName(name), "%q", name)
-	}
 }

@@ -226,9 +226,9 @@ func TestCtlWorkersShowsProcessLimits(t *testing.T) {
 			ProcessLimits: limits, StartedAt: time.Now(), BeatEvery: time.Minute}))
 	}
 	foreign := map[string]int{"kind:k\x1b]0;owned\a": 2, "queue:a\nfake  row": 1, "kind:a,b=9": 5}
-	limits := bson.D{}
+	limits := bson.A{}
 	for name, n := range foreign {
-		limits = append(limits, bson.E{Key: name, Value: n})
+		limits = append(limits, bson.D{{Key: "name", Value: name}, {Key: "n", Value: n}})
 	}
 	_, err = db.Collection(queue.DefaultWorkersCollection).InsertOne(ctx, bson.D{
 		{Key: "_id", Value: "foreign"}, {Key: "host", Value: "h"}, {Key: "lastSeen", Value: q.ServerTime(ctx)}, {Key: "beatEveryMs", Value: 60_000},
@@ -266,7 +266,8 @@ func TestCtlWorkersShowsProcessLimits(t *testing.T) {
 }
 
 // TestProcessLimitsCell: the workers table's limits cell for names devdb
-// cannot store (bytes that are not UTF-8) as well: each escaped by shown.
+// stores with U+FFFD in place of bytes that are not UTF-8 as well: each
+// escaped by shown.
 func TestProcessLimitsCell(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
