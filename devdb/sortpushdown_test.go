@@ -75,19 +75,7 @@ func TestSortedFindsMatchFerretDBsOwnSort(t *testing.T) {
 
 	ids := func(filter, sort bson.D, limit int64) []string {
 		t.Helper()
-		o := options.Find().SetSort(sort).SetProjection(bson.D{{Key: "_id", Value: 1}})
-		if limit > 0 {
-			o.SetLimit(limit)
-		}
-		cur, err := coll.Find(ctx, filter, o)
-		require.NoError(t, err)
-		var got []bson.Raw
-		require.NoError(t, cur.All(ctx, &got))
-		out := make([]string, len(got))
-		for i, d := range got {
-			out[i] = d.Lookup("_id").String()
-		}
-		return out
+		return sortedIDs(t, coll, filter, sort, limit)
 	}
 
 	filters := []bson.D{
@@ -204,19 +192,7 @@ func TestIndexedSortsMatchFerretDBsOwnSort(t *testing.T) {
 
 	ids := func(filter, sort bson.D, limit int64) []string {
 		t.Helper()
-		o := options.Find().SetSort(sort).SetProjection(bson.D{{Key: "_id", Value: 1}})
-		if limit > 0 {
-			o.SetLimit(limit)
-		}
-		cur, err := coll.Find(ctx, filter, o)
-		require.NoError(t, err)
-		var got []bson.Raw
-		require.NoError(t, cur.All(ctx, &got))
-		out := make([]string, len(got))
-		for i, d := range got {
-			out[i] = d.Lookup("_id").String()
-		}
-		return out
+		return sortedIDs(t, coll, filter, sort, limit)
 	}
 	filters := []bson.D{
 		{{Key: "state", Value: "available"}},
@@ -290,6 +266,25 @@ func TestIndexedSortsMatchFerretDBsOwnSort(t *testing.T) {
 			require.Equal(t, all[:min(int(limit), len(all))], ids(f, so, limit), "wide: filter %v limit %d", f, limit)
 		}
 	}
+}
+
+// sortedIDs returns the _ids, as their extended JSON, of the documents a
+// find with filter, sort and limit (none when 0) returns, in order.
+func sortedIDs(t *testing.T, coll *mongo.Collection, filter, sort bson.D, limit int64) []string {
+	t.Helper()
+	o := options.Find().SetSort(sort).SetProjection(bson.D{{Key: "_id", Value: 1}})
+	if limit > 0 {
+		o.SetLimit(limit)
+	}
+	cur, err := coll.Find(context.Background(), filter, o)
+	require.NoError(t, err)
+	var got []bson.Raw
+	require.NoError(t, cur.All(context.Background(), &got))
+	out := make([]string, len(got))
+	for i, d := range got {
+		out[i] = d.Lookup("_id").String()
+	}
+	return out
 }
 
 // modified is the _id, as ids gives it, of the document a findAndModify

@@ -4,12 +4,10 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/docketq/docket/internal/testdb"
-	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -61,41 +59,8 @@ func TestLimitHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 		ids[workers[i].workerID()] = workers[i]
 	}
 
-	// Kill the worker that runs a job whose handler has started (written
-	// its execution). Its handler may also end, and its completion land,
-	// between the read and the kill (a loaded machine takes that long):
-	// the victim is a job still running once its worker is dead and its
-	// last writes have landed; else another worker's job is.
-	var victimJob string
-	require.Eventually(t, func() bool {
-		cur, err := db.Collection("jobs").Find(ctx, bson.M{"kind": "record", "state": "running"})
-		if err != nil {
-			return false
-		}
-		var running []jobs.Job
-		if cur.All(ctx, &running) != nil {
-			return false
-		}
-		started := executions(t, db)
-		for _, j := range running {
-			if ids[j.Owner] == nil || len(started[j.ID]) == 0 || len(ids) == 1 {
-				continue
-			}
-			ids[j.Owner].signal(syscall.SIGKILL)
-			ids[j.Owner].wait(10 * time.Second)
-			delete(ids, j.Owner)
-			time.Sleep(500 * time.Millisecond) // a write sent before the kill lands
-			var after jobs.Job
-			if db.Collection("jobs").FindOne(ctx, bson.M{"_id": j.ID}).Decode(&after) == nil &&
-				after.State == jobs.StateRunning && after.Owner == j.Owner {
-				victimJob = j.ID
-				return true
-			}
-			t.Logf("job %s finished before its worker was killed; killing another", j.ID)
-			return false
-		}
-		return false
-	}, 60*time.Second, 5*time.Millisecond)
+	// Kill a worker mid-job.
+	victimJob := killMidJob(t, db, "record", ids)
 	// While its lease holds (2 s), its slot stays taken: at most one more
 	// record job runs.
 	ls, err := q.RunLimits(ctx)

@@ -198,3 +198,48 @@ func executions(t *testing.T, db *mongo.Database) map[string][]bson.M {
 	}
 	return out
 }
+
+// killMidJob SIGKILLs the worker process (one of workers, by worker id)
+// that runs a job of kind whose handler has started (written its
+// execution), and returns that job's id. A job running in the database may
+// also be one claimed ahead, not started, which the kill would leave run
+// only once; and a handler may end, and its completion land, between the
+// read and the kill (a loaded machine takes that long): the victim is a
+// job still running once its worker is dead and its last writes have
+// landed, else another worker's job is. It never kills the last worker,
+// and removes those it killed from workers.
+func killMidJob(t *testing.T, db *mongo.Database, kind string, workers map[string]*proc) string {
+	t.Helper()
+	ctx := context.Background()
+	var victimJob string
+	require.Eventually(t, func() bool {
+		cur, err := db.Collection("jobs").Find(ctx, bson.M{"kind": kind, "state": "running"})
+		if err != nil {
+			return false
+		}
+		var running []jobs.Job
+		if cur.All(ctx, &running) != nil {
+			return false
+		}
+		started := executions(t, db)
+		for _, j := range running {
+			if workers[j.Owner] == nil || len(started[j.ID]) == 0 || len(workers) == 1 {
+				continue
+			}
+			workers[j.Owner].signal(syscall.SIGKILL)
+			workers[j.Owner].wait(10 * time.Second)
+			delete(workers, j.Owner)
+			time.Sleep(500 * time.Millisecond) // a write sent before the kill lands
+			var after jobs.Job
+			if db.Collection("jobs").FindOne(ctx, bson.M{"_id": j.ID}).Decode(&after) == nil &&
+				after.State == jobs.StateRunning && after.Owner == j.Owner {
+				victimJob = j.ID
+				return true
+			}
+			t.Logf("job %s finished before its worker was killed; killing another", j.ID)
+			return false
+		}
+		return false
+	}, 60*time.Second, 5*time.Millisecond)
+	return victimJob
+}
