@@ -75,15 +75,24 @@ func ExampleClient_Subscribe() {
 	}
 	n, _ := attempts.Load("greet")
 	fmt.Println("greet attempts seen by the middleware:", n.(*atomic.Int32).Load())
-	families, err := registry.Gather()
-	if err != nil {
-		panic(err)
-	}
-	for _, f := range families {
-		if f.GetName() == "docket_jobs_finished_total" {
-			fmt.Println("docket_jobs_finished_total series:", len(f.GetMetric()))
+	// The metrics and the events observe each finish apart: an event may
+	// arrive before its job is counted.
+	series := func() int {
+		families, err := registry.Gather()
+		if err != nil {
+			panic(err)
 		}
+		for _, f := range families {
+			if f.GetName() == "docket_jobs_finished_total" {
+				return len(f.GetMetric())
+			}
+		}
+		return 0
 	}
+	for deadline := time.Now().Add(10 * time.Second); series() < 2 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println("docket_jobs_finished_total series:", series())
 	// Output:
 	// event: succeeded succeeded 0 error(s)
 	// event: dead dead 1 error(s)
