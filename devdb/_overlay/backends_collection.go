@@ -84,10 +84,12 @@ type QueryParams struct {
 	Sort   *types.Document
 	Limit  int64
 
-	// SortKeys, when set (devdb), is a find's sort on top-level fields:
-	// the backend returns the documents its filter may match in that
-	// order, exactly as the handler would sort them, and the handler does
-	// not sort them again; it filters them and stops at its limit.
+	// SortKeys, when set (devdb), is a find's or a findAndModify's sort on
+	// top-level fields: the backend returns the documents its filter may
+	// match in that order, exactly as the handler would sort them, and the
+	// handler does not sort them again; it filters them and stops at its
+	// limit. Limit is then a hint of how many the handler wants, not
+	// applied.
 	SortKeys *types.Document
 
 	OnlyRecordIDs bool

@@ -5,11 +5,13 @@
 // Explain push down, through
 // pushdownWhere (at the end of this file), an _id equality or $in and
 // string equalities and $in of strings of top-level fields wherever they
-// stand in the filter, and a find's sort on top-level fields is applied
-// here (querySorted, QueryParams.SortKeys),
-// not only a filter that is {_id} alone. The original is
+// stand in the filter, not only a filter that is {_id} alone; and a
+// find's or findAndModify's sort on top-level fields is applied here
+// (QueryParams.SortKeys): from one of devdb's covering indexes when one
+// serves (orderByIndex), else by reading the sort fields alone
+// (querySorted). The original is
 // internal/backends/sqlite/collection.go of FerretDB v1.24.0; devdb builds
-// with this file in its place (go build -overlay, see devdb/overlay.go).
+// with this file in its place (_overlay/workspace.sh).
 //
 // Licensed under the Apache License, Version 2.0 (the "License");
 // you may not use this file except in compliance with the License.
