@@ -288,7 +288,8 @@ func (w *Worker) dispatch() {
 	kinds := w.reg.Kinds()
 	// Spread: batch claims of processes claiming at once take different
 	// blocks of the best jobs rather than race for the same ones.
-	params := store.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: kinds, Lease: w.cfg.Lease, Spread: true}
+	params := store.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: kinds, Lease: w.cfg.Lease, Spread: true,
+		RestPollMin: w.cfg.PollMin, RestPollMax: w.cfg.PollMax}
 	var idle, failing time.Duration
 	var sizer claimSizer
 	var took claimLatency

@@ -39,6 +39,14 @@ type ClaimParams struct {
 	// only roughly (within a few batches); a job of a lower priority is
 	// never taken before one of a higher. Single claims ignore it.
 	Spread bool
+	// RestPollMin and RestPollMax, when set (a worker's PollMin and
+	// PollMax), pace the part of a claim under rate limits that no rate
+	// applies to (the rest: kinds and queues without one): once it found
+	// nothing, it is claimed again only after a wait that grows from
+	// RestPollMin to RestPollMax while it keeps finding nothing, as an
+	// idle worker polls, not at every start a rate allows (20 times a
+	// second at 20/s, each an empty claim). Zero: claimed every time.
+	RestPollMin, RestPollMax time.Duration
 
 	// skip leaves saturated partitions out of the claim (partition.go).
 	skip []partSkip

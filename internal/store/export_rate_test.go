@@ -1,5 +1,7 @@
 package store
 
+import "time"
+
 // SetRateHooks makes c's claims (and its copies') under a rate run
 // afterReserve after a reservation the server applied (its error taken as
 // the write's: a lost reply) and beforeClaim between a reservation and the
@@ -25,4 +27,24 @@ func SetRatePartReserveHook(c *Store, f func()) {
 	c.rates.mu.Lock()
 	defer c.rates.mu.Unlock()
 	c.rates.beforePartReserve = f
+}
+
+// RateLosses is how many reservations of rate name in a row c found taken
+// by another process since it read the rate.
+func RateLosses(c *Store, name string) int {
+	c.rates.mu.Lock()
+	defer c.rates.mu.Unlock()
+	return c.rates.lost[name]
+}
+
+// RateYield is how long c waits past the next start of rate r (name)
+// before trying to reserve it (rateCache.yield), for losses in a row.
+func RateYield(c *Store, name string, r Rate, losses int) time.Duration {
+	c.rates.mu.Lock()
+	if c.rates.lost == nil {
+		c.rates.lost = map[string]int{}
+	}
+	c.rates.lost[name] = losses
+	c.rates.mu.Unlock()
+	return c.rates.yield(name, r)
 }

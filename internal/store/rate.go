@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -232,6 +233,15 @@ type rateCache struct {
 	// next is when the earliest rate that a claim left out allows a start
 	// again; zero when the last claim left none out.
 	next time.Time
+	// restIdle is how long claims wait before claiming again the part no
+	// rate applies to, which found nothing last (ClaimParams.RestPollMax),
+	// and restNext when they may; zero when it found jobs.
+	restIdle time.Duration
+	restNext time.Time
+	// lost counts, by rate name, this client's reservations in a row that
+	// found the rate reserved by another process since it read it (see
+	// reserve).
+	lost map[string]int
 	// afterReserve, when set (by tests), runs after a reservation the
 	// server applied; its error is taken as the write's (a lost reply).
 	afterReserve func() error
@@ -564,15 +574,43 @@ func (c *Store) claimUnderRates(ctx context.Context, p ClaimParams, k int) (clai
 			return claimed, true, err
 		}
 	}
-	if len(claimed) < k && len(rest.Kinds) > 0 && len(rest.Queues) > 0 {
+	if len(claimed) < k && len(rest.Kinds) > 0 && len(rest.Queues) > 0 && rc.restDue(p) {
 		got, err := c.claimPlain(ctx, rest, k-len(claimed))
 		claimed = append(claimed, got...)
 		if err != nil {
 			return claimed, true, err
 		}
+		rc.restFound(p, len(got) > 0)
 	}
 	slices.SortStableFunc(claimed, claimOrder)
 	return claimed, true, nil
+}
+
+// restDue reports whether a claim by p under rates claims its part that
+// no rate applies to now (see ClaimParams.RestPollMax).
+func (rc *rateCache) restDue(p ClaimParams) bool {
+	if p.RestPollMax <= 0 {
+		return true
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return !time.Now().Before(rc.restNext)
+}
+
+// restFound records whether a claim by p under rates found jobs in its
+// part that no rate applies to: when not, the next such claim waits, twice
+// as long as the last up to p.RestPollMax, spread by ±20% so that
+// processes do not claim in step.
+func (rc *rateCache) restFound(p ClaimParams, found bool) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if found || p.RestPollMax <= 0 {
+		rc.restIdle, rc.restNext = 0, time.Time{}
+		return
+	}
+	lo := max(min(p.RestPollMin, p.RestPollMax), time.Millisecond)
+	rc.restIdle = min(max(2*rc.restIdle, lo), p.RestPollMax)
+	rc.restNext = time.Now().Add(time.Duration(float64(rc.restIdle) * (0.8 + 0.4*rand.Float64())))
 }
 
 // claimPlain claims up to k jobs by p under the concurrency limits only.
@@ -698,7 +736,7 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		}
 		n := min(k, st.avail(t))
 		if n == 0 {
-			rc.noteNext(st.nextStart())
+			rc.noteNext(st.nextStart().Add(rc.yield(name, st.rate)))
 			return 0, Rate{}, time.Time{}, nil
 		}
 		base := st.tat
@@ -720,6 +758,7 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		}
 		if res.MatchedCount == 1 {
 			rc.mu.Lock()
+			delete(rc.lost, name)
 			if s := rc.rates[name]; s != nil {
 				s.tat, s.badStarts = tat, false
 				s.raw.Type, s.raw.Value = bsonDateTime(tat)
@@ -728,6 +767,12 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 			return n, st.rate, tat, nil
 		}
 		// Another process reserved (or the rate changed): read it again.
+		rc.mu.Lock()
+		if rc.lost == nil {
+			rc.lost = map[string]int{}
+		}
+		rc.lost[name]++
+		rc.mu.Unlock()
 		if err := c.readRate(ctx, name); err != nil {
 			return 0, Rate{}, time.Time{}, err
 		}
@@ -752,6 +797,28 @@ func rateFilter(name string, r Rate, tat any) bson.D {
 func bsonDateTime(t time.Time) (bson.Type, []byte) {
 	typ, b, _ := bson.MarshalValue(t)
 	return typ, b
+}
+
+// yield is how long after the next start of rate r (name) this client
+// waits to try to reserve it when its last reservations found it taken
+// by another process: every process waiting for the next start tries it
+// at that instant, and all but one lose it, each at the cost of a refused
+// write and a read. A client that keeps losing tries later, at random
+// within up to one interval per loss in a row, but never later than
+// (burst-1) intervals: starts made that late are not lost, the burst
+// lets them catch up at once. The process that won keeps trying on time
+// (its view of the rate is its own write), and a loser that finds the
+// rate free wins and tries on time again. Zero for a burst of 1, or
+// before any loss.
+func (rc *rateCache) yield(name string, r Rate) time.Duration {
+	rc.mu.Lock()
+	lost := rc.lost[name]
+	rc.mu.Unlock()
+	most := time.Duration(min(lost, r.burst()-1)) * r.interval()
+	if most <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(most)))
 }
 
 // noteNext records that a claim left out a rate whose next start is at.

@@ -347,3 +347,126 @@ func TestRateNonNumericStarts(t *testing.T) {
 	require.Equal(t, int64(2), rls[0].Starts)
 	require.Equal(t, int64(1), rls[1].Starts)
 }
+
+// TestRatePacesTheClaimsOfOtherKinds: under a rate that is spent, a
+// worker wakes at each start the rate allows; the part of its claim that
+// no rate applies to, once it found nothing, is claimed again only after
+// a wait that grows from RestPollMin to RestPollMax, as an idle worker
+// polls, not at every wake (an empty claim each); a job of that part
+// enqueued meanwhile is claimed once the wait is over.
+func TestRatePacesTheClaimsOfOtherKinds(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("slow"), queue.Rate{N: 1, Per: time.Hour}, ""))
+	enqueueKinds(t, b, 2, "slow")
+	jobCommands := func(paced bool) int {
+		t.Helper()
+		mc, cmds := testdb.Monitored(t)
+		q, err := queue.New(mc.Database(b.db.Name()), queue.Config{})
+		require.NoError(t, err)
+		s := store.Of(q)
+		p := claimAll
+		p.Kinds = []string{"slow", "fast"}
+		if paced {
+			p.RestPollMin, p.RestPollMax = time.Minute, time.Minute
+		}
+		for range 10 {
+			_, err := s.ClaimBatch(b.ctx, p, 5)
+			require.NoError(t, err)
+		}
+		n := 0
+		for _, c := range cmds() {
+			if strings.HasSuffix(c, " jobs") {
+				n++
+			}
+		}
+		return n
+	}
+	// The first client takes the rate's one start; each of its ten claims
+	// claims "fast" too, finding nothing.
+	require.GreaterOrEqual(t, jobCommands(false), 10, "unpaced: the other kinds at every claim")
+	// Paced: the first claim finds no "fast" job, and the next nine within
+	// the minute send nothing on the jobs (the rate is spent, as read).
+	require.LessOrEqual(t, jobCommands(true), 2, "paced: the other kinds once")
+
+	// A job of the other kind is claimed once the wait is over.
+	q, err := queue.New(b.db, queue.Config{})
+	require.NoError(t, err)
+	s := store.Of(q)
+	p := claimAll
+	p.Kinds = []string{"slow", "fast"}
+	p.RestPollMin, p.RestPollMax = 100*time.Millisecond, 200*time.Millisecond
+	got, err := s.ClaimBatch(b.ctx, p, 5)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	enqueueKinds(t, b, 1, "fast")
+	got, err = s.ClaimBatch(b.ctx, p, 5)
+	require.NoError(t, err)
+	require.Empty(t, got, "within the wait: not claimed yet")
+	require.Eventually(t, func() bool {
+		got, err := s.ClaimBatch(b.ctx, p, 5)
+		require.NoError(t, err)
+		return len(got) == 1 && got[0].Kind == "fast"
+	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// TestRateLoserYields: a client whose reservation found the rate taken by
+// another process since it read it counts the loss, and then waits for a
+// start past the rate's next, by up to one interval per loss in a row and
+// never more than (burst-1) intervals; a reservation it wins resets the
+// count. The winner's next start is the rate's own.
+func TestRateLoserYields(t *testing.T) {
+	b := setup(t)
+	name := queue.KindLimit("k")
+	r := queue.Rate{N: 1, Per: time.Minute, Burst: 3}
+	require.NoError(t, b.q.SetRate(b.ctx, name, r, ""))
+	enqueueN(t, b, 10)
+	open := func() (*queue.Client, *store.Store) {
+		q, err := queue.New(b.db, queue.Config{})
+		require.NoError(t, err)
+		return q, store.Of(q)
+	}
+	q1, s1 := open()
+	q2, s2 := open()
+	claim := func(s *store.Store, owner string, k int) int {
+		p := claimAll
+		p.Owner = owner
+		got, err := s.ClaimBatch(b.ctx, p, k)
+		require.NoError(t, err)
+		return len(got)
+	}
+	require.Equal(t, 1, claim(s2, "w2", 1), "w2 reads the rate and takes a start")
+	require.Equal(t, 2, claim(s1, "w1", 2), "w1 takes the rest of the burst")
+	require.Zero(t, store.RateLosses(s1, name))
+	require.Zero(t, claim(s2, "w2", 1), "w2's view is stale: its reservation is refused, then it reads the rate spent")
+	require.Equal(t, 1, store.RateLosses(s2, name))
+	rls, err := q1.RateLimits(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, rls, 1)
+	next := rls[0].NextStart
+	require.Zero(t, claim(s1, "w1", 1))
+	require.Equal(t, next, q1.NextRateStart(), "the winner waits for the rate's next start")
+	w2Next := q2.NextRateStart()
+	require.True(t, w2Next.After(next), "the loser waits longer: %s, the rate's next start %s", w2Next, next)
+	require.True(t, w2Next.Before(next.Add(r.Per)), "by less than one interval after one loss: %s", w2Next.Sub(next))
+
+	// Up to one interval per loss in a row, at most burst-1 of them; none
+	// for a burst of 1 or before a loss.
+	sr := store.Rate(r)
+	var longest time.Duration
+	for range 200 {
+		y := store.RateYield(s2, name, sr, 5)
+		require.GreaterOrEqual(t, y, time.Duration(0))
+		require.Less(t, y, 2*r.Per, "at most burst-1 intervals")
+		longest = max(longest, y)
+	}
+	require.Greater(t, longest, r.Per, "more than one interval after losses in a row")
+	require.Zero(t, store.RateYield(s2, name, sr, 0))
+	require.Zero(t, store.RateYield(s2, name, store.Rate{N: 1, Per: time.Minute, Burst: 1}, 4))
+
+	// A reservation w2 wins resets its count.
+	_, err = q2.ClearRate(b.ctx, name)
+	require.NoError(t, err)
+	require.NoError(t, q2.SetRate(b.ctx, name, queue.Rate{N: 100, Per: time.Second, Burst: 3}, ""))
+	require.Eventually(t, func() bool { return claim(s2, "w2", 1) == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Zero(t, store.RateLosses(s2, name))
+}
