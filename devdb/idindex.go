@@ -89,30 +89,26 @@ func coveringColumns(keys []string) string {
 
 // indexKeys finds the fields of an index FerretDB made for a collection's
 // index, in its CREATE INDEX statement: ... (_ferretdb_sjson->"state",
-// _ferretdb_sjson->"priority" DESC, ...); nil unless every key is a plain
-// top-level name.
-func indexKeys(def string) []string {
+// _ferretdb_sjson->"priority" DESC, ...): the keys up to the first that is
+// not a plain top-level name (a dotted path), and whether that is all of
+// them. Only plain names: the lookup expressions take them as they are.
+// Other indexes (devdb's own, on ->> and '$.' paths) have none.
+func indexKeys(def string) (keys []string, all bool) {
 	open, end := strings.IndexByte(def, '('), strings.LastIndexByte(def, ')')
 	if open < 0 || end < open {
-		return nil
+		return nil, false
 	}
-	var keys []string
 	for _, col := range strings.Split(def[open+1:end], ",") {
 		m := indexKey.FindStringSubmatch(strings.TrimSpace(col))
 		if m == nil {
-			return nil
+			return keys, false
 		}
 		keys = append(keys, m[1])
 	}
-	return keys
+	return keys, true
 }
 
 var indexKey = regexp.MustCompile(`^_ferretdb_sjson->"([A-Za-z_][A-Za-z0-9_]*)"( DESC)?$`)
-
-// leadingField finds the first field of an index FerretDB made for a
-// collection's index, in its CREATE INDEX statement: ... (_ferretdb_sjson->"state", ...
-// Only plain names: the lookup expression takes them as they are.
-var leadingField = regexp.MustCompile(`\(_ferretdb_sjson->"([A-Za-z_][A-Za-z0-9_]*)"[ ,)]`)
 
 // idIndexer adds the lookup index to the tables of the SQLite files in dir
 // as they appear, creating each under the front's lock (no command runs
@@ -224,10 +220,11 @@ func (ix *idIndexer) indexFile(f string) error {
 			return err
 		}
 		have[name] = true
-		if m := leadingField.FindStringSubmatch(def); m != nil && m[1] != "_id" && !slices.Contains(leading[table], m[1]) {
-			leading[table] = append(leading[table], m[1])
+		keys, all := indexKeys(def)
+		if len(keys) > 0 && keys[0] != "_id" && !slices.Contains(leading[table], keys[0]) {
+			leading[table] = append(leading[table], keys[0])
 		}
-		if keys := indexKeys(def); len(keys) >= 2 && !strings.Contains(name, coveringInfix) {
+		if all && len(keys) >= 2 {
 			compound[table] = append(compound[table], keys)
 		}
 	}

@@ -2,11 +2,9 @@ package devdb
 
 import (
 	"context"
-	"database/sql"
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -66,9 +64,7 @@ func testLookupsByIDUseAnIndex(t *testing.T, s *Server) {
 // _id there.
 func waitForLookupIndex(t *testing.T, file string) string {
 	t.Helper()
-	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: file, RawQuery: "mode=ro"}).String())
-	require.NoError(t, err)
-	defer db.Close()
+	db := openReadOnly(t, file)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var table string

@@ -2,9 +2,7 @@ package devdb
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -144,9 +142,7 @@ func TestFiltersArePushedDown(t *testing.T) {
 // table of file) names want, and returns the last plan it read.
 func waitForPlan(t *testing.T, file, want, query string, args ...any) string {
 	t.Helper()
-	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: file, RawQuery: "mode=ro"}).String())
-	require.NoError(t, err)
-	defer db.Close()
+	db := openReadOnly(t, file)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var table string

@@ -52,15 +52,7 @@ func TestSortedFindsMatchFerretDBsOwnSort(t *testing.T) {
 	states := []any{"available", "running", bson.A{"x", "available"}, int32(1), nil}
 	var docs []any
 	for i := range 400 {
-		d := bson.D{}
-		switch i % 3 {
-		case 0:
-			d = append(d, bson.E{Key: "_id", Value: fmt.Sprintf("id-%03d", i)})
-		case 1:
-			d = append(d, bson.E{Key: "_id", Value: int32(i)})
-		default:
-			d = append(d, bson.E{Key: "_id", Value: bson.NewObjectID()})
-		}
+		d := bson.D{{Key: "_id", Value: mixedID(i)}}
 		d = append(d, bson.E{Key: "state", Value: states[rng.IntN(len(states))]}, bson.E{Key: "n", Value: int32(rng.IntN(10))})
 		for _, f := range []string{"p", "r"} {
 			if v := pick(); v != missing {
@@ -163,15 +155,7 @@ func TestIndexedSortsMatchFerretDBsOwnSort(t *testing.T) {
 	states := []any{"available", "available", "running", int32(1), nil, "availablf", bson.NewObjectID()}
 	queues := []any{"a", "b", bson.A{"a", "z"}, bson.A{}, int32(4), nil, "[a]"}
 	doc := func(i int) bson.D {
-		d := bson.D{}
-		switch i % 3 {
-		case 0:
-			d = append(d, bson.E{Key: "_id", Value: fmt.Sprintf("id-%03d", i)})
-		case 1:
-			d = append(d, bson.E{Key: "_id", Value: int32(i)})
-		default:
-			d = append(d, bson.E{Key: "_id", Value: bson.NewObjectID()})
-		}
+		d := bson.D{{Key: "_id", Value: mixedID(i)}}
 		for _, f := range []struct {
 			name string
 			vs   []any
@@ -304,9 +288,9 @@ func modified(coll *mongo.Collection, filter, sort bson.D) []string {
 }
 
 // TestSortedFindAndModifyOfACappedCollection: devdb's FerretDB has the
-// backend sort a findAndModify's matches, except in a capped collection,
-// whose documents the backend returns in insertion order: there the
-// handler sorts them, as FerretDB does.
+// backend sort a findAndModify's matches, a capped collection's too
+// (whose documents the backend otherwise returns in insertion order):
+// the document updated is the first in sort order, not in insertion order.
 func TestSortedFindAndModifyOfACappedCollection(t *testing.T) {
 	s := startServer(t)
 	ctx := context.Background()
@@ -324,13 +308,35 @@ func TestSortedFindAndModifyOfACappedCollection(t *testing.T) {
 	require.Equal(t, []string{`"c2"`}, modified(coll, bson.D{{Key: "state", Value: "available"}}, bson.D{{Key: "p", Value: 1}}))
 }
 
+// openReadOnly opens the SQLite file read-only, on a connection of the
+// test's own (FerretDB's pooled connections re-read the schema only when
+// they next run a query), closed when the test ends.
+func openReadOnly(t *testing.T, file string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: file, RawQuery: "mode=ro"}).String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// mixedID is the i-th of _ids of three types in turn: a string, an int32
+// and an ObjectID.
+func mixedID(i int) any {
+	switch i % 3 {
+	case 0:
+		return fmt.Sprintf("id-%03d", i)
+	case 1:
+		return int32(i)
+	default:
+		return bson.NewObjectID()
+	}
+}
+
 // waitForIndex waits until the SQLite file holds an index whose name ends
 // with suffix.
 func waitForIndex(t *testing.T, file, suffix string) {
 	t.Helper()
-	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: file, RawQuery: "mode=ro"}).String())
-	require.NoError(t, err)
-	defer db.Close()
+	db := openReadOnly(t, file)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var n int

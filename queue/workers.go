@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"sort"
 	"time"
@@ -236,8 +235,8 @@ func processLimits(v bson.RawValue) map[string]int {
 		if !ok {
 			continue
 		}
-		n, ok := wholeNumber(d.Lookup("n"))
-		if !ok || n < 1 || n > MaxLimit {
+		n, malformed := store.StoredCount(d, "n", MaxLimit)
+		if malformed != "" || n < 1 {
 			continue
 		}
 		if _, dup := out[name]; dup {
@@ -249,21 +248,4 @@ func processLimits(v bson.RawValue) map[string]int {
 		out[name] = int(n)
 	}
 	return out
-}
-
-// wholeNumber reads v when it is an integer, or a double that holds a
-// whole number (as an application in JavaScript writes one);
-// bson.RawValue.AsInt64OK would truncate a fraction.
-func wholeNumber(v bson.RawValue) (int64, bool) {
-	switch v.Type {
-	case bson.TypeInt32, bson.TypeInt64:
-		return v.AsInt64OK()
-	case bson.TypeDouble:
-		f, ok := v.DoubleOK()
-		if !ok || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
-			return 0, false
-		}
-		return int64(f), true
-	}
-	return 0, false
 }

@@ -5,7 +5,8 @@
 // (QueryParams.SortKeys, limit 1), as devdb's find does, rather than
 // reading every match and sorting them here: with a covering index
 // (devdb's idindex.go) the claim of one job from a big backlog reads a few
-// index entries, not every document. The original is
+// index entries, not every document. (The backend sorts a capped
+// collection's documents too.) The original is
 // internal/handler/msg_findandmodify.go of FerretDB v1.24.0; devdb builds
 // with this file in its place (_overlay/workspace.sh).
 //
@@ -141,15 +142,12 @@ func (h *Handler) findAndModifyDocument(ctx context.Context, params *common.Find
 		qp.Filter = params.Query
 	}
 
-	// The sort as the backend takes it (querySorted): validated (an
-	// invalid one is left to SortIterator, which reports it), on
-	// top-level fields, of a collection that is not capped (the backend
-	// returns a capped collection's documents in insertion order).
+	// The sort as the backend takes it (QueryParams.SortKeys): validated
+	// (an invalid one is left to SortIterator, which reports it), on
+	// top-level fields.
 	sort := params.Sort
 	if !h.DisablePushdown && params.Sort.Len() > 0 && topLevelSortKeys(params.Sort) {
-		valid, verr := common.ValidateSortDocument(params.Sort)
-		cList, lerr := db.ListCollections(ctx, &backends.ListCollectionsParams{Name: params.Collection})
-		if verr == nil && valid.Len() > 0 && lerr == nil && (len(cList.Collections) == 0 || !cList.Collections[0].Capped()) {
+		if valid, verr := common.ValidateSortDocument(params.Sort); verr == nil && valid.Len() > 0 {
 			qp.SortKeys, sort = valid, nil
 		}
 	}

@@ -89,7 +89,10 @@ func (c *collection) Query(ctx context.Context, params *backends.QueryParams) (*
 
 	whereClause, args := pushdownWhere(params.Filter)
 
-	if params.SortKeys.Len() > 0 && !meta.Capped() && !params.OnlyRecordIDs {
+	// A capped collection's too: its record id is its rowid, which the
+	// sorted reads use (find sends no SortKeys for one: its default order
+	// is the record id's).
+	if params.SortKeys.Len() > 0 && !params.OnlyRecordIDs {
 		if it, ok := orderByIndex(ctx, db, meta.TableName, params.Filter, params.SortKeys, params.Limit); ok {
 			return &backends.QueryResult{Iter: it}, nil
 		}
@@ -642,26 +645,17 @@ func idIn(v any) []any {
 // stringsIn returns the JSON texts of the values of a filter {$in: [...]}
 // whose values are all strings pushdownWhere compares, or nil.
 func stringsIn(v any) []any {
-	d, ok := v.(*types.Document)
-	if !ok || d.Len() != 1 || d.Keys()[0] != "$in" {
-		return nil
+	if _, ok := v.(string); ok {
+		return nil // an equality, not $in
 	}
-
-	a, ok := must.NotFail(d.Get("$in")).(*types.Array)
-	if !ok || a.Len() == 0 || a.Len() > 500 {
-		return nil
-	}
-
-	res := make([]any, 0, a.Len())
-	for i := 0; i < a.Len(); i++ {
-		s, ok := must.NotFail(a.Get(i)).(string)
-		if !ok || !plainString(s) {
+	in := stringEqualities(v)
+	for i, s := range in {
+		if !plainString(s.(string)) {
 			return nil
 		}
-		res = append(res, string(must.NotFail(sjson.MarshalSingleValue(s))))
+		in[i] = string(must.NotFail(sjson.MarshalSingleValue(s)))
 	}
-
-	return res
+	return in
 }
 
 // plainName reports whether a field name can stand in a JSON path as is.

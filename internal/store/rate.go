@@ -235,9 +235,12 @@ type rateCache struct {
 	next time.Time
 	// restIdle is how long claims wait before claiming again the part no
 	// rate applies to, which found nothing last (ClaimParams.RestPollMax),
-	// and restNext when they may; zero when it found jobs.
-	restIdle time.Duration
-	restNext time.Time
+	// and restNext when they may; zero when it found jobs. restKinds and
+	// restQueues are that part's: a claim whose part differs (a kind back
+	// under its process limit, a queue resumed) claims it at once.
+	restIdle              time.Duration
+	restNext              time.Time
+	restKinds, restQueues []string
 	// lost counts, by rate name, this client's reservations in a row that
 	// found the rate reserved by another process since it read it (see
 	// reserve).
@@ -574,42 +577,46 @@ func (c *Store) claimUnderRates(ctx context.Context, p ClaimParams, k int) (clai
 			return claimed, true, err
 		}
 	}
-	if len(claimed) < k && len(rest.Kinds) > 0 && len(rest.Queues) > 0 && rc.restDue(p) {
+	if len(claimed) < k && len(rest.Kinds) > 0 && len(rest.Queues) > 0 && rc.restDue(rest) {
 		got, err := c.claimPlain(ctx, rest, k-len(claimed))
 		claimed = append(claimed, got...)
 		if err != nil {
 			return claimed, true, err
 		}
-		rc.restFound(p, len(got) > 0)
+		rc.restFound(rest, len(got) > 0)
 	}
 	slices.SortStableFunc(claimed, claimOrder)
 	return claimed, true, nil
 }
 
-// restDue reports whether a claim by p under rates claims its part that
-// no rate applies to now (see ClaimParams.RestPollMax).
-func (rc *rateCache) restDue(p ClaimParams) bool {
-	if p.RestPollMax <= 0 {
+// restDue reports whether a claim under rates claims now rest, its part
+// that no rate applies to (see ClaimParams.RestPollMax).
+func (rc *rateCache) restDue(rest ClaimParams) bool {
+	if rest.RestPollMax <= 0 {
 		return true
 	}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	return !time.Now().Before(rc.restNext)
+	return !time.Now().Before(rc.restNext) ||
+		!slices.Equal(rest.Kinds, rc.restKinds) || !slices.Equal(rest.Queues, rc.restQueues)
 }
 
-// restFound records whether a claim by p under rates found jobs in its
-// part that no rate applies to: when not, the next such claim waits, twice
-// as long as the last up to p.RestPollMax, spread by ±20% so that
-// processes do not claim in step.
-func (rc *rateCache) restFound(p ClaimParams, found bool) {
+// restFound records whether a claim under rates found jobs in rest, its
+// part that no rate applies to: when not, the next claim of the same part
+// waits, twice as long as the last up to RestPollMax, spread by ±20% so
+// that processes do not claim in step.
+func (rc *rateCache) restFound(rest ClaimParams, found bool) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	if found || p.RestPollMax <= 0 {
-		rc.restIdle, rc.restNext = 0, time.Time{}
+	if found || rest.RestPollMax <= 0 {
+		rc.restIdle, rc.restNext, rc.restKinds, rc.restQueues = 0, time.Time{}, nil, nil
 		return
 	}
-	lo := max(min(p.RestPollMin, p.RestPollMax), time.Millisecond)
-	rc.restIdle = min(max(2*rc.restIdle, lo), p.RestPollMax)
+	if !slices.Equal(rest.Kinds, rc.restKinds) || !slices.Equal(rest.Queues, rc.restQueues) {
+		rc.restIdle, rc.restKinds, rc.restQueues = 0, slices.Clone(rest.Kinds), slices.Clone(rest.Queues)
+	}
+	lo := max(min(rest.RestPollMin, rest.RestPollMax), time.Millisecond)
+	rc.restIdle = min(max(2*rc.restIdle, lo), rest.RestPollMax)
 	rc.restNext = time.Now().Add(time.Duration(float64(rc.restIdle) * (0.8 + 0.4*rand.Float64())))
 }
 

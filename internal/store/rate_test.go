@@ -353,7 +353,8 @@ func TestRateNonNumericStarts(t *testing.T) {
 // no rate applies to, once it found nothing, is claimed again only after
 // a wait that grows from RestPollMin to RestPollMax, as an idle worker
 // polls, not at every wake (an empty claim each); a job of that part
-// enqueued meanwhile is claimed once the wait is over.
+// enqueued meanwhile is claimed once the wait is over, and a claim whose
+// other kinds differ claims them at once.
 func TestRatePacesTheClaimsOfOtherKinds(t *testing.T) {
 	b := setup(t)
 	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("slow"), queue.Rate{N: 1, Per: time.Hour}, ""))
@@ -407,6 +408,19 @@ func TestRatePacesTheClaimsOfOtherKinds(t *testing.T) {
 		require.NoError(t, err)
 		return len(got) == 1 && got[0].Kind == "fast"
 	}, 10*time.Second, 10*time.Millisecond)
+
+	// A claim whose other kinds are not those that found nothing (a kind
+	// back under its process limit) claims them at once.
+	p.RestPollMin, p.RestPollMax = time.Minute, time.Minute
+	got, err = s.ClaimBatch(b.ctx, p, 5)
+	require.NoError(t, err)
+	require.Empty(t, got, "fast, found empty: paced for a minute")
+	enqueueKinds(t, b, 1, "other")
+	p.Kinds = []string{"slow", "fast", "other"}
+	got, err = s.ClaimBatch(b.ctx, p, 5)
+	require.NoError(t, err)
+	require.Len(t, got, 1, "another set of kinds is claimed at once")
+	require.Equal(t, "other", got[0].Kind)
 }
 
 // TestRateLoserYields: a client whose reservation found the rate taken by

@@ -87,6 +87,9 @@ func storedCount(d bson.Raw, field string, max int) (n int, malformed string) {
 		if f != math.Trunc(f) || math.IsInf(f, 0) {
 			return 0, fmt.Sprintf("%s is %v, not an integer", field, f)
 		}
+		if f < 0 || f > float64(max) { // before the conversion, which a huge f overflows
+			return 0, fmt.Sprintf("%s %v is not between 0 and %d", field, f, max)
+		}
 		i = int64(f)
 	default:
 		return 0, fmt.Sprintf("%s is %s %s, not an integer", field, v.Type, v)
