@@ -108,6 +108,9 @@ func (f namedForm[T]) decode(n *yaml.Node, out *map[string]T) error {
 		if err != nil {
 			return fmt.Errorf("%s.%s: line %d: %w", f.setting, k.Value, v.Line, err)
 		}
+		if _, twice := m[k.Value]; twice {
+			return fmt.Errorf("%s.%s: line %d: the %s is named twice", f.setting, k.Value, k.Line, f.noun)
+		}
 		m[k.Value] = val
 	}
 	if len(m) == 0 {
@@ -128,11 +131,15 @@ func (f namedForm[T]) set(s string, out *map[string]T) error {
 		if !ok {
 			return fmt.Errorf("%s: %q: write %s, such as kind:email=%s", f.setting, part, f.pair, f.example)
 		}
+		name = strings.TrimSpace(name)
 		v, err := f.parse(val)
 		if err != nil {
-			return fmt.Errorf("%s.%s: %w", f.setting, strings.TrimSpace(name), err)
+			return fmt.Errorf("%s.%s: %w", f.setting, name, err)
 		}
-		m[strings.TrimSpace(name)] = v
+		if _, twice := m[name]; twice {
+			return fmt.Errorf("%s.%s: the %s is named twice", f.setting, name, f.noun)
+		}
+		m[name] = v
 	}
 	*out = m
 	return nil

@@ -55,3 +55,34 @@ func TestPartitionLimitsRead(t *testing.T) {
 	require.ErrorContains(t, v.Set("kind:email"), "NAME=N per FIELD")
 	require.ErrorContains(t, v.Set("kind:email=two per c"), "partitionLimits.kind:email")
 }
+
+// TestRatesRefuseMistakes: an explicit burst 0, a rate named twice (where
+// the last would silently win) and a period or burst past the bounds are
+// refused in the YAML file, DOCKET_RATES and --rates alike, naming the
+// entry.
+func TestRatesRefuseMistakes(t *testing.T) {
+	var c struct {
+		Rates Rates `yaml:"rates"`
+	}
+	for yml, want := range map[string]string{
+		"rates:\n  kind:email: 2/s burst 0\n":                         "rates.kind:email: line 2: rate \"2/s burst 0\": burst 0 must be from 1",
+		"rates:\n  kind:email: 2/s\n  kind:email: 3/s\n":             "rates.kind:email: line 3: the rate is named twice",
+		"rates:\n  kind:email: 1/9000h\n":                             "longer than",
+		"rates:\n  kind:email: 1/500h burst 10000\n":                  "takes 5000000h to refill",
+		"partitionLimits:\n  kind:a: 1 per c\n  kind:a: 2 per c\n": "",
+	} {
+		if want == "" {
+			var p struct {
+				P PartitionLimits `yaml:"partitionLimits"`
+			}
+			require.ErrorContains(t, yaml.Unmarshal([]byte(yml), &p), "named twice", yml)
+			continue
+		}
+		require.ErrorContains(t, yaml.Unmarshal([]byte(yml), &c), want, yml)
+	}
+	var v ratesValue
+	require.ErrorContains(t, v.Set("kind:email=2/s burst 0"), "rates.kind:email: rate \"2/s burst 0\": burst 0 must be from 1")
+	require.ErrorContains(t, v.Set("kind:email=2/s, kind:email=3/s"), "rates.kind:email: the rate is named twice")
+	// Long periods within the bounds are accepted.
+	require.NoError(t, v.Set("kind:email=1/720h,kind:sms=1/500h burst 100"))
+}

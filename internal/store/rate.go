@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -95,9 +94,9 @@ type Rate struct {
 	By string
 }
 
-// interval is the emission interval T: Per/N, rounded up.
-func (r Rate) interval() time.Duration {
-	return time.Duration((int64(r.Per) + int64(r.N) - 1) / int64(r.N))
+// gcra is r's arithmetic (gcra.go). r must be valid.
+func (r Rate) gcra() gcra {
+	return gcra{t: time.Duration((int64(r.Per) + int64(r.N) - 1) / int64(r.N)), burst: max(r.Burst, 1)}
 }
 
 func (r Rate) burst() int { return max(r.Burst, 1) }
@@ -109,14 +108,24 @@ func (r Rate) Validate() error {
 		return fmt.Errorf("rate %d must be from 1 to %d", r.N, MaxRate)
 	case r.Per < time.Millisecond || r.Per%time.Millisecond != 0:
 		return fmt.Errorf("rate period %s must be a whole number of milliseconds, at least 1ms", r.Per)
+	case r.Per > MaxRatePeriod:
+		return fmt.Errorf("rate period %s is longer than %s", r.Per, MaxRatePeriod)
 	case r.Burst < 0 || r.Burst > MaxBurst:
 		return fmt.Errorf("rate burst %d must be from 1 to %d", r.Burst, MaxBurst)
-	case r.interval() <= 0:
-		return fmt.Errorf("rate %s is faster than one start a nanosecond", r)
+	case r.gcra().t > MaxRateWindow/time.Duration(r.burst()):
+		return fmt.Errorf("rate %s: its burst of %d takes %s to refill (burst × period / N), more than %s: lower the burst or the period",
+			r, r.burst(), refill(r), MaxRateWindow)
 	case r.By != "":
 		return ValidPartitionArg(r.By)
 	}
 	return nil
+}
+
+// refill writes how long r's whole burst takes to refill, in hours, for
+// an error: it may be too long for a time.Duration.
+func refill(r Rate) string {
+	h := float64(r.burst()) * float64(r.gcra().t) / float64(time.Hour)
+	return strconv.FormatFloat(h, 'f', 0, 64) + "h"
 }
 
 // String writes r as ParseRate reads it: "14/s", "600/m burst 20",
@@ -158,6 +167,9 @@ func ParseRate(s string) (Rate, error) {
 		b, err := strconv.Atoi(f[2])
 		if err != nil {
 			return Rate{}, fmt.Errorf("rate %q: burst %q is not a whole number", s, f[2])
+		}
+		if b < 1 { // Rate{Burst: 0} is 1, but written out it is a mistake
+			return Rate{}, fmt.Errorf("rate %q: burst %d must be from 1 to %d", s, b, MaxBurst)
 		}
 		r.Burst = b
 	default:
@@ -216,7 +228,8 @@ type RateLimit struct {
 
 // rateState is one rate as a claim knows it.
 type rateState struct {
-	rate Rate
+	rate  Rate
+	setAt time.Time // when it was set (rateSetAt): its partitions' tats convert from then
 	tat  time.Time     // as last read or written by this client
 	raw  bson.RawValue // tat as stored, for the compare-and-set
 	// badStarts: starts is stored but not a number (another application
@@ -309,7 +322,7 @@ func rateLimit(d bson.Raw, t time.Time) (RateLimit, *rateState) {
 	}
 	var per int
 	if bad == "" {
-		per, bad = storedCount(d, "periodMs", math.MaxInt32)
+		per, bad = storedCount(d, "periodMs", int(MaxRatePeriod/time.Millisecond))
 	}
 	var burst int
 	if bad == "" {
@@ -328,10 +341,11 @@ func rateLimit(d bson.Raw, t time.Time) (RateLimit, *rateState) {
 		rl.Malformed = bad
 		return rl, nil
 	}
-	st := &rateState{rate: rl.Rate, raw: rawValue(d, "tat")}
-	if tat, ok := st.raw.TimeOK(); ok {
-		st.tat = tat.UTC()
-	} // any other tat is taken as none, and replaced by the first reservation
+	if at, ok := d.Lookup("rateSetAt").TimeOK(); ok {
+		rl.SetAt = at.UTC()
+	}
+	st := &rateState{rate: rl.Rate, setAt: rl.SetAt}
+	st.tat, st.raw = storedTat(d, rl.Rate, rl.SetAt)
 	switch v := d.Lookup("starts"); v.Type {
 	case 0, bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
 		rl.Starts, _ = v.AsInt64OK()
@@ -339,9 +353,6 @@ func rateLimit(d bson.Raw, t time.Time) (RateLimit, *rateState) {
 		st.badStarts = true
 	}
 	rl.Used, rl.NextStart = st.used(t)
-	if at, ok := d.Lookup("rateSetAt").TimeOK(); ok {
-		rl.SetAt = at.UTC()
-	}
 	rl.SetBy, _ = d.Lookup("rateSetBy").StringValueOK()
 	return rl, st
 }
@@ -356,32 +367,34 @@ func rawValue(d bson.Raw, field string) bson.RawValue {
 }
 
 // avail is how many starts s allows at t.
-func (s *rateState) avail(t time.Time) int {
-	T := s.rate.interval()
-	base := s.tat
-	if base.Before(t) {
-		base = t
-	}
-	room := t.Add(time.Duration(s.rate.burst()) * T).Sub(base)
-	if room < T {
-		return 0
-	}
-	return int(room / T)
-}
+func (s *rateState) avail(t time.Time) int { return s.rate.gcra().avail(s.tat, t) }
 
 // used is how much of the burst is taken at t, and when the next start is
 // allowed (zero: now).
-func (s *rateState) used(t time.Time) (int, time.Time) {
-	a := s.avail(t)
-	if a > 0 {
-		return s.rate.burst() - min(a, s.rate.burst()), time.Time{}
-	}
-	return s.rate.burst(), s.nextStart()
-}
+func (s *rateState) used(t time.Time) (int, time.Time) { return s.rate.gcra().used(s.tat, t) }
 
-// nextStart is when one start is allowed: tat - (burst-1)·T.
-func (s *rateState) nextStart() time.Time {
-	return s.tat.Add(-time.Duration(s.rate.burst()-1) * s.rate.interval())
+// nextStart is when one start is allowed, seen at t.
+func (s *rateState) nextStart(t time.Time) time.Time { return s.rate.gcra().nextStart(s.tat, t) }
+
+// storedTat reads a rate's or a partition's tat from d. When it was
+// written under another interval than r's (tNs holds the one it was), the
+// rate was changed at setAt since: it is converted to r's interval as it
+// stood then. (Converting as it stands at each read instead would keep
+// the old rate's debt, which drains at the old pace, until it is paid.)
+// Any tat but a date (another application wrote it) is taken as none, and
+// replaced by the next reservation. raw is tat as stored, for the
+// compare-and-set, a null matching it missing.
+func storedTat(d bson.Raw, r Rate, setAt time.Time) (tat time.Time, raw bson.RawValue) {
+	raw = rawValue(d, "tat")
+	at, ok := raw.TimeOK()
+	if !ok {
+		return time.Time{}, raw
+	}
+	from, _ := d.Lookup("tNs").AsInt64OK()
+	if setAt.IsZero() { // not set by docket: no change to date it from
+		from = 0
+	}
+	return r.gcra().convert(at.UTC(), setAt, time.Duration(from)), raw
 }
 
 // ceilMs rounds t up to the millisecond, as BSON stores it.
@@ -460,6 +473,16 @@ func (c *Store) RateLimits(ctx context.Context) ([]RateLimit, error) {
 		}
 	}
 	return out, nil
+}
+
+// Rated reports whether a rate limit applies to the jobs of kind in
+// queue, as this client last read the rates: a job claimed under one must
+// start at once (see ClaimParams.Ahead).
+func (c *Store) Rated(kind, queue string) bool {
+	rc := c.rates
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.rates[KindLimit(kind)] != nil || rc.rates[QueueLimit(queue)] != nil
 }
 
 // NextRateStart is when a rate limit that made this client's last claim
@@ -567,11 +590,12 @@ func (c *Store) claimUnderRates(ctx context.Context, p ClaimParams, k int) (clai
 	if !ok {
 		return c.claimUnderLimits(ctx, p, k)
 	}
+	now := k - max(p.Ahead, 0) // the jobs that start at once: only those may start under a rate
 	for _, cell := range cells {
-		if len(claimed) >= k {
+		if len(claimed) >= now {
 			break
 		}
-		got, err := c.claimRateCell(ctx, cell, k-len(claimed))
+		got, err := c.claimRateCell(ctx, cell, now-len(claimed))
 		claimed = append(claimed, got...)
 		if err != nil {
 			return claimed, true, err
@@ -743,17 +767,15 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		}
 		n := min(k, st.avail(t))
 		if n == 0 {
-			rc.noteNext(st.nextStart().Add(rc.yield(name, st.rate)))
+			rc.noteNext(st.nextStart(t).Add(rc.yield(name, st.rate)))
 			return 0, Rate{}, time.Time{}, nil
 		}
-		base := st.tat
-		if base.Before(t) {
-			base = t
-		}
-		tat := ceilMs(base.Add(time.Duration(n) * st.rate.interval()))
-		update := bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: tat}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}}
+		g := st.rate.gcra()
+		tat := g.take(st.tat, t, n)
+		set := bson.D{{Key: "tat", Value: tat}, {Key: "tNs", Value: int64(g.t)}}
+		update := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}}
 		if st.badStarts { // $inc would fail every claim: count afresh
-			update = bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: tat}, {Key: "starts", Value: n}}}}
+			update = bson.D{{Key: "$set", Value: append(set, bson.E{Key: "starts", Value: n})}}
 		}
 		res, err := c.ratesColl().UpdateOne(ctx, rateFilter(name, st.rate, st.raw), update)
 		if err == nil && rc.afterReserve != nil {
@@ -821,7 +843,7 @@ func (rc *rateCache) yield(name string, r Rate) time.Duration {
 	rc.mu.Lock()
 	lost := rc.lost[name]
 	rc.mu.Unlock()
-	most := time.Duration(min(lost, r.burst()-1)) * r.interval()
+	most := time.Duration(min(lost, r.burst()-1)) * r.gcra().t
 	if most <= 0 {
 		return 0
 	}
@@ -869,7 +891,7 @@ func (c *Store) giveBack(ctx context.Context, name string, r Rate, n int, tat ti
 	if n <= 0 {
 		return tat, true
 	}
-	back := ceilMs(tat.Add(-time.Duration(n) * r.interval()))
+	back := r.gcra().giveBack(tat, n)
 	res, err := c.ratesColl().UpdateOne(ctx,
 		rateFilter(name, r, tat),
 		bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: back}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: -n}}}})

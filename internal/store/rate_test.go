@@ -484,3 +484,60 @@ func TestRateLoserYields(t *testing.T) {
 	require.Eventually(t, func() bool { return claim(s2, "w2", 1) == 1 }, 10*time.Second, 20*time.Millisecond)
 	require.Zero(t, store.RateLosses(s2, name))
 }
+
+// TestRateLongPeriodLimits: a period past 24.8 days (an int32 of
+// milliseconds) is stored and read as any other, and limits: 1/720h lets
+// one of six jobs start, where every reader once took it as malformed
+// and let all six run.
+func TestRateLongPeriodLimits(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k"), queue.Rate{N: 1, Per: 720 * time.Hour}, ""))
+	enqueueN(t, b, 6)
+	started := 0
+	for range 6 {
+		got, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 1)
+		require.NoError(t, err)
+		started += len(got)
+	}
+	require.Equal(t, 1, started)
+	rls, err := b.q.RateLimits(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, rls, 1)
+	require.Empty(t, rls[0].Malformed)
+	require.Equal(t, 720*time.Hour, rls[0].Rate.Per)
+	require.Equal(t, 1, rls[0].Used)
+}
+
+// TestRateRaisedAppliesAtOnce: after 1/h → 2/s, plain or partitioned,
+// the next start comes within the new rate's interval, not when the old
+// rate's state (tat, in its own units) would have allowed it, an hour
+// later; lowered back, the start just taken counts in the new units.
+func TestRateRaisedAppliesAtOnce(t *testing.T) {
+	for _, by := range []string{"", "c"} {
+		t.Run("by="+by, func(t *testing.T) {
+			b := setup(t)
+			s := store.Of(b.q)
+			name := queue.KindLimit("k")
+			ins := make([]queue.Insert, 6)
+			for i := range ins {
+				ins[i] = queue.Insert{Kind: "k", Args: bson.M{"c": 1}}
+			}
+			_, err := b.q.EnqueueMany(b.ctx, ins)
+			require.NoError(t, err)
+			claim := func() int {
+				got, err := s.ClaimBatch(b.ctx, claimAll, 1)
+				require.NoError(t, err)
+				return len(got)
+			}
+			require.NoError(t, b.q.SetRate(b.ctx, name, queue.Rate{N: 1, Per: time.Hour, By: by}, ""))
+			require.Equal(t, 1, claim())
+			require.Equal(t, 0, claim())
+			require.NoError(t, b.q.SetRate(b.ctx, name, queue.Rate{N: 2, Per: time.Second, By: by}, ""))
+			time.Sleep(600 * time.Millisecond)
+			require.Equal(t, 1, claim(), "raised: the next start within 500ms")
+			require.NoError(t, b.q.SetRate(b.ctx, name, queue.Rate{N: 1, Per: time.Hour, By: by}, ""))
+			b.clock.Advance(20 * time.Minute)
+			require.Equal(t, 0, claim(), "lowered: the start just taken is a whole interval of the new rate")
+		})
+	}
+}

@@ -199,10 +199,12 @@ type ratePart struct {
 	p     string // partKey
 	value bson.RawValue
 	rate  Rate
+	since time.Time // when the rate was set (a tat stored under another converts from then)
 	// As read: whether the document exists, its tat (raw for the
 	// compare-and-set), whether its starts is not a number.
 	exists    bool
 	raw       bson.RawValue
+	rawTNs    bson.RawValue // the interval tat was written under, as stored (Type 0: none)
 	tat       time.Time
 	badStarts bool
 	avail     int // starts allowed at t
@@ -239,6 +241,19 @@ func (rc *rateCache) partitionedRates(names []string) (parted map[string]Rate, p
 	return parted, plain, true
 }
 
+// setAts returns when each of names was set, as last read.
+func (rc *rateCache) setAts(names []string) map[string]time.Time {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	out := map[string]time.Time{}
+	for _, name := range names {
+		if s := rc.rates[name]; s != nil {
+			out[name] = s.setAt
+		}
+	}
+	return out
+}
+
 // claimRateParts claims up to n jobs by p under the partitioned rates
 // parted (name → rate as read), each job with a start reserved in its
 // partition of each, reserving at t (see the top of this file).
@@ -267,6 +282,7 @@ func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 	var picks []ratePick
 	picked := map[string]bool{}
 	candByID := map[string]rateCand{}
+	setAts := rc.setAts(names)
 	var next time.Time // the earliest next start of a partition left out
 	notePartNext := func(at time.Time) {
 		if next.IsZero() || at.Before(next) {
@@ -310,7 +326,7 @@ func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 				key := partKey(by, v)
 				id := ratePartID(name, key)
 				if parts[id] == nil {
-					parts[id] = &ratePart{id: id, name: name, p: key, value: v, rate: parted[name], raw: bson.RawValue{Type: bson.TypeNull}}
+					parts[id] = &ratePart{id: id, name: name, p: key, value: v, rate: parted[name], since: setAts[name], raw: bson.RawValue{Type: bson.TypeNull}}
 					toRead = append(toRead, id)
 				}
 			}
@@ -350,9 +366,9 @@ func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 				}
 				usedUp[rp.name][rp.p] = true
 				if rp.avail == 0 {
-					at := rateState{rate: rp.rate, tat: rp.tat}
-					rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, at.nextStart())
-					notePartNext(at.nextStart())
+					at := rp.rate.gcra().nextStart(rp.tat, t)
+					rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, at)
+					notePartNext(at)
 				}
 			}
 		}
@@ -395,8 +411,7 @@ func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 	}
 	for _, rp := range take {
 		if rp.reserved && rp.take >= rp.avail {
-			at := rateState{rate: rp.rate, tat: rp.newTat}
-			rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, at.nextStart())
+			rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, rp.rate.gcra().nextStart(rp.newTat, t))
 		}
 	}
 	if len(ids) == 0 {
@@ -541,10 +556,8 @@ func (c *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, i
 			return nil
 		}
 		rp.exists = true
-		rp.raw = rawValue(d, "tat")
-		if tat, ok := rp.raw.TimeOK(); ok {
-			rp.tat = tat.UTC()
-		}
+		rp.tat, rp.raw = storedTat(d, rp.rate, rp.since)
+		rp.rawTNs = d.Lookup("tNs")
 		switch d.Lookup("starts").Type {
 		case 0, bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
 		default:
@@ -557,8 +570,7 @@ func (c *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, i
 	}
 	for _, id := range ids {
 		rp := parts[id]
-		st := rateState{rate: rp.rate, tat: rp.tat}
-		rp.avail = st.avail(t)
+		rp.avail = rp.rate.gcra().avail(rp.tat, t)
 	}
 	return nil
 }
@@ -572,16 +584,13 @@ func (c *Store) reserveParts(ctx context.Context, parts []*ratePart, t time.Time
 	var updates []mongo.WriteModel
 	var inserts []any
 	for _, rp := range parts {
-		base := rp.tat
-		if base.Before(t) {
-			base = t
-		}
-		rp.newTat = ceilMs(base.Add(time.Duration(rp.take) * rp.rate.interval()))
+		g := rp.rate.gcra()
+		rp.newTat = g.take(rp.tat, t, rp.take)
 		if !rp.exists {
-			inserts = append(inserts, bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: rp.newTat}, {Key: "starts", Value: rp.take}, {Key: "res", Value: nonce}})
+			inserts = append(inserts, bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: rp.newTat}, {Key: "tNs", Value: int64(g.t)}, {Key: "starts", Value: rp.take}, {Key: "res", Value: nonce}})
 			continue
 		}
-		set := bson.D{{Key: "tat", Value: rp.newTat}, {Key: "res", Value: nonce}}
+		set := bson.D{{Key: "tat", Value: rp.newTat}, {Key: "tNs", Value: int64(g.t)}, {Key: "res", Value: nonce}}
 		update := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: rp.take}}}}
 		if rp.badStarts { // $inc would fail: count afresh
 			update = bson.D{{Key: "$set", Value: append(set, bson.E{Key: "starts", Value: rp.take})}}
@@ -664,10 +673,7 @@ func (c *Store) giveBackParts(ctx context.Context, parts []*ratePart) {
 		if !rp.reserved || n <= 0 {
 			continue
 		}
-		back := ceilMs(rp.newTat.Add(-time.Duration(n) * rp.rate.interval()))
-		models = append(models, mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: rp.newTat}}).
-			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: back}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: -n}}}}))
+		models = append(models, giveBackPart(rp, n))
 	}
 	if len(models) == 0 {
 		return
@@ -675,6 +681,39 @@ func (c *Store) giveBackParts(ctx context.Context, parts []*ratePart) {
 	if _, err := c.ratePartsColl().BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
 		c.log.Debug("rate partitions: giving back unused starts failed; they are lost (the rate runs under)", zap.Error(err))
 	}
+}
+
+// giveBackPart is the write that gives back n of the starts reserved in
+// rp, when its tat is still the one the reservation wrote. All of them:
+// the partition as it was read, exactly (its document deleted when the
+// reservation inserted it), since the reservation may have been made under
+// a rate changed since, whose interval a tat dated after the change must
+// not be in (storedTat). Some of them: tat goes back by n intervals.
+func giveBackPart(rp *ratePart, n int) mongo.WriteModel {
+	filter := bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: rp.newTat}}
+	if n < rp.take {
+		back := rp.rate.gcra().giveBack(rp.newTat, n)
+		return mongo.NewUpdateOneModel().SetFilter(filter).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: back}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: -n}}}})
+	}
+	if !rp.exists {
+		return mongo.NewDeleteOneModel().SetFilter(filter)
+	}
+	set := bson.D{{Key: "tat", Value: rp.raw}}
+	if rp.rawTNs.Type != 0 {
+		set = append(set, bson.E{Key: "tNs", Value: rp.rawTNs})
+	}
+	if rp.badStarts { // the reservation set starts: $inc would fail
+		set = append(set, bson.E{Key: "starts", Value: 0})
+	}
+	update := bson.D{{Key: "$set", Value: set}}
+	if !rp.badStarts {
+		update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "starts", Value: -n}}})
+	}
+	if rp.rawTNs.Type == 0 {
+		update = append(update, bson.E{Key: "$unset", Value: bson.D{{Key: "tNs", Value: ""}}})
+	}
+	return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(update)
 }
 
 // confirmRates adds n starts to each of names' documents, conditioned on
@@ -764,7 +803,8 @@ func (c *Store) ratePartCounts(ctx context.Context, name string, r Rate, t time.
 		return 0, 0, err
 	}
 	// None allowed at t: tat > t + (burst-1)·T.
-	full := t.Add(time.Duration(r.burst()-1) * r.interval())
+	g := r.gcra()
+	full := t.Add(g.window() - g.t)
 	s, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: ratePartIDs(name)}, {Key: "tat", Value: bson.D{{Key: "$gt", Value: full}}}})
 	if err != nil {
 		return 0, 0, err
