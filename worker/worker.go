@@ -336,6 +336,7 @@ func (w *Worker) dispatch() {
 		// from before the send). A stop does not cancel it.
 		timeout := took.deadline(w.cfg)
 		params.Lease = w.cfg.Lease + timeout - w.cfg.ClaimTimeout()
+		params.Ahead = w.claimedAhead(slots)
 		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
@@ -351,13 +352,7 @@ func (w *Worker) dispatch() {
 			w.sweeps.Add(1)
 			go w.sweepLostClaim(params.Token, sent, timeout, params.Lease)
 		}
-		started := 0
-		for _, job := range claimed {
-			if w.startable(job) {
-				w.launch(job)
-				started++
-			}
-		}
+		started := w.launchClaimed(claimed)
 		if unused := slots - started; unused > 0 {
 			w.held.Add(-int64(unused))
 		}
@@ -404,6 +399,61 @@ func (w *Worker) dispatch() {
 		}
 		t.Stop()
 	}
+}
+
+// claimedAhead is how many of the slots taken for a claim are claimed
+// ahead: beyond the run slots that the other jobs held leave free. Those
+// can only free more before the claim's jobs are launched (only the
+// dispatcher adds to held).
+func (w *Worker) claimedAhead(slots int) int {
+	others := int(w.held.Load()) - slots
+	return max(slots-max(w.cfg.Concurrency-others, 0), 0)
+}
+
+// launchClaimed launches the jobs of a claim that may start, and returns
+// how many. Jobs under a rate limit were claimed for the run slots free
+// (ClaimParams.Ahead), and take them first, before any job of the claim
+// waits for one: a rate bounds when handlers start. One that finds no run
+// slot free after all (the rates read since changed) is given back
+// unstarted, its attempt not counted, rather than started late.
+func (w *Worker) launchClaimed(claimed []*jobs.Job) int {
+	started := 0
+	var later []*jobs.Job
+	for _, job := range claimed {
+		switch {
+		case !w.q.Rated(job.Kind, job.Queue):
+			later = append(later, job)
+		case !w.exec.TryAcquire(1):
+			w.giveBackUnstarted(job, "found no run slot free for a job claimed under a rate limit")
+		case w.startable(job):
+			w.launchRunning(job)
+			started++
+		default:
+			w.exec.Release(1)
+		}
+	}
+	for _, job := range later {
+		if w.startable(job) {
+			w.launch(job)
+			started++
+		}
+	}
+	return started
+}
+
+// giveBackUnstarted releases job, claimed and not started, its attempt not
+// counted, saying why.
+func (w *Worker) giveBackUnstarted(job *jobs.Job, why string) {
+	log := w.log.With(job.LogFields()...)
+	ctx, cancel := context.WithTimeout(context.Background(), w.bound(w.cfg.ClaimTimeout()))
+	err := w.q.Release(ctx, store.LeaseOf(job))
+	cancel()
+	if err != nil {
+		log.Warn(why+"; could not give it back: the reaper re-queues it after its lease", zap.Error(err))
+		return
+	}
+	w.unstarted.Add(1)
+	log.Info(why + "; gave it back, attempt not counted")
 }
 
 // startable reports whether job, just claimed, has at least StartMargin of
@@ -804,8 +854,14 @@ func (w *Worker) signalWake() {
 // written under a writing slot (see freeSlots). It counts in its process
 // limits (processlimits.go) from before its goroutine starts until that
 // goroutine ends.
-func (w *Worker) launch(job *jobs.Job) {
-	r := &run{job: job, lease: store.LeaseOf(job), expires: *job.LeaseExpiresAt}
+func (w *Worker) launch(job *jobs.Job) { w.launchRun(&run{job: job}) }
+
+// launchRunning launches job holding a run slot taken for it.
+func (w *Worker) launchRunning(job *jobs.Job) { w.launchRun(&run{job: job, executing: true}) }
+
+func (w *Worker) launchRun(r *run) {
+	job := r.job
+	r.lease, r.expires = store.LeaseOf(job), *job.LeaseExpiresAt
 	w.mu.Lock()
 	w.active[job.ID] = r
 	w.plimits.hold(job)
@@ -836,7 +892,7 @@ func (w *Worker) launch(job *jobs.Job) {
 // given back at a stop rather than run), nor when the lease has less than
 // StartMargin left (its renewals failed while it waited).
 func (w *Worker) startSlot(ctx context.Context, r *run) bool {
-	if !w.exec.TryAcquire(1) {
+	if !r.executing && !w.exec.TryAcquire(1) {
 		w.waiting.Add(1)
 		wctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(w.claimingCtx, cancel)

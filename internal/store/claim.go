@@ -47,6 +47,13 @@ type ClaimParams struct {
 	// idle worker polls, not at every start a rate allows (20 times a
 	// second at 20/s, each an empty claim). Zero: claimed every time.
 	RestPollMin, RestPollMax time.Duration
+	// Ahead is how many of the jobs a batch claim asks for the caller
+	// holds ahead, to start once a run slot frees (a worker's claims
+	// ahead, see worker.Config.Prefetch): jobs under a rate limit are
+	// claimed only for the others, which start at once, since a rate
+	// bounds when handlers start and a start is reserved at the claim
+	// (rate.go). Zero: every job claimed starts at once.
+	Ahead int
 
 	// skip leaves saturated partitions out of the claim (partition.go).
 	skip []partSkip

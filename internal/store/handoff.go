@@ -93,7 +93,7 @@ func (c *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue s
 		// partition slot is not the one the ending job frees.
 		return nil, nil
 	}
-	if c.rated(kind, queue) {
+	if c.Rated(kind, queue) {
 		return nil, nil
 	}
 	if !c.freshPauses(ctx, queue) {
@@ -140,13 +140,6 @@ func (c *Store) freshPauses(ctx context.Context, queue string) bool {
 	return !p.paused[queue]
 }
 
-// rated reports whether a rate limit applies to kind or queue.
-func (c *Store) rated(kind, queue string) bool {
-	rc := c.rates
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	return rc.rates[KindLimit(kind)] != nil || rc.rates[QueueLimit(queue)] != nil
-}
 
 // SuccessorsWanted reports whether the job jobID, claimed by this client,
 // holds run slots of limits that are not far from full as this client
@@ -188,7 +181,7 @@ func (c *Store) refreshForHandoff(ctx context.Context, p ClaimParams, kind, queu
 // limits, rates and paused queues fresh and agreeing, the views of the
 // limits trusted.
 func (c *Store) handoffSlots(jobID, kind, queue string) (bson.D, bool) {
-	if c.rated(kind, queue) {
+	if c.Rated(kind, queue) {
 		return nil, false
 	}
 	p := c.pauses

@@ -28,12 +28,8 @@ import (
 // every claim makes each LimitRefresh brings the rates too: a process with
 // no rate set pays no command for them.
 //
-// The rate is kept by GCRA (the generic cell rate algorithm): with an
-// emission interval T = period/N (rounded up to the nanosecond, and tat
-// rounded up to the millisecond, so rounding only slows it), tat is the
-// theoretical arrival time of the next start; k starts are allowed at t
-// when max(tat, t) + k·T - t ≤ burst·T, and taking them sets tat to
-// max(tat, t) + k·T. A claim that may claim jobs under a rate first
+// The rate is kept by GCRA (gcra.go): tat is the theoretical arrival time
+// of the next start, stored with the interval it is in (tNs). A claim that may claim jobs under a rate first
 // reserves k starts (at most what it may claim) with one conditional write
 // on the rate's document, matching tat and the rate as last read (a
 // compare-and-set; on a miss it reads the document and tries again), then
@@ -56,6 +52,10 @@ import (
 // ahead by d lets its process start up to d/T early. A lost reply of a
 // reservation counts as taken. Over-running needs a clock that is wrong;
 // every other failure only slows the rate.
+//
+// A rate bounds handler starts, not only claims: a worker asks for jobs
+// under a rate only for its run slots free now (ClaimParams.Ahead), never
+// for the jobs it holds ahead, and starts them at once.
 //
 // A claim leaves out a kind or queue whose rate allows no start now, as
 // last read, until its next start is allowed (NextRateStart tells a worker
