@@ -305,26 +305,7 @@ func (w *Worker) dispatch() {
 		if !ok {
 			continue
 		}
-		slots := 1
-		size := sizer.next(min(w.cfg.ClaimBatch, room), target)
-		switch {
-		case size == claimGathered && (w.q.LimitFull() || room < min(w.cfg.ClaimBatch, target)):
-			// A full limit (or a process limit's room), not the backlog,
-			// bounds what the next claim gets: waiting for more slots to
-			// free would only delay it.
-			size = claimFree
-		case size == claimOne && w.cfg.ClaimBatch > 1 && w.q.UnderLimits():
-			// Under a limit a claim of one job costs a read and a write,
-			// as a batch does: claim for the slots free now.
-			size = claimFree
-		}
-		switch size {
-		case claimFree:
-			slots = w.gatherSlots(false, target)
-		case claimGathered:
-			slots = w.gatherSlots(true, target)
-		}
-		slots = w.fitProcessRoom(slots, room)
+		slots := w.fitProcessRoom(w.claimSlots(&sizer, room, target), room)
 		// The token is made here, before the claim is sent: a claim that
 		// returns an error may have been applied with its reply lost, and
 		// its jobs are then found by their token and given back.
@@ -364,41 +345,77 @@ func (w *Worker) dispatch() {
 			idle, failing = 0, 0
 			continue
 		}
-		var wait time.Duration
-		if err != nil {
-			failing = grow(failing, 100*time.Millisecond, 5*time.Second)
-			wait = failing
-			w.log.Warn("claim failed; retrying", zap.Error(err), zap.Duration("retry_in", wait))
-		} else {
-			if failing > 0 {
-				w.log.Info("claiming again: the database is reachable")
-				failing = 0
-			}
-			idle = grow(idle, w.cfg.PollMin, w.cfg.PollMax)
-			// A claim that found nothing on a slow server took as long
-			// as the next would: polling faster than that would keep the
-			// server busy with empty claims while the outcomes and
-			// renewals of the jobs held wait behind them.
-			wait = max(jitter(idle, w.cfg.PollMax), time.Since(sent))
-			// A rate limit that left a kind out allows its next start at
-			// a known time: claim then, not a poll later.
-			if next := w.q.NextRateStart(); !next.IsZero() {
-				wait = min(wait, max(time.Until(next), time.Millisecond))
-			}
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-w.claimingCtx.Done():
-			t.Stop()
+		if !w.pause(err, sent, &idle, &failing) {
 			return
-		case <-w.wake:
-			if !w.q.LimitFull() {
-				idle = 0
-			} // else polls for the slots other processes free back off
-		case <-t.C:
 		}
-		t.Stop()
 	}
+}
+
+// claimSlots takes the slots of the next claim, sized by sizer from what
+// the last claims returned, with room left under the process limits and
+// target jobs to hold, and returns how many it took.
+func (w *Worker) claimSlots(sizer *claimSizer, room, target int) int {
+	slots := 1
+	size := sizer.next(min(w.cfg.ClaimBatch, room), target)
+	switch {
+	case size == claimGathered && (w.q.LimitFull() || room < min(w.cfg.ClaimBatch, target)):
+		// A full limit (or a process limit's room), not the backlog,
+		// bounds what the next claim gets: waiting for more slots to
+		// free would only delay it.
+		size = claimFree
+	case size == claimOne && w.cfg.ClaimBatch > 1 && w.q.UnderLimits():
+		// Under a limit a claim of one job costs a read and a write,
+		// as a batch does: claim for the slots free now.
+		size = claimFree
+	}
+	switch size {
+	case claimFree:
+		slots = w.gatherSlots(false, target)
+	case claimGathered:
+		slots = w.gatherSlots(true, target)
+	}
+	return slots
+}
+
+// pause waits after a claim sent at sent that started nothing (or left a
+// limit full) or returned err: a growing backoff while claims fail, an
+// idle poll otherwise, cut short by a freed slot or a rate's next start.
+// It returns false when the worker stops claiming.
+func (w *Worker) pause(err error, sent time.Time, idle, failing *time.Duration) bool {
+	var wait time.Duration
+	if err != nil {
+		*failing = grow(*failing, 100*time.Millisecond, 5*time.Second)
+		wait = *failing
+		w.log.Warn("claim failed; retrying", zap.Error(err), zap.Duration("retry_in", wait))
+	} else {
+		if *failing > 0 {
+			w.log.Info("claiming again: the database is reachable")
+			*failing = 0
+		}
+		*idle = grow(*idle, w.cfg.PollMin, w.cfg.PollMax)
+		// A claim that found nothing on a slow server took as long as
+		// the next would: polling faster than that would keep the server
+		// busy with empty claims while the outcomes and renewals of the
+		// jobs held wait behind them.
+		wait = max(jitter(*idle, w.cfg.PollMax), time.Since(sent))
+		// A rate limit that left a kind out allows its next start at a
+		// known time: claim then, not a poll later.
+		if next := w.q.NextRateStart(); !next.IsZero() {
+			wait = min(wait, max(time.Until(next), time.Millisecond))
+		}
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-w.claimingCtx.Done():
+		return false
+	case <-w.wake:
+		if !w.q.LimitFull() {
+			*idle = 0
+		} // else polls for the slots other processes free back off
+	case <-t.C:
+	}
+	return true
 }
 
 // claimedAhead is how many of the slots taken for a claim are claimed

@@ -275,132 +275,227 @@ func (c *Store) claimRateParts(ctx context.Context, p ClaimParams, parted map[st
 // claimRatePartsOnce is one try of claimRateParts; changed reports that a
 // rate was changed since it was read (the claim took nothing).
 func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted map[string]Rate, n int, t time.Time) (claimed []*jobs.Job, changed bool, err error) {
-	rc := c.rates
-	names := slices.Sorted(maps.Keys(parted))
-	parts := map[string]*ratePart{}
-	usedUp := map[string]map[string]bool{} // name → partitions this claim's picks use up
-	var picks []ratePick
-	picked := map[string]bool{}
-	candByID := map[string]rateCand{}
-	setAts := rc.setAts(names)
-	var next time.Time // the earliest next start of a partition left out
-	notePartNext := func(at time.Time) {
-		if next.IsZero() || at.Before(next) {
-			next = at
-		}
+	pc := newPartClaim(c.rates, p, parted, n, t)
+	if err := c.pickRateParts(ctx, pc); err != nil {
+		return nil, false, err
 	}
-	for range ratePartTries {
-		pp := p
-		pp.skip = slices.Clone(p.skip)
-		for _, name := range names {
-			values, at := rc.spentSkips(name, parted[name], t)
-			if !at.IsZero() {
-				notePartNext(at)
-			}
-			for part := range usedUp[name] {
-				values = append(values, skipValue(parts[ratePartID(name, part)].value))
-			}
-			if len(values) > maxSkippedPartitions {
-				values = values[:maxSkippedPartitions]
-			}
-			if len(values) > 0 {
-				isKind, target, _ := ParseLimitName(name)
-				field := "queue"
-				if isKind {
-					field = "kind"
-				}
-				pp.skip = append(pp.skip, partSkip{field: field, target: target, arg: parted[name].By, values: values})
-			}
-		}
-		limit := n * claimWindow
-		cands, err := c.rateCandidates(ctx, pp, t, limit)
-		if err != nil {
-			return nil, false, err
-		}
-		// The partitions of the candidates, read once each.
-		var toRead []string
-		for _, cand := range cands {
-			for _, name := range names {
-				by := parted[name].By
-				v := partValue(cand.args, by)
-				key := partKey(by, v)
-				id := ratePartID(name, key)
-				if parts[id] == nil {
-					parts[id] = &ratePart{id: id, name: name, p: key, value: v, rate: parted[name], since: setAts[name], raw: bson.RawValue{Type: bson.TypeNull}}
-					toRead = append(toRead, id)
-				}
-			}
-		}
-		if err := c.readRateParts(ctx, parts, toRead, t); err != nil {
-			return nil, false, err
-		}
-		for _, cand := range cands {
-			if len(picks) == n {
-				break
-			}
-			if picked[cand.id] {
-				continue
-			}
-			var ps []*ratePart
-			ok := true
-			for _, name := range names {
-				by := parted[name].By
-				rp := parts[ratePartID(name, partKey(by, partValue(cand.args, by)))]
-				ps = append(ps, rp)
-				ok = ok && rp.take < rp.avail
-			}
-			if !ok {
-				continue
-			}
-			for _, rp := range ps {
-				rp.take++
-			}
-			picks = append(picks, ratePick{id: cand.id, parts: ps})
-			picked[cand.id] = true
-			candByID[cand.id] = cand
-		}
-		for _, rp := range parts {
-			if rp.take >= rp.avail {
-				if usedUp[rp.name] == nil {
-					usedUp[rp.name] = map[string]bool{}
-				}
-				usedUp[rp.name][rp.p] = true
-				if rp.avail == 0 {
-					at := rp.rate.gcra().nextStart(rp.tat, t)
-					rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, at)
-					notePartNext(at)
-				}
-			}
-		}
-		if len(picks) == n || len(cands) < limit {
-			break
-		}
-	}
-	if len(picks) == 0 {
-		if !next.IsZero() {
-			rc.noteNext(next)
+	if len(pc.picks) == 0 {
+		if !pc.next.IsZero() {
+			c.rates.noteNext(pc.next)
 		}
 		return nil, false, nil
 	}
-
-	var take []*ratePart
-	for _, id := range slices.Sorted(maps.Keys(parts)) {
-		if rp := parts[id]; rp.take > 0 {
-			take = append(take, rp)
-		}
-	}
+	take := pc.taken()
 	// Reserve at the time of the write, not of the reads: a start the
 	// reads allowed is allowed later too, and the time a job may take to
 	// start (RateStartLag) is counted from here.
-	if rc.beforePartReserve != nil {
-		rc.beforePartReserve()
+	if c.rates.beforePartReserve != nil {
+		c.rates.beforePartReserve()
 	}
 	t = c.now()
 	if err := c.reserveParts(ctx, take, t); err != nil {
 		return nil, false, err
 	}
+	pc.noteReservedSpent(take, t)
+	ids := pc.reservedIDs()
+	if len(ids) == 0 {
+		c.giveBackParts(ctx, take)
+		return nil, false, nil
+	}
+	if claimed, err = c.claimReserved(ctx, pc, ids); err != nil {
+		return nil, false, err // its jobs carry the token: the caller gives them back; the starts stay taken
+	}
+	pc.countUsed(claimed)
+	if changed, err := c.confirmParts(ctx, pc, take, claimed); changed || err != nil {
+		return nil, changed, err
+	}
+	if late, err := c.lateUnderRate(ctx, pc.names, t, claimed); late || err != nil {
+		return nil, false, err
+	}
+	c.giveBackParts(ctx, take)
+	return claimed, false, nil
+}
+
+// partClaim is the state of one try of a claim under partitioned rates.
+type partClaim struct {
+	rc     *rateCache
+	p      ClaimParams
+	parted map[string]Rate // the rates, as read
+	names  []string        // their names, sorted
+	setAts map[string]time.Time
+	n      int       // the most jobs to claim
+	t      time.Time // when the reads count from
+	parts  map[string]*ratePart
+	// usedUp are, by rate name, the partitions this claim's picks use up:
+	// the next read of candidates leaves them out.
+	usedUp   map[string]map[string]bool
+	picks    []ratePick
+	picked   map[string]bool
+	candByID map[string]rateCand
+	next     time.Time // the earliest next start of a partition left out
+}
+
+func newPartClaim(rc *rateCache, p ClaimParams, parted map[string]Rate, n int, t time.Time) *partClaim {
+	names := slices.Sorted(maps.Keys(parted))
+	return &partClaim{rc: rc, p: p, parted: parted, names: names, setAts: rc.setAts(names), n: n, t: t,
+		parts: map[string]*ratePart{}, usedUp: map[string]map[string]bool{}, picked: map[string]bool{}, candByID: map[string]rateCand{}}
+}
+
+// noteNext records that a partition left out allows a start at.
+func (pc *partClaim) noteNext(at time.Time) {
+	if pc.next.IsZero() || at.Before(pc.next) {
+		pc.next = at
+	}
+}
+
+// pickRateParts reads candidates and their partitions, and picks in claim
+// order those whose partitions allow a start at pc.t, reading again past
+// the partitions found spent, at most ratePartTries times.
+func (c *Store) pickRateParts(ctx context.Context, pc *partClaim) error {
+	for range ratePartTries {
+		limit := pc.n * claimWindow
+		cands, err := c.rateCandidates(ctx, pc.params(), pc.t, limit)
+		if err != nil {
+			return err
+		}
+		if err := c.readRateParts(ctx, pc.parts, pc.newParts(cands), pc.t); err != nil {
+			return err
+		}
+		pc.pick(cands)
+		pc.noteUsedUp()
+		if len(pc.picks) == pc.n || len(cands) < limit {
+			return nil
+		}
+	}
+	return nil
+}
+
+// params is the claim's params leaving out, by value, the partitions known
+// spent and those this claim's picks used up.
+func (pc *partClaim) params() ClaimParams {
+	pp := pc.p
+	pp.skip = slices.Clone(pc.p.skip)
+	for _, name := range pc.names {
+		values, at := pc.rc.spentSkips(name, pc.parted[name], pc.t)
+		if !at.IsZero() {
+			pc.noteNext(at)
+		}
+		for part := range pc.usedUp[name] {
+			values = append(values, skipValue(pc.parts[ratePartID(name, part)].value))
+		}
+		if len(values) > maxSkippedPartitions {
+			values = values[:maxSkippedPartitions]
+		}
+		if len(values) > 0 {
+			isKind, target, _ := ParseLimitName(name)
+			field := "queue"
+			if isKind {
+				field = "kind"
+			}
+			pp.skip = append(pp.skip, partSkip{field: field, target: target, arg: pc.parted[name].By, values: values})
+		}
+	}
+	return pp
+}
+
+// partOf is cand's partition of rate name, as this claim knows it.
+func (pc *partClaim) partOf(name string, cand rateCand) (id, key string, v bson.RawValue) {
+	by := pc.parted[name].By
+	v = partValue(cand.args, by)
+	key = partKey(by, v)
+	return ratePartID(name, key), key, v
+}
+
+// newParts registers the partitions of cands this claim has not read yet,
+// and returns their ids, to read.
+func (pc *partClaim) newParts(cands []rateCand) []string {
+	var toRead []string
+	for _, cand := range cands {
+		for _, name := range pc.names {
+			id, key, v := pc.partOf(name, cand)
+			if pc.parts[id] == nil {
+				pc.parts[id] = &ratePart{id: id, name: name, p: key, value: v, rate: pc.parted[name], since: pc.setAts[name], raw: bson.RawValue{Type: bson.TypeNull}}
+				toRead = append(toRead, id)
+			}
+		}
+	}
+	return toRead
+}
+
+// pick picks, in claim order, the candidates whose partitions all allow
+// one more start, up to n in all.
+func (pc *partClaim) pick(cands []rateCand) {
+	for _, cand := range cands {
+		if len(pc.picks) == pc.n {
+			return
+		}
+		if pc.picked[cand.id] {
+			continue
+		}
+		var ps []*ratePart
+		ok := true
+		for _, name := range pc.names {
+			id, _, _ := pc.partOf(name, cand)
+			rp := pc.parts[id]
+			ps = append(ps, rp)
+			ok = ok && rp.take < rp.avail
+		}
+		if !ok {
+			continue
+		}
+		for _, rp := range ps {
+			rp.take++
+		}
+		pc.picks = append(pc.picks, ratePick{id: cand.id, parts: ps})
+		pc.picked[cand.id] = true
+		pc.candByID[cand.id] = cand
+	}
+}
+
+// noteUsedUp records the partitions the picks used up, for the next read
+// of candidates, and those found spent, for later claims.
+func (pc *partClaim) noteUsedUp() {
+	for _, rp := range pc.parts {
+		if rp.take < rp.avail {
+			continue
+		}
+		if pc.usedUp[rp.name] == nil {
+			pc.usedUp[rp.name] = map[string]bool{}
+		}
+		pc.usedUp[rp.name][rp.p] = true
+		if rp.avail == 0 {
+			at := rp.rate.gcra().nextStart(rp.tat, pc.t)
+			pc.rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, at)
+			pc.noteNext(at)
+		}
+	}
+}
+
+// taken returns the partitions the picks take starts of, in id order.
+func (pc *partClaim) taken() []*ratePart {
+	var take []*ratePart
+	for _, id := range slices.Sorted(maps.Keys(pc.parts)) {
+		if rp := pc.parts[id]; rp.take > 0 {
+			take = append(take, rp)
+		}
+	}
+	return take
+}
+
+// noteReservedSpent records the partitions whose reservation at t used
+// them up, for later claims.
+func (pc *partClaim) noteReservedSpent(take []*ratePart, t time.Time) {
+	for _, rp := range take {
+		if rp.reserved && rp.take >= rp.avail {
+			pc.rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, rp.rate.gcra().nextStart(rp.newTat, t))
+		}
+	}
+}
+
+// reservedIDs returns the picks all of whose partitions were reserved.
+func (pc *partClaim) reservedIDs() []string {
 	var ids []string
-	for _, pk := range picks {
+	for _, pk := range pc.picks {
 		ok := true
 		for _, rp := range pk.parts {
 			ok = ok && rp.reserved
@@ -409,31 +504,29 @@ func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 			ids = append(ids, pk.id)
 		}
 	}
-	for _, rp := range take {
-		if rp.reserved && rp.take >= rp.avail {
-			rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, rp.rate.gcra().nextStart(rp.newTat, t))
-		}
+	return ids
+}
+
+// claimReserved claims exactly the jobs ids, reserved for: stamped as read
+// when they are a batch no concurrency limit applies to, else as any
+// claim restricted to them.
+func (c *Store) claimReserved(ctx context.Context, pc *partClaim, ids []string) ([]*jobs.Job, error) {
+	if c.rates.beforeRateClaim != nil {
+		c.rates.beforeRateClaim()
 	}
-	if len(ids) == 0 {
-		c.giveBackParts(ctx, take)
-		return nil, false, nil
-	}
-	if rc.beforeRateClaim != nil {
-		rc.beforeRateClaim()
-	}
-	cp := p
+	cp := pc.p
 	cp.ids = ids
-	if block, asRead, ok := c.stampable(ctx, cp, ids, candByID); ok {
-		claimed, _, err = c.stampBlock(ctx, cp, c.now(), block, asRead)
-	} else {
-		claimed, err = c.claimPlain(ctx, cp, len(ids))
+	if block, asRead, ok := c.stampable(ctx, cp, ids, pc.candByID); ok {
+		claimed, _, err := c.stampBlock(ctx, cp, c.now(), block, asRead)
+		return claimed, err
 	}
-	if err != nil {
-		return nil, false, err // its jobs carry the token: the caller gives them back; the starts stay taken
-	}
-	// Which partitions the claimed jobs used.
+	return c.claimPlain(ctx, cp, len(ids))
+}
+
+// countUsed counts, in each partition, the jobs claimed in it.
+func (pc *partClaim) countUsed(claimed []*jobs.Job) {
 	byID := map[string]ratePick{}
-	for _, pk := range picks {
+	for _, pk := range pc.picks {
 		byID[pk.id] = pk
 	}
 	for _, j := range claimed {
@@ -441,34 +534,36 @@ func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 			rp.used++
 		}
 	}
-	if len(claimed) > 0 {
-		ok, err := c.confirmRates(ctx, names, parted, len(claimed))
-		if err != nil {
-			return nil, false, errors.Join(err, c.releaseRateJobs(ctx, claimed))
-		}
-		if !ok {
-			// Changed since read: these starts were reserved under a rate
-			// that no longer holds. Give all back and claim again.
-			if err := c.releaseRateJobs(ctx, claimed); err != nil {
-				return nil, false, err
-			}
-			for _, rp := range take {
-				rp.used = 0
-			}
-			c.giveBackParts(ctx, take)
-			for _, name := range names {
-				if err := c.readRate(ctx, name); err != nil {
-					return nil, false, err
-				}
-			}
-			return nil, true, nil
-		}
+}
+
+// confirmParts confirms the rates of claimed's starts (confirmRates).
+// When one changed since it was read, the starts were reserved under a
+// rate that no longer holds: it gives the jobs and every start back,
+// reads the rates again, and reports changed, to claim again.
+func (c *Store) confirmParts(ctx context.Context, pc *partClaim, take []*ratePart, claimed []*jobs.Job) (changed bool, err error) {
+	if len(claimed) == 0 {
+		return false, nil
 	}
-	if late, err := c.lateUnderRate(ctx, names, t, claimed); late || err != nil {
-		return nil, false, err
+	ok, err := c.confirmRates(ctx, pc.names, pc.parted, len(claimed))
+	if err != nil {
+		return false, errors.Join(err, c.releaseRateJobs(ctx, claimed))
+	}
+	if ok {
+		return false, nil
+	}
+	if err := c.releaseRateJobs(ctx, claimed); err != nil {
+		return false, err
+	}
+	for _, rp := range take {
+		rp.used = 0
 	}
 	c.giveBackParts(ctx, take)
-	return claimed, false, nil
+	for _, name := range pc.names {
+		if err := c.readRate(ctx, name); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // rateCand is a candidate of a claim under a partitioned rate: its id
