@@ -140,7 +140,6 @@ func (c *Store) freshPauses(ctx context.Context, queue string) bool {
 	return !p.paused[queue]
 }
 
-
 // SuccessorsWanted reports whether the job jobID, claimed by this client,
 // holds run slots of limits that are not far from full as this client
 // last saw them (runload.go): the ones where reading successors ahead

@@ -229,9 +229,9 @@ type RateLimit struct {
 // rateState is one rate as a claim knows it.
 type rateState struct {
 	rate  Rate
-	setAt time.Time // when it was set (rateSetAt): its partitions' tats convert from then
-	tat  time.Time     // as last read or written by this client
-	raw  bson.RawValue // tat as stored, for the compare-and-set
+	setAt time.Time     // when it was set (rateSetAt): its partitions' tats convert from then
+	tat   time.Time     // as last read or written by this client
+	raw   bson.RawValue // tat as stored, for the compare-and-set
 	// badStarts: starts is stored but not a number (another application
 	// wrote it), so that $inc would fail: the next reservation sets it.
 	badStarts bool
