@@ -388,7 +388,8 @@ func (c *Store) failure(j *jobs.Job, t time.Time, permanent bool, errs []jobs.At
 	if permanent || j.Attempt >= maxAttempts {
 		return Failure{State: jobs.StateDead}, finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs})
 	}
-	runAt := t.Add(Backoff(j.Attempt, c.cfg.RetryBase, c.cfg.RetryMax))
+	// As stored: a BSON date holds milliseconds.
+	runAt := t.Add(Backoff(j.Attempt, c.cfg.RetryBase, c.cfg.RetryMax)).Truncate(time.Millisecond)
 	return Failure{State: jobs.StateAvailable, RunAt: runAt}, requeue(t, runAt, bson.E{Key: "errors", Value: errs})
 }
 
