@@ -31,8 +31,8 @@ const (
 	// then Event.Job.Errors ends with the handler's reason.
 	EventJobCancelled EventKind = EventKind(worker.OutcomeCancelled)
 	// EventJobSnoozed: the handler returned jobs.Snooze; the job runs
-	// again after the snooze, at Event.Job.RunAt, its attempt not counted (Event.Job.Attempt
-	// is the count as written back).
+	// again after the snooze, at Event.Job.RunAt, its attempt not counted
+	// (Event.Job.Attempt is the count as written back).
 	EventJobSnoozed EventKind = EventKind(worker.OutcomeSnoozed)
 	// EventJobLeaseLost: another worker or the reaper took the job while
 	// the attempt ran; the attempt wrote nothing.
