@@ -111,7 +111,8 @@ type JobRetryParams struct {
 }
 
 // JobRetry makes the jobs params select available now, their attempts
-// reset and their past errors kept: dead, cancelled and succeeded jobs run
+// reset, their past errors kept and an earlier success's result cleared
+// (Results): dead, cancelled and succeeded jobs run
 // again, an available one runs now. It returns what it did to each job: a
 // running job is left alone (ErrJobRunning), as is a finished one whose
 // unique key an unfinished job now holds, or one of a full bounded queue

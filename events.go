@@ -20,7 +20,8 @@ const (
 	// EventJobSucceeded: the handler returned nil; the job is succeeded.
 	EventJobSucceeded EventKind = EventKind(worker.OutcomeSucceeded)
 	// EventJobRetried: the attempt failed and the job will run again after
-	// its backoff; Event.Job.Errors ends with the attempt's error.
+	// its backoff, at Event.Job.RunAt; Event.Job.Errors ends with the
+	// attempt's error.
 	EventJobRetried EventKind = EventKind(worker.OutcomeRetried)
 	// EventJobDead: the attempt failed for good (a permanent error, or no
 	// attempts left); Event.Job.Errors ends with its error.
@@ -30,8 +31,8 @@ const (
 	// then Event.Job.Errors ends with the handler's reason.
 	EventJobCancelled EventKind = EventKind(worker.OutcomeCancelled)
 	// EventJobSnoozed: the handler returned jobs.Snooze; the job runs
-	// again after the snooze, its attempt not counted (Event.Job.Attempt
-	// is the count as written back).
+	// again after the snooze, at Event.Job.RunAt, its attempt not counted
+	// (Event.Job.Attempt is the count as written back).
 	EventJobSnoozed EventKind = EventKind(worker.OutcomeSnoozed)
 	// EventJobLeaseLost: another worker or the reaper took the job while
 	// the attempt ran; the attempt wrote nothing.

@@ -102,6 +102,47 @@ func TestSubscribeReceivesJobEvents(t *testing.T) {
 	require.Zero(t, c.EventsDropped())
 }
 
+// A retried or snoozed event's job runs again when its backoff or snooze
+// says, as stored, not when the attempt that ended was due.
+func TestRetriedAndSnoozedEventsCarryTheNewRunAt(t *testing.T) {
+	t.Parallel()
+	for kind, end := range map[docket.EventKind]error{
+		docket.EventJobRetried: errors.New("not now"),
+		docket.EventJobSnoozed: jobs.Snooze(time.Hour),
+	} {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			c, err := docket.NewClient(testdb.NewDB(t), docket.Config{
+				Logger:    zaptest.NewLogger(t),
+				RetryBase: time.Hour, RetryMax: time.Hour,
+			})
+			require.NoError(t, err)
+			docket.MustAddHandler(c, func(context.Context, *jobs.Job, GreetArgs) error { return end }, jobs.KindOptions{})
+			events, cancel := c.Subscribe(kind)
+			defer cancel()
+			res, err := c.Insert(ctx, GreetArgs{Name: "later"}, nil)
+			require.NoError(t, err)
+			inserted, err := c.JobGet(ctx, res.ID)
+			require.NoError(t, err)
+
+			require.NoError(t, c.Start(ctx))
+			defer c.Stop(ctx)
+			var e *docket.Event
+			select {
+			case e = <-events:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no %s event", kind)
+			}
+			stored, err := c.JobGet(ctx, res.ID)
+			require.NoError(t, err)
+			require.Equal(t, jobs.StateAvailable, stored.State)
+			require.Greater(t, stored.RunAt.Sub(inserted.RunAt), 30*time.Minute, "the backoff (45m to 1h) or the snooze")
+			require.True(t, e.Job.RunAt.Equal(stored.RunAt), "event's runAt %s, stored %s", e.Job.RunAt, stored.RunAt)
+		})
+	}
+}
+
 // A subscriber that never reads holds up no job: past its buffer its
 // events are dropped and counted.
 func TestSubscriberThatDoesNotReadDoesNotBlockTheWorker(t *testing.T) {

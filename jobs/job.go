@@ -122,8 +122,9 @@ type Job struct {
 	// are marked as having it and those already finished are applied to
 	// it; the leader's pass finishes a link whose enqueuer stopped.
 	Linking bool `bson:"linking,omitempty"`
-	// Result is what the handler of a succeeded job set with SetResult,
-	// stored by the write that recorded its success.
+	// Result is what the handler of a succeeded job set with SetResult in
+	// its last attempt, stored by the write that recorded its success; a
+	// retry clears it.
 	Result bson.Raw `bson:"result,omitempty"`
 }
 

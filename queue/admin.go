@@ -231,8 +231,8 @@ func (c *Client) matching(ctx context.Context, f JobFilter) ([]ActionResult, err
 	return out, nil
 }
 
-// Retry makes the jobs f selects available now, with their attempts reset
-// and their past errors kept: dead, cancelled and succeeded jobs run again,
+// Retry makes the jobs f selects available now, with their attempts reset,
+// their past errors kept and an earlier success's result cleared: dead, cancelled and succeeded jobs run again,
 // an available one runs now. A running job is left alone (ErrJobRunning);
 // so is a finished job whose unique key an unfinished job now holds
 // (ErrUniqueKeyHeld). Each write is conditioned on the state it was decided
@@ -275,18 +275,8 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 		} else if done {
 			continue
 		}
-		update := bson.D{
-			{Key: "$set", Value: bson.D{
-				{Key: "state", Value: jobs.StateAvailable}, {Key: "runAt", Value: t},
-				{Key: "attempt", Value: 0}, {Key: "updatedAt", Value: t},
-			}},
-			{Key: "$unset", Value: bson.D{
-				{Key: "finishedAt", Value: ""}, {Key: "cancelRequestedAt", Value: ""},
-				{Key: "leaseToken", Value: ""}, {Key: "leaseExpiresAt", Value: ""}, {Key: "heartbeatAt", Value: ""},
-			}},
-		}
+		update := rerun(jobs.StateAvailable, jobs.State(r.From), t)
 		if jobs.State(r.From).Finished() {
-			update = append(update, bson.E{Key: "$rename", Value: bson.D{{Key: "finishedUniqueKey", Value: "uniqueKey"}}})
 			// A finished job of a bounded queue is admitted again, as an
 			// enqueue would be: it holds a slot, or stays finished.
 			if capacity, ok := limits[r.queue]; ok {
@@ -312,6 +302,28 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 		}
 	}
 	return found, nil
+}
+
+// rerun is Retry's update of a job in state from: it runs again from its
+// first attempt, in state s from t, with set's fields besides. What its
+// past run left goes: its lease, its end and its result (a new attempt's
+// result is only what that attempt sets); a finished job holds its unique
+// key again.
+func rerun(s, from jobs.State, t time.Time, set ...bson.E) bson.D {
+	update := bson.D{
+		{Key: "$set", Value: append(bson.D{
+			{Key: "state", Value: s}, {Key: "runAt", Value: t},
+			{Key: "attempt", Value: 0}, {Key: "updatedAt", Value: t},
+		}, set...)},
+		{Key: "$unset", Value: bson.D{
+			{Key: "finishedAt", Value: ""}, {Key: "cancelRequestedAt", Value: ""}, {Key: "result", Value: ""},
+			{Key: "leaseToken", Value: ""}, {Key: "leaseExpiresAt", Value: ""}, {Key: "heartbeatAt", Value: ""},
+		}},
+	}
+	if from.Finished() {
+		update = append(update, bson.E{Key: "$rename", Value: bson.D{{Key: "finishedUniqueKey", Value: "uniqueKey"}}})
+	}
+	return update
 }
 
 // Delete removes the jobs f selects that have finished; with force, also

@@ -80,19 +80,8 @@ func (c *Client) retryWithParents(ctx context.Context, r *ActionResult, t time.T
 		return true, nil
 	}
 	runAnyway, _ := raw.Lookup(runAnywayField).BooleanOK()
-	update := bson.D{
-		{Key: "$set", Value: bson.D{
-			{Key: "state", Value: jobs.StateBlocked}, {Key: waitingOnField, Value: after}, {Key: linkingField, Value: true},
-			{Key: "runAt", Value: t}, {Key: "attempt", Value: 0}, {Key: "updatedAt", Value: t},
-		}},
-		{Key: "$unset", Value: bson.D{
-			{Key: "finishedAt", Value: ""}, {Key: "cancelRequestedAt", Value: ""},
-			{Key: "leaseToken", Value: ""}, {Key: "leaseExpiresAt", Value: ""}, {Key: "heartbeatAt", Value: ""},
-		}},
-	}
-	if jobs.State(r.From).Finished() {
-		update = append(update, bson.E{Key: "$rename", Value: bson.D{{Key: "finishedUniqueKey", Value: "uniqueKey"}}})
-	}
+	update := rerun(jobs.StateBlocked, jobs.State(r.From), t,
+		bson.E{Key: waitingOnField, Value: after}, bson.E{Key: linkingField, Value: true})
 	// Conditioned on what was read: its state, its parents and, when it
 	// succeeded, still no dependents (one linked since was released by
 	// that success, and would not run again).

@@ -45,7 +45,7 @@ type InsertOpts struct {
 	// UniqueFor, when positive, makes UniqueKey hold for a period instead
 	// of while the job is unfinished (River's ByPeriod): time is cut into
 	// periods of this length (aligned on the Unix epoch, so an hour starts
-	// on the hour and 24h at midnight UTC), and only the first job with the
+	// on the hour, 24h at midnight UTC and a week on Thursday), and only the first job with the
 	// key inserted in a period is added, finished or not; the next period
 	// takes a new one, whatever the state of this period's. The period is
 	// the one the inserting client's clock is in. Exact across processes:
@@ -750,7 +750,7 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 	uniqueKey, periodKey := o.UniqueKey, ""
 	var until *time.Time
 	if o.UniqueFor > 0 {
-		start := t.UTC().Truncate(o.UniqueFor)
+		start := periodStart(t.UTC(), o.UniqueFor)
 		end := start.Add(o.UniqueFor)
 		uniqueKey, periodKey, until = "", o.UniqueKey+"@"+start.Format(periodKeyLayout), &end
 	}
@@ -781,6 +781,16 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 		CreatedAt:       t,
 		UpdatedAt:       t,
 	}, nil
+}
+
+// periodStart returns the start of the period of length d that holds t,
+// periods being cut from the Unix epoch. time.Time.Truncate cuts from year 1,
+// so t is shifted by how far the epoch lies past such a cut (less than d, so
+// nothing overflows) and shifted back after.
+func periodStart(t time.Time, d time.Duration) time.Time {
+	epoch := time.Unix(0, 0).UTC()
+	shift := epoch.Sub(epoch.Truncate(d))
+	return t.Add(-shift).Truncate(d).Add(shift)
 }
 
 // encodeArgs turns args into a BSON document of at most jobs.MaxArgsBytes.

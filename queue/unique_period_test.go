@@ -100,6 +100,38 @@ func TestUniqueForPeriodsAreAligned(t *testing.T) {
 	}
 }
 
+// Periods are cut from the Unix epoch, not from year 1: a week starts on a
+// Thursday (1970-01-01 was one) and 7h periods on multiples of 7h since
+// 1970, before 1970 and near the ends of time.Time's range too.
+func TestUniqueForPeriodsAreCutFromTheUnixEpoch(t *testing.T) {
+	t.Parallel()
+	const week = 7 * 24 * time.Hour
+	for _, c := range []struct {
+		insertedAt string
+		period     time.Duration
+		start      string
+	}{
+		{"2026-03-04T12:00:00Z", week, "2026-02-26T00:00:00.000Z"}, // a Wednesday: the week began the Thursday before
+		{"2026-03-05T00:00:00Z", week, "2026-03-05T00:00:00.000Z"},
+		{"2026-03-01T10:00:00Z", 7 * time.Hour, "2026-03-01T05:00:00.000Z"},
+		{"1969-12-31T20:00:00Z", 7 * time.Hour, "1969-12-31T17:00:00.000Z"},
+		{"1960-06-15T00:00:00Z", week, "1960-06-09T00:00:00.000Z"},
+		{"0001-01-09T00:00:00Z", week, "0001-01-04T00:00:00.000Z"},
+		{"9999-12-31T23:59:59Z", 7 * time.Hour, "9999-12-31T18:00:00.000Z"},
+		{"2026-03-01T10:00:00Z", 100 * 52 * week, "1970-01-01T00:00:00.000Z"},
+		{"1960-03-01T10:00:00Z", 100 * 52 * week, "1870-05-05T00:00:00.000Z"},
+	} {
+		in, err := time.Parse(time.RFC3339, c.insertedAt)
+		require.NoError(t, err)
+		j, err := queue.NewJob(queue.Insert{Kind: "k", Opts: queue.InsertOpts{UniqueKey: "k", UniqueFor: c.period}}, in)
+		require.NoError(t, err)
+		require.Equal(t, "k@"+c.start, j.UniquePeriodKey, "%s, %s", c.insertedAt, c.period)
+		start, err := time.Parse("2006-01-02T15:04:05.000Z", c.start)
+		require.NoError(t, err)
+		require.Equal(t, start.Add(c.period), *j.UniqueUntil, "%s, %s", c.insertedAt, c.period)
+	}
+}
+
 // Many enqueues of one key from two clients at once add exactly one job;
 // every other is told it is a duplicate of that one, and that its args
 // were dropped.

@@ -67,10 +67,11 @@ func (w *Worker) execute(r *run) {
 
 	var observed Outcome
 	var elapsed time.Duration
-	var failure string // the error recorded for a failed attempt
+	var failure string  // the error recorded for a failed attempt
+	var again time.Time // when a retried or snoozed job runs again
 	w.obs.Started(job)
 	defer w.readAhead(r)() // handoff.go
-	defer func() { w.obs.Finished(endedJob(job, observed, failure), observed, elapsed) }()
+	defer func() { w.obs.Finished(endedJob(job, observed, failure, again), observed, elapsed) }()
 	h, opts, ok := w.reg.Lookup(job.Kind)
 	if !ok { // cannot happen: claims only match registered kinds
 		h = jobs.HandlerFunc(func(context.Context, *jobs.Job) error {
@@ -102,7 +103,7 @@ func (w *Worker) execute(r *run) {
 	cause := context.Cause(ctx)
 	stopHeartbeat()
 	if !returned {
-		observed, failure = w.giveUp(r, cause, opts.Timeout, start, result, log)
+		observed, failure, again = w.giveUp(r, cause, opts.Timeout, start, result, log)
 		return
 	}
 
@@ -137,8 +138,8 @@ func (w *Worker) execute(r *run) {
 	case errors.As(err, &snooze) && !errors.Is(cause, jobs.ErrCancelled):
 		// At shutdown too: a snooze gives the job back as a release does.
 		write = func(ctx context.Context) error {
-			state, serr := w.snooze(ctx, r.lease, job, snooze.Duration)
-			outcome, observed = "snoozed for "+snooze.Duration.String(), OutcomeSnoozed
+			state, runAt, serr := w.snooze(ctx, r.lease, job, snooze.Duration)
+			outcome, observed, again = "snoozed for "+snooze.Duration.String(), OutcomeSnoozed, runAt
 			if state == jobs.StateCancelled {
 				outcome, observed = "cancelled (requested while it ran) instead of snoozed", OutcomeCancelled
 			}
@@ -159,7 +160,7 @@ func (w *Worker) execute(r *run) {
 		failure = err.Error()
 		write = func(ctx context.Context) error {
 			f, ferr := w.q.Fail(ctx, r.lease, job, err)
-			outcome, observed = "failed, "+string(f.State), failOutcome(f.State)
+			outcome, observed, again = "failed, "+string(f.State), failOutcome(f.State), f.RunAt
 			if f.State == jobs.StateAvailable {
 				outcome += " again at " + f.RunAt.Format(time.RFC3339Nano)
 			}
@@ -226,7 +227,7 @@ func (w *Worker) await(ctx context.Context, result <-chan error) (err error, ret
 // goroutine is left running; what it returns, if it ever does, is
 // discarded. The job may then run elsewhere: handlers are safe to run
 // beside a stalled attempt.
-func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.Time, result <-chan error, log *zap.Logger) (Outcome, string) {
+func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.Time, result <-chan error, log *zap.Logger) (Outcome, string, time.Time) {
 	w.stuck.Add(1)
 	elapsed := time.Since(start)
 	grace := w.cfg.StuckGrace
@@ -248,20 +249,21 @@ func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.T
 	lost := r.lost
 	r.mu.Unlock()
 	if lost || reason == "lease lost" {
-		return OutcomeLeaseLost, "" // another holder or the reaper has the job
+		return OutcomeLeaseLost, "", time.Time{} // another holder or the reaper has the job
 	}
 	if !r.settle() {
-		return OutcomeReleased, "" // released at shutdown
+		return OutcomeReleased, "", time.Time{} // released at shutdown
 	}
 	var write func(context.Context) error
 	var failure string
+	var again time.Time
 	outcome, observed := "cancelled", OutcomeCancelled
 	if reason == "timeout" {
 		cause := fmt.Errorf("handler did not return within timeout+grace (%s + %s)", timeout, grace)
 		failure = cause.Error()
 		write = func(ctx context.Context) error {
 			f, ferr := w.q.Fail(ctx, r.lease, r.job, cause)
-			outcome, observed = "failed, "+string(f.State), failOutcome(f.State)
+			outcome, observed, again = "failed, "+string(f.State), failOutcome(f.State), f.RunAt
 			return ferr
 		}
 	} else {
@@ -272,13 +274,13 @@ func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.T
 	if err := w.persist(r, write, log); err != nil {
 		if errors.Is(err, queue.ErrLeaseLost) {
 			w.obs.LeaseLost(r.job)
-			return OutcomeLeaseLost, failure
+			return OutcomeLeaseLost, failure, time.Time{}
 		}
 		log.Warn("could not record the outcome of a stuck handler's job; the reaper re-queues it after its lease", zap.Error(err))
-		return OutcomeUnrecorded, failure
+		return OutcomeUnrecorded, failure, time.Time{}
 	}
 	log.Info("job finished", zap.Duration("duration", elapsed), zap.String("outcome", outcome+" (stuck handler)"))
-	return observed, failure
+	return observed, failure, again
 }
 
 // notStarted ends the hold of r's job, claimed ahead, whose handler did
@@ -369,7 +371,7 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 }
 
 // snooze makes a handler's jobs.Snooze write, fenced on l: the job runs
-// again after d, its attempt not counted.
-func (w *Worker) snooze(ctx context.Context, l store.Lease, j *jobs.Job, d time.Duration) (jobs.State, error) {
+// again after d (at the time returned), its attempt not counted.
+func (w *Worker) snooze(ctx context.Context, l store.Lease, j *jobs.Job, d time.Duration) (jobs.State, time.Time, error) {
 	return w.q.Snooze(ctx, l, j, d)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -92,9 +93,18 @@ func (c *Store) renew(ctx context.Context, l Lease, update bson.D, out any) erro
 // finish returns the update that moves a job to the final state s at t,
 // freeing its unique key, its slot of a bounded queue's capacity and its
 // run slots of concurrency limits (limit.go), and marking the outcome due
-// to the jobs that wait for it (deps.go). Every write that finishes a job
-// uses it.
+// to the jobs that wait for it (deps.go). A result set holds only what
+// this attempt set: without one in set, an earlier one goes. Every write
+// that finishes a job uses it.
 func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
+	unset := bson.D{
+		{Key: "leaseExpiresAt", Value: ""}, {Key: capacitySlotField, Value: ""},
+		{Key: kindRunSlotField, Value: ""}, {Key: queueRunSlotField, Value: ""},
+		{Key: kindPartSlotField, Value: ""}, {Key: queuePartSlotField, Value: ""},
+	}
+	if !slices.ContainsFunc(set, func(e bson.E) bool { return e.Key == "result" }) {
+		unset = append(unset, bson.E{Key: "result", Value: ""})
+	}
 	set = append(set,
 		bson.E{Key: "state", Value: s},
 		bson.E{Key: "finishedAt", Value: t},
@@ -102,11 +112,7 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 	)
 	return bson.D{
 		{Key: "$set", Value: bson.D(set)},
-		{Key: "$unset", Value: bson.D{
-			{Key: "leaseExpiresAt", Value: ""}, {Key: capacitySlotField, Value: ""},
-			{Key: kindRunSlotField, Value: ""}, {Key: queueRunSlotField, Value: ""},
-			{Key: kindPartSlotField, Value: ""}, {Key: queuePartSlotField, Value: ""},
-		}},
+		{Key: "$unset", Value: unset},
 		{Key: "$rename", Value: bson.D{
 			{Key: "uniqueKey", Value: "finishedUniqueKey"},
 			// A job others wait for: its outcome is now due to them (deps.go).
@@ -382,7 +388,8 @@ func (c *Store) failure(j *jobs.Job, t time.Time, permanent bool, errs []jobs.At
 	if permanent || j.Attempt >= maxAttempts {
 		return Failure{State: jobs.StateDead}, finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs})
 	}
-	runAt := t.Add(Backoff(j.Attempt, c.cfg.RetryBase, c.cfg.RetryMax))
+	// As stored: a BSON date holds milliseconds.
+	runAt := t.Add(Backoff(j.Attempt, c.cfg.RetryBase, c.cfg.RetryMax)).Truncate(time.Millisecond)
 	return Failure{State: jobs.StateAvailable, RunAt: runAt}, requeue(t, runAt, bson.E{Key: "errors", Value: errs})
 }
 
