@@ -220,13 +220,8 @@ func (l *lineScanner) err() error {
 // line's own, or the one derived from batch and its number.
 func parseLine(line []byte, n int, batch uuid.UUID) (queue.Insert, error) {
 	var bl batchLine
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&bl); err != nil {
+	if err := decodeLine(line, &bl); err != nil {
 		return queue.Insert{}, fmt.Errorf("line %d: %v", n, err)
-	}
-	if dec.More() {
-		return queue.Insert{}, fmt.Errorf("line %d: more than one JSON object", n)
 	}
 	if bl.Kind == "" {
 		return queue.Insert{}, fmt.Errorf("line %d: kind: must not be empty", n)

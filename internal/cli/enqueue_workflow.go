@@ -88,9 +88,7 @@ func readWorkflow(r io.Reader, id string) (*queue.Workflow, error) {
 			continue
 		}
 		var l workflowLine
-		dec := json.NewDecoder(bytes.NewReader(line))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&l); err != nil {
+		if err := decodeLine(line, &l); err != nil {
 			return nil, badInput("line %d: %v", n, err)
 		}
 		if l.Kind == "" {
