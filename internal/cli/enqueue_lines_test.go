@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 )
 
@@ -49,6 +50,9 @@ func TestEnqueueRefusesNamesThatAreNotUTF8(t *testing.T) {
 		{`{"kind": "k", "uniqueKey": "u` + "\xed\xa0\x80" + `"}`, `line 2: uniqueKey: "u\xed\xa0\x80" is not valid UTF-8`},
 		{`{"kind": "k", "after": ["ok", "p` + "\xff" + `"]}`, `line 2: after[1]: "p\xff" is not valid UTF-8`},
 		{`{"kind": "k", "args": {"s": "x` + "\xff" + `"}}`, `line 2: args.s: string is not valid UTF-8`},
+		{`{"kind": "k\ud800"}`, `line 2: kind: \ud800 is a lone surrogate escape, not a character`},
+		{`{"kind": "k", "queue": "q\uDC00\ud83d\ude00"}`, `line 2: queue: \uDC00 is a lone surrogate escape, not a character`},
+		{`{"kind": "k", "after": ["\\ud800", "\ud83dx"]}`, `line 2: after[1]: \ud83d is a lone surrogate escape, not a character`},
 	} {
 		_, errs, code := runEnqueue(t, uri, db, `{"kind": "k"}`+"\n"+tc.line+"\n", "batch")
 		require.Equal(t, 2, code, "%q: %s", tc.line, errs)
@@ -67,4 +71,14 @@ func TestEnqueueRefusesNamesThatAreNotUTF8(t *testing.T) {
 		requireSafe(t, errs, false)
 	}
 	require.Empty(t, jobIDs(t, db))
+
+	// Escapes that are characters are taken: a pair, an escaped backslash.
+	out, errs, code := runEnqueue(t, uri, db, `{"id": "a", "kind": "k\ud83d\ude00\\ud800\u00e9"}`+"\n", "batch")
+	require.Equal(t, 0, code, errs)
+	require.Equal(t, "a\n", out)
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	j, err := q.Get(t.Context(), "a")
+	require.NoError(t, err)
+	require.Equal(t, "k\U0001F600\\ud800é", j.Kind)
 }

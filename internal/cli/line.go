@@ -7,14 +7,16 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
 
 // decodeLine decodes one line of `enqueue batch` or `enqueue workflow`
 // input, a JSON object, into v: strictly, as an enqueue of one job would
-// take it. Unknown fields, a second object on the line and names that are
-// not UTF-8 are refused; the error names the field, not the line.
+// take it. Unknown fields, a second object on the line and names that
+// decoding would alter are refused; the error names the field, not the
+// line.
 func decodeLine(line []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
@@ -24,16 +26,17 @@ func decodeLine(line []byte, v any) error {
 	if dec.More() {
 		return errors.New("more than one JSON object")
 	}
-	return notUTF8(line)
+	return alteredName(line)
 }
 
-// notUTF8 names the field of the JSON object line, args aside, that holds
-// bytes that are not UTF-8: Go's decoder replaces them with U+FFFD, so a
-// kind "k\xff" would be stored as another name, one no worker serves
-// (`enqueue job` and the Go client refuse it). Args are checked with
-// their path by jobs.CheckArgs, which sees their bytes as they are.
-func notUTF8(line []byte) error {
-	if utf8.Valid(line) {
+// alteredName names the field of the JSON object line, args aside, whose
+// string Go's decoder would alter: bytes that are not UTF-8 and escaped
+// lone surrogates ("\ud800") both become U+FFFD, so a kind "k\xff" would
+// be stored as another name, one no worker serves (`enqueue job` and the
+// Go client refuse it). Args are checked with their path by
+// jobs.CheckArgs, which sees their bytes as they are.
+func alteredName(line []byte) error {
+	if utf8.Valid(line) && !bytes.Contains(line, []byte(`\u`)) {
 		return nil
 	}
 	var fields map[string]json.RawMessage
@@ -41,21 +44,66 @@ func notUTF8(line []byte) error {
 		return err
 	}
 	for _, k := range slices.Sorted(maps.Keys(fields)) {
-		raw := fields[k]
-		if strings.EqualFold(k, "args") || utf8.Valid(raw) {
+		if strings.EqualFold(k, "args") {
 			continue
 		}
 		var elems []json.RawMessage
-		if json.Unmarshal(raw, &elems) != nil {
-			return notUTF8Value(k, raw)
+		if json.Unmarshal(fields[k], &elems) != nil {
+			if err := stringProblem(k, fields[k]); err != nil {
+				return err
+			}
+			continue
 		}
 		for i, e := range elems {
-			if !utf8.Valid(e) {
-				return notUTF8Value(fmt.Sprintf("%s[%d]", k, i), e)
+			if err := stringProblem(fmt.Sprintf("%s[%d]", k, i), e); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
+}
+
+// stringProblem says what would alter field's value raw, if anything.
+func stringProblem(field string, raw json.RawMessage) error {
+	if !utf8.Valid(raw) {
+		return notUTF8Value(field, raw)
+	}
+	if esc := loneSurrogate(raw); esc != "" {
+		return fmt.Errorf("%s: %s is a lone surrogate escape, not a character", field, esc)
+	}
+	return nil
+}
+
+// loneSurrogate returns the first \uXXXX escape of the JSON value raw
+// that is half of a surrogate pair without its other half, or "".
+func loneSurrogate(raw []byte) string {
+	for i := 0; i+1 < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if raw[i+1] != 'u' || i+6 > len(raw) {
+			i++ // an escape of one character: skip it
+			continue
+		}
+		r := hex4(raw[i+2 : i+6])
+		if r >= 0xD800 && r < 0xDC00 && i+12 <= len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
+			if lo := hex4(raw[i+8 : i+12]); lo >= 0xDC00 && lo < 0xE000 {
+				i += 11 // a pair
+				continue
+			}
+		}
+		if r >= 0xD800 && r < 0xE000 {
+			return string(raw[i : i+6])
+		}
+		i += 5
+	}
+	return ""
+}
+
+// hex4 reads four hex digits (a JSON escape's, checked by the decoder).
+func hex4(b []byte) uint64 {
+	n, _ := strconv.ParseUint(string(b), 16, 32)
+	return n
 }
 
 // notUTF8Value says that field's value raw is not UTF-8, quoting it with
