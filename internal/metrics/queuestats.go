@@ -171,7 +171,7 @@ func (s *QueueStats) refresh(ctx context.Context) {
 func (s *QueueStats) readServed(ctx context.Context) *queue.Served {
 	served, err := s.cfg.Queue.Served(ctx)
 	if err != nil {
-		if ctx.Err() == nil {
+		if !errors.Is(err, context.Canceled) { // not the process stopping
 			s.cfg.Logger.Warn("reading the worker registry for metrics failed; retrying at the next interval", zap.Error(err))
 		}
 		return nil
