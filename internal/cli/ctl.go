@@ -32,7 +32,7 @@ import (
 
 // ctlCommands are docketctl's subcommands: the operator's view of the jobs.
 var ctlCommands = map[string]subcommand{
-	"stats":     {"jobs per queue, kind and state, and each queue's longest-waiting job, as the elected leader last counted them (--exact: count now; --json)", ctlStats},
+	"stats":     {"jobs per queue, kind and state, each queue's longest-waiting job and the waiting jobs no live worker serves, as the elected leader last counted them (--exact: count now; --json)", ctlStats},
 	"list":      {"list jobs: --state, --kind, --queue, --since, --until filter; --after pages", ctlList},
 	"show":      {"show jobs by id (as list prints it: the id, or @… for an id of another type or with odd characters), with every attempt's error", ctlShow},
 	"retry":     {"run jobs again now, attempts reset, errors kept: by id (as list prints it), or --state dead [--kind K] [--queue Q]", ctlRetry},
