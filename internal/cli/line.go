@@ -33,8 +33,8 @@ func decodeLine(line []byte, v any) error {
 // string Go's decoder would alter: bytes that are not UTF-8 and escaped
 // lone surrogates ("\ud800") both become U+FFFD, so a kind "k\xff" would
 // be stored as another name, one no worker serves (`enqueue job` and the
-// Go client refuse it). Args are checked with their path by
-// jobs.CheckArgs, which sees their bytes as they are.
+// Go client refuse it). Args are left to jobs.CheckArgs, which sees their
+// bytes as they are and names the path of one that is not UTF-8.
 func alteredName(line []byte) error {
 	if utf8.Valid(line) && !bytes.Contains(line, []byte(`\u`)) {
 		return nil
