@@ -144,6 +144,12 @@ func (c *Client) Workers(ctx context.Context, ttl time.Duration, all bool) ([]Wo
 	if _, err := c.workersColl().DeleteMany(ctx, bson.D{{Key: "lastSeen", Value: bson.D{{Key: "$lt", Value: t.Add(-WorkerForgetAfter)}}}}); err != nil {
 		return nil, fmt.Errorf("queue: forget stopped workers: %w", err)
 	}
+	return c.listWorkers(ctx, t, ttl, all)
+}
+
+// listWorkers reads the registry as Workers lists it at the server's time
+// t, writing nothing.
+func (c *Client) listWorkers(ctx context.Context, t time.Time, ttl time.Duration, all bool) ([]WorkerInfo, error) {
 	cur, err := c.workersColl().Find(ctx, bson.D{})
 	if err != nil {
 		return nil, fmt.Errorf("queue: list workers: %w", err)

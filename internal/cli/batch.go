@@ -63,7 +63,8 @@ func batchCommand(fs *flag.FlagSet) func(*env, []string) error {
 			return err
 		}
 		defer src.close()
-		n, err := validateBatch(src.first(), batch)
+		kinds := enqueued{}
+		n, err := validateBatch(src.first(), batch, kinds)
 		if err != nil {
 			return err
 		}
@@ -76,7 +77,11 @@ func batchCommand(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		ctx, stop := signal.NotifyContext(e.base, os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		return insertBatch(ctx, e, second, batch, n)
+		if err := insertBatch(ctx, e, second, batch, n); err != nil {
+			return err
+		}
+		e.warnUnserved("enqueue batch", kinds)
+		return nil
 	}
 }
 
@@ -220,13 +225,8 @@ func (l *lineScanner) err() error {
 // line's own, or the one derived from batch and its number.
 func parseLine(line []byte, n int, batch uuid.UUID) (queue.Insert, error) {
 	var bl batchLine
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&bl); err != nil {
+	if err := decodeLine(line, &bl); err != nil {
 		return queue.Insert{}, fmt.Errorf("line %d: %v", n, err)
-	}
-	if dec.More() {
-		return queue.Insert{}, fmt.Errorf("line %d: more than one JSON object", n)
 	}
 	if bl.Kind == "" {
 		return queue.Insert{}, fmt.Errorf("line %d: kind: must not be empty", n)
@@ -259,9 +259,10 @@ func parseLine(line []byte, n int, batch uuid.UUID) (queue.Insert, error) {
 }
 
 // validateBatch reads every line and checks it as an enqueue would, in
-// flat memory, and returns the number of jobs. Its error names up to
-// maxReportedErrors invalid lines, and counts the others.
-func validateBatch(r io.Reader, batch uuid.UUID) (int, error) {
+// flat memory, counts the valid lines' jobs in kinds, and returns the
+// number of jobs. Its error names up to maxReportedErrors invalid lines,
+// and counts the others.
+func validateBatch(r io.Reader, batch uuid.UUID, kinds enqueued) (int, error) {
 	sc := newLineScanner(r)
 	var problems []string
 	bad := 0
@@ -288,7 +289,9 @@ func validateBatch(r io.Reader, batch uuid.UUID) (int, error) {
 				ids[k] = sc.n
 			}
 		}
-		if err != nil {
+		if err == nil {
+			kinds.add(in.Opts.Queue, in.Kind)
+		} else {
 			bad++
 			if len(problems) < maxReportedErrors {
 				problems = append(problems, err.Error())

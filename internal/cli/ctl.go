@@ -32,7 +32,7 @@ import (
 
 // ctlCommands are docketctl's subcommands: the operator's view of the jobs.
 var ctlCommands = map[string]subcommand{
-	"stats":     {"jobs per queue, kind and state, and each queue's longest-waiting job, as the elected leader last counted them (--exact: count now; --json)", ctlStats},
+	"stats":     {"jobs per queue, kind and state, each queue's longest-waiting job and the waiting jobs no live worker serves, as the elected leader last counted them (--exact: count now; --json)", ctlStats},
 	"list":      {"list jobs: --state, --kind, --queue, --since, --until filter; --after pages", ctlList},
 	"show":      {"show jobs by id (as list prints it: the id, or @… for an id of another type or with odd characters), with every attempt's error", ctlShow},
 	"retry":     {"run jobs again now, attempts reset, errors kept: by id (as list prints it), or --state dead [--kind K] [--queue Q]", ctlRetry},
@@ -130,8 +130,12 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 		if err != nil {
 			return err
 		}
+		served, err := e.q.Served(e.ctx) // unserved.go
+		if err != nil {
+			return err
+		}
 		if *asJSON {
-			return printStatsJSON(e.stdout, counts, paused, caps, limits, ls)
+			return printStatsJSON(e.stdout, counts, served, paused, caps, limits, ls)
 		}
 		fmt.Fprintln(e.stdout, counts.freshness())
 		stats := counts.Queues
@@ -163,6 +167,7 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		writeUnserved(e.stdout, "", served, stats)
 		for _, p := range paused {
 			fmt.Fprintf(e.stdout, "queue %s: %s\n", shown(p.Queue), pausedNote(p))
 		}
@@ -827,6 +832,17 @@ type statsJSON struct {
 	Limits []limitJSON `json:"limits,omitempty"`
 	// Rates are the rate limits with the starts they allow now.
 	Rates []rateJSON `json:"rates,omitempty"`
+	// WorkersAlive is how many worker processes are alive.
+	WorkersAlive int `json:"workersAlive"`
+	// Unserved are the waiting jobs whose kind no live worker serves on
+	// their queue.
+	Unserved []unservedJSON `json:"unserved"`
+}
+
+type unservedJSON struct {
+	Queue   string `json:"queue"`
+	Kind    string `json:"kind"`
+	Waiting int64  `json:"waiting"`
 }
 
 type limitJSON struct {
@@ -851,9 +867,13 @@ type queueJSON struct {
 	Occupied        *int                        `json:"occupied,omitempty"`
 }
 
-func printStatsJSON(w io.Writer, c statsCounts, paused []queue.QueueState, caps []queue.QueueCapacity, limits []queue.RunLimit, ls limitStats) error {
+func printStatsJSON(w io.Writer, c statsCounts, served queue.Served, paused []queue.QueueState, caps []queue.QueueCapacity, limits []queue.RunLimit, ls limitStats) error {
 	out := statsJSON{Source: "leader", CountedAt: c.CountedAt, AgeSeconds: c.Age().Seconds(), CountedBy: c.By,
-		EverySeconds: c.Every.Seconds(), Stale: c.Stale(), Unreadable: c.Unreadable, Queues: []queueJSON{}}
+		EverySeconds: c.Every.Seconds(), Stale: c.Stale(), Unreadable: c.Unreadable, Queues: []queueJSON{},
+		WorkersAlive: served.Alive, Unserved: []unservedJSON{}}
+	for _, u := range served.Unserved(c.Queues) {
+		out.Unserved = append(out.Unserved, unservedJSON{Queue: u.Queue, Kind: u.Kind, Waiting: u.Waiting})
+	}
 	if c.Exact {
 		out.Source, out.Note = "exact", c.Why
 	}

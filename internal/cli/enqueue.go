@@ -262,7 +262,13 @@ func jobCommand(fs *flag.FlagSet) func(*env, []string) error {
 		if err := parseRunAt(*runAt, &in.Opts); err != nil {
 			return err
 		}
-		return enqueueAndPrint(e, []queue.Insert{in})
+		if err := enqueueAndPrint(e, []queue.Insert{in}); err != nil {
+			return err
+		}
+		kinds := enqueued{}
+		kinds.add(in.Opts.Queue, in.Kind)
+		e.warnUnserved("enqueue job", kinds)
+		return nil
 	}
 }
 

@@ -51,7 +51,8 @@ func workflowCommand(fs *flag.FlagSet) func(*env, []string) error {
 			defer f.Close()
 			in = f
 		}
-		wf, err := readWorkflow(io.LimitReader(in, maxWorkflowBytes+1), *id)
+		kinds := enqueued{}
+		wf, err := readWorkflow(io.LimitReader(in, maxWorkflowBytes+1), *id, kinds)
 		if err != nil {
 			return err
 		}
@@ -67,12 +68,14 @@ func workflowCommand(fs *flag.FlagSet) func(*env, []string) error {
 			fmt.Fprintf(e.stderr, "%s: already published: nothing added\n", shown(res.ID))
 		}
 		fmt.Fprintln(e.stdout, shown(res.ID))
+		e.warnUnserved("enqueue workflow", kinds)
 		return nil
 	}
 }
 
-// readWorkflow reads the tasks of the workflow with id, one per line.
-func readWorkflow(r io.Reader, id string) (*queue.Workflow, error) {
+// readWorkflow reads the tasks of the workflow with id, one per line, and
+// counts them in kinds.
+func readWorkflow(r io.Reader, id string, kinds enqueued) (*queue.Workflow, error) {
 	wf := queue.NewWorkflow(id)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxLineBytes)
@@ -88,9 +91,7 @@ func readWorkflow(r io.Reader, id string) (*queue.Workflow, error) {
 			continue
 		}
 		var l workflowLine
-		dec := json.NewDecoder(bytes.NewReader(line))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&l); err != nil {
+		if err := decodeLine(line, &l); err != nil {
 			return nil, badInput("line %d: %v", n, err)
 		}
 		if l.Kind == "" {
@@ -113,6 +114,7 @@ func readWorkflow(r io.Reader, id string) (*queue.Workflow, error) {
 			opts.Delay = d
 		}
 		wf.Add(l.Name, l.Kind, doc, opts)
+		kinds.add(l.Queue, l.Kind)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, badInput("reading the workflow: %v", err)

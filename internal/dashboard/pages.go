@@ -36,8 +36,11 @@ type queueRow struct {
 	// First marks a queue's first row, which carries its state, capacity
 	// and action.
 	First, Paused bool
-	Capacity      capacityCell
-	jobs          int64 // in every state
+	// Unserved is set when jobs wait whose kind no live worker serves on
+	// the queue.
+	Unserved bool
+	Capacity capacityCell
+	jobs     int64 // in every state
 }
 
 // capacityCell is a queue's capacity as the overview shows it: "7 / 10"
@@ -192,7 +195,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
-	alive, err := s.q.Workers(ctx, 0, false)
+	served, err := s.q.Served(ctx) // unserved.go
 	if err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
@@ -209,7 +212,8 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		}
 		oldestOf[qs.Queue] = qs.OldestAvailable
 		for k, byState := range qs.Counts {
-			row := queueRow{Queue: qs.Queue, Kind: k, Paused: paused[qs.Queue]}
+			row := queueRow{Queue: qs.Queue, Kind: k, Paused: paused[qs.Queue],
+				Unserved: byState[jobs.StateAvailable] > 0 && !served.Serves(qs.Queue, k)}
 			for _, st := range states {
 				n := byState[jobs.State(st)]
 				totals[st] += n
@@ -240,18 +244,19 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	s.render(w, r, http.StatusOK, "overview", struct {
 		page
-		Totals []count
-		Oldest string
-		States []string
-		Rows   []queueRow
-		Left   leftOut
-		Chart  chart
-		Paused []pausedRow
-		Alive  int
-		Fresh  freshness
-		Limits []limitRow
+		Totals   []count
+		Oldest   string
+		States   []string
+		Rows     []queueRow
+		Left     leftOut
+		Chart    chart
+		Paused   []pausedRow
+		Alive    int
+		Fresh    freshness
+		Limits   []limitRow
+		Unserved unservedView
 	}{page{Title: "Overview", Nav: "overview", Refresh: s.cfg.Refresh}, cards, since(oldest), states, rows, left, minuteChart(ok, failed, counts.CountedAt),
-		pausedList, len(alive), fresh, limits})
+		pausedList, served.Alive, fresh, limits, unservedSection(served, stats)})
 }
 
 // leftOut is what the overview leaves out to stay small, said on the page.

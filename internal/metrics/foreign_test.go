@@ -142,7 +142,7 @@ func TestForeignQueuesAreBounded(t *testing.T) {
 		return ok
 	}, 30*time.Second, 20*time.Millisecond)
 	got := scrape(t, url)
-	for _, name := range []string{"docket_jobs", "docket_oldest_available_job_age_seconds"} {
+	for _, name := range []string{"docket_jobs", "docket_oldest_available_job_age_seconds", "docket_jobs_unserved"} {
 		queues := map[string]bool{}
 		for _, m := range got[name].GetMetric() {
 			for _, l := range m.GetLabel() {
@@ -162,4 +162,10 @@ func TestForeignQueuesAreBounded(t *testing.T) {
 	require.EqualValues(t, 3, dead)
 	other, _ := value(got, "docket_jobs", "queue", metrics.OtherQueues, "state", "available")
 	require.EqualValues(t, 2000-(metrics.DefaultMaxQueues-1), other)
+	// No worker is alive: every available job is unserved, summed the same way.
+	other, _ = value(got, "docket_jobs_unserved", "queue", metrics.OtherQueues)
+	require.EqualValues(t, 2000-(metrics.DefaultMaxQueues-1), other)
+	big, ok := value(got, "docket_jobs_unserved", "queue", "zbig")
+	require.True(t, ok)
+	require.Zero(t, big, "dead jobs wait for nothing")
 }

@@ -59,15 +59,19 @@ type QueueStatsConfig struct {
 type QueueStats struct {
 	cfg QueueStatsConfig
 
-	jobs   *prometheus.Desc
-	oldest *prometheus.Desc
-	leader *prometheus.Desc
+	jobs     *prometheus.Desc
+	oldest   *prometheus.Desc
+	unserved *prometheus.Desc
+	leader   *prometheus.Desc
 
 	mu    sync.Mutex
 	term  leadership.Term
 	at    time.Time     // when the counts were taken; zero when none are held
 	every time.Duration // how often the leader that stored them counts
 	stats []queue.QueueStats
+	// served is what the live workers served at the count; nil when the
+	// registry could not be read.
+	served *queue.Served
 	// limits are the flow-control gauges' values (limits.go).
 	limits limitsRead
 }
@@ -99,6 +103,9 @@ func NewQueueStats(cfg QueueStatsConfig) (*QueueStats, error) {
 			[]string{"queue", "state"}, nil),
 		oldest: prometheus.NewDesc(Namespace+"_oldest_available_job_age_seconds",
 			"How long the queue's longest-waiting runnable job has been due (0: none waits); exported by the leader only.",
+			[]string{"queue"}, nil),
+		unserved: prometheus.NewDesc(Namespace+"_jobs_unserved",
+			"Available jobs (due or not) whose kind no live worker serves on their queue: they wait until one that does starts (a misspelt kind, or its workers stopped); exported by the leader only.",
 			[]string{"queue"}, nil),
 		leader: prometheus.NewDesc(Namespace+"_leader",
 			"1 while this process is the elected leader that runs maintenance and counts the jobs, else 0.",
@@ -136,13 +143,14 @@ func (s *QueueStats) refresh(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Interval)
 	defer cancel()
 	s.limits.read(cctx, s.cfg.Queue, s.cfg.Logger)
+	served := s.readServed(cctx)
 	// The counts this process stored as the leader of this term (the
 	// maintenance's recovery.StatsCounter) serve here too: one count per
 	// interval for both. Before its first count of the term, count here.
 	if stored, err := s.cfg.Queue.StoredStats(cctx); err == nil && stored.TermToken != "" && stored.TermToken == term.Token {
 		s.mu.Lock()
 		s.term, s.at, s.stats = term, time.Now().Add(-stored.Age()), stored.Queues
-		s.every = stored.Every
+		s.every, s.served = stored.Every, served
 		s.mu.Unlock()
 		return
 	}
@@ -154,14 +162,28 @@ func (s *QueueStats) refresh(ctx context.Context) {
 		return
 	}
 	s.mu.Lock()
-	s.term, s.at, s.stats, s.every = term, time.Now(), stats, 0
+	s.term, s.at, s.stats, s.every, s.served = term, time.Now(), stats, 0, served
 	s.mu.Unlock()
+}
+
+// readServed reads what the live workers serve; nil, logged, when the
+// registry cannot be read.
+func (s *QueueStats) readServed(ctx context.Context) *queue.Served {
+	served, err := s.cfg.Queue.Served(ctx)
+	if err != nil {
+		if !errors.Is(err, context.Canceled) { // not the process stopping
+			s.cfg.Logger.Warn("reading the worker registry for metrics failed; retrying at the next interval", zap.Error(err))
+		}
+		return nil
+	}
+	return &served
 }
 
 // Describe implements prometheus.Collector.
 func (s *QueueStats) Describe(ch chan<- *prometheus.Desc) {
 	ch <- s.jobs
 	ch <- s.oldest
+	ch <- s.unserved
 	ch <- s.leader
 	describeLimits(ch)
 }
@@ -173,14 +195,14 @@ func (s *QueueStats) Collect(ch chan<- prometheus.Metric) {
 	term, leading := s.cfg.Leader.Leading()
 	ch <- prometheus.MustNewConstMetric(s.leader, prometheus.GaugeValue, b2f(leading))
 	s.mu.Lock()
-	at, held, stats, every := s.at, s.term, s.stats, s.every
+	at, held, stats, every, served := s.at, s.term, s.stats, s.every, s.served
 	s.mu.Unlock()
 	if !leading || held != term || at.IsZero() || time.Since(at) > staleAfter*max(s.cfg.Interval, every) {
 		return
 	}
 	s.limits.collect(ch)
 	now := time.Now()
-	for _, g := range bounded(stats, s.cfg.MaxQueues) {
+	for _, g := range bounded(stats, served, s.cfg.MaxQueues) {
 		for st, n := range g.byState {
 			ch <- prometheus.MustNewConstMetric(s.jobs, prometheus.GaugeValue, float64(n), g.label, st)
 		}
@@ -189,6 +211,9 @@ func (s *QueueStats) Collect(ch chan<- prometheus.Metric) {
 			age = max(0, now.Sub(g.oldest).Seconds())
 		}
 		ch <- prometheus.MustNewConstMetric(s.oldest, prometheus.GaugeValue, age, g.label)
+		if served != nil {
+			ch <- prometheus.MustNewConstMetric(s.unserved, prometheus.GaugeValue, float64(g.unserved), g.label)
+		}
 	}
 }
 
@@ -198,6 +223,8 @@ type queueGauges struct {
 	total   int64
 	byState map[string]int64
 	oldest  time.Time
+	// unserved are the available jobs no live worker serves.
+	unserved int64
 }
 
 // knownStates are the states exported by name; any other stored state is
@@ -208,8 +235,9 @@ var knownStates = []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.Stat
 // valid label value once: the queues with the most jobs (ties by name),
 // and the rest summed under OtherQueues. Queues whose names meet in one
 // label value are summed; states other than docket's are summed under
-// OtherState.
-func bounded(stats []queue.QueueStats, maxQueues int) []*queueGauges {
+// OtherState. The jobs no live worker serves are counted when served is
+// known.
+func bounded(stats []queue.QueueStats, served *queue.Served, maxQueues int) []*queueGauges {
 	byLabel := map[string]*queueGauges{}
 	var all []*queueGauges
 	for _, qs := range stats {
@@ -222,7 +250,7 @@ func bounded(stats []queue.QueueStats, maxQueues int) []*queueGauges {
 			byLabel[g.label] = g
 			all = append(all, g)
 		}
-		g.add(qs)
+		g.add(qs, served)
 	}
 	if len(all) <= maxQueues {
 		return all
@@ -254,7 +282,12 @@ func bounded(stats []queue.QueueStats, maxQueues int) []*queueGauges {
 }
 
 // add counts the jobs of qs.
-func (g *queueGauges) add(qs queue.QueueStats) {
+func (g *queueGauges) add(qs queue.QueueStats, served *queue.Served) {
+	if served != nil {
+		for _, u := range served.Unserved([]queue.QueueStats{qs}) {
+			g.unserved += u.Waiting
+		}
+	}
 	for _, states := range qs.Counts {
 		for st, n := range states {
 			if !st.Valid() {
@@ -273,6 +306,7 @@ func (g *queueGauges) merge(o *queueGauges) {
 		g.byState[st] += n
 	}
 	g.total += o.total
+	g.unserved += o.unserved
 	g.oldestAt(o.oldest)
 }
 
