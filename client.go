@@ -34,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/docketq/docket/internal/insertargs"
 	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -292,10 +293,14 @@ type InsertManyParams struct {
 	Opts *InsertOpts
 }
 
-// Insert adds one job of the kind args names. Its id is made by the
-// client, so after an error the job may or may not exist (ErrOutcomeUnknown
-// says so; inserting again with the same InsertOpts.ID adds it at most
-// once).
+// Insert adds one job of the kind args names. Args that have a Validate
+// method (jobs.Validator, on the value or a pointer) are checked with it
+// first, as the worker checks them: args it refuses are not inserted, and
+// the error is a *queue.ValidationError naming the kind that wraps
+// Validate's error (errors.Is and errors.As reach it). Its id is made by
+// the client, so after an error the job may or may not exist
+// (ErrOutcomeUnknown says so; inserting again with the same InsertOpts.ID
+// adds it at most once).
 func (c *Client) Insert(ctx context.Context, args jobs.Args, opts *InsertOpts) (InsertResult, error) {
 	res, err := c.InsertMany(ctx, []InsertManyParams{{Args: args, Opts: opts}})
 	if err != nil {
@@ -305,12 +310,17 @@ func (c *Client) Insert(ctx context.Context, args jobs.Args, opts *InsertOpts) (
 }
 
 // InsertMany adds jobs in one round trip (jobs with a unique key take one
-// each), all or none validated before the first write.
+// each). Every job is validated before the first write, its args with
+// their Validate too (see Insert): when one is invalid, none is inserted,
+// and the error is a *queue.ValidationError whose Index is that job's.
 func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]InsertResult, error) {
 	ins := make([]queue.Insert, len(params))
 	for i, p := range params {
 		if p.Args == nil {
 			return nil, &queue.ValidationError{Index: i, Field: "args", Reason: "must not be nil"}
+		}
+		if err := insertargs.Validate(i, p.Args); err != nil {
+			return nil, err
 		}
 		var o InsertOpts
 		if p.Opts != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/docketq/docket/internal/insertargs"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/recovery"
 )
@@ -37,7 +38,7 @@ func validatePeriodicJobs(list []PeriodicJob) error {
 		if p.Args == nil {
 			return fmt.Errorf("periodic job %d (%q): args must not be nil", i, p.Name)
 		}
-		if v, ok := p.Args.(jobs.Validator); ok {
+		if v, ok := insertargs.As[jobs.Validator](p.Args); ok {
 			if err := v.Validate(); err != nil {
 				return fmt.Errorf("periodic job %d (%q): args of kind %q: %w", i, p.Name, p.Args.Kind(), err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/docketq/docket/internal/insertargs"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 )
@@ -57,7 +58,9 @@ func (w *Workflow) Add(name string, args jobs.Args, opts *TaskOpts) string {
 }
 
 // InsertWorkflow inserts the workflow w, every task unpublished, then
-// publishes it with one write: no task runs unless all are in. After an
+// publishes it with one write: no task runs unless all are in. Every task
+// is checked first, its args with their Validate too (see Insert): a
+// workflow with an invalid task is refused whole, nothing written. After an
 // error, calling it again with the same workflow (and id) finishes what
 // the first call started; a workflow left unpublished is cancelled by the
 // leader after queue.DefaultWorkflowGrace.
@@ -66,6 +69,9 @@ func (c *Client) InsertWorkflow(ctx context.Context, w *Workflow) (WorkflowResul
 	for i, task := range w.tasks {
 		if task.args == nil {
 			return WorkflowResult{}, &queue.ValidationError{Index: i, Field: "args", Reason: "must not be nil"}
+		}
+		if err := insertargs.Validate(i, task.args); err != nil {
+			return WorkflowResult{}, err
 		}
 		o := c.insertOpts(task.args, InsertOpts{Queue: task.opts.Queue, Priority: task.opts.Priority, MaxAttempts: task.opts.MaxAttempts})
 		opts := task.opts
