@@ -84,7 +84,7 @@ func Validate(index int, args jobs.Args) error {
 	}
 	if err := v.Validate(); err != nil {
 		return &queue.ValidationError{Index: index, Field: "args",
-			Reason: fmt.Sprintf("%q args fail their Validate (a worker would send the job dead): %v", args.Kind(), err), Err: err}
+			Reason: fmt.Sprintf("%q args fail their Validate: %v", args.Kind(), err), Err: err}
 	}
 	return nil
 }
