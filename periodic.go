@@ -26,7 +26,7 @@ type PeriodicJob struct {
 	Args jobs.Args
 	// Queue, Priority and MaxAttempts are each tick's job's options. A zero
 	// field takes the args' InsertOpts() (see ArgsWithInsertOpts), then the
-	// kind's handler's jobs.KindOptions, then the default.
+	// default.
 	Queue       string
 	Priority    int
 	MaxAttempts int
@@ -44,17 +44,12 @@ func validatePeriodicJobs(list []PeriodicJob) error {
 			}
 		}
 	}
-	return recovery.ValidatePeriodicJobs(periodicForEngine(list, func(args jobs.Args, o InsertOpts) InsertOpts {
-		if d, ok := argsInsertOpts(args); ok {
-			o = fillOpts(o, d)
-		}
-		return o
-	}))
+	return recovery.ValidatePeriodicJobs(periodicForEngine(list))
 }
 
 // periodicForEngine returns list as the periodic enqueuer takes it, each
-// job's options filled by opts.
-func periodicForEngine(list []PeriodicJob, opts func(jobs.Args, InsertOpts) InsertOpts) []recovery.PeriodicJob {
+// job's options filled as an insert's are.
+func periodicForEngine(list []PeriodicJob) []recovery.PeriodicJob {
 	out := make([]recovery.PeriodicJob, len(list))
 	for i, p := range list {
 		var kind string
@@ -63,7 +58,7 @@ func periodicForEngine(list []PeriodicJob, opts func(jobs.Args, InsertOpts) Inse
 		}
 		o := InsertOpts{Queue: p.Queue, Priority: p.Priority, MaxAttempts: p.MaxAttempts}
 		if p.Args != nil {
-			o = opts(p.Args, o)
+			o = insertargs.Opts(p.Args, o)
 		}
 		out[i] = recovery.PeriodicJob{Name: p.Name, Schedule: p.Schedule, Kind: kind, Args: p.Args,
 			Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts}
@@ -84,5 +79,5 @@ func (c *Client) periodicEngineJobs() ([]recovery.PeriodicJob, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return periodicForEngine(c.cfg.PeriodicJobs, c.insertOpts), nil
+	return periodicForEngine(c.cfg.PeriodicJobs), nil
 }

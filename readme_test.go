@@ -16,13 +16,18 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-// EmailArgs is the args type the README's "From Go" snippet registers.
+// EmailArgs is the args type the README's "From Go" snippet registers,
+// as the README declares it.
+// --- README args ---
 type EmailArgs struct {
 	To string `bson:"to"`
 }
 
-// Kind implements jobs.Args.
 func (EmailArgs) Kind() string { return "email" }
+
+func (EmailArgs) InsertOpts() docket.InsertOpts { return docket.InsertOpts{MaxAttempts: 5} }
+
+// --- end args ---
 
 // TestReadmeFromGo runs the README's "From Go" snippet as it is written, on
 // a fresh database (the server's URI and the database's name are the
@@ -44,7 +49,7 @@ func TestReadmeFromGo(t *testing.T) {
 	}
 	docket.MustAddHandler(client, func(ctx context.Context, j *jobs.Job, a EmailArgs) error {
 		return send(ctx, a)
-	}, jobs.KindOptions{Timeout: time.Minute, MaxAttempts: 5})
+	}, jobs.KindOptions{Timeout: time.Minute})
 	if err := client.Start(ctx); err != nil { // indexes, pool, reaper, leader, periodic jobs
 		t.Fatal(err)
 	}
@@ -78,7 +83,7 @@ func TestReadmeFromGo(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)
 	var snippet string
-	for _, marks := range [][2]string{{"// --- README ---\n", "\t// --- end ---"}, {"// --- README admin ---\n", "\t// --- end admin ---"}} {
+	for _, marks := range [][2]string{{"// --- README args ---\n", "// --- end args ---"}, {"// --- README ---\n", "\t// --- end ---"}, {"// --- README admin ---\n", "\t// --- end admin ---"}} {
 		part := string(src)
 		part = part[strings.Index(part, marks[0])+len(marks[0]):]
 		snippet += part[:strings.Index(part, marks[1])]

@@ -11,8 +11,8 @@ import (
 
 // TaskOpts are the options of one task of a workflow: the names of the
 // tasks it runs after, and its queue, priority and attempts; see
-// queue.TaskOpts. Fields left zero take the args' and the kind's defaults,
-// as InsertOpts do.
+// queue.TaskOpts. Fields left zero take the args' InsertOpts(), as
+// InsertOpts do.
 type TaskOpts = queue.TaskOpts
 
 // WorkflowResult says what InsertWorkflow did: the workflow's id and its
@@ -73,7 +73,7 @@ func (c *Client) InsertWorkflow(ctx context.Context, w *Workflow) (WorkflowResul
 		if err := insertargs.Validate(i, task.args); err != nil {
 			return WorkflowResult{}, err
 		}
-		o := c.insertOpts(task.args, InsertOpts{Queue: task.opts.Queue, Priority: task.opts.Priority, MaxAttempts: task.opts.MaxAttempts})
+		o := insertargs.Opts(task.args, InsertOpts{Queue: task.opts.Queue, Priority: task.opts.Priority, MaxAttempts: task.opts.MaxAttempts})
 		opts := task.opts
 		opts.Queue, opts.Priority, opts.MaxAttempts = o.Queue, o.Priority, o.MaxAttempts
 		qw.Add(task.name, task.args.Kind(), task.args, opts)
