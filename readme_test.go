@@ -78,24 +78,36 @@ func TestReadmeFromGo(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, page.Jobs)
 
-	src, err := os.ReadFile("readme_test.go")
+	requireDocHolds(t, "README.md", "readme_test.go", "// --- README args ---\n", "// --- end args ---", nil)
+	fromGo := strings.NewReplacer("t.Fatal(err)", "log.Fatal(err)", "(uri)", `("mongodb://127.0.0.1:27017")`,
+		"(dbName)", `("app")`, "return send(ctx, a)", "return sendEmail(ctx, a.To)")
+	requireDocHolds(t, "README.md", "readme_test.go", "// --- README ---\n", "\t// --- end ---", fromGo)
+	requireDocHolds(t, "README.md", "readme_test.go", "// --- README admin ---\n", "\t// --- end admin ---", nil)
+}
+
+// requireDocHolds checks that doc holds, line for line, the code of the
+// test file src between the lines begin and end (one tab of indent
+// dropped, then the test's own names replaced by the doc's with fix), so
+// that a doc's code that a test runs and the doc cannot drift apart.
+func requireDocHolds(t *testing.T, doc, src, begin, end string, fix *strings.Replacer) {
+	t.Helper()
+	code, err := os.ReadFile(src)
 	require.NoError(t, err)
-	readme, err := os.ReadFile("README.md")
+	text, err := os.ReadFile(doc)
 	require.NoError(t, err)
-	var snippet string
-	for _, marks := range [][2]string{{"// --- README args ---\n", "// --- end args ---"}, {"// --- README ---\n", "\t// --- end ---"}, {"// --- README admin ---\n", "\t// --- end admin ---"}} {
-		part := string(src)
-		part = part[strings.Index(part, marks[0])+len(marks[0]):]
-		snippet += part[:strings.Index(part, marks[1])]
-	}
-	for _, line := range strings.Split(strings.TrimRight(snippet, "\n"), "\n") {
+	part := string(code)
+	i := strings.Index(part, begin)
+	require.GreaterOrEqual(t, i, 0, "%s has no line %q", src, begin)
+	part = part[i+len(begin):]
+	j := strings.Index(part, end)
+	require.GreaterOrEqual(t, j, 0, "%s has no line %q", src, end)
+	for _, line := range strings.Split(strings.TrimRight(part[:j], "\n"), "\n") {
 		line = strings.TrimPrefix(line, "\t")
-		line = strings.ReplaceAll(line, "t.Fatal(err)", "log.Fatal(err)")
-		line = strings.ReplaceAll(line, "(uri)", `("mongodb://127.0.0.1:27017")`)
-		line = strings.ReplaceAll(line, "(dbName)", `("app")`)
-		line = strings.ReplaceAll(line, "return send(ctx, a)", "return sendEmail(ctx, a.To)")
-		if !strings.Contains(string(readme), line+"\n") {
-			t.Errorf("README.md's From Go snippet lacks this line, which the test runs:\n%s", line)
+		if fix != nil {
+			line = fix.Replace(line)
+		}
+		if !strings.Contains(string(text), line+"\n") {
+			t.Errorf("%s lacks this line of %s, which the test runs:\n%s", doc, src, line)
 		}
 	}
 }
