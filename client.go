@@ -223,25 +223,19 @@ func AddHandler[T jobs.Args](c *Client, fn func(ctx context.Context, job *jobs.J
 // checkKindDefaults refuses the insert defaults opts sets that args'
 // type does not declare (d, when hasOpts), saying what to write instead.
 func checkKindDefaults(args jobs.Args, hasOpts bool, d InsertOpts, opts jobs.KindOptions) error {
-	type field struct {
-		name       string
-		set, equal bool
-		lit        string
-	}
-	fields := []field{
-		{"Queue", opts.Queue != "", opts.Queue == d.Queue, fmt.Sprintf("Queue: %q", opts.Queue)},
-		{"Priority", opts.Priority != 0, opts.Priority == d.Priority, fmt.Sprintf("Priority: %d", opts.Priority)},
-		{"MaxAttempts", opts.MaxAttempts != 0, opts.MaxAttempts == d.MaxAttempts, fmt.Sprintf("MaxAttempts: %d", opts.MaxAttempts)},
+	fields := []struct {
+		set, equal    bool
+		lit, declared string
+	}{
+		{opts.Queue != "", opts.Queue == d.Queue, fmt.Sprintf("Queue: %q", opts.Queue), fmt.Sprintf("Queue %q", d.Queue)},
+		{opts.Priority != 0, opts.Priority == d.Priority, fmt.Sprintf("Priority: %d", opts.Priority), fmt.Sprintf("Priority %d", d.Priority)},
+		{opts.MaxAttempts != 0, opts.MaxAttempts == d.MaxAttempts, fmt.Sprintf("MaxAttempts: %d", opts.MaxAttempts), fmt.Sprintf("MaxAttempts %d", d.MaxAttempts)},
 	}
 	var lits, conflicts []string
-	declaredAs := map[string]string{"Queue": fmt.Sprintf("%q", d.Queue), "Priority": fmt.Sprint(d.Priority), "MaxAttempts": fmt.Sprint(d.MaxAttempts)}
 	for _, f := range fields {
-		if !f.set || f.equal {
-			continue
-		}
-		lits = append(lits, f.lit)
-		if hasOpts {
-			conflicts = append(conflicts, fmt.Sprintf("%s %s", f.name, declaredAs[f.name]))
+		if f.set && !f.equal {
+			lits = append(lits, f.lit)
+			conflicts = append(conflicts, f.declared)
 		}
 	}
 	if len(lits) == 0 {

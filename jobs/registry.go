@@ -79,8 +79,8 @@ type KindOptions struct {
 	Priority int
 }
 
-// insertDefaults lists the insert defaults o sets (MaxAttempts, Queue,
-// Priority), as "Field value" pairs, in that order.
+// insertDefaults lists the insert defaults o sets, as "Field value"
+// pairs, in the order Queue, Priority, MaxAttempts.
 func (o KindOptions) insertDefaults() []string {
 	var set []string
 	if o.Queue != "" {
