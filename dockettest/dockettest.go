@@ -39,8 +39,9 @@ type TB interface {
 // nothing to the database itself (the handler may). It returns the
 // handler's error: nil, a retryable error, or one for which
 // jobs.IsPermanent is true (including args that fail to decode or
-// validate). The job is the one Insert would insert: its fields come from
-// opts and the args type's InsertOpts(), as an insert's do.
+// validate: Insert refuses such args, but a job inserted another way still
+// meets the handler's check). The job is the one Insert would insert: its
+// fields come from opts and the args type's InsertOpts(), as an insert's do.
 func Work(ctx context.Context, client *docket.Client, args jobs.Args, opts ...docket.InsertOpts) error {
 	_, err := WorkJob(ctx, client, args, opts...)
 	return err
