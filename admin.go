@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"slices"
 	"time"
 
@@ -465,12 +464,22 @@ func (c *Client) RateList(ctx context.Context) ([]RateLimit, error) {
 	return rs, nil
 }
 
-// Results returns the results of the jobs ids that have one, by id (a
-// job's After: its parents, whose results its handler reads). A job
-// without a result, or not in the collection, is absent. A handler sets
-// its job's result with jobs.SetResult; see docs/WORKFLOWS.md.
-func (c *Client) Results(ctx context.Context, ids []string) (map[string]bson.Raw, error) {
-	rs, err := c.q.Results(ctx, ids)
+// ParentResult is the result of one parent of a job: its ID and what its
+// handler set with jobs.SetResult (nil when it set none). Its Decode
+// decodes it, a parent without a result being an error that wraps
+// ErrNoResult.
+type ParentResult = queue.ParentResult
+
+// ErrNoResult is wrapped by ParentResult.Decode's error for a parent that
+// set no result, or is no longer in the collection.
+var ErrNoResult = queue.ErrNoResult
+
+// ParentResults returns the results of job's parents, one per parent in
+// the order of job.After, the workflow's gate of a workflow task left out
+// (it is no task and has no result): a handler reads what the jobs it ran
+// after passed on. See docs/WORKFLOWS.md.
+func (c *Client) ParentResults(ctx context.Context, job *jobs.Job) ([]ParentResult, error) {
+	rs, err := c.q.ParentResults(ctx, job)
 	if err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}

@@ -18,12 +18,11 @@ func TestInsertIntoAFullQueue(t *testing.T) {
 	ctx := context.Background()
 	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{})
 	require.NoError(t, err)
-	docket.MustAddHandler(c, noop, jobs.KindOptions{Queue: "sale"})
 	require.NoError(t, c.QueueSetCapacity(ctx, "sale", 1, nil))
 
-	_, err = c.Insert(ctx, GreetArgs{Name: "a"}, nil)
+	_, err = c.Insert(ctx, GreetArgs{Name: "a"}, &docket.InsertOpts{Queue: "sale"})
 	require.NoError(t, err)
-	_, err = c.Insert(ctx, GreetArgs{Name: "b"}, nil)
+	_, err = c.Insert(ctx, GreetArgs{Name: "b"}, &docket.InsertOpts{Queue: "sale"})
 	require.ErrorIs(t, err, docket.ErrQueueFull)
 	require.ErrorContains(t, err, "queue sale is full (capacity 1)")
 }
@@ -113,10 +112,10 @@ func TestZeroIsNotACapacityClosedIsSpelledOut(t *testing.T) {
 		Limits:     map[string]int{docket.KindLimit("greet"): docket.LimitNone},
 	})
 	require.NoError(t, err)
-	docket.MustAddHandler(c, noop, jobs.KindOptions{Queue: "sale"})
+	docket.MustAddHandler(c, noop, jobs.KindOptions{})
 	require.NoError(t, c.Start(ctx))
 	defer c.Stop(ctx)
-	_, err = c.Insert(ctx, GreetArgs{Name: "a"}, nil)
+	_, err = c.Insert(ctx, GreetArgs{Name: "a"}, &docket.InsertOpts{Queue: "sale"})
 	require.ErrorIs(t, err, docket.ErrQueueFull, "a closed queue admits nothing")
 	queues, err := c.QueueList(ctx)
 	require.NoError(t, err)
@@ -128,6 +127,6 @@ func TestZeroIsNotACapacityClosedIsSpelledOut(t *testing.T) {
 	require.ErrorContains(t, c.QueueSetCapacity(ctx, "sale", 0, nil), "0 is not a capacity")
 	require.ErrorContains(t, c.LimitSet(ctx, docket.KindLimit("greet"), 0, nil), "0 is not a limit")
 	require.NoError(t, c.QueueSetCapacity(ctx, "sale", 1, nil))
-	_, err = c.Insert(ctx, GreetArgs{Name: "a"}, &docket.InsertOpts{Delay: time.Hour})
+	_, err = c.Insert(ctx, GreetArgs{Name: "a"}, &docket.InsertOpts{Queue: "sale", Delay: time.Hour})
 	require.NoError(t, err, "reopened with a capacity of 1")
 }

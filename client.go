@@ -12,7 +12,7 @@
 //	client, err := docket.NewClient(db, docket.Config{Logger: log})
 //	docket.MustAddHandler(client, func(ctx context.Context, job *jobs.Job, args EmailArgs) error {
 //		return send(ctx, args)
-//	}, jobs.KindOptions{Timeout: 30 * time.Second, MaxAttempts: 5})
+//	}, jobs.KindOptions{Timeout: 30 * time.Second})
 //	if err := client.Start(ctx); err != nil { ... }
 //	res, err := client.Insert(ctx, EmailArgs{To: "a@example.com"}, nil)
 //	...
@@ -29,11 +29,14 @@ import (
 	"maps"
 	"os"
 	"os/signal"
+	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/docketq/docket/internal/insertargs"
 	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -185,28 +188,68 @@ func (c *Client) Queue() *queue.Client { return c.q }
 func (c *Client) Registry() *jobs.Registry { return c.reg }
 
 // AddHandler registers fn for the kind its args type names, with the
-// kind's options: its timeout, and the defaults an insert of the kind
-// takes when its InsertOpts leave them unset (max attempts, queue,
-// priority) and T's InsertOpts() do not set. Args that do not decode, or
-// that fail their Validate, send the job to the dead state with the reason;
-// an error that wraps jobs.Permanent does too; any other error retries with
+// kind's options (its timeout). Args that do not decode, or that fail
+// their Validate, send the job to the dead state with the reason; an error
+// that wraps jobs.Permanent does too; any other error retries with
 // backoff. After Start it fails: the pool runs only the kinds registered
 // when it started.
+//
+// What an insert of the kind takes by default (queue, priority, attempts)
+// comes from T's InsertOpts() (ArgsWithInsertOpts) alone, so that every
+// process inserts the kind alike. opts' MaxAttempts, Queue and Priority are
+// refused unless T declares the same: the error names the method to add.
 func AddHandler[T jobs.Args](c *Client, fn func(ctx context.Context, job *jobs.Job, args T) error, opts jobs.KindOptions) error {
 	var zero T
+	declared, hasOpts := insertargs.As[ArgsWithInsertOpts](zero)
+	var d InsertOpts
+	if hasOpts {
+		d = declared.InsertOpts()
+	}
+	if err := checkKindDefaults(zero, hasOpts, d, opts); err != nil {
+		return err
+	}
+	opts.MaxAttempts, opts.Queue, opts.Priority = 0, "", 0
 	if err := jobs.Register(c.reg, fn, opts); err != nil {
 		return err
 	}
-	o, ok := argsInsertOpts(zero)
-	if !ok {
-		o, ok = argsInsertOpts(&zero) // InsertOpts on a pointer receiver
-	}
-	if ok {
+	if hasOpts {
 		c.mu.Lock()
-		c.argsOpts[zero.Kind()] = o
+		c.argsOpts[zero.Kind()] = d
 		c.mu.Unlock()
 	}
 	return nil
+}
+
+// checkKindDefaults refuses the insert defaults opts sets that args'
+// type does not declare (d, when hasOpts), saying what to write instead.
+func checkKindDefaults(args jobs.Args, hasOpts bool, d InsertOpts, opts jobs.KindOptions) error {
+	fields := []struct {
+		set, equal    bool
+		lit, declared string
+	}{
+		{opts.Queue != "", opts.Queue == d.Queue, fmt.Sprintf("Queue: %q", opts.Queue), fmt.Sprintf("Queue %q", d.Queue)},
+		{opts.Priority != 0, opts.Priority == d.Priority, fmt.Sprintf("Priority: %d", opts.Priority), fmt.Sprintf("Priority %d", d.Priority)},
+		{opts.MaxAttempts != 0, opts.MaxAttempts == d.MaxAttempts, fmt.Sprintf("MaxAttempts: %d", opts.MaxAttempts), fmt.Sprintf("MaxAttempts %d", d.MaxAttempts)},
+	}
+	var lits, conflicts []string
+	for _, f := range fields {
+		if f.set && !f.equal {
+			lits = append(lits, f.lit)
+			conflicts = append(conflicts, f.declared)
+		}
+	}
+	if len(lits) == 0 {
+		return nil
+	}
+	why := fmt.Sprintf("docket: AddHandler %q: jobs.KindOptions %s: insert defaults must be the same in every process, one that inserts without this handler too, so they come from the args type alone",
+		args.Kind(), strings.Join(lits, ", "))
+	typ := reflect.TypeOf(args).Name()
+	if !hasOpts {
+		return fmt.Errorf("%s: leave them zero in KindOptions and declare them on %s:\n\tfunc (%s) InsertOpts() docket.InsertOpts { return docket.InsertOpts{%s} }",
+			why, typ, typ, strings.Join(lits, ", "))
+	}
+	return fmt.Errorf("%s: leave them zero in KindOptions (%s.InsertOpts() declares %s), and set in %s.InsertOpts() what every insert should take",
+		why, typ, strings.Join(conflicts, ", "), typ)
 }
 
 // ArgsWithInsertOpts is implemented by args types that carry their kind's
@@ -214,18 +257,10 @@ func AddHandler[T jobs.Args](c *Client, fn func(ctx context.Context, job *jobs.J
 // inserts the kind, with its handler or without, puts its jobs in the same
 // queue with the same priority and attempts. A field of an insert's own
 // InsertOpts that is set wins over the args'; a field the args leave zero
-// takes the handler's jobs.KindOptions, then the default.
+// takes the default. The method may have a value or a pointer receiver.
 type ArgsWithInsertOpts interface {
 	jobs.Args
 	InsertOpts() InsertOpts
-}
-
-// argsInsertOpts returns the insert defaults args carry, if any.
-func argsInsertOpts(args any) (InsertOpts, bool) {
-	if a, ok := args.(ArgsWithInsertOpts); ok {
-		return a.InsertOpts(), true
-	}
-	return InsertOpts{}, false
 }
 
 // MustAddHandler is AddHandler that panics on error, for a program's main.
@@ -256,8 +291,8 @@ func (c *Client) AddMaintenance(tasks ...recovery.Task) error {
 
 // InsertOpts are the options of one inserted job; see queue.InsertOpts.
 // Each field left zero takes the args' own InsertOpts() (see
-// ArgsWithInsertOpts), then the kind's defaults from its handler's
-// jobs.KindOptions when this client has one, then the queue's defaults.
+// ArgsWithInsertOpts), then the queue's defaults: the same in every
+// process, whether it has the kind's handler or not.
 type InsertOpts = queue.InsertOpts
 
 // InsertResult says what an insert did: the job's id, and whether its
@@ -292,10 +327,14 @@ type InsertManyParams struct {
 	Opts *InsertOpts
 }
 
-// Insert adds one job of the kind args names. Its id is made by the
-// client, so after an error the job may or may not exist (ErrOutcomeUnknown
-// says so; inserting again with the same InsertOpts.ID adds it at most
-// once).
+// Insert adds one job of the kind args names. Args that have a Validate
+// method (jobs.Validator, on the value or a pointer) are checked with it
+// first, as the worker checks them: args it refuses are not inserted, and
+// the error is a *queue.ValidationError naming the kind that wraps
+// Validate's error (errors.Is and errors.As reach it). Its id is made by
+// the client, so after an error the job may or may not exist
+// (ErrOutcomeUnknown says so; inserting again with the same InsertOpts.ID
+// adds it at most once).
 func (c *Client) Insert(ctx context.Context, args jobs.Args, opts *InsertOpts) (InsertResult, error) {
 	res, err := c.InsertMany(ctx, []InsertManyParams{{Args: args, Opts: opts}})
 	if err != nil {
@@ -305,59 +344,25 @@ func (c *Client) Insert(ctx context.Context, args jobs.Args, opts *InsertOpts) (
 }
 
 // InsertMany adds jobs in one round trip (jobs with a unique key take one
-// each), all or none validated before the first write.
+// each). Every job is validated before the first write, its args with
+// their Validate too (see Insert): when one is invalid, none is inserted,
+// and the error is a *queue.ValidationError whose Index is that job's.
 func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]InsertResult, error) {
 	ins := make([]queue.Insert, len(params))
 	for i, p := range params {
 		if p.Args == nil {
 			return nil, &queue.ValidationError{Index: i, Field: "args", Reason: "must not be nil"}
 		}
+		if err := insertargs.Validate(i, p.Args); err != nil {
+			return nil, err
+		}
 		var o InsertOpts
 		if p.Opts != nil {
 			o = *p.Opts
 		}
-		ins[i] = queue.Insert{Kind: p.Args.Kind(), Args: p.Args, Opts: c.insertOpts(p.Args, o)}
+		ins[i] = queue.Insert{Kind: p.Args.Kind(), Args: p.Args, Opts: insertargs.Opts(p.Args, o)}
 	}
 	return c.q.EnqueueMany(ctx, ins)
-}
-
-// insertOpts fills the options o leaves zero: from the args' InsertOpts(),
-// then from the kind's handler.
-func (c *Client) insertOpts(args jobs.Args, o InsertOpts) InsertOpts {
-	if d, ok := argsInsertOpts(args); ok {
-		o = fillOpts(o, d)
-	}
-	if _, ko, ok := c.reg.Lookup(args.Kind()); ok {
-		o = fillOpts(o, InsertOpts{MaxAttempts: ko.MaxAttempts, Queue: ko.Queue, Priority: ko.Priority})
-	}
-	return o
-}
-
-// fillOpts returns o with each field it leaves zero taken from d. RunAt and
-// Delay are one setting: o's, when it sets either.
-func fillOpts(o, d InsertOpts) InsertOpts {
-	if o.ID == "" {
-		o.ID = d.ID
-	}
-	if o.Queue == "" {
-		o.Queue = d.Queue
-	}
-	if o.Priority == 0 {
-		o.Priority = d.Priority
-	}
-	if o.RunAt.IsZero() && o.Delay == 0 {
-		o.RunAt, o.Delay = d.RunAt, d.Delay
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = d.MaxAttempts
-	}
-	if o.UniqueKey == "" {
-		o.UniqueKey = d.UniqueKey
-	}
-	if o.UniqueFor == 0 {
-		o.UniqueFor = d.UniqueFor
-	}
-	return o
 }
 
 // kindQueue is the queue a job of kind goes to when its insert names none.
@@ -365,9 +370,6 @@ func fillOpts(o, d InsertOpts) InsertOpts {
 func (c *Client) kindQueue(kind string) string {
 	if q := c.argsOpts[kind].Queue; q != "" {
 		return q
-	}
-	if _, ko, ok := c.reg.Lookup(kind); ok && ko.Queue != "" {
-		return ko.Queue
 	}
 	return jobs.DefaultQueue
 }

@@ -30,7 +30,7 @@ func TestClientLifecycleErrors(t *testing.T) {
 	docket.MustAddHandler(c, noop, jobs.KindOptions{})
 	require.ErrorContains(t, docket.AddHandler(c, noop, jobs.KindOptions{}), "already registered")
 	require.Panics(t, func() { docket.MustAddHandler(c, noop, jobs.KindOptions{}) })
-	require.ErrorContains(t, docket.AddHandler(c, noop, jobs.KindOptions{MaxAttempts: -1}), "must not be negative")
+	require.ErrorContains(t, docket.AddHandler(c, noop, jobs.KindOptions{Timeout: -1}), "must not be negative")
 
 	require.NoError(t, c.Start(ctx))
 	require.ErrorContains(t, c.Start(ctx), "twice")
@@ -70,24 +70,23 @@ func TestStartFailsWholeAndCanBeRetried(t *testing.T) {
 	require.EqualValues(t, 2, calls.Load())
 }
 
-func TestInsertTakesTheKindsDefaults(t *testing.T) {
+func TestInsertTakesTheArgsDefaults(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{})
 	require.NoError(t, err)
-	docket.MustAddHandler(c, noop, jobs.KindOptions{MaxAttempts: 3, Queue: "mail", Priority: 7})
 
-	plain, err := c.Insert(ctx, GreetArgs{Name: "a"}, nil)
+	plain, err := c.Insert(ctx, ReportArgs{Day: "a"}, nil)
 	require.NoError(t, err)
-	own, err := c.Insert(ctx, GreetArgs{Name: "b"}, &docket.InsertOpts{MaxAttempts: 9, Queue: "urgent", Priority: 1})
+	own, err := c.Insert(ctx, ReportArgs{Day: "b"}, &docket.InsertOpts{MaxAttempts: 9, Queue: "urgent", Priority: 1})
 	require.NoError(t, err)
 
 	j, err := c.JobGet(ctx, plain.ID)
 	require.NoError(t, err)
-	require.Equal(t, "greet", j.Kind)
-	require.Equal(t, 3, j.MaxAttempts)
-	require.Equal(t, "mail", j.Queue)
-	require.Equal(t, 7, j.Priority)
+	require.Equal(t, "report", j.Kind)
+	require.Equal(t, 4, j.MaxAttempts)
+	require.Equal(t, "reports", j.Queue)
+	require.Equal(t, 3, j.Priority)
 	j, err = c.JobGet(ctx, own.ID)
 	require.NoError(t, err)
 	require.Equal(t, 9, j.MaxAttempts)

@@ -18,6 +18,12 @@ type DailyReportArgs struct {
 // Kind implements jobs.Args.
 func (DailyReportArgs) Kind() string { return "daily_report" }
 
+// InsertOpts implements docket.ArgsWithInsertOpts: a daily report gets one
+// attempt, whichever process inserts it.
+func (DailyReportArgs) InsertOpts() docket.InsertOpts {
+	return docket.InsertOpts{MaxAttempts: 1}
+}
+
 // A handler steers its job with what it returns: jobs.Snooze runs it again
 // later without counting the attempt or recording an error (the data is
 // not there yet), jobs.Cancel ends it cancelled with a reason, attempts
@@ -38,7 +44,7 @@ func Example_snoozeAndCancel() {
 			return jobs.Snooze(50 * time.Millisecond)
 		}
 		return nil
-	}, jobs.KindOptions{MaxAttempts: 1})
+	}, jobs.KindOptions{})
 	// Snoozed jobs wait for a later time, which WaitIdle does not wait
 	// for: wait for the two jobs' ends instead.
 	ended, unsubscribe := client.Subscribe(docket.EventJobSucceeded, docket.EventJobCancelled)

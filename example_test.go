@@ -9,6 +9,8 @@ import (
 
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // GreetArgs are the args of the "greet" kind: a typed args struct names
@@ -124,9 +126,11 @@ func ExampleClient_Stop() {
 	// Output: after Stop the job is succeeded
 }
 
-// A handler's error retries the job with backoff, up to its kind's max
+// A handler's error retries the job with backoff, up to the job's max
 // attempts; an error wrapped in jobs.Permanent, or args that fail to decode
 // or validate, send it to the dead state at once, with the error kept.
+// Insert refuses args that fail their Validate; a job inserted another way
+// (a shell, another language, queue.Client) meets it in the worker.
 func Example_permanentError() {
 	ctx := context.Background()
 	client, err := docket.NewClient(exampleDB("permanent_error"), docket.Config{})
@@ -138,19 +142,22 @@ func Example_permanentError() {
 			return jobs.Permanent(fmt.Errorf("no such user %q", args.Name))
 		}
 		return nil
-	}, jobs.KindOptions{MaxAttempts: 5})
+	}, jobs.KindOptions{})
 	if err := client.Start(ctx); err != nil {
 		panic(err)
 	}
 	defer func() { _ = client.Stop(ctx) }()
 
-	unknown, _ := client.Insert(ctx, GreetArgs{Name: "nobody"}, nil)
-	invalid, _ := client.Insert(ctx, GreetArgs{}, nil) // fails Validate
+	unknown, _ := client.Insert(ctx, GreetArgs{Name: "nobody"}, &docket.InsertOpts{MaxAttempts: 5})
+	_, err = client.Insert(ctx, GreetArgs{}, nil) // fails Validate: not inserted
+	fmt.Println(err)
+	invalid, _ := client.Queue().Enqueue(ctx, "greet", bson.M{"name": ""}, queue.InsertOpts{MaxAttempts: 5})
 	for _, id := range []string{unknown.ID, invalid.ID} {
 		job := waitFinished(ctx, client, id)
 		fmt.Printf("%s after %d attempt(s) of %d: %s\n", job.State, job.Attempt, job.MaxAttempts, job.Errors[len(job.Errors)-1].Message)
 	}
 	// Output:
+	// queue: job 0: args: "greet" args fail their Validate: name must not be empty
 	// dead after 1 attempt(s) of 5: no such user "nobody"
 	// dead after 1 attempt(s) of 5: name must not be empty
 }

@@ -67,3 +67,72 @@ func ExampleClient_InsertWorkflow() {
 	// nightly-2026-11-24/load
 	// [extract transform transform load]
 }
+
+// PartArgs are the args of a task that counts one part and passes the
+// count on as its result.
+type PartArgs struct {
+	N int `bson:"n"`
+}
+
+// Kind implements jobs.Args.
+func (PartArgs) Kind() string { return "part" }
+
+// SumArgs are the args of the task that adds its parents' counts.
+type SumArgs struct{}
+
+// Kind implements jobs.Args.
+func (SumArgs) Kind() string { return "sum" }
+
+// A task reads what the tasks it runs after passed on with jobs.SetResult:
+// ParentResults lists them in its After's order (the workflow's own gate,
+// which it also waits for, left out), and Decode decodes each.
+func ExampleClient_ParentResults() {
+	ctx := context.Background()
+	client, err := docket.NewClient(exampleDB("parent_results"), docket.Config{})
+	if err != nil {
+		panic(err)
+	}
+	type count struct {
+		N int `bson:"n"`
+	}
+	docket.MustAddHandler(client, func(ctx context.Context, _ *jobs.Job, a PartArgs) error {
+		return jobs.SetResult(ctx, count{N: a.N})
+	}, jobs.KindOptions{})
+	sums := make(chan string, 1)
+	docket.MustAddHandler(client, func(ctx context.Context, job *jobs.Job, _ SumArgs) error {
+		parents, err := client.ParentResults(ctx, job)
+		if err != nil {
+			return err
+		}
+		total, line := 0, ""
+		for _, p := range parents {
+			var c count
+			if err := p.Decode(&c); err != nil {
+				return jobs.Permanent(err)
+			}
+			total += c.N
+			line += fmt.Sprintf("%s=%d ", p.ID, c.N)
+		}
+		sums <- fmt.Sprintf("%stotal=%d", line, total)
+		return nil
+	}, jobs.KindOptions{})
+	if err := client.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer func() { _ = client.Stop(ctx) }()
+
+	wf := docket.NewWorkflow("tally")
+	a := wf.Add("a", PartArgs{N: 2}, nil)
+	b := wf.Add("b", PartArgs{N: 40}, nil)
+	wf.Add("sum", SumArgs{}, &docket.TaskOpts{After: []string{a, b}})
+	if _, err := client.InsertWorkflow(ctx, wf); err != nil {
+		panic(err)
+	}
+	select {
+	case s := <-sums:
+		fmt.Println(s)
+	case <-time.After(time.Minute):
+		panic("the sum did not run")
+	}
+	// Output: tally/a=2 tally/b=40 total=42
+}

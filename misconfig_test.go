@@ -44,8 +44,8 @@ func TestAddHandlerAfterStartIsRefused(t *testing.T) {
 }
 
 // A producer-only client (no handler) inserts a kind into the queue its
-// args type names, with its priority and attempts; explicit options win,
-// then the args', then the handler's KindOptions, then the defaults.
+// args type names, with its priority and attempts, as a client with the
+// handler does; explicit options win, then the args', then the defaults.
 func TestInsertDefaultsTravelWithTheArgsType(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -68,10 +68,9 @@ func TestInsertDefaultsTravelWithTheArgsType(t *testing.T) {
 
 	worker, err := docket.NewClient(db, docket.Config{})
 	require.NoError(t, err)
-	docket.MustAddHandler(worker, func(context.Context, *jobs.Job, ReportArgs) error { return nil },
-		jobs.KindOptions{Queue: "handler-queue", Priority: 1, MaxAttempts: 2})
+	docket.MustAddHandler(worker, func(context.Context, *jobs.Job, ReportArgs) error { return nil }, jobs.KindOptions{})
 	j = get(worker, ReportArgs{Day: "wed"}, nil)
-	require.Equal(t, []any{"reports", 3, 4}, []any{j.Queue, j.Priority, j.MaxAttempts}, "the args' options win over the handler's")
+	require.Equal(t, []any{"reports", 3, 4}, []any{j.Queue, j.Priority, j.MaxAttempts}, "the client with the handler inserts alike")
 	j = get(worker, ReportArgs{Day: "thu"}, &docket.InsertOpts{Queue: "urgent"})
 	require.Equal(t, []any{"urgent", 3, 4}, []any{j.Queue, j.Priority, j.MaxAttempts})
 }
@@ -84,9 +83,9 @@ func TestStartWarnsOfAKindNoQueueServes(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{Logger: zap.New(core), Queues: []string{"default", "mail"}})
 	require.NoError(t, err)
-	docket.MustAddHandler(c, noop, jobs.KindOptions{Queue: "mail"})                                                 // served
-	docket.MustAddHandler(c, func(context.Context, *jobs.Job, ReportArgs) error { return nil }, jobs.KindOptions{}) // its args say "reports"
-	docket.MustAddHandler(c, func(context.Context, *jobs.Job, EmailArgs) error { return nil }, jobs.KindOptions{Queue: "email"})
+	docket.MustAddHandler(c, func(context.Context, *jobs.Job, mailQueueArgs) error { return nil }, jobs.KindOptions{}) // served
+	docket.MustAddHandler(c, func(context.Context, *jobs.Job, ReportArgs) error { return nil }, jobs.KindOptions{})    // its args say "reports"
+	docket.MustAddHandler(c, func(context.Context, *jobs.Job, EmailArgs) error { return nil }, jobs.KindOptions{})     // the default queue, served
 	require.NoError(t, c.Start(ctx))
 	defer func() { require.NoError(t, c.Stop(ctx)) }()
 
@@ -95,5 +94,12 @@ func TestStartWarnsOfAKindNoQueueServes(t *testing.T) {
 		f := e.ContextMap()
 		warned[f["kind"].(string)] = f["queue"].(string)
 	}
-	require.Equal(t, map[string]string{"report": "reports", "email": "email"}, warned)
+	require.Equal(t, map[string]string{"report": "reports"}, warned)
 }
+
+// mailQueueArgs go to the mail queue.
+type mailQueueArgs struct{}
+
+func (mailQueueArgs) Kind() string { return "mail-queue" }
+
+func (mailQueueArgs) InsertOpts() docket.InsertOpts { return docket.InsertOpts{Queue: "mail"} }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/docketq/docket/internal/insertargs"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/recovery"
 )
@@ -25,7 +26,7 @@ type PeriodicJob struct {
 	Args jobs.Args
 	// Queue, Priority and MaxAttempts are each tick's job's options. A zero
 	// field takes the args' InsertOpts() (see ArgsWithInsertOpts), then the
-	// kind's handler's jobs.KindOptions, then the default.
+	// default.
 	Queue       string
 	Priority    int
 	MaxAttempts int
@@ -37,23 +38,18 @@ func validatePeriodicJobs(list []PeriodicJob) error {
 		if p.Args == nil {
 			return fmt.Errorf("periodic job %d (%q): args must not be nil", i, p.Name)
 		}
-		if v, ok := p.Args.(jobs.Validator); ok {
+		if v, ok := insertargs.As[jobs.Validator](p.Args); ok {
 			if err := v.Validate(); err != nil {
 				return fmt.Errorf("periodic job %d (%q): args of kind %q: %w", i, p.Name, p.Args.Kind(), err)
 			}
 		}
 	}
-	return recovery.ValidatePeriodicJobs(periodicForEngine(list, func(args jobs.Args, o InsertOpts) InsertOpts {
-		if d, ok := argsInsertOpts(args); ok {
-			o = fillOpts(o, d)
-		}
-		return o
-	}))
+	return recovery.ValidatePeriodicJobs(periodicForEngine(list))
 }
 
 // periodicForEngine returns list as the periodic enqueuer takes it, each
-// job's options filled by opts.
-func periodicForEngine(list []PeriodicJob, opts func(jobs.Args, InsertOpts) InsertOpts) []recovery.PeriodicJob {
+// job's options filled as an insert's are.
+func periodicForEngine(list []PeriodicJob) []recovery.PeriodicJob {
 	out := make([]recovery.PeriodicJob, len(list))
 	for i, p := range list {
 		var kind string
@@ -62,7 +58,7 @@ func periodicForEngine(list []PeriodicJob, opts func(jobs.Args, InsertOpts) Inse
 		}
 		o := InsertOpts{Queue: p.Queue, Priority: p.Priority, MaxAttempts: p.MaxAttempts}
 		if p.Args != nil {
-			o = opts(p.Args, o)
+			o = insertargs.Opts(p.Args, o)
 		}
 		out[i] = recovery.PeriodicJob{Name: p.Name, Schedule: p.Schedule, Kind: kind, Args: p.Args,
 			Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts}
@@ -83,5 +79,5 @@ func (c *Client) periodicEngineJobs() ([]recovery.PeriodicJob, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return periodicForEngine(c.cfg.PeriodicJobs, c.insertOpts), nil
+	return periodicForEngine(c.cfg.PeriodicJobs), nil
 }

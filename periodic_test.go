@@ -61,7 +61,7 @@ func TestPeriodicJobTakesTheKindsOptions(t *testing.T) {
 		require.Equal(t, "mon", a.Day)
 		ran <- j
 		return nil
-	}, jobs.KindOptions{MaxAttempts: 2, Queue: "handler-queue"})
+	}, jobs.KindOptions{})
 	require.NoError(t, c.Start(ctx))
 	defer func() { require.NoError(t, c.Stop(ctx)) }()
 	select {

@@ -16,13 +16,18 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-// EmailArgs is the args type the README's "From Go" snippet registers.
+// EmailArgs is the args type the README's "From Go" snippet registers,
+// as the README declares it.
+// --- README args ---
 type EmailArgs struct {
 	To string `bson:"to"`
 }
 
-// Kind implements jobs.Args.
 func (EmailArgs) Kind() string { return "email" }
+
+func (EmailArgs) InsertOpts() docket.InsertOpts { return docket.InsertOpts{MaxAttempts: 5} }
+
+// --- end args ---
 
 // TestReadmeFromGo runs the README's "From Go" snippet as it is written, on
 // a fresh database (the server's URI and the database's name are the
@@ -44,7 +49,7 @@ func TestReadmeFromGo(t *testing.T) {
 	}
 	docket.MustAddHandler(client, func(ctx context.Context, j *jobs.Job, a EmailArgs) error {
 		return send(ctx, a)
-	}, jobs.KindOptions{Timeout: time.Minute, MaxAttempts: 5})
+	}, jobs.KindOptions{Timeout: time.Minute})
 	if err := client.Start(ctx); err != nil { // indexes, pool, reaper, leader, periodic jobs
 		t.Fatal(err)
 	}
@@ -73,24 +78,36 @@ func TestReadmeFromGo(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, page.Jobs)
 
-	src, err := os.ReadFile("readme_test.go")
+	requireDocHolds(t, "README.md", "readme_test.go", "// --- README args ---\n", "// --- end args ---", nil)
+	fromGo := strings.NewReplacer("t.Fatal(err)", "log.Fatal(err)", "(uri)", `("mongodb://127.0.0.1:27017")`,
+		"(dbName)", `("app")`, "return send(ctx, a)", "return sendEmail(ctx, a.To)")
+	requireDocHolds(t, "README.md", "readme_test.go", "// --- README ---\n", "\t// --- end ---", fromGo)
+	requireDocHolds(t, "README.md", "readme_test.go", "// --- README admin ---\n", "\t// --- end admin ---", nil)
+}
+
+// requireDocHolds checks that doc holds, line for line, the code of the
+// test file src between the lines begin and end (one tab of indent
+// dropped, then the test's own names replaced by the doc's with fix), so
+// that a doc's code that a test runs and the doc cannot drift apart.
+func requireDocHolds(t *testing.T, doc, src, begin, end string, fix *strings.Replacer) {
+	t.Helper()
+	code, err := os.ReadFile(src)
 	require.NoError(t, err)
-	readme, err := os.ReadFile("README.md")
+	text, err := os.ReadFile(doc)
 	require.NoError(t, err)
-	var snippet string
-	for _, marks := range [][2]string{{"// --- README ---\n", "\t// --- end ---"}, {"// --- README admin ---\n", "\t// --- end admin ---"}} {
-		part := string(src)
-		part = part[strings.Index(part, marks[0])+len(marks[0]):]
-		snippet += part[:strings.Index(part, marks[1])]
-	}
-	for _, line := range strings.Split(strings.TrimRight(snippet, "\n"), "\n") {
+	part := string(code)
+	i := strings.Index(part, begin)
+	require.GreaterOrEqual(t, i, 0, "%s has no line %q", src, begin)
+	part = part[i+len(begin):]
+	j := strings.Index(part, end)
+	require.GreaterOrEqual(t, j, 0, "%s has no line %q", src, end)
+	for _, line := range strings.Split(strings.TrimRight(part[:j], "\n"), "\n") {
 		line = strings.TrimPrefix(line, "\t")
-		line = strings.ReplaceAll(line, "t.Fatal(err)", "log.Fatal(err)")
-		line = strings.ReplaceAll(line, "(uri)", `("mongodb://127.0.0.1:27017")`)
-		line = strings.ReplaceAll(line, "(dbName)", `("app")`)
-		line = strings.ReplaceAll(line, "return send(ctx, a)", "return sendEmail(ctx, a.To)")
-		if !strings.Contains(string(readme), line+"\n") {
-			t.Errorf("README.md's From Go snippet lacks this line, which the test runs:\n%s", line)
+		if fix != nil {
+			line = fix.Replace(line)
+		}
+		if !strings.Contains(string(text), line+"\n") {
+			t.Errorf("%s lacks this line of %s, which the test runs:\n%s", doc, src, line)
 		}
 	}
 }

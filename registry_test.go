@@ -64,7 +64,7 @@ func TestEmbeddedClientIsInTheRegistry(t *testing.T) {
 	c, err := NewClient(testdb.NewDB(t), Config{Logger: zaptest.NewLogger(t), ID: "embedded-1", Queues: []string{"mail"}, Concurrency: 3,
 		ProcessLimits: limits})
 	require.NoError(t, err)
-	require.NoError(t, AddHandler(c, func(context.Context, *jobs.Job, registryArgs) error { return nil }, jobs.KindOptions{Queue: "mail"}))
+	require.NoError(t, AddHandler(c, func(context.Context, *jobs.Job, registryArgs) error { return nil }, jobs.KindOptions{}))
 	require.NoError(t, c.Start(ctx))
 	var got []queue.WorkerInfo
 	require.Eventually(t, func() bool {
@@ -87,3 +87,5 @@ func TestEmbeddedClientIsInTheRegistry(t *testing.T) {
 type registryArgs struct{}
 
 func (registryArgs) Kind() string { return "registry-test" }
+
+func (registryArgs) InsertOpts() InsertOpts { return InsertOpts{Queue: "mail"} }

@@ -4,14 +4,15 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/docketq/docket/internal/insertargs"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 )
 
 // TaskOpts are the options of one task of a workflow: the names of the
 // tasks it runs after, and its queue, priority and attempts; see
-// queue.TaskOpts. Fields left zero take the args' and the kind's defaults,
-// as InsertOpts do.
+// queue.TaskOpts. Fields left zero take the args' InsertOpts(), as
+// InsertOpts do.
 type TaskOpts = queue.TaskOpts
 
 // WorkflowResult says what InsertWorkflow did: the workflow's id and its
@@ -57,7 +58,9 @@ func (w *Workflow) Add(name string, args jobs.Args, opts *TaskOpts) string {
 }
 
 // InsertWorkflow inserts the workflow w, every task unpublished, then
-// publishes it with one write: no task runs unless all are in. After an
+// publishes it with one write: no task runs unless all are in. Every task
+// is checked first, its args with their Validate too (see Insert): a
+// workflow with an invalid task is refused whole, nothing written. After an
 // error, calling it again with the same workflow (and id) finishes what
 // the first call started; a workflow left unpublished is cancelled by the
 // leader after queue.DefaultWorkflowGrace.
@@ -67,7 +70,10 @@ func (c *Client) InsertWorkflow(ctx context.Context, w *Workflow) (WorkflowResul
 		if task.args == nil {
 			return WorkflowResult{}, &queue.ValidationError{Index: i, Field: "args", Reason: "must not be nil"}
 		}
-		o := c.insertOpts(task.args, InsertOpts{Queue: task.opts.Queue, Priority: task.opts.Priority, MaxAttempts: task.opts.MaxAttempts})
+		if err := insertargs.Validate(i, task.args); err != nil {
+			return WorkflowResult{}, err
+		}
+		o := insertargs.Opts(task.args, InsertOpts{Queue: task.opts.Queue, Priority: task.opts.Priority, MaxAttempts: task.opts.MaxAttempts})
 		opts := task.opts
 		opts.Queue, opts.Priority, opts.MaxAttempts = o.Queue, o.Priority, o.MaxAttempts
 		qw.Add(task.name, task.args.Kind(), task.args, opts)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket"
+	"github.com/docketq/docket/internal/insertargs"
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -38,7 +39,9 @@ type TB interface {
 // nothing to the database itself (the handler may). It returns the
 // handler's error: nil, a retryable error, or one for which
 // jobs.IsPermanent is true (including args that fail to decode or
-// validate). Setting job fields: opts, as for an insert.
+// validate: Insert refuses such args, but a job inserted another way still
+// meets the handler's check). The job is the one Insert would insert: its
+// fields come from opts and the args type's InsertOpts(), as an insert's do.
 func Work(ctx context.Context, client *docket.Client, args jobs.Args, opts ...docket.InsertOpts) error {
 	_, err := WorkJob(ctx, client, args, opts...)
 	return err
@@ -58,7 +61,7 @@ func WorkJob(ctx context.Context, client *docket.Client, args jobs.Args, opts ..
 		return nil, fmt.Errorf("dockettest: Work: no handler for kind %q (registered: %v)", args.Kind(), client.Registry().Kinds())
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	job, err := queue.NewJob(queue.Insert{Kind: args.Kind(), Args: args, Opts: o}, now)
+	job, err := queue.NewJob(queue.Insert{Kind: args.Kind(), Args: args, Opts: insertargs.Opts(args, o)}, now)
 	if err != nil {
 		return nil, fmt.Errorf("dockettest: Work: %w", err)
 	}

@@ -152,3 +152,39 @@ type printingT struct{}
 
 func (printingT) Helper()                           {}
 func (printingT) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
+
+// ReceiptArgs declare their kind's insert defaults.
+type ReceiptArgs struct {
+	Order string `bson:"order"`
+}
+
+func (ReceiptArgs) Kind() string { return "receipt" }
+
+func (ReceiptArgs) InsertOpts() docket.InsertOpts {
+	return docket.InsertOpts{Queue: "mail", Priority: 2, MaxAttempts: 5}
+}
+
+// The job WorkJob runs the handler on is the job Insert would insert: the
+// same queue, priority and attempts, from the args type's InsertOpts()
+// and the options given.
+func TestWorkJobRunsOnTheJobInsertGives(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client, err := docket.NewClient(testdb.NewDB(t), docket.Config{})
+	require.NoError(t, err)
+	docket.MustAddHandler(client, func(context.Context, *jobs.Job, ReceiptArgs) error { return nil }, jobs.KindOptions{})
+
+	for _, opts := range []*docket.InsertOpts{nil, {Priority: 9}, {Queue: "urgent", MaxAttempts: 2}} {
+		var given []docket.InsertOpts
+		if opts != nil {
+			given = append(given, *opts)
+		}
+		ran, err := dockettest.WorkJob(ctx, client, ReceiptArgs{Order: "o-1"}, given...)
+		require.NoError(t, err)
+		res, err := client.Insert(ctx, ReceiptArgs{Order: "o-1"}, opts)
+		require.NoError(t, err)
+		inserted, err := client.JobGet(ctx, res.ID)
+		require.NoError(t, err)
+		require.Equal(t, []any{inserted.Queue, inserted.Priority, inserted.MaxAttempts}, []any{ran.Queue, ran.Priority, ran.MaxAttempts}, "opts %+v", opts)
+	}
+}

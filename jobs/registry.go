@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,21 +54,45 @@ type Validator interface {
 	Validate() error
 }
 
-// KindOptions tune how one kind runs, and what an insert of the kind
-// through docket.Client takes when its options leave a field zero. A zero
-// field means the default, for every field.
+// KindOptions tune how one kind runs where its handler is registered.
+// A zero field means the default, for every field.
+//
+// What an insert of the kind takes when its options leave a field zero
+// (queue, priority, attempts) is not here: it must be the same in every
+// process, one that inserts without the handler too, so it comes from the
+// args type alone, through its InsertOpts() method (see
+// docket.ArgsWithInsertOpts). MaxAttempts, Queue and Priority remain only
+// so that code that set them fails with that message: Registry.Add
+// refuses them unless zero, and docket.AddHandler unless the args type
+// declares the same value.
 type KindOptions struct {
 	// Timeout bounds each attempt. Defaults to DefaultTimeout.
 	Timeout time.Duration
-	// MaxAttempts is how many attempts a job of the kind gets unless its
-	// insert says otherwise. Defaults to the queue's (DefaultMaxAttempts).
+	// Deprecated: an insert default; declare it with the args type's
+	// InsertOpts() (docket.ArgsWithInsertOpts) and leave it zero here.
 	MaxAttempts int
-	// Queue is the queue a job of the kind goes to unless its insert says
-	// otherwise. Defaults to DefaultQueue.
+	// Deprecated: an insert default; declare it with the args type's
+	// InsertOpts() (docket.ArgsWithInsertOpts) and leave it zero here.
 	Queue string
-	// Priority is the priority of a job of the kind unless its insert sets
-	// a non-zero one. Defaults to 0.
+	// Deprecated: an insert default; declare it with the args type's
+	// InsertOpts() (docket.ArgsWithInsertOpts) and leave it zero here.
 	Priority int
+}
+
+// insertDefaults lists the insert defaults o sets, as "Field value"
+// pairs, in the order Queue, Priority, MaxAttempts.
+func (o KindOptions) insertDefaults() []string {
+	var set []string
+	if o.Queue != "" {
+		set = append(set, fmt.Sprintf("Queue %q", o.Queue))
+	}
+	if o.Priority != 0 {
+		set = append(set, fmt.Sprintf("Priority %d", o.Priority))
+	}
+	if o.MaxAttempts != 0 {
+		set = append(set, fmt.Sprintf("MaxAttempts %d", o.MaxAttempts))
+	}
+	return set
 }
 
 type entry struct {
@@ -99,8 +124,9 @@ func (r *Registry) Add(kind string, h Handler, opts KindOptions) error {
 	if opts.Timeout < 0 {
 		return fmt.Errorf("jobs: register %q: timeout %s must not be negative", kind, opts.Timeout)
 	}
-	if opts.MaxAttempts < 0 {
-		return fmt.Errorf("jobs: register %q: max attempts %d must not be negative", kind, opts.MaxAttempts)
+	if set := opts.insertDefaults(); len(set) > 0 {
+		return fmt.Errorf("jobs: register %q: KindOptions %s: an insert default applies only where this handler is registered, so a process without it would insert the kind otherwise: declare it with the args type's InsertOpts() (docket.ArgsWithInsertOpts) and leave it zero here",
+			kind, strings.Join(set, ", "))
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultTimeout

@@ -47,7 +47,7 @@ func (s *ResultSlot) Result() bson.Raw {
 // (CheckArgs), as the result of the job whose handler ctx is. When the job
 // succeeds, the result is stored with it by the write that records its
 // success (the job's result field), where the jobs that wait for it read
-// it (queue.Client.Results of job.After). A later call replaces it; a
+// it (docket.Client.ParentResults). A later call replaces it; a
 // failed attempt stores none. The error is permanent: returned by the
 // handler, it ends the job dead, since a retry would produce the same.
 func SetResult(ctx context.Context, v any) error {

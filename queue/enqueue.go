@@ -159,12 +159,19 @@ type ValidationError struct {
 	Field string
 	// Reason says what is wrong with it.
 	Reason string
+	// Err is the error Reason reports, when it comes from one (the args'
+	// own Validate); nil otherwise.
+	Err error
 }
 
 // Error implements error.
 func (e *ValidationError) Error() string {
 	return fmt.Sprintf("queue: job %d: %s: %s", e.Index, e.Field, e.Reason)
 }
+
+// Unwrap returns Err, so errors.Is and errors.As see the error of the
+// args' Validate.
+func (e *ValidationError) Unwrap() error { return e.Err }
 
 // Limits of one insert command of EnqueueMany. Bounded commands keep the
 // encoded command small (well under the server's 48 MB message), bound

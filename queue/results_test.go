@@ -19,13 +19,14 @@ func (b bundle) succeedWith(t *testing.T, j *jobs.Job, result bson.M) {
 	require.NoError(t, store.Of(b.q).Complete(store.WithResult(b.ctx, raw), store.LeaseOf(j)))
 }
 
-// requireNoResult checks that neither Results nor the job shows a result
-// for id.
+// requireNoResult checks that neither the job nor a dependent's
+// ParentResults shows a result for id.
 func (b bundle) requireNoResult(t *testing.T, id string) {
 	t.Helper()
-	rs, err := b.q.Results(b.ctx, []string{id})
+	rs, err := b.q.ParentResults(b.ctx, &jobs.Job{ID: "dependent", After: []string{id}})
 	require.NoError(t, err)
-	require.Empty(t, rs, "job %s", id)
+	require.Len(t, rs, 1)
+	require.ErrorIs(t, rs[0].Decode(&bson.M{}), queue.ErrNoResult, "job %s", id)
 	require.Nil(t, b.get(t, id).Result, "job %s", id)
 }
 
@@ -59,9 +60,7 @@ func TestRetryClearsAnEarlierAttemptsResult(t *testing.T) {
 				b := setup(t)
 				id := p.enqueue(t, b)
 				b.succeedWith(t, b.claimID(t, id), bson.M{"n": 1})
-				rs, err := b.q.Results(b.ctx, []string{id})
-				require.NoError(t, err)
-				require.Len(t, rs, 1)
+				require.NotNil(t, b.get(t, id).Result)
 
 				b.retry(t, id)
 				b.requireNoResult(t, id)
@@ -70,9 +69,7 @@ func TestRetryClearsAnEarlierAttemptsResult(t *testing.T) {
 
 				b.retry(t, id)
 				b.succeedWith(t, b.claimID(t, id), bson.M{"n": 2})
-				rs, err = b.q.Results(b.ctx, []string{id})
-				require.NoError(t, err)
-				n, _ := rs[id].Lookup("n").AsInt64OK()
+				n, _ := b.get(t, id).Result.Lookup("n").AsInt64OK()
 				require.EqualValues(t, 2, n, "the new attempt's own result")
 			})
 		}
@@ -94,4 +91,43 @@ func TestFinishingClearsAResultTheAttemptDidNotSet(t *testing.T) {
 			b.requireNoResult(t, id)
 		})
 	}
+}
+
+// ParentResults lists a job's parents in its After's order, leaving out
+// only the gate its own workflow field names; documents other apps wrote
+// (a result that is no document, a workflow field of another type) give a
+// parent without a result, and no gate, instead of an error.
+func TestParentResultsSkipsOnlyTheJobsOwnGate(t *testing.T) {
+	b := setup(t)
+	coll := store.Of(b.q).Collection()
+	_, err := coll.InsertMany(b.ctx, []any{
+		bson.M{"_id": "wf", "kind": "docket.workflow", "state": "succeeded"},
+		bson.M{"_id": "wf/a", "kind": "k", "state": "succeeded", "result": bson.M{"n": 1}},
+		bson.M{"_id": "odd", "kind": "k", "state": "succeeded", "result": "not a document"},
+		bson.M{"_id": "wf/t", "kind": "k", "state": "running", "workflow": "wf"},
+		bson.M{"_id": "plain", "kind": "k", "state": "running", "workflow": 7},
+	})
+	require.NoError(t, err)
+
+	ids := func(rs []queue.ParentResult) []string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	rs, err := b.q.ParentResults(b.ctx, &jobs.Job{ID: "wf/t", After: []string{"wf", "odd", "wf/a"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"odd", "wf/a"}, ids(rs))
+	require.ErrorIs(t, rs[0].Decode(&bson.M{}), queue.ErrNoResult)
+	var got struct {
+		N int `bson:"n"`
+	}
+	require.NoError(t, rs[1].Decode(&got))
+	require.Equal(t, 1, got.N)
+
+	rs, err = b.q.ParentResults(b.ctx, &jobs.Job{ID: "plain", After: []string{"wf", "wf/a"}})
+	require.NoError(t, err)
+	require.Equal(t, []string{"wf", "wf/a"}, ids(rs), "a job of no workflow lists every parent")
+	require.ErrorIs(t, rs[0].Decode(&got), queue.ErrNoResult)
 }

@@ -190,15 +190,15 @@ func TestWorkflowResults(t *testing.T) {
 	}, jobs.KindOptions{})
 	got := make(chan int, 1)
 	b.handle(t, "total", func(ctx context.Context, j *jobs.Job) error {
-		results, err := b.q.Results(ctx, j.After)
+		parents, err := b.q.ParentResults(ctx, j)
 		if err != nil {
 			return err
 		}
 		total := 0
-		for _, p := range j.After {
+		for _, p := range parents {
 			var s sum
-			if err := bson.Unmarshal(results[p], &s); err != nil {
-				return jobs.Permanent(fmt.Errorf("parent %s: %w", p, err))
+			if err := p.Decode(&s); err != nil {
+				return jobs.Permanent(err)
 			}
 			total += s.N
 		}
