@@ -38,9 +38,17 @@ const (
 // Rate is a rate limit: at most N starts per Per, of which at most Burst
 // at once (0 is 1); with By, per value of the jobs' args field By (a
 // dotted path for a nested field). Per is at least a millisecond, in
-// whole milliseconds. Its String writes it as ParseRate reads it;
-// Validate says what is wrong with it.
+// whole milliseconds, and at most MaxRatePeriod; the whole burst must
+// refill (Burst × Per / N) within MaxRateWindow. Its String writes it as
+// ParseRate reads it; Validate says what is wrong with it.
 type Rate = store.Rate
+
+// MaxRatePeriod (a year, 8784h) bounds a rate's period, and MaxRateWindow
+// (100 years) the time its whole burst takes to refill.
+const (
+	MaxRatePeriod = store.MaxRatePeriod
+	MaxRateWindow = store.MaxRateWindow
+)
 
 // DefaultRatePartsCollection holds the partitions' state of the
 // partitioned rates; a Client on another jobs collection C uses

@@ -74,7 +74,10 @@ func TestProcessLimitHoldsInEachWorker(t *testing.T) {
 	// The x jobs first, so that the claims prefer them: what the limit
 	// leaves out is what lets the y jobs in.
 	ids := b.enqueue(t, "x", 24, time.Now().Add(-time.Minute))
-	ids = append(ids, b.enqueue(t, "y", 80, time.Now().Add(-time.Second))...)
+	// Enough y jobs to outlast the x jobs in both workers however the
+	// claims split them (with 80, a loaded machine sometimes let the fast
+	// worker drain them all before the slow one ran its x jobs in pairs).
+	ids = append(ids, b.enqueue(t, "y", 160, time.Now().Add(-time.Second))...)
 
 	limits := map[string]int{queue.KindLimit("x"): 2}
 	var ws []*worker.Worker
