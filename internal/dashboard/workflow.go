@@ -78,9 +78,9 @@ type stateCount struct {
 // workflowPager says which tasks a page of the workflow page shows, and
 // links to its neighbours.
 type workflowPager struct {
-	First, Last int
-	Total       string
-	Prev, Next  string
+	Empty              bool
+	First, Last, Total string
+	Prev, Next         string
 }
 
 func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
@@ -190,7 +190,7 @@ func pager(r *http.Request, v queue.WorkflowView, pageNo int) *workflowPager {
 		q.Set("page", strconv.Itoa(n))
 		return "?" + q.Encode()
 	}
-	p := &workflowPager{First: v.Offset + 1, Last: v.Offset + v.Shown(), Total: totalLabel(v)}
+	p := &workflowPager{Empty: v.Shown() == 0, First: thousands(int64(v.Offset + 1)), Last: thousands(int64(v.Offset + v.Shown())), Total: totalLabel(v)}
 	if pageNo > 1 {
 		p.Prev = link(min(pageNo-1, max((v.Total+WorkflowTasks-1)/WorkflowTasks, 1)))
 	}
