@@ -76,7 +76,7 @@ type WorkflowView struct {
 	Total   int
 	AtLeast bool
 	// States counts the Total tasks by state, known states first; a
-	// state that is not a string is counted under "".
+	// state that is not a string is counted under "", last.
 	States []StateCount
 }
 
@@ -249,7 +249,7 @@ func addState(counts map[jobs.State]int, s jobs.State, n int) {
 var viewStates = []jobs.State{jobs.StateBlocked, jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}
 
 // setStates sets the view's States and Total from counts: the known
-// states in their order, then the others by name.
+// states in their order, then the others by name, then "".
 func (v *WorkflowView) setStates(counts map[jobs.State]int) {
 	var out []StateCount
 	for _, s := range viewStates {
@@ -263,7 +263,12 @@ func (v *WorkflowView) setStates(counts map[jobs.State]int) {
 			others = append(others, StateCount{s, n})
 		}
 	}
-	slices.SortFunc(others, func(a, b StateCount) int { return strings.Compare(string(a.State), string(b.State)) })
+	slices.SortFunc(others, func(a, b StateCount) int {
+		if (a.State == "") != (b.State == "") { // "" last
+			return strings.Compare(string(b.State), string(a.State))
+		}
+		return strings.Compare(string(a.State), string(b.State))
+	})
 	v.States = append(out, others...)
 	for _, s := range v.States {
 		v.Total += s.N

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/docketq/docket/internal/store"
+	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -90,4 +91,27 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestWorkflowTasksManyStates: a workflow whose tasks another application
+// wrote in 70 states of its own, and one not a string, is counted whole,
+// in at most 64 states and "" for the rest.
+func TestWorkflowTasksManyStates(t *testing.T) {
+	b := setup(t)
+	docs := []any{bson.D{{Key: "_id", Value: "int"}, {Key: "workflow", Value: "odd"}, {Key: "state", Value: int32(3)}}}
+	for i := range 70 {
+		docs = append(docs, bson.D{{Key: "_id", Value: fmt.Sprint(i)}, {Key: "workflow", Value: "odd"}, {Key: "state", Value: fmt.Sprintf("s-%02d", i)}})
+	}
+	_, err := store.Of(b.q).Collection().InsertMany(b.ctx, docs)
+	require.NoError(t, err)
+	v, err := b.q.WorkflowTasks(b.ctx, queue.StringJobID("odd"), queue.WorkflowPage{Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, 71, v.Total)
+	require.LessOrEqual(t, len(v.States), 65)
+	sum := 0
+	for _, s := range v.States {
+		sum += s.N
+	}
+	require.Equal(t, 71, sum)
+	require.Equal(t, jobs.State(""), v.States[len(v.States)-1].State, "the others last, under \"\"")
 }
