@@ -24,30 +24,74 @@ const (
 	workflowTaskField = WorkflowTaskField
 )
 
-// workflowScanFactor bounds a job's graph: WorkflowTasks walks at most
-// this many times limit jobs (ids and parents only) to count what it
-// leaves out.
-const workflowScanFactor = 10
+// WorkflowPage selects the tasks a WorkflowView holds: Limit of them from
+// Offset, in the view's order (a workflow's by creation, a graph's
+// nearest the job first), each page then ordered parents first.
+type WorkflowPage struct {
+	// Offset is how many tasks come before the page.
+	Offset int
+	// Limit is how many tasks the page holds, at most MaxWorkflowPage.
+	Limit int
+	// Walk bounds a job's graph: at most this many jobs are walked (ids
+	// only). Defaults to DefaultWorkflowWalk.
+	Walk int
+}
 
-// WorkflowView is what WorkflowTasks read: the tasks of a workflow, or the
-// graph of a job.
+const (
+	// MaxWorkflowPage bounds WorkflowPage.Limit.
+	MaxWorkflowPage = 1000
+	// DefaultWorkflowWalk is how many jobs of a graph WorkflowTasks walks
+	// at most.
+	DefaultWorkflowWalk = 10000
+	// viewBatch bounds the ids of one command of the view: longer lists
+	// are sent in batches.
+	viewBatch = 500
+	// maxViewStates bounds the states a view counts apart; jobs in
+	// states past it (which only another application can write) are
+	// counted under "".
+	maxViewStates = 64
+)
+
+// WorkflowView is what WorkflowTasks read: a page of the tasks of a
+// workflow, or of the graph of a job, and counts of them all.
 type WorkflowView struct {
 	// Workflow is the workflow's id when the id named a workflow; "" when
 	// it named a job.
 	Workflow string
 	// Job is the job whose graph this is, when the id named a job.
 	Job JobID
-	// Tasks are the jobs shown: parents before their dependents, ties by
-	// creation (then id).
+	// Tasks are the jobs of the page: parents before their dependents,
+	// ties by creation (then id).
 	Tasks []WorkflowTask
 	// Gate is set when Tasks hold, beside the workflow's tasks, the job
 	// whose id is the workflow's (the builder's gate, whose success
-	// publishes the workflow).
+	// publishes the workflow); it is on the first page alone and not
+	// counted in Total or States.
 	Gate bool
-	// LeftOut is how many more jobs belong and are not shown; with
-	// AtLeast, the walk stopped before it found them all.
-	LeftOut int
+	// Offset is how many tasks come before the page.
+	Offset int
+	// Total is how many tasks the workflow has, or jobs the graph; with
+	// AtLeast, the walk stopped at WorkflowPage.Walk jobs, and there are
+	// more.
+	Total   int
 	AtLeast bool
+	// States counts the Total tasks by state, known states first; a
+	// state that is not a string is counted under "", last.
+	States []StateCount
+}
+
+// StateCount is how many tasks of a view are in one state.
+type StateCount struct {
+	State jobs.State
+	N     int
+}
+
+// Shown is how many of the Total tasks the page holds (the gate aside).
+func (v WorkflowView) Shown() int {
+	if v.Gate {
+		return len(v.Tasks) - 1
+	}
+	return len(v.Tasks)
 }
 
 // WorkflowTask is one job of a WorkflowView, read field by field: any field
@@ -84,169 +128,151 @@ var workflowProjection = bson.D{
 	{Key: workflowField, Value: 1}, {Key: workflowTaskField, Value: 1},
 }
 
-// WorkflowTasks reads, for id, the tasks of the workflow it names (the jobs
-// whose workflow field is id, a string), or, when no job carries that
-// workflow, the graph of the job it names: the job and every job
-// connected to it through after (its parents and dependents, theirs, and
-// so on). At most limit jobs are read (the first created of a
-// workflow; of a graph, those nearest the job); the view says how many it
-// left out. ErrNotFound: id names neither.
-func (c *Client) WorkflowTasks(ctx context.Context, id JobID, limit int) (WorkflowView, error) {
-	if limit < 1 {
-		return WorkflowView{}, fmt.Errorf("queue: workflow %s: limit %d is not positive", id, limit)
+// WorkflowTasks reads, for id, a page of the tasks of the workflow it
+// names (the jobs whose workflow field is id, a string), or, when no job
+// carries that workflow, of the graph of the job it names: the job and
+// every job connected to it through after (its parents and dependents,
+// theirs, and so on), walked through at most p.Walk jobs. The view counts
+// them all by state. ErrNotFound: id names neither.
+//
+// Its commands are bounded whatever the workflow: each sends at most a
+// few hundred ids and reads at most a page of documents; a graph is
+// walked by ids, each job asked for once per direction.
+func (c *Client) WorkflowTasks(ctx context.Context, id JobID, p WorkflowPage) (WorkflowView, error) {
+	if p.Limit < 1 || p.Limit > MaxWorkflowPage || p.Offset < 0 || p.Walk < 0 {
+		return WorkflowView{}, fmt.Errorf("queue: workflow %s: page %+v: the limit must be 1 to %d, the offset and walk not negative", id, p, MaxWorkflowPage)
+	}
+	if p.Walk == 0 {
+		p.Walk = DefaultWorkflowWalk
 	}
 	if s, ok := id.StringID(); ok {
-		v, found, err := c.workflowByName(ctx, s, limit)
+		v, found, err := c.workflowByName(ctx, s, p)
 		if err != nil || found {
 			return v, err
 		}
 	}
-	return c.workflowOfJob(ctx, id, limit)
+	return c.workflowOfJob(ctx, id, p)
 }
 
-// workflowByName reads the tasks of the workflow named wf.
-func (c *Client) workflowByName(ctx context.Context, wf string, limit int) (WorkflowView, bool, error) {
+// workflowByName reads a page of the tasks of the workflow named wf.
+func (c *Client) workflowByName(ctx context.Context, wf string, p WorkflowPage) (WorkflowView, bool, error) {
 	filter := bson.D{{Key: workflowField, Value: wf}}
-	cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(workflowProjection).
-		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).SetLimit(int64(limit)+1))
-	if err != nil {
-		return WorkflowView{}, false, fmt.Errorf("queue: read workflow %q: %w", wf, err)
+	counts := map[jobs.State]int{}
+	if err := c.countStates(ctx, filter, counts); err != nil {
+		return WorkflowView{}, false, fmt.Errorf("queue: count the tasks of workflow %q: %w", wf, err)
 	}
-	var tasks []WorkflowTask
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
-		tasks = append(tasks, readWorkflowTask(slices.Clone(d)))
-		return nil
-	})
-	if err != nil {
-		return WorkflowView{}, false, fmt.Errorf("queue: read workflow %q: %w", wf, err)
-	}
-	if len(tasks) == 0 {
+	v := WorkflowView{Workflow: wf, Offset: p.Offset}
+	v.setStates(counts)
+	if v.Total == 0 {
 		return WorkflowView{}, false, nil
 	}
-	v := WorkflowView{Workflow: wf}
-	if len(tasks) > limit {
-		tasks = tasks[:limit]
-		n, err := c.coll.CountDocuments(ctx, filter)
-		if err != nil {
-			return WorkflowView{}, false, fmt.Errorf("queue: count the tasks of workflow %q: %w", wf, err)
-		}
-		v.LeftOut = max(int(n)-limit, 1)
-	}
-	// The job whose id is the workflow's, when it is not a task: the
-	// builder's gate, which its tasks wait for and whose success publishes
-	// the workflow. Listed with them, it says whether the workflow was
-	// published (or cancelled before).
-	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: wf}}, options.FindOne().SetProjection(workflowProjection)).Raw()
-	switch {
-	case err == nil:
-		if gate := readWorkflowTask(slices.Clone(raw)); gate.Workflow != wf {
-			v.Gate = true
-			tasks = append(tasks, gate)
-		}
-	case !errors.Is(err, mongo.ErrNoDocuments):
+	cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(workflowProjection).
+		SetSort(bson.D{{Key: "createdAt", Value: 1}, {Key: "_id", Value: 1}}).SetSkip(int64(p.Offset)).SetLimit(int64(p.Limit)))
+	if err != nil {
 		return WorkflowView{}, false, fmt.Errorf("queue: read workflow %q: %w", wf, err)
+	}
+	tasks, err := readWorkflowTasks(ctx, cur, nil)
+	if err != nil {
+		return WorkflowView{}, false, fmt.Errorf("queue: read workflow %q: %w", wf, err)
+	}
+	if p.Offset == 0 {
+		// The job whose id is the workflow's, when it is not a task: the
+		// builder's gate, which its tasks wait for and whose success
+		// publishes the workflow. Listed with them, it says whether the
+		// workflow was published (or cancelled before).
+		raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: wf}}, options.FindOne().SetProjection(workflowProjection)).Raw()
+		switch {
+		case err == nil:
+			if gate := readWorkflowTask(slices.Clone(raw)); gate.Workflow != wf {
+				v.Gate = true
+				tasks = append(tasks, gate)
+			}
+		case !errors.Is(err, mongo.ErrNoDocuments):
+			return WorkflowView{}, false, fmt.Errorf("queue: read workflow %q: %w", wf, err)
+		}
 	}
 	v.Tasks = topoOrder(tasks)
 	return v, true, nil
 }
 
-// workflowOfJob reads the graph of the job id: a walk over ids and
-// parents first, up through after and down through the after index, of
-// at most workflowScanFactor × limit jobs, then the limit nearest the job
-// read whole.
-func (c *Client) workflowOfJob(ctx context.Context, id JobID, limit int) (WorkflowView, error) {
-	scanCap := limit * workflowScanFactor
-	type node struct {
-		v     bson.RawValue
-		after []JobID
-	}
-	var order []node // in the order found: nearest first
-	seen := map[string]bool{}
-	read := func(filter bson.D) ([]node, error) {
-		cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: afterField, Value: 1}}).
-			SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(scanCap+1)))
-		if err != nil {
-			return nil, err
-		}
-		var out []node
-		err = eachRaw(ctx, cur, func(d bson.Raw) error {
-			out = append(out, node{v: JobIDOf(d).v, after: anyIDs(d.Lookup(afterField))})
-			return nil
-		})
-		return out, err
-	}
-	first, err := read(bson.D{{Key: "_id", Value: id.v}})
-	if err != nil {
-		return WorkflowView{}, fmt.Errorf("queue: read the graph of job %s: %w", id, err)
-	}
-	if len(first) == 0 {
-		return WorkflowView{}, fmt.Errorf("job %s: %w", id, ErrNotFound)
-	}
-	frontier := first
-	seen[idKey(first[0].v)] = true
-	order = append(order, first[0])
-	atLeast := false
-	for len(frontier) > 0 && !atLeast {
-		var up, down bson.A
-		for _, n := range frontier {
-			down = append(down, n.v)
-			for _, p := range n.after {
-				if !seen[idKey(p.v)] {
-					up = append(up, p.v)
-				}
-			}
-		}
-		var found []node
-		for _, step := range []struct {
-			field string
-			ids   bson.A
-		}{{"_id", up}, {afterField, down}} { // the parents, then the dependents
-			if len(step.ids) == 0 {
-				continue
-			}
-			ns, err := read(bson.D{{Key: step.field, Value: bson.D{{Key: "$in", Value: step.ids}}}})
-			if err != nil {
-				return WorkflowView{}, fmt.Errorf("queue: read the graph of job %s: %w", id, err)
-			}
-			found = append(found, ns...)
-		}
-		frontier = frontier[:0:0]
-		for _, n := range found {
-			if seen[idKey(n.v)] {
-				continue
-			}
-			if len(order) >= scanCap {
-				atLeast = true
-				break
-			}
-			seen[idKey(n.v)] = true
-			order = append(order, n)
-			frontier = append(frontier, n)
-		}
-	}
-	v := WorkflowView{Job: id, AtLeast: atLeast}
-	if len(order) > limit {
-		v.LeftOut = len(order) - limit
-		order = order[:limit]
-	}
-	ids := make(bson.A, len(order))
-	for i, n := range order {
-		ids[i] = n.v
-	}
-	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, options.Find().SetProjection(workflowProjection))
-	if err != nil {
-		return WorkflowView{}, fmt.Errorf("queue: read the graph of job %s: %w", id, err)
-	}
-	var tasks []WorkflowTask
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+// readWorkflowTasks appends to tasks the jobs cur reads.
+func readWorkflowTasks(ctx context.Context, cur *mongo.Cursor, tasks []WorkflowTask) ([]WorkflowTask, error) {
+	err := eachRaw(ctx, cur, func(d bson.Raw) error {
 		tasks = append(tasks, readWorkflowTask(slices.Clone(d)))
 		return nil
 	})
+	return tasks, err
+}
+
+// countStates adds to counts the jobs filter matches, by state, from one
+// aggregate. It tells at most maxViewStates states apart: when the server
+// returns that many (another application's states), the jobs are counted
+// too, and those in the states not returned are counted under "".
+func (c *Client) countStates(ctx context.Context, filter bson.D, counts map[jobs.State]int) error {
+	cur, err := c.coll.Aggregate(ctx, mongo.Pipeline{
+		{{Key: "$match", Value: filter}},
+		{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$state"}, {Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}}}}},
+		{{Key: "$limit", Value: maxViewStates}},
+	})
 	if err != nil {
-		return WorkflowView{}, fmt.Errorf("queue: read the graph of job %s: %w", id, err)
+		return err
 	}
-	v.Tasks = topoOrder(tasks)
-	return v, nil
+	read, sum := 0, 0
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+		s, _ := d.Lookup("_id").StringValueOK()
+		n, _ := d.Lookup("n").AsInt64OK()
+		addState(counts, jobs.State(s), int(n))
+		read, sum = read+1, sum+int(n)
+		return nil
+	})
+	if err != nil || read < maxViewStates {
+		return err
+	}
+	all, err := c.coll.CountDocuments(ctx, filter)
+	if err != nil {
+		return err
+	}
+	counts[""] += max(int(all)-sum, 0)
+	return nil
+}
+
+// addState adds n jobs in state s to counts, under "" when counts
+// already tells maxViewStates states apart.
+func addState(counts map[jobs.State]int, s jobs.State, n int) {
+	if _, ok := counts[s]; !ok && len(counts) >= maxViewStates {
+		s = ""
+	}
+	counts[s] += n
+}
+
+// viewStates are the states in the order a view counts them.
+var viewStates = []jobs.State{jobs.StateBlocked, jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}
+
+// setStates sets the view's States and Total from counts: the known
+// states in their order, then the others by name, then "".
+func (v *WorkflowView) setStates(counts map[jobs.State]int) {
+	var out []StateCount
+	for _, s := range viewStates {
+		if n, ok := counts[s]; ok {
+			out = append(out, StateCount{s, n})
+		}
+	}
+	var others []StateCount
+	for s, n := range counts {
+		if !s.Valid() {
+			others = append(others, StateCount{s, n})
+		}
+	}
+	slices.SortFunc(others, func(a, b StateCount) int {
+		if (a.State == "") != (b.State == "") { // "" last
+			return strings.Compare(string(b.State), string(a.State))
+		}
+		return strings.Compare(string(a.State), string(b.State))
+	})
+	v.States = append(out, others...)
+	for _, s := range v.States {
+		v.Total += s.N
+	}
 }
 
 // readWorkflowTask reads a WorkflowTask from a stored job document.
@@ -358,4 +384,13 @@ func topoOrder(tasks []WorkflowTask) []WorkflowTask {
 		}
 	}
 	return out
+}
+
+// Listed are the first n of ids and how many more there are: what a view
+// shows of a task's parents.
+func Listed(ids []JobID, n int) ([]JobID, int) {
+	if len(ids) <= n {
+		return ids, 0
+	}
+	return ids[:n], len(ids) - n
 }

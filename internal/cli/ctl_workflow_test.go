@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -63,10 +64,11 @@ func TestCtlWorkflow(t *testing.T) {
 	requireSafe(t, out, false)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Equal(t, "workflow wf-1: 7 tasks, parents before dependents", lines[0])
-	require.Len(t, lines, 9, out)
+	require.Equal(t, `by state: 3 blocked, 1 available, 2 cancelled, 1 "dead\x1b[8m"`, lines[1])
+	require.Len(t, lines, 10, out)
 	rows := map[string]string{}
 	var order []string
-	for _, l := range lines[2:] {
+	for _, l := range lines[3:] {
 		f := strings.Fields(l)
 		order = append(order, f[1])
 		rows[f[1]] = strings.Join(f, " ")
@@ -91,11 +93,13 @@ func TestCtlWorkflow(t *testing.T) {
 	out, stderr, code = runCtl(t, uri, db, "workflow", "--limit", "3", "@EAcAAAA")
 	require.Equal(t, 0, code, stderr)
 	requireSafe(t, out, false)
-	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 6, out)
-	require.Contains(t, out, "\nand 4 more not shown: raise --limit (up to 1000)\n")
+	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 7, out)
+	require.Contains(t, out, ", 7 in all, parents before dependents\n")
+	require.Contains(t, out, "\ntasks 1 to 3 of 7 shown (--offset, --limit)\n")
+	require.Equal(t, "more: --offset 3\n", stderr)
 	out, stderr, code = runCtl(t, uri, db, "workflow", "unrelated")
 	require.Equal(t, 0, code, stderr)
-	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 3, "a job alone is its own graph: %s", out)
+	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 4, "a job alone is its own graph: %s", out)
 
 	out, stderr, code = runCtl(t, uri, db, "workflow", "--json", "wf-1")
 	require.Equal(t, 0, code, stderr)
@@ -106,10 +110,18 @@ func TestCtlWorkflow(t *testing.T) {
 			WaitingOn                          []string
 			ResultBytes                        *int
 		}
-		LeftOut int
+		LeftOut, Total int
+		States         []struct {
+			State string
+			N     int
+		}
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &v))
 	require.Equal(t, "wf-1", v.Workflow)
+	require.Equal(t, 7, v.Total)
+	require.Zero(t, v.LeftOut)
+	require.Len(t, v.States, 4)
+	require.Equal(t, "dead\x1b[8m", v.States[3].State, "--json is exact")
 	require.Len(t, v.Tasks, 7)
 	require.Equal(t, "extract", v.Tasks[0].ID)
 	require.NotNil(t, v.Tasks[0].ResultBytes)
@@ -127,9 +139,80 @@ func TestCtlWorkflow(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	lines = strings.Split(strings.TrimSpace(out), "\n")
 	require.Equal(t, "workflow wf-1: 7 tasks and the job of its id (its gate: the tasks wait for it; succeeded, it published them), parents before dependents", lines[0])
-	require.Equal(t, "docket.workflow wf-1 succeeded 0/0 - - -", strings.Join(strings.Fields(lines[2]), " "))
+	require.Equal(t, "docket.workflow wf-1 succeeded 0/0 - - -", strings.Join(strings.Fields(lines[3]), " "))
 
 	_, stderr, code = runCtl(t, uri, db, "workflow", "nope")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "no workflow and no job with id nope")
+}
+
+// TestCtlWorkflowPages: `docketctl workflow --limit N --offset M` reads a
+// workflow a page at a time, every task on one page, saying which tasks
+// it shows of how many and printing the next --offset on stderr (as list
+// prints --after); a task waiting on many parents lists the first ten
+// and counts the rest (--json: the first hundred, and the count).
+func TestCtlWorkflowPages(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	uri := testdb.URI()
+	var parents bson.A
+	var docs []any
+	for i := range 120 {
+		id := fmt.Sprintf("wp-%03d", i)
+		parents = append(parents, id)
+		docs = append(docs, bson.D{{Key: "_id", Value: id}, {Key: "kind", Value: "k"}, {Key: "state", Value: "available"},
+			{Key: "createdAt", Value: time.Unix(int64(i), 0)}, {Key: "workflow", Value: "wf-p"}})
+	}
+	docs = append(docs, bson.D{{Key: "_id", Value: "wt"}, {Key: "kind", Value: "k"}, {Key: "state", Value: "blocked"}, {Key: "createdAt", Value: time.Unix(500, 0)},
+		{Key: "workflow", Value: "wf-p"}, {Key: "after", Value: parents}, {Key: "waitingOn", Value: parents}})
+	_, err := db.Collection(queue.DefaultCollection).InsertMany(context.Background(), docs)
+	require.NoError(t, err)
+
+	var seen []string
+	for off := 0; off < 121; off += 50 {
+		out, stderr, code := runCtl(t, uri, db, "workflow", "--limit", "50", "--offset", fmt.Sprint(off), "wf-p")
+		require.Equal(t, 0, code, stderr)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Equal(t, "workflow wf-p: 121 tasks, parents before dependents", lines[0])
+		require.Equal(t, "by state: 1 blocked, 120 available", lines[1])
+		last := min(off+50, 121)
+		require.Equal(t, fmt.Sprintf("tasks %d to %d of 121 shown (--offset, --limit)", off+1, last), lines[len(lines)-1])
+		for _, l := range lines[3 : len(lines)-1] {
+			seen = append(seen, strings.Fields(l)[1])
+		}
+		if last < 121 {
+			require.Equal(t, fmt.Sprintf("more: --offset %d\n", last), stderr)
+		} else {
+			require.Empty(t, stderr, "the last page")
+			require.Equal(t, "k wt blocked 0/0 wp-000,wp-001,wp-002,wp-003,wp-004,wp-005,wp-006,wp-007,wp-008,wp-009 and 110 more - -",
+				strings.Join(strings.Fields(lines[len(lines)-2]), " "))
+		}
+	}
+	require.Len(t, seen, 121)
+	require.Equal(t, "wp-000", seen[0])
+	require.Equal(t, "wt", seen[120])
+
+	out, stderr, code := runCtl(t, uri, db, "workflow", "--offset", "200", "wf-p")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "\nno tasks from --offset 200: there are 121\n")
+	_, stderr, code = runCtl(t, uri, db, "workflow", "--offset", "-1", "wf-p")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "--offset: -1 is negative")
+
+	out, stderr, code = runCtl(t, uri, db, "workflow", "--json", "--offset", "120", "wf-p")
+	require.Equal(t, 0, code, stderr)
+	var v struct {
+		Offset, Total, LeftOut int
+		Tasks                  []struct {
+			WaitingOn      []string
+			WaitingOnCount int
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &v))
+	require.Equal(t, 120, v.Offset)
+	require.Equal(t, 121, v.Total)
+	require.Equal(t, 120, v.LeftOut)
+	require.Len(t, v.Tasks, 1)
+	require.Len(t, v.Tasks[0].WaitingOn, 100)
+	require.Equal(t, 120, v.Tasks[0].WaitingOnCount)
 }

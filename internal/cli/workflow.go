@@ -9,31 +9,37 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 )
 
 func init() {
-	ctlCommands["workflow"] = subcommand{"a workflow's tasks (workflow ID), or a job's graph through after (a job's id as list prints it), parents before dependents: state, attempt, what each waits on, why cancelled, result size (--json)", ctlWorkflow}
+	ctlCommands["workflow"] = subcommand{"a workflow's tasks (workflow ID), or a job's graph through after (a job's id as list prints it), parents before dependents, counted by state: state, attempt, what each waits on, why cancelled, result size; --limit and --offset page (--json)", ctlWorkflow}
 }
 
-// maxWorkflowTasks bounds --limit.
-const maxWorkflowTasks = 1000
+// waitingShown is how many of a task's parents the table lists; the
+// rest are counted.
+const waitingShown = 10
 
 func ctlWorkflow(fs *flag.FlagSet) func(*env, []string) error {
-	limit := fs.Int("limit", 200, fmt.Sprintf("tasks to show, 1 to %d; the view says how many it left out", maxWorkflowTasks))
+	limit := fs.Int("limit", 200, fmt.Sprintf("tasks per page, 1 to %d", queue.MaxWorkflowPage))
+	offset := fs.Int("offset", 0, "tasks to skip: the offset the previous page printed")
 	asJSON := fs.Bool("json", false, "print the view as one JSON document")
 	return func(e *env, rest []string) error {
 		if len(rest) != 1 {
 			return badInput("give one id: a workflow's, or a job's as list prints it (put flags before it)")
 		}
-		if *limit < 1 || *limit > maxWorkflowTasks {
-			return badInput("--limit: %d must be 1 to %d", *limit, maxWorkflowTasks)
+		if *limit < 1 || *limit > queue.MaxWorkflowPage {
+			return badInput("--limit: %d must be 1 to %d", *limit, queue.MaxWorkflowPage)
+		}
+		if *offset < 0 {
+			return badInput("--offset: %d is negative", *offset)
 		}
 		ids, err := parseJobIDs(rest)
 		if err != nil {
 			return err
 		}
-		v, err := e.q.WorkflowTasks(e.ctx, ids[0], *limit)
+		v, err := e.q.WorkflowTasks(e.ctx, ids[0], queue.WorkflowPage{Offset: *offset, Limit: *limit})
 		if errors.Is(err, queue.ErrNotFound) {
 			return usageError{fmt.Errorf("no workflow and no job with id %s", idLabel(ids[0]))}
 		}
@@ -41,24 +47,36 @@ func ctlWorkflow(fs *flag.FlagSet) func(*env, []string) error {
 			return err
 		}
 		if *asJSON {
-			return printWorkflowJSON(e.stdout, v)
+			err = printWorkflowJSON(e.stdout, v)
+		} else {
+			err = printWorkflow(e.stdout, v)
 		}
-		return printWorkflow(e.stdout, v)
+		if next := v.Offset + v.Shown(); err == nil && next < v.Total && v.Shown() > 0 {
+			fmt.Fprintf(e.stderr, "more: --offset %d\n", next)
+		}
+		return err
 	}
 }
 
 // printWorkflow prints a workflow view as a table, every stored value
-// shown (escaped).
+// shown (escaped): a heading, the tasks by state, the page's tasks, and
+// which they are when not all.
 func printWorkflow(w io.Writer, v queue.WorkflowView) error {
+	total := countLabel(v)
 	if v.Workflow != "" {
-		gate, n := "", len(v.Tasks)+v.LeftOut
+		gate := ""
 		if v.Gate {
-			gate, n = " and the job of its id (its gate: the tasks wait for it; succeeded, it published them)", n-1
+			gate = " and the job of its id (its gate: the tasks wait for it; succeeded, it published them)"
 		}
-		fmt.Fprintf(w, "workflow %s: %d tasks%s, parents before dependents\n", idLabel(queue.StringJobID(v.Workflow)), n, gate)
+		fmt.Fprintf(w, "workflow %s: %s tasks%s, parents before dependents\n", idLabel(queue.StringJobID(v.Workflow)), total, gate)
 	} else {
-		fmt.Fprintf(w, "job %s and the jobs connected to it through after (its parents and dependents, theirs, and so on), parents before dependents\n", idLabel(v.Job))
+		fmt.Fprintf(w, "job %s and the jobs connected to it through after (its parents and dependents, theirs, and so on), %s in all, parents before dependents\n", idLabel(v.Job), total)
 	}
+	var states []string
+	for _, s := range v.States {
+		states = append(states, fmt.Sprintf("%d %s", s.N, stateLabel(s.State)))
+	}
+	fmt.Fprintf(w, "by state: %s\n", strings.Join(states, ", "))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "task\tid\tstate\tattempt\twaiting on\tresult\twhy cancelled")
 	for _, t := range v.Tasks {
@@ -66,31 +84,58 @@ func printWorkflow(w io.Writer, v queue.WorkflowView) error {
 		if name == "" {
 			name = t.Kind
 		}
-		waiting := "-"
-		if len(t.WaitingOn) > 0 {
-			ids := make([]string, len(t.WaitingOn))
-			for i, p := range t.WaitingOn {
-				ids[i] = shown(p.String())
-			}
-			waiting = strings.Join(ids, ",")
-			if t.RunAnyway {
-				waiting += " (runs anyway)"
-			}
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", shown(name), idLabel(t.JobID), shown(string(t.State)), t.Attempt, t.MaxAttempts,
-			waiting, resultSize(t), orDash(shown(t.Cancelled)))
+			waitingLabel(t), resultSize(t), orDash(shown(t.Cancelled)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if v.LeftOut > 0 {
-		more := fmt.Sprint(v.LeftOut)
-		if v.AtLeast {
-			more = "at least " + more
-		}
-		fmt.Fprintf(w, "and %s more not shown: raise --limit (up to %d)\n", more, maxWorkflowTasks)
+	switch {
+	case v.Shown() == 0 && v.Offset > 0:
+		fmt.Fprintf(w, "no tasks from --offset %d: there are %s\n", v.Offset, total)
+	case v.Offset > 0 || v.Shown() < v.Total || v.AtLeast:
+		fmt.Fprintf(w, "tasks %d to %d of %s shown (--offset, --limit)\n", v.Offset+1, v.Offset+v.Shown(), total)
 	}
 	return nil
+}
+
+// countLabel is how many tasks a view counts, "at least" when its walk
+// stopped.
+func countLabel(v queue.WorkflowView) string {
+	if v.AtLeast {
+		return fmt.Sprintf("at least %d", v.Total)
+	}
+	return fmt.Sprint(v.Total)
+}
+
+// stateLabel names a state of a view's counts: "other" for those that
+// are not strings.
+func stateLabel(s jobs.State) string {
+	if s == "" {
+		return "other"
+	}
+	return shown(string(s))
+}
+
+// waitingLabel is what a task waits on, as the table shows it: at most
+// waitingShown parents, the others counted.
+func waitingLabel(t queue.WorkflowTask) string {
+	if len(t.WaitingOn) == 0 {
+		return "-"
+	}
+	listed, more := queue.Listed(t.WaitingOn, waitingShown)
+	ids := make([]string, len(listed))
+	for i, p := range listed {
+		ids[i] = shown(p.String())
+	}
+	s := strings.Join(ids, ",")
+	if more > 0 {
+		s += fmt.Sprintf(" and %d more", more)
+	}
+	if t.RunAnyway {
+		s += " (runs anyway)"
+	}
+	return s
 }
 
 // resultSize is a task's result as the table shows it: its size.
@@ -111,6 +156,10 @@ func orDash(s string) string {
 	return s
 }
 
+// jsonListed is how many of a task's parents --json lists; afterCount
+// and waitingOnCount count them all.
+const jsonListed = 100
+
 // workflowJSON is the document workflow --json prints. Ids are tokens (a
 // job's token names it on every command; idText is the id for people);
 // strings are as stored.
@@ -118,32 +167,52 @@ type workflowJSON struct {
 	Workflow string             `json:"workflow,omitempty"`
 	Job      string             `json:"job,omitempty"`
 	Tasks    []workflowTaskJSON `json:"tasks"`
-	LeftOut  int                `json:"leftOut"`
-	AtLeast  bool               `json:"leftOutAtLeast,omitempty"`
+	// Offset is how many tasks come before these; Total counts them all
+	// (at least, with TotalAtLeast: the walk of a graph stopped).
+	Offset  int         `json:"offset"`
+	Total   int         `json:"total"`
+	AtLeast bool        `json:"totalAtLeast,omitempty"`
+	States  []stateJSON `json:"states"`
+	// LeftOut is how many tasks are not on this page.
+	LeftOut int `json:"leftOut"`
 	// Gate: tasks hold the job of the workflow's id, its gate.
 	Gate bool `json:"gate,omitempty"`
 }
 
+type stateJSON struct {
+	State string `json:"state"` // "": not a string
+	N     int    `json:"n"`
+}
+
 type workflowTaskJSON struct {
-	ID          string   `json:"id"`
-	IDText      string   `json:"idText"`
-	Name        string   `json:"name,omitempty"`
-	Kind        string   `json:"kind"`
-	State       string   `json:"state"`
-	Attempt     int      `json:"attempt"`
-	MaxAttempts int      `json:"maxAttempts"`
-	After       []string `json:"after,omitempty"`     // tokens
-	WaitingOn   []string `json:"waitingOn,omitempty"` // tokens
-	RunAnyway   bool     `json:"runAnyway,omitempty"`
-	Cancelled   string   `json:"cancelled,omitempty"`
-	ResultBytes *int     `json:"resultBytes,omitempty"`
+	ID             string   `json:"id"`
+	IDText         string   `json:"idText"`
+	Name           string   `json:"name,omitempty"`
+	Kind           string   `json:"kind"`
+	State          string   `json:"state"`
+	Attempt        int      `json:"attempt"`
+	MaxAttempts    int      `json:"maxAttempts"`
+	After          []string `json:"after,omitempty"`     // tokens, the first jsonListed
+	AfterCount     int      `json:"afterCount"`          // all of them
+	WaitingOn      []string `json:"waitingOn,omitempty"` // tokens, the first jsonListed
+	WaitingOnCount int      `json:"waitingOnCount"`      // all of them
+	RunAnyway      bool     `json:"runAnyway,omitempty"`
+	Cancelled      string   `json:"cancelled,omitempty"`
+	ResultBytes    *int     `json:"resultBytes,omitempty"`
 }
 
 func printWorkflowJSON(w io.Writer, v queue.WorkflowView) error {
-	out := workflowJSON{Workflow: v.Workflow, Job: v.Job.Token(), Tasks: []workflowTaskJSON{}, LeftOut: v.LeftOut, AtLeast: v.AtLeast, Gate: v.Gate}
+	out := workflowJSON{Workflow: v.Workflow, Job: v.Job.Token(), Tasks: []workflowTaskJSON{}, Offset: v.Offset, Total: v.Total, AtLeast: v.AtLeast,
+		States: []stateJSON{}, LeftOut: v.Total - v.Shown(), Gate: v.Gate}
+	for _, s := range v.States {
+		out.States = append(out.States, stateJSON{string(s.State), s.N})
+	}
 	for _, t := range v.Tasks {
+		after, _ := queue.Listed(t.After, jsonListed)
+		waiting, _ := queue.Listed(t.WaitingOn, jsonListed)
 		tj := workflowTaskJSON{ID: t.JobID.Token(), IDText: t.ID, Name: t.Name, Kind: t.Kind, State: string(t.State), Attempt: t.Attempt,
-			MaxAttempts: t.MaxAttempts, After: tokens(t.After), WaitingOn: tokens(t.WaitingOn), RunAnyway: t.RunAnyway, Cancelled: t.Cancelled}
+			MaxAttempts: t.MaxAttempts, After: tokens(after), AfterCount: len(t.After), WaitingOn: tokens(waiting), WaitingOnCount: len(t.WaitingOn),
+			RunAnyway: t.RunAnyway, Cancelled: t.Cancelled}
 		if t.HasResult {
 			n := t.ResultBytes
 			tj.ResultBytes = &n

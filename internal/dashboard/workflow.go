@@ -8,8 +8,10 @@ package dashboard
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -17,7 +19,8 @@ import (
 	"github.com/docketq/docket/queue"
 )
 
-// WorkflowTasks is how many tasks the workflow page shows.
+// WorkflowTasks is how many tasks a page of the workflow page shows
+// (?page=N for the others).
 const WorkflowTasks = 500
 
 // workflowPath is the path of the workflow page of id: a workflow's id
@@ -52,16 +55,33 @@ func stateClass(s jobs.State) string {
 	return "other"
 }
 
+// waitingShown is how many of a task's parents a row lists; the rest
+// are counted.
+const waitingShown = 10
+
 type taskRow struct {
 	N                                    int
 	Name, Kind, ID, Href, State, Class   string
 	Attempt, MaxAttempts                 int
 	Waiting                              []idLink
+	WaitingMore                          int
 	RunAnyway                            bool
 	Result, ResultHref, Cancelled, Token string
 }
 
 type idLink struct{ ID, Href string }
+
+type stateCount struct {
+	State, Class, N string
+}
+
+// workflowPager says which tasks a page of the workflow page shows, and
+// links to its neighbours.
+type workflowPager struct {
+	Empty              bool
+	First, Last, Total string
+	Prev, Next         string
+}
 
 func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r)
@@ -69,9 +89,14 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, err)
 		return
 	}
+	pageNo, err := workflowPageNo(r)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
 	ctx, cancel := s.ctx(r)
 	defer cancel()
-	v, err := s.q.WorkflowTasks(ctx, id, WorkflowTasks)
+	v, err := s.q.WorkflowTasks(ctx, id, queue.WorkflowPage{Offset: (pageNo - 1) * WorkflowTasks, Limit: WorkflowTasks})
 	if errors.Is(err, queue.ErrNotFound) {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no workflow and no job with id %s", id))
 		return
@@ -80,46 +105,99 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, err)
 		return
 	}
-	rows := make([]taskRow, len(v.Tasks))
-	for i, t := range v.Tasks {
-		href := jobPath(t.JobID)
-		row := taskRow{N: i + 1, Name: t.Name, Kind: t.Kind, ID: t.ID, Href: href, State: string(t.State), Class: stateClass(t.State),
-			Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, RunAnyway: t.RunAnyway, Cancelled: t.Cancelled, Token: t.JobID.Token()}
-		for _, p := range t.WaitingOn {
-			row.Waiting = append(row.Waiting, idLink{p.String(), jobPath(p)})
-		}
-		if t.HasResult {
-			row.Result, row.ResultHref = byteSize(t.ResultBytes), href+"#result"
-		}
-		rows[i] = row
-	}
-	total := len(rows) + v.LeftOut
-	if v.Gate {
-		total-- // the gate is not a task
-	}
 	title := "Workflow " + v.Workflow
 	var job idLink
 	if v.Workflow == "" {
 		job = idLink{v.Job.String(), jobPath(v.Job)}
 		title = "Graph of job " + job.ID
 	}
-	left := ""
-	if v.LeftOut > 0 {
-		left = thousands(int64(v.LeftOut))
-		if v.AtLeast {
-			left = "at least " + left
-		}
-	}
 	s.render(w, r, http.StatusOK, "workflow", struct {
 		page
 		Workflow string
 		Job      idLink
 		Tasks    []taskRow
-		Total    int
+		Total    string
+		States   []stateCount
 		Gate     bool
-		LeftOut  string
-		Shown    int
-	}{page{Title: title, Nav: "jobs", Refresh: s.cfg.Refresh}, v.Workflow, job, rows, total, v.Gate, left, WorkflowTasks})
+		Pager    *workflowPager
+	}{page{Title: title, Nav: "jobs", Refresh: s.cfg.Refresh}, v.Workflow, job, taskRows(v), totalLabel(v), stateCounts(v), v.Gate, pager(r, v, pageNo)})
+}
+
+// workflowPageNo is the page the request asks for: ?page=N, from 1.
+func workflowPageNo(r *http.Request) (int, error) {
+	q := r.URL.Query().Get("page")
+	if q == "" {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(q)
+	if err != nil || n < 1 || n > math.MaxInt32/WorkflowTasks {
+		return 0, fmt.Errorf("page %q: give a page number from 1", q)
+	}
+	return n, nil
+}
+
+// taskRows are the rows of a view's tasks.
+func taskRows(v queue.WorkflowView) []taskRow {
+	rows := make([]taskRow, len(v.Tasks))
+	for i, t := range v.Tasks {
+		href := jobPath(t.JobID)
+		row := taskRow{N: v.Offset + i + 1, Name: t.Name, Kind: t.Kind, ID: t.ID, Href: href, State: string(t.State), Class: stateClass(t.State),
+			Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, RunAnyway: t.RunAnyway, Cancelled: t.Cancelled, Token: t.JobID.Token()}
+		listed, more := queue.Listed(t.WaitingOn, waitingShown)
+		for _, p := range listed {
+			row.Waiting = append(row.Waiting, idLink{p.String(), jobPath(p)})
+		}
+		row.WaitingMore = more
+		if t.HasResult {
+			row.Result, row.ResultHref = byteSize(t.ResultBytes), href+"#result"
+		}
+		rows[i] = row
+	}
+	return rows
+}
+
+// totalLabel is how many tasks a view counts, "at least" when its walk
+// stopped.
+func totalLabel(v queue.WorkflowView) string {
+	if v.AtLeast {
+		return "at least " + thousands(int64(v.Total))
+	}
+	return thousands(int64(v.Total))
+}
+
+// stateCounts are a view's counts by state, as the page shows them: a
+// state that is not a string as "other".
+func stateCounts(v queue.WorkflowView) []stateCount {
+	out := make([]stateCount, len(v.States))
+	for i, c := range v.States {
+		name := string(c.State)
+		if name == "" {
+			name = "other"
+		}
+		out[i] = stateCount{name, stateClass(c.State), thousands(int64(c.N))}
+	}
+	return out
+}
+
+// pager is what the page says of the tasks it leaves out: nil when it
+// shows them all.
+func pager(r *http.Request, v queue.WorkflowView, pageNo int) *workflowPager {
+	if pageNo == 1 && v.Shown() >= v.Total && !v.AtLeast {
+		return nil
+	}
+	link := func(n int) string {
+		q := r.URL.Query()
+		q.Set("page", strconv.Itoa(n))
+		return "?" + q.Encode()
+	}
+	p := &workflowPager{Empty: v.Shown() == 0, First: thousands(int64(v.Offset + 1)), Last: thousands(int64(v.Offset + v.Shown())), Total: totalLabel(v)}
+	if pageNo > 1 {
+		p.Prev = link(min(pageNo-1, max((v.Total+WorkflowTasks-1)/WorkflowTasks, 1)))
+	}
+	if v.Offset+v.Shown() < v.Total {
+		p.Next = link(pageNo + 1)
+	}
+	return p
 }
 
 // byteSize says how large a result is, for people.

@@ -1,9 +1,11 @@
 package dashboard_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/docketq/docket/internal/dashboard"
 	"github.com/docketq/docket/internal/store"
@@ -72,6 +74,10 @@ func TestWorkflowPageInABrowser(t *testing.T) {
 	br.click("#workflow")
 	require.Equal(t, hostileWorkflow, br.script(`return document.querySelector("#workflow").textContent`))
 	require.Equal(t, "8 tasks, parents before their dependents.", br.text("#summary"))
+	require.Equal(t, []any{"state blocked", "blocked 4", "state available", "available 1", "state cancelled", "cancelled 2", "state other", `dead" onmouseover="window.pwned=2 1`},
+		br.script(`return Array.from(document.querySelectorAll("#states .state")).flatMap(s => [s.className, s.textContent + " " + s.nextElementSibling.textContent])`),
+		"counted by state, a state another application wrote as text")
+	require.Equal(t, float64(0), br.script(`return document.querySelectorAll("#pager").length`), "one page holds them all")
 	rows := br.script(`return Array.from(document.querySelectorAll("#tasks tr[data-token]")).map(r => [
 		r.querySelector("td.name").textContent, r.querySelector("a.id").textContent, r.querySelector(".state").className,
 		r.querySelector(".state").textContent, r.querySelector("td.waiting").textContent, r.querySelector("td.result").textContent,
@@ -130,5 +136,78 @@ func TestWorkflowPageInABrowser(t *testing.T) {
 	for path, status := range map[string]int{"/workflows/nope": http.StatusNotFound, "/workflows/@!!": http.StatusNotFound} {
 		code, _ := b.get(t, path)
 		require.Equal(t, status, code, path)
+	}
+}
+
+// TestWorkflowPagesInABrowser: a workflow of 1,100 tasks (1,070 each
+// waiting on the same 30 parents) is shown 500 tasks a page, numbered
+// across pages, with links to the next and previous pages, each page
+// saying which tasks it shows and counting them all by state; a row lists
+// ten of the parents a task waits on and counts the others, so a page
+// stays small; a page past the end says so; a page that is not a number
+// is refused. Saves the screenshot "workflow-pages".
+func TestWorkflowPagesInABrowser(t *testing.T) {
+	t.Parallel()
+	b := setup(t, dashboard.Config{Refresh: -1})
+	var parents bson.A
+	var docs []any
+	for i := range 1100 {
+		d := bson.D{{Key: "_id", Value: fmt.Sprintf("p-%03d", i)}, {Key: "kind", Value: "k"}, {Key: "state", Value: "available"},
+			{Key: "createdAt", Value: time.Unix(int64(i), 0)}, {Key: "workflow", Value: "big"}}
+		if i >= 30 {
+			d[0].Value = fmt.Sprintf("d-%04d", i)
+			d[2].Value = "blocked"
+			d = append(d, bson.E{Key: "after", Value: parents}, bson.E{Key: "waitingOn", Value: parents}, bson.E{Key: "workflowTask", Value: fmt.Sprintf("step %d", i)})
+		} else {
+			parents = append(parents, d[0].Value)
+		}
+		docs = append(docs, d)
+	}
+	coll := store.Of(b.q).Collection()
+	for len(docs) > 0 {
+		n := min(len(docs), 500)
+		_, err := coll.InsertMany(b.ctx, docs[:n])
+		require.NoError(t, err)
+		docs = docs[n:]
+	}
+	code, body := b.get(t, "/workflows/big")
+	require.Equal(t, http.StatusOK, code, body)
+	require.Less(t, len(body), 500_000, "a page of 500 tasks that each wait on 30 parents")
+
+	br := startBrowser(t)
+	br.open(b.srv.URL + "/workflows/big")
+	require.Equal(t, "1,100 tasks, parents before their dependents.", br.text("#summary"))
+	require.Equal(t, "blocked 1,070 · available 30", br.text("#states"))
+	numbers := func() []any {
+		return br.script(`return Array.from(document.querySelectorAll("#tasks tr[data-token] td.num:first-child")).map(td => td.textContent)`).([]any)
+	}
+	page := func(first, last int, pager string) {
+		t.Helper()
+		require.Equal(t, pager, br.text("#pager"))
+		n := numbers()
+		require.Len(t, n, last-first+1)
+		require.Equal(t, []any{fmt.Sprint(first), fmt.Sprint(last)}, []any{n[0], n[len(n)-1]})
+	}
+	page(1, 500, "Tasks 1 to 500 of 1,100 on this page. Next page →")
+	require.Equal(t, "p-000", br.text("#tasks tr[data-token] a.id"))
+	br.click("#next")
+	page(501, 1000, "Tasks 501 to 1,000 of 1,100 on this page. ← Previous page Next page →")
+	require.Equal(t, "/workflows/big?page=2", br.script(`return window.location.pathname + window.location.search`))
+	require.Equal(t, "d-0500 step 500", br.script(`var r = document.querySelector("#tasks tr[data-token]"); return r.querySelector("a.id").textContent + " " + r.querySelector("td.name").textContent`))
+	waiting := br.text("#tasks tr[data-token] td.waiting")
+	require.Equal(t, "p-000, p-001, p-002, p-003, p-004, p-005, p-006, p-007, p-008, p-009 and 20 more", waiting)
+	br.screenshot("workflow-pages")
+	br.click("#next")
+	page(1001, 1100, "Tasks 1,001 to 1,100 of 1,100 on this page. ← Previous page")
+	br.click("#prev")
+	page(501, 1000, "Tasks 501 to 1,000 of 1,100 on this page. ← Previous page Next page →")
+
+	br.open(b.srv.URL + "/workflows/big?page=9")
+	require.Equal(t, "No tasks on this page: there are 1,100. ← Previous page", br.text("#pager"))
+	br.click("#prev")
+	page(1001, 1100, "Tasks 1,001 to 1,100 of 1,100 on this page. ← Previous page")
+	for _, q := range []string{"?page=0", "?page=x", "?page=-1", "?page=99999999999"} {
+		code, _ := b.get(t, "/workflows/big"+q)
+		require.Equal(t, http.StatusBadRequest, code, q)
 	}
 }
