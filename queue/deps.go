@@ -19,8 +19,9 @@ package queue
 //  2. the parent's finishing write (finish, lease.go) renames dependents to
 //     dependentsDue: a flag on the jobs that have dependents only, set by
 //     the very write that records the outcome, so nothing falls between.
-//  3. settle (the parent's worker right after its finishing write; else
-//     the leader's pass): apply the parent's outcome to the blocked jobs
+//  3. settle (the parent's worker right after its finishing write, or the
+//     process that linked a dependent while the parent ran, depswatch.go;
+//     else the leader's pass): apply the parent's outcome to the blocked jobs
 //     whose waitingOn holds it ($pull it when it succeeded, or for a job
 //     that runs anyway; cancel the job otherwise), turn available those
 //     whose waitingOn is now empty, then rename dependentsDue back to
@@ -214,6 +215,8 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 	if err != nil {
 		return fmt.Errorf("queue: read the parents of %d jobs: %w", len(ds), err)
 	}
+	// Perhaps claimed before the mark: their workers may not know of ds.
+	c.watchParents(runningParents(ctx, parents, states))
 	t := c.now()
 	all := make(bson.A, 0, len(ds))
 	var maybeReady bson.A
