@@ -105,18 +105,18 @@ func busyJob(ctx context.Context, coll *mongo.Collection, p WaitParams, now time
 }
 
 // blockedMoves reports whether one of the blocked jobs filter matches can
-// move at now, as the engine settles it (docs/WORKFLOWS.md): one of the
-// parents it was enqueued after is running, or available at now, or has
-// finished and its dependents are not told yet (dependentsDue), or is
-// itself blocked and linking or able to move so. A parent that waits for
-// a later time, one not in the collection and an unpublished workflow's
-// gate (which its builder publishes, or the leader's sweep cancels in
-// time) move nothing now.
+// move at now, as the engine settles it (docs/WORKFLOWS.md): the job, or
+// one of the parents it waits on, walking up the graph, moves by itself
+// (jobMoves). A parent that waits for a later time, one not in the
+// collection and an unpublished workflow's gate (which its builder
+// publishes, or the leader's sweep cancels in time) move nothing now.
+// It reads every blocked job filter matches, then their parents, a level
+// of the graph a read.
 func blockedMoves(ctx context.Context, coll *mongo.Collection, filter bson.D, now time.Time) (bool, error) {
 	seen := map[string]bool{}
 	for {
 		cur, err := coll.Find(ctx, filter, options.Find().SetProjection(bson.D{
-			{Key: "state", Value: 1}, {Key: "runAt", Value: 1}, {Key: "after", Value: 1},
+			{Key: "state", Value: 1}, {Key: "runAt", Value: 1}, {Key: "after", Value: 1}, {Key: "waitingOn", Value: 1},
 			{Key: store.LinkingField, Value: 1}, {Key: store.DependentsDueField, Value: 1},
 		}))
 		if err != nil {
@@ -128,7 +128,7 @@ func blockedMoves(ctx context.Context, coll *mongo.Collection, filter bson.D, no
 		}
 		ids := bson.A{}
 		for _, d := range docs {
-			moves, after := parentMoves(d, now)
+			moves, after := jobMoves(d, now)
 			if moves {
 				return true, nil
 			}
@@ -146,9 +146,13 @@ func blockedMoves(ctx context.Context, coll *mongo.Collection, filter bson.D, no
 	}
 }
 
-// parentMoves reports whether the parent d moves at now by itself, and
-// else, when it is blocked, the ids of its own parents.
-func parentMoves(d bson.Raw, now time.Time) (bool, []bson.RawValue) {
+// jobMoves reports whether the job d moves at now by itself: it is
+// running, available at now, finished with its dependents not told yet
+// (dependentsDue), or blocked and linking. Else, when it is blocked, it
+// returns the parents it waits on: those in waitingOn, or when that is
+// empty (the settle that emptied it has not released it yet) those in
+// after, of which the settle's is left due.
+func jobMoves(d bson.Raw, now time.Time) (bool, []bson.RawValue) {
 	st, _ := d.Lookup("state").StringValueOK()
 	switch s := jobs.State(st); {
 	case s == jobs.StateRunning:
@@ -163,11 +167,15 @@ func parentMoves(d bson.Raw, now time.Time) (bool, []bson.RawValue) {
 		if linking, _ := d.Lookup(store.LinkingField).BooleanOK(); linking {
 			return true, nil
 		}
-		after, ok := d.Lookup("after").ArrayOK()
+		waiting, ok := d.Lookup("waitingOn").ArrayOK()
 		if !ok {
 			return false, nil
 		}
-		vals, _ := after.Values()
+		vals, _ := waiting.Values()
+		if len(vals) == 0 {
+			after, _ := d.Lookup("after").ArrayOK()
+			vals, _ = after.Values()
+		}
 		return false, vals
 	}
 	return false, nil

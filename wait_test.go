@@ -103,6 +103,14 @@ func TestWaitIdleWaitsForBlockedJobs(t *testing.T) {
 
 	insert(ReportArgs{Day: "mon"}, "later", docket.InsertOpts{Delay: time.Hour})
 	insert(GreetArgs{Name: "after-later"}, "after-later", docket.InsertOpts{After: []string{"later"}})
+	// Written by another app: nothing moves them.
+	_, err = db.Collection(docket.DefaultCollection).InsertMany(ctx, []any{
+		bson.D{{Key: "_id", Value: "foreign-empty"}, {Key: "kind", Value: "greet"}, {Key: "state", Value: "blocked"},
+			{Key: "waitingOn", Value: bson.A{}}, {Key: "after", Value: bson.A{"gone", 7}}},
+		bson.D{{Key: "_id", Value: "foreign-odd"}, {Key: "kind", Value: "greet"}, {Key: "state", Value: "blocked"},
+			{Key: "waitingOn", Value: "later"}, {Key: "after", Value: bson.A{"later"}}, {Key: "linking", Value: "yes"}},
+	})
+	require.NoError(t, err)
 	require.NoError(t, waitFor(docket.WaitParams{}, time.Second), "nothing can run before an hour")
 
 	insert(GreetArgs{Name: "p"}, "p", docket.InsertOpts{})
