@@ -11,7 +11,7 @@ package queue
 //
 //  1. link (the enqueuer, after the insert; else the leader's pass once the
 //     job has been linking for a grace period): mark each parent with
-//     dependents: true (a finished one with dependentsDue too, so that
+//     dependents: true, moving its updatedAt (a finished one with dependentsDue too, so that
 //     retention keeps it until it is settled), then read the parents'
 //     states and apply those that have finished to the job, then unset
 //     linking. A parent read unfinished was marked before it was read, so
@@ -189,12 +189,15 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 		// One that has finished is flagged due at once, so that
 		// retention keeps it until it is settled: a parent read missing
 		// below either never was or was deleted before the mark (or,
-		// settled since, the job no longer waits for it).
+		// settled since, the job no longer waits for it). The mark moves
+		// updatedAt: a claim that stamps a job read before (matching its
+		// updatedAt as read, internal/store) then misses it rather than
+		// returning it without the mark.
 		if _, err := c.coll.UpdateMany(ctx, bson.D{
 			{Key: "_id", Value: bson.D{{Key: "$in", Value: parents}}},
 			{Key: "state", Value: bson.D{{Key: "$nin", Value: finishedStates}}},
 			{Key: dependentsField, Value: bson.D{{Key: "$ne", Value: true}}},
-		}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsField, Value: true}}}}); err != nil {
+		}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsField, Value: true}, {Key: "updatedAt", Value: c.now()}}}}); err != nil {
 			return fmt.Errorf("queue: mark the parents of %d jobs: %w", len(ds), err)
 		}
 		if _, err := c.coll.UpdateMany(ctx, bson.D{
