@@ -11,18 +11,20 @@ package queue
 //
 //  1. link (the enqueuer, after the insert; else the leader's pass once the
 //     job has been linking for a grace period): mark each parent with
-//     dependents: true, moving its updatedAt (a finished one with dependentsDue too, so that
-//     retention keeps it until it is settled), then read the parents'
-//     states and apply those that have finished to the job, then unset
-//     linking. A parent read unfinished was marked before it was read, so
-//     its finishing write sees the mark.
+//     dependents: true, moving its updatedAt (a finished one with
+//     dependentsDue too, so that retention keeps it until it is settled),
+//     then read the parents' states and apply those that have finished to
+//     the job, then unset linking. A parent read unfinished was marked
+//     before it was read, so its finishing write sees the mark; one read
+//     running may have been claimed before, and its worker not know of
+//     the mark (depswatch.go).
 //  2. the parent's finishing write (finish, lease.go) renames dependents to
 //     dependentsDue: a flag on the jobs that have dependents only, set by
 //     the very write that records the outcome, so nothing falls between.
 //  3. settle (the parent's worker right after its finishing write, or the
 //     process that linked a dependent while the parent ran, depswatch.go;
-//     else the leader's pass): apply the parent's outcome to the blocked jobs
-//     whose waitingOn holds it ($pull it when it succeeded, or for a job
+//     else the leader's pass): apply the parent's outcome to the blocked
+//     jobs whose waitingOn holds it ($pull it when it succeeded, or for a job
 //     that runs anyway; cancel the job otherwise), turn available those
 //     whose waitingOn is now empty, then rename dependentsDue back to
 //     dependents, conditioned on the state that was settled.
