@@ -33,12 +33,25 @@ type WaitParams struct {
 	PollInterval time.Duration
 }
 
-// WaitIdle returns nil once no job the params select is running or
-// available to run now, or ctx's error when it ends first. It reads the
-// jobs collection, so it sees the jobs of every process, inserted by any
-// program; a client need not be started to call it. Jobs waiting for a
-// later time (a retry's backoff, a delay) do not hold it up; the available
-// jobs of a paused queue do.
+// WaitIdle returns nil once no job the params select is running, available
+// to run now, or blocked on parents that can still move now, or ctx's
+// error when it ends first. It reads the jobs collection, so it sees the
+// jobs of every process, inserted by any program; a client need not be
+// started to call it. Jobs waiting for a later time (a retry's backoff, a
+// delay) do not hold it up; the available jobs of a paused queue do.
+//
+// A blocked job (one enqueued after other jobs, docs/WORKFLOWS.md) holds
+// it up while the engine can still move it without waiting for a later
+// time: while it is being linked to its parents, or one of its parents
+// (of any queue or kind) is running, available to run now, blocked and
+// holding it up by this same rule, or finished with its dependents not
+// told yet. A parent's success releases the job, which then runs; a dead
+// or cancelled parent cancels it (unless it runs anyway): either way it
+// leaves the blocked state, which the workers and the leader's pass do, so
+// WaitIdle waits for them. A blocked job whose parents wait for a later
+// time, or are an unpublished workflow's gate (its builder publishes it,
+// or the leader's sweep cancels it in time), or are not in the collection,
+// does not hold it up.
 func (c *Client) WaitIdle(ctx context.Context, p WaitParams) error {
 	if p.PollInterval < 0 {
 		return errors.New("docket: WaitIdle: poll interval must not be negative")
@@ -67,24 +80,103 @@ func (c *Client) WaitIdle(ctx context.Context, p WaitParams) error {
 	}
 }
 
-// busyJob reports whether a job p selects is running or available at now.
+// busyJob reports whether a job p selects is running or available at now,
+// or blocked and able to move at now (blockedMoves).
 func busyJob(ctx context.Context, coll *mongo.Collection, p WaitParams, now time.Time) (bool, error) {
-	filter := bson.D{{Key: "$or", Value: bson.A{
-		bson.D{{Key: "state", Value: jobs.StateRunning}},
-		bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "runAt", Value: bson.D{{Key: "$lte", Value: now}}}},
-	}}}
+	var sel bson.D
 	if len(p.Queues) > 0 {
-		filter = append(filter, bson.E{Key: "queue", Value: bson.D{{Key: "$in", Value: p.Queues}}})
+		sel = append(sel, bson.E{Key: "queue", Value: bson.D{{Key: "$in", Value: p.Queues}}})
 	}
 	if len(p.Kinds) > 0 {
-		filter = append(filter, bson.E{Key: "kind", Value: bson.D{{Key: "$in", Value: p.Kinds}}})
+		sel = append(sel, bson.E{Key: "kind", Value: bson.D{{Key: "$in", Value: p.Kinds}}})
 	}
 	if p.IgnorePeriodic {
-		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$not", Value: bson.Regex{Pattern: "^periodic:"}}}})
+		sel = append(sel, bson.E{Key: "_id", Value: bson.D{{Key: "$not", Value: bson.Regex{Pattern: "^periodic:"}}}})
 	}
+	filter := append(bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: "state", Value: jobs.StateRunning}},
+		bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "runAt", Value: bson.D{{Key: "$lte", Value: now}}}},
+	}}}, sel...)
 	err := coll.FindOne(ctx, filter, options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return false, nil
+	if err == nil || !errors.Is(err, mongo.ErrNoDocuments) {
+		return err == nil, err
 	}
-	return err == nil, err
+	return blockedMoves(ctx, coll, append(bson.D{{Key: "state", Value: jobs.StateBlocked}}, sel...), now)
+}
+
+// blockedMoves reports whether one of the blocked jobs filter matches can
+// move at now, as the engine settles it (docs/WORKFLOWS.md): the job, or
+// one of the parents it waits on, walking up the graph, moves by itself
+// (jobMoves). A parent that waits for a later time, one not in the
+// collection and an unpublished workflow's gate (which its builder
+// publishes, or the leader's sweep cancels in time) move nothing now.
+// It reads every blocked job filter matches, then their parents, a level
+// of the graph a read.
+func blockedMoves(ctx context.Context, coll *mongo.Collection, filter bson.D, now time.Time) (bool, error) {
+	seen := map[string]bool{}
+	for {
+		cur, err := coll.Find(ctx, filter, options.Find().SetProjection(bson.D{
+			{Key: "state", Value: 1}, {Key: "runAt", Value: 1}, {Key: "after", Value: 1}, {Key: "waitingOn", Value: 1},
+			{Key: store.LinkingField, Value: 1}, {Key: store.DependentsDueField, Value: 1},
+		}))
+		if err != nil {
+			return false, err
+		}
+		var docs []bson.Raw
+		if err := cur.All(ctx, &docs); err != nil {
+			return false, err
+		}
+		ids := bson.A{}
+		for _, d := range docs {
+			moves, after := jobMoves(d, now)
+			if moves {
+				return true, nil
+			}
+			for _, v := range after {
+				if id, ok := v.StringValueOK(); ok && !seen[id] {
+					seen[id] = true
+					ids = append(ids, id)
+				}
+			}
+		}
+		if len(ids) == 0 {
+			return false, nil
+		}
+		filter = bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}
+	}
+}
+
+// jobMoves reports whether the job d moves at now by itself: it is
+// running, available at now, finished with its dependents not told yet
+// (dependentsDue), or blocked and linking. Else, when it is blocked, it
+// returns the parents it waits on: those in waitingOn, or when that is
+// empty (the settle that emptied it has not released it yet) those in
+// after, of which the settle's is left due.
+func jobMoves(d bson.Raw, now time.Time) (bool, []bson.RawValue) {
+	st, _ := d.Lookup("state").StringValueOK()
+	switch s := jobs.State(st); {
+	case s == jobs.StateRunning:
+		return true, nil
+	case s == jobs.StateAvailable:
+		runAt, ok := d.Lookup("runAt").TimeOK()
+		return ok && !runAt.After(now), nil
+	case s.Finished():
+		_, err := d.LookupErr(store.DependentsDueField)
+		return err == nil, nil
+	case s == jobs.StateBlocked:
+		if linking, _ := d.Lookup(store.LinkingField).BooleanOK(); linking {
+			return true, nil
+		}
+		waiting, ok := d.Lookup("waitingOn").ArrayOK()
+		if !ok {
+			return false, nil
+		}
+		vals, _ := waiting.Values()
+		if len(vals) == 0 {
+			after, _ := d.Lookup("after").ArrayOK()
+			vals, _ = after.Values()
+		}
+		return false, vals
+	}
+	return false, nil
 }

@@ -106,6 +106,8 @@ type Client struct {
 	capacities *capacities
 	// cancels are the applications' cancel hooks (OnCancel).
 	cancels *cancelHooks
+	// watch holds the running parents its links found (depswatch.go).
+	watch *parentWatch
 }
 
 // handle is the name under which a Client embeds its store's Handle.
@@ -132,7 +134,8 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 	wc, _ := parseWriteConcern(cfg.WriteConcern)
 	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
 	st := store.New(coll, store.Config(cfg))
-	return &Client{handle: st.Handle(), st: st, cfg: cfg, coll: coll, log: st.Log(), indexes: &ensured{}, srv: st.Server(), capacities: newCapacities(), cancels: &cancelHooks{}}, nil
+	return &Client{handle: st.Handle(), st: st, cfg: cfg, coll: coll, log: st.Log(), indexes: &ensured{}, srv: st.Server(), capacities: newCapacities(), cancels: &cancelHooks{},
+		watch: &parentWatch{until: map[string]time.Time{}}}, nil
 }
 
 // CollectionName is the name of the jobs collection, for an application

@@ -11,17 +11,20 @@ package queue
 //
 //  1. link (the enqueuer, after the insert; else the leader's pass once the
 //     job has been linking for a grace period): mark each parent with
-//     dependents: true (a finished one with dependentsDue too, so that
-//     retention keeps it until it is settled), then read the parents'
-//     states and apply those that have finished to the job, then unset
-//     linking. A parent read unfinished was marked before it was read, so
-//     its finishing write sees the mark.
+//     dependents: true, moving its updatedAt (a finished one with
+//     dependentsDue too, so that retention keeps it until it is settled),
+//     then read the parents' states and apply those that have finished to
+//     the job, then unset linking. A parent read unfinished was marked
+//     before it was read, so its finishing write sees the mark; one read
+//     running may have been claimed before, and its worker not know of
+//     the mark (depswatch.go).
 //  2. the parent's finishing write (finish, lease.go) renames dependents to
 //     dependentsDue: a flag on the jobs that have dependents only, set by
 //     the very write that records the outcome, so nothing falls between.
-//  3. settle (the parent's worker right after its finishing write; else
-//     the leader's pass): apply the parent's outcome to the blocked jobs
-//     whose waitingOn holds it ($pull it when it succeeded, or for a job
+//  3. settle (the parent's worker right after its finishing write, or the
+//     process that linked a dependent while the parent ran, depswatch.go;
+//     else the leader's pass): apply the parent's outcome to the blocked
+//     jobs whose waitingOn holds it ($pull it when it succeeded, or for a job
 //     that runs anyway; cancel the job otherwise), turn available those
 //     whose waitingOn is now empty, then rename dependentsDue back to
 //     dependents, conditioned on the state that was settled.
@@ -188,12 +191,15 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 		// One that has finished is flagged due at once, so that
 		// retention keeps it until it is settled: a parent read missing
 		// below either never was or was deleted before the mark (or,
-		// settled since, the job no longer waits for it).
+		// settled since, the job no longer waits for it). The mark moves
+		// updatedAt: a claim that stamps a job read before (matching its
+		// updatedAt as read, internal/store) then misses it rather than
+		// returning it without the mark.
 		if _, err := c.coll.UpdateMany(ctx, bson.D{
 			{Key: "_id", Value: bson.D{{Key: "$in", Value: parents}}},
 			{Key: "state", Value: bson.D{{Key: "$nin", Value: finishedStates}}},
 			{Key: dependentsField, Value: bson.D{{Key: "$ne", Value: true}}},
-		}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsField, Value: true}}}}); err != nil {
+		}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsField, Value: true}, {Key: "updatedAt", Value: c.now()}}}}); err != nil {
 			return fmt.Errorf("queue: mark the parents of %d jobs: %w", len(ds), err)
 		}
 		if _, err := c.coll.UpdateMany(ctx, bson.D{
@@ -214,6 +220,8 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 	if err != nil {
 		return fmt.Errorf("queue: read the parents of %d jobs: %w", len(ds), err)
 	}
+	// Perhaps claimed before the mark: their workers may not know of ds.
+	c.watchParents(runningParents(ctx, parents, states))
 	t := c.now()
 	all := make(bson.A, 0, len(ds))
 	var maybeReady bson.A

@@ -487,3 +487,50 @@ func TestDepRetryStalledWhileADependentIsLinked(t *testing.T) {
 	b.run(t, grandchild, jobs.StateSucceeded)
 	b.requireNothingToClaim(t)
 }
+
+// A parent claimed before its dependent's link, whose worker so does not
+// know of the dependent and settles nothing: the process that linked the
+// dependent settles it as soon as it finishes, whether it finishes during
+// the link (read finished) or after it (watched), and whoever else
+// settles it too; a dead one cancels its dependent the same way.
+func TestDepParentClaimedBeforeTheLink(t *testing.T) {
+	b := setup(t)
+	other, err := queue.New(b.db, queue.Config{}) // another process
+	require.NoError(t, err)
+	soon := func(s jobs.State, id string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return b.get(t, id).State == s }, 2*time.Second, 10*time.Millisecond, "job %s", id)
+	}
+
+	// Finishes after the link: watched.
+	p := b.claimID(t, b.enqueueK(t, queue.InsertOpts{}))
+	res, err := other.Enqueue(b.ctx, "k", nil, queue.InsertOpts{After: []string{p.ID}})
+	require.NoError(t, err)
+	b.requireState(t, jobs.StateBlocked, res.ID)
+	b.end(t, p, jobs.StateSucceeded)
+	soon(jobs.StateAvailable, res.ID)
+	b.run(t, res.ID, jobs.StateSucceeded)
+
+	// Dead after the link, with its settle run by another at once too.
+	p = b.claimID(t, b.enqueueK(t, queue.InsertOpts{}))
+	d := b.after(t, p.ID)
+	b.end(t, p, jobs.StateDead)
+	_, err = other.SettleDependentsOf(b.ctx, p.ID)
+	require.NoError(t, err)
+	soon(jobs.StateCancelled, d)
+	require.Len(t, b.get(t, d).Errors, 1, "cancelled once")
+
+	// Finishes between the link's mark and its read.
+	p = b.claimID(t, b.enqueueK(t, queue.InsertOpts{}))
+	ctx := queue.WithDepsStep(b.ctx, func(ctx context.Context, step string) error {
+		if step == "link:mark" {
+			b.end(t, p, jobs.StateSucceeded)
+		}
+		return nil
+	})
+	res, err = b.q.Enqueue(ctx, "k", nil, queue.InsertOpts{After: []string{p.ID}})
+	require.NoError(t, err)
+	b.requireState(t, jobs.StateAvailable, res.ID)
+	b.run(t, res.ID, jobs.StateSucceeded)
+	b.requireNothingToClaim(t)
+}

@@ -121,8 +121,8 @@ func TestWorkflowChildEnqueuedByItsParent(t *testing.T) {
 }
 
 // Dependents enqueued while their parents run, by another process: the
-// parents' workers do not know of them, and the leader's pass releases
-// them.
+// parents' workers do not know of them; the enqueuer's watch of the
+// running parent (queue/depswatch.go), or the leader's pass, releases them.
 func TestWorkflowLateDependentsReleasedByTheLeader(t *testing.T) {
 	b := setup(t)
 	f := b.flow(t)
