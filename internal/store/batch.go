@@ -196,6 +196,63 @@ const cacheTakes = 2
 // others claimed first all the candidates it found, and that there may be
 // more beyond them. With limits (s not nil), the candidates of a limit are
 // stamped one by one, each with free slots of s (limit.go).
+// claimFromCache stamps, under limits, candidates left by an earlier read
+// (candidates.go), at most cacheTakes takes of them: no read when one of
+// them is stamped. Nothing claimed: the caller reads candidates.
+func (c *Store) claimFromCache(ctx context.Context, p ClaimParams, t time.Time, k, window int, s *slotPicker) ([]*jobs.Job, error) {
+	for range cacheTakes {
+		taken, gen := c.cands.take(p, k*window)
+		if len(taken) == 0 {
+			return nil, nil
+		}
+		before := s.snapshot()
+		cands, asRead := split(taken)
+		claimed, err := c.stampCandidates(ctx, p, t, k, cands, asRead, s)
+		if err != nil {
+			return nil, err
+		}
+		back := unsent(taken, s)
+		c.cands.putBack(gen, back)
+		if epoch, ok := c.cands.startRefill(); ok {
+			c.refill(p, max(k*window, c.cands.window()), epoch)
+		}
+		if len(claimed) > 0 {
+			return claimed, nil
+		}
+		// None was stamped (taken by others since, or changed), so no
+		// slot was taken either: those sent a stamp are dropped, and the
+		// claim tries the next, or reads as without the cache.
+		s.restore(before)
+		if len(back) == len(taken) {
+			return nil, nil // none could be sent a stamp: their limits are full
+		}
+	}
+	return nil, nil
+}
+
+// decodeCandidates decodes the candidates docs read at t. One that does
+// not decode (another application wrote it) is an error wrapping
+// errMalformedCandidate, for the caller to fall back on single claims;
+// under limits, where there is no single claim to fall back on (it would
+// need the job's slot), it is buried here.
+func (c *Store) decodeCandidates(ctx context.Context, docs []bson.Raw, t time.Time, underLimits bool) ([]candidate, error) {
+	cs := make([]candidate, 0, len(docs))
+	for _, d := range docs {
+		var j jobs.Job
+		if err := bson.Unmarshal(d, &j); err != nil {
+			if !underLimits {
+				return nil, fmt.Errorf("queue: claim batch: candidate %v: %w: %w", d.Lookup("_id"), errMalformedCandidate, err)
+			}
+			if berr := c.buryCandidate(ctx, d, t, err); berr != nil {
+				return nil, fmt.Errorf("queue: claim batch: candidate %v: %w (and marking it dead: %w)", d.Lookup("_id"), err, berr)
+			}
+			continue
+		}
+		cs = append(cs, candidateOf(&j, d))
+	}
+	return cs, nil
+}
+
 func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slotPicker) (claimed []*jobs.Job, raced bool, err error) {
 	t := c.now()
 	window := claimWindow
@@ -205,34 +262,9 @@ func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slo
 	// Under limits, candidates left by an earlier read (candidates.go)
 	// first: no read when one of them is stamped.
 	cache := s != nil && s.binds(k*window) && c.cacheable(p)
-	for range cacheTakes {
-		if !cache {
-			break
-		}
-		taken, gen := c.cands.take(p, k*window)
-		if len(taken) == 0 {
-			break
-		}
-		before := s.snapshot()
-		cands, asRead := split(taken)
-		claimed, err := c.stampCandidates(ctx, p, t, k, cands, asRead, s)
-		if err != nil {
-			return nil, false, err
-		}
-		back := unsent(taken, s)
-		c.cands.putBack(gen, back)
-		if epoch, ok := c.cands.startRefill(); ok {
-			c.refill(p, max(k*window, c.cands.window()), epoch)
-		}
-		if len(claimed) > 0 {
-			return claimed, false, nil
-		}
-		// None was stamped (taken by others since, or changed), so no
-		// slot was taken either: those sent a stamp are dropped, and the
-		// claim tries the next, or reads as without the cache.
-		s.restore(before)
-		if len(back) == len(taken) {
-			break // none could be sent a stamp: their limits are full
+	if cache {
+		if claimed, err := c.claimFromCache(ctx, p, t, k, window, s); len(claimed) > 0 || err != nil {
+			return claimed, false, err
 		}
 	}
 	limit := k * window
@@ -250,21 +282,9 @@ func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slo
 		return nil, false, nil
 	}
 
-	cs := make([]candidate, 0, len(docs))
-	for _, d := range docs {
-		var j jobs.Job
-		if err := bson.Unmarshal(d, &j); err != nil {
-			if s == nil {
-				return nil, false, fmt.Errorf("queue: claim batch: candidate %v: %w: %w", d.Lookup("_id"), errMalformedCandidate, err)
-			}
-			// Under limits there is no single claim to fall back on
-			// (it would need the job's slot): bury it here.
-			if berr := c.buryCandidate(ctx, d, t, err); berr != nil {
-				return nil, false, fmt.Errorf("queue: claim batch: candidate %v: %w (and marking it dead: %w)", d.Lookup("_id"), err, berr)
-			}
-			continue
-		}
-		cs = append(cs, candidateOf(&j, d))
+	cs, err := c.decodeCandidates(ctx, docs, t, s != nil)
+	if err != nil {
+		return nil, false, err
 	}
 	if len(cs) == 0 {
 		return nil, true, nil

@@ -422,11 +422,10 @@ func (c *Store) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map
 	return kinds, queues, parts, nil
 }
 
-// readRunLoad reads, with one find, the running jobs of the given limited
-// kinds and queues and of the partitioned ones of parts, and returns each
-// limit's load by name (the slots held and how many running jobs hold
-// none) and each partitioned limit's loads by partition.
-func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int, parts *partSpecs) (map[string]*queueLoad, map[string]map[string]*partLoad, error) {
+// runLoadQuery is the filter and projection of readRunLoad's find: the
+// running jobs of the limited kinds and queues, with their slots (and
+// partition fields). ok is false when no limit applies.
+func runLoadQuery(kinds, queues map[string]int, parts *partSpecs) (filter, proj bson.D, ok bool) {
 	kindSet, queueSet := map[string]bool{}, map[string]bool{}
 	for k := range kinds {
 		kindSet[k] = true
@@ -447,24 +446,16 @@ func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int, p
 	if len(queueSet) > 0 {
 		or = append(or, bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: setKeys(queueSet)}}}})
 	}
-	out := map[string]*queueLoad{}
-	for k := range kinds {
-		out[KindLimit(k)] = &queueLoad{slots: map[int]bool{}}
-	}
-	for q := range queues {
-		out[QueueLimit(q)] = &queueLoad{slots: map[int]bool{}}
-	}
-	pout := map[string]map[string]*partLoad{}
 	if len(or) == 0 {
-		return out, pout, nil
+		return nil, nil, false
 	}
-	filter := bson.D{{Key: "state", Value: jobs.StateRunning}}
+	filter = bson.D{{Key: "state", Value: jobs.StateRunning}}
 	if len(or) == 1 {
 		filter = append(filter, or[0].(bson.D)...)
 	} else {
 		filter = append(filter, bson.E{Key: "$or", Value: or})
 	}
-	proj := bson.D{
+	proj = bson.D{
 		{Key: "_id", Value: 0}, {Key: "kind", Value: 1}, {Key: "queue", Value: 1},
 		{Key: kindRunSlotField, Value: 1}, {Key: queueRunSlotField, Value: 1},
 	}
@@ -473,6 +464,26 @@ func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int, p
 		for _, f := range parts.argPaths() {
 			proj = append(proj, bson.E{Key: "args." + f, Value: 1})
 		}
+	}
+	return filter, proj, true
+}
+
+// readRunLoad reads, with one find, the running jobs of the given limited
+// kinds and queues and of the partitioned ones of parts, and returns each
+// limit's load by name (the slots held and how many running jobs hold
+// none) and each partitioned limit's loads by partition.
+func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int, parts *partSpecs) (map[string]*queueLoad, map[string]map[string]*partLoad, error) {
+	out := map[string]*queueLoad{}
+	for k := range kinds {
+		out[KindLimit(k)] = &queueLoad{slots: map[int]bool{}}
+	}
+	for q := range queues {
+		out[QueueLimit(q)] = &queueLoad{slots: map[int]bool{}}
+	}
+	pout := map[string]map[string]*partLoad{}
+	filter, proj, ok := runLoadQuery(kinds, queues, parts)
+	if !ok {
+		return out, pout, nil
 	}
 	cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(proj))
 	if err != nil {
