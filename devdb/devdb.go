@@ -105,6 +105,20 @@ type Config struct {
 	// closed. Time between messages is not bounded.
 	// Defaults to DefaultMessageTimeout (1 minute).
 	MessageTimeout time.Duration
+
+	// Interleave applies every multi-document update and delete one
+	// document at a time, each re-checked against the filter at its write,
+	// with other connections' commands let in between documents, as MongoDB
+	// applies them; and now and then holds a getMore back, so that writes
+	// land between a cursor's batches (see interleave.go).
+	// Defaults to false: a multi-document write runs whole, alone.
+	Interleave bool
+
+	// Seed seeds the random choices of the injected behaviours (Interleave's
+	// pauses), so that a run replays. 0 picks one from the clock; it is
+	// logged.
+	// Defaults to 0.
+	Seed int64
 }
 
 func (c Config) withDefaults() Config {
@@ -251,6 +265,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			maxConns:       cfg.MaxConns,
 			maxInFlight:    cfg.MaxInFlightBytes,
 			messageTimeout: cfg.MessageTimeout,
+			il:             newInterleaver(cfg.Interleave, cfg.Seed, log),
 		}),
 		uri:        "mongodb://" + ln.Addr().String() + "/",
 		dir:        dir,

@@ -163,6 +163,8 @@ type frontConfig struct {
 	maxConns       int
 	maxInFlight    int64
 	messageTimeout time.Duration
+
+	il *interleaver // nil unless Config.Interleave (interleave.go)
 }
 
 // front accepts client connections and forwards each one's messages to a
@@ -596,6 +598,10 @@ func (f *front) handle(pc *proxyConn, cr *bufio.Reader, req message, replies <-c
 			return nil, err
 		}
 		defer finish()
+	}
+
+	if r, done, err := f.interleave(pc, cmd, req, replies, slot); done {
+		return r, err
 	}
 
 	return f.roundTrip(pc, cmd, req, replies, slot)
