@@ -355,3 +355,115 @@ func TestInterleaveCounts(t *testing.T) {
 	// The multi-document statements took the interleaved path.
 	require.GreaterOrEqual(t, logs.FilterMessage("interleave: statement applied one document at a time").Len(), 8)
 }
+
+// TestInterleaveGetMoreBetweenBatches: writes of another connection land
+// between a find's first batch and its getMore (getMore runs outside the
+// lock, and with Interleave is now and then held back), and FerretDB's
+// cursor then returns the collection as it was when the find began: an
+// update made after the first batch is not seen, a document deleted after
+// it is still returned, one inserted after it is not; nothing is missed
+// nor returned twice (MongoDB's cursors may do all of these: devdb does not
+// model it).
+func TestInterleaveGetMoreBetweenBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	s, logs := startInterleaved(t, true, 5)
+	coll := connect(t, s.URI()).Database("cursor").Collection("c")
+	other := connect(t, s.URI()).Database("cursor").Collection("c")
+	const docs = 40
+	for i := range docs {
+		_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: raceID(i)}, {Key: "v", Value: 0}})
+		require.NoError(t, err)
+	}
+
+	for _, sorted := range []bool{false, true} {
+		opts := options.Find().SetBatchSize(2)
+		if sorted {
+			opts.SetSort(bson.D{{Key: "_id", Value: 1}})
+		}
+		cur, err := coll.Find(ctx, bson.D{{Key: "v", Value: bson.D{{Key: "$gte", Value: 0}}}}, opts)
+		require.NoError(t, err)
+		var seen []string
+		for len(seen) < 2 && cur.Next(ctx) {
+			seen = append(seen, cur.Current.Lookup("_id").StringValue())
+		}
+
+		// Between the first batch and the first getMore.
+		set := bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: -1}}}}
+		_, err = other.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{raceID(0), raceID(5)}}}}}, set)
+		require.NoError(t, err)
+		_, err = other.DeleteOne(ctx, bson.D{{Key: "_id", Value: raceID(6)}})
+		require.NoError(t, err)
+		_, err = other.InsertOne(ctx, bson.D{{Key: "_id", Value: raceID(docs + 1)}, {Key: "v", Value: 0}})
+		require.NoError(t, err)
+		require.ErrorIs(t, other.FindOne(ctx, bson.D{{Key: "_id", Value: raceID(6)}}).Err(), mongo.ErrNoDocuments)
+
+		for cur.Next(ctx) {
+			require.EqualValues(t, 0, cur.Current.Lookup("v").Int32(), "an update made after the first batch is seen")
+			seen = append(seen, cur.Current.Lookup("_id").StringValue())
+		}
+		require.NoError(t, cur.Err())
+		want := make([]string, docs)
+		for i := range want {
+			want[i] = raceID(i)
+		}
+		require.Equal(t, want, seen, "sorted: %v", sorted)
+
+		// Put the collection back for the next round.
+		_, err = other.DeleteOne(ctx, bson.D{{Key: "_id", Value: raceID(docs + 1)}})
+		require.NoError(t, err)
+		_, err = other.InsertOne(ctx, bson.D{{Key: "_id", Value: raceID(6)}, {Key: "v", Value: 0}})
+		require.NoError(t, err)
+		_, err = other.UpdateMany(ctx, bson.D{}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: 0}}}})
+		require.NoError(t, err)
+	}
+
+	// Of some 40 getMores, some were held back, each logged.
+	held := logs.FilterMessage("interleave: getMore held back").AllUntimed()
+	require.NotEmpty(t, held)
+	require.Equal(t, "getMore", held[0].ContextMap()["command"])
+}
+
+// interleavePoints runs a single-connection workload on a fresh server with
+// Interleave and the given seed and returns its logged interleaving points.
+func interleavePoints(t *testing.T, seed int64) []string {
+	t.Helper()
+	ctx := context.Background()
+
+	s, logs := startInterleaved(t, true, seed)
+	coll := connect(t, s.URI()).Database("seed").Collection("c")
+	insertRaceDocs(t, coll)
+	_, err := coll.UpdateMany(ctx, bson.D{}, bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: "b"}}}})
+	require.NoError(t, err)
+	cur, err := coll.Find(ctx, bson.D{}, options.Find().SetBatchSize(10))
+	require.NoError(t, err)
+	require.NoError(t, cur.All(ctx, new([]bson.Raw)))
+	_, err = coll.DeleteMany(ctx, bson.D{{Key: "i", Value: bson.D{{Key: "$lt", Value: 50}}}})
+	require.NoError(t, err)
+
+	var points []string
+	for _, e := range logs.AllUntimed() {
+		switch e.Message {
+		case "interleave: pause between documents", "interleave: getMore held back":
+			m := e.ContextMap()
+			points = append(points, fmt.Sprint(m["command"], " stmt ", m["stmt"], " doc ", m["doc"], " ", m["pause"]))
+		}
+	}
+
+	return points
+}
+
+// TestInterleaveSeedReplays: the same seed gives the same interleaving
+// points (pauses, their places and lengths, held-back getMores) for a
+// single connection's workload; another seed gives others.
+func TestInterleaveSeedReplays(t *testing.T) {
+	t.Parallel()
+
+	a := interleavePoints(t, 42)
+	b := interleavePoints(t, 42)
+	c := interleavePoints(t, 43)
+	require.NotEmpty(t, a)
+	require.Equal(t, a, b)
+	require.NotEqual(t, a, c)
+}
