@@ -263,6 +263,8 @@ type countsResult struct {
 	DelNone, DelSome        int64
 	ErrIndex, ErrCode       int
 	ErrMatched              int64
+	UnorderedIndex          int
+	UnorderedMatched        int64
 }
 
 // plainCases runs multi-document writes whose results MongoDB fixes, on a
@@ -320,6 +322,15 @@ func plainCases(t *testing.T, coll *mongo.Collection) countsResult {
 	r.ErrIndex, r.ErrCode = bwe.WriteErrors[0].Index, bwe.WriteErrors[0].Code
 	r.ErrMatched = bulk.MatchedCount
 
+	// Unordered: the failing statement counts nothing, the next one runs.
+	bulk, err = coll.BulkWrite(ctx, []mongo.WriteModel{
+		mongo.NewUpdateManyModel().SetFilter(bson.D{}).SetUpdate(bson.D{{Key: "$inc", Value: bson.D{{Key: "v", Value: 1}}}}),
+		mongo.NewUpdateManyModel().SetFilter(bson.D{{Key: "k", Value: 1}}).SetUpdate(set(8)),
+	}, options.BulkWrite().SetOrdered(false))
+	require.ErrorAs(t, err, &bwe)
+	require.Len(t, bwe.WriteErrors, 1)
+	r.UnorderedIndex, r.UnorderedMatched = bwe.WriteErrors[0].Index, bulk.MatchedCount
+
 	return r
 }
 
@@ -344,12 +355,16 @@ func TestInterleaveCounts(t *testing.T) {
 	require.EqualValues(t, [2]int64{0, 2}, [2]int64{got.DelNone, got.DelSome})
 	require.Equal(t, 1, got.ErrIndex)
 	require.EqualValues(t, 2, got.ErrMatched) // the first statement's two documents only
+	require.Equal(t, 0, got.UnorderedIndex)
+	require.EqualValues(t, 2, got.UnorderedMatched) // the second statement's
 
-	// Without Interleave FerretDB reports this error at index 0 with n 0,
-	// not MongoDB's index 1 with the first statement's n (2): devdb's own
-	// answer differs there, not the interleaved one.
-	require.Equal(t, [2]any{0, int64(0)}, [2]any{want.ErrIndex, want.ErrMatched})
-	want.ErrIndex, want.ErrMatched = got.ErrIndex, got.ErrMatched
+	// Without Interleave FerretDB reports a write error at index 0 with n 0,
+	// not MongoDB's index 1 with the first statement's n (2), and ignores
+	// ordered: false (it stops at the error, n 0, where MongoDB runs the
+	// next statement, n 2): devdb's own answer differs there, not the
+	// interleaved one.
+	require.Equal(t, [3]any{0, int64(0), int64(0)}, [3]any{want.ErrIndex, want.ErrMatched, want.UnorderedMatched})
+	want.ErrIndex, want.ErrMatched, want.UnorderedMatched = got.ErrIndex, got.ErrMatched, got.UnorderedMatched
 	require.Equal(t, want, got)
 
 	// The multi-document statements took the interleaved path.

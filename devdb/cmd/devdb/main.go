@@ -6,6 +6,16 @@
 //
 //	devdb [--addr 127.0.0.1:27017] [--dir .docket/data] [--log-format json|console] [--verbose]
 //	      [--max-conns 3000] [--max-inflight-bytes 268435456] [--message-timeout 1m]
+//	      [--interleave] [--seed N]
+//
+// --interleave applies every multi-document update and delete (updateMany,
+// deleteMany, each such statement of a bulk write) one document at a time,
+// each re-checked against the filter at its write, with other connections'
+// commands let in between documents, as MongoDB does, instead of whole
+// under devdb's lock; and now and then holds a getMore back, so that writes
+// land between a cursor's batches. --seed fixes the random pauses (0, the
+// default, picks one from the clock and logs it), so that a run replays.
+// See docs/EMBEDDED-SERVER.md.
 //
 // It logs one line, "devdb listening", with the address and the connection
 // URI, and runs until SIGINT or SIGTERM.
@@ -48,6 +58,9 @@ func run() int {
 		fmt.Sprintf("most bytes of requests held at once over all connections, beyond 16 KiB each; at least %d", devdb.MaxMessageSize))
 	messageTimeout := fs.Duration("message-timeout", devdb.DefaultMessageTimeout,
 		"how long a client has to send the rest of a message once it has begun it")
+	interleave := fs.Bool("interleave", false,
+		"apply multi-document updates and deletes one document at a time, letting other connections in between, as MongoDB does")
+	seed := fs.Int64("seed", 0, "seed of the injected behaviours' random choices, to replay a run (0 picks one and logs it)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server's life to this file (to see where a workload's server time goes)")
 
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -113,6 +126,9 @@ func run() int {
 		MaxConns:         *maxConns,
 		MaxInFlightBytes: *maxInFlight,
 		MessageTimeout:   *messageTimeout,
+
+		Interleave: *interleave,
+		Seed:       *seed,
 	})
 	if err != nil {
 		logger.Error("devdb failed to start", zap.Error(err))
