@@ -1,8 +1,11 @@
 package devdb
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -481,4 +484,51 @@ func TestInterleaveSeedReplays(t *testing.T) {
 	require.NotEmpty(t, a)
 	require.Equal(t, a, b)
 	require.NotEqual(t, a, c)
+}
+
+// TestInterleaveFlags: the devdb command's --interleave and --seed reach the
+// server: it logs the seed, and an updateMany is applied one document at a
+// time (its statement line, with the documents it read and wrote).
+func TestInterleaveFlags(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	cmd := exec.Command(devdbBinary(t), "--addr", "127.0.0.1:0", "--dir", t.TempDir(), "--interleave", "--seed", "77")
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	lines := make(chan map[string]any, 1000)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var l map[string]any
+			if json.Unmarshal(sc.Bytes(), &l) == nil {
+				lines <- l
+			}
+		}
+	}()
+	next := func(msg string) map[string]any {
+		for l := range lines {
+			if l["msg"] == msg {
+				return l
+			}
+		}
+		t.Fatalf("devdb ended without logging %q", msg)
+		return nil
+	}
+
+	require.EqualValues(t, 77, next("interleave: multi-document writes apply one document at a time")["seed"])
+	uri := next("devdb listening")["uri"].(string)
+
+	coll := connect(t, uri).Database("flags").Collection("c")
+	insertRaceDocs(t, coll)
+	res, err := coll.UpdateMany(ctx, bson.D{}, bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: "b"}}}})
+	require.NoError(t, err)
+	require.EqualValues(t, raceDocs, res.ModifiedCount)
+	l := next("interleave: statement applied one document at a time")
+	require.EqualValues(t, raceDocs, l["ids"])
+	require.EqualValues(t, raceDocs, l["n_modified"])
 }
