@@ -114,6 +114,7 @@ func TestDBName(t *testing.T) {
 }
 
 func TestStartDevDBKeepsDataAcrossRestarts(t *testing.T) {
+	SkipOnRealMongo(t, "stops, kills and restarts a devdb of its own")
 	t.Parallel()
 	ctx := context.Background()
 
@@ -159,6 +160,7 @@ func TestStartDevDBKeepsDataAcrossRestarts(t *testing.T) {
 }
 
 func TestBuildBinaryBuildsOnce(t *testing.T) {
+	SkipOnRealMongo(t, "builds devdb")
 	t.Parallel()
 
 	if os.Getenv(EnvDevDBBin) != "" {
