@@ -149,6 +149,12 @@ func TestScriptOnDevDB(t *testing.T) {
 	require.Contains(t, out, "test-mongo: 1 test skipped on this server:\n")
 	require.Regexp(t, `(?m)^  internal/testdb TestStartDevDBKeepsDataAcrossRestarts: testdb_test.go:\d+: devdb only, skipped with DOCKET_TEST_MONGO_URI set: stops, kills and restarts a devdb of its own$`, out)
 	require.True(t, strings.HasSuffix(out, "test-mongo: ok\n"), out)
+
+	// go test's own failure (here: no such package) fails the script.
+	out, errs, code = runScript(t, "--allow-standalone", d.URI(), "./internal/nosuchpackage/")
+	require.Equal(t, 1, code, "%s%s", out, errs)
+	require.Contains(t, errs, "test-mongo: FAIL (go test exited 1)")
+	require.NotContains(t, out, "test-mongo: ok")
 }
 
 // testModule writes a module with a package whose tests pass and skip (a)
