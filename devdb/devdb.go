@@ -31,6 +31,11 @@
 // serve (see idindex.go): lookups and writes by _id then cost the same
 // whatever the collection's size.
 //
+// Off by default, the front can also send the failure replies of a MongoDB
+// replica set (Config.Faults, Config.Seed, Config.Elections; faults.go): a
+// write refused by a stepdown, a reply lost after the write, a
+// writeConcernError, a passed time limit, a killed cursor.
+//
 // devdb is not a production database: FerretDB v1 filters and sorts in Go over
 // whole collections (every filter but {_id: X} reads and decodes every
 // document), and the front removes all concurrency between commands.
