@@ -163,6 +163,9 @@ type frontConfig struct {
 	maxConns       int
 	maxInFlight    int64
 	messageTimeout time.Duration
+
+	// faults, when not nil, injects MongoDB's failure replies (faults.go).
+	faults *injector
 }
 
 // front accepts client connections and forwards each one's messages to a
@@ -598,6 +601,9 @@ func (f *front) handle(pc *proxyConn, cr *bufio.Reader, req message, replies <-c
 		defer finish()
 	}
 
+	if f.cfg.faults != nil {
+		return f.faultyRoundTrip(pc, cmd, req, replies, slot)
+	}
 	return f.roundTrip(pc, cmd, req, replies, slot)
 }
 

@@ -6,6 +6,21 @@
 //
 //	devdb [--addr 127.0.0.1:27017] [--dir .docket/data] [--log-format json|console] [--verbose]
 //	      [--max-conns 3000] [--max-inflight-bytes 268435456] [--message-timeout 1m]
+//	      [--faults NAME=P[,NAME=P...]] [--seed N] [--elections EVERY/FOR]
+//
+// --faults injects MongoDB's failure replies, each NAME with probability P
+// per command eligible for it: stepdown (a write refused, unapplied, with
+// NotWritablePrimary 10107), lostreply (a write applied, then the connection
+// closed before the reply), writeconcern (a write applied and acknowledged
+// with a writeConcernError 64, WriteConcernFailed), timelimit (a command
+// that carries maxTimeMS refused, unapplied, with MaxTimeMSExpired 50),
+// cursorkill (a getMore answered CursorNotFound 43, its cursor killed).
+// --seed seeds their decisions (0, the default, picks one; the listening
+// line reports it). --elections 60s/8s refuses every write with
+// NotWritablePrimary for 8s every 60s, the first window 60s after start,
+// while reads answer. Every injected fault is logged at warn level with its
+// command and connection. All are off by default; see
+// docs/EMBEDDED-SERVER.md.
 //
 // It logs one line, "devdb listening", with the address and the connection
 // URI, and runs until SIGINT or SIGTERM.
@@ -48,6 +63,11 @@ func run() int {
 		fmt.Sprintf("most bytes of requests held at once over all connections, beyond 16 KiB each; at least %d", devdb.MaxMessageSize))
 	messageTimeout := fs.Duration("message-timeout", devdb.DefaultMessageTimeout,
 		"how long a client has to send the rest of a message once it has begun it")
+	faultsFlag := fs.String("faults", "",
+		"inject MongoDB's failure replies: NAME=P[,NAME=P...], NAME one of stepdown, lostreply, writeconcern, timelimit, cursorkill, P a probability per eligible command")
+	seed := fs.Int64("seed", 0, "seed of the --faults decisions; 0 picks one, reported in the listening line")
+	electionsFlag := fs.String("elections", "",
+		"EVERY/FOR, e.g. 60s/8s: every EVERY (the first EVERY after start) refuse all writes with NotWritablePrimary for FOR")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server's life to this file (to see where a workload's server time goes)")
 
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -70,6 +90,12 @@ func run() int {
 	}
 	if *messageTimeout <= 0 {
 		fmt.Fprintf(os.Stderr, "devdb: --message-timeout is %v; want a positive duration\n", *messageTimeout)
+		return 2
+	}
+
+	faults, elections, err := parseFaultFlags(*faultsFlag, *electionsFlag)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "devdb: %v\n", err)
 		return 2
 	}
 
@@ -113,6 +139,10 @@ func run() int {
 		MaxConns:         *maxConns,
 		MaxInFlightBytes: *maxInFlight,
 		MessageTimeout:   *messageTimeout,
+
+		Faults:    faults,
+		Seed:      *seed,
+		Elections: elections,
 	})
 	if err != nil {
 		logger.Error("devdb failed to start", zap.Error(err))
@@ -125,7 +155,10 @@ func run() int {
 		zap.String("dir", srv.Dir()),
 		zap.Int("max_conns", *maxConns),
 		zap.Int64("max_inflight_bytes", *maxInFlight),
-		zap.Duration("message_timeout", *messageTimeout))
+		zap.Duration("message_timeout", *messageTimeout),
+		zap.String("faults", *faultsFlag),
+		zap.Int64("seed", srv.Seed()),
+		zap.String("elections", *electionsFlag))
 
 	<-ctx.Done()
 	stop() // a second signal now kills the process the default way
@@ -138,6 +171,27 @@ func run() int {
 	logger.Info("devdb stopped")
 
 	return 0
+}
+
+// parseFaultFlags parses --faults and --elections; either may be empty.
+func parseFaultFlags(faultsFlag, electionsFlag string) (map[string]float64, devdb.Elections, error) {
+	var faults map[string]float64
+	if faultsFlag != "" {
+		f, err := devdb.ParseFaults(faultsFlag)
+		if err != nil {
+			return nil, devdb.Elections{}, fmt.Errorf("--%w", err)
+		}
+		faults = f
+	}
+	var elections devdb.Elections
+	if electionsFlag != "" {
+		e, err := devdb.ParseElections(electionsFlag)
+		if err != nil {
+			return nil, devdb.Elections{}, fmt.Errorf("--%w", err)
+		}
+		elections = e
+	}
+	return faults, elections, nil
 }
 
 // newLogger returns a production logger writing to stderr, as JSON or as
