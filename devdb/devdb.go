@@ -31,6 +31,11 @@
 // serve (see idindex.go): lookups and writes by _id then cost the same
 // whatever the collection's size.
 //
+// Off by default, the front can also send the failure replies of a MongoDB
+// replica set (Config.Faults, Config.Seed, Config.Elections; faults.go): a
+// write refused by a stepdown, a reply lost after the write, a
+// writeConcernError, a passed time limit, a killed cursor.
+//
 // devdb is not a production database: FerretDB v1 filters and sorts in Go over
 // whole collections (every filter but {_id: X} reads and decodes every
 // document), and the front removes all concurrency between commands.
@@ -106,6 +111,26 @@ type Config struct {
 	// Defaults to DefaultMessageTimeout (1 minute).
 	MessageTimeout time.Duration
 
+	// Faults maps a fault's name (FaultStepdown, FaultLostReply,
+	// FaultWriteConcern, FaultTimeLimit, FaultCursorKill) to the probability,
+	// in [0, 1], that it is injected into each command eligible for it: the
+	// failure replies of a MongoDB replica set (docs/EMBEDDED-SERVER.md).
+	// Every injected fault is logged at warn level.
+	// Defaults to none.
+	Faults map[string]float64
+
+	// Seed seeds the fault decisions and Interleave's pauses: the same seed
+	// and the same commands give the same faults and pauses. Server.Seed
+	// reports it.
+	// Defaults to 0, which picks a random seed.
+	Seed int64
+
+	// Elections, when its Every is not 0, refuses every write with
+	// NotWritablePrimary for For at every Every, the first window starting
+	// Every after Start, while reads answer, as during an election.
+	// Defaults to none.
+	Elections Elections
+
 	// Interleave applies every multi-document update and delete one
 	// document at a time, each re-checked against the filter at its write,
 	// with other connections' commands let in between documents, as MongoDB
@@ -113,12 +138,6 @@ type Config struct {
 	// land between a cursor's batches (see interleave.go).
 	// Defaults to false: a multi-document write runs whole, alone.
 	Interleave bool
-
-	// Seed seeds the random choices of the injected behaviours (Interleave's
-	// pauses), so that a run replays. 0 picks one from the clock; it is
-	// logged.
-	// Defaults to 0.
-	Seed int64
 }
 
 func (c Config) withDefaults() Config {
@@ -161,6 +180,12 @@ func (c Config) validate() error {
 	if c.MessageTimeout < 0 {
 		return fmt.Errorf("devdb: Config.MessageTimeout is %v; want a positive duration (0 for the default, %v)", c.MessageTimeout, DefaultMessageTimeout)
 	}
+	if err := validateFaults(c.Faults); err != nil {
+		return fmt.Errorf("devdb: Config.Faults: %w", err)
+	}
+	if err := c.Elections.validate(); err != nil {
+		return fmt.Errorf("devdb: Config.Elections: %w", err)
+	}
 
 	return nil
 }
@@ -175,6 +200,7 @@ type Server struct {
 	indexer *idIndexer
 	uri     string
 	dir     string
+	seed    int64
 
 	stopFerret context.CancelFunc
 	ferretDone chan struct{}
@@ -260,15 +286,21 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 
 	log := cfg.Logger.Named("devdb")
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = randomSeed()
+	}
 	s := &Server{
 		front: newFront(ln, u.Host, log, frontConfig{
 			maxConns:       cfg.MaxConns,
 			maxInFlight:    cfg.MaxInFlightBytes,
 			messageTimeout: cfg.MessageTimeout,
-			il:             newInterleaver(cfg.Interleave, cfg.Seed, log),
+			faults:         newInjector(cfg.Faults, seed, cfg.Elections, log),
+			il:             newInterleaver(cfg.Interleave, seed, log),
 		}),
 		uri:        "mongodb://" + ln.Addr().String() + "/",
 		dir:        dir,
+		seed:       seed,
 		stopFerret: stopFerret,
 		ferretDone: ferretDone,
 	}
@@ -288,6 +320,12 @@ func (s *Server) URI() string {
 // Addr returns the address the server listens on, as host:port.
 func (s *Server) Addr() string {
 	return s.front.ln.Addr().String()
+}
+
+// Seed returns the seed of the fault decisions: Config.Seed, or the one
+// picked when that was 0.
+func (s *Server) Seed() int64 {
+	return s.seed
 }
 
 // Dir returns the absolute path of the data directory.

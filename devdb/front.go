@@ -164,7 +164,12 @@ type frontConfig struct {
 	maxInFlight    int64
 	messageTimeout time.Duration
 
-	il *interleaver // nil unless Config.Interleave (interleave.go)
+	// faults, when not nil, injects MongoDB's failure replies (faults.go).
+	faults *injector
+
+	// il, when not nil, applies multi-document writes one document at a
+	// time (interleave.go).
+	il *interleaver
 }
 
 // front accepts client connections and forwards each one's messages to a
@@ -604,6 +609,9 @@ func (f *front) handle(pc *proxyConn, cr *bufio.Reader, req message, replies <-c
 		return r, err
 	}
 
+	if f.cfg.faults != nil {
+		return f.faultyRoundTrip(pc, cmd, req, replies, slot)
+	}
 	return f.roundTrip(pc, cmd, req, replies, slot)
 }
 

@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,9 +40,7 @@ func newSlowBundle(t *testing.T, delay time.Duration) *slowBundle {
 	fast, err := queue.New(db, queue.Config{})
 	require.NoError(t, err)
 	require.NoError(t, fast.EnsureIndexes(ctx))
-	u, err := url.Parse(testdb.URI())
-	require.NoError(t, err)
-	proxy := slowproxy.Start(t, u.Host, slowproxy.Config{Delay: delay})
+	proxy := slowproxy.Start(t, testdb.ProxyTarget(t), slowproxy.Config{Delay: delay})
 	mc, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + proxy.Addr() + "/?directConnection=true"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = mc.Disconnect(context.Background()) })

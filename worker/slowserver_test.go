@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"net/url"
 	"testing"
 	"time"
 
@@ -51,9 +50,7 @@ func TestSlowServerNoClaimGivenBack(t *testing.T) {
 		ids[i] = res.ID
 	}
 
-	u, err := url.Parse(testdb.URI())
-	require.NoError(t, err)
-	proxy := slowproxy.Start(t, u.Host, slowproxy.Config{Delay: 3500 * time.Millisecond, Serial: true})
+	proxy := slowproxy.Start(t, testdb.ProxyTarget(t), slowproxy.Config{Delay: 3500 * time.Millisecond, Serial: true})
 	mc, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + proxy.Addr() + "/?directConnection=true"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = mc.Disconnect(context.Background()) })

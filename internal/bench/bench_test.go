@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 // commands than single ones, and the idle worker was counted. It asserts
 // no speed.
 func TestEveryRunMeasuresWhatItRan(t *testing.T) {
+	testdb.SkipOnRealMongo(t, "the bench measures a devdb of its own")
 	if testing.Short() {
 		t.Skip("starts a devdb and a dozen worker processes")
 	}
@@ -128,6 +129,7 @@ func TestBadSizesAreRefused(t *testing.T) {
 // them when it says drained), and the table prints those figures. It
 // asserts no speed.
 func TestGrowthMeasuresWhatItRan(t *testing.T) {
+	testdb.SkipOnRealMongo(t, "the bench measures a devdb of its own")
 	if testing.Short() {
 		t.Skip("starts a devdb and worker processes")
 	}
@@ -233,6 +235,7 @@ func TestGrowthSaysWhereItStopped(t *testing.T) {
 // tasks ran, as many as its plain burn-down's jobs, and dependencies cost
 // commands where parents have dependents to tell.
 func TestWorkflowsRun(t *testing.T) {
+	testdb.SkipOnRealMongo(t, "the bench measures a devdb of its own")
 	if testing.Short() {
 		t.Skip("starts a devdb and worker processes")
 	}
@@ -261,6 +264,7 @@ func TestWorkflowsRun(t *testing.T) {
 // backlog down without a limit and under one that does not bind, and runs
 // every other customer's job past a hot customer's under 1 per customer.
 func TestPartitionsRunMeasuresWhatItRan(t *testing.T) {
+	testdb.SkipOnRealMongo(t, "the bench measures a devdb of its own")
 	if testing.Short() {
 		t.Skip("starts a devdb and worker processes")
 	}

@@ -88,6 +88,7 @@ func (p *stallProxy) pipe(from, to net.Conn) {
 // the command carried maxTimeMS, which a real MongoDB applies to its
 // write-concern wait.
 func TestWriteTimeoutBoundsAStalledWrite(t *testing.T) {
+	testdb.SkipOnRealMongo(t, "stalls a devdb of its own behind a proxy")
 	srv := testdb.StartDevDB(t, "")
 	addr := strings.TrimSuffix(strings.TrimPrefix(srv.URI(), "mongodb://"), "/")
 	proxy := newStallProxy(t, addr)

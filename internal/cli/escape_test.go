@@ -90,7 +90,11 @@ func TestCtlEscapesForeignDocuments(t *testing.T) {
 	require.Zero(t, code, errs)
 	requireSafe(t, out, false)
 	require.Contains(t, out, `job @AgoAAABpZA0bWzJLb2sA ("id\r\x1b[2Kok")`, "its token, then the id escaped")
-	require.Contains(t, out, `by "w\tx`+"\ufffd"+`": "boom\u009b31m\u009d0;title\u009c"`, "devdb stored U+FFFD for the byte that is not UTF-8")
+	// The byte that is not UTF-8: devdb stores U+FFFD for it; MongoDB
+	// stores it as sent (it does not check strings' UTF-8), shown escaped.
+	message := `: "boom\u009b31m\u009d0;title\u009c"`
+	devdbForm, mongoForm := `by "w\tx`+"\ufffd"+`"`+message, `by "w\tx\xff"`+message
+	require.True(t, strings.Contains(out, devdbForm) || strings.Contains(out, mongoForm), "neither %s nor %s in %s", devdbForm, mongoForm, out)
 
 	out, errs, code = runCtl(t, uri, db, "stats", "--exact")
 	require.Zero(t, code, errs)

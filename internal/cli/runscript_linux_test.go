@@ -150,6 +150,7 @@ func readUntil(t *testing.T, sc *bufio.Scanner, prefix string) {
 // write to the closed pipe killed it (SIGPIPE) and devdb, in a session of
 // its own, ran on.
 func TestMakeRunStopsEverythingWhenItsStdoutCloses(t *testing.T) {
+	testdb.SkipOnRealMongo(t, "make run's demo, on a devdb of its own")
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts devdb, two workers and the dashboard through scripts/run.sh")

@@ -41,15 +41,17 @@ type listening struct {
 }
 
 // Start runs the devdb binary bin on addr (host:port; port 0 picks a free
-// one) with its data in dir, and returns once the server answers a ping or
+// one) with its data in dir and the extra flags given (e.g. "--faults",
+// "stepdown=0.01"), and returns once the server answers a ping or
 // startTimeout has passed. devdb's warnings and errors go on to stderr.
-func Start(bin, addr, dir string, startTimeout time.Duration) (*Process, error) {
+func Start(bin, addr, dir string, startTimeout time.Duration, extra ...string) (*Process, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("devdbproc: pipe: %w", err)
 	}
 
-	cmd := exec.Command(bin, "--addr", addr, "--dir", dir, "--log-format", "json")
+	args := append([]string{"--addr", addr, "--dir", dir, "--log-format", "json"}, extra...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout = w
 	cmd.Stderr = w
 	cmd.SysProcAttr = sysProcAttr()
@@ -105,7 +107,7 @@ func Start(bin, addr, dir string, startTimeout time.Duration) (*Process, error) 
 	fail := func(reason string) (*Process, error) {
 		p.Kill()
 		<-logsDone
-		return nil, fmt.Errorf("devdb on %s, data in %s: %s\n%s", addr, dir, reason, strings.Join(early, "\n"))
+		return nil, fmt.Errorf("devdb on %s, data in %s, flags %q: %s\n%s", addr, dir, extra, reason, strings.Join(early, "\n"))
 	}
 
 	select {

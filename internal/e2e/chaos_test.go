@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/chaos"
+	"github.com/docketq/docket/internal/testdb"
 )
 
 // TestChaos runs docket under SIGKILLs, two SIGSTOPs past the lease (a
@@ -30,6 +31,7 @@ import (
 // Not parallel: it measures whether docket rides out failures, and a
 // server shared with other tests would only slow the drain.
 func TestChaos(t *testing.T) {
+	testdb.SkipOnRealMongo(t, "its outages stop and restart a devdb of its own")
 	cfg := chaos.Config{Jobs: 200, Waves: 4, Outage: 5 * time.Second, Drain: 150 * time.Second}
 	if os.Getenv("DOCKET_CHAOS") == "long" {
 		cfg = chaos.Config{Jobs: 500, Waves: 8, Drain: 5 * time.Minute}

@@ -20,6 +20,7 @@ import (
 // and returns it with a database on it and a queue client.
 func ownDevDB(t *testing.T) (*testdb.DevDB, *mongo.Database, *queue.Client) {
 	t.Helper()
+	testdb.SkipOnRealMongo(t, "stops and restarts a devdb of its own")
 	d := testdb.StartDevDB(t, "")
 	client, err := mongo.Connect(options.Client().ApplyURI(d.URI()).SetServerSelectionTimeout(30 * time.Second))
 	require.NoError(t, err)
@@ -102,6 +103,7 @@ func TestWorkerRidesOutDatabaseOutage(t *testing.T) {
 // with a message naming the server and the timeout, within the timeout
 // (10 s by default).
 func TestEnqueueWithStoppedServer(t *testing.T) {
+	testdb.SkipOnRealMongo(t, "stops a devdb of its own")
 	t.Parallel()
 	d := testdb.StartDevDB(t, "")
 	d.Stop()

@@ -3,7 +3,6 @@ package leadership
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -286,9 +285,7 @@ func TestLeaderKeepsTheLeaseOnASlowServer(t *testing.T) {
 		t.Skip("runs for about 40 s")
 	}
 	t.Parallel()
-	u, err := url.Parse(testdb.URI())
-	require.NoError(t, err)
-	p := slowproxy.Start(t, u.Host, slowproxy.Config{Serial: true})
+	p := slowproxy.Start(t, testdb.ProxyTarget(t), slowproxy.Config{Serial: true})
 	connect := func() *mongo.Client {
 		// Monitoring hellos rarely: they would wait in line too.
 		c, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + p.Addr() + "/?directConnection=true").

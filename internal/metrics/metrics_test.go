@@ -253,6 +253,7 @@ func TestMetricsCountTheJobsRun(t *testing.T) {
 // 503 while the database is stopped, 200 once it is back, and 503 for good
 // once the process is shutting down.
 func TestReadyzFollowsTheDatabaseAndShutdown(t *testing.T) {
+	testdb.SkipOnRealMongo(t, "stops and restarts a devdb of its own")
 	t.Parallel()
 	d := testdb.StartDevDB(t, "")
 	client, err := mongo.Connect(options.Client().ApplyURI(d.URI()).SetServerSelectionTimeout(time.Second))

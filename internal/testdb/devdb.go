@@ -22,8 +22,9 @@ type DevDB struct {
 }
 
 // StartDevDB starts a devdb of the test's own on a free port, keeping its
-// data in dir (a fresh temporary directory when dir is ""), and stops it
-// when the test ends. The port stays the same across restarts.
+// data in dir (a fresh temporary directory when dir is ""), with the flags
+// of EnvDevDBFlags, and stops it when the test ends. The port stays the same
+// across restarts.
 func StartDevDB(t testing.TB, dir string) *DevDB {
 	t.Helper()
 
@@ -100,7 +101,7 @@ func (d *DevDB) start() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
-	p, err := devdbproc.Start(d.bin, d.addr, d.dir, startTimeout)
+	p, err := devdbproc.Start(d.bin, d.addr, d.dir, startTimeout, DevDBFlags()...)
 	if err != nil {
 		return err
 	}

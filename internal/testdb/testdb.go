@@ -17,6 +17,16 @@
 // directory. It starts when a test first asks for it and stops when the tests
 // end. Set DOCKET_DEVDB_BIN to a prebuilt devdb binary to skip the build.
 //
+// Set DOCKET_DEVDB_FLAGS to extra devdb flags, separated by spaces, to run
+// every devdb that testdb starts (the shared one and StartDevDB's) with
+// them (none when it is empty or unset); e.g. MongoDB's failure replies:
+//
+//	DOCKET_DEVDB_FLAGS='--faults stepdown=0.02,lostreply=0.01 --seed 7' go test ./queue
+//
+// devdb logs every fault it injects at warn level, which testdb passes on to
+// stderr, with the seed, so a failing run can be replayed with the same
+// --seed (docs/EMBEDDED-SERVER.md).
+//
 // Tests that need to stop, kill or restart the server themselves start a
 // devdb of their own with StartDevDB.
 package testdb
@@ -48,6 +58,10 @@ const (
 
 	// EnvDevDBBin names a prebuilt devdb binary, skipping the build.
 	EnvDevDBBin = "DOCKET_DEVDB_BIN"
+
+	// EnvDevDBFlags holds extra flags, separated by spaces, for every devdb
+	// testdb starts.
+	EnvDevDBFlags = "DOCKET_DEVDB_FLAGS"
 )
 
 // MaxDBNameLen is the longest database name NewDB returns, in bytes: the
@@ -159,7 +173,7 @@ func shared() (string, error) {
 		}
 		sharedDir = dir
 
-		p, err := devdbproc.Start(bin, "127.0.0.1:0", dir, startTimeout)
+		p, err := devdbproc.Start(bin, "127.0.0.1:0", dir, startTimeout, DevDBFlags()...)
 		if err != nil {
 			sharedErr = err
 			return
@@ -169,6 +183,12 @@ func shared() (string, error) {
 	})
 
 	return sharedURI, sharedErr
+}
+
+// DevDBFlags returns the extra devdb flags that EnvDevDBFlags holds, split at
+// spaces; empty when it is unset.
+func DevDBFlags() []string {
+	return strings.Fields(os.Getenv(EnvDevDBFlags))
 }
 
 // Client returns a client of the shared test server, shared by all the tests

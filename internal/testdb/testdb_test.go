@@ -13,6 +13,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/docketq/docket/internal/devdbproc"
 )
 
 func TestMain(m *testing.M) {
@@ -114,6 +116,7 @@ func TestDBName(t *testing.T) {
 }
 
 func TestStartDevDBKeepsDataAcrossRestarts(t *testing.T) {
+	SkipOnRealMongo(t, "stops, kills and restarts a devdb of its own")
 	t.Parallel()
 	ctx := context.Background()
 
@@ -158,7 +161,36 @@ func TestStartDevDBKeepsDataAcrossRestarts(t *testing.T) {
 	require.Equal(t, int64(2), count())
 }
 
+// TestDevDBFlagsReachDevDB: the flags in DOCKET_DEVDB_FLAGS reach the devdb
+// that testdb starts: with --faults stepdown=1 every write is refused with
+// NotWritablePrimary and reads answer; bad flags fail the start, naming the
+// entry. Not parallel: it sets the environment.
+func TestDevDBFlagsReachDevDB(t *testing.T) {
+	ctx := context.Background()
+
+	t.Setenv(EnvDevDBFlags, " --faults stepdown=1   --seed 3 ")
+	require.Equal(t, []string{"--faults", "stepdown=1", "--seed", "3"}, DevDBFlags())
+
+	d := StartDevDB(t, "")
+	coll := connectTo(t, d.URI()).Database("flags").Collection("c")
+	_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}})
+	var ce mongo.CommandError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, int32(10107), ce.Code, "%v", err)
+	n, err := coll.CountDocuments(ctx, bson.D{})
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	t.Setenv(EnvDevDBFlags, "--faults stepdwn=1")
+	_, err = devdbproc.Start(DevDBBinary(t), "127.0.0.1:0", t.TempDir(), startTimeout, DevDBFlags()...)
+	require.ErrorContains(t, err, `unknown fault "stepdwn"`)
+
+	t.Setenv(EnvDevDBFlags, "")
+	require.Empty(t, DevDBFlags())
+}
+
 func TestBuildBinaryBuildsOnce(t *testing.T) {
+	SkipOnRealMongo(t, "builds devdb")
 	t.Parallel()
 
 	if os.Getenv(EnvDevDBBin) != "" {

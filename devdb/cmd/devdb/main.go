@@ -6,16 +6,30 @@
 //
 //	devdb [--addr 127.0.0.1:27017] [--dir .docket/data] [--log-format json|console] [--verbose]
 //	      [--max-conns 3000] [--max-inflight-bytes 268435456] [--message-timeout 1m]
-//	      [--interleave] [--seed N]
+//	      [--faults NAME=P[,NAME=P...]] [--seed N] [--elections EVERY/FOR]
+//	      [--interleave]
+//
+// --faults injects MongoDB's failure replies, each NAME with probability P
+// per command eligible for it: stepdown (a write refused, unapplied, with
+// NotWritablePrimary 10107), lostreply (a write applied, then the connection
+// closed before the reply), writeconcern (a write applied and acknowledged
+// with a writeConcernError 64, WriteConcernFailed), timelimit (a command
+// that carries maxTimeMS refused, unapplied, with MaxTimeMSExpired 50),
+// cursorkill (a getMore answered CursorNotFound 43, its cursor killed).
+// --seed seeds their decisions (0, the default, picks one; the listening
+// line reports it). --elections 60s/8s refuses every write with
+// NotWritablePrimary for 8s every 60s, the first window 60s after start,
+// while reads answer. Every injected fault is logged at warn level with its
+// command and connection. All are off by default; see
+// docs/EMBEDDED-SERVER.md.
 //
 // --interleave applies every multi-document update and delete (updateMany,
 // deleteMany, each such statement of a bulk write) one document at a time,
 // each re-checked against the filter at its write, with other connections'
 // commands let in between documents, as MongoDB does, instead of whole
 // under devdb's lock; and now and then holds a getMore back, so that writes
-// land between a cursor's batches. --seed fixes the random pauses (0, the
-// default, picks one from the clock and logs it), so that a run replays.
-// See docs/EMBEDDED-SERVER.md.
+// land between a cursor's batches. --seed also seeds its pauses, each
+// logged, so that a run replays. Off by default.
 //
 // It logs one line, "devdb listening", with the address and the connection
 // URI, and runs until SIGINT or SIGTERM.
@@ -58,9 +72,13 @@ func run() int {
 		fmt.Sprintf("most bytes of requests held at once over all connections, beyond 16 KiB each; at least %d", devdb.MaxMessageSize))
 	messageTimeout := fs.Duration("message-timeout", devdb.DefaultMessageTimeout,
 		"how long a client has to send the rest of a message once it has begun it")
+	faultsFlag := fs.String("faults", "",
+		"inject MongoDB's failure replies: NAME=P[,NAME=P...], NAME one of stepdown, lostreply, writeconcern, timelimit, cursorkill, P a probability per eligible command")
+	seed := fs.Int64("seed", 0, "seed of the --faults decisions and the --interleave pauses; 0 picks one, reported in the listening line")
+	electionsFlag := fs.String("elections", "",
+		"EVERY/FOR, e.g. 60s/8s: every EVERY (the first EVERY after start) refuse all writes with NotWritablePrimary for FOR")
 	interleave := fs.Bool("interleave", false,
 		"apply multi-document updates and deletes one document at a time, letting other connections in between, as MongoDB does")
-	seed := fs.Int64("seed", 0, "seed of the injected behaviours' random choices, to replay a run (0 picks one and logs it)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server's life to this file (to see where a workload's server time goes)")
 
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -83,6 +101,12 @@ func run() int {
 	}
 	if *messageTimeout <= 0 {
 		fmt.Fprintf(os.Stderr, "devdb: --message-timeout is %v; want a positive duration\n", *messageTimeout)
+		return 2
+	}
+
+	faults, elections, err := parseFaultFlags(*faultsFlag, *electionsFlag)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "devdb: %v\n", err)
 		return 2
 	}
 
@@ -127,8 +151,11 @@ func run() int {
 		MaxInFlightBytes: *maxInFlight,
 		MessageTimeout:   *messageTimeout,
 
+		Faults:    faults,
+		Seed:      *seed,
+		Elections: elections,
+
 		Interleave: *interleave,
-		Seed:       *seed,
 	})
 	if err != nil {
 		logger.Error("devdb failed to start", zap.Error(err))
@@ -141,7 +168,10 @@ func run() int {
 		zap.String("dir", srv.Dir()),
 		zap.Int("max_conns", *maxConns),
 		zap.Int64("max_inflight_bytes", *maxInFlight),
-		zap.Duration("message_timeout", *messageTimeout))
+		zap.Duration("message_timeout", *messageTimeout),
+		zap.String("faults", *faultsFlag),
+		zap.Int64("seed", srv.Seed()),
+		zap.String("elections", *electionsFlag))
 
 	<-ctx.Done()
 	stop() // a second signal now kills the process the default way
@@ -154,6 +184,27 @@ func run() int {
 	logger.Info("devdb stopped")
 
 	return 0
+}
+
+// parseFaultFlags parses --faults and --elections; either may be empty.
+func parseFaultFlags(faultsFlag, electionsFlag string) (map[string]float64, devdb.Elections, error) {
+	var faults map[string]float64
+	if faultsFlag != "" {
+		f, err := devdb.ParseFaults(faultsFlag)
+		if err != nil {
+			return nil, devdb.Elections{}, fmt.Errorf("--%w", err)
+		}
+		faults = f
+	}
+	var elections devdb.Elections
+	if electionsFlag != "" {
+		e, err := devdb.ParseElections(electionsFlag)
+		if err != nil {
+			return nil, devdb.Elections{}, fmt.Errorf("--%w", err)
+		}
+		elections = e
+	}
+	return faults, elections, nil
 }
 
 // newLogger returns a production logger writing to stderr, as JSON or as
