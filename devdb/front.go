@@ -605,10 +605,6 @@ func (f *front) handle(pc *proxyConn, cr *bufio.Reader, req message, replies <-c
 		defer finish()
 	}
 
-	if r, done, err := f.interleave(pc, cmd, req, replies, slot); done {
-		return r, err
-	}
-
 	if f.cfg.faults != nil {
 		return f.faultyRoundTrip(pc, cmd, req, replies, slot)
 	}
@@ -694,6 +690,9 @@ func (f *front) acquire(slot chan struct{}, pc *proxyConn, cr *bufio.Reader, rec
 // by then the command has finished, so the client's own reading speed never
 // holds up other clients.
 func (f *front) roundTrip(pc *proxyConn, cmd string, req message, replies <-chan message, slot chan struct{}) (message, error) {
+	if r, done, err := f.interleave(pc, cmd, req, replies, slot); done {
+		return r, err
+	}
 	if slot != nil {
 		defer func() { <-slot }()
 	}

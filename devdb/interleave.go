@@ -83,8 +83,9 @@ func (il *interleaver) draw(oneIn int, max time.Duration) time.Duration {
 	return 50*time.Microsecond + time.Duration(il.rng.Int63n(int64(max)))
 }
 
-// interleave is the front's hook, called with req about to be forwarded and
-// slot held (the lock, a reader's place, or nil). For a multi-document write
+// interleave is the front's hook at the start of roundTrip (so after the
+// fault injector's decision, when there is one), called with req about to
+// be forwarded and slot held (the lock, a reader's place, or nil). For a multi-document write
 // it applies it here and reports done, having released the lock; for a
 // getMore it may sleep first. Otherwise it does nothing.
 func (f *front) interleave(pc *proxyConn, cmd string, req message, replies <-chan message, slot chan struct{}) (message, bool, error) {

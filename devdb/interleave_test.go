@@ -532,3 +532,53 @@ func TestInterleaveFlags(t *testing.T) {
 	require.EqualValues(t, raceDocs, l["ids"])
 	require.EqualValues(t, raceDocs, l["n_modified"])
 }
+
+// TestInterleaveWithFaults: with --faults too, a write that Interleave
+// applies is faulted as a whole, as any write: a stepdown refuses it before
+// its first document (nothing written); a writeConcernError comes on the
+// reply after its last (everything written).
+func TestInterleaveWithFaults(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+
+	start := func(faults map[string]float64) (*Server, *observer.ObservedLogs) {
+		core, logs := observer.New(zapcore.DebugLevel)
+		log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
+		s, err := Start(ctx, Config{Addr: "127.0.0.1:0", Dir: dir, Logger: log, Interleave: true, Seed: 9, Faults: faults})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() }) // Close may be called again
+		return s, logs
+	}
+	update := bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: "b"}}}}
+
+	s, _ := start(nil)
+	insertRaceDocs(t, connect(t, s.URI()).Database("faults").Collection("c"))
+	require.NoError(t, s.Close())
+
+	s, logs := start(map[string]float64{FaultStepdown: 1})
+	coll := connect(t, s.URI()).Database("faults").Collection("c")
+	_, err := coll.UpdateMany(ctx, bson.D{}, update)
+	var ce mongo.CommandError
+	require.ErrorAs(t, err, &ce)
+	require.EqualValues(t, 10107, ce.Code)
+	n, err := coll.CountDocuments(ctx, bson.D{{Key: "state", Value: "a"}})
+	require.NoError(t, err)
+	require.EqualValues(t, raceDocs, n, "a refused updateMany wrote nothing")
+	require.Zero(t, logs.FilterMessage("interleave: statement applied one document at a time").Len())
+	require.NoError(t, s.Close())
+
+	s, logs = start(map[string]float64{FaultWriteConcern: 1})
+	coll = connect(t, s.URI()).Database("faults").Collection("c")
+	_, err = coll.UpdateMany(ctx, bson.D{}, update)
+	var we mongo.WriteException
+	require.ErrorAs(t, err, &we)
+	require.NotNil(t, we.WriteConcernError)
+	require.EqualValues(t, 64, we.WriteConcernError.Code)
+	require.Empty(t, we.WriteErrors)
+	n, err = coll.CountDocuments(ctx, bson.D{{Key: "state", Value: "b"}})
+	require.NoError(t, err)
+	require.EqualValues(t, raceDocs, n, "the updateMany wrote every document")
+	require.Equal(t, 1, logs.FilterMessage("interleave: statement applied one document at a time").Len())
+	require.NoError(t, s.Close())
+}
