@@ -403,7 +403,10 @@ func (r *run) checkTrees(all []jobs.Job) {
 	}
 	// Each tree: the last publish is the tree, and the sweeper keeps what
 	// it must.
-	if _, err := handlers.SweepTrees(ctx, r.db, r.cfg.TreeKeep, zap.NewNop()); err != nil {
+	if err := r.retry("sweep the trees", func() error {
+		_, err := handlers.SweepTrees(ctx, r.db, r.cfg.TreeKeep, zap.NewNop())
+		return err
+	}); err != nil {
 		r.errorf("chaos: trees: sweep: %v", err)
 	}
 	for _, tree := range l.ids {
