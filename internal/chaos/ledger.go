@@ -211,14 +211,8 @@ func ledgerArgs(j *jobs.Job) (handlers.LedgerTransferArgs, string, error) {
 func (r *run) checkLedger(all []jobs.Job) {
 	ctx := context.Background()
 	l := &r.ledger
-	cur, err := r.db.Collection(handlers.LedgerCollection).Find(ctx, bson.M{})
-	if err != nil {
-		r.fatalf("chaos: read the ledger: %v", err)
-	}
 	var txs []handlers.LedgerTx
-	if err := cur.All(ctx, &txs); err != nil {
-		r.fatalf("chaos: read the ledger: %v", err)
-	}
+	r.readAll(ctx, "the ledger", r.db.Collection(handlers.LedgerCollection), &txs)
 	outcomes := map[string][]*handlers.LedgerTx{}
 	type change struct {
 		tx         string

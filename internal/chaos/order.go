@@ -557,10 +557,6 @@ func (r *run) checkOrders(all []jobs.Job) {
 	}
 
 	// The orders documents.
-	cur, err := r.db.Collection(handlers.OrdersCollection).Find(ctx, bson.M{})
-	if err != nil {
-		r.fatalf("chaos: read the orders: %v", err)
-	}
 	var orders []struct {
 		ID       string `bson:"_id"`
 		Product  string `bson:"product"`
@@ -568,9 +564,7 @@ func (r *run) checkOrders(all []jobs.Job) {
 		Status   string `bson:"status"`
 		Job      string `bson:"job"`
 	}
-	if err := cur.All(ctx, &orders); err != nil {
-		r.fatalf("chaos: read the orders: %v", err)
-	}
+	r.readAll(ctx, "the orders", r.db.Collection(handlers.OrdersCollection), &orders)
 	placed := map[string]map[string]bool{} // product → its placed orders
 	units := map[string]int64{}
 	recorded := map[string]bool{}

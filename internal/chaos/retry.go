@@ -3,10 +3,12 @@
 package chaos
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
@@ -99,5 +101,22 @@ func (r *run) command(bin, stdin string, args ...string) (out, stderr string, co
 		}
 		r.t.Logf("chaos: %s %s (try %d) met a failure reply, run again: %s", bin, strings.Join(args, " "), try, strings.TrimSpace(stderr))
 		time.Sleep(time.Duration(min(try, 10)) * 100 * time.Millisecond)
+	}
+}
+
+// readAll reads every document of coll into out for a check, retrying a
+// failure reply (a killed cursor, a time limit); it fails the run on any
+// other error.
+func (r *run) readAll(ctx context.Context, what string, coll *mongo.Collection, out any) {
+	r.t.Helper()
+	err := r.retry("read "+what, func() error {
+		cur, err := coll.Find(ctx, bson.M{})
+		if err != nil {
+			return err
+		}
+		return cur.All(ctx, out)
+	})
+	if err != nil {
+		r.fatalf("chaos: read %s: %v", what, err)
 	}
 }
