@@ -296,6 +296,9 @@ type treeState struct {
 	// Jobs are the ids of every job that published a version, never
 	// trimmed (versions is). Not read by readers.
 	Jobs []any `bson:"jobs"`
+	// SweptTo is the minKept whose superseded documents the sweeper last
+	// removed; below MinKept, it has yet to (see sweepTree).
+	SweptTo int64 `bson:"sweptTo"`
 }
 
 // publishedBy reports whether job published a version of the tree.
@@ -639,6 +642,14 @@ func sweepTree(ctx context.Context, trees, nodes *mongo.Collection, tree string,
 	}
 	removed := int(res.DeletedCount)
 	if len(st.Versions) <= keep {
+		// A trim applied by an earlier pass that stopped before its
+		// removal (its reply lost or carrying a writeConcernError, a
+		// refused delete, a crash) left the documents below minKept:
+		// removed now, since no trim will come until the next publish.
+		if st.MinKept > 0 && st.SweptTo < st.MinKept {
+			n, err := removeSuperseded(ctx, trees, nodes, tree, st.MinKept)
+			return removed + n, err
+		}
 		return removed, nil
 	}
 	// 2. Stop keeping the oldest versions, conditioned on no publish since
@@ -679,6 +690,16 @@ func sweepTree(ctx context.Context, trees, nodes *mongo.Collection, tree string,
 	if upd.MatchedCount == 0 {
 		return removed, nil // published or swept meanwhile: next pass
 	}
+	n, err := removeSuperseded(ctx, trees, nodes, tree, minKept)
+	return removed + n, err
+}
+
+// removeSuperseded is the sweep's step 3 for a tree trimmed to minKept: it
+// removes the node documents below minKept that no reader needs, then
+// records that it did (sweptTo), so that a pass that stopped before it is
+// finished by the next.
+func removeSuperseded(ctx context.Context, trees, nodes *mongo.Collection, tree string, minKept int64) (int, error) {
+	removed := 0
 	// 3. Below minKept every node needs only its newest document, and not
 	// even that when it is a tombstone; a draft there is the late write of
 	// a version never published (an attempt that stalled after allocating
@@ -723,6 +744,11 @@ func sweepTree(ctx context.Context, trees, nodes *mongo.Collection, tree string,
 			return removed, fmt.Errorf("tree %q: remove superseded versions: %w", tree, err)
 		}
 		removed += int(res.DeletedCount)
+	}
+	// Conditioned on minKept: a later trim's removal is still to do.
+	if _, err := trees.UpdateOne(ctx, bson.D{{Key: "_id", Value: tree}, {Key: "minKept", Value: minKept}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "sweptTo", Value: minKept}}}}); err != nil {
+		return removed, fmt.Errorf("tree %q: record its sweep: %w", tree, err)
 	}
 	return removed, nil
 }

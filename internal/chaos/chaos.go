@@ -554,7 +554,11 @@ func (r *run) wave(w, n int) {
 			}
 			continue
 		}
-		_, id, err := handlers.EnqueueTransfer(ctx, r.db, r.q, from, to, amount)
+		var id string
+		err := r.retry("enqueue transfer", func() (err error) {
+			_, id, err = handlers.EnqueueTransfer(ctx, r.db, r.q, from, to, amount)
+			return err
+		})
 		if err != nil {
 			r.errorf("chaos: enqueue transfer: %v", err)
 			return
@@ -604,7 +608,10 @@ func (r *run) wave(w, n int) {
 		defer close(done)
 		r.enqueue(strings.Join(batch, "\n")+"\n", "batch")
 	}()
-	_, err := r.q.EnqueueMany(ctx, ins)
+	err := r.retry("enqueue friendships and renames", func() error {
+		_, err := r.q.EnqueueMany(ctx, ins) // a second friendship or rename of the same is harmless
+		return err
+	})
 	<-done
 	if err != nil {
 		r.errorf("chaos: enqueue: %v", err)
@@ -626,12 +633,23 @@ func (r *run) badTransfers(ctx context.Context) {
 	} {
 		id := fmt.Sprintf("bad-tx-%d", i)
 		doc := append(bson.D{{Key: "_id", Value: id}, {Key: "state", Value: handlers.TxInitial}, {Key: "lastModified", Value: time.Now()}}, tx...)
-		if _, err := r.db.Collection(handlers.TransactionsCollection).InsertOne(ctx, doc); err != nil {
+		err := r.retry("insert transaction "+id, func() error {
+			_, err := r.db.Collection(handlers.TransactionsCollection).InsertOne(ctx, doc)
+			if mongo.IsDuplicateKeyError(err) {
+				return nil // a retry after a reply that was lost or came with a writeConcernError
+			}
+			return err
+		})
+		if err != nil {
 			r.errorf("chaos: insert transaction: %v", err)
 			return
 		}
-		res, err := r.q.Enqueue(ctx, handlers.TransferKind, handlers.TransferArgs{TxID: id},
-			queue.InsertOpts{UniqueKey: handlers.TransferUniqueKey(id)})
+		var res queue.Result
+		err = r.retry("enqueue transfer "+id, func() (err error) {
+			res, err = r.q.Enqueue(ctx, handlers.TransferKind, handlers.TransferArgs{TxID: id},
+				queue.InsertOpts{UniqueKey: handlers.TransferUniqueKey(id)})
+			return err
+		})
 		if err != nil {
 			r.errorf("chaos: enqueue transfer: %v", err)
 			continue
@@ -647,7 +665,7 @@ func (r *run) cancelSome() {
 		out := r.enqueue("", "job", "--kind", handlers.NoopArgs{}.Kind(), "--args", "{}", "--delay", "1h")
 		ids = append(ids, strings.TrimSpace(out))
 	}
-	if out, stderr, code := runCommand(r.ctlBin, r.env, "", append([]string{"cancel"}, ids...)...); code != 0 {
+	if out, stderr, code := r.command(r.ctlBin, "", append([]string{"cancel"}, ids...)...); code != 0 {
 		r.errorf("chaos: docketctl cancel: exit %d: %s%s", code, out, stderr)
 	}
 	for _, id := range ids {
@@ -659,7 +677,7 @@ func (r *run) cancelSome() {
 // standard output.
 func (r *run) enqueue(stdin string, args ...string) string {
 	r.t.Helper()
-	out, stderr, code := runCommand(r.enqueueBin, r.env, stdin, args...)
+	out, stderr, code := r.command(r.enqueueBin, stdin, args...)
 	if code != 0 {
 		r.errorf("chaos: enqueue %s: exit %d: %s", strings.Join(args, " "), code, stderr)
 	}
@@ -779,7 +797,14 @@ func (r *run) drain() bool {
 	var last string
 	var jobsDone time.Time
 	for time.Now().Before(deadline) {
-		open, err1 := store.Of(r.q).Collection().CountDocuments(ctx, bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}})
+		// A blocked job, and a finished one whose dependents are not yet
+		// told of its outcome, are open too: the settle that releases a
+		// workflow's task may be the leader's pass, after a worker's own
+		// settle met a failure reply (queue/deps.go).
+		open, err1 := store.Of(r.q).Collection().CountDocuments(ctx, bson.M{"$or": bson.A{
+			bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning, jobs.StateBlocked}}},
+			bson.M{store.DependentsDueField: bson.M{"$exists": true}},
+		}})
 		txs, err2 := r.db.Collection(handlers.TransactionsCollection).CountDocuments(ctx,
 			bson.M{"state": bson.M{"$nin": bson.A{handlers.TxDone, handlers.TxCancelled}}})
 		syncing, err3 := r.db.Collection(handlers.UsersCollection).CountDocuments(ctx, bson.M{"syncing": bson.M{"$exists": true}})
@@ -822,7 +847,7 @@ func later(a, b time.Time) time.Time {
 }
 
 func (r *run) dumpOpen() {
-	cur, err := store.Of(r.q).Collection().Find(context.Background(), bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning}}},
+	cur, err := store.Of(r.q).Collection().Find(context.Background(), bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning, jobs.StateBlocked}}},
 		options.Find().SetLimit(10))
 	if err != nil {
 		return

@@ -109,14 +109,8 @@ func expectedDeath(j *jobs.Job) string {
 // check runs every check on the drained system.
 func (r *run) check() {
 	ctx := context.Background()
-	cur, err := store.Of(r.q).Collection().Find(ctx, bson.M{})
-	if err != nil {
-		r.fatalf("chaos: read jobs: %v", err)
-	}
 	var all []jobs.Job
-	if err := cur.All(ctx, &all); err != nil {
-		r.fatalf("chaos: read jobs: %v", err)
-	}
+	r.readAll(ctx, "jobs", store.Of(r.q).Collection(), &all)
 	byID := map[string]*jobs.Job{}
 	for i := range all {
 		j := &all[i]
@@ -284,18 +278,8 @@ func (r *run) outageWarnings(p *process, lines []logLine) int {
 // done or cancelled with a reason.
 func (r *run) checkMoney() {
 	ctx := context.Background()
-	cur, err := r.db.Collection(handlers.AccountsCollection).Find(ctx, bson.M{})
-	if err != nil {
-		r.fatalf("chaos: read accounts: %v", err)
-	}
 	var accts []handlers.Account
-	if err := cur.All(ctx, &accts); err != nil {
-		r.fatalf("chaos: read accounts: %v", err)
-	}
-	cur, err = r.db.Collection(handlers.TransactionsCollection).Find(ctx, bson.M{})
-	if err != nil {
-		r.fatalf("chaos: read transactions: %v", err)
-	}
+	r.readAll(ctx, "accounts", r.db.Collection(handlers.AccountsCollection), &accts)
 	var txs []struct {
 		ID          string           `bson:"_id"`
 		Source      any              `bson:"source"`
@@ -304,9 +288,7 @@ func (r *run) checkMoney() {
 		State       handlers.TxState `bson:"state"`
 		Reason      string           `bson:"reason"`
 	}
-	if err := cur.All(ctx, &txs); err != nil {
-		r.fatalf("chaos: read transactions: %v", err)
-	}
+	r.readAll(ctx, "transactions", r.db.Collection(handlers.TransactionsCollection), &txs)
 	want := map[string]int64{}
 	var openingTotal, total int64
 	for id, b := range r.openings {
@@ -405,19 +387,13 @@ func (r *run) checkUsers(all []jobs.Job) {
 			}
 		}
 	}
-	cur, err := r.db.Collection(handlers.UsersCollection).Find(ctx, bson.M{})
-	if err != nil {
-		r.fatalf("chaos: read users: %v", err)
-	}
 	var users []struct {
 		ID      string   `bson:"_id"`
 		Name    string   `bson:"name"`
 		Friends []string `bson:"friends"`
 		Syncing any      `bson:"syncing"`
 	}
-	if err := cur.All(ctx, &users); err != nil {
-		r.fatalf("chaos: read users: %v", err)
-	}
+	r.readAll(ctx, "users", r.db.Collection(handlers.UsersCollection), &users)
 	friends := map[string][]string{}
 	names := map[string]string{}
 	for _, u := range users {
@@ -450,18 +426,12 @@ func (r *run) checkUsers(all []jobs.Job) {
 			}
 		}
 	}
-	cur, err = r.db.Collection(handlers.CommentsCollection).Find(ctx, bson.M{})
-	if err != nil {
-		r.fatalf("chaos: read comments: %v", err)
-	}
 	var comments []struct {
 		ID    string `bson:"_id"`
 		UID   string `bson:"uid"`
 		UName string `bson:"uname"`
 	}
-	if err := cur.All(ctx, &comments); err != nil {
-		r.fatalf("chaos: read comments: %v", err)
-	}
+	r.readAll(ctx, "comments", r.db.Collection(handlers.CommentsCollection), &comments)
 	if len(comments) != r.cfg.Comments {
 		r.errorf("chaos: %d comments, seeded %d", len(comments), r.cfg.Comments)
 	}

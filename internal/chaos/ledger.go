@@ -58,7 +58,7 @@ func (r *run) seedLedger() {
 	for i := 1; i <= r.cfg.LedgerCold; i++ {
 		l.cold = append(l.cold, fmt.Sprintf("ledger-cold-%d", i))
 	}
-	if err := handlers.Setup(ctx, r.db); err != nil {
+	if err := r.retry("set up the handlers' collections", func() error { return handlers.Setup(ctx, r.db) }); err != nil {
 		r.fatalf("chaos: set up the handlers' collections: %v", err)
 	}
 	for _, a := range l.hot {
@@ -68,7 +68,7 @@ func (r *run) seedLedger() {
 		l.opening[a] = ledgerColdOpening
 	}
 	for _, a := range slices.Sorted(maps.Keys(l.opening)) {
-		if err := handlers.OpenLedgerAccount(ctx, r.db, a, l.opening[a]); err != nil {
+		if err := r.retry("open ledger account "+a, func() error { return handlers.OpenLedgerAccount(ctx, r.db, a, l.opening[a]) }); err != nil {
 			r.fatalf("chaos: %v", err)
 		}
 		l.total += l.opening[a]
@@ -115,7 +115,10 @@ func (r *run) ledgerWave(ctx context.Context, w, n int) {
 		}
 		l.next++
 		args := handlers.LedgerTransferArgs{TxID: fmt.Sprintf("lt-%d", l.next), From: from, To: to, Amount: amount}
-		if _, err := handlers.EnqueueLedgerTransfer(ctx, r.q, args); err != nil {
+		if err := r.retry("enqueue ledger transfer "+args.TxID, func() error {
+			_, err := handlers.EnqueueLedgerTransfer(ctx, r.q, args)
+			return err
+		}); err != nil {
 			r.errorf("chaos: enqueue ledger transfer: %v", err)
 			return
 		}
@@ -140,7 +143,7 @@ func (r *run) cancelLedger(ctx context.Context, w int) {
 		return
 	}
 	id := txs[0].ID
-	out, stderr, code := runCommand(r.ctlBin, r.env, "", "ledger", "cancel", id)
+	out, stderr, code := r.command(r.ctlBin, "", "ledger", "cancel", id)
 	switch {
 	case code != 0:
 		r.errorf("chaos: docketctl ledger cancel %s: exit %d: %s%s", id, code, out, stderr)
@@ -208,14 +211,8 @@ func ledgerArgs(j *jobs.Job) (handlers.LedgerTransferArgs, string, error) {
 func (r *run) checkLedger(all []jobs.Job) {
 	ctx := context.Background()
 	l := &r.ledger
-	cur, err := r.db.Collection(handlers.LedgerCollection).Find(ctx, bson.M{})
-	if err != nil {
-		r.fatalf("chaos: read the ledger: %v", err)
-	}
 	var txs []handlers.LedgerTx
-	if err := cur.All(ctx, &txs); err != nil {
-		r.fatalf("chaos: read the ledger: %v", err)
-	}
+	r.readAll(ctx, "the ledger", r.db.Collection(handlers.LedgerCollection), &txs)
 	outcomes := map[string][]*handlers.LedgerTx{}
 	type change struct {
 		tx         string

@@ -175,7 +175,7 @@ func (r *run) checkSampled(what, kind string, samples int, problems []string, er
 		r.errorf("chaos: %s: no sample of the %s jobs succeeded during the run", what, kind)
 	}
 	for _, e := range errs {
-		if strings.Contains(e.err.Error(), "try again") || r.duringOutage(e.at) {
+		if strings.Contains(e.err.Error(), "try again") || r.duringOutage(e.at) || transient(e.err) {
 			continue
 		}
 		r.errorf("chaos: %s: a sample failed while devdb was up: %v", what, e.err)

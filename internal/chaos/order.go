@@ -130,7 +130,7 @@ func (r *run) seedOrders() {
 			r.ctl("product", "create", id, strconv.FormatInt(stock, 10))
 			continue
 		}
-		if err := handlers.CreateProduct(ctx, r.db, id, stock); err != nil {
+		if err := r.retry("create product "+id, func() error { return handlers.CreateProduct(ctx, r.db, id, stock) }); err != nil {
 			r.fatalf("chaos: %v", err)
 		}
 	}
@@ -144,7 +144,7 @@ func (r *run) seedOrders() {
 // ctl runs docketctl, which must succeed, and returns its standard output.
 func (r *run) ctl(args ...string) string {
 	r.t.Helper()
-	out, stderr, code := runCommand(r.ctlBin, r.env, "", args...)
+	out, stderr, code := r.command(r.ctlBin, "", args...)
 	if code != 0 {
 		r.fatalf("chaos: docketctl %s: exit %d: %s%s", strings.Join(args, " "), code, out, stderr)
 	}
@@ -255,8 +255,22 @@ func (r *run) setOutcome(q *orderReq, o orderOutcome) {
 }
 
 // orderEnqueue sends q with queue.Client.Enqueue.
+// A request sent again after a failure reply (retry.go) that finds its job
+// there was admitted by its earlier send, unless it is a resend.
 func (r *run) orderEnqueue(ctx context.Context, q *orderReq) {
-	res, err := r.q.Enqueue(ctx, handlers.OrderKind, q.args, queue.InsertOpts{ID: q.job, Queue: saleQueue})
+	r.orderEnqueueAfter(ctx, q, false)
+}
+
+// orderEnqueueAfter is orderEnqueue; failed says an earlier send of q met
+// a failure reply.
+func (r *run) orderEnqueueAfter(ctx context.Context, q *orderReq, failed bool) {
+	var res queue.Result
+	sends := 0
+	err := r.retry("enqueue order "+q.job, func() (err error) {
+		sends++
+		res, err = r.q.Enqueue(ctx, handlers.OrderKind, q.args, queue.InsertOpts{ID: q.job, Queue: saleQueue})
+		return err
+	})
 	switch {
 	case errors.Is(err, queue.ErrQueueFull):
 		var full *queue.QueueFullError
@@ -268,12 +282,15 @@ func (r *run) orderEnqueue(ctx context.Context, q *orderReq) {
 		r.errorf("chaos: enqueue order %s: %v", q.job, err)
 	case res.ID != q.job:
 		r.errorf("chaos: enqueue order %s: the result names job %s", q.job, res.ID)
-	case res.Existed:
+	case res.Existed && (q.resend || (sends == 1 && !failed)):
 		r.setOutcome(q, orderExisted)
 	default:
 		r.setOutcome(q, orderAdmitted)
 	}
 }
+
+// errAgain marks a result of EnqueueMany whose job was sent again alone.
+var errAgain = errors.New("sent again")
 
 // orderEnqueueMany sends qs with one queue.Client.EnqueueMany: the refused
 // ones are told apart per job.
@@ -283,6 +300,18 @@ func (r *run) orderEnqueueMany(ctx context.Context, qs []*orderReq) {
 		ins[i] = queue.Insert{Kind: handlers.OrderKind, Args: q.args, Opts: queue.InsertOpts{ID: q.job, Queue: saleQueue}}
 	}
 	res, err := r.q.EnqueueMany(ctx, ins)
+	if transient(err) && len(res) == len(qs) {
+		// A failure reply (retry.go): the jobs not known to be there are
+		// sent again, one by one.
+		r.t.Logf("chaos: enqueue %d orders met a failure reply, the jobs not there sent again: %v", len(qs), err)
+		for i, q := range qs {
+			if res[i].Err != nil && !errors.Is(res[i].Err, queue.ErrQueueFull) {
+				r.orderEnqueueAfter(ctx, q, true)
+				res[i] = queue.Result{ID: q.job, Err: errAgain}
+			}
+		}
+		err = errAgain // the error's shape is not judged: it was the failure's
+	}
 	if len(res) != len(qs) {
 		r.errorf("chaos: enqueue %d orders: %d results: %v", len(qs), len(res), err)
 		return
@@ -296,6 +325,7 @@ func (r *run) orderEnqueueMany(ctx context.Context, qs []*orderReq) {
 			}
 			refused++
 			r.setOutcome(q, orderRefused)
+		case errors.Is(rs.Err, errAgain): // its outcome is its send's again
 		case rs.Err != nil:
 			r.errorf("chaos: enqueue order %s (EnqueueMany): %v", q.job, rs.Err)
 		case rs.ID != q.job || rs.Existed:
@@ -306,6 +336,7 @@ func (r *run) orderEnqueueMany(ctx context.Context, qs []*orderReq) {
 	}
 	var ee *queue.EnqueueError
 	switch {
+	case errors.Is(err, errAgain):
 	case refused == 0 && err != nil:
 		r.errorf("chaos: enqueue %d orders: %v", len(qs), err)
 	case refused > 0 && (!errors.As(err, &ee) || ee.Refused != refused || !errors.Is(err, queue.ErrQueueFull)):
@@ -321,7 +352,7 @@ func (r *run) orderCommand(q *orderReq) {
 	if q.args.OrderID != "" {
 		args = append(args, "--order-id", q.args.OrderID)
 	}
-	out, stderr, code := runCommand(r.enqueueBin, r.env, "", args...)
+	out, stderr, code := r.command(r.enqueueBin, "", args...)
 	full := fmt.Sprintf("enqueue order: queue %s is full (capacity %d)", saleQueue, r.orders.capacity)
 	switch {
 	case code == 0 && strings.TrimSpace(out) == q.job:
@@ -443,7 +474,7 @@ func (r *run) checkOrders(all []jobs.Job) {
 		r.errorf("chaos: sale: no sample of the queue succeeded during the run")
 	}
 	for _, e := range l.errs {
-		if strings.Contains(e.err.Error(), "try again") || r.duringOutage(e.at) {
+		if strings.Contains(e.err.Error(), "try again") || r.duringOutage(e.at) || transient(e.err) {
 			continue
 		}
 		r.errorf("chaos: sale: a sample failed while devdb was up: %v", e.err)
@@ -526,10 +557,6 @@ func (r *run) checkOrders(all []jobs.Job) {
 	}
 
 	// The orders documents.
-	cur, err := r.db.Collection(handlers.OrdersCollection).Find(ctx, bson.M{})
-	if err != nil {
-		r.fatalf("chaos: read the orders: %v", err)
-	}
 	var orders []struct {
 		ID       string `bson:"_id"`
 		Product  string `bson:"product"`
@@ -537,9 +564,7 @@ func (r *run) checkOrders(all []jobs.Job) {
 		Status   string `bson:"status"`
 		Job      string `bson:"job"`
 	}
-	if err := cur.All(ctx, &orders); err != nil {
-		r.fatalf("chaos: read the orders: %v", err)
-	}
+	r.readAll(ctx, "the orders", r.db.Collection(handlers.OrdersCollection), &orders)
 	placed := map[string]map[string]bool{} // product → its placed orders
 	units := map[string]int64{}
 	recorded := map[string]bool{}

@@ -128,7 +128,9 @@ func partOf(v bson.RawValue) string {
 
 // seedPartition sets the partition limit, before any worker starts.
 func (r *run) seedPartition() {
-	if err := r.q.SetPartitionLimit(context.Background(), queue.KindLimit(partKind), partArg, partN, "chaos"); err != nil {
+	if err := r.retry("set the partition limit", func() error {
+		return r.q.SetPartitionLimit(context.Background(), queue.KindLimit(partKind), partArg, partN, "chaos")
+	}); err != nil {
 		r.fatalf("chaos: partition: set the partition limit: %v", err)
 	}
 }
@@ -146,9 +148,14 @@ func (r *run) partWave(ctx context.Context, n int) {
 		if c, ok := partCustomer(first + i); ok {
 			args = append(args, bson.E{Key: partArg, Value: c})
 		}
-		ins[i] = queue.Insert{Kind: partKind, Args: args}
+		// An id of the run's, so that a retry (retry.go) finds the job there.
+		ins[i] = queue.Insert{Kind: partKind, Args: args, Opts: queue.InsertOpts{ID: fmt.Sprintf("part-%d", first+i)}}
 	}
-	res, err := r.q.EnqueueMany(ctx, ins)
+	var res []queue.Result
+	err := r.retry("enqueue "+partKind+" jobs", func() (err error) {
+		res, err = r.q.EnqueueMany(ctx, ins)
+		return err
+	})
 	if err != nil {
 		r.errorf("chaos: partition: enqueue %s jobs: %v", partKind, err)
 		return

@@ -61,11 +61,17 @@ func rateFlag() string { return fmt.Sprintf("kind:%s=%s", rateKind, rateOf) }
 
 // rateWave enqueues n jobs of the rate's kind at once.
 func (r *run) rateWave(ctx context.Context, n int) {
+	r.rate.mu.Lock()
+	first := r.rate.enqueued
+	r.rate.mu.Unlock()
 	ins := make([]queue.Insert, n)
-	for i := range ins {
-		ins[i] = queue.Insert{Kind: rateKind, Args: handlers.NoopArgs{}}
+	for i := range ins { // ids of the run's, so that a retry (retry.go) finds its jobs there
+		ins[i] = queue.Insert{Kind: rateKind, Args: handlers.NoopArgs{}, Opts: queue.InsertOpts{ID: fmt.Sprintf("rate-%d", first+i)}}
 	}
-	if _, err := r.q.EnqueueMany(ctx, ins); err != nil {
+	if err := r.retry("enqueue "+rateKind+" jobs", func() error {
+		_, err := r.q.EnqueueMany(ctx, ins)
+		return err
+	}); err != nil {
 		r.errorf("chaos: enqueue %s jobs: %v", rateKind, err)
 		return
 	}
@@ -127,7 +133,7 @@ func (r *run) checkRate(all []jobs.Job) {
 		}
 	}
 	for _, e := range l.errs {
-		if r.duringOutage(e.at) {
+		if r.duringOutage(e.at) || transient(e.err) {
 			continue
 		}
 		r.errorf("chaos: rate: a sample failed while devdb was up: %v", e.err)

@@ -136,7 +136,13 @@ func (r *run) treeWave(ctx context.Context, w, n int) {
 		if i%4 == 3 {
 			job = strings.TrimSpace(r.enqueue(treeJSON(nodes), "publish", "--tree", tree, "--file", "-"))
 		} else {
-			res, err := r.q.Enqueue(ctx, handlers.PublishTreeKind, handlers.PublishTreeArgs{Tree: tree, Nodes: nodes}, queue.InsertOpts{})
+			var res queue.Result
+			err := r.retry("enqueue publish-tree", func() (err error) {
+				// An id of the run's, so that a retry finds the job there.
+				res, err = r.q.Enqueue(ctx, handlers.PublishTreeKind, handlers.PublishTreeArgs{Tree: tree, Nodes: nodes},
+					queue.InsertOpts{ID: fmt.Sprintf("publish-%s-%d", tree, label)})
+				return err
+			})
 			if err != nil {
 				r.errorf("chaos: enqueue publish-tree: %v", err)
 				return
@@ -352,7 +358,7 @@ func (r *run) checkTrees(all []jobs.Job) {
 		r.errorf("chaos: trees: no read of a tree succeeded during the run")
 	}
 	for _, e := range l.errs {
-		if strings.Contains(e.err.Error(), "try again") || r.duringOutage(e.at) {
+		if strings.Contains(e.err.Error(), "try again") || r.duringOutage(e.at) || transient(e.err) {
 			r.res.TreeReadsDown++
 			continue
 		}
@@ -397,7 +403,10 @@ func (r *run) checkTrees(all []jobs.Job) {
 	}
 	// Each tree: the last publish is the tree, and the sweeper keeps what
 	// it must.
-	if _, err := handlers.SweepTrees(ctx, r.db, r.cfg.TreeKeep, zap.NewNop()); err != nil {
+	if err := r.retry("sweep the trees", func() error {
+		_, err := handlers.SweepTrees(ctx, r.db, r.cfg.TreeKeep, zap.NewNop())
+		return err
+	}); err != nil {
 		r.errorf("chaos: trees: sweep: %v", err)
 	}
 	for _, tree := range l.ids {

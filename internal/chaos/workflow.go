@@ -10,7 +10,6 @@ import (
 
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // The workflows' share of the run: each wave inserts five workflows with
@@ -147,14 +146,8 @@ type stepRecord struct {
 // (see the comment at the top of this file).
 func (r *run) checkWorkflows(byID map[string]*jobs.Job) {
 	ctx := context.Background()
-	cur, err := r.db.Collection(stepsCollection).Find(ctx, bson.M{})
-	if err != nil {
-		r.fatalf("chaos: read steps: %v", err)
-	}
 	var recs []stepRecord
-	if err := cur.All(ctx, &recs); err != nil {
-		r.fatalf("chaos: read steps: %v", err)
-	}
+	r.readAll(ctx, "steps", r.db.Collection(stepsCollection), &recs)
 	starts, ends := map[string][]stepRecord{}, map[string][]stepRecord{}
 	for _, s := range recs {
 		if s.Phase == "end" {
