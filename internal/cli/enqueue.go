@@ -138,6 +138,12 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 		}
 		fmt.Fprintf(stderr, "%s: %s\n", name, shownLines(err.Error()))
 		return ExitQueueFull
+	case serverTimeLimit(err):
+		// The driver wraps MaxTimeMSExpired as a deadline: the server did
+		// answer, refusing a command that ran past its time limit.
+		fmt.Fprintf(stderr, "%s: MongoDB at %s answered that a command ran past its time limit (%s): %s\n", name,
+			configs.RedactURI(cfg.Mongo.URI), cfg.Mongo.Timeout, shownLines(configs.Redact(err.Error(), cfg.Mongo.URI)))
+		return 1
 	case errors.Is(err, context.DeadlineExceeded) || mongo.IsTimeout(err) || mongo.IsNetworkError(err):
 		fmt.Fprintf(stderr, "%s: MongoDB at %s did not answer within %s: %s\n", name,
 			configs.RedactURI(cfg.Mongo.URI), cfg.Mongo.Timeout, shownLines(configs.Redact(err.Error(), cfg.Mongo.URI)))
@@ -146,6 +152,13 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 		fmt.Fprintf(stderr, "%s: %s\n", name, shownLines(configs.Redact(err.Error(), cfg.Mongo.URI)))
 		return 1
 	}
+}
+
+// serverTimeLimit reports whether err is the server's MaxTimeMSExpired
+// (code 50): a reply, not a server that did not answer.
+func serverTimeLimit(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && se.HasErrorCode(50)
 }
 
 // ExitQueueFull is the exit status of an enqueue refused because its queue
