@@ -504,14 +504,5 @@ func opMsgOf(requestID, responseTo int32, doc bson.D) message {
 		panic(err) // the documents built here always marshal
 	}
 
-	msg := make([]byte, headerLen, headerLen+4+1+len(raw))
-	binary.LittleEndian.PutUint32(msg[4:8], uint32(requestID))
-	binary.LittleEndian.PutUint32(msg[8:12], uint32(responseTo))
-	binary.LittleEndian.PutUint32(msg[12:16], opMsg)
-	msg = binary.LittleEndian.AppendUint32(msg, 0) // flagBits
-	msg = append(msg, 0)                           // section kind 0
-	msg = append(msg, raw...)
-	binary.LittleEndian.PutUint32(msg[:4], uint32(len(msg)))
-
-	return message(msg)
+	return opMsgWith(requestID, responseTo, raw)
 }

@@ -282,20 +282,6 @@ func opMsgReply(responseTo int32, doc []byte) message {
 	return opMsgWith(0, responseTo, doc)
 }
 
-// opMsgWith builds an OP_MSG request or reply whose one section is doc.
-func opMsgWith(requestID, responseTo int32, doc []byte) message {
-	msg := make([]byte, headerLen, headerLen+4+1+len(doc))
-	binary.LittleEndian.PutUint32(msg[4:8], uint32(requestID))
-	binary.LittleEndian.PutUint32(msg[8:12], uint32(responseTo))
-	binary.LittleEndian.PutUint32(msg[12:16], opMsg)
-	msg = binary.LittleEndian.AppendUint32(msg, 0) // flagBits
-	msg = append(msg, 0)                           // section kind 0
-	msg = append(msg, doc...)
-	binary.LittleEndian.PutUint32(msg[:4], uint32(len(msg)))
-
-	return message(msg)
-}
-
 // errBackendReply reports a reply from FerretDB the front cannot read.
 var errBackendReply = errors.New("unreadable reply from the backend")
 

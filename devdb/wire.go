@@ -271,7 +271,13 @@ func maxTimeExpiredReply(responseTo int32) message {
 		panic(err) // a fixed document always marshals
 	}
 
+	return opMsgWith(0, responseTo, doc)
+}
+
+// opMsgWith builds an OP_MSG request or reply whose one section is doc.
+func opMsgWith(requestID, responseTo int32, doc []byte) message {
 	msg := make([]byte, headerLen, headerLen+4+1+len(doc))
+	binary.LittleEndian.PutUint32(msg[4:8], uint32(requestID))
 	binary.LittleEndian.PutUint32(msg[8:12], uint32(responseTo))
 	binary.LittleEndian.PutUint32(msg[12:16], opMsg)
 	msg = binary.LittleEndian.AppendUint32(msg, 0) // flagBits
