@@ -211,6 +211,7 @@ type ratePart struct {
 	take      int // picked by this claim
 	// Written by the reservation: reserved reports that it was applied.
 	newTat   time.Time
+	res      string // the reservation's nonce, which its write stored
 	reserved bool
 	used     int // jobs claimed in it
 }
@@ -680,7 +681,7 @@ func (c *Store) reserveParts(ctx context.Context, parts []*ratePart, t time.Time
 	var inserts []any
 	for _, rp := range parts {
 		g := rp.rate.gcra()
-		rp.newTat = g.take(rp.tat, t, rp.take)
+		rp.newTat, rp.res = g.take(rp.tat, t, rp.take), nonce
 		if !rp.exists {
 			inserts = append(inserts, bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: rp.newTat}, {Key: "tNs", Value: int64(g.t)}, {Key: "starts", Value: rp.take}, {Key: "res", Value: nonce}})
 			continue
@@ -785,7 +786,10 @@ func (c *Store) giveBackParts(ctx context.Context, parts []*ratePart) {
 // a rate changed since, whose interval a tat dated after the change must
 // not be in (storedTat). Some of them: tat goes back by n intervals.
 func giveBackPart(rp *ratePart, n int) mongo.WriteModel {
-	filter := bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: rp.newTat}}
+	// Fenced on this reservation: its tat and its nonce (a claim that
+	// stalled since finds the partition reserved again, or cleaned and
+	// inserted anew, and gives nothing back).
+	filter := bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: rp.newTat}, {Key: "res", Value: rp.res}}
 	if n < rp.take {
 		back := rp.rate.gcra().giveBack(rp.newTat, n)
 		return mongo.NewUpdateOneModel().SetFilter(filter).

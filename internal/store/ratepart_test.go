@@ -619,3 +619,36 @@ func TestRatePartitionCountsOfKindsNamedAlike(t *testing.T) {
 	require.Equal(t, 1, rls[0].Partitions)
 	require.Equal(t, 2, rls[1].Partitions)
 }
+
+// TestRatePartGiveBackIsFencedOnItsReservation: a claim that reserved a
+// start in a new partition, then stalled while the partition's document was
+// cleaned and inserted anew by another claim with the same tat, and then
+// found no job to claim, gives back nothing: its give-back is fenced on its
+// reservation's nonce, not on tat alone, so it neither deletes nor rewrites
+// the other claim's state.
+func TestRatePartGiveBackIsFencedOnItsReservation(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k"), queue.Rate{N: 1, Per: time.Hour, By: "customerId"}, ""))
+	enqueueFor(t, b, 1, "a")
+	s := store.Of(b.q)
+	parts := b.db.Collection(queue.DefaultRatePartsCollection)
+	var once sync.Once
+	store.SetRateHooks(s, nil, func() {
+		once.Do(func() {
+			var d bson.M
+			require.NoError(t, parts.FindOneAndDelete(b.ctx, bson.D{}).Decode(&d))
+			d["res"], d["starts"] = "another claim", 7
+			_, err := parts.InsertOne(b.ctx, d)
+			require.NoError(t, err)
+			_, err = b.db.Collection("jobs").UpdateMany(b.ctx, bson.M{"kind": "k"}, bson.M{"$set": bson.M{"state": jobs.StateCancelled}})
+			require.NoError(t, err)
+		})
+	})
+	got, err := s.ClaimBatch(b.ctx, claimAll, 1)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	var d bson.M
+	require.NoError(t, parts.FindOne(b.ctx, bson.D{}).Decode(&d), "the other claim's partition is kept")
+	require.Equal(t, "another claim", d["res"])
+	require.EqualValues(t, 7, d["starts"])
+}
