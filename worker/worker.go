@@ -460,8 +460,8 @@ func (w *Worker) launchClaimed(claimed []*jobs.Job) int {
 
 // giveBackUnstarted releases job, claimed and not started, its attempt not
 // counted, saying why.
-func (w *Worker) giveBackUnstarted(job *jobs.Job, why string) {
-	log := w.log.With(job.LogFields()...)
+func (w *Worker) giveBackUnstarted(job *jobs.Job, why string, fields ...zap.Field) {
+	log := w.log.With(job.LogFields(fields...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), w.bound(w.cfg.ClaimTimeout()))
 	err := w.q.Release(ctx, store.LeaseOf(job))
 	cancel()
@@ -470,7 +470,7 @@ func (w *Worker) giveBackUnstarted(job *jobs.Job, why string) {
 		return
 	}
 	w.unstarted.Add(1)
-	log.Info(why + "; gave it back, attempt not counted")
+	log.Warn(why + "; gave it back, attempt not counted")
 }
 
 // startable reports whether job, just claimed, has at least StartMargin of
@@ -487,16 +487,8 @@ func (w *Worker) startable(job *jobs.Job) bool {
 	if left >= margin {
 		return true
 	}
-	log := w.log.With(job.LogFields(zap.Duration("lease_left", left), zap.Duration("start_margin", margin))...)
-	ctx, cancel := context.WithTimeout(context.Background(), w.bound(w.cfg.ClaimTimeout()))
-	err := w.q.Release(ctx, store.LeaseOf(job))
-	cancel()
-	if err != nil {
-		log.Warn("claimed a job with too little lease left to start it, and could not give it back; the reaper re-queues it after its lease", zap.Error(err))
-		return false
-	}
-	w.unstarted.Add(1)
-	log.Warn("claimed a job with too little lease left to start it; gave it back, attempt not counted")
+	w.giveBackUnstarted(job, "claimed a job with too little lease left to start it",
+		zap.Duration("lease_left", left), zap.Duration("start_margin", margin))
 	return false
 }
 
