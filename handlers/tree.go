@@ -297,8 +297,10 @@ type treeState struct {
 	// trimmed (versions is). Not read by readers.
 	Jobs []any `bson:"jobs"`
 	// SweptTo is the minKept whose superseded documents the sweeper last
-	// removed; below MinKept, it has yet to (see sweepTree).
-	SweptTo int64 `bson:"sweptTo"`
+	// removed; below MinKept, it has yet to (see sweepTree). Read apart
+	// (readTreeState): only the sweep uses it, and a value of another type
+	// reads as none, so the sweep redoes its removal and writes it anew.
+	SweptTo int64 `bson:"-"`
 }
 
 // publishedBy reports whether job published a version of the tree.
@@ -330,6 +332,9 @@ func readTreeState(ctx context.Context, trees *mongo.Collection, tree string, wi
 	err = checkTreeDoc(raw)
 	if err == nil {
 		err = bson.Unmarshal(raw, &st)
+	}
+	if v, ok := raw.Lookup("sweptTo").AsInt64OK(); ok {
+		st.SweptTo = v
 	}
 	if err != nil {
 		// Another app wrote the tree's document with a field of another

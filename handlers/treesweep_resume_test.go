@@ -86,3 +86,39 @@ func docsBelow(t *testing.T, b *treeBundle, tree string, minKept int64) int64 {
 	require.NoError(t, err)
 	return n
 }
+
+// TestTreeSweptToOfAnotherType: sweptTo is the sweep's own record; when
+// another app wrote it with another type, the tree is still docket's. The
+// sweep takes it for none, redoes its removal and writes it anew, and a
+// publish, which never reads it, is not refused.
+func TestTreeSweptToOfAnotherType(t *testing.T) {
+	t.Parallel()
+	b := treeSetup(t)
+	h := b.handler(t, nil)
+	for i := range 4 {
+		require.NoError(t, h.Work(b.ctx, treeJob(t, fmt.Sprintf("j%d", i), handlers.PublishTreeArgs{Tree: "t", Nodes: catalog(t, fmt.Sprint(i), "x", "y")})))
+	}
+	minKept := applyTrimOnly(t, b, "t", 2)
+	trees := b.db.Collection(handlers.TreesCollection)
+	setSweptTo := func(v any) {
+		_, err := trees.UpdateOne(b.ctx, bson.D{{Key: "_id", Value: "t"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "sweptTo", Value: v}}}})
+		require.NoError(t, err)
+	}
+	setSweptTo("x")
+
+	_, err := handlers.SweepTrees(b.ctx, b.db, 2, b.log)
+	require.NoError(t, err)
+	require.Zero(t, docsBelow(t, b, "t", minKept), "the sweep redoes the removal")
+	var st struct {
+		SweptTo any `bson:"sweptTo"`
+	}
+	require.NoError(t, trees.FindOne(b.ctx, bson.D{{Key: "_id", Value: "t"}}).Decode(&st))
+	require.Equal(t, minKept, st.SweptTo, "and records it anew")
+
+	setSweptTo(bson.D{{Key: "a", Value: 1}})
+	last := catalog(t, "4", "x", "y")
+	require.NoError(t, h.Work(b.ctx, treeJob(t, "j4", handlers.PublishTreeArgs{Tree: "t", Nodes: last})))
+	got, err := handlers.ReadTree(b.ctx, b.db, "t", 0)
+	require.NoError(t, err)
+	requireSameTree(t, last, got.Nodes)
+}
