@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/docketq/docket/internal/store"
@@ -114,36 +115,52 @@ func busyJob(ctx context.Context, coll *mongo.Collection, p WaitParams, now time
 // of the graph a read.
 func blockedMoves(ctx context.Context, coll *mongo.Collection, filter bson.D, now time.Time) (bool, error) {
 	seen := map[string]bool{}
-	for {
-		cur, err := coll.Find(ctx, filter, options.Find().SetProjection(bson.D{
-			{Key: "state", Value: 1}, {Key: "runAt", Value: 1}, {Key: "after", Value: 1}, {Key: "waitingOn", Value: 1},
-			{Key: store.LinkingField, Value: 1}, {Key: store.DependentsDueField, Value: 1},
-		}))
-		if err != nil {
-			return false, err
-		}
-		var docs []bson.Raw
-		if err := cur.All(ctx, &docs); err != nil {
-			return false, err
-		}
-		ids := bson.A{}
-		for _, d := range docs {
-			moves, after := jobMoves(d, now)
-			if moves {
-				return true, nil
+	next, moves, err := readMoves(ctx, coll, filter, now, seen)
+	for !moves && err == nil && len(next) > 0 {
+		var level []any
+		// A level's parents are read waitBatch ids a command, so that no
+		// $in grows with the graph.
+		for batch := range slices.Chunk(next, waitBatch) {
+			var ids []any
+			ids, moves, err = readMoves(ctx, coll, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: batch}}}}, now, seen)
+			if moves || err != nil {
+				return moves, err
 			}
-			for _, v := range after {
-				if id, ok := v.StringValueOK(); ok && !seen[id] {
-					seen[id] = true
-					ids = append(ids, id)
-				}
-			}
+			level = append(level, ids...)
 		}
-		if len(ids) == 0 {
-			return false, nil
-		}
-		filter = bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}
+		next = level
 	}
+	return moves, err
+}
+
+// waitBatch bounds the parent ids of one read of blockedMoves.
+const waitBatch = 500
+
+// readMoves reads the jobs filter matches, one at a time: moves reports
+// that one of them moves at now by itself; else next are the parents they
+// wait on that seen did not hold yet (added to it).
+func readMoves(ctx context.Context, coll *mongo.Collection, filter bson.D, now time.Time, seen map[string]bool) (next []any, moves bool, err error) {
+	cur, err := coll.Find(ctx, filter, options.Find().SetProjection(bson.D{
+		{Key: "state", Value: 1}, {Key: "runAt", Value: 1}, {Key: "after", Value: 1}, {Key: "waitingOn", Value: 1},
+		{Key: store.LinkingField, Value: 1}, {Key: store.DependentsDueField, Value: 1},
+	}))
+	if err != nil {
+		return nil, false, err
+	}
+	defer cur.Close(ctx)
+	for cur.Next(ctx) {
+		moves, after := jobMoves(cur.Current, now)
+		if moves {
+			return nil, true, nil
+		}
+		for _, v := range after {
+			if id, ok := v.StringValueOK(); ok && !seen[id] {
+				seen[id] = true
+				next = append(next, id)
+			}
+		}
+	}
+	return next, false, cur.Err()
 }
 
 // jobMoves reports whether the job d moves at now by itself: it is
