@@ -131,7 +131,10 @@ func probe(ctx context.Context, c *mongo.Client) error {
 }
 
 var (
-	userInfo       = regexp.MustCompile(`^(mongodb(?:\+srv)?://)[^@/]*@`)
+	// userInfo runs to the last '@', whatever the scheme's letter case:
+	// the URIs the driver refuses for a '/', ':' or '@' left unescaped in
+	// the password are the ones an error quotes.
+	userInfo       = regexp.MustCompile(`(?is)^([a-z][a-z0-9+.-]*://)?.*@`)
 	secretParamVal = regexp.MustCompile(`(?i)((?:password|secret|token)[a-z]*=)[^&]*`)
 )
 

@@ -79,6 +79,10 @@ func TestRedact(t *testing.T) {
 		{"mongodb://u:p%40ss@h1:1,h2:2/db?replicaSet=rs", "mongodb://***@h1:1,h2:2/db?replicaSet=rs"},
 		{"mongodb+srv://user:secret@cluster.example.net/", "mongodb+srv://***@cluster.example.net/"},
 		{"mongodb://h/?tls=true&tlsCertificateKeyFilePassword=hush&w=1", "mongodb://h/?tls=true&tlsCertificateKeyFilePassword=***&w=1"},
+		// Passwords the driver refuses, quoted in the error that says so.
+		{"mongodb://u:pa/ss@h/", "mongodb://***@h/"},
+		{"mongodb://u:p@ss@h/", "mongodb://***@h/"},
+		{"MongoDB://u:secret@h/", "MongoDB://***@h/"},
 	} {
 		require.Equal(t, tc.want, redact(tc.uri))
 	}
