@@ -116,6 +116,7 @@ func TestScriptRefusesBadArguments(t *testing.T) {
 		{nil, "no URI given"},
 		{[]string{"--allow-standalone"}, "no URI given"},
 		{[]string{"localhost:27017"}, "localhost:27017 is not a MongoDB connection string"},
+		{[]string{"MongoDB://u:hush@h/"}, "MongoDB://***@h/ is not a MongoDB connection string"},
 		{[]string{"--retry", "mongodb://h/"}, "unknown flag --retry"},
 	} {
 		out, errs, code := runScript(t, tc.args...)
@@ -123,6 +124,7 @@ func TestScriptRefusesBadArguments(t *testing.T) {
 		require.Contains(t, errs, tc.says, tc.args)
 		require.Contains(t, errs, "usage: scripts/test-mongo.sh", tc.args)
 		require.Empty(t, out, tc.args)
+		require.NotContains(t, errs, "hush", "a refused URI's password is not shown")
 	}
 }
 
