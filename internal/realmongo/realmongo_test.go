@@ -228,3 +228,14 @@ func TestReportOfARealRun(t *testing.T) {
 	require.False(t, failed)
 	require.NotContains(t, out.String(), "FAIL")
 }
+
+// TestCheckHidesARefusedPassword: a URI whose password the driver refuses
+// is named redacted, and no fragment of the password the driver's error
+// quotes is shown.
+func TestCheckHidesARefusedPassword(t *testing.T) {
+	t.Parallel()
+	err := check(context.Background(), "mongodb://u:ab%zzcd@h/", false, &bytes.Buffer{})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "mongodb://***@h/")
+	require.NotContains(t, err.Error(), "%zz")
+}
