@@ -41,7 +41,14 @@ uri=$1
 shift
 case $uri in
 mongodb://?* | mongodb+srv://?*) ;;
-*) echo "test-mongo: $uri is not a MongoDB connection string (mongodb://… or mongodb+srv://…)" >&2; usage ;;
+*)
+	shown=$uri # its user info hidden: a password is never shown
+	if [[ $uri == *@* ]]; then
+		if [[ $uri == *://* ]]; then shown="${uri%%://*}://***@${uri##*@}"; else shown="***@${uri##*@}"; fi
+	fi
+	echo "test-mongo: $shown is not a MongoDB connection string (mongodb://… or mongodb+srv://…)" >&2
+	usage
+	;;
 esac
 
 cd "$(dirname "$0")/.." || exit 1

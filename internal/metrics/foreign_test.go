@@ -20,8 +20,8 @@ import (
 )
 
 // leaderStats returns a server exporting the queue gauges of q from a
-// process that leads, counted once.
-func leaderStats(t *testing.T, q *queue.Client) string {
+// process that leads, counted once: once it exports the metric named.
+func leaderStats(t *testing.T, q *queue.Client, metric string) string {
 	t.Helper()
 	qs, err := metrics.NewQueueStats(metrics.QueueStatsConfig{Queue: q, Leader: termLeader{leadership.Term{Number: 1, Token: "t"}}, Interval: time.Hour})
 	require.NoError(t, err)
@@ -33,6 +33,10 @@ func leaderStats(t *testing.T, q *queue.Client) string {
 	t.Cleanup(func() { stop(); <-done })
 	srv := httptest.NewServer(metrics.Handler(reg, metrics.NewHealth(func(context.Context) error { return nil }, 0)))
 	t.Cleanup(srv.Close)
+	require.Eventually(t, func() bool {
+		_, ok := value(scrape(t, srv.URL), metric)
+		return ok
+	}, 30*time.Second, 20*time.Millisecond)
 	return srv.URL
 }
 
@@ -96,11 +100,7 @@ func TestForeignQueueNameDoesNotCrashTheLeader(t *testing.T) {
 		bson.D{{Key: "_id", Value: "b"}, {Key: "kind", Value: "k"}, {Key: "queue", Value: "t\x1b]0;owned\x07"}, {Key: "state", Value: "weird\xfe"}},
 	})
 	require.NoError(t, err)
-	url := leaderStats(t, q)
-	require.Eventually(t, func() bool {
-		_, ok := value(scrape(t, url), "docket_jobs")
-		return ok
-	}, 30*time.Second, 20*time.Millisecond)
+	url := leaderStats(t, q, "docket_jobs")
 	got := scrape(t, url)
 	var names []string
 	for _, m := range got["docket_jobs"].GetMetric() {
@@ -136,12 +136,7 @@ func TestForeignQueuesAreBounded(t *testing.T) {
 	}
 	_, err = db.Collection(queue.DefaultCollection).InsertMany(ctx, docs)
 	require.NoError(t, err)
-	url := leaderStats(t, q)
-	require.Eventually(t, func() bool {
-		_, ok := value(scrape(t, url), "docket_jobs")
-		return ok
-	}, 30*time.Second, 20*time.Millisecond)
-	got := scrape(t, url)
+	got := scrape(t, leaderStats(t, q, "docket_jobs"))
 	for _, name := range []string{"docket_jobs", "docket_oldest_available_job_age_seconds", "docket_jobs_unserved"} {
 		queues := map[string]bool{}
 		for _, m := range got[name].GetMetric() {

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/docketq/docket/configs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -57,7 +58,9 @@ func check(ctx context.Context, uri string, allowStandalone bool, out io.Writer)
 	shown := redact(uri)
 	opts := options.Client().ApplyURI(uri).SetServerSelectionTimeout(selectTimeout).SetAppName("docket-test-mongo")
 	if err := opts.Validate(); err != nil {
-		return fmt.Errorf("%s: %w", shown, err)
+		// The driver quotes the part of the URI it refuses, which can
+		// be part of the password.
+		return fmt.Errorf("%s: %s", shown, configs.Redact(err.Error(), uri))
 	}
 	c, err := mongo.Connect(opts)
 	if err != nil {
@@ -131,7 +134,10 @@ func probe(ctx context.Context, c *mongo.Client) error {
 }
 
 var (
-	userInfo       = regexp.MustCompile(`^(mongodb(?:\+srv)?://)[^@/]*@`)
+	// userInfo runs to the last '@', whatever the scheme's letter case:
+	// the URIs the driver refuses for a '/', ':' or '@' left unescaped in
+	// the password are the ones an error quotes.
+	userInfo       = regexp.MustCompile(`(?is)^([a-z][a-z0-9+.-]*://)?.*@`)
 	secretParamVal = regexp.MustCompile(`(?i)((?:password|secret|token)[a-z]*=)[^&]*`)
 )
 

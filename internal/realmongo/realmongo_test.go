@@ -79,6 +79,10 @@ func TestRedact(t *testing.T) {
 		{"mongodb://u:p%40ss@h1:1,h2:2/db?replicaSet=rs", "mongodb://***@h1:1,h2:2/db?replicaSet=rs"},
 		{"mongodb+srv://user:secret@cluster.example.net/", "mongodb+srv://***@cluster.example.net/"},
 		{"mongodb://h/?tls=true&tlsCertificateKeyFilePassword=hush&w=1", "mongodb://h/?tls=true&tlsCertificateKeyFilePassword=***&w=1"},
+		// Passwords the driver refuses, quoted in the error that says so.
+		{"mongodb://u:pa/ss@h/", "mongodb://***@h/"},
+		{"mongodb://u:p@ss@h/", "mongodb://***@h/"},
+		{"MongoDB://u:secret@h/", "MongoDB://***@h/"},
 	} {
 		require.Equal(t, tc.want, redact(tc.uri))
 	}
@@ -112,6 +116,7 @@ func TestScriptRefusesBadArguments(t *testing.T) {
 		{nil, "no URI given"},
 		{[]string{"--allow-standalone"}, "no URI given"},
 		{[]string{"localhost:27017"}, "localhost:27017 is not a MongoDB connection string"},
+		{[]string{"MongoDB://u:hush@h/"}, "MongoDB://***@h/ is not a MongoDB connection string"},
 		{[]string{"--retry", "mongodb://h/"}, "unknown flag --retry"},
 	} {
 		out, errs, code := runScript(t, tc.args...)
@@ -119,6 +124,7 @@ func TestScriptRefusesBadArguments(t *testing.T) {
 		require.Contains(t, errs, tc.says, tc.args)
 		require.Contains(t, errs, "usage: scripts/test-mongo.sh", tc.args)
 		require.Empty(t, out, tc.args)
+		require.NotContains(t, errs, "hush", "a refused URI's password is not shown")
 	}
 }
 
@@ -221,4 +227,15 @@ func TestReportOfARealRun(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, failed)
 	require.NotContains(t, out.String(), "FAIL")
+}
+
+// TestCheckHidesARefusedPassword: a URI whose password the driver refuses
+// is named redacted, and no fragment of the password the driver's error
+// quotes is shown.
+func TestCheckHidesARefusedPassword(t *testing.T) {
+	t.Parallel()
+	err := check(context.Background(), "mongodb://u:ab%zzcd@h/", false, &bytes.Buffer{})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "mongodb://***@h/")
+	require.NotContains(t, err.Error(), "%zz")
 }
