@@ -1,7 +1,9 @@
 // Copyright 2021 FerretDB Inc.
 //
 // Modified for docket's devdb: each update statement's query is closed when
-// the statement is done, not when the command is (see updateDocument). The
+// the statement is done, not when the command is, and the documents it
+// modifies are written in one SQLite transaction, not one each
+// (see updateDocument and batchedUpdates). The
 // original is internal/handler/msg_update.go of FerretDB v1.24.0; devdb
 // builds with this file in its place (_overlay/workspace.sh).
 //
@@ -132,11 +134,17 @@ func (h *Handler) updateDocument(ctx context.Context, params *common.UpdateParam
 			iter = common.LimitIterator(iter, closer, 1)
 		}
 
-		result, err := common.UpdateDocument(ctx, c, "update", iter, &u)
+		batch := &batchedUpdates{Collection: c}
+		result, err := common.UpdateDocument(ctx, batch, "update", iter, &u)
 		// Closed now, not deferred to the end of the command: each open
 		// query holds one of the pool's 100 connections, so an update
 		// command of 100 statements (a bulkWrite) waited forever for one.
 		closer.Close()
+		// Written even after an error, as MongoDB keeps the documents a
+		// multi-document update wrote before one failed.
+		if ferr := batch.flush(ctx); err == nil {
+			err = ferr
+		}
 		if err != nil {
 			return 0, 0, nil, lazyerrors.Error(err)
 		}
@@ -157,4 +165,44 @@ func (h *Handler) updateDocument(ctx context.Context, params *common.UpdateParam
 	}
 
 	return matched, modified, &upserted, nil
+}
+
+// batchedUpdates is a collection whose UpdateAll keeps the documents, so
+// that a statement's modified documents are written together by flush, in
+// one transaction of the backend, instead of one transaction per document
+// (about 1 ms each, the most of a multi-document write's time). devdb's
+// front runs one write command at a time, so no other command sees the
+// statement half-applied either way; with --interleave the front sends a
+// multi-document statement as single-document ones, which this leaves as
+// they are. At most batchedUpdatesMax documents are held.
+type batchedUpdates struct {
+	backends.Collection
+	docs []*types.Document
+}
+
+const batchedUpdatesMax = 1000
+
+// UpdateAll holds params' documents, writing them when batchedUpdatesMax
+// are held. It reports them all updated, as UpdateDocument expects.
+func (b *batchedUpdates) UpdateAll(ctx context.Context, params *backends.UpdateAllParams) (*backends.UpdateAllResult, error) {
+	b.docs = append(b.docs, params.Docs...)
+	if len(b.docs) >= batchedUpdatesMax {
+		if err := b.flush(ctx); err != nil {
+			return nil, err
+		}
+	}
+
+	return &backends.UpdateAllResult{Updated: int32(len(params.Docs))}, nil
+}
+
+// flush writes the documents held.
+func (b *batchedUpdates) flush(ctx context.Context) error {
+	if len(b.docs) == 0 {
+		return nil
+	}
+
+	_, err := b.Collection.UpdateAll(ctx, &backends.UpdateAllParams{Docs: b.docs})
+	b.docs = nil
+
+	return err
 }
