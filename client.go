@@ -208,6 +208,7 @@ func AddHandler[T jobs.Args](c *Client, fn func(ctx context.Context, job *jobs.J
 	if err := checkKindDefaults(zero, hasOpts, d, opts); err != nil {
 		return err
 	}
+	//lint:ignore SA1019 the deprecated insert defaults are checked above and cleared here
 	opts.MaxAttempts, opts.Queue, opts.Priority = 0, "", 0
 	if err := jobs.Register(c.reg, fn, opts); err != nil {
 		return err
@@ -223,13 +224,15 @@ func AddHandler[T jobs.Args](c *Client, fn func(ctx context.Context, job *jobs.J
 // checkKindDefaults refuses the insert defaults opts sets that args'
 // type does not declare (d, when hasOpts), saying what to write instead.
 func checkKindDefaults(args jobs.Args, hasOpts bool, d InsertOpts, opts jobs.KindOptions) error {
+	//lint:ignore SA1019 reads the deprecated insert defaults to refuse them
+	queue, priority, maxAttempts := opts.Queue, opts.Priority, opts.MaxAttempts
 	fields := []struct {
 		set, equal    bool
 		lit, declared string
 	}{
-		{opts.Queue != "", opts.Queue == d.Queue, fmt.Sprintf("Queue: %q", opts.Queue), fmt.Sprintf("Queue %q", d.Queue)},
-		{opts.Priority != 0, opts.Priority == d.Priority, fmt.Sprintf("Priority: %d", opts.Priority), fmt.Sprintf("Priority %d", d.Priority)},
-		{opts.MaxAttempts != 0, opts.MaxAttempts == d.MaxAttempts, fmt.Sprintf("MaxAttempts: %d", opts.MaxAttempts), fmt.Sprintf("MaxAttempts %d", d.MaxAttempts)},
+		{queue != "", queue == d.Queue, fmt.Sprintf("Queue: %q", queue), fmt.Sprintf("Queue %q", d.Queue)},
+		{priority != 0, priority == d.Priority, fmt.Sprintf("Priority: %d", priority), fmt.Sprintf("Priority %d", d.Priority)},
+		{maxAttempts != 0, maxAttempts == d.MaxAttempts, fmt.Sprintf("MaxAttempts: %d", maxAttempts), fmt.Sprintf("MaxAttempts %d", d.MaxAttempts)},
 	}
 	var lits, conflicts []string
 	for _, f := range fields {

@@ -40,6 +40,7 @@ func ExampleArgsWithInsertOpts() {
 		panic(err)
 	}
 	ship := func(ctx context.Context, _ *jobs.Job, a ShipArgs) error { return nil }
+	//lint:ignore SA1019 shows the refusal of a deprecated insert default
 	fmt.Println(docket.AddHandler(worker, ship, jobs.KindOptions{MaxAttempts: 3}))
 	docket.MustAddHandler(worker, ship, jobs.KindOptions{Timeout: time.Minute})
 

@@ -96,7 +96,7 @@ func ExampleClient_ParentResults() {
 		N int `bson:"n"`
 	}
 	docket.MustAddHandler(client, func(ctx context.Context, _ *jobs.Job, a PartArgs) error {
-		return jobs.SetResult(ctx, count{N: a.N})
+		return jobs.SetResult(ctx, count(a))
 	}, jobs.KindOptions{})
 	sums := make(chan string, 1)
 	docket.MustAddHandler(client, func(ctx context.Context, job *jobs.Job, _ SumArgs) error {

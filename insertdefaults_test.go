@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 tests how the deprecated insert defaults of KindOptions are refused
+
 package docket_test
 
 import (

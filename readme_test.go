@@ -1,3 +1,5 @@
+//lint:file-ignore SA4006 the README's admin lines run as written, each err set in turn
+
 package docket_test
 
 import (

@@ -108,7 +108,7 @@ func TestWorkflowsResultsExample(t *testing.T) {
 	client, err := docket.NewClient(testdb.NewDB(t), docket.Config{Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	docket.MustAddHandler(client, func(ctx context.Context, _ *jobs.Job, a countArgs) error {
-		return jobs.SetResult(ctx, Count{N: a.N})
+		return jobs.SetResult(ctx, Count(a))
 	}, jobs.KindOptions{})
 	// --- WORKFLOWS results ---
 	docket.MustAddHandler(client, func(ctx context.Context, job *jobs.Job, _ TotalArgs) error {

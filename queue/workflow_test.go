@@ -36,8 +36,8 @@ func taskIDs(wf string, names ...string) []string {
 	return out
 }
 
-// died is the error a step hook returns to stop the builder there.
-var died = errors.New("builder died")
+// errDied is the error a step hook returns to stop the builder there.
+var errDied = errors.New("builder died")
 
 // stopAt returns ctx whose InsertWorkflow stops after step, first running
 // meanwhile (what others do while the builder is stalled there).
@@ -49,7 +49,7 @@ func (b bundle) stopAt(step string, meanwhile func()) context.Context {
 		if meanwhile != nil {
 			meanwhile()
 		}
-		return died
+		return errDied
 	})
 }
 
@@ -120,7 +120,7 @@ func TestWorkflowStoppedBeforePublishRunsNothingUntilRetried(t *testing.T) {
 		t.Run(step, func(t *testing.T) {
 			b := setup(t)
 			_, err := b.q.InsertWorkflow(b.stopAt(step, nil), diamond("wf"))
-			require.ErrorIs(t, err, died)
+			require.ErrorIs(t, err, errDied)
 			b.requireNothingToClaim(t)
 			// The leader's passes change nothing within the grace.
 			_, err = b.q.SettleDependents(b.ctx, 0, 100)
@@ -146,7 +146,7 @@ func TestWorkflowStoppedBeforePublishIsSweptWhole(t *testing.T) {
 		t.Run(step, func(t *testing.T) {
 			b := setup(t)
 			_, err := b.q.InsertWorkflow(b.stopAt(step, nil), diamond("wf"))
-			require.ErrorIs(t, err, died)
+			require.ErrorIs(t, err, errDied)
 			require.Equal(t, 1, b.sweep(t))
 			b.requireState(t, jobs.StateCancelled, "wf")
 			_, err = b.q.SettleDependents(b.ctx, 0, 100)
@@ -186,7 +186,7 @@ func TestWorkflowSweptWhileBuilderStalled(t *testing.T) {
 func TestWorkflowPublishReplyLost(t *testing.T) {
 	b := setup(t)
 	_, err := b.q.InsertWorkflow(b.stopAt("publish", nil), diamond("wf"))
-	require.ErrorIs(t, err, died)
+	require.ErrorIs(t, err, errDied)
 	res, err := b.q.InsertWorkflow(b.ctx, diamond("wf"))
 	require.NoError(t, err)
 	require.True(t, res.Existed)
@@ -218,7 +218,7 @@ func TestWorkflowCancelPublished(t *testing.T) {
 func TestWorkflowCancelUnpublished(t *testing.T) {
 	b := setup(t)
 	_, err := b.q.InsertWorkflow(b.stopAt("tasks", nil), diamond("wf"))
-	require.ErrorIs(t, err, died)
+	require.ErrorIs(t, err, errDied)
 	res, err := b.q.CancelWorkflow(b.ctx, "wf")
 	require.NoError(t, err)
 	require.True(t, res.Unpublished)
@@ -309,7 +309,7 @@ func TestWorkflowMalformedFieldsWrittenByOthers(t *testing.T) {
 func TestWorkflowRetryOfARunAnywayTaskAfterItsGateIsDeleted(t *testing.T) {
 	b := setup(t)
 	_, err := b.q.InsertWorkflow(b.stopAt("tasks", nil), diamond("wf"))
-	require.ErrorIs(t, err, died)
+	require.ErrorIs(t, err, errDied)
 	_, err = b.q.CancelWorkflow(b.ctx, "wf")
 	require.NoError(t, err)
 	b.requireState(t, jobs.StateCancelled, taskIDs("wf", diamondTasks...)...)

@@ -104,7 +104,7 @@ func TestWorkflowWithWorkersAllOrNothing(t *testing.T) {
 			b := setup(t)
 			r := b.workers(t)
 			_, err := b.q.InsertWorkflow(b.stopAt("tasks", nil), diamond("wf"))
-			require.ErrorIs(t, err, died)
+			require.ErrorIs(t, err, errDied)
 			b.sentinel(t, "before")
 			all := taskIDs("wf", diamondTasks...)
 			r.check(t, nil, all...)

@@ -186,14 +186,12 @@ func TestZeroRetentionMeansTheDefault(t *testing.T) {
 func TestReaperPassSparesALiveWorkersJobsForOneLease(t *testing.T) {
 	b := reaperSetup(t)
 	require.NoError(t, b.q.Beat(b.ctx, queue.WorkerInfo{ID: "slow", BeatEvery: 10 * time.Second}))
-	var ids []string
 	for _, owner := range []string{"slow", "slow", "dead", "dead"} {
 		res, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{})
 		require.NoError(t, err)
 		j, err := store.Of(b.q).Claim(b.ctx, store.ClaimParams{Owner: owner, Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute})
 		require.NoError(t, err)
 		require.Equal(t, res.ID, j.ID)
-		ids = append(ids, j.ID)
 	}
 	// expire sets every lease, of a minute, as expired ago.
 	expire := func(ago time.Duration) {

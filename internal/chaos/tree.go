@@ -64,14 +64,6 @@ type treeLoad struct {
 	problems []string
 }
 
-func (l *treeLoad) problem(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.problems) < 20 {
-		l.problems = append(l.problems, fmt.Sprintf(format, args...))
-	}
-}
-
 // notePublished records that job published version v of tree.
 func (l *treeLoad) notePublished(tree string, v int64, job, source string) {
 	l.mu.Lock()

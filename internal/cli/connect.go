@@ -68,6 +68,3 @@ func waitForServer(ctx context.Context, client *mongo.Client, cfg configs.MongoC
 		}
 	}
 }
-
-// errUsage marks an error in the command line: exit status 2.
-var errUsage = errors.New("usage")

@@ -71,6 +71,7 @@ func TestDocketctl(t *testing.T) {
 
 	out, stderr, code = ctl("list", "--queue", "mail", "--limit", "2")
 	require.Equal(t, 0, code, stderr)
+	require.Equal(t, 2, strings.Count(out, "record"), "the first page holds 2: %s", out)
 	require.Contains(t, stderr, "more: --after ")
 	next := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(stderr), "more: --after "))
 	out2, _, code := ctl("list", "--queue", "mail", "--limit", "10", "--after", next)

@@ -40,13 +40,12 @@ func (b *syncBuffer) String() string {
 
 // proc is a running docket process.
 type proc struct {
-	t      *testing.T
-	name   string
-	cmd    *exec.Cmd
-	out    *syncBuffer
-	done   chan struct{}
-	err    error
-	exited bool
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	err  error
 }
 
 func workerBinary(t *testing.T) string {

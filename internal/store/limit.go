@@ -549,15 +549,6 @@ func slotNumber(target string, slot bson.RawValue) (int, bool) {
 	return k, true
 }
 
-func keys(m map[string]int) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // slotPicker hands out, for one claim, the free run slots of the limits
 // that apply to it, as read just before.
 type slotPicker struct {
