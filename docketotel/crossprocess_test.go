@@ -15,8 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The test binary run with inserterEnv set is the inserting process of
@@ -90,4 +92,41 @@ func TestAttemptInAnotherProcessContinuesTheTrace(t *testing.T) {
 	require.Equal(t, spanID, process.Parent.SpanID().String())
 	require.True(t, process.Parent.IsRemote())
 	require.Equal(t, "succeeded", attr(process, "messaging.docket.job.outcome").AsString())
+}
+
+// bin/enqueue takes the caller's trace from the environment (TRACEPARENT,
+// TRACESTATE): a job it enqueues, one or a batch, is worked here in that
+// trace.
+func TestEnqueueCommandContinuesTheEnvironmentsTrace(t *testing.T) {
+	t.Parallel()
+	b := setup(t, docketotel.Config{})
+	enqueue := testdb.BuildBinary(t, "github.com/docketq/docket/cmd/enqueue", false)
+	_, step := b.tp.Tracer("ci").Start(b.ctx, "deploy step")
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(trace.ContextWithSpan(b.ctx, step), carrier)
+	step.End()
+	env := append(os.Environ(), "DOCKET_MONGO_URI="+testdb.URI(), "DOCKET_DB="+b.db.Name(),
+		"TRACEPARENT="+carrier["traceparent"], "TRACESTATE=vendor=opaque")
+	var ids []string
+	for _, c := range []struct {
+		args  []string
+		stdin string
+	}{
+		{[]string{"job", "--kind", "traced", "--args", `{"mode": "ok"}`}, ""},
+		{[]string{"batch"}, `{"kind": "traced", "args": {"mode": "ok"}}` + "\n"},
+	} {
+		cmd := exec.Command(enqueue, c.args...)
+		cmd.Env, cmd.Stdin = env, strings.NewReader(c.stdin)
+		out, err := cmd.Output()
+		require.NoError(t, err, "%s", out)
+		ids = append(ids, strings.Fields(string(out))...)
+	}
+	require.Len(t, ids, 2)
+	b.work(t)
+	for _, id := range ids {
+		p := b.spans(t, "process default", id, 1)[0]
+		require.Equal(t, step.SpanContext().TraceID(), p.SpanContext.TraceID(), id)
+		require.Equal(t, step.SpanContext().SpanID(), p.Parent.SpanID(), id)
+		require.Equal(t, "vendor=opaque", p.Parent.TraceState().String(), id)
+	}
 }
