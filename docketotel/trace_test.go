@@ -153,7 +153,7 @@ func TestInsertManyIsOneSendSpan(t *testing.T) {
 	for _, s := range b.exp.GetSpans() {
 		send = append(send, s.Name)
 		require.Equal(t, int64(2), attr(s, "messaging.batch.message_count").AsInt64())
-		require.False(t, attr(s, "messaging.destination.name").AsString() != "", "two queues: no one destination")
+		require.Empty(t, attr(s, "messaging.destination.name").AsString(), "two queues: no one destination")
 	}
 	require.Equal(t, []string{"send"}, send)
 	sc := b.exp.GetSpans()[0].SpanContext
