@@ -72,10 +72,12 @@ type Client struct {
 	// Observing the pool (events.go, middleware.go, collector.go).
 	events     *eventHub
 	middleware []jobs.Middleware
-	observers  []worker.Observer       // AddObserver's
-	runs       []func(context.Context) // RunWhileStarted's
-	stopRun    context.CancelFunc
-	running    sync.WaitGroup
+	// insertMiddleware wraps Insert and InsertMany (insert_middleware.go).
+	insertMiddleware []InsertMiddleware
+	observers        []worker.Observer       // AddObserver's
+	runs             []func(context.Context) // RunWhileStarted's
+	stopRun          context.CancelFunc
+	running          sync.WaitGroup
 }
 
 // maintenanceStopWait bounds how long Stop waits for a maintenance pass
@@ -350,7 +352,14 @@ func (c *Client) Insert(ctx context.Context, args jobs.Args, opts *InsertOpts) (
 // each). Every job is validated before the first write, its args with
 // their Validate too (see Insert): when one is invalid, none is inserted,
 // and the error is a *queue.ValidationError whose Index is that job's.
+// Insert and InsertMany run through the client's insert middleware
+// (UseInsert).
 func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]InsertResult, error) {
+	return c.wrapInsert(c.insertMany)(ctx, params)
+}
+
+// insertMany is InsertMany without the insert middleware.
+func (c *Client) insertMany(ctx context.Context, params []InsertManyParams) ([]InsertResult, error) {
 	ins := make([]queue.Insert, len(params))
 	for i, p := range params {
 		if p.Args == nil {

@@ -122,6 +122,14 @@ type Job struct {
 	// are marked as having it and those already finished are applied to
 	// it; the leader's pass finishes a link whose enqueuer stopped.
 	Linking bool `bson:"linking,omitempty"`
+	// Traceparent is the W3C Trace Context traceparent of the span that
+	// inserted the job (queue.InsertOpts.Traceparent), so that its attempts
+	// continue that trace (package docketotel). Empty when none was given
+	// or the document holds one docket ignores (see TraceHeader).
+	Traceparent TraceHeader `bson:"traceparent,omitempty"`
+	// Tracestate is the W3C Trace Context tracestate that goes with
+	// Traceparent, when there is one.
+	Tracestate TraceHeader `bson:"tracestate,omitempty"`
 	// Result is what the handler of a succeeded job set with SetResult in
 	// its last attempt, stored by the write that recorded its success; a
 	// retry clears it.

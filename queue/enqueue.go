@@ -62,6 +62,10 @@ type InsertOpts struct {
 	// AfterRunAnyway makes a job with After run once every parent has
 	// finished, however it ended.
 	AfterRunAnyway bool
+	// Traceparent and Tracestate are the W3C Trace Context of the span
+	// that inserts the job (jobs.Job.Traceparent): package docketotel sets
+	// them. At most jobs.MaxTraceHeaderBytes of printable ASCII each.
+	Traceparent, Tracestate string
 }
 
 // periodKeyLayout formats a period's start in a job's UniquePeriodKey:
@@ -736,6 +740,9 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 	if o.AfterRunAnyway && len(o.After) == 0 {
 		return nil, invalid("afterRunAnyway", "needs after: it says what to run after")
 	}
+	if field, problem := checkTrace(o); problem != "" {
+		return nil, invalid(field, "%s", problem)
+	}
 	if o.Queue == "" {
 		o.Queue = jobs.DefaultQueue
 	}
@@ -787,7 +794,17 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 		UniqueUntil:     until,
 		CreatedAt:       t,
 		UpdatedAt:       t,
+		Traceparent:     jobs.TraceHeader(o.Traceparent),
+		Tracestate:      jobs.TraceHeader(o.Tracestate),
 	}, nil
+}
+
+// checkTrace names the trace header of o that a job cannot carry, and why.
+func checkTrace(o InsertOpts) (field, problem string) {
+	if p := jobs.TraceHeaderProblem(o.Traceparent); p != "" {
+		return "traceparent", p
+	}
+	return "tracestate", jobs.TraceHeaderProblem(o.Tracestate)
 }
 
 // periodStart returns the start of the period of length d that holds t,

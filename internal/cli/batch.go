@@ -242,6 +242,7 @@ func parseLine(line []byte, n int, batch uuid.UUID) (queue.Insert, error) {
 	if in.Opts.ID == "" {
 		in.Opts.ID = lineID(batch, n)
 	}
+	in.Opts = withEnvTrace(in.Opts)
 	if bl.UniqueFor != "" {
 		if in.Opts.UniqueFor, err = time.ParseDuration(bl.UniqueFor); err != nil {
 			return queue.Insert{}, fmt.Errorf("line %d: uniqueFor: %q is not a duration such as 1h", n, bl.UniqueFor)

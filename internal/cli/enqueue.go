@@ -224,6 +224,9 @@ func parseArgs(s string) (bson.Raw, error) {
 // the collection, one per line. After a failure it says which jobs are
 // not, and with which ids to enqueue them again at most once.
 func enqueueAndPrint(e *env, ins []queue.Insert) error {
+	for i := range ins {
+		ins[i].Opts = withEnvTrace(ins[i].Opts)
+	}
 	res, err := e.q.EnqueueMany(e.ctx, ins)
 	var ve *queue.ValidationError
 	if errors.As(err, &ve) {
