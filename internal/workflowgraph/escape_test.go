@@ -117,7 +117,7 @@ func TestDOTEscapesHostileNames(t *testing.T) {
 		if state == "" {
 			state = "other"
 		}
-		want := workflowgraph.Label(name, 300) + "\n" + workflowgraph.Label(tk.ID, 300) + "\n" + workflowgraph.Label(state, 18)
+		want := workflowgraph.Label(name, 300) + "\n" + workflowgraph.Label(tk.ID, 300) + "\n" + workflowgraph.Label(state, 16)
 		require.Equal(t, want, labels[i], "task %d", i)
 	}
 	require.Len(t, regexp.MustCompile(`(?m)^  n\d+ -> n\d+;$`).FindAllString(out.String(), -1), len(tasks)-1, "the chain's edges, and no others")
@@ -175,7 +175,7 @@ func TestSVGEscapesHostileNames(t *testing.T) {
 		if name == "" {
 			name = tk.Kind
 		}
-		require.Equal(t, workflowgraph.Label(name, 18), names[i+len(names)-len(tasks)], "task %d", i)
+		require.Equal(t, workflowgraph.Label(name, 16), names[i+len(names)-len(tasks)], "task %d", i)
 	}
 	require.Less(t, len(out), 20_000, "a very long name is cut")
 }

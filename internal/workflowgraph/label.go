@@ -11,7 +11,7 @@ import (
 // labelRunes bounds a node's label; the full name (to titleRunes) is its
 // tooltip.
 const (
-	labelRunes = 18
+	labelRunes = 16
 	titleRunes = 300
 )
 

@@ -210,7 +210,7 @@ func (w *svgWriter) summary(n *Node, x, y int) {
 	w.raw(`<text class="name" x="8" y="17" fill="%s" font-weight="600">`, c.text)
 	w.text(summaryLabel(*n))
 	w.raw(`</text><text class="state" x="8" y="33" fill="%s" font-size="11">`, c.text)
-	w.text(statesLabel(*n))
+	w.text(fitted(statesLabel(*n), " · ", 20))
 	w.raw(`</text></svg></g>`)
 }
 
@@ -226,4 +226,18 @@ func (g Graph) LeftOut() string {
 		parts = append(parts, fmt.Sprintf("%s past the first %s are not drawn", plural(g.EdgesLeftOut, "edge", "edges"), itoa(MaxEdges)))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// fitted is the first parts of s (split at sep) that fit in n
+// characters, then "…" when some do not.
+func fitted(s, sep string, n int) string {
+	parts := strings.Split(s, sep)
+	out := parts[0]
+	for _, p := range parts[1:] {
+		if len([]rune(out+sep+p)) > n {
+			return out + " …"
+		}
+		out += sep + p
+	}
+	return out
 }
