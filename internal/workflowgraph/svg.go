@@ -47,7 +47,9 @@ func coloursOf(s jobs.State) colours {
 // goes through text or attr, escaped for XML (inline SVG in HTML reads
 // it the same).
 type svgWriter struct {
-	b strings.Builder
+	b     strings.Builder
+	g     Graph
+	width int // of the drawing
 }
 
 func (w *svgWriter) raw(format string, a ...any) { fmt.Fprintf(&w.b, format, a...) }
@@ -64,17 +66,17 @@ func (w *svgWriter) text(s string) {
 // dashed box counting its tasks by state.
 func SVG(g Graph, href func(queue.JobID) string) string {
 	width, height := g.size()
-	w := &svgWriter{}
+	w := &svgWriter{g: g, width: width}
 	w.raw(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="system-ui, sans-serif" font-size="12" role="img" aria-label="the workflow drawn in layers, parents above their dependents">`,
 		width, height, width, height)
 	w.raw(`<defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#98a2b3"/></marker></defs>`)
 	w.legend(g)
 	for _, e := range g.Edges {
-		w.edge(g, e)
+		w.edge(e)
 	}
 	for i := range g.Nodes {
 		n := &g.Nodes[i]
-		x, y := g.at(n)
+		x, y := w.at(n)
 		if n.Task == nil {
 			w.summary(n, x, y)
 		} else {
@@ -91,42 +93,71 @@ func (g Graph) size() (int, int) {
 	for _, l := range g.Layers {
 		widest = max(widest, len(l))
 	}
-	return 2*margin + widest*nodeW + (widest-1)*gapX, legendH + 2*margin + len(g.Layers)*(nodeH+gapY) - gapY
+	width := max(widest*nodeW+(widest-1)*gapX, legendWidth(legendItems(g)))
+	return 2*margin + width, legendH + 2*margin + len(g.Layers)*(nodeH+gapY) - gapY
 }
 
-// at is where node n's box starts: its layer centred under the widest.
-func (g Graph) at(n *Node) (int, int) {
-	width, _ := g.size()
-	row := len(g.Layers[n.Layer])
-	left := (width - row*nodeW - (row-1)*gapX) / 2
-	return left + n.Pos*(nodeW+gapX), legendH + margin + n.Layer*(nodeH+gapY)
+// legendItem is one entry of the legend.
+type legendItem struct {
+	colours
+	dashed bool
+	name   string
 }
 
-// legend writes a swatch and a name for each state drawn, and for
-// summaries when there are some.
-func (w *svgWriter) legend(g Graph) {
-	x := margin
-	item := func(c colours, dashed bool, name string) {
-		dash := ""
-		if dashed {
-			dash = ` stroke-dasharray="4 3"`
-		}
-		w.raw(`<rect x="%d" y="%d" width="14" height="14" rx="3" fill="%s" stroke="%s"%s/>`, x, margin-2, c.fill, c.stroke, dash)
-		w.raw(`<text x="%d" y="%d" fill="#475467">`, x+19, margin+9)
-		w.text(name)
-		w.raw(`</text>`)
-		x += 19 + 7*len([]rune(name)) + 16
-	}
-	w.raw(`<g class="legend">`)
+// legendItems are the legend's entries: the states drawn, and summaries
+// when there are some.
+func legendItems(g Graph) []legendItem {
+	var out []legendItem
 	for _, s := range legendStates(g) {
 		if s == "" {
-			item(otherColours, false, "other state")
+			out = append(out, legendItem{otherColours, false, "other state"})
 		} else {
-			item(coloursOf(s), false, string(s))
+			out = append(out, legendItem{coloursOf(s), false, string(s)})
 		}
 	}
 	if g.Folded > 0 {
-		item(summaryColours, true, "tasks counted, not drawn")
+		out = append(out, legendItem{summaryColours, true, "tasks counted, not drawn"})
+	}
+	return out
+}
+
+// legendStep is the width of a legend's entry: its swatch, its name (7
+// pixels a character, about) and a gap.
+func legendStep(it legendItem) int { return 19 + 7*len([]rune(it.name)) + 16 }
+
+func legendWidth(items []legendItem) int {
+	w := 0
+	for _, it := range items {
+		w += legendStep(it)
+	}
+	return w
+}
+
+// at is where node n's box starts: its layer centred in the drawing.
+func (w *svgWriter) at(n *Node) (int, int) {
+	return w.rowLeft(n.Layer) + n.Pos*(nodeW+gapX), legendH + margin + n.Layer*(nodeH+gapY)
+}
+
+// rowLeft is where the first box of layer l starts.
+func (w *svgWriter) rowLeft(l int) int {
+	row := len(w.g.Layers[l])
+	return (w.width - row*nodeW - (row-1)*gapX) / 2
+}
+
+// legend writes a swatch and a name for each entry, from the left.
+func (w *svgWriter) legend(g Graph) {
+	x := margin
+	w.raw(`<g class="legend">`)
+	for _, it := range legendItems(g) {
+		dash := ""
+		if it.dashed {
+			dash = ` stroke-dasharray="4 3"`
+		}
+		w.raw(`<rect x="%d" y="%d" width="14" height="14" rx="3" fill="%s" stroke="%s"%s/>`, x, margin-2, it.fill, it.stroke, dash)
+		w.raw(`<text x="%d" y="%d" fill="#475467">`, x+19, margin+9)
+		w.text(it.name)
+		w.raw(`</text>`)
+		x += legendStep(it)
 	}
 	w.raw(`</g>`)
 }
@@ -162,20 +193,51 @@ func legendStates(g Graph) []jobs.State {
 }
 
 // edge writes a curve from the bottom of e's parent to the top of its
-// dependent; one that does not go down is dashed.
-func (w *svgWriter) edge(g Graph, e Edge) {
-	x1, y1 := g.at(&g.Nodes[e.From])
-	x2, y2 := g.at(&g.Nodes[e.To])
+// dependent. An edge that crosses layers passes each between two boxes
+// (the gap nearest the straight line), so it never runs behind a box it
+// does not join; one that does not go down is dashed and direct.
+func (w *svgWriter) edge(e Edge) {
+	from, to := &w.g.Nodes[e.From], &w.g.Nodes[e.To]
+	x1, y1 := w.at(from)
+	x2, y2 := w.at(to)
 	x1, y1, x2 = x1+nodeW/2, y1+nodeH, x2+nodeW/2
-	dy := gapY / 2
-	extra := ""
-	if e.Up {
-		extra = ` stroke-dasharray="5 4" class="edge up"`
-	} else {
-		extra = ` class="edge"`
+	var d strings.Builder
+	fmt.Fprintf(&d, "M%d,%d", x1, y1)
+	if !e.Up {
+		for l := from.Layer + 1; l < to.Layer; l++ {
+			top := legendH + margin + l*(nodeH+gapY)
+			along := float64(top-y1) / float64(y2-y1)
+			gx := w.nearestGap(l, x1+int(along*float64(x2-x1)))
+			curve(&d, x1, y1, gx, top)
+			fmt.Fprintf(&d, " L%d,%d", gx, top+nodeH)
+			x1, y1 = gx, top+nodeH
+		}
 	}
-	w.raw(`<path d="M%d,%d C%d,%d %d,%d %d,%d" fill="none" stroke="#98a2b3" stroke-width="1.2" marker-end="url(#arrow)"%s/>`,
-		x1, y1, x1, y1+dy, x2, y2-dy, x2, y2, extra)
+	curve(&d, x1, y1, x2, y2)
+	class := `class="edge"`
+	if e.Up {
+		class = `class="edge up" stroke-dasharray="5 4"`
+	}
+	w.raw(`<path d="%s" fill="none" stroke="#98a2b3" stroke-width="1.2" marker-end="url(#arrow)" %s/>`, d.String(), class)
+}
+
+// curve adds to d a curve from x1, y1 to x2, y2 leaving and arriving
+// upright.
+func curve(d *strings.Builder, x1, y1, x2, y2 int) {
+	dy := max((y2-y1)/2, gapY/2)
+	fmt.Fprintf(d, " C%d,%d %d,%d %d,%d", x1, y1+dy, x2, y2-dy, x2, y2)
+}
+
+// nearestGap is the middle of the gap of layer l nearest x: between two
+// of its boxes, or beside the first or the last.
+func (w *svgWriter) nearestGap(l, x int) int {
+	left, row := w.rowLeft(l), len(w.g.Layers[l])
+	step := nodeW + gapX
+	i := 0 // the gap before box i; row: after the last
+	if x > left-gapX/2 {
+		i = min((x-left+gapX/2+step/2)/step, row)
+	}
+	return left + i*step - gapX/2
 }
 
 // task writes the box of task t at x, y, linking to href.
