@@ -166,7 +166,7 @@ func TestWorkflowDrawingOfALargeDAG(t *testing.T) {
 	br.open(b.srv.URL + "/workflows/dag")
 	require.Equal(t, "This page's 500 tasks (1 to 500 of 1,000) in 5 layers, parents above their dependents; parents on other pages are not drawn; each box links to its job.",
 		br.text("#graph-caption"))
-	require.Equal(t, "Not all drawn: 465 tasks of 500 are counted in dashed boxes, not drawn one by one (a layer shows at most 7 tasks, and 30 layers are drawn).",
+	require.Equal(t, "Not all drawn: 465 tasks of 500 are counted in dashed boxes, not drawn one by one (a layer shows at most 7 tasks; at most 30 layers are drawn).",
 		br.text("#graph-leftout"))
 	nodes := drawnNodes(br)
 	require.Len(t, nodes, 35)
@@ -177,8 +177,10 @@ func TestWorkflowDrawingOfALargeDAG(t *testing.T) {
 		}
 	}
 	more := br.script(`return Array.from(document.querySelectorAll("#graph g.more")).map(g => g.querySelector("text.name").textContent + " / " + g.querySelector("text.state").textContent)`)
-	require.Equal(t, []any{"93 more tasks / 93 succeeded", "93 more tasks / 93 succeeded", fmt.Sprintf("93 more tasks / %d running · %d dead", 81+deadDrawn, 12-deadDrawn),
-		"93 more tasks / 93 available", "93 more tasks / 93 blocked"}, more, "the 12 dead of layer 2: drawn or counted")
+	require.Equal(t, []any{"93 more tasks / 93 succeeded", "93 more tasks / 93 succeeded", fmt.Sprintf("93 more tasks / %d running …", 81+deadDrawn),
+		"93 more tasks / 93 available", "93 more tasks / 93 blocked"}, more, "what fits in a box")
+	require.Equal(t, fmt.Sprintf("93 more tasks, not drawn: %d running · %d dead", 81+deadDrawn, 12-deadDrawn),
+		br.script(`return document.querySelectorAll("#graph g.more title")[2].textContent`), "the 12 dead of layer 2: drawn or counted")
 	for _, n := range nodes {
 		var layer int
 		_, err := fmt.Sscanf(n.Name, "L%d-", &layer)

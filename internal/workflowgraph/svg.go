@@ -272,7 +272,7 @@ func (w *svgWriter) summary(n *Node, x, y int) {
 	w.raw(`<text class="name" x="8" y="17" fill="%s" font-weight="600">`, c.text)
 	w.text(summaryLabel(*n))
 	w.raw(`</text><text class="state" x="8" y="33" fill="%s" font-size="11">`, c.text)
-	w.text(fitted(statesLabel(*n), " · ", 20))
+	w.text(fitted(statesLabel(*n), " · ", 18))
 	w.raw(`</text></svg></g>`)
 }
 
@@ -281,7 +281,7 @@ func (w *svgWriter) summary(n *Node, x, y int) {
 func (g Graph) LeftOut() string {
 	var parts []string
 	if g.Folded > 0 {
-		parts = append(parts, fmt.Sprintf("%s of %s are counted in dashed boxes, not drawn one by one (a layer shows at most %d tasks, and %d layers are drawn)",
+		parts = append(parts, fmt.Sprintf("%s of %s are counted in dashed boxes, not drawn one by one (a layer shows at most %d tasks; at most %d layers are drawn)",
 			plural(g.Folded, "task", "tasks"), itoa(g.Tasks), MaxPerLayer-1, MaxLayers))
 	}
 	if g.EdgesLeftOut > 0 {
