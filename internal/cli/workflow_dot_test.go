@@ -34,8 +34,8 @@ func TestCtlWorkflowDOT(t *testing.T) {
 		require.Regexp(t, dotStatement, l)
 	}
 	require.Equal(t, `digraph "workflow wf-1" {`, lines[0])
-	require.Contains(t, out, `[label="t␍␛[2Kfake␊row\n{\"$numberInt\":\"7\"}\ndead␛[8m", tooltip="@EAcAAAA", fillcolor="#eef1f6", color="#475467"];`)
-	require.Contains(t, out, `[label="extract-task\nextract\navailable", tooltip="extract", fillcolor="#fdf3e0", color="#b7791f"];`)
+	require.Contains(t, out, `[label="t␍␛[2Kfake␊row\n{\"$numberInt\":\"7\"}\ndead␛[8m", tooltip="t␍␛[2Kfake␊row", fillcolor="#eef1f6", color="#475467"];`)
+	require.Contains(t, out, `[label="extract-task\nextract\navailable", tooltip="extract-task", fillcolor="#fdf3e0", color="#b7791f"];`)
 	require.Len(t, regexp.MustCompile(`(?m)^  n\d+ \[label=`).FindAllString(out, -1), 7)
 	// extract→transform→load, extract→check→audit, extract→report,
 	// load→report, extract→7.

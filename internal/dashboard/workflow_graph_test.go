@@ -166,7 +166,7 @@ func TestWorkflowDrawingOfALargeDAG(t *testing.T) {
 	br.open(b.srv.URL + "/workflows/dag")
 	require.Equal(t, "This page's 500 tasks (1 to 500 of 1,000) in 5 layers, parents above their dependents; parents on other pages are not drawn; each box links to its job.",
 		br.text("#graph-caption"))
-	require.Equal(t, "Not all drawn: 465 tasks of 500 are counted in dashed boxes, not drawn one by one (a layer shows at most 7 tasks; at most 30 layers are drawn).",
+	require.Equal(t, "Not all drawn: 465 tasks of 500 are counted in dashed boxes, not drawn one by one (a layer shows at most 7 tasks, and 29 layers at most, the tasks below them in one box).",
 		br.text("#graph-leftout"))
 	nodes := drawnNodes(br)
 	require.Len(t, nodes, 35)

@@ -7,8 +7,8 @@ import (
 )
 
 // DOT writes g as a Graphviz digraph named title: each node n0, n1, … in
-// its state's colours, labelled with its task's name and id (a summary
-// with its count by state), each layer a rank, edges parent to
+// its state's colours, labelled with its task's name, id and state, its
+// tooltip the whole name (a summary labelled with its count by state), each layer a rank, edges parent to
 // dependent. Every string from a document is quoted and escaped (a name
 // cannot end the quoted string or start an escape Graphviz reads), and a
 // comment says what the drawing left out.
@@ -43,6 +43,10 @@ func DOT(out io.Writer, g Graph, title string) error {
 	return err
 }
 
+// dotLabelRunes bounds a name or an id in a DOT label; the tooltip holds
+// the name to titleRunes.
+const dotLabelRunes = 40
+
 // dotNode is the attributes of node n.
 func dotNode(n Node) string {
 	if n.Task == nil {
@@ -57,8 +61,8 @@ func dotNode(n Node) string {
 		state = "other"
 	}
 	return fmt.Sprintf("label=%s, tooltip=%s, fillcolor=%s, color=%s",
-		dotQuote(Label(taskName(t), titleRunes)+"\n"+Label(t.JobID.String(), titleRunes)+"\n"+Label(state, labelRunes)),
-		dotQuote(Label(t.JobID.Token(), titleRunes)), dotQuote(c.fill), dotQuote(c.stroke))
+		dotQuote(Label(taskName(t), dotLabelRunes)+"\n"+Label(t.JobID.String(), dotLabelRunes)+"\n"+Label(state, labelRunes)),
+		dotQuote(Label(taskName(t), titleRunes)), dotQuote(c.fill), dotQuote(c.stroke))
 }
 
 // dotQuote quotes s as a DOT string whose label Graphviz shows as s: a

@@ -117,7 +117,7 @@ func TestDOTEscapesHostileNames(t *testing.T) {
 		if state == "" {
 			state = "other"
 		}
-		want := workflowgraph.Label(name, 300) + "\n" + workflowgraph.Label(tk.ID, 300) + "\n" + workflowgraph.Label(state, 16)
+		want := workflowgraph.Label(name, 40) + "\n" + workflowgraph.Label(tk.ID, 40) + "\n" + workflowgraph.Label(state, 16)
 		require.Equal(t, want, labels[i], "task %d", i)
 	}
 	require.Len(t, regexp.MustCompile(`(?m)^  n\d+ -> n\d+;$`).FindAllString(out.String(), -1), len(tasks)-1, "the chain's edges, and no others")
