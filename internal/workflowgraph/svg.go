@@ -67,7 +67,7 @@ func (w *svgWriter) text(s string) {
 func SVG(g Graph, href func(queue.JobID) string) string {
 	width, height := g.size()
 	w := &svgWriter{g: g, width: width}
-	w.raw(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="system-ui, sans-serif" font-size="12" role="img" aria-label="the workflow drawn in layers, parents above their dependents">`,
+	w.raw(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="system-ui, sans-serif" font-size="12" role="group" aria-label="the workflow drawn in layers, parents above their dependents">`,
 		width, height, width, height)
 	w.raw(`<defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="#98a2b3"/></marker></defs>`)
 	w.legend(g)
