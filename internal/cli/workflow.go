@@ -114,7 +114,10 @@ func dotTitle(v queue.WorkflowView) string {
 	if v.Workflow != "" {
 		title = "workflow " + v.Workflow
 	}
-	if v.Offset > 0 || v.Shown() < v.Total || v.AtLeast {
+	switch {
+	case v.Shown() == 0 && v.Offset > 0:
+		title += fmt.Sprintf(", no tasks from --offset %d: there are %s", v.Offset, countLabel(v))
+	case v.Offset > 0 || v.Shown() < v.Total || v.AtLeast:
 		title += fmt.Sprintf(", tasks %d to %d of %s (--offset, --limit)", v.Offset+1, v.Offset+v.Shown(), countLabel(v))
 	}
 	return title

@@ -18,7 +18,8 @@ var dotStatement = regexp.MustCompile(`^(digraph "(?:[^"\\\n]|\\.)*" \{|  label=
 // foreign task's name, kind and state, full of escape sequences and a
 // new line, stay inside their quoted label, as pictures; a page that
 // leaves tasks out says which in the graph's name and the next --offset
-// on stderr; --dot with --json is refused.
+// on stderr, a page past the end is an empty graph saying so; --dot with
+// --json is refused.
 func TestCtlWorkflowDOT(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewDB(t)
@@ -45,6 +46,11 @@ func TestCtlWorkflowDOT(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.True(t, strings.HasPrefix(out, `digraph "workflow wf-1, tasks 1 to 3 of 7 (--offset, --limit)" {`), out)
 	require.Equal(t, "more: --offset 3\n", stderr)
+
+	out, stderr, code = runCtl(t, uri, db, "workflow", "--dot", "--offset", "9", "wf-1")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "digraph \"workflow wf-1, no tasks from --offset 9: there are 7\" {\n"+
+		"  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=11];\n  edge [color=\"#98a2b3\"];\n}\n", out)
 
 	_, stderr, code = runCtl(t, uri, db, "workflow", "--dot", "--json", "wf-1")
 	require.Equal(t, 2, code)
