@@ -9,12 +9,13 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/docketq/docket/internal/workflowgraph"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 )
 
 func init() {
-	ctlCommands["workflow"] = subcommand{"a workflow's tasks (workflow ID), or a job's graph through after (a job's id as list prints it), parents before dependents, counted by state: state, attempt, what each waits on, why cancelled, result size; --limit and --offset page (--json)", ctlWorkflow}
+	ctlCommands["workflow"] = subcommand{"a workflow's tasks (workflow ID), or a job's graph through after (a job's id as list prints it), parents before dependents, counted by state: state, attempt, what each waits on, why cancelled, result size; --limit and --offset page (--json; --dot draws the page for Graphviz)", ctlWorkflow}
 }
 
 // waitingShown is how many of a task's parents the table lists; the
@@ -25,9 +26,13 @@ func ctlWorkflow(fs *flag.FlagSet) func(*env, []string) error {
 	limit := fs.Int("limit", 200, fmt.Sprintf("tasks per page, 1 to %d", queue.MaxWorkflowPage))
 	offset := fs.Int("offset", 0, "tasks to skip: the offset the previous page printed")
 	asJSON := fs.Bool("json", false, "print the view as one JSON document")
+	asDOT := fs.Bool("dot", false, "print the page's tasks as a Graphviz digraph, laid out and bounded as the dashboard draws them")
 	return func(e *env, rest []string) error {
 		if len(rest) != 1 {
 			return badInput("give one id: a workflow's, or a job's as list prints it (put flags before it)")
+		}
+		if *asJSON && *asDOT {
+			return badInput("--json and --dot: give one")
 		}
 		if *limit < 1 || *limit > queue.MaxWorkflowPage {
 			return badInput("--limit: %d must be 1 to %d", *limit, queue.MaxWorkflowPage)
@@ -46,9 +51,12 @@ func ctlWorkflow(fs *flag.FlagSet) func(*env, []string) error {
 		if err != nil {
 			return err
 		}
-		if *asJSON {
+		switch {
+		case *asJSON:
 			err = printWorkflowJSON(e.stdout, v)
-		} else {
+		case *asDOT:
+			err = workflowgraph.DOT(e.stdout, workflowgraph.Layout(v.Tasks), dotTitle(v))
+		default:
 			err = printWorkflow(e.stdout, v)
 		}
 		if next := v.Offset + v.Shown(); err == nil && next < v.Total && v.Shown() > 0 {
@@ -97,6 +105,22 @@ func printWorkflow(w io.Writer, v queue.WorkflowView) error {
 		fmt.Fprintf(w, "tasks %d to %d of %s shown (--offset, --limit)\n", v.Offset+1, v.Offset+v.Shown(), total)
 	}
 	return nil
+}
+
+// dotTitle names the digraph --dot prints: the workflow or job, and
+// which of its tasks the page holds when not all.
+func dotTitle(v queue.WorkflowView) string {
+	title := "job " + v.Job.String()
+	if v.Workflow != "" {
+		title = "workflow " + v.Workflow
+	}
+	switch {
+	case v.Shown() == 0 && v.Offset > 0:
+		title += fmt.Sprintf(", no tasks from --offset %d: there are %s", v.Offset, countLabel(v))
+	case v.Offset > 0 || v.Shown() < v.Total || v.AtLeast:
+		title += fmt.Sprintf(", tasks %d to %d of %s (--offset, --limit)", v.Offset+1, v.Offset+v.Shown(), countLabel(v))
+	}
+	return title
 }
 
 // countLabel is how many tasks a view counts, "at least" when its walk

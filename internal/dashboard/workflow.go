@@ -120,7 +120,8 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 		States   []stateCount
 		Gate     bool
 		Pager    *workflowPager
-	}{page{Title: title, Nav: "jobs", Refresh: s.cfg.Refresh}, v.Workflow, job, taskRows(v), totalLabel(v), stateCounts(v), v.Gate, pager(r, v, pageNo)})
+		Graph    *graphView // workflow_graph.go
+	}{page{Title: title, Nav: "jobs", Refresh: s.cfg.Refresh}, v.Workflow, job, taskRows(v), totalLabel(v), stateCounts(v), v.Gate, pager(r, v, pageNo), drawing(v)})
 }
 
 // workflowPageNo is the page the request asks for: ?page=N, from 1.
