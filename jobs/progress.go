@@ -104,7 +104,7 @@ func ReadProgress(v bson.RawValue) ProgressReport {
 		p.Message = boundMessage(m)
 	}
 	if at, ok := doc.Lookup("at").TimeOK(); ok {
-		p.At = at
+		p.At = at.UTC()
 	}
 	return p
 }

@@ -306,7 +306,7 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 
 // rerun is Retry's update of a job in state from: it runs again from its
 // first attempt, in state s from t, with set's fields besides. What its
-// past run left goes: its lease, its end and its result (a new attempt's
+// past run left goes: its lease, its end, its progress and its result (a new attempt's
 // result is only what that attempt sets); a finished job holds its unique
 // key again.
 func rerun(s, from jobs.State, t time.Time, set ...bson.E) bson.D {
@@ -318,6 +318,7 @@ func rerun(s, from jobs.State, t time.Time, set ...bson.E) bson.D {
 		{Key: "$unset", Value: bson.D{
 			{Key: "finishedAt", Value: ""}, {Key: "cancelRequestedAt", Value: ""}, {Key: "result", Value: ""},
 			{Key: "leaseToken", Value: ""}, {Key: "leaseExpiresAt", Value: ""}, {Key: "heartbeatAt", Value: ""},
+			{Key: "progress", Value: ""},
 		}},
 	}
 	if from.Finished() {

@@ -395,8 +395,8 @@ func (c *Store) failure(j *jobs.Job, t time.Time, permanent bool, errs []jobs.At
 
 // requeue returns the update that makes a running job available at runAt,
 // dropping its lease and freeing its run slots of concurrency limits
-// (limit.go). Every write that gives an attempt back (a retry, a release,
-// the reaper's re-queue) uses it.
+// (limit.go) and its progress. Every write that gives an attempt back (a
+// retry, a release, a snooze, the reaper's re-queue) uses it.
 func requeue(t, runAt time.Time, set ...bson.E) bson.D {
 	set = append(set,
 		bson.E{Key: "state", Value: jobs.StateAvailable},
@@ -409,6 +409,7 @@ func requeue(t, runAt time.Time, set ...bson.E) bson.D {
 			{Key: "leaseToken", Value: ""},
 			{Key: "leaseExpiresAt", Value: ""},
 			{Key: "heartbeatAt", Value: ""},
+			{Key: progressField, Value: ""}, // the attempt's, not the next one's
 			{Key: kindRunSlotField, Value: ""},
 			{Key: queueRunSlotField, Value: ""},
 			{Key: kindPartSlotField, Value: ""},

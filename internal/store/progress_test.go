@@ -1,0 +1,186 @@
+package store_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/internal/store"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// progressOf reads job id's stored progress field as it is: nil when the
+// job has none.
+func (b bundle) progressOf(t *testing.T, id string) bson.RawValue {
+	t.Helper()
+	raw, err := store.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": id}).Raw()
+	require.NoError(t, err)
+	return raw.Lookup("progress")
+}
+
+func report(f float64, msg string) jobs.ProgressReport {
+	return jobs.ProgressReport{Fraction: f, Message: msg, At: time.Now().Truncate(time.Millisecond).UTC()}
+}
+
+// TestHeartbeatWritesProgressInTheSameCommand: a renewal that carries the
+// progress of some of its jobs is still one command; those jobs hold
+// their progress, the others none, and every lease is renewed.
+func TestHeartbeatWritesProgressInTheSameCommand(t *testing.T) {
+	b := setup(t)
+	enqueueN(t, b, 4)
+	var leases []store.Lease
+	batch, err := store.Of(b.q).ClaimBatch(b.ctx, claimAll, 3) // one token for three
+	require.NoError(t, err)
+	for _, j := range batch {
+		leases = append(leases, store.LeaseOf(j))
+	}
+	leases = append(leases, store.LeaseOf(b.claim(t, claimAll)))
+	progress := map[store.Lease]jobs.ProgressReport{leases[0]: report(0.25, "a quarter"), leases[3]: report(1, "")}
+
+	q, cmds := b.monitored(t)
+	got, err := store.Of(q).HeartbeatManyReporting(b.ctx, leases, progress, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"update": 1}, cmds.reset(), "the renewal and the progress in one command")
+	for _, l := range leases {
+		require.NoError(t, got[l].Err, l.JobID)
+		_, exp := b.leaseOf(t, l.JobID)
+		require.True(t, exp.Equal(got[l].ExpiresAt), "job %s renewed", l.JobID)
+		want, ok := progress[l]
+		if !ok {
+			require.Zero(t, b.progressOf(t, l.JobID).Type, "job %s has no progress", l.JobID)
+			continue
+		}
+		require.Equal(t, &want, b.get(t, l.JobID).Progress)
+	}
+
+	// A later renewal with a new value replaces it; one without leaves it.
+	progress = map[store.Lease]jobs.ProgressReport{leases[0]: report(0.5, "half")}
+	_, err = store.Of(q).HeartbeatManyReporting(b.ctx, leases, progress, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"update": 1}, cmds.reset())
+	require.Equal(t, 0.5, b.get(t, leases[0].JobID).Progress.Fraction)
+	require.Equal(t, 1.0, b.get(t, leases[3].JobID).Progress.Fraction)
+}
+
+// TestHeartbeatProgressStallThenResume: a worker stalls with a renewal
+// carrying progress pending; meanwhile its job is reaped and claimed by
+// another worker, which reports its own progress. Whether the stall comes
+// before the renewal is sent or before the renewal of the jobs asked to
+// stop, the stale worker writes no progress: the new holder's stays.
+func TestHeartbeatProgressStallThenResume(t *testing.T) {
+	for _, step := range []string{"before the batch", "renew cancelled"} {
+		t.Run(step, func(t *testing.T) {
+			b := setup(t)
+			enqueueN(t, b, 2)
+			victim := b.claim(t, claimAll)
+			kept := b.claim(t, claimAll)
+			if step == "renew cancelled" {
+				_, err := b.q.Cancel(b.ctx, victim.ID)
+				require.NoError(t, err)
+			}
+			// The old attempt's own earlier progress is written.
+			_, err := store.Of(b.q).HeartbeatManyReporting(b.ctx, []store.Lease{store.LeaseOf(victim)},
+				map[store.Lease]jobs.ProgressReport{store.LeaseOf(victim): report(0.1, "old")}, time.Hour)
+			require.NoError(t, err)
+
+			theirs := report(0.2, "the new holder's")
+			takeOver := func() {
+				if step == "renew cancelled" {
+					// A reap cancels a job asked to stop: another holder
+					// takes it by hand.
+					_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": victim.ID}, bson.M{"$set": bson.M{
+						"leaseToken": "another attempt's", "owner": "w2", "progress": theirs}})
+					require.NoError(t, err)
+					return
+				}
+				now := b.takeOver(t, victim)
+				require.Zero(t, b.progressOf(t, victim.ID).Type, "the re-queue and the claim cleared the old attempt's progress")
+				_, err := store.Of(b.q).HeartbeatManyReporting(b.ctx, []store.Lease{store.LeaseOf(now)},
+					map[store.Lease]jobs.ProgressReport{store.LeaseOf(now): theirs}, time.Hour)
+				require.NoError(t, err)
+			}
+			if step == "before the batch" {
+				takeOver()
+			}
+			leases := []store.Lease{store.LeaseOf(victim), store.LeaseOf(kept)}
+			mine := map[store.Lease]jobs.ProgressReport{leases[0]: report(0.9, "stale"), leases[1]: report(0.3, "kept")}
+			stalls := 0
+			got, err := store.HeartbeatManyReportingWithStall(b.ctx, store.Of(b.q), leases, mine, time.Hour, func(at string) {
+				if at == step {
+					stalls++
+					takeOver()
+				}
+			})
+			require.NoError(t, err)
+			if step != "before the batch" {
+				require.Equal(t, 1, stalls)
+			}
+			require.ErrorIs(t, got[leases[0]].Err, queue.ErrLeaseLost)
+			require.Equal(t, &theirs, b.get(t, victim.ID).Progress, "the stale worker wrote over the new holder's progress")
+			require.NoError(t, got[leases[1]].Err)
+			require.Equal(t, 0.3, b.get(t, kept.ID).Progress.Fraction)
+		})
+	}
+}
+
+// TestProgressBelongsToItsAttempt: a retried, released or snoozed job
+// shows no progress of the attempt that gave it back, nor does a job
+// retried by hand; a job that finishes keeps its last progress; a job
+// another application wrote with a progress of another type is claimed
+// (not buried as malformed) and its progress cleared.
+func TestProgressBelongsToItsAttempt(t *testing.T) {
+	b := setup(t)
+	enqueueN(t, b, 1)
+	beat := func(j *jobs.Job, p jobs.ProgressReport) {
+		t.Helper()
+		_, err := store.Of(b.q).HeartbeatManyReporting(b.ctx, []store.Lease{store.LeaseOf(j)},
+			map[store.Lease]jobs.ProgressReport{store.LeaseOf(j): p}, time.Hour)
+		require.NoError(t, err)
+		require.NotNil(t, b.get(t, j.ID).Progress)
+	}
+	j := b.claim(t, claimAll)
+	beat(j, report(0.4, "first"))
+	_, err := store.Of(b.q).Fail(b.ctx, store.LeaseOf(j), j, errors.New("again"))
+	require.NoError(t, err)
+	require.Nil(t, b.get(t, j.ID).Progress, "retried")
+
+	b.clock.Advance(time.Minute)
+	j = b.claim(t, claimAll)
+	require.NotNil(t, j)
+	beat(j, report(0.5, "second"))
+	require.NoError(t, store.Of(b.q).Release(b.ctx, store.LeaseOf(j)))
+	require.Nil(t, b.get(t, j.ID).Progress, "released")
+
+	j = b.claim(t, claimAll)
+	beat(j, report(0.6, "third"))
+	_, _, err = store.Of(b.q).Snooze(b.ctx, store.LeaseOf(j), j, time.Millisecond)
+	require.NoError(t, err)
+	require.Nil(t, b.get(t, j.ID).Progress, "snoozed")
+
+	b.clock.Advance(time.Minute)
+	j = b.claim(t, claimAll)
+	beat(j, report(0.7, "last"))
+	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
+	require.Equal(t, "last", b.get(t, j.ID).Progress.Message, "a finished job keeps its last progress")
+	_, err = b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{j.ID}})
+	require.NoError(t, err)
+	require.Nil(t, b.get(t, j.ID).Progress, "retried by hand")
+
+	// Another application's job, its progress a string.
+	_, err = store.Of(b.q).Collection().InsertOne(b.ctx, bson.M{"_id": "foreign", "kind": "k", "queue": "default", "state": "available",
+		"args": bson.M{}, "runAt": time.Now().Add(-time.Hour), "createdAt": time.Now().Add(-time.Hour), "attempt": 0, "maxAttempts": 3,
+		"priority": 100, "progress": "\x1b[2J half"})
+	require.NoError(t, err)
+	f := b.claim(t, claimAll)
+	if f != nil && f.ID != "foreign" { // the job retried by hand came first
+		f = b.claim(t, claimAll)
+	}
+	require.NotNil(t, f)
+	require.Equal(t, "foreign", f.ID)
+	require.Equal(t, jobs.StateRunning, f.State)
+	require.Nil(t, f.Progress)
+	require.Zero(t, b.progressOf(t, "foreign").Type)
+}
