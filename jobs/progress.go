@@ -123,3 +123,12 @@ func number(v bson.RawValue) (float64, bool) {
 
 // Known reports whether p's fraction is known: a number from 0 to 1.
 func (p ProgressReport) Known() bool { return p.Fraction >= 0 && p.Fraction <= 1 }
+
+// Percent is the fraction as a whole percentage, rounded down (100 only
+// when done), or -1 when it is not Known.
+func (p ProgressReport) Percent() int {
+	if !p.Known() {
+		return -1
+	}
+	return int(math.Floor(p.Fraction * 100))
+}

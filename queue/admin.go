@@ -96,6 +96,10 @@ type JobSummary struct {
 	UpdatedAt   time.Time
 	// LastError is the message of the newest recorded attempt error.
 	LastError string
+	// Progress is the job's progress (jobs.ProgressReport), nil when it has
+	// none; read from a document another application wrote, a fraction
+	// that is not a number from 0 to 1 is NaN (Known is false).
+	Progress *jobs.ProgressReport
 	// Raw is the stored document.
 	Raw bson.Raw
 }
@@ -123,6 +127,10 @@ func Summarize(raw bson.Raw) JobSummary {
 				s.LastError, _ = d.Lookup("message").StringValueOK()
 			}
 		}
+	}
+	if v := raw.Lookup("progress"); v.Type != 0 && v.Type != bson.TypeNull {
+		p := jobs.ReadProgress(v)
+		s.Progress = &p
 	}
 	return s
 }
