@@ -11,15 +11,12 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/store"
-	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // progressWrites counts the commands that write a progress value (a
@@ -47,13 +44,7 @@ func (p *progressWrites) monitor() *event.CommandMonitor {
 func (b *bundle) progressQueue(t *testing.T) (*queue.Client, *progressWrites) {
 	t.Helper()
 	var p progressWrites
-	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(p.monitor()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	q, err := queue.New(client.Database(store.Of(b.q).Collection().Database().Name()),
-		queue.Config{RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
-	require.NoError(t, err)
-	return q, &p
+	return b.queueSeenBy(t, p.monitor()), &p
 }
 
 // progressSeen is an Observer that records the progress the worker wrote.
