@@ -48,9 +48,10 @@ func WithProgressReporter(ctx context.Context, report func(ProgressReport)) cont
 // and message says what it is doing (invalid UTF-8 replaced by U+FFFD, cut
 // to MaxProgressMessageBytes). It costs no command: the worker's next
 // lease renewal writes the latest report into the job's progress field,
-// so reports made between two renewals coalesce, the last one wins. A
-// renewal that finds the lease lost writes nothing. The progress stays on
-// the job once it finishes and is cleared when the job is claimed again.
+// so reports made between two renewals coalesce, the last one wins; the
+// write that finishes the job stores one made since. A write whose lease
+// was lost writes nothing. The progress stays on the job once it finishes
+// and is cleared when the job is given back or claimed again.
 // Outside a handler it returns ErrNoProgressHere; a handler may ignore the
 // error.
 func Progress(ctx context.Context, fraction float64, message string) error {

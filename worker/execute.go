@@ -351,8 +351,12 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 		// is not a lost lease, and a write given up while the server still
 		// works on it costs a retry and a read-back.
 		ctx, cancel := context.WithTimeout(context.Background(), w.bound(remaining))
+		ctx, carried := r.progress.carry(ctx) // progress.go
 		err := write(ctx)
 		cancel()
+		if err == nil {
+			carried()
+		}
 		if err == nil || errors.Is(err, queue.ErrLeaseLost) {
 			return err
 		}

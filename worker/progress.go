@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"sync"
 
 	"github.com/docketq/docket/internal/store"
@@ -50,6 +51,18 @@ func (b *progressBox) wrote(p jobs.ProgressReport, seq uint64) {
 		b.written, b.stored = seq, &p
 	}
 	b.mu.Unlock()
+}
+
+// carry returns ctx for the write that ends the attempt, carrying the
+// latest report no renewal wrote (store.WithProgress), which that write
+// stores if it finishes the job; carried records, once the write
+// succeeded, that it was written.
+func (b *progressBox) carry(ctx context.Context) (_ context.Context, carried func()) {
+	p, seq, ok := b.pending()
+	if !ok {
+		return ctx, func() {}
+	}
+	return store.WithProgress(ctx, p), func() { b.wrote(p, seq) }
 }
 
 // ended returns j, a copy of the job as its attempt left it, with the

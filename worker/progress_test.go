@@ -190,3 +190,58 @@ func TestRetryShowsNoOldProgress(t *testing.T) {
 	j := b.waitState(t, id, jobs.StateSucceeded)
 	require.Nil(t, j.Progress)
 }
+
+// endings is an Observer that records the progress each ended attempt's
+// job carries, by job id.
+type endings struct {
+	worker.NopObserver
+	mu  sync.Mutex
+	got map[string][]*jobs.ProgressReport
+}
+
+func (e *endings) Finished(j *jobs.Job, _ worker.Outcome, _ time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.got[j.ID] = append(e.got[j.ID], j.Progress)
+}
+
+// TestFinishingWriteCarriesTheLastReport: a report made after the last
+// renewal (here, jobs shorter than one renewal interval) is stored by the
+// write that finishes the job, succeeded or dead, and carried by its
+// ended attempt's event; a failure that retries the job stores none, and
+// its next attempt, reporting nothing, ends with none.
+func TestFinishingWriteCarriesTheLastReport(t *testing.T) {
+	b := setup(t)
+	var retried atomic.Int32
+	b.handle(t, "done", func(ctx context.Context, _ *jobs.Job) error {
+		return jobs.Progress(ctx, 1, "done")
+	}, jobs.KindOptions{})
+	b.handle(t, "dead", func(ctx context.Context, _ *jobs.Job) error {
+		require.NoError(t, jobs.Progress(ctx, 0.3, "at 30%"))
+		return jobs.Permanent(errors.New("cannot go on"))
+	}, jobs.KindOptions{})
+	b.handle(t, "retry", func(ctx context.Context, _ *jobs.Job) error {
+		if retried.Add(1) == 1 {
+			require.NoError(t, jobs.Progress(ctx, 0.6, "first attempt"))
+			return errors.New("once more")
+		}
+		return nil
+	}, jobs.KindOptions{})
+	done := b.enqueue(t, "done", nil, queue.InsertOpts{})
+	dead := b.enqueue(t, "dead", nil, queue.InsertOpts{})
+	retry := b.enqueue(t, "retry", nil, queue.InsertOpts{})
+	seen := &endings{got: map[string][]*jobs.ProgressReport{}}
+	b.start(t, worker.Config{Lease: time.Minute, HeartbeatInterval: 20 * time.Second, Observer: seen})
+
+	require.Equal(t, "done", b.waitState(t, done, jobs.StateSucceeded).Progress.Message)
+	require.Equal(t, "at 30%", b.waitState(t, dead, jobs.StateDead).Progress.Message)
+	require.Nil(t, b.waitState(t, retry, jobs.StateSucceeded).Progress)
+	require.Eventually(t, func() bool {
+		seen.mu.Lock()
+		defer seen.mu.Unlock()
+		return len(seen.got[done]) == 1 && len(seen.got[dead]) == 1 && len(seen.got[retry]) == 2
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, "done", seen.got[done][0].Message)
+	require.Equal(t, "at 30%", seen.got[dead][0].Message)
+	require.Equal(t, []*jobs.ProgressReport{nil, nil}, seen.got[retry], "a retried attempt's event carries no progress")
+}

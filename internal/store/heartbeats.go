@@ -52,10 +52,6 @@ func (c *Store) HeartbeatMany(ctx context.Context, leases []Lease, d time.Durati
 	return c.heartbeatMany(ctx, leases, nil, d, nil)
 }
 
-// progressField holds a running job's progress (jobs.ProgressReport),
-// written by its lease's renewals; a claim and a re-queue clear it.
-const progressField = "progress"
-
 // HeartbeatManyReporting is HeartbeatMany that also writes, for each lease
 // in progress, that progress into its job's progress field, in the same
 // fenced write as its renewal: a lease that was lost writes nothing, and

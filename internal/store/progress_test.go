@@ -184,3 +184,61 @@ func TestProgressBelongsToItsAttempt(t *testing.T) {
 	require.Nil(t, f.Progress)
 	require.Zero(t, b.progressOf(t, "foreign").Type)
 }
+
+// TestFinishingWritesStoreTheLastProgress: the progress a finishing write
+// carries (store.WithProgress: the handler's last report, not yet written
+// by a renewal) is stored by a completion (batched or not), a cancel, a
+// failure that ends the job dead and a release that a cancel request
+// turns into cancelled; a failure that retries the job and a snooze
+// clear it without error; a finishing write whose lease was lost writes
+// nothing.
+func TestFinishingWritesStoreTheLastProgress(t *testing.T) {
+	b := setup(t)
+	ids := enqueueN(t, b, 8)
+	last := report(1, "done")
+	ctx := store.WithProgress(b.ctx, last)
+	st := store.Of(b.q)
+	claimed := map[string]*jobs.Job{}
+	for range ids {
+		j := b.claim(t, claimAll)
+		claimed[j.ID] = j
+	}
+	j := func(i int) *jobs.Job { return claimed[ids[i]] }
+	beat := func(j *jobs.Job) { // an earlier value, written by a renewal
+		_, err := st.HeartbeatManyReporting(b.ctx, []store.Lease{store.LeaseOf(j)},
+			map[store.Lease]jobs.ProgressReport{store.LeaseOf(j): report(0.5, "half")}, time.Hour)
+		require.NoError(t, err)
+	}
+	for _, jb := range claimed {
+		beat(jb)
+	}
+	lost := j(7) // reaped and claimed by w2, which reports its own
+	now := b.takeOver(t, lost)
+	beat(now)
+	require.ErrorIs(t, st.Complete(ctx, store.LeaseOf(lost)), queue.ErrLeaseLost)
+	require.Equal(t, "half", b.get(t, lost.ID).Progress.Message, "the stale worker's completion wrote its progress")
+
+	require.NoError(t, st.Complete(ctx, store.LeaseOf(j(0))))
+	require.NoError(t, st.WithBatchedCompletion(time.Millisecond).Complete(ctx, store.LeaseOf(j(1))))
+	require.NoError(t, st.Cancelled(ctx, store.LeaseOf(j(2)), j(2), "stop"))
+	_, err := st.Fail(ctx, store.LeaseOf(j(3)), j(3), jobs.Permanent(errors.New("bad")))
+	require.NoError(t, err)
+	_, err = b.q.Cancel(b.ctx, ids[4])
+	require.NoError(t, err)
+	require.NoError(t, st.Release(ctx, store.LeaseOf(j(4))))
+	for i, state := range []jobs.State{jobs.StateSucceeded, jobs.StateSucceeded, jobs.StateCancelled, jobs.StateDead, jobs.StateCancelled} {
+		got := b.get(t, ids[i])
+		require.Equal(t, state, got.State, "job %d", i)
+		require.Equal(t, &last, got.Progress, "job %d (%s) keeps the last report", i, state)
+	}
+
+	f, err := st.Fail(ctx, store.LeaseOf(j(5)), j(5), errors.New("again"))
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateAvailable, f.State)
+	state, _, err := st.Snooze(ctx, store.LeaseOf(j(6)), j(6), time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateAvailable, state)
+	for _, i := range []int{5, 6} {
+		require.Nil(t, b.get(t, ids[i]).Progress, "job %d was given back: its attempt's progress goes", i)
+	}
+}
