@@ -65,6 +65,27 @@ func TestHeartbeatWritesProgressInTheSameCommand(t *testing.T) {
 	require.Equal(t, 1.0, b.get(t, leases[3].JobID).Progress.Fraction)
 }
 
+// TestHeartbeatWritesProgressOfAJobAskedToStop: a job whose cancel was
+// requested is renewed by the second update while its handler winds
+// down, and its progress with it.
+func TestHeartbeatWritesProgressOfAJobAskedToStop(t *testing.T) {
+	b := setup(t)
+	enqueueN(t, b, 2)
+	stopping, plain := b.claim(t, claimAll), b.claim(t, claimAll)
+	_, err := b.q.Cancel(b.ctx, stopping.ID)
+	require.NoError(t, err)
+	leases := []store.Lease{store.LeaseOf(stopping), store.LeaseOf(plain)}
+	progress := map[store.Lease]jobs.ProgressReport{leases[0]: report(0.8, "winding down"), leases[1]: report(0.1, "plain")}
+	got, err := store.Of(b.q).HeartbeatManyReporting(b.ctx, leases, progress, time.Hour)
+	require.NoError(t, err)
+	require.True(t, got[leases[0]].CancelRequested)
+	for _, l := range leases {
+		require.NoError(t, got[l].Err)
+		want := progress[l]
+		require.Equal(t, &want, b.get(t, l.JobID).Progress)
+	}
+}
+
 // TestHeartbeatProgressStallThenResume: a worker stalls with a renewal
 // carrying progress pending; meanwhile its job is reaped and claimed by
 // another worker, which reports its own progress. Whether the stall comes
