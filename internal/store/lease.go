@@ -128,7 +128,7 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 func (c *Store) Complete(ctx context.Context, l Lease) error {
 	result := resultOf(ctx) // results.go: written alone, with its own job
 	update := withProgress(ctx, finish(jobs.StateSucceeded, c.now(), result...))
-	if _, progress := ctx.Value(progressKey{}).(jobs.ProgressReport); c.completions != nil && result == nil && !progress {
+	if c.completions != nil && result == nil && !carriesProgress(ctx) {
 		return c.completions.complete(ctx, l)
 	}
 	err := c.fencedUpdate(ctx, "complete", l, update)

@@ -27,6 +27,12 @@ func WithProgress(ctx context.Context, p jobs.ProgressReport) context.Context {
 	return context.WithValue(ctx, progressKey{}, p)
 }
 
+// carriesProgress reports whether ctx carries a progress (WithProgress).
+func carriesProgress(ctx context.Context) bool {
+	_, ok := ctx.Value(progressKey{}).(jobs.ProgressReport)
+	return ok
+}
+
 // withProgress returns update, a write that finishes a job, with the
 // progress ctx carries (WithProgress), if any, added to its $set.
 func withProgress(ctx context.Context, update bson.D) bson.D {
