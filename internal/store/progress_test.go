@@ -263,3 +263,23 @@ func TestFinishingWritesStoreTheLastProgress(t *testing.T) {
 		require.Nil(t, b.get(t, ids[i]).Progress, "job %d was given back: its attempt's progress goes", i)
 	}
 }
+
+// TestHandoffCarriesTheLastProgress: a completion that hands its run slot
+// on stores the progress it carries on the job it completes, and the
+// successor it claims starts without the progress an earlier attempt of
+// it left.
+func TestHandoffCarriesTheLastProgress(t *testing.T) {
+	b := setup(t)
+	_, s, _ := monitoredStore(t, b)
+	a, succ := handoffSetup(t, b, s, 2)
+	_, err := s.Collection().UpdateByID(b.ctx, succ[0].Job.ID, bson.M{"$set": bson.M{"progress": report(0.9, "an earlier attempt's")}})
+	require.NoError(t, err)
+	last := report(1, "done")
+	got, err := s.CompleteHandingOff(store.WithProgress(b.ctx, last), store.LeaseOf(a), succ[0], handoffParams("handoff-1"))
+	require.NoError(t, err)
+	require.NotNil(t, got)
+	require.Equal(t, jobs.StateSucceeded, b.get(t, a.ID).State)
+	require.Equal(t, &last, b.get(t, a.ID).Progress)
+	require.Nil(t, got.Progress)
+	require.Nil(t, b.get(t, got.ID).Progress, "the successor shows an earlier attempt's progress")
+}
