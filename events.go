@@ -11,8 +11,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// EventKind says how a job's attempt in this client's pool ended. The
-// values are the outcome labels of docket_jobs_finished_total.
+// EventKind says how a job's attempt in this client's pool ended (the
+// values are the outcome labels of docket_jobs_finished_total), or, for
+// EventJobProgress, that a running attempt's progress was written.
 type EventKind string
 
 // The kinds of event a subscriber may receive.
@@ -43,19 +44,28 @@ const (
 	// EventJobUnrecorded: the outcome could not be written before the lease
 	// expired (the database away); the reaper re-queues the job.
 	EventJobUnrecorded EventKind = EventKind(worker.OutcomeUnrecorded)
+	// EventJobProgress: a lease renewal wrote the progress the job's
+	// handler reported (jobs.Progress), in Event.Job.Progress; reports
+	// made between two renewals give one event, of the last. Sent only to
+	// the subscriptions that name it: Subscribe without kinds receives
+	// the attempts that ended, as before.
+	EventJobProgress EventKind = "progress"
 )
 
-// Event is one attempt of this client's pool that ended.
+// Event is one attempt of this client's pool that ended, or the progress
+// of one that runs (EventJobProgress).
 type Event struct {
 	// Kind says how it ended.
 	Kind EventKind
 	// Job is the job as the attempt left it (State the one written, Errors
-	// ending with this attempt's error when it failed). Shared by every
-	// subscriber: read it, do not modify it.
+	// ending with this attempt's error when it failed, Progress the one it
+	// keeps when it finished), or, for EventJobProgress, the running job
+	// with the progress written. Shared by every subscriber: read it, do
+	// not modify it.
 	Job *jobs.Job
-	// Duration is how long the handler ran.
+	// Duration is how long the handler ran; zero for EventJobProgress.
 	Duration time.Duration
-	// At is when the attempt ended.
+	// At is when the attempt ended, or its progress was written.
 	At time.Time
 }
 
@@ -65,7 +75,8 @@ const DefaultEventBuffer = 1000
 
 // SubscribeConfig configures a subscription.
 type SubscribeConfig struct {
-	// Kinds are the events to receive. Defaults to all of them.
+	// Kinds are the events to receive. Defaults to every kind of ended
+	// attempt (all but EventJobProgress).
 	Kinds []EventKind
 	// Buffer is how many events wait for the reader before new ones are
 	// dropped (counted by EventsDropped, docket_events_dropped_total, and
@@ -134,14 +145,33 @@ func (h *eventHub) subscribe(cfg SubscribeConfig) (<-chan *Event, func()) {
 
 // Finished implements worker.Observer.
 func (h *eventHub) Finished(job *jobs.Job, outcome worker.Outcome, handler time.Duration) {
+	h.publish(func() *Event { return &Event{Kind: EventKind(outcome), Job: job, Duration: handler, At: time.Now()} })
+}
+
+// Progressed implements worker.ProgressObserver.
+func (h *eventHub) Progressed(job *jobs.Job) {
+	h.publish(func() *Event { return &Event{Kind: EventJobProgress, Job: job, At: time.Now()} })
+}
+
+// wants reports whether s receives events of kind k.
+func (s *subscription) wants(k EventKind) bool {
+	if s.kinds == nil {
+		return k != EventJobProgress
+	}
+	return slices.Contains(s.kinds, k)
+}
+
+// publish sends the event made by event, when there is a subscriber, to
+// the subscriptions that want it.
+func (h *eventHub) publish(event func() *Event) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	if len(h.subs) == 0 {
 		return
 	}
-	e := &Event{Kind: EventKind(outcome), Job: job, Duration: handler, At: time.Now()}
+	e := event()
 	for s := range h.subs {
-		if s.kinds != nil && !slices.Contains(s.kinds, e.Kind) {
+		if !s.wants(e.Kind) {
 			continue
 		}
 		select {

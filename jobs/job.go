@@ -134,6 +134,13 @@ type Job struct {
 	// its last attempt, stored by the write that recorded its success; a
 	// retry clears it.
 	Result bson.Raw `bson:"result,omitempty"`
+	// Progress is how far the job had got when its lease was last renewed
+	// or it finished, as its handler reported it (Progress); kept once the
+	// job finishes, cleared when it is given back or claimed again. Read
+	// from a document
+	// another application wrote, it never fails to decode (see
+	// ProgressReport.UnmarshalBSONValue).
+	Progress *ProgressReport `bson:"progress,omitempty"`
 }
 
 // AttemptError records why one attempt did not succeed.

@@ -96,6 +96,10 @@ type JobSummary struct {
 	UpdatedAt   time.Time
 	// LastError is the message of the newest recorded attempt error.
 	LastError string
+	// Progress is the job's progress (jobs.ProgressReport), nil when it has
+	// none; read from a document another application wrote, a fraction
+	// that is not a number from 0 to 1 is NaN (Known is false).
+	Progress *jobs.ProgressReport
 	// Raw is the stored document.
 	Raw bson.Raw
 }
@@ -123,6 +127,10 @@ func Summarize(raw bson.Raw) JobSummary {
 				s.LastError, _ = d.Lookup("message").StringValueOK()
 			}
 		}
+	}
+	if v := raw.Lookup("progress"); v.Type != 0 && v.Type != bson.TypeNull {
+		p := jobs.ReadProgress(v)
+		s.Progress = &p
 	}
 	return s
 }
@@ -306,7 +314,7 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 
 // rerun is Retry's update of a job in state from: it runs again from its
 // first attempt, in state s from t, with set's fields besides. What its
-// past run left goes: its lease, its end and its result (a new attempt's
+// past run left goes: its lease, its end, its progress and its result (a new attempt's
 // result is only what that attempt sets); a finished job holds its unique
 // key again.
 func rerun(s, from jobs.State, t time.Time, set ...bson.E) bson.D {
@@ -318,6 +326,7 @@ func rerun(s, from jobs.State, t time.Time, set ...bson.E) bson.D {
 		{Key: "$unset", Value: bson.D{
 			{Key: "finishedAt", Value: ""}, {Key: "cancelRequestedAt", Value: ""}, {Key: "result", Value: ""},
 			{Key: "leaseToken", Value: ""}, {Key: "leaseExpiresAt", Value: ""}, {Key: "heartbeatAt", Value: ""},
+			{Key: "progress", Value: ""},
 		}},
 	}
 	if from.Finished() {

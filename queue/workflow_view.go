@@ -125,7 +125,7 @@ var workflowProjection = bson.D{
 	{Key: "kind", Value: 1}, {Key: "queue", Value: 1}, {Key: "state", Value: 1}, {Key: "attempt", Value: 1}, {Key: "maxAttempts", Value: 1},
 	{Key: "createdAt", Value: 1}, {Key: "updatedAt", Value: 1}, {Key: "errors", Value: 1}, {Key: "result", Value: 1},
 	{Key: afterField, Value: 1}, {Key: waitingOnField, Value: 1}, {Key: runAnywayField, Value: 1},
-	{Key: workflowField, Value: 1}, {Key: workflowTaskField, Value: 1},
+	{Key: workflowField, Value: 1}, {Key: workflowTaskField, Value: 1}, {Key: "progress", Value: 1},
 }
 
 // WorkflowTasks reads, for id, a page of the tasks of the workflow it

@@ -17,8 +17,9 @@ import (
 
 // run is one claimed job while this worker holds it.
 type run struct {
-	job   *jobs.Job
-	lease store.Lease
+	job      *jobs.Job
+	lease    store.Lease
+	progress progressBox // what the handler reports (jobs.Progress), for the renewals
 
 	mu      sync.Mutex
 	expires time.Time // the lease's expiry as last renewed
@@ -71,7 +72,7 @@ func (w *Worker) execute(r *run) {
 	var again time.Time // when a retried or snoozed job runs again
 	w.obs.Started(job)
 	defer w.readAhead(r)() // handoff.go
-	defer func() { w.obs.Finished(endedJob(job, observed, failure, again), observed, elapsed) }()
+	defer func() { w.obs.Finished(r.progress.ended(endedJob(job, observed, failure, again)), observed, elapsed) }()
 	h, opts, ok := w.reg.Lookup(job.Kind)
 	if !ok { // cannot happen: claims only match registered kinds
 		h = jobs.HandlerFunc(func(context.Context, *jobs.Job) error {
@@ -86,6 +87,7 @@ func (w *Worker) execute(r *run) {
 	var marked atomic.Bool
 	var set jobs.ResultSlot // what the handler sets (jobs.SetResult)
 	ctx, cancelTimeout := context.WithTimeoutCause(jobs.WithResultSlot(queue.WithRunningJob(jobCtx, job.ID, &marked), &set), opts.Timeout, ErrTimeout)
+	ctx = jobs.WithProgressReporter(ctx, w.reportProgress(r))
 	defer cancelTimeout()
 
 	log.Info("job started")
@@ -349,8 +351,12 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 		// is not a lost lease, and a write given up while the server still
 		// works on it costs a retry and a read-back.
 		ctx, cancel := context.WithTimeout(context.Background(), w.bound(remaining))
+		ctx, carried := r.progress.carry(ctx) // progress.go
 		err := write(ctx)
 		cancel()
+		if err == nil {
+			carried()
+		}
 		if err == nil || errors.Is(err, queue.ErrLeaseLost) {
 			return err
 		}

@@ -223,7 +223,8 @@ func (w *Worker) renewPart(part []*beat) error {
 	// A renewal may take until the first of its leases would expire: a
 	// slow server is not a lost lease.
 	ctx, cancel := context.WithTimeout(w.jobsCtx, w.bound(max(time.Until(earliest), w.cfg.HeartbeatInterval)))
-	got, err := w.q.HeartbeatMany(ctx, leases, w.cfg.Lease)
+	progress, seqs := pendingProgress(part) // written with the renewal, fenced as it is
+	got, err := w.q.HeartbeatManyReporting(ctx, leases, progress, w.cfg.Lease)
 	cancel()
 	failed := err
 	for _, b := range part {
@@ -236,6 +237,9 @@ func (w *Worker) renewPart(part []*beat) error {
 		}
 		if beat.Err != nil && !errors.Is(beat.Err, queue.ErrLeaseLost) && failed == nil {
 			failed = beat.Err
+		}
+		if seq, ok := seqs[b]; ok && beat.Err == nil {
+			w.progressWritten(b, progress[b.r.lease], seq)
 		}
 		w.applyBeat(b, beat)
 	}

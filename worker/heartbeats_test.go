@@ -55,13 +55,20 @@ func (r *renewals) monitor() *event.CommandMonitor {
 func (b *bundle) renewalQueue(t *testing.T) (*queue.Client, *renewals) {
 	t.Helper()
 	var r renewals
-	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(r.monitor()))
+	return b.queueSeenBy(t, r.monitor()), &r
+}
+
+// queueSeenBy returns a queue client on b's database whose commands
+// mon sees.
+func (b *bundle) queueSeenBy(t *testing.T, mon *event.CommandMonitor) *queue.Client {
+	t.Helper()
+	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
 	q, err := queue.New(client.Database(store.Of(b.q).Collection().Database().Name()),
 		queue.Config{RetryBase: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond})
 	require.NoError(t, err)
-	return q, &r
+	return q
 }
 
 // holding registers kind "long": handlers that hold their jobs until

@@ -90,11 +90,12 @@ type Worker struct {
 	sweepsCtx  context.Context
 	stopSweeps context.CancelFunc
 
-	stuck        atomic.Int64
-	unstarted    atomic.Int64
-	cancelled    atomic.Int64      // jobs a stop cancelled, its wait over before they finished
-	afterClaim   func([]*jobs.Job) // test hook: runs between a claim's reply and the launch of its jobs
-	onGatherWait func()            // test hook: runs when a claim waits for slots to free
+	stuck           atomic.Int64
+	unstarted       atomic.Int64
+	progressReports atomic.Int64      // jobs.Progress calls of its handlers
+	cancelled       atomic.Int64      // jobs a stop cancelled, its wait over before they finished
+	afterClaim      func([]*jobs.Job) // test hook: runs between a claim's reply and the launch of its jobs
+	onGatherWait    func()            // test hook: runs when a claim waits for slots to free
 }
 
 // Stats are counters of what a worker did since it was made, for logs and
@@ -109,12 +110,16 @@ type Stats struct {
 	// an error (its reply lost), or claimed with less than
 	// Config.StartMargin of lease left.
 	ReleasedUnstarted int64
+	// ProgressReports counts the progress its handlers reported
+	// (jobs.Progress), whether or not a renewal wrote it: reports made
+	// between two renewals coalesce.
+	ProgressReports int64
 }
 
 // Stats returns the worker's counters. Safe to call at any time, from any
 // goroutine.
 func (w *Worker) Stats() Stats {
-	return Stats{StuckHandlers: w.stuck.Load(), ReleasedUnstarted: w.unstarted.Load()}
+	return Stats{StuckHandlers: w.stuck.Load(), ReleasedUnstarted: w.unstarted.Load(), ProgressReports: w.progressReports.Load()}
 }
 
 // New returns a Worker that runs the kinds in reg from the jobs of q.

@@ -314,6 +314,9 @@ func showJob(w io.Writer, j queue.JobSummary) {
 			fmt.Fprintf(w, "  %-18s %s\n", f+":", shown(showValue(v)))
 		}
 	}
+	if j.Progress != nil {
+		fmt.Fprintf(w, "  %-18s %s\n", "progress:", progressLine(*j.Progress))
+	}
 	if errs, ok := j.Raw.Lookup("errors").ArrayOK(); ok {
 		vals, _ := errs.Values()
 		if len(vals) > 0 {

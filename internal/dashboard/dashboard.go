@@ -173,7 +173,7 @@ func New(db *mongo.Database, q *queue.Client, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, db: db, q: q, csrf: hex.EncodeToString(token), pages: map[string]*template.Template{},
 		mux: http.NewServeMux(), log: cfg.Logger.Named("dashboard"), hosts: hosts, tls: tc, guesses: newThrottle(time.Now)}
 	for _, page := range []string{"overview", "jobs", "job", "confirm", "result", "error", "workers", "queueconfirm", "queueresult", "workflow"} {
-		t, err := template.New(page).ParseFS(files, append([]string{"templates/base.html", "templates/" + page + ".html"}, pageParts[page]...)...)
+		t, err := template.New(page).ParseFS(files, append([]string{"templates/base.html", "templates/progress.html", "templates/" + page + ".html"}, pageParts[page]...)...)
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: template %s: %w", page, err)
 		}

@@ -492,9 +492,11 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 		Args, Result                   string
 		Workflow, WorkflowHref         string
 		CanRetry, CanCancel, CanDelete bool
+		Progress                       *progressView
 	}{page{Title: "Job " + j.ID, Nav: "jobs", Refresh: s.cfg.Refresh}, j, jobPath(j.JobID), fields, timeline, args, result,
 		workflow, jobWorkflowPath(j), // workflow.go
-		st.Valid() && st != jobs.StateRunning, st == jobs.StateAvailable || st == jobs.StateRunning, st.Finished()})
+		st.Valid() && st != jobs.StateRunning, st == jobs.StateAvailable || st == jobs.StateRunning, st.Finished(),
+		progressOf(j.Progress)}) // progress.go
 }
 
 // actions are the operator's actions on one job.

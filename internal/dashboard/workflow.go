@@ -67,6 +67,7 @@ type taskRow struct {
 	WaitingMore                          int
 	RunAnyway                            bool
 	Result, ResultHref, Cancelled, Token string
+	Progress                             *progressView
 }
 
 type idLink struct{ ID, Href string }
@@ -149,6 +150,7 @@ func taskRows(v queue.WorkflowView) []taskRow {
 			row.Waiting = append(row.Waiting, idLink{p.String(), jobPath(p)})
 		}
 		row.WaitingMore = more
+		row.Progress = progressOf(t.Progress) // progress.go
 		if t.HasResult {
 			row.Result, row.ResultHref = byteSize(t.ResultBytes), href+"#result"
 		}

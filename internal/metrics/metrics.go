@@ -46,9 +46,13 @@ type Worker struct {
 	heartbeats  *prometheus.CounterVec
 	retries     *prometheus.CounterVec
 	running     *prometheus.GaugeVec
+	progress    *prometheus.CounterVec
 }
 
-var _ worker.Observer = (*Worker)(nil)
+var (
+	_ worker.Observer         = (*Worker)(nil)
+	_ worker.ProgressObserver = (*Worker)(nil)
+)
 
 // NewWorker returns the metrics of a worker pool, registered with reg.
 func NewWorker(reg prometheus.Registerer) (*Worker, error) {
@@ -106,6 +110,10 @@ func newWorker() *Worker {
 			Namespace: Namespace, Name: "jobs_running",
 			Help: "Jobs this process holds now, by kind and queue.",
 		}, []string{"kind", "queue"}),
+		progress: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "progress_writes_total",
+			Help: "Progress values (jobs.Progress) that this process's lease renewals wrote, by kind; reports made between two renewals coalesce into one (see docket_progress_reports_total).",
+		}, []string{"kind"}),
 	}
 	// The results are known in advance: show them at zero from the start,
 	// so that a rate over them is defined before the first event.
@@ -116,7 +124,7 @@ func newWorker() *Worker {
 }
 
 func (w *Worker) collectors() []prometheus.Collector {
-	return []prometheus.Collector{w.finished, w.duration, w.claim, w.claimed, w.emptyClaims, w.claimErrors, w.leasesLost, w.heartbeats, w.retries, w.running}
+	return []prometheus.Collector{w.finished, w.duration, w.claim, w.claimed, w.emptyClaims, w.claimErrors, w.leasesLost, w.heartbeats, w.retries, w.running, w.progress}
 }
 
 // Claimed implements worker.Observer.
@@ -165,6 +173,11 @@ func (w *Worker) LeaseLost(job *jobs.Job) {
 	w.leasesLost.WithLabelValues(labelValue(job.Kind), labelValue(job.Queue)).Inc()
 }
 
+// Progressed implements worker.ProgressObserver.
+func (w *Worker) Progressed(job *jobs.Job) {
+	w.progress.WithLabelValues(labelValue(job.Kind)).Inc()
+}
+
 // RegisterPoolStats registers the pool's own counts with reg, read from
 // stats at each scrape: handlers given up on as stuck (they ignored their
 // context past their timeout, a cancel request or a lost lease, plus
@@ -190,5 +203,9 @@ func poolStats(stats func() worker.Stats) []prometheus.Collector {
 			Namespace: Namespace, Name: "jobs_released_unstarted_total",
 			Help: "Jobs given back without running their handler, the attempt not counted: stamped by a claim whose reply was lost, or claimed with too little lease left to start.",
 		}, func() float64 { return float64(stats().ReleasedUnstarted) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "progress_reports_total",
+			Help: "Progress reports (jobs.Progress) this process's handlers made, written or not: the latest is written by the next lease renewal.",
+		}, func() float64 { return float64(stats().ProgressReports) }),
 	}
 }

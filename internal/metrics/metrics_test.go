@@ -120,8 +120,8 @@ func (cancelledArgs) Kind() string { return "cancelled" }
 // TestMetricsCountTheJobsRun runs a known workload in a worker observed by
 // the metrics and checks that what /metrics serves equals what ran: 20 jobs
 // succeed, 5 fail permanently (dead), 3 fail once then succeed (retried),
-// one outlasts heartbeats, one has its lease taken and one is cancelled
-// while it runs.
+// one outlasts heartbeats (and reports its progress once), one has its
+// lease taken and one is cancelled while it runs.
 func TestMetricsCountTheJobsRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -141,7 +141,10 @@ func TestMetricsCountTheJobsRun(t *testing.T) {
 		}
 		return nil
 	}, jobs.KindOptions{}))
-	require.NoError(t, jobs.Register(reg, func(context.Context, *jobs.Job, slowArgs) error {
+	require.NoError(t, jobs.Register(reg, func(ctx context.Context, _ *jobs.Job, _ slowArgs) error {
+		if err := jobs.Progress(ctx, 0.5, "sleeping"); err != nil { // written by the next renewal, once
+			return err
+		}
 		time.Sleep(700 * time.Millisecond) // past the 200 ms heartbeat ticks: at least one renewal
 		return nil
 	}, jobs.KindOptions{}))
@@ -245,6 +248,10 @@ func TestMetricsCountTheJobsRun(t *testing.T) {
 	require.Equal(t, 1.0, hbLost)
 	renewed, _ := value(fams, "docket_heartbeats_total", "result", "renewed")
 	require.GreaterOrEqual(t, renewed, 2.0, "the slow job's and the cancelled job's renewals at least")
+	progress, _ := value(fams, "docket_progress_writes_total", "kind", "slow")
+	require.Equal(t, 1.0, progress, "the slow job's one report, written once")
+	progressAll, _ := value(fams, "docket_progress_writes_total")
+	require.Equal(t, 1.0, progressAll)
 }
 
 // TestReadyzFollowsTheDatabaseAndShutdown: /healthz answers 200 while the

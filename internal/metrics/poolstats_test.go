@@ -23,7 +23,7 @@ func TestPoolStatsAreReadAtEachScrape(t *testing.T) {
 		}
 		return out
 	}
-	require.Equal(t, map[string]float64{"docket_stuck_handlers_total": 0, "docket_jobs_released_unstarted_total": 0}, read())
-	s = worker.Stats{StuckHandlers: 2, ReleasedUnstarted: 5}
-	require.Equal(t, map[string]float64{"docket_stuck_handlers_total": 2, "docket_jobs_released_unstarted_total": 5}, read())
+	require.Equal(t, map[string]float64{"docket_stuck_handlers_total": 0, "docket_jobs_released_unstarted_total": 0, "docket_progress_reports_total": 0}, read())
+	s = worker.Stats{StuckHandlers: 2, ReleasedUnstarted: 5, ProgressReports: 7}
+	require.Equal(t, map[string]float64{"docket_stuck_handlers_total": 2, "docket_jobs_released_unstarted_total": 5, "docket_progress_reports_total": 7}, read())
 }

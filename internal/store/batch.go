@@ -43,7 +43,8 @@ func claimFilter(p ClaimParams, t time.Time) bson.D {
 	return f
 }
 
-// claimUpdate stamps a job claimed at t with p.Owner and token.
+// claimUpdate stamps a job claimed at t with p.Owner and token, clearing
+// any progress left by an earlier attempt.
 func claimUpdate(p ClaimParams, t time.Time, token string) bson.D {
 	return bson.D{
 		{Key: "$set", Value: bson.D{
@@ -55,6 +56,7 @@ func claimUpdate(p ClaimParams, t time.Time, token string) bson.D {
 			{Key: "updatedAt", Value: t},
 		}},
 		{Key: "$inc", Value: bson.D{{Key: "attempt", Value: 1}}},
+		{Key: "$unset", Value: bson.D{{Key: progressField, Value: ""}}},
 	}
 }
 
@@ -528,6 +530,7 @@ func stampClaim(j *jobs.Job, p ClaimParams, t time.Time, token string) {
 	j.HeartbeatAt = &hb
 	j.UpdatedAt = t
 	j.Attempt++
+	j.Progress = nil
 }
 
 // CompleteMany marks succeeded every job that its lease in ls still holds,

@@ -284,7 +284,7 @@ func (c *Store) CompleteHandingOff(ctx context.Context, l Lease, next *Successor
 	}
 	p.Kinds, p.Queues = []string{j.Kind}, []string{j.Queue}
 	t := c.now()
-	end := mongo.NewUpdateOneModel().SetFilter(fence(l)).SetUpdate(finish(jobs.StateSucceeded, t, resultOf(ctx)...))
+	end := mongo.NewUpdateOneModel().SetFilter(fence(l)).SetUpdate(withProgress(ctx, finish(jobs.StateSucceeded, t, resultOf(ctx)...)))
 	match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
 	match = append(match, next.asRead...)
 	stamp := claimUpdate(p, t, p.Token)

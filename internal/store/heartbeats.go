@@ -3,10 +3,12 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -47,12 +49,22 @@ const heartbeatChunk = 1000
 // lease (wrapping ErrOutcomeUnknown when the read back failed); a lease
 // whose own outcome is unknown has it in its Beat.
 func (c *Store) HeartbeatMany(ctx context.Context, leases []Lease, d time.Duration) (map[Lease]Beat, error) {
-	return c.heartbeatMany(ctx, leases, d, nil)
+	return c.heartbeatMany(ctx, leases, nil, d, nil)
 }
 
-// heartbeatMany is HeartbeatMany with a test hook, between, run before
-// each command after the first: "read" and "renew cancelled".
-func (c *Store) heartbeatMany(ctx context.Context, leases []Lease, d time.Duration, between func(step string)) (map[Lease]Beat, error) {
+// HeartbeatManyReporting is HeartbeatMany that also writes, for each lease
+// in progress, that progress into its job's progress field, in the same
+// fenced write as its renewal: a lease that was lost writes nothing, and
+// the renewal costs the same one command (an update of one statement per
+// job with progress, and one for the others). An applied write is
+// idempotent as the renewal is.
+func (c *Store) HeartbeatManyReporting(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration) (map[Lease]Beat, error) {
+	return c.heartbeatMany(ctx, leases, progress, d, nil)
+}
+
+// heartbeatMany is HeartbeatManyReporting with a test hook, between, run
+// before each command after the first: "read" and "renew cancelled".
+func (c *Store) heartbeatMany(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration, between func(step string)) (map[Lease]Beat, error) {
 	if d <= 0 {
 		return nil, fmt.Errorf("queue: heartbeat: duration %s must be positive", d)
 	}
@@ -70,7 +82,7 @@ func (c *Store) heartbeatMany(ctx context.Context, leases []Lease, d time.Durati
 	out := make(map[Lease]Beat, len(uniq))
 	for len(uniq) > 0 {
 		n := min(len(uniq), heartbeatChunk)
-		if err := c.heartbeatChunk(ctx, uniq[:n], d, between, out); err != nil {
+		if err := c.heartbeatChunk(ctx, uniq[:n], progress, d, between, out); err != nil {
 			if len(out) == 0 {
 				return nil, err
 			}
@@ -87,10 +99,10 @@ func (c *Store) heartbeatMany(ctx context.Context, leases []Lease, d time.Durati
 // heartbeatChunk renews leases (distinct, at most heartbeatChunk) and
 // records each one's Beat in out. The error is returned when nothing is
 // known of any of them.
-func (c *Store) heartbeatChunk(ctx context.Context, leases []Lease, d time.Duration, between func(string), out map[Lease]Beat) error {
+func (c *Store) heartbeatChunk(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration, between func(string), out map[Lease]Beat) error {
 	t := c.now()
 	exp := t.Add(d).Truncate(time.Millisecond) // as the server stores it
-	n, err := c.renewMany(ctx, leases, t, exp, true)
+	n, err := c.renewMany(ctx, leases, progress, t, exp, true)
 	if err != nil {
 		return fmt.Errorf("queue: heartbeat %d jobs: %w", len(leases), err)
 	}
@@ -133,7 +145,7 @@ func (c *Store) heartbeatChunk(ctx context.Context, leases []Lease, d time.Durat
 	}
 	t = c.now()
 	exp = t.Add(d).Truncate(time.Millisecond)
-	n, err = c.renewMany(ctx, again, t, exp, false)
+	n, err = c.renewMany(ctx, again, progress, t, exp, false)
 	if err == nil && n == int64(len(again)) {
 		for _, l := range again {
 			out[l] = Beat{Renewal: Renewal{ExpiresAt: exp, CancelRequested: held[l].cancel}}
@@ -164,10 +176,47 @@ func (c *Store) heartbeatChunk(ctx context.Context, leases []Lease, d time.Durat
 
 // renewMany sets the expiry of the jobs leases hold to exp, each matched
 // on its own lease (and, when uncancelled, only those without a cancel
-// request), and returns how many matched. The leases are grouped by token
-// (a batch claim stamps one token on all its jobs): an $or of {leaseToken,
-// _id: {$in}}, which matches exactly the pairs given.
-func (c *Store) renewMany(ctx context.Context, leases []Lease, t, exp time.Time, uncancelled bool) (int64, error) {
+// request), writes the progress of those in progress, and returns how
+// many matched. Without progress it is one updateMany; with, still one
+// update command: a statement per job with progress and one for the
+// rest, all multi (the driver sends single-document statements, which it
+// may retry, in a command of their own), each matching on its own lease.
+func (c *Store) renewMany(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, t, exp time.Time, uncancelled bool) (int64, error) {
+	set := bson.D{{Key: "leaseExpiresAt", Value: exp}, {Key: "heartbeatAt", Value: t}}
+	var plain []Lease
+	var models []mongo.WriteModel
+	for _, l := range leases {
+		p, ok := progress[l]
+		if !ok {
+			plain = append(plain, l)
+			continue
+		}
+		models = append(models, mongo.NewUpdateManyModel().SetFilter(leasesFilter([]Lease{l}, uncancelled)).
+			SetUpdate(bson.D{{Key: "$set", Value: append(slices.Clone(set), bson.E{Key: progressField, Value: p})}}))
+	}
+	if len(models) == 0 {
+		res, err := c.coll.UpdateMany(ctx, leasesFilter(leases, uncancelled), bson.D{{Key: "$set", Value: set}})
+		if err != nil {
+			return 0, err
+		}
+		return res.MatchedCount, nil
+	}
+	if len(plain) > 0 {
+		models = append(models, mongo.NewUpdateManyModel().SetFilter(leasesFilter(plain, uncancelled)).SetUpdate(bson.D{{Key: "$set", Value: set}}))
+	}
+	res, err := c.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	if err != nil {
+		return 0, err
+	}
+	return res.MatchedCount, nil
+}
+
+// leasesFilter matches the running jobs leases hold, each on its own lease
+// (and, when uncancelled, only those without a cancel request). The leases
+// are grouped by token (a batch claim stamps one token on all its jobs):
+// an $or of {leaseToken, _id: {$in}}, which matches exactly the pairs
+// given.
+func leasesFilter(leases []Lease, uncancelled bool) bson.D {
 	byToken := map[string]bson.A{}
 	var tokens []string
 	for _, l := range leases {
@@ -199,14 +248,7 @@ func (c *Store) renewMany(ctx context.Context, leases []Lease, t, exp time.Time,
 	if uncancelled {
 		filter = append(filter, cancelNotRequested)
 	}
-	res, err := c.coll.UpdateMany(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
-		{Key: "leaseExpiresAt", Value: exp},
-		{Key: "heartbeatAt", Value: t},
-	}}})
-	if err != nil {
-		return 0, err
-	}
-	return res.MatchedCount, nil
+	return filter
 }
 
 // heldLease is a lease as read back: its expiry (zero when not a date) and

@@ -121,16 +121,17 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 	}
 }
 
-// Complete marks the job l holds succeeded, storing the result that ctx
-// carries (WithResult), if any. On a Store made by WithBatchedCompletion,
-// a completion without a result joins concurrent ones in one updateMany;
-// the outcome is the same.
+// Complete marks the job l holds succeeded, storing the result and the
+// progress that ctx carries (WithResult, WithProgress), if any. On a Store
+// made by WithBatchedCompletion, a completion without either joins
+// concurrent ones in one updateMany; the outcome is the same.
 func (c *Store) Complete(ctx context.Context, l Lease) error {
 	result := resultOf(ctx) // results.go: written alone, with its own job
-	if c.completions != nil && result == nil {
+	update := withProgress(ctx, finish(jobs.StateSucceeded, c.now(), result...))
+	if c.completions != nil && result == nil && !carriesProgress(ctx) {
 		return c.completions.complete(ctx, l)
 	}
-	err := c.fencedUpdate(ctx, "complete", l, finish(jobs.StateSucceeded, c.now(), result...))
+	err := c.fencedUpdate(ctx, "complete", l, update)
 	if errors.Is(err, ErrLeaseLost) {
 		// A try of this write whose reply was lost may have been applied:
 		// only this attempt writes succeeded under its token.
@@ -145,7 +146,7 @@ func (c *Store) Complete(ctx context.Context, l Lease) error {
 func (c *Store) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason string) error {
 	t := c.now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: reason})
-	err := c.fencedUpdate(ctx, "cancel", l, finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}))
+	err := c.fencedUpdate(ctx, "cancel", l, withProgress(ctx, finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs})))
 	if errors.Is(err, ErrLeaseLost) {
 		return c.unlessWritten(ctx, "cancel", l, err, func(w *written) bool {
 			return w.State == jobs.StateCancelled && w.LeaseToken == l.Token && w.hasError(j.Attempt, j.Owner, reason)
@@ -269,7 +270,7 @@ func (c *Store) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Fa
 	msg := cause.Error()
 	ours := func(w *written) bool { return w.hasError(j.Attempt, j.Owner, msg) }
 	if f.State == jobs.StateDead {
-		err := c.fencedUpdate(ctx, "fail", l, update)
+		err := c.fencedUpdate(ctx, "fail", l, withProgress(ctx, update))
 		if errors.Is(err, ErrLeaseLost) {
 			err = c.unlessWritten(ctx, "fail", l, err, func(w *written) bool {
 				return w.State == jobs.StateDead && w.LeaseToken == l.Token && ours(w)
@@ -354,7 +355,7 @@ func (c *Store) requeueUnlessCancelled(ctx context.Context, op string, filter, u
 	if tm, ok := raw.Lookup("cancelRequestedAt").TimeOK(); ok {
 		at = tm.UTC().Format(time.RFC3339Nano)
 	}
-	res, err = c.coll.UpdateOne(ctx, requested, cancel(at, raw))
+	res, err = c.coll.UpdateOne(ctx, requested, withProgress(ctx, cancel(at, raw)))
 	if err == nil && res.MatchedCount == 1 {
 		err = c.lostFinishReply(op)
 	}
@@ -395,8 +396,8 @@ func (c *Store) failure(j *jobs.Job, t time.Time, permanent bool, errs []jobs.At
 
 // requeue returns the update that makes a running job available at runAt,
 // dropping its lease and freeing its run slots of concurrency limits
-// (limit.go). Every write that gives an attempt back (a retry, a release,
-// the reaper's re-queue) uses it.
+// (limit.go) and its progress. Every write that gives an attempt back (a
+// retry, a release, a snooze, the reaper's re-queue) uses it.
 func requeue(t, runAt time.Time, set ...bson.E) bson.D {
 	set = append(set,
 		bson.E{Key: "state", Value: jobs.StateAvailable},
@@ -409,6 +410,7 @@ func requeue(t, runAt time.Time, set ...bson.E) bson.D {
 			{Key: "leaseToken", Value: ""},
 			{Key: "leaseExpiresAt", Value: ""},
 			{Key: "heartbeatAt", Value: ""},
+			{Key: progressField, Value: ""}, // the attempt's, not the next one's
 			{Key: kindRunSlotField, Value: ""},
 			{Key: queueRunSlotField, Value: ""},
 			{Key: kindPartSlotField, Value: ""},

@@ -1,0 +1,126 @@
+package worker
+
+import (
+	"context"
+	"sync"
+
+	"github.com/docketq/docket/internal/store"
+	"github.com/docketq/docket/jobs"
+)
+
+// ProgressObserver is an Observer that is also told of the progress the
+// worker's lease renewals write (jobs.Progress). The worker calls it when
+// its Config.Observer implements it.
+type ProgressObserver interface {
+	// Progressed follows a renewal that wrote the progress of job, a copy
+	// whose Progress is the value written.
+	Progressed(job *jobs.Job)
+}
+
+// progressBox holds the latest progress a job's handler reported, until a
+// renewal of its lease writes it: reports between two renewals coalesce,
+// the last one wins.
+type progressBox struct {
+	mu      sync.Mutex
+	latest  jobs.ProgressReport
+	seq     uint64               // reports made
+	written uint64               // the seq of the last one written
+	stored  *jobs.ProgressReport // the last one written
+}
+
+// report records p as the latest report.
+func (b *progressBox) report(p jobs.ProgressReport) {
+	b.mu.Lock()
+	b.latest = p
+	b.seq++
+	b.mu.Unlock()
+}
+
+// pending returns the latest report when it is not yet written, with its
+// seq for wrote.
+func (b *progressBox) pending() (jobs.ProgressReport, uint64, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.latest, b.seq, b.seq > b.written
+}
+
+// wrote records that p, the report of seq, was written.
+func (b *progressBox) wrote(p jobs.ProgressReport, seq uint64) {
+	b.mu.Lock()
+	if seq > b.written {
+		b.written, b.stored = seq, &p
+	}
+	b.mu.Unlock()
+}
+
+// carry returns ctx for the write that ends the attempt, carrying the
+// latest report no renewal wrote (store.WithProgress), which that write
+// stores if it finishes the job; carried records, once the write
+// succeeded, that it was written.
+func (b *progressBox) carry(ctx context.Context) (_ context.Context, carried func()) {
+	p, seq, ok := b.pending()
+	if !ok {
+		return ctx, func() {}
+	}
+	return store.WithProgress(ctx, p), func() { b.wrote(p, seq) }
+}
+
+// ended returns j, a copy of the job as its attempt left it, with the
+// progress the job keeps: the last one written when the attempt finished
+// it, none otherwise (a job given back loses its progress).
+func (b *progressBox) ended(j *jobs.Job) *jobs.Job {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if j.State.Finished() && b.stored != nil {
+		p := *b.stored
+		j.Progress = &p
+	}
+	return j
+}
+
+// pendingProgress returns the progress of part's jobs not yet written, by
+// lease, and each one's seq; nil when none is pending.
+func pendingProgress(part []*beat) (map[store.Lease]jobs.ProgressReport, map[*beat]uint64) {
+	var progress map[store.Lease]jobs.ProgressReport
+	var seqs map[*beat]uint64
+	for _, b := range part {
+		p, seq, ok := b.r.progress.pending()
+		if !ok {
+			continue
+		}
+		if progress == nil {
+			progress, seqs = map[store.Lease]jobs.ProgressReport{}, map[*beat]uint64{}
+		}
+		progress[b.r.lease], seqs[b] = p, seq
+	}
+	return progress, seqs
+}
+
+// progressWritten notes that b's renewal wrote p (of seq) and tells the
+// observer.
+func (w *Worker) progressWritten(b *beat, p jobs.ProgressReport, seq uint64) {
+	b.r.progress.wrote(p, seq)
+	if o, ok := w.obs.(ProgressObserver); ok {
+		j := *b.r.job
+		j.Progress = &p
+		o.Progressed(&j)
+	}
+}
+
+// Progressed implements ProgressObserver: it tells those of m that
+// implement it.
+func (m multiObserver) Progressed(job *jobs.Job) {
+	for _, o := range m {
+		if p, ok := o.(ProgressObserver); ok {
+			p.Progressed(job)
+		}
+	}
+}
+
+// reportProgress returns the function r's handler reports progress to.
+func (w *Worker) reportProgress(r *run) func(jobs.ProgressReport) {
+	return func(p jobs.ProgressReport) {
+		w.progressReports.Add(1)
+		r.progress.report(p)
+	}
+}
