@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/queue"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -23,10 +25,27 @@ import (
 // runEnqueue runs the enqueue command in-process against uri and db.
 func runEnqueue(t *testing.T, uri string, db *mongo.Database, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	setUp(t, db)
 	var out, errb bytes.Buffer
 	args = append(args, "--mongo-uri", uri, "--db", db.Name(), "--mongo-timeout", "3s")
 	code = Enqueue(args, strings.NewReader(stdin), &out, &errb)
 	return out.String(), errb.String(), code
+}
+
+// setUpDBs holds the names of the databases setUp made.
+var setUpDBs sync.Map
+
+// setUp makes db's indexes once, as on a database docket already runs
+// on, so that a command's own set-up (a listing of them) fits in its short
+// --mongo-timeout on a loaded machine: creating them took over 3 s there.
+func setUp(t *testing.T, db *mongo.Database) {
+	t.Helper()
+	if _, done := setUpDBs.LoadOrStore(db.Name(), true); done {
+		return
+	}
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	require.NoError(t, q.EnsureIndexes(context.Background()))
 }
 
 // jobIDs returns the ids of the jobs in db, sorted.
