@@ -137,9 +137,8 @@ type Job struct {
 	// Progress is how far the job had got when its lease was last renewed
 	// or it finished, as its handler reported it (Progress); kept once the
 	// job finishes, cleared when it is given back or claimed again. Read
-	// from a document
-	// another application wrote, it never fails to decode (see
-	// ProgressReport.UnmarshalBSONValue).
+	// from a document another application wrote, it never fails to decode
+	// (see ProgressReport.UnmarshalBSONValue).
 	Progress *ProgressReport `bson:"progress,omitempty"`
 }
 

@@ -87,12 +87,13 @@ func boundMessage(s string) string {
 // UTF-8 or too long is bounded as Progress bounds it, and a value that is
 // not a document reads as a zero report with a NaN fraction.
 func (p *ProgressReport) UnmarshalBSONValue(typ byte, data []byte) error {
-	*p = ReadProgress(bson.RawValue{Type: bson.Type(typ), Value: data})
+	*p = readProgress(bson.RawValue{Type: bson.Type(typ), Value: data})
 	return nil
 }
 
-// ReadProgress reads a stored progress field v as UnmarshalBSONValue does.
-func ReadProgress(v bson.RawValue) ProgressReport {
+// readProgress reads a stored progress field v as UnmarshalBSONValue
+// does.
+func readProgress(v bson.RawValue) ProgressReport {
 	p := ProgressReport{Fraction: math.NaN()}
 	doc, ok := v.DocumentOK()
 	if !ok || doc.Validate() != nil {

@@ -129,7 +129,8 @@ func Summarize(raw bson.Raw) JobSummary {
 		}
 	}
 	if v := raw.Lookup("progress"); v.Type != 0 && v.Type != bson.TypeNull {
-		p := jobs.ReadProgress(v)
+		var p jobs.ProgressReport
+		_ = p.UnmarshalBSONValue(byte(v.Type), v.Value) // never fails
 		s.Progress = &p
 	}
 	return s

@@ -224,7 +224,7 @@ func (w *Worker) renewPart(part []*beat) error {
 	// slow server is not a lost lease.
 	ctx, cancel := context.WithTimeout(w.jobsCtx, w.bound(max(time.Until(earliest), w.cfg.HeartbeatInterval)))
 	progress, seqs := pendingProgress(part) // written with the renewal, fenced as it is
-	got, err := w.q.HeartbeatManyReporting(ctx, leases, progress, w.cfg.Lease)
+	got, err := w.q.HeartbeatMany(ctx, leases, progress, w.cfg.Lease)
 	cancel()
 	failed := err
 	for _, b := range part {

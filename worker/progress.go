@@ -26,6 +26,7 @@ type progressBox struct {
 	seq     uint64               // reports made
 	written uint64               // the seq of the last one written
 	stored  *jobs.ProgressReport // the last one written
+	over    bool                 // the attempt ended (ended was called)
 }
 
 // report records p as the latest report.
@@ -44,13 +45,19 @@ func (b *progressBox) pending() (jobs.ProgressReport, uint64, bool) {
 	return b.latest, b.seq, b.seq > b.written
 }
 
-// wrote records that p, the report of seq, was written.
-func (b *progressBox) wrote(p jobs.ProgressReport, seq uint64) {
+// wrote records that p, the report of seq, was written, and runs tell
+// (when not nil) unless the attempt has ended: a renewal whose reply comes
+// after the attempt's outcome was told of is not told of after it. tell
+// runs under b's lock, so that ended waits for it.
+func (b *progressBox) wrote(p jobs.ProgressReport, seq uint64, tell func()) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if seq > b.written {
 		b.written, b.stored = seq, &p
 	}
-	b.mu.Unlock()
+	if tell != nil && !b.over {
+		tell()
+	}
 }
 
 // carry returns ctx for the write that ends the attempt, carrying the
@@ -62,15 +69,17 @@ func (b *progressBox) carry(ctx context.Context) (_ context.Context, carried fun
 	if !ok {
 		return ctx, func() {}
 	}
-	return store.WithProgress(ctx, p), func() { b.wrote(p, seq) }
+	return store.WithProgress(ctx, p), func() { b.wrote(p, seq, nil) }
 }
 
 // ended returns j, a copy of the job as its attempt left it, with the
 // progress the job keeps: the last one written when the attempt finished
-// it, none otherwise (a job given back loses its progress).
+// it, none otherwise (a job given back loses its progress). From then on
+// no renewal's progress is told of.
 func (b *progressBox) ended(j *jobs.Job) *jobs.Job {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.over = true
 	if j.State.Finished() && b.stored != nil {
 		p := *b.stored
 		j.Progress = &p
@@ -97,14 +106,19 @@ func pendingProgress(part []*beat) (map[store.Lease]jobs.ProgressReport, map[*be
 }
 
 // progressWritten notes that b's renewal wrote p (of seq) and tells the
-// observer.
+// observer, unless the attempt has ended meanwhile: its Finished came
+// first, and a subscriber must not hear of the job running after it.
 func (w *Worker) progressWritten(b *beat, p jobs.ProgressReport, seq uint64) {
-	b.r.progress.wrote(p, seq)
-	if o, ok := w.obs.(ProgressObserver); ok {
+	o, ok := w.obs.(ProgressObserver)
+	if !ok {
+		b.r.progress.wrote(p, seq, nil)
+		return
+	}
+	b.r.progress.wrote(p, seq, func() {
 		j := *b.r.job
 		j.Progress = &p
 		o.Progressed(&j)
-	}
+	})
 }
 
 // Progressed implements ProgressObserver: it tells those of m that

@@ -15,7 +15,7 @@ type progressView struct {
 	Known    bool   // the fraction is a number from 0 to 1
 	Percent  int    // 0 to 100, when Known
 	Label    string // "42%", or "?" when not Known
-	Message  string // as bounded by jobs.ReadProgress
+	Message  string // as bounded by ProgressReport.UnmarshalBSONValue
 	Reported string // when it was reported, "" when not known
 }
 

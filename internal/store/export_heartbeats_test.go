@@ -15,7 +15,7 @@ func HeartbeatManyWithStall(ctx context.Context, c *Store, leases []Lease, d tim
 }
 
 // HeartbeatManyReportingWithStall is HeartbeatManyWithStall writing
-// progress as HeartbeatManyReporting does.
+// progress as HeartbeatMany does.
 func HeartbeatManyReportingWithStall(ctx context.Context, c *Store, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration, stall func(step string)) (map[Lease]Beat, error) {
 	return c.heartbeatMany(ctx, leases, progress, d, stall)
 }

@@ -35,6 +35,13 @@ const heartbeatChunk = 1000
 // own lease, {_id, state: running, leaseToken}, so a lease that was lost
 // is never renewed, whatever happened to the others.
 //
+// progress holds, for some of the leases, the progress their handlers
+// reported (jobs.Progress) since their last renewal: it is written into
+// the job's progress field in the same fenced write as the renewal, so a
+// lease that was lost writes nothing, and the renewal still costs one
+// update command (a statement per job with progress, and one for the
+// others). An applied write is idempotent as the renewal is.
+//
 // The usual case costs that one command: the updateMany renews only the
 // jobs without a cancel request, and when it matched every lease, every
 // lease was renewed and none was asked to stop. Otherwise a find reads
@@ -48,21 +55,11 @@ const heartbeatChunk = 1000
 // again is harmless. The error is returned when nothing can be said of any
 // lease (wrapping ErrOutcomeUnknown when the read back failed); a lease
 // whose own outcome is unknown has it in its Beat.
-func (c *Store) HeartbeatMany(ctx context.Context, leases []Lease, d time.Duration) (map[Lease]Beat, error) {
-	return c.heartbeatMany(ctx, leases, nil, d, nil)
-}
-
-// HeartbeatManyReporting is HeartbeatMany that also writes, for each lease
-// in progress, that progress into its job's progress field, in the same
-// fenced write as its renewal: a lease that was lost writes nothing, and
-// the renewal costs the same one command (an update of one statement per
-// job with progress, and one for the others). An applied write is
-// idempotent as the renewal is.
-func (c *Store) HeartbeatManyReporting(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration) (map[Lease]Beat, error) {
+func (c *Store) HeartbeatMany(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration) (map[Lease]Beat, error) {
 	return c.heartbeatMany(ctx, leases, progress, d, nil)
 }
 
-// heartbeatMany is HeartbeatManyReporting with a test hook, between, run
+// heartbeatMany is HeartbeatMany with a test hook, between, run
 // before each command after the first: "read" and "renew cancelled".
 func (c *Store) heartbeatMany(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration, between func(step string)) (map[Lease]Beat, error) {
 	if d <= 0 {

@@ -83,7 +83,7 @@ func TestHeartbeatManyRenewsEveryLeaseInOneCommand(t *testing.T) {
 	}
 
 	q, cmds := b.monitored(t)
-	got, err := store.Of(q).HeartbeatMany(b.ctx, leases, time.Hour)
+	got, err := store.Of(q).HeartbeatMany(b.ctx, leases, nil, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"update": 1}, cmds.reset(), "one updateMany for six leases")
 	require.Len(t, got, 6)
@@ -98,7 +98,7 @@ func TestHeartbeatManyRenewsEveryLeaseInOneCommand(t *testing.T) {
 	}
 
 	// Nothing to renew: no command.
-	none, err := store.Of(q).HeartbeatMany(b.ctx, nil, time.Hour)
+	none, err := store.Of(q).HeartbeatMany(b.ctx, nil, nil, time.Hour)
 	require.NoError(t, err)
 	require.Empty(t, none)
 	require.Empty(t, cmds.reset())
@@ -131,7 +131,7 @@ func TestHeartbeatManyReportsEachLeaseOnItsOwn(t *testing.T) {
 
 	q, cmds := b.monitored(t)
 	leases := []store.Lease{store.LeaseOf(taken), store.LeaseOf(finished), store.LeaseOf(cancelled), store.LeaseOf(oddCancel), store.LeaseOf(plain)}
-	got, err := store.Of(q).HeartbeatMany(b.ctx, leases, time.Hour)
+	got, err := store.Of(q).HeartbeatMany(b.ctx, leases, nil, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"update": 2, "find": 1}, cmds.reset(),
 		"the updateMany, a read back, and an updateMany of the two asked to stop")
@@ -238,14 +238,14 @@ func TestHeartbeatManyAgainAfterALostReply(t *testing.T) {
 	for range 3 {
 		leases = append(leases, store.LeaseOf(b.claim(t, claimAll)))
 	}
-	_, err := store.Of(b.q).HeartbeatMany(b.ctx, leases, time.Hour) // applied; its reply is not looked at
+	_, err := store.Of(b.q).HeartbeatMany(b.ctx, leases, nil, time.Hour) // applied; its reply is not looked at
 	require.NoError(t, err)
 	first := map[string]time.Time{}
 	for _, l := range leases {
 		_, first[l.JobID] = b.leaseOf(t, l.JobID)
 	}
 	b.clock.Advance(5 * time.Millisecond) // a later now, to the millisecond the server keeps
-	got, err := store.Of(b.q).HeartbeatMany(b.ctx, leases, time.Hour)
+	got, err := store.Of(b.q).HeartbeatMany(b.ctx, leases, nil, time.Hour)
 	require.NoError(t, err)
 	for _, l := range leases {
 		require.NoError(t, got[l].Err)
@@ -262,9 +262,9 @@ func TestHeartbeatManyAgainAfterALostReply(t *testing.T) {
 func TestHeartbeatManyRefusesBadInput(t *testing.T) {
 	b := setup(t)
 	q, cmds := b.monitored(t)
-	_, err := store.Of(q).HeartbeatMany(b.ctx, []store.Lease{{JobID: "a", Token: "t"}, {JobID: "b"}}, time.Hour)
+	_, err := store.Of(q).HeartbeatMany(b.ctx, []store.Lease{{JobID: "a", Token: "t"}, {JobID: "b"}}, nil, time.Hour)
 	require.ErrorContains(t, err, `job "b": the lease has no token`)
-	_, err = store.Of(q).HeartbeatMany(b.ctx, []store.Lease{{JobID: "a", Token: "t"}}, 0)
+	_, err = store.Of(q).HeartbeatMany(b.ctx, []store.Lease{{JobID: "a", Token: "t"}}, nil, 0)
 	require.ErrorContains(t, err, "duration 0s must be positive")
 	require.Empty(t, cmds.reset())
 }

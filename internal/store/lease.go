@@ -127,11 +127,10 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 // concurrent ones in one updateMany; the outcome is the same.
 func (c *Store) Complete(ctx context.Context, l Lease) error {
 	result := resultOf(ctx) // results.go: written alone, with its own job
-	update := withProgress(ctx, finish(jobs.StateSucceeded, c.now(), result...))
 	if c.completions != nil && result == nil && !carriesProgress(ctx) {
 		return c.completions.complete(ctx, l)
 	}
-	err := c.fencedUpdate(ctx, "complete", l, update)
+	err := c.fencedUpdate(ctx, "complete", l, withProgress(ctx, finish(jobs.StateSucceeded, c.now(), result...)))
 	if errors.Is(err, ErrLeaseLost) {
 		// A try of this write whose reply was lost may have been applied:
 		// only this attempt writes succeeded under its token.

@@ -9,7 +9,7 @@ import (
 )
 
 // progressField holds a running job's progress (jobs.ProgressReport),
-// written by its lease's renewals (HeartbeatManyReporting) and by the
+// written by its lease's renewals (HeartbeatMany) and by the
 // write that finishes it (WithProgress); a claim and a re-queue clear it.
 const progressField = "progress"
 

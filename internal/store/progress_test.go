@@ -41,7 +41,7 @@ func TestHeartbeatWritesProgressInTheSameCommand(t *testing.T) {
 	progress := map[store.Lease]jobs.ProgressReport{leases[0]: report(0.25, "a quarter"), leases[3]: report(1, "")}
 
 	q, cmds := b.monitored(t)
-	got, err := store.Of(q).HeartbeatManyReporting(b.ctx, leases, progress, time.Hour)
+	got, err := store.Of(q).HeartbeatMany(b.ctx, leases, progress, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"update": 1}, cmds.reset(), "the renewal and the progress in one command")
 	for _, l := range leases {
@@ -58,7 +58,7 @@ func TestHeartbeatWritesProgressInTheSameCommand(t *testing.T) {
 
 	// A later renewal with a new value replaces it; one without leaves it.
 	progress = map[store.Lease]jobs.ProgressReport{leases[0]: report(0.5, "half")}
-	_, err = store.Of(q).HeartbeatManyReporting(b.ctx, leases, progress, time.Hour)
+	_, err = store.Of(q).HeartbeatMany(b.ctx, leases, progress, time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"update": 1}, cmds.reset())
 	require.Equal(t, 0.5, b.get(t, leases[0].JobID).Progress.Fraction)
@@ -76,7 +76,7 @@ func TestHeartbeatWritesProgressOfAJobAskedToStop(t *testing.T) {
 	require.NoError(t, err)
 	leases := []store.Lease{store.LeaseOf(stopping), store.LeaseOf(plain)}
 	progress := map[store.Lease]jobs.ProgressReport{leases[0]: report(0.8, "winding down"), leases[1]: report(0.1, "plain")}
-	got, err := store.Of(b.q).HeartbeatManyReporting(b.ctx, leases, progress, time.Hour)
+	got, err := store.Of(b.q).HeartbeatMany(b.ctx, leases, progress, time.Hour)
 	require.NoError(t, err)
 	require.True(t, got[leases[0]].CancelRequested)
 	for _, l := range leases {
@@ -103,7 +103,7 @@ func TestHeartbeatProgressStallThenResume(t *testing.T) {
 				require.NoError(t, err)
 			}
 			// The old attempt's own earlier progress is written.
-			_, err := store.Of(b.q).HeartbeatManyReporting(b.ctx, []store.Lease{store.LeaseOf(victim)},
+			_, err := store.Of(b.q).HeartbeatMany(b.ctx, []store.Lease{store.LeaseOf(victim)},
 				map[store.Lease]jobs.ProgressReport{store.LeaseOf(victim): report(0.1, "old")}, time.Hour)
 			require.NoError(t, err)
 
@@ -119,7 +119,7 @@ func TestHeartbeatProgressStallThenResume(t *testing.T) {
 				}
 				now := b.takeOver(t, victim)
 				require.Zero(t, b.progressOf(t, victim.ID).Type, "the re-queue and the claim cleared the old attempt's progress")
-				_, err := store.Of(b.q).HeartbeatManyReporting(b.ctx, []store.Lease{store.LeaseOf(now)},
+				_, err := store.Of(b.q).HeartbeatMany(b.ctx, []store.Lease{store.LeaseOf(now)},
 					map[store.Lease]jobs.ProgressReport{store.LeaseOf(now): theirs}, time.Hour)
 				require.NoError(t, err)
 			}
@@ -157,7 +157,7 @@ func TestProgressBelongsToItsAttempt(t *testing.T) {
 	enqueueN(t, b, 1)
 	beat := func(j *jobs.Job, p jobs.ProgressReport) {
 		t.Helper()
-		_, err := store.Of(b.q).HeartbeatManyReporting(b.ctx, []store.Lease{store.LeaseOf(j)},
+		_, err := store.Of(b.q).HeartbeatMany(b.ctx, []store.Lease{store.LeaseOf(j)},
 			map[store.Lease]jobs.ProgressReport{store.LeaseOf(j): p}, time.Hour)
 		require.NoError(t, err)
 		require.NotNil(t, b.get(t, j.ID).Progress)
@@ -226,7 +226,7 @@ func TestFinishingWritesStoreTheLastProgress(t *testing.T) {
 	}
 	j := func(i int) *jobs.Job { return claimed[ids[i]] }
 	beat := func(j *jobs.Job) { // an earlier value, written by a renewal
-		_, err := st.HeartbeatManyReporting(b.ctx, []store.Lease{store.LeaseOf(j)},
+		_, err := st.HeartbeatMany(b.ctx, []store.Lease{store.LeaseOf(j)},
 			map[store.Lease]jobs.ProgressReport{store.LeaseOf(j): report(0.5, "half")}, time.Hour)
 		require.NoError(t, err)
 	}
