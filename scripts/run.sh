@@ -40,6 +40,15 @@ free_port() {
 # tee, `make run | head`), and the cleanup must go on regardless.
 say() { printf '%s\n' "$*" 2>/dev/null || true; }
 
+# reap waits until process $1, a child of this shell, has exited: a wait
+# that a signal cut short is waited again, so devdb is never stopped under
+# a worker still finishing its jobs.
+reap() {
+	while kill -0 "$1" 2>/dev/null; do
+		wait "$1" 2>/dev/null
+	done
+}
+
 # stop ends the demo. Ctrl-C has already sent SIGINT to the workers (they
 # share the terminal's process group); a second signal would make them
 # cancel their jobs, so they are only signalled when it was not Ctrl-C.
@@ -55,10 +64,10 @@ stop() {
 	if [ "$1" != INT ]; then
 		for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	fi
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+	for p in "${pids[@]}"; do reap "$p"; done
 	if [ -n "$dashboard_pid" ]; then
 		[ "$1" != INT ] && kill -TERM "$dashboard_pid" 2>/dev/null
-		wait "$dashboard_pid" 2>/dev/null
+		reap "$dashboard_pid"
 	fi
 	bin/docketctl stats 2>/dev/null
 	if [ -n "$devdb_pid" ]; then
