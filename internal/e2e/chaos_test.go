@@ -61,22 +61,27 @@ var chaosFaults = []struct{ name, flags string }{
 // elections, each seeded by the run's seed, so that a failure replays
 // with the command its last line prints. The short form (`make test`)
 // runs all of them at once at seed 1; DOCKET_CHAOS=long (`make chaos`)
-// runs each alone and all at once, at seeds 1 and 2. DOCKET_CHAOS_SEEDS
-// (or DOCKET_CHAOS_SEED) picks the seeds instead. Skipped when
+// runs each alone at seed 1 and all at once at seeds 1 and 2.
+// DOCKET_CHAOS_SEEDS (or DOCKET_CHAOS_SEED) picks the seeds instead. Skipped when
 // DOCKET_DEVDB_FLAGS is set: TestChaos runs under those.
 func TestChaosUnderFaults(t *testing.T) {
 	testdb.SkipOnRealMongo(t, "its outages stop and restart a devdb of its own")
 	if f := os.Getenv(testdb.EnvDevDBFlags); f != "" {
 		t.Skipf("%s=%q is set: TestChaos runs under it", testdb.EnvDevDBFlags, f)
 	}
-	runs, seeds := chaosFaults[len(chaosFaults)-1:], []uint64{1}
-	if os.Getenv("DOCKET_CHAOS") == "long" {
-		runs, seeds = chaosFaults, []uint64{1, 2}
-	}
-	if s := chaosSeeds(t); s != nil {
-		seeds = s
+	runs, long := chaosFaults[len(chaosFaults)-1:], os.Getenv("DOCKET_CHAOS") == "long"
+	if long {
+		runs = chaosFaults
 	}
 	for _, run := range runs {
+		seeds := chaosSeeds(t)
+		switch {
+		case seeds != nil:
+		case long && run.name == "all":
+			seeds = []uint64{1, 2}
+		default:
+			seeds = []uint64{1}
+		}
 		for _, seed := range seeds {
 			name := fmt.Sprintf("%s-seed%d", run.name, seed)
 			t.Run(name, func(t *testing.T) {
