@@ -79,7 +79,8 @@ func TestListCursorKilledIsAnError(t *testing.T) {
 // cancel down; that read is cut. The settle says so (an error), and every
 // dependent it cancelled stays due, so the leader's passes, each reading
 // fewer than a batch, carry the cancel to every grandchild: none is left
-// blocked.
+// blocked. (The enqueue's own read of the parents' states is cut too: the
+// jobs stay linking, and the leader's pass links them.)
 func TestSettleCursorKilledLeavesTheRestDue(t *testing.T) {
 	b := killedCursorSetup(t)
 	ins := []queue.Insert{{Kind: "k", Opts: queue.InsertOpts{ID: "parent"}}}
