@@ -62,8 +62,8 @@ var chaosFaults = []struct{ name, flags string }{
 // with the command its last line prints. The short form (`make test`)
 // runs all of them at once at seed 1; DOCKET_CHAOS=long (`make chaos`)
 // runs each alone at seed 1 and all at once at seeds 1 and 2.
-// DOCKET_CHAOS_SEEDS (or DOCKET_CHAOS_SEED) picks the seeds instead. Skipped when
-// DOCKET_DEVDB_FLAGS is set: TestChaos runs under those.
+// DOCKET_CHAOS_SEEDS (or DOCKET_CHAOS_SEED) picks the seeds instead.
+// Skipped when DOCKET_DEVDB_FLAGS is set: TestChaos runs under those.
 func TestChaosUnderFaults(t *testing.T) {
 	testdb.SkipOnRealMongo(t, "its outages stop and restart a devdb of its own")
 	if f := os.Getenv(testdb.EnvDevDBFlags); f != "" {
