@@ -852,9 +852,13 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
+// dumpOpen logs up to 10 of the jobs the drain counts open: unfinished, or
+// finished with their dependents not told yet.
 func (r *run) dumpOpen() {
-	cur, err := store.Of(r.q).Collection().Find(context.Background(), bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning, jobs.StateBlocked}}},
-		options.Find().SetLimit(10))
+	cur, err := store.Of(r.q).Collection().Find(context.Background(), bson.M{"$or": bson.A{
+		bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning, jobs.StateBlocked}}},
+		bson.M{store.DependentsDueField: bson.M{"$exists": true}},
+	}}, options.Find().SetLimit(10).SetProjection(bson.M{"args": 0}))
 	if err != nil {
 		return
 	}
