@@ -25,7 +25,9 @@ run: build
 
 # go vet, then every test under the race detector, of docket's module and
 # of the devdb module (devdb/, the embedded server, a module of its own so
-# that docket's module graph holds no FerretDB).
+# that docket's module graph holds no FerretDB). Among them the short chaos
+# run, plain and on a devdb answering as a replica set does (all faults,
+# elections and --interleave at once, seed 1; see `make chaos`).
 test:
 	@scripts/test-deps.sh
 	$(GO) vet ./...
@@ -47,10 +49,16 @@ clean:
 
 # The long chaos run (a short one runs in `make test`): 4 worker processes
 # SIGKILLed, SIGSTOPped and cut off from devdb under a mixed load, then every
-# invariant checked; and the schedule harnesses with every schedule (every
-# three-attempt one, every world with every two-attempt one; and every
-# periodic schedule). DOCKET_CHAOS_SEED=N replays a chaos run.
+# invariant checked; the same on a devdb that answers as a replica set does
+# (TestChaosUnderFaults: each of --faults stepdown, lostreply, writeconcern,
+# timelimit, cursorkill, --elections and --interleave alone at seed 1, then
+# all at once at seeds 1 and 2: about 45 minutes); and the schedule harnesses with
+# every schedule (every three-attempt one, every world with every
+# two-attempt one; and every periodic schedule). DOCKET_CHAOS_SEED=N replays
+# a chaos run, DOCKET_CHAOS_SEEDS="1 2 3" picks the seeds; a failed run's
+# last line is the command that replays it.
 chaos:
 	DOCKET_HARNESS=full $(GO) test -run '^TestHarness$$' -count=1 -v -timeout 20m ./handlers/
 	DOCKET_HARNESS=full $(GO) test -run '^TestPeriodicHarness$$' -count=1 -v -timeout 10m ./recovery/
 	DOCKET_CHAOS=long $(GO) test -run '^TestChaos$$' -count=1 -v -timeout 20m ./internal/e2e/
+	DOCKET_CHAOS=long $(GO) test -run '^TestChaosUnderFaults$$' -count=1 -v -timeout 150m ./internal/e2e/

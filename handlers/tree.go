@@ -725,11 +725,35 @@ func removeSuperseded(ctx context.Context, trees, nodes *mongo.Collection, tree 
 	if err := cur.Err(); err != nil {
 		return removed, fmt.Errorf("tree %q: read old versions: %w", tree, err)
 	}
+	older, tombs := supersededBelow(docs, minKept)
+	// The tombstones go last, in deletes of their own: MongoDB applies a
+	// deleteMany one document at a time while readers read, and a
+	// tombstone removed before an older document of its node would let a
+	// reader take that document and bring the node back.
+	for _, gone := range []bson.A{older, tombs} {
+		n, err := deleteIDs(ctx, nodes, gone)
+		removed += n
+		if err != nil {
+			return removed, fmt.Errorf("tree %q: remove superseded versions: %w", tree, err)
+		}
+	}
+	// Conditioned on minKept: a later trim's removal is still to do.
+	if _, err := trees.UpdateOne(ctx, bson.D{{Key: "_id", Value: tree}, {Key: "minKept", Value: minKept}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "sweptTo", Value: minKept}}}}); err != nil {
+		return removed, fmt.Errorf("tree %q: record its sweep: %w", tree, err)
+	}
+	return removed, nil
+}
+
+// supersededBelow returns, of docs (a tree's node documents at or below
+// minKept), those no reader needs: older are the drafts below minKept and
+// the documents of a node older than its newest; tombs the newest ones
+// that are tombstones.
+func supersededBelow(docs []nodeDoc, minKept int64) (older, tombs bson.A) {
 	newest := map[string]nodeDoc{}
-	var gone bson.A
 	for _, d := range docs {
 		if d.Draft && d.Version < minKept {
-			gone = append(gone, d.ID)
+			older = append(older, d.ID)
 			continue
 		}
 		if old, ok := newest[d.Node]; !ok || d.Version > old.Version {
@@ -737,23 +761,30 @@ func removeSuperseded(ctx context.Context, trees, nodes *mongo.Collection, tree 
 		}
 	}
 	for _, d := range docs {
-		if n, ok := newest[d.Node]; ok && (n.ID != d.ID || n.Deleted) && !(d.Draft && d.Version < minKept) {
-			gone = append(gone, d.ID)
+		n, ok := newest[d.Node]
+		switch {
+		case !ok || d.Draft && d.Version < minKept:
+		case n.ID != d.ID:
+			older = append(older, d.ID)
+		case n.Deleted:
+			tombs = append(tombs, d.ID)
 		}
 	}
-	for len(gone) > 0 {
-		batch := gone[:min(len(gone), 1000)]
-		gone = gone[len(batch):]
-		res, err := nodes.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: batch}}}})
+	return older, tombs
+}
+
+// deleteIDs deletes the documents of coll whose ids are ids, 1,000 ids a
+// command, and returns how many it deleted.
+func deleteIDs(ctx context.Context, coll *mongo.Collection, ids bson.A) (int, error) {
+	removed := 0
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), 1000)]
+		ids = ids[len(batch):]
+		res, err := coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: batch}}}})
 		if err != nil {
-			return removed, fmt.Errorf("tree %q: remove superseded versions: %w", tree, err)
+			return removed, err
 		}
 		removed += int(res.DeletedCount)
-	}
-	// Conditioned on minKept: a later trim's removal is still to do.
-	if _, err := trees.UpdateOne(ctx, bson.D{{Key: "_id", Value: tree}, {Key: "minKept", Value: minKept}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "sweptTo", Value: minKept}}}}); err != nil {
-		return removed, fmt.Errorf("tree %q: record its sweep: %w", tree, err)
 	}
 	return removed, nil
 }

@@ -81,6 +81,9 @@ type Config struct {
 	// seeded 4 to 12 units; SaleCapacity the capacity of the queue the
 	// orders go to. Default 3 and 4.
 	Products, SaleCapacity int
+	// Replay says how to run this run again, in the first and last lines
+	// it logs. Defaults to "DOCKET_CHAOS_SEED=<Seed>".
+	Replay string
 }
 
 func (c Config) withDefaults() Config {
@@ -134,6 +137,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SaleCapacity == 0 {
 		c.SaleCapacity = 4
+	}
+	if c.Replay == "" {
+		c.Replay = fmt.Sprintf("DOCKET_CHAOS_SEED=%d", c.Seed)
 	}
 	return c
 }
@@ -303,8 +309,8 @@ func Run(t testing.TB, cfg Config) Result {
 	t.Helper()
 	cfg = cfg.withDefaults()
 	start := time.Now()
-	t.Logf("chaos: seed %d (replay with DOCKET_CHAOS_SEED=%d), %d jobs, %d workers", cfg.Seed, cfg.Seed, cfg.Jobs, cfg.Workers)
-	fmt.Fprintf(os.Stderr, "chaos: seed %d (replay with DOCKET_CHAOS_SEED=%d)\n", cfg.Seed, cfg.Seed)
+	t.Logf("chaos: seed %d (replay with %s), %d jobs, %d workers", cfg.Seed, cfg.Replay, cfg.Jobs, cfg.Workers)
+	fmt.Fprintf(os.Stderr, "chaos: seed %d (replay with %s)\n", cfg.Seed, cfg.Replay)
 	r := &run{
 		t:         t,
 		cfg:       cfg,
@@ -846,9 +852,13 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
+// dumpOpen logs up to 10 of the jobs the drain counts open: unfinished, or
+// finished with their dependents not told yet.
 func (r *run) dumpOpen() {
-	cur, err := store.Of(r.q).Collection().Find(context.Background(), bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning, jobs.StateBlocked}}},
-		options.Find().SetLimit(10))
+	cur, err := store.Of(r.q).Collection().Find(context.Background(), bson.M{"$or": bson.A{
+		bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning, jobs.StateBlocked}}},
+		bson.M{store.DependentsDueField: bson.M{"$exists": true}},
+	}}, options.Find().SetLimit(10).SetProjection(bson.M{"args": 0}))
 	if err != nil {
 		return
 	}
@@ -941,7 +951,7 @@ func (r *run) cleanup() {
 	r.mu.Unlock()
 	const shown = 10
 	var b strings.Builder
-	fmt.Fprintf(&b, "chaos: FAILED, seed %d (replay with DOCKET_CHAOS_SEED=%d): %d failed checks", r.cfg.Seed, r.cfg.Seed, len(failures))
+	fmt.Fprintf(&b, "chaos: FAILED, seed %d (replay with %s): %d failed checks", r.cfg.Seed, r.cfg.Replay, len(failures))
 	for i, f := range failures {
 		if i == shown {
 			fmt.Fprintf(&b, "\n  ... and %d more (above)", len(failures)-shown)

@@ -43,7 +43,8 @@ type listening struct {
 // Start runs the devdb binary bin on addr (host:port; port 0 picks a free
 // one) with its data in dir and the extra flags given (e.g. "--faults",
 // "stepdown=0.01"), and returns once the server answers a ping or
-// startTimeout has passed. devdb's warnings and errors go on to stderr.
+// startTimeout has passed. devdb's warnings and errors go on to stderr,
+// and so does every line that is not one of its JSON log lines (a panic).
 func Start(bin, addr, dir string, startTimeout time.Duration, extra ...string) (*Process, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -92,7 +93,7 @@ func Start(bin, addr, dir string, startTimeout time.Duration, extra ...string) (
 					} else {
 						early = append(early, strings.TrimSpace(line))
 					}
-				} else if strings.Contains(line, `"level":"warn"`) || strings.Contains(line, `"level":"error"`) {
+				} else if passOn(line) {
 					fmt.Fprintf(os.Stderr, "devdb[%d]: %s", cmd.Process.Pid, line)
 				}
 			}
@@ -188,3 +189,13 @@ func (p *Process) URI() string { return p.uri }
 
 // Pid returns the server's process id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// passOn reports whether a log line of devdb's goes on to stderr: its
+// warnings and errors, and every line that is not one of its JSON log
+// lines (a panic's message and stack, the Go runtime's fatal errors).
+func passOn(line string) bool {
+	if !strings.HasPrefix(line, "{") {
+		return true
+	}
+	return strings.Contains(line, `"level":"warn"`) || strings.Contains(line, `"level":"error"`)
+}

@@ -1,0 +1,29 @@
+package testdb
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// FaultyDB starts a devdb of the test's own with flags added to those of
+// EnvDevDBFlags (say "--faults cursorkill=1 --seed 1", docs/EMBEDDED-SERVER.md)
+// and returns a database on it for this test alone. The test may not be
+// parallel (the flags reach devdb through the environment). Skipped on a
+// real MongoDB, which sends no reply on request.
+func FaultyDB(t *testing.T, flags string) *mongo.Database {
+	t.Helper()
+	SkipOnRealMongo(t, "injects MongoDB's failure replies with a devdb of its own: "+flags)
+	t.Setenv(EnvDevDBFlags, strings.TrimSpace(strings.Join(append(DevDBFlags(), flags), " ")))
+	d := StartDevDB(t, "")
+	c, err := mongo.Connect(options.Client().ApplyURI(d.URI()))
+	if err != nil {
+		t.Fatalf("testdb: connect to %s: %v", d.URI(), err)
+	}
+	// Registered after StartDevDB's stop, so run before it.
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	return c.Database(dbName(t.Name()))
+}
