@@ -253,7 +253,14 @@ func (r *run) checkFencing(byID map[string]*jobs.Job) {
 				return l.JobID == id && l.Attempt == held.Attempt && strings.Contains(l.Msg, "lease") && !l.time().Before(s.resume.Add(-time.Second))
 			})
 			if !noticed {
-				r.errorf("chaos: stalled worker %s never logged that it lost job %s (attempt %d)", s.p.id, id, held.Attempt)
+				var its []string
+				for _, l := range lines {
+					if l.JobID == id {
+						its = append(its, l.TS+" "+l.Msg)
+					}
+				}
+				r.errorf("chaos: stalled worker %s never logged that it lost job %s (attempt %d); stopped %s, resumed %s; its lines of the job: %q",
+					s.p.id, id, held.Attempt, s.stopped.Format(time.RFC3339Nano), s.resume.Format(time.RFC3339Nano), its)
 			}
 		}
 	}
