@@ -158,11 +158,16 @@ type harnessState struct {
 	Pending  *time.Time `bson:"pending"`
 }
 
-// state reads the periodic job's state, retrying a failure reply.
+// state reads the periodic job's state, retrying a failure reply; none
+// before the first pass's insert.
 func (w *periodicWorld) state(ctx context.Context) harnessState {
 	var st harnessState
 	w.must("read the periodic state", func() error {
-		return w.db.Collection(recovery.DefaultPeriodicCollection).FindOne(ctx, bson.D{{Key: "_id", Value: harnessPeriodic.Name}}).Decode(&st)
+		err := w.db.Collection(recovery.DefaultPeriodicCollection).FindOne(ctx, bson.D{{Key: "_id", Value: harnessPeriodic.Name}}).Decode(&st)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return nil
+		}
+		return err
 	})
 	return st
 }
