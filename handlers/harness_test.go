@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -455,10 +456,28 @@ func (h *harnessEnv) settle(t *testing.T, c harnessCase) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not settled after 30 s: %d jobs unfinished", open)
+			t.Fatalf("not settled after 30 s: %d jobs unfinished: %s", open, h.unfinishedJobs(t))
 		}
 		time.Sleep(time.Millisecond) // poll: the sweeper's threshold and the backoff are clock-based
 	}
+}
+
+// unfinishedJobs describes the jobs not finished, for a failure message.
+func (h *harnessEnv) unfinishedJobs(t *testing.T) string {
+	t.Helper()
+	var js []jobs.Job
+	h.must(t, "read unfinished jobs", func() error {
+		cur, err := store.Of(h.q).Collection().Find(h.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}}}}})
+		if err != nil {
+			return err
+		}
+		return cur.All(h.ctx, &js)
+	})
+	var out []string
+	for _, j := range js {
+		out = append(out, fmt.Sprintf("%s %s %s attempt %d runAt %s lease %q errors %+v", j.ID, j.Kind, j.State, j.Attempt, j.RunAt.Format(time.RFC3339Nano), j.LeaseToken, j.Errors))
+	}
+	return strings.Join(out, "; ")
 }
 
 // verify checks what every schedule must end with, then the case's
