@@ -74,6 +74,10 @@ type harnessEnv struct {
 	// back (harnessEnv.claim).
 	rateBurst int
 	rateLost  int64
+	// givenBack counts the claims whose reply failed and whose jobs were
+	// given back (harnessEnv.claim): a give-back moves a job back in
+	// claim order.
+	givenBack int
 }
 
 type harnessAttemptKey struct{}
@@ -377,6 +381,7 @@ func (h *harnessEnv) claim(t *testing.T, p store.ClaimParams) *jobs.Job {
 		before = h.rateStarts(t)
 	}
 	lost := func() {
+		h.givenBack++
 		if h.rateKind == "" {
 			return
 		}
