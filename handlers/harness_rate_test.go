@@ -18,17 +18,24 @@ var harnessRate = queue.Rate{N: 2, Per: time.Hour, Burst: 2}
 // rateBeforeClaim sets harnessRate on the kind of the job under test.
 func (h *harnessEnv) rateBeforeClaim(t *testing.T) {
 	t.Helper()
-	j, err := h.q.Get(h.ctx, h.subject)
-	require.NoError(t, err)
-	h.rateKind = j.Kind
-	require.NoError(t, h.q.SetRate(h.ctx, queue.KindLimit(h.rateKind), harnessRate, "harness"))
+	h.rateKind = h.get(t, h.subject).Kind
+	h.setRateBurst(t, harnessRate.Burst)
+}
+
+// setRateBurst sets harnessRate with burst b on worldRate's kind.
+func (h *harnessEnv) setRateBurst(t *testing.T, b int) {
+	t.Helper()
+	r := harnessRate
+	r.Burst = b
+	h.must(t, "set the rate", func() error { return h.q.SetRate(h.ctx, queue.KindLimit(h.rateKind), r, "harness") })
+	h.rateBurst = b
 }
 
 // rateStarts is how many starts the rate of worldRate has reserved.
 func (h *harnessEnv) rateStarts(t *testing.T) int64 {
 	t.Helper()
-	rs, err := h.q.RateLimits(h.ctx)
-	require.NoError(t, err)
+	var rs []queue.RateLimit
+	h.must(t, "read the rates", func() (err error) { rs, err = h.q.RateLimits(h.ctx); return err })
 	require.Len(t, rs, 1)
 	require.Empty(t, rs[0].Malformed)
 	return rs[0].Starts
@@ -44,30 +51,24 @@ func (h *harnessEnv) rateStarts(t *testing.T) int64 {
 func (h *harnessEnv) rateWorld(t *testing.T) {
 	t.Helper()
 	s := store.Of(h.q)
-	subject, err := h.q.Get(h.ctx, h.subject)
-	require.NoError(t, err)
-	res, err := h.q.Enqueue(h.ctx, subject.Kind, subject.Args, queue.InsertOpts{})
+	subject := h.get(t, h.subject)
+	res, err := h.enqueueJob(t, subject.Kind, subject.Args, queue.InsertOpts{})
 	require.NoError(t, err)
 	p := store.ClaimParams{Owner: "rate-world", Queues: []string{jobs.DefaultQueue}, Kinds: []string{h.rateKind}, Lease: time.Minute}
-	x, err := s.Claim(h.ctx, p)
-	require.NoError(t, err)
+	x := h.claim(t, p)
 	require.NotNil(t, x, "the rate's second start")
 	require.Equal(t, res.ID, x.ID)
-	require.NoError(t, s.Release(h.ctx, store.LeaseOf(x)))
-	require.EqualValues(t, 2, h.rateStarts(t), "A's start and the copy's, given back but spent")
-	x, err = s.Claim(h.ctx, p)
-	require.NoError(t, err)
+	h.must(t, "release", func() error { return s.Release(h.ctx, store.LeaseOf(x)) })
+	require.EqualValues(t, 2+h.rateLost, h.rateStarts(t), "A's start and the copy's, given back but spent (and %d of lost claims)", h.rateLost)
+	x = h.claim(t, p)
 	require.Nil(t, x, "a claim under the spent rate")
 	require.WithinDuration(t, time.Now().Add(harnessRate.Per/time.Duration(harnessRate.N)), h.q.NextRateStart(), time.Minute)
-	more := harnessRate
-	more.Burst = 4
-	require.NoError(t, h.q.SetRate(h.ctx, queue.KindLimit(h.rateKind), more, "harness"))
-	x, err = s.Claim(h.ctx, p)
-	require.NoError(t, err)
+	h.setRateBurst(t, h.rateBurst+2)
+	x = h.claim(t, p)
 	require.NotNil(t, x, "the copy, with the third start")
 	require.Equal(t, res.ID, x.ID)
-	require.NoError(t, s.Complete(h.ctx, store.LeaseOf(x)))
-	require.EqualValues(t, 3, h.rateStarts(t))
+	h.must(t, "complete", func() error { return s.Complete(h.ctx, store.LeaseOf(x)) })
+	require.EqualValues(t, 3+h.rateLost, h.rateStarts(t))
 }
 
 // checkRateAfterB checks, once B has claimed and ended (or been killed),
@@ -80,7 +81,7 @@ func (h *harnessEnv) checkRateAfterB(t *testing.T) {
 	if h.rateKind == "" {
 		return
 	}
-	require.EqualValues(t, 4, h.rateStarts(t), "starts reserved under the rate: A's, the copy's two, B's")
-	_, err := h.q.ClearRate(h.ctx, queue.KindLimit(h.rateKind))
-	require.NoError(t, err)
+	require.EqualValues(t, 4+h.rateLost, h.rateStarts(t), "starts reserved under the rate: A's, the copy's two, B's (and %d of lost claims)", h.rateLost)
+	h.must(t, "clear the rate", func() error { _, err := h.q.ClearRate(h.ctx, queue.KindLimit(h.rateKind)); return err })
+	h.rateKind = "" // lifted
 }

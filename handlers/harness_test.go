@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/internal/asworker"
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
@@ -56,6 +58,9 @@ type harnessEnv struct {
 	gone      []jobs.Job // every job as it was before the world, which may delete them
 	retried   bool
 	cancelled bool
+	// deleted: the world deleted the job before it finished (a failure
+	// reply had sent it back to wait for a retry, devdb's --faults).
+	deleted bool
 	// limitKind is the kind under worldLimit's concurrency limit of 1,
 	// rateKind the kind under worldRate's rate limit.
 	limitKind, rateKind string
@@ -64,6 +69,15 @@ type harnessEnv struct {
 	// the name of its slots, as first seen (checkPartition).
 	partKind, partArg string
 	partP             map[string]string
+	// rateBurst is worldRate's burst as set; rateLost counts the starts
+	// that claims whose reply failed reserved before they were given
+	// back (harnessEnv.claim).
+	rateBurst int
+	rateLost  int64
+	// givenBack counts the claims whose reply failed and whose jobs were
+	// given back (harnessEnv.claim): a give-back moves a job back in
+	// claim order.
+	givenBack int
 }
 
 type harnessAttemptKey struct{}
@@ -93,7 +107,7 @@ func newHarnessEnv(t *testing.T) *harnessEnv {
 			return nil
 		},
 	}))
-	require.NoError(t, handlers.Setup(ctx, db))
+	require.NoError(t, testdb.Retry(t.Logf, "set up the handlers", func() error { return handlers.Setup(ctx, db) }))
 	return &harnessEnv{
 		ctx: ctx, db: db, q: q, reg: reg, log: log,
 		users:    db.Collection(handlers.UsersCollection),
@@ -104,9 +118,41 @@ func newHarnessEnv(t *testing.T) *harnessEnv {
 // enqueue enqueues the job under test.
 func (h *harnessEnv) enqueue(t *testing.T, kind string, args any) {
 	t.Helper()
-	res, err := h.q.Enqueue(h.ctx, kind, args, queue.InsertOpts{})
+	res, err := h.enqueueJob(t, kind, args, queue.InsertOpts{})
 	require.NoError(t, err)
 	h.subject = res.ID
+}
+
+// enqueueJob enqueues as an app does: an enqueue that met one of
+// MongoDB's failure replies is sent again with the id it reported, so
+// that one whose insert was applied is found there, not added twice.
+func (h *harnessEnv) enqueueJob(t *testing.T, kind string, args any, opts queue.InsertOpts) (queue.Result, error) {
+	t.Helper()
+	var res queue.Result
+	err := testdb.Retry(t.Logf, "enqueue "+kind, func() (err error) {
+		res, err = h.q.Enqueue(h.ctx, kind, args, opts)
+		if opts.ID == "" && res.ID != "" {
+			opts.ID = res.ID
+		}
+		return err
+	})
+	return res, err
+}
+
+// must runs f, the harness's own call (a setup's, an operator's, or one
+// made in a worker's place), sending it again on one of MongoDB's failure
+// replies as an app on a replica set would (testdb.Retry), and fails the
+// test on any other error.
+func (h *harnessEnv) must(t *testing.T, what string, f func() error) {
+	t.Helper()
+	require.NoError(t, testdb.Retry(t.Logf, what, f), what)
+}
+
+// mustInsert is must for inserts of documents of fixed ids: a duplicate
+// after a retry is the earlier send's insert (testdb.RetryInsert).
+func (h *harnessEnv) mustInsert(t *testing.T, what string, f func() error) {
+	t.Helper()
+	require.NoError(t, testdb.RetryInsert(t.Logf, what, f), what)
 }
 
 // harnessCase is one handler under the harness.
@@ -183,12 +229,10 @@ func (h *harnessEnv) start(t *testing.T, name string, stallAfter, killAfter int)
 	t.Helper()
 	var j *jobs.Job
 	require.Eventually(t, func() bool {
-		var err error
-		j, err = store.Of(h.q).Claim(h.ctx, store.ClaimParams{
+		j = h.claim(t, store.ClaimParams{
 			Owner:  fmt.Sprintf("%s-%d", name, h.owners.Add(1)),
 			Queues: []string{jobs.DefaultQueue}, Kinds: h.reg.Kinds(), Lease: harnessLease,
 		})
-		require.NoError(t, err)
 		return j != nil
 	}, 10*time.Second, time.Millisecond, "attempt %s: nothing to claim", name)
 	require.Equal(t, h.subject, j.ID, "attempt %s claimed another job", name)
@@ -253,7 +297,10 @@ func (a *harnessAttempt) wait(t *testing.T) error {
 }
 
 // finish records the outcome of a as the worker does, on a's own lease;
-// a killed attempt writes nothing. It returns the queue's error.
+// a killed attempt writes nothing. It returns the queue's error. As the
+// worker's persist does, a write that met one of MongoDB's failure
+// replies is sent again (its outcome unknown: the queue reads back a
+// write an earlier send applied).
 func (h *harnessEnv) finish(t *testing.T, a *harnessAttempt, cause error) error {
 	t.Helper()
 	a.mu.Lock()
@@ -263,18 +310,20 @@ func (h *harnessEnv) finish(t *testing.T, a *harnessAttempt, cause error) error 
 		return nil
 	}
 	l := store.LeaseOf(a.job)
-	var err error
 	final := true
-	switch {
-	case cause == nil:
-		err = store.Of(h.q).Complete(h.ctx, l)
-	case errors.Is(cause, jobs.ErrCancelled):
-		err = store.Of(h.q).Cancelled(h.ctx, l, a.job, cause.Error())
-	default:
-		var f store.Failure
-		f, err = store.Of(h.q).Fail(h.ctx, l, a.job, cause)
-		final = f.State.Finished()
-	}
+	err := testdb.Retry(t.Logf, "finish attempt "+a.name, func() (err error) {
+		switch {
+		case cause == nil:
+			err = store.Of(h.q).Complete(h.ctx, l)
+		case errors.Is(cause, jobs.ErrCancelled):
+			err = store.Of(h.q).Cancelled(h.ctx, l, a.job, cause.Error())
+		default:
+			var f store.Failure
+			f, err = store.Of(h.q).Fail(h.ctx, l, a.job, cause)
+			final = f.State.Finished()
+		}
+		return err
+	})
 	if err == nil && final && a.job.ID == h.subject {
 		h.finals.Add(1)
 	}
@@ -286,12 +335,66 @@ func (h *harnessEnv) finish(t *testing.T, a *harnessAttempt, cause error) error 
 func (h *harnessEnv) expire(t *testing.T, a *harnessAttempt) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		_, err := store.Of(h.q).Reap(h.ctx, 0, 100)
-		require.NoError(t, err)
-		j, err := h.q.Get(h.ctx, h.subject)
-		require.NoError(t, err)
+		h.reap(t)
+		j := h.get(t, h.subject)
 		return j.State != jobs.StateRunning || j.LeaseToken != a.job.LeaseToken
 	}, 10*time.Second, time.Millisecond, "the reaper never took %s's lease", a.name)
+}
+
+// reap runs the reaper once.
+func (h *harnessEnv) reap(t *testing.T) {
+	t.Helper()
+	h.must(t, "reap", func() error { _, err := store.Of(h.q).Reap(h.ctx, 0, 100); return err })
+}
+
+// get reads job id.
+func (h *harnessEnv) get(t *testing.T, id string) *jobs.Job {
+	t.Helper()
+	var j *jobs.Job
+	h.must(t, "get job "+id, func() (err error) { j, err = h.q.Get(h.ctx, id); return err })
+	return j
+}
+
+// subjectRaw reads the job under test as stored, nil when it is gone.
+func (h *harnessEnv) subjectRaw(t *testing.T) bson.Raw {
+	t.Helper()
+	var raw bson.Raw
+	h.must(t, "read the job", func() (err error) {
+		raw, err = store.Of(h.q).Collection().FindOne(h.ctx, bson.D{{Key: "_id", Value: h.subject}}).Raw()
+		if errors.Is(err, mongo.ErrNoDocuments) { // deleted by the world
+			return nil
+		}
+		return err
+	})
+	return raw
+}
+
+// claim claims p as a worker does (asworker.Claim): a claim whose reply
+// failed gives its jobs back. Under worldRate such a claim may have
+// reserved a start of the rate first, which a give-back keeps counted:
+// the burst is raised by what it reserved, so that the world's steps get
+// the starts they count on, and the checks count it (rateLost).
+func (h *harnessEnv) claim(t *testing.T, p store.ClaimParams) *jobs.Job {
+	t.Helper()
+	var before int64
+	if h.rateKind != "" {
+		before = h.rateStarts(t)
+	}
+	lost := func() {
+		h.givenBack++
+		if h.rateKind == "" {
+			return
+		}
+		now := h.rateStarts(t)
+		if d := now - before; d > 0 {
+			h.rateLost += d
+			h.setRateBurst(t, h.rateBurst+int(d))
+		}
+		before = now
+	}
+	j, err := asworker.Claim(h.ctx, t.Logf, store.Of(h.q), p, lost)
+	require.NoError(t, err)
+	return j
 }
 
 // resumeStale resumes an attempt whose lease was taken: its handler ends,
@@ -299,21 +402,23 @@ func (h *harnessEnv) expire(t *testing.T, a *harnessAttempt) {
 // touching the job.
 func (h *harnessEnv) resumeStale(t *testing.T, a *harnessAttempt) {
 	t.Helper()
-	before, err := store.Of(h.q).Collection().FindOne(h.ctx, bson.D{{Key: "_id", Value: h.subject}}).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) { // deleted by the world
-		err, before = nil, nil
-	}
-	require.NoError(t, err)
+	before := h.subjectRaw(t)
 	cause := a.wait(t)
 	require.ErrorIs(t, h.finish(t, a, cause), queue.ErrLeaseLost, "stale attempt %s finished the job (its handler returned %v)", a.name, cause)
-	_, err = store.Of(h.q).Heartbeat(h.ctx, store.LeaseOf(a.job), time.Minute)
+	// A heartbeat that met a failure reply is sent again, as the worker's
+	// next beat is: its outcome is read from the job, never taken from
+	// the error.
+	err := testdb.Retry(t.Logf, "heartbeat", func() error {
+		_, err := store.Of(h.q).Heartbeat(h.ctx, store.LeaseOf(a.job), time.Minute)
+		return err
+	})
 	require.ErrorIs(t, err, queue.ErrLeaseLost, "stale attempt %s renewed its lease", a.name)
-	after, err := store.Of(h.q).Collection().FindOne(h.ctx, bson.D{{Key: "_id", Value: h.subject}}).Raw()
+	after := h.subjectRaw(t)
 	if before == nil {
-		require.ErrorIs(t, err, mongo.ErrNoDocuments, "stale attempt %s wrote the job back", a.name)
+		require.Nil(t, after, "stale attempt %s wrote the job back", a.name)
 		return
 	}
-	require.NoError(t, err)
+	require.NotNil(t, after, "the job is gone")
 	require.Equal(t, before.String(), after.String(), "stale attempt %s changed the job", a.name)
 }
 
@@ -321,10 +426,9 @@ func (h *harnessEnv) resumeStale(t *testing.T, a *harnessAttempt) {
 // and records its outcome; it reports whether there was one.
 func (h *harnessEnv) runFully(t *testing.T) bool {
 	t.Helper()
-	j, err := store.Of(h.q).Claim(h.ctx, store.ClaimParams{
+	j := h.claim(t, store.ClaimParams{
 		Owner: fmt.Sprintf("drain-%d", h.owners.Add(1)), Queues: []string{jobs.DefaultQueue}, Kinds: h.reg.Kinds(), Lease: harnessLease,
 	})
-	require.NoError(t, err)
 	if j == nil {
 		return false
 	}
@@ -342,23 +446,43 @@ func (h *harnessEnv) settle(t *testing.T, c harnessCase) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		_, err := store.Of(h.q).Reap(h.ctx, 0, 100)
-		require.NoError(t, err)
+		h.reap(t)
 		if c.recover != nil {
 			c.recover(t, h)
 		}
 		for h.runFully(t) {
 		}
-		open, err := store.Of(h.q).Collection().CountDocuments(h.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}}})
-		require.NoError(t, err)
+		var open int64
+		h.must(t, "count unfinished jobs", func() (err error) {
+			open, err = store.Of(h.q).Collection().CountDocuments(h.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}}})
+			return err
+		})
 		if open == 0 && (c.pending == nil || !c.pending(t, h)) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not settled after 30 s: %d jobs unfinished", open)
+			t.Fatalf("not settled after 30 s: %d jobs unfinished: %s", open, h.unfinishedJobs(t))
 		}
 		time.Sleep(time.Millisecond) // poll: the sweeper's threshold and the backoff are clock-based
 	}
+}
+
+// unfinishedJobs describes the jobs not finished, for a failure message.
+func (h *harnessEnv) unfinishedJobs(t *testing.T) string {
+	t.Helper()
+	var js []jobs.Job
+	h.must(t, "read unfinished jobs", func() error {
+		cur, err := store.Of(h.q).Collection().Find(h.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}}}}})
+		if err != nil {
+			return err
+		}
+		return cur.All(h.ctx, &js)
+	})
+	var out []string
+	for _, j := range js {
+		out = append(out, fmt.Sprintf("%s %s %s attempt %d runAt %s lease %q errors %+v", j.ID, j.Kind, j.State, j.Attempt, j.RunAt.Format(time.RFC3339Nano), j.LeaseToken, j.Errors))
+	}
+	return strings.Join(out, "; ")
 }
 
 // verify checks what every schedule must end with, then the case's
@@ -368,7 +492,15 @@ func (h *harnessEnv) verify(t *testing.T, c harnessCase, attempts ...*harnessAtt
 	for _, a := range attempts {
 		require.Empty(t, a.late, "attempt %s wrote after it was killed", a.name)
 	}
-	j, err := h.q.Get(h.ctx, h.subject)
+	if h.deleted {
+		// Deleted while it waited for a retry: no attempt finished it, and
+		// its effects happened whole or not at all, as for a cancel.
+		require.Zero(t, h.finals.Load(), "an attempt finished the job the operator deleted")
+		c.either(t, h)
+		return
+	}
+	var j *jobs.Job
+	err := testdb.Retry(t.Logf, "get the job", func() (err error) { j, err = h.q.Get(h.ctx, h.subject); return err })
 	if errors.Is(err, queue.ErrNotFound) && h.before != nil && h.before.State.Finished() {
 		j, err = h.before, nil // the world deleted it, finished
 	}
@@ -544,19 +676,24 @@ func (c harnessCase) run(t *testing.T, s harnessSchedule) {
 }
 
 // dryRun runs the job under test once, undisturbed, and returns the steps
-// it reported: the points between its writes.
-func (c harnessCase) dryRun(t *testing.T) []string {
+// it reported: the points between its writes; and whether a failure reply
+// (devdb's --faults) cut its attempt short, so that they are not all.
+func (c harnessCase) dryRun(t *testing.T) (steps []string, cut bool) {
 	h := newHarnessEnv(t)
 	c.setup(t, h)
 	a := h.start(t, "dry", -1, -1)
-	require.NoError(t, h.finish(t, a, a.wait(t)))
+	cause := a.wait(t)
+	require.NoError(t, h.finish(t, a, cause))
 	if c.interfere != nil {
 		c.interfere(t, h)
 	}
 	h.settle(t, c)
 	h.verify(t, c, a)
-	return a.writes
+	return a.writes, testdb.Transient(cause)
 }
+
+// dryRunTries bounds the dry runs of a case that failure replies cut.
+const dryRunTries = 5
 
 // TestHarness is the schedule harness: for each multi-write handler, and
 // for the lease protocol itself, it runs real attempts of a real job
@@ -615,8 +752,18 @@ func TestHarness(t *testing.T) {
 			}
 			start := time.Now()
 			var steps []string
-			t.Run("dry-run", func(t *testing.T) { steps = c.dryRun(t) })
+			// A dry run that a failure reply cut short runs again, each
+			// checked, until one is whole.
+			cut := true
+			for try := 0; cut && try < dryRunTries; try++ {
+				name := "dry-run"
+				if try > 0 {
+					name += fmt.Sprintf("/again-%d", try)
+				}
+				t.Run(name, func(t *testing.T) { steps, cut = c.dryRun(t) })
+			}
 			require.False(t, t.Failed(), "the dry run failed")
+			require.False(t, cut, "every dry run met a failure reply")
 			schedules := harnessSchedules(len(steps), full, c)
 			var failed atomic.Int64
 			t.Run("schedules", func(t *testing.T) {
@@ -677,8 +824,10 @@ func harnessCases() []harnessCase {
 			name: "add-friend-unusable-user",
 			setup: func(t *testing.T, h *harnessEnv) {
 				harnessUsers(t, h, map[string][]string{"u1": {"u3"}, "u3": {"u1"}})
-				_, err := h.users.InsertOne(h.ctx, bson.D{{Key: "_id", Value: "u2"}, {Key: "name", Value: "name-u2"}, {Key: "friends", Value: nil}})
-				require.NoError(t, err)
+				h.mustInsert(t, "insert u2", func() error {
+					_, err := h.users.InsertOne(h.ctx, bson.D{{Key: "_id", Value: "u2"}, {Key: "name", Value: "name-u2"}, {Key: "friends", Value: nil}})
+					return err
+				})
 				h.enqueue(t, handlers.AddFriendKind, handlers.AddFriendArgs{UserA: "u1", UserB: "u2"})
 			},
 			check: func(t *testing.T, h *harnessEnv) {
@@ -739,18 +888,17 @@ func harnessCases() []harnessCase {
 				harnessUsers(t, h, map[string][]string{"u1": {}, "u2": {}})
 				for uid, n := range map[string]int{"u1": 3, "u2": 2} {
 					for i := range n {
-						_, err := h.comments.InsertOne(h.ctx, bson.D{
-							{Key: "_id", Value: fmt.Sprintf("%s-c%d", uid, i)}, {Key: "uid", Value: uid}, {Key: "uname", Value: "name-" + uid},
-						})
-						require.NoError(t, err)
+						harnessComment(t, h, uid, i)
 					}
 				}
-				_, err := store.Of(h.q).Collection().InsertOne(h.ctx, bson.D{
-					{Key: "_id", Value: "f47ac10b-58cc-4372-a567-0e02b2c3d479"}, {Key: "kind", Value: handlers.RenameKind},
-					{Key: "args", Value: bson.D{{Key: "userId", Value: "u1"}, {Key: "newName", Value: "Ann"}}},
-					{Key: "state", Value: jobs.StateAvailable}, {Key: "queue", Value: jobs.DefaultQueue}, {Key: "runAt", Value: time.Now()},
+				h.mustInsert(t, "insert the rename", func() error {
+					_, err := store.Of(h.q).Collection().InsertOne(h.ctx, bson.D{
+						{Key: "_id", Value: "f47ac10b-58cc-4372-a567-0e02b2c3d479"}, {Key: "kind", Value: handlers.RenameKind},
+						{Key: "args", Value: bson.D{{Key: "userId", Value: "u1"}, {Key: "newName", Value: "Ann"}}},
+						{Key: "state", Value: jobs.StateAvailable}, {Key: "queue", Value: jobs.DefaultQueue}, {Key: "runAt", Value: time.Now()},
+					})
+					return err
 				})
-				require.NoError(t, err)
 				h.subject = "f47ac10b-58cc-4372-a567-0e02b2c3d479"
 			},
 			interfere: harnessNewerRename,
@@ -763,14 +911,7 @@ func harnessCases() []harnessCase {
 		{
 			name: "transfer",
 			setup: func(t *testing.T, h *harnessEnv) {
-				_, err := h.db.Collection(handlers.AccountsCollection).InsertMany(h.ctx, []any{
-					bson.D{{Key: "_id", Value: "a"}, {Key: "balance", Value: int64(100)}, {Key: "pendingTransactions", Value: bson.A{}}},
-					bson.D{{Key: "_id", Value: "b"}, {Key: "balance", Value: int64(5)}, {Key: "pendingTransactions", Value: bson.A{}}},
-				})
-				require.NoError(t, err)
-				_, jobID, err := handlers.EnqueueTransfer(h.ctx, h.db, h.q, "a", "b", 60)
-				require.NoError(t, err)
-				h.subject = jobID
+				harnessTransferSetup(t, h, 60, bson.D{{Key: "_id", Value: "b"}, {Key: "balance", Value: int64(5)}, {Key: "pendingTransactions", Value: bson.A{}}})
 			},
 			recover: harnessTransferRecovery,
 			pending: harnessTransfersUnfinished,
@@ -785,14 +926,7 @@ func harnessCases() []harnessCase {
 			// rollback's fences; no money may move in any schedule.
 			name: "transfer-refused",
 			setup: func(t *testing.T, h *harnessEnv) {
-				_, err := h.db.Collection(handlers.AccountsCollection).InsertMany(h.ctx, []any{
-					bson.D{{Key: "_id", Value: "a"}, {Key: "balance", Value: int64(100)}, {Key: "pendingTransactions", Value: bson.A{}}},
-					bson.D{{Key: "_id", Value: "b"}, {Key: "balance", Value: int64(5)}},
-				})
-				require.NoError(t, err)
-				_, jobID, err := handlers.EnqueueTransfer(h.ctx, h.db, h.q, "a", "b", 160)
-				require.NoError(t, err)
-				h.subject = jobID
+				harnessTransferSetup(t, h, 160, bson.D{{Key: "_id", Value: "b"}, {Key: "balance", Value: int64(5)}})
 			},
 			recover: harnessTransferRecovery,
 			pending: harnessTransfersUnfinished,
@@ -844,7 +978,7 @@ func harnessCases() []harnessCase {
 			// units are taken once and the order is placed.
 			name: "order",
 			setup: func(t *testing.T, h *harnessEnv) {
-				require.NoError(t, handlers.CreateProduct(h.ctx, h.db, "tv", 5))
+				harnessProduct(t, h, 5)
 				h.enqueue(t, handlers.OrderKind, handlers.OrderArgs{Product: "tv", Quantity: 2})
 			},
 			check: func(t *testing.T, h *harnessEnv) {
@@ -859,7 +993,7 @@ func harnessCases() []harnessCase {
 			// Sold out: the order is rejected and takes nothing.
 			name: "order-sold-out",
 			setup: func(t *testing.T, h *harnessEnv) {
-				require.NoError(t, handlers.CreateProduct(h.ctx, h.db, "tv", 1))
+				harnessProduct(t, h, 1)
 				h.enqueue(t, handlers.OrderKind, handlers.OrderArgs{Product: "tv", Quantity: 2})
 			},
 			check: func(t *testing.T, h *harnessEnv) {
@@ -929,7 +1063,8 @@ func harnessPublish(t *testing.T, h *harnessEnv, id string, nodes []handlers.Tre
 	w, _, _ := reg.Lookup(handlers.PublishTreeKind)
 	raw, err := bson.Marshal(handlers.PublishTreeArgs{Tree: "t", Nodes: nodes})
 	require.NoError(t, err)
-	require.NoError(t, w.Work(h.ctx, &jobs.Job{ID: id, Args: raw, LeaseToken: id}))
+	// Its job's attempts, until one ends: a publish is safe to run again.
+	h.must(t, "publish "+id, func() error { return w.Work(h.ctx, &jobs.Job{ID: id, Args: raw, LeaseToken: id}) })
 }
 
 // harnessTreeSetup publishes tree t as {a, b}, and enqueues its publish
@@ -948,8 +1083,10 @@ func harnessNewerTree(t *testing.T, h *harnessEnv) {
 func harnessUsers(t *testing.T, h *harnessEnv, friends map[string][]string) {
 	t.Helper()
 	for id, fs := range friends {
-		_, err := h.users.InsertOne(h.ctx, bson.D{{Key: "_id", Value: id}, {Key: "name", Value: "name-" + id}, {Key: "friends", Value: fs}})
-		require.NoError(t, err)
+		h.mustInsert(t, "insert user "+id, func() error {
+			_, err := h.users.InsertOne(h.ctx, bson.D{{Key: "_id", Value: id}, {Key: "name", Value: "name-" + id}, {Key: "friends", Value: fs}})
+			return err
+		})
 	}
 }
 
@@ -983,13 +1120,21 @@ func harnessRenameSetup(t *testing.T, h *harnessEnv) {
 	harnessUsers(t, h, map[string][]string{"u1": {}, "u2": {}})
 	for uid, n := range map[string]int{"u1": 3, "u2": 2} {
 		for i := range n {
-			_, err := h.comments.InsertOne(h.ctx, bson.D{
-				{Key: "_id", Value: fmt.Sprintf("%s-c%d", uid, i)}, {Key: "uid", Value: uid}, {Key: "uname", Value: "name-" + uid},
-			})
-			require.NoError(t, err)
+			harnessComment(t, h, uid, i)
 		}
 	}
 	h.enqueue(t, handlers.RenameKind, handlers.RenameArgs{UserID: "u1", NewName: "Ann"})
+}
+
+// harnessComment inserts comment i of user uid, under uid's first name.
+func harnessComment(t *testing.T, h *harnessEnv, uid string, i int) {
+	t.Helper()
+	h.mustInsert(t, "insert a comment", func() error {
+		_, err := h.comments.InsertOne(h.ctx, bson.D{
+			{Key: "_id", Value: fmt.Sprintf("%s-c%d", uid, i)}, {Key: "uid", Value: uid}, {Key: "uname", Value: "name-" + uid},
+		})
+		return err
+	})
 }
 
 // harnessRenameSweep runs the rename sweeper once with a tiny threshold.
@@ -997,8 +1142,7 @@ func harnessRenameSweep(t *testing.T, h *harnessEnv) {
 	t.Helper()
 	sw, err := handlers.NewRenameSweeper(h.db, h.q, handlers.RenameSweeperConfig{Threshold: time.Millisecond, Logger: h.log})
 	require.NoError(t, err)
-	_, err = sw.RunOnce(h.ctx)
-	require.NoError(t, err)
+	h.must(t, "rename sweep", func() error { _, err := sw.RunOnce(h.ctx); return err })
 }
 
 // harnessSyncing reports whether a user still has a syncing flag.
@@ -1110,12 +1254,52 @@ func harnessTree(label string, children ...string) []handlers.TreeNode {
 	return nodes
 }
 
+// harnessProduct creates product tv with stock units. Sent again after a
+// failure reply, it finds the product its first send created.
+func harnessProduct(t *testing.T, h *harnessEnv, stock int64) {
+	t.Helper()
+	tries := 0
+	h.must(t, "create the product", func() error {
+		tries++
+		err := handlers.CreateProduct(h.ctx, h.db, "tv", stock)
+		if tries > 1 && errors.Is(err, handlers.ErrProductExists) {
+			return nil
+		}
+		return err
+	})
+}
+
+// harnessTransferSetup opens account a with 100 and account b as given,
+// and enqueues the transfer of amount from a to b. EnqueueTransfer is not
+// idempotent (a new transaction each call): one that met a failure reply
+// may have left a transaction, or a transaction and its job, so the
+// setup, which nothing has seen yet, clears both and enqueues again.
+func harnessTransferSetup(t *testing.T, h *harnessEnv, amount int64, b bson.D) {
+	t.Helper()
+	h.mustInsert(t, "open the accounts", func() error {
+		_, err := h.db.Collection(handlers.AccountsCollection).InsertMany(h.ctx, []any{
+			bson.D{{Key: "_id", Value: "a"}, {Key: "balance", Value: int64(100)}, {Key: "pendingTransactions", Value: bson.A{}}}, b,
+		}, options.InsertMany().SetOrdered(false))
+		return err
+	})
+	h.must(t, "enqueue the transfer", func() error {
+		_, jobID, err := handlers.EnqueueTransfer(h.ctx, h.db, h.q, "a", "b", amount)
+		if !testdb.Transient(err) {
+			h.subject = jobID
+			return err
+		}
+		for _, c := range []*mongo.Collection{h.db.Collection(handlers.TransactionsCollection), store.Of(h.q).Collection()} {
+			h.must(t, "clear a transfer's setup", func() error { _, err := c.DeleteMany(h.ctx, bson.D{}); return err })
+		}
+		return err
+	})
+}
+
 // harnessTransferRecovery runs the transfer recovery pass once.
 func harnessTransferRecovery(t *testing.T, h *harnessEnv) {
 	r, err := handlers.NewTransferRecovery(h.db, h.q, handlers.TransferRecoveryConfig{Threshold: time.Millisecond, Logger: h.log})
 	require.NoError(t, err)
-	_, err = r.RunOnce(h.ctx)
-	require.NoError(t, err)
+	h.must(t, "transfer recovery", func() error { _, err := r.RunOnce(h.ctx); return err })
 }
 
 // harnessTransfersUnfinished reports whether a transaction is neither done
@@ -1130,7 +1314,7 @@ func harnessTransfersUnfinished(t *testing.T, h *harnessEnv) bool {
 // harnessNewerRename enqueues a newer rename of u1 and runs it to the end
 // while the stale attempts are stalled.
 func harnessNewerRename(t *testing.T, h *harnessEnv) {
-	_, err := h.q.Enqueue(h.ctx, handlers.RenameKind, handlers.RenameArgs{UserID: "u1", NewName: "Bea"}, queue.InsertOpts{})
+	_, err := h.enqueueJob(t, handlers.RenameKind, handlers.RenameArgs{UserID: "u1", NewName: "Bea"}, queue.InsertOpts{})
 	require.NoError(t, err)
 	require.True(t, h.runFully(t), "the newer rename was not claimed")
 }
@@ -1145,8 +1329,8 @@ func harnessLastRenameWins(t *testing.T, h *harnessEnv) {
 // a ledger transfer of amount from a to b.
 func harnessLedgerSetup(t *testing.T, h *harnessEnv, amount int64) {
 	t.Helper()
-	require.NoError(t, handlers.OpenLedgerAccount(h.ctx, h.db, "a", 100))
-	require.NoError(t, handlers.OpenLedgerAccount(h.ctx, h.db, "b", 5))
+	h.mustInsert(t, "open account a", func() error { return handlers.OpenLedgerAccount(h.ctx, h.db, "a", 100) })
+	h.mustInsert(t, "open account b", func() error { return handlers.OpenLedgerAccount(h.ctx, h.db, "b", 5) })
 	h.enqueue(t, handlers.LedgerTransferKind, handlers.LedgerTransferArgs{From: "a", To: "b", Amount: amount})
 }
 
@@ -1156,8 +1340,7 @@ func harnessLedgerSweep(t *testing.T, h *harnessEnv) {
 	t.Helper()
 	s, err := handlers.NewLedgerSweeper(h.db, handlers.LedgerSweeperConfig{Threshold: time.Millisecond, Logger: h.log})
 	require.NoError(t, err)
-	_, err = s.RunOnce(h.ctx)
-	require.NoError(t, err)
+	h.must(t, "ledger sweep", func() error { _, err := s.RunOnce(h.ctx); return err })
 }
 
 // harnessLedgerPending reports whether a transaction is uncommitted or a

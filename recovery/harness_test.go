@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/asworker"
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
@@ -104,6 +105,9 @@ type periodicWorld struct {
 	retried map[string]int
 	dropped map[string]bool
 	outage  bool // the schedule had a month-long outage
+	// prepareCut: a failure reply stopped the previous pass before the
+	// step it was to be killed at.
+	prepareCut bool
 }
 
 type takenTick struct {
@@ -133,8 +137,7 @@ func newPeriodicWorld(t *testing.T) *periodicWorld {
 	w.p, w.a, w.b = mk(), mk(), mk()
 	w.recordHook = w.ctl(-1, -1).hook
 	w.b.SetStep(w.recordHook)
-	_, err = w.p.RunOnce(w.ctx) // the first pass counts ticks from now
-	require.NoError(t, err)
+	w.pass(w.p) // the first pass counts ticks from now
 	w.start = w.clock.now()
 	w.clock.add(time.Second)
 	return w
@@ -143,13 +146,87 @@ func newPeriodicWorld(t *testing.T) *periodicWorld {
 // recordTaken notes the tick a take just wrote: until its pending is
 // cleared, no other pass can move lastTick.
 func (w *periodicWorld) recordTaken(ctx context.Context) {
-	var st struct {
-		LastTick time.Time `bson:"lastTick"`
-	}
-	require.NoError(w.t, w.db.Collection(recovery.DefaultPeriodicCollection).FindOne(ctx, bson.D{{Key: "_id", Value: harnessPeriodic.Name}}).Decode(&st))
+	st := w.state(ctx)
 	w.mu.Lock()
 	w.taken = append(w.taken, takenTick{tick: st.LastTick.UTC(), phase: w.phase})
 	w.mu.Unlock()
+}
+
+// harnessState is the periodic job's state document, as the harness reads it.
+type harnessState struct {
+	LastTick time.Time  `bson:"lastTick"`
+	Pending  *time.Time `bson:"pending"`
+}
+
+// state reads the periodic job's state, retrying a failure reply; none
+// before the first pass's insert.
+func (w *periodicWorld) state(ctx context.Context) harnessState {
+	var st harnessState
+	w.must("read the periodic state", func() error {
+		err := w.db.Collection(recovery.DefaultPeriodicCollection).FindOne(ctx, bson.D{{Key: "_id", Value: harnessPeriodic.Name}}).Decode(&st)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return nil
+		}
+		return err
+	})
+	return st
+}
+
+// notePending records the tick pending in the state as taken, unless it
+// was: a pass that returned a failure reply (devdb's --faults) may have
+// taken it, its take applied and its reply lost, before its step hook
+// (recordTaken) ran. Each tick is taken at most once (lastTick only moves
+// on), so a tick recorded already is that take.
+func (w *periodicWorld) notePending() {
+	st := w.state(w.ctx)
+	if st.Pending == nil {
+		return
+	}
+	tick := st.Pending.UTC()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, tt := range w.taken {
+		if tt.tick.Equal(tick) {
+			return
+		}
+	}
+	w.taken = append(w.taken, takenTick{tick: tick, phase: w.phase})
+}
+
+// must runs f, an app's or an operator's call, sending it again on a
+// failure reply as an app on a replica set would (testdb.Retry), and fails
+// the test on any other error.
+func (w *periodicWorld) must(what string, f func() error) {
+	w.t.Helper()
+	require.NoError(w.t, testdb.Retry(w.t.Logf, what, f), what)
+}
+
+// pass runs one pass of e, as the leader does: a pass that met a failure
+// reply stopped there, as if its process had died, and the next pass
+// finishes what it left (notePending records a take it may have made).
+func (w *periodicWorld) pass(e *recovery.PeriodicEnqueuer) {
+	w.t.Helper()
+	w.must("periodic pass", func() error {
+		_, err := e.RunOnce(w.ctx)
+		if testdb.Transient(err) {
+			w.notePending()
+		}
+		return err
+	})
+}
+
+// passEnded checks how a pass the harness kills at a step ended: killed
+// there, or stopped earlier by a failure reply (devdb's --faults), which
+// is a death at that write; then notes a take it may have made.
+func (w *periodicWorld) passEnded(err error, msg string) {
+	w.t.Helper()
+	if testdb.Transient(err) {
+		w.notePending()
+		return
+	}
+	if err != nil {
+		require.ErrorIs(w.t, err, errPassKilled, msg)
+	}
 }
 
 func (w *periodicWorld) setPhase(p string) {
@@ -161,17 +238,16 @@ func (w *periodicWorld) setPhase(p string) {
 // leader runs three passes of the next leader.
 func (w *periodicWorld) leader() {
 	for range 3 {
-		_, err := w.b.RunOnce(w.ctx)
-		require.NoError(w.t, err)
+		w.pass(w.b)
 	}
 }
 
 // run claims and completes every runnable job.
 func (w *periodicWorld) run() {
 	for {
-		j, err := store.Of(w.q).Claim(w.ctx, store.ClaimParams{
+		j, err := asworker.Claim(w.ctx, w.t.Logf, store.Of(w.q), store.ClaimParams{
 			Owner: "runner", Queues: []string{jobs.DefaultQueue}, Kinds: []string{"noop"}, Lease: time.Minute,
-		})
+		}, nil)
 		require.NoError(w.t, err)
 		if j == nil {
 			return
@@ -179,23 +255,77 @@ func (w *periodicWorld) run() {
 		w.mu.Lock()
 		w.ran[j.ID]++
 		w.mu.Unlock()
-		require.NoError(w.t, store.Of(w.q).Complete(w.ctx, store.LeaseOf(j)))
+		w.must("complete", func() error { return store.Of(w.q).Complete(w.ctx, store.LeaseOf(j)) })
 	}
 }
 
 func (w *periodicWorld) purge(s jobs.State) {
-	_, err := w.q.Purge(w.ctx, s, -time.Hour)
-	require.NoError(w.t, err)
+	w.must("purge", func() error { _, err := w.q.Purge(w.ctx, s, -time.Hour); return err })
 }
 
 func (w *periodicWorld) retention(s jobs.State) {
-	_, err := store.Of(w.q).Clean(w.ctx, s, -time.Hour, 1000)
-	require.NoError(w.t, err)
+	w.must("retention", func() error { _, err := store.Of(w.q).Clean(w.ctx, s, -time.Hour, 1000); return err })
 }
 
 func (w *periodicWorld) sweep() {
-	_, err := w.b.SweepOrphans(w.ctx)
-	require.NoError(w.t, err)
+	w.must("sweep orphans", func() error { _, err := w.b.SweepOrphans(w.ctx); return err })
+}
+
+// jobStates reads the state of every job of the given states.
+func (w *periodicWorld) jobStates(states ...jobs.State) map[string]jobs.State {
+	var found []jobs.Job
+	w.must("read jobs", func() error {
+		cur, err := store.Of(w.q).Collection().Find(w.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: states}}}})
+		if err != nil {
+			return err
+		}
+		return cur.All(w.ctx, &found)
+	})
+	out := map[string]jobs.State{}
+	for _, j := range found {
+		out[j.ID] = j.State
+	}
+	return out
+}
+
+// cancelAvailable is the operator cancelling every job not yet run, held
+// ones too. Which it dropped is read back: a cancel whose reply failed
+// may have been applied, and its resend then refused.
+func (w *periodicWorld) cancelAvailable() {
+	before := w.jobStates(jobs.StateAvailable)
+	for id := range before {
+		err := testdb.Retry(w.t.Logf, "cancel", func() error { _, err := w.q.Cancel(w.ctx, id); return err })
+		if err != nil && testdb.Transient(err) {
+			require.NoError(w.t, err)
+		}
+	}
+	after := w.jobStates(jobs.StateCancelled)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id := range before {
+		if after[id] == jobs.StateCancelled {
+			w.dropped[id] = true
+		}
+	}
+}
+
+// retrySucceeded is the operator retrying every succeeded job. Which it
+// retried is read back: a retry whose reply failed may have been applied
+// to some, which its resend no longer selects.
+func (w *periodicWorld) retrySucceeded() {
+	before := w.jobStates(jobs.StateSucceeded)
+	w.must("retry", func() error {
+		_, err := w.q.Retry(w.ctx, queue.JobFilter{States: []jobs.State{jobs.StateSucceeded}})
+		return err
+	})
+	after := w.jobStates(jobs.StateSucceeded)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id := range before {
+		if _, still := after[id]; !still {
+			w.retried[id]++
+		}
+	}
 }
 
 // periodicDisturbances is what may happen while A is stalled, each run to
@@ -210,35 +340,20 @@ var periodicDisturbances = []struct {
 	{"leader-run-delete", func(w *periodicWorld) {
 		w.leader()
 		w.run()
-		_, err := w.q.Delete(w.ctx, queue.JobFilter{States: []jobs.State{jobs.StateSucceeded}}, false)
-		require.NoError(w.t, err)
+		w.must("delete", func() error {
+			_, err := w.q.Delete(w.ctx, queue.JobFilter{States: []jobs.State{jobs.StateSucceeded}}, false)
+			return err
+		})
 	}},
 	{"leader-cancel-retention", func(w *periodicWorld) {
 		w.leader()
-		// The operator cancels every job not yet run, held ones too.
-		found, _, err := w.q.List(w.ctx, queue.JobFilter{States: []jobs.State{jobs.StateAvailable}}, "", 100)
-		require.NoError(w.t, err)
-		for _, j := range found {
-			if _, err := w.q.Cancel(w.ctx, j.ID); err == nil {
-				w.mu.Lock()
-				w.dropped[j.ID] = true
-				w.mu.Unlock()
-			}
-		}
+		w.cancelAvailable()
 		w.retention(jobs.StateCancelled)
 	}},
 	{"leader-run-retry-run-purge", func(w *periodicWorld) {
 		w.leader()
 		w.run()
-		out, err := w.q.Retry(w.ctx, queue.JobFilter{States: []jobs.State{jobs.StateSucceeded}})
-		require.NoError(w.t, err)
-		for _, r := range out {
-			if r.Err == nil {
-				w.mu.Lock()
-				w.retried[r.ID]++
-				w.mu.Unlock()
-			}
-		}
+		w.retrySucceeded()
 		w.run()
 		w.purge(jobs.StateSucceeded)
 	}},
@@ -289,7 +404,9 @@ func (w *periodicWorld) prepare(situation int) {
 	if k := periodicSituations[situation].killAt; k >= 0 {
 		w.p.SetStep(w.ctl(-1, k).hook)
 		_, err := w.p.RunOnce(w.ctx)
-		require.ErrorIs(w.t, err, errPassKilled)
+		require.Error(w.t, err, "the previous pass was not killed")
+		w.prepareCut = testdb.Transient(err)
+		w.passEnded(err, "the previous pass")
 	}
 }
 
@@ -298,8 +415,7 @@ func (w *periodicWorld) settle() {
 	w.setPhase("settle")
 	w.a.SetStep(w.recordHook)
 	for range 3 {
-		_, err := w.a.RunOnce(w.ctx)
-		require.NoError(w.t, err)
+		w.pass(w.a)
 		w.leader()
 		w.run()
 	}
@@ -334,14 +450,21 @@ func (w *periodicWorld) check() {
 	if w.outage {
 		require.Equal(t, []time.Time{w.clock.now().UTC()}, outage, "after a month away the ticks taken are the latest, once")
 	}
-	held, err := store.Of(w.q).Collection().CountDocuments(w.ctx, bson.D{{Key: "periodicHold", Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "state", Value: jobs.StateAvailable}})
-	require.NoError(t, err)
+	var held, open int64
+	w.must("count held jobs", func() (err error) {
+		held, err = store.Of(w.q).Collection().CountDocuments(w.ctx, bson.D{{Key: "periodicHold", Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "state", Value: jobs.StateAvailable}})
+		return err
+	})
 	require.Zero(t, held, "held jobs left")
-	open, err := store.Of(w.q).Collection().CountDocuments(w.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}}})
-	require.NoError(t, err)
+	w.must("count unfinished jobs", func() (err error) {
+		open, err = store.Of(w.q).Collection().CountDocuments(w.ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateRunning}}}}})
+		return err
+	})
 	require.Zero(t, open, "unfinished jobs left")
 	var st bson.M
-	require.NoError(t, w.db.Collection(recovery.DefaultPeriodicCollection).FindOne(w.ctx, bson.D{{Key: "_id", Value: harnessPeriodic.Name}}).Decode(&st))
+	w.must("read the periodic state", func() error {
+		return w.db.Collection(recovery.DefaultPeriodicCollection).FindOne(w.ctx, bson.D{{Key: "_id", Value: harnessPeriodic.Name}}).Decode(&st)
+	})
 	require.NotContains(t, st, "pending", "a tick left pending")
 }
 
@@ -375,25 +498,28 @@ func runPeriodic(t *testing.T, s periodicSchedule) {
 		close(c.resume)
 		err = <-done
 	}
-	if err != nil {
-		require.ErrorIs(t, err, errPassKilled, "pass A failed")
-	}
+	w.passEnded(err, "pass A failed")
 	w.settle()
 	w.check()
 }
 
 // dryRunPeriodic runs A's pass in situation undisturbed and returns its
-// steps.
-func dryRunPeriodic(t *testing.T, situation int) []string {
+// steps, and whether a failure reply (devdb's --faults) cut the previous
+// pass or A's short: their steps are then not the situation's.
+func dryRunPeriodic(t *testing.T, situation int) (steps []string, cut bool) {
 	w := newPeriodicWorld(t)
 	w.prepare(situation)
 	c := w.ctl(-1, -1)
 	w.a.SetStep(c.hook)
 	_, err := w.a.RunOnce(w.ctx)
-	require.NoError(t, err)
+	cut = testdb.Transient(err) || w.prepareCut
+	if !testdb.Transient(err) {
+		require.NoError(t, err)
+	}
+	w.passEnded(err, "pass A failed")
 	w.settle()
 	w.check()
-	return c.steps
+	return c.steps, cut
 }
 
 // periodicSchedules lists the schedules: every situation, every stall
@@ -420,6 +546,9 @@ func periodicSchedules(steps [][]string, full bool) []periodicSchedule {
 	return out
 }
 
+// dryRunTries bounds the dry runs of a situation that failure replies cut.
+const dryRunTries = 5
+
 // TestPeriodicHarness runs the periodic schedules (see the top of this
 // file) and logs how many it explored.
 func TestPeriodicHarness(t *testing.T) {
@@ -427,7 +556,17 @@ func TestPeriodicHarness(t *testing.T) {
 	start := time.Now()
 	steps := make([][]string, len(periodicSituations))
 	for i, s := range periodicSituations {
-		t.Run("dry-run/"+s.name, func(t *testing.T) { steps[i] = dryRunPeriodic(t, i) })
+		// A dry run that a failure reply cut short runs again, each
+		// checked, until one is whole.
+		cut := true
+		for try := 0; cut && try < dryRunTries; try++ {
+			name := "dry-run/" + s.name
+			if try > 0 {
+				name += fmt.Sprintf("/again-%d", try)
+			}
+			t.Run(name, func(t *testing.T) { steps[i], cut = dryRunPeriodic(t, i) })
+		}
+		require.False(t, cut, "every dry run of %s met a failure reply", s.name)
 	}
 	require.False(t, t.Failed(), "a dry run failed")
 	schedules := periodicSchedules(steps, full)

@@ -4,10 +4,10 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
+	"github.com/docketq/docket/internal/testdb"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
@@ -24,83 +24,31 @@ import (
 // have been applied (a lost reply, a writeConcernError), harmless to apply
 // twice: an id the retry finds there, or a second transfer of money.
 
-// transientCodes are the replies a replica set sends for a write or a read
-// that a client sends again: NotWritablePrimary (10107),
-// InterruptedDueToReplStateChange (11602), PrimarySteppedDown (189),
-// ShutdownInProgress (91), WriteConcernFailed (64, the write applied),
-// MaxTimeMSExpired (50), CursorNotFound (43).
-var transientCodes = []int{10107, 11602, 189, 91, 64, 50, 43}
-
-// transientReplies are the same replies as the commands print them, and
-// the driver's words for a connection lost before the reply.
-var transientReplies = []string{
-	"NotWritablePrimary", "InterruptedDueToReplStateChange", "PrimarySteppedDown", "WriteConcernFailed",
-	"MaxTimeMSExpired", "CursorNotFound", "connection(", "incomplete read", "connection reset", "EOF",
-}
-
-// retryFor bounds the retries of one write: longer than an election.
-const retryFor = 30 * time.Second
-
-// transient says whether err is one of MongoDB's failure replies that a
-// client sends again, or a connection lost before the reply.
-func transient(err error) bool {
-	if err == nil {
-		return false
-	}
-	if mongo.IsNetworkError(err) || mongo.IsTimeout(err) {
-		return true
-	}
-	var se mongo.ServerError
-	if errors.As(err, &se) {
-		for _, c := range transientCodes {
-			if se.HasErrorCode(c) {
-				return true
-			}
-		}
-	}
-	return transientText(err.Error())
-}
-
-// transientText says whether a command's error output names a transient
-// reply.
-func transientText(s string) bool {
-	for _, w := range transientReplies {
-		if strings.Contains(s, w) {
-			return true
-		}
-	}
-	return false
-}
+// transient and transientText are testdb's classification of MongoDB's
+// failure replies, which every harness shares.
+var (
+	transient     = testdb.Transient
+	transientText = testdb.TransientText
+)
 
 // retry runs f until it returns nil or an error that is not transient, or
-// retryFor has passed; it logs each retry and returns f's last error. A
-// duplicate key after a retry is the earlier send's insert: nil.
+// testdb.RetryFor has passed; it logs each retry and returns f's last
+// error. A duplicate key after a retry is the earlier send's insert: nil.
 func (r *run) retry(what string, f func() error) error {
-	deadline := time.Now().Add(retryFor)
-	for try := 1; ; try++ {
-		err := f()
-		if try > 1 && mongo.IsDuplicateKeyError(err) {
-			return nil // an insert whose earlier send was applied: its reply was lost, or came with a writeConcernError
-		}
-		if !transient(err) || time.Now().After(deadline) {
-			return err
-		}
-		r.t.Logf("chaos: %s (try %d) met a failure reply, sent again: %v", what, try, err)
-		time.Sleep(time.Duration(min(try, 10)) * 100 * time.Millisecond)
-	}
+	return testdb.RetryInsert(r.t.Logf, "chaos: "+what, f)
 }
 
 // command runs bin with r's environment, sending it again while it fails
 // with a transient reply (its standard error names one), as retry does.
 func (r *run) command(bin, stdin string, args ...string) (out, stderr string, code int) {
-	deadline := time.Now().Add(retryFor)
+	deadline := time.Now().Add(testdb.RetryFor)
 	for try := 1; ; try++ {
 		out, stderr, code = runCommand(bin, r.env, stdin, args...)
 		if code == 0 || !transientText(stderr) || time.Now().After(deadline) {
 			return out, stderr, code
 		}
 		r.t.Logf("chaos: %s %s (try %d) met a failure reply, run again: %s", bin, strings.Join(args, " "), try, strings.TrimSpace(stderr))
-		time.Sleep(time.Duration(min(try, 10)) * 100 * time.Millisecond)
+		time.Sleep(testdb.RetryWait(try))
 	}
 }
 
