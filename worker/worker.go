@@ -298,10 +298,11 @@ func (w *Worker) dispatch() {
 	var idle, failing time.Duration
 	var sizer claimSizer
 	var took claimLatency
+	var cost claimCost
 	for {
 		// How many jobs to hold: the slots, and as many more as the slots
 		// will run while the next claim is on its way (see Config.Prefetch).
-		target := w.holdTarget(took.slowest())
+		target := w.holdTarget(cost.estimate(took.slowest()))
 		if !w.awaitRoom(target) {
 			return
 		}
@@ -328,6 +329,14 @@ func (w *Worker) dispatch() {
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
 		took.observe(time.Since(sent))
+		if err == nil {
+			cost.observe(len(claimed), time.Since(sent))
+		}
+		if ce := w.log.Check(zap.DebugLevel, "claimed"); ce != nil {
+			fit := cost.estimate(took.slowest())
+			ce.Write(zap.Int("target", target), zap.Int("asked", slots), zap.Int("got", len(claimed)),
+				zap.Duration("took", time.Since(sent)), zap.Duration("fixed", fit.fixed), zap.Duration("per_job", fit.perJob))
+		}
 		w.slowestClaim.Store(int64(took.slowest()))
 		sizer.claimed(slots, len(claimed), waitedLongest(claimed, sent), err)
 		w.obs.Claimed(time.Since(sent), len(claimed), err)
@@ -627,18 +636,15 @@ func (w *Worker) gatherSlots(wait bool, target int) int {
 }
 
 // holdTarget is how many jobs the worker holds at most before its next
-// claim, when its recent claims took up to latency: its Concurrency, and
-// the jobs its slots run in that time at the pace of its recent handlers
-// (claimed ahead, so that the slots do not wait for the claim), up to the
-// prefetch limit. Fast claims or long jobs make it Concurrency alone.
-func (w *Worker) holdTarget(latency time.Duration) int {
-	c, most := w.cfg.Concurrency, w.cfg.prefetchMax()
-	d := w.handler.mean()
-	if most == 0 || d <= 0 || latency <= 0 {
-		return c
-	}
-	ahead := float64(c) * float64(latency) / float64(d)
-	return c + int(min(ahead, float64(most)))
+// claim, when its claims cost as fit says: its Concurrency, and the jobs
+// its slots run while a claim is on its way at the pace of its recent
+// handlers (claimed ahead, so that the slots do not wait for the claim),
+// up to the prefetch limit (see claimFit.ahead). Fast claims, long jobs or
+// claims whose time grows with their jobs as fast as the slots run them
+// make it Concurrency alone.
+func (w *Worker) holdTarget(fit claimFit) int {
+	c := w.cfg.Concurrency
+	return c + fit.ahead(c, w.handler.mean(), w.cfg.prefetchMax())
 }
 
 // handlerTime is a moving average of how long handlers run.
