@@ -45,12 +45,14 @@ func (c *claimCost) observe(n int, d time.Duration) {
 // estimate is the cost of the next claim: the last fit, or while none is
 // known (batch claims all of about one size, or none yet), the slowest
 // recent claim counted as fixed, which is what the claims ahead would hide
-// if their size did not matter.
-func (c *claimCost) estimate(slowest time.Duration) claimFit {
+// if their size did not matter, with explore set: the worker then claims
+// ahead at most as many jobs as it has slots, so that a claim up to twice
+// its slots tells how claim time grows with size before it claims further.
+func (c *claimCost) estimate(slowest time.Duration) (fit claimFit, explore bool) {
 	if c.known {
-		return c.fit
+		return c.fit, false
 	}
-	return claimFit{fixed: slowest}
+	return claimFit{fixed: slowest}, true
 }
 
 // fitClaims fits fixed + n × perJob to the claims of sizes ns that took ds

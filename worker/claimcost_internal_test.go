@@ -47,7 +47,10 @@ func TestHoldTargetFollowsTheFixedPartOfClaims(t *testing.T) {
 	require.Equal(t, 20+25, targetAfter(w, mixed...), "50 ms fixed over 5 ms − 1 ms a job, twice")
 
 	sameSize := []claimTook{{20, 200 * time.Millisecond}, {20, 100 * time.Millisecond}}
-	require.Equal(t, 20+80, targetAfter(w, sameSize...), "sizes too close to fit: the slowest counts as fixed")
+	require.Equal(t, 20+20, targetAfter(w, sameSize...), "sizes too close to fit: the slowest counts as fixed, as many ahead as slots at most")
+	w.handler = handlerTime{}
+	w.handler.observe(time.Second) // a slot runs a job per 50 ms
+	require.Equal(t, 20+8, targetAfter(w, sameSize...), "2 × 200 ms ÷ 50 ms")
 	require.Equal(t, 20, targetAfter(w), "no claim yet")
 }
 

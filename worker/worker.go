@@ -333,7 +333,7 @@ func (w *Worker) dispatch() {
 			cost.observe(len(claimed), time.Since(sent))
 		}
 		if ce := w.log.Check(zap.DebugLevel, "claimed"); ce != nil {
-			fit := cost.estimate(took.slowest())
+			fit, _ := cost.estimate(took.slowest())
 			ce.Write(zap.Int("target", target), zap.Int("asked", slots), zap.Int("got", len(claimed)),
 				zap.Duration("took", time.Since(sent)), zap.Duration("fixed", fit.fixed), zap.Duration("per_job", fit.perJob))
 		}
@@ -639,12 +639,17 @@ func (w *Worker) gatherSlots(wait bool, target int) int {
 // claim, when its claims cost as fit says: its Concurrency, and the jobs
 // its slots run while a claim is on its way at the pace of its recent
 // handlers (claimed ahead, so that the slots do not wait for the claim),
-// up to the prefetch limit (see claimFit.ahead). Fast claims, long jobs or
+// up to the prefetch limit (see claimFit.ahead), and while explore (how a
+// claim's time grows with its jobs is not known yet) up to Concurrency.
+// Fast claims, long jobs or
 // claims whose time grows with their jobs as fast as the slots run them
 // make it Concurrency alone.
-func (w *Worker) holdTarget(fit claimFit) int {
-	c := w.cfg.Concurrency
-	return c + fit.ahead(c, w.handler.mean(), w.cfg.prefetchMax())
+func (w *Worker) holdTarget(fit claimFit, explore bool) int {
+	c, most := w.cfg.Concurrency, w.cfg.prefetchMax()
+	if explore {
+		most = min(most, c)
+	}
+	return c + fit.ahead(c, w.handler.mean(), most)
 }
 
 // handlerTime is a moving average of how long handlers run.
