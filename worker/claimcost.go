@@ -1,6 +1,10 @@
 package worker
 
-import "time"
+import (
+	"time"
+
+	"go.uber.org/zap"
+)
 
 // claimCost tells apart, in what the recent batch claims took, the part a
 // claim pays whatever its size (round trips, a server's queueing, reading
@@ -120,4 +124,17 @@ func (f claimFit) ahead(concurrency int, handler time.Duration, most int) int {
 		return 0
 	}
 	return int(min(2*float64(f.fixed)/room, float64(most)))
+}
+
+// logClaim logs, at debug level, the dispatcher's decision for a claim:
+// the jobs it meant to hold, the jobs it asked and got, how long it took,
+// and the claim cost it now expects.
+func (w *Worker) logClaim(cost *claimCost, slowest time.Duration, target, asked, got int, took time.Duration) {
+	ce := w.log.Check(zap.DebugLevel, "claimed")
+	if ce == nil {
+		return
+	}
+	fit, _ := cost.estimate(slowest)
+	ce.Write(zap.Int("target", target), zap.Int("asked", asked), zap.Int("got", got),
+		zap.Duration("took", took), zap.Duration("fixed", fit.fixed), zap.Duration("per_job", fit.perJob))
 }

@@ -328,15 +328,12 @@ func (w *Worker) dispatch() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
-		took.observe(time.Since(sent))
+		elapsed := time.Since(sent)
+		took.observe(elapsed)
 		if err == nil {
-			cost.observe(len(claimed), time.Since(sent))
+			cost.observe(len(claimed), elapsed)
 		}
-		if ce := w.log.Check(zap.DebugLevel, "claimed"); ce != nil {
-			fit, _ := cost.estimate(took.slowest())
-			ce.Write(zap.Int("target", target), zap.Int("asked", slots), zap.Int("got", len(claimed)),
-				zap.Duration("took", time.Since(sent)), zap.Duration("fixed", fit.fixed), zap.Duration("per_job", fit.perJob))
-		}
+		w.logClaim(&cost, took.slowest(), target, slots, len(claimed), elapsed)
 		w.slowestClaim.Store(int64(took.slowest()))
 		sizer.claimed(slots, len(claimed), waitedLongest(claimed, sent), err)
 		w.obs.Claimed(time.Since(sent), len(claimed), err)
@@ -641,9 +638,8 @@ func (w *Worker) gatherSlots(wait bool, target int) int {
 // handlers (claimed ahead, so that the slots do not wait for the claim),
 // up to the prefetch limit (see claimFit.ahead), and while explore (how a
 // claim's time grows with its jobs is not known yet) up to Concurrency.
-// Fast claims, long jobs or
-// claims whose time grows with their jobs as fast as the slots run them
-// make it Concurrency alone.
+// Fast claims, long jobs or claims whose time grows with their jobs as
+// fast as the slots run them make it Concurrency alone.
 func (w *Worker) holdTarget(fit claimFit, explore bool) int {
 	c, most := w.cfg.Concurrency, w.cfg.prefetchMax()
 	if explore {
