@@ -35,14 +35,14 @@ import (
 // DefaultJobs is the backlog of the default burn-downs: enough that each
 // measures work rather than start-up (some 15–30 s on devdb), and
 // DefaultSingleJobs that of the single burn-down, whose single claims run
-// a few tens of jobs/s there.
+// some 50–80 jobs/s there.
 const (
 	DefaultJobs       = 3000
-	DefaultSingleJobs = 1000
+	DefaultSingleJobs = 1600
 )
 
-// Options size the runs. The defaults take about 11 minutes on devdb on
-// 2 busy vCPUs.
+// Options size the runs. The defaults take about 8 minutes on devdb on
+// 2 quiet vCPUs.
 type Options struct {
 	MongoURI string
 	Jobs     int
