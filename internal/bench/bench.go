@@ -33,7 +33,7 @@ import (
 )
 
 // DefaultJobs is the backlog of the default burn-downs: enough that each
-// measures work rather than start-up (some 15–30 s on devdb), and
+// measures work rather than start-up (some 10–40 s on devdb), and
 // DefaultSingleJobs that of the single burn-down, whose single claims run
 // some 50–80 jobs/s there.
 const (
