@@ -35,7 +35,8 @@ test:
 	@GO=$(GO) scripts/test.sh
 
 # Throughput, commands per job, latency, idle cost and scaling on a devdb of
-# its own (about 5 minutes); BENCH_FLAGS="--json", "--runs default,steady" or "--mongo-uri ..." to vary.
+# its own (8 minutes on 2 quiet vCPUs, 12 under a load of 11-17:
+# burn-downs of 3,000 jobs, 1,600 with single claims); BENCH_FLAGS="--json", "--runs default,steady" or "--mongo-uri ..." to vary.
 # BENCH_FLAGS="--runs growth" measures how cost grows with the backlog (300 to
 # 100,000 jobs, and beside 1,000,000 finished ones), stopping itself within
 # --growth-budget (10 minutes) and saying which points it skipped.

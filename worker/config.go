@@ -89,9 +89,14 @@ type Config struct {
 	// with its jobs: a slow server (an overloaded primary, a server that
 	// scans a big backlog) answers a claim of many jobs about as fast as a
 	// claim of few, so the worker claims ahead what its slots will run
-	// while the next claim is on its way, Concurrency × claim latency ÷
-	// handler time of them, up to Prefetch. With fast claims or long jobs
-	// that is none, and jobs stay in the database for other workers. A
+	// while the next claim is on its way: twice the part of a claim's time
+	// that does not grow with its jobs, over the handler time ÷
+	// Concurrency less the claim's time per job, up to Prefetch. With fast
+	// claims or long jobs that is none, and jobs stay in the database for
+	// other workers; none too where a claim's time grows with its jobs as
+	// fast as the slots run them (a server that stamps a batch one
+	// document at a time, no-op jobs): claims then bound the pace, and
+	// bigger ones only take longer. A
 	// job held waiting has its lease renewed like a running one; it starts
 	// in claim order, and a stop gives back those not started, their
 	// attempt not counted. Defaults to DefaultPrefetch; -1 turns it off.

@@ -54,13 +54,15 @@ func TestClaimSizer(t *testing.T) {
 // the prefetch limit for fast ones, and none when prefetch is off.
 func TestHoldTarget(t *testing.T) {
 	w := &Worker{cfg: Config{Concurrency: 4, Prefetch: 100}}
-	require.Equal(t, 4, w.holdTarget(time.Second), "no handler has returned yet")
+	fixed := func(d time.Duration) claimFit { return claimFit{fixed: d} }
+	require.Equal(t, 4, w.holdTarget(fixed(time.Second), false), "no handler has returned yet")
 	w.handler.observe(time.Second)
-	require.Equal(t, 4, w.holdTarget(100*time.Millisecond), "claims fast compared with jobs")
-	require.Equal(t, 6, w.holdTarget(500*time.Millisecond))
+	require.Equal(t, 4, w.holdTarget(fixed(100*time.Millisecond), false), "claims fast compared with jobs")
+	require.Equal(t, 8, w.holdTarget(fixed(500*time.Millisecond), false), "the jobs run during a claim, twice")
 	w.handler = handlerTime{}
 	w.handler.observe(time.Millisecond)
-	require.Equal(t, 104, w.holdTarget(time.Second), "up to the prefetch limit")
+	require.Equal(t, 104, w.holdTarget(fixed(time.Second), false), "up to the prefetch limit")
+	require.Equal(t, 8, w.holdTarget(fixed(time.Second), true), "how claims grow not known yet: as many ahead as slots at most")
 	w.cfg.Prefetch = -1
-	require.Equal(t, 4, w.holdTarget(time.Second), "prefetch off")
+	require.Equal(t, 4, w.holdTarget(fixed(time.Second), false), "prefetch off")
 }

@@ -298,10 +298,11 @@ func (w *Worker) dispatch() {
 	var idle, failing time.Duration
 	var sizer claimSizer
 	var took claimLatency
+	var cost claimCost
 	for {
 		// How many jobs to hold: the slots, and as many more as the slots
 		// will run while the next claim is on its way (see Config.Prefetch).
-		target := w.holdTarget(took.slowest())
+		target := w.holdTarget(cost.estimate(took.slowest()))
 		if !w.awaitRoom(target) {
 			return
 		}
@@ -327,7 +328,12 @@ func (w *Worker) dispatch() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
-		took.observe(time.Since(sent))
+		elapsed := time.Since(sent)
+		took.observe(elapsed)
+		if err == nil {
+			cost.observe(len(claimed), elapsed)
+		}
+		w.logClaim(&cost, took.slowest(), target, slots, len(claimed), elapsed)
 		w.slowestClaim.Store(int64(took.slowest()))
 		sizer.claimed(slots, len(claimed), waitedLongest(claimed, sent), err)
 		w.obs.Claimed(time.Since(sent), len(claimed), err)
@@ -627,18 +633,19 @@ func (w *Worker) gatherSlots(wait bool, target int) int {
 }
 
 // holdTarget is how many jobs the worker holds at most before its next
-// claim, when its recent claims took up to latency: its Concurrency, and
-// the jobs its slots run in that time at the pace of its recent handlers
-// (claimed ahead, so that the slots do not wait for the claim), up to the
-// prefetch limit. Fast claims or long jobs make it Concurrency alone.
-func (w *Worker) holdTarget(latency time.Duration) int {
+// claim, when its claims cost as fit says: its Concurrency, and the jobs
+// its slots run while a claim is on its way at the pace of its recent
+// handlers (claimed ahead, so that the slots do not wait for the claim),
+// up to the prefetch limit (see claimFit.ahead), and while explore (how a
+// claim's time grows with its jobs is not known yet) up to Concurrency.
+// Fast claims, long jobs or claims whose time grows with their jobs as
+// fast as the slots run them make it Concurrency alone.
+func (w *Worker) holdTarget(fit claimFit, explore bool) int {
 	c, most := w.cfg.Concurrency, w.cfg.prefetchMax()
-	d := w.handler.mean()
-	if most == 0 || d <= 0 || latency <= 0 {
-		return c
+	if explore {
+		most = min(most, c)
 	}
-	ahead := float64(c) * float64(latency) / float64(d)
-	return c + int(min(ahead, float64(most)))
+	return c + fit.ahead(c, w.handler.mean(), most)
 }
 
 // handlerTime is a moving average of how long handlers run.

@@ -9,6 +9,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,10 +32,24 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Options size the runs. The defaults take about a minute on devdb.
+// DefaultJobs is the backlog of the default burn-downs: enough that each
+// measures work rather than start-up (some 10–40 s on devdb), and
+// DefaultSingleJobs that of the single burn-down, whose single claims run
+// some 50–80 jobs/s there.
+const (
+	DefaultJobs       = 3000
+	DefaultSingleJobs = 1600
+)
+
+// Options size the runs. The defaults take about 8 minutes on devdb on
+// 2 quiet vCPUs.
 type Options struct {
 	MongoURI string
 	Jobs     int
+	// SingleJobs is the backlog of the single burn-down (0: Jobs): single
+	// claims run a few tens of jobs/s on devdb, where Jobs would take
+	// minutes.
+	SingleJobs int
 	// PartitionJobs is the backlog of each burn-down of the partitions run.
 	PartitionJobs int
 	Procs         int
@@ -129,7 +144,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.MongoURI, "mongo-uri", "", "server to measure (default: start a devdb of its own)")
-	fs.IntVar(&o.Jobs, "jobs", 300, "no-op jobs per burn-down")
+	fs.IntVar(&o.Jobs, "jobs", DefaultJobs, "no-op jobs per burn-down (single's: --single-jobs)")
+	fs.IntVar(&o.SingleJobs, "single-jobs", DefaultSingleJobs, "no-op jobs of the single burn-down (0: --jobs)")
 	fs.IntVar(&o.PartitionJobs, "partition-jobs", 20_000, "no-op jobs per burn-down of the partitions run")
 	fs.IntVar(&o.Procs, "procs", 2, "worker processes in burn-downs and steady state")
 	fs.IntVar(&o.Concurrency, "concurrency", 20, "jobs at once per worker process (the raw loop runs procs x this goroutines)")
@@ -182,7 +198,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		o.Runs = append(o.Runs, r)
 	}
-	if o.Jobs < 1 || o.Procs < 1 || o.Concurrency < 1 || o.ClaimBatch < 1 || o.SteadyRate <= 0 || o.SleepJobs < 1 || o.SleepConcurrency < 1 || o.SleepClaimBatch < 1 || o.SteadyClaimBatch < 1 || o.FailoverProcs < 2 || o.HeartbeatJobs < 1 || o.HeartbeatSleep <= 0 ||
+	if o.Jobs < 1 || o.SingleJobs < 0 || o.Procs < 1 || o.Concurrency < 1 || o.ClaimBatch < 1 || o.SteadyRate <= 0 || o.SleepJobs < 1 || o.SleepConcurrency < 1 || o.SleepClaimBatch < 1 || o.SteadyClaimBatch < 1 || o.FailoverProcs < 2 || o.HeartbeatJobs < 1 || o.HeartbeatSleep <= 0 ||
 		o.SpreadProcs < 1 || o.SpreadConcurrency < 1 || o.SpreadClaimBatch < 1 {
 		fmt.Fprintln(stderr, "bench: sizes and rates must be positive (and --failover-procs at least 2)")
 		return 2
@@ -253,7 +269,7 @@ func Run(ctx context.Context, o Options, log io.Writer) (*Results, error) {
 		var err error
 		switch r {
 		case "single":
-			res.Single, err = b.burnDown(ctx, "single", o.Jobs, o.Procs, o.Concurrency, 1, "noop", nil)
+			res.Single, err = b.burnDown(ctx, "single", cmp.Or(o.SingleJobs, o.Jobs), o.Procs, o.Concurrency, 1, "noop", nil)
 		case "batch":
 			res.Batch, err = b.burnDown(ctx, "batch", o.Jobs, o.Procs, o.Concurrency, o.ClaimBatch, "noop", nil)
 		case "raw":

@@ -285,3 +285,21 @@ func TestPartitionsRunMeasuresWhatItRan(t *testing.T) {
 	res.writeTable(&out)
 	require.Contains(t, out.String(), "a hot customer's 31 jobs ahead of 29 others'")
 }
+
+// The single burn-down is compared with the raw loop only at the same
+// backlog: by default it burns down fewer jobs (--single-jobs).
+func TestSingleVsRawOnlyAtOneBacklog(t *testing.T) {
+	raw := &BurnDown{Name: "raw", Jobs: DefaultJobs, JobsPerSec: 50}
+	r := &Results{Raw: raw, Single: &BurnDown{Name: "single", Jobs: DefaultSingleJobs, JobsPerSec: 25}}
+	r.derive()
+	require.Zero(t, r.SingleVsRaw)
+	r = &Results{Raw: raw, Single: &BurnDown{Name: "single", Jobs: DefaultJobs, JobsPerSec: 25}}
+	r.derive()
+	require.InDelta(t, 0.5, r.SingleVsRaw, 1e-9)
+}
+
+// A negative --single-jobs is refused (0 is --jobs).
+func TestSingleJobsNotNegative(t *testing.T) {
+	var stderr bytes.Buffer
+	require.Equal(t, 2, Main([]string{"--single-jobs", "-1"}, &bytes.Buffer{}, &stderr))
+}

@@ -1,0 +1,140 @@
+package worker
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// claimCost tells apart, in what the recent batch claims took, the part a
+// claim pays whatever its size (round trips, a server's queueing, reading
+// the candidates) from the part it pays per job it stamps. Claiming ahead
+// hides only the first: on a server that stamps the jobs of a batch one by
+// one (devdb, an overloaded primary) a claim twice as big takes about
+// twice as long, so claiming ahead would make the claims longer, which the
+// old rule then answered by claiming further ahead, up to the prefetch
+// limit, with jobs held that other processes could run. It is the dispatch
+// goroutine's alone.
+type claimCost struct {
+	sizes [claimLatencySamples]int // jobs a recent batch claim stamped; zero until one fills it
+	took  [claimLatencySamples]time.Duration
+	next  int
+	fit   claimFit // the last fit of claims of sizes far enough apart
+	known bool     // fit holds one
+}
+
+// claimFit is how long a claim of n jobs takes: fixed + n × perJob.
+type claimFit struct {
+	fixed, perJob time.Duration
+}
+
+// claimSizeSpread is how many times the largest of the recent batch claims
+// must be of the smallest for their times to tell the per-job part from
+// the fixed part: closer sizes leave the last such fit in force.
+const claimSizeSpread = 2
+
+// observe takes in a batch claim that stamped n jobs (at least two: a
+// single claim is another command) and took d.
+func (c *claimCost) observe(n int, d time.Duration) {
+	if n < 2 {
+		return
+	}
+	c.sizes[c.next], c.took[c.next] = n, d
+	c.next = (c.next + 1) % len(c.sizes)
+	if f, ok := fitClaims(c.sizes[:], c.took[:]); ok {
+		c.fit, c.known = f, true
+	}
+}
+
+// estimate is the cost of the next claim: the last fit, or while none is
+// known (batch claims all of about one size, or none yet), the slowest
+// recent claim counted as fixed, which is what the claims ahead would hide
+// if their size did not matter, with explore set: the worker then claims
+// ahead at most as many jobs as it has slots, so that a claim up to twice
+// its slots tells how claim time grows with size before it claims further.
+func (c *claimCost) estimate(slowest time.Duration) (fit claimFit, explore bool) {
+	if c.known {
+		return c.fit, false
+	}
+	return claimFit{fixed: slowest}, true
+}
+
+// fitClaims fits fixed + n × perJob to the claims of sizes ns that took ds
+// (a zero size is an empty sample) by least squares, with neither part
+// negative, and the fixed part the largest that any claim left over (like
+// claimLatency.slowest, the slow claims count). It reports false when the
+// sizes are too close to tell the parts apart.
+func fitClaims(ns []int, ds []time.Duration) (claimFit, bool) {
+	var cnt, sn, sd float64
+	lo, hi := 0, 0
+	for i, n := range ns {
+		if n == 0 {
+			continue
+		}
+		if lo == 0 || n < lo {
+			lo = n
+		}
+		hi = max(hi, n)
+		cnt++
+		sn += float64(n)
+		sd += float64(ds[i])
+	}
+	if lo == 0 || hi < claimSizeSpread*lo {
+		return claimFit{}, false
+	}
+	mn, md := sn/cnt, sd/cnt
+	var cov, vn float64
+	for i, n := range ns {
+		if n == 0 {
+			continue
+		}
+		cov += (float64(n) - mn) * (float64(ds[i]) - md)
+		vn += (float64(n) - mn) * (float64(n) - mn)
+	}
+	perJob := max(cov/vn, 0)
+	perJob = min(perJob, md/mn) // a negative fixed part: all of it is per job
+	var fixed time.Duration
+	for i, n := range ns {
+		if n != 0 {
+			fixed = max(fixed, ds[i]-time.Duration(float64(n)*perJob))
+		}
+	}
+	return claimFit{fixed: fixed, perJob: time.Duration(perJob)}, true
+}
+
+// ahead is how many jobs to hold beyond the slots, concurrency of them
+// running handlers that take handler each, so that the slots do not wait
+// for claims. A claim of n jobs takes T = fixed + n × perJob, during which
+// the slots run T × concurrency ÷ handler jobs: the claim replaces those
+// run during the last one, and its slots are held, empty, while it is on
+// its way, so the jobs held must cover what the slots run during a claim
+// twice. That is T ÷ (handler ÷ concurrency) = fixed ÷ (handler ÷
+// concurrency − perJob) jobs, twice (TestClaimAheadAgainstModel checks it
+// against a model of the dispatcher). None when a job costs a claim as
+// long as a slot takes to run one: claims, not slots, then bound the pace,
+// a bigger claim only takes longer, and jobs held ahead wait while other
+// processes could run them. At most most.
+func (f claimFit) ahead(concurrency int, handler time.Duration, most int) int {
+	if most <= 0 || handler <= 0 || f.fixed <= 0 {
+		return 0
+	}
+	perSlot := float64(handler) / float64(concurrency)
+	room := perSlot - float64(f.perJob)
+	if room <= 0 {
+		return 0
+	}
+	return int(min(2*float64(f.fixed)/room, float64(most)))
+}
+
+// logClaim logs, at debug level, the dispatcher's decision for a claim:
+// the jobs it meant to hold, the jobs it asked and got, how long it took,
+// and the claim cost it now expects.
+func (w *Worker) logClaim(cost *claimCost, slowest time.Duration, target, asked, got int, took time.Duration) {
+	ce := w.log.Check(zap.DebugLevel, "claimed")
+	if ce == nil {
+		return
+	}
+	fit, _ := cost.estimate(slowest)
+	ce.Write(zap.Int("target", target), zap.Int("asked", asked), zap.Int("got", got),
+		zap.Duration("took", took), zap.Duration("fixed", fit.fixed), zap.Duration("per_job", fit.perJob))
+}
