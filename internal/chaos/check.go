@@ -223,6 +223,9 @@ func (r *run) checkFencing(byID map[string]*jobs.Job) {
 			if j == nil || (j.Owner == s.p.id && j.Attempt == held.Attempt) {
 				continue // not taken from it while it was stopped
 			}
+			if recordedUntaken(logs, s.p.id, id, held.Attempt) {
+				continue // its lease ran out, but no one took the job before its fenced write
+			}
 			for _, l := range lines {
 				if l.JobID == id && l.Attempt == held.Attempt && l.final() {
 					r.errorf("chaos: stalled worker %s finished job %s attempt %d after losing its lease", s.p.id, id, held.Attempt)
@@ -447,4 +450,27 @@ func (r *run) checkUsers(all []jobs.Job) {
 			r.errorf("chaos: comment %s by %s carries the name %q; the user is named %q", c.ID, c.UID, c.UName, names[c.UID])
 		}
 	}
+}
+
+// recordedUntaken reports whether worker w recorded attempt n of job id
+// ("job finished": its write, fenced on its lease, applied) before any
+// process started a later attempt: a stall past the lease loses the job
+// only once the reaper or another claim took it, and where none had, the
+// worker's write applies and it has nothing to notice.
+func recordedUntaken(logs map[string][]logLine, w, id string, n int) bool {
+	i := slices.IndexFunc(logs[w], func(l logLine) bool {
+		return l.JobID == id && l.Attempt == n && l.Msg == "job finished"
+	})
+	if i < 0 {
+		return false
+	}
+	fin := logs[w][i].time()
+	for _, lines := range logs {
+		if slices.ContainsFunc(lines, func(l logLine) bool {
+			return l.JobID == id && l.Attempt > n && l.Msg == "job started" && l.time().Before(fin)
+		}) {
+			return false
+		}
+	}
+	return true
 }
