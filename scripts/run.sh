@@ -41,11 +41,13 @@ free_port() {
 say() { printf '%s\n' "$*" 2>/dev/null || true; }
 
 # reap waits until process $1, a child of this shell, has exited: a wait
-# that a signal cut short is waited again, so devdb is never stopped under
-# a worker still finishing its jobs.
+# that a signal cut short (status over 128, the child still there) is
+# waited again, so devdb is never stopped under a worker still finishing
+# its jobs. A pid that is no child of ours (127) ends it.
 reap() {
-	while kill -0 "$1" 2>/dev/null; do
+	while :; do
 		wait "$1" 2>/dev/null
+		[ $? -gt 128 ] && kill -0 "$1" 2>/dev/null || return 0
 	done
 }
 
