@@ -63,9 +63,9 @@ func taskName(t *queue.WorkflowTask) string {
 // summaryLabel is what a summary node says: how many tasks it stands
 // for, and in how many layers when it folds several.
 func summaryLabel(n Node) string {
-	s := plural(n.More, "more task", "more tasks")
+	s := Plural(n.More, "more task", "more tasks")
 	if n.Layers > 1 {
-		s += " in " + plural(n.Layers, "layer", "layers")
+		s += " in " + Plural(n.Layers, "layer", "layers")
 	}
 	return s
 }
