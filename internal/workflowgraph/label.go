@@ -15,10 +15,10 @@ const (
 	titleRunes = 300
 )
 
-// Label is s as a drawing shows it, in at most n characters: bytes that
-// are not UTF-8 as U+FFFD, control characters as their pictures (a new
-// line as ␊), characters that reorder text as U+FFFD, and past n
-// characters cut with "…".
+// Label is s as a drawing shows it: bytes that are not UTF-8 as U+FFFD,
+// control characters as their pictures (a new line as ␊), characters that
+// reorder text as U+FFFD, and, when longer than n characters, its first n
+// followed by "…".
 func Label(s string, n int) string {
 	var b strings.Builder
 	count := 0
