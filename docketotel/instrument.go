@@ -3,10 +3,9 @@ package docketotel
 import (
 	"errors"
 	"fmt"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/docketq/docket"
+	"github.com/docketq/docket/internal/textcut"
 	"github.com/docketq/docket/jobs"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -81,17 +80,7 @@ const maxValueBytes = 256
 
 // clean returns s as a span may carry it: valid UTF-8, at most
 // maxValueBytes, cut on a character boundary.
-func clean(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= maxValueBytes {
-		return s
-	}
-	cut := maxValueBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}
+func clean(s string) string { return textcut.Bytes(s, maxValueBytes) }
 
 // jobAttributes are the attributes of a span about one job's attempt.
 func jobAttributes(job *jobs.Job, op attribute.KeyValue, name string) []attribute.KeyValue {

@@ -2,6 +2,7 @@ package docketotel
 
 import (
 	"context"
+	"strings"
 
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/jobs"
@@ -23,15 +24,31 @@ const (
 // injected returns o with ctx's span context as its traceparent and
 // tracestate, or o unchanged when it carries a traceparent already (a
 // creation context of the caller's own, which the conventions say to
-// keep) or ctx has no valid span context.
+// keep) or ctx has no valid span context. A tracestate over what a job
+// carries keeps the members that fit, so that tracing never fails an
+// insert.
 func injected(ctx context.Context, o docket.InsertOpts) docket.InsertOpts {
 	if o.Traceparent != "" {
 		return o
 	}
 	carrier := propagation.MapCarrier{}
 	traceContext.Inject(ctx, carrier)
-	o.Traceparent, o.Tracestate = carrier[traceparentField], carrier[tracestateField]
+	o.Traceparent, o.Tracestate = carrier[traceparentField], fitted(carrier[tracestateField])
 	return o
+}
+
+// fitted is tracestate cut to the members that fit in
+// jobs.MaxTraceHeaderBytes: W3C Trace Context drops members from the
+// end, the oldest, when a header is too long to propagate.
+func fitted(tracestate string) string {
+	for len(tracestate) > jobs.MaxTraceHeaderBytes {
+		i := strings.LastIndexByte(tracestate, ',')
+		if i < 0 {
+			return ""
+		}
+		tracestate = tracestate[:i]
+	}
+	return tracestate
 }
 
 // extracted returns the span context job carries, invalid when it carries

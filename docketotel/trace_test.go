@@ -1,6 +1,7 @@
 package docketotel_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/docketq/docket"
@@ -183,4 +184,24 @@ func mustMarshal(t *testing.T, v any) []byte {
 	b, err := bson.Marshal(v)
 	require.NoError(t, err)
 	return b
+}
+
+// A caller's trace state longer than a job carries does not fail the
+// insert: the job carries its first members that fit (W3C Trace Context
+// drops members from the end), here the first two.
+func TestInsertUnderALongTracestateSucceeds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, docketotel.Config{})
+	long := strings.Repeat("x", 200)
+	ts, err := trace.ParseTraceState("a=" + long + ",b=" + long + ",c=" + long + ",d=" + long)
+	require.NoError(t, err)
+	parent := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true,
+	})
+	res, err := b.client.Insert(trace.ContextWithRemoteSpanContext(b.ctx, parent), TracedArgs{Mode: "ok"}, nil)
+	require.NoError(t, err)
+	job, err := b.client.JobGet(b.ctx, res.ID)
+	require.NoError(t, err)
+	require.Contains(t, string(job.Traceparent), parent.TraceID().String())
+	require.Equal(t, "a="+long+",b="+long, string(job.Tracestate))
 }

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"math"
-	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/docketq/docket/internal/textcut"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -68,17 +67,7 @@ func Progress(ctx context.Context, fraction float64, message string) error {
 
 // boundMessage is s as valid UTF-8 of at most MaxProgressMessageBytes,
 // cut between characters.
-func boundMessage(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= MaxProgressMessageBytes {
-		return s
-	}
-	cut := MaxProgressMessageBytes
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}
+func boundMessage(s string) string { return textcut.Bytes(s, MaxProgressMessageBytes) }
 
 // UnmarshalBSONValue reads a stored progress field field by field, as
 // another application may have written it: it never fails. A fraction

@@ -25,23 +25,15 @@ func drawing(v queue.WorkflowView) *graphView {
 		return nil
 	}
 	g := workflowgraph.Layout(v.Tasks)
-	tasks := plural(v.Shown(), "task", "tasks")
+	tasks := workflowgraph.Plural(v.Shown(), "task", "tasks")
 	if v.Gate {
 		tasks += " and the gate"
 	}
-	layers := plural(len(g.Layers), "layer", "layers")
+	layers := workflowgraph.Plural(len(g.Layers), "layer", "layers")
 	caption := fmt.Sprintf("The %s in %s, parents above their dependents; each box links to its job.", tasks, layers)
 	if v.Offset > 0 || v.Shown() < v.Total || v.AtLeast {
 		caption = fmt.Sprintf("This page's %s (%s to %s of %s) in %s, parents above their dependents; parents on other pages are not drawn; each box links to its job.",
 			tasks, thousands(int64(v.Offset+1)), thousands(int64(v.Offset+v.Shown())), totalLabel(v), layers)
 	}
 	return &graphView{SVG: template.HTML(workflowgraph.SVG(g, jobPath)), Caption: caption, LeftOut: g.LeftOut()} //nolint:gosec // escaped by workflowgraph.SVG
-}
-
-// plural is n, for people, and the noun that fits it.
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return thousands(int64(n)) + " " + many
 }

@@ -15,10 +15,10 @@ const (
 	titleRunes = 300
 )
 
-// Label is s as a drawing shows it, in at most n characters: bytes that
-// are not UTF-8 as U+FFFD, control characters as their pictures (a new
-// line as ␊), characters that reorder text as U+FFFD, and past n
-// characters cut with "…".
+// Label is s as a drawing shows it: bytes that are not UTF-8 as U+FFFD,
+// control characters as their pictures (a new line as ␊), characters that
+// reorder text as U+FFFD, and, when longer than n characters, its first n
+// followed by "…".
 func Label(s string, n int) string {
 	var b strings.Builder
 	count := 0
@@ -63,9 +63,9 @@ func taskName(t *queue.WorkflowTask) string {
 // summaryLabel is what a summary node says: how many tasks it stands
 // for, and in how many layers when it folds several.
 func summaryLabel(n Node) string {
-	s := plural(n.More, "more task", "more tasks")
+	s := Plural(n.More, "more task", "more tasks")
 	if n.Layers > 1 {
-		s += " in " + plural(n.Layers, "layer", "layers")
+		s += " in " + Plural(n.Layers, "layer", "layers")
 	}
 	return s
 }

@@ -18,8 +18,9 @@ func itoa(n int) string {
 	return s
 }
 
-// plural is n and the noun that fits it.
-func plural(n int, one, many string) string {
+// Plural is n, with thousands separated by commas, and the noun that fits
+// it: "1 task", "1,200 tasks". The dashboard's captions use it too.
+func Plural(n int, one, many string) string {
 	if n == 1 {
 		return "1 " + one
 	}

@@ -282,10 +282,10 @@ func (g Graph) LeftOut() string {
 	var parts []string
 	if g.Folded > 0 {
 		parts = append(parts, fmt.Sprintf("%s of %s are counted in dashed boxes, not drawn one by one (a layer shows at most %d tasks, and %d layers at most, the tasks below them in one box)",
-			plural(g.Folded, "task", "tasks"), itoa(g.Tasks), MaxPerLayer-1, MaxLayers-1))
+			Plural(g.Folded, "task", "tasks"), itoa(g.Tasks), MaxPerLayer-1, MaxLayers-1))
 	}
 	if g.EdgesLeftOut > 0 {
-		parts = append(parts, fmt.Sprintf("%s past the first %s are not drawn", plural(g.EdgesLeftOut, "edge", "edges"), itoa(MaxEdges)))
+		parts = append(parts, fmt.Sprintf("%s past the first %s are not drawn", Plural(g.EdgesLeftOut, "edge", "edges"), itoa(MaxEdges)))
 	}
 	return strings.Join(parts, "; ")
 }
