@@ -88,7 +88,7 @@ func readProgress(v bson.RawValue) ProgressReport {
 	if !ok || doc.Validate() != nil {
 		return p
 	}
-	if f, ok := number(doc.Lookup("fraction")); ok && f >= 0 && f <= 1 {
+	if f, ok := doc.Lookup("fraction").AsFloat64OK(); ok && f >= 0 && f <= 1 {
 		p.Fraction = f
 	}
 	if m, ok := doc.Lookup("message").StringValueOK(); ok {
@@ -98,18 +98,6 @@ func readProgress(v bson.RawValue) ProgressReport {
 		p.At = at.UTC()
 	}
 	return p
-}
-
-// number is v as a float64 when it is a BSON double, int32 or int64.
-func number(v bson.RawValue) (float64, bool) {
-	switch v.Type {
-	case bson.TypeDouble:
-		return v.Double(), true
-	case bson.TypeInt32, bson.TypeInt64:
-		n, _ := v.AsInt64OK()
-		return float64(n), true
-	}
-	return 0, false
 }
 
 // Known reports whether p's fraction is known: a number from 0 to 1.

@@ -240,6 +240,8 @@ func (w *Worker) renewPart(part []*beat) error {
 		}
 		if seq, ok := seqs[b]; ok && beat.Err == nil {
 			w.progressWritten(b, progress[b.r.lease], seq)
+		} else if ok && !errors.Is(beat.Err, queue.ErrLeaseLost) {
+			b.r.progress.mayLandLate()
 		}
 		w.applyBeat(b, beat)
 	}

@@ -27,6 +27,10 @@ type progressBox struct {
 	written uint64               // the seq of the last one written
 	stored  *jobs.ProgressReport // the last one written
 	over    bool                 // the attempt ended (ended was called)
+	// late is set once a renewal carrying a report failed with its outcome
+	// unknown: the server may still apply it, after a later renewal wrote
+	// a newer report, and put the older one back.
+	late bool
 }
 
 // report records p as the latest report.
@@ -60,12 +64,23 @@ func (b *progressBox) wrote(p jobs.ProgressReport, seq uint64, tell func()) {
 	}
 }
 
+// mayLandLate records that a renewal carrying a report failed with its
+// outcome unknown (see late).
+func (b *progressBox) mayLandLate() {
+	b.mu.Lock()
+	b.late = true
+	b.mu.Unlock()
+}
+
 // carry returns ctx for the write that ends the attempt, carrying the
-// latest report no renewal wrote (store.WithProgress), which that write
-// stores if it finishes the job; carried records, once the write
+// latest report no renewal wrote, or, when a renewal may have landed late
+// (mayLandLate), the latest report at all (store.WithProgress), which that
+// write stores if it finishes the job; carried records, once the write
 // succeeded, that it was written.
 func (b *progressBox) carry(ctx context.Context) (_ context.Context, carried func()) {
-	p, seq, ok := b.pending()
+	b.mu.Lock()
+	p, seq, ok := b.latest, b.seq, b.seq > b.written || b.late && b.seq > 0
+	b.mu.Unlock()
 	if !ok {
 		return ctx, func() {}
 	}

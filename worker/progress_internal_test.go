@@ -45,3 +45,28 @@ func TestNoProgressToldAfterTheAttemptEnded(t *testing.T) {
 	require.EqualValues(t, 1, obs.n.Load(), "a progress event after the attempt's end")
 	require.Equal(t, "nearly", ended.Progress.Message, "the job as its attempt left it")
 }
+
+// TestFinishingWriteCarriesTheReportAfterARenewalThatMayLandLate: a
+// renewal carrying a report fails with its outcome unknown (its reply
+// lost, or given up while the server still works on it); the next renewal
+// writes a newer report. The first one may still be applied after it,
+// putting the older report back, so the write that finishes the job must
+// carry the latest report although a renewal wrote it; before, it carried
+// nothing and the finished job could keep the older report.
+func TestFinishingWriteCarriesTheReportAfterARenewalThatMayLandLate(t *testing.T) {
+	w := &Worker{obs: NopObserver{}}
+	r := &run{job: &jobs.Job{ID: "j", State: jobs.StateRunning}, lease: store.Lease{JobID: "j", Token: "t"}}
+	b := &beat{r: r}
+
+	r.progress.report(jobs.ProgressReport{Fraction: 0.2, Message: "early", At: time.Now()})
+	_, _ = pendingProgress([]*beat{b}) // the renewal carrying it fails, outcome unknown
+	r.progress.mayLandLate()
+
+	r.progress.report(jobs.ProgressReport{Fraction: 0.9, Message: "late", At: time.Now()})
+	progress, seqs := pendingProgress([]*beat{b})
+	w.progressWritten(b, progress[r.lease], seqs[b]) // the next renewal wrote it
+
+	ctx := context.Background()
+	carrying, _ := r.progress.carry(ctx)
+	require.NotEqual(t, ctx, carrying, "the finishing write carries no report, and the older one may be put back")
+}
