@@ -355,7 +355,13 @@ func (c *Client) Insert(ctx context.Context, args jobs.Args, opts *InsertOpts) (
 // Insert and InsertMany run through the client's insert middleware
 // (UseInsert).
 func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]InsertResult, error) {
-	return c.wrapInsert(c.insertMany)(ctx, params)
+	res, err := c.wrapInsert(c.insertMany)(ctx, params)
+	if err == nil && len(res) != len(params) {
+		// An insert middleware broke its contract: the jobs may have been
+		// inserted, and their results are not known.
+		return nil, fmt.Errorf("docket: InsertMany: the insert middleware returned %d results for %d jobs: %w", len(res), len(params), ErrOutcomeUnknown)
+	}
+	return res, err
 }
 
 // insertMany is InsertMany without the insert middleware.

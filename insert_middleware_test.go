@@ -49,3 +49,20 @@ func TestUseInsertWrapsInserts(t *testing.T) {
 		require.Equal(t, 7, job.Priority)
 	}
 }
+
+// An insert middleware that returns no result for a job (its contract is
+// one per job) makes the insert fail as of unknown outcome, never panic.
+func TestInsertMiddlewareWithoutResultsIsAnError(t *testing.T) {
+	t.Parallel()
+	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{})
+	require.NoError(t, err)
+	require.NoError(t, c.UseInsert(func(next docket.InsertFunc) docket.InsertFunc {
+		return func(ctx context.Context, params []docket.InsertManyParams) ([]docket.InsertResult, error) {
+			_, err := next(ctx, params)
+			return nil, err
+		}
+	}))
+	_, err = c.Insert(context.Background(), GreetArgs{Name: "a"}, nil)
+	require.ErrorIs(t, err, docket.ErrOutcomeUnknown)
+	require.ErrorContains(t, err, "returned 0 results for 1 jobs")
+}
