@@ -155,7 +155,11 @@ func parseWrite(cmd string, req message) (*writeCmd, bool) {
 		return nil, false // a multi-document write may not be retryable: FerretDB answers
 	}
 	if o, err := doc.LookupErr("ordered"); err == nil {
-		w.ordered = o.Boolean()
+		b, ok := o.BooleanOK()
+		if !ok {
+			return nil, false // not a boolean: FerretDB answers
+		}
+		w.ordered = b
 	}
 	if arr, ok := doc.Lookup(w.key).ArrayOK(); ok {
 		vals, err := arr.Values()

@@ -582,3 +582,28 @@ func TestInterleaveWithFaults(t *testing.T) {
 	require.Equal(t, 1, logs.FilterMessage("interleave: statement applied one document at a time").Len())
 	require.NoError(t, s.Close())
 }
+
+// TestInterleaveOrderedNotBoolean: a multi-document update whose ordered is
+// not a boolean (another driver's 1) is left to FerretDB to answer as it
+// does without Interleave, and the server goes on answering.
+func TestInterleaveOrderedNotBoolean(t *testing.T) {
+	t.Parallel()
+
+	s, _ := startInterleaved(t, true, 1)
+	db := connect(t, s.URI()).Database("ordered")
+	ctx := context.Background()
+	_, err := db.Collection("c").InsertOne(ctx, bson.D{{Key: "_id", Value: 1}})
+	require.NoError(t, err)
+
+	_ = db.RunCommand(ctx, bson.D{
+		{Key: "update", Value: "c"},
+		{Key: "updates", Value: bson.A{bson.D{
+			{Key: "q", Value: bson.D{}}, {Key: "u", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "x", Value: 1}}}}}, {Key: "multi", Value: true},
+		}}},
+		{Key: "ordered", Value: int32(1)},
+	}).Err()
+
+	n, err := db.Collection("c").CountDocuments(ctx, bson.D{})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+}
