@@ -641,9 +641,6 @@ func (r *run) badTransfers(ctx context.Context) {
 		doc := append(bson.D{{Key: "_id", Value: id}, {Key: "state", Value: handlers.TxInitial}, {Key: "lastModified", Value: time.Now()}}, tx...)
 		err := r.retry("insert transaction "+id, func() error {
 			_, err := r.db.Collection(handlers.TransactionsCollection).InsertOne(ctx, doc)
-			if mongo.IsDuplicateKeyError(err) {
-				return nil // a retry after a reply that was lost or came with a writeConcernError
-			}
 			return err
 		})
 		if err != nil {
