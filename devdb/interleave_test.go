@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os/exec"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -24,17 +23,8 @@ import (
 func startInterleaved(t *testing.T, interleave bool, seed int64) (*Server, *observer.ObservedLogs) {
 	t.Helper()
 
-	core, logs := observer.New(zapcore.DebugLevel)
-	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
-
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-
-	s, err := Start(ctx, Config{Addr: "127.0.0.1:0", Dir: t.TempDir(), Logger: log, Interleave: interleave, Seed: seed})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, s.Close()) })
-
-	return s, logs
+	b := startFaults(t, "", Config{Interleave: interleave, Seed: seed})
+	return b.srv, b.logs
 }
 
 // raceDocs is how many documents the racing multi-document writes cover.
