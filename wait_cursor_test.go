@@ -2,7 +2,6 @@ package docket_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/docketq/docket/jobs"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // TestWaitIdleCursorKilledIsNotIdle: MongoDB can kill a cursor and answer
@@ -24,7 +22,7 @@ import (
 // first getMore. WaitIdle must not take the first batch for all of them
 // and report the queue idle: it returns the server's error.
 func TestWaitIdleCursorKilledIsNotIdle(t *testing.T) {
-	db := testdb.FaultyDB(t, "--faults cursorkill=1 --seed 1")
+	db := testdb.CursorKilledDB(t)
 	ctx := context.Background()
 	client, err := docket.NewClient(db, docket.Config{})
 	require.NoError(t, err)
@@ -50,6 +48,5 @@ func TestWaitIdleCursorKilledIsNotIdle(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	err = client.WaitIdle(wctx, docket.WaitParams{})
-	var se mongo.ServerError
-	require.True(t, errors.As(err, &se) && se.HasErrorCode(43), "want CursorNotFound (43), got %v", err)
+	testdb.RequireCursorKilled(t, err)
 }

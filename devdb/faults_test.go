@@ -36,14 +36,15 @@ func (b *faultBundle) injected() []string {
 }
 
 // startFaults starts a server on dir (a fresh one when "") with cfg's
-// Faults, Seed and Elections, and closes it when the test ends.
+// Faults, Seed, Elections and Interleave, recording every line it logs, and
+// closes it when the test ends.
 func startFaults(t *testing.T, dir string, cfg Config) *faultBundle {
 	t.Helper()
 
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	core, logs := observer.New(zapcore.WarnLevel)
+	core, logs := observer.New(zapcore.DebugLevel)
 	cfg.Addr, cfg.Dir = "127.0.0.1:0", dir
 	cfg.Logger = zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
 

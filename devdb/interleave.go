@@ -112,7 +112,7 @@ func (f *front) interleave(pc *proxyConn, cmd string, req message, replies <-cha
 		return nil, true, err
 	}
 
-	return opMsgReply(req.requestID(), doc), true, nil
+	return opMsgWith(0, req.requestID(), doc), true, nil
 }
 
 // delayGetMore holds a getMore back, one time in getMoreDelayOneIn.
@@ -155,7 +155,11 @@ func parseWrite(cmd string, req message) (*writeCmd, bool) {
 		return nil, false // a multi-document write may not be retryable: FerretDB answers
 	}
 	if o, err := doc.LookupErr("ordered"); err == nil {
-		w.ordered = o.Boolean()
+		b, ok := o.BooleanOK()
+		if !ok {
+			return nil, false // not a boolean: FerretDB answers
+		}
+		w.ordered = b
 	}
 	if arr, ok := doc.Lookup(w.key).ArrayOK(); ok {
 		vals, err := arr.Values()
@@ -275,11 +279,6 @@ func docSequence(b []byte) (string, []bson.Raw, bool) {
 	}
 
 	return id, docs, true
-}
-
-// opMsgReply builds an OP_MSG whose one section is doc.
-func opMsgReply(responseTo int32, doc []byte) message {
-	return opMsgWith(0, responseTo, doc)
 }
 
 // errBackendReply reports a reply from FerretDB the front cannot read.
@@ -584,18 +583,11 @@ func parseResult(d bson.Raw) stmtResult {
 
 // truthy reports whether v, a reply's ok, is 1 or true.
 func truthy(v bson.RawValue) bool {
-	switch v.Type {
-	case bson.TypeBoolean:
-		return v.Boolean()
-	case bson.TypeDouble:
-		return v.Double() != 0
-	case bson.TypeInt32:
-		return v.Int32() != 0
-	case bson.TypeInt64:
-		return v.Int64() != 0
+	if b, ok := v.BooleanOK(); ok {
+		return b
 	}
-
-	return false
+	n, ok := number(v)
+	return ok && n != 0
 }
 
 // mustMarshal marshals a document built of values that always marshal.

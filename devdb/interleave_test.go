@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os/exec"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -24,17 +23,8 @@ import (
 func startInterleaved(t *testing.T, interleave bool, seed int64) (*Server, *observer.ObservedLogs) {
 	t.Helper()
 
-	core, logs := observer.New(zapcore.DebugLevel)
-	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
-
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-
-	s, err := Start(ctx, Config{Addr: "127.0.0.1:0", Dir: t.TempDir(), Logger: log, Interleave: interleave, Seed: seed})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, s.Close()) })
-
-	return s, logs
+	b := startFaults(t, "", Config{Interleave: interleave, Seed: seed})
+	return b.srv, b.logs
 }
 
 // raceDocs is how many documents the racing multi-document writes cover.
@@ -581,4 +571,29 @@ func TestInterleaveWithFaults(t *testing.T) {
 	require.EqualValues(t, raceDocs, n, "the updateMany wrote every document")
 	require.Equal(t, 1, logs.FilterMessage("interleave: statement applied one document at a time").Len())
 	require.NoError(t, s.Close())
+}
+
+// TestInterleaveOrderedNotBoolean: a multi-document update whose ordered is
+// not a boolean (another driver's 1) is left to FerretDB to answer as it
+// does without Interleave, and the server goes on answering.
+func TestInterleaveOrderedNotBoolean(t *testing.T) {
+	t.Parallel()
+
+	s, _ := startInterleaved(t, true, 1)
+	db := connect(t, s.URI()).Database("ordered")
+	ctx := context.Background()
+	_, err := db.Collection("c").InsertOne(ctx, bson.D{{Key: "_id", Value: 1}})
+	require.NoError(t, err)
+
+	_ = db.RunCommand(ctx, bson.D{
+		{Key: "update", Value: "c"},
+		{Key: "updates", Value: bson.A{bson.D{
+			{Key: "q", Value: bson.D{}}, {Key: "u", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "x", Value: 1}}}}}, {Key: "multi", Value: true},
+		}}},
+		{Key: "ordered", Value: int32(1)},
+	}).Err()
+
+	n, err := db.Collection("c").CountDocuments(ctx, bson.D{})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
 }

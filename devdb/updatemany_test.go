@@ -80,3 +80,32 @@ func TestUpdateManyKeepsWritesBeforeAnError(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdateManyKeepsWritesBeforeADuplicateKey: as on MongoDB, an
+// updateMany that meets a unique index's duplicate at one document keeps
+// the documents it modified before it.
+func TestUpdateManyKeepsWritesBeforeADuplicateKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	coll := connect(t, startServer(t).URI()).Database("db").Collection("docs")
+	_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "u", Value: 1}}, Options: options.Index().SetUnique(true)})
+	require.NoError(t, err)
+	for i := range 10 {
+		u := i * 10
+		switch i {
+		case 5:
+			u = 99 // $inc makes it 100, document 9's
+		case 9:
+			u = 100
+		}
+		_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: i}, {Key: "u", Value: u}})
+		require.NoError(t, err)
+	}
+	_, err = coll.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$lt", Value: 9}}}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "u", Value: 1}}}})
+	require.Error(t, err)
+	for i := range 5 {
+		var doc struct{ U int }
+		require.NoError(t, coll.FindOne(ctx, bson.D{{Key: "_id", Value: i}}).Decode(&doc))
+		require.Equal(t, i*10+1, doc.U, "document %d, written before the failing one", i)
+	}
+}

@@ -2,7 +2,6 @@ package handlers_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
@@ -25,7 +23,7 @@ import (
 // the tree.
 func TestTreeReadCursorKilledIsAnError(t *testing.T) {
 	ctx := context.Background()
-	db := testdb.FaultyDB(t, "--faults cursorkill=1 --seed 1")
+	db := testdb.CursorKilledDB(t)
 	q, err := queue.New(db, queue.Config{RetryBase: time.Millisecond, RetryMax: 5 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, q.EnsureIndexes(ctx))
@@ -40,19 +38,12 @@ func TestTreeReadCursorKilledIsAnError(t *testing.T) {
 	require.NoError(t, h.Work(ctx, treeJob(t, "j0", handlers.PublishTreeArgs{Tree: "t", Nodes: catalog(t, "0", items...)})))
 
 	got, err := handlers.ReadTree(ctx, db, "t", 0)
-	requireCursorKilled(t, err)
+	testdb.RequireCursorKilled(t, err)
 	require.Nil(t, got)
 
 	err = h.Work(ctx, treeJob(t, "j1", handlers.PublishTreeArgs{Tree: "t", Nodes: catalog(t, "1", items[:10]...)}))
-	requireCursorKilled(t, err)
+	testdb.RequireCursorKilled(t, err)
 	published, err := db.Collection(handlers.TreesCollection).CountDocuments(ctx, map[string]any{"_id": "t", "published": 1})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, published, "the publish over a cut read published nothing")
-}
-
-// requireCursorKilled fails t unless err is MongoDB's CursorNotFound.
-func requireCursorKilled(t *testing.T, err error) {
-	t.Helper()
-	var se mongo.ServerError
-	require.True(t, errors.As(err, &se) && se.HasErrorCode(43), "want CursorNotFound (43), got %v", err)
 }

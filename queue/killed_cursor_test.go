@@ -2,7 +2,6 @@ package queue_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // MongoDB kills a cursor (an idle timeout, an operator's killCursors, a
@@ -30,19 +28,12 @@ const manyJobs = 150
 // cursor at its first getMore.
 func killedCursorSetup(t *testing.T) bundle {
 	t.Helper()
-	db := testdb.FaultyDB(t, "--faults cursorkill=1 --seed 1")
+	db := testdb.CursorKilledDB(t)
 	q, err := queue.New(db, queue.Config{RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond})
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.NoError(t, q.EnsureIndexes(ctx))
 	return bundle{ctx: ctx, db: db, q: q}
-}
-
-// requireCursorKilled fails t unless err is MongoDB's CursorNotFound.
-func requireCursorKilled(t *testing.T, err error) {
-	t.Helper()
-	var se mongo.ServerError
-	require.True(t, errors.As(err, &se) && se.HasErrorCode(43), "want CursorNotFound (43), got %v", err)
 }
 
 // TestListCursorKilledIsAnError: a page of jobs longer than a first batch
@@ -58,12 +49,12 @@ func TestListCursorKilledIsAnError(t *testing.T) {
 	require.NoError(t, err)
 
 	got, more, err := b.q.List(b.ctx, queue.JobFilter{}, "", manyJobs)
-	requireCursorKilled(t, err)
+	testdb.RequireCursorKilled(t, err)
 	require.Empty(t, got)
 	require.False(t, more)
 
 	stats, err := b.q.Stats(b.ctx)
-	requireCursorKilled(t, err)
+	testdb.RequireCursorKilled(t, err)
 	require.Empty(t, stats)
 
 	// A page that fits the first batch needs no getMore.
@@ -95,7 +86,7 @@ func TestSettleCursorKilledLeavesTheRestDue(t *testing.T) {
 	b.end(t, b.claimID(t, "parent"), jobs.StateDead)
 
 	_, err = b.q.SettleDependentsOf(b.ctx, "parent")
-	requireCursorKilled(t, err)
+	testdb.RequireCursorKilled(t, err)
 	coll := store.Of(b.q).Collection()
 	due, err := coll.CountDocuments(b.ctx, bson.D{{Key: "state", Value: jobs.StateCancelled}, {Key: "dependentsDue", Value: bson.D{{Key: "$exists", Value: true}}}})
 	require.NoError(t, err)

@@ -60,7 +60,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$tmp/realmongo" check ${check_flags[@]+"${check_flags[@]}"} "$uri" || exit 1
 
 [[ $# -gt 0 ]] || set -- ./...
-DOCKET_TEST_MONGO_URI=$uri "$GO" test -race -timeout 20m -json "$@" | "$tmp/realmongo" report
+DOCKET_TEST_MONGO_URI=$uri "$GO" test -race -timeout 20m -json "$@" | DOCKET_TEST_MONGO_URI=$uri "$tmp/realmongo" report
 status=("${PIPESTATUS[@]}")
 if [[ ${status[0]} -ne 0 || ${status[1]} -ne 0 ]]; then
 	echo "test-mongo: FAIL (go test exited ${status[0]})" >&2

@@ -195,14 +195,25 @@ func (b *batchedUpdates) UpdateAll(ctx context.Context, params *backends.UpdateA
 	return &backends.UpdateAllResult{Updated: int32(len(params.Docs))}, nil
 }
 
-// flush writes the documents held.
+// flush writes the documents held. When their transaction fails (a unique
+// index's duplicate at one document), it wrote none of them, so they are
+// written again one at a time up to the failing one: MongoDB keeps the
+// documents a multi-document update wrote before one failed.
 func (b *batchedUpdates) flush(ctx context.Context) error {
-	if len(b.docs) == 0 {
+	docs := b.docs
+	b.docs = nil
+	if len(docs) == 0 {
 		return nil
 	}
 
-	_, err := b.Collection.UpdateAll(ctx, &backends.UpdateAllParams{Docs: b.docs})
-	b.docs = nil
+	if _, err := b.Collection.UpdateAll(ctx, &backends.UpdateAllParams{Docs: docs}); err == nil || len(docs) == 1 {
+		return err
+	}
+	for _, doc := range docs {
+		if _, err := b.Collection.UpdateAll(ctx, &backends.UpdateAllParams{Docs: []*types.Document{doc}}); err != nil {
+			return err
+		}
+	}
 
-	return err
+	return nil
 }

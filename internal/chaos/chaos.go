@@ -641,9 +641,6 @@ func (r *run) badTransfers(ctx context.Context) {
 		doc := append(bson.D{{Key: "_id", Value: id}, {Key: "state", Value: handlers.TxInitial}, {Key: "lastModified", Value: time.Now()}}, tx...)
 		err := r.retry("insert transaction "+id, func() error {
 			_, err := r.db.Collection(handlers.TransactionsCollection).InsertOne(ctx, doc)
-			if mongo.IsDuplicateKeyError(err) {
-				return nil // a retry after a reply that was lost or came with a writeConcernError
-			}
 			return err
 		})
 		if err != nil {
@@ -821,10 +818,7 @@ func (r *run) drain() bool {
 		// told of its outcome, are open too: the settle that releases a
 		// workflow's task may be the leader's pass, after a worker's own
 		// settle met a failure reply (queue/deps.go).
-		open, err1 := store.Of(r.q).Collection().CountDocuments(ctx, bson.M{"$or": bson.A{
-			bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning, jobs.StateBlocked}}},
-			bson.M{store.DependentsDueField: bson.M{"$exists": true}},
-		}})
+		open, err1 := store.Of(r.q).Collection().CountDocuments(ctx, openJobs)
 		txs, err2 := r.db.Collection(handlers.TransactionsCollection).CountDocuments(ctx,
 			bson.M{"state": bson.M{"$nin": bson.A{handlers.TxDone, handlers.TxCancelled}}})
 		syncing, err3 := r.db.Collection(handlers.UsersCollection).CountDocuments(ctx, bson.M{"syncing": bson.M{"$exists": true}})
@@ -866,13 +860,17 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
+// openJobs matches the jobs the drain waits for: unfinished (blocked
+// included), or finished with their dependents not told yet.
+var openJobs = bson.M{"$or": bson.A{
+	bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning, jobs.StateBlocked}}},
+	bson.M{store.DependentsDueField: bson.M{"$exists": true}},
+}}
+
 // dumpOpen logs up to 10 of the jobs the drain counts open: unfinished, or
 // finished with their dependents not told yet.
 func (r *run) dumpOpen() {
-	cur, err := store.Of(r.q).Collection().Find(context.Background(), bson.M{"$or": bson.A{
-		bson.M{"state": bson.M{"$in": bson.A{jobs.StateAvailable, jobs.StateRunning, jobs.StateBlocked}}},
-		bson.M{store.DependentsDueField: bson.M{"$exists": true}},
-	}}, options.Find().SetLimit(10).SetProjection(bson.M{"args": 0}))
+	cur, err := store.Of(r.q).Collection().Find(context.Background(), openJobs, options.Find().SetLimit(10).SetProjection(bson.M{"args": 0}))
 	if err != nil {
 		return
 	}

@@ -4,8 +4,8 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"strings"
-	"time"
 
 	"github.com/docketq/docket/internal/testdb"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -41,15 +41,14 @@ func (r *run) retry(what string, f func() error) error {
 // command runs bin with r's environment, sending it again while it fails
 // with a transient reply (its standard error names one), as retry does.
 func (r *run) command(bin, stdin string, args ...string) (out, stderr string, code int) {
-	deadline := time.Now().Add(testdb.RetryFor)
-	for try := 1; ; try++ {
+	_ = testdb.Retry(r.t.Logf, "chaos: "+bin+" "+strings.Join(args, " "), func() error {
 		out, stderr, code = runCommand(bin, r.env, stdin, args...)
-		if code == 0 || !transientText(stderr) || time.Now().After(deadline) {
-			return out, stderr, code
+		if code != 0 && transientText(stderr) {
+			return errors.New(strings.TrimSpace(stderr))
 		}
-		r.t.Logf("chaos: %s %s (try %d) met a failure reply, run again: %s", bin, strings.Join(args, " "), try, strings.TrimSpace(stderr))
-		time.Sleep(testdb.RetryWait(try))
-	}
+		return nil
+	})
+	return out, stderr, code
 }
 
 // readAll reads every document of coll into out for a check, retrying a

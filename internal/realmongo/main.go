@@ -10,8 +10,9 @@
 //	go test -json ./... | realmongo report
 //
 // prints go test's usual lines (each package's result, the output of the
-// tests that fail), then every test that skipped and why; exit status 1
-// when a test or a build failed.
+// tests that fail), then every test that skipped and why, with the
+// credentials of DOCKET_TEST_MONGO_URI hidden wherever a line shows them;
+// exit status 1 when a test or a build failed.
 package main
 
 import (
@@ -56,7 +57,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		return 0
 	case "report":
-		failed, err := report(stdin, stdout)
+		failed, err := report(stdin, stdout, os.Getenv("DOCKET_TEST_MONGO_URI"))
 		if err != nil {
 			fmt.Fprintf(stderr, "test-mongo: reading go test's output: %v\n", err)
 			return 1

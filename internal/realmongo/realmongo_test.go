@@ -207,7 +207,7 @@ func TestReportOfARealRun(t *testing.T) {
 	dir := testModule(t)
 
 	var out bytes.Buffer
-	failed, err := report(bytes.NewReader(goTestJSON(t, dir, "./...")), &out)
+	failed, err := report(bytes.NewReader(goTestJSON(t, dir, "./...")), &out, "")
 	require.NoError(t, err)
 	require.True(t, failed)
 	s := out.String()
@@ -223,7 +223,7 @@ func TestReportOfARealRun(t *testing.T) {
 		"  example.com/m/a TestSub/inner: a_test.go:5: inner 7\n")
 
 	out.Reset()
-	failed, err = report(bytes.NewReader(goTestJSON(t, dir, "./a/")), &out)
+	failed, err = report(bytes.NewReader(goTestJSON(t, dir, "./a/")), &out, "")
 	require.NoError(t, err)
 	require.False(t, failed)
 	require.NotContains(t, out.String(), "FAIL")
@@ -238,4 +238,31 @@ func TestCheckHidesARefusedPassword(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "mongodb://***@h/")
 	require.NotContains(t, err.Error(), "%zz")
+}
+
+// TestReportHidesThePassword: a failing test's output, a skipped test's
+// message and a build's output that quote the server's URI, or its password
+// alone, are shown with the password hidden.
+func TestReportHidesThePassword(t *testing.T) {
+	t.Parallel()
+	const uri = "mongodb://u:s3cr%40t@h1:1/?replicaSet=rs&tlsCertificateKeyFilePassword=hush"
+	in := strings.Join([]string{
+		`{"Action":"build-output","ImportPath":"p","Output":"vet: ` + uri + `\n"}`,
+		`{"Action":"output","Package":"p","Test":"TestA","Output":"a_test.go:1: connect ` + uri + `\n"}`,
+		`{"Action":"output","Package":"p","Test":"TestA","Output":"a_test.go:2: password s3cr@t\n"}`,
+		`{"Action":"fail","Package":"p","Test":"TestA"}`,
+		`{"Action":"output","Package":"p","Test":"TestB","Output":"b_test.go:1: skipped on ` + uri + `\n"}`,
+		`{"Action":"skip","Package":"p","Test":"TestB"}`,
+		`not json ` + uri,
+	}, "\n")
+	var out bytes.Buffer
+	failed, err := report(strings.NewReader(in), &out, uri)
+	require.NoError(t, err)
+	require.True(t, failed)
+	s := out.String()
+	require.Contains(t, s, "a_test.go:1: connect mongodb://***@h1:1/")
+	require.Contains(t, s, "b_test.go:1: skipped on mongodb://***@h1:1/")
+	for _, secret := range []string{"s3cr", "hush"} {
+		require.NotContains(t, s, secret)
+	}
 }

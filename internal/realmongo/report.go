@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/docketq/docket/configs"
 )
 
 // event is one line of go test -json (go doc cmd/test2json), with the
@@ -26,8 +28,13 @@ type skipped struct {
 // report reads go test -json from in and writes to out what go test would
 // print without -v (each package's result line, build errors, the output
 // of the tests that fail), then the tests that skipped, each with its
-// message. failed is whether a test, a package or a build failed.
-func report(in io.Reader, out io.Writer) (failed bool, err error) {
+// message. failed is whether a test, a package or a build failed. The
+// credentials of uri, the server's, are hidden wherever a line shows them:
+// a failing test's output may quote the URI it was given.
+func report(in io.Reader, out io.Writer, uri string) (failed bool, err error) {
+	if uri != "" {
+		out = hidingWriter{w: out, uri: uri}
+	}
 	buffered := map[string][]string{} // a running test's output, by package and test
 	var skips []skipped
 	sc := bufio.NewScanner(in)
@@ -106,4 +113,19 @@ func writeSkips(out io.Writer, skips []skipped) {
 	for _, s := range skips {
 		fmt.Fprintf(out, "  %s %s: %s\n", strings.TrimPrefix(s.pkg, "github.com/docketq/docket/"), s.test, s.why)
 	}
+}
+
+// hidingWriter writes to w what it is given with the credentials of uri
+// hidden, each call a whole line or more.
+type hidingWriter struct {
+	w   io.Writer
+	uri string
+}
+
+func (h hidingWriter) Write(p []byte) (int, error) {
+	s := strings.ReplaceAll(string(p), h.uri, redact(h.uri))
+	if _, err := io.WriteString(h.w, configs.Redact(s, h.uri)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

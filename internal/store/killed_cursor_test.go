@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // MongoDB kills a cursor (an idle timeout, an operator's killCursors, a
@@ -28,7 +26,7 @@ const killedJobs = 150
 // cursor at its first getMore, with killedJobs jobs enqueued.
 func killedCursorSetup(t *testing.T) bundle {
 	t.Helper()
-	db := testdb.FaultyDB(t, "--faults cursorkill=1 --seed 1")
+	db := testdb.CursorKilledDB(t)
 	q, err := queue.New(db, queue.Config{RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond})
 	require.NoError(t, err)
 	clock := &store.ShiftedClock{}
@@ -37,13 +35,6 @@ func killedCursorSetup(t *testing.T) bundle {
 	require.NoError(t, q.EnsureIndexes(b.ctx))
 	enqueueN(t, b, killedJobs)
 	return b
-}
-
-// requireCursorKilled fails t unless err is MongoDB's CursorNotFound.
-func requireCursorKilled(t *testing.T, err error) {
-	t.Helper()
-	var se mongo.ServerError
-	require.True(t, errors.As(err, &se) && se.HasErrorCode(43), "want CursorNotFound (43), got %v", err)
 }
 
 // TestCleanCursorKilledDeletesNothingThenResumes: retention reads the ids
@@ -58,7 +49,7 @@ func TestCleanCursorKilledDeletesNothingThenResumes(t *testing.T) {
 	require.NoError(t, err)
 
 	n, err := store.Of(b.q).Clean(b.ctx, jobs.StateSucceeded, time.Minute, 1000)
-	requireCursorKilled(t, err)
+	testdb.RequireCursorKilled(t, err)
 	require.Zero(t, n)
 	require.EqualValues(t, killedJobs, countState(t, b, jobs.StateSucceeded))
 
@@ -90,7 +81,7 @@ func TestReleaseClaimCursorKilledLeavesJobsToTheReaper(t *testing.T) {
 	require.NoError(t, err)
 
 	n, err := store.Of(b.q).ReleaseClaim(b.ctx, token)
-	requireCursorKilled(t, err)
+	testdb.RequireCursorKilled(t, err)
 	require.Zero(t, n)
 	require.EqualValues(t, killedJobs, countState(t, b, jobs.StateRunning))
 

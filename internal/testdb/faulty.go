@@ -2,6 +2,7 @@ package testdb
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -26,4 +27,22 @@ func FaultyDB(t *testing.T, flags string) *mongo.Database {
 	// Registered after StartDevDB's stop, so run before it.
 	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
 	return c.Database(dbName(t.Name()))
+}
+
+// CursorKilledDB is FaultyDB on a devdb that kills every cursor at its first
+// getMore, as MongoDB does after an idle timeout, an operator's killCursors
+// or a restart: a read of more than a find's first batch (101 documents)
+// meets CursorNotFound.
+func CursorKilledDB(t *testing.T) *mongo.Database {
+	t.Helper()
+	return FaultyDB(t, "--faults cursorkill=1 --seed 1")
+}
+
+// RequireCursorKilled fails t unless err is MongoDB's CursorNotFound (43).
+func RequireCursorKilled(t testing.TB, err error) {
+	t.Helper()
+	var se mongo.ServerError
+	if !errors.As(err, &se) || !se.HasErrorCode(43) {
+		t.Fatalf("want CursorNotFound (43), got %v", err)
+	}
 }
