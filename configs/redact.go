@@ -13,7 +13,8 @@ import (
 // redacted replaces a password wherever one is hidden.
 const redacted = "xxxxx"
 
-// RedactURI returns uri with its password, if any, replaced by "xxxxx".
+// RedactURI returns uri with its password, if any, replaced by "xxxxx",
+// and the values of options that are secrets (tlsCertificateKeyFilePassword).
 //
 // It does not parse uri the way the driver does, so a URI the driver
 // refuses (a password with an unescaped '/', '@', ':' or '%', a missing or
@@ -24,9 +25,38 @@ const redacted = "xxxxx"
 func RedactURI(uri string) string {
 	start, end, ok := passwordSpan(uri)
 	if !ok {
-		return uri
+		return redactQuerySecrets(uri)
 	}
-	return uri[:start] + redacted + uri[end:]
+	return redactQuerySecrets(uri[:start] + redacted + uri[end:])
+}
+
+// querySecrets are the connection-string options whose values are secrets,
+// as the text before their value (matched in any letter case).
+var querySecrets = []string{"tlsCertificateKeyFilePassword="}
+
+// redactQuerySecrets returns s with the value of every secret option
+// (querySecrets) replaced by "xxxxx": up to the next '&', '#', quote or
+// white space.
+func redactQuerySecrets(s string) string {
+	for _, key := range querySecrets {
+		var b strings.Builder
+		for i := 0; i+len(key) <= len(s); i++ {
+			if !strings.EqualFold(s[i:i+len(key)], key) {
+				continue
+			}
+			v := i + len(key)
+			n := strings.IndexAny(s[v:], "&#\"' \t\r\n")
+			if n < 0 {
+				n = len(s) - v
+			}
+			b.WriteString(s[:v])
+			b.WriteString(redacted)
+			s, i = s[v+n:], -1
+		}
+		b.WriteString(s)
+		s = b.String()
+	}
+	return s
 }
 
 // Redact returns s with the password of uri replaced by "xxxxx" wherever it
@@ -39,7 +69,7 @@ func RedactURI(uri string) string {
 func Redact(s, uri string) string {
 	forms := passwordForms(uri)
 	if len(forms) == 0 {
-		return s
+		return redactQuerySecrets(s)
 	}
 	// Copies of the URI, redacted or not, keep all but the password.
 	red := RedactURI(uri)
@@ -54,7 +84,7 @@ func Redact(s, uri string) string {
 		}
 		parts[i] = strings.Join(copies, red)
 	}
-	return strings.Join(parts, red)
+	return redactQuerySecrets(strings.Join(parts, red))
 }
 
 // uriSchemes start the connection strings RedactURIs finds in text.
@@ -70,6 +100,7 @@ var uriSchemes = []string{"mongodb://", "mongodb+srv://"}
 // hides it under every reading of an ill-formed URI, at the cost of more
 // text when a line holds another '@'.
 func RedactURIs(s string) string {
+	s = redactQuerySecrets(s)
 	if !strings.Contains(s, "@") {
 		return s
 	}

@@ -245,3 +245,24 @@ func TestRedactURIsInAnyText(t *testing.T) {
 	wrapped := r.Error(flag.ErrHelp)
 	require.ErrorIs(t, wrapped, flag.ErrHelp)
 }
+
+// TestRedactTLSKeyFilePassword: the password of a TLS client key, given as
+// a connection-string option, is hidden by every redaction as the user's
+// password is, even in a URI without one.
+func TestRedactTLSKeyFilePassword(t *testing.T) {
+	const secret = "k3y-s3cret"
+	uri := "mongodb://db.example/?tls=true&TLSCertificateKeyFilePassword=" + secret + "&appName=x"
+	withUser := "mongodb://u:pw@db.example/?tlsCertificateKeyFilePassword=" + secret
+	for name, got := range map[string]string{
+		"RedactURI":          configs.RedactURI(uri),
+		"RedactURI, user":    configs.RedactURI(withUser),
+		"Redact":             configs.Redact("dial "+uri+": refused", uri),
+		"RedactURIs":         configs.RedactURIs("error at " + withUser + "\nand " + uri),
+		"Redactor":           configs.NewRedactor(uri).Redact("server " + uri + " not reachable"),
+		"Redactor, in quote": configs.NewRedactor().Redact(`"` + uri + `"`),
+	} {
+		require.NotContains(t, got, secret, name)
+		require.Contains(t, got, "xxxxx", name)
+	}
+	require.Equal(t, "mongodb://db.example/?tls=true&TLSCertificateKeyFilePassword=xxxxx&appName=x", configs.RedactURI(uri))
+}
