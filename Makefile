@@ -61,5 +61,5 @@ clean:
 chaos:
 	DOCKET_HARNESS=full $(GO) test -run '^TestHarness$$' -count=1 -v -timeout 20m ./handlers/
 	DOCKET_HARNESS=full $(GO) test -run '^TestPeriodicHarness$$' -count=1 -v -timeout 10m ./recovery/
-	DOCKET_CHAOS=long $(GO) test -run '^TestChaos$$' -count=1 -v -timeout 20m ./internal/e2e/
-	DOCKET_CHAOS=long $(GO) test -run '^TestChaosUnderFaults$$' -count=1 -v -timeout 150m ./internal/e2e/
+	DOCKET_CHAOS=long $(GO) test -run '^TestChaos$$' -count=1 -v -timeout 20m ./cmd/internal/e2e/
+	DOCKET_CHAOS=long $(GO) test -run '^TestChaosUnderFaults$$' -count=1 -v -timeout 150m ./cmd/internal/e2e/

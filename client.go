@@ -36,7 +36,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/docketq/docket/internal/insertargs"
 	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -202,7 +201,7 @@ func (c *Client) Registry() *jobs.Registry { return c.reg }
 // refused unless T declares the same: the error names the method to add.
 func AddHandler[T jobs.Args](c *Client, fn func(ctx context.Context, job *jobs.Job, args T) error, opts jobs.KindOptions) error {
 	var zero T
-	declared, hasOpts := insertargs.As[ArgsWithInsertOpts](zero)
+	declared, hasOpts := argsAs[ArgsWithInsertOpts](zero)
 	var d InsertOpts
 	if hasOpts {
 		d = declared.InsertOpts()
@@ -371,14 +370,14 @@ func (c *Client) insertMany(ctx context.Context, params []InsertManyParams) ([]I
 		if p.Args == nil {
 			return nil, &queue.ValidationError{Index: i, Field: "args", Reason: "must not be nil"}
 		}
-		if err := insertargs.Validate(i, p.Args); err != nil {
+		if err := validateArgs(i, p.Args); err != nil {
 			return nil, err
 		}
 		var o InsertOpts
 		if p.Opts != nil {
 			o = *p.Opts
 		}
-		ins[i] = queue.Insert{Kind: p.Args.Kind(), Args: p.Args, Opts: insertargs.Opts(p.Args, o)}
+		ins[i] = queue.Insert{Kind: p.Args.Kind(), Args: p.Args, Opts: InsertOptsFor(p.Args, o)}
 	}
 	return c.q.EnqueueMany(ctx, ins)
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/docketq/docket/internal/insertargs"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/recovery"
 )
@@ -38,7 +37,7 @@ func validatePeriodicJobs(list []PeriodicJob) error {
 		if p.Args == nil {
 			return fmt.Errorf("periodic job %d (%q): args must not be nil", i, p.Name)
 		}
-		if v, ok := insertargs.As[jobs.Validator](p.Args); ok {
+		if v, ok := argsAs[jobs.Validator](p.Args); ok {
 			if err := v.Validate(); err != nil {
 				return fmt.Errorf("periodic job %d (%q): args of kind %q: %w", i, p.Name, p.Args.Kind(), err)
 			}
@@ -58,7 +57,7 @@ func periodicForEngine(list []PeriodicJob) []recovery.PeriodicJob {
 		}
 		o := InsertOpts{Queue: p.Queue, Priority: p.Priority, MaxAttempts: p.MaxAttempts}
 		if p.Args != nil {
-			o = insertargs.Opts(p.Args, o)
+			o = InsertOptsFor(p.Args, o)
 		}
 		out[i] = recovery.PeriodicJob{Name: p.Name, Schedule: p.Schedule, Kind: kind, Args: p.Args,
 			Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/docketq/docket/internal/insertargs"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 )
@@ -70,10 +69,10 @@ func (c *Client) InsertWorkflow(ctx context.Context, w *Workflow) (WorkflowResul
 		if task.args == nil {
 			return WorkflowResult{}, &queue.ValidationError{Index: i, Field: "args", Reason: "must not be nil"}
 		}
-		if err := insertargs.Validate(i, task.args); err != nil {
+		if err := validateArgs(i, task.args); err != nil {
 			return WorkflowResult{}, err
 		}
-		o := insertargs.Opts(task.args, InsertOpts{Queue: task.opts.Queue, Priority: task.opts.Priority, MaxAttempts: task.opts.MaxAttempts})
+		o := InsertOptsFor(task.args, InsertOpts{Queue: task.opts.Queue, Priority: task.opts.Priority, MaxAttempts: task.opts.MaxAttempts})
 		opts := task.opts
 		opts.Queue, opts.Priority, opts.MaxAttempts = o.Queue, o.Priority, o.MaxAttempts
 		qw.Add(task.name, task.args.Kind(), task.args, opts)

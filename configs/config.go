@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docketq/docket/docketprom"
 	"github.com/docketq/docket/internal/leadership"
-	"github.com/docketq/docket/internal/metrics"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
 	"github.com/docketq/docket/worker"
@@ -86,7 +86,7 @@ type HTTPConfig struct {
 	Addr string `yaml:"addr"`
 	// QueueStatsInterval is how often the elected leader counts the jobs
 	// per queue and state for the metrics. Defaults to
-	// metrics.DefaultQueueStatsInterval.
+	// docketprom.DefaultQueueStatsInterval.
 	QueueStatsInterval time.Duration `yaml:"queueStatsInterval"`
 }
 
@@ -164,7 +164,7 @@ func (c Config) WithDefaults() Config {
 		c.Leader.TTL = leadership.DefaultTTL
 	}
 	if c.HTTP.QueueStatsInterval == 0 {
-		c.HTTP.QueueStatsInterval = metrics.DefaultQueueStatsInterval
+		c.HTTP.QueueStatsInterval = docketprom.DefaultQueueStatsInterval
 	}
 	return c
 }

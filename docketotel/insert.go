@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/docketq/docket"
-	"github.com/docketq/docket/internal/insertargs"
 	"github.com/docketq/docket/jobs"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -84,7 +83,7 @@ func target(p docket.InsertManyParams) (queue, kind string) {
 	if p.Opts != nil {
 		o = *p.Opts
 	}
-	if queue = insertargs.Opts(p.Args, o).Queue; queue == "" {
+	if queue = docket.InsertOptsFor(p.Args, o).Queue; queue == "" {
 		queue = jobs.DefaultQueue
 	}
 	return queue, p.Args.Kind()

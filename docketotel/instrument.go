@@ -3,9 +3,10 @@ package docketotel
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/docketq/docket"
-	"github.com/docketq/docket/internal/textcut"
 	"github.com/docketq/docket/jobs"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -80,7 +81,17 @@ const maxValueBytes = 256
 
 // clean returns s as a span may carry it: valid UTF-8, at most
 // maxValueBytes, cut on a character boundary.
-func clean(s string) string { return textcut.Bytes(s, maxValueBytes) }
+func clean(s string) string {
+	if len(s) > maxValueBytes+utf8.UTFMax {
+		s = s[:maxValueBytes+utf8.UTFMax]
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	for len(s) > maxValueBytes {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	return s
+}
 
 // jobAttributes are the attributes of a span about one job's attempt.
 func jobAttributes(job *jobs.Job, op attribute.KeyValue, name string) []attribute.KeyValue {

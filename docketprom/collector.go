@@ -1,6 +1,7 @@
 // Package docketprom exports a docket.Client's metrics to Prometheus: the
-// ones the worker command serves (docs/METRICS.md). It is a package of its
-// own so that a program embedding docket without Prometheus does not
+// ones the worker command serves (docs/METRICS.md), and the HTTP handler of
+// /metrics, /healthz and /readyz it serves them with. It is a package of
+// its own so that a program embedding docket without Prometheus does not
 // import it.
 package docketprom
 
@@ -11,7 +12,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket"
-	"github.com/docketq/docket/internal/metrics"
+	"github.com/docketq/docket/docketprom/internal/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
@@ -21,6 +22,9 @@ type electorOf interface {
 	metrics.Leader
 	Changes() <-chan struct{}
 }
+
+// DefaultQueueStatsInterval is Opts.QueueStatsInterval's default.
+const DefaultQueueStatsInterval = metrics.DefaultQueueStatsInterval
 
 // Opts configures a collector. The zero value is usable.
 type Opts struct {

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/docketq/docket"
-	"github.com/docketq/docket/internal/insertargs"
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -61,7 +60,7 @@ func WorkJob(ctx context.Context, client *docket.Client, args jobs.Args, opts ..
 		return nil, fmt.Errorf("dockettest: Work: no handler for kind %q (registered: %v)", args.Kind(), client.Registry().Kinds())
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	job, err := queue.NewJob(queue.Insert{Kind: args.Kind(), Args: args, Opts: insertargs.Opts(args, o)}, now)
+	job, err := queue.NewJob(queue.Insert{Kind: args.Kind(), Args: args, Opts: docket.InsertOptsFor(args, o)}, now)
 	if err != nil {
 		return nil, fmt.Errorf("dockettest: Work: %w", err)
 	}

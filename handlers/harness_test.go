@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/asworker"
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/internal/testdb/asworker"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"

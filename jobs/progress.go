@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/docketq/docket/internal/textcut"
+	"github.com/docketq/docket/jobs/internal/textcut"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/asworker"
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/internal/testdb/asworker"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"

@@ -56,7 +56,7 @@ GO=${GO:-go}
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 
-"$GO" build -o "$tmp/realmongo" ./internal/realmongo || exit 1
+"$GO" build -o "$tmp/realmongo" ./cmd/internal/realmongo || exit 1
 "$tmp/realmongo" check ${check_flags[@]+"${check_flags[@]}"} "$uri" || exit 1
 
 [[ $# -gt 0 ]] || set -- ./...

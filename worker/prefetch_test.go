@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/slowproxy"
 	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/internal/testdb/slowproxy"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"

@@ -9,7 +9,7 @@ package main
 import (
 	"os"
 
-	"github.com/docketq/docket/internal/bench"
+	"github.com/docketq/docket/cmd/internal/bench"
 )
 
 func main() {

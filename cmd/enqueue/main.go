@@ -6,7 +6,7 @@ package main
 import (
 	"os"
 
-	"github.com/docketq/docket/internal/cli"
+	"github.com/docketq/docket/cmd/internal/cli"
 )
 
 func main() {

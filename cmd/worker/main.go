@@ -6,8 +6,8 @@ package main
 import (
 	"os"
 
+	"github.com/docketq/docket/cmd/internal/cli"
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/cli"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/mongo"

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/slowproxy"
 	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/internal/testdb/slowproxy"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/docketq/docket/internal/devdbproc"
+	"github.com/docketq/docket/internal/testdb/devdbproc"
 )
 
 // DevDB is a devdb subprocess that a test controls: it can stop, kill and

@@ -48,7 +48,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/docketq/docket/internal/devdbproc"
+	"github.com/docketq/docket/internal/testdb/devdbproc"
 )
 
 // Environment variables that steer testdb.

@@ -14,7 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/docketq/docket/internal/devdbproc"
+	"github.com/docketq/docket/internal/testdb/devdbproc"
 )
 
 func TestMain(m *testing.M) {
