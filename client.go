@@ -318,13 +318,6 @@ var ErrQueueFull = queue.ErrQueueFull
 // queue.ErrOutcomeUnknown).
 var ErrOutcomeUnknown = queue.ErrOutcomeUnknown
 
-// ErrLeaseLost is the cause of a handler's context when another worker or
-// the reaper took its job while it ran (context.Cause(ctx)), and is wrapped
-// by the error of a write fenced on a lease that no longer holds its job.
-// It is one value with queue.ErrLeaseLost and worker.ErrLeaseLost:
-// errors.Is holds against any of the three names.
-var ErrLeaseLost = queue.ErrLeaseLost
-
 // InsertManyParams is one job of an InsertMany.
 type InsertManyParams struct {
 	Args jobs.Args

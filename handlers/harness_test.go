@@ -404,7 +404,7 @@ func (h *harnessEnv) resumeStale(t *testing.T, a *harnessAttempt) {
 	t.Helper()
 	before := h.subjectRaw(t)
 	cause := a.wait(t)
-	require.ErrorIs(t, h.finish(t, a, cause), queue.ErrLeaseLost, "stale attempt %s finished the job (its handler returned %v)", a.name, cause)
+	require.ErrorIs(t, h.finish(t, a, cause), jobs.ErrLeaseLost, "stale attempt %s finished the job (its handler returned %v)", a.name, cause)
 	// A heartbeat that met a failure reply is sent again, as the worker's
 	// next beat is: its outcome is read from the job, never taken from
 	// the error.
@@ -412,7 +412,7 @@ func (h *harnessEnv) resumeStale(t *testing.T, a *harnessAttempt) {
 		_, err := store.Of(h.q).Heartbeat(h.ctx, store.LeaseOf(a.job), time.Minute)
 		return err
 	})
-	require.ErrorIs(t, err, queue.ErrLeaseLost, "stale attempt %s renewed its lease", a.name)
+	require.ErrorIs(t, err, jobs.ErrLeaseLost, "stale attempt %s renewed its lease", a.name)
 	after := h.subjectRaw(t)
 	if before == nil {
 		require.Nil(t, after, "stale attempt %s wrote the job back", a.name)

@@ -252,7 +252,7 @@ func (h *renameHandler) order(ctx context.Context, j *jobs.Job, now time.Time) (
 		// attempt finished it, while this one was stalled. Its own time
 		// would order it after every rename enqueued meanwhile: it must
 		// not rename.
-		return renameKey{}, fmt.Errorf("rename job %s: no longer in the jobs collection, so its order is unknown: %w", j.ID, queue.ErrLeaseLost)
+		return renameKey{}, fmt.Errorf("rename job %s: no longer in the jobs collection, so its order is unknown: %w", j.ID, jobs.ErrLeaseLost)
 	}
 	if err != nil {
 		return renameKey{}, fmt.Errorf("read back the createdAt of rename job %s: %w", j.ID, err)
@@ -261,7 +261,7 @@ func (h *renameHandler) order(ctx context.Context, j *jobs.Job, now time.Time) (
 	if !ok || at.After(now.Add(RenameMaxFutureSkew)) {
 		// The stamp did not apply: this attempt lost its lease before it.
 		return renameKey{}, fmt.Errorf("rename job %s: createdAt still unusable (%s) after stamping it: %w",
-			j.ID, describeUserValue(raw.Lookup("createdAt")), queue.ErrLeaseLost)
+			j.ID, describeUserValue(raw.Lookup("createdAt")), jobs.ErrLeaseLost)
 	}
 	return renameKey{at: bson.NewDateTimeFromTime(at), job: j.ID}, nil
 }

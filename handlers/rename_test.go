@@ -607,7 +607,7 @@ func TestRenameCreatedAtMissingOrAhead(t *testing.T) {
 			_, err = store.Of(e.q).Collection().DeleteOne(e.ctx, bson.D{{Key: "_id", Value: foreign.ID}})
 			require.NoError(t, err)
 			ctx, steps = recordUserSteps(e.ctx)
-			require.ErrorIs(t, e.run(ctx, t, foreign), queue.ErrLeaseLost)
+			require.ErrorIs(t, e.run(ctx, t, foreign), jobs.ErrLeaseLost)
 			require.NotContains(t, *steps, "rename:user")
 			e.requireSynced(t, "u1", "Docket", 6)
 		})

@@ -112,7 +112,7 @@ func (b *transferBundle) finishAttempt(t *testing.T, a *runningAttempt, herr err
 		_, err = store.Of(b.q).Fail(b.ctx, store.LeaseOf(a.job), a.job, herr)
 	}
 	if err != nil {
-		require.ErrorIs(t, err, queue.ErrLeaseLost)
+		require.ErrorIs(t, err, jobs.ErrLeaseLost)
 		return false
 	}
 	return true

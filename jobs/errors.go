@@ -54,6 +54,12 @@ func InvalidArgs(field, format string, a ...any) error {
 	return Permanent(&ArgsError{Field: field, Reason: fmt.Sprintf(format, a...)})
 }
 
+// ErrLeaseLost is the cause of a handler's context when another worker or
+// the reaper took its job while it ran (context.Cause(ctx)), and is wrapped
+// by the error of a write fenced on a lease that no longer holds its job:
+// the caller no longer holds the job's lease.
+var ErrLeaseLost = errors.New("lease lost")
+
 // ErrCancelled is the cause of a handler's context when its job was
 // cancelled while running.
 var ErrCancelled = errors.New("job cancelled")

@@ -551,10 +551,6 @@ func (c *Client) Get(ctx context.Context, id string) (*jobs.Job, error) {
 // ErrNotFound is returned for a job id that is not in the collection.
 var ErrNotFound = errors.New("job not found")
 
-// ErrLeaseLost is returned by a fenced write that matched nothing: the
-// caller no longer holds the job's lease.
-var ErrLeaseLost = store.ErrLeaseLost
-
 // ErrOutcomeUnknown is wrapped by the error of a write whose outcome could
 // not be learned: the write, or an earlier try of it, may have been applied
 // with its reply lost, and the read that would have told (the job looked up

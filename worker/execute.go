@@ -183,7 +183,7 @@ func (w *Worker) execute(r *run) {
 		if job.Dependents || marked.Load() {
 			w.settleDependents(job.ID, log)
 		}
-	case errors.Is(werr, queue.ErrLeaseLost):
+	case errors.Is(werr, jobs.ErrLeaseLost):
 		observed = OutcomeLeaseLost
 		w.obs.LeaseLost(job)
 		log.Warn("job finished but its lease was lost; wrote nothing", append(fields, zap.Error(werr))...)
@@ -274,7 +274,7 @@ func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.T
 		}
 	}
 	if err := w.persist(r, write, log); err != nil {
-		if errors.Is(err, queue.ErrLeaseLost) {
+		if errors.Is(err, jobs.ErrLeaseLost) {
 			w.obs.LeaseLost(r.job)
 			return OutcomeLeaseLost, failure, time.Time{}
 		}
@@ -357,7 +357,7 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 		if err == nil {
 			carried()
 		}
-		if err == nil || errors.Is(err, queue.ErrLeaseLost) {
+		if err == nil || errors.Is(err, jobs.ErrLeaseLost) {
 			return err
 		}
 		backoff = grow(backoff, 100*time.Millisecond, 2*time.Second)

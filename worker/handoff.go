@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/store"
+	"github.com/docketq/docket/jobs"
 	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
@@ -288,7 +289,7 @@ func (w *Worker) handOff(ctx context.Context, r *run) (err error, sent bool) {
 		}
 	}
 	if got == nil {
-		if err != nil && !errors.Is(err, ErrLeaseLost) && !errors.Is(err, store.ErrOutcomeUnknown) {
+		if err != nil && !errors.Is(err, jobs.ErrLeaseLost) && !errors.Is(err, store.ErrOutcomeUnknown) {
 			w.giveBackSuccessor(params.Token)
 		}
 		return err, true

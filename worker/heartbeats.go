@@ -8,7 +8,6 @@ import (
 
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
-	"github.com/docketq/docket/queue"
 	"go.uber.org/zap"
 )
 
@@ -235,12 +234,12 @@ func (w *Worker) renewPart(part []*beat) error {
 				beat.Err = errors.New("worker: the batched heartbeat returned nothing for the job")
 			}
 		}
-		if beat.Err != nil && !errors.Is(beat.Err, queue.ErrLeaseLost) && failed == nil {
+		if beat.Err != nil && !errors.Is(beat.Err, jobs.ErrLeaseLost) && failed == nil {
 			failed = beat.Err
 		}
 		if seq, ok := seqs[b]; ok && beat.Err == nil {
 			w.progressWritten(b, progress[b.r.lease], seq)
-		} else if ok && !errors.Is(beat.Err, queue.ErrLeaseLost) {
+		} else if ok && !errors.Is(beat.Err, jobs.ErrLeaseLost) {
 			b.r.progress.mayLandLate()
 		}
 		w.applyBeat(b, beat)
@@ -253,7 +252,7 @@ func (w *Worker) applyBeat(b *beat, beat store.Beat) {
 	r := b.r
 	w.obs.Heartbeat(r.job, beat.Err)
 	switch {
-	case errors.Is(beat.Err, queue.ErrLeaseLost):
+	case errors.Is(beat.Err, jobs.ErrLeaseLost):
 		w.obs.LeaseLost(r.job)
 		r.mu.Lock()
 		r.lost = true
@@ -262,12 +261,12 @@ func (w *Worker) applyBeat(b *beat, beat store.Beat) {
 		delete(w.beats.beats, r) // nothing more to renew
 		w.beats.mu.Unlock()
 		b.log.Warn("lease lost: another worker or the reaper took the job; cancelling the handler")
-		b.cancel(ErrLeaseLost)
+		b.cancel(jobs.ErrLeaseLost)
 	case beat.Err != nil:
 		if time.Now().After(r.leaseExpiry()) && !b.warned {
 			b.warned = true
 			b.log.Warn("lease expired without renewal; cancelling the handler", zap.Error(beat.Err))
-			b.cancel(ErrLeaseLost)
+			b.cancel(jobs.ErrLeaseLost)
 		}
 	default:
 		r.mu.Lock()

@@ -190,7 +190,7 @@ func TestLostLeaseInABatchCancelsOnlyItsJob(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, queue.CancelRequested, out)
 	require.Eventually(t, func() bool { return h.cause(taken) != nil && h.cause(cancelled) != nil }, 20*time.Second, 10*time.Millisecond)
-	require.ErrorIs(t, h.cause(taken), worker.ErrLeaseLost)
+	require.ErrorIs(t, h.cause(taken), jobs.ErrLeaseLost)
 	require.ErrorIs(t, h.cause(cancelled), jobs.ErrCancelled)
 
 	// The others are still renewed after the loss.

@@ -51,7 +51,7 @@ type Observer interface {
 	// attempt's error when it failed.
 	Finished(job *jobs.Job, outcome Outcome, handler time.Duration)
 	// Heartbeat follows each lease renewal round trip, with its error
-	// (queue.ErrLeaseLost when the job was taken, queue.ErrOutcomeUnknown
+	// (jobs.ErrLeaseLost when the job was taken, queue.ErrOutcomeUnknown
 	// when reading the lease back failed).
 	Heartbeat(job *jobs.Job, err error)
 	// LeaseLost is called when a fenced write of an attempt (a renewal or

@@ -148,7 +148,7 @@ func TestStaleWorkerWritesNoProgress(t *testing.T) {
 	close(taken)
 	select {
 	case c := <-cause:
-		require.ErrorIs(t, c, worker.ErrLeaseLost)
+		require.ErrorIs(t, c, jobs.ErrLeaseLost)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the handler was not cancelled after its lease was lost")
 	}

@@ -29,12 +29,10 @@ func (w *Worker) bound(d time.Duration) time.Duration {
 // slots before it claims with the slots it has.
 const claimGather = 50 * time.Millisecond
 
-// Errors that end a job's context, seen by handlers through context.Cause.
+// Errors that end a job's context, seen by handlers through context.Cause,
+// beside jobs.ErrLeaseLost (another worker or the reaper took the job) and
+// jobs.ErrCancelled.
 var (
-	// ErrLeaseLost: another worker or the reaper took the job. It is
-	// queue.ErrLeaseLost, the error of a fenced write that matched nothing:
-	// one value, so errors.Is holds against either name.
-	ErrLeaseLost = queue.ErrLeaseLost
 	// ErrShutdown: the worker is stopping and gives the job back.
 	ErrShutdown = errors.New("worker shutting down")
 	// ErrTimeout: the attempt ran past its kind's timeout.

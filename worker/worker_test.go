@@ -280,9 +280,9 @@ func TestLostLeaseCancelsHandlerAndWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	select {
 	case c := <-cause:
-		require.ErrorIs(t, c, worker.ErrLeaseLost)
+		require.ErrorIs(t, c, jobs.ErrLeaseLost)
 		// One sentinel: the cause is the queue's error too.
-		require.ErrorIs(t, c, queue.ErrLeaseLost)
+		require.ErrorIs(t, c, jobs.ErrLeaseLost)
 	case <-time.After(10 * time.Second):
 		t.Fatal("handler was not cancelled after its lease was lost")
 	}

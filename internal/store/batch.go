@@ -536,7 +536,7 @@ func stampClaim(j *jobs.Job, p ClaimParams, t time.Time, token string) {
 // CompleteMany marks succeeded every job that its lease in ls still holds,
 // with one updateMany whose filter is an $or of each job's own fence
 // ({_id, state: running, leaseToken}), and returns the leases that no longer
-// held their job (as Complete would have returned ErrLeaseLost for them).
+// held their job (as Complete would have returned jobs.ErrLeaseLost for them).
 // On an error, which jobs were completed is unknown (ErrOutcomeUnknown
 // when the updateMany was applied and only reading which matched failed;
 // that read has readBackTimeout of its own): a retry with the same
@@ -803,7 +803,7 @@ func (b *completer) flush() {
 			case err != nil:
 				p.done <- fmt.Errorf("queue: complete job %s: %w", p.lease.JobID, err)
 			case isLost[p.lease]:
-				p.done <- fmt.Errorf("queue: complete job %s: %w", p.lease.JobID, ErrLeaseLost)
+				p.done <- fmt.Errorf("queue: complete job %s: %w", p.lease.JobID, jobs.ErrLeaseLost)
 			default:
 				p.done <- nil
 			}

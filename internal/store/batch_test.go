@@ -57,7 +57,7 @@ func TestClaimBatchLeasesAreFencedPerJob(t *testing.T) {
 	// lost, and on the others it holds.
 	j2 := b.takeOver(t, got[1])
 	require.NotEqual(t, got[1].LeaseToken, j2.LeaseToken)
-	require.ErrorIs(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(got[1])), queue.ErrLeaseLost)
+	require.ErrorIs(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(got[1])), jobs.ErrLeaseLost)
 
 	lost, err := store.Of(b.q).CompleteMany(b.ctx, []store.Lease{store.LeaseOf(got[0]), store.LeaseOf(got[1]), store.LeaseOf(got[2])})
 	require.NoError(t, err)
@@ -92,7 +92,7 @@ func TestCompleteManyReadsBackWithTimeOfItsOwn(t *testing.T) {
 	q = store.WithReadBackTimeout(store.Of(b.q), 0)
 	_, err = store.Of(q).CompleteMany(b.ctx, []store.Lease{store.LeaseOf(got[2]), store.LeaseOf(got[3])})
 	require.ErrorIs(t, err, queue.ErrOutcomeUnknown)
-	require.NotErrorIs(t, err, queue.ErrLeaseLost)
+	require.NotErrorIs(t, err, jobs.ErrLeaseLost)
 	require.Equal(t, jobs.StateSucceeded, b.get(t, got[2].ID).State)
 }
 
@@ -162,7 +162,7 @@ func TestBatchedCompletionReportsEachOutcome(t *testing.T) {
 		require.NoError(t, errs[i])
 		require.Equal(t, jobs.StateSucceeded, b.get(t, got[i].ID).State)
 	}
-	require.ErrorIs(t, errs[3], queue.ErrLeaseLost)
+	require.ErrorIs(t, errs[3], jobs.ErrLeaseLost)
 }
 
 // TestNoDoubleClaimInBatches is TestNoDoubleClaim with batch claims and

@@ -279,7 +279,7 @@ func (c *Store) ReleaseClaim(ctx context.Context, token string) (int, error) {
 	for _, id := range ids {
 		err := c.Release(ctx, Lease{JobID: id, Token: token})
 		switch {
-		case errors.Is(err, ErrLeaseLost):
+		case errors.Is(err, jobs.ErrLeaseLost):
 			// Reaped, or cancelled meanwhile. (A release by an earlier try
 			// whose reply was lost returns nil: Release reads it back.)
 		case err != nil:

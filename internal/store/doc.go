@@ -6,9 +6,9 @@
 //
 // Every write by a lease holder is fenced on the job's id, its running
 // state and the holder's lease token, so a worker that lost its lease can
-// change nothing (ErrLeaseLost). A write may be applied with its reply
+// change nothing (jobs.ErrLeaseLost). A write may be applied with its reply
 // lost, so a fenced write that matches nothing reads the job back before it
-// reports ErrLeaseLost: an earlier try of its own found in place is
+// reports jobs.ErrLeaseLost: an earlier try of its own found in place is
 // success; when that read fails too, the error wraps ErrOutcomeUnknown and
 // trying the write again is safe.
 //

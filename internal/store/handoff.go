@@ -267,7 +267,7 @@ var ErrNoHandoff = errors.New("queue: no run slot hand-off now")
 // job frees. It returns the successor claimed, nil when it was not (taken
 // by another claim since it was read, or its slot taken: the slot freed
 // goes to the next claim as after Complete), and the completion's error,
-// as Complete's: nil, ErrLeaseLost, ErrOutcomeUnknown; ErrNoHandoff when
+// as Complete's: nil, jobs.ErrLeaseLost, ErrOutcomeUnknown; ErrNoHandoff when
 // nothing was sent (see above). On any other error the completion's
 // outcome is not known and next may carry p.Token: the caller gives it
 // back with ReleaseClaim(p.Token) and completes again with Complete,
@@ -301,7 +301,7 @@ func (c *Store) CompleteHandingOff(ctx context.Context, l Lease, next *Successor
 	if err == nil {
 		err = c.lostFinishReply("handoff")
 	}
-	lost := fmt.Errorf("queue: complete job %s: %w", l.JobID, ErrLeaseLost)
+	lost := fmt.Errorf("queue: complete job %s: %w", l.JobID, jobs.ErrLeaseLost)
 	ours := func(w *written) bool { return w.State == jobs.StateSucceeded && w.LeaseToken == l.Token }
 	var bwe mongo.BulkWriteException
 	switch {

@@ -171,7 +171,7 @@ func TestHandoffStalledAndReaped(t *testing.T) {
 				require.Equal(t, a.ID, owner.ID, "the stalled job, claimed again")
 			}
 			got, err := s.CompleteHandingOff(b.ctx, store.LeaseOf(a), succ[0], handoffParams("handoff-1"))
-			require.ErrorIs(t, err, queue.ErrLeaseLost)
+			require.ErrorIs(t, err, jobs.ErrLeaseLost)
 			if reclaimed {
 				require.Nil(t, got, "the slot is held: the stamp is refused")
 				require.Equal(t, []string{owner.ID}, runningOfK(t, b))
@@ -268,7 +268,7 @@ func TestHandoffLostReply(t *testing.T) {
 	lost := store.WithLostFinishReply(s, "handoff", 1, errReset)
 	got, err := store.Of(lost).CompleteHandingOff(b.ctx, store.LeaseOf(a), succ[0], handoffParams("handoff-1"))
 	require.ErrorIs(t, err, errReset)
-	require.NotErrorIs(t, err, queue.ErrLeaseLost)
+	require.NotErrorIs(t, err, jobs.ErrLeaseLost)
 	require.Nil(t, got)
 	require.Equal(t, jobs.StateRunning, b.get(t, succ[0].Job.ID).State, "applied")
 

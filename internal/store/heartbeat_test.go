@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/store"
+	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 )
@@ -26,7 +27,7 @@ func TestHeartbeatDetectsProjection(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "unknown", store.Of(fresh).Server().FindAndModifyProjection.State())
 	_, err = store.Of(fresh).Heartbeat(b.ctx, store.Lease{JobID: j.ID, Token: "stale"}, time.Hour)
-	require.ErrorIs(t, err, queue.ErrLeaseLost)
+	require.ErrorIs(t, err, jobs.ErrLeaseLost)
 
 	require.Equal(t, "unknown", store.Of(b.q).Server().FindAndModifyProjection.State())
 	for i := range 2 {

@@ -16,7 +16,7 @@ import (
 type Beat struct {
 	// Renewal is the lease's renewal when Err is nil.
 	Renewal
-	// Err is nil when the lease was renewed. It wraps ErrLeaseLost when the
+	// Err is nil when the lease was renewed. It wraps jobs.ErrLeaseLost when the
 	// lease no longer holds its job (reaped, claimed again, finished,
 	// deleted), ErrOutcomeUnknown when reading the lease back failed, and is
 	// another error when the renewal itself failed (its outcome unknown
@@ -124,7 +124,7 @@ func (c *Store) heartbeatChunk(ctx context.Context, leases []Lease, progress map
 		h, ok := held[l]
 		switch {
 		case !ok:
-			out[l] = Beat{Err: fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, ErrLeaseLost)}
+			out[l] = Beat{Err: fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, jobs.ErrLeaseLost)}
 		case !h.expires.Before(exp):
 			out[l] = Beat{Renewal: Renewal{ExpiresAt: h.expires, CancelRequested: h.cancel}}
 		default:
@@ -160,7 +160,7 @@ func (c *Store) heartbeatChunk(ctx context.Context, leases []Lease, progress map
 		case err != nil:
 			out[l] = Beat{Err: fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, err)}
 		case !ok:
-			out[l] = Beat{Err: fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, ErrLeaseLost)}
+			out[l] = Beat{Err: fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, jobs.ErrLeaseLost)}
 		case !h.expires.Before(exp):
 			out[l] = Beat{Renewal: Renewal{ExpiresAt: h.expires, CancelRequested: h.cancel}}
 		default: // still held, an older expiry: another writer set it

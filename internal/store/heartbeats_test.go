@@ -136,12 +136,12 @@ func TestHeartbeatManyReportsEachLeaseOnItsOwn(t *testing.T) {
 	require.Equal(t, map[string]int{"update": 2, "find": 1}, cmds.reset(),
 		"the updateMany, a read back, and an updateMany of the two asked to stop")
 
-	require.ErrorIs(t, got[store.LeaseOf(taken)].Err, queue.ErrLeaseLost)
+	require.ErrorIs(t, got[store.LeaseOf(taken)].Err, jobs.ErrLeaseLost)
 	token, exp := b.leaseOf(t, taken.ID)
 	require.Equal(t, otherToken, token, "the new holder's lease is untouched")
 	require.True(t, exp.Equal(otherExp), "the new holder's expiry is untouched")
 
-	require.ErrorIs(t, got[store.LeaseOf(finished)].Err, queue.ErrLeaseLost)
+	require.ErrorIs(t, got[store.LeaseOf(finished)].Err, jobs.ErrLeaseLost)
 	require.Equal(t, before, b.get(t, finished.ID), "a finished job is not written")
 
 	for _, j := range []*jobs.Job{cancelled, oddCancel} {
@@ -210,7 +210,7 @@ func TestHeartbeatManyStallThenResume(t *testing.T) {
 				require.Equal(t, 1, stalls, "the batch took the step %q", step)
 			}
 
-			require.ErrorIs(t, got[store.LeaseOf(victim)].Err, queue.ErrLeaseLost)
+			require.ErrorIs(t, got[store.LeaseOf(victim)].Err, jobs.ErrLeaseLost)
 			token, exp := b.leaseOf(t, victim.ID)
 			require.Equal(t, otherToken, token)
 			require.True(t, exp.Equal(otherExp), "the new holder's expiry %s was changed to %s", otherExp, exp)

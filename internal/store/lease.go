@@ -23,7 +23,7 @@ func fence(l Lease) bson.D {
 	}
 }
 
-// fencedUpdate applies update to the job l holds; ErrLeaseLost if it no
+// fencedUpdate applies update to the job l holds; jobs.ErrLeaseLost if it no
 // longer holds it.
 func (c *Store) fencedUpdate(ctx context.Context, op string, l Lease, update bson.D) error {
 	res, err := c.coll.UpdateOne(ctx, fence(l), update)
@@ -34,7 +34,7 @@ func (c *Store) fencedUpdate(ctx context.Context, op string, l Lease, update bso
 		return fmt.Errorf("queue: %s job %s: %w", op, l.JobID, err)
 	}
 	if res.MatchedCount == 0 {
-		return fmt.Errorf("queue: %s job %s: %w", op, l.JobID, ErrLeaseLost)
+		return fmt.Errorf("queue: %s job %s: %w", op, l.JobID, jobs.ErrLeaseLost)
 	}
 	return nil
 }
@@ -47,7 +47,7 @@ type Renewal struct {
 	CancelRequested bool
 }
 
-// Heartbeat extends the lease l by d from now. It returns ErrLeaseLost when
+// Heartbeat extends the lease l by d from now. It returns jobs.ErrLeaseLost when
 // l no longer holds the job.
 func (c *Store) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renewal, error) {
 	t := c.now()
@@ -60,7 +60,7 @@ func (c *Store) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renewa
 	}
 	err := c.renew(ctx, l, update, &got)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return Renewal{}, fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, ErrLeaseLost)
+		return Renewal{}, fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, jobs.ErrLeaseLost)
 	}
 	if err != nil {
 		return Renewal{}, fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, err)
@@ -131,7 +131,7 @@ func (c *Store) Complete(ctx context.Context, l Lease) error {
 		return c.completions.complete(ctx, l)
 	}
 	err := c.fencedUpdate(ctx, "complete", l, withProgress(ctx, finish(jobs.StateSucceeded, c.now(), result...)))
-	if errors.Is(err, ErrLeaseLost) {
+	if errors.Is(err, jobs.ErrLeaseLost) {
 		// A try of this write whose reply was lost may have been applied:
 		// only this attempt writes succeeded under its token.
 		return c.unlessWritten(ctx, "complete", l, err, func(w *written) bool {
@@ -146,7 +146,7 @@ func (c *Store) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason stri
 	t := c.now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: reason})
 	err := c.fencedUpdate(ctx, "cancel", l, withProgress(ctx, finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs})))
-	if errors.Is(err, ErrLeaseLost) {
+	if errors.Is(err, jobs.ErrLeaseLost) {
 		return c.unlessWritten(ctx, "cancel", l, err, func(w *written) bool {
 			return w.State == jobs.StateCancelled && w.LeaseToken == l.Token && w.hasError(j.Attempt, j.Owner, reason)
 		})
@@ -270,7 +270,7 @@ func (c *Store) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Fa
 	ours := func(w *written) bool { return w.hasError(j.Attempt, j.Owner, msg) }
 	if f.State == jobs.StateDead {
 		err := c.fencedUpdate(ctx, "fail", l, withProgress(ctx, update))
-		if errors.Is(err, ErrLeaseLost) {
+		if errors.Is(err, jobs.ErrLeaseLost) {
 			err = c.unlessWritten(ctx, "fail", l, err, func(w *written) bool {
 				return w.State == jobs.StateDead && w.LeaseToken == l.Token && ours(w)
 			})
@@ -282,7 +282,7 @@ func (c *Store) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Fa
 			Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, "retried"),
 		})})
 	})
-	if errors.Is(err, ErrLeaseLost) {
+	if errors.Is(err, jobs.ErrLeaseLost) {
 		var got *written
 		err = c.unlessWritten(ctx, "fail", l, err, func(w *written) bool { got = w; return ours(w) })
 		if err == nil {
@@ -325,7 +325,7 @@ func cancelledInstead(requestedAt, instead string) string {
 // that lands at any moment is honoured by exactly one of them: Cancel only
 // sets the field on a running job and nothing unsets it, so if the first
 // update missed because of it, the second one matches. It returns
-// ErrLeaseLost when neither matched (filter no longer holds the job).
+// jobs.ErrLeaseLost when neither matched (filter no longer holds the job).
 func (c *Store) requeueUnlessCancelled(ctx context.Context, op string, filter, update bson.D, cancel func(requestedAt string, doc bson.Raw) bson.D) (cancelled bool, err error) {
 	id := filterID(filter)
 	res, err := c.coll.UpdateOne(ctx, append(append(bson.D{}, filter...), cancelNotRequested), update)
@@ -343,7 +343,7 @@ func (c *Store) requeueUnlessCancelled(ctx context.Context, op string, filter, u
 		{Key: "cancelRequestedAt", Value: 1}, {Key: "errors", Value: 1}, {Key: "attempt", Value: 1}, {Key: "owner", Value: 1},
 	})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return false, fmt.Errorf("queue: %s job %v: %w", op, id, ErrLeaseLost)
+		return false, fmt.Errorf("queue: %s job %v: %w", op, id, jobs.ErrLeaseLost)
 	}
 	if err != nil {
 		// The fence matched nothing, and only the read tells a lost lease
@@ -362,7 +362,7 @@ func (c *Store) requeueUnlessCancelled(ctx context.Context, op string, filter, u
 		return false, fmt.Errorf("queue: %s job %v (cancel requested): %w", op, id, err)
 	}
 	if res.MatchedCount == 0 {
-		return false, fmt.Errorf("queue: %s job %v: %w", op, id, ErrLeaseLost)
+		return false, fmt.Errorf("queue: %s job %v: %w", op, id, jobs.ErrLeaseLost)
 	}
 	c.log.Info("cancel request honoured: job cancelled instead of re-queued", zap.Any("job_id", id), zap.String("op", op), zap.String("cancel_requested_at", at))
 	return true, nil
@@ -430,7 +430,7 @@ const releasedTokenField = "releasedToken"
 // A job whose cancel was requested ends cancelled instead, with why in its
 // errors. Like the finishing writes, a release whose fence matches nothing
 // reads the job back: released by l already (an earlier try applied, its
-// reply lost), it returns nil; otherwise ErrLeaseLost, or ErrOutcomeUnknown
+// reply lost), it returns nil; otherwise jobs.ErrLeaseLost, or ErrOutcomeUnknown
 // when the read fails.
 func (c *Store) Release(ctx context.Context, l Lease) error {
 	t := c.now()
@@ -451,7 +451,7 @@ func (c *Store) Release(ctx context.Context, l Lease) error {
 		})
 		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}, mark)
 	})
-	if errors.Is(err, ErrLeaseLost) {
+	if errors.Is(err, jobs.ErrLeaseLost) {
 		return c.unlessWritten(ctx, "release", l, err, func(w *written) bool {
 			return w.ReleasedToken == l.Token
 		})
@@ -459,4 +459,4 @@ func (c *Store) Release(ctx context.Context, l Lease) error {
 	return err
 }
 
-func errorsIsLeaseLost(err error) bool { return errors.Is(err, ErrLeaseLost) }
+func errorsIsLeaseLost(err error) bool { return errors.Is(err, jobs.ErrLeaseLost) }

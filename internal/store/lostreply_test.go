@@ -167,7 +167,7 @@ func TestLostFinishReplyIsNotALostLease(t *testing.T) {
 
 			_, err = tc.write(lost, b, j)
 			require.ErrorIs(t, err, errReset)
-			require.NotErrorIs(t, err, queue.ErrLeaseLost)
+			require.NotErrorIs(t, err, jobs.ErrLeaseLost)
 			require.Equal(t, tc.want, b.get(t, res.ID).State, "the server applied the first try")
 
 			state, err := tc.write(lost, b, j)
@@ -193,11 +193,11 @@ func TestLostFinishReplyStillReportsARealLoss(t *testing.T) {
 	cur := b.takeOver(t, old)
 	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(cur)))
 
-	require.ErrorIs(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(old)), queue.ErrLeaseLost)
+	require.ErrorIs(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(old)), jobs.ErrLeaseLost)
 	_, err = store.Of(b.q).Fail(b.ctx, store.LeaseOf(old), old, errors.New("boom"))
-	require.ErrorIs(t, err, queue.ErrLeaseLost)
-	require.ErrorIs(t, store.Of(b.q).Cancelled(b.ctx, store.LeaseOf(old), old, "stop"), queue.ErrLeaseLost)
-	require.ErrorIs(t, store.Of(b.q).Release(b.ctx, store.LeaseOf(old)), queue.ErrLeaseLost)
+	require.ErrorIs(t, err, jobs.ErrLeaseLost)
+	require.ErrorIs(t, store.Of(b.q).Cancelled(b.ctx, store.LeaseOf(old), old, "stop"), jobs.ErrLeaseLost)
+	require.ErrorIs(t, store.Of(b.q).Release(b.ctx, store.LeaseOf(old)), jobs.ErrLeaseLost)
 	require.Equal(t, jobs.StateSucceeded, b.get(t, old.ID).State)
 }
 
@@ -236,7 +236,7 @@ func TestLostReleaseReplyIsNotALostLease(t *testing.T) {
 
 			err = store.Of(lost).Release(b.ctx, store.LeaseOf(j))
 			require.ErrorIs(t, err, errReset)
-			require.NotErrorIs(t, err, queue.ErrLeaseLost)
+			require.NotErrorIs(t, err, jobs.ErrLeaseLost)
 			require.NotErrorIs(t, err, queue.ErrOutcomeUnknown, "the write's own failure says nothing of the job")
 			if tc.after != nil {
 				tc.after(b, j)

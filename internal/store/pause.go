@@ -303,7 +303,7 @@ func (c *Store) confirmUnpaused(ctx context.Context, claimed []*jobs.Job) (bool,
 		return true, nil
 	}
 	for _, j := range claimed {
-		if err := c.Release(ctx, LeaseOf(j)); err != nil && !errors.Is(err, ErrLeaseLost) {
+		if err := c.Release(ctx, LeaseOf(j)); err != nil && !errors.Is(err, jobs.ErrLeaseLost) {
 			return false, fmt.Errorf("queue: claim: giving back the jobs of queue %s, paused since the claim was sent: %w", paused, err)
 		}
 	}

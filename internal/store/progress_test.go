@@ -139,7 +139,7 @@ func TestHeartbeatProgressStallThenResume(t *testing.T) {
 			if step != "before the batch" {
 				require.Equal(t, 1, stalls)
 			}
-			require.ErrorIs(t, got[leases[0]].Err, queue.ErrLeaseLost)
+			require.ErrorIs(t, got[leases[0]].Err, jobs.ErrLeaseLost)
 			require.Equal(t, &theirs, b.get(t, victim.ID).Progress, "the stale worker wrote over the new holder's progress")
 			require.NoError(t, got[leases[1]].Err)
 			require.Equal(t, 0.3, b.get(t, kept.ID).Progress.Fraction)
@@ -236,7 +236,7 @@ func TestFinishingWritesStoreTheLastProgress(t *testing.T) {
 	lost := j(7) // reaped and claimed by w2, which reports its own
 	now := b.takeOver(t, lost)
 	beat(now)
-	require.ErrorIs(t, st.Complete(ctx, store.LeaseOf(lost)), queue.ErrLeaseLost)
+	require.ErrorIs(t, st.Complete(ctx, store.LeaseOf(lost)), jobs.ErrLeaseLost)
 	require.Equal(t, "half", b.get(t, lost.ID).Progress.Message, "the stale worker's completion wrote its progress")
 
 	require.NoError(t, st.Complete(ctx, store.LeaseOf(j(0))))

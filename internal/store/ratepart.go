@@ -849,7 +849,7 @@ func (c *Store) confirmRates(ctx context.Context, names []string, parted map[str
 // releaseRateJobs gives claimed back unstarted, attempts not counted.
 func (c *Store) releaseRateJobs(ctx context.Context, claimed []*jobs.Job) error {
 	for _, j := range claimed {
-		if err := c.Release(ctx, LeaseOf(j)); err != nil && !errors.Is(err, ErrLeaseLost) {
+		if err := c.Release(ctx, LeaseOf(j)); err != nil && !errors.Is(err, jobs.ErrLeaseLost) {
 			return fmt.Errorf("queue: claim: giving back the jobs of a claim under a rate: %w", err)
 		}
 	}

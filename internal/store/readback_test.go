@@ -48,7 +48,7 @@ var finishingWrites = []finishingWrite{
 func requireOutcomeUnknown(t *testing.T, err error) {
 	t.Helper()
 	require.Error(t, err)
-	require.NotErrorIs(t, err, queue.ErrLeaseLost)
+	require.NotErrorIs(t, err, jobs.ErrLeaseLost)
 	require.ErrorIs(t, err, queue.ErrOutcomeUnknown)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the read-back's own failure is kept")
 }
@@ -93,7 +93,7 @@ func TestFailedReadBackAfterRealLossIsUnknown(t *testing.T) {
 			requireOutcomeUnknown(t, tc.write(b.ctx, store.WithReadBackTimeout(store.Of(b.q), 0), old))
 			require.Equal(t, jobs.StateRunning, b.get(t, res.ID).State, "the new holder's attempt is untouched")
 
-			require.ErrorIs(t, tc.write(b.ctx, store.Of(b.q), old), queue.ErrLeaseLost)
+			require.ErrorIs(t, tc.write(b.ctx, store.Of(b.q), old), jobs.ErrLeaseLost)
 		})
 	}
 }
@@ -119,10 +119,10 @@ func TestFailedHeartbeatReadBackIsUnknown(t *testing.T) {
 	})
 	require.ErrorIs(t, err, queue.ErrOutcomeUnknown)
 	require.ErrorIs(t, err, context.Canceled, "the read's own failure is kept")
-	require.NotErrorIs(t, err, queue.ErrLeaseLost)
+	require.NotErrorIs(t, err, jobs.ErrLeaseLost)
 
 	got, err := store.HeartbeatManyWithStall(b.ctx, store.Of(b.q), leases, time.Hour, nil)
 	require.NoError(t, err, "a retry whose read works says what happened to each lease")
-	require.ErrorIs(t, got[store.LeaseOf(victim)].Err, queue.ErrLeaseLost)
+	require.ErrorIs(t, got[store.LeaseOf(victim)].Err, jobs.ErrLeaseLost)
 	require.NoError(t, got[store.LeaseOf(kept)].Err)
 }

@@ -201,8 +201,8 @@ func TestAcknowledgedCancelSurvivesFailReapAndRelease(t *testing.T) {
 		j := b.cancelWhileRunning(t)
 		stale := store.Lease{JobID: j.ID, Token: "stale"}
 		_, err := store.Of(b.q).Fail(b.ctx, stale, j, errors.New("late"))
-		require.ErrorIs(t, err, queue.ErrLeaseLost)
-		require.ErrorIs(t, store.Of(b.q).Release(b.ctx, stale), queue.ErrLeaseLost)
+		require.ErrorIs(t, err, jobs.ErrLeaseLost)
+		require.ErrorIs(t, store.Of(b.q).Release(b.ctx, stale), jobs.ErrLeaseLost)
 		require.Equal(t, jobs.StateRunning, b.get(t, j.ID).State)
 	})
 }

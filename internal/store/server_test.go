@@ -112,7 +112,7 @@ func TestServerFeatureForcedLacking(t *testing.T) {
 	require.True(t, ren.CancelRequested)
 	require.Equal(t, 1, count(cmds(), "findAndModify jobs")-before, "no projection tried")
 	_, err = store.Of(q).Heartbeat(b.ctx, store.Lease{JobID: j.ID, Token: "stale"}, time.Hour)
-	require.ErrorIs(t, err, queue.ErrLeaseLost)
+	require.ErrorIs(t, err, jobs.ErrLeaseLost)
 
 	before = count(cmds(), "aggregate jobs")
 	stats, err := q.Stats(b.ctx)

@@ -114,10 +114,6 @@ func ParseWriteConcern(s string) (*writeconcern.WriteConcern, error) {
 
 func parseWriteConcern(s string) (*writeconcern.WriteConcern, error) { return ParseWriteConcern(s) }
 
-// ErrLeaseLost is returned by a fenced write that matched nothing: the
-// caller no longer holds the job's lease.
-var ErrLeaseLost = errors.New("lease lost")
-
 // ErrOutcomeUnknown is wrapped by the error of a write whose outcome could
 // not be learned: the write, or an earlier try of it, may have been applied
 // with its reply lost, and the read that would have told (the job looked up

@@ -307,12 +307,12 @@ func TestLostLeaseCannotWrite(t *testing.T) {
 	l := store.LeaseOf(old)
 
 	_, err = store.Of(b.q).Heartbeat(b.ctx, l, time.Hour)
-	require.ErrorIs(t, err, queue.ErrLeaseLost)
-	require.ErrorIs(t, store.Of(b.q).Complete(b.ctx, l), queue.ErrLeaseLost)
+	require.ErrorIs(t, err, jobs.ErrLeaseLost)
+	require.ErrorIs(t, store.Of(b.q).Complete(b.ctx, l), jobs.ErrLeaseLost)
 	_, err = store.Of(b.q).Fail(b.ctx, l, old, errors.New("late"))
-	require.ErrorIs(t, err, queue.ErrLeaseLost)
-	require.ErrorIs(t, store.Of(b.q).Release(b.ctx, l), queue.ErrLeaseLost)
-	require.ErrorIs(t, store.Of(b.q).Cancelled(b.ctx, l, old, "late"), queue.ErrLeaseLost)
+	require.ErrorIs(t, err, jobs.ErrLeaseLost)
+	require.ErrorIs(t, store.Of(b.q).Release(b.ctx, l), jobs.ErrLeaseLost)
+	require.ErrorIs(t, store.Of(b.q).Cancelled(b.ctx, l, old, "late"), jobs.ErrLeaseLost)
 	require.Equal(t, before, b.get(t, old.ID), "the old holder changed the job")
 
 	// The new holder still can.

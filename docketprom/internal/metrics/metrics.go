@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/docketq/docket/jobs"
-	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -161,7 +160,7 @@ func (w *Worker) Heartbeat(_ *jobs.Job, err error) {
 	switch {
 	case err == nil:
 		w.heartbeats.WithLabelValues("renewed").Inc()
-	case errors.Is(err, queue.ErrLeaseLost):
+	case errors.Is(err, jobs.ErrLeaseLost):
 		w.heartbeats.WithLabelValues("lease_lost").Inc()
 	default:
 		w.heartbeats.WithLabelValues("failed").Inc()
