@@ -256,17 +256,6 @@ func checkKindDefaults(args jobs.Args, hasOpts bool, d InsertOpts, opts jobs.Kin
 		why, typ, strings.Join(conflicts, ", "), typ)
 }
 
-// ArgsWithInsertOpts is implemented by args types that carry their kind's
-// insert defaults (River's JobArgsWithInsertOpts): every client that
-// inserts the kind, with its handler or without, puts its jobs in the same
-// queue with the same priority and attempts. A field of an insert's own
-// InsertOpts that is set wins over the args'; a field the args leave zero
-// takes the default. The method may have a value or a pointer receiver.
-type ArgsWithInsertOpts interface {
-	jobs.Args
-	InsertOpts() InsertOpts
-}
-
 // MustAddHandler is AddHandler that panics on error, for a program's main.
 func MustAddHandler[T jobs.Args](c *Client, fn func(ctx context.Context, job *jobs.Job, args T) error, opts jobs.KindOptions) {
 	if err := AddHandler(c, fn, opts); err != nil {
@@ -291,88 +280,6 @@ func (c *Client) AddMaintenance(tasks ...recovery.Task) error {
 	}
 	c.maintenance = append(c.maintenance, tasks...)
 	return nil
-}
-
-// InsertOpts are the options of one inserted job; see queue.InsertOpts.
-// Each field left zero takes the args' own InsertOpts() (see
-// ArgsWithInsertOpts), then the queue's defaults: the same in every
-// process, whether it has the kind's handler or not.
-type InsertOpts = queue.InsertOpts
-
-// InsertResult says what an insert did: the job's id, and whether its
-// unique key was already held by an unfinished job (then no job was added
-// and ID is that job's).
-type InsertResult = queue.Result
-
-// ErrQueueFull is wrapped by the error of an Insert into a bounded queue
-// (QueueSetCapacity, Config.Capacities) that has no free capacity: the job was not
-// added. The error is a *queue.QueueFullError naming the queue and its
-// capacity; an InsertMany reports it per job (InsertResult.Err).
-var ErrQueueFull = queue.ErrQueueFull
-
-// ErrOutcomeUnknown is wrapped by the error of a write whose outcome could
-// not be learned, the read that would have told having failed too: an
-// InsertMany's InsertResult.Err for a job that may or may not have been
-// inserted (inserting it again with the same InsertOpts.ID adds it at most
-// once), and a worker's renewal or final write of an attempt (see
-// queue.ErrOutcomeUnknown).
-var ErrOutcomeUnknown = queue.ErrOutcomeUnknown
-
-// InsertManyParams is one job of an InsertMany.
-type InsertManyParams struct {
-	Args jobs.Args
-	Opts *InsertOpts
-}
-
-// Insert adds one job of the kind args names. Args that have a Validate
-// method (jobs.Validator, on the value or a pointer) are checked with it
-// first, as the worker checks them: args it refuses are not inserted, and
-// the error is a *queue.ValidationError naming the kind that wraps
-// Validate's error (errors.Is and errors.As reach it). Its id is made by
-// the client, so after an error the job may or may not exist
-// (ErrOutcomeUnknown says so; inserting again with the same InsertOpts.ID
-// adds it at most once).
-func (c *Client) Insert(ctx context.Context, args jobs.Args, opts *InsertOpts) (InsertResult, error) {
-	res, err := c.InsertMany(ctx, []InsertManyParams{{Args: args, Opts: opts}})
-	if err != nil {
-		return InsertResult{}, err
-	}
-	return res[0], nil
-}
-
-// InsertMany adds jobs in one round trip (jobs with a unique key take one
-// each). Every job is validated before the first write, its args with
-// their Validate too (see Insert): when one is invalid, none is inserted,
-// and the error is a *queue.ValidationError whose Index is that job's.
-// Insert and InsertMany run through the client's insert middleware
-// (UseInsert).
-func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]InsertResult, error) {
-	res, err := c.wrapInsert(c.insertMany)(ctx, params)
-	if err == nil && len(res) != len(params) {
-		// An insert middleware broke its contract: the jobs may have been
-		// inserted, and their results are not known.
-		return nil, fmt.Errorf("docket: InsertMany: the insert middleware returned %d results for %d jobs: %w", len(res), len(params), ErrOutcomeUnknown)
-	}
-	return res, err
-}
-
-// insertMany is InsertMany without the insert middleware.
-func (c *Client) insertMany(ctx context.Context, params []InsertManyParams) ([]InsertResult, error) {
-	ins := make([]queue.Insert, len(params))
-	for i, p := range params {
-		if p.Args == nil {
-			return nil, &queue.ValidationError{Index: i, Field: "args", Reason: "must not be nil"}
-		}
-		if err := validateArgs(i, p.Args); err != nil {
-			return nil, err
-		}
-		var o InsertOpts
-		if p.Opts != nil {
-			o = *p.Opts
-		}
-		ins[i] = queue.Insert{Kind: p.Args.Kind(), Args: p.Args, Opts: InsertOptsFor(p.Args, o)}
-	}
-	return c.q.EnqueueMany(ctx, ins)
 }
 
 // kindQueue is the queue a job of kind goes to when its insert names none.
@@ -677,3 +584,53 @@ func (c *Client) applyBounds(ctx context.Context) error {
 }
 
 func sortedKeys(m map[string]int) []string { return slices.Sorted(maps.Keys(m)) }
+
+// startRuns starts what RunWhileStarted was given, until stopRuns. c.mu
+// is held.
+func (c *Client) startRuns() {
+	if len(c.runs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stopRun = cancel
+	for _, f := range c.runs {
+		c.running.Add(1)
+		go func() { defer c.running.Done(); f(ctx) }()
+	}
+}
+
+// stopRuns ends what startRuns started, and waits for it.
+func (c *Client) stopRuns() {
+	if c.stopRun != nil {
+		c.stopRun()
+		c.running.Wait()
+	}
+}
+
+// workerConfig is the pool's configuration: Config's, with the client's
+// middleware, and observed by the event subscribers and AddObserver's.
+// c.mu is held.
+func (c *Client) workerConfig() worker.Config {
+	wcfg := c.eng.worker
+	wcfg.Middleware = slices.Clone(c.middleware)
+	obs := []worker.Observer{c.events}
+	obs = append(obs, c.observers...)
+	wcfg.Observer = worker.Observers(obs...)
+	return wcfg
+}
+
+// periodicEngineJobs checks at Start that this client has a handler for
+// each periodic job's kind, and returns the jobs with their options filled
+// as an insert's are.
+func (c *Client) periodicEngineJobs() ([]recovery.PeriodicJob, error) {
+	var errs []error
+	for _, p := range c.cfg.PeriodicJobs {
+		if _, _, ok := c.reg.Lookup(p.Args.Kind()); !ok {
+			errs = append(errs, fmt.Errorf("periodic job %q: no handler registered for its kind %q", p.Name, p.Args.Kind()))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return periodicForEngine(c.cfg.PeriodicJobs), nil
+}

@@ -42,25 +42,3 @@ func (c *Client) RunWhileStarted(f func(ctx context.Context)) error {
 	c.runs = append(c.runs, f)
 	return nil
 }
-
-// startRuns starts what RunWhileStarted was given, until stopRuns. c.mu
-// is held.
-func (c *Client) startRuns() {
-	if len(c.runs) == 0 {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c.stopRun = cancel
-	for _, f := range c.runs {
-		c.running.Add(1)
-		go func() { defer c.running.Done(); f(ctx) }()
-	}
-}
-
-// stopRuns ends what startRuns started, and waits for it.
-func (c *Client) stopRuns() {
-	if c.stopRun != nil {
-		c.stopRun()
-		c.running.Wait()
-	}
-}

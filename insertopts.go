@@ -7,6 +7,7 @@ package docket
 // the worker, which decodes args into a T and calls Validate on a *T.
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 
@@ -84,3 +85,43 @@ func validateArgs(index int, args jobs.Args) error {
 	}
 	return nil
 }
+
+// ArgsWithInsertOpts is implemented by args types that carry their kind's
+// insert defaults (River's JobArgsWithInsertOpts): every client that
+// inserts the kind, with its handler or without, puts its jobs in the same
+// queue with the same priority and attempts. A field of an insert's own
+// InsertOpts that is set wins over the args'; a field the args leave zero
+// takes the default. The method may have a value or a pointer receiver.
+type ArgsWithInsertOpts interface {
+	jobs.Args
+	InsertOpts() InsertOpts
+}
+
+// InsertOpts are the options of one inserted job; see queue.InsertOpts.
+// Each field left zero takes the args' own InsertOpts() (see
+// ArgsWithInsertOpts), then the queue's defaults: the same in every
+// process, whether it has the kind's handler or not.
+type InsertOpts = queue.InsertOpts
+
+// InsertResult says what an insert did: the job's id, and whether its
+// unique key was already held by an unfinished job (then no job was added
+// and ID is that job's).
+type InsertResult = queue.Result
+
+// InsertManyParams is one job of an InsertMany.
+type InsertManyParams struct {
+	Args jobs.Args
+	Opts *InsertOpts
+}
+
+// InsertFunc inserts jobs as Client.InsertMany does: one result per job, in
+// order. InsertMiddleware wraps it.
+type InsertFunc func(ctx context.Context, params []InsertManyParams) ([]InsertResult, error)
+
+// InsertMiddleware wraps every Insert and InsertMany of a client (River's
+// JobInsertMiddleware): it runs around the insert, may change what each job
+// is inserted with (its Opts), calls next to insert, and returns next's
+// results and error. It runs before the jobs are validated. Package
+// docketotel's tracing is one; a middleware that changes a job's options
+// gives next a new InsertOpts rather than modifying the caller's.
+type InsertMiddleware func(next InsertFunc) InsertFunc

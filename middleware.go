@@ -5,22 +5,7 @@ import (
 	"slices"
 
 	"github.com/docketq/docket/jobs"
-	"github.com/docketq/docket/worker"
 )
-
-// Middleware wraps every handler of a client (asynq's Use, River's
-// middleware): it runs around each attempt, calls next.Work to run it, and
-// returns the attempt's error, which steers the job as a handler's does. A
-// panic in it is recovered and recorded as the handler's is.
-//
-//	client.Use(func(next jobs.Handler) jobs.Handler {
-//		return jobs.HandlerFunc(func(ctx context.Context, job *jobs.Job) error {
-//			ctx, span := tracer.Start(ctx, job.Kind)
-//			defer span.End()
-//			return next.Work(ctx, job)
-//		})
-//	})
-type Middleware = jobs.Middleware
 
 // Use adds middleware around every handler of the client, whichever kind
 // and whenever it was added; the first given runs outermost. Call it before Start: after, it fails,
@@ -52,16 +37,4 @@ func (c *Client) Handler(kind string) (h jobs.Handler, opts jobs.KindOptions, ok
 	mw := slices.Clone(c.middleware)
 	c.mu.Unlock()
 	return jobs.Wrap(h, mw...), opts, true
-}
-
-// workerConfig is the pool's configuration: Config's, with the client's
-// middleware, and observed by the event subscribers and AddObserver's.
-// c.mu is held.
-func (c *Client) workerConfig() worker.Config {
-	wcfg := c.eng.worker
-	wcfg.Middleware = slices.Clone(c.middleware)
-	obs := []worker.Observer{c.events}
-	obs = append(obs, c.observers...)
-	wcfg.Observer = worker.Observers(obs...)
-	return wcfg
 }

@@ -1,7 +1,6 @@
 package docket
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/docketq/docket/jobs"
@@ -63,20 +62,4 @@ func periodicForEngine(list []PeriodicJob) []recovery.PeriodicJob {
 			Queue: o.Queue, Priority: o.Priority, MaxAttempts: o.MaxAttempts}
 	}
 	return out
-}
-
-// periodicEngineJobs checks at Start that this client has a handler for
-// each periodic job's kind, and returns the jobs with their options filled
-// as an insert's are.
-func (c *Client) periodicEngineJobs() ([]recovery.PeriodicJob, error) {
-	var errs []error
-	for _, p := range c.cfg.PeriodicJobs {
-		if _, _, ok := c.reg.Lookup(p.Args.Kind()); !ok {
-			errs = append(errs, fmt.Errorf("periodic job %q: no handler registered for its kind %q", p.Name, p.Args.Kind()))
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return periodicForEngine(c.cfg.PeriodicJobs), nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
 	"go.uber.org/zap"
@@ -121,3 +122,17 @@ func register(q *queue.Client, wcfg worker.Config, w pool, kinds []string, log *
 		}
 	}
 }
+
+// Middleware wraps every handler of a client (asynq's Use, River's
+// middleware): it runs around each attempt, calls next.Work to run it, and
+// returns the attempt's error, which steers the job as a handler's does. A
+// panic in it is recovered and recorded as the handler's is.
+//
+//	client.Use(func(next jobs.Handler) jobs.Handler {
+//		return jobs.HandlerFunc(func(ctx context.Context, job *jobs.Job) error {
+//			ctx, span := tracer.Start(ctx, job.Kind)
+//			defer span.End()
+//			return next.Work(ctx, job)
+//		})
+//	})
+type Middleware = jobs.Middleware

@@ -1,0 +1,102 @@
+package docket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+)
+
+// UseInsert adds middleware around every insert of the client (Insert,
+// InsertMany; not InsertWorkflow); the first given runs outermost. It may
+// be called at any time: it applies to the inserts that begin after it.
+func (c *Client) UseInsert(mw ...InsertMiddleware) error {
+	for _, m := range mw {
+		if m == nil {
+			return errors.New("docket: UseInsert: nil middleware")
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.insertMiddleware = append(c.insertMiddleware, mw...)
+	return nil
+}
+
+// wrapInsert returns insert wrapped in the client's insert middleware.
+func (c *Client) wrapInsert(insert InsertFunc) InsertFunc {
+	c.mu.Lock()
+	mw := slices.Clone(c.insertMiddleware)
+	c.mu.Unlock()
+	for i := len(mw) - 1; i >= 0; i-- {
+		insert = mw[i](insert)
+	}
+	return insert
+}
+
+// ErrQueueFull is wrapped by the error of an Insert into a bounded queue
+// (QueueSetCapacity, Config.Capacities) that has no free capacity: the job was not
+// added. The error is a *queue.QueueFullError naming the queue and its
+// capacity; an InsertMany reports it per job (InsertResult.Err).
+var ErrQueueFull = queue.ErrQueueFull
+
+// ErrOutcomeUnknown is wrapped by the error of a write whose outcome could
+// not be learned, the read that would have told having failed too: an
+// InsertMany's InsertResult.Err for a job that may or may not have been
+// inserted (inserting it again with the same InsertOpts.ID adds it at most
+// once), and a worker's renewal or final write of an attempt (see
+// queue.ErrOutcomeUnknown).
+var ErrOutcomeUnknown = queue.ErrOutcomeUnknown
+
+// Insert adds one job of the kind args names. Args that have a Validate
+// method (jobs.Validator, on the value or a pointer) are checked with it
+// first, as the worker checks them: args it refuses are not inserted, and
+// the error is a *queue.ValidationError naming the kind that wraps
+// Validate's error (errors.Is and errors.As reach it). Its id is made by
+// the client, so after an error the job may or may not exist
+// (ErrOutcomeUnknown says so; inserting again with the same InsertOpts.ID
+// adds it at most once).
+func (c *Client) Insert(ctx context.Context, args jobs.Args, opts *InsertOpts) (InsertResult, error) {
+	res, err := c.InsertMany(ctx, []InsertManyParams{{Args: args, Opts: opts}})
+	if err != nil {
+		return InsertResult{}, err
+	}
+	return res[0], nil
+}
+
+// InsertMany adds jobs in one round trip (jobs with a unique key take one
+// each). Every job is validated before the first write, its args with
+// their Validate too (see Insert): when one is invalid, none is inserted,
+// and the error is a *queue.ValidationError whose Index is that job's.
+// Insert and InsertMany run through the client's insert middleware
+// (UseInsert).
+func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]InsertResult, error) {
+	res, err := c.wrapInsert(c.insertMany)(ctx, params)
+	if err == nil && len(res) != len(params) {
+		// An insert middleware broke its contract: the jobs may have been
+		// inserted, and their results are not known.
+		return nil, fmt.Errorf("docket: InsertMany: the insert middleware returned %d results for %d jobs: %w", len(res), len(params), ErrOutcomeUnknown)
+	}
+	return res, err
+}
+
+// insertMany is InsertMany without the insert middleware.
+func (c *Client) insertMany(ctx context.Context, params []InsertManyParams) ([]InsertResult, error) {
+	ins := make([]queue.Insert, len(params))
+	for i, p := range params {
+		if p.Args == nil {
+			return nil, &queue.ValidationError{Index: i, Field: "args", Reason: "must not be nil"}
+		}
+		if err := validateArgs(i, p.Args); err != nil {
+			return nil, err
+		}
+		var o InsertOpts
+		if p.Opts != nil {
+			o = *p.Opts
+		}
+		ins[i] = queue.Insert{Kind: p.Args.Kind(), Args: p.Args, Opts: InsertOptsFor(p.Args, o)}
+	}
+	return c.q.EnqueueMany(ctx, ins)
+}
