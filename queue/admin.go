@@ -104,8 +104,8 @@ type JobSummary struct {
 	Raw bson.Raw
 }
 
-// Summarize reads a JobSummary from a stored job document.
-func Summarize(raw bson.Raw) JobSummary {
+// summarize reads a JobSummary from a stored job document.
+func summarize(raw bson.Raw) JobSummary {
 	s := JobSummary{Raw: raw, JobID: JobIDOf(raw)}
 	s.ID = s.JobID.String()
 	s.Kind, _ = raw.Lookup("kind").StringValueOK()
@@ -166,7 +166,7 @@ func (c *Client) List(ctx context.Context, f JobFilter, after string, limit int)
 	defer cur.Close(ctx)
 	var out []JobSummary
 	for cur.Next(ctx) {
-		out = append(out, Summarize(append(bson.Raw(nil), cur.Current...)))
+		out = append(out, summarize(append(bson.Raw(nil), cur.Current...)))
 	}
 	if err := cur.Err(); err != nil {
 		return nil, false, fmt.Errorf("queue: list jobs: %w", err)

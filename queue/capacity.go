@@ -83,8 +83,8 @@ func (e *QueueFullError) Is(target error) bool { return target == ErrQueueFull }
 // client that calls them.
 const CapacityRefresh = time.Second
 
-// CapacityIndex is the name of the unique sparse index on capacitySlot.
-const CapacityIndex = "capacitySlot"
+// capacityIndex is the name of the unique sparse index on capacitySlot.
+const capacityIndex = "capacitySlot"
 
 // capacitySlotField is the job field holding its slot of the queue's
 // capacity; only admitted, unfinished jobs of a bounded queue have it.
@@ -444,7 +444,7 @@ func (c *Client) insertSlotted(ctx context.Context, j *jobs.Job, slot string) (r
 // whose holder finished in between reads as taken too: admission tries
 // again, which inserts the job.
 func (c *Client) whichDuplicate(ctx context.Context, j *jobs.Job, err error) (Result, bool, error) {
-	if store.DuplicateIndexIs(err, CapacityIndex) {
+	if store.DuplicateIndexIs(err, capacityIndex) {
 		return Result{}, true, nil
 	}
 	lerr := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
@@ -541,7 +541,7 @@ func (c *Client) readmit(ctx context.Context, filter, update bson.D, queue strin
 				return nil
 			case !store.IsDuplicateKey(err):
 				return err
-			case store.DuplicateIndexIs(err, CapacityIndex):
+			case store.DuplicateIndexIs(err, capacityIndex):
 				continue
 			case store.DuplicateIndex(err) != "":
 				return ErrUniqueKeyHeld // another index than the slot's

@@ -170,7 +170,7 @@ func Indexes() []mongo.IndexModel {
 				{Key: "state", Value: 1}, {Key: "queue", Value: 1}, {Key: "kind", Value: 1},
 				{Key: "priority", Value: -1}, {Key: "runAt", Value: 1}, {Key: "_id", Value: 1},
 			},
-			Options: options.Index().SetName(ClaimIndex),
+			Options: options.Index().SetName(claimIndex),
 		},
 		{ // the reaper: {state: running, leaseExpiresAt: {$lt}}, unsorted
 			Keys:    bson.D{{Key: "state", Value: 1}, {Key: "leaseExpiresAt", Value: 1}},
@@ -193,7 +193,7 @@ func Indexes() []mongo.IndexModel {
 			// slot (capacity.go); also serves reading a queue's occupied
 			// slots, a range on the "<queue>/" prefix
 			Keys:    bson.D{{Key: capacitySlotField, Value: 1}},
-			Options: options.Index().SetName(CapacityIndex).SetUnique(true).SetSparse(true),
+			Options: options.Index().SetName(capacityIndex).SetUnique(true).SetSparse(true),
 		},
 		{ // a limited kind's run slots: at most one running job per slot
 			// (limit.go)
@@ -224,15 +224,15 @@ func Indexes() []mongo.IndexModel {
 	}
 }
 
-// ClaimIndex is the name of the index the claim uses.
-const ClaimIndex = "claim_v2"
+// claimIndex is the name of the index the claim uses.
+const claimIndex = "claim_v2"
 
-// ClaimIndexV1 is the name of the claim index before ClaimIndex, keyed
+// claimIndexV1 is the name of the claim index before ClaimIndex, keyed
 // {state, queue, priority: -1, runAt}: without kind and _id, a claim on a
 // large backlog sorted in memory. Docket no longer creates it nor drops it;
 // once every worker runs a version that creates ClaimIndex, drop it with
 // db.jobs.dropIndex("claim").
-const ClaimIndexV1 = "claim"
+const claimIndexV1 = "claim"
 
 // EnsureIndexes creates the indexes the claim, the reaper and unique keys
 // need. It is idempotent and safe to run from many processes at once. The

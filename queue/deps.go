@@ -590,7 +590,7 @@ func (c *Client) SettleDependents(ctx context.Context, linkGrace time.Duration, 
 		{Key: "updatedAt", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: t.Add(-linkGrace)}}}}},
 	}, options.Find().SetLimit(int64(limit)).SetProjection(bson.D{
 		{Key: afterField, Value: 1}, {Key: waitingOnField, Value: 1}, {Key: runAnywayField, Value: 1},
-		{Key: WorkflowField, Value: 1},
+		{Key: workflowField, Value: 1},
 	}))
 	if err != nil {
 		return res, fmt.Errorf("queue: find blocked jobs left linking: %w", err)
@@ -671,7 +671,7 @@ func readDependent(d bson.Raw) (dep dependent, fill bson.D, ok bool) {
 		}
 	}
 	dep.waitingOn = waiting
-	dep.gate, _ = d.Lookup(WorkflowField).StringValueOK() // of another type: no gate
+	dep.gate, _ = d.Lookup(workflowField).StringValueOK() // of another type: no gate
 	if r, err := d.LookupErr(runAnywayField); err == nil && r.Type != bson.TypeNull {
 		b, ok := r.BooleanOK()
 		if !ok {

@@ -49,7 +49,7 @@ func (c *Client) retryWithParents(ctx context.Context, r *ActionResult, t time.T
 	}
 	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: r.JobID.v}}, options.FindOne().SetProjection(bson.D{
 		{Key: afterField, Value: 1}, {Key: runAnywayField, Value: 1}, {Key: dependentsField, Value: 1}, {Key: dependentsDueField, Value: 1},
-		{Key: WorkflowField, Value: 1},
+		{Key: workflowField, Value: 1},
 	})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		r.Err = fmt.Errorf("it was deleted meanwhile")
@@ -105,7 +105,7 @@ func (c *Client) retryWithParents(ctx context.Context, r *ActionResult, t time.T
 	}
 	// A task's gate cancels it even when it runs anyway, as the leader's
 	// link (readDependent) has it: one deleted since must not let it run.
-	gate, _ := raw.Lookup(WorkflowField).StringValueOK()
+	gate, _ := raw.Lookup(workflowField).StringValueOK()
 	if err := c.link(ctx, []dependent{{id: r.JobID.v, waitingOn: after, runAnyway: runAnyway, gate: gate}}); err != nil {
 		c.log.Warn("a retried job waits for its parents again; linking it failed, the leader's pass links it", zap.String("job_id", r.ID), zap.Error(err))
 	}

@@ -166,11 +166,11 @@ func TestExplainJobsQueries(t *testing.T) {
 	}})
 	fence := bson.D{{Key: "_id", Value: "j1"}, {Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: "token"}}
 	CheckPlans(t, db, []Explained{
-		{Name: "claim findAndModify", Index: ClaimIndex, Cmd: bson.D{
+		{Name: "claim findAndModify", Index: claimIndex, Cmd: bson.D{
 			{Key: "findAndModify", Value: coll}, {Key: "query", Value: filter}, {Key: "sort", Value: claimSort},
 			{Key: "update", Value: update}, {Key: "new", Value: true},
 		}},
-		{Name: "batch claim find", Index: ClaimIndex, Cmd: bson.D{
+		{Name: "batch claim find", Index: claimIndex, Cmd: bson.D{
 			{Key: "find", Value: coll}, {Key: "filter", Value: filter}, {Key: "sort", Value: claimSort},
 			{Key: "limit", Value: 10 * claimWindow},
 		}},
@@ -212,11 +212,11 @@ func TestExplainJobsQueries(t *testing.T) {
 			{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: "uniqueKey", Value: "u1"}}},
 			{Key: "projection", Value: bson.D{{Key: "_id", Value: 1}}}, {Key: "limit", Value: 1},
 		}},
-		{Name: "occupied capacity slots", Index: CapacityIndex, Cmd: bson.D{
+		{Name: "occupied capacity slots", Index: capacityIndex, Cmd: bson.D{
 			{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: capacitySlotField, Value: bson.D{{Key: "$gte", Value: "q1/"}, {Key: "$lt", Value: "q10"}}}}},
 			{Key: "projection", Value: bson.D{{Key: "_id", Value: 0}, {Key: capacitySlotField, Value: 1}}},
 		}},
-		{Name: "stranded capacity slots", Index: CapacityIndex, Cmd: bson.D{
+		{Name: "stranded capacity slots", Index: capacityIndex, Cmd: bson.D{
 			{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{bson.D{
 				{Key: "q", Value: bson.D{{Key: "$or", Value: bson.A{
 					bson.D{{Key: capacitySlotField, Value: bson.D{{Key: "$type", Value: "null"}}}},

@@ -43,7 +43,7 @@ func declared(t *testing.T, models []mongo.IndexModel) []indexSpec {
 // other keys: deployments that have the old index would keep it and never
 // build the new one.
 var retiredIndexes = map[string]bson.D{
-	ClaimIndexV1: {{Key: "state", Value: 1}, {Key: "queue", Value: 1}, {Key: "priority", Value: -1}, {Key: "runAt", Value: 1}},
+	claimIndexV1: {{Key: "state", Value: 1}, {Key: "queue", Value: 1}, {Key: "priority", Value: -1}, {Key: "runAt", Value: 1}},
 }
 
 // TestIndexesDeclared pins the index specs the code declares, so that a
@@ -90,11 +90,11 @@ func TestIndexesDeclared(t *testing.T) {
 func TestClaimIndexServesClaim(t *testing.T) {
 	var claim indexSpec
 	for _, s := range declared(t, Indexes()) {
-		if s.name == ClaimIndex {
+		if s.name == claimIndex {
 			claim = s
 		}
 	}
-	require.NotEmpty(t, claim.keys, "no index named %s", ClaimIndex)
+	require.NotEmpty(t, claim.keys, "no index named %s", claimIndex)
 
 	var equality []string
 	filter, _, claimSort, _ := store.ClaimQuery(store.ClaimParams{Queues: []string{"q"}, Kinds: []string{"k"}}, time.Now().UTC().Truncate(time.Millisecond), "")

@@ -53,7 +53,7 @@ func (c *Client) ParentResults(ctx context.Context, job *jobs.Job) ([]ParentResu
 	}
 	ids := append(slices.Clone(job.After), job.ID)
 	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		options.Find().SetProjection(bson.D{{Key: "result", Value: 1}, {Key: WorkflowField, Value: 1}}))
+		options.Find().SetProjection(bson.D{{Key: "result", Value: 1}, {Key: workflowField, Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("queue: read the results of the parents of %s: %w", job.ID, err)
 	}
@@ -63,7 +63,7 @@ func (c *Client) ParentResults(ctx context.Context, job *jobs.Job) ([]ParentResu
 		id, ok := d.Lookup("_id").StringValueOK()
 		switch r, isDoc := d.Lookup("result").DocumentOK(); {
 		case ok && id == job.ID:
-			gate, _ = d.Lookup(WorkflowField).StringValueOK() // of another type: no gate
+			gate, _ = d.Lookup(workflowField).StringValueOK() // of another type: no gate
 		case ok && isDoc:
 			results[id] = slices.Clone(r)
 		}

@@ -26,9 +26,9 @@ const DefaultStatsCollection = "jobstats"
 // statsID is the _id of the one document of the stats collection.
 const statsID = "counts"
 
-// FinishedWindow is how far back StoredStats.Finished counts the jobs that
+// finishedWindow is how far back StoredStats.Finished counts the jobs that
 // ended, per minute.
-const FinishedWindow = time.Hour
+const finishedWindow = time.Hour
 
 // Reading the stored counts says why there are none to read.
 var (
@@ -126,7 +126,7 @@ func (c *Client) CountStats(ctx context.Context) (StoredStats, error) {
 // finishedSince is the start of the minute FinishedWindow before the minute
 // of at: the minutes a chart ending at at shows.
 func finishedSince(at time.Time) time.Time {
-	return at.UTC().Truncate(time.Minute).Add(-FinishedWindow + time.Minute)
+	return at.UTC().Truncate(time.Minute).Add(-finishedWindow + time.Minute)
 }
 
 // StoreStats stores s as the counts operators read, unless counts taken

@@ -37,9 +37,9 @@ const DefaultWorkersCollection = store.DefaultWorkersCollection
 // listings leave it out, and the reaper stops sparing its expired jobs.
 const WorkerMissedBeats = store.WorkerMissedBeats
 
-// WorkerForgetAfter is how long after its last beat a process's document
+// workerForgetAfter is how long after its last beat a process's document
 // is deleted.
-const WorkerForgetAfter = time.Hour
+const workerForgetAfter = time.Hour
 
 // WorkerClockSkew (5 s) is how far past the server's time a process's lastSeen
 // may be and still count as a beat. lastSeen is the server's own clock
@@ -141,7 +141,7 @@ func (c *Client) ServerTime(ctx context.Context) time.Time { return c.st.ServerT
 // the documents of processes not seen for WorkerForgetAfter.
 func (c *Client) Workers(ctx context.Context, ttl time.Duration, all bool) ([]WorkerInfo, error) {
 	t := c.ServerTime(ctx)
-	if _, err := c.workersColl().DeleteMany(ctx, bson.D{{Key: "lastSeen", Value: bson.D{{Key: "$lt", Value: t.Add(-WorkerForgetAfter)}}}}); err != nil {
+	if _, err := c.workersColl().DeleteMany(ctx, bson.D{{Key: "lastSeen", Value: bson.D{{Key: "$lt", Value: t.Add(-workerForgetAfter)}}}}); err != nil {
 		return nil, fmt.Errorf("queue: forget stopped workers: %w", err)
 	}
 	return c.listWorkers(ctx, t, ttl, all)

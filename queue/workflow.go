@@ -43,8 +43,8 @@ import (
 // The fields a workflow's tasks carry, for anyone listing a workflow: the
 // workflow's id and the task's name in it, both strings.
 const (
-	WorkflowField     = "workflow"
-	WorkflowTaskField = "workflowTask"
+	workflowField     = "workflow"
+	workflowTaskField = "workflowTask"
 )
 
 // WorkflowGateKind is the kind of a workflow's gate: the job document,
@@ -569,12 +569,12 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (WorkflowCancelR
 // (another job holds the id) and, of its tasks, those no longer blocked.
 func (c *Client) classifyFound(ctx context.Context, id string, ids bson.A) (foreign, ended int, err error) {
 	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		options.Find().SetProjection(bson.D{{Key: WorkflowField, Value: 1}, {Key: "state", Value: 1}}))
+		options.Find().SetProjection(bson.D{{Key: workflowField, Value: 1}, {Key: "state", Value: 1}}))
 	if err != nil {
 		return 0, 0, err
 	}
 	err = store.EachRaw(ctx, cur, func(d bson.Raw) error {
-		wf, _ := d.Lookup(WorkflowField).StringValueOK()
+		wf, _ := d.Lookup(workflowField).StringValueOK()
 		st, _ := d.Lookup("state").StringValueOK()
 		switch {
 		case wf != id:
@@ -590,7 +590,7 @@ func (c *Client) classifyFound(ctx context.Context, id string, ids bson.A) (fore
 // countCancelledWithGate counts the tasks of the workflow with id that its
 // gate's cancel ended.
 func (c *Client) countCancelledWithGate(ctx context.Context, id string) (int, error) {
-	n, err := c.coll.CountDocuments(ctx, bson.D{{Key: WorkflowField, Value: id}, {Key: "state", Value: jobs.StateCancelled}})
+	n, err := c.coll.CountDocuments(ctx, bson.D{{Key: workflowField, Value: id}, {Key: "state", Value: jobs.StateCancelled}})
 	return int(n), err
 }
 
@@ -604,15 +604,15 @@ type workflowTaskState struct {
 // workflowTasks reads the tasks of the workflow with id (by their workflow
 // field), deepest first: every task comes before its parents among them.
 func (c *Client) workflowTasks(ctx context.Context, id string) ([]workflowTaskState, error) {
-	cur, err := c.coll.Find(ctx, bson.D{{Key: WorkflowField, Value: id}},
-		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: afterField, Value: 1}, {Key: WorkflowField, Value: 1}}))
+	cur, err := c.coll.Find(ctx, bson.D{{Key: workflowField, Value: id}},
+		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: afterField, Value: 1}, {Key: workflowField, Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("queue: read the tasks of workflow %s: %w", id, err)
 	}
 	var tasks []workflowTaskState
 	parents := map[string][]string{}
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
-		if wf, ok := d.Lookup(WorkflowField).StringValueOK(); !ok || wf != id {
+		if wf, ok := d.Lookup(workflowField).StringValueOK(); !ok || wf != id {
 			return nil // an array holding id, written by another app: not a task
 		}
 		st, _ := d.Lookup("state").StringValueOK()

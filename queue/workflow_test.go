@@ -107,8 +107,8 @@ func TestWorkflowRunsInOrderOncePublished(t *testing.T) {
 	// Every task carries the workflow's fields; the gate is published.
 	raw, err := store.Of(b.q).Collection().FindOne(b.ctx, bson.M{"_id": "wf1/b2"}).Raw()
 	require.NoError(t, err)
-	require.Equal(t, "wf1", raw.Lookup(queue.WorkflowField).StringValue())
-	require.Equal(t, "b2", raw.Lookup(queue.WorkflowTaskField).StringValue())
+	require.Equal(t, "wf1", raw.Lookup("workflow").StringValue())
+	require.Equal(t, "b2", raw.Lookup("workflowTask").StringValue())
 	b.requireState(t, jobs.StateSucceeded, "wf1")
 	require.Equal(t, queue.WorkflowGateKind, b.get(t, "wf1").Kind)
 }

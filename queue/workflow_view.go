@@ -17,13 +17,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// The fields a workflow builder stamps on each of its tasks: the
-// workflow's id and the task's name in it.
-const (
-	workflowField     = WorkflowField
-	workflowTaskField = WorkflowTaskField
-)
-
 // WorkflowPage selects the tasks a WorkflowView holds: Limit of them from
 // Offset, in the view's order (a workflow's by creation, a graph's
 // nearest the job first), each page then ordered parents first.
@@ -33,16 +26,16 @@ type WorkflowPage struct {
 	// Limit is how many tasks the page holds, at most MaxWorkflowPage.
 	Limit int
 	// Walk bounds a job's graph: at most this many jobs are walked (ids
-	// only). Defaults to DefaultWorkflowWalk.
+	// only). Defaults to defaultWorkflowWalk.
 	Walk int
 }
 
 const (
 	// MaxWorkflowPage bounds WorkflowPage.Limit.
 	MaxWorkflowPage = 1000
-	// DefaultWorkflowWalk is how many jobs of a graph WorkflowTasks walks
+	// defaultWorkflowWalk is how many jobs of a graph WorkflowTasks walks
 	// at most.
-	DefaultWorkflowWalk = 10000
+	defaultWorkflowWalk = 10000
 	// viewBatch bounds the ids of one command of the view: longer lists
 	// are sent in batches.
 	viewBatch = 500
@@ -143,7 +136,7 @@ func (c *Client) WorkflowTasks(ctx context.Context, id JobID, p WorkflowPage) (W
 		return WorkflowView{}, fmt.Errorf("queue: workflow %s: page %+v: the limit must be 1 to %d, the offset and walk not negative", id, p, MaxWorkflowPage)
 	}
 	if p.Walk == 0 {
-		p.Walk = DefaultWorkflowWalk
+		p.Walk = defaultWorkflowWalk
 	}
 	if s, ok := id.StringID(); ok {
 		v, found, err := c.workflowByName(ctx, s, p)
@@ -277,7 +270,7 @@ func (v *WorkflowView) setStates(counts map[jobs.State]int) {
 
 // readWorkflowTask reads a WorkflowTask from a stored job document.
 func readWorkflowTask(d bson.Raw) WorkflowTask {
-	t := WorkflowTask{JobSummary: Summarize(d)}
+	t := WorkflowTask{JobSummary: summarize(d)}
 	t.Name, _ = d.Lookup(workflowTaskField).StringValueOK()
 	t.Workflow, _ = d.Lookup(workflowField).StringValueOK()
 	t.After = anyIDs(d.Lookup(afterField))

@@ -24,3 +24,13 @@ func (p *PeriodicEnqueuer) SweepOrphans(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// Unexported defaults and names the external tests check against.
+const (
+	DefaultDeadRetention      = defaultDeadRetention
+	DefaultPeriodicCollection = defaultPeriodicCollection
+	DefaultReapBatch          = defaultReapBatch
+)
+
+// PeriodicJobID is the id of the job of tick for the periodic job name.
+func PeriodicJobID(name string, tick time.Time) string { return periodicJobID(name, tick) }

@@ -12,7 +12,7 @@ import (
 func TestEngineImportsNoApplication(t *testing.T) {
 	t.Parallel()
 
-	engine := []string{".", "./jobs", "./queue", "./worker", "./recovery", "./configs", "./dockettest", "./internal/leadership", "./internal/metrics", "./internal/store"}
+	engine := []string{".", "./jobs", "./queue", "./worker", "./recovery", "./configs", "./dockettest", "./internal/leadership", "./docketprom/internal/metrics", "./internal/store"}
 	args := append([]string{"list", "-deps", "-f", "{{.ImportPath}}"}, engine...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = ".."

@@ -7,18 +7,18 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// PaceFactor bounds the share of the server's time that maintenance takes
+// paceFactor bounds the share of the server's time that maintenance takes
 // when its passes are slow: after a pass that took d, no pass of any task
-// starts before PaceFactor × d has passed, so maintenance runs at most
-// 1/(1+PaceFactor) of the time (a quarter). On a server that answers in
+// starts before paceFactor × d has passed, so maintenance runs at most
+// 1/(1+paceFactor) of the time (a quarter). On a server that answers in
 // milliseconds this changes nothing; on one where every scan of the jobs
 // collection takes seconds (an overloaded primary, devdb over a big
 // collection), it keeps the reaper, retention and the sweepers from
 // crowding out the claims and completions they are there to serve.
-const PaceFactor = 3
+const paceFactor = 3
 
 // pacer makes the maintenance passes of one process take turns, one at a
-// time, each starting PaceFactor times the duration of the one before
+// time, each starting paceFactor times the duration of the one before
 // after it ended. A pass that must wait sleeps until its turn (its own
 // later ticks are skipped meanwhile, as for a pass still running), so that
 // every task gets its turn; a stop ends the waits at once.
@@ -51,7 +51,7 @@ func (p *pacer) wrap(j cron.Job) cron.Job {
 		default:
 		}
 		start := time.Now()
-		defer func() { p.next = time.Now().Add(PaceFactor * time.Since(start)) }()
+		defer func() { p.next = time.Now().Add(paceFactor * time.Since(start)) }()
 		j.Run()
 	})
 }

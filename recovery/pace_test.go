@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A slow pass holds every task back for PaceFactor times its duration,
+// A slow pass holds every task back for paceFactor times its duration,
 // passes never overlap, and each waiting task gets its turn.
 func TestPacerKeepsSlowMaintenanceToItsShare(t *testing.T) {
 	p := newPacer()
@@ -47,7 +47,7 @@ func TestPacerKeepsSlowMaintenanceToItsShare(t *testing.T) {
 	for i := 1; i < len(spans); i++ {
 		took := spans[i-1][1].Sub(spans[i-1][0])
 		gap := spans[i][0].Sub(spans[i-1][1])
-		require.GreaterOrEqual(t, gap, PaceFactor*took-5*time.Millisecond,
+		require.GreaterOrEqual(t, gap, paceFactor*took-5*time.Millisecond,
 			"pass %d started %s after the one before ended, which took %s", i, gap, took)
 	}
 }

@@ -36,9 +36,9 @@ type PeriodicJob struct {
 	MaxAttempts int    `yaml:"maxAttempts"`
 }
 
-// DefaultPeriodicCollection holds the state of the periodic jobs: for each
+// defaultPeriodicCollection holds the state of the periodic jobs: for each
 // name, the last tick enqueued.
-const DefaultPeriodicCollection = "periodic"
+const defaultPeriodicCollection = "periodic"
 
 // periodicParser reads schedules with an optional seconds field.
 var periodicParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
@@ -135,7 +135,7 @@ func NewPeriodicEnqueuer(db *mongo.Database, q *queue.Client, list []PeriodicJob
 
 		sweptAt:  map[string]time.Time{},
 		sweepGap: orphanSweepInterval,
-		state:    db.Collection(DefaultPeriodicCollection, options.Collection().SetWriteConcern(writeconcern.Majority())),
+		state:    db.Collection(defaultPeriodicCollection, options.Collection().SetWriteConcern(writeconcern.Majority())),
 	}, nil
 }
 
@@ -415,9 +415,9 @@ func searchLatestTick(sched cron.Schedule, last, now time.Time) (time.Time, bool
 	return sched.Next(lo), true
 }
 
-// PeriodicJobID is the id of the job enqueued for tick of the periodic job
+// periodicJobID is the id of the job enqueued for tick of the periodic job
 // name.
-func PeriodicJobID(name string, tick time.Time) string {
+func periodicJobID(name string, tick time.Time) string {
 	return "periodic:" + name + ":" + tick.UTC().Format(time.RFC3339Nano)
 }
 
@@ -429,7 +429,7 @@ func (p *PeriodicEnqueuer) enqueueTick(ctx context.Context, j periodicJob, tick 
 	if err != nil {
 		return false, err
 	}
-	job.ID = PeriodicJobID(j.Name, tick)
+	job.ID = periodicJobID(j.Name, tick)
 	job.RunAt = heldRunAt
 	jobsColl := store.Of(p.q).Collection()
 	at := tick.Format(time.RFC3339Nano)
@@ -529,7 +529,7 @@ func holdGen(v bson.RawValue) (int64, bool) {
 // clears pending. It reports whether it released the job (false: released
 // already, or cancelled or deleted by an operator while held).
 func (p *PeriodicEnqueuer) release(ctx context.Context, j periodicJob, tick time.Time, gen int64, now time.Time) (bool, error) {
-	id := PeriodicJobID(j.Name, tick)
+	id := periodicJobID(j.Name, tick)
 	res, err := store.Of(p.q).Collection().UpdateOne(ctx, heldFilter(id, gen),
 		bson.D{{Key: "$set", Value: bson.D{{Key: "runAt", Value: now}, {Key: "updatedAt", Value: now}}},
 			{Key: "$unset", Value: bson.D{{Key: "periodicHold", Value: ""}}}})

@@ -18,19 +18,19 @@ const (
 	// DefaultReapGrace is how long past its expiry a lease is left alone,
 	// to allow for clock skew between machines.
 	DefaultReapGrace = 5 * time.Second
-	// DefaultReapBatch is how many expired jobs one pass re-queues at most.
-	DefaultReapBatch = 500
+	// defaultReapBatch is how many expired jobs one pass re-queues at most.
+	defaultReapBatch = 500
 	// DefaultSucceededRetention is how long succeeded and cancelled jobs are
 	// kept.
 	DefaultSucceededRetention = 24 * time.Hour
 	// KeepForever, as a retention, keeps jobs forever; so does any
 	// negative retention.
 	KeepForever time.Duration = -1 * time.Second
-	// DefaultDeadRetention keeps dead jobs forever: they wait for a human.
-	DefaultDeadRetention = KeepForever
-	// DefaultRetentionBudget is how long one pass may spend deleting
+	// defaultDeadRetention keeps dead jobs forever: they wait for a human.
+	defaultDeadRetention = KeepForever
+	// defaultRetentionBudget is how long one pass may spend deleting
 	// finished jobs past their retention.
-	DefaultRetentionBudget = 20 * time.Second
+	defaultRetentionBudget = 20 * time.Second
 )
 
 // ReaperConfig configures a Reaper. As in every docket setting, a zero
@@ -44,20 +44,20 @@ type ReaperConfig struct {
 	// Grace is how long past its expiry a lease is left alone. Defaults to
 	// DefaultReapGrace.
 	Grace time.Duration `yaml:"grace"`
-	// Batch caps the jobs one pass re-queues. Defaults to DefaultReapBatch.
+	// Batch caps the jobs one pass re-queues. Defaults to 500.
 	Batch int `yaml:"batch"`
 	// SucceededRetention is how long succeeded and cancelled jobs are kept
 	// before they are deleted; negative (KeepForever) keeps them forever.
 	// Defaults to DefaultSucceededRetention.
 	SucceededRetention time.Duration `yaml:"succeededRetention"`
 	// DeadRetention is how long dead jobs are kept; negative
-	// (KeepForever) keeps them forever. Defaults to DefaultDeadRetention:
+	// (KeepForever) keeps them forever. Defaults to KeepForever:
 	// forever, for a human to look at.
 	DeadRetention time.Duration `yaml:"deadRetention"`
 	// RetentionBudget bounds the time one pass spends deleting finished
 	// jobs: it deletes batch after batch until none is due or the budget
 	// is spent (each state gets at least one batch), and the next pass goes
-	// on. Defaults to DefaultRetentionBudget.
+	// on. Defaults to 20 s.
 	RetentionBudget time.Duration `yaml:"retentionBudget"`
 	// Logger receives the reaper's logs. Defaults to a no-op logger.
 	Logger *zap.Logger `yaml:"-"`
@@ -72,16 +72,16 @@ func (c ReaperConfig) WithDefaults() ReaperConfig {
 		c.Grace = DefaultReapGrace
 	}
 	if c.Batch == 0 {
-		c.Batch = DefaultReapBatch
+		c.Batch = defaultReapBatch
 	}
 	if c.SucceededRetention == 0 {
 		c.SucceededRetention = DefaultSucceededRetention
 	}
 	if c.DeadRetention == 0 {
-		c.DeadRetention = DefaultDeadRetention
+		c.DeadRetention = defaultDeadRetention
 	}
 	if c.RetentionBudget == 0 {
-		c.RetentionBudget = DefaultRetentionBudget
+		c.RetentionBudget = defaultRetentionBudget
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()

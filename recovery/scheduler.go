@@ -17,7 +17,7 @@ type Task interface {
 // Scheduler runs tasks on their schedules. A pass that is still running
 // when its next turn comes is skipped, not stacked. The passes of all
 // tasks take turns, one at a time, and when they are slow they are paced
-// to take at most 1/(1+PaceFactor) of the time (see PaceFactor).
+// to take at most a quarter of the time.
 type Scheduler struct {
 	cron *cron.Cron
 	pace *pacer

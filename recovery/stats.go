@@ -12,14 +12,14 @@ import (
 
 // Defaults for StatsCounterConfig.
 const (
-	// DefaultStatsInterval is how often the leader counts the jobs for the
+	// defaultStatsInterval is how often the leader counts the jobs for the
 	// operator's tools, at most.
-	DefaultStatsInterval = 15 * time.Second
-	// DefaultStatsShare bounds the share of the time the counting takes:
-	// a count that took d is not followed by another for DefaultStatsShare
+	defaultStatsInterval = 15 * time.Second
+	// defaultStatsShare bounds the share of the time the counting takes:
+	// a count that took d is not followed by another for defaultStatsShare
 	// times d, so that on a server where a count is a pass over every job
 	// the counts cost it at most about a tenth of its time.
-	DefaultStatsShare = 10
+	defaultStatsShare = 10
 )
 
 // statsTick is how often the counter's schedule looks whether a count is
@@ -29,10 +29,10 @@ const statsTick = "@every 1s"
 // StatsCounterConfig configures a StatsCounter.
 type StatsCounterConfig struct {
 	// Interval is how often the leader counts, at most. Defaults to
-	// DefaultStatsInterval.
+	// defaultStatsInterval.
 	Interval time.Duration
 	// Share spaces counts by Share times the last count's duration when
-	// that is longer than Interval. Defaults to DefaultStatsShare.
+	// that is longer than Interval. Defaults to 10.
 	Share int
 	// Logger receives failures to count. Defaults to a no-op logger.
 	Logger *zap.Logger
@@ -61,13 +61,13 @@ func NewStatsCounter(q *queue.Client, leader Leader, id string, cfg StatsCounter
 		return nil, errors.New("recovery: NewStatsCounter needs a queue and a leader")
 	}
 	if cfg.Interval == 0 {
-		cfg.Interval = DefaultStatsInterval
+		cfg.Interval = defaultStatsInterval
 	}
 	if cfg.Interval < 0 {
 		return nil, errors.New("recovery: stats interval must be positive")
 	}
 	if cfg.Share == 0 {
-		cfg.Share = DefaultStatsShare
+		cfg.Share = defaultStatsShare
 	}
 	if cfg.Share < 1 {
 		return nil, errors.New("recovery: stats share must be at least 1")

@@ -22,26 +22,26 @@ const (
 	// DefaultShutdownTimeout is how long a graceful stop waits for running
 	// jobs before it cancels them (see Worker.Stop).
 	DefaultShutdownTimeout = 30 * time.Second
-	// DefaultPollMin is the first wait after a claim finds nothing.
-	DefaultPollMin = 50 * time.Millisecond
-	// DefaultPollMax caps the wait between claims on an idle queue.
-	DefaultPollMax = time.Second
+	// defaultPollMin is the first wait after a claim finds nothing.
+	defaultPollMin = 50 * time.Millisecond
+	// defaultPollMax caps the wait between claims on an idle queue.
+	defaultPollMax = time.Second
 	// DefaultClaimBatch is how many jobs one claim takes at most: the
 	// worker claims adaptively, one job per findAndModify while jobs
 	// trickle in and batches of its free slots (up to this many) while a
 	// backlog lasts (see Config.ClaimBatch and docs/BENCHMARKS.md).
 	DefaultClaimBatch = 100
-	// DefaultPrefetch is how many jobs a worker may hold beyond
+	// defaultPrefetch is how many jobs a worker may hold beyond
 	// Concurrency, waiting for a slot, while its claims are slow compared
 	// with its jobs (see Config.Prefetch).
-	DefaultPrefetch = 100
+	defaultPrefetch = 100
 	// DefaultStuckGrace is how long a handler may go on after its kind's
 	// timeout, a cancel request or a lost lease before the worker gives up
 	// on it (see Config.StuckGrace).
 	DefaultStuckGrace = 10 * time.Second
-	// MaxClaimTimeout bounds one claim round trip; a short lease bounds it
+	// maxClaimTimeout bounds one claim round trip; a short lease bounds it
 	// further (see Config.ClaimTimeout).
-	MaxClaimTimeout = 10 * time.Second
+	maxClaimTimeout = 10 * time.Second
 )
 
 // Config configures a Worker.
@@ -67,10 +67,10 @@ type Config struct {
 	// DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration `yaml:"shutdownTimeout"`
 	// PollMin is the first wait after an empty claim; the wait doubles, with
-	// jitter, up to PollMax. Defaults to DefaultPollMin.
+	// jitter, up to PollMax. Defaults to 50 ms.
 	PollMin time.Duration `yaml:"pollMin"`
 	// PollMax caps the wait between claims on an idle queue. Defaults to
-	// DefaultPollMax.
+	// 1 s.
 	PollMax time.Duration `yaml:"pollMax"`
 	// ClaimBatch is how many jobs one claim takes at most, capped by the
 	// free slots and the jobs claimed ahead (see Prefetch); 1 turns
@@ -99,7 +99,7 @@ type Config struct {
 	// bigger ones only take longer. A
 	// job held waiting has its lease renewed like a running one; it starts
 	// in claim order, and a stop gives back those not started, their
-	// attempt not counted. Defaults to DefaultPrefetch; -1 turns it off.
+	// attempt not counted. Defaults to 100; -1 turns it off.
 	Prefetch int `yaml:"prefetch"`
 	// WriteTimeout, when positive, bounds each heartbeat and completion
 	// round trip (and so a majority write-concern wait) below the deadlines
@@ -163,16 +163,16 @@ func (c Config) WithDefaults() Config {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.PollMin == 0 {
-		c.PollMin = DefaultPollMin
+		c.PollMin = defaultPollMin
 	}
 	if c.PollMax == 0 {
-		c.PollMax = DefaultPollMax
+		c.PollMax = defaultPollMax
 	}
 	if c.ClaimBatch == 0 {
 		c.ClaimBatch = DefaultClaimBatch
 	}
 	if c.Prefetch == 0 {
-		c.Prefetch = DefaultPrefetch
+		c.Prefetch = defaultPrefetch
 	}
 	if c.StuckGrace == 0 {
 		c.StuckGrace = DefaultStuckGrace
@@ -209,7 +209,7 @@ func (c Config) Validate() error {
 	case c.ClaimBatch < 1:
 		return fmt.Errorf("worker.claimBatch: %d must be at least 1", c.ClaimBatch)
 	case c.Prefetch < -1:
-		return fmt.Errorf("worker.prefetch: %d must be -1 (off), 0 (the default, %d) or positive", c.Prefetch, DefaultPrefetch)
+		return fmt.Errorf("worker.prefetch: %d must be -1 (off), 0 (the default, %d) or positive", c.Prefetch, defaultPrefetch)
 	case c.StuckGrace < 0:
 		return fmt.Errorf("worker.stuckGrace: %s must not be negative", c.StuckGrace)
 	}
@@ -228,12 +228,12 @@ func (c Config) prefetchMax() int { return max(c.Prefetch, 0) }
 func (c Config) StartMargin() time.Duration { return 2 * c.HeartbeatInterval }
 
 // ClaimTimeout bounds one claim (or batch claim) round trip:
-// MaxClaimTimeout, or Lease minus StartMargin when that is less, so that a
+// maxClaimTimeout, or Lease minus StartMargin when that is less, so that a
 // claim answered in time always leaves its jobs enough lease to start. The
 // lease a claim stamps is counted from before the claim is sent. c must
 // have its defaults.
 func (c Config) ClaimTimeout() time.Duration {
-	return min(MaxClaimTimeout, c.Lease-c.StartMargin())
+	return min(maxClaimTimeout, c.Lease-c.StartMargin())
 }
 
 // NewID returns a worker id unique across machines: the host name, the
