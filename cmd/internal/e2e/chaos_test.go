@@ -91,7 +91,7 @@ func TestChaosUnderFaults(t *testing.T) {
 				t.Setenv(testdb.EnvDevDBFlags, flags)
 				cfg := chaosConfig(t)
 				cfg.Seed = seed
-				cfg.Replay = fmt.Sprintf("DOCKET_CHAOS_SEED=%d go test -count=1 -run '^TestChaosUnderFaults$/^%s$' ./internal/e2e/, devdb %s", seed, name, flags)
+				cfg.Replay = fmt.Sprintf("DOCKET_CHAOS_SEED=%d go test -count=1 -run '^TestChaosUnderFaults$/^%s$' ./cmd/internal/e2e/, devdb %s", seed, name, flags)
 				chaos.Run(t, cfg)
 			})
 		}

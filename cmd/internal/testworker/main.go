@@ -82,7 +82,7 @@ func workStep(steps *mongo.Collection) func(context.Context, *jobs.Job, StepArgs
 
 // CallArgs are the args of a call job: one call of a downstream HTTP
 // service, as a job of an app's would make, for the tests that count what
-// the downstream sees (internal/e2e/partition_test.go).
+// the downstream sees (cmd/internal/e2e/partition_test.go).
 type CallArgs struct {
 	// URL is the downstream's; the call is GET URL?customer=...&job=...
 	URL string `bson:"url"`
