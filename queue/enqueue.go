@@ -682,66 +682,16 @@ func (c *Client) uniqueHolder(ctx context.Context, j *jobs.Job) (r Result, held 
 // NewJob validates in and returns the document Enqueue would insert for it,
 // created at t. Errors are *ValidationError.
 func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
-	invalid := func(field, format string, a ...any) error {
-		return &ValidationError{Field: field, Reason: fmt.Sprintf(format, a...)}
-	}
 	if p := store.NameProblem(in.Kind); p != "" {
 		return nil, invalid("kind", "%s", p)
 	}
-	args, err := encodeArgs(in.Args)
+	args, err := checkedArgs(in.Args)
 	if err != nil {
-		return nil, invalid("args", "%v", err)
-	}
-	if err := jobs.CheckArgs(args); err != nil {
-		var ae *jobs.ArgsError
-		if errors.As(err, &ae) {
-			field := "args"
-			if ae.Field != "" {
-				field += "." + ae.Field
-			}
-			return nil, invalid(field, "%s", ae.Reason)
-		}
-		return nil, invalid("args", "%v", err)
+		return nil, err
 	}
 	o := in.Opts
-	if o.ID != "" {
-		if p := jobs.NameProblem(o.ID, jobs.MaxNameBytes); p != "" {
-			return nil, invalid("id", "%s", p)
-		}
-	}
-	if o.Queue != "" {
-		if p := store.NameProblem(o.Queue); p != "" {
-			return nil, invalid("queue", "%s", p)
-		}
-	}
-	if o.UniqueKey != "" {
-		if p := jobs.NameProblem(o.UniqueKey, jobs.MaxUniqueKeyBytes); p != "" {
-			return nil, invalid("uniqueKey", "%s", p)
-		}
-	}
-	if o.UniqueFor < 0 {
-		return nil, invalid("uniqueFor", "%s must not be negative", o.UniqueFor)
-	}
-	if o.UniqueFor > 0 && o.UniqueFor < time.Millisecond {
-		return nil, invalid("uniqueFor", "%s is under the 1ms resolution of stored times", o.UniqueFor)
-	}
-	if o.UniqueFor > 0 && o.UniqueKey == "" {
-		return nil, invalid("uniqueFor", "needs a uniqueKey: it says how long the key holds")
-	}
-	if o.Delay < 0 {
-		return nil, invalid("delay", "%s must not be negative", o.Delay)
-	}
-	if o.MaxAttempts < 0 {
-		return nil, invalid("maxAttempts", "%d must not be negative", o.MaxAttempts)
-	}
-	if field, problem := checkAfter(o.After, o.ID); problem != "" {
-		return nil, invalid(field, "%s", problem)
-	}
-	if o.AfterRunAnyway && len(o.After) == 0 {
-		return nil, invalid("afterRunAnyway", "needs after: it says what to run after")
-	}
-	if field, problem := checkTrace(o); problem != "" {
-		return nil, invalid(field, "%s", problem)
+	if err := checkOpts(o); err != nil {
+		return nil, err
 	}
 	if o.Queue == "" {
 		o.Queue = jobs.DefaultQueue
@@ -761,13 +711,6 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 		}
 		id = u.String()
 	}
-	uniqueKey, periodKey := o.UniqueKey, ""
-	var until *time.Time
-	if o.UniqueFor > 0 {
-		start := periodStart(t.UTC(), o.UniqueFor)
-		end := start.Add(o.UniqueFor)
-		uniqueKey, periodKey, until = "", o.UniqueKey+"@"+start.Format(periodKeyLayout), &end
-	}
 	state := jobs.StateAvailable
 	if len(o.After) > 0 {
 		if slices.Contains(o.After, id) {
@@ -775,28 +718,99 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 		}
 		state = jobs.StateBlocked
 	}
-	return &jobs.Job{
-		ID:              id,
-		Kind:            in.Kind,
-		Queue:           o.Queue,
-		Args:            args,
-		State:           state,
-		After:           slices.Clone(o.After),
-		WaitingOn:       slices.Clone(o.After),
-		RunAnyway:       o.AfterRunAnyway,
-		Linking:         len(o.After) > 0,
-		Priority:        o.Priority,
-		RunAt:           runAt,
-		MaxAttempts:     o.MaxAttempts,
-		Errors:          []jobs.AttemptError{},
-		UniqueKey:       uniqueKey,
-		UniquePeriodKey: periodKey,
-		UniqueUntil:     until,
-		CreatedAt:       t,
-		UpdatedAt:       t,
-		Traceparent:     jobs.TraceHeader(o.Traceparent),
-		Tracestate:      jobs.TraceHeader(o.Tracestate),
-	}, nil
+	job := &jobs.Job{
+		ID:          id,
+		Kind:        in.Kind,
+		Queue:       o.Queue,
+		Args:        args,
+		State:       state,
+		After:       slices.Clone(o.After),
+		WaitingOn:   slices.Clone(o.After),
+		RunAnyway:   o.AfterRunAnyway,
+		Linking:     len(o.After) > 0,
+		Priority:    o.Priority,
+		RunAt:       runAt,
+		MaxAttempts: o.MaxAttempts,
+		Errors:      []jobs.AttemptError{},
+		UniqueKey:   o.UniqueKey,
+		CreatedAt:   t,
+		UpdatedAt:   t,
+		Traceparent: jobs.TraceHeader(o.Traceparent),
+		Tracestate:  jobs.TraceHeader(o.Tracestate),
+	}
+	if o.UniqueFor > 0 {
+		// The key holds for its period: one job per key and period.
+		start := periodStart(t.UTC(), o.UniqueFor)
+		end := start.Add(o.UniqueFor)
+		job.UniqueKey, job.UniquePeriodKey, job.UniqueUntil = "", o.UniqueKey+"@"+start.Format(periodKeyLayout), &end
+	}
+	return job, nil
+}
+
+// invalid is the *ValidationError of an insert's field.
+func invalid(field, format string, a ...any) error {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, a...)}
+}
+
+// checkedArgs encodes args and checks them as a job document holds them.
+func checkedArgs(a any) (bson.Raw, error) {
+	args, err := encodeArgs(a)
+	if err != nil {
+		return nil, invalid("args", "%v", err)
+	}
+	if err := jobs.CheckArgs(args); err != nil {
+		var ae *jobs.ArgsError
+		if errors.As(err, &ae) {
+			field := "args"
+			if ae.Field != "" {
+				field += "." + ae.Field
+			}
+			return nil, invalid(field, "%s", ae.Reason)
+		}
+		return nil, invalid("args", "%v", err)
+	}
+	return args, nil
+}
+
+// checkOpts checks an insert's options, each field on its own.
+func checkOpts(o InsertOpts) error {
+	names := []struct {
+		field, value string
+		problem      func(string) string
+	}{
+		{"id", o.ID, func(v string) string { return jobs.NameProblem(v, jobs.MaxNameBytes) }},
+		{"queue", o.Queue, store.NameProblem},
+		{"uniqueKey", o.UniqueKey, func(v string) string { return jobs.NameProblem(v, jobs.MaxUniqueKeyBytes) }},
+	}
+	for _, n := range names {
+		if n.value == "" {
+			continue
+		}
+		if p := n.problem(n.value); p != "" {
+			return invalid(n.field, "%s", p)
+		}
+	}
+	switch {
+	case o.UniqueFor < 0:
+		return invalid("uniqueFor", "%s must not be negative", o.UniqueFor)
+	case o.UniqueFor > 0 && o.UniqueFor < time.Millisecond:
+		return invalid("uniqueFor", "%s is under the 1ms resolution of stored times", o.UniqueFor)
+	case o.UniqueFor > 0 && o.UniqueKey == "":
+		return invalid("uniqueFor", "needs a uniqueKey: it says how long the key holds")
+	case o.Delay < 0:
+		return invalid("delay", "%s must not be negative", o.Delay)
+	case o.MaxAttempts < 0:
+		return invalid("maxAttempts", "%d must not be negative", o.MaxAttempts)
+	case o.AfterRunAnyway && len(o.After) == 0:
+		return invalid("afterRunAnyway", "needs after: it says what to run after")
+	}
+	if field, problem := checkAfter(o.After, o.ID); problem != "" {
+		return invalid(field, "%s", problem)
+	}
+	if field, problem := checkTrace(o); problem != "" {
+		return invalid(field, "%s", problem)
+	}
+	return nil
 }
 
 // checkTrace names the trace header of o that a job cannot carry, and why.
