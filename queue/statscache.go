@@ -267,16 +267,19 @@ func readStats(raw bson.Raw) (StoredStats, error) {
 	s.By, _ = raw.Lookup("by").StringValueOK()
 	s.Term, _ = raw.Lookup("term").AsInt64OK()
 	s.TermToken, _ = raw.Lookup("termToken").StringValueOK()
+	s.readQueues(raw.Lookup("queues"))
+	s.readFinished(raw.Lookup("finished"))
+	return s, nil
+}
 
+// readQueues adds the per-queue counts of v, the stored queues array;
+// entries it cannot read are counted in s.Unreadable.
+func (s *StoredStats) readQueues(v bson.RawValue) {
 	byQueue := map[string]int{}
-	for _, qv := range arrayValues(raw.Lookup("queues"), &s.Unreadable) {
+	for _, qv := range arrayValues(v, &s.Unreadable) {
 		qd, ok := qv.DocumentOK()
-		if !ok {
-			s.Unreadable++
-			continue
-		}
-		name, ok := qd.Lookup("queue").StringValueOK()
-		if !ok {
+		name, okName := qd.Lookup("queue").StringValueOK()
+		if !ok || !okName {
 			s.Unreadable++
 			continue
 		}
@@ -305,8 +308,14 @@ func readStats(raw bson.Raw) (StoredStats, error) {
 			qs.Counts[kind][jobs.State(state)] += n
 		}
 	}
+}
+
+// readFinished adds the jobs finished per state and minute of v, the
+// stored finished array, within the window before s.CountedAt; entries it
+// cannot read are counted in s.Unreadable.
+func (s *StoredStats) readFinished(v bson.RawValue) {
 	since := finishedSince(s.CountedAt)
-	for _, fv := range arrayValues(raw.Lookup("finished"), &s.Unreadable) {
+	for _, fv := range arrayValues(v, &s.Unreadable) {
 		fd, ok := fv.DocumentOK()
 		state, okState := fd.Lookup("state").StringValueOK()
 		minute, okMinute := fd.Lookup("minute").TimeOK()
@@ -324,7 +333,6 @@ func readStats(raw bson.Raw) (StoredStats, error) {
 		}
 		s.Finished[st][minute.UTC().Truncate(time.Minute)] += n
 	}
-	return s, nil
 }
 
 // arrayValues returns the elements of v when it is an array; a value of
