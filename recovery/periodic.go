@@ -267,19 +267,39 @@ func (p *PeriodicEnqueuer) runJob(ctx context.Context, j periodicJob) (bool, err
 	if err := p.maybeSweepOrphans(ctx, j, now); err != nil {
 		p.log.Warn("sweeping the held jobs of a periodic job failed; it is tried again next pass", zap.String("name", j.Name), zap.Error(err))
 	}
+	st, ok, err := p.readState(ctx, j, now)
+	if !ok || err != nil {
+		return false, err
+	}
+	if err := p.stepped(ctx, "periodic:read"); err != nil {
+		return false, err
+	}
+	added := false
+	if st.Pending != nil { // its writer stopped, or is still at work
+		var goOn bool
+		if added, goOn, err = p.finishPending(ctx, j, st, now); err != nil || !goOn {
+			return false, err
+		}
+	}
+	ok, err = p.takeTick(ctx, j, st.LastTick, now)
+	return added || ok, err
+}
+
+// readState reads the state of j. ok is false when there was none (the
+// first pass ever: ticks are counted from now) or it was unusable (then
+// replaced, counting from now): the pass ends there.
+func (p *PeriodicEnqueuer) readState(ctx context.Context, j periodicJob, now time.Time) (st periodicState, ok bool, err error) {
 	raw, err := p.state.FindOne(ctx, bson.D{{Key: "_id", Value: j.Name}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		// The first pass ever: count ticks from now.
 		_, err := p.state.InsertOne(ctx, bson.D{{Key: "_id", Value: j.Name}, {Key: "lastTick", Value: now}})
 		if err != nil && !mongo.IsDuplicateKeyError(err) {
-			return false, fmt.Errorf("record its first pass: %w", err)
+			return st, false, fmt.Errorf("record its first pass: %w", err)
 		}
-		return false, nil
+		return st, false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("read its state: %w", err)
+		return st, false, fmt.Errorf("read its state: %w", err)
 	}
-	var st periodicState
 	if err := bson.Unmarshal(raw, &st); err != nil || st.LastTick.IsZero() {
 		// A state document another program wrote badly: count ticks from
 		// now rather than stop the job forever. The write is conditioned on
@@ -292,60 +312,60 @@ func (p *PeriodicEnqueuer) runJob(ctx context.Context, j periodicJob) (bool, err
 		}
 		_, err := p.state.ReplaceOne(ctx, bson.D{{Key: "_id", Value: j.Name}, {Key: "lastTick", Value: asRead}},
 			bson.D{{Key: "_id", Value: j.Name}, {Key: "lastTick", Value: now}})
-		return false, err
+		return st, false, err
 	}
-	if err := p.stepped(ctx, "periodic:read"); err != nil {
-		return false, err
+	return st, true, nil
+}
+
+// finishPending finishes the tick st holds pending, whose writer stopped
+// or is still at work: it releases the tick's job once committed, else
+// supersedes the writer (from then on only this pass may commit the tick)
+// and enqueues the tick itself. goOn is false when another pass moved the
+// tick on first: that pass finishes it, and this one ends.
+func (p *PeriodicEnqueuer) finishPending(ctx context.Context, j periodicJob, st periodicState, now time.Time) (added, goOn bool, err error) {
+	tick := st.Pending.UTC()
+	if st.Committed {
+		added, err = p.release(ctx, j, tick, st.Gen, now)
+		return added, true, err
 	}
-	added := false
-	if st.Pending != nil { // its writer stopped, or is still at work
-		tick := st.Pending.UTC()
-		if st.Committed {
-			added, err = p.release(ctx, j, tick, st.Gen, now)
-			if err != nil {
-				return false, err
-			}
-		} else {
-			// Supersede the writer: from now on only this pass may commit
-			// the tick.
-			gen := st.Gen + 1
-			res, err := p.state.UpdateOne(ctx,
-				bson.D{{Key: "_id", Value: j.Name}, {Key: "pending", Value: tick}, {Key: "gen", Value: genAsRead(st.Gen)}, {Key: "committed", Value: bson.D{{Key: "$ne", Value: true}}}},
-				bson.D{{Key: "$set", Value: bson.D{{Key: "gen", Value: gen}}}})
-			if err != nil {
-				return false, fmt.Errorf("take over tick %s: %w", tick.Format(time.RFC3339Nano), err)
-			}
-			if res.MatchedCount == 0 {
-				return false, nil // another pass moved it on: it finishes the tick
-			}
-			if err := p.stepped(ctx, "periodic:supersede"); err != nil {
-				return false, err
-			}
-			if added, err = p.enqueueTick(ctx, j, tick, gen, now); err != nil {
-				return false, err
-			}
-		}
-		st = periodicState{LastTick: st.LastTick}
+	gen := st.Gen + 1
+	res, err := p.state.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: j.Name}, {Key: "pending", Value: tick}, {Key: "gen", Value: genAsRead(st.Gen)}, {Key: "committed", Value: bson.D{{Key: "$ne", Value: true}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "gen", Value: gen}}}})
+	if err != nil {
+		return false, false, fmt.Errorf("take over tick %s: %w", tick.Format(time.RFC3339Nano), err)
 	}
-	tick, ok := latestTick(j.sched, st.LastTick, now)
+	if res.MatchedCount == 0 {
+		return false, false, nil // another pass moved it on: it finishes the tick
+	}
+	if err := p.stepped(ctx, "periodic:supersede"); err != nil {
+		return false, false, err
+	}
+	added, err = p.enqueueTick(ctx, j, tick, gen, now)
+	return added, true, err
+}
+
+// takeTick takes the latest tick of j after lastTick that is due by now,
+// if any, and enqueues its job, unless another enqueuer took it first.
+func (p *PeriodicEnqueuer) takeTick(ctx context.Context, j periodicJob, lastTick, now time.Time) (bool, error) {
+	tick, ok := latestTick(j.sched, lastTick, now)
 	if !ok {
-		return added, nil
+		return false, nil
 	}
 	res, err := p.state.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: j.Name}, {Key: "lastTick", Value: st.LastTick}, {Key: "pending", Value: nil}},
+		bson.D{{Key: "_id", Value: j.Name}, {Key: "lastTick", Value: lastTick}, {Key: "pending", Value: nil}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "lastTick", Value: tick}, {Key: "pending", Value: tick}, {Key: "gen", Value: int64(1)}}},
 			{Key: "$unset", Value: bson.D{{Key: "committed", Value: ""}}}})
 	if err != nil {
-		return added, fmt.Errorf("take tick %s: %w", tick.Format(time.RFC3339Nano), err)
+		return false, fmt.Errorf("take tick %s: %w", tick.Format(time.RFC3339Nano), err)
 	}
 	if res.MatchedCount == 0 {
-		return added, nil // another enqueuer took it: it inserts the job
+		return false, nil // another enqueuer took it: it inserts the job
 	}
 	if err := p.stepped(ctx, "periodic:take"); err != nil {
-		return added, err
+		return false, err
 	}
-	ok, err = p.enqueueTick(ctx, j, tick, 1, now)
-	return added || ok, err
+	return p.enqueueTick(ctx, j, tick, 1, now)
 }
 
 // latestTick returns the latest tick of sched after last and at or before
@@ -431,63 +451,16 @@ func (p *PeriodicEnqueuer) enqueueTick(ctx context.Context, j periodicJob, tick 
 	}
 	job.ID = periodicJobID(j.Name, tick)
 	job.RunAt = heldRunAt
-	jobsColl := store.Of(p.q).Collection()
 	at := tick.Format(time.RFC3339Nano)
-	held := false
-	for range maxHoldRounds {
-		_, err = jobsColl.InsertOne(ctx, heldJob{Job: *job, Hold: periodicHold{Name: j.Name, Tick: tick, Gen: gen}})
-		if err == nil {
-			if err := p.stepped(ctx, "periodic:insert"); err != nil {
-				return false, err
-			}
-			held = true
-			break
-		}
-		if !mongo.IsDuplicateKeyError(err) {
-			return false, fmt.Errorf("enqueue tick %s: %w", at, err)
-		}
-		// The tick's job is there: held by this gen (an insert whose reply
-		// was lost), by an older one, by a newer one; or not held.
-		raw, err := jobsColl.FindOne(ctx, bson.D{{Key: "_id", Value: job.ID}},
-			options.FindOne().SetProjection(bson.D{{Key: "periodicHold", Value: 1}})).Raw()
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			continue // removed meanwhile: insert again
-		}
-		if err != nil {
-			return false, fmt.Errorf("enqueue tick %s: read the job there: %w", at, err)
-		}
-		hold := raw.Lookup("periodicHold")
-		if hold.Type == 0 {
-			// Not held: enqueued before holds existed, or by another
-			// app. It is the tick's job; nothing to release.
-			return false, p.clearPending(ctx, j.Name, tick, gen)
-		}
-		theirs, ok := holdGen(hold)
-		switch {
-		case ok && theirs == gen:
-			held = true
-		case ok && theirs > gen:
-			return false, nil // superseded: the newer pass finishes the tick
-		default:
-			// An older gen's (or one another app wrote badly): it can
-			// never be committed, as this gen superseded it first.
-			res, err := jobsColl.UpdateOne(ctx,
-				bson.D{{Key: "_id", Value: job.ID}, {Key: "periodicHold", Value: hold}},
-				bson.D{{Key: "$set", Value: bson.D{{Key: "periodicHold", Value: periodicHold{Name: j.Name, Tick: tick, Gen: gen}}}}})
-			if err != nil {
-				return false, fmt.Errorf("enqueue tick %s: take over the held job: %w", at, err)
-			}
-			if err := p.stepped(ctx, "periodic:regen"); err != nil {
-				return false, err
-			}
-			held = res.MatchedCount == 1
-		}
-		if held {
-			break
-		}
-	}
-	if !held {
-		return false, fmt.Errorf("enqueue tick %s: its job kept changing under this pass", at)
+	switch h, err := p.holdTickJob(ctx, j, job, tick, gen); {
+	case err != nil:
+		return false, err
+	case h == notHeld:
+		// Enqueued before holds existed, or by another app. It is the
+		// tick's job; nothing to release.
+		return false, p.clearPending(ctx, j.Name, tick, gen)
+	case h == superseded:
+		return false, nil // the newer pass finishes the tick
 	}
 	res, err := p.state.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: j.Name}, {Key: "pending", Value: tick}, {Key: "gen", Value: gen}, {Key: "committed", Value: bson.D{{Key: "$ne", Value: true}}}},
@@ -501,13 +474,74 @@ func (p *PeriodicEnqueuer) enqueueTick(ctx context.Context, j periodicJob, tick 
 	if res.MatchedCount == 0 {
 		// Superseded, or the tick was finished long ago and this insert
 		// came late: what it inserted is never released. Remove it.
-		_, err := jobsColl.DeleteOne(ctx, heldFilter(job.ID, gen))
+		_, err := store.Of(p.q).Collection().DeleteOne(ctx, heldFilter(job.ID, gen))
 		if err != nil {
 			return false, fmt.Errorf("tick %s: remove the job this pass held: %w", at, err)
 		}
 		return false, p.stepped(ctx, "periodic:drop")
 	}
 	return p.release(ctx, j, tick, gen, now)
+}
+
+// tickHold says whose the job of a tick is, once holdTickJob is done.
+type tickHold int
+
+const (
+	heldByThisGen tickHold = iota // inserted or taken over, held for gen
+	notHeld                       // there, not held: nothing to release
+	superseded                    // held by a newer gen
+)
+
+// holdTickJob inserts job, the tick's, held for gen; when a job is there
+// already, it is this gen's (an insert whose reply was lost), a newer
+// gen's, not held at all, or an older gen's, which this gen takes over.
+func (p *PeriodicEnqueuer) holdTickJob(ctx context.Context, j periodicJob, job *jobs.Job, tick time.Time, gen int64) (tickHold, error) {
+	jobsColl := store.Of(p.q).Collection()
+	at := tick.Format(time.RFC3339Nano)
+	mine := periodicHold{Name: j.Name, Tick: tick, Gen: gen}
+	for range maxHoldRounds {
+		_, err := jobsColl.InsertOne(ctx, heldJob{Job: *job, Hold: mine})
+		if err == nil {
+			return heldByThisGen, p.stepped(ctx, "periodic:insert")
+		}
+		if !mongo.IsDuplicateKeyError(err) {
+			return 0, fmt.Errorf("enqueue tick %s: %w", at, err)
+		}
+		raw, err := jobsColl.FindOne(ctx, bson.D{{Key: "_id", Value: job.ID}},
+			options.FindOne().SetProjection(bson.D{{Key: "periodicHold", Value: 1}})).Raw()
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			continue // removed meanwhile: insert again
+		}
+		if err != nil {
+			return 0, fmt.Errorf("enqueue tick %s: read the job there: %w", at, err)
+		}
+		hold := raw.Lookup("periodicHold")
+		if hold.Type == 0 {
+			return notHeld, nil
+		}
+		theirs, ok := holdGen(hold)
+		switch {
+		case ok && theirs == gen:
+			return heldByThisGen, nil
+		case ok && theirs > gen:
+			return superseded, nil
+		}
+		// An older gen's (or one another app wrote badly): it can never
+		// be committed, as this gen superseded it first.
+		res, err := jobsColl.UpdateOne(ctx,
+			bson.D{{Key: "_id", Value: job.ID}, {Key: "periodicHold", Value: hold}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "periodicHold", Value: mine}}}})
+		if err != nil {
+			return 0, fmt.Errorf("enqueue tick %s: take over the held job: %w", at, err)
+		}
+		if err := p.stepped(ctx, "periodic:regen"); err != nil {
+			return 0, err
+		}
+		if res.MatchedCount == 1 {
+			return heldByThisGen, nil
+		}
+	}
+	return 0, fmt.Errorf("enqueue tick %s: its job kept changing under this pass", at)
 }
 
 // heldFilter matches the job id while it is held by gen and not touched
