@@ -342,109 +342,133 @@ func insertBatch(ctx context.Context, e *env, r io.Reader, batch uuid.UUID, tota
 	} else if err != nil {
 		return fmt.Errorf("set up the jobs indexes (nothing was written): %w", err)
 	}
-	out := bufio.NewWriterSize(e.stdout, 64<<10)
-	defer out.Flush()
-	prog := newProgress(e.stderr, e.progress, total)
-	var rep batchReport
-	var failure error
-	var ins []queue.Insert
-	var lines []int
-	size := 0
-	flush := func() {
-		if len(ins) == 0 || failure != nil {
-			return
-		}
-		if err := ctx.Err(); err != nil { // interrupted: send nothing more
-			failure = fmt.Errorf("interrupted: %w", err)
-			rep.notInserted = append(rep.notInserted, lines...)
-			return
-		}
-		cctx, cancel := context.WithTimeout(ctx, e.cfg.Mongo.Timeout)
-		res, err := e.q.EnqueueMany(cctx, ins)
-		cancel()
-		var ve *queue.ValidationError
-		switch {
-		case errors.As(err, &ve):
-			failure = fmt.Errorf("line %d: %s: %s (the input changed after it was validated)", lines[ve.Index], ve.Field, ve.Reason)
-			rep.notInserted = append(rep.notInserted, lines...)
-		case len(res) == 0 && err != nil:
-			// Refused before any write (the unique key index is missing).
-			failure = err
-			rep.notInserted = append(rep.notInserted, lines...)
-		default:
-			failure = err
-			var ee *queue.EnqueueError
-			if errors.As(err, &ee) && ee.NotInserted == 0 && ee.Unknown == 0 {
-				// Only jobs refused by a full queue: the others are in,
-				// and the next chunks go on.
-				failure = nil
-			}
-			prog.clear()
-			for i, res := range res {
-				switch {
-				case errors.Is(res.Err, queue.ErrQueueFull):
-					rep.refused = append(rep.refused, lines[i])
-					if rep.full == nil {
-						errors.As(res.Err, &rep.full)
-					}
-				case errors.Is(res.Err, queue.ErrOutcomeUnknown):
-					rep.unknown = append(rep.unknown, lines[i])
-				case res.Err != nil:
-					rep.notInserted = append(rep.notInserted, lines[i])
-				default:
-					fmt.Fprintln(out, shown(res.ID))
-					switch {
-					case res.Duplicate:
-						rep.held++
-						if res.ArgsDropped {
-							rep.argsDropped++
-						}
-					case res.Existed:
-						rep.existed++
-					default:
-						rep.inserted++
-					}
-				}
-			}
-			_ = out.Flush()
-		}
-		prog.update(rep.done())
-		ins, lines, size = ins[:0], lines[:0], 0
-	}
+	b := &batchInserter{ctx: ctx, e: e, out: bufio.NewWriterSize(e.stdout, 64<<10), prog: newProgress(e.stderr, e.progress, total)}
+	defer b.out.Flush()
 	sc := newLineScanner(r)
 	for sc.next() {
-		if failure != nil {
-			rep.notInserted = append(rep.notInserted, sc.n)
-			continue
+		b.add(sc.line, sc.n, batch)
+	}
+	if err := sc.err(); err != nil && b.failure == nil {
+		b.failure = err
+	}
+	b.flush()
+	b.prog.clear()
+	_ = b.out.Flush()
+	e.reportBatch(b.rep, batch, b.failure)
+	if b.failure == nil && b.rep.full != nil {
+		return fmt.Errorf("%d jobs refused: %w", len(b.rep.refused), b.rep.full)
+	}
+	return b.failure
+}
+
+// batchInserter sends a batch's lines in chunks, and keeps the report.
+// After a failure, the lines that follow are reported not inserted.
+type batchInserter struct {
+	ctx     context.Context
+	e       *env
+	out     *bufio.Writer // the ids, one per line
+	prog    *progress
+	rep     batchReport
+	failure error
+	ins     []queue.Insert // the chunk, and its input lines
+	lines   []int
+	size    int
+}
+
+// add adds line n to the chunk, sending the chunk first when it is full.
+func (b *batchInserter) add(line []byte, n int, batch uuid.UUID) {
+	if b.failure != nil {
+		b.rep.notInserted = append(b.rep.notInserted, n)
+		return
+	}
+	in, err := parseLine(line, n, batch)
+	if err != nil {
+		b.failure = fmt.Errorf("%v (the input changed after it was validated)", err)
+		b.rep.notInserted = append(b.rep.notInserted, n)
+		return
+	}
+	if len(b.ins) > 0 && (len(b.ins) == queue.ChunkJobs || b.size+len(line) > queue.ChunkBytes) {
+		b.flush()
+		if b.failure != nil {
+			b.rep.notInserted = append(b.rep.notInserted, n)
+			return
 		}
-		in, err := parseLine(sc.line, sc.n, batch)
-		if err != nil {
-			failure = fmt.Errorf("%v (the input changed after it was validated)", err)
-			rep.notInserted = append(rep.notInserted, sc.n)
-			continue
+	}
+	b.ins = append(b.ins, in)
+	b.lines = append(b.lines, n)
+	b.size += len(line)
+}
+
+// flush sends the chunk, unless a failure came before or the batch was
+// interrupted.
+func (b *batchInserter) flush() {
+	if len(b.ins) == 0 || b.failure != nil {
+		return
+	}
+	if err := b.ctx.Err(); err != nil { // interrupted: send nothing more
+		b.failure = fmt.Errorf("interrupted: %w", err)
+		b.rep.notInserted = append(b.rep.notInserted, b.lines...)
+		return
+	}
+	defer func() {
+		b.prog.update(b.rep.done())
+		b.ins, b.lines, b.size = b.ins[:0], b.lines[:0], 0
+	}()
+	cctx, cancel := context.WithTimeout(b.ctx, b.e.cfg.Mongo.Timeout)
+	res, err := b.e.q.EnqueueMany(cctx, b.ins)
+	cancel()
+	var ve *queue.ValidationError
+	switch {
+	case errors.As(err, &ve):
+		b.failure = fmt.Errorf("line %d: %s: %s (the input changed after it was validated)", b.lines[ve.Index], ve.Field, ve.Reason)
+		b.rep.notInserted = append(b.rep.notInserted, b.lines...)
+	case len(res) == 0 && err != nil:
+		// Refused before any write (the unique key index is missing).
+		b.failure = err
+		b.rep.notInserted = append(b.rep.notInserted, b.lines...)
+	default:
+		b.failure = err
+		var ee *queue.EnqueueError
+		if errors.As(err, &ee) && ee.NotInserted == 0 && ee.Unknown == 0 {
+			// Only jobs refused by a full queue: the others are in, and
+			// the next chunks go on.
+			b.failure = nil
 		}
-		if len(ins) > 0 && (len(ins) == queue.ChunkJobs || size+len(sc.line) > queue.ChunkBytes) {
-			flush()
-			if failure != nil {
-				rep.notInserted = append(rep.notInserted, sc.n)
-				continue
+		b.prog.clear()
+		for i, r := range res {
+			b.record(r, b.lines[i])
+		}
+		_ = b.out.Flush()
+	}
+}
+
+// record reports what became of the job of input line n.
+func (b *batchInserter) record(res queue.Result, n int) {
+	rep := &b.rep
+	switch {
+	case errors.Is(res.Err, queue.ErrQueueFull):
+		rep.refused = append(rep.refused, n)
+		if rep.full == nil {
+			errors.As(res.Err, &rep.full)
+		}
+	case errors.Is(res.Err, queue.ErrOutcomeUnknown):
+		rep.unknown = append(rep.unknown, n)
+	case res.Err != nil:
+		rep.notInserted = append(rep.notInserted, n)
+	default:
+		fmt.Fprintln(b.out, shown(res.ID))
+		switch {
+		case res.Duplicate:
+			rep.held++
+			if res.ArgsDropped {
+				rep.argsDropped++
 			}
+		case res.Existed:
+			rep.existed++
+		default:
+			rep.inserted++
 		}
-		ins = append(ins, in)
-		lines = append(lines, sc.n)
-		size += len(sc.line)
 	}
-	if err := sc.err(); err != nil && failure == nil {
-		failure = err
-	}
-	flush()
-	prog.clear()
-	_ = out.Flush()
-	e.reportBatch(rep, batch, failure)
-	if failure == nil && rep.full != nil {
-		return fmt.Errorf("%d jobs refused: %w", len(rep.refused), rep.full)
-	}
-	return failure
 }
 
 // reportBatch writes what a batch did to stderr.
