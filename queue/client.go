@@ -517,10 +517,16 @@ func equivalentExists(ctx context.Context, coll *mongo.Collection, m mongo.Index
 
 // hasAll reports whether specs name every index of models.
 func hasAll(specs []mongo.IndexSpecification, models []mongo.IndexModel) bool {
+	return len(unnamed(specs, models)) == 0
+}
+
+// unnamed returns the models whose index (by name) specs do not name.
+func unnamed(specs []mongo.IndexSpecification, models []mongo.IndexModel) []mongo.IndexModel {
 	have := map[string]bool{}
 	for _, s := range specs {
 		have[s.Name] = true
 	}
+	var missing []mongo.IndexModel
 	for _, m := range models {
 		var o options.IndexOptions
 		if m.Options != nil {
@@ -529,10 +535,10 @@ func hasAll(specs []mongo.IndexSpecification, models []mongo.IndexModel) bool {
 			}
 		}
 		if o.Name == nil || !have[*o.Name] {
-			return false
+			missing = append(missing, m)
 		}
 	}
-	return true
+	return missing
 }
 
 // Get returns the job with id, or ErrNotFound.
@@ -628,21 +634,5 @@ func missingIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.
 	if err != nil {
 		return nil, fmt.Errorf("queue: list indexes of %s: %w", coll.Name(), err)
 	}
-	have := map[string]bool{}
-	for _, s := range specs {
-		have[s.Name] = true
-	}
-	var missing []mongo.IndexModel
-	for _, m := range models {
-		var o options.IndexOptions
-		if m.Options != nil {
-			for _, set := range m.Options.List() {
-				_ = set(&o)
-			}
-		}
-		if o.Name == nil || !have[*o.Name] {
-			missing = append(missing, m)
-		}
-	}
-	return missing, nil
+	return unnamed(specs, models), nil
 }
