@@ -2,6 +2,7 @@ package queue
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,21 +51,11 @@ type Config struct {
 
 // WithDefaults returns c with every unset field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.Collection == "" {
-		c.Collection = DefaultCollection
-	}
-	if c.WriteConcern == "" {
-		c.WriteConcern = DefaultWriteConcern
-	}
-	if c.RetryBase == 0 {
-		c.RetryBase = DefaultRetryBase
-	}
-	if c.RetryMax == 0 {
-		c.RetryMax = DefaultRetryMax
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
-	}
+	c.Collection = cmp.Or(c.Collection, DefaultCollection)
+	c.WriteConcern = cmp.Or(c.WriteConcern, DefaultWriteConcern)
+	c.RetryBase = cmp.Or(c.RetryBase, DefaultRetryBase)
+	c.RetryMax = cmp.Or(c.RetryMax, DefaultRetryMax)
+	c.Logger = cmp.Or(c.Logger, zap.NewNop())
 	return c
 }
 
