@@ -450,8 +450,10 @@ func (s *Store) pickFirstBlock(cands []*jobs.Job, k int) int {
 	if n < 2 {
 		return 0
 	}
-	if s.hooks != nil && s.hooks.pickBlock != nil {
-		return s.hooks.pickBlock(n)
+	if s.hooks != nil {
+		if i, ok := s.hooks.PickBlock(n); ok {
+			return i
+		}
 	}
 	return rand.IntN(n)
 }
@@ -475,8 +477,8 @@ func (s *Store) readBack(ctx context.Context, block []*jobs.Job, token string) (
 	for i, j := range block {
 		ids[i] = j.ID
 	}
-	if s.hooks != nil && s.hooks.beforeReadBack != nil {
-		if err := s.hooks.beforeReadBack(); err != nil {
+	if s.hooks != nil {
+		if err := s.hooks.BeforeReadBack(); err != nil {
 			return nil, fmt.Errorf("store: claim batch: read back claimed jobs: %w", err)
 		}
 	}
@@ -580,14 +582,10 @@ func (s *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err
 	// The read gets time of its own, as a single finishing write's does:
 	// the updateMany may have used up the caller's (a loaded server), and
 	// without the read every completion of the batch would be unknown.
-	if s.hooks != nil && s.hooks.beforeCompleteReadBack != nil {
-		s.hooks.beforeCompleteReadBack()
+	if s.hooks != nil {
+		s.hooks.BeforeCompleteReadBack()
 	}
-	timeout := readBackTimeout
-	if s.hooks != nil && s.hooks.readBackTimeout != nil {
-		timeout = *s.hooks.readBackTimeout
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.readBackWait())
 	defer cancel()
 	cur, err := s.coll.Find(rctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
 		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}}))

@@ -208,8 +208,8 @@ func (s *Store) refill(p ClaimParams, limit int, epoch uint64) {
 			}
 			got = append(got, candidateOf(&j, d))
 		}
-		if err == nil && s.hooks != nil && s.hooks.afterRefillRead != nil {
-			s.hooks.afterRefillRead()
+		if err == nil && s.hooks != nil {
+			s.hooks.AfterRefillRead()
 		}
 
 		cc := s.cands

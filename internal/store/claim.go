@@ -142,8 +142,8 @@ func (s *Store) claimOne(ctx context.Context, p ClaimParams) (*jobs.Job, error) 
 	// the claim goes on to the next job.
 	for range maxBuried + 1 {
 		raw, err := s.coll.FindOneAndUpdate(ctx, filter, update, opts).Raw()
-		if err == nil && s.hooks != nil && s.hooks.afterClaim != nil {
-			err = s.hooks.afterClaim()
+		if err == nil && s.hooks != nil {
+			err = s.hooks.AfterClaim()
 		}
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			return nil, nil
@@ -293,35 +293,21 @@ func (s *Store) ReleaseClaim(ctx context.Context, token string) (int, error) {
 	return n, nil
 }
 
-// hooks let tests lose the reply of a write the server applied, or fail a
-// read, at the points where a real network can. Each, when set, returns
-// the error taken as the operation's.
-type hooks struct {
-	// afterClaim runs after a claim's findAndModify the server applied.
-	afterClaim func() error
-	// beforeReadBack runs before a batch claim reads back what it stamped.
-	beforeReadBack func() error
-	// afterFinish runs after a fenced write that ends an attempt (complete,
-	// fail, cancelled) and that the server applied; op names the write.
-	afterFinish func(op string) error
-	// pickBlock, when set, picks a spread batch claim's first block among
-	// n, in place of a random one.
-	pickBlock func(n int) int
-	// readBackTimeout, when set, bounds a finishing write's read-back in
-	// place of readBackTimeout.
-	readBackTimeout *time.Duration
-	// beforeCompleteReadBack runs when a CompleteMany whose fences did not
-	// all match has written, before it reads which did.
-	beforeCompleteReadBack func()
-	// beforeClean runs when Clean has read the ids of the jobs to delete,
-	// before it deletes them.
-	beforeClean func()
-	// betweenFindAndUpdate runs when FoundIDs has read the ids of the
-	// jobs a repair changes, before it changes them.
-	betweenFindAndUpdate func()
-	// afterRefillRead runs when a read of candidates in the background
-	// (candidates.go) has read them, before it fills the cache.
-	afterRefillRead func()
+// testHooks let tests act at the points where a real network or another
+// process can: lose the reply of a write the server applied, fail a read,
+// stall between a read and a write. A Store has none (nil) but in the
+// tests, whose hooks (export_test.go) say what each point is. A hook's
+// error is taken as the operation's.
+type testHooks interface {
+	AfterClaim() error
+	BeforeReadBack() error
+	AfterFinish(op string) error
+	PickBlock(n int) (int, bool)
+	ReadBackTimeout() (time.Duration, bool)
+	BeforeCompleteReadBack()
+	BeforeClean()
+	BetweenFindAndUpdate()
+	AfterRefillRead()
 }
 
 // LeaseOf returns the lease that j carries.

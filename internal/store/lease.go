@@ -216,11 +216,7 @@ func (s *Store) unlessWritten(ctx context.Context, op string, l Lease, err error
 	// The read-back gets time of its own: the write may have used up the
 	// caller's (a loaded server), and only the read tells a lost lease
 	// from an earlier try applied with its reply lost.
-	timeout := readBackTimeout
-	if s.hooks != nil && s.hooks.readBackTimeout != nil {
-		timeout = *s.hooks.readBackTimeout
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.readBackWait())
 	defer cancel()
 	w, rerr := s.readWritten(rctx, l.JobID)
 	if rerr != nil {
@@ -240,13 +236,23 @@ func (s *Store) unlessWritten(ctx context.Context, op string, l Lease, err error
 // already applied.
 const readBackTimeout = 5 * time.Second
 
+// readBackWait is readBackTimeout, or what a test hook sets in its place.
+func (s *Store) readBackWait() time.Duration {
+	if s.hooks != nil {
+		if d, ok := s.hooks.ReadBackTimeout(); ok {
+			return d
+		}
+	}
+	return readBackTimeout
+}
+
 // lostFinishReply is the error a test hook makes of the reply of the
 // finishing write op; nil without hooks.
 func (s *Store) lostFinishReply(op string) error {
-	if s.hooks == nil || s.hooks.afterFinish == nil {
+	if s.hooks == nil {
 		return nil
 	}
-	return s.hooks.afterFinish(op)
+	return s.hooks.AfterFinish(op)
 }
 
 // Failure is the outcome of a failed attempt.

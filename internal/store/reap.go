@@ -309,8 +309,8 @@ func (s *Store) Clean(ctx context.Context, st jobs.State, age time.Duration, lim
 	if len(in) == 0 {
 		return 0, nil
 	}
-	if s.hooks != nil && s.hooks.beforeClean != nil {
-		s.hooks.beforeClean()
+	if s.hooks != nil {
+		s.hooks.BeforeClean()
 	}
 	// _id first: MongoDB plans it on the _id index in any order; a server
 	// that evaluates a filter key by key (server.go) rules out all but the

@@ -65,7 +65,7 @@ type Store struct {
 	afterStamp func() error
 	// hooks, when set (by tests), lose replies of claims and finishing
 	// writes; see claim.go.
-	hooks *hooks
+	hooks testHooks
 }
 
 // New returns the Store of coll, whose write concern and read preference
@@ -180,8 +180,8 @@ func (s *Store) FoundIDs(ctx context.Context, filter bson.D) (bson.A, error) {
 	for i, d := range found {
 		ids[i] = d.ID
 	}
-	if len(ids) > 0 && s.hooks != nil && s.hooks.betweenFindAndUpdate != nil {
-		s.hooks.betweenFindAndUpdate()
+	if len(ids) > 0 && s.hooks != nil {
+		s.hooks.BetweenFindAndUpdate()
 	}
 	return ids, nil
 }
