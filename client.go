@@ -280,18 +280,13 @@ func MustAddHandler[T jobs.Args](c *Client, fn func(ctx context.Context, job *jo
 // their schedules by the elected process only, beside the reaper. Call it
 // before Start.
 func (c *Client) AddMaintenance(tasks ...recovery.Task) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.started {
-		return errors.New("docket: AddMaintenance after Start")
-	}
-	for _, t := range tasks {
-		if t == nil {
+	return c.beforeStart("AddMaintenance after Start", func() error {
+		if slices.Contains(tasks, nil) {
 			return errors.New("docket: AddMaintenance: nil task")
 		}
-	}
-	c.maintenance = append(c.maintenance, tasks...)
-	return nil
+		c.maintenance = append(c.maintenance, tasks...)
+		return nil
+	})
 }
 
 // InsertOpts are the options of one inserted job; see queue.InsertOpts.
