@@ -334,14 +334,21 @@ func (c *Client) ClearNullUniqueKeys(ctx context.Context) (int, error) {
 // clearNullUniqueKeysOf clears the null unique keys of those of the jobs
 // ids that still have one.
 func (c *Client) clearNullUniqueKeysOf(ctx context.Context, ids bson.A) (int, error) {
-	n, err := c.st.UpdateIDs(ctx, ids, nullUniqueKeys, bson.D{{Key: "$unset", Value: bson.D{{Key: "uniqueKey", Value: ""}}}})
+	n, err := c.unsetOf(ctx, ids, nullUniqueKeys, "uniqueKey", "cleared explicit null unique keys (null means no key)")
 	if err != nil {
 		return n, fmt.Errorf("queue: clear null unique keys: %w", err)
 	}
-	if n > 0 {
-		c.log.Info("cleared explicit null unique keys (null means no key)", zap.Int("jobs", n))
-	}
 	return n, nil
+}
+
+// unsetOf removes field from those of the jobs ids that filter still
+// matches (a repair), and logs done with how many it changed, if any.
+func (c *Client) unsetOf(ctx context.Context, ids bson.A, filter bson.D, field, done string) (int, error) {
+	n, err := c.st.UpdateIDs(ctx, ids, filter, bson.D{{Key: "$unset", Value: bson.D{{Key: field, Value: ""}}}})
+	if err == nil && n > 0 {
+		c.log.Info(done, zap.Int("jobs", n))
+	}
+	return n, err
 }
 
 // ErrSetupRefused is wrapped by the errors of a set-up step (creating
