@@ -95,11 +95,7 @@ func (c *Client) JobList(ctx context.Context, params *JobListParams) (*JobListRe
 // JobGet returns the job with id; the error wraps ErrJobNotFound when
 // there is none.
 func (c *Client) JobGet(ctx context.Context, id string) (*jobs.Job, error) {
-	j, err := c.q.Get(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("docket: %w", err)
-	}
-	return j, nil
+	return fromEngine(c.q.Get(ctx, id))
 }
 
 // JobRetryParams say which jobs JobRetry makes available again.
@@ -121,10 +117,7 @@ func (c *Client) JobRetry(ctx context.Context, params *JobRetryParams) ([]JobAct
 		return nil, errors.New("docket: JobRetry: the filter selects every job; name the jobs (IDs) or narrow it (States, Kinds, Queues, a creation time)")
 	}
 	res, err := c.q.Retry(ctx, params.JobFilter)
-	if err != nil {
-		return res, fmt.Errorf("docket: %w", err)
-	}
-	return res, nil
+	return res, engineErr(err)
 }
 
 // JobDeleteParams say which jobs JobDelete removes.
@@ -144,10 +137,7 @@ func (c *Client) JobDelete(ctx context.Context, params *JobDeleteParams) ([]JobA
 		return nil, errors.New("docket: JobDelete: the filter selects every job; name the jobs (IDs) or narrow it (States, Kinds, Queues, a creation time)")
 	}
 	res, err := c.q.Delete(ctx, params.JobFilter, params.Force)
-	if err != nil {
-		return res, fmt.Errorf("docket: %w", err)
-	}
-	return res, nil
+	return res, engineErr(err)
 }
 
 func isEmptyFilter(f JobFilter) bool {
@@ -173,10 +163,7 @@ const (
 // already finished, ErrJobNotFound when there is no such job.
 func (c *Client) JobCancel(ctx context.Context, id string) (JobCancelResult, error) {
 	out, err := c.q.Cancel(ctx, id)
-	if err != nil {
-		return out, fmt.Errorf("docket: %w", err)
-	}
-	return out, nil
+	return out, engineErr(err)
 }
 
 // JobPurgeParams say which finished jobs JobPurge deletes.
@@ -196,10 +183,7 @@ func (c *Client) JobPurge(ctx context.Context, params *JobPurgeParams) (int64, e
 		return 0, errors.New("docket: JobPurge: params must name a finished state")
 	}
 	n, err := c.q.Purge(ctx, params.State, params.OlderThan)
-	if err != nil {
-		return n, fmt.Errorf("docket: %w", err)
-	}
-	return n, nil
+	return n, engineErr(err)
 }
 
 // QueuePauseOpts are the options of QueuePause and QueueResume.
@@ -212,21 +196,13 @@ type QueuePauseOpts struct {
 // within a second; running jobs finish, waiting ones wait. It reports
 // whether the queue was running until now.
 func (c *Client) QueuePause(ctx context.Context, name string, opts *QueuePauseOpts) (bool, error) {
-	changed, err := c.q.Pause(ctx, name, opts.by())
-	if err != nil {
-		return false, fmt.Errorf("docket: %w", err)
-	}
-	return changed, nil
+	return fromEngine(c.q.Pause(ctx, name, opts.by()))
 }
 
 // QueueResume lets workers claim from the queue name again. It reports
 // whether the queue was paused until now.
 func (c *Client) QueueResume(ctx context.Context, name string, opts *QueuePauseOpts) (bool, error) {
-	changed, err := c.q.Resume(ctx, name, opts.by())
-	if err != nil {
-		return false, fmt.Errorf("docket: %w", err)
-	}
-	return changed, nil
+	return fromEngine(c.q.Resume(ctx, name, opts.by()))
 }
 
 // by is who the options say acts: their By, none for nil options. The
@@ -343,20 +319,13 @@ func (c *Client) QueueSetCapacity(ctx context.Context, name string, n int, opts 
 	if err != nil {
 		return fmt.Errorf("docket: QueueSetCapacity %s: %w", name, err)
 	}
-	if err := c.q.SetCapacity(ctx, name, stored, opts.by()); err != nil {
-		return fmt.Errorf("docket: %w", err)
-	}
-	return nil
+	return engineErr(c.q.SetCapacity(ctx, name, stored, opts.by()))
 }
 
 // QueueClearCapacity makes the queue name unbounded again, and reports
 // whether it had a capacity.
 func (c *Client) QueueClearCapacity(ctx context.Context, name string, opts *CapacityOpts) (bool, error) {
-	had, err := c.q.ClearCapacity(ctx, name, opts.by())
-	if err != nil {
-		return false, fmt.Errorf("docket: %w", err)
-	}
-	return had, nil
+	return fromEngine(c.q.ClearCapacity(ctx, name, opts.by()))
 }
 
 // LimitOpts are the options of LimitSet.
@@ -379,10 +348,7 @@ func (c *Client) LimitSet(ctx context.Context, name string, n int, opts *LimitOp
 	if err != nil {
 		return fmt.Errorf("docket: LimitSet %s: %w", name, err)
 	}
-	if err := c.q.SetLimit(ctx, name, stored, opts.by()); err != nil {
-		return fmt.Errorf("docket: %w", err)
-	}
-	return nil
+	return engineErr(c.q.SetLimit(ctx, name, stored, opts.by()))
 }
 
 // LimitSetPartition limits how many jobs of name (KindLimit(kind) or
@@ -393,40 +359,25 @@ func (c *Client) LimitSetPartition(ctx context.Context, name string, p Partition
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("docket: LimitSetPartition %s: %w", name, err)
 	}
-	if err := c.q.SetPartitionLimit(ctx, name, p.By, p.N, opts.by()); err != nil {
-		return fmt.Errorf("docket: %w", err)
-	}
-	return nil
+	return engineErr(c.q.SetPartitionLimit(ctx, name, p.By, p.N, opts.by()))
 }
 
 // LimitClearPartition removes the partition limit of name, leaving its
 // total, and reports whether there was one.
 func (c *Client) LimitClearPartition(ctx context.Context, name string) (bool, error) {
-	had, err := c.q.ClearPartitionLimit(ctx, name)
-	if err != nil {
-		return false, fmt.Errorf("docket: %w", err)
-	}
-	return had, nil
+	return fromEngine(c.q.ClearPartitionLimit(ctx, name))
 }
 
 // LimitClear removes the limit name, its total and its partition limit,
 // and reports whether there was one.
 func (c *Client) LimitClear(ctx context.Context, name string) (bool, error) {
-	had, err := c.q.ClearLimit(ctx, name)
-	if err != nil {
-		return false, fmt.Errorf("docket: %w", err)
-	}
-	return had, nil
+	return fromEngine(c.q.ClearLimit(ctx, name))
 }
 
 // LimitList returns every stored limit, in name order, with how many of its
 // jobs run now.
 func (c *Client) LimitList(ctx context.Context) ([]RunLimit, error) {
-	ls, err := c.q.RunLimits(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("docket: %w", err)
-	}
-	return ls, nil
+	return fromEngine(c.q.RunLimits(ctx))
 }
 
 // RateLimit is one stored rate limit as RateList returns it (see
@@ -439,29 +390,18 @@ type RateLimit = queue.RateLimit
 // (see Rate, ParseRate). It applies within a second; jobs over the rate
 // wait, their attempts not counted.
 func (c *Client) RateSet(ctx context.Context, name string, r Rate, opts *LimitOpts) error {
-	if err := c.q.SetRate(ctx, name, r, opts.by()); err != nil {
-		return fmt.Errorf("docket: %w", err)
-	}
-	return nil
+	return engineErr(c.q.SetRate(ctx, name, r, opts.by()))
 }
 
 // RateClear removes the rate limit name, and reports whether there was
 // one.
 func (c *Client) RateClear(ctx context.Context, name string) (bool, error) {
-	had, err := c.q.ClearRate(ctx, name)
-	if err != nil {
-		return false, fmt.Errorf("docket: %w", err)
-	}
-	return had, nil
+	return fromEngine(c.q.ClearRate(ctx, name))
 }
 
 // RateList returns every stored rate limit, in name order.
 func (c *Client) RateList(ctx context.Context) ([]RateLimit, error) {
-	rs, err := c.q.RateLimits(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("docket: %w", err)
-	}
-	return rs, nil
+	return fromEngine(c.q.RateLimits(ctx))
 }
 
 // ParentResult is the result of one parent of a job: its ID and what its
@@ -479,11 +419,7 @@ var ErrNoResult = queue.ErrNoResult
 // (it is no task and has no result): a handler reads what the jobs it ran
 // after passed on. See docs/WORKFLOWS.md.
 func (c *Client) ParentResults(ctx context.Context, job *jobs.Job) ([]ParentResult, error) {
-	rs, err := c.q.ParentResults(ctx, job)
-	if err != nil {
-		return nil, fmt.Errorf("docket: %w", err)
-	}
-	return rs, nil
+	return fromEngine(c.q.ParentResults(ctx, job))
 }
 
 // JobID is a job's _id, whatever its BSON type (another application may
@@ -530,9 +466,23 @@ func (c *Client) Workers(ctx context.Context, params *WorkersParams) ([]WorkerIn
 	if params != nil {
 		p = *params
 	}
-	ws, err := c.q.Workers(ctx, p.TTL, p.All)
+	return fromEngine(c.q.Workers(ctx, p.TTL, p.All))
+}
+
+// fromEngine is what an engine call returned, as the client returns it: on
+// an error, T's zero value and the error said to come from docket.
+func fromEngine[T any](v T, err error) (T, error) {
 	if err != nil {
-		return nil, fmt.Errorf("docket: %w", err)
+		var zero T
+		return zero, engineErr(err)
 	}
-	return ws, nil
+	return v, nil
+}
+
+// engineErr is an engine call's error, nil or said to come from docket.
+func engineErr(err error) error {
+	if err != nil {
+		return fmt.Errorf("docket: %w", err)
+	}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap/zaptest"
@@ -109,10 +110,10 @@ func TestWorkersAndLeadership(t *testing.T) {
 	require.Eventually(t, c.IsLeader, 10*time.Second, 10*time.Millisecond, "the only process leads")
 	require.True(t, c.Leadership().IsLeader())
 	var ws []docket.WorkerInfo
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		ws, err = c.Workers(ctx, nil)
-		require.NoError(t, err)
-		return len(ws) == 1
+		require.NoError(ct, err)
+		assert.Len(ct, ws, 1)
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, "w-admin", ws[0].ID)
 	require.NoError(t, c.Stop(ctx))

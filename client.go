@@ -268,18 +268,13 @@ func MustAddHandler[T jobs.Args](c *Client, fn func(ctx context.Context, job *jo
 // their schedules by the elected process only, beside the reaper. Call it
 // before Start.
 func (c *Client) AddMaintenance(tasks ...recovery.Task) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.started {
-		return errors.New("docket: AddMaintenance after Start")
-	}
-	for _, t := range tasks {
-		if t == nil {
+	return c.beforeStart("AddMaintenance after Start", func() error {
+		if slices.Contains(tasks, nil) {
 			return errors.New("docket: AddMaintenance: nil task")
 		}
-	}
-	c.maintenance = append(c.maintenance, tasks...)
-	return nil
+		c.maintenance = append(c.maintenance, tasks...)
+		return nil
+	})
 }
 
 // kindQueue is the queue a job of kind goes to when its insert names none.
@@ -633,4 +628,15 @@ func (c *Client) periodicEngineJobs() ([]recovery.PeriodicJob, error) {
 		return nil, errors.Join(errs...)
 	}
 	return periodicForEngine(c.cfg.PeriodicJobs), nil
+}
+
+// beforeStart runs add with c.mu held, unless the client has started: then
+// it fails, saying why (tooLate).
+func (c *Client) beforeStart(tooLate string, add func() error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return errors.New("docket: " + tooLate)
+	}
+	return add()
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -43,14 +44,11 @@ func TestDependentInsertedWhileItsParentRuns(t *testing.T) {
 	_, err = other.Insert(ctx, GreetArgs{Name: "other"}, &docket.InsertOpts{ID: "other", After: []string{"p"}})
 	require.NoError(t, err)
 	close(release)
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, id := range []string{"p", "same", "other"} {
 			j, err := runner.JobGet(ctx, id)
-			require.NoError(t, err)
-			if j.State != jobs.StateSucceeded {
-				return false
-			}
+			require.NoError(c, err)
+			assert.Equal(c, jobs.StateSucceeded, j.State, "job %s", id)
 		}
-		return true
 	}, 2*time.Second, 20*time.Millisecond, "the dependents ran within 2 s of their parent's end")
 }

@@ -17,13 +17,10 @@ func (c *Client) AddObserver(o worker.Observer) error {
 	if o == nil {
 		return errors.New("docket: AddObserver: nil observer")
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.started {
-		return errors.New("docket: AddObserver after Start: the pool takes its observers when it starts")
-	}
-	c.observers = append(c.observers, o)
-	return nil
+	return c.beforeStart("AddObserver after Start: the pool takes its observers when it starts", func() error {
+		c.observers = append(c.observers, o)
+		return nil
+	})
 }
 
 // RunWhileStarted runs f in a goroutine of its own from Start until Stop:
@@ -34,11 +31,8 @@ func (c *Client) RunWhileStarted(f func(ctx context.Context)) error {
 	if f == nil {
 		return errors.New("docket: RunWhileStarted: nil func")
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.started {
-		return errors.New("docket: RunWhileStarted after Start")
-	}
-	c.runs = append(c.runs, f)
-	return nil
+	return c.beforeStart("RunWhileStarted after Start", func() error {
+		c.runs = append(c.runs, f)
+		return nil
+	})
 }

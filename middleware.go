@@ -11,18 +11,15 @@ import (
 // and whenever it was added; the first given runs outermost. Call it before Start: after, it fails,
 // as the pool takes its middleware when it starts.
 func (c *Client) Use(mw ...Middleware) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.started {
-		return errors.New("docket: Use after Start: the pool takes its middleware when it starts")
-	}
-	for _, m := range mw {
-		if m == nil {
-			return errors.New("docket: Use: nil middleware")
+	return c.beforeStart("Use after Start: the pool takes its middleware when it starts", func() error {
+		for _, m := range mw {
+			if m == nil {
+				return errors.New("docket: Use: nil middleware")
+			}
 		}
-	}
-	c.middleware = append(c.middleware, mw...)
-	return nil
+		c.middleware = append(c.middleware, mw...)
+		return nil
+	})
 }
 
 // Handler returns the handler of kind as the pool runs it: wrapped in the

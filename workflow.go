@@ -92,8 +92,5 @@ func (c *Client) InsertWorkflow(ctx context.Context, w *Workflow) (WorkflowResul
 // available ones otherwise, running ones being left to finish.
 func (c *Client) WorkflowCancel(ctx context.Context, id string) (WorkflowCancelResult, error) {
 	res, err := c.q.CancelWorkflow(ctx, id)
-	if err != nil {
-		return res, fmt.Errorf("docket: %w", err)
-	}
-	return res, nil
+	return res, engineErr(err)
 }

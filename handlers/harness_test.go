@@ -228,7 +228,7 @@ func (a *harnessAttempt) hook(step string) error {
 func (h *harnessEnv) start(t *testing.T, name string, stallAfter, killAfter int) *harnessAttempt {
 	t.Helper()
 	var j *jobs.Job
-	require.Eventually(t, func() bool {
+	pollUntil(t, func() bool {
 		j = h.claim(t, store.ClaimParams{
 			Owner:  fmt.Sprintf("%s-%d", name, h.owners.Add(1)),
 			Queues: []string{jobs.DefaultQueue}, Kinds: h.reg.Kinds(), Lease: harnessLease,
@@ -334,11 +334,24 @@ func (h *harnessEnv) finish(t *testing.T, a *harnessAttempt, cause error) error 
 // the job (or sent it to dead).
 func (h *harnessEnv) expire(t *testing.T, a *harnessAttempt) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	pollUntil(t, func() bool {
 		h.reap(t)
 		j := h.get(t, h.subject)
 		return j.State != jobs.StateRunning || j.LeaseToken != a.job.LeaseToken
 	}, 10*time.Second, time.Millisecond, "the reaper never took %s's lease", a.name)
+}
+
+// pollUntil calls cond every tick until it holds, and fails t if it does
+// not within wait. Unlike require.Eventually it calls cond in the test's
+// goroutine, so cond may use t: the harness's helpers log their retries
+// to it and stop the test at their first failure.
+func pollUntil(t *testing.T, cond func() bool, wait, tick time.Duration, msgAndArgs ...any) {
+	t.Helper()
+	for deadline := time.Now().Add(wait); !cond(); time.Sleep(tick) {
+		if time.Now().After(deadline) {
+			require.Fail(t, "condition never satisfied", msgAndArgs...)
+		}
+	}
 }
 
 // reap runs the reaper once.

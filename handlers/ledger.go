@@ -264,6 +264,31 @@ func readLedgerAccount(ctx context.Context, c ledgerColls, id string) (ledgerAcc
 	return parseLedgerAccount(id, raw)
 }
 
+// readLedgerAccounts reads every account's cache, by id, in one read. An
+// account whose cache does not parse goes to bad instead; one whose _id is
+// not a string is not a ledger account and is skipped.
+func readLedgerAccounts(ctx context.Context, c ledgerColls, bad func(id string, err error)) (map[string]ledgerAccount, error) {
+	cur, err := c.accounts.Find(ctx, bson.D{})
+	if err != nil {
+		return nil, err
+	}
+	defer cur.Close(ctx)
+	accts := map[string]ledgerAccount{}
+	for cur.Next(ctx) {
+		id, ok := cur.Current.Lookup("_id").StringValueOK()
+		if !ok {
+			continue
+		}
+		a, err := parseLedgerAccount(id, cur.Current)
+		if err != nil {
+			bad(id, err)
+			continue
+		}
+		accts[id] = a
+	}
+	return accts, cur.Err()
+}
+
 func parseLedgerAccount(id string, raw bson.Raw) (ledgerAccount, error) {
 	a := ledgerAccount{id: id}
 	bad := func(field string, v bson.RawValue, want string) error {

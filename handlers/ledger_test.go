@@ -17,6 +17,7 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -100,12 +101,14 @@ func (b *ledgerBundle) settle(t *testing.T, threshold time.Duration) {
 
 func ledgerSettle(t *testing.T, ctx context.Context, db *mongo.Database, s *handlers.LedgerSweeper) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		res, err := s.RunOnce(ctx)
-		require.NoError(t, err)
+		require.NoError(c, err)
 		n, err := db.Collection(handlers.LedgerCollection).CountDocuments(ctx, bson.D{{Key: "proc", Value: handlers.LedgerUncommitted}})
-		require.NoError(t, err)
-		return res.Waiting == 0 && n == 0 && res.Folded == 0
+		require.NoError(c, err)
+		assert.Zero(c, res.Waiting, "waiting")
+		assert.Zero(c, n, "uncommitted")
+		assert.Zero(c, res.Folded, "folded")
 	}, time.Minute, time.Millisecond, "the ledger never settled")
 }
 

@@ -196,25 +196,11 @@ func (d LedgerDrift) String() string {
 // with its cache; it returns the accounts that differ, by id.
 func VerifyLedger(ctx context.Context, db *mongo.Database) ([]LedgerDrift, error) {
 	c := ledgerCollections(db)
-	cur, err := c.accounts.Find(ctx, bson.D{})
-	if err != nil {
-		return nil, fmt.Errorf("handlers: verify ledger: %w", err)
-	}
-	accts := map[string]ledgerAccount{}
 	var drift []LedgerDrift
-	for cur.Next(ctx) {
-		id, ok := cur.Current.Lookup("_id").StringValueOK()
-		if !ok {
-			continue
-		}
-		a, err := parseLedgerAccount(id, cur.Current)
-		if err != nil {
-			drift = append(drift, LedgerDrift{Account: id, Problem: err.Error()})
-			continue
-		}
-		accts[id] = a
-	}
-	if err := cur.Err(); err != nil {
+	accts, err := readLedgerAccounts(ctx, c, func(id string, err error) {
+		drift = append(drift, LedgerDrift{Account: id, Problem: err.Error()})
+	})
+	if err != nil {
 		return nil, fmt.Errorf("handlers: verify ledger: %w", err)
 	}
 	sums, err := ledgerSums(ctx, c, func(s ledgerSlot) bool {

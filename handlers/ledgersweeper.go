@@ -86,13 +86,7 @@ func NewLedgerSweeper(db *mongo.Database, cfg LedgerSweeperConfig) (*LedgerSweep
 func (s *LedgerSweeper) Schedule() string { return s.cfg.Schedule }
 
 // Run is a cron job: one pass, with its error logged.
-func (s *LedgerSweeper) Run() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := s.RunOnce(ctx); err != nil {
-		s.log.Warn("ledger sweep failed; it runs again on schedule", zap.Error(err))
-	}
-}
+func (s *LedgerSweeper) Run() { runPass(s.log, "ledger sweep", s.RunOnce) }
 
 // LedgerSweepResult counts what one pass did.
 type LedgerSweepResult struct {
@@ -161,25 +155,10 @@ func (s *LedgerSweeper) RunOnce(ctx context.Context) (LedgerSweepResult, error) 
 // accounts reads every account's cache, in one read; an unusable account
 // is logged and left out.
 func (s *LedgerSweeper) accounts(ctx context.Context) (map[string]ledgerAccount, error) {
-	cur, err := s.c.accounts.Find(ctx, bson.D{})
+	accts, err := readLedgerAccounts(ctx, s.c, func(_ string, err error) {
+		s.log.Warn("skipping an unusable ledger account", zap.Error(err))
+	})
 	if err != nil {
-		return nil, fmt.Errorf("ledger sweep: list accounts: %w", err)
-	}
-	defer cur.Close(ctx)
-	accts := map[string]ledgerAccount{}
-	for cur.Next(ctx) {
-		id, ok := cur.Current.Lookup("_id").StringValueOK()
-		if !ok {
-			continue
-		}
-		a, err := parseLedgerAccount(id, cur.Current)
-		if err != nil {
-			s.log.Warn("skipping an unusable ledger account", zap.Error(err))
-			continue
-		}
-		accts[id] = a
-	}
-	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("ledger sweep: list accounts: %w", err)
 	}
 	return accts, nil

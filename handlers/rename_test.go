@@ -16,6 +16,7 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -172,10 +173,10 @@ func sweepOnce(t *testing.T, e *usersEnv, due bool) {
 		require.Zero(t, n)
 		return
 	}
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		n, err := sw.RunOnce(e.ctx)
-		require.NoError(t, err)
-		return n == 1
+		require.NoError(c, err)
+		assert.Equal(c, 1, n)
 	}, 10*time.Second, 5*time.Millisecond)
 	n, err := sw.RunOnce(e.ctx)
 	require.NoError(t, err)
@@ -195,14 +196,46 @@ func sweepOnce(t *testing.T, e *usersEnv, due bool) {
 	require.Zero(t, n, "a sync job was enqueued for a user in sync")
 }
 
+// userJobs claims the rename-user jobs.
+var userJobs = store.ClaimParams{
+	Owner: "test", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.RenameKind}, Lease: time.Minute,
+}
+
 // claimUserJob claims the next rename-user job, or returns nil.
 func claimUserJob(t *testing.T, e *usersEnv) *jobs.Job {
 	t.Helper()
-	j, err := store.Of(e.q).Claim(e.ctx, store.ClaimParams{
-		Owner: "test", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.RenameKind}, Lease: time.Minute,
-	})
+	j, err := store.Of(e.q).Claim(e.ctx, userJobs)
 	require.NoError(t, err)
 	return j
+}
+
+// syncAll runs sw once, then every sync job it enqueued, and counts the
+// users left syncing. It takes no t: EventuallyWithT runs it in a
+// goroutine of its own.
+func (e *usersEnv) syncAll(sw *handlers.RenameSweeper) (int64, error) {
+	if _, err := sw.RunOnce(e.ctx); err != nil {
+		return 0, err
+	}
+	for {
+		j, err := store.Of(e.q).Claim(e.ctx, userJobs)
+		if err != nil {
+			return 0, err
+		}
+		if j == nil {
+			break
+		}
+		h, _, ok := e.reg.Lookup(j.Kind)
+		if !ok {
+			return 0, fmt.Errorf("no handler for %q", j.Kind)
+		}
+		if err := h.Work(e.ctx, j); err != nil {
+			return 0, fmt.Errorf("job %s: %w", j.ID, err)
+		}
+		if err := store.Of(e.q).Complete(e.ctx, store.LeaseOf(j)); err != nil {
+			return 0, err
+		}
+	}
+	return e.users.CountDocuments(e.ctx, bson.D{{Key: "syncing", Value: bson.D{{Key: "$exists", Value: true}}}})
 }
 
 // TestRenameSyncJobCrashAfterEachStep crashes the sync-only job that
@@ -422,17 +455,14 @@ func TestConcurrentUsersLoad(t *testing.T) {
 	// the sweeper enqueues.
 	sw, err := handlers.NewRenameSweeper(e.db, e.q, handlers.RenameSweeperConfig{Threshold: time.Millisecond})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		_, err := sw.RunOnce(e.ctx)
-		require.NoError(t, err)
-		for j := claimUserJob(t, e); j != nil; j = claimUserJob(t, e) {
-			require.NoError(t, e.run(e.ctx, t, j))
-			require.NoError(t, store.Of(e.q).Complete(e.ctx, store.LeaseOf(j)))
+	var fault error // ends the wait at once; failed on below
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var syncing int64
+		if syncing, fault = e.syncAll(sw); fault == nil {
+			assert.Zero(c, syncing, "users left syncing")
 		}
-		n, err := e.users.CountDocuments(e.ctx, bson.D{{Key: "syncing", Value: bson.D{{Key: "$exists", Value: true}}}})
-		require.NoError(t, err)
-		return n == 0
 	}, 20*time.Second, 5*time.Millisecond)
+	require.NoError(t, fault)
 
 	e.requireFriends(t, wantFriends)
 	for _, u := range e.allUsers(t) {

@@ -187,10 +187,4 @@ func (s *RenameSweeper) enqueue(ctx context.Context, due []dueUser) (int, error)
 }
 
 // Run is a cron job: one pass, with its error logged.
-func (s *RenameSweeper) Run() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := s.RunOnce(ctx); err != nil {
-		s.log.Warn("rename sweeper pass failed; it runs again on schedule", zap.Error(err))
-	}
-}
+func (s *RenameSweeper) Run() { runPass(s.log, "rename sweeper pass", s.RunOnce) }

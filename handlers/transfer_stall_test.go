@@ -10,6 +10,7 @@ import (
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -55,13 +56,13 @@ type runningAttempt struct {
 func (b *transferBundle) start(t *testing.T, h jobs.Handler, ctl *attemptCtl) *runningAttempt {
 	t.Helper()
 	var j *jobs.Job
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var err error
 		j, err = store.Of(b.q).Claim(b.ctx, store.ClaimParams{
 			Owner: "stall", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.TransferKind}, Lease: time.Millisecond,
 		})
-		require.NoError(t, err)
-		return j != nil
+		require.NoError(c, err)
+		assert.NotNil(c, j)
 	}, 10*time.Second, 5*time.Millisecond, "no transfer job became runnable")
 	if ctl.stallAt != "" {
 		ctl.reached, ctl.resume = make(chan struct{}), make(chan struct{})

@@ -19,6 +19,7 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -142,13 +143,13 @@ func transferJob(id, txID string) *jobs.Job {
 func (b *transferBundle) claim(t *testing.T) *jobs.Job {
 	t.Helper()
 	var j *jobs.Job
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var err error
 		j, err = store.Of(b.q).Claim(b.ctx, store.ClaimParams{
 			Owner: "test", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.TransferKind}, Lease: time.Minute,
 		})
-		require.NoError(t, err)
-		return j != nil
+		require.NoError(c, err)
+		assert.NotNil(c, j)
 	}, 10*time.Second, 5*time.Millisecond, "no transfer job became runnable")
 	return j
 }
@@ -357,10 +358,10 @@ func TestTransferCrashAtEveryStep(t *testing.T) {
 							require.Zero(t, n, "a finished transaction needs no job")
 							break
 						}
-						require.Eventually(t, func() bool {
+						require.EventuallyWithT(t, func(c *assert.CollectT) {
 							n, err := rec.RunOnce(b.ctx)
-							require.NoError(t, err)
-							return n == 1
+							require.NoError(c, err)
+							assert.Equal(c, 1, n)
 						}, 10*time.Second, 5*time.Millisecond)
 						last = b.claim(t)
 						require.NotEqual(t, first.ID, last.ID)

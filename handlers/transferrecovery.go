@@ -213,10 +213,4 @@ func (r *TransferRecovery) enqueue(ctx context.Context, stalled []stalledTx) (in
 }
 
 // Run is a cron job: one pass, with its error logged.
-func (r *TransferRecovery) Run() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := r.RunOnce(ctx); err != nil {
-		r.log.Warn("transfer recovery pass failed; it runs again on schedule", zap.Error(err))
-	}
-}
+func (r *TransferRecovery) Run() { runPass(r.log, "transfer recovery pass", r.RunOnce) }

@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -100,23 +102,39 @@ func (b *recoveryBundle) insert(t *testing.T, coll string, docs ...bson.D) {
 
 func (b *recoveryBundle) claim(t *testing.T) *jobs.Job {
 	t.Helper()
-	j, err := store.Of(b.q).Claim(b.ctx, store.ClaimParams{
-		Owner: "test", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.TransferKind}, Lease: time.Minute,
-	})
+	j, err := store.Of(b.q).Claim(b.ctx, transferJobs)
 	require.NoError(t, err)
 	return j
+}
+
+// transferJobs claims the transfer jobs.
+var transferJobs = store.ClaimParams{
+	Owner: "test", Queues: []string{jobs.DefaultQueue}, Kinds: []string{handlers.TransferKind}, Lease: time.Minute,
 }
 
 // runAll runs every runnable transfer job to success.
 func (b *recoveryBundle) runAll(t *testing.T) int {
 	t.Helper()
-	n := 0
-	for j := b.claim(t); j != nil; j = b.claim(t) {
-		require.NoError(t, b.h.Work(b.ctx, j), "job %s", j.ID)
-		require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
-		n++
-	}
+	n, err := b.runEach()
+	require.NoError(t, err)
 	return n
+}
+
+// runEach is runAll without t (for EventuallyWithT's goroutine): it stops
+// at the first error.
+func (b *recoveryBundle) runEach() (int, error) {
+	for n := 0; ; n++ {
+		j, err := store.Of(b.q).Claim(b.ctx, transferJobs)
+		if err != nil || j == nil {
+			return n, err
+		}
+		if err := b.h.Work(b.ctx, j); err != nil {
+			return n, fmt.Errorf("job %s: %w", j.ID, err)
+		}
+		if err := store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)); err != nil {
+			return n, err
+		}
+	}
 }
 
 func (b *recoveryBundle) jobCount(t *testing.T, filter bson.D) int64 {
@@ -247,7 +265,14 @@ func TestTransferRecoveryLeavesLiveJobs(t *testing.T) {
 	require.NoError(t, err)
 	check(jobs.StateAvailable)
 
-	require.Eventually(t, func() bool { return b.runAll(t) == 1 }, 10*time.Second, 5*time.Millisecond)
+	var fault error // ends the wait at once; failed on below
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var n int
+		if n, fault = b.runEach(); fault == nil {
+			assert.Equal(c, 1, n)
+		}
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, fault)
 	require.Equal(t, handlers.TxDone, b.txState(t, txID))
 }
 
@@ -276,9 +301,11 @@ func TestTransferRecoveryTask(t *testing.T) {
 	b.insert(t, handlers.TransactionsCollection, recoveryTx("t1", "x", "y", 1, handlers.TxInitial))
 	rec := b.recovery(t, handlers.TransferRecoveryConfig{Schedule: "@every 1h", Threshold: time.Nanosecond})
 	require.Equal(t, "@every 1h", rec.Schedule())
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		rec.Run()
-		return b.jobCount(t, bson.D{}) == 1
+		n, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{})
+		require.NoError(c, err)
+		assert.EqualValues(c, 1, n)
 	}, 10*time.Second, 5*time.Millisecond)
 
 	_, err := handlers.NewTransferRecovery(b.db, b.q, handlers.TransferRecoveryConfig{Threshold: -time.Second})

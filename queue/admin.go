@@ -420,9 +420,7 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 		return nil, fmt.Errorf("queue: stats: %w", err)
 	}
 	defer cur.Close(ctx)
-	t := c.now()
-	byQueue := map[string]*QueueStats{}
-	var order []string
+	tally := newStatsTally(c.now())
 	for cur.Next(ctx) {
 		id, _ := cur.Current.Lookup("_id").DocumentOK()
 		str := func(k string) string {
@@ -433,32 +431,13 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 		}
 		q, kind, state := str("queue"), str("kind"), str("state")
 		n, _ := cur.Current.Lookup("n").AsInt64OK()
-		qs := byQueue[q]
-		if qs == nil {
-			qs = &QueueStats{Queue: q, Counts: map[string]map[jobs.State]int64{}}
-			byQueue[q] = qs
-			order = append(order, q)
-		}
-		if qs.Counts[kind] == nil {
-			qs.Counts[kind] = map[jobs.State]int64{}
-		}
-		qs.Counts[kind][jobs.State(state)] += n
-		// The earliest runAt of the available jobs waits longest, if it is
-		// due at all.
-		if oldest, ok := cur.Current.Lookup("oldest").TimeOK(); ok && state == string(jobs.StateAvailable) && !oldest.After(t) {
-			if qs.OldestAvailable.IsZero() || oldest.Before(qs.OldestAvailable) {
-				qs.OldestAvailable = oldest.UTC()
-			}
-		}
+		oldest, ok := cur.Current.Lookup("oldest").TimeOK()
+		tally.add(q, kind, state, n, oldest, ok)
 	}
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("queue: stats: %w", err)
 	}
-	out := make([]QueueStats, 0, len(order))
-	for _, q := range order {
-		out = append(out, *byQueue[q])
-	}
-	return out, nil
+	return tally.stats(), nil
 }
 
 // Finished returns when the jobs that ended in each of states at or after
@@ -515,9 +494,7 @@ func (c *Client) scanStats(ctx context.Context, since time.Time, states []jobs.S
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: stats: %w", err)
 	}
-	t := c.now()
-	byQueue := map[string]*QueueStats{}
-	var order []string
+	tally := newStatsTally(c.now())
 	finished := map[jobs.State][]time.Time{}
 	wanted := map[string]bool{}
 	for _, s := range states {
@@ -535,21 +512,8 @@ func (c *Client) scanStats(ctx context.Context, since time.Time, states []jobs.S
 	}
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
 		q, kind, state := str(d, "queue"), str(d, "kind"), str(d, "state")
-		qs := byQueue[q]
-		if qs == nil {
-			qs = &QueueStats{Queue: q, Counts: map[string]map[jobs.State]int64{}}
-			byQueue[q] = qs
-			order = append(order, q)
-		}
-		if qs.Counts[kind] == nil {
-			qs.Counts[kind] = map[jobs.State]int64{}
-		}
-		qs.Counts[kind][jobs.State(state)]++
-		if state == string(jobs.StateAvailable) {
-			if at, ok := d.Lookup("runAt").TimeOK(); ok && !at.After(t) && (qs.OldestAvailable.IsZero() || at.Before(qs.OldestAvailable)) {
-				qs.OldestAvailable = at.UTC()
-			}
-		}
+		runAt, ok := d.Lookup("runAt").TimeOK()
+		tally.add(q, kind, state, 1, runAt, ok)
 		if wanted[state] {
 			if at, ok := d.Lookup("finishedAt").TimeOK(); ok && !at.Before(since) {
 				finished[jobs.State(state)] = append(finished[jobs.State(state)], at)
@@ -560,9 +524,5 @@ func (c *Client) scanStats(ctx context.Context, since time.Time, states []jobs.S
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: stats: %w", err)
 	}
-	out := make([]QueueStats, 0, len(order))
-	for _, q := range order {
-		out = append(out, *byQueue[q])
-	}
-	return out, finished, nil
+	return tally.stats(), finished, nil
 }

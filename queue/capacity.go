@@ -496,12 +496,9 @@ func (c *Client) FreeStrandedSlots(ctx context.Context) (int, error) {
 // freeStrandedSlotsOf frees the capacity slots of those of the jobs ids
 // whose slot is still stranded.
 func (c *Client) freeStrandedSlotsOf(ctx context.Context, ids bson.A) (int, error) {
-	n, err := c.st.UpdateIDs(ctx, ids, strandedCapacitySlots, bson.D{{Key: "$unset", Value: bson.D{{Key: capacitySlotField, Value: ""}}}})
+	n, err := c.unsetOf(ctx, ids, strandedCapacitySlots, capacitySlotField, "freed the capacity slots of jobs that were not unfinished (written by another app)")
 	if err != nil {
 		return n, fmt.Errorf("queue: free stranded capacity slots: %w", err)
-	}
-	if n > 0 {
-		c.log.Info("freed the capacity slots of jobs that were not unfinished (written by another app)", zap.Int("jobs", n))
 	}
 	return n, nil
 }

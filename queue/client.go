@@ -2,6 +2,7 @@ package queue
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,21 +51,11 @@ type Config struct {
 
 // WithDefaults returns c with every unset field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.Collection == "" {
-		c.Collection = DefaultCollection
-	}
-	if c.WriteConcern == "" {
-		c.WriteConcern = DefaultWriteConcern
-	}
-	if c.RetryBase == 0 {
-		c.RetryBase = DefaultRetryBase
-	}
-	if c.RetryMax == 0 {
-		c.RetryMax = DefaultRetryMax
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
-	}
+	c.Collection = cmp.Or(c.Collection, DefaultCollection)
+	c.WriteConcern = cmp.Or(c.WriteConcern, DefaultWriteConcern)
+	c.RetryBase = cmp.Or(c.RetryBase, DefaultRetryBase)
+	c.RetryMax = cmp.Or(c.RetryMax, DefaultRetryMax)
+	c.Logger = cmp.Or(c.Logger, zap.NewNop())
 	return c
 }
 
@@ -343,14 +334,21 @@ func (c *Client) ClearNullUniqueKeys(ctx context.Context) (int, error) {
 // clearNullUniqueKeysOf clears the null unique keys of those of the jobs
 // ids that still have one.
 func (c *Client) clearNullUniqueKeysOf(ctx context.Context, ids bson.A) (int, error) {
-	n, err := c.st.UpdateIDs(ctx, ids, nullUniqueKeys, bson.D{{Key: "$unset", Value: bson.D{{Key: "uniqueKey", Value: ""}}}})
+	n, err := c.unsetOf(ctx, ids, nullUniqueKeys, "uniqueKey", "cleared explicit null unique keys (null means no key)")
 	if err != nil {
 		return n, fmt.Errorf("queue: clear null unique keys: %w", err)
 	}
-	if n > 0 {
-		c.log.Info("cleared explicit null unique keys (null means no key)", zap.Int("jobs", n))
-	}
 	return n, nil
+}
+
+// unsetOf removes field from those of the jobs ids that filter still
+// matches (a repair), and logs done with how many it changed, if any.
+func (c *Client) unsetOf(ctx context.Context, ids bson.A, filter bson.D, field, done string) (int, error) {
+	n, err := c.st.UpdateIDs(ctx, ids, filter, bson.D{{Key: "$unset", Value: bson.D{{Key: field, Value: ""}}}})
+	if err == nil && n > 0 {
+		c.log.Info(done, zap.Int("jobs", n))
+	}
+	return n, err
 }
 
 // ErrSetupRefused is wrapped by the errors of a set-up step (creating
@@ -517,10 +515,16 @@ func equivalentExists(ctx context.Context, coll *mongo.Collection, m mongo.Index
 
 // hasAll reports whether specs name every index of models.
 func hasAll(specs []mongo.IndexSpecification, models []mongo.IndexModel) bool {
+	return len(unnamed(specs, models)) == 0
+}
+
+// unnamed returns the models whose index (by name) specs do not name.
+func unnamed(specs []mongo.IndexSpecification, models []mongo.IndexModel) []mongo.IndexModel {
 	have := map[string]bool{}
 	for _, s := range specs {
 		have[s.Name] = true
 	}
+	var missing []mongo.IndexModel
 	for _, m := range models {
 		var o options.IndexOptions
 		if m.Options != nil {
@@ -529,10 +533,10 @@ func hasAll(specs []mongo.IndexSpecification, models []mongo.IndexModel) bool {
 			}
 		}
 		if o.Name == nil || !have[*o.Name] {
-			return false
+			missing = append(missing, m)
 		}
 	}
-	return true
+	return missing
 }
 
 // Get returns the job with id, or ErrNotFound.
@@ -624,21 +628,5 @@ func missingIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.
 	if err != nil {
 		return nil, fmt.Errorf("queue: list indexes of %s: %w", coll.Name(), err)
 	}
-	have := map[string]bool{}
-	for _, s := range specs {
-		have[s.Name] = true
-	}
-	var missing []mongo.IndexModel
-	for _, m := range models {
-		var o options.IndexOptions
-		if m.Options != nil {
-			for _, set := range m.Options.List() {
-				_ = set(&o)
-			}
-		}
-		if o.Name == nil || !have[*o.Name] {
-			missing = append(missing, m)
-		}
-	}
-	return missing, nil
+	return unnamed(specs, models), nil
 }

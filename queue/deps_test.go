@@ -10,6 +10,7 @@ import (
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -499,7 +500,11 @@ func TestDepParentClaimedBeforeTheLink(t *testing.T) {
 	require.NoError(t, err)
 	soon := func(s jobs.State, id string) {
 		t.Helper()
-		require.Eventually(t, func() bool { return b.get(t, id).State == s }, 2*time.Second, 10*time.Millisecond, "job %s", id)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			j, err := b.q.Get(b.ctx, id)
+			require.NoError(c, err)
+			assert.Equal(c, s, j.State)
+		}, 2*time.Second, 10*time.Millisecond, "job %s", id)
 	}
 
 	// Finishes after the link: watched.

@@ -17,8 +17,8 @@ type leaderOnly struct {
 	l Leader
 }
 
-func (t leaderOnly) Run() {
-	if _, ok := t.l.Leading(); ok {
-		t.Task.Run()
+func (lo leaderOnly) Run() {
+	if _, ok := lo.l.Leading(); ok {
+		lo.Task.Run()
 	}
 }

@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -65,27 +66,13 @@ type ReaperConfig struct {
 
 // WithDefaults returns c with every unset field set to its default.
 func (c ReaperConfig) WithDefaults() ReaperConfig {
-	if c.Interval == 0 {
-		c.Interval = DefaultReapInterval
-	}
-	if c.Grace == 0 {
-		c.Grace = DefaultReapGrace
-	}
-	if c.Batch == 0 {
-		c.Batch = defaultReapBatch
-	}
-	if c.SucceededRetention == 0 {
-		c.SucceededRetention = DefaultSucceededRetention
-	}
-	if c.DeadRetention == 0 {
-		c.DeadRetention = defaultDeadRetention
-	}
-	if c.RetentionBudget == 0 {
-		c.RetentionBudget = defaultRetentionBudget
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
-	}
+	c.Interval = cmp.Or(c.Interval, DefaultReapInterval)
+	c.Grace = cmp.Or(c.Grace, DefaultReapGrace)
+	c.Batch = cmp.Or(c.Batch, defaultReapBatch)
+	c.SucceededRetention = cmp.Or(c.SucceededRetention, DefaultSucceededRetention)
+	c.DeadRetention = cmp.Or(c.DeadRetention, defaultDeadRetention)
+	c.RetentionBudget = cmp.Or(c.RetentionBudget, defaultRetentionBudget)
+	c.Logger = cmp.Or(c.Logger, zap.NewNop())
 	return c
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -146,10 +147,10 @@ func TestAdaptiveClaimsTakeBatchesUnderABacklog(t *testing.T) {
 	require.NoError(t, err)
 	q, counts := b.monitoredQueue(t)
 	b.startOn(t, q, worker.Config{Concurrency: 10}, nil)
-	require.Eventually(t, func() bool {
-		c, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{{Key: "state", Value: jobs.StateSucceeded}})
-		require.NoError(t, err)
-		return c == n
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		done, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{{Key: "state", Value: jobs.StateSucceeded}})
+		require.NoError(c, err)
+		assert.EqualValues(c, n, done)
 	}, 60*time.Second, 20*time.Millisecond)
 	c := counts.get()
 	t.Logf("single claims %d (%d jobs), batch claims %d (%d jobs)", c.singles, c.singleJobs, c.batchFinds, c.batchJobs)

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -150,36 +151,16 @@ func (c Config) WithDefaults() Config {
 	if len(c.Queues) == 0 {
 		c.Queues = []string{jobs.DefaultQueue}
 	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.Lease == 0 {
-		c.Lease = DefaultLease
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = DefaultHeartbeatInterval
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if c.PollMin == 0 {
-		c.PollMin = defaultPollMin
-	}
-	if c.PollMax == 0 {
-		c.PollMax = defaultPollMax
-	}
-	if c.ClaimBatch == 0 {
-		c.ClaimBatch = DefaultClaimBatch
-	}
-	if c.Prefetch == 0 {
-		c.Prefetch = defaultPrefetch
-	}
-	if c.StuckGrace == 0 {
-		c.StuckGrace = DefaultStuckGrace
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
-	}
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
+	c.PollMin = cmp.Or(c.PollMin, defaultPollMin)
+	c.PollMax = cmp.Or(c.PollMax, defaultPollMax)
+	c.ClaimBatch = cmp.Or(c.ClaimBatch, DefaultClaimBatch)
+	c.Prefetch = cmp.Or(c.Prefetch, defaultPrefetch)
+	c.StuckGrace = cmp.Or(c.StuckGrace, DefaultStuckGrace)
+	c.Logger = cmp.Or(c.Logger, zap.NewNop())
 	return c
 }
 

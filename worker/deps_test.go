@@ -11,6 +11,7 @@ import (
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -137,12 +138,12 @@ func TestWorkflowLateDependentsReleasedByTheLeader(t *testing.T) {
 	b.step(t, "late", "p")
 	close(release)
 	b.waitState(t, "p", jobs.StateSucceeded)
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, err := b.q.SettleDependents(b.ctx, time.Minute, 100) // the leader
-		require.NoError(t, err)
+		require.NoError(c, err)
 		j, err := b.q.Get(b.ctx, "late")
-		require.NoError(t, err)
-		return j.State == jobs.StateSucceeded
+		require.NoError(c, err)
+		assert.Equal(c, jobs.StateSucceeded, j.State)
 	}, 20*time.Second, 50*time.Millisecond)
 	f.check(t, "late")
 }

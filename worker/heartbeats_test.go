@@ -13,6 +13,7 @@ import (
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -118,12 +119,19 @@ func (h *holding) cause(id string) error {
 }
 
 // renewedAt reads job id's heartbeatAt.
-func (b *bundle) renewedAt(t *testing.T, id string) time.Time {
-	t.Helper()
+func (b *bundle) renewedAt(t require.TestingT, id string) time.Time {
 	j, err := b.q.Get(b.ctx, id)
 	require.NoError(t, err)
 	require.NotNil(t, j.HeartbeatAt)
 	return *j.HeartbeatAt
+}
+
+// waitRenewed waits for job id's lease to be renewed after since.
+func (b *bundle) waitRenewed(t *testing.T, id string, since time.Time) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.True(c, b.renewedAt(c, id).After(since))
+	}, 20*time.Second, 10*time.Millisecond, "job %s was not renewed after %v", id, since)
 }
 
 // TestLongJobsShareOneRenewalPerInterval: issue 14. Twenty long jobs on
@@ -152,8 +160,7 @@ func TestLongJobsShareOneRenewalPerInterval(t *testing.T) {
 	// flight as the window opened).
 	require.Eventually(t, func() bool { return renewed.n.Load()-before >= 3 }, 20*time.Second, 10*time.Millisecond)
 	for _, id := range ids {
-		require.Eventually(t, func() bool { return b.renewedAt(t, id).After(firstBeat[id]) }, 20*time.Second, 10*time.Millisecond,
-			"job %s was not renewed", id)
+		b.waitRenewed(t, id, firstBeat[id])
 	}
 	cmds, elapsed := renewed.n.Load()-before, time.Since(start)
 	intervals := float64(elapsed)/float64(interval) + 1
@@ -199,7 +206,7 @@ func TestLostLeaseInABatchCancelsOnlyItsJob(t *testing.T) {
 		seen[id] = b.renewedAt(t, id)
 	}
 	for id, at := range seen {
-		require.Eventually(t, func() bool { return b.renewedAt(t, id).After(at) }, 20*time.Second, 10*time.Millisecond)
+		b.waitRenewed(t, id, at)
 		require.NoError(t, h.cause(id), "job %s was cancelled", id)
 	}
 	h.finish()

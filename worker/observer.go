@@ -129,6 +129,16 @@ func (m multiObserver) LeaseLost(job *jobs.Job) {
 	}
 }
 
+// stateAfter is the state each outcome of an attempt leaves its job in.
+var stateAfter = map[Outcome]jobs.State{
+	OutcomeSucceeded: jobs.StateSucceeded,
+	OutcomeRetried:   jobs.StateAvailable,
+	OutcomeDead:      jobs.StateDead,
+	OutcomeCancelled: jobs.StateCancelled,
+	OutcomeReleased:  jobs.StateAvailable,
+	OutcomeSnoozed:   jobs.StateAvailable,
+}
+
 // endedJob returns a copy of job as an attempt that ended with outcome
 // left it, failure being the error it recorded ("" for none) and again,
 // for a retry or a snooze, when the job runs again. The copy keeps the Observer off
@@ -138,19 +148,10 @@ func endedJob(job *jobs.Job, outcome Outcome, failure string, again time.Time) *
 	if (outcome == OutcomeRetried || outcome == OutcomeSnoozed) && !again.IsZero() {
 		j.RunAt = again
 	}
-	switch outcome {
-	case OutcomeSucceeded:
-		j.State = jobs.StateSucceeded
-	case OutcomeRetried:
-		j.State = jobs.StateAvailable
-	case OutcomeDead:
-		j.State = jobs.StateDead
-	case OutcomeCancelled:
-		j.State = jobs.StateCancelled
-	case OutcomeReleased:
-		j.State = jobs.StateAvailable
-	case OutcomeSnoozed:
-		j.State = jobs.StateAvailable
+	if s, ok := stateAfter[outcome]; ok {
+		j.State = s
+	}
+	if outcome == OutcomeSnoozed {
 		j.Attempt-- // not counted
 	}
 	if failure != "" && (outcome == OutcomeRetried || outcome == OutcomeDead || outcome == OutcomeCancelled) {

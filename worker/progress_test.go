@@ -14,6 +14,7 @@ import (
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -73,11 +74,12 @@ func (o *progressSeen) last() (jobs.ProgressReport, int) {
 func (b *bundle) waitProgress(t *testing.T, id, msg string) *jobs.Job {
 	t.Helper()
 	var j *jobs.Job
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var err error
 		j, err = b.q.Get(b.ctx, id)
-		require.NoError(t, err)
-		return j.Progress != nil && j.Progress.Message == msg
+		require.NoError(c, err)
+		require.NotNil(c, j.Progress)
+		assert.Equal(c, msg, j.Progress.Message)
 	}, 20*time.Second, 10*time.Millisecond, "job %s never showed progress %q", id, msg)
 	return j
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -63,10 +64,10 @@ func TestSlowServerNoClaimGivenBack(t *testing.T) {
 	w.Start(context.Background())
 	t.Cleanup(func() { _ = w.StopAndCancel(context.Background()) })
 
-	require.Eventually(t, func() bool {
-		c, err := db.Collection(fastQ.CollectionName()).CountDocuments(ctx, bson.D{{Key: "state", Value: jobs.StateSucceeded}})
-		require.NoError(t, err)
-		return c == n
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		done, err := db.Collection(fastQ.CollectionName()).CountDocuments(ctx, bson.D{{Key: "state", Value: jobs.StateSucceeded}})
+		require.NoError(c, err)
+		assert.EqualValues(c, n, done)
 	}, 6*time.Minute, 500*time.Millisecond, "the jobs never all succeeded")
 
 	require.Zero(t, w.Stats().ReleasedUnstarted, "claims given back (timed out while the server worked on them, or answered with too little lease)")

@@ -13,6 +13,7 @@ import (
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
@@ -74,16 +75,11 @@ func (b *bundle) enqueue(t *testing.T, kind string, args any, opts queue.InsertO
 func (b *bundle) waitState(t *testing.T, id string, states ...jobs.State) *jobs.Job {
 	t.Helper()
 	var j *jobs.Job
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var err error
 		j, err = b.q.Get(b.ctx, id)
-		require.NoError(t, err)
-		for _, s := range states {
-			if j.State == s {
-				return true
-			}
-		}
-		return false
+		require.NoError(c, err)
+		assert.Contains(c, states, j.State)
 	}, 20*time.Second, 20*time.Millisecond, "job %s never reached %v", id, states)
 	return j
 }

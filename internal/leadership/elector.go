@@ -42,6 +42,7 @@
 package leadership
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -100,18 +101,10 @@ type Config struct {
 
 // WithDefaults returns c with every unset field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.Name == "" {
-		c.Name = DefaultName
-	}
-	if c.TTL == 0 {
-		c.TTL = DefaultTTL
-	}
-	if c.Interval == 0 {
-		c.Interval = c.TTL / 3
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
-	}
+	c.Name = cmp.Or(c.Name, DefaultName)
+	c.TTL = cmp.Or(c.TTL, DefaultTTL)
+	c.Interval = cmp.Or(c.Interval, c.TTL/3)
+	c.Logger = cmp.Or(c.Logger, zap.NewNop())
 	return c
 }
 

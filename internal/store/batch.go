@@ -107,40 +107,40 @@ const (
 // Every job the call stamps carries p.Token (or a fresh token). On an
 // error it returns no job, though some may have been stamped (a stamp or a
 // read-back whose reply was lost): ReleaseClaim(p.Token) gives them back.
-func (c *Store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
+func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
 	if k < 1 {
-		return nil, fmt.Errorf("queue: claim batch: k is %d, must be at least 1", k)
+		return nil, fmt.Errorf("store: claim batch: k is %d, must be at least 1", k)
 	}
 	p = p.withToken()
 	if k == 1 {
-		j, err := c.Claim(ctx, p)
+		j, err := s.Claim(ctx, p)
 		if j == nil || err != nil {
 			return nil, err
 		}
 		return []*jobs.Job{j}, nil
 	}
 	if len(p.Queues) == 0 || len(p.Kinds) == 0 {
-		return nil, errors.New("queue: claim needs at least one queue and one kind")
+		return nil, errors.New("store: claim needs at least one queue and one kind")
 	}
 	// At most twice, as Claim: a batch made with a stale set of paused
 	// queues that took a job of a queue paused since gives its jobs back
 	// and claims again with the set it read (pause.go).
 	for range 2 {
-		qs, stale := c.unpaused(ctx, p.Queues)
+		qs, stale := s.unpaused(ctx, p.Queues)
 		if len(qs) == 0 { // every queue is paused
 			return nil, nil
 		}
 		pq := p
 		pq.Queues = qs
-		claimed, handled, err := c.claimUnderRates(ctx, pq, k)
+		claimed, handled, err := s.claimUnderRates(ctx, pq, k)
 		if !handled {
-			claimed, err = c.claimBatchTries(ctx, pq, k)
+			claimed, err = s.claimBatchTries(ctx, pq, k)
 		}
 		if len(claimed) == 0 || err != nil {
 			return claimed, err
 		}
 		if stale {
-			ok, err := c.confirmUnpaused(ctx, claimed)
+			ok, err := s.confirmUnpaused(ctx, claimed)
 			if err != nil {
 				return nil, err
 			}
@@ -148,8 +148,8 @@ func (c *Store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 				continue
 			}
 		}
-		if c.completions != nil && len(claimed) > 1 {
-			c.completions.claimedTogether(claimed[0].LeaseToken, len(claimed))
+		if s.completions != nil && len(claimed) > 1 {
+			s.completions.claimedTogether(claimed[0].LeaseToken, len(claimed))
 		}
 		return claimed, nil
 	}
@@ -158,13 +158,13 @@ func (c *Store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 
 // claimBatchTries is ClaimBatch from the queues of p as given: a claim
 // that lost its whole block to another worker tries again.
-func (c *Store) claimBatchTries(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
+func (s *Store) claimBatchTries(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
 	for range claimBatchTries {
-		claimed, raced, err := c.claimBatchOnce(ctx, p, k, nil)
+		claimed, raced, err := s.claimBatchOnce(ctx, p, k, nil)
 		if errors.Is(err, errMalformedCandidate) || isTypeMismatch(err) {
 			// A hand-written job with a field of the wrong type is among the
 			// candidates: a single claim buries such jobs and goes on.
-			j, err := c.Claim(ctx, p)
+			j, err := s.Claim(ctx, p)
 			if j == nil || err != nil {
 				return nil, err
 			}
@@ -196,27 +196,27 @@ const cacheTakes = 2
 
 // claimBatchOnce makes one attempt of ClaimBatch. raced reports that
 // others claimed first all the candidates it found, and that there may be
-// more beyond them. With limits (s not nil), the candidates of a limit are
-// stamped one by one, each with free slots of s (limit.go).
+// more beyond them. With limits (sp not nil), the candidates of a limit are
+// stamped one by one, each with free slots of sp (limit.go).
 // claimFromCache stamps, under limits, candidates left by an earlier read
 // (candidates.go), at most cacheTakes takes of them: no read when one of
 // them is stamped. Nothing claimed: the caller reads candidates.
-func (c *Store) claimFromCache(ctx context.Context, p ClaimParams, t time.Time, k, window int, s *slotPicker) ([]*jobs.Job, error) {
+func (s *Store) claimFromCache(ctx context.Context, p ClaimParams, t time.Time, k, window int, sp *slotPicker) ([]*jobs.Job, error) {
 	for range cacheTakes {
-		taken, gen := c.cands.take(p, k*window)
+		taken, gen := s.cands.take(p, k*window)
 		if len(taken) == 0 {
 			return nil, nil
 		}
-		before := s.snapshot()
+		before := sp.snapshot()
 		cands, asRead := split(taken)
-		claimed, err := c.stampCandidates(ctx, p, t, k, cands, asRead, s)
+		claimed, err := s.stampCandidates(ctx, p, t, k, cands, asRead, sp)
 		if err != nil {
 			return nil, err
 		}
-		back := unsent(taken, s)
-		c.cands.putBack(gen, back)
-		if epoch, ok := c.cands.startRefill(); ok {
-			c.refill(p, max(k*window, c.cands.window()), epoch)
+		back := unsent(taken, sp)
+		s.cands.putBack(gen, back)
+		if epoch, ok := s.cands.startRefill(); ok {
+			s.refill(p, max(k*window, s.cands.window()), epoch)
 		}
 		if len(claimed) > 0 {
 			return claimed, nil
@@ -224,7 +224,7 @@ func (c *Store) claimFromCache(ctx context.Context, p ClaimParams, t time.Time, 
 		// None was stamped (taken by others since, or changed), so no
 		// slot was taken either: those sent a stamp are dropped, and the
 		// claim tries the next, or reads as without the cache.
-		s.restore(before)
+		sp.restore(before)
 		if len(back) == len(taken) {
 			return nil, nil // none could be sent a stamp: their limits are full
 		}
@@ -237,16 +237,16 @@ func (c *Store) claimFromCache(ctx context.Context, p ClaimParams, t time.Time, 
 // errMalformedCandidate, for the caller to fall back on single claims;
 // under limits, where there is no single claim to fall back on (it would
 // need the job's slot), it is buried here.
-func (c *Store) decodeCandidates(ctx context.Context, docs []bson.Raw, t time.Time, underLimits bool) ([]candidate, error) {
+func (s *Store) decodeCandidates(ctx context.Context, docs []bson.Raw, t time.Time, underLimits bool) ([]candidate, error) {
 	cs := make([]candidate, 0, len(docs))
 	for _, d := range docs {
 		var j jobs.Job
 		if err := bson.Unmarshal(d, &j); err != nil {
 			if !underLimits {
-				return nil, fmt.Errorf("queue: claim batch: candidate %v: %w: %w", d.Lookup("_id"), errMalformedCandidate, err)
+				return nil, fmt.Errorf("store: claim batch: candidate %v: %w: %w", d.Lookup("_id"), errMalformedCandidate, err)
 			}
-			if berr := c.buryCandidate(ctx, d, t, err); berr != nil {
-				return nil, fmt.Errorf("queue: claim batch: candidate %v: %w (and marking it dead: %w)", d.Lookup("_id"), err, berr)
+			if berr := s.buryCandidate(ctx, d, t, err); berr != nil {
+				return nil, fmt.Errorf("store: claim batch: candidate %v: %w (and marking it dead: %w)", d.Lookup("_id"), err, berr)
 			}
 			continue
 		}
@@ -255,36 +255,36 @@ func (c *Store) decodeCandidates(ctx context.Context, docs []bson.Raw, t time.Ti
 	return cs, nil
 }
 
-func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slotPicker) (claimed []*jobs.Job, raced bool, err error) {
-	t := c.now()
+func (s *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, sp *slotPicker) (claimed []*jobs.Job, raced bool, err error) {
+	t := s.now()
 	window := claimWindow
 	if p.Spread {
 		window = max(claimWindow, min(claimSpreadBlocks, claimSpreadMax/k))
 	}
 	// Under limits, candidates left by an earlier read (candidates.go)
 	// first: no read when one of them is stamped.
-	cache := s != nil && s.binds(k*window) && c.cacheable(p)
+	cache := sp != nil && sp.binds(k*window) && s.cacheable(p)
 	if cache {
-		if claimed, err := c.claimFromCache(ctx, p, t, k, window, s); len(claimed) > 0 || err != nil {
+		if claimed, err := s.claimFromCache(ctx, p, t, k, window, sp); len(claimed) > 0 || err != nil {
 			return claimed, false, err
 		}
 	}
 	limit := k * window
 	if cache {
-		limit = max(limit, c.cands.window())
+		limit = max(limit, s.cands.window())
 	}
-	docs, sent, took, err := c.readCandidates(ctx, p, t, limit)
+	docs, sent, took, err := s.readCandidates(ctx, p, t, limit)
 	if err != nil {
-		return nil, false, fmt.Errorf("queue: claim batch: %w", err)
+		return nil, false, fmt.Errorf("store: claim batch: %w", err)
 	}
 	if len(docs) == 0 {
 		if cache {
-			c.cands.fill(p, nil, sent, took)
+			s.cands.fill(p, nil, sent, took)
 		}
 		return nil, false, nil
 	}
 
-	cs, err := c.decodeCandidates(ctx, docs, t, s != nil)
+	cs, err := s.decodeCandidates(ctx, docs, t, sp != nil)
 	if err != nil {
 		return nil, false, err
 	}
@@ -296,15 +296,15 @@ func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slo
 	if cache {
 		// The candidates beyond the claim's window wait for the next
 		// claims; those within it that are sent no stamp join them.
-		gen = c.cands.fill(p, cs[tried:], sent, took)
+		gen = s.cands.fill(p, cs[tried:], sent, took)
 	}
 	cands, asRead := split(cs[:tried])
-	claimed, err = c.stampCandidates(ctx, p, t, k, cands, asRead, s)
+	claimed, err = s.stampCandidates(ctx, p, t, k, cands, asRead, sp)
 	if err != nil {
 		return nil, false, err
 	}
 	if cache {
-		c.cands.putBack(gen, unsent(cs[:tried], s))
+		s.cands.putBack(gen, unsent(cs[:tried], sp))
 	}
 	if len(claimed) > 0 {
 		return claimed, false, nil
@@ -317,24 +317,24 @@ func (c *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, s *slo
 // stampCandidates stamps, for a batch claim with params p at t, the
 // candidates cands (read as asRead, in claim order) block of k by block,
 // until a block has a job still as read, and returns the jobs it claimed:
-// none when every block was taken. With limits (s not nil), the jobs of a
-// limit are stamped one by one with free slots of s (limit.go).
-func (c *Store) stampCandidates(ctx context.Context, p ClaimParams, t time.Time, k int, cands []*jobs.Job, asRead bson.A, s *slotPicker) ([]*jobs.Job, error) {
-	if c.betweenReadAndStamp != nil {
-		c.betweenReadAndStamp()
+// none when every block was taken. With limits (sp not nil), the jobs of a
+// limit are stamped one by one with free slots of sp (limit.go).
+func (s *Store) stampCandidates(ctx context.Context, p ClaimParams, t time.Time, k int, cands []*jobs.Job, asRead bson.A, sp *slotPicker) ([]*jobs.Job, error) {
+	if s.betweenReadAndStamp != nil {
+		s.betweenReadAndStamp()
 	}
 	blocks := (len(cands) + k - 1) / k
 	first := 0
 	if p.Spread {
-		first = c.pickFirstBlock(cands, k)
+		first = s.pickFirstBlock(cands, k)
 	}
 	for b := range blocks {
 		from := ((first + b) % blocks) * k
 		to := min(from+k, len(cands))
-		stamp := c.stampBlock
-		if s != nil {
+		stamp := s.stampBlock
+		if sp != nil {
 			stamp = func(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A) ([]*jobs.Job, bool, error) {
-				return c.stampUnderLimits(ctx, p, t, block, asRead, s)
+				return s.stampUnderLimits(ctx, p, t, block, asRead, sp)
 			}
 		}
 		claimed, matched, err := stamp(ctx, p, t, cands[from:to], asRead[from:to])
@@ -352,7 +352,7 @@ func (c *Store) stampCandidates(ctx context.Context, p ClaimParams, t time.Time,
 // stampBlock stamps, for a batch claim with params p at t, those jobs of
 // block that are still as asRead says they were read, with one updateMany.
 // matched is false when none were. It returns the jobs it stamped.
-func (c *Store) stampBlock(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A) (claimed []*jobs.Job, matched bool, err error) {
+func (s *Store) stampBlock(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A) (claimed []*jobs.Job, matched bool, err error) {
 	token := p.Token
 	ids := make(bson.A, len(block))
 	for i, j := range block {
@@ -364,14 +364,14 @@ func (c *Store) stampBlock(ctx context.Context, p ClaimParams, t time.Time, bloc
 	// than after the $or.
 	match := append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, claimFilter(p, t)...)
 	match = append(match, bson.E{Key: "$or", Value: asRead})
-	res, err := c.coll.UpdateMany(ctx, match, claimUpdate(p, t, token))
-	if err == nil && c.afterStamp != nil {
-		err = c.afterStamp()
+	res, err := s.coll.UpdateMany(ctx, match, claimUpdate(p, t, token))
+	if err == nil && s.afterStamp != nil {
+		err = s.afterStamp()
 	}
 	if err != nil {
 		// Some jobs may be ours, stamped with token: the caller's
 		// ReleaseClaim (or else the reaper) frees them.
-		return nil, false, fmt.Errorf("queue: claim batch: %w", err)
+		return nil, false, fmt.Errorf("store: claim batch: %w", err)
 	}
 	switch {
 	case res.MatchedCount == 0:
@@ -382,19 +382,19 @@ func (c *Store) stampBlock(ctx context.Context, p ClaimParams, t time.Time, bloc
 		}
 		return block, true, nil
 	}
-	claimed, err = c.readBack(ctx, block, token)
+	claimed, err = s.readBack(ctx, block, token)
 	return claimed, true, err
 }
 
 // stampUnderLimits stamps the jobs of block as stampBlock does, but for
-// those under a limit of s, which it stamps one by one with free slots.
+// those under a limit of sp, which it stamps one by one with free slots.
 // matched is false when none was stamped.
-func (c *Store) stampUnderLimits(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) (claimed []*jobs.Job, matched bool, err error) {
+func (s *Store) stampUnderLimits(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, sp *slotPicker) (claimed []*jobs.Job, matched bool, err error) {
 	var free []*jobs.Job
 	var freeRead bson.A
 	var limited []int
 	for i, j := range block {
-		if s.limited(j.Kind, j.Queue) {
+		if sp.limited(j.Kind, j.Queue) {
 			limited = append(limited, i)
 			continue
 		}
@@ -403,9 +403,9 @@ func (c *Store) stampUnderLimits(ctx context.Context, p ClaimParams, t time.Time
 	}
 	if len(free) > 0 {
 		for _, j := range free {
-			s.markSent(j.ID)
+			sp.markSent(j.ID)
 		}
-		claimed, matched, err = c.stampBlock(ctx, p, t, free, freeRead)
+		claimed, matched, err = s.stampBlock(ctx, p, t, free, freeRead)
 		if err != nil {
 			return nil, false, err
 		}
@@ -416,7 +416,7 @@ func (c *Store) stampUnderLimits(ctx context.Context, p ClaimParams, t time.Time
 		for n, i := range limited {
 			lb[n], lr[n] = block[i], asRead[i]
 		}
-		got, err := c.stampLimited(ctx, p, t, lb, lr, s)
+		got, err := s.stampLimited(ctx, p, t, lb, lr, sp)
 		if err != nil {
 			// The jobs stamped so far carry the token: the caller's
 			// ReleaseClaim gives them back.
@@ -444,14 +444,16 @@ func claimOrder(a, b *jobs.Job) int {
 // first: one at random among the full blocks of cands whose jobs all have
 // the priority of the best, so that no job is taken before one of a higher
 // priority. With fewer than two such blocks it is the first.
-func (c *Store) pickFirstBlock(cands []*jobs.Job, k int) int {
+func (s *Store) pickFirstBlock(cands []*jobs.Job, k int) int {
 	top := FirstPriorityRun(len(cands), func(i int) int { return cands[i].Priority })
 	n := top / k
 	if n < 2 {
 		return 0
 	}
-	if c.hooks != nil && c.hooks.pickBlock != nil {
-		return c.hooks.pickBlock(n)
+	if s.hooks != nil {
+		if i, ok := s.hooks.PickBlock(n); ok {
+			return i
+		}
 	}
 	return rand.IntN(n)
 }
@@ -470,17 +472,17 @@ func FirstPriorityRun(n int, priority func(i int) int) int {
 
 // readBack reads which of the candidates in block a batch claim stamped
 // with token.
-func (c *Store) readBack(ctx context.Context, block []*jobs.Job, token string) ([]*jobs.Job, error) {
+func (s *Store) readBack(ctx context.Context, block []*jobs.Job, token string) ([]*jobs.Job, error) {
 	ids := make(bson.A, len(block))
 	for i, j := range block {
 		ids[i] = j.ID
 	}
-	if c.hooks != nil && c.hooks.beforeReadBack != nil {
-		if err := c.hooks.beforeReadBack(); err != nil {
-			return nil, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
+	if s.hooks != nil {
+		if err := s.hooks.BeforeReadBack(); err != nil {
+			return nil, fmt.Errorf("store: claim batch: read back claimed jobs: %w", err)
 		}
 	}
-	cur, err := c.coll.Find(ctx, bson.D{
+	cur, err := s.coll.Find(ctx, bson.D{
 		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
 		{Key: "state", Value: jobs.StateRunning},
 		{Key: "leaseToken", Value: token},
@@ -488,7 +490,7 @@ func (c *Store) readBack(ctx context.Context, block []*jobs.Job, token string) (
 	if err != nil {
 		// The jobs are ours but we cannot know which: the caller's
 		// ReleaseClaim (or else the reaper) frees them.
-		return nil, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
+		return nil, fmt.Errorf("store: claim batch: read back claimed jobs: %w", err)
 	}
 	// One at a time: a job that does not decode is left running with this
 	// batch's token, which no one will renew, and the reaper buries it.
@@ -496,7 +498,7 @@ func (c *Store) readBack(ctx context.Context, block []*jobs.Job, token string) (
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
 		var j jobs.Job
 		if err := bson.Unmarshal(d, &j); err != nil {
-			c.log.Warn("claim batch: a claimed job does not decode; the reaper will bury it", zap.Any("job_id", d.Lookup("_id")), zap.Error(err))
+			s.log.Warn("claim batch: a claimed job does not decode; the reaper will bury it", zap.Any("job_id", d.Lookup("_id")), zap.Error(err))
 			return nil
 		}
 		claimed = append(claimed, &j)
@@ -505,7 +507,7 @@ func (c *Store) readBack(ctx context.Context, block []*jobs.Job, token string) (
 	if err != nil {
 		// Those read so far are ours too, but one call gives all or none:
 		// ReleaseClaim gives them all back.
-		return nil, fmt.Errorf("queue: claim batch: read back claimed jobs: %w", err)
+		return nil, fmt.Errorf("store: claim batch: read back claimed jobs: %w", err)
 	}
 	return claimed, nil
 }
@@ -547,11 +549,11 @@ func stampClaim(j *jobs.Job, p ClaimParams, t time.Time, token string) {
 // update is sent and planned once, on the _id index, rather than per job;
 // and a server that looks up only a lone {_id} by its index (server.go)
 // scans the collection once rather than per job.
-func (c *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err error) {
+func (s *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err error) {
 	if len(ls) == 0 {
 		return nil, nil
 	}
-	t := c.now()
+	t := s.now()
 	fences := make(bson.A, len(ls))
 	ids := make(bson.A, len(ls))
 	for i, l := range ls {
@@ -561,12 +563,12 @@ func (c *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err
 	// The ids first, as in stampBlock: a server that evaluates a filter
 	// key by key then evaluates the $or only for the jobs named (0.9 s
 	// less per flush at 20,000 jobs, server.go).
-	res, err := c.coll.UpdateMany(ctx, bson.D{
+	res, err := s.coll.UpdateMany(ctx, bson.D{
 		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
 		{Key: "$or", Value: fences},
 	}, finish(jobs.StateSucceeded, t))
 	if err != nil {
-		return nil, fmt.Errorf("queue: complete %d jobs: %w", len(ls), err)
+		return nil, fmt.Errorf("store: complete %d jobs: %w", len(ls), err)
 	}
 	if int(res.MatchedCount) == len(ls) {
 		return nil, nil
@@ -580,19 +582,15 @@ func (c *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err
 	// The read gets time of its own, as a single finishing write's does:
 	// the updateMany may have used up the caller's (a loaded server), and
 	// without the read every completion of the batch would be unknown.
-	if c.hooks != nil && c.hooks.beforeCompleteReadBack != nil {
-		c.hooks.beforeCompleteReadBack()
+	if s.hooks != nil {
+		s.hooks.BeforeCompleteReadBack()
 	}
-	timeout := readBackTimeout
-	if c.hooks != nil && c.hooks.readBackTimeout != nil {
-		timeout = *c.hooks.readBackTimeout
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.readBackWait())
 	defer cancel()
-	cur, err := c.coll.Find(rctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+	cur, err := s.coll.Find(rctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
 		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("queue: complete %d jobs: find the lost leases: %w: %w", len(ls), ErrOutcomeUnknown, err)
+		return nil, fmt.Errorf("store: complete %d jobs: find the lost leases: %w: %w", len(ls), ErrOutcomeUnknown, err)
 	}
 	done := map[string]string{}
 	err = eachRaw(rctx, cur, func(d bson.Raw) error {
@@ -605,7 +603,7 @@ func (c *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: complete %d jobs: find the lost leases: %w: %w", len(ls), ErrOutcomeUnknown, err)
+		return nil, fmt.Errorf("store: complete %d jobs: find the lost leases: %w: %w", len(ls), ErrOutcomeUnknown, err)
 	}
 	for _, l := range ls {
 		if tok, ok := done[l.JobID]; !ok || tok != l.Token {
@@ -622,7 +620,7 @@ const DefaultCompleteLinger = 2 * time.Millisecond
 // completeTimeout bounds one flush of batched completions.
 const completeTimeout = 10 * time.Second
 
-// WithBatchedCompletion returns a Store like c whose Complete joins
+// WithBatchedCompletion returns a Store like s whose Complete joins
 // concurrent completions into one CompleteMany (group commit): the first
 // waits linger for others, then one updateMany writes them all, and each
 // caller learns its own job's outcome, with the same errors as Complete.
@@ -632,16 +630,16 @@ const completeTimeout = 10 * time.Second
 // are in flight at once, until loneFlushes flushes in a row wrote one
 // each. Otherwise (a trickle of jobs) each is written at once by its
 // caller, as without batching, beside any flush in flight. The other
-// methods are c's.
-func (c *Store) WithBatchedCompletion(linger time.Duration) *Store {
-	b := *c
-	b.completions = &completer{c: c, linger: linger}
+// methods are s's.
+func (s *Store) WithBatchedCompletion(linger time.Duration) *Store {
+	b := *s
+	b.completions = &completer{store: s, linger: linger}
 	return &b
 }
 
 // completer gathers Complete calls into CompleteMany flushes.
 type completer struct {
-	c      *Store // without batching
+	store  *Store // without batching
 	linger time.Duration
 
 	mu       sync.Mutex
@@ -682,66 +680,66 @@ const completeAlone = 4
 const maxBatchTokens = 64
 
 // claimedTogether records that a batch claim took n jobs under token.
-func (b *completer) claimedTogether(token string, n int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.batches == nil {
-		b.batches = map[string]int{}
+func (c *completer) claimedTogether(token string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.batches == nil {
+		c.batches = map[string]int{}
 	}
-	if _, ok := b.batches[token]; !ok {
-		b.tokens = append(b.tokens, token)
+	if _, ok := c.batches[token]; !ok {
+		c.tokens = append(c.tokens, token)
 	}
-	b.batches[token] = n
-	for len(b.tokens) > maxBatchTokens {
-		delete(b.batches, b.tokens[0])
-		b.tokens = b.tokens[1:]
+	c.batches[token] = n
+	for len(c.tokens) > maxBatchTokens {
+		delete(c.batches, c.tokens[0])
+		c.tokens = c.tokens[1:]
 	}
 }
 
 // ofBatch reports whether the job of lease l was claimed with others that
 // have not completed yet, and counts its completion. b.mu is held.
-func (b *completer) ofBatch(l Lease) bool {
-	n, ok := b.batches[l.Token]
+func (c *completer) ofBatch(l Lease) bool {
+	n, ok := c.batches[l.Token]
 	if !ok {
 		return false
 	}
 	if n <= 1 {
-		delete(b.batches, l.Token)
-		b.tokens = slices.DeleteFunc(b.tokens, func(t string) bool { return t == l.Token })
+		delete(c.batches, l.Token)
+		c.tokens = slices.DeleteFunc(c.tokens, func(t string) bool { return t == l.Token })
 		return false
 	}
-	b.batches[l.Token] = n - 1
+	c.batches[l.Token] = n - 1
 	return true
 }
 
-func (b *completer) complete(ctx context.Context, l Lease) error {
-	b.mu.Lock()
-	if !b.ofBatch(l) && !b.together && b.alone < completeAlone {
+func (c *completer) complete(ctx context.Context, l Lease) error {
+	c.mu.Lock()
+	if !c.ofBatch(l) && !c.together && c.alone < completeAlone {
 		// Completions come one at a time (a trickle of jobs): each is
 		// written at once, as without batching.
-		b.alone++
-		b.mu.Unlock()
-		err := b.c.Complete(ctx, l)
-		b.mu.Lock()
-		b.alone--
-		b.mu.Unlock()
+		c.alone++
+		c.mu.Unlock()
+		err := c.store.Complete(ctx, l)
+		c.mu.Lock()
+		c.alone--
+		c.mu.Unlock()
 		return err
 	}
-	b.together = true
+	c.together = true
 	p := pendingCompletion{lease: l, done: make(chan error, 1)}
 	p.deadline, _ = ctx.Deadline()
-	b.pending = append(b.pending, p)
-	start := !b.flushing
-	b.flushing = true
-	b.mu.Unlock()
+	c.pending = append(c.pending, p)
+	start := !c.flushing
+	c.flushing = true
+	c.mu.Unlock()
 	if start {
-		go b.flush()
+		go c.flush()
 	}
 	select {
 	case err := <-p.done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("queue: complete job %s: %w", l.JobID, ctx.Err())
+		return fmt.Errorf("store: complete job %s: %w", l.JobID, ctx.Err())
 	}
 }
 
@@ -764,35 +762,35 @@ func flushDeadline(batch []pendingCompletion) time.Time {
 }
 
 // flush writes pending completions until none are left.
-func (b *completer) flush() {
-	b.mu.Lock()
-	linger := b.together
-	b.mu.Unlock()
+func (c *completer) flush() {
+	c.mu.Lock()
+	linger := c.together
+	c.mu.Unlock()
 	if linger {
-		time.Sleep(b.linger)
+		time.Sleep(c.linger)
 	}
 	for {
-		b.mu.Lock()
-		batch := b.pending
-		b.pending = nil
+		c.mu.Lock()
+		batch := c.pending
+		c.pending = nil
 		if len(batch) == 0 {
-			b.flushing = false
-			b.mu.Unlock()
+			c.flushing = false
+			c.mu.Unlock()
 			return
 		}
 		if len(batch) > 1 {
-			b.lone = 0
-		} else if b.lone++; b.lone >= loneFlushes {
-			b.together = false
+			c.lone = 0
+		} else if c.lone++; c.lone >= loneFlushes {
+			c.together = false
 		}
-		b.mu.Unlock()
+		c.mu.Unlock()
 
 		ls := make([]Lease, len(batch))
 		for i, p := range batch {
 			ls[i] = p.lease
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), flushDeadline(batch))
-		lost, err := b.c.CompleteMany(ctx, ls)
+		lost, err := c.store.CompleteMany(ctx, ls)
 		cancel()
 		isLost := make(map[Lease]bool, len(lost))
 		for _, l := range lost {
@@ -801,9 +799,9 @@ func (b *completer) flush() {
 		for _, p := range batch {
 			switch {
 			case err != nil:
-				p.done <- fmt.Errorf("queue: complete job %s: %w", p.lease.JobID, err)
+				p.done <- fmt.Errorf("store: complete job %s: %w", p.lease.JobID, err)
 			case isLost[p.lease]:
-				p.done <- fmt.Errorf("queue: complete job %s: %w", p.lease.JobID, jobs.ErrLeaseLost)
+				p.done <- fmt.Errorf("store: complete job %s: %w", p.lease.JobID, jobs.ErrLeaseLost)
 			default:
 				p.done <- nil
 			}

@@ -112,9 +112,9 @@ func split(cs []candidate) ([]*jobs.Job, bson.A) {
 
 // readCandidates reads, in claim order, up to limit jobs a claim by p at
 // t could take, and returns when the read was sent and how long it took.
-func (c *Store) readCandidates(ctx context.Context, p ClaimParams, t time.Time, limit int) (docs []bson.Raw, sent time.Time, took time.Duration, err error) {
+func (s *Store) readCandidates(ctx context.Context, p ClaimParams, t time.Time, limit int) (docs []bson.Raw, sent time.Time, took time.Duration, err error) {
 	sent = time.Now()
-	cur, err := c.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(limit)))
+	cur, err := s.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(limit)))
 	if err != nil {
 		return nil, sent, 0, fmt.Errorf("find candidates: %w", err)
 	}
@@ -191,14 +191,14 @@ func (cc *candidateCache) startRefill() (uint64, bool) {
 // refill reads, in the background, the candidates of claims by p and
 // fills the cache with them (see startRefill), unless the cache was
 // forgotten since epoch.
-func (c *Store) refill(p ClaimParams, limit int, epoch uint64) {
+func (s *Store) refill(p ClaimParams, limit int, epoch uint64) {
 	go func() {
 		// A read that fails is dropped unlogged: the next claim that
 		// finds the cache drained or aged reads as it would without it,
 		// and reports what fails then (this goroutine may outlive its
 		// client, and a test's logger).
 		ctx, cancel := context.WithTimeout(context.Background(), refillTimeout)
-		docs, sent, took, err := c.readCandidates(ctx, p, c.now(), limit)
+		docs, sent, took, err := s.readCandidates(ctx, p, s.now(), limit)
 		cancel()
 		var got []candidate
 		for _, d := range docs {
@@ -208,11 +208,11 @@ func (c *Store) refill(p ClaimParams, limit int, epoch uint64) {
 			}
 			got = append(got, candidateOf(&j, d))
 		}
-		if err == nil && c.hooks != nil && c.hooks.afterRefillRead != nil {
-			c.hooks.afterRefillRead()
+		if err == nil && s.hooks != nil {
+			s.hooks.AfterRefillRead()
 		}
 
-		cc := c.cands
+		cc := s.cands
 		cc.mu.Lock()
 		defer cc.mu.Unlock()
 		if err == nil && cc.epoch == epoch {
@@ -241,11 +241,11 @@ func skipKeys(skip []partSkip) map[string]bool {
 
 // cacheable reports whether a claim by p under limits may use and fill
 // the cache (see above).
-func (c *Store) cacheable(p ClaimParams) bool {
-	if c.cands == nil || len(p.ids) > 0 {
+func (s *Store) cacheable(p ClaimParams) bool {
+	if s.cands == nil || len(p.ids) > 0 {
 		return false
 	}
-	rc := c.rates
+	rc := s.rates
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	for _, k := range p.Kinds {

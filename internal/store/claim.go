@@ -88,26 +88,26 @@ var claimSort = bson.D{{Key: "priority", Value: -1}, {Key: "runAt", Value: 1}, {
 // of p.Lease from when the claim was sent. It returns nil and no error when
 // there is nothing to claim. On an error the server may still have applied
 // the claim: the job then carries p.Token (see ReleaseClaim).
-func (c *Store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
+func (s *Store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 	if len(p.Queues) == 0 || len(p.Kinds) == 0 {
-		return nil, errors.New("queue: claim needs at least one queue and one kind")
+		return nil, errors.New("store: claim needs at least one queue and one kind")
 	}
 	p = p.withToken()
 	// At most twice: a claim made with a stale set of paused queues that
 	// took a job of a queue paused since gives it back and claims again
 	// with the set it read (pause.go).
 	for range 2 {
-		qs, stale := c.unpaused(ctx, p.Queues)
+		qs, stale := s.unpaused(ctx, p.Queues)
 		if len(qs) == 0 { // every queue is paused
 			return nil, nil
 		}
 		pq := p
 		pq.Queues = qs
-		j, err := c.claimOneUnderLimits(ctx, pq)
+		j, err := s.claimOneUnderLimits(ctx, pq)
 		if j == nil || err != nil || !stale {
 			return j, err
 		}
-		ok, err := c.confirmUnpaused(ctx, []*jobs.Job{j})
+		ok, err := s.confirmUnpaused(ctx, []*jobs.Job{j})
 		if err != nil {
 			return nil, err
 		}
@@ -120,10 +120,10 @@ func (c *Store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 
 // claimOneUnderLimits is Claim from the queues of p as given: under the
 // limits that apply to p (limit.go), or else with claimOne.
-func (c *Store) claimOneUnderLimits(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
-	claimed, handled, err := c.claimUnderRates(ctx, p, 1)
+func (s *Store) claimOneUnderLimits(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
+	claimed, handled, err := s.claimUnderRates(ctx, p, 1)
 	if !handled {
-		return c.claimOne(ctx, p)
+		return s.claimOne(ctx, p)
 	}
 	if len(claimed) == 0 || err != nil {
 		return nil, err
@@ -132,8 +132,8 @@ func (c *Store) claimOneUnderLimits(ctx context.Context, p ClaimParams) (*jobs.J
 }
 
 // claimOne is Claim's findAndModify, from the queues of p as given.
-func (c *Store) claimOne(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
-	t := c.now()
+func (s *Store) claimOne(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
+	t := s.now()
 	filter := claimFilter(p, t)
 	update := claimUpdate(p, t, p.Token)
 	opts := options.FindOneAndUpdate().SetSort(claimSort).SetReturnDocument(options.After)
@@ -141,9 +141,9 @@ func (c *Store) claimOne(ctx context.Context, p ClaimParams) (*jobs.Job, error) 
 	// must not block the queue: it is buried (dead, with what is wrong) and
 	// the claim goes on to the next job.
 	for range maxBuried + 1 {
-		raw, err := c.coll.FindOneAndUpdate(ctx, filter, update, opts).Raw()
-		if err == nil && c.hooks != nil && c.hooks.afterClaim != nil {
-			err = c.hooks.afterClaim()
+		raw, err := s.coll.FindOneAndUpdate(ctx, filter, update, opts).Raw()
+		if err == nil && s.hooks != nil {
+			err = s.hooks.AfterClaim()
 		}
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			return nil, nil
@@ -151,18 +151,18 @@ func (c *Store) claimOne(ctx context.Context, p ClaimParams) (*jobs.Job, error) 
 		var se mongo.ServerError
 		if errors.As(err, &se) && se.HasErrorCode(errTypeMismatch) {
 			// $inc met a non-numeric attempt: nothing was claimed.
-			if n, berr := c.buryBadAttempts(ctx, filter, t); berr != nil || n == 0 {
-				return nil, fmt.Errorf("queue: claim: %w", err)
+			if n, berr := s.buryBadAttempts(ctx, filter, t); berr != nil || n == 0 {
+				return nil, fmt.Errorf("store: claim: %w", err)
 			}
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("queue: claim: %w", err)
+			return nil, fmt.Errorf("store: claim: %w", err)
 		}
 		var j jobs.Job
 		if derr := bson.Unmarshal(raw, &j); derr != nil {
-			if berr := c.buryMalformed(ctx, raw, t, derr); berr != nil {
-				return nil, fmt.Errorf("queue: claim: %w (and marking it dead: %w)", derr, berr)
+			if berr := s.buryMalformed(ctx, raw, t, derr); berr != nil {
+				return nil, fmt.Errorf("store: claim: %w (and marking it dead: %w)", derr, berr)
 			}
 			continue
 		}
@@ -185,18 +185,18 @@ const malformed = "malformed job document (see the job document in the README): 
 // buryMalformed sends the job in raw, which this claim has just stamped
 // running but which does not decode, to dead with the decoding error. The
 // write is fenced on the claim's lease token.
-func (c *Store) buryMalformed(ctx context.Context, raw bson.Raw, t time.Time, cause error) error {
+func (s *Store) buryMalformed(ctx context.Context, raw bson.Raw, t time.Time, cause error) error {
 	id := raw.Lookup("_id")
 	token, _ := raw.Lookup("leaseToken").StringValueOK()
 	owner, _ := raw.Lookup("owner").StringValueOK()
 	attempt, _ := raw.Lookup("attempt").AsInt64OK()
 	msg := malformed + cause.Error()
 	errs := bson.A{jobs.AttemptError{Attempt: int(attempt), At: t, Owner: owner, Message: msg}}
-	_, err := c.coll.UpdateOne(ctx,
+	_, err := s.coll.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: token}},
 		finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs}))
 	if err == nil {
-		c.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
+		s.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
 	}
 	return err
 }
@@ -204,24 +204,24 @@ func (c *Store) buryMalformed(ctx context.Context, raw bson.Raw, t time.Time, ca
 // buryCandidate sends raw, an available job read by a claim that does not
 // decode, to dead with the decoding error, fenced on its state and
 // updatedAt as read.
-func (c *Store) buryCandidate(ctx context.Context, raw bson.Raw, t time.Time, cause error) error {
+func (s *Store) buryCandidate(ctx context.Context, raw bson.Raw, t time.Time, cause error) error {
 	id := raw.Lookup("_id")
 	msg := malformed + cause.Error()
-	_, err := c.coll.UpdateOne(ctx,
+	_, err := s.coll.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateAvailable}, {Key: "updatedAt", Value: rawOrNull(raw, "updatedAt")}},
 		finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: msg}}}))
 	if err == nil {
-		c.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
+		s.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
 	}
 	return err
 }
 
 // buryBadAttempts sends to dead the claimable jobs whose attempt is not a
 // number, which a claim's $inc cannot count, and returns how many.
-func (c *Store) buryBadAttempts(ctx context.Context, filter bson.D, t time.Time) (int, error) {
+func (s *Store) buryBadAttempts(ctx context.Context, filter bson.D, t time.Time) (int, error) {
 	bad := append(bson.D{}, filter...)
 	bad = append(bad, bson.E{Key: "attempt", Value: bson.D{{Key: "$exists", Value: true}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "number"}}}}})
-	cur, err := c.coll.Find(ctx, bad, options.Find().SetLimit(maxBuried).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "attempt", Value: 1}}))
+	cur, err := s.coll.Find(ctx, bad, options.Find().SetLimit(maxBuried).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "attempt", Value: 1}}))
 	if err != nil {
 		return 0, err
 	}
@@ -233,7 +233,7 @@ func (c *Store) buryBadAttempts(ctx context.Context, filter bson.D, t time.Time)
 	for _, d := range docs {
 		id, attempt := d.Lookup("_id"), d.Lookup("attempt")
 		msg := fmt.Sprintf("%sattempt: %s %s is not a number", malformed, attempt.Type, attempt)
-		res, err := c.coll.UpdateOne(ctx,
+		res, err := s.coll.UpdateOne(ctx,
 			bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateAvailable}, {Key: "attempt", Value: attempt}},
 			finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: msg}}}))
 		if err != nil {
@@ -241,7 +241,7 @@ func (c *Store) buryBadAttempts(ctx context.Context, filter bson.D, t time.Time)
 		}
 		if res.MatchedCount == 1 {
 			n++
-			c.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
+			s.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
 		}
 	}
 	return n, nil
@@ -256,15 +256,15 @@ func (c *Store) buryBadAttempts(ctx context.Context, filter bson.D, t time.Time)
 // at once (or cancelled, when a cancel was requested). It returns how many
 // it released. Call it only for a claim whose jobs were not handed to a
 // handler.
-func (c *Store) ReleaseClaim(ctx context.Context, token string) (int, error) {
+func (s *Store) ReleaseClaim(ctx context.Context, token string) (int, error) {
 	if token == "" {
-		return 0, errors.New("queue: release claim: empty token")
+		return 0, errors.New("store: release claim: empty token")
 	}
-	cur, err := c.coll.Find(ctx,
+	cur, err := s.coll.Find(ctx,
 		bson.D{{Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: token}},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return 0, fmt.Errorf("queue: release claim %s: %w", token, err)
+		return 0, fmt.Errorf("store: release claim %s: %w", token, err)
 	}
 	var ids []string
 	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
@@ -273,55 +273,41 @@ func (c *Store) ReleaseClaim(ctx context.Context, token string) (int, error) {
 		}
 		return nil
 	}); err != nil {
-		return 0, fmt.Errorf("queue: release claim %s: %w", token, err)
+		return 0, fmt.Errorf("store: release claim %s: %w", token, err)
 	}
 	n := 0
 	for _, id := range ids {
-		err := c.Release(ctx, Lease{JobID: id, Token: token})
+		err := s.Release(ctx, Lease{JobID: id, Token: token})
 		switch {
 		case errors.Is(err, jobs.ErrLeaseLost):
 			// Reaped, or cancelled meanwhile. (A release by an earlier try
 			// whose reply was lost returns nil: Release reads it back.)
 		case err != nil:
-			return n, fmt.Errorf("queue: release claim %s: %w", token, err)
+			return n, fmt.Errorf("store: release claim %s: %w", token, err)
 		default:
 			n++
-			c.log.Info("released a job whose claim returned an error: not run, attempt not counted",
+			s.log.Info("released a job whose claim returned an error: not run, attempt not counted",
 				zap.String("job_id", id), zap.String("lease_token", token))
 		}
 	}
 	return n, nil
 }
 
-// hooks let tests lose the reply of a write the server applied, or fail a
-// read, at the points where a real network can. Each, when set, returns
-// the error taken as the operation's.
-type hooks struct {
-	// afterClaim runs after a claim's findAndModify the server applied.
-	afterClaim func() error
-	// beforeReadBack runs before a batch claim reads back what it stamped.
-	beforeReadBack func() error
-	// afterFinish runs after a fenced write that ends an attempt (complete,
-	// fail, cancelled) and that the server applied; op names the write.
-	afterFinish func(op string) error
-	// pickBlock, when set, picks a spread batch claim's first block among
-	// n, in place of a random one.
-	pickBlock func(n int) int
-	// readBackTimeout, when set, bounds a finishing write's read-back in
-	// place of readBackTimeout.
-	readBackTimeout *time.Duration
-	// beforeCompleteReadBack runs when a CompleteMany whose fences did not
-	// all match has written, before it reads which did.
-	beforeCompleteReadBack func()
-	// beforeClean runs when Clean has read the ids of the jobs to delete,
-	// before it deletes them.
-	beforeClean func()
-	// betweenFindAndUpdate runs when FoundIDs has read the ids of the
-	// jobs a repair changes, before it changes them.
-	betweenFindAndUpdate func()
-	// afterRefillRead runs when a read of candidates in the background
-	// (candidates.go) has read them, before it fills the cache.
-	afterRefillRead func()
+// testHooks let tests act at the points where a real network or another
+// process can: lose the reply of a write the server applied, fail a read,
+// stall between a read and a write. A Store has none (nil) but in the
+// tests, whose hooks (export_test.go) say what each point is. A hook's
+// error is taken as the operation's.
+type testHooks interface {
+	AfterClaim() error
+	BeforeReadBack() error
+	AfterFinish(op string) error
+	PickBlock(n int) (int, bool)
+	ReadBackTimeout() (time.Duration, bool)
+	BeforeCompleteReadBack()
+	BeforeClean()
+	BetweenFindAndUpdate()
+	AfterRefillRead()
 }
 
 // LeaseOf returns the lease that j carries.

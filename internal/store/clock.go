@@ -15,27 +15,27 @@ import (
 // clock.
 
 // SetClock makes c (and the queue.Client holding it) read the time from
-// now instead of the wall clock. Call it before c is used; tests only.
-func (c *Store) SetClock(now func() time.Time) { c.clock = now }
+// now instead of the wall clock. Call it before s is used; tests only.
+func (s *Store) SetClock(now func() time.Time) { s.clock = now }
 
-// Now is the time c stamps on what it writes: UTC, to the millisecond a
+// Now is the time s stamps on what it writes: UTC, to the millisecond a
 // BSON date keeps. A nil Store reads the wall clock.
-func (c *Store) Now() time.Time {
-	if c == nil || c.clock == nil {
+func (s *Store) Now() time.Time {
+	if s == nil || s.clock == nil {
 		return now()
 	}
-	return c.clock().UTC().Truncate(time.Millisecond)
+	return s.clock().UTC().Truncate(time.Millisecond)
 }
 
-func (c *Store) now() time.Time { return c.Now() }
+func (s *Store) now() time.Time { return s.Now() }
 
-// instant is c's clock to the nanosecond, for computations that are not
+// instant is s's clock to the nanosecond, for computations that are not
 // stored.
-func (c *Store) instant() time.Time {
-	if c == nil || c.clock == nil {
+func (s *Store) instant() time.Time {
+	if s == nil || s.clock == nil {
 		return time.Now()
 	}
-	return c.clock()
+	return s.clock()
 }
 
 // ShiftedClock is a clock for tests: the wall clock plus an offset that

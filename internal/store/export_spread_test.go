@@ -3,10 +3,5 @@ package store
 // WithBlockPick returns a Store like c whose spread batch claims start at
 // the block pick returns among n, instead of a random one, and record n.
 func WithBlockPick(c *Store, pick func(n int) int) *Store {
-	h := hooks{}
-	if c.hooks != nil {
-		h = *c.hooks
-	}
-	h.pickBlock = pick
-	return withHooks(c, h)
+	return withHook(c, func(h *hooks) { h.pickBlock = pick })
 }

@@ -24,13 +24,6 @@ func WithLostStampReply(c *Store, err error) *Store {
 	return &r
 }
 
-// withHooks returns a copy of c with hooks h (c's other fields shared).
-func withHooks(c *Store, h hooks) *Store {
-	r := *c
-	r.hooks = &h
-	return &r
-}
-
 // WithLostClaimReply returns a Store like c whose claims' findAndModify,
 // once the server applied it, fails with err the first n times, as when
 // the reply is lost.
@@ -78,24 +71,14 @@ func SetPauseRefresh(c *Store, d time.Duration) {
 // earlier try applied by d (5 s otherwise); a d of 0 makes that read fail
 // at once with context.DeadlineExceeded.
 func WithReadBackTimeout(c *Store, d time.Duration) *Store {
-	h := hooks{}
-	if c.hooks != nil {
-		h = *c.hooks
-	}
-	h.readBackTimeout = &d
-	return withHooks(c, h)
+	return withHook(c, func(h *hooks) { h.readBackTimeout = &d })
 }
 
 // WithCleanHook returns a Store like c whose Clean runs f after it read
 // the ids of the jobs to delete and before it deletes them, as if the
 // process stalled in between.
 func WithCleanHook(c *Store, f func()) *Store {
-	h := hooks{}
-	if c.hooks != nil {
-		h = *c.hooks
-	}
-	h.beforeClean = f
-	return withHooks(c, h)
+	return withHook(c, func(h *hooks) { h.beforeClean = f })
 }
 
 // WithFindUpdateHook returns a Store like c whose FoundIDs (and so the
@@ -103,24 +86,14 @@ func WithCleanHook(c *Store, f func()) *Store {
 // change and before they change them, as if the process stalled in
 // between.
 func WithFindUpdateHook(c *Store, f func()) *Store {
-	h := hooks{}
-	if c.hooks != nil {
-		h = *c.hooks
-	}
-	h.betweenFindAndUpdate = f
-	return withHooks(c, h)
+	return withHook(c, func(h *hooks) { h.betweenFindAndUpdate = f })
 }
 
 // WithCompleteReadBackHook returns a Store like c whose CompleteMany runs
 // f after its updateMany, when not every fence matched, before it reads
 // which did.
 func WithCompleteReadBackHook(c *Store, f func()) *Store {
-	h := hooks{}
-	if c.hooks != nil {
-		h = *c.hooks
-	}
-	h.beforeCompleteReadBack = f
-	return withHooks(c, h)
+	return withHook(c, func(h *hooks) { h.beforeCompleteReadBack = f })
 }
 
 // PartKey is partKey, for the tests.
@@ -164,12 +137,7 @@ func CandidateIDs(c *Store) []any {
 // WithRefillHook returns a Store like c whose reads of candidates in the
 // background run f once they have read, before they fill the cache.
 func WithRefillHook(c *Store, f func()) *Store {
-	h := hooks{}
-	if c.hooks != nil {
-		h = *c.hooks
-	}
-	h.afterRefillRead = f
-	return withHooks(c, h)
+	return withHook(c, func(h *hooks) { h.afterRefillRead = f })
 }
 
 // AgeCandidates makes the candidates c keeps for claims d older, as if

@@ -78,31 +78,31 @@ const MaxSuccessors = 64
 // It refreshes the caches of limits and paused queues as a claim does.
 // The jobs are read whole: the one handed a slot runs without reading it
 // again.
-func (c *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue string, n int) ([]*Successor, error) {
+func (s *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue string, n int) ([]*Successor, error) {
 	n = min(n, MaxSuccessors)
 	if n < 1 {
 		return nil, nil
 	}
 	p.Kinds, p.Queues = []string{kind}, []string{queue}
-	kinds, queues, parts, err := c.limitsFor(ctx, p)
+	kinds, queues, parts, err := s.limitsFor(ctx, p)
 	if err != nil {
-		return nil, fmt.Errorf("queue: read successors: %w", err)
+		return nil, fmt.Errorf("store: read successors: %w", err)
 	}
 	if len(kinds) == 0 && len(queues) == 0 || parts.any() {
 		// A partitioned limit hands nothing on: the successor's
 		// partition slot is not the one the ending job frees.
 		return nil, nil
 	}
-	if c.Rated(kind, queue) {
+	if s.Rated(kind, queue) {
 		return nil, nil
 	}
-	if !c.freshPauses(ctx, queue) {
+	if !s.freshPauses(ctx, queue) {
 		return nil, nil
 	}
-	t := c.now()
-	cur, err := c.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(n)).SetComment(SuccessorsComment))
+	t := s.now()
+	cur, err := s.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(n)).SetComment(SuccessorsComment))
 	if err != nil {
-		return nil, fmt.Errorf("queue: read successors: %w", err)
+		return nil, fmt.Errorf("store: read successors: %w", err)
 	}
 	var out []*Successor
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
@@ -117,7 +117,7 @@ func (c *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue s
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: read successors: %w", err)
+		return nil, fmt.Errorf("store: read successors: %w", err)
 	}
 	return out, nil
 }
@@ -128,12 +128,12 @@ func (c *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue s
 // queues (unpaused), or to confirm a claim that took jobs: a worker whose
 // jobs start by hand-offs claims seldom, and a hand-off needs a fresh
 // answer (it cannot give its successor back as a claim does).
-func (c *Store) freshPauses(ctx context.Context, queue string) bool {
-	p := c.pauses
+func (s *Store) freshPauses(ctx context.Context, queue string) bool {
+	p := s.pauses
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.readAt.IsZero() || time.Since(p.readAt) >= trusted(p.refresh, p.took) {
-		if c.readPauses(ctx) != nil {
+		if s.readPauses(ctx) != nil {
 			return false
 		}
 	}
@@ -145,8 +145,8 @@ func (c *Store) freshPauses(ctx context.Context, queue string) bool {
 // last saw them (runload.go): the ones where reading successors ahead
 // may pay. A limit far from full (half of it free or more) has free slots
 // for the next claim anyway, and its jobs cost no read ahead.
-func (c *Store) SuccessorsWanted(jobID string) bool {
-	r := c.limits.loads
+func (s *Store) SuccessorsWanted(jobID string) bool {
+	r := s.limits.loads
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	hs, ok := r.holders[jobID]
@@ -167,10 +167,10 @@ func (c *Store) SuccessorsWanted(jobID string) bool {
 // (a command on the limits or queues collection about once a second, in
 // place of the claim's two on the jobs that a hand-off refused for it
 // would cost). A failed read leaves them old: the hand-off is not made.
-func (c *Store) refreshForHandoff(ctx context.Context, p ClaimParams, kind, queue string) {
+func (s *Store) refreshForHandoff(ctx context.Context, p ClaimParams, kind, queue string) {
 	p.Kinds, p.Queues = []string{kind}, []string{queue}
-	if _, _, _, err := c.limitsFor(ctx, p); err == nil {
-		c.freshPauses(ctx, queue)
+	if _, _, _, err := s.limitsFor(ctx, p); err == nil {
+		s.freshPauses(ctx, queue)
 	}
 }
 
@@ -179,18 +179,18 @@ func (c *Store) refreshForHandoff(ctx context.Context, p ClaimParams, kind, queu
 // hand-off may be made now (see above), with no command: the caches of
 // limits, rates and paused queues fresh and agreeing, the views of the
 // limits trusted.
-func (c *Store) handoffSlots(jobID, kind, queue string) (bson.D, bool) {
-	if c.Rated(kind, queue) {
+func (s *Store) handoffSlots(jobID, kind, queue string) (bson.D, bool) {
+	if s.Rated(kind, queue) {
 		return nil, false
 	}
-	p := c.pauses
+	p := s.pauses
 	p.mu.Lock()
 	paused := p.readAt.IsZero() || time.Since(p.readAt) >= trusted(p.refresh, p.took) || p.paused[queue]
 	p.mu.Unlock()
 	if paused {
 		return nil, false
 	}
-	l := c.limits
+	l := s.limits
 	l.mu.Lock()
 	if l.readAt.IsZero() || time.Since(l.readAt) >= trusted(l.refresh, l.took) {
 		l.mu.Unlock()
@@ -216,7 +216,7 @@ func (c *Store) handoffSlots(jobID, kind, queue string) (bson.D, bool) {
 	setAt := l.setAt
 	l.mu.Unlock()
 
-	r := c.limits.loads
+	r := s.limits.loads
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	hs := r.holders[jobID]
@@ -258,7 +258,7 @@ func (r *runLoads) handedOn(from, to string) {
 // ErrNoHandoff is returned by CompleteHandingOff, before sending anything,
 // when the hand-off may not be made now: the caller completes the job as
 // usual (Complete).
-var ErrNoHandoff = errors.New("queue: no run slot hand-off now")
+var ErrNoHandoff = errors.New("store: no run slot hand-off now")
 
 // CompleteHandingOff marks the job l holds succeeded, as Complete does
 // (with the result ctx carries), and in the same round trip claims next,
@@ -272,18 +272,18 @@ var ErrNoHandoff = errors.New("queue: no run slot hand-off now")
 // outcome is not known and next may carry p.Token: the caller gives it
 // back with ReleaseClaim(p.Token) and completes again with Complete,
 // which reads back a completion already applied.
-func (c *Store) CompleteHandingOff(ctx context.Context, l Lease, next *Successor, p ClaimParams) (*jobs.Job, error) {
+func (s *Store) CompleteHandingOff(ctx context.Context, l Lease, next *Successor, p ClaimParams) (*jobs.Job, error) {
 	j := next.Job
-	c.refreshForHandoff(ctx, p, j.Kind, j.Queue)
-	set, ok := c.handoffSlots(l.JobID, j.Kind, j.Queue)
+	s.refreshForHandoff(ctx, p, j.Kind, j.Queue)
+	set, ok := s.handoffSlots(l.JobID, j.Kind, j.Queue)
 	if !ok || p.Token == "" {
 		return nil, ErrNoHandoff
 	}
-	if c.completions != nil {
-		c.completions.handedOff(l)
+	if s.completions != nil {
+		s.completions.handedOff(l)
 	}
 	p.Kinds, p.Queues = []string{j.Kind}, []string{j.Queue}
-	t := c.now()
+	t := s.now()
 	end := mongo.NewUpdateOneModel().SetFilter(fence(l)).SetUpdate(withProgress(ctx, finish(jobs.StateSucceeded, t, resultOf(ctx)...)))
 	match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
 	match = append(match, next.asRead...)
@@ -296,67 +296,67 @@ func (c *Store) CompleteHandingOff(ctx context.Context, l Lease, next *Successor
 	witness := mongo.NewUpdateOneModel().
 		SetFilter(bson.D{{Key: "_id", Value: j.ID}, {Key: "leaseToken", Value: p.Token}}).
 		SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "leaseToken", Value: p.Token}}}})
-	res, err := c.coll.BulkWrite(ctx, []mongo.WriteModel{end, mongo.NewUpdateOneModel().SetFilter(match).SetUpdate(stamp), witness},
+	res, err := s.coll.BulkWrite(ctx, []mongo.WriteModel{end, mongo.NewUpdateOneModel().SetFilter(match).SetUpdate(stamp), witness},
 		options.BulkWrite().SetOrdered(true).SetComment(HandoffComment))
 	if err == nil {
-		err = c.lostFinishReply("handoff")
+		err = s.lostFinishReply("handoff")
 	}
-	lost := fmt.Errorf("queue: complete job %s: %w", l.JobID, jobs.ErrLeaseLost)
+	lost := fmt.Errorf("store: complete job %s: %w", l.JobID, jobs.ErrLeaseLost)
 	ours := func(w *written) bool { return w.State == jobs.StateSucceeded && w.LeaseToken == l.Token }
 	var bwe mongo.BulkWriteException
 	switch {
 	case err == nil && res.MatchedCount == 3:
 		stampClaim(j, p, t, p.Token)
-		c.limits.loads.handedOn(l.JobID, j.ID)
+		s.limits.loads.handedOn(l.JobID, j.ID)
 		return j, nil
 	case err == nil && res.MatchedCount == 1:
 		return nil, nil // completed; the successor was taken since it was read
 	case err == nil && res.MatchedCount == 0:
 		// The lease was lost, and the successor taken since it was read.
-		return nil, c.unlessWritten(ctx, "complete", l, lost, ours)
+		return nil, s.unlessWritten(ctx, "complete", l, lost, ours)
 	case err == nil:
 		// The stamp alone (or a count no write of this call explains:
 		// the successor, read back, tells whether it is ours). The lease
 		// was lost (reaped, which freed the slot), and the successor took
 		// the free slot, as any claim could have.
-		got, rerr := c.readBack(ctx, []*jobs.Job{j}, p.Token)
+		got, rerr := s.readBack(ctx, []*jobs.Job{j}, p.Token)
 		if rerr != nil {
-			return nil, fmt.Errorf("queue: complete job %s handing its run slots on: %w", l.JobID, rerr)
+			return nil, fmt.Errorf("store: complete job %s handing its run slots on: %w", l.JobID, rerr)
 		}
 		if len(got) == 0 {
-			return nil, c.unlessWritten(ctx, "complete", l, lost, ours)
+			return nil, s.unlessWritten(ctx, "complete", l, lost, ours)
 		}
-		c.limits.loads.handedOn(l.JobID, got[0].ID)
-		return got[0], c.unlessWritten(ctx, "complete", l, lost, ours)
+		s.limits.loads.handedOn(l.JobID, got[0].ID)
+		return got[0], s.unlessWritten(ctx, "complete", l, lost, ours)
 	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0 && bwe.WriteErrors[0].Index == 1:
 		// Answered: the completion was made or matched nothing, and the
 		// stamp was refused (its slot held by another claim: a duplicate
 		// key; or a candidate another app wrote badly, which a claim
 		// buries). The views of the slots are then wrong (runload.go).
-		c.limits.loads.forget()
-		c.log.Debug("run slot hand-off refused", zap.String("job_id", l.JobID), zap.String("successor", j.ID), zap.Error(err))
+		s.limits.loads.forget()
+		s.log.Debug("run slot hand-off refused", zap.String("job_id", l.JobID), zap.String("successor", j.ID), zap.Error(err))
 		if res != nil && res.MatchedCount == 1 {
 			return nil, nil
 		}
-		return nil, c.unlessWritten(ctx, "complete", l, lost, ours)
+		return nil, s.unlessWritten(ctx, "complete", l, lost, ours)
 	case DuplicateCommand(err):
 		// The stamp's duplicate key answered as a command error
 		// (server.go): the stamp was not applied, the completion may
 		// have been.
-		c.limits.loads.forget()
-		return nil, c.unlessWritten(ctx, "complete", l, lost, ours)
+		s.limits.loads.forget()
+		return nil, s.unlessWritten(ctx, "complete", l, lost, ours)
 	}
 	// Not answered, or the completion refused: neither outcome is known.
-	c.limits.loads.forget()
-	return nil, fmt.Errorf("queue: complete job %s handing its run slots on: %w", l.JobID, err)
+	s.limits.loads.forget()
+	return nil, fmt.Errorf("store: complete job %s handing its run slots on: %w", l.JobID, err)
 }
 
 // handedOff counts the completion of l, made by a hand-off rather than
 // through the completer, as one of its batch's (see ofBatch).
-func (b *completer) handedOff(l Lease) {
-	b.mu.Lock()
-	b.ofBatch(l)
-	b.mu.Unlock()
+func (c *completer) handedOff(l Lease) {
+	c.mu.Lock()
+	c.ofBatch(l)
+	c.mu.Unlock()
 }
 
 // HandOnFreed claims next, read ahead by ReadSuccessors, for p (p.Token
@@ -369,31 +369,31 @@ func (b *completer) handedOff(l Lease) {
 // ErrNoHandoff, sending nothing, where a hand-off may not be made (see
 // above). On any other error next may carry p.Token: the caller gives it
 // back with ReleaseClaim(p.Token).
-func (c *Store) HandOnFreed(ctx context.Context, jobID string, next *Successor, p ClaimParams) (*jobs.Job, error) {
+func (s *Store) HandOnFreed(ctx context.Context, jobID string, next *Successor, p ClaimParams) (*jobs.Job, error) {
 	j := next.Job
-	c.refreshForHandoff(ctx, p, j.Kind, j.Queue)
-	set, ok := c.handoffSlots(jobID, j.Kind, j.Queue)
+	s.refreshForHandoff(ctx, p, j.Kind, j.Queue)
+	set, ok := s.handoffSlots(jobID, j.Kind, j.Queue)
 	if !ok || p.Token == "" {
 		return nil, ErrNoHandoff
 	}
 	p.Kinds, p.Queues = []string{j.Kind}, []string{j.Queue}
-	t := c.now()
+	t := s.now()
 	match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
 	match = append(match, next.asRead...)
 	stamp := claimUpdate(p, t, p.Token)
 	stamp[0].Value = append(stamp[0].Value.(bson.D), set...)
-	res, err := c.coll.UpdateOne(ctx, match, stamp)
+	res, err := s.coll.UpdateOne(ctx, match, stamp)
 	switch {
 	case err == nil && res.MatchedCount == 1:
 		stampClaim(j, p, t, p.Token)
-		c.limits.loads.handedOn(jobID, j.ID)
+		s.limits.loads.handedOn(jobID, j.ID)
 		return j, nil
 	case err == nil:
 		return nil, nil
 	case IsDuplicateKey(err) || isTypeMismatch(err):
-		c.limits.loads.forget()
+		s.limits.loads.forget()
 		return nil, nil
 	}
-	c.limits.loads.forget()
-	return nil, fmt.Errorf("queue: hand the run slots of job %s on: %w", jobID, err)
+	s.limits.loads.forget()
+	return nil, fmt.Errorf("store: hand the run slots of job %s on: %w", jobID, err)
 }

@@ -55,21 +55,21 @@ const heartbeatChunk = 1000
 // again is harmless. The error is returned when nothing can be said of any
 // lease (wrapping ErrOutcomeUnknown when the read back failed); a lease
 // whose own outcome is unknown has it in its Beat.
-func (c *Store) HeartbeatMany(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration) (map[Lease]Beat, error) {
-	return c.heartbeatMany(ctx, leases, progress, d, nil)
+func (s *Store) HeartbeatMany(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration) (map[Lease]Beat, error) {
+	return s.heartbeatMany(ctx, leases, progress, d, nil)
 }
 
 // heartbeatMany is HeartbeatMany with a test hook, between, run
 // before each command after the first: "read" and "renew cancelled".
-func (c *Store) heartbeatMany(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration, between func(step string)) (map[Lease]Beat, error) {
+func (s *Store) heartbeatMany(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration, between func(step string)) (map[Lease]Beat, error) {
 	if d <= 0 {
-		return nil, fmt.Errorf("queue: heartbeat: duration %s must be positive", d)
+		return nil, fmt.Errorf("store: heartbeat: duration %s must be positive", d)
 	}
 	uniq := make([]Lease, 0, len(leases))
 	seen := make(map[Lease]bool, len(leases))
 	for _, l := range leases {
 		if l.Token == "" {
-			return nil, fmt.Errorf("queue: heartbeat job %q: the lease has no token", l.JobID)
+			return nil, fmt.Errorf("store: heartbeat job %q: the lease has no token", l.JobID)
 		}
 		if !seen[l] {
 			seen[l] = true
@@ -79,7 +79,7 @@ func (c *Store) heartbeatMany(ctx context.Context, leases []Lease, progress map[
 	out := make(map[Lease]Beat, len(uniq))
 	for len(uniq) > 0 {
 		n := min(len(uniq), heartbeatChunk)
-		if err := c.heartbeatChunk(ctx, uniq[:n], progress, d, between, out); err != nil {
+		if err := s.heartbeatChunk(ctx, uniq[:n], progress, d, between, out); err != nil {
 			if len(out) == 0 {
 				return nil, err
 			}
@@ -96,12 +96,12 @@ func (c *Store) heartbeatMany(ctx context.Context, leases []Lease, progress map[
 // heartbeatChunk renews leases (distinct, at most heartbeatChunk) and
 // records each one's Beat in out. The error is returned when nothing is
 // known of any of them.
-func (c *Store) heartbeatChunk(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration, between func(string), out map[Lease]Beat) error {
-	t := c.now()
+func (s *Store) heartbeatChunk(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration, between func(string), out map[Lease]Beat) error {
+	t := s.now()
 	exp := t.Add(d).Truncate(time.Millisecond) // as the server stores it
-	n, err := c.renewMany(ctx, leases, progress, t, exp, true)
+	n, err := s.renewMany(ctx, leases, progress, t, exp, true)
 	if err != nil {
-		return fmt.Errorf("queue: heartbeat %d jobs: %w", len(leases), err)
+		return fmt.Errorf("store: heartbeat %d jobs: %w", len(leases), err)
 	}
 	if n == int64(len(leases)) {
 		for _, l := range leases {
@@ -113,18 +113,18 @@ func (c *Store) heartbeatChunk(ctx context.Context, leases []Lease, progress map
 	if between != nil {
 		between("read")
 	}
-	held, err := c.readLeases(ctx, leases)
+	held, err := s.readLeases(ctx, leases)
 	if err != nil {
 		// Some were renewed, which is unknown: the caller retries at its
 		// next beat, before the leases it holds expire.
-		return fmt.Errorf("queue: heartbeat %d jobs: read back the %d not renewed: %w: %w", len(leases), int64(len(leases))-n, ErrOutcomeUnknown, err)
+		return fmt.Errorf("store: heartbeat %d jobs: read back the %d not renewed: %w: %w", len(leases), int64(len(leases))-n, ErrOutcomeUnknown, err)
 	}
 	var again []Lease
 	for _, l := range leases {
 		h, ok := held[l]
 		switch {
 		case !ok:
-			out[l] = Beat{Err: fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, jobs.ErrLeaseLost)}
+			out[l] = Beat{Err: fmt.Errorf("store: heartbeat job %s: %w", l.JobID, jobs.ErrLeaseLost)}
 		case !h.expires.Before(exp):
 			out[l] = Beat{Renewal: Renewal{ExpiresAt: h.expires, CancelRequested: h.cancel}}
 		default:
@@ -140,9 +140,9 @@ func (c *Store) heartbeatChunk(ctx context.Context, leases []Lease, progress map
 	if between != nil {
 		between("renew cancelled")
 	}
-	t = c.now()
+	t = s.now()
 	exp = t.Add(d).Truncate(time.Millisecond)
-	n, err = c.renewMany(ctx, again, progress, t, exp, false)
+	n, err = s.renewMany(ctx, again, progress, t, exp, false)
 	if err == nil && n == int64(len(again)) {
 		for _, l := range again {
 			out[l] = Beat{Renewal: Renewal{ExpiresAt: exp, CancelRequested: held[l].cancel}}
@@ -150,7 +150,7 @@ func (c *Store) heartbeatChunk(ctx context.Context, leases []Lease, progress map
 		return nil
 	}
 	if err == nil {
-		if held, err = c.readLeases(ctx, again); err != nil {
+		if held, err = s.readLeases(ctx, again); err != nil {
 			err = fmt.Errorf("read back: %w: %w", ErrOutcomeUnknown, err)
 		}
 	}
@@ -158,13 +158,13 @@ func (c *Store) heartbeatChunk(ctx context.Context, leases []Lease, progress map
 		h, ok := held[l]
 		switch {
 		case err != nil:
-			out[l] = Beat{Err: fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, err)}
+			out[l] = Beat{Err: fmt.Errorf("store: heartbeat job %s: %w", l.JobID, err)}
 		case !ok:
-			out[l] = Beat{Err: fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, jobs.ErrLeaseLost)}
+			out[l] = Beat{Err: fmt.Errorf("store: heartbeat job %s: %w", l.JobID, jobs.ErrLeaseLost)}
 		case !h.expires.Before(exp):
 			out[l] = Beat{Renewal: Renewal{ExpiresAt: h.expires, CancelRequested: h.cancel}}
 		default: // still held, an older expiry: another writer set it
-			out[l] = Beat{Err: fmt.Errorf("queue: heartbeat job %s: the lease reads expiring at %s after its renewal to %s",
+			out[l] = Beat{Err: fmt.Errorf("store: heartbeat job %s: the lease reads expiring at %s after its renewal to %s",
 				l.JobID, h.expires.Format(time.RFC3339Nano), exp.Format(time.RFC3339Nano))}
 		}
 	}
@@ -178,7 +178,7 @@ func (c *Store) heartbeatChunk(ctx context.Context, leases []Lease, progress map
 // update command: a statement per job with progress and one for the
 // rest, all multi (the driver sends single-document statements, which it
 // may retry, in a command of their own), each matching on its own lease.
-func (c *Store) renewMany(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, t, exp time.Time, uncancelled bool) (int64, error) {
+func (s *Store) renewMany(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, t, exp time.Time, uncancelled bool) (int64, error) {
 	set := bson.D{{Key: "leaseExpiresAt", Value: exp}, {Key: "heartbeatAt", Value: t}}
 	var plain []Lease
 	var models []mongo.WriteModel
@@ -192,7 +192,7 @@ func (c *Store) renewMany(ctx context.Context, leases []Lease, progress map[Leas
 			SetUpdate(bson.D{{Key: "$set", Value: append(slices.Clone(set), bson.E{Key: progressField, Value: p})}}))
 	}
 	if len(models) == 0 {
-		res, err := c.coll.UpdateMany(ctx, leasesFilter(leases, uncancelled), bson.D{{Key: "$set", Value: set}})
+		res, err := s.coll.UpdateMany(ctx, leasesFilter(leases, uncancelled), bson.D{{Key: "$set", Value: set}})
 		if err != nil {
 			return 0, err
 		}
@@ -201,7 +201,7 @@ func (c *Store) renewMany(ctx context.Context, leases []Lease, progress map[Leas
 	if len(plain) > 0 {
 		models = append(models, mongo.NewUpdateManyModel().SetFilter(leasesFilter(plain, uncancelled)).SetUpdate(bson.D{{Key: "$set", Value: set}}))
 	}
-	res, err := c.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	if err != nil {
 		return 0, err
 	}
@@ -257,7 +257,7 @@ type heldLease struct {
 
 // readLeases reads back the jobs of leases and returns those still held by
 // their lease: running, with the lease's token.
-func (c *Store) readLeases(ctx context.Context, leases []Lease) (map[Lease]heldLease, error) {
+func (s *Store) readLeases(ctx context.Context, leases []Lease) (map[Lease]heldLease, error) {
 	ids := make(bson.A, 0, len(leases))
 	want := map[string][]string{} // job id → tokens asked about
 	for _, l := range leases {
@@ -266,7 +266,7 @@ func (c *Store) readLeases(ctx context.Context, leases []Lease) (map[Lease]heldL
 		}
 		want[l.JobID] = append(want[l.JobID], l.Token)
 	}
-	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+	cur, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
 		options.Find().SetProjection(bson.D{
 			{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1},
 			{Key: "leaseExpiresAt", Value: 1}, {Key: "cancelRequestedAt", Value: 1},

@@ -25,16 +25,16 @@ func fence(l Lease) bson.D {
 
 // fencedUpdate applies update to the job l holds; jobs.ErrLeaseLost if it no
 // longer holds it.
-func (c *Store) fencedUpdate(ctx context.Context, op string, l Lease, update bson.D) error {
-	res, err := c.coll.UpdateOne(ctx, fence(l), update)
+func (s *Store) fencedUpdate(ctx context.Context, op string, l Lease, update bson.D) error {
+	res, err := s.coll.UpdateOne(ctx, fence(l), update)
 	if err == nil {
-		err = c.lostFinishReply(op)
+		err = s.lostFinishReply(op)
 	}
 	if err != nil {
-		return fmt.Errorf("queue: %s job %s: %w", op, l.JobID, err)
+		return fmt.Errorf("store: %s job %s: %w", op, l.JobID, err)
 	}
 	if res.MatchedCount == 0 {
-		return fmt.Errorf("queue: %s job %s: %w", op, l.JobID, jobs.ErrLeaseLost)
+		return fmt.Errorf("store: %s job %s: %w", op, l.JobID, jobs.ErrLeaseLost)
 	}
 	return nil
 }
@@ -49,8 +49,8 @@ type Renewal struct {
 
 // Heartbeat extends the lease l by d from now. It returns jobs.ErrLeaseLost when
 // l no longer holds the job.
-func (c *Store) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renewal, error) {
-	t := c.now()
+func (s *Store) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renewal, error) {
+	t := s.now()
 	update := bson.D{{Key: "$set", Value: bson.D{
 		{Key: "leaseExpiresAt", Value: t.Add(d)},
 		{Key: "heartbeatAt", Value: t},
@@ -58,12 +58,12 @@ func (c *Store) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renewa
 	var got struct {
 		CancelRequestedAt *time.Time `bson:"cancelRequestedAt"`
 	}
-	err := c.renew(ctx, l, update, &got)
+	err := s.renew(ctx, l, update, &got)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return Renewal{}, fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, jobs.ErrLeaseLost)
+		return Renewal{}, fmt.Errorf("store: heartbeat job %s: %w", l.JobID, jobs.ErrLeaseLost)
 	}
 	if err != nil {
-		return Renewal{}, fmt.Errorf("queue: heartbeat job %s: %w", l.JobID, err)
+		return Renewal{}, fmt.Errorf("store: heartbeat job %s: %w", l.JobID, err)
 	}
 	return Renewal{ExpiresAt: t.Add(d), CancelRequested: got.CancelRequestedAt != nil}, nil
 }
@@ -77,17 +77,17 @@ var heartbeatFields = bson.D{{Key: "_id", Value: 1}, {Key: "cancelRequestedAt", 
 // lacks findAndModify's projection (Server.FindAndModifyProjection)
 // refuses it, writing nothing: the heartbeat is sent again at once
 // without it, and later heartbeats go without it.
-func (c *Store) renew(ctx context.Context, l Lease, update bson.D, out any) error {
+func (s *Store) renew(ctx context.Context, l Lease, update bson.D, out any) error {
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
-	if f := &c.server.FindAndModifyProjection; !f.Lacking() {
-		err := c.coll.FindOneAndUpdate(ctx, fence(l), update, opts.SetProjection(heartbeatFields)).Decode(out)
+	if f := &s.server.FindAndModifyProjection; !f.Lacking() {
+		err := s.coll.FindOneAndUpdate(ctx, fence(l), update, opts.SetProjection(heartbeatFields)).Decode(out)
 		if !f.Detect(err) {
 			return err
 		}
-		c.log.Info("the server does not project findAndModify results; heartbeats read whole jobs back", zap.Error(err))
+		s.log.Info("the server does not project findAndModify results; heartbeats read whole jobs back", zap.Error(err))
 		opts = options.FindOneAndUpdate().SetReturnDocument(options.After)
 	}
-	return c.coll.FindOneAndUpdate(ctx, fence(l), update, opts).Decode(out)
+	return s.coll.FindOneAndUpdate(ctx, fence(l), update, opts).Decode(out)
 }
 
 // finish returns the update that moves a job to the final state s at t,
@@ -125,16 +125,16 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 // progress that ctx carries (WithResult, WithProgress), if any. On a Store
 // made by WithBatchedCompletion, a completion without either joins
 // concurrent ones in one updateMany; the outcome is the same.
-func (c *Store) Complete(ctx context.Context, l Lease) error {
+func (s *Store) Complete(ctx context.Context, l Lease) error {
 	result := resultOf(ctx) // results.go: written alone, with its own job
-	if c.completions != nil && result == nil && !carriesProgress(ctx) {
-		return c.completions.complete(ctx, l)
+	if s.completions != nil && result == nil && !carriesProgress(ctx) {
+		return s.completions.complete(ctx, l)
 	}
-	err := c.fencedUpdate(ctx, "complete", l, withProgress(ctx, finish(jobs.StateSucceeded, c.now(), result...)))
+	err := s.fencedUpdate(ctx, "complete", l, withProgress(ctx, finish(jobs.StateSucceeded, s.now(), result...)))
 	if errors.Is(err, jobs.ErrLeaseLost) {
 		// A try of this write whose reply was lost may have been applied:
 		// only this attempt writes succeeded under its token.
-		return c.unlessWritten(ctx, "complete", l, err, func(w *written) bool {
+		return s.unlessWritten(ctx, "complete", l, err, func(w *written) bool {
 			return w.State == jobs.StateSucceeded && w.LeaseToken == l.Token
 		})
 	}
@@ -142,12 +142,12 @@ func (c *Store) Complete(ctx context.Context, l Lease) error {
 }
 
 // Cancelled marks the job l holds cancelled, recording why.
-func (c *Store) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason string) error {
-	t := c.now()
+func (s *Store) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason string) error {
+	t := s.now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: reason})
-	err := c.fencedUpdate(ctx, "cancel", l, withProgress(ctx, finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs})))
+	err := s.fencedUpdate(ctx, "cancel", l, withProgress(ctx, finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs})))
 	if errors.Is(err, jobs.ErrLeaseLost) {
-		return c.unlessWritten(ctx, "cancel", l, err, func(w *written) bool {
+		return s.unlessWritten(ctx, "cancel", l, err, func(w *written) bool {
 			return w.State == jobs.StateCancelled && w.LeaseToken == l.Token && w.hasError(j.Attempt, j.Owner, reason)
 		})
 	}
@@ -179,8 +179,8 @@ func (w *written) hasError(attempt int, owner, msg string) bool {
 // readWritten reads back the fields a finishing write sets in job id, each
 // on its own (a field of another type is left at its zero value); nil when
 // the job is gone.
-func (c *Store) readWritten(ctx context.Context, id string) (*written, error) {
-	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(bson.D{
+func (s *Store) readWritten(ctx context.Context, id string) (*written, error) {
+	raw, err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(bson.D{
 		{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}, {Key: "runAt", Value: 1}, {Key: "errors", Value: 1},
 		{Key: releasedTokenField, Value: 1},
 	})).Raw()
@@ -212,26 +212,22 @@ func (c *Store) readWritten(ctx context.Context, id string) (*written, error) {
 // lost (err): it reads the job back and returns nil when ours says this
 // attempt's own write is there (an earlier try was applied and its reply
 // lost), err otherwise.
-func (c *Store) unlessWritten(ctx context.Context, op string, l Lease, err error, ours func(*written) bool) error {
+func (s *Store) unlessWritten(ctx context.Context, op string, l Lease, err error, ours func(*written) bool) error {
 	// The read-back gets time of its own: the write may have used up the
 	// caller's (a loaded server), and only the read tells a lost lease
 	// from an earlier try applied with its reply lost.
-	timeout := readBackTimeout
-	if c.hooks != nil && c.hooks.readBackTimeout != nil {
-		timeout = *c.hooks.readBackTimeout
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.readBackWait())
 	defer cancel()
-	w, rerr := c.readWritten(rctx, l.JobID)
+	w, rerr := s.readWritten(rctx, l.JobID)
 	if rerr != nil {
 		// Unknown, not lost: the caller tries the write again, which
 		// reads back again.
-		return fmt.Errorf("queue: %s job %s: the fenced write matched nothing and reading the job back failed: %w: %w", op, l.JobID, ErrOutcomeUnknown, rerr)
+		return fmt.Errorf("store: %s job %s: the fenced write matched nothing and reading the job back failed: %w: %w", op, l.JobID, ErrOutcomeUnknown, rerr)
 	}
 	if w == nil || !ours(w) {
 		return err
 	}
-	c.log.Info("the job already holds this attempt's outcome: an earlier try was applied and its reply lost",
+	s.log.Info("the job already holds this attempt's outcome: an earlier try was applied and its reply lost",
 		zap.String("job_id", l.JobID), zap.String("op", op), zap.String("state", string(w.State)))
 	return nil
 }
@@ -240,13 +236,23 @@ func (c *Store) unlessWritten(ctx context.Context, op string, l Lease, err error
 // already applied.
 const readBackTimeout = 5 * time.Second
 
+// readBackWait is readBackTimeout, or what a test hook sets in its place.
+func (s *Store) readBackWait() time.Duration {
+	if s.hooks != nil {
+		if d, ok := s.hooks.ReadBackTimeout(); ok {
+			return d
+		}
+	}
+	return readBackTimeout
+}
+
 // lostFinishReply is the error a test hook makes of the reply of the
 // finishing write op; nil without hooks.
-func (c *Store) lostFinishReply(op string) error {
-	if c.hooks == nil || c.hooks.afterFinish == nil {
+func (s *Store) lostFinishReply(op string) error {
+	if s.hooks == nil {
 		return nil
 	}
-	return c.hooks.afterFinish(op)
+	return s.hooks.AfterFinish(op)
 }
 
 // Failure is the outcome of a failed attempt.
@@ -260,31 +266,31 @@ type Failure struct {
 // Fail records that the attempt of j held by l failed with cause. The job
 // is retried after a backoff unless cause is permanent or the attempts are
 // used up, in which case it is dead.
-func (c *Store) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Failure, error) {
-	t := c.now()
+func (s *Store) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Failure, error) {
+	t := s.now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cause.Error()})
-	f, update := c.failure(j, t, jobs.IsPermanent(cause), errs)
+	f, update := s.failure(j, t, jobs.IsPermanent(cause), errs)
 	// A try of this write whose reply was lost may have been applied: the
 	// job then records this attempt's error (only this attempt writes it).
 	msg := cause.Error()
 	ours := func(w *written) bool { return w.hasError(j.Attempt, j.Owner, msg) }
 	if f.State == jobs.StateDead {
-		err := c.fencedUpdate(ctx, "fail", l, withProgress(ctx, update))
+		err := s.fencedUpdate(ctx, "fail", l, withProgress(ctx, update))
 		if errors.Is(err, jobs.ErrLeaseLost) {
-			err = c.unlessWritten(ctx, "fail", l, err, func(w *written) bool {
+			err = s.unlessWritten(ctx, "fail", l, err, func(w *written) bool {
 				return w.State == jobs.StateDead && w.LeaseToken == l.Token && ours(w)
 			})
 		}
 		return f, err
 	}
-	cancelled, err := c.requeueUnlessCancelled(ctx, "fail", fence(l), update, func(requestedAt string, _ bson.Raw) bson.D {
+	cancelled, err := s.requeueUnlessCancelled(ctx, "fail", fence(l), update, func(requestedAt string, _ bson.Raw) bson.D {
 		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: jobs.AppendError(errs, jobs.AttemptError{
 			Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, "retried"),
 		})})
 	})
 	if errors.Is(err, jobs.ErrLeaseLost) {
 		var got *written
-		err = c.unlessWritten(ctx, "fail", l, err, func(w *written) bool { got = w; return ours(w) })
+		err = s.unlessWritten(ctx, "fail", l, err, func(w *written) bool { got = w; return ours(w) })
 		if err == nil {
 			// Re-queued by this attempt (and maybe claimed again since), or
 			// cancelled instead, which keeps the token.
@@ -326,45 +332,45 @@ func cancelledInstead(requestedAt, instead string) string {
 // sets the field on a running job and nothing unsets it, so if the first
 // update missed because of it, the second one matches. It returns
 // jobs.ErrLeaseLost when neither matched (filter no longer holds the job).
-func (c *Store) requeueUnlessCancelled(ctx context.Context, op string, filter, update bson.D, cancel func(requestedAt string, doc bson.Raw) bson.D) (cancelled bool, err error) {
+func (s *Store) requeueUnlessCancelled(ctx context.Context, op string, filter, update bson.D, cancel func(requestedAt string, doc bson.Raw) bson.D) (cancelled bool, err error) {
 	id := filterID(filter)
-	res, err := c.coll.UpdateOne(ctx, append(append(bson.D{}, filter...), cancelNotRequested), update)
+	res, err := s.coll.UpdateOne(ctx, append(append(bson.D{}, filter...), cancelNotRequested), update)
 	if err == nil && res.MatchedCount == 1 {
-		err = c.lostFinishReply(op)
+		err = s.lostFinishReply(op)
 	}
 	if err != nil {
-		return false, fmt.Errorf("queue: %s job %v: %w", op, id, err)
+		return false, fmt.Errorf("store: %s job %v: %w", op, id, err)
 	}
 	if res.MatchedCount == 1 {
 		return false, nil
 	}
 	requested := append(append(bson.D{}, filter...), cancelRequested)
-	raw, err := c.coll.FindOne(ctx, requested, options.FindOne().SetProjection(bson.D{
+	raw, err := s.coll.FindOne(ctx, requested, options.FindOne().SetProjection(bson.D{
 		{Key: "cancelRequestedAt", Value: 1}, {Key: "errors", Value: 1}, {Key: "attempt", Value: 1}, {Key: "owner", Value: 1},
 	})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return false, fmt.Errorf("queue: %s job %v: %w", op, id, jobs.ErrLeaseLost)
+		return false, fmt.Errorf("store: %s job %v: %w", op, id, jobs.ErrLeaseLost)
 	}
 	if err != nil {
 		// The fence matched nothing, and only the read tells a lost lease
 		// from a cancel request.
-		return false, fmt.Errorf("queue: %s job %v: the fenced write matched nothing and reading the job back failed: %w: %w", op, id, ErrOutcomeUnknown, err)
+		return false, fmt.Errorf("store: %s job %v: the fenced write matched nothing and reading the job back failed: %w: %w", op, id, ErrOutcomeUnknown, err)
 	}
 	at := raw.Lookup("cancelRequestedAt").String()
 	if tm, ok := raw.Lookup("cancelRequestedAt").TimeOK(); ok {
 		at = tm.UTC().Format(time.RFC3339Nano)
 	}
-	res, err = c.coll.UpdateOne(ctx, requested, withProgress(ctx, cancel(at, raw)))
+	res, err = s.coll.UpdateOne(ctx, requested, withProgress(ctx, cancel(at, raw)))
 	if err == nil && res.MatchedCount == 1 {
-		err = c.lostFinishReply(op)
+		err = s.lostFinishReply(op)
 	}
 	if err != nil {
-		return false, fmt.Errorf("queue: %s job %v (cancel requested): %w", op, id, err)
+		return false, fmt.Errorf("store: %s job %v (cancel requested): %w", op, id, err)
 	}
 	if res.MatchedCount == 0 {
-		return false, fmt.Errorf("queue: %s job %v: %w", op, id, jobs.ErrLeaseLost)
+		return false, fmt.Errorf("store: %s job %v: %w", op, id, jobs.ErrLeaseLost)
 	}
-	c.log.Info("cancel request honoured: job cancelled instead of re-queued", zap.Any("job_id", id), zap.String("op", op), zap.String("cancel_requested_at", at))
+	s.log.Info("cancel request honoured: job cancelled instead of re-queued", zap.Any("job_id", id), zap.String("op", op), zap.String("cancel_requested_at", at))
 	return true, nil
 }
 
@@ -380,7 +386,7 @@ func filterID(filter bson.D) any {
 
 // failure returns where a failed attempt of j sends it and the update that
 // does so.
-func (c *Store) failure(j *jobs.Job, t time.Time, permanent bool, errs []jobs.AttemptError) (Failure, bson.D) {
+func (s *Store) failure(j *jobs.Job, t time.Time, permanent bool, errs []jobs.AttemptError) (Failure, bson.D) {
 	maxAttempts := j.MaxAttempts
 	if maxAttempts <= 0 { // a plain insert may leave it out
 		maxAttempts = jobs.DefaultMaxAttempts
@@ -389,7 +395,7 @@ func (c *Store) failure(j *jobs.Job, t time.Time, permanent bool, errs []jobs.At
 		return Failure{State: jobs.StateDead}, finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs})
 	}
 	// As stored: a BSON date holds milliseconds.
-	runAt := t.Add(Backoff(j.Attempt, c.cfg.RetryBase, c.cfg.RetryMax)).Truncate(time.Millisecond)
+	runAt := t.Add(Backoff(j.Attempt, s.cfg.RetryBase, s.cfg.RetryMax)).Truncate(time.Millisecond)
 	return Failure{State: jobs.StateAvailable, RunAt: runAt}, requeue(t, runAt, bson.E{Key: "errors", Value: errs})
 }
 
@@ -432,12 +438,12 @@ const releasedTokenField = "releasedToken"
 // reads the job back: released by l already (an earlier try applied, its
 // reply lost), it returns nil; otherwise jobs.ErrLeaseLost, or ErrOutcomeUnknown
 // when the read fails.
-func (c *Store) Release(ctx context.Context, l Lease) error {
-	t := c.now()
+func (s *Store) Release(ctx context.Context, l Lease) error {
+	t := s.now()
 	mark := bson.E{Key: releasedTokenField, Value: l.Token}
 	update := requeue(t, t, mark)
 	update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempt", Value: -1}}})
-	_, err := c.requeueUnlessCancelled(ctx, "release", fence(l), update, func(requestedAt string, doc bson.Raw) bson.D {
+	_, err := s.requeueUnlessCancelled(ctx, "release", fence(l), update, func(requestedAt string, doc bson.Raw) bson.D {
 		// Release has no job in hand: the errors, attempt and owner are
 		// those read with the request, which only the holder of l writes.
 		var j struct {
@@ -452,7 +458,7 @@ func (c *Store) Release(ctx context.Context, l Lease) error {
 		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}, mark)
 	})
 	if errors.Is(err, jobs.ErrLeaseLost) {
-		return c.unlessWritten(ctx, "release", l, err, func(w *written) bool {
+		return s.unlessWritten(ctx, "release", l, err, func(w *written) bool {
 			return w.ReleasedToken == l.Token
 		})
 	}

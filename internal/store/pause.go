@@ -63,13 +63,13 @@ type pauses struct {
 func newPauses() *pauses { return &pauses{refresh: PauseRefresh, warned: map[string]string{}} }
 
 // QueuesColl is the collection of the queues' states.
-func (c *Store) QueuesColl() *mongo.Collection {
+func (s *Store) QueuesColl() *mongo.Collection {
 	name := DefaultQueuesCollection
-	if c.cfg.Collection != DefaultCollection {
-		name = c.cfg.Collection + "_" + DefaultQueuesCollection
+	if s.cfg.Collection != DefaultCollection {
+		name = s.cfg.Collection + "_" + DefaultQueuesCollection
 	}
-	wc, _ := parseWriteConcern(c.cfg.WriteConcern)
-	return c.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
+	wc, _ := parseWriteConcern(s.cfg.WriteConcern)
+	return s.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
 }
 
 // ValidQueueName reports what is wrong with q as a queue name, by the rule
@@ -103,18 +103,18 @@ func storedQueueName(q string) error {
 // refuse (ValidQueueName) is refused. by, when set, records who
 // paused it. It reports whether the queue was running until now (false:
 // it was already paused, nothing changed).
-func (c *Store) Pause(ctx context.Context, queue, by string) (bool, error) {
+func (s *Store) Pause(ctx context.Context, queue, by string) (bool, error) {
 	if err := ValidQueueName(queue); err != nil {
-		return false, fmt.Errorf("queue: pause: %w", err)
+		return false, fmt.Errorf("store: pause: %w", err)
 	}
-	set := bson.D{{Key: "paused", Value: true}, {Key: "pausedAt", Value: c.now()}}
+	set := bson.D{{Key: "paused", Value: true}, {Key: "pausedAt", Value: s.now()}}
 	if by != "" {
 		set = append(set, bson.E{Key: "pausedBy", Value: by})
 	}
 	// Conditioned on not being paused, so that pausing twice keeps the
 	// first pausedAt and says nothing changed; the upsert of a queue that
 	// is already paused meets its _id: a duplicate key.
-	_, err := c.QueuesColl().UpdateOne(ctx,
+	_, err := s.QueuesColl().UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: queue}, {Key: "paused", Value: bson.D{{Key: "$ne", Value: true}}}},
 		bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: bson.D{{Key: "resumedAt", Value: ""}, {Key: "resumedBy", Value: ""}}}},
 		options.UpdateOne().SetUpsert(true))
@@ -122,9 +122,9 @@ func (c *Store) Pause(ctx context.Context, queue, by string) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("queue: pause %s: %w", queue, err)
+		return false, fmt.Errorf("store: pause %s: %w", queue, err)
 	}
-	c.forgetPauses()
+	s.forgetPauses()
 	return true, nil
 }
 
@@ -132,29 +132,29 @@ func (c *Store) Pause(ctx context.Context, queue, by string) (bool, error) {
 // reports whether the queue was paused (or its document malformed) until
 // now. Any name that can be stored is taken, so that a queue another
 // application paused under a name enqueue refuses can be resumed.
-func (c *Store) Resume(ctx context.Context, queue, by string) (bool, error) {
+func (s *Store) Resume(ctx context.Context, queue, by string) (bool, error) {
 	if err := storedQueueName(queue); err != nil {
-		return false, fmt.Errorf("queue: resume: %w", err)
+		return false, fmt.Errorf("store: resume: %w", err)
 	}
-	set := bson.D{{Key: "paused", Value: false}, {Key: "resumedAt", Value: c.now()}}
+	set := bson.D{{Key: "paused", Value: false}, {Key: "resumedAt", Value: s.now()}}
 	if by != "" {
 		set = append(set, bson.E{Key: "resumedBy", Value: by})
 	}
-	res, err := c.QueuesColl().UpdateOne(ctx,
+	res, err := s.QueuesColl().UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: queue}, {Key: "paused", Value: bson.D{{Key: "$ne", Value: false}}}},
 		bson.D{{Key: "$set", Value: set}})
 	if err != nil {
-		return false, fmt.Errorf("queue: resume %s: %w", queue, err)
+		return false, fmt.Errorf("store: resume %s: %w", queue, err)
 	}
-	c.forgetPauses()
+	s.forgetPauses()
 	return res.MatchedCount > 0, nil
 }
 
 // QueueStates returns the stored state of every queue that has one and is
 // not plainly running: the paused ones, and those whose document another
 // application wrote malformed. Queues are in name order.
-func (c *Store) QueueStates(ctx context.Context) ([]QueueState, error) {
-	return ReadQueues(ctx, c, bson.D{{Key: "paused", Value: bson.D{{Key: "$ne", Value: false}}}}, "paused queues", queueState)
+func (s *Store) QueueStates(ctx context.Context) ([]QueueState, error) {
+	return ReadQueues(ctx, s, bson.D{{Key: "paused", Value: bson.D{{Key: "$ne", Value: false}}}}, "paused queues", queueState)
 }
 
 // ReadQueues reads the queues documents matching filter, in name order,
@@ -162,7 +162,7 @@ func (c *Store) QueueStates(ctx context.Context) ([]QueueState, error) {
 func ReadQueues[T any](ctx context.Context, c *Store, filter bson.D, what string, decode func(bson.Raw) T) ([]T, error) {
 	cur, err := c.QueuesColl().Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("queue: read %s: %w", what, err)
+		return nil, fmt.Errorf("store: read %s: %w", what, err)
 	}
 	var out []T
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
@@ -170,7 +170,7 @@ func ReadQueues[T any](ctx context.Context, c *Store, filter bson.D, what string
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: read %s: %w", what, err)
+		return nil, fmt.Errorf("store: read %s: %w", what, err)
 	}
 	return out, nil
 }
@@ -201,10 +201,10 @@ func queueState(d bson.Raw) QueueState {
 
 // forgetPauses makes the next claim of this client read the paused queues
 // again.
-func (c *Store) forgetPauses() {
-	c.pauses.mu.Lock()
-	c.pauses.readAt = time.Time{}
-	c.pauses.mu.Unlock()
+func (s *Store) forgetPauses() {
+	s.pauses.mu.Lock()
+	s.pauses.readAt = time.Time{}
+	s.pauses.mu.Unlock()
 }
 
 // unpaused returns the queues of qs that are not paused, as last read, and
@@ -217,13 +217,13 @@ func (c *Store) forgetPauses() {
 // anything). When a read fails it keeps the last paused set (none before
 // the first read) and logs: the claim that follows meets the same server
 // and reports its error itself.
-func (c *Store) unpaused(ctx context.Context, qs []string) (out []string, stale bool) {
-	p := c.pauses
+func (s *Store) unpaused(ctx context.Context, qs []string) (out []string, stale bool) {
+	p := s.pauses
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	never := p.readAt.IsZero()
 	stale = never || time.Since(p.readAt) >= trusted(p.refresh, p.took)
-	if stale && (never || p.pausesAny(qs)) && c.readPauses(ctx) == nil {
+	if stale && (never || p.pausesAny(qs)) && s.readPauses(ctx) == nil {
 		stale = false
 	}
 	if len(p.paused) == 0 {
@@ -248,34 +248,34 @@ func (p *pauses) pausesAny(qs []string) bool {
 	return false
 }
 
-// readPauses reads the paused queues into the cache. c.pauses.mu held.
-func (c *Store) readPauses(ctx context.Context) error {
-	p := c.pauses
+// readPauses reads the paused queues into the cache. s.pauses.mu held.
+func (s *Store) readPauses(ctx context.Context) error {
+	p := s.pauses
 	t := time.Now()
-	states, err := c.QueueStates(ctx)
+	states, err := s.QueueStates(ctx)
 	if err != nil {
-		c.log.Warn("reading the paused queues failed; claiming with the last known", zap.Error(err))
+		s.log.Warn("reading the paused queues failed; claiming with the last known", zap.Error(err))
 		return err
 	}
 	p.readAt, p.took = t, time.Since(t)
 	p.paused = map[string]bool{}
-	for _, s := range states {
-		if s.Malformed != "" {
-			c.WarnMalformed(p.warned, s.Queue, s.Malformed,
+	for _, st := range states {
+		if st.Malformed != "" {
+			s.WarnMalformed(p.warned, st.Queue, st.Malformed,
 				"a queues document is malformed: the queue is NOT paused; `docketctl pause` or `resume` rewrites it")
 			continue
 		}
-		p.paused[s.Queue] = s.Paused
+		p.paused[st.Queue] = st.Paused
 	}
 	return nil
 }
 
 // WarnMalformed logs, once per queue and problem, that another app wrote
 // the queue's document malformed; warned remembers what was logged.
-func (c *Store) WarnMalformed(warned map[string]string, queue, problem, msg string) {
+func (s *Store) WarnMalformed(warned map[string]string, queue, problem, msg string) {
 	if warned[queue] != problem {
 		warned[queue] = problem
-		c.log.Warn(msg, zap.String("queue", queue), zap.String("problem", problem))
+		s.log.Warn(msg, zap.String("queue", queue), zap.String("problem", problem))
 	}
 }
 
@@ -287,10 +287,10 @@ func (c *Store) WarnMalformed(warned map[string]string, queue, problem, msg stri
 // unpaused claims with the last known set. A failed give-back is returned:
 // the caller's claim then fails with the jobs still under its token, which
 // a worker gives back as it does after any claim error (ReleaseClaim).
-func (c *Store) confirmUnpaused(ctx context.Context, claimed []*jobs.Job) (bool, error) {
-	p := c.pauses
+func (s *Store) confirmUnpaused(ctx context.Context, claimed []*jobs.Job) (bool, error) {
+	p := s.pauses
 	p.mu.Lock()
-	err := c.readPauses(ctx)
+	err := s.readPauses(ctx)
 	var paused string
 	for _, j := range claimed {
 		if err == nil && p.paused[j.Queue] {
@@ -303,11 +303,11 @@ func (c *Store) confirmUnpaused(ctx context.Context, claimed []*jobs.Job) (bool,
 		return true, nil
 	}
 	for _, j := range claimed {
-		if err := c.Release(ctx, LeaseOf(j)); err != nil && !errors.Is(err, jobs.ErrLeaseLost) {
-			return false, fmt.Errorf("queue: claim: giving back the jobs of queue %s, paused since the claim was sent: %w", paused, err)
+		if err := s.Release(ctx, LeaseOf(j)); err != nil && !errors.Is(err, jobs.ErrLeaseLost) {
+			return false, fmt.Errorf("store: claim: giving back the jobs of queue %s, paused since the claim was sent: %w", paused, err)
 		}
 	}
-	c.log.Info("gave back the jobs of a claim that met a queue paused a moment ago: not run, attempts not counted",
+	s.log.Info("gave back the jobs of a claim that met a queue paused a moment ago: not run, attempts not counted",
 		zap.String("queue", paused), zap.Int("jobs", len(claimed)))
 	return false, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
@@ -41,16 +42,21 @@ func TestPauseStopsClaims(t *testing.T) {
 	// The claimer read the queues before the pause: it may take mail's
 	// jobs for up to PauseRefresh, then takes reports' instead.
 	taken := 1
-	require.Eventually(t, func() bool {
+	var late []time.Duration // after the pause, when a mail job was claimed too late
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		start := time.Now()
-		j := b.claim(t, p)
-		require.NotNil(t, j, "a job is always there to claim")
+		j, err := store.Of(b.q).Claim(b.ctx, p)
+		require.NoError(c, err)
+		require.NotNil(c, j, "a job is always there to claim")
 		if j.Queue == "mail" {
 			taken++
-			require.Less(t, start.Sub(paused), queue.PauseRefresh, "a mail job claimed more than PauseRefresh after the pause")
+			if d := start.Sub(paused); d >= queue.PauseRefresh {
+				late = append(late, d)
+			}
 		}
-		return j.Queue == "reports"
-	}, 30*time.Second, 200*time.Millisecond) // a liveness bound: the timing is checked inside
+		assert.Equal(c, "reports", j.Queue)
+	}, 30*time.Second, 200*time.Millisecond) // a liveness bound: the timing is checked below
+	require.Empty(t, late, "mail jobs claimed more than PauseRefresh after the pause")
 	require.Nil(t, b.claim(t, p), "only paused jobs are left")
 	got, err := store.Of(b.q).ClaimBatch(b.ctx, p, 5)
 	require.NoError(t, err)
@@ -74,11 +80,11 @@ func TestPauseStopsClaims(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, changed, "resuming twice changes nothing")
 	resumed := 0
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		got, err := store.Of(b.q).ClaimBatch(b.ctx, p, 5)
-		require.NoError(t, err)
+		require.NoError(c, err)
 		resumed += len(got)
-		return resumed == int(n)
+		assert.EqualValues(c, n, resumed)
 	}, 30*time.Second, 10*time.Millisecond) // a liveness bound: on a loaded devdb one batch claim can take seconds
 	states, err = b.q.QueueStates(b.ctx)
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
@@ -410,10 +411,11 @@ func TestRatePacesTheClaimsOfOtherKinds(t *testing.T) {
 	got, err = s.ClaimBatch(b.ctx, p, 5)
 	require.NoError(t, err)
 	require.Empty(t, got, "within the wait: not claimed yet")
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		got, err := s.ClaimBatch(b.ctx, p, 5)
-		require.NoError(t, err)
-		return len(got) == 1 && got[0].Kind == "fast"
+		require.NoError(c, err)
+		require.Len(c, got, 1)
+		assert.Equal(c, "fast", got[0].Kind)
 	}, 10*time.Second, 10*time.Millisecond)
 
 	// A claim whose other kinds are not those that found nothing (a kind

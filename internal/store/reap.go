@@ -85,20 +85,20 @@ const MaxSpare = 10 * time.Minute
 // whose owner has no entry, or
 // one that cannot be read, is reaped as before. Spared jobs do not count
 // against limit.
-func (c *Store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapResult, error) {
+func (s *Store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapResult, error) {
 	var res ReapResult
-	t := c.now()
+	t := s.now()
 	// No limit on the find: spared jobs are passed over, so that they never
 	// keep other expired jobs out of the batch; reading stops once the
 	// batch is full.
-	cur, err := c.coll.Find(ctx,
+	cur, err := s.coll.Find(ctx,
 		bson.D{
 			{Key: "state", Value: jobs.StateRunning},
 			{Key: "leaseExpiresAt", Value: bson.D{{Key: "$lt", Value: t.Add(-grace)}}},
 		},
 		options.Find().SetProjection(bson.D{{Key: "args", Value: 0}}).SetBatchSize(int32(min(limit, 1000))))
 	if err != nil {
-		return res, fmt.Errorf("queue: find expired leases: %w", err)
+		return res, fmt.Errorf("store: find expired leases: %w", err)
 	}
 	// Read the batch first, then write: writing while the cursor is open
 	// would hold it across many round trips. The registry is read only
@@ -110,7 +110,7 @@ func (c *Store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapR
 			return errBatchFull
 		}
 		if live == nil {
-			live = c.liveWorkers(ctx)
+			live = s.liveWorkers(ctx)
 		}
 		if spared(d, live, t, grace) {
 			res.Spared++
@@ -119,10 +119,10 @@ func (c *Store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapR
 		expired = append(expired, append(bson.Raw(nil), d...))
 		return nil
 	}); err != nil && !errors.Is(err, errBatchFull) {
-		return res, fmt.Errorf("queue: read expired leases: %w", err)
+		return res, fmt.Errorf("store: read expired leases: %w", err)
 	}
 	for _, raw := range expired {
-		r, err := c.reapOne(ctx, raw, t)
+		r, err := s.reapOne(ctx, raw, t)
 		if err != nil {
 			return res, err
 		}
@@ -131,7 +131,7 @@ func (c *Store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapR
 	if res.Requeued > 0 {
 		// Jobs runnable again, likely ahead of the candidates this
 		// client keeps for its claims (candidates.go): read afresh.
-		c.cands.forget()
+		s.cands.forget()
 	}
 	return res, nil
 }
@@ -149,13 +149,13 @@ const spareBeatMax = time.Minute
 // on the server's clock, and not further ahead of it than WorkerClockSkew. The registry is for people and may hold anything:
 // a document that does not read as a live process is left out, and a
 // registry that cannot be read at all spares no one (logged).
-func (c *Store) liveWorkers(ctx context.Context) map[string]bool {
-	t := c.ServerTime(ctx)
-	cur, err := c.WorkersColl().Find(ctx,
+func (s *Store) liveWorkers(ctx context.Context) map[string]bool {
+	t := s.ServerTime(ctx)
+	cur, err := s.WorkersColl().Find(ctx,
 		bson.D{{Key: "lastSeen", Value: bson.D{{Key: "$gte", Value: t.Add(-AliveFor(spareBeatMax))}}}},
 		options.Find().SetProjection(bson.D{{Key: "lastSeen", Value: 1}, {Key: "beatEveryMs", Value: 1}}))
 	if err != nil {
-		c.log.Warn("reaper: cannot read the workers registry; sparing no expired job", zap.Error(err))
+		s.log.Warn("reaper: cannot read the workers registry; sparing no expired job", zap.Error(err))
 		return map[string]bool{}
 	}
 	live := map[string]bool{}
@@ -180,7 +180,7 @@ func (c *Store) liveWorkers(ctx context.Context) map[string]bool {
 		return nil
 	})
 	if err != nil {
-		c.log.Warn("reaper: cannot read the workers registry; sparing no expired job", zap.Error(err))
+		s.log.Warn("reaper: cannot read the workers registry; sparing no expired job", zap.Error(err))
 		return map[string]bool{}
 	}
 	return live
@@ -207,7 +207,7 @@ func spared(raw bson.Raw, live map[string]bool, t time.Time, grace time.Duration
 }
 
 // reapOne re-queues, kills, cancels or buries the expired job raw.
-func (c *Store) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapResult, error) {
+func (s *Store) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapResult, error) {
 	// The fence is on the values as stored, whatever their type.
 	filter := bson.D{
 		{Key: "_id", Value: raw.Lookup("_id")},
@@ -221,36 +221,36 @@ func (c *Store) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapRes
 		attempt, _ := raw.Lookup("attempt").AsInt64OK()
 		msg := malformed + derr.Error()
 		errs := bson.A{jobs.AttemptError{Attempt: int(attempt), At: t, Owner: owner, Message: msg}}
-		r, err := c.coll.UpdateOne(ctx, filter, finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs}))
+		r, err := s.coll.UpdateOne(ctx, filter, finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs}))
 		if err != nil {
 			// Log and go on: one job that cannot be written must not stop
 			// the pass for the others.
-			c.log.Warn("reaper: cannot bury a malformed job; skipping it", zap.Any("job_id", raw.Lookup("_id")),
+			s.log.Warn("reaper: cannot bury a malformed job; skipping it", zap.Any("job_id", raw.Lookup("_id")),
 				zap.String("malformed", msg), zap.Error(err))
 			return ReapResult{Skipped: 1}, nil
 		}
 		if r.MatchedCount == 0 {
 			return ReapResult{}, nil
 		}
-		c.log.Warn("reaper: buried a malformed job: dead without running again", zap.Any("job_id", raw.Lookup("_id")), zap.String("error", msg))
+		s.log.Warn("reaper: buried a malformed job: dead without running again", zap.Any("job_id", raw.Lookup("_id")), zap.String("error", msg))
 		return ReapResult{Buried: 1}, nil
 	}
 	msg := fmt.Sprintf("lease expired at %s: worker %s stopped renewing it", j.LeaseExpiresAt.Format(time.RFC3339Nano), j.Owner)
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: msg})
-	f, update := c.failure(&j, t, false, errs)
+	f, update := s.failure(&j, t, false, errs)
 	var res ReapResult
 	switch {
 	case f.State == jobs.StateDead:
-		r, err := c.coll.UpdateOne(ctx, filter, update)
+		r, err := s.coll.UpdateOne(ctx, filter, update)
 		if err != nil {
-			return res, fmt.Errorf("queue: reap job %s: %w", j.ID, err)
+			return res, fmt.Errorf("store: reap job %s: %w", j.ID, err)
 		}
 		if r.MatchedCount == 0 {
 			return res, nil // renewed, finished or reaped by someone else meanwhile
 		}
 		res.Dead++
 	default:
-		cancelled, err := c.requeueUnlessCancelled(ctx, "re-queue", filter, update, func(requestedAt string, _ bson.Raw) bson.D {
+		cancelled, err := s.requeueUnlessCancelled(ctx, "re-queue", filter, update, func(requestedAt string, _ bson.Raw) bson.D {
 			return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: jobs.AppendError(errs, jobs.AttemptError{
 				Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, "re-queued"),
 			})})
@@ -267,7 +267,7 @@ func (c *Store) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapRes
 			res.Requeued++
 		}
 	}
-	c.log.Info("reaped expired lease", j.LogFields(zap.String("owner", j.Owner), zap.String("state", string(f.State)))...)
+	s.log.Info("reaped expired lease", j.LogFields(zap.String("owner", j.Owner), zap.String("state", string(f.State)))...)
 	return res, nil
 }
 
@@ -280,8 +280,8 @@ func (c *Store) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapRes
 // alone: a job retried between the read and the delete (by an operator, or
 // while this process was stalled for any length of time) is left alone,
 // and so is one that finished again since.
-func (c *Store) Clean(ctx context.Context, s jobs.State, age time.Duration, limit int) (int, error) {
-	t := c.now()
+func (s *Store) Clean(ctx context.Context, st jobs.State, age time.Duration, limit int) (int, error) {
+	t := s.now()
 	eligible := bson.E{Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: t.Add(-age)}}}
 	// A job whose unique key holds over a period is kept until the period
 	// ends: deleting it would let a second job with the key in. A job whose
@@ -291,11 +291,11 @@ func (c *Store) Clean(ctx context.Context, s jobs.State, age time.Duration, limi
 		bson.D{{Key: "uniqueUntil", Value: bson.D{{Key: "$exists", Value: false}}}},
 		bson.D{{Key: "uniqueUntil", Value: bson.D{{Key: "$lte", Value: t}}}},
 	}}
-	cur, err := c.coll.Find(ctx,
-		bson.D{{Key: "state", Value: s}, eligible, periodOver, notDue},
+	cur, err := s.coll.Find(ctx,
+		bson.D{{Key: "state", Value: st}, eligible, periodOver, notDue},
 		options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return 0, fmt.Errorf("queue: find %s jobs to clean: %w", s, err)
+		return 0, fmt.Errorf("store: find %s jobs to clean: %w", st, err)
 	}
 	var in bson.A
 	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
@@ -304,20 +304,20 @@ func (c *Store) Clean(ctx context.Context, s jobs.State, age time.Duration, limi
 		}
 		return nil
 	}); err != nil {
-		return 0, fmt.Errorf("queue: read %s jobs to clean: %w", s, err)
+		return 0, fmt.Errorf("store: read %s jobs to clean: %w", st, err)
 	}
 	if len(in) == 0 {
 		return 0, nil
 	}
-	if c.hooks != nil && c.hooks.beforeClean != nil {
-		c.hooks.beforeClean()
+	if s.hooks != nil {
+		s.hooks.BeforeClean()
 	}
 	// _id first: MongoDB plans it on the _id index in any order; a server
 	// that evaluates a filter key by key (server.go) rules out all but the
 	// batch before it looks at the other keys.
-	r, err := c.coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}, {Key: "state", Value: s}, eligible, periodOver, notDue})
+	r, err := s.coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}, {Key: "state", Value: st}, eligible, periodOver, notDue})
 	if err != nil {
-		return 0, fmt.Errorf("queue: clean %s jobs: %w", s, err)
+		return 0, fmt.Errorf("store: clean %s jobs: %w", st, err)
 	}
 	return int(r.DeletedCount), nil
 }

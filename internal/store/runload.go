@@ -106,7 +106,7 @@ func (r *runLoads) forget() {
 // kinds and queues: from the views when they may be trusted (see above),
 // else from a read of the running jobs, which it keeps as the new views.
 // fresh forces the read.
-func (c *Store) slotsFor(ctx context.Context, kinds, queues map[string]int, parts *partSpecs, k int, fresh bool) (*slotPicker, error) {
+func (s *Store) slotsFor(ctx context.Context, kinds, queues map[string]int, parts *partSpecs, k int, fresh bool) (*slotPicker, error) {
 	names := map[string]int{}
 	for kind, n := range kinds {
 		names[KindLimit(kind)] = n
@@ -114,21 +114,21 @@ func (c *Store) slotsFor(ctx context.Context, kinds, queues map[string]int, part
 	for q, n := range queues {
 		names[QueueLimit(q)] = n
 	}
-	r := c.limits.loads
+	r := s.limits.loads
 	if !fresh {
-		setAt := c.limitsSetAt()
-		if s := r.fromViews(kinds, queues, names, k, setAt); s != nil {
+		setAt := s.limitsSetAt()
+		if sl := r.fromViews(kinds, queues, names, k, setAt); sl != nil {
 			if !parts.any() {
-				return s, nil
+				return sl, nil
 			}
 			if pload := r.partsFromViews(parts, setAt); pload != nil {
-				s.parts, s.pload, s.pfree = parts, pload, map[string][]int{}
-				return s, nil
+				sl.parts, sl.pload, sl.pfree = parts, pload, map[string][]int{}
+				return sl, nil
 			}
 		}
 	}
 	sent := time.Now()
-	load, pload, err := c.readRunLoad(ctx, kinds, queues, parts)
+	load, pload, err := s.readRunLoad(ctx, kinds, queues, parts)
 	if err != nil {
 		return nil, err
 	}
@@ -259,8 +259,8 @@ func parseSlot(v any) (string, int, bool) {
 // HoldsRunSlot reports whether the job jobID, claimed by this client, took
 // a run slot of a concurrency limit: the write that ends its attempt frees
 // it, and a claim right after that write can take it (see RunEnded).
-func (c *Store) HoldsRunSlot(jobID string) bool {
-	r := c.limits.loads
+func (s *Store) HoldsRunSlot(jobID string) bool {
+	r := s.limits.loads
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, ok := r.holders[jobID]
@@ -272,8 +272,8 @@ func (c *Store) HoldsRunSlot(jobID string) bool {
 // and this client's next claim takes them without reading the running
 // jobs of their limits (another process may take one first: the claim's
 // stamp is then refused, and it reads).
-func (c *Store) RunEnded(jobID string) {
-	r := c.limits.loads
+func (s *Store) RunEnded(jobID string) {
+	r := s.limits.loads
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.told = true
@@ -295,8 +295,8 @@ func (c *Store) RunEnded(jobID string) {
 }
 
 // limitsSetAt is when each limit was set, as last read.
-func (c *Store) limitsSetAt() map[string]time.Time {
-	l := c.limits
+func (s *Store) limitsSetAt() map[string]time.Time {
+	l := s.limits
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.setAt
@@ -321,8 +321,8 @@ func (r *runLoads) noteFull(s *slotPicker) {
 // read and a write, as a batch claim does, whether it asks for one job or
 // many: a worker then claims for all its free slots at once, never one
 // job at a time.
-func (c *Store) UnderLimits() bool {
-	r := c.limits.loads
+func (s *Store) UnderLimits() bool {
+	r := s.limits.loads
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.limited
@@ -333,8 +333,8 @@ func (c *Store) UnderLimits() bool {
 // finds no job of it. A worker whose claim got fewer jobs than it asked
 // for then waits for its own jobs' finishing writes (RunEnded) or its
 // next poll rather than claiming again at once.
-func (c *Store) LimitFull() bool {
-	r := c.limits.loads
+func (s *Store) LimitFull() bool {
+	r := s.limits.loads
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.full

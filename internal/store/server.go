@@ -106,8 +106,8 @@ func newServer() *Server {
 	return s
 }
 
-// Server returns what c found out about its server's features.
-func (c *Store) Server() *Server { return c.server }
+// Server returns what s found out about its server's features.
+func (s *Store) Server() *Server { return s.server }
 
 // Feature is one feature of the server: unknown until a command that uses
 // it is answered, then held or lacking.

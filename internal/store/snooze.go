@@ -19,19 +19,19 @@ import (
 // The write is fenced on l as Release's is, and like it recognizes an
 // earlier try of itself whose reply was lost; otherwise a lease that no
 // longer holds the job writes nothing and returns jobs.ErrLeaseLost.
-func (c *Store) Snooze(ctx context.Context, l Lease, j *jobs.Job, d time.Duration) (jobs.State, time.Time, error) {
-	t := c.now()
+func (s *Store) Snooze(ctx context.Context, l Lease, j *jobs.Job, d time.Duration) (jobs.State, time.Time, error) {
+	t := s.now()
 	runAt := t.Add(max(d, 0)).Truncate(time.Millisecond) // as stored: a BSON date holds milliseconds
 	mark := bson.E{Key: releasedTokenField, Value: l.Token}
 	update := requeue(t, runAt, mark)
 	update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempt", Value: -1}}})
-	cancelled, err := c.requeueUnlessCancelled(ctx, "snooze", fence(l), update, func(requestedAt string, _ bson.Raw) bson.D {
+	cancelled, err := s.requeueUnlessCancelled(ctx, "snooze", fence(l), update, func(requestedAt string, _ bson.Raw) bson.D {
 		why := jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, "snoozed")}
 		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: jobs.AppendError(j.Errors, why)}, mark)
 	})
 	if errors.Is(err, jobs.ErrLeaseLost) {
 		var got *written
-		err = c.unlessWritten(ctx, "snooze", l, err, func(w *written) bool { got = w; return w.ReleasedToken == l.Token })
+		err = s.unlessWritten(ctx, "snooze", l, err, func(w *written) bool { got = w; return w.ReleasedToken == l.Token })
 		if err == nil && got.State == jobs.StateCancelled && got.LeaseToken == l.Token {
 			cancelled = true
 		} else if err == nil && got.State == jobs.StateAvailable {

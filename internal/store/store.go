@@ -65,7 +65,7 @@ type Store struct {
 	afterStamp func() error
 	// hooks, when set (by tests), lose replies of claims and finishing
 	// writes; see claim.go.
-	hooks *hooks
+	hooks testHooks
 }
 
 // New returns the Store of coll, whose write concern and read preference
@@ -75,10 +75,10 @@ func New(coll *mongo.Collection, cfg Config) *Store {
 }
 
 // Collection returns the jobs collection, with the configured write concern.
-func (c *Store) Collection() *mongo.Collection { return c.coll }
+func (s *Store) Collection() *mongo.Collection { return s.coll }
 
 // Log is the logger of the store's writes.
-func (c *Store) Log() *zap.Logger { return c.log }
+func (s *Store) Log() *zap.Logger { return s.log }
 
 // Handle is what a queue.Client embeds, under a name of its own, so that
 // docket's engine reaches the client's Store with Of while the Store's
@@ -86,12 +86,12 @@ func (c *Store) Log() *zap.Logger { return c.log }
 // this package, so none can call Of.
 type Handle struct{ s *Store }
 
-// Handle returns the Handle of c.
-func (c *Store) Handle() Handle { return Handle{c} }
+// Handle returns the Handle of s.
+func (s *Store) Handle() Handle { return Handle{s} }
 
 func (h Handle) store() *Store { return h.s }
 
-func (c *Store) store() *Store { return c }
+func (s *Store) store() *Store { return s }
 
 // Holder is a value that embeds a Handle (a *queue.Client), or a *Store.
 type Holder interface{ store() *Store }
@@ -127,7 +127,7 @@ func parseWriteConcern(s string) (*writeconcern.WriteConcern, error) { return Pa
 var ErrOutcomeUnknown = errors.New("outcome not known")
 
 // now is the wall clock as the store stamps it: UTC, to the millisecond a
-// BSON date keeps. The store's writes read their Store's clock (c.now).
+// BSON date keeps. The store's writes read their Store's clock (s.now).
 func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
 
 // EachRaw calls fn with each document of cur, then closes it; an error of
@@ -161,8 +161,8 @@ const FoundBatch = 1000
 // where an updateMany held every write up (1.5-2.2 s at a 20,000-job
 // backlog), and a pass that finds nothing writes nothing. On MongoDB both
 // halves are index scans.
-func (c *Store) FoundIDs(ctx context.Context, filter bson.D) (bson.A, error) {
-	cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetLimit(FoundBatch))
+func (s *Store) FoundIDs(ctx context.Context, filter bson.D) (bson.A, error) {
+	cur, err := s.coll.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetLimit(FoundBatch))
 	if err != nil {
 		return nil, fmt.Errorf("find them: %w", err)
 	}
@@ -176,8 +176,8 @@ func (c *Store) FoundIDs(ctx context.Context, filter bson.D) (bson.A, error) {
 	for i, d := range found {
 		ids[i] = d.ID
 	}
-	if len(ids) > 0 && c.hooks != nil && c.hooks.betweenFindAndUpdate != nil {
-		c.hooks.betweenFindAndUpdate()
+	if len(ids) > 0 && s.hooks != nil {
+		s.hooks.BetweenFindAndUpdate()
 	}
 	return ids, nil
 }
@@ -185,11 +185,11 @@ func (c *Store) FoundIDs(ctx context.Context, filter bson.D) (bson.A, error) {
 // UpdateIDs applies update to those of the jobs ids that filter still
 // matches, and returns how many it changed: a job changed since its id was
 // read (FoundIDs) so that it no longer matches is left alone.
-func (c *Store) UpdateIDs(ctx context.Context, ids bson.A, filter, update bson.D) (int, error) {
+func (s *Store) UpdateIDs(ctx context.Context, ids bson.A, filter, update bson.D) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	res, err := c.coll.UpdateMany(ctx, append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, filter...), update)
+	res, err := s.coll.UpdateMany(ctx, append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, filter...), update)
 	if err != nil {
 		return 0, err
 	}

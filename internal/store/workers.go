@@ -33,18 +33,18 @@ const WorkerMissedBeats = 3
 const WorkerClockSkew = 5 * time.Second
 
 // WorkersColl is the collection of the registry.
-func (c *Store) WorkersColl() *mongo.Collection {
+func (s *Store) WorkersColl() *mongo.Collection {
 	name := DefaultWorkersCollection
-	if c.cfg.Collection != DefaultCollection {
-		name = c.cfg.Collection + "_" + DefaultWorkersCollection
+	if s.cfg.Collection != DefaultCollection {
+		name = s.cfg.Collection + "_" + DefaultWorkersCollection
 	}
-	return c.coll.Database().Collection(name, options.Collection().SetReadPreference(readpref.Primary()))
+	return s.coll.Database().Collection(name, options.Collection().SetReadPreference(readpref.Primary()))
 }
 
 // ServerTime returns the server's clock, from hello's localTime; the
 // local clock when the server does not say.
-func (c *Store) ServerTime(ctx context.Context) time.Time {
-	raw, err := c.coll.Database().RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
+func (s *Store) ServerTime(ctx context.Context) time.Time {
+	raw, err := s.coll.Database().RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
 	if err == nil {
 		if t, ok := raw.Lookup("localTime").TimeOK(); ok {
 			return t.UTC()

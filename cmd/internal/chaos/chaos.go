@@ -21,6 +21,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -87,57 +88,23 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Seed == 0 {
-		c.Seed = uint64(time.Now().UnixNano())
-	}
-	if c.Jobs == 0 {
-		c.Jobs = 200
-	}
-	if c.Waves == 0 {
-		c.Waves = 4
-	}
-	if c.Workers == 0 {
-		c.Workers = 4
-	}
-	if c.Stall == 0 {
-		c.Stall = 4 * time.Second
-	}
-	if c.LongStallMax == 0 {
-		c.LongStallMax = 30 * time.Second
-	}
-	if c.Drain == 0 {
-		c.Drain = 2 * time.Minute
-	}
-	if c.Users == 0 {
-		c.Users = 12
-	}
-	if c.Accounts == 0 {
-		c.Accounts = 8
-	}
-	if c.Comments == 0 {
-		c.Comments = 40
-	}
-	if c.LedgerHot == 0 {
-		c.LedgerHot = 2
-	}
-	if c.LedgerCold == 0 {
-		c.LedgerCold = 6
-	}
-	if c.Trees == 0 {
-		c.Trees = 3
-	}
-	if c.Readers == 0 {
-		c.Readers = 2
-	}
-	if c.TreeKeep == 0 {
-		c.TreeKeep = 3
-	}
-	if c.Products == 0 {
-		c.Products = 3
-	}
-	if c.SaleCapacity == 0 {
-		c.SaleCapacity = 4
-	}
+	c.Seed = cmp.Or(c.Seed, uint64(time.Now().UnixNano()))
+	c.Jobs = cmp.Or(c.Jobs, 200)
+	c.Waves = cmp.Or(c.Waves, 4)
+	c.Workers = cmp.Or(c.Workers, 4)
+	c.Stall = cmp.Or(c.Stall, 4*time.Second)
+	c.LongStallMax = cmp.Or(c.LongStallMax, 30*time.Second)
+	c.Drain = cmp.Or(c.Drain, 2*time.Minute)
+	c.Users = cmp.Or(c.Users, 12)
+	c.Accounts = cmp.Or(c.Accounts, 8)
+	c.Comments = cmp.Or(c.Comments, 40)
+	c.LedgerHot = cmp.Or(c.LedgerHot, 2)
+	c.LedgerCold = cmp.Or(c.LedgerCold, 6)
+	c.Trees = cmp.Or(c.Trees, 3)
+	c.Readers = cmp.Or(c.Readers, 2)
+	c.TreeKeep = cmp.Or(c.TreeKeep, 3)
+	c.Products = cmp.Or(c.Products, 3)
+	c.SaleCapacity = cmp.Or(c.SaleCapacity, 4)
 	if c.Replay == "" {
 		c.Replay = fmt.Sprintf("DOCKET_CHAOS_SEED=%d", c.Seed)
 	}
@@ -715,13 +682,10 @@ func (r *run) stall(long bool) {
 	deadline := time.Now().Add(20 * time.Second)
 	for victim == nil && time.Now().Before(deadline) {
 		owners := map[string]bool{}
-		cur, err := store.Of(r.q).Collection().Find(ctx, bson.M{"state": jobs.StateRunning})
-		if err == nil {
-			var running []jobs.Job
-			_ = cur.All(ctx, &running)
-			for _, j := range running {
-				owners[j.Owner] = true
-			}
+		var running []jobs.Job
+		_ = r.findJobs(ctx, &running, bson.M{"state": jobs.StateRunning}) // none read: no victim yet
+		for _, j := range running {
+			owners[j.Owner] = true
 		}
 		r.mu.Lock()
 		for _, p := range r.procs {
@@ -742,13 +706,10 @@ func (r *run) stall(long bool) {
 	}
 	_ = victim.cmd.Process.Signal(syscall.SIGSTOP)
 	rec := stallRecord{p: victim, held: map[string]jobs.Job{}, stopped: time.Now()}
-	cur, err := store.Of(r.q).Collection().Find(ctx, bson.M{"state": jobs.StateRunning, "owner": victim.id})
-	if err == nil {
-		var held []jobs.Job
-		_ = cur.All(ctx, &held)
-		for _, j := range held {
-			rec.held[j.ID] = j
-		}
+	var held []jobs.Job
+	_ = r.findJobs(ctx, &held, bson.M{"state": jobs.StateRunning, "owner": victim.id}) // none read: none counted
+	for _, j := range held {
+		rec.held[j.ID] = j
 	}
 	time.Sleep(r.cfg.Stall)
 	outlived := 0

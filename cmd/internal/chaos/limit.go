@@ -4,11 +4,9 @@ package chaos
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/docketq/docket/handlers"
@@ -41,24 +39,13 @@ const (
 
 // limitLoad is the limit's state of the run, shared with the sampler.
 type limitLoad struct {
-	mu sync.Mutex
+	sampled
 	// enqueued are the ids of the limited kind's jobs the run enqueued.
 	enqueued []string
 	// samples is how many reads of the kind's jobs the sampler judged;
 	// maxLive the most attempts holding a live lease it saw in one, maxHeld
 	// the most run slots held.
 	samples, maxLive, maxHeld int
-	errs                      []saleReadErr
-	problems                  []string
-}
-
-func (l *limitLoad) problem(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.problems) < 20 && !slices.Contains(l.problems, msg) {
-		l.problems = append(l.problems, msg)
-	}
 }
 
 // limited records a job of the limited kind the run enqueued.
@@ -85,14 +72,8 @@ func (r *run) sampleLimit(ctx context.Context) {
 		ExpiresAt *time.Time `bson:"leaseExpiresAt"`
 	}
 	at := time.Now()
-	cur, err := store.Of(r.q).Collection().Find(ctx, bson.M{"kind": limitKind})
-	if err == nil {
-		err = cur.All(ctx, &docs)
-	}
-	if err != nil {
-		l.mu.Lock()
-		l.errs = append(l.errs, saleReadErr{at: time.Now(), err: err})
-		l.mu.Unlock()
+	if err := r.findJobs(ctx, &docs, bson.M{"kind": limitKind}); err != nil {
+		l.readFailed(err)
 		return
 	}
 	var live []string

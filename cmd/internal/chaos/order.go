@@ -91,23 +91,12 @@ type orderLoad struct {
 	initial  map[string]int64
 	capacity int
 
-	mu   sync.Mutex
+	sampled
 	reqs []*orderReq
 	// samples is how many reads of the sale's jobs the sampler judged;
 	// maxUnfinished and maxHeld the most unfinished jobs and slots held
 	// it saw in one.
 	samples, maxUnfinished, maxHeld int
-	errs                            []saleReadErr
-	problems                        []string
-}
-
-func (l *orderLoad) problem(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.problems) < 20 && !slices.Contains(l.problems, msg) {
-		l.problems = append(l.problems, msg)
-	}
 }
 
 // seedOrders bounds the sale queue with `docketctl capacity`, pauses it
@@ -406,14 +395,8 @@ func (r *run) sampleSale(ctx context.Context) {
 		State jobs.State `bson:"state"`
 		Slot  *string    `bson:"capacitySlot"`
 	}
-	cur, err := store.Of(r.q).Collection().Find(ctx, bson.M{"queue": saleQueue})
-	if err == nil {
-		err = cur.All(ctx, &docs)
-	}
-	if err != nil {
-		l.mu.Lock()
-		l.errs = append(l.errs, saleReadErr{at: time.Now(), err: err})
-		l.mu.Unlock()
+	if err := r.findJobs(ctx, &docs, bson.M{"queue": saleQueue}); err != nil {
+		l.readFailed(err)
 		return
 	}
 	unfinished, held := 0, map[string]string{}

@@ -9,10 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -52,7 +50,7 @@ const (
 // partLoad is the partitioned limit's state of the run, shared with the
 // sampler.
 type partLoad struct {
-	mu       sync.Mutex
+	sampled
 	enqueued []string
 	// slotOf and partOfSlot bind each partition to the p of its slots, as
 	// first seen.
@@ -60,20 +58,9 @@ type partLoad struct {
 	// samples is how many reads the sampler judged; maxLive the most
 	// attempts of one partition holding a live lease it saw in one (by
 	// partition), maxHeld the most slots held at once in all.
-	samples  int
-	maxLive  map[string]int
-	maxHeld  int
-	errs     []saleReadErr
-	problems []string
-}
-
-func (l *partLoad) problem(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.problems) < 20 && !slices.Contains(l.problems, msg) {
-		l.problems = append(l.problems, msg)
-	}
+	samples int
+	maxLive map[string]int
+	maxHeld int
 }
 
 // partCustomer is the customerId of the i-th job of a wave: the hot
@@ -183,14 +170,8 @@ func (r *run) samplePart(ctx context.Context) {
 		ExpiresAt *time.Time `bson:"leaseExpiresAt"`
 	}
 	at := time.Now()
-	cur, err := store.Of(r.q).Collection().Find(ctx, bson.M{"kind": partKind})
-	if err == nil {
-		err = cur.All(ctx, &docs)
-	}
-	if err != nil {
-		l.mu.Lock()
-		l.errs = append(l.errs, saleReadErr{at: time.Now(), err: err})
-		l.mu.Unlock()
+	if err := r.findJobs(ctx, &docs, bson.M{"kind": partKind}); err != nil {
+		l.readFailed(err)
 		return
 	}
 	live := map[string][]string{}
@@ -248,9 +229,7 @@ func (r *run) samplePart(ctx context.Context) {
 		l.slotOf[b.part], l.partOfSlot[b.p] = b.p, b.part
 	}
 	for _, m := range mixed {
-		if len(l.problems) < 20 && !slices.Contains(l.problems, m) {
-			l.problems = append(l.problems, m)
-		}
+		l.addProblem(m)
 	}
 	l.samples++
 	for part, ids := range live {

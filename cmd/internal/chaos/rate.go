@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/docketq/docket/handlers"
-	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -44,7 +42,7 @@ var (
 
 // rateLoad is the rate's state of the run, shared with the sampler.
 type rateLoad struct {
-	mu sync.Mutex
+	sampled
 	// since is when the first worker started: the rate's reservations are
 	// bounded from then.
 	since time.Time
@@ -53,7 +51,6 @@ type rateLoad struct {
 	enqueued int
 	claims   map[string]time.Time
 	samples  int
-	errs     []saleReadErr
 }
 
 // rateFlag is the workers' --rates.
@@ -86,12 +83,9 @@ func (r *run) sampleRate(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var docs []jobs.Job
-	cur, err := store.Of(r.q).Collection().Find(ctx,
+	err := r.findJobs(ctx, &docs,
 		bson.M{"kind": rateKind, "heartbeatAt": bson.M{"$exists": true}},
 		options.Find().SetProjection(bson.M{"_id": 1, "kind": 1, "attempt": 1, "heartbeatAt": 1, "state": 1}))
-	if err == nil {
-		err = cur.All(ctx, &docs)
-	}
 	l := &r.rate
 	l.mu.Lock()
 	defer l.mu.Unlock()

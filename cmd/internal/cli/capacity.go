@@ -40,15 +40,8 @@ func ctlCapacity(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		if val == "off" {
 			changed, err := e.q.ClearCapacity(e.ctx, q, *by)
-			if err != nil {
-				return err
-			}
-			if changed {
-				fmt.Fprintf(e.stdout, "%s\tunbounded: enqueues are admitted again within %s\n", shown(q), queue.CapacityRefresh)
-			} else {
-				fmt.Fprintf(e.stdout, "%s\thad no capacity; nothing changed\n", shown(q))
-			}
-			return nil
+			done := fmt.Sprintf("unbounded: enqueues are admitted again within %s", queue.CapacityRefresh)
+			return e.reportChange(q, changed, err, done, "had no capacity")
 		}
 		n, err := strconv.Atoi(val)
 		if err != nil || n < 0 || n > queue.MaxCapacity {

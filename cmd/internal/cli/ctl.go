@@ -600,13 +600,9 @@ func ctlPause(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		for _, q := range names {
 			changed, err := e.q.Pause(e.ctx, q, *by)
-			if err != nil {
+			done := fmt.Sprintf("paused: workers stop claiming from it within %s; running jobs finish", queue.PauseRefresh)
+			if err := e.reportChange(q, changed, err, done, "already paused"); err != nil {
 				return err
-			}
-			if changed {
-				fmt.Fprintf(e.stdout, "%s\tpaused: workers stop claiming from it within %s; running jobs finish\n", shown(q), queue.PauseRefresh)
-			} else {
-				fmt.Fprintf(e.stdout, "%s\talready paused; nothing changed\n", shown(q))
 			}
 		}
 		return nil
@@ -624,17 +620,28 @@ func ctlResume(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		for _, q := range names {
 			changed, err := e.q.Resume(e.ctx, q, *by)
-			if err != nil {
+			done := fmt.Sprintf("resumed: workers claim from it again within %s", queue.PauseRefresh)
+			if err := e.reportChange(q, changed, err, done, "not paused"); err != nil {
 				return err
-			}
-			if changed {
-				fmt.Fprintf(e.stdout, "%s\tresumed: workers claim from it again within %s\n", shown(q), queue.PauseRefresh)
-			} else {
-				fmt.Fprintf(e.stdout, "%s\tnot paused; nothing changed\n", shown(q))
 			}
 		}
 		return nil
 	}
+}
+
+// reportChange prints what a change to name did, given the write's result:
+// done when it changed something, else how it already stood (unchanged)
+// and that nothing changed. A write's error is returned as it is.
+func (e *env) reportChange(name string, changed bool, err error, done, unchanged string) error {
+	if err != nil {
+		return err
+	}
+	if changed {
+		fmt.Fprintf(e.stdout, "%s\t%s\n", shown(name), done)
+	} else {
+		fmt.Fprintf(e.stdout, "%s\t%s; nothing changed\n", shown(name), unchanged)
+	}
+	return nil
 }
 
 // pausedNote says how a queue's stored state reads in a table.

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -31,6 +32,18 @@ type env struct {
 	stderr io.Writer
 	// progress is whether to draw progress: stderr is a terminal.
 	progress bool
+}
+
+// input opens the file a --file flag names, stdin for "-"; done closes it.
+func (e *env) input(file string) (in io.Reader, done func(), err error) {
+	if file == "-" {
+		return e.stdin, func() {}, nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, nil, badInput("--file: %v", err)
+	}
+	return f, func() { _ = f.Close() }, nil
 }
 
 // subcommand is one `enqueue NAME` command.

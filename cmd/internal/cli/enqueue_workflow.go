@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/docketq/docket/queue"
@@ -42,15 +41,11 @@ func workflowCommand(fs *flag.FlagSet) func(*env, []string) error {
 		if *id == "" {
 			return badInput("--id is required: it makes a rerun safe")
 		}
-		in := e.stdin
-		if *file != "-" {
-			f, err := os.Open(*file)
-			if err != nil {
-				return badInput("--file: %v", err)
-			}
-			defer f.Close()
-			in = f
+		in, done, err := e.input(*file)
+		if err != nil {
+			return err
 		}
+		defer done()
 		kinds := enqueued{}
 		wf, err := readWorkflow(io.LimitReader(in, maxWorkflowBytes+1), *id, kinds)
 		if err != nil {

@@ -52,15 +52,7 @@ func ctlLimit(fs *flag.FlagSet) func(*env, []string) error {
 		}
 		if val == "off" {
 			had, err := e.q.ClearLimit(e.ctx, name)
-			if err != nil {
-				return err
-			}
-			if had {
-				fmt.Fprintf(e.stdout, "%s\tunlimited: workers apply it within %s\n", shown(name), queue.LimitRefresh)
-			} else {
-				fmt.Fprintf(e.stdout, "%s\thad no limit; nothing changed\n", shown(name))
-			}
-			return nil
+			return e.reportChange(name, had, err, fmt.Sprintf("unlimited: workers apply it within %s", queue.LimitRefresh), "had no limit")
 		}
 		n, err := strconv.Atoi(val)
 		if err != nil || n < 0 || n > queue.MaxLimit {
@@ -82,15 +74,8 @@ func ctlPartition(e *env, name, val, per, by string) error {
 	}
 	if val == "off" {
 		had, err := e.q.ClearPartitionLimit(e.ctx, name)
-		if err != nil {
-			return err
-		}
-		if had {
-			fmt.Fprintf(e.stdout, "%s\tno partition limit (its total, if any, stays): workers apply it within %s\n", shown(name), queue.LimitRefresh)
-		} else {
-			fmt.Fprintf(e.stdout, "%s\thad no partition limit; nothing changed\n", shown(name))
-		}
-		return nil
+		done := fmt.Sprintf("no partition limit (its total, if any, stays): workers apply it within %s", queue.LimitRefresh)
+		return e.reportChange(name, had, err, done, "had no partition limit")
 	}
 	n, err := strconv.Atoi(val)
 	if err != nil || n < 0 || n > queue.MaxLimit {

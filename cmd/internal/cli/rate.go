@@ -65,15 +65,7 @@ func ctlRate(e *env, rest []string, by string) error {
 			return badInput("--burst and --per have no meaning with off: limit rate %s off", shown(name))
 		}
 		had, err := e.q.ClearRate(e.ctx, name)
-		if err != nil {
-			return err
-		}
-		if had {
-			fmt.Fprintf(e.stdout, "%s\tno rate limit: workers apply it within %s\n", shown(name), queue.LimitRefresh)
-		} else {
-			fmt.Fprintf(e.stdout, "%s\thad no rate limit; nothing changed\n", shown(name))
-		}
-		return nil
+		return e.reportChange(name, had, err, fmt.Sprintf("no rate limit: workers apply it within %s", queue.LimitRefresh), "had no rate limit")
 	}
 	r, err := queue.ParseRate(val)
 	if err != nil {

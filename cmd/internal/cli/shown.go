@@ -1,9 +1,10 @@
 package cli
 
 import (
-	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/docketq/docket/internal/printable"
 )
 
 // shown is s as docketctl and enqueue print it for a person: as it is
@@ -15,12 +16,7 @@ import (
 // a table's columns (a tab). A string that starts with a quote is quoted
 // too, so that a quoted cell always reads as escaped. --json stays exact.
 // Every table and text output goes through it.
-func shown(s string) string {
-	if printable(s) {
-		return s
-	}
-	return strconv.Quote(s)
-}
+func shown(s string) string { return printable.Quoted(s) }
 
 // shownLines is shown for a message of several lines (an error listing
 // invalid input lines): each line is shown on its own.
@@ -30,26 +26,6 @@ func shownLines(s string) string {
 		lines[i] = shown(l)
 	}
 	return strings.Join(lines, "\n")
-}
-
-// printable reports whether s is valid UTF-8 of printable characters and
-// spaces (strconv.IsPrint: letters, marks, numbers, punctuation, symbols),
-// not starting with a quote.
-func printable(s string) bool {
-	if strings.HasPrefix(s, `"`) {
-		return false
-	}
-	for i, r := range s {
-		if r == utf8.RuneError {
-			if _, n := utf8.DecodeRuneInString(s[i:]); n <= 1 {
-				return false
-			}
-		}
-		if r != ' ' && !strconv.IsPrint(r) {
-			return false
-		}
-	}
-	return true
 }
 
 // truncate shortens s to at most n characters, ending it with "…" when it

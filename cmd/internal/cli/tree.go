@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/jobs"
@@ -45,15 +44,11 @@ func publishCommand(fs *flag.FlagSet) func(*env, []string) error {
 		if *file == "" {
 			return badInput("--file is required")
 		}
-		var r io.Reader = e.stdin
-		if *file != "-" {
-			f, err := os.Open(*file)
-			if err != nil {
-				return badInput("--file: %v", err)
-			}
-			defer f.Close()
-			r = f
+		r, done, err := e.input(*file)
+		if err != nil {
+			return err
 		}
+		defer done()
 		dec := json.NewDecoder(io.LimitReader(r, jobs.MaxArgsBytes+1))
 		dec.DisallowUnknownFields()
 		var tf treeFile

@@ -19,6 +19,7 @@ import (
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -181,7 +182,11 @@ func TestDashboardInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	w.Start(b.ctx)
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
-	require.Eventually(t, func() bool { return b.state(t, "dead") == jobs.StateSucceeded }, 20*time.Second, 50*time.Millisecond)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		j, err := b.q.Get(b.ctx, b.ids["dead"])
+		require.NoError(c, err)
+		assert.Equal(c, jobs.StateSucceeded, j.State)
+	}, 20*time.Second, 50*time.Millisecond)
 	br.open(b.srv.URL + "/jobs/" + b.ids["dead"])
 	require.Equal(t, "succeeded", br.text("#state"))
 

@@ -13,6 +13,7 @@ import (
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap/zaptest"
@@ -73,10 +74,10 @@ func TestDashboardPauseInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	rep, err := b.q.Enqueue(ctx, "mail", bson.M{}, queue.InsertOpts{Queue: "reports", RunAt: due})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		j, err := b.q.Get(ctx, rep.ID)
-		require.NoError(t, err)
-		return j.State == jobs.StateSucceeded
+		require.NoError(c, err)
+		assert.Equal(c, jobs.StateSucceeded, j.State)
 	}, 20*time.Second, 20*time.Millisecond)
 	for _, id := range bulk {
 		j, err := b.q.Get(ctx, id)
@@ -102,10 +103,10 @@ func TestDashboardPauseInABrowser(t *testing.T) {
 	br.click(`#paused a.resume`)
 	br.click("#confirm")
 	require.Equal(t, "Queue bulk resumed.", br.text("#result"))
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		n, err := store.Of(b.q).Collection().CountDocuments(ctx, bson.M{"queue": "bulk", "state": "succeeded"})
-		require.NoError(t, err)
-		return n == int64(len(bulk))
+		require.NoError(c, err)
+		assert.EqualValues(c, len(bulk), n)
 	}, 20*time.Second, 20*time.Millisecond, "the worker runs bulk's jobs once it is resumed")
 }
 

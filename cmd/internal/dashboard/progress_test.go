@@ -11,6 +11,7 @@ import (
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap/zaptest"
@@ -60,10 +61,10 @@ func TestProgressInABrowser(t *testing.T) {
 	require.NoError(t, err)
 	w.Start(b.ctx)
 	t.Cleanup(func() { close(release); _ = w.Stop(context.Background()) })
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		j, err := b.q.Get(b.ctx, res.ID)
-		require.NoError(t, err)
-		return j.Progress != nil
+		require.NoError(c, err)
+		assert.NotNil(c, j.Progress)
 	}, 20*time.Second, 20*time.Millisecond, "the renewal never wrote the progress")
 
 	br := startBrowser(t)

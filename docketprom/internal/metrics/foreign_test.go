@@ -16,6 +16,7 @@ import (
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -34,9 +35,9 @@ func leaderStats(t *testing.T, q *queue.Client, metric string) string {
 	t.Cleanup(func() { stop(); <-done })
 	srv := httptest.NewServer(docketprom.Handler(reg, docketprom.NewHealth(func(context.Context) error { return nil }, 0)))
 	t.Cleanup(srv.Close)
-	require.Eventually(t, func() bool {
-		_, ok := value(scrape(t, srv.URL), metric)
-		return ok
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, ok := value(scrape(c, srv.URL), metric)
+		assert.True(c, ok, "no %s sample yet", metric)
 	}, 30*time.Second, 20*time.Millisecond)
 	return srv.URL
 }

@@ -1,10 +1,6 @@
 package metrics
 
-import (
-	"strconv"
-	"strings"
-	"unicode/utf8"
-)
+import "github.com/docketq/docket/internal/printable"
 
 // DefaultMaxQueues is how many queues the leader's queue gauges export
 // one by one: the queues with the most jobs, the rest summed under
@@ -29,28 +25,4 @@ const OtherState = "(other)"
 // that reads /metrics. Distinct strings may meet in one label value (a
 // queue named "mail\xff" with the quotes typed): the callers sum what
 // meets.
-func labelValue(s string) string {
-	if printable(s) {
-		return s
-	}
-	return strconv.Quote(s)
-}
-
-// printable reports whether s is valid UTF-8 of printable characters and
-// spaces, and does not start with a quote (which would read as escaped).
-func printable(s string) bool {
-	if strings.HasPrefix(s, `"`) {
-		return false
-	}
-	for i, r := range s {
-		if r == utf8.RuneError {
-			if _, n := utf8.DecodeRuneInString(s[i:]); n <= 1 {
-				return false
-			}
-		}
-		if r != ' ' && !strconv.IsPrint(r) {
-			return false
-		}
-	}
-	return true
-}
+func labelValue(s string) string { return printable.Quoted(s) }

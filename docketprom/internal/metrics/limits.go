@@ -14,29 +14,35 @@ import (
 // concurrency or rate limit (limit="kind:email"). Limit names come from the
 // database: labelValue makes any of them a valid label.
 var (
-	limitRunningDesc = prometheus.NewDesc(Namespace+"_limit_running_jobs",
-		"Jobs of a concurrency limit running now (slots taken); exported by the leader only.", []string{"limit"}, nil)
-	limitMaxDesc = prometheus.NewDesc(Namespace+"_limit_max_running_jobs",
-		"A concurrency limit: the most jobs of it that run at once; exported by the leader only.", []string{"limit"}, nil)
-	limitWaitingDesc = prometheus.NewDesc(Namespace+"_limit_waiting_jobs",
-		"Runnable jobs (available, due) of a concurrency or rate limit; exported by the leader only.", []string{"limit"}, nil)
-	partitionMaxDesc = prometheus.NewDesc(Namespace+"_limit_partition_max_running_jobs",
-		"A partition limit: the most jobs of one value of its args field that run at once; exported by the leader only.", []string{"limit"}, nil)
-	partitionsDesc = prometheus.NewDesc(Namespace+"_limit_partitions_running",
-		"Values of a partition limit's args field with jobs running now; exported by the leader only.", []string{"limit"}, nil)
-	partitionsFullDesc = prometheus.NewDesc(Namespace+"_limit_partitions_full",
-		"Values of a partition limit's args field running as many jobs as it allows; exported by the leader only.", []string{"limit"}, nil)
-	rateStartsDesc = prometheus.NewDesc(Namespace+"_rate_limit_starts_total",
-		"Starts reserved under a rate limit across every process since it was set; exported by the leader only.", []string{"limit"}, nil)
-	rateAllowedDesc = prometheus.NewDesc(Namespace+"_rate_limit_per_second",
-		"A rate limit's steady rate, in starts per second; exported by the leader only.", []string{"limit"}, nil)
-	ratePartitionsDesc = prometheus.NewDesc(Namespace+"_rate_limit_partitions",
-		"Partitions of a partitioned rate limit with state stored; exported by the leader only.", []string{"limit"}, nil)
-	ratePartitionsSpentDesc = prometheus.NewDesc(Namespace+"_rate_limit_partitions_spent",
-		"Partitions of a partitioned rate limit that allow no start now; exported by the leader only.", []string{"limit"}, nil)
-	rateBurstUsedDesc = prometheus.NewDesc(Namespace+"_rate_limit_burst_used",
-		"How much of a rate limit's burst is used (burst: no start is allowed now); exported by the leader only.", []string{"limit"}, nil)
+	limitRunningDesc = leaderDesc("_limit_running_jobs",
+		"Jobs of a concurrency limit running now (slots taken)")
+	limitMaxDesc = leaderDesc("_limit_max_running_jobs",
+		"A concurrency limit: the most jobs of it that run at once")
+	limitWaitingDesc = leaderDesc("_limit_waiting_jobs",
+		"Runnable jobs (available, due) of a concurrency or rate limit")
+	partitionMaxDesc = leaderDesc("_limit_partition_max_running_jobs",
+		"A partition limit: the most jobs of one value of its args field that run at once")
+	partitionsDesc = leaderDesc("_limit_partitions_running",
+		"Values of a partition limit's args field with jobs running now")
+	partitionsFullDesc = leaderDesc("_limit_partitions_full",
+		"Values of a partition limit's args field running as many jobs as it allows")
+	rateStartsDesc = leaderDesc("_rate_limit_starts_total",
+		"Starts reserved under a rate limit across every process since it was set")
+	rateAllowedDesc = leaderDesc("_rate_limit_per_second",
+		"A rate limit's steady rate, in starts per second")
+	ratePartitionsDesc = leaderDesc("_rate_limit_partitions",
+		"Partitions of a partitioned rate limit with state stored")
+	ratePartitionsSpentDesc = leaderDesc("_rate_limit_partitions_spent",
+		"Partitions of a partitioned rate limit that allow no start now")
+	rateBurstUsedDesc = leaderDesc("_rate_limit_burst_used",
+		"How much of a rate limit's burst is used (burst: no start is allowed now)")
 )
+
+// leaderDesc describes the flow-control gauge Namespace+name, one series
+// per limit, that the leader alone exports.
+func leaderDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(Namespace+name, help+"; exported by the leader only.", []string{"limit"}, nil)
+}
 
 // limitsRead is what the leader last read of the limits.
 type limitsRead struct {

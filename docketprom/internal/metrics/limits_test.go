@@ -13,6 +13,7 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/queue"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap/zaptest"
@@ -56,10 +57,10 @@ func TestLimitGauges(t *testing.T) {
 	t.Cleanup(func() { stop(); <-done })
 
 	var fams = scrape(t, srv.URL)
-	require.Eventually(t, func() bool {
-		fams = scrape(t, srv.URL)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		fams = scrape(c, srv.URL)
 		_, ok := value(fams, "docket_limit_running_jobs", "limit", "kind:k")
-		return ok
+		assert.True(c, ok, "no docket_limit_running_jobs sample yet")
 	}, 10*time.Second, 50*time.Millisecond)
 	for _, c := range []struct {
 		name string

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -32,8 +32,8 @@ import (
 func TestMain(m *testing.M) { testdb.Main(m) }
 
 // scrape GETs url/metrics and parses the Prometheus text it serves.
-func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
-	t.Helper()
+// scrape reads url's metrics. t may be a test or an EventuallyWithT tick.
+func scrape(t require.TestingT, url string) map[string]*dto.MetricFamily {
 	resp, err := http.Get(url + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -79,8 +79,7 @@ next:
 	return sum, found
 }
 
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
+func get(t require.TestingT, url string) (int, string) {
 	resp, err := http.Get(url)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -197,9 +196,9 @@ func TestMetricsCountTheJobsRun(t *testing.T) {
 	defer func() { _ = w.StopAndCancel(ctx) }()
 
 	// 34 attempts: 31 jobs, and the flaky ones' second attempts.
-	require.Eventually(t, func() bool {
-		n, _ := value(scrape(t, srv.URL), "docket_jobs_finished_total")
-		return n == 34
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		n, _ := value(scrape(c, srv.URL), "docket_jobs_finished_total")
+		assert.EqualValues(c, 34, n)
 	}, 60*time.Second, 50*time.Millisecond)
 	require.NoError(t, w.Stop(ctx))
 	fams := scrape(t, srv.URL)
@@ -279,12 +278,11 @@ func TestReadyzFollowsTheDatabaseAndShutdown(t *testing.T) {
 	}
 	eventuallyProbe := func(path string, code int, body string) {
 		t.Helper()
-		var got int
-		var b string
-		require.Eventually(t, func() bool {
-			got, b = get(t, srv.URL+path)
-			return got == code && strings.Contains(b, body)
-		}, 30*time.Second, 50*time.Millisecond, "%s: last answer %d %q", path, got, b)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			got, b := get(c, srv.URL+path)
+			assert.Equal(c, code, got, "%s: %s", path, b)
+			assert.Contains(c, b, body, path)
+		}, 30*time.Second, 50*time.Millisecond, path)
 	}
 
 	requireProbe("/healthz", 200, "ok")
@@ -462,8 +460,8 @@ func TestQueueGaugesReuseTheLeadersStoredCounts(t *testing.T) {
 		srv := httptest.NewServer(docketprom.Handler(reg, docketprom.NewHealth(func(context.Context) error { return nil }, 0)))
 		defer srv.Close()
 		var v float64
-		require.Eventually(t, func() bool {
-			for _, f := range scrape(t, srv.URL) {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			for _, f := range scrape(c, srv.URL) {
 				if f.GetName() != "docket_jobs" {
 					continue
 				}
@@ -474,11 +472,11 @@ func TestQueueGaugesReuseTheLeadersStoredCounts(t *testing.T) {
 					}
 					if labels["queue"] == "default" && labels["state"] == "available" {
 						v = m.GetGauge().GetValue()
-						return true
+						return
 					}
 				}
 			}
-			return false
+			c.Errorf("no docket_jobs sample for the default queue's available jobs yet")
 		}, 30*time.Second, 20*time.Millisecond)
 		return v
 	}

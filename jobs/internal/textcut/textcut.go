@@ -1,6 +1,7 @@
 // Package textcut bounds strings that came from documents another program
 // may have written, before they are stored or exported: valid UTF-8, cut to
-// a number of bytes between characters.
+// a number of bytes between characters, or quoted where they would not print
+// as themselves.
 package textcut
 
 import (
