@@ -24,3 +24,7 @@ func (p *PeriodicEnqueuer) SweepOrphans(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
+
+// SetStep makes the reaper call step before each step of its passes; an
+// error it returns fails that step.
+func (r *Reaper) SetStep(step func(name string) error) { r.step = step }
