@@ -173,6 +173,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapResult, error) {
 		}},
 		// Before retention, which keeps a job until its dependents are told.
 		{"dependents", r.settleDependents},
+		{"workflows", r.sweepWorkflows},
 		{"retention", r.retain},
 	} {
 		if ctx.Err() != nil {

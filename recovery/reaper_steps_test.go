@@ -60,3 +60,34 @@ func (b *reaperBundle) runJob(t *testing.T, id string) {
 	require.Equal(t, id, j.ID)
 	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
 }
+
+// TestReaperSweepsWorkflowsWhileSettlesFail: the pass's settles of jobs
+// left due fail at every pass (a write refused each time). The sweep of
+// workflows left unpublished past their grace is a step of its own and
+// still runs: the workflow is cancelled, its task with it.
+func TestReaperSweepsWorkflowsWhileSettlesFail(t *testing.T) {
+	b := reaperSetup(t)
+	old := time.Now().Add(-queue.DefaultWorkflowGrace - time.Minute)
+	_, err := store.Of(b.q).Collection().InsertOne(b.ctx, map[string]any{
+		"_id": "wf", "kind": queue.WorkflowGateKind, "queue": queue.WorkflowGateQueue, "state": "blocked",
+		"args": map[string]any{}, "errors": []any{}, "dependents": true, "runAt": old, "createdAt": old, "updatedAt": old,
+	})
+	require.NoError(t, err)
+	_, err = b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{ID: "wf/a", After: []string{"wf"}})
+	require.NoError(t, err)
+
+	r := b.reaper(t, recovery.ReaperConfig{})
+	r.SetStep(func(name string) error {
+		if name == "dependents" {
+			return mongo.CommandError{Code: 10107, Name: "NotWritablePrimary", Message: "not primary"}
+		}
+		return nil
+	})
+	_, err = r.RunOnce(b.ctx)
+	require.Error(t, err)
+	for _, id := range []string{"wf", "wf/a"} {
+		j, err := b.q.Get(b.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, jobs.StateCancelled, j.State, id)
+	}
+}
