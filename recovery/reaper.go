@@ -148,7 +148,7 @@ type ReapResult = store.ReapResult
 // do not depend on one another, and a step failing at every pass (its
 // writes refused in the elections of a replica set, while passes on a
 // slow server are long enough to meet one each time) would starve those
-// after it, leaving a workflow's tasks blocked for good. Its failures are
+// after it, leaving a workflow's tasks blocked for good. The failures are
 // returned together.
 func (r *Reaper) RunOnce(ctx context.Context) (ReapResult, error) {
 	var total ReapResult
