@@ -38,7 +38,6 @@ package queue
 // flagged due for the leader's pass.
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -600,7 +599,9 @@ func (c *Client) settleDue(ctx context.Context, limit int) (int, error) {
 		}
 		if err != nil {
 			failed++
-			first = cmp.Or(first, err)
+			if first == nil {
+				first = err
+			}
 			if ctx.Err() != nil {
 				break
 			}
