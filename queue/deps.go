@@ -263,6 +263,11 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 				return fmt.Errorf("queue: link job %v: %w", d.id, err)
 			}
 			maybeReady = append(maybeReady, d.id)
+		case len(d.waitingOn) == 0:
+			// Waits for nothing: written so by another app (its parents
+			// succeeded), or left by a link stopped before its release.
+			maybeReady = append(maybeReady, d.id)
+			continue
 		default:
 			continue
 		}

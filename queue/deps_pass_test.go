@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -68,4 +69,32 @@ func TestSettleDependentsGoesOnPastAFailedSettle(t *testing.T) {
 	n, err := b.db.Collection("jobs").CountDocuments(b.ctx, bson.D{{Key: "dependentsDue", Value: bson.D{{Key: "$exists", Value: true}}}})
 	require.NoError(t, err)
 	require.Zero(t, n)
+}
+
+// TestSettleDependentsReleasesALinkingJobWaitingForNothing: another app
+// inserts a job blocked and linking, as WORKFLOWS.md tells it to, with an
+// empty waitingOn: the parent in its after had succeeded when it looked
+// (or it has no parents at all). The leader's link must make it
+// available, not only unset linking, which left it blocked for good with
+// nothing to wait for.
+func TestSettleDependentsReleasesALinkingJobWaitingForNothing(t *testing.T) {
+	b := setup(t)
+	p := b.enqueueK(t, queue.InsertOpts{})
+	b.run(t, p, jobs.StateSucceeded) // no dependents then: nothing due
+	now := time.Now()
+	for _, id := range []string{"pulled", "foreign"} {
+		after := bson.A{p}
+		if id == "foreign" {
+			after = bson.A{}
+		}
+		_, err := b.db.Collection("jobs").InsertOne(b.ctx, bson.D{
+			{Key: "_id", Value: id}, {Key: "kind", Value: "k"}, {Key: "queue", Value: "default"}, {Key: "state", Value: jobs.StateBlocked},
+			{Key: "args", Value: bson.D{}}, {Key: "errors", Value: bson.A{}}, {Key: "after", Value: after}, {Key: "waitingOn", Value: bson.A{}},
+			{Key: "linking", Value: true}, {Key: "runAt", Value: now}, {Key: "createdAt", Value: now}, {Key: "updatedAt", Value: now.Add(-time.Hour)},
+		})
+		require.NoError(t, err)
+	}
+	_, err := b.q.SettleDependents(b.ctx, queue.DefaultLinkGrace, 100)
+	require.NoError(t, err)
+	b.requireState(t, jobs.StateAvailable, "pulled", "foreign")
 }
