@@ -1,6 +1,10 @@
 package handlers
 
-import "context"
+import (
+	"context"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
 
 // SetAfterTreeRead makes ReadTree call f between reading a version's nodes
 // and checking that the version is still kept; nil removes it.
@@ -10,6 +14,16 @@ func SetAfterTreeRead(f func()) {
 		return
 	}
 	afterTreeRead.Store(&f)
+}
+
+// SetTreeScanMet makes a tree read call f with each node document its
+// cursor returns, dropping those f says no to; nil removes it.
+func SetTreeScanMet(f func(bson.Raw) bool) {
+	if f == nil {
+		treeScanMet.Store(nil)
+		return
+	}
+	treeScanMet.Store(&f)
 }
 
 // SetLedgerSweeperHook makes s call hook after each of its writes.

@@ -438,6 +438,9 @@ func resolveTree(ctx context.Context, nodes *mongo.Collection, tree string, st t
 	defer cur.Close(ctx)
 	newest := map[string]nodeDoc{}
 	for cur.Next(ctx) {
+		if f := treeScanMet.Load(); f != nil && !(*f)(cur.Current) {
+			continue
+		}
 		var d nodeDoc
 		if err := bson.Unmarshal(cur.Current, &d); err != nil {
 			log.Warn("skipping a tree node document that does not decode", zap.String("tree", tree), zap.Error(err))
@@ -506,6 +509,11 @@ type Tree struct {
 // nodes and checking that the version is still kept.
 var afterTreeRead atomic.Pointer[func()]
 
+// treeScanMet, when set by a test, is called with each node document a
+// tree read's cursor returns; false drops the document, as a MongoDB cursor
+// (no snapshot) does not return one deleted before the scan reached it.
+var treeScanMet atomic.Pointer[func(bson.Raw) bool]
+
 // maxReadRounds bounds how often ReadTree reads again because the sweeper
 // removed the version it was reading.
 const maxReadRounds = 5
@@ -516,60 +524,101 @@ const maxReadRounds = 5
 // ever published, ErrTreeVersionNotFound for a version never published or
 // no longer kept.
 func ReadTree(ctx context.Context, db *mongo.Database, tree string, version int64) (*Tree, error) {
-	trees, nodes := treeColls(db)
 	for range maxReadRounds {
-		st, err := readTreeState(ctx, trees, tree, false)
-		if err != nil {
-			return nil, err
+		t, again, err := readTreeRound(ctx, db, tree, version)
+		if err != nil || !again {
+			return t, err
 		}
-		if st.Published == 0 {
-			return nil, fmt.Errorf("handlers: tree %q: %w", tree, ErrTreeNotFound)
-		}
-		target := version
-		if target == 0 {
-			target = st.Published
-		}
-		if !st.kept(target) {
-			return nil, fmt.Errorf("handlers: tree %q version %d: %w", tree, target, ErrTreeVersionNotFound)
-		}
-		got, err := resolveTree(ctx, nodes, tree, st, target, zap.NewNop())
-		if err != nil {
-			return nil, err
-		}
-		if f := afterTreeRead.Load(); f != nil {
-			(*f)()
-		}
-		// The sweeper removes a version's documents only once it no longer
-		// keeps the version: if it still does, what was read is whole.
-		after, err := readTreeState(ctx, trees, tree, false)
-		if err != nil {
-			return nil, err
-		}
-		if !after.kept(target) {
-			if version != 0 {
-				return nil, fmt.Errorf("handlers: tree %q version %d: %w", tree, target, ErrTreeVersionNotFound)
-			}
-			continue
-		}
-		t := &Tree{ID: tree, Version: target}
-		for _, d := range got {
-			t.Nodes = append(t.Nodes, TreeNode{ID: d.Node, Parent: d.Parent, Data: d.Data})
-		}
-		slices.SortFunc(t.Nodes, func(a, b TreeNode) int {
-			switch {
-			case a.Parent == "" && b.Parent != "":
-				return -1
-			case b.Parent == "" && a.Parent != "":
-				return 1
-			}
-			return strings.Compare(a.ID, b.ID)
-		})
-		if err := validateTree(t.Nodes); err != nil {
-			return nil, fmt.Errorf("handlers: tree %q version %d is not a whole tree: %w", tree, target, err)
-		}
-		return t, nil
 	}
 	return nil, fmt.Errorf("handlers: tree %q: the sweeper kept removing the version being read; try again", tree)
+}
+
+// readTreeRound is one read of ReadTree; again reports that the sweeper
+// removed documents it read meanwhile, and the latest is to be read again.
+func readTreeRound(ctx context.Context, db *mongo.Database, tree string, version int64) (t *Tree, again bool, err error) {
+	trees, nodes := treeColls(db)
+	st, err := readTreeState(ctx, trees, tree, false)
+	if err != nil {
+		return nil, false, err
+	}
+	if st.Published == 0 {
+		return nil, false, fmt.Errorf("handlers: tree %q: %w", tree, ErrTreeNotFound)
+	}
+	target := version
+	if target == 0 {
+		target = st.Published
+	}
+	if !st.kept(target) {
+		return nil, false, fmt.Errorf("handlers: tree %q version %d: %w", tree, target, ErrTreeVersionNotFound)
+	}
+	got, err := resolveTree(ctx, nodes, tree, st, target, zap.NewNop())
+	if err != nil {
+		return nil, false, err
+	}
+	if f := afterTreeRead.Load(); f != nil {
+		(*f)()
+	}
+	// The sweeper removes a version's documents only once it no longer
+	// keeps the version: if it still does, what was read is whole.
+	after, err := readTreeState(ctx, trees, tree, false)
+	if err != nil {
+		return nil, false, err
+	}
+	if !after.kept(target) {
+		if version != 0 {
+			return nil, false, fmt.Errorf("handlers: tree %q version %d: %w", tree, target, ErrTreeVersionNotFound)
+		}
+		return nil, true, nil
+	}
+	whole, err := stillThere(ctx, nodes, tree, got, after.MinKept)
+	if err != nil || !whole {
+		return nil, !whole, err
+	}
+	t = &Tree{ID: tree, Version: target}
+	for _, d := range got {
+		t.Nodes = append(t.Nodes, TreeNode{ID: d.Node, Parent: d.Parent, Data: d.Data})
+	}
+	slices.SortFunc(t.Nodes, func(a, b TreeNode) int {
+		switch {
+		case a.Parent == "" && b.Parent != "":
+			return -1
+		case b.Parent == "" && a.Parent != "":
+			return 1
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	if err := validateTree(t.Nodes); err != nil {
+		return nil, false, fmt.Errorf("handlers: tree %q version %d is not a whole tree: %w", tree, target, err)
+	}
+	return t, false, nil
+}
+
+// stillThere reports whether the documents of got that the sweeper may
+// have removed during the read (those at or below minKept, as read after
+// it) are all still there. A MongoDB cursor is no snapshot: a scan that
+// spans the sweeper's removal can meet a removed node's old document
+// before its removal and reach its tombstone's place after the tombstone's.
+// The sweeper removes the old document first, so a read that took it finds
+// it gone here.
+func stillThere(ctx context.Context, nodes *mongo.Collection, tree string, got map[string]nodeDoc, minKept int64) (bool, error) {
+	var ids bson.A
+	for _, d := range got {
+		if d.Version <= minKept {
+			ids = append(ids, d.ID)
+		}
+	}
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), 1000)]
+		ids = ids[len(batch):]
+		n, err := nodes.CountDocuments(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: batch}}}})
+		if err != nil {
+			return false, fmt.Errorf("handlers: tree %q: check that the documents read are still there: %w", tree, err)
+		}
+		if n != int64(len(batch)) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // DefaultTreeKeep is how many published versions of each tree the sweeper

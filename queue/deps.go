@@ -263,6 +263,11 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 				return fmt.Errorf("queue: link job %v: %w", d.id, err)
 			}
 			maybeReady = append(maybeReady, d.id)
+		case len(d.waitingOn) == 0:
+			// Waits for nothing: written so by another app (its parents
+			// succeeded), or left by a link stopped before its release.
+			maybeReady = append(maybeReady, d.id)
+			continue
 		default:
 			continue
 		}
@@ -553,15 +558,33 @@ type DepsResult struct {
 // been told of their outcome, as when the worker that finished one stopped
 // before it did, and links up to limit blocked jobs that have been linking
 // for more than linkGrace, as when their enqueuer stopped between the
-// insert and the link. Safe to run from many processes at once.
+// insert and the link. Safe to run from many processes at once. A failure
+// at one job does not stop the pass: it goes on to the others and to the
+// links, and returns the failures with what it did.
 func (c *Client) SettleDependents(ctx context.Context, linkGrace time.Duration, limit int) (DepsResult, error) {
 	var res DepsResult
+	settled, errSettle := c.settleDue(ctx, limit)
+	res.Settled = settled
+	if ctx.Err() != nil {
+		return res, errSettle
+	}
+	linked, buried, errLink := c.linkLeft(ctx, linkGrace, limit)
+	res.Linked, res.Buried = linked, buried
+	return res, errors.Join(errSettle, errLink)
+}
+
+// settleDue settles up to limit finished jobs left due, and returns how
+// many it settled. A job whose settle fails (a write refused in an
+// election, say) is left due for the next pass, and the pass goes on to
+// the others: a pass that stopped at it would never reach those after it
+// while its settle kept failing.
+func (c *Client) settleDue(ctx context.Context, limit int) (int, error) {
 	cur, err := c.coll.Find(ctx, bson.D{
 		{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
 		{Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}},
 	}, options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return res, fmt.Errorf("queue: find jobs whose dependents are due: %w", err)
+		return 0, fmt.Errorf("queue: find jobs whose dependents are due: %w", err)
 	}
 	var due []bson.RawValue
 	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
@@ -570,35 +593,79 @@ func (c *Client) SettleDependents(ctx context.Context, linkGrace time.Duration, 
 		}
 		return nil
 	}); err != nil {
-		return res, fmt.Errorf("queue: find jobs whose dependents are due: %w", err)
+		return 0, fmt.Errorf("queue: find jobs whose dependents are due: %w", err)
 	}
+	settled, failed := 0, 0
+	var first error
 	for _, id := range due {
 		ok, err := c.settleDown(ctx, id)
-		if err != nil {
-			return res, err
-		}
 		if ok {
-			res.Settled++
+			settled++
+		}
+		if err != nil {
+			failed++
+			if first == nil {
+				first = err
+			}
+			if ctx.Err() != nil {
+				break
+			}
 		}
 	}
+	if first != nil {
+		return settled, fmt.Errorf("queue: %d of %d settles failed, left due; the first: %w", failed, len(due), first)
+	}
+	return settled, nil
+}
 
+// linkLeft links up to limit blocked jobs that have been linking for more
+// than linkGrace (their enqueuer stopped before it linked them), and
+// buries those whose parents cannot be read.
+func (c *Client) linkLeft(ctx context.Context, linkGrace time.Duration, limit int) (linked, buried int, err error) {
 	t := c.now()
-	cur, err = c.coll.Find(ctx, bson.D{
+	ds, bad, fills, err := c.readLinking(ctx, t.Add(-linkGrace), limit)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(fills) > 0 {
+		// Settling matches after and pulls from waitingOn: a job written
+		// with one of them gets the other first.
+		if _, err := c.coll.BulkWrite(ctx, fills); err != nil {
+			return 0, 0, fmt.Errorf("queue: fill in the parents of blocked jobs: %w", err)
+		}
+	}
+	for _, d := range bad {
+		if err := c.buryBlocked(ctx, d, t); err != nil {
+			return 0, buried, err
+		}
+		buried++
+	}
+	if len(ds) > 0 {
+		if err := c.link(ctx, ds); err != nil {
+			return 0, buried, err
+		}
+		c.log.Info("linked blocked jobs whose enqueuer stopped before it did", zap.Int("jobs", len(ds)))
+	}
+	return len(ds), buried, nil
+}
+
+// readLinking reads up to limit blocked jobs linking since before cutoff:
+// ds to link, bad those whose parents cannot be read, and fills the writes
+// that complete the ones written with after or waitingOn alone.
+func (c *Client) readLinking(ctx context.Context, cutoff time.Time, limit int) (ds []dependent, bad []bson.Raw, fills []mongo.WriteModel, err error) {
+	cur, err := c.coll.Find(ctx, bson.D{
 		{Key: linkingField, Value: true},
 		{Key: "state", Value: jobs.StateBlocked},
 		// Missing or of another type counts as old.
-		{Key: "updatedAt", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: t.Add(-linkGrace)}}}}},
+		{Key: "updatedAt", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: cutoff}}}}},
 	}, options.Find().SetLimit(int64(limit)).SetProjection(bson.D{
 		{Key: afterField, Value: 1}, {Key: waitingOnField, Value: 1}, {Key: runAnywayField, Value: 1},
 		{Key: workflowField, Value: 1},
 	}))
 	if err != nil {
-		return res, fmt.Errorf("queue: find blocked jobs left linking: %w", err)
+		return nil, nil, nil, fmt.Errorf("queue: find blocked jobs left linking: %w", err)
 	}
-	var ds []dependent
-	var bad []bson.Raw
-	var fills []mongo.WriteModel
-	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = eachRaw(ctx, cur, func(d bson.Raw) error {
 		dep, fill, ok := readDependent(d)
 		switch {
 		case !ok:
@@ -612,30 +679,11 @@ func (c *Client) SettleDependents(ctx context.Context, linkGrace time.Duration, 
 			ds = append(ds, dep)
 		}
 		return nil
-	}); err != nil {
-		return res, fmt.Errorf("queue: find blocked jobs left linking: %w", err)
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("queue: find blocked jobs left linking: %w", err)
 	}
-	if len(fills) > 0 {
-		// Settling matches after and pulls from waitingOn: a job written
-		// with one of them gets the other first.
-		if _, err := c.coll.BulkWrite(ctx, fills); err != nil {
-			return res, fmt.Errorf("queue: fill in the parents of blocked jobs: %w", err)
-		}
-	}
-	for _, d := range bad {
-		if err := c.buryBlocked(ctx, d, t); err != nil {
-			return res, err
-		}
-		res.Buried++
-	}
-	if len(ds) > 0 {
-		if err := c.link(ctx, ds); err != nil {
-			return res, err
-		}
-		res.Linked = len(ds)
-		c.log.Info("linked blocked jobs whose enqueuer stopped before it did", zap.Int("jobs", len(ds)))
-	}
-	return res, nil
+	return ds, bad, fills, nil
 }
 
 // readDependent reads a blocked job's parents from d: waitingOn and

@@ -34,3 +34,7 @@ const (
 
 // PeriodicJobID is the id of the job of tick for the periodic job name.
 func PeriodicJobID(name string, tick time.Time) string { return periodicJobID(name, tick) }
+
+// SetStep makes the reaper call step before each step of its passes; an
+// error it returns fails that step.
+func (r *Reaper) SetStep(step func(name string) error) { r.step = step }

@@ -3,6 +3,7 @@ package recovery
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -100,6 +101,9 @@ type Reaper struct {
 	cfg ReaperConfig
 	q   *queue.Client
 	log *zap.Logger
+	// step, when set (by tests), is called before each step of a pass; an
+	// error it returns fails that step, as a refused write would.
+	step func(name string) error
 }
 
 // NewReaper returns a Reaper over q.
@@ -127,9 +131,67 @@ type ReapResult = store.ReapResult
 // (or ctx ends), clears null unique keys, frees stranded slots, deletes a
 // batch of idle rate partitions, settles the workflows that stopped
 // processes left (settleDependents), then applies retention within the
-// retention budget.
+// retention budget. A step that fails does not stop the pass: the steps
+// do not depend on one another, and a step failing at every pass (its
+// writes refused in the elections of a replica set, while passes on a
+// slow server are long enough to meet one each time) would starve those
+// after it, leaving a workflow's tasks blocked for good. The failures are
+// returned together.
 func (r *Reaper) RunOnce(ctx context.Context) (ReapResult, error) {
 	var total ReapResult
+	errs := []error{r.runStep(ctx, "reap", func(ctx context.Context) (err error) {
+		total, err = r.reapExpired(ctx)
+		return err
+	})}
+	for _, s := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		// A uniqueKey that another app wrote as null would block the next
+		// such job in the unique index (null means no key); a job finished,
+		// ended or re-queued by another app's write may still hold its slot
+		// of a bounded queue's capacity or a run slot of a concurrency limit.
+		{"repair", r.q.RepairForeignWrites},
+		// The idle partitions of partitioned rates hold nothing a missing
+		// document does not: delete a batch of them.
+		{"rate partitions", func(ctx context.Context) error {
+			_, err := r.q.CleanRatePartitions(ctx, r.cfg.Batch)
+			return err
+		}},
+		// Before retention, which keeps a job until its dependents are told.
+		{"dependents", r.settleDependents},
+		{"workflows", r.sweepWorkflows},
+		{"retention", r.retain},
+	} {
+		if ctx.Err() != nil {
+			break
+		}
+		errs = append(errs, r.runStep(ctx, s.name, s.run))
+	}
+	return total, errors.Join(errs...)
+}
+
+// runStep runs the step of a pass named name, or fails it with what the
+// test hook returns.
+func (r *Reaper) runStep(ctx context.Context, name string, step func(context.Context) error) error {
+	if r.step != nil {
+		if err := r.step(name); err != nil {
+			return fmt.Errorf("reaper: %s: %w", name, err)
+		}
+	}
+	return step(ctx)
+}
+
+// reapExpired re-queues expired leases until none is left.
+func (r *Reaper) reapExpired(ctx context.Context) (ReapResult, error) {
+	var total ReapResult
+	defer func() {
+		if total.Settled()+total.Skipped+total.Spared > 0 {
+			r.log.Info("reaped expired leases", zap.Int("requeued", total.Requeued), zap.Int("dead", total.Dead),
+				zap.Int("cancelled", total.Cancelled), zap.Int("buried", total.Buried), zap.Int("skipped", total.Skipped),
+				zap.Int("spared", total.Spared))
+		}
+	}()
 	for {
 		res, err := store.Of(r.q).Reap(ctx, r.cfg.Grace, r.cfg.Batch)
 		total = total.Add(res)
@@ -139,30 +201,14 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapResult, error) {
 		// A full batch may mean more: go on, unless this one moved nothing
 		// (every job in it skipped), which the next would repeat.
 		if res.Settled()+res.Skipped < r.cfg.Batch || res.Settled() == 0 {
-			break
+			return total, nil
 		}
 	}
-	// A uniqueKey that another app wrote as null would block the next
-	// such job in the unique index (null means no key); a job finished,
-	// ended or re-queued by another app's write may still hold its slot of
-	// a bounded queue's capacity or a run slot of a concurrency limit.
-	if err := r.q.RepairForeignWrites(ctx); err != nil {
-		return total, err
-	}
-	// The idle partitions of partitioned rates hold nothing a missing
-	// document does not: delete a batch of them.
-	if _, err := r.q.CleanRatePartitions(ctx, r.cfg.Batch); err != nil {
-		return total, err
-	}
-	// Before retention, which keeps a job until its dependents are told.
-	if err := r.settleDependents(ctx); err != nil {
-		return total, err
-	}
-	if total.Settled()+total.Skipped+total.Spared > 0 {
-		r.log.Info("reaped expired leases", zap.Int("requeued", total.Requeued), zap.Int("dead", total.Dead),
-			zap.Int("cancelled", total.Cancelled), zap.Int("buried", total.Buried), zap.Int("skipped", total.Skipped),
-			zap.Int("spared", total.Spared))
-	}
+}
+
+// retain deletes the finished jobs past their retention, within the
+// retention budget.
+func (r *Reaper) retain(ctx context.Context) error {
 	budget := time.Now().Add(r.cfg.RetentionBudget)
 	for _, rule := range []struct {
 		age    time.Duration
@@ -180,7 +226,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapResult, error) {
 				n, err := store.Of(r.q).Clean(ctx, s, rule.age, r.cfg.Batch)
 				deleted += n
 				if err != nil {
-					return total, err
+					return err
 				}
 				if n < r.cfg.Batch || !time.Now().Before(budget) {
 					break
@@ -191,7 +237,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapResult, error) {
 			}
 		}
 	}
-	return total, nil
+	return nil
 }
 
 // Run is a cron job: one pass, with its error logged.
