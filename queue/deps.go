@@ -175,39 +175,10 @@ func (c *Client) linkInserted(ctx context.Context, docs []*jobs.Job, results []R
 // link makes the parents of ds know of them and applies to each the
 // outcome of its parents that have finished (steps 1 of the protocol).
 func (c *Client) link(ctx context.Context, ds []dependent) error {
-	var parents bson.A
-	seen := map[string]bool{}
-	for _, d := range ds {
-		for _, p := range d.waitingOn {
-			if !seen[p] {
-				seen[p] = true
-				parents = append(parents, p)
-			}
-		}
-	}
+	parents, seen := parentsOfAll(ds)
 	if len(parents) > 0 {
-		// Marked before they are read: a parent read unfinished below
-		// finishes after the mark, and its finishing write flags it due.
-		// One that has finished is flagged due at once, so that
-		// retention keeps it until it is settled: a parent read missing
-		// below either never was or was deleted before the mark (or,
-		// settled since, the job no longer waits for it). The mark moves
-		// updatedAt: a claim that stamps a job read before (matching its
-		// updatedAt as read, internal/store) then misses it rather than
-		// returning it without the mark.
-		if _, err := c.coll.UpdateMany(ctx, bson.D{
-			{Key: "_id", Value: bson.D{{Key: "$in", Value: parents}}},
-			{Key: "state", Value: bson.D{{Key: "$nin", Value: finishedStates}}},
-			{Key: dependentsField, Value: bson.D{{Key: "$ne", Value: true}}},
-		}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsField, Value: true}, {Key: "updatedAt", Value: c.now()}}}}); err != nil {
-			return fmt.Errorf("queue: mark the parents of %d jobs: %w", len(ds), err)
-		}
-		if _, err := c.coll.UpdateMany(ctx, bson.D{
-			{Key: "_id", Value: bson.D{{Key: "$in", Value: parents}}},
-			{Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}},
-			{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}},
-		}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsDueField, Value: true}}}}); err != nil {
-			return fmt.Errorf("queue: mark the parents of %d jobs: %w", len(ds), err)
+		if err := c.markParents(ctx, parents, len(ds)); err != nil {
+			return err
 		}
 		if r, ok := ctx.Value(runningKey{}).(runningJob); ok && seen[r.id] {
 			r.marked.Store(true)
@@ -227,48 +198,14 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 	var maybeReady bson.A
 	for _, d := range ds {
 		all = append(all, d.id)
-		var resolved []string
-		cause, culprit := "", ""
-		for _, p := range d.waitingOn {
-			st, found := states[p]
-			switch {
-			case st == jobs.StateSucceeded:
-				resolved = append(resolved, p)
-			case !found || st == jobs.StateDead || st == jobs.StateCancelled:
-				// A workflow's gate that did not open cancels even a
-				// task that runs anyway (workflow.go).
-				if d.runAnyway && !gates[p] && p != d.gate {
-					resolved = append(resolved, p)
-				} else if cause == "" {
-					cause, culprit = parentEnded(p, st, found), p
-				}
-			}
+		ready, wrote, err := c.applyParents(ctx, d, states, gates, t)
+		if err != nil {
+			return err
 		}
-		mine := bson.D{{Key: "_id", Value: d.id}, {Key: "state", Value: jobs.StateBlocked}}
-		switch {
-		case cause != "":
-			// Only while the job still waits for that parent: one that
-			// succeeded and was settled, then deleted, was pulled.
-			if err := c.cancelBlocked(ctx, append(slices.Clone(mine), bson.E{Key: waitingOnField, Value: culprit}), t, cause); err != nil {
-				return err
-			}
-		case len(resolved) > 0:
-			// $pullAll of the finished parents (internal/store's
-			// server.go says why not $pull with $in).
-			_, err := c.coll.UpdateOne(ctx, append(slices.Clone(mine), bson.E{Key: waitingOnField, Value: bson.D{{Key: "$type", Value: "array"}}}), bson.D{
-				{Key: "$pullAll", Value: bson.D{{Key: waitingOnField, Value: resolved}}},
-				{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: t}}},
-			})
-			if err != nil {
-				return fmt.Errorf("queue: link job %v: %w", d.id, err)
-			}
+		if ready {
 			maybeReady = append(maybeReady, d.id)
-		case len(d.waitingOn) == 0:
-			// Waits for nothing: written so by another app (its parents
-			// succeeded), or left by a link stopped before its release.
-			maybeReady = append(maybeReady, d.id)
-			continue
-		default:
+		}
+		if !wrote {
 			continue
 		}
 		if err := depsStep(ctx, "link:apply"); err != nil {
@@ -292,6 +229,100 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 		return fmt.Errorf("queue: link %d jobs: %w", len(ds), err)
 	}
 	return depsStep(ctx, "link:done")
+}
+
+// parentsOfAll returns the parents ds wait for, each once.
+func parentsOfAll(ds []dependent) (bson.A, map[string]bool) {
+	var parents bson.A
+	seen := map[string]bool{}
+	for _, d := range ds {
+		for _, p := range d.waitingOn {
+			if !seen[p] {
+				seen[p] = true
+				parents = append(parents, p)
+			}
+		}
+	}
+	return parents, seen
+}
+
+// markParents marks parents as having dependents (n jobs of them), before
+// they are read: a parent read unfinished by the link finishes after the
+// mark, and its finishing write flags it due. One that has finished is
+// flagged due at once, so that retention keeps it until it is settled: a
+// parent read missing either never was or was deleted before the mark (or,
+// settled since, the job no longer waits for it). The mark moves
+// updatedAt: a claim that stamps a job read before (matching its updatedAt
+// as read, internal/store) then misses it rather than returning it
+// without the mark.
+func (c *Client) markParents(ctx context.Context, parents bson.A, n int) error {
+	if _, err := c.coll.UpdateMany(ctx, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: parents}}},
+		{Key: "state", Value: bson.D{{Key: "$nin", Value: finishedStates}}},
+		{Key: dependentsField, Value: bson.D{{Key: "$ne", Value: true}}},
+	}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsField, Value: true}, {Key: "updatedAt", Value: c.now()}}}}); err != nil {
+		return fmt.Errorf("queue: mark the parents of %d jobs: %w", n, err)
+	}
+	if _, err := c.coll.UpdateMany(ctx, bson.D{
+		{Key: "_id", Value: bson.D{{Key: "$in", Value: parents}}},
+		{Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}},
+		{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}},
+	}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsDueField, Value: true}}}}); err != nil {
+		return fmt.Errorf("queue: mark the parents of %d jobs: %w", n, err)
+	}
+	return nil
+}
+
+// judgeParents says, from its parents' states, which parents d no longer
+// waits for (resolved), or why it is cancelled (cause, for parent
+// culprit): a parent dead, cancelled or not in the collection cancels it,
+// unless it runs anyway; a workflow's gate that did not open cancels even
+// a task that runs anyway (workflow.go).
+func judgeParents(d dependent, states map[string]jobs.State, gates map[string]bool) (resolved []string, cause, culprit string) {
+	for _, p := range d.waitingOn {
+		st, found := states[p]
+		switch {
+		case st == jobs.StateSucceeded:
+			resolved = append(resolved, p)
+		case !found || st == jobs.StateDead || st == jobs.StateCancelled:
+			if d.runAnyway && !gates[p] && p != d.gate {
+				resolved = append(resolved, p)
+			} else if cause == "" {
+				cause, culprit = parentEnded(p, st, found), p
+			}
+		}
+	}
+	return resolved, cause, culprit
+}
+
+// applyParents applies to d the outcome of its parents that have
+// finished. ready says d may wait for nothing more (the link's release
+// checks); wrote that a write was made.
+func (c *Client) applyParents(ctx context.Context, d dependent, states map[string]jobs.State, gates map[string]bool, t time.Time) (ready, wrote bool, err error) {
+	resolved, cause, culprit := judgeParents(d, states, gates)
+	mine := bson.D{{Key: "_id", Value: d.id}, {Key: "state", Value: jobs.StateBlocked}}
+	switch {
+	case cause != "":
+		// Only while the job still waits for that parent: one that
+		// succeeded and was settled, then deleted, was pulled.
+		return false, true, c.cancelBlocked(ctx, append(mine, bson.E{Key: waitingOnField, Value: culprit}), t, cause)
+	case len(resolved) > 0:
+		// $pullAll of the finished parents (internal/store's server.go
+		// says why not $pull with $in).
+		_, err := c.coll.UpdateOne(ctx, append(mine, bson.E{Key: waitingOnField, Value: bson.D{{Key: "$type", Value: "array"}}}), bson.D{
+			{Key: "$pullAll", Value: bson.D{{Key: waitingOnField, Value: resolved}}},
+			{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: t}}},
+		})
+		if err != nil {
+			return false, true, fmt.Errorf("queue: link job %v: %w", d.id, err)
+		}
+		return true, true, nil
+	case len(d.waitingOn) == 0:
+		// Waits for nothing: written so by another app (its parents
+		// succeeded), or left by a link stopped before its release.
+		return true, false, nil
+	}
+	return false, false, nil
 }
 
 // parentEnded says why a job waiting for parent p is cancelled: p ended

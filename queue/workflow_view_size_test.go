@@ -144,6 +144,8 @@ func TestWorkflowGraphOfSharedParents(t *testing.T) {
 	_, err = store.Of(b.q).Collection().UpdateMany(b.ctx, bson.D{}, bson.D{{Key: "$set", Value: bson.D{{Key: "workflow", Value: "wf"}}}})
 	require.NoError(t, err)
 	w.reset()
+	ctx, cancel = context.WithTimeout(b.ctx, 50*time.Second) // each read its own budget: a loaded machine
+	defer cancel()
 	v, err = q.WorkflowTasks(ctx, queue.StringJobID("wf"), queue.WorkflowPage{Offset: 2000, Limit: 500})
 	require.NoError(t, err)
 	require.Len(t, v.Tasks, jobs-2000)
