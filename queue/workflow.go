@@ -232,56 +232,12 @@ func workflowStep(ctx context.Context, step string) error {
 // plan validates w and returns its tasks as inserts in an order where
 // every task comes after its parents, each waiting for the gate too.
 func (w *Workflow) plan(id string, t time.Time) ([]Insert, map[string]workflowTag, error) {
-	if w.err != nil {
-		return nil, nil, w.err
+	if err := w.check(id); err != nil {
+		return nil, nil, err
 	}
-	if p := jobs.NameProblem(id, jobs.MaxNameBytes); p != "" {
-		return nil, nil, &ValidationError{Index: -1, Field: "workflow id", Reason: p}
-	}
-	if len(w.tasks) == 0 {
-		return nil, nil, &ValidationError{Index: -1, Field: "tasks", Reason: "a workflow needs at least one task"}
-	}
-	for i, task := range w.tasks {
-		if len(task.opts.After)+1 > MaxAfter {
-			return nil, nil, &ValidationError{Index: i, Field: "after", Reason: fmt.Sprintf("%d parents is over the limit of %d (one more is the workflow's gate)", len(task.opts.After), MaxAfter-1)}
-		}
-		for _, p := range task.opts.After {
-			if _, ok := w.names[p]; !ok {
-				return nil, nil, &ValidationError{Index: i, Field: "after", Reason: fmt.Sprintf("task %q: %q is not a task of the workflow", task.name, p)}
-			}
-		}
-	}
-	// Kahn's algorithm, stable in the order of Add.
-	indegree := make([]int, len(w.tasks))
-	children := make([][]int, len(w.tasks))
-	for i, task := range w.tasks {
-		for _, p := range task.opts.After {
-			indegree[i]++
-			children[w.names[p]] = append(children[w.names[p]], i)
-		}
-	}
-	var order, ready []int
-	for i := range w.tasks {
-		if indegree[i] == 0 {
-			ready = append(ready, i)
-		}
-	}
-	for len(ready) > 0 {
-		i := ready[0]
-		ready = ready[1:]
-		order = append(order, i)
-		for _, c := range children[i] {
-			if indegree[c]--; indegree[c] == 0 {
-				ready = append(ready, c)
-			}
-		}
-	}
-	if len(order) < len(w.tasks) {
-		for i := range w.tasks {
-			if indegree[i] > 0 {
-				return nil, nil, &ValidationError{Index: i, Field: "after", Reason: fmt.Sprintf("task %q is in a cycle", w.tasks[i].name)}
-			}
-		}
+	order, err := w.order()
+	if err != nil {
+		return nil, nil, err
 	}
 	ins := make([]Insert, 0, len(order))
 	tags := make(map[string]workflowTag, len(order))
@@ -310,6 +266,66 @@ func (w *Workflow) plan(id string, t time.Time) ([]Insert, map[string]workflowTa
 		tags[taskID] = workflowTag{Workflow: id, WorkflowTask: task.name}
 	}
 	return ins, tags, nil
+}
+
+// check checks the workflow's id, and that its tasks are some and wait
+// for tasks of its own, each for at most MaxAfter-1 (the gate is one more).
+func (w *Workflow) check(id string) error {
+	if w.err != nil {
+		return w.err
+	}
+	if p := jobs.NameProblem(id, jobs.MaxNameBytes); p != "" {
+		return &ValidationError{Index: -1, Field: "workflow id", Reason: p}
+	}
+	if len(w.tasks) == 0 {
+		return &ValidationError{Index: -1, Field: "tasks", Reason: "a workflow needs at least one task"}
+	}
+	for i, task := range w.tasks {
+		if len(task.opts.After)+1 > MaxAfter {
+			return &ValidationError{Index: i, Field: "after", Reason: fmt.Sprintf("%d parents is over the limit of %d (one more is the workflow's gate)", len(task.opts.After), MaxAfter-1)}
+		}
+		for _, p := range task.opts.After {
+			if _, ok := w.names[p]; !ok {
+				return &ValidationError{Index: i, Field: "after", Reason: fmt.Sprintf("task %q: %q is not a task of the workflow", task.name, p)}
+			}
+		}
+	}
+	return nil
+}
+
+// order returns the tasks' indexes parents first (Kahn's algorithm, stable
+// in the order of Add), or the error naming a task in a cycle.
+func (w *Workflow) order() ([]int, error) {
+	indegree := make([]int, len(w.tasks))
+	children := make([][]int, len(w.tasks))
+	for i, task := range w.tasks {
+		for _, p := range task.opts.After {
+			indegree[i]++
+			children[w.names[p]] = append(children[w.names[p]], i)
+		}
+	}
+	var order, ready []int
+	for i := range w.tasks {
+		if indegree[i] == 0 {
+			ready = append(ready, i)
+		}
+	}
+	for len(ready) > 0 {
+		i := ready[0]
+		ready = ready[1:]
+		order = append(order, i)
+		for _, c := range children[i] {
+			if indegree[c]--; indegree[c] == 0 {
+				ready = append(ready, c)
+			}
+		}
+	}
+	for i := range w.tasks {
+		if indegree[i] > 0 {
+			return nil, &ValidationError{Index: i, Field: "after", Reason: fmt.Sprintf("task %q is in a cycle", w.tasks[i].name)}
+		}
+	}
+	return order, nil
 }
 
 // InsertWorkflow inserts the workflow w: its gate, then every task
@@ -359,54 +375,12 @@ func (c *Client) InsertWorkflow(ctx context.Context, w *Workflow) (WorkflowResul
 	if err := workflowStep(ctx, "gate"); err != nil {
 		return res, err
 	}
-	tctx := context.WithValue(ctx, workflowTagKey{}, tags)
-	results := make([]Result, 0, len(ins))
-	for lo := 0; lo < len(ins); lo += workflowChunk {
-		if lo > 0 {
-			// A long insert keeps its gate young, so that the leader's
-			// pass does not cancel a builder that is making progress; a
-			// gate cancelled meanwhile stops it.
-			r, err := c.coll.UpdateOne(ctx, gateFilter(id), bson.D{{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: c.now()}}}})
-			if err != nil {
-				return res, fmt.Errorf("queue: insert workflow %s: %w", id, err)
-			}
-			if r.MatchedCount == 0 {
-				return res, fmt.Errorf("queue: insert workflow %s: %w (while its tasks were inserted)", id, ErrWorkflowCancelled)
-			}
-		}
-		rs, err := c.EnqueueMany(tctx, ins[lo:min(lo+workflowChunk, len(ins))])
-		if err != nil {
-			return res, fmt.Errorf("queue: insert workflow %s: its tasks (it is not published; insert it again with the same id): %w", id, err)
-		}
-		results = append(results, rs...)
+	results, err := c.insertTasks(context.WithValue(ctx, workflowTagKey{}, tags), id, ins)
+	if err != nil {
+		return res, err
 	}
-	var existed bson.A
-	for i, r := range results {
-		if r.Existed {
-			existed = append(existed, ins[i].Opts.ID)
-		}
-	}
-	if len(existed) > 0 {
-		// Tasks found there: an earlier call's, which must still be
-		// waiting (one that is not was cancelled, with the workflow by
-		// the sweep, or on its own: publishing would run the others), or
-		// jobs of someone else's holding the ids, which would not be
-		// gated. Either way the workflow is not published, and its gate
-		// is cancelled, with the tasks inserted here.
-		foreign, ended, err := c.classifyFound(ctx, id, existed)
-		if err != nil {
-			return res, fmt.Errorf("queue: insert workflow %s: check its tasks found inserted: %w", id, err)
-		}
-		if foreign+ended > 0 {
-			why := fmt.Sprintf("cancelled: %d of the workflow's task ids are held by other jobs, and %d of its tasks had ended before it was published", foreign, ended)
-			if _, err := c.cancelGate(ctx, []any{id}, nil, why); err != nil {
-				return res, fmt.Errorf("queue: insert workflow %s: %s; cancelling it: %w", id, why, err)
-			}
-			if foreign > 0 {
-				return res, fmt.Errorf("queue: insert workflow %s: %w: %d of its task ids (it is cancelled)", id, ErrWorkflowIDTaken, foreign)
-			}
-			return res, fmt.Errorf("queue: insert workflow %s: %w: %d of its tasks had ended", id, ErrWorkflowCancelled, ended)
-		}
+	if err := c.checkFoundTasks(ctx, id, ins, results); err != nil {
+		return res, err
 	}
 	if err := workflowStep(ctx, "tasks"); err != nil {
 		return res, err
@@ -419,6 +393,63 @@ func (c *Client) InsertWorkflow(ctx context.Context, w *Workflow) (WorkflowResul
 	}
 	c.settleNow(ctx, id)
 	return res, nil
+}
+
+// insertTasks inserts the workflow's tasks, in chunks. A long insert keeps
+// its gate young between chunks, so that the leader's pass does not cancel
+// a builder that is making progress; a gate cancelled meanwhile stops it.
+func (c *Client) insertTasks(ctx context.Context, id string, ins []Insert) ([]Result, error) {
+	results := make([]Result, 0, len(ins))
+	for lo := 0; lo < len(ins); lo += workflowChunk {
+		if lo > 0 {
+			r, err := c.coll.UpdateOne(ctx, gateFilter(id), bson.D{{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: c.now()}}}})
+			if err != nil {
+				return nil, fmt.Errorf("queue: insert workflow %s: %w", id, err)
+			}
+			if r.MatchedCount == 0 {
+				return nil, fmt.Errorf("queue: insert workflow %s: %w (while its tasks were inserted)", id, ErrWorkflowCancelled)
+			}
+		}
+		rs, err := c.EnqueueMany(ctx, ins[lo:min(lo+workflowChunk, len(ins))])
+		if err != nil {
+			return nil, fmt.Errorf("queue: insert workflow %s: its tasks (it is not published; insert it again with the same id): %w", id, err)
+		}
+		results = append(results, rs...)
+	}
+	return results, nil
+}
+
+// checkFoundTasks checks the tasks an insert found there (results say
+// which). They are an earlier call's, which must still be waiting (one
+// that is not was cancelled, with the workflow by the sweep, or on its
+// own: publishing would run the others), or jobs of someone else's holding
+// the ids, which would not be gated. Either way the workflow is not
+// published, and its gate is cancelled, with the tasks inserted here.
+func (c *Client) checkFoundTasks(ctx context.Context, id string, ins []Insert, results []Result) error {
+	var existed bson.A
+	for i, r := range results {
+		if r.Existed {
+			existed = append(existed, ins[i].Opts.ID)
+		}
+	}
+	if len(existed) == 0 {
+		return nil
+	}
+	foreign, ended, err := c.classifyFound(ctx, id, existed)
+	if err != nil {
+		return fmt.Errorf("queue: insert workflow %s: check its tasks found inserted: %w", id, err)
+	}
+	if foreign+ended == 0 {
+		return nil
+	}
+	why := fmt.Sprintf("cancelled: %d of the workflow's task ids are held by other jobs, and %d of its tasks had ended before it was published", foreign, ended)
+	if _, err := c.cancelGate(ctx, []any{id}, nil, why); err != nil {
+		return fmt.Errorf("queue: insert workflow %s: %s; cancelling it: %w", id, why, err)
+	}
+	if foreign > 0 {
+		return fmt.Errorf("queue: insert workflow %s: %w: %d of its task ids (it is cancelled)", id, ErrWorkflowIDTaken, foreign)
+	}
+	return fmt.Errorf("queue: insert workflow %s: %w: %d of its tasks had ended", id, ErrWorkflowCancelled, ended)
 }
 
 // insertGate inserts the gate of the workflow with id, unpublished, or
