@@ -53,26 +53,57 @@ func (r *run) leaseExpiry() time.Time {
 
 // execute runs one attempt of r's job and records its outcome.
 func (w *Worker) execute(r *run) {
-	job := r.job
-	log := w.log.With(job.LogFields()...)
+	a := &attempt{r: r, log: w.log.With(r.job.LogFields()...)}
 	jobCtx, cancel := context.WithCancelCause(w.jobsCtx)
 	defer cancel(nil)
 	// The lease is renewed from the claim on, while the job waits for a
 	// run slot too.
-	stopHeartbeat := w.heartbeat(r, cancel, log)
+	stopHeartbeat := w.heartbeat(r, cancel, a.log)
 	if !w.startSlot(jobCtx, r) {
 		stopHeartbeat()
-		w.notStarted(r, context.Cause(jobCtx), log)
+		w.notStarted(r, context.Cause(jobCtx), a.log)
 		return
 	}
-
-	var observed Outcome
-	var elapsed time.Duration
-	var failure string  // the error recorded for a failed attempt
-	var again time.Time // when a retried or snoozed job runs again
-	w.obs.Started(job)
+	w.obs.Started(r.job)
 	defer w.readAhead(r)() // handoff.go
-	defer func() { w.obs.Finished(r.progress.ended(endedJob(job, observed, failure, again)), observed, elapsed) }()
+	defer func() {
+		w.obs.Finished(r.progress.ended(endedJob(r.job, a.observed, a.failure, a.again)), a.observed, a.elapsed)
+	}()
+	result, start, returned := w.runHandler(jobCtx, a)
+	stopHeartbeat()
+	if !returned {
+		a.observed, a.failure, a.again = w.giveUp(r, a.cause, a.opts.Timeout, start, result, a.log)
+		return
+	}
+	if w.writesNothing(a) {
+		return
+	}
+	w.record(a, w.outcomeWrite(a))
+}
+
+// attempt is what execute learns of one attempt as it goes, and reports.
+type attempt struct {
+	r      *run
+	log    *zap.Logger
+	opts   jobs.KindOptions
+	err    error // the handler's
+	cause  error // why the handler's context ended, if it did
+	marked atomic.Bool
+	set    jobs.ResultSlot // what the handler sets (jobs.SetResult)
+
+	elapsed  time.Duration
+	observed Outcome
+	outcome  string    // as logged
+	failure  string    // the error recorded for a failed attempt
+	again    time.Time // when a retried or snoozed job runs again
+}
+
+// runHandler runs the handler of a's job under ctx, with its kind's
+// timeout, and waits for it (await). The slots go to the next jobs as soon
+// as it returns, before the wait for a renewal in flight and the outcome's
+// write. returned is false when it did not return in time.
+func (w *Worker) runHandler(ctx context.Context, a *attempt) (result chan error, start time.Time, returned bool) {
+	job := a.r.job
 	h, opts, ok := w.reg.Lookup(job.Kind)
 	if !ok { // cannot happen: claims only match registered kinds
 		h = jobs.HandlerFunc(func(context.Context, *jobs.Job) error {
@@ -80,121 +111,129 @@ func (w *Worker) execute(r *run) {
 		})
 		opts.Timeout = jobs.DefaultTimeout
 	}
+	a.opts = opts
 	h = jobs.Wrap(h, w.cfg.Middleware...)
 	// A job the handler enqueues to run after this one marks it (queue's
 	// WithRunningJob): its dependents are then settled right after its
 	// finishing write, as those it had when claimed.
-	var marked atomic.Bool
-	var set jobs.ResultSlot // what the handler sets (jobs.SetResult)
-	ctx, cancelTimeout := context.WithTimeoutCause(jobs.WithResultSlot(queue.WithRunningJob(jobCtx, job.ID, &marked), &set), opts.Timeout, ErrTimeout)
-	ctx = jobs.WithProgressReporter(ctx, w.reportProgress(r))
+	ctx, cancelTimeout := context.WithTimeoutCause(jobs.WithResultSlot(queue.WithRunningJob(ctx, job.ID, &a.marked), &a.set), opts.Timeout, ErrTimeout)
+	ctx = jobs.WithProgressReporter(ctx, w.reportProgress(a.r))
 	defer cancelTimeout()
 
-	log.Info("job started")
+	a.log.Info("job started")
 	w.inHandler.Add(1)
-	start := time.Now()
-	result := make(chan error, 1)
-	go func() { result <- w.call(ctx, h, job, log) }()
-	err, returned := w.await(ctx, result)
-	elapsed = time.Since(start)
+	start = time.Now()
+	result = make(chan error, 1)
+	go func() { result <- w.call(ctx, h, job, a.log) }()
+	a.err, returned = w.await(ctx, result)
+	a.elapsed = time.Since(start)
 	w.inHandler.Add(-1)
-	w.handler.observe(elapsed)
-	// The slots go to the next jobs now, before the wait for a renewal in
-	// flight and the outcome's write.
-	w.freeSlots(r)
-	cause := context.Cause(ctx)
-	stopHeartbeat()
-	if !returned {
-		observed, failure, again = w.giveUp(r, cause, opts.Timeout, start, result, log)
-		return
-	}
+	w.handler.observe(a.elapsed)
+	w.freeSlots(a.r)
+	a.cause = context.Cause(ctx)
+	return result, start, returned
+}
 
-	r.mu.Lock()
-	lost := r.lost
-	r.mu.Unlock()
+// writesNothing reports whether the attempt ended without its lease: lost
+// to another worker or the reaper, or released at shutdown.
+func (w *Worker) writesNothing(a *attempt) bool {
+	a.r.mu.Lock()
+	lost := a.r.lost
+	a.r.mu.Unlock()
 	if lost {
-		observed = OutcomeLeaseLost
-		log.Warn("job ended after its lease was lost; writing nothing",
-			zap.Duration("duration", elapsed), zap.NamedError("handler_error", err))
-		return
+		a.observed = OutcomeLeaseLost
+		a.log.Warn("job ended after its lease was lost; writing nothing",
+			zap.Duration("duration", a.elapsed), zap.NamedError("handler_error", a.err))
+		return true
 	}
-	if !r.settle() {
-		observed = OutcomeReleased
-		log.Warn("job ended after its lease was released at shutdown; writing nothing", zap.Duration("duration", elapsed))
-		return
+	if !a.r.settle() {
+		a.observed = OutcomeReleased
+		a.log.Warn("job ended after its lease was released at shutdown; writing nothing", zap.Duration("duration", a.elapsed))
+		return true
 	}
+	return false
+}
 
-	var outcome string
-	var write func(context.Context) error
+// outcomeWrite returns the write that records the attempt's outcome, from
+// the handler's error and why its context ended; it sets what execute
+// reports of the outcome.
+func (w *Worker) outcomeWrite(a *attempt) func(context.Context) error {
+	r, job, err, cause := a.r, a.r.job, a.err, a.cause
 	var snooze *jobs.SnoozeError
 	var cancelled *jobs.CancelError
 	switch {
 	case err == nil:
-		outcome, observed = "succeeded", OutcomeSucceeded
-		write = w.completeWrite(r, set.Result) // handoff.go
+		a.outcome, a.observed = "succeeded", OutcomeSucceeded
+		return w.completeWrite(r, a.set.Result) // handoff.go
 	case errors.As(err, &cancelled):
 		// The handler's own decision, whatever ended its context.
-		outcome, observed = "cancelled by its handler", OutcomeCancelled
-		failure = cancelled.Error()
-		write = func(ctx context.Context) error { return w.q.Cancelled(ctx, r.lease, job, cancelled.Error()) }
+		a.outcome, a.observed = "cancelled by its handler", OutcomeCancelled
+		a.failure = cancelled.Error()
+		return func(ctx context.Context) error { return w.q.Cancelled(ctx, r.lease, job, cancelled.Error()) }
 	case errors.As(err, &snooze) && !errors.Is(cause, jobs.ErrCancelled):
 		// At shutdown too: a snooze gives the job back as a release does.
-		write = func(ctx context.Context) error {
+		return func(ctx context.Context) error {
 			state, runAt, serr := w.snooze(ctx, r.lease, job, snooze.Duration)
-			outcome, observed, again = "snoozed for "+snooze.Duration.String(), OutcomeSnoozed, runAt
+			a.outcome, a.observed, a.again = "snoozed for "+snooze.Duration.String(), OutcomeSnoozed, runAt
 			if state == jobs.StateCancelled {
-				outcome, observed = "cancelled (requested while it ran) instead of snoozed", OutcomeCancelled
+				a.outcome, a.observed = "cancelled (requested while it ran) instead of snoozed", OutcomeCancelled
 			}
 			return serr
 		}
 	case errors.Is(cause, ErrShutdown):
-		outcome, observed = "released", OutcomeReleased
-		write = func(ctx context.Context) error { return w.q.Release(ctx, r.lease) }
+		a.outcome, a.observed = "released", OutcomeReleased
+		return func(ctx context.Context) error { return w.q.Release(ctx, r.lease) }
 	case errors.Is(cause, jobs.ErrCancelled):
-		outcome, observed = "cancelled", OutcomeCancelled
-		write = func(ctx context.Context) error {
+		a.outcome, a.observed = "cancelled", OutcomeCancelled
+		return func(ctx context.Context) error {
 			return w.q.Cancelled(ctx, r.lease, job, fmt.Sprintf("cancelled while running: %v", err))
 		}
-	default:
-		if errors.Is(cause, ErrTimeout) {
-			err = fmt.Errorf("timed out after %s: %w", opts.Timeout, err)
-		}
-		failure = err.Error()
-		write = func(ctx context.Context) error {
-			f, ferr := w.q.Fail(ctx, r.lease, job, err)
-			outcome, observed, again = "failed, "+string(f.State), failOutcome(f.State), f.RunAt
-			if f.State == jobs.StateAvailable {
-				outcome += " again at " + f.RunAt.Format(time.RFC3339Nano)
-			}
-			return ferr
-		}
 	}
-	werr := w.persist(r, write, log)
+	if errors.Is(cause, ErrTimeout) {
+		err = fmt.Errorf("timed out after %s: %w", a.opts.Timeout, err)
+		a.err = err
+	}
+	a.failure = err.Error()
+	return func(ctx context.Context) error {
+		f, ferr := w.q.Fail(ctx, r.lease, job, err)
+		a.outcome, a.observed, a.again = "failed, "+string(f.State), failOutcome(f.State), f.RunAt
+		if f.State == jobs.StateAvailable {
+			a.outcome += " again at " + f.RunAt.Format(time.RFC3339Nano)
+		}
+		return ferr
+	}
+}
+
+// record writes the attempt's outcome with write (persist), logs what
+// became of it, and settles the job's dependents once it is written.
+func (w *Worker) record(a *attempt, write func(context.Context) error) {
+	job := a.r.job
+	werr := w.persist(a.r, write, a.log)
 	if werr == nil {
 		w.q.RunEnded(job.ID) // its run slots, if any, go to the next claim
 	}
-	fields := []zap.Field{zap.Duration("duration", elapsed), zap.String("outcome", outcome)}
-	if err != nil {
-		fields = append(fields, zap.NamedError("handler_error", err))
+	fields := []zap.Field{zap.Duration("duration", a.elapsed), zap.String("outcome", a.outcome)}
+	if a.err != nil {
+		fields = append(fields, zap.NamedError("handler_error", a.err))
 	}
 	switch {
 	case werr == nil:
-		log.Info("job finished", fields...)
-		if job.Dependents || marked.Load() {
-			w.settleDependents(job.ID, log)
+		a.log.Info("job finished", fields...)
+		if job.Dependents || a.marked.Load() {
+			w.settleDependents(job.ID, a.log)
 		}
 	case errors.Is(werr, jobs.ErrLeaseLost):
-		observed = OutcomeLeaseLost
+		a.observed = OutcomeLeaseLost
 		w.obs.LeaseLost(job)
-		log.Warn("job finished but its lease was lost; wrote nothing", append(fields, zap.Error(werr))...)
+		a.log.Warn("job finished but its lease was lost; wrote nothing", append(fields, zap.Error(werr))...)
 	case errors.Is(werr, queue.ErrOutcomeUnknown):
 		// The write may have been applied: only reading it back failed.
-		observed = OutcomeUnrecorded
-		log.Error("job finished but whether its outcome was recorded is not known (reading it back failed until the lease expired); if it was not, the reaper re-queues the job",
+		a.observed = OutcomeUnrecorded
+		a.log.Error("job finished but whether its outcome was recorded is not known (reading it back failed until the lease expired); if it was not, the reaper re-queues the job",
 			append(fields, zap.Error(werr))...)
 	default:
-		observed = OutcomeUnrecorded
-		log.Error("job finished but its outcome could not be recorded before the lease expired; the reaper will re-queue it",
+		a.observed = OutcomeUnrecorded
+		a.log.Error("job finished but its outcome could not be recorded before the lease expired; the reaper will re-queue it",
 			append(fields, zap.Error(werr))...)
 	}
 }
