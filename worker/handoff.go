@@ -224,6 +224,35 @@ func (w *Worker) completeWrite(r *run, result func() bson.Raw) func(context.Cont
 	}
 }
 
+// handOnFreed hands the run slots of job id, completed while its
+// successor had been taken, to another successor read ahead: the slot is
+// free, and one more stamp still costs less than the claim's read and
+// stamp. It tries handOnTries of them, and returns the one claimed, if
+// any; params.Token is the last one tried's.
+func (w *Worker) handOnFreed(ctx context.Context, id string, k successorKey, params *store.ClaimParams) *jobs.Job {
+	w.ahead.missed.Add(1)
+	for range handOnTries {
+		next := w.takeSuccessor(k)
+		if next == nil {
+			break
+		}
+		params.Token = uuid.NewString()
+		got, err := w.q.HandOnFreed(ctx, id, next, *params)
+		if got != nil {
+			return got
+		}
+		if err != nil {
+			if !errors.Is(err, store.ErrNoHandoff) {
+				w.giveBackSuccessor(params.Token)
+			}
+			break
+		}
+		w.ahead.missed.Add(1)
+	}
+	w.missedSuccessor(k)
+	return nil
+}
+
 // handOff completes r's job handing its run slots to a successor read
 // ahead, and starts the successor claimed so. sent is false when no
 // hand-off was sent: the caller completes as usual. The error is the
@@ -264,29 +293,7 @@ func (w *Worker) handOff(ctx context.Context, r *run) (err error, sent bool) {
 		return nil, false
 	}
 	if got == nil && err == nil {
-		// Completed, and the successor had been taken: the slot is
-		// free, and one more stamp of another successor read ahead
-		// still costs less than the claim's read and stamp.
-		w.ahead.missed.Add(1)
-		for range handOnTries {
-			next := w.takeSuccessor(k)
-			if next == nil {
-				break
-			}
-			params.Token = uuid.NewString()
-			var herr error
-			got, herr = w.q.HandOnFreed(ctx, job.ID, next, params)
-			if got != nil || herr != nil {
-				if herr != nil && !errors.Is(herr, store.ErrNoHandoff) {
-					w.giveBackSuccessor(params.Token)
-				}
-				break
-			}
-			w.ahead.missed.Add(1)
-		}
-		if got == nil {
-			w.missedSuccessor(k)
-		}
+		got = w.handOnFreed(ctx, job.ID, k, &params)
 	}
 	if got == nil {
 		if err != nil && !errors.Is(err, jobs.ErrLeaseLost) && !errors.Is(err, store.ErrOutcomeUnknown) {
