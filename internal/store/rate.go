@@ -258,6 +258,11 @@ type rateCache struct {
 	// found the rate reserved by another process since it read it (see
 	// reserve).
 	lost map[string]int
+	// full reports, by rate name, that the last claim under it used every
+	// start it reserved: the next waits for a batch (ratebatch.go).
+	full map[string]bool
+	// underRates reports that a rate applied to the last claim.
+	underRates bool
 	// afterReserve, when set (by tests), runs after a reservation the
 	// server applied; its error is taken as the write's (a lost reply).
 	afterReserve func() error
@@ -585,7 +590,7 @@ func (c *Store) claimUnderRates(ctx context.Context, p ClaimParams, k int) (clai
 	rc := c.rates
 	rc.mu.Lock()
 	cells, rest, ok := rc.plan(p)
-	rc.next = time.Time{}
+	rc.next, rc.underRates = time.Time{}, ok
 	rc.mu.Unlock()
 	if !ok {
 		return c.claimUnderLimits(ctx, p, k)
@@ -723,6 +728,7 @@ func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 	if len(claimed) < n {
 		giveBack(len(claimed))
 	}
+	c.rates.noteFull(plain, len(claimed) == n)
 	return claimed, nil
 }
 
@@ -751,6 +757,11 @@ func (c *Store) lateUnderRate(ctx context.Context, names []string, t time.Time, 
 // (by an operator, within LimitRefresh or across a stall) is read again.
 func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (int, Rate, time.Time, error) {
 	rc := c.rates
+	if rc.lostLast(name) { // likely stale: read before writing (ratebatch.go)
+		if err := c.readRate(ctx, name); err != nil {
+			return 0, Rate{}, time.Time{}, err
+		}
+	}
 	for range rateReserveTries {
 		rc.mu.Lock()
 		s := rc.rates[name]
@@ -765,12 +776,12 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 			// partitions', which the next claim reserves.
 			return 0, Rate{}, time.Time{}, nil
 		}
+		g := st.rate.gcra()
 		n := min(k, st.avail(t))
-		if n == 0 {
-			rc.noteNext(st.nextStart(t).Add(rc.yield(name, st.rate)))
+		if want := rc.batch(name, st.rate, k); n < want {
+			rc.noteNext(g.startsAt(st.tat, t, want).Add(rc.yield(name, st.rate)))
 			return 0, Rate{}, time.Time{}, nil
 		}
-		g := st.rate.gcra()
 		tat := g.take(st.tat, t, n)
 		set := bson.D{{Key: "tat", Value: tat}, {Key: "tNs", Value: int64(g.t)}}
 		update := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}}
