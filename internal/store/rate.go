@@ -783,11 +783,7 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 			return 0, Rate{}, time.Time{}, nil
 		}
 		tat := g.take(st.tat, t, n)
-		set := bson.D{{Key: "tat", Value: tat}, {Key: "tNs", Value: int64(g.t)}}
-		update := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}}
-		if st.badStarts { // $inc would fail every claim: count afresh
-			update = bson.D{{Key: "$set", Value: append(set, bson.E{Key: "starts", Value: n})}}
-		}
+		update := reservationUpdate(g, tat, n, st.badStarts)
 		res, err := c.ratesColl().UpdateOne(ctx, rateFilter(name, st.rate, st.raw), update)
 		if err == nil && rc.afterReserve != nil {
 			err = rc.afterReserve()
@@ -818,6 +814,18 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		}
 	}
 	return 0, Rate{}, time.Time{}, nil
+}
+
+// reservationUpdate is the update of a rate's or a partition's document
+// that takes n starts under g: it sets tat (and the interval it is in,
+// tNs, and extra) and counts the starts, afresh when badStarts (starts is
+// stored but not a number, so that $inc would fail every claim).
+func reservationUpdate(g gcra, tat time.Time, n int, badStarts bool, extra ...bson.E) bson.D {
+	set := append(bson.D{{Key: "tat", Value: tat}, {Key: "tNs", Value: int64(g.t)}}, extra...)
+	if badStarts {
+		return bson.D{{Key: "$set", Value: append(set, bson.E{Key: "starts", Value: n})}}
+	}
+	return bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}}
 }
 
 // rateFilter matches the document of rate name while it holds rate r and
