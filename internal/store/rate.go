@@ -757,7 +757,7 @@ func (c *Store) lateUnderRate(ctx context.Context, names []string, t time.Time, 
 // (by an operator, within LimitRefresh or across a stall) is read again.
 func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (int, Rate, time.Time, error) {
 	rc := c.rates
-	if rc.lostLast(name) { // likely stale: read before writing (ratebatch.go)
+	if rc.readFirst(name) { // likely stale: read before writing (ratebatch.go)
 		if err := c.readRate(ctx, name); err != nil {
 			return 0, Rate{}, time.Time{}, err
 		}

@@ -20,10 +20,10 @@ import "time"
 // Waiting changes when starts are made, never how many: every
 // reservation is still GCRA's, and the bounds are unchanged.
 //
-// And a process whose last reservation of a rate lost (another process
-// reserved since it read it) reads the rate before it tries again, rather
-// than sending a write it is likely to lose and then reading: a loser
-// that finds the round taken pays one command, not two.
+// And a process whose last reservation of a rate with a burst lost
+// (another process reserved since it read it) reads the rate before it
+// tries again, rather than sending a write it is likely to lose and then
+// reading: a loser that finds the round taken pays one command, not two.
 
 // maxRateBatchWait bounds how long a start under a rate is held back to be
 // reserved with others.
@@ -57,12 +57,17 @@ func (rc *rateCache) noteFull(names []string, full bool) {
 	}
 }
 
-// lostLast reports whether this client's last reservation of rate name
-// lost it to another process.
-func (rc *rateCache) lostLast(name string) bool {
+// readFirst reports whether a reservation of rate name reads it before
+// its write: when this client's last reservation of it lost to another
+// process, and the rate has a burst, so that the loser waits past the
+// winner's next try (yield) and likely finds the round taken. (Under a
+// burst of 1 every process tries at the same instant, and a read first
+// would only add to the refused write and the read after it.)
+func (rc *rateCache) readFirst(name string) bool {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	return rc.lost[name] > 0
+	s := rc.rates[name]
+	return rc.lost[name] > 0 && s != nil && s.rate.burst() > 1
 }
 
 // UnderRates reports whether a rate limit applied to this client's last
