@@ -59,7 +59,8 @@ import (
 //
 // A claim leaves out a kind or queue whose rate allows no start now, as
 // last read, until its next start is allowed (NextRateStart tells a worker
-// when), so a rate that binds costs no claim a read of its jobs.
+// when), so a rate that binds costs no claim a read of its jobs. Under a
+// backlog it waits for a few starts at once (ratebatch.go).
 
 // RateStartLag bounds how long after its reservation a job of a rate
 // limit may be claimed: a claim answered later gives its jobs of the rate
