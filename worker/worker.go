@@ -372,9 +372,10 @@ func (w *Worker) claimSlots(sizer *claimSizer, room, target int) int {
 		// bounds what the next claim gets: waiting for more slots to
 		// free would only delay it.
 		size = claimFree
-	case size == claimOne && w.cfg.ClaimBatch > 1 && w.q.UnderLimits():
+	case size == claimOne && w.cfg.ClaimBatch > 1 && (w.q.UnderLimits() || w.q.UnderRates()):
 		// Under a limit a claim of one job costs a read and a write,
-		// as a batch does: claim for the slots free now.
+		// as a batch does, and under a rate the starts it allows decide
+		// how many it gets: claim for the slots free now.
 		size = claimFree
 	}
 	switch size {

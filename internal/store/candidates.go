@@ -275,24 +275,42 @@ func (cc *candidateCache) take(p ClaimParams, n int) ([]candidate, uint64) {
 		cc.cands = nil
 		return nil, 0
 	}
+	if !cc.covers(p) {
+		return nil, 0
+	}
+	out := cc.remove(cc.pick(p, n))
+	if len(out) > 0 {
+		cc.hits++
+	}
+	return out, cc.gen
+}
+
+// covers reports whether the cache's read covered p's kinds, queues and
+// skipped partitions. cc.mu is held.
+func (cc *candidateCache) covers(p ClaimParams) bool {
 	for _, k := range p.Kinds {
 		if !cc.kinds[k] {
-			return nil, 0
+			return false
 		}
 	}
 	for _, q := range p.Queues {
 		if !cc.queues[q] {
-			return nil, 0
+			return false
 		}
 	}
-	if len(cc.skips) > 0 {
-		now := skipKeys(p.skip)
-		for s := range cc.skips {
-			if !now[s] {
-				return nil, 0 // a partition full then may not be now
-			}
+	now := skipKeys(p.skip)
+	for s := range cc.skips {
+		if !now[s] {
+			return false // a partition full then may not be now
 		}
 	}
+	return true
+}
+
+// pick returns the indexes, in order, of up to n cached candidates of p's
+// kinds and queues: the first, or with p.Spread n at random among the
+// first run of one priority. cc.mu is held.
+func (cc *candidateCache) pick(p ClaimParams, n int) []int {
 	var match []int
 	for i, cd := range cc.cands {
 		if slices.Contains(p.Kinds, cd.job.Kind) && slices.Contains(p.Queues, cd.job.Queue) {
@@ -309,6 +327,12 @@ func (cc *candidateCache) take(p ClaimParams, n int) ([]candidate, uint64) {
 			slices.Sort(picked)
 		}
 	}
+	return picked
+}
+
+// remove takes the candidates at picked (sorted indexes) out of the cache
+// and returns them, noting them sent. cc.mu is held.
+func (cc *candidateCache) remove(picked []int) []candidate {
 	var out []candidate
 	keep := cc.cands[:0:0]
 	next := 0
@@ -324,10 +348,7 @@ func (cc *candidateCache) take(p ClaimParams, n int) ([]candidate, uint64) {
 		keep = append(keep, cd)
 	}
 	cc.cands = keep
-	if len(out) > 0 {
-		cc.hits++
-	}
-	return out, cc.gen
+	return out
 }
 
 // putBack returns to the cache candidates taken from fill gen that were

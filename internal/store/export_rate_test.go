@@ -48,3 +48,16 @@ func RateYield(c *Store, name string, r Rate, losses int) time.Duration {
 	c.rates.mu.Unlock()
 	return c.rates.yield(name, r)
 }
+
+// ModelRate is the reference model of a rate (modelRate, gcra_test.go),
+// for the tests that check the store against it.
+type ModelRate struct{ m *modelRate }
+
+// NewModelRate is the model of r with nothing taken.
+func NewModelRate(r Rate) ModelRate {
+	g := r.gcra()
+	return ModelRate{&modelRate{t: g.t, burst: g.burst}}
+}
+
+// Reserve takes up to k starts at t and returns how many.
+func (m ModelRate) Reserve(t time.Time, k int) int { return m.m.reserve(t, k) }

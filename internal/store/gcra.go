@@ -81,11 +81,16 @@ func (g gcra) used(tat, t time.Time) (int, time.Time) {
 
 // nextStart is when tat allows one start, seen at t: tat - (burst-1)·T,
 // or t when that has passed.
-func (g gcra) nextStart(tat, t time.Time) time.Time {
+func (g gcra) nextStart(tat, t time.Time) time.Time { return g.startsAt(tat, t, 1) }
+
+// startsAt is when tat allows k starts at once (k from 1 to burst), seen
+// at t: tat - (burst-k)·T, or t when that has passed.
+func (g gcra) startsAt(tat, t time.Time, k int) time.Time {
+	kt := time.Duration(k) * g.t
 	if ahead(tat, t) == MaxRateWindow { // another application's tat, far off
-		return t.Add(MaxRateWindow - g.window() + g.t)
+		return t.Add(MaxRateWindow - g.window() + kt)
 	}
-	if next := tat.Add(g.t - g.window()); next.After(t) {
+	if next := tat.Add(kt - g.window()); next.After(t) {
 		return next
 	}
 	return t

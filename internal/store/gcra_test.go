@@ -196,3 +196,22 @@ func TestGCRABounds(t *testing.T) {
 	_, err = ParseRate("1/8785h")
 	require.ErrorContains(t, err, "longer than")
 }
+
+// TestGCRAStartsAt: over random rates and states, startsAt(k) is the
+// first millisecond at which k starts are allowed: avail is k or more
+// then, and less just before (unless it is t itself).
+func TestGCRAStartsAt(t *testing.T) {
+	for seed := range uint64(400) {
+		rng := rand.New(rand.NewPCG(seed, 36))
+		g := randomRate(rng).gcra()
+		now := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+		tat := ceilMs(now.Add(time.Duration(rng.Int64N(int64(g.window())) + 1)))
+		k := 1 + rng.IntN(g.burst)
+		at := g.startsAt(tat, now, k)
+		require.GreaterOrEqual(t, g.avail(tat, at), k, "seed %d: %d allowed at startsAt", seed, k)
+		if at.After(now) {
+			require.Less(t, g.avail(tat, at.Add(-time.Nanosecond)), k, "seed %d: not before", seed)
+		}
+		require.Equal(t, g.nextStart(tat, now), g.startsAt(tat, now, 1), "seed %d", seed)
+	}
+}

@@ -180,43 +180,58 @@ func (s *Store) refreshForHandoff(ctx context.Context, p ClaimParams, kind, queu
 // limits, rates and paused queues fresh and agreeing, the views of the
 // limits trusted.
 func (s *Store) handoffSlots(jobID, kind, queue string) (bson.D, bool) {
-	if s.Rated(kind, queue) {
+	if s.Rated(kind, queue) || !s.pausesTrusted(queue) {
 		return nil, false
 	}
+	names, setAt, ok := s.handoffLimits(kind, queue)
+	if !ok {
+		return nil, false
+	}
+	return s.limits.loads.heldSlots(jobID, kind, queue, names, setAt)
+}
+
+// pausesTrusted reports whether the paused queues, as last read, are
+// trusted and queue is not among them.
+func (s *Store) pausesTrusted(queue string) bool {
 	p := s.pauses
 	p.mu.Lock()
-	paused := p.readAt.IsZero() || time.Since(p.readAt) >= trusted(p.refresh, p.took) || p.paused[queue]
-	p.mu.Unlock()
-	if paused {
-		return nil, false
-	}
+	defer p.mu.Unlock()
+	return !p.readAt.IsZero() && time.Since(p.readAt) < trusted(p.refresh, p.took) && !p.paused[queue]
+}
+
+// handoffLimits returns the limits (name → limit) on kind and queue, as
+// last read, and when each was set; ok is false when that read is no
+// longer trusted, or a partition limit applies (see ReadSuccessors).
+func (s *Store) handoffLimits(kind, queue string) (names map[string]int, setAt map[string]time.Time, ok bool) {
 	l := s.limits
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.readAt.IsZero() || time.Since(l.readAt) >= trusted(l.refresh, l.took) {
-		l.mu.Unlock()
-		return nil, false
+		return nil, nil, false
 	}
 	if l.parts != nil {
 		if _, ok := l.parts.kinds[kind]; ok {
-			l.mu.Unlock()
-			return nil, false // partitioned: see ReadSuccessors
+			return nil, nil, false
 		}
 		if _, ok := l.parts.queues[queue]; ok {
-			l.mu.Unlock()
-			return nil, false
+			return nil, nil, false
 		}
 	}
-	names := map[string]int{}
+	names = map[string]int{}
 	if n, ok := l.kinds[kind]; ok {
 		names[KindLimit(kind)] = n
 	}
 	if n, ok := l.queues[queue]; ok {
 		names[QueueLimit(queue)] = n
 	}
-	setAt := l.setAt
-	l.mu.Unlock()
+	return names, l.setAt, true
+}
 
-	r := s.limits.loads
+// heldSlots returns the slot fields of the run slots jobID holds under
+// names (limit name → limit, set at setAt) for a successor of kind in
+// queue: false when it holds another set, one of them is over its limit,
+// or a view of the slots held is not trusted.
+func (r *runLoads) heldSlots(jobID, kind, queue string, names map[string]int, setAt map[string]time.Time) (bson.D, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	hs := r.holders[jobID]

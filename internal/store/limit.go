@@ -721,10 +721,47 @@ func popSlot(free map[string][]int, key string) int {
 // Unless every update matched, the jobs stamped are read back by the
 // claim's token. It returns the jobs it claimed.
 func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) ([]*jobs.Job, error) {
-	var models []mongo.WriteModel
-	var sent []*jobs.Job
-	stamped := map[string]bson.D{}
 	before := s.snapshot()
+	models, sent, stamped := limitedStamps(p, t, block, asRead, s)
+	if len(models) == 0 {
+		return nil, nil
+	}
+	res, err := c.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	if err == nil && c.afterStamp != nil {
+		err = c.afterStamp()
+	}
+	switch {
+	case err == nil && res.MatchedCount == int64(len(models)):
+		for _, j := range sent {
+			stampClaim(j, p, t, p.Token)
+		}
+		c.limits.loads.noteTaken(stamped)
+		return sent, nil
+	case err == nil && res.MatchedCount == 0:
+		// All taken meanwhile: no write was made, so the slots they were
+		// given are still free, for the claim's next block.
+		sent := s.sent
+		s.restore(before)
+		s.sent = sent
+		return nil, nil
+	}
+	if err := c.stampRefused(ctx, p, t, err, len(models)); err != nil {
+		return nil, err
+	}
+	claimed, err := c.readBack(ctx, sent, p.Token)
+	got := map[string]bson.D{}
+	for _, j := range claimed {
+		got[j.ID] = stamped[j.ID]
+	}
+	c.limits.loads.noteTaken(got)
+	return claimed, err
+}
+
+// limitedStamps are the updates of stampLimited: one per job of block
+// whose limits have free slots in s, fenced on the job as read, with the
+// jobs sent and the slot fields each was given.
+func limitedStamps(p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) (models []mongo.WriteModel, sent []*jobs.Job, stamped map[string]bson.D) {
+	stamped = map[string]bson.D{}
 	for _, i := range stampOrder(p, block) {
 		j := block[i]
 		set, ok := s.take(j.Kind, j.Queue, j.Args)
@@ -740,30 +777,17 @@ func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, bl
 		models = append(models, mongo.NewUpdateOneModel().SetFilter(match).SetUpdate(update))
 		sent = append(sent, j)
 	}
-	if len(models) == 0 {
-		return nil, nil
-	}
-	res, err := c.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
-	if err == nil && c.afterStamp != nil {
-		err = c.afterStamp()
-	}
+	return models, sent, stamped
+}
+
+// stampRefused handles what stampLimited's n updates answered when not
+// every one matched: err nil (jobs taken meanwhile matched nothing) or
+// some refused; then the stamped jobs are read back. An error is a reply
+// lost: the jobs carry the token, and the caller's ReleaseClaim gives them
+// back.
+func (c *Store) stampRefused(ctx context.Context, p ClaimParams, t time.Time, err error, n int) error {
 	var bwe mongo.BulkWriteException
 	switch {
-	case err == nil && res.MatchedCount == int64(len(models)):
-		for _, j := range sent {
-			stampClaim(j, p, t, p.Token)
-		}
-		c.limits.loads.noteTaken(stamped)
-		return sent, nil
-	}
-	switch {
-	case err == nil && res.MatchedCount == 0:
-		// All taken meanwhile: no write was made, so the slots they were
-		// given are still free, for the claim's next block.
-		sent := s.sent
-		s.restore(before)
-		s.sent = sent
-		return nil, nil
 	case err == nil: // jobs taken meanwhile: they matched nothing
 	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0:
 		// Answered: some updates were refused, a slot taken meanwhile
@@ -786,18 +810,10 @@ func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, bl
 		// and the read-back finds them.
 		c.limits.loads.forget()
 	default:
-		// Maybe applied with its reply lost: the jobs carry the token, and
-		// the caller's ReleaseClaim gives them back.
 		c.limits.loads.forget()
-		return nil, fmt.Errorf("queue: claim %d jobs under their limits: %w", len(models), err)
+		return fmt.Errorf("queue: claim %d jobs under their limits: %w", n, err)
 	}
-	claimed, err := c.readBack(ctx, sent, p.Token)
-	got := map[string]bson.D{}
-	for _, j := range claimed {
-		got[j.ID] = stamped[j.ID]
-	}
-	c.limits.loads.noteTaken(got)
-	return claimed, err
+	return nil
 }
 
 // claimUnderLimits is a claim of up to k jobs (Claim: 1) by p when limits

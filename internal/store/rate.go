@@ -59,7 +59,8 @@ import (
 //
 // A claim leaves out a kind or queue whose rate allows no start now, as
 // last read, until its next start is allowed (NextRateStart tells a worker
-// when), so a rate that binds costs no claim a read of its jobs.
+// when), so a rate that binds costs no claim a read of its jobs. Under a
+// backlog it waits for a few starts at once (ratebatch.go).
 
 // RateStartLag bounds how long after its reservation a job of a rate
 // limit may be claimed: a claim answered later gives its jobs of the rate
@@ -258,6 +259,11 @@ type rateCache struct {
 	// found the rate reserved by another process since it read it (see
 	// reserve).
 	lost map[string]int
+	// full reports, by rate name, that the last claim under it used every
+	// start it reserved: the next waits for a batch (ratebatch.go).
+	full map[string]bool
+	// underRates reports that a rate applied to the last claim.
+	underRates bool
 	// afterReserve, when set (by tests), runs after a reservation the
 	// server applied; its error is taken as the write's (a lost reply).
 	afterReserve func() error
@@ -585,7 +591,7 @@ func (c *Store) claimUnderRates(ctx context.Context, p ClaimParams, k int) (clai
 	rc := c.rates
 	rc.mu.Lock()
 	cells, rest, ok := rc.plan(p)
-	rc.next = time.Time{}
+	rc.next, rc.underRates = time.Time{}, ok
 	rc.mu.Unlock()
 	if !ok {
 		return c.claimUnderLimits(ctx, p, k)
@@ -723,6 +729,7 @@ func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 	if len(claimed) < n {
 		giveBack(len(claimed))
 	}
+	c.rates.noteFull(plain, len(claimed) == n)
 	return claimed, nil
 }
 
@@ -751,6 +758,11 @@ func (c *Store) lateUnderRate(ctx context.Context, names []string, t time.Time, 
 // (by an operator, within LimitRefresh or across a stall) is read again.
 func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (int, Rate, time.Time, error) {
 	rc := c.rates
+	if rc.readFirst(name) { // likely stale: read before writing (ratebatch.go)
+		if err := c.readRate(ctx, name); err != nil {
+			return 0, Rate{}, time.Time{}, err
+		}
+	}
 	for range rateReserveTries {
 		rc.mu.Lock()
 		s := rc.rates[name]
@@ -765,18 +777,14 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 			// partitions', which the next claim reserves.
 			return 0, Rate{}, time.Time{}, nil
 		}
+		g := st.rate.gcra()
 		n := min(k, st.avail(t))
-		if n == 0 {
-			rc.noteNext(st.nextStart(t).Add(rc.yield(name, st.rate)))
+		if want := rc.batch(name, st.rate, k); n < want {
+			rc.noteNext(g.startsAt(st.tat, t, want).Add(rc.yield(name, st.rate)))
 			return 0, Rate{}, time.Time{}, nil
 		}
-		g := st.rate.gcra()
 		tat := g.take(st.tat, t, n)
-		set := bson.D{{Key: "tat", Value: tat}, {Key: "tNs", Value: int64(g.t)}}
-		update := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}}
-		if st.badStarts { // $inc would fail every claim: count afresh
-			update = bson.D{{Key: "$set", Value: append(set, bson.E{Key: "starts", Value: n})}}
-		}
+		update := reservationUpdate(g, tat, n, st.badStarts)
 		res, err := c.ratesColl().UpdateOne(ctx, rateFilter(name, st.rate, st.raw), update)
 		if err == nil && rc.afterReserve != nil {
 			err = rc.afterReserve()
@@ -807,6 +815,18 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		}
 	}
 	return 0, Rate{}, time.Time{}, nil
+}
+
+// reservationUpdate is the update of a rate's or a partition's document
+// that takes n starts under g: it sets tat (and the interval it is in,
+// tNs, and extra) and counts the starts, afresh when badStarts (starts is
+// stored but not a number, so that $inc would fail every claim).
+func reservationUpdate(g gcra, tat time.Time, n int, badStarts bool, extra ...bson.E) bson.D {
+	set := append(bson.D{{Key: "tat", Value: tat}, {Key: "tNs", Value: int64(g.t)}}, extra...)
+	if badStarts {
+		return bson.D{{Key: "$set", Value: append(set, bson.E{Key: "starts", Value: n})}}
+	}
+	return bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}}
 }
 
 // rateFilter matches the document of rate name while it holds rate r and

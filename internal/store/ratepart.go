@@ -677,8 +677,24 @@ func (c *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, i
 // a reply lost: what it reserved counts as taken.
 func (c *Store) reserveParts(ctx context.Context, parts []*ratePart, t time.Time) error {
 	nonce := uuid.NewString()
-	var updates []mongo.WriteModel
-	var inserts []any
+	updates, inserts := partReservations(parts, t, nonce)
+	sure, err := c.applyPartReservations(ctx, updates, inserts)
+	if err != nil {
+		return err
+	}
+	if !sure {
+		return c.readBackReserved(ctx, parts, nonce)
+	}
+	for _, rp := range parts {
+		rp.reserved = true
+	}
+	return nil
+}
+
+// partReservations are the writes that reserve the starts of parts at t
+// under nonce: an update fenced on the tat read of each that had a
+// document, an insert of each that had none.
+func partReservations(parts []*ratePart, t time.Time, nonce string) (updates []mongo.WriteModel, inserts []any) {
 	for _, rp := range parts {
 		g := rp.rate.gcra()
 		rp.newTat, rp.res = g.take(rp.tat, t, rp.take), nonce
@@ -686,15 +702,18 @@ func (c *Store) reserveParts(ctx context.Context, parts []*ratePart, t time.Time
 			inserts = append(inserts, bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: rp.newTat}, {Key: "tNs", Value: int64(g.t)}, {Key: "starts", Value: rp.take}, {Key: "res", Value: nonce}})
 			continue
 		}
-		set := bson.D{{Key: "tat", Value: rp.newTat}, {Key: "tNs", Value: int64(g.t)}, {Key: "res", Value: nonce}}
-		update := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: rp.take}}}}
-		if rp.badStarts { // $inc would fail: count afresh
-			update = bson.D{{Key: "$set", Value: append(set, bson.E{Key: "starts", Value: rp.take})}}
-		}
+		update := reservationUpdate(g, rp.newTat, rp.take, rp.badStarts, bson.E{Key: "res", Value: nonce})
 		updates = append(updates, mongo.NewUpdateOneModel().
 			SetFilter(bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: rp.raw}}).SetUpdate(update))
 	}
-	sure := true // every write known applied
+	return updates, inserts
+}
+
+// applyPartReservations sends updates (one unordered bulkWrite) and
+// inserts (one unordered insertMany). sure reports that every write is
+// known applied; an error, that a reply was lost.
+func (c *Store) applyPartReservations(ctx context.Context, updates []mongo.WriteModel, inserts []any) (sure bool, err error) {
+	sure = true
 	answered := func(err error) bool {
 		var bwe mongo.BulkWriteException
 		return (errors.As(err, &bwe) && bwe.WriteConcernError == nil) || IsDuplicateKey(err)
@@ -707,11 +726,11 @@ func (c *Store) reserveParts(ctx context.Context, parts []*ratePart, t time.Time
 		}
 		switch {
 		case err == nil:
-			sure = sure && res.MatchedCount == int64(len(updates))
+			sure = res.MatchedCount == int64(len(updates))
 		case answered(err):
 			sure = false
 		default:
-			return fmt.Errorf("queue: claim: reserve starts of %d rate partitions: %w", len(updates), err)
+			return false, fmt.Errorf("queue: claim: reserve starts of %d rate partitions: %w", len(updates), err)
 		}
 	}
 	if len(inserts) > 0 {
@@ -724,26 +743,24 @@ func (c *Store) reserveParts(ctx context.Context, parts []*ratePart, t time.Time
 		case answered(err):
 			sure = false // another claim inserted first
 		default:
-			return fmt.Errorf("queue: claim: reserve starts of %d new rate partitions: %w", len(inserts), err)
+			return false, fmt.Errorf("queue: claim: reserve starts of %d new rate partitions: %w", len(inserts), err)
 		}
 	}
-	if sure {
-		for _, rp := range parts {
-			rp.reserved = true
-		}
-		return nil
-	}
-	// Read back which were applied: those still as this reservation wrote
-	// them. One written and then changed by another claim cannot be told
-	// from one not written: it is taken as not reserved (the rate runs
-	// under).
+	return sure, nil
+}
+
+// readBackReserved reads back which of parts the reservation of nonce
+// applied: those still as it wrote them. One written and then changed by
+// another claim cannot be told from one not written: it is taken as not
+// reserved (the rate runs under).
+func (c *Store) readBackReserved(ctx context.Context, parts []*ratePart, nonce string) error {
 	ids := make(bson.A, len(parts))
 	byID := map[string]*ratePart{}
 	for i, rp := range parts {
 		ids[i] = rp.id
 		byID[rp.id] = rp
 	}
-	cur, err := coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "res", Value: nonce}})
+	cur, err := c.ratePartsColl().Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "res", Value: nonce}})
 	if err != nil {
 		return fmt.Errorf("queue: claim: read back the reserved rate partitions: %w", err)
 	}
