@@ -180,13 +180,13 @@ func newRunLimits() *runLimits {
 }
 
 // limitsColl is the collection of the limits.
-func (c *Store) limitsColl() *mongo.Collection {
+func (s *Store) limitsColl() *mongo.Collection {
 	name := DefaultLimitsCollection
-	if c.cfg.Collection != DefaultCollection {
-		name = c.cfg.Collection + "_" + DefaultLimitsCollection
+	if s.cfg.Collection != DefaultCollection {
+		name = s.cfg.Collection + "_" + DefaultLimitsCollection
 	}
-	wc, _ := parseWriteConcern(c.cfg.WriteConcern)
-	return c.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
+	wc, _ := parseWriteConcern(s.cfg.WriteConcern)
+	return s.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
 }
 
 // SetLimit limits the jobs of name ("kind:KIND", "queue:QUEUE") that run
@@ -194,15 +194,15 @@ func (c *Store) limitsColl() *mongo.Collection {
 // once to this client's claims and within LimitRefresh to every other
 // worker's. Lowering it below the jobs running now stops none: claims wait
 // until fewer than n run. by, when set, records who set it.
-func (c *Store) SetLimit(ctx context.Context, name string, n int, by string) error {
+func (s *Store) SetLimit(ctx context.Context, name string, n int, by string) error {
 	if _, _, err := ParseLimitName(name); err != nil {
-		return fmt.Errorf("queue: set limit: %w", err)
+		return fmt.Errorf("store: set limit: %w", err)
 	}
 	if n < 0 || n > MaxLimit {
-		return fmt.Errorf("queue: set limit %s: %d must be between 0 and %d", name, n, MaxLimit)
+		return fmt.Errorf("store: set limit %s: %d must be between 0 and %d", name, n, MaxLimit)
 	}
-	if err := c.setLimitsDoc(ctx, name, bson.D{{Key: "limit", Value: n}}, "limit", by); err != nil {
-		return fmt.Errorf("queue: set limit %s: %w", name, err)
+	if err := s.setLimitsDoc(ctx, name, bson.D{{Key: "limit", Value: n}}, "limit", by); err != nil {
+		return fmt.Errorf("store: set limit %s: %w", name, err)
 	}
 	return nil
 }
@@ -210,50 +210,50 @@ func (c *Store) SetLimit(ctx context.Context, name string, n int, by string) err
 // setLimitsDoc sets fields, with PREFIXSetAt now and PREFIXSetBy by (when
 // set), in the limits collection's document id, creating it when missing,
 // and makes this client's next claim read the limits again.
-func (c *Store) setLimitsDoc(ctx context.Context, id string, fields bson.D, prefix, by string) error {
-	set := append(fields, bson.E{Key: prefix + "SetAt", Value: c.now()})
+func (s *Store) setLimitsDoc(ctx context.Context, id string, fields bson.D, prefix, by string) error {
+	set := append(fields, bson.E{Key: prefix + "SetAt", Value: s.now()})
 	if by != "" {
 		set = append(set, bson.E{Key: prefix + "SetBy", Value: by})
 	}
-	_, err := c.limitsColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
+	_, err := s.limitsColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
 		bson.D{{Key: "$set", Value: set}}, options.UpdateOne().SetUpsert(true))
 	if err != nil {
 		return err
 	}
-	c.forgetLimits()
+	s.forgetLimits()
 	return nil
 }
 
 // deleteLimitsDoc deletes the limits collection's document id, reporting
 // whether there was one, and makes this client's next claim read the
 // limits again.
-func (c *Store) deleteLimitsDoc(ctx context.Context, id string) (bool, error) {
-	res, err := c.limitsColl().DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})
+func (s *Store) deleteLimitsDoc(ctx context.Context, id string) (bool, error) {
+	res, err := s.limitsColl().DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})
 	if err != nil {
 		return false, err
 	}
-	c.forgetLimits()
+	s.forgetLimits()
 	return res.DeletedCount > 0, nil
 }
 
 // ClearLimit removes the limit name, its total and its partition limit
 // (ClearPartitionLimit removes only the latter). It reports whether there
 // was one. Running jobs keep their slots until they end, harmlessly.
-func (c *Store) ClearLimit(ctx context.Context, name string) (bool, error) {
+func (s *Store) ClearLimit(ctx context.Context, name string) (bool, error) {
 	if _, _, err := ParseLimitName(name); err != nil {
-		return false, fmt.Errorf("queue: clear limit: %w", err)
+		return false, fmt.Errorf("store: clear limit: %w", err)
 	}
-	found, err := c.deleteLimitsDoc(ctx, name)
+	found, err := s.deleteLimitsDoc(ctx, name)
 	if err != nil {
-		return false, fmt.Errorf("queue: clear limit %s: %w", name, err)
+		return false, fmt.Errorf("store: clear limit %s: %w", name, err)
 	}
 	return found, nil
 }
 
 // RunLimits returns every stored limit, in name order, with how many of
 // its jobs run now.
-func (c *Store) RunLimits(ctx context.Context) ([]RunLimit, error) {
-	ls, err := c.readLimits(ctx)
+func (s *Store) RunLimits(ctx context.Context) ([]RunLimit, error) {
+	ls, err := s.readLimits(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +277,7 @@ func (c *Store) RunLimits(ctx context.Context) ([]RunLimit, error) {
 		}
 		parts.add(isKind, target, l)
 	}
-	load, pload, err := c.readRunLoad(ctx, kinds, queues, parts)
+	load, pload, err := s.readRunLoad(ctx, kinds, queues, parts)
 	if err != nil {
 		return nil, err
 	}
@@ -297,10 +297,10 @@ func (c *Store) RunLimits(ctx context.Context) ([]RunLimit, error) {
 }
 
 // readLimits reads the stored limits in name order.
-func (c *Store) readLimits(ctx context.Context) ([]RunLimit, error) {
-	cur, err := c.limitsColl().Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+func (s *Store) readLimits(ctx context.Context) ([]RunLimit, error) {
+	cur, err := s.limitsColl().Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("queue: read limits: %w", err)
+		return nil, fmt.Errorf("store: read limits: %w", err)
 	}
 	var out []RunLimit
 	var rates []bson.Raw
@@ -313,9 +313,9 @@ func (c *Store) readLimits(ctx context.Context) ([]RunLimit, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: read limits: %w", err)
+		return nil, fmt.Errorf("store: read limits: %w", err)
 	}
-	c.storeRates(rates)
+	s.storeRates(rates)
 	return out, nil
 }
 
@@ -361,22 +361,22 @@ func runLimit(d bson.Raw) RunLimit {
 }
 
 // forgetLimits makes the next claim of this client read the limits again.
-func (c *Store) forgetLimits() {
-	c.limits.mu.Lock()
-	c.limits.readAt = time.Time{}
-	c.limits.mu.Unlock()
+func (s *Store) forgetLimits() {
+	s.limits.mu.Lock()
+	s.limits.readAt = time.Time{}
+	s.limits.mu.Unlock()
 }
 
 // limitsFor returns the limits, as read at most LimitRefresh ago (or twice
 // the last read's time, on a slow server: see trusted), on the
 // kinds and the queues of p. A failed read fails the claim: claiming
 // without knowing the limits could break them.
-func (c *Store) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map[string]int, parts *partSpecs, err error) {
-	l := c.limits
+func (s *Store) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map[string]int, parts *partSpecs, err error) {
+	l := s.limits
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if t := time.Now(); l.readAt.IsZero() || t.Sub(l.readAt) >= trusted(l.refresh, l.took) {
-		ls, err := c.readLimits(ctx)
+		ls, err := s.readLimits(ctx)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -385,7 +385,7 @@ func (c *Store) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map
 		l.parts = newPartSpecs()
 		for _, rl := range ls {
 			if rl.Malformed != "" {
-				c.WarnMalformed(l.warned, rl.Name, rl.Malformed,
+				s.WarnMalformed(l.warned, rl.Name, rl.Malformed,
 					"a limits document is malformed: it limits NOTHING; `docketctl limit` rewrites it")
 				continue
 			}
@@ -472,7 +472,7 @@ func runLoadQuery(kinds, queues map[string]int, parts *partSpecs) (filter, proj 
 // kinds and queues and of the partitioned ones of parts, and returns each
 // limit's load by name (the slots held and how many running jobs hold
 // none) and each partitioned limit's loads by partition.
-func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int, parts *partSpecs) (map[string]*queueLoad, map[string]map[string]*partLoad, error) {
+func (s *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int, parts *partSpecs) (map[string]*queueLoad, map[string]map[string]*partLoad, error) {
 	out := map[string]*queueLoad{}
 	for k := range kinds {
 		out[KindLimit(k)] = &queueLoad{slots: map[int]bool{}}
@@ -485,9 +485,9 @@ func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int, p
 	if !ok {
 		return out, pout, nil
 	}
-	cur, err := c.coll.Find(ctx, filter, options.Find().SetProjection(proj))
+	cur, err := s.coll.Find(ctx, filter, options.Find().SetProjection(proj))
 	if err != nil {
-		return nil, nil, fmt.Errorf("queue: read the running jobs of the limits: %w", err)
+		return nil, nil, fmt.Errorf("store: read the running jobs of the limits: %w", err)
 	}
 	count := func(load *queueLoad, target string, slot bson.RawValue) {
 		if k, ok := slotNumber(target, slot); ok {
@@ -530,7 +530,7 @@ func (c *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int, p
 		return nil
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("queue: read the running jobs of the limits: %w", err)
+		return nil, nil, fmt.Errorf("store: read the running jobs of the limits: %w", err)
 	}
 	return out, pout, nil
 }
@@ -720,40 +720,40 @@ func popSlot(free map[string][]int, key string) int {
 // index, one whose job was taken matches nothing; the others are applied.
 // Unless every update matched, the jobs stamped are read back by the
 // claim's token. It returns the jobs it claimed.
-func (c *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) ([]*jobs.Job, error) {
-	before := s.snapshot()
-	models, sent, stamped := limitedStamps(p, t, block, asRead, s)
+func (s *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, picker *slotPicker) ([]*jobs.Job, error) {
+	before := picker.snapshot()
+	models, sent, stamped := limitedStamps(p, t, block, asRead, picker)
 	if len(models) == 0 {
 		return nil, nil
 	}
-	res, err := c.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
-	if err == nil && c.afterStamp != nil {
-		err = c.afterStamp()
+	res, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	if err == nil && s.afterStamp != nil {
+		err = s.afterStamp()
 	}
 	switch {
 	case err == nil && res.MatchedCount == int64(len(models)):
 		for _, j := range sent {
 			stampClaim(j, p, t, p.Token)
 		}
-		c.limits.loads.noteTaken(stamped)
+		s.limits.loads.noteTaken(stamped)
 		return sent, nil
 	case err == nil && res.MatchedCount == 0:
 		// All taken meanwhile: no write was made, so the slots they were
 		// given are still free, for the claim's next block.
-		sent := s.sent
-		s.restore(before)
-		s.sent = sent
+		sent := picker.sent
+		picker.restore(before)
+		picker.sent = sent
 		return nil, nil
 	}
-	if err := c.stampRefused(ctx, p, t, err, len(models)); err != nil {
+	if err := s.stampRefused(ctx, p, t, err, len(models)); err != nil {
 		return nil, err
 	}
-	claimed, err := c.readBack(ctx, sent, p.Token)
+	claimed, err := s.readBack(ctx, sent, p.Token)
 	got := map[string]bson.D{}
 	for _, j := range claimed {
 		got[j.ID] = stamped[j.ID]
 	}
-	c.limits.loads.noteTaken(got)
+	s.limits.loads.noteTaken(got)
 	return claimed, err
 }
 
@@ -785,7 +785,7 @@ func limitedStamps(p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A,
 // some refused; then the stamped jobs are read back. An error is a reply
 // lost: the jobs carry the token, and the caller's ReleaseClaim gives them
 // back.
-func (c *Store) stampRefused(ctx context.Context, p ClaimParams, t time.Time, err error, n int) error {
+func (s *Store) stampRefused(ctx context.Context, p ClaimParams, t time.Time, err error, n int) error {
 	var bwe mongo.BulkWriteException
 	switch {
 	case err == nil: // jobs taken meanwhile: they matched nothing
@@ -795,11 +795,11 @@ func (c *Store) stampRefused(ctx context.Context, p ClaimParams, t time.Time, er
 		// not a number, which is buried.
 		// A slot refused: the views of the run slots are wrong
 		// (runload.go).
-		c.limits.loads.forget()
+		s.limits.loads.forget()
 		for _, we := range bwe.WriteErrors {
 			if we.Code == errTypeMismatch {
-				if _, berr := c.buryBadAttempts(ctx, claimFilter(p, t), t); berr != nil {
-					c.log.Warn("claim: cannot bury a job whose attempt is not a number", zap.Error(berr))
+				if _, berr := s.buryBadAttempts(ctx, claimFilter(p, t), t); berr != nil {
+					s.log.Warn("claim: cannot bury a job whose attempt is not a number", zap.Error(berr))
 				}
 				break
 			}
@@ -808,10 +808,10 @@ func (c *Store) stampRefused(ctx context.Context, p ClaimParams, t time.Time, er
 		// A slot taken, answered as a command error (server.go): none
 		// of the updates after it was applied, those before it may be,
 		// and the read-back finds them.
-		c.limits.loads.forget()
+		s.limits.loads.forget()
 	default:
-		c.limits.loads.forget()
-		return fmt.Errorf("queue: claim %d jobs under their limits: %w", n, err)
+		s.limits.loads.forget()
+		return fmt.Errorf("store: claim %d jobs under their limits: %w", n, err)
 	}
 	return nil
 }
@@ -821,42 +821,42 @@ func (c *Store) stampRefused(ctx context.Context, p ClaimParams, t time.Time, er
 // full ones out of its filter, and claims the rest, stamping each job of a
 // limit with free slots in a write of its own. handled is false when no
 // limit applies: the caller claims as usual.
-func (c *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, handled bool, err error) {
-	kinds, queues, parts, err := c.limitsFor(ctx, p)
+func (s *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, handled bool, err error) {
+	kinds, queues, parts, err := s.limitsFor(ctx, p)
 	if err != nil {
-		return nil, true, fmt.Errorf("queue: claim: %w", err)
+		return nil, true, fmt.Errorf("store: claim: %w", err)
 	}
 	if len(kinds) == 0 && len(queues) == 0 && !parts.any() {
-		c.limits.loads.noteFull(nil)
+		s.limits.loads.noteFull(nil)
 		return nil, false, nil
 	}
-	var s *slotPicker
-	defer func() { c.limits.loads.noteFull(s) }()
+	var picker *slotPicker
+	defer func() { s.limits.loads.noteFull(picker) }()
 	for try := range claimBatchTries {
-		s, err = c.slotsFor(ctx, kinds, queues, parts, k, try > 0)
+		picker, err = s.slotsFor(ctx, kinds, queues, parts, k, try > 0)
 		if err != nil {
-			return nil, true, fmt.Errorf("queue: claim: %w", err)
+			return nil, true, fmt.Errorf("store: claim: %w", err)
 		}
-		pn, open := s.narrow(p)
+		pn, open := picker.narrow(p)
 		if len(pn.Kinds) == 0 || len(pn.Queues) == 0 {
 			return nil, true, nil // every limit that applies is full
 		}
 		if !open {
 			// What is left needs no slot: claim it as usual.
 			if k == 1 {
-				j, err := c.claimOne(ctx, pn)
+				j, err := s.claimOne(ctx, pn)
 				if j == nil || err != nil {
 					return nil, true, err
 				}
 				return []*jobs.Job{j}, true, nil
 			}
-			claimed, err := c.claimBatchTries(ctx, pn, k)
+			claimed, err := s.claimBatchTries(ctx, pn, k)
 			return claimed, true, err
 		}
-		claimed, raced, err := c.claimBatchOnce(ctx, pn, k, s)
+		claimed, raced, err := s.claimBatchOnce(ctx, pn, k, picker)
 		if errors.Is(err, errMalformedCandidate) || isTypeMismatch(err) {
-			if _, berr := c.buryBadAttempts(ctx, claimFilter(pn, c.now()), c.now()); berr != nil {
-				return nil, true, fmt.Errorf("queue: claim: %w", err)
+			if _, berr := s.buryBadAttempts(ctx, claimFilter(pn, s.now()), s.now()); berr != nil {
+				return nil, true, fmt.Errorf("store: claim: %w", err)
 			}
 			continue
 		}
@@ -895,28 +895,28 @@ func StrandedRunSlotsFilter() bson.D {
 // slot written as null, which MongoDB's sparse unique index indexes. It
 // touches only such jobs, found first (FoundIDs), up to FoundBatch a call.
 // It returns how many it changed.
-func (c *Store) FreeStrandedRunSlots(ctx context.Context) (int, error) {
-	ids, err := c.FoundIDs(ctx, StrandedRunSlotsFilter())
+func (s *Store) FreeStrandedRunSlots(ctx context.Context) (int, error) {
+	ids, err := s.FoundIDs(ctx, StrandedRunSlotsFilter())
 	if err != nil {
-		return 0, fmt.Errorf("queue: free stranded run slots: %w", err)
+		return 0, fmt.Errorf("store: free stranded run slots: %w", err)
 	}
-	return c.FreeRunSlotsOf(ctx, ids)
+	return s.FreeRunSlotsOf(ctx, ids)
 }
 
 // FreeRunSlotsOf frees the stranded run slots of those of the jobs ids
 // that still hold one (see FreeStrandedRunSlots): each slot field with one
 // write by those ids, conditioned again on what makes it stranded.
-func (c *Store) FreeRunSlotsOf(ctx context.Context, ids bson.A) (int, error) {
+func (s *Store) FreeRunSlotsOf(ctx context.Context, ids bson.A) (int, error) {
 	n := 0
 	for _, f := range runSlotFields {
-		k, err := c.UpdateIDs(ctx, ids, strandedRunSlot(f), bson.D{{Key: "$unset", Value: bson.D{{Key: f, Value: ""}}}})
+		k, err := s.UpdateIDs(ctx, ids, strandedRunSlot(f), bson.D{{Key: "$unset", Value: bson.D{{Key: f, Value: ""}}}})
 		n += k
 		if err != nil {
-			return n, fmt.Errorf("queue: free stranded run slots: %w", err)
+			return n, fmt.Errorf("store: free stranded run slots: %w", err)
 		}
 	}
 	if n > 0 {
-		c.log.Info("freed the run slots of jobs that were not running (written by another app)", zap.Int("jobs", n))
+		s.log.Info("freed the run slots of jobs that were not running (written by another app)", zap.Int("jobs", n))
 	}
 	return n, nil
 }

@@ -198,31 +198,31 @@ func (s partSkip) filter() bson.D {
 // for a nested field), across every worker process (0: none runs). It
 // leaves the limit's total (SetLimit), if any, as it is. by, when set,
 // records who set it.
-func (c *Store) SetPartitionLimit(ctx context.Context, name, arg string, n int, by string) error {
+func (s *Store) SetPartitionLimit(ctx context.Context, name, arg string, n int, by string) error {
 	if _, _, err := ParseLimitName(name); err != nil {
-		return fmt.Errorf("queue: set partition limit: %w", err)
+		return fmt.Errorf("store: set partition limit: %w", err)
 	}
 	if err := ValidPartitionArg(arg); err != nil {
-		return fmt.Errorf("queue: set partition limit %s: %w", name, err)
+		return fmt.Errorf("store: set partition limit %s: %w", name, err)
 	}
 	if n < 0 || n > MaxLimit {
-		return fmt.Errorf("queue: set partition limit %s: %d must be between 0 and %d", name, n, MaxLimit)
+		return fmt.Errorf("store: set partition limit %s: %d must be between 0 and %d", name, n, MaxLimit)
 	}
-	if err := c.setLimitsDoc(ctx, name, bson.D{{Key: "partitionBy", Value: arg}, {Key: "partitionLimit", Value: n}}, "partition", by); err != nil {
-		return fmt.Errorf("queue: set partition limit %s: %w", name, err)
+	if err := s.setLimitsDoc(ctx, name, bson.D{{Key: "partitionBy", Value: arg}, {Key: "partitionLimit", Value: n}}, "partition", by); err != nil {
+		return fmt.Errorf("store: set partition limit %s: %w", name, err)
 	}
 	return nil
 }
 
 // ClearPartitionLimit removes the partition limit of name, leaving its
 // total, and reports whether there was one.
-func (c *Store) ClearPartitionLimit(ctx context.Context, name string) (bool, error) {
+func (s *Store) ClearPartitionLimit(ctx context.Context, name string) (bool, error) {
 	if _, _, err := ParseLimitName(name); err != nil {
-		return false, fmt.Errorf("queue: clear partition limit: %w", err)
+		return false, fmt.Errorf("store: clear partition limit: %w", err)
 	}
-	found, err := c.unsetLimitsFields(ctx, name, "partitionBy", "partitionLimit", "partitionSetAt", "partitionSetBy")
+	found, err := s.unsetLimitsFields(ctx, name, "partitionBy", "partitionLimit", "partitionSetAt", "partitionSetBy")
 	if err != nil {
-		return false, fmt.Errorf("queue: clear partition limit %s: %w", name, err)
+		return false, fmt.Errorf("store: clear partition limit %s: %w", name, err)
 	}
 	return found, nil
 }
@@ -230,12 +230,12 @@ func (c *Store) ClearPartitionLimit(ctx context.Context, name string) (bool, err
 // unsetLimitsFields unsets fields (the first one must exist) of the limits
 // document id, deletes it when it then limits nothing (neither a limit
 // nor a partitionBy left), and reports whether the first field was there.
-func (c *Store) unsetLimitsFields(ctx context.Context, id string, fields ...string) (bool, error) {
+func (s *Store) unsetLimitsFields(ctx context.Context, id string, fields ...string) (bool, error) {
 	unset := bson.D{}
 	for _, f := range fields {
 		unset = append(unset, bson.E{Key: f, Value: ""})
 	}
-	res, err := c.limitsColl().UpdateOne(ctx,
+	res, err := s.limitsColl().UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}, {Key: fields[0], Value: bson.D{{Key: "$exists", Value: true}}}},
 		bson.D{{Key: "$unset", Value: unset}})
 	if err != nil {
@@ -243,14 +243,14 @@ func (c *Store) unsetLimitsFields(ctx context.Context, id string, fields ...stri
 	}
 	// Conditioned on nothing left: a limit set meanwhile by another
 	// client is kept.
-	if _, err := c.limitsColl().DeleteOne(ctx, bson.D{
+	if _, err := s.limitsColl().DeleteOne(ctx, bson.D{
 		{Key: "_id", Value: id},
 		{Key: "limit", Value: bson.D{{Key: "$exists", Value: false}}},
 		{Key: "partitionBy", Value: bson.D{{Key: "$exists", Value: false}}},
 	}); err != nil {
 		return false, err
 	}
-	c.forgetLimits()
+	s.forgetLimits()
 	return res.MatchedCount > 0, nil
 }
 

@@ -293,16 +293,16 @@ func isRateDoc(d bson.Raw) bool {
 }
 
 // storeRates replaces the cached rates with those read in docs.
-func (c *Store) storeRates(docs []bson.Raw) {
-	rc := c.rates
+func (s *Store) storeRates(docs []bson.Raw) {
+	rc := s.rates
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	old := rc.rates
 	rc.rates = map[string]*rateState{}
 	for _, d := range docs {
-		rl, st := rateLimit(d, c.instant())
+		rl, st := rateLimit(d, s.instant())
 		if rl.Malformed != "" {
-			c.WarnMalformed(rc.warned, rl.Name, rl.Malformed,
+			s.WarnMalformed(rc.warned, rl.Name, rl.Malformed,
 				"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")
 			continue
 		}
@@ -412,61 +412,61 @@ func ceilMs(t time.Time) time.Time {
 }
 
 // ratesColl is where the rates are stored: the limits collection.
-func (c *Store) ratesColl() *mongo.Collection { return c.limitsColl() }
+func (s *Store) ratesColl() *mongo.Collection { return s.limitsColl() }
 
 // SetRate limits the jobs of name ("kind:KIND", "queue:QUEUE") that start,
 // across every worker process, to r. It applies at once to this client's
 // claims, to every other worker's next reservation under a rate it had
 // read (the reservation is conditioned on the rate), and within
 // LimitRefresh to its claims otherwise. by, when set, records who set it.
-func (c *Store) SetRate(ctx context.Context, name string, r Rate, by string) error {
+func (s *Store) SetRate(ctx context.Context, name string, r Rate, by string) error {
 	if _, _, err := ParseLimitName(name); err != nil {
-		return fmt.Errorf("queue: set rate: %w", err)
+		return fmt.Errorf("store: set rate: %w", err)
 	}
 	if err := r.Validate(); err != nil {
-		return fmt.Errorf("queue: set rate %s: %w", name, err)
+		return fmt.Errorf("store: set rate %s: %w", name, err)
 	}
 	fields := bson.D{
 		{Key: "rate", Value: r.N}, {Key: "periodMs", Value: r.Per.Milliseconds()}, {Key: "burst", Value: r.burst()},
 		{Key: "partitionBy", Value: partitionByValue(r)},
 	}
-	if err := c.setLimitsDoc(ctx, rateScope+name, fields, "rate", by); err != nil {
-		return fmt.Errorf("queue: set rate %s: %w", name, err)
+	if err := s.setLimitsDoc(ctx, rateScope+name, fields, "rate", by); err != nil {
+		return fmt.Errorf("store: set rate %s: %w", name, err)
 	}
 	return nil
 }
 
 // ClearRate removes the rate limit of name. It reports whether there was
 // one.
-func (c *Store) ClearRate(ctx context.Context, name string) (bool, error) {
+func (s *Store) ClearRate(ctx context.Context, name string) (bool, error) {
 	if _, _, err := ParseLimitName(name); err != nil {
-		return false, fmt.Errorf("queue: clear rate: %w", err)
+		return false, fmt.Errorf("store: clear rate: %w", err)
 	}
-	found, err := c.deleteLimitsDoc(ctx, rateScope+name)
+	found, err := s.deleteLimitsDoc(ctx, rateScope+name)
 	if err != nil {
-		return false, fmt.Errorf("queue: clear rate %s: %w", name, err)
+		return false, fmt.Errorf("store: clear rate %s: %w", name, err)
 	}
 	return found, nil
 }
 
 // RateLimits returns every stored rate limit, in name order, with how much
 // of its burst is used now.
-func (c *Store) RateLimits(ctx context.Context) ([]RateLimit, error) {
-	cur, err := c.ratesColl().Find(ctx,
+func (s *Store) RateLimits(ctx context.Context) ([]RateLimit, error) {
+	cur, err := s.ratesColl().Find(ctx,
 		bson.D{{Key: "_id", Value: bson.D{{Key: "$regex", Value: "^" + rateScope}}}},
 		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("queue: read rate limits: %w", err)
+		return nil, fmt.Errorf("store: read rate limits: %w", err)
 	}
 	var out []RateLimit
-	t := c.instant()
+	t := s.instant()
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
 		rl, _ := rateLimit(d, t)
 		out = append(out, rl)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: read rate limits: %w", err)
+		return nil, fmt.Errorf("store: read rate limits: %w", err)
 	}
 	for i, rl := range out {
 		if rl.Malformed != "" || rl.Rate.By == "" {
@@ -474,8 +474,8 @@ func (c *Store) RateLimits(ctx context.Context) ([]RateLimit, error) {
 		}
 		// Each partition has its own burst and next start.
 		out[i].Used, out[i].NextStart = 0, time.Time{}
-		if out[i].Partitions, out[i].Spent, err = c.ratePartCounts(ctx, rl.Name, rl.Rate, t); err != nil {
-			return nil, fmt.Errorf("queue: read the partitions of rate %s: %w", rl.Name, err)
+		if out[i].Partitions, out[i].Spent, err = s.ratePartCounts(ctx, rl.Name, rl.Rate, t); err != nil {
+			return nil, fmt.Errorf("store: read the partitions of rate %s: %w", rl.Name, err)
 		}
 	}
 	return out, nil
@@ -484,8 +484,8 @@ func (c *Store) RateLimits(ctx context.Context) ([]RateLimit, error) {
 // Rated reports whether a rate limit applies to the jobs of kind in
 // queue, as this client last read the rates: a job claimed under one must
 // start at once (see ClaimParams.Ahead).
-func (c *Store) Rated(kind, queue string) bool {
-	rc := c.rates
+func (s *Store) Rated(kind, queue string) bool {
+	rc := s.rates
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return rc.rates[KindLimit(kind)] != nil || rc.rates[QueueLimit(queue)] != nil
@@ -495,8 +495,8 @@ func (c *Store) Rated(kind, queue string) bool {
 // leave out a kind or queue allows a start again; zero when the last claim
 // left none out. A worker whose claim found nothing waits no longer than
 // until then.
-func (c *Store) NextRateStart() time.Time {
-	rc := c.rates
+func (s *Store) NextRateStart() time.Time {
+	rc := s.rates
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return rc.next
@@ -505,7 +505,7 @@ func (c *Store) NextRateStart() time.Time {
 // WaitingOnLimits counts, for each of names ("kind:K", "queue:Q"), the
 // jobs of it that could run now (available, runAt passed): those a full
 // limit or a spent rate holds back.
-func (c *Store) WaitingOnLimits(ctx context.Context, names []string) (map[string]int64, error) {
+func (s *Store) WaitingOnLimits(ctx context.Context, names []string) (map[string]int64, error) {
 	out := map[string]int64{}
 	for _, name := range names {
 		isKind, target, err := ParseLimitName(name)
@@ -516,13 +516,13 @@ func (c *Store) WaitingOnLimits(ctx context.Context, names []string) (map[string
 		if isKind {
 			field = "kind"
 		}
-		n, err := c.coll.CountDocuments(ctx, bson.D{
+		n, err := s.coll.CountDocuments(ctx, bson.D{
 			{Key: field, Value: target},
 			{Key: "state", Value: jobs.StateAvailable},
-			{Key: "runAt", Value: bson.D{{Key: "$lte", Value: c.now()}}},
+			{Key: "runAt", Value: bson.D{{Key: "$lte", Value: s.now()}}},
 		})
 		if err != nil {
-			return nil, fmt.Errorf("queue: count the jobs waiting on %s: %w", name, err)
+			return nil, fmt.Errorf("store: count the jobs waiting on %s: %w", name, err)
 		}
 		out[name] = n
 	}
@@ -582,33 +582,33 @@ func (rc *rateCache) plan(p ClaimParams) (cells []rateCell, rest ClaimParams, ok
 // rate limits that apply to p's kinds and queues, then under the
 // concurrency limits (claimUnderLimits). handled is false when neither
 // applies: the caller claims as usual.
-func (c *Store) claimUnderRates(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, handled bool, err error) {
+func (s *Store) claimUnderRates(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, handled bool, err error) {
 	// The limits read brings the rates (readLimits); cached, it costs
 	// nothing.
-	if _, _, _, err := c.limitsFor(ctx, p); err != nil {
-		return nil, true, fmt.Errorf("queue: claim: %w", err)
+	if _, _, _, err := s.limitsFor(ctx, p); err != nil {
+		return nil, true, fmt.Errorf("store: claim: %w", err)
 	}
-	rc := c.rates
+	rc := s.rates
 	rc.mu.Lock()
 	cells, rest, ok := rc.plan(p)
 	rc.next, rc.underRates = time.Time{}, ok
 	rc.mu.Unlock()
 	if !ok {
-		return c.claimUnderLimits(ctx, p, k)
+		return s.claimUnderLimits(ctx, p, k)
 	}
 	now := k - max(p.Ahead, 0) // the jobs that start at once: only those may start under a rate
 	for _, cell := range cells {
 		if len(claimed) >= now {
 			break
 		}
-		got, err := c.claimRateCell(ctx, cell, now-len(claimed))
+		got, err := s.claimRateCell(ctx, cell, now-len(claimed))
 		claimed = append(claimed, got...)
 		if err != nil {
 			return claimed, true, err
 		}
 	}
 	if len(claimed) < k && len(rest.Kinds) > 0 && len(rest.Queues) > 0 && rc.restDue(rest) {
-		got, err := c.claimPlain(ctx, rest, k-len(claimed))
+		got, err := s.claimPlain(ctx, rest, k-len(claimed))
 		claimed = append(claimed, got...)
 		if err != nil {
 			return claimed, true, err
@@ -651,27 +651,27 @@ func (rc *rateCache) restFound(rest ClaimParams, found bool) {
 }
 
 // claimPlain claims up to k jobs by p under the concurrency limits only.
-func (c *Store) claimPlain(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
-	got, handled, err := c.claimUnderLimits(ctx, p, k)
+func (s *Store) claimPlain(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
+	got, handled, err := s.claimUnderLimits(ctx, p, k)
 	if handled {
 		return got, err
 	}
 	if k == 1 {
-		j, err := c.claimOne(ctx, p)
+		j, err := s.claimOne(ctx, p)
 		if j == nil || err != nil {
 			return nil, err
 		}
 		return []*jobs.Job{j}, nil
 	}
-	return c.claimBatchTries(ctx, p, k)
+	return s.claimBatchTries(ctx, p, k)
 }
 
 // claimRateCell reserves up to k starts under each rate of cell, claims as
 // many jobs of it, and gives back the starts it did not use. Under a
 // partitioned rate, it claims them with claimRateParts, which reserves
 // per partition.
-func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*jobs.Job, error) {
-	parted, plain, ok := c.rates.partitionedRates(cell.names)
+func (s *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*jobs.Job, error) {
+	parted, plain, ok := s.rates.partitionedRates(cell.names)
 	if !ok { // cleared since the claim planned
 		return nil, nil
 	}
@@ -684,16 +684,16 @@ func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 	var hs []held
 	giveBack := func(keep int) {
 		for i := range hs {
-			if tat, ok := c.giveBack(ctx, hs[i].name, hs[i].rate, hs[i].n-keep, hs[i].tat); ok {
+			if tat, ok := s.giveBack(ctx, hs[i].name, hs[i].rate, hs[i].n-keep, hs[i].tat); ok {
 				hs[i].tat = tat
 			}
 			hs[i].n = keep
 		}
 	}
-	t := c.now()
+	t := s.now()
 	n := k
 	for _, name := range plain {
-		got, r, tat, err := c.reserve(ctx, name, n, t)
+		got, r, tat, err := s.reserve(ctx, name, n, t)
 		if err != nil || got == 0 {
 			// A lost reply keeps what it may have reserved: the rate runs
 			// under.
@@ -709,12 +709,12 @@ func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 	var claimed []*jobs.Job
 	var err error
 	if len(parted) > 0 {
-		claimed, err = c.claimRateParts(ctx, cell.p, parted, n, t)
+		claimed, err = s.claimRateParts(ctx, cell.p, parted, n, t)
 	} else {
-		if rc := c.rates; rc.beforeRateClaim != nil {
+		if rc := s.rates; rc.beforeRateClaim != nil {
 			rc.beforeRateClaim()
 		}
-		claimed, err = c.claimPlain(ctx, cell.p, n)
+		claimed, err = s.claimPlain(ctx, cell.p, n)
 	}
 	if err != nil {
 		return nil, err // its jobs carry the token: the caller gives them back
@@ -722,14 +722,14 @@ func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 	// (Under partitioned rates alone, claimRateParts checked it against
 	// its own reservation.)
 	if len(hs) > 0 {
-		if late, err := c.lateUnderRate(ctx, cell.names, t, claimed); late || err != nil {
+		if late, err := s.lateUnderRate(ctx, cell.names, t, claimed); late || err != nil {
 			return nil, err
 		}
 	}
 	if len(claimed) < n {
 		giveBack(len(claimed))
 	}
-	c.rates.noteFull(plain, len(claimed) == n)
+	s.rates.noteFull(plain, len(claimed) == n)
 	return claimed, nil
 }
 
@@ -737,15 +737,15 @@ func (c *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 // more than RateStartLag after its reservation at t: it came too late to
 // count as made then. The reservation stays used. late reports that it
 // did.
-func (c *Store) lateUnderRate(ctx context.Context, names []string, t time.Time, claimed []*jobs.Job) (late bool, err error) {
-	d := c.instant().Sub(t)
+func (s *Store) lateUnderRate(ctx context.Context, names []string, t time.Time, claimed []*jobs.Job) (late bool, err error) {
+	d := s.instant().Sub(t)
 	if d <= RateStartLag || len(claimed) == 0 {
 		return false, nil
 	}
-	if err := c.releaseRateJobs(ctx, claimed); err != nil {
+	if err := s.releaseRateJobs(ctx, claimed); err != nil {
 		return true, err
 	}
-	c.log.Warn("gave back the jobs of a claim under a rate limit answered too late after its reservation: not run, attempts not counted",
+	s.log.Warn("gave back the jobs of a claim under a rate limit answered too late after its reservation: not run, attempts not counted",
 		zap.Strings("rates", names), zap.Duration("late", d), zap.Int("jobs", len(claimed)))
 	return true, nil
 }
@@ -756,21 +756,21 @@ func (c *Store) lateUnderRate(ctx context.Context, names []string, t time.Time, 
 // no start now (NextRateStart then says when). The write is conditioned on
 // the rate as read too, not only on tat: a rate changed since it was read
 // (by an operator, within LimitRefresh or across a stall) is read again.
-func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (int, Rate, time.Time, error) {
-	rc := c.rates
+func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (int, Rate, time.Time, error) {
+	rc := s.rates
 	if rc.readFirst(name) { // likely stale: read before writing (ratebatch.go)
-		if err := c.readRate(ctx, name); err != nil {
+		if err := s.readRate(ctx, name); err != nil {
 			return 0, Rate{}, time.Time{}, err
 		}
 	}
 	for range rateReserveTries {
 		rc.mu.Lock()
-		s := rc.rates[name]
-		if s == nil { // cleared since the claim planned
+		held := rc.rates[name]
+		if held == nil { // cleared since the claim planned
 			rc.mu.Unlock()
 			return 0, Rate{}, time.Time{}, nil
 		}
-		st := *s
+		st := *held
 		rc.mu.Unlock()
 		if st.rate.By != "" {
 			// Partitioned since the claim planned: its state is its
@@ -785,13 +785,13 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		}
 		tat := g.take(st.tat, t, n)
 		update := reservationUpdate(g, tat, n, st.badStarts)
-		res, err := c.ratesColl().UpdateOne(ctx, rateFilter(name, st.rate, st.raw), update)
+		res, err := s.ratesColl().UpdateOne(ctx, rateFilter(name, st.rate, st.raw), update)
 		if err == nil && rc.afterReserve != nil {
 			err = rc.afterReserve()
 		}
 		if err != nil {
-			c.forgetLimits() // what is stored is unknown: read it again
-			return 0, Rate{}, time.Time{}, fmt.Errorf("queue: claim: reserve %d starts of rate %s: %w", n, name, err)
+			s.forgetLimits() // what is stored is unknown: read it again
+			return 0, Rate{}, time.Time{}, fmt.Errorf("store: claim: reserve %d starts of rate %s: %w", n, name, err)
 		}
 		if res.MatchedCount == 1 {
 			rc.mu.Lock()
@@ -810,7 +810,7 @@ func (c *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		}
 		rc.lost[name]++
 		rc.mu.Unlock()
-		if err := c.readRate(ctx, name); err != nil {
+		if err := s.readRate(ctx, name); err != nil {
 			return 0, Rate{}, time.Time{}, err
 		}
 	}
@@ -880,9 +880,9 @@ func (rc *rateCache) noteNext(at time.Time) {
 }
 
 // readRate reads the document of rate name into the cache.
-func (c *Store) readRate(ctx context.Context, name string) error {
-	raw, err := c.ratesColl().FindOne(ctx, bson.D{{Key: "_id", Value: rateScope + name}}).Raw()
-	rc := c.rates
+func (s *Store) readRate(ctx context.Context, name string) error {
+	raw, err := s.ratesColl().FindOne(ctx, bson.D{{Key: "_id", Value: rateScope + name}}).Raw()
+	rc := s.rates
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -890,11 +890,11 @@ func (c *Store) readRate(ctx context.Context, name string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("queue: claim: read rate %s: %w", name, err)
+		return fmt.Errorf("store: claim: read rate %s: %w", name, err)
 	}
-	rl, st := rateLimit(raw, c.instant())
+	rl, st := rateLimit(raw, s.instant())
 	if rl.Malformed != "" {
-		c.WarnMalformed(rc.warned, rl.Name, rl.Malformed,
+		s.WarnMalformed(rc.warned, rl.Name, rl.Malformed,
 			"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")
 		delete(rc.rates, name)
 		return nil
@@ -907,18 +907,18 @@ func (c *Store) readRate(ctx context.Context, name string) error {
 // write that set tat, when no one reserved since and the rate is still r:
 // tat goes back by n of r's intervals. Best-effort: when it does not match,
 // the starts are lost (the rate runs under).
-func (c *Store) giveBack(ctx context.Context, name string, r Rate, n int, tat time.Time) (time.Time, bool) {
+func (s *Store) giveBack(ctx context.Context, name string, r Rate, n int, tat time.Time) (time.Time, bool) {
 	if n <= 0 {
 		return tat, true
 	}
 	back := r.gcra().giveBack(tat, n)
-	res, err := c.ratesColl().UpdateOne(ctx,
+	res, err := s.ratesColl().UpdateOne(ctx,
 		rateFilter(name, r, tat),
 		bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: back}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: -n}}}})
 	if err != nil || res.MatchedCount == 0 {
 		return tat, false
 	}
-	rc := c.rates
+	rc := s.rates
 	rc.mu.Lock()
 	if s := rc.rates[name]; s != nil && s.tat.Equal(tat) {
 		s.tat = back
@@ -944,12 +944,12 @@ func ValidateRates(setting string, rates map[string]Rate) error {
 
 // SetRates sets each of rates (limit name → rate), in name order,
 // recording by.
-func (c *Store) SetRates(ctx context.Context, rates map[string]Rate, by string) error {
+func (s *Store) SetRates(ctx context.Context, rates map[string]Rate, by string) error {
 	for _, name := range slices.Sorted(maps.Keys(rates)) {
-		if err := c.SetRate(ctx, name, rates[name], by); err != nil {
+		if err := s.SetRate(ctx, name, rates[name], by); err != nil {
 			return err
 		}
-		c.log.Info("rate limit set from the configuration", zap.String("limit", name), zap.Stringer("rate", rates[name]))
+		s.log.Info("rate limit set from the configuration", zap.String("limit", name), zap.Stringer("rate", rates[name]))
 	}
 	return nil
 }

@@ -73,8 +73,8 @@ func (rc *rateCache) readFirst(name string) bool {
 // UnderRates reports whether a rate limit applied to this client's last
 // claim: a worker then claims for its run slots free now, and the starts
 // the rate allows decide how many jobs it gets.
-func (c *Store) UnderRates() bool {
-	rc := c.rates
+func (s *Store) UnderRates() bool {
+	rc := s.rates
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return rc.underRates

@@ -94,13 +94,13 @@ const RatePartitionIdle = time.Minute
 const ratePartTries = 3
 
 // ratePartsColl is the collection of the partitions' state.
-func (c *Store) ratePartsColl() *mongo.Collection {
+func (s *Store) ratePartsColl() *mongo.Collection {
 	name := DefaultRatePartsCollection
-	if c.cfg.Collection != DefaultCollection {
-		name = c.cfg.Collection + "_" + DefaultRatePartsCollection
+	if s.cfg.Collection != DefaultCollection {
+		name = s.cfg.Collection + "_" + DefaultRatePartsCollection
 	}
-	wc, _ := parseWriteConcern(c.cfg.WriteConcern)
-	return c.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
+	wc, _ := parseWriteConcern(s.cfg.WriteConcern)
+	return s.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
 }
 
 // partitionByValue is r.By as stored: null for a rate not partitioned.
@@ -258,31 +258,31 @@ func (rc *rateCache) setAts(names []string) map[string]time.Time {
 // claimRateParts claims up to n jobs by p under the partitioned rates
 // parted (name → rate as read), each job with a start reserved in its
 // partition of each, reserving at t (see the top of this file).
-func (c *Store) claimRateParts(ctx context.Context, p ClaimParams, parted map[string]Rate, n int, t time.Time) ([]*jobs.Job, error) {
+func (s *Store) claimRateParts(ctx context.Context, p ClaimParams, parted map[string]Rate, n int, t time.Time) ([]*jobs.Job, error) {
 	for try := 0; ; try++ {
-		claimed, changed, err := c.claimRatePartsOnce(ctx, p, parted, n, t)
+		claimed, changed, err := s.claimRatePartsOnce(ctx, p, parted, n, t)
 		if !changed || err != nil || try == 1 {
 			return claimed, err
 		}
 		// A rate changed since it was read: claim again under it.
-		fresh, _, ok := c.rates.partitionedRates(slices.Sorted(maps.Keys(parted)))
+		fresh, _, ok := s.rates.partitionedRates(slices.Sorted(maps.Keys(parted)))
 		if !ok || len(fresh) != len(parted) {
 			return nil, nil // cleared, or no longer partitioned: the next claim plans anew
 		}
-		parted, t = fresh, c.now()
+		parted, t = fresh, s.now()
 	}
 }
 
 // claimRatePartsOnce is one try of claimRateParts; changed reports that a
 // rate was changed since it was read (the claim took nothing).
-func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted map[string]Rate, n int, t time.Time) (claimed []*jobs.Job, changed bool, err error) {
-	pc := newPartClaim(c.rates, p, parted, n, t)
-	if err := c.pickRateParts(ctx, pc); err != nil {
+func (s *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted map[string]Rate, n int, t time.Time) (claimed []*jobs.Job, changed bool, err error) {
+	pc := newPartClaim(s.rates, p, parted, n, t)
+	if err := s.pickRateParts(ctx, pc); err != nil {
 		return nil, false, err
 	}
 	if len(pc.picks) == 0 {
 		if !pc.next.IsZero() {
-			c.rates.noteNext(pc.next)
+			s.rates.noteNext(pc.next)
 		}
 		return nil, false, nil
 	}
@@ -290,30 +290,30 @@ func (c *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 	// Reserve at the time of the write, not of the reads: a start the
 	// reads allowed is allowed later too, and the time a job may take to
 	// start (RateStartLag) is counted from here.
-	if c.rates.beforePartReserve != nil {
-		c.rates.beforePartReserve()
+	if s.rates.beforePartReserve != nil {
+		s.rates.beforePartReserve()
 	}
-	t = c.now()
-	if err := c.reserveParts(ctx, take, t); err != nil {
+	t = s.now()
+	if err := s.reserveParts(ctx, take, t); err != nil {
 		return nil, false, err
 	}
 	pc.noteReservedSpent(take, t)
 	ids := pc.reservedIDs()
 	if len(ids) == 0 {
-		c.giveBackParts(ctx, take)
+		s.giveBackParts(ctx, take)
 		return nil, false, nil
 	}
-	if claimed, err = c.claimReserved(ctx, pc, ids); err != nil {
+	if claimed, err = s.claimReserved(ctx, pc, ids); err != nil {
 		return nil, false, err // its jobs carry the token: the caller gives them back; the starts stay taken
 	}
 	pc.countUsed(claimed)
-	if changed, err := c.confirmParts(ctx, pc, take, claimed); changed || err != nil {
+	if changed, err := s.confirmParts(ctx, pc, take, claimed); changed || err != nil {
 		return nil, changed, err
 	}
-	if late, err := c.lateUnderRate(ctx, pc.names, t, claimed); late || err != nil {
+	if late, err := s.lateUnderRate(ctx, pc.names, t, claimed); late || err != nil {
 		return nil, false, err
 	}
-	c.giveBackParts(ctx, take)
+	s.giveBackParts(ctx, take)
 	return claimed, false, nil
 }
 
@@ -352,14 +352,14 @@ func (pc *partClaim) noteNext(at time.Time) {
 // pickRateParts reads candidates and their partitions, and picks in claim
 // order those whose partitions allow a start at pc.t, reading again past
 // the partitions found spent, at most ratePartTries times.
-func (c *Store) pickRateParts(ctx context.Context, pc *partClaim) error {
+func (s *Store) pickRateParts(ctx context.Context, pc *partClaim) error {
 	for range ratePartTries {
 		limit := pc.n * claimWindow
-		cands, err := c.rateCandidates(ctx, pc.params(), pc.t, limit)
+		cands, err := s.rateCandidates(ctx, pc.params(), pc.t, limit)
 		if err != nil {
 			return err
 		}
-		if err := c.readRateParts(ctx, pc.parts, pc.newParts(cands), pc.t); err != nil {
+		if err := s.readRateParts(ctx, pc.parts, pc.newParts(cands), pc.t); err != nil {
 			return err
 		}
 		pc.pick(cands)
@@ -511,17 +511,17 @@ func (pc *partClaim) reservedIDs() []string {
 // claimReserved claims exactly the jobs ids, reserved for: stamped as read
 // when they are a batch no concurrency limit applies to, else as any
 // claim restricted to them.
-func (c *Store) claimReserved(ctx context.Context, pc *partClaim, ids []string) ([]*jobs.Job, error) {
-	if c.rates.beforeRateClaim != nil {
-		c.rates.beforeRateClaim()
+func (s *Store) claimReserved(ctx context.Context, pc *partClaim, ids []string) ([]*jobs.Job, error) {
+	if s.rates.beforeRateClaim != nil {
+		s.rates.beforeRateClaim()
 	}
 	cp := pc.p
 	cp.ids = ids
-	if block, asRead, ok := c.stampable(ctx, cp, ids, pc.candByID); ok {
-		claimed, _, err := c.stampBlock(ctx, cp, c.now(), block, asRead)
+	if block, asRead, ok := s.stampable(ctx, cp, ids, pc.candByID); ok {
+		claimed, _, err := s.stampBlock(ctx, cp, s.now(), block, asRead)
 		return claimed, err
 	}
-	return c.claimPlain(ctx, cp, len(ids))
+	return s.claimPlain(ctx, cp, len(ids))
 }
 
 // countUsed counts, in each partition, the jobs claimed in it.
@@ -541,26 +541,26 @@ func (pc *partClaim) countUsed(claimed []*jobs.Job) {
 // When one changed since it was read, the starts were reserved under a
 // rate that no longer holds: it gives the jobs and every start back,
 // reads the rates again, and reports changed, to claim again.
-func (c *Store) confirmParts(ctx context.Context, pc *partClaim, take []*ratePart, claimed []*jobs.Job) (changed bool, err error) {
+func (s *Store) confirmParts(ctx context.Context, pc *partClaim, take []*ratePart, claimed []*jobs.Job) (changed bool, err error) {
 	if len(claimed) == 0 {
 		return false, nil
 	}
-	ok, err := c.confirmRates(ctx, pc.names, pc.parted, len(claimed))
+	ok, err := s.confirmRates(ctx, pc.names, pc.parted, len(claimed))
 	if err != nil {
-		return false, errors.Join(err, c.releaseRateJobs(ctx, claimed))
+		return false, errors.Join(err, s.releaseRateJobs(ctx, claimed))
 	}
 	if ok {
 		return false, nil
 	}
-	if err := c.releaseRateJobs(ctx, claimed); err != nil {
+	if err := s.releaseRateJobs(ctx, claimed); err != nil {
 		return false, err
 	}
 	for _, rp := range take {
 		rp.used = 0
 	}
-	c.giveBackParts(ctx, take)
+	s.giveBackParts(ctx, take)
 	for _, name := range pc.names {
-		if err := c.readRate(ctx, name); err != nil {
+		if err := s.readRate(ctx, name); err != nil {
 			return false, err
 		}
 	}
@@ -580,10 +580,10 @@ type rateCand struct {
 // rateCandidates reads up to limit candidates of p at t, in claim order.
 // One that does not decode (another application wrote it) is buried, as
 // a batch claim under limits does, rather than given a start.
-func (c *Store) rateCandidates(ctx context.Context, p ClaimParams, t time.Time, limit int) ([]rateCand, error) {
-	cur, err := c.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(limit)))
+func (s *Store) rateCandidates(ctx context.Context, p ClaimParams, t time.Time, limit int) ([]rateCand, error) {
+	cur, err := s.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(limit)))
 	if err != nil {
-		return nil, fmt.Errorf("queue: claim: find candidates under a partitioned rate: %w", err)
+		return nil, fmt.Errorf("store: claim: find candidates under a partitioned rate: %w", err)
 	}
 	var out []rateCand
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
@@ -593,7 +593,7 @@ func (c *Store) rateCandidates(ctx context.Context, p ClaimParams, t time.Time, 
 		}
 		var j jobs.Job
 		if err := bson.Unmarshal(d, &j); err != nil {
-			if berr := c.buryCandidate(ctx, d, t, err); berr != nil {
+			if berr := s.buryCandidate(ctx, d, t, err); berr != nil {
 				return fmt.Errorf("candidate %s: %w (and marking it dead: %w)", id, err, berr)
 			}
 			return nil
@@ -607,7 +607,7 @@ func (c *Store) rateCandidates(ctx context.Context, p ClaimParams, t time.Time, 
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("queue: claim: read candidates under a partitioned rate: %w", err)
+		return nil, fmt.Errorf("store: claim: read candidates under a partitioned rate: %w", err)
 	}
 	return out, nil
 }
@@ -617,11 +617,11 @@ func (c *Store) rateCandidates(ctx context.Context, p ClaimParams, t time.Time, 
 // them again, when they are a batch and no concurrency limit applies to p
 // (whose slots a claim under limits must pick); ok is false otherwise, and
 // the claim is made as any claim, by ids.
-func (c *Store) stampable(ctx context.Context, p ClaimParams, ids []string, cands map[string]rateCand) (block []*jobs.Job, asRead bson.A, ok bool) {
+func (s *Store) stampable(ctx context.Context, p ClaimParams, ids []string, cands map[string]rateCand) (block []*jobs.Job, asRead bson.A, ok bool) {
 	if len(ids) < 2 {
 		return nil, nil, false // a single claim is one findAndModify either way
 	}
-	kinds, queues, parts, err := c.limitsFor(ctx, p)
+	kinds, queues, parts, err := s.limitsFor(ctx, p)
 	if err != nil || len(kinds) > 0 || len(queues) > 0 || parts.any() {
 		return nil, nil, false
 	}
@@ -637,13 +637,13 @@ func (c *Store) stampable(ctx context.Context, p ClaimParams, ids []string, cand
 // each allows at t. A partition with no document allows its burst; a tat
 // that is not a date (another application wrote it) is taken as none, and
 // replaced by the reservation.
-func (c *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, ids []string, t time.Time) error {
+func (s *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, ids []string, t time.Time) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	cur, err := c.ratePartsColl().Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	cur, err := s.ratePartsColl().Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
 	if err != nil {
-		return fmt.Errorf("queue: claim: read rate partitions: %w", err)
+		return fmt.Errorf("store: claim: read rate partitions: %w", err)
 	}
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
 		id, _ := d.Lookup("_id").StringValueOK()
@@ -662,7 +662,7 @@ func (c *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, i
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("queue: claim: read rate partitions: %w", err)
+		return fmt.Errorf("store: claim: read rate partitions: %w", err)
 	}
 	for _, id := range ids {
 		rp := parts[id]
@@ -675,15 +675,15 @@ func (c *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, i
 // compare-and-set of each document on its tat as read, an insert of each
 // that had none. It sets reserved on those that were applied. An error is
 // a reply lost: what it reserved counts as taken.
-func (c *Store) reserveParts(ctx context.Context, parts []*ratePart, t time.Time) error {
+func (s *Store) reserveParts(ctx context.Context, parts []*ratePart, t time.Time) error {
 	nonce := uuid.NewString()
 	updates, inserts := partReservations(parts, t, nonce)
-	sure, err := c.applyPartReservations(ctx, updates, inserts)
+	sure, err := s.applyPartReservations(ctx, updates, inserts)
 	if err != nil {
 		return err
 	}
 	if !sure {
-		return c.readBackReserved(ctx, parts, nonce)
+		return s.readBackReserved(ctx, parts, nonce)
 	}
 	for _, rp := range parts {
 		rp.reserved = true
@@ -712,17 +712,17 @@ func partReservations(parts []*ratePart, t time.Time, nonce string) (updates []m
 // applyPartReservations sends updates (one unordered bulkWrite) and
 // inserts (one unordered insertMany). sure reports that every write is
 // known applied; an error, that a reply was lost.
-func (c *Store) applyPartReservations(ctx context.Context, updates []mongo.WriteModel, inserts []any) (sure bool, err error) {
+func (s *Store) applyPartReservations(ctx context.Context, updates []mongo.WriteModel, inserts []any) (sure bool, err error) {
 	sure = true
 	answered := func(err error) bool {
 		var bwe mongo.BulkWriteException
 		return (errors.As(err, &bwe) && bwe.WriteConcernError == nil) || IsDuplicateKey(err)
 	}
-	coll := c.ratePartsColl()
+	coll := s.ratePartsColl()
 	if len(updates) > 0 {
 		res, err := coll.BulkWrite(ctx, updates, options.BulkWrite().SetOrdered(false))
-		if err == nil && c.rates.afterReserve != nil {
-			err = c.rates.afterReserve()
+		if err == nil && s.rates.afterReserve != nil {
+			err = s.rates.afterReserve()
 		}
 		switch {
 		case err == nil:
@@ -730,20 +730,20 @@ func (c *Store) applyPartReservations(ctx context.Context, updates []mongo.Write
 		case answered(err):
 			sure = false
 		default:
-			return false, fmt.Errorf("queue: claim: reserve starts of %d rate partitions: %w", len(updates), err)
+			return false, fmt.Errorf("store: claim: reserve starts of %d rate partitions: %w", len(updates), err)
 		}
 	}
 	if len(inserts) > 0 {
 		_, err := coll.InsertMany(ctx, inserts, options.InsertMany().SetOrdered(false))
-		if err == nil && len(updates) == 0 && c.rates.afterReserve != nil {
-			err = c.rates.afterReserve()
+		if err == nil && len(updates) == 0 && s.rates.afterReserve != nil {
+			err = s.rates.afterReserve()
 		}
 		switch {
 		case err == nil:
 		case answered(err):
 			sure = false // another claim inserted first
 		default:
-			return false, fmt.Errorf("queue: claim: reserve starts of %d new rate partitions: %w", len(inserts), err)
+			return false, fmt.Errorf("store: claim: reserve starts of %d new rate partitions: %w", len(inserts), err)
 		}
 	}
 	return sure, nil
@@ -753,16 +753,16 @@ func (c *Store) applyPartReservations(ctx context.Context, updates []mongo.Write
 // applied: those still as it wrote them. One written and then changed by
 // another claim cannot be told from one not written: it is taken as not
 // reserved (the rate runs under).
-func (c *Store) readBackReserved(ctx context.Context, parts []*ratePart, nonce string) error {
+func (s *Store) readBackReserved(ctx context.Context, parts []*ratePart, nonce string) error {
 	ids := make(bson.A, len(parts))
 	byID := map[string]*ratePart{}
 	for i, rp := range parts {
 		ids[i] = rp.id
 		byID[rp.id] = rp
 	}
-	cur, err := c.ratePartsColl().Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "res", Value: nonce}})
+	cur, err := s.ratePartsColl().Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "res", Value: nonce}})
 	if err != nil {
-		return fmt.Errorf("queue: claim: read back the reserved rate partitions: %w", err)
+		return fmt.Errorf("store: claim: read back the reserved rate partitions: %w", err)
 	}
 	return eachRaw(ctx, cur, func(d bson.Raw) error {
 		id, _ := d.Lookup("_id").StringValueOK()
@@ -779,7 +779,7 @@ func (c *Store) readBackReserved(ctx context.Context, parts []*ratePart, nonce s
 // (take - used), each only when its tat is still the one the reservation
 // wrote (one unordered bulkWrite). Best-effort: a give-back that does not
 // match is lost (the rate runs under).
-func (c *Store) giveBackParts(ctx context.Context, parts []*ratePart) {
+func (s *Store) giveBackParts(ctx context.Context, parts []*ratePart) {
 	var models []mongo.WriteModel
 	for _, rp := range parts {
 		n := rp.take - rp.used
@@ -791,8 +791,8 @@ func (c *Store) giveBackParts(ctx context.Context, parts []*ratePart) {
 	if len(models) == 0 {
 		return
 	}
-	if _, err := c.ratePartsColl().BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
-		c.log.Debug("rate partitions: giving back unused starts failed; they are lost (the rate runs under)", zap.Error(err))
+	if _, err := s.ratePartsColl().BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
+		s.log.Debug("rate partitions: giving back unused starts failed; they are lost (the rate runs under)", zap.Error(err))
 	}
 }
 
@@ -835,39 +835,39 @@ func giveBackPart(rp *ratePart, n int) mongo.WriteModel {
 // confirmRates adds n starts to each of names' documents, conditioned on
 // the rate as read (parted): ok is false when one no longer matched (an
 // operator changed or cleared it after this process read it).
-func (c *Store) confirmRates(ctx context.Context, names []string, parted map[string]Rate, n int) (bool, error) {
+func (s *Store) confirmRates(ctx context.Context, names []string, parted map[string]Rate, n int) (bool, error) {
 	for _, name := range names {
-		c.rates.mu.Lock()
-		bad := c.rates.rates[name] != nil && c.rates.rates[name].badStarts
-		c.rates.mu.Unlock()
+		s.rates.mu.Lock()
+		bad := s.rates.rates[name] != nil && s.rates.rates[name].badStarts
+		s.rates.mu.Unlock()
 		update := bson.D{{Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}}
 		if bad {
 			update = bson.D{{Key: "$set", Value: bson.D{{Key: "starts", Value: n}}}}
 		}
-		res, err := c.ratesColl().UpdateOne(ctx, rateFilter(name, parted[name], nil), update)
+		res, err := s.ratesColl().UpdateOne(ctx, rateFilter(name, parted[name], nil), update)
 		if err != nil {
-			c.forgetLimits()
-			return false, fmt.Errorf("queue: claim: confirm rate %s: %w", name, err)
+			s.forgetLimits()
+			return false, fmt.Errorf("store: claim: confirm rate %s: %w", name, err)
 		}
 		if res.MatchedCount == 0 {
 			return false, nil
 		}
 		if bad {
-			c.rates.mu.Lock()
-			if s := c.rates.rates[name]; s != nil {
+			s.rates.mu.Lock()
+			if s := s.rates.rates[name]; s != nil {
 				s.badStarts = false
 			}
-			c.rates.mu.Unlock()
+			s.rates.mu.Unlock()
 		}
 	}
 	return true, nil
 }
 
 // releaseRateJobs gives claimed back unstarted, attempts not counted.
-func (c *Store) releaseRateJobs(ctx context.Context, claimed []*jobs.Job) error {
+func (s *Store) releaseRateJobs(ctx context.Context, claimed []*jobs.Job) error {
 	for _, j := range claimed {
-		if err := c.Release(ctx, LeaseOf(j)); err != nil && !errors.Is(err, jobs.ErrLeaseLost) {
-			return fmt.Errorf("queue: claim: giving back the jobs of a claim under a rate: %w", err)
+		if err := s.Release(ctx, LeaseOf(j)); err != nil && !errors.Is(err, jobs.ErrLeaseLost) {
+			return fmt.Errorf("store: claim: giving back the jobs of a claim under a rate: %w", err)
 		}
 	}
 	return nil
@@ -878,16 +878,16 @@ func (c *Store) releaseRateJobs(ctx context.Context, claimed []*jobs.Job) error 
 // nothing a missing document does not. Each delete is conditioned on the
 // tat it read, so state that a claim wrote meanwhile is kept. The
 // reaper's pass runs it. It returns how many it deleted.
-func (c *Store) CleanRatePartitions(ctx context.Context, limit int) (int, error) {
+func (s *Store) CleanRatePartitions(ctx context.Context, limit int) (int, error) {
 	if limit < 1 {
 		return 0, nil
 	}
-	cutoff := c.now().Add(-RatePartitionIdle)
-	coll := c.ratePartsColl()
+	cutoff := s.now().Add(-RatePartitionIdle)
+	coll := s.ratePartsColl()
 	cur, err := coll.Find(ctx, bson.D{{Key: "tat", Value: bson.D{{Key: "$lt", Value: cutoff}}}},
 		options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "tat", Value: 1}}))
 	if err != nil {
-		return 0, fmt.Errorf("queue: clean rate partitions: %w", err)
+		return 0, fmt.Errorf("store: clean rate partitions: %w", err)
 	}
 	var models []mongo.WriteModel
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
@@ -895,25 +895,25 @@ func (c *Store) CleanRatePartitions(ctx context.Context, limit int) (int, error)
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("queue: clean rate partitions: %w", err)
+		return 0, fmt.Errorf("store: clean rate partitions: %w", err)
 	}
 	if len(models) == 0 {
 		return 0, nil
 	}
-	if c.rates.beforePartClean != nil {
-		c.rates.beforePartClean()
+	if s.rates.beforePartClean != nil {
+		s.rates.beforePartClean()
 	}
 	res, err := coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	if err != nil {
-		return 0, fmt.Errorf("queue: clean rate partitions: %w", err)
+		return 0, fmt.Errorf("store: clean rate partitions: %w", err)
 	}
 	return int(res.DeletedCount), nil
 }
 
 // ratePartCounts counts the partitions of rate name under r that have a
 // document, and those of them that allow no start at t.
-func (c *Store) ratePartCounts(ctx context.Context, name string, r Rate, t time.Time) (parts, spent int, err error) {
-	coll := c.ratePartsColl()
+func (s *Store) ratePartCounts(ctx context.Context, name string, r Rate, t time.Time) (parts, spent int, err error) {
+	coll := s.ratePartsColl()
 	n, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: ratePartIDs(name)}})
 	if err != nil {
 		return 0, 0, err
@@ -921,9 +921,9 @@ func (c *Store) ratePartCounts(ctx context.Context, name string, r Rate, t time.
 	// None allowed at t: tat > t + (burst-1)·T.
 	g := r.gcra()
 	full := t.Add(g.window() - g.t)
-	s, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: ratePartIDs(name)}, {Key: "tat", Value: bson.D{{Key: "$gt", Value: full}}}})
+	spentN, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: ratePartIDs(name)}, {Key: "tat", Value: bson.D{{Key: "$gt", Value: full}}}})
 	if err != nil {
 		return 0, 0, err
 	}
-	return int(n), int(s), nil
+	return int(n), int(spentN), nil
 }
