@@ -139,6 +139,18 @@ func TestEnqueueHandlerCommands(t *testing.T) {
 	require.NoError(t, err)
 	require.NotZero(t, tx.Lookup("cancelRequestedAt").Type, "the transfer is asked to cancel: %s", tx)
 
+	// A transfer run again with its --tx-id (its first run's reply lost,
+	// say) makes no second transaction and no second job.
+	args := []string{"transfer", "--from", "a1", "--to", "a2", "--amount", "150", "--tx-id", "pay-1"}
+	first, stderr, code := run(t, bin, db, nil, "", args...)
+	require.Equal(t, 0, code, stderr)
+	again, stderr, code := run(t, bin, db, nil, "", args...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, first, again)
+	n, err := db.Collection("transactions").CountDocuments(ctx, bson.M{"_id": "pay-1"})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+
 	// show prints a job another application wrote with fields of other
 	// types as it is stored.
 	_, err = store.Of(q).Collection().InsertOne(ctx, bson.M{"_id": "odd", "kind": "noop", "attempt": "x", "state": "running", "errors": 5})
@@ -163,13 +175,14 @@ func TestEnqueueHandlerCommands(t *testing.T) {
 		{[]string{"transfer", "--from", "a1", "--to", "nope", "--amount", "5"}, "nope"},
 		{[]string{"transfer", "--from", "a1", "--to", "a2", "--amount", "1.5"}, "invalid value"},
 		{[]string{"transfer", "--reverse", "no-such-tx"}, "no-such-tx"},
+		{[]string{"transfer", "--from", "a1", "--to", "a2", "--amount", "151", "--tx-id", "pay-1"}, "transaction id taken"},
 		{[]string{"seed", "--users", "-1"}, "must not be negative"},
 	} {
 		_, stderr, code := run(t, bin, db, nil, "", tc.args...)
 		require.Equal(t, 2, code, "%v: %s", tc.args, stderr)
 		require.Contains(t, stderr, tc.want, "%v", tc.args)
 	}
-	n, err := store.Of(q).Collection().CountDocuments(ctx, bson.M{})
+	n, err = store.Of(q).Collection().CountDocuments(ctx, bson.M{})
 	require.NoError(t, err)
-	require.EqualValues(t, 4, n, "bad input must enqueue nothing")
+	require.EqualValues(t, 5, n, "bad input must enqueue nothing")
 }
