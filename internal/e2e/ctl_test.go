@@ -21,14 +21,16 @@ func ctlBinary(t *testing.T) string {
 // setState moves job id to state s by hand, as a worker would have.
 func setState(t *testing.T, q *queue.Client, id string, set bson.D) {
 	t.Helper()
-	_, err := store.Of(q).Collection().UpdateOne(context.Background(), bson.M{"_id": id}, bson.D{{Key: "$set", Value: set}})
-	require.NoError(t, err)
+	must(t, "set job "+id, func() error {
+		_, err := store.Of(q).Collection().UpdateOne(context.Background(), bson.M{"_id": id}, bson.D{{Key: "$set", Value: set}})
+		return err
+	})
 }
 
 func jobState(t *testing.T, q *queue.Client, id string) jobs.State {
 	t.Helper()
-	j, err := q.Get(context.Background(), id)
-	require.NoError(t, err)
+	var j *jobs.Job
+	must(t, "read job "+id, func() (err error) { j, err = q.Get(context.Background(), id); return err })
 	return j.State
 }
 

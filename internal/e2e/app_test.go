@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// A test's own calls (its setup, its checks' reads, and the operator
+// commands whose failure is not what it checks) are an application's: run
+// on a devdb with --faults and --elections (DOCKET_DEVDB_FLAGS), they meet
+// MongoDB's failure replies, and send the call again as an application on
+// a replica set does (testdb.Retry), so that a refused setup write is not
+// taken for a broken guarantee. What the tests check is read from the
+// database.
+
+// must runs f, a call the test makes as an application does, sending it
+// again after one of MongoDB's failure replies, and fails t on any other
+// error. f must be safe to apply twice: a failed send may have applied.
+func must(t testing.TB, what string, f func() error) {
+	t.Helper()
+	require.NoError(t, testdb.Retry(t.Logf, what, f), what)
+}
+
+// mustInsert is must for inserts of documents of ids of their own: a
+// duplicate key after a resend is the earlier send's insert.
+func mustInsert(t testing.TB, what string, f func() error) {
+	t.Helper()
+	require.NoError(t, testdb.RetryInsert(t.Logf, what, f), what)
+}
+
+// insertDocs inserts docs (of ids of their own) into coll as an
+// application does.
+func insertDocs(t testing.TB, coll *mongo.Collection, docs ...any) {
+	t.Helper()
+	mustInsert(t, "insert into "+coll.Name(), func() error {
+		_, err := coll.InsertMany(context.Background(), docs, options.InsertMany().SetOrdered(false))
+		return err
+	})
+}
+
+// enqueueMany enqueues ins as an application does: an enqueue that met a
+// failure reply is sent again with the ids it reported, so that a job an
+// earlier send inserted is found, not added twice.
+func enqueueMany(t testing.TB, q *queue.Client, ins []queue.Insert) []queue.Result {
+	t.Helper()
+	ins = slices.Clone(ins)
+	var res []queue.Result
+	must(t, "enqueue", func() (err error) {
+		res, err = q.EnqueueMany(context.Background(), ins)
+		for i := range res {
+			if ins[i].Opts.ID == "" {
+				ins[i].Opts.ID = res[i].ID
+			}
+		}
+		return err
+	})
+	return res
+}
+
+// enqueue is enqueueMany of one job.
+func enqueue(t testing.TB, q *queue.Client, kind string, args any, opts queue.InsertOpts) queue.Result {
+	t.Helper()
+	return enqueueMany(t, q, []queue.Insert{{Kind: kind, Args: args, Opts: opts}})[0]
+}
+
+// count counts the documents of coll that filter matches.
+func count(t testing.TB, coll *mongo.Collection, filter any) int64 {
+	t.Helper()
+	var n int64
+	must(t, "count in "+coll.Name(), func() (err error) {
+		n, err = coll.CountDocuments(context.Background(), filter)
+		return err
+	})
+	return n
+}
+
+// findAll reads the documents of coll that filter matches into out (a
+// pointer to a slice), the whole read again after a failure reply.
+func findAll(t testing.TB, coll *mongo.Collection, filter any, out any) {
+	t.Helper()
+	must(t, "read "+coll.Name(), func() error { return readAll(coll, filter, out) })
+}
+
+// readAll reads the documents of coll that filter matches into out.
+func readAll(coll *mongo.Collection, filter any, out any) error {
+	ctx := context.Background()
+	cur, err := coll.Find(ctx, filter)
+	if err != nil {
+		return err
+	}
+	return cur.All(ctx, out)
+}
+
+// operator runs a command (docketctl, enqueue) as an operator does: one
+// that failed with one of MongoDB's failure replies (a non-zero exit whose
+// output names the reply) is run again, for up to testdb.RetryFor.
+// resent says whether the last command was run more than once: a command
+// whose first run was applied with its reply lost then reports what it
+// finds (say "already paused"), and the test reads the database instead.
+type operator struct {
+	t      *testing.T
+	bin    string
+	db     *mongo.Database
+	env    []string
+	resent bool
+}
+
+// run runs the command with args and returns its last run's output and
+// exit status.
+func (o *operator) run(args ...string) (string, string, int) {
+	o.t.Helper()
+	o.resent = false
+	deadline := time.Now().Add(testdb.RetryFor)
+	for try := 1; ; try++ {
+		out, stderr, code := run(o.t, o.bin, o.db, o.env, "", args...)
+		if code == 0 || !testdb.TransientText(out+stderr) || time.Now().After(deadline) {
+			return out, stderr, code
+		}
+		o.t.Logf("%v (try %d) met a failure reply, run again: %s", args, try, tail(out+stderr, 3))
+		o.resent = true
+		time.Sleep(testdb.RetryWait(try))
+	}
+}
