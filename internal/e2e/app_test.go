@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"regexp"
 	"slices"
 	"testing"
 	"time"
@@ -102,7 +103,8 @@ func readAll(coll *mongo.Collection, filter any, out any) error {
 // operator runs a command (docketctl, enqueue) as an operator does: one
 // that failed with one of MongoDB's failure replies (a non-zero exit whose
 // output names the reply) is run again, for up to testdb.RetryFor.
-// resent says whether the last command was run more than once: a command
+// An enqueue command run again is given the id it printed (--id), as it
+// asks. resent says whether the last command was run more than once: a command
 // whose first run was applied with its reply lost then reports what it
 // finds (say "already paused"), and the test reads the database instead.
 type operator struct {
@@ -112,6 +114,10 @@ type operator struct {
 	env    []string
 	resent bool
 }
+
+// rerunWith finds the id an enqueue command that failed asks to be run
+// again with, so that it enqueues its job at most once.
+var rerunWith = regexp.MustCompile(`rerun with --id (\S+)`)
 
 // run runs the command with args and returns its last run's output and
 // exit status.
@@ -126,6 +132,9 @@ func (o *operator) run(args ...string) (string, string, int) {
 		}
 		o.t.Logf("%v (try %d) met a failure reply, run again: %s", args, try, tail(out+stderr, 3))
 		o.resent = true
+		if m := rerunWith.FindStringSubmatch(out + stderr); m != nil && !slices.Contains(args, "--id") {
+			args = append(slices.Clone(args), "--id", m[1])
+		}
 		time.Sleep(testdb.RetryWait(try))
 	}
 }

@@ -189,7 +189,7 @@ func inState(s jobs.State) func(*jobs.Job) bool {
 
 // executions returns the recorded executions per job id: one per attempt
 // that started its handler (internal/testworker records each attempt
-// once, its _id the claim's token).
+// once, its _id the job's id and the claim's token).
 func executions(t *testing.T, db *mongo.Database) map[string][]bson.M {
 	t.Helper()
 	var out map[string][]bson.M

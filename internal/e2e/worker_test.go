@@ -63,7 +63,7 @@ func fourWorkersRunEachJobOnce(t *testing.T, n int, flags ...string) {
 		require.Equal(t, 0, p.wait(time.Minute), "%s exit status", p.name)
 	}
 	execs := executions(t, db)
-	require.Len(t, execs, n)
+	require.Equal(t, n, len(execs), "jobs that ran")
 	for id, e := range execs {
 		require.Len(t, e, 1, "job %s ran %d times", id, len(e))
 		owners[e[0]["owner"].(string)] = true

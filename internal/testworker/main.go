@@ -114,13 +114,14 @@ func callDownstream(ctx context.Context, j *jobs.Job, a CallArgs) error {
 }
 
 // recordExecution records the attempt j in execs, one document per
-// attempt (its _id the claim's token), as an app records what it did: an
+// attempt (its _id the job's id and the claim's token: a batch claim
+// stamps its jobs with one token), as an app records what it did: an
 // insert that failed may have been applied (its reply lost, or a
 // writeConcernError), so it is sent again, for up to 30 s, until it lands
 // or a duplicate key shows that an earlier send did.
 func recordExecution(ctx context.Context, execs *mongo.Collection, j *jobs.Job) error {
 	doc := bson.M{
-		"_id": j.LeaseToken, "jobId": j.ID, "attempt": j.Attempt, "owner": j.Owner, "token": j.LeaseToken, "at": time.Now(),
+		"_id": j.ID + "/" + j.LeaseToken, "jobId": j.ID, "attempt": j.Attempt, "owner": j.Owner, "token": j.LeaseToken, "at": time.Now(),
 		"claimedAt": j.HeartbeatAt, // the claim's stamp
 	}
 	deadline := time.Now().Add(30 * time.Second)
