@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func mustInsert(t testing.TB, what string, f func() error) {
 
 // insertDocs inserts docs (of ids of their own) into coll as an
 // application does.
-func insertDocs(t testing.TB, coll *mongo.Collection, docs ...any) {
+func insertDocs(t testing.TB, coll *mongo.Collection, docs []any) {
 	t.Helper()
 	mustInsert(t, "insert into "+coll.Name(), func() error {
 		_, err := coll.InsertMany(context.Background(), docs, options.InsertMany().SetOrdered(false))
@@ -137,4 +138,32 @@ func (o *operator) run(args ...string) (string, string, int) {
 		}
 		time.Sleep(testdb.RetryWait(try))
 	}
+}
+
+// leaderTTL is fastWorker's --leader-ttl.
+const leaderTTL = 3 * time.Second
+
+// electionAllowance is how much longer than without elections a leader's
+// work may pause on a devdb run with --elections EVERY/FOR
+// (DOCKET_DEVDB_FLAGS): an election refuses every write for FOR, so the
+// leader cannot renew its term, may lose it, and a process takes it again
+// within a term (ttl). Zero without elections.
+func electionAllowance(t testing.TB, ttl time.Duration) time.Duration {
+	t.Helper()
+	var value string
+	flags := testdb.DevDBFlags()
+	for i, f := range flags {
+		if v, ok := strings.CutPrefix(f, "--elections="); ok {
+			value = v
+		} else if f == "--elections" && i+1 < len(flags) {
+			value = flags[i+1]
+		}
+	}
+	if value == "" {
+		return 0
+	}
+	_, window, ok := strings.Cut(value, "/")
+	d, err := time.ParseDuration(window)
+	require.True(t, ok && err == nil, "--elections %q is not EVERY/FOR", value)
+	return d + ttl
 }

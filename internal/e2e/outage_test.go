@@ -10,6 +10,7 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -50,21 +51,19 @@ func TestWorkerRidesOutDatabaseOutage(t *testing.T) {
 	d, db, q := ownDevDB(t)
 	ctx := context.Background()
 	// short finishes during the outage; long runs across it, heartbeating.
-	short, err := q.Enqueue(ctx, "record", bson.M{"sleepMs": 2500}, queue.InsertOpts{Priority: 1})
-	require.NoError(t, err)
-	long, err := q.Enqueue(ctx, "record", bson.M{"sleepMs": 9000}, queue.InsertOpts{})
-	require.NoError(t, err)
+	short := enqueue(t, q, "record", bson.M{"sleepMs": 2500}, queue.InsertOpts{Priority: 1})
+	long := enqueue(t, q, "record", bson.M{"sleepMs": 9000}, queue.InsertOpts{})
 
 	w := startProc(t, workerBinary(t), db, "W", []string{"DOCKET_MONGO_URI=" + d.URI(), "DOCKET_MONGO_TIMEOUT=1s"},
 		"--lease", "20s", "--heartbeat-interval", "500ms", "--poll-max", "200ms", "--log-format", "json")
 	for _, id := range []string{short.ID, long.ID} {
 		waitJob(t, q, id, time.Minute, "running", inState(jobs.StateRunning))
 	}
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		n, err := db.Collection("executions").CountDocuments(ctx, bson.M{})
-		require.NoError(t, err)
-		return n == 2
-	}, time.Minute, 20*time.Millisecond, "the handlers never started")
+		assert.NoError(c, err)
+		assert.EqualValues(c, 2, n, "the handlers never started")
+	}, time.Minute, 20*time.Millisecond)
 
 	d.Stop()
 	down := time.Now()
@@ -77,8 +76,7 @@ func TestWorkerRidesOutDatabaseOutage(t *testing.T) {
 		require.Equal(t, 1, j.Attempt, "job %s ran again: its result was lost", id)
 		require.Empty(t, j.Errors)
 	}
-	after, err := q.Enqueue(ctx, "record", bson.M{}, queue.InsertOpts{})
-	require.NoError(t, err)
+	after := enqueue(t, q, "record", bson.M{}, queue.InsertOpts{})
 	waitJob(t, q, after.ID, time.Minute, "succeeded after the outage", inState(jobs.StateSucceeded))
 	select {
 	case <-w.done:
