@@ -174,7 +174,10 @@ func TestBadInputEndsDeadOrVisible(t *testing.T) {
 	}
 	raw := func(id string) bson.Raw {
 		var r bson.Raw
-		must(t, "read job "+id, func() (err error) { r, err = store.Of(q).Collection().FindOne(ctx, bson.M{"_id": id}).Raw(); return err })
+		must(t, "read job "+id, func() (err error) {
+			r, err = store.Of(q).Collection().FindOne(ctx, bson.M{"_id": id}).Raw()
+			return err
+		})
 		return r
 	}
 	for _, c := range cases {

@@ -138,7 +138,10 @@ func TestEnqueueHandlerCommands(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "cancelled")
 	var tx bson.Raw
-	must(t, "read", func() (err error) { tx, err = db.Collection("transactions").FindOne(ctx, bson.M{"_id": fields[2]}).Raw(); return err })
+	must(t, "read", func() (err error) {
+		tx, err = db.Collection("transactions").FindOne(ctx, bson.M{"_id": fields[2]}).Raw()
+		return err
+	})
 	require.NotZero(t, tx.Lookup("cancelRequestedAt").Type, "the transfer is asked to cancel: %s", tx)
 
 	// A transfer run again with its --tx-id (its first run's reply lost,
