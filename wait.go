@@ -53,6 +53,11 @@ type WaitParams struct {
 // time, or are an unpublished workflow's gate (its builder publishes it,
 // or the leader's sweep cancels it in time), or are not in the collection,
 // does not hold it up.
+//
+// A read that fails with a reply MongoDB's drivers read again after (an
+// election, a network error, a cursor the server killed) is read again
+// until ctx ends; the error then wraps ctx's and the read's. Other errors
+// are returned at once.
 func (c *Client) WaitIdle(ctx context.Context, p WaitParams) error {
 	if p.PollInterval < 0 {
 		return errors.New("docket: WaitIdle: poll interval must not be negative")
@@ -62,23 +67,39 @@ func (c *Client) WaitIdle(ctx context.Context, p WaitParams) error {
 	}
 	coll := store.Of(c.q).Collection()
 	wait := min(10*time.Millisecond, p.PollInterval)
+	var transient error // the last read's transient failure, if it failed
 	for {
 		busy, err := busyJob(ctx, coll, p, time.Now())
-		if err != nil {
-			return fmt.Errorf("docket: WaitIdle: %w", err)
-		}
-		if !busy {
+		switch {
+		case err != nil && ctx.Err() == nil && transientRead(err):
+			// Busy until a read says otherwise: a killed cursor's first
+			// batch is not the whole collection.
+			transient = err
+		case err != nil:
+			return waitError(err, transient)
+		case !busy:
 			return nil
+		default:
+			transient = nil
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("docket: WaitIdle: %w", context.Cause(ctx))
+			return waitError(context.Cause(ctx), transient)
 		case <-t.C:
 		}
 		wait = min(2*wait, p.PollInterval)
 	}
+}
+
+// waitError is WaitIdle's error for err, with the transient failure of
+// the read before it when there was one.
+func waitError(err, transient error) error {
+	if transient != nil {
+		return fmt.Errorf("docket: WaitIdle: %w (the last read failed: %w)", err, transient)
+	}
+	return fmt.Errorf("docket: WaitIdle: %w", err)
 }
 
 // busyJob reports whether a job p selects is running or available at now,

@@ -1283,10 +1283,8 @@ func harnessProduct(t *testing.T, h *harnessEnv, stock int64) {
 }
 
 // harnessTransferSetup opens account a with 100 and account b as given,
-// and enqueues the transfer of amount from a to b. EnqueueTransfer is not
-// idempotent (a new transaction each call): one that met a failure reply
-// may have left a transaction, or a transaction and its job, so the
-// setup, which nothing has seen yet, clears both and enqueues again.
+// and enqueues the transfer of amount from a to b, sent again with its
+// transaction's id after a failure reply, as an app does.
 func harnessTransferSetup(t *testing.T, h *harnessEnv, amount int64, b bson.D) {
 	t.Helper()
 	h.mustInsert(t, "open the accounts", func() error {
@@ -1295,15 +1293,9 @@ func harnessTransferSetup(t *testing.T, h *harnessEnv, amount int64, b bson.D) {
 		}, options.InsertMany().SetOrdered(false))
 		return err
 	})
-	h.must(t, "enqueue the transfer", func() error {
-		_, jobID, err := handlers.EnqueueTransfer(h.ctx, h.db, h.q, "a", "b", amount)
-		if !testdb.Transient(err) {
-			h.subject = jobID
-			return err
-		}
-		for _, c := range []*mongo.Collection{h.db.Collection(handlers.TransactionsCollection), store.Of(h.q).Collection()} {
-			h.must(t, "clear a transfer's setup", func() error { _, err := c.DeleteMany(h.ctx, bson.D{}); return err })
-		}
+	req := handlers.TransferRequest{TxID: "tx-1", From: "a", To: "b", Amount: amount}
+	h.must(t, "enqueue the transfer", func() (err error) {
+		_, h.subject, err = handlers.EnqueueTransferRequest(h.ctx, h.db, h.q, req)
 		return err
 	})
 }

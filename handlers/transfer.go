@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -133,11 +134,14 @@ func TransferUniqueKey(txID string) string { return "transfer:" + txID }
 // so that a transaction can be reversed only once.
 func ReversalID(txID string) string { return "reverse:" + txID }
 
-// Errors of EnqueueTransfer and EnqueueReverse.
+// Errors of EnqueueTransfer, EnqueueTransferRequest and EnqueueReverse.
 var (
 	// ErrInvalidTransfer: the amount or the accounts can never make a
 	// transfer.
 	ErrInvalidTransfer = errors.New("invalid transfer")
+	// ErrTransactionExists: a transaction of the id a TransferRequest
+	// gives exists with other accounts or amount.
+	ErrTransactionExists = errors.New("transaction id taken")
 	// ErrAccountNotFound: an account of the transfer does not exist.
 	ErrAccountNotFound = errors.New("account not found")
 	// ErrTransactionNotFound: no transaction has the id given.
@@ -166,24 +170,108 @@ func transferColls(db *mongo.Database) (accounts, txs *mongo.Collection) {
 // can be checked now (a positive amount, two distinct accounts that exist);
 // whether the source has the funds is decided when the job applies it.
 //
+// Each call makes a new transaction, of a new id. After an error, txID is
+// that id when the transaction may have been written (its reply lost): send
+// the request again with EnqueueTransferRequest and that TxID, never with
+// EnqueueTransfer, which would move the money twice.
+//
 // The transaction is written first. If the enqueue then fails, txID is
 // returned with the error: the transaction stays initial, and the transfer
 // recovery pass gives it a job once it is older than its threshold.
 func EnqueueTransfer(ctx context.Context, db *mongo.Database, q *queue.Client, from, to string, amount int64) (txID, jobID string, err error) {
-	if err := checkTransfer(ctx, db, from, to, amount); err != nil {
+	return EnqueueTransferRequest(ctx, db, q, TransferRequest{From: from, To: to, Amount: amount})
+}
+
+// TransferRequest is a transfer an app asks EnqueueTransferRequest for.
+type TransferRequest struct {
+	// TxID is the transaction's id and the request's idempotency key: a
+	// request sent again with the same TxID (after an error whose reply
+	// may have been lost) finds the transaction the first send wrote and
+	// makes no second one. At most MaxTxIDBytes bytes, not starting with
+	// "reverse:" (ReversalID's). Defaults to a new UUID.
+	TxID string
+	// From is the account debited.
+	From string
+	// To is the account credited.
+	To string
+	// Amount is in cents, positive.
+	Amount int64
+}
+
+// MaxTxIDBytes is the longest TransferRequest.TxID.
+const MaxTxIDBytes = 200
+
+// EnqueueTransferRequest is EnqueueTransfer of r, safe to send again: when
+// the transaction r.TxID exists as r asks for (an earlier send wrote it),
+// it writes nothing new and returns it with the job that drives it (if
+// none does while it is unfinished, it enqueues one; once it has finished,
+// jobID is the job that drove it). A transaction r.TxID of other accounts
+// or amount fails the call with ErrTransactionExists. After any other
+// error, txID is the id to send the request again with.
+func EnqueueTransferRequest(ctx context.Context, db *mongo.Database, q *queue.Client, r TransferRequest) (txID, jobID string, err error) {
+	if err := r.checkID(); err != nil {
 		return "", "", err
 	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return "", "", fmt.Errorf("handlers: transfer: new id: %w", err)
+	if err := checkTransfer(ctx, db, r.From, r.To, r.Amount); err != nil {
+		return "", "", err
 	}
-	tx := Transaction{ID: id.String(), Source: from, Destination: to, Value: amount, State: TxInitial, LastModified: time.Now().UTC()}
+	if r.TxID == "" {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return "", "", fmt.Errorf("handlers: transfer: new id: %w", err)
+		}
+		r.TxID = id.String()
+	}
+	tx := Transaction{ID: r.TxID, Source: r.From, Destination: r.To, Value: r.Amount, State: TxInitial, LastModified: time.Now().UTC()}
 	_, txs := transferColls(db)
-	if _, err := txs.InsertOne(ctx, tx); err != nil {
-		return "", "", fmt.Errorf("handlers: transfer: insert transaction: %w", err)
+	_, err = txs.InsertOne(ctx, tx)
+	if mongo.IsDuplicateKeyError(err) {
+		return r.resent(ctx, txs, q)
+	}
+	if err != nil {
+		return tx.ID, "", fmt.Errorf("handlers: transfer %s: insert transaction (send the request again with this id): %w", tx.ID, err)
 	}
 	jobID, err = enqueueTransferJob(ctx, q, tx.ID)
 	return tx.ID, jobID, err
+}
+
+// checkID returns an error wrapping ErrInvalidTransfer when r's TxID
+// cannot name a transfer.
+func (r TransferRequest) checkID() error {
+	switch {
+	case len(r.TxID) > MaxTxIDBytes:
+		return fmt.Errorf("handlers: %w: transaction id of %d bytes, more than %d", ErrInvalidTransfer, len(r.TxID), MaxTxIDBytes)
+	case strings.HasPrefix(r.TxID, ReversalID("")):
+		return fmt.Errorf("handlers: %w: transaction id %q starts with %q, which names reversals", ErrInvalidTransfer, r.TxID, ReversalID(""))
+	}
+	return nil
+}
+
+// resent answers r once its insert found the transaction r.TxID there: an
+// earlier send of r wrote it, or another request holds the id.
+func (r TransferRequest) resent(ctx context.Context, txs *mongo.Collection, q *queue.Client) (txID, jobID string, err error) {
+	raw, err := txs.FindOne(ctx, bson.D{{Key: "_id", Value: r.TxID}}).Raw()
+	if err != nil {
+		return r.TxID, "", fmt.Errorf("handlers: transfer %s: read the transaction an earlier send wrote: %w", r.TxID, err)
+	}
+	if !r.madeBy(raw) {
+		return "", "", fmt.Errorf("handlers: transfer %s: %w with other accounts or amount", r.TxID, ErrTransactionExists)
+	}
+	if st, _ := raw.Lookup("state").StringValueOK(); TxState(st).Finished() {
+		owner, _ := raw.Lookup("owner").StringValueOK()
+		return r.TxID, owner, nil
+	}
+	jobID, err = enqueueTransferJob(ctx, q, r.TxID)
+	return r.TxID, jobID, err
+}
+
+// madeBy reports whether the transaction tx is the transfer r asks for.
+func (r TransferRequest) madeBy(tx bson.Raw) bool {
+	src, _ := tx.Lookup("source").StringValueOK()
+	dst, _ := tx.Lookup("destination").StringValueOK()
+	v, ok := tx.Lookup("value").Int64OK()
+	_, noReverses := tx.LookupErr("reverses")
+	return ok && v == r.Amount && src == r.From && dst == r.To && noReverses != nil
 }
 
 // checkTransfer returns an error wrapping ErrInvalidTransfer when from, to

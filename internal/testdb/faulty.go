@@ -17,10 +17,17 @@ import (
 // real MongoDB, which sends no reply on request.
 func FaultyDB(t *testing.T, flags string) *mongo.Database {
 	t.Helper()
+	return FaultyDBWith(t, flags, options.Client())
+}
+
+// FaultyDBWith is FaultyDB whose client is made with opts (a command
+// monitor, say) and the devdb's URI.
+func FaultyDBWith(t *testing.T, flags string, opts *options.ClientOptions) *mongo.Database {
+	t.Helper()
 	SkipOnRealMongo(t, "injects MongoDB's failure replies with a devdb of its own: "+flags)
 	t.Setenv(EnvDevDBFlags, strings.TrimSpace(strings.Join(append(DevDBFlags(), flags), " ")))
 	d := StartDevDB(t, "")
-	c, err := mongo.Connect(options.Client().ApplyURI(d.URI()))
+	c, err := mongo.Connect(opts.ApplyURI(d.URI()))
 	if err != nil {
 		t.Fatalf("testdb: connect to %s: %v", d.URI(), err)
 	}

@@ -65,22 +65,24 @@ func transferCommand(fs *flag.FlagSet) func(*env, []string) error {
 	to := fs.String("to", "", "destination account id")
 	amount := fs.Int64("amount", 0, "amount in cents, a positive integer")
 	reverse := fs.String("reverse", "", "reverse this done transaction: a new transfer the other way")
+	txID := fs.String("tx-id", "", "the transaction's id: a command run again with it makes no second transfer (default: a new id)")
 	return func(e *env, rest []string) error {
 		if len(rest) > 0 {
 			return badInput("unexpected argument %q", rest[0])
 		}
-		var txID, jobID string
+		var tx, jobID string
 		var err error
 		if *reverse != "" {
-			if *from != "" || *to != "" || *amount != 0 {
-				return badInput("--reverse takes no --from, --to or --amount")
+			if *from != "" || *to != "" || *amount != 0 || *txID != "" {
+				return badInput("--reverse takes no --from, --to, --amount or --tx-id")
 			}
-			txID, jobID, err = handlers.EnqueueReverse(e.ctx, e.db, e.q, *reverse)
+			tx, jobID, err = handlers.EnqueueReverse(e.ctx, e.db, e.q, *reverse)
 		} else {
-			txID, jobID, err = handlers.EnqueueTransfer(e.ctx, e.db, e.q, *from, *to, *amount)
+			tx, jobID, err = handlers.EnqueueTransferRequest(e.ctx, e.db, e.q,
+				handlers.TransferRequest{TxID: *txID, From: *from, To: *to, Amount: *amount})
 		}
 		for _, bad := range []error{handlers.ErrInvalidTransfer, handlers.ErrAccountNotFound, handlers.ErrTransactionNotFound,
-			handlers.ErrNotReversible, handlers.ErrAlreadyReversed} {
+			handlers.ErrNotReversible, handlers.ErrAlreadyReversed, handlers.ErrTransactionExists} {
 			if errors.Is(err, bad) {
 				return usageError{err}
 			}
@@ -88,7 +90,7 @@ func transferCommand(fs *flag.FlagSet) func(*env, []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "%s\ttransaction %s\n", jobID, txID)
+		fmt.Fprintf(e.stdout, "%s\ttransaction %s\n", jobID, tx)
 		return nil
 	}
 }

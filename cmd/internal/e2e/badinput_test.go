@@ -12,6 +12,7 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -49,17 +50,15 @@ func TestBadInputEndsDeadOrVisible(t *testing.T) {
 	db := testdb.NewDB(t)
 	q := newQueue(t, db)
 	ctx := context.Background()
-	_, err := db.Collection("users").InsertMany(ctx, []any{
+	insertDocs(t, db.Collection("users"), []any{
 		bson.D{{Key: "_id", Value: "u1"}, {Key: "name", Value: "one"}, {Key: "friends", Value: bson.A{}}},
 		bson.D{{Key: "_id", Value: "u2"}, {Key: "name", Value: "two"}, {Key: "friends", Value: bson.A{}}},
 		bson.D{{Key: "_id", Value: "u3"}, {Key: "name", Value: "three"}, {Key: "friends", Value: bson.A{}}},
 	})
-	require.NoError(t, err)
-	_, err = db.Collection("accounts").InsertMany(ctx, []any{
+	insertDocs(t, db.Collection("accounts"), []any{
 		bson.D{{Key: "_id", Value: "a1"}, {Key: "balance", Value: int64(1000)}, {Key: "pendingTransactions", Value: bson.A{}}},
 		bson.D{{Key: "_id", Value: "a2"}, {Key: "balance", Value: int64(1000)}, {Key: "pendingTransactions", Value: bson.A{}}},
 	})
-	require.NoError(t, err)
 
 	tx := func(value any) bson.D {
 		return bson.D{{Key: "source", Value: "a1"}, {Key: "destination", Value: "a2"}, {Key: "value", Value: value}, {Key: "state", Value: "initial"}}
@@ -128,7 +127,10 @@ func TestBadInputEndsDeadOrVisible(t *testing.T) {
 		id := "bad-" + strings.ReplaceAll(c.name, " ", "-")
 		if c.tx != nil {
 			txID := "tx-" + c.name
-			if _, err := db.Collection("transactions").InsertOne(ctx, append(bson.D{{Key: "_id", Value: txID}}, c.tx...)); err != nil {
+			if err := testdb.RetryInsert(t.Logf, "insert "+txID, func() error {
+				_, err := db.Collection("transactions").InsertOne(ctx, append(bson.D{{Key: "_id", Value: txID}}, c.tx...))
+				return err
+			}); err != nil {
 				refused[c.name] = err
 				continue
 			}
@@ -149,12 +151,11 @@ func TestBadInputEndsDeadOrVisible(t *testing.T) {
 				doc = append(doc, e)
 			}
 		}
-		if _, err := store.Of(q).Collection().InsertOne(ctx, doc); err != nil {
+		if err := testdb.RetryInsert(t.Logf, "insert "+id, func() error { _, err := store.Of(q).Collection().InsertOne(ctx, doc); return err }); err != nil {
 			refused[c.name] = err
 		}
 	}
-	good, err := q.Enqueue(ctx, "record", bson.M{}, queue.InsertOpts{})
-	require.NoError(t, err)
+	good := enqueue(t, q, "record", bson.M{}, queue.InsertOpts{})
 
 	w := startWorker(t, db, "W", fastWorker...)
 	waitJob(t, q, good.ID, time.Minute, "succeeded beside the bad input", inState(jobs.StateSucceeded))
@@ -162,18 +163,21 @@ func TestBadInputEndsDeadOrVisible(t *testing.T) {
 	view := dbView{
 		users: func(id string) bson.M {
 			var m bson.M
-			require.NoError(t, db.Collection("users").FindOne(ctx, bson.M{"_id": id}).Decode(&m))
+			must(t, "read user "+id, func() error { return db.Collection("users").FindOne(ctx, bson.M{"_id": id}).Decode(&m) })
 			return m
 		},
 		tx: func(id string) bson.M {
 			var m bson.M
-			require.NoError(t, db.Collection("transactions").FindOne(ctx, bson.M{"_id": id}).Decode(&m))
+			must(t, "read transaction "+id, func() error { return db.Collection("transactions").FindOne(ctx, bson.M{"_id": id}).Decode(&m) })
 			return m
 		},
 	}
 	raw := func(id string) bson.Raw {
-		r, err := store.Of(q).Collection().FindOne(ctx, bson.M{"_id": id}).Raw()
-		require.NoError(t, err, "job %s was dropped", id)
+		var r bson.Raw
+		must(t, "read job "+id, func() (err error) {
+			r, err = store.Of(q).Collection().FindOne(ctx, bson.M{"_id": id}).Raw()
+			return err
+		})
 		return r
 	}
 	for _, c := range cases {
@@ -183,10 +187,14 @@ func TestBadInputEndsDeadOrVisible(t *testing.T) {
 			}
 			id := "bad-" + strings.ReplaceAll(c.name, " ", "-")
 			var state string
-			require.Eventually(t, func() bool {
-				state, _ = raw(id).Lookup("state").StringValueOK()
-				return c.want == jobs.StateAvailable || c.want == "" || jobs.State(state).Finished()
-			}, time.Minute, 50*time.Millisecond, "job %s never finished: %s", id, raw(id))
+			require.EventuallyWithT(t, func(ct *assert.CollectT) {
+				r, err := store.Of(q).Collection().FindOne(ctx, bson.M{"_id": id}).Raw()
+				if !assert.NoError(ct, err, "job %s", id) {
+					return
+				}
+				state, _ = r.Lookup("state").StringValueOK()
+				assert.True(ct, c.want == jobs.StateAvailable || c.want == "" || jobs.State(state).Finished(), "job %s never finished: %s", id, r)
+			}, time.Minute, 50*time.Millisecond)
 			require.Equal(t, string(c.want), state, "job %s: %s", id, raw(id))
 			if c.want == jobs.StateDead {
 				errs, ok := raw(id).Lookup("errors").ArrayOK()

@@ -29,7 +29,7 @@ func TestPythonAppEnqueuesByTheDocumentedSchema(t *testing.T) {
 	db := testdb.NewDB(t)
 	q := newQueue(t, db)
 	ctx := context.Background()
-	_, stderr, code := run(t, enqueueBinary(t), db, nil, "", "seed", "--users", "3", "--accounts", "0", "--comments", "4")
+	_, stderr, code := (&operator{t: t, bin: enqueueBinary(t), db: db}).run("seed", "--users", "3", "--accounts", "0", "--comments", "4")
 	require.Equal(t, 0, code, stderr)
 
 	out, err := exec.Command(python, "testdata/enqueue.py", testdb.URI(), db.Name()).CombinedOutput()
@@ -46,15 +46,13 @@ func TestPythonAppEnqueuesByTheDocumentedSchema(t *testing.T) {
 
 	var u1, u2, u3 bson.M
 	users := db.Collection(handlers.UsersCollection)
-	require.NoError(t, users.FindOne(ctx, bson.M{"_id": "u1"}).Decode(&u1))
-	require.NoError(t, users.FindOne(ctx, bson.M{"_id": "u2"}).Decode(&u2))
-	require.NoError(t, users.FindOne(ctx, bson.M{"_id": "u3"}).Decode(&u3))
+	for id, u := range map[string]*bson.M{"u1": &u1, "u2": &u2, "u3": &u3} {
+		must(t, "read user "+id, func() error { return users.FindOne(ctx, bson.M{"_id": id}).Decode(u) })
+	}
 	require.Equal(t, bson.A{"u2"}, u1["friends"])
 	require.Equal(t, bson.A{"u1"}, u2["friends"])
 	require.Equal(t, "Ada from Python", u3["name"])
-	stale, err := db.Collection(handlers.CommentsCollection).CountDocuments(ctx, bson.M{"uid": "u3", "uname": bson.M{"$ne": "Ada from Python"}})
-	require.NoError(t, err)
-	require.Zero(t, stale)
+	require.Zero(t, count(t, db.Collection(handlers.CommentsCollection), bson.M{"uid": "u3", "uname": bson.M{"$ne": "Ada from Python"}}))
 
 	w.signal(syscall.SIGTERM)
 	require.Equal(t, 0, w.wait(30*time.Second))

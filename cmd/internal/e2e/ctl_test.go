@@ -21,14 +21,16 @@ func ctlBinary(t *testing.T) string {
 // setState moves job id to state s by hand, as a worker would have.
 func setState(t *testing.T, q *queue.Client, id string, set bson.D) {
 	t.Helper()
-	_, err := store.Of(q).Collection().UpdateOne(context.Background(), bson.M{"_id": id}, bson.D{{Key: "$set", Value: set}})
-	require.NoError(t, err)
+	must(t, "set job "+id, func() error {
+		_, err := store.Of(q).Collection().UpdateOne(context.Background(), bson.M{"_id": id}, bson.D{{Key: "$set", Value: set}})
+		return err
+	})
 }
 
 func jobState(t *testing.T, q *queue.Client, id string) jobs.State {
 	t.Helper()
-	j, err := q.Get(context.Background(), id)
-	require.NoError(t, err)
+	var j *jobs.Job
+	must(t, "read job "+id, func() (err error) { j, err = q.Get(context.Background(), id); return err })
 	return j.State
 }
 
@@ -41,19 +43,20 @@ func TestDocketctl(t *testing.T) {
 	q := newQueue(t, db)
 	ctx := context.Background()
 	bin := ctlBinary(t)
-	ctl := func(args ...string) (string, string, int) { t.Helper(); return run(t, bin, db, nil, "", args...) }
+	op := &operator{t: t, bin: bin, db: db}
+	ctl := op.run
 
 	ids := make([]string, 6)
 	for i := range ids {
-		res, err := q.Enqueue(ctx, "record", bson.M{"i": i}, queue.InsertOpts{Queue: "mail", UniqueKey: map[bool]string{true: "uk"}[i == 0]})
-		require.NoError(t, err)
-		ids[i] = res.ID
+		ids[i] = enqueue(t, q, "record", bson.M{"i": i}, queue.InsertOpts{Queue: "mail", UniqueKey: map[bool]string{true: "uk"}[i == 0]}).ID
 	}
 	past := time.Now().Add(-48 * time.Hour)
 	setState(t, q, ids[0], bson.D{{Key: "state", Value: "dead"}, {Key: "attempt", Value: 25}, {Key: "finishedAt", Value: past},
 		{Key: "errors", Value: bson.A{bson.M{"attempt": 25, "at": past, "owner": "w1", "message": "smtp: connection refused"}}}})
-	_, err := store.Of(q).Collection().UpdateOne(ctx, bson.M{"_id": ids[0]}, bson.M{"$rename": bson.M{"uniqueKey": "finishedUniqueKey"}})
-	require.NoError(t, err)
+	must(t, "finish the dead job's unique key", func() error {
+		_, err := store.Of(q).Collection().UpdateOne(ctx, bson.M{"_id": ids[0]}, bson.M{"$rename": bson.M{"uniqueKey": "finishedUniqueKey"}})
+		return err
+	})
 	setState(t, q, ids[1], bson.D{{Key: "state", Value: "running"}, {Key: "leaseToken", Value: "t"}, {Key: "attempt", Value: 1}})
 	setState(t, q, ids[2], bson.D{{Key: "state", Value: "succeeded"}, {Key: "finishedAt", Value: past}})
 	setState(t, q, ids[3], bson.D{{Key: "state", Value: "succeeded"}, {Key: "finishedAt", Value: time.Now()}})
@@ -87,10 +90,12 @@ func TestDocketctl(t *testing.T) {
 	// left alone, and says why.
 	out, stderr, code = ctl("retry", ids[0], ids[1])
 	require.Equal(t, 2, code, stderr)
-	require.Contains(t, out, ids[0]+"\tretried (was dead)")
+	if !op.resent { // else the first run's retry, its reply lost, is read below
+		require.Contains(t, out, ids[0]+"\tretried (was dead)")
+	}
 	require.Contains(t, out, ids[1]+"\tnot retried: job is running")
-	j, err := q.Get(ctx, ids[0])
-	require.NoError(t, err)
+	var j *jobs.Job
+	must(t, "read the retried job", func() (err error) { j, err = q.Get(ctx, ids[0]); return err })
 	require.Equal(t, jobs.StateAvailable, j.State)
 	require.Zero(t, j.Attempt)
 	require.Len(t, j.Errors, 1, "past errors are kept")
@@ -104,21 +109,24 @@ func TestDocketctl(t *testing.T) {
 	// Delete: finished only, unless --force; running never.
 	out, _, code = ctl("delete", ids[2], ids[4], ids[1], "nope")
 	require.Equal(t, 2, code)
-	require.Contains(t, out, ids[2]+"\tdeleted (was succeeded)")
+	if op.resent {
+		require.Zero(t, count(t, store.Of(q).Collection(), bson.M{"_id": ids[2]}), "deleted by the first run")
+	} else {
+		require.Contains(t, out, ids[2]+"\tdeleted (was succeeded)")
+	}
 	require.Contains(t, out, "not deleted: job has not finished")
 	require.Contains(t, out, ids[1]+"\tnot deleted: job is running")
 	require.Contains(t, out, "nope\tnot deleted: job not found")
 
-	old, err := q.Enqueue(ctx, "record", bson.M{}, queue.InsertOpts{Queue: "archive"})
-	require.NoError(t, err)
+	old := enqueue(t, q, "record", bson.M{}, queue.InsertOpts{Queue: "archive"})
 	setState(t, q, old.ID, bson.D{{Key: "state", Value: "succeeded"}, {Key: "finishedAt", Value: past}})
 	out, stderr, code = ctl("purge", "--state", "succeeded", "--older-than", "24h")
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, out, "purged 1 succeeded jobs")
-	_, err = q.Get(ctx, old.ID)
-	require.ErrorIs(t, err, queue.ErrNotFound)
-	_, err = q.Get(ctx, ids[3])
-	require.NoError(t, err, "a job that finished recently is kept")
+	if !op.resent {
+		require.Contains(t, out, "purged 1 succeeded jobs")
+	}
+	require.Zero(t, count(t, store.Of(q).Collection(), bson.M{"_id": old.ID}), "purged")
+	require.EqualValues(t, 1, count(t, store.Of(q).Collection(), bson.M{"_id": ids[3]}), "a job that finished recently is kept")
 
 	for _, tc := range []struct {
 		args []string

@@ -14,6 +14,7 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -31,7 +32,7 @@ func TestLedgerWorkersKilledAndStalled(t *testing.T) {
 	db := testdb.NewDB(t)
 	q := newQueue(t, db)
 	ctx := context.Background()
-	require.NoError(t, handlers.Setup(ctx, db))
+	must(t, "set up the handlers", func() error { return handlers.Setup(ctx, db) })
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
@@ -39,7 +40,7 @@ func TestLedgerWorkersKilledAndStalled(t *testing.T) {
 	opening := map[string]int64{}
 	for _, a := range accounts {
 		opening[a] = 5_000
-		require.NoError(t, handlers.OpenLedgerAccount(ctx, db, a, 5_000))
+		must(t, "open account "+a, func() error { return handlers.OpenLedgerAccount(ctx, db, a, 5_000) })
 	}
 	args := append(slices.Clone(fastWorker), "--ledger-sweep-schedule", "@every 1s", "--ledger-abandon-after", "1s")
 	workers := make([]*proc, 3)
@@ -52,10 +53,9 @@ func TestLedgerWorkersKilledAndStalled(t *testing.T) {
 	for i := range transfers {
 		from := rng.IntN(len(accounts))
 		to := (from + 1 + rng.IntN(len(accounts)-1)) % len(accounts)
-		res, err := q.Enqueue(ctx, handlers.LedgerTransferKind, handlers.LedgerTransferArgs{
+		res := enqueue(t, q, handlers.LedgerTransferKind, handlers.LedgerTransferArgs{
 			From: accounts[from], To: accounts[to], Amount: 1 + rng.Int64N(1_500),
 		}, queue.InsertOpts{})
-		require.NoError(t, err)
 		ids = append(ids, res.ID)
 		if i%8 == 7 {
 			k := rng.IntN(len(workers))
@@ -77,18 +77,17 @@ func TestLedgerWorkersKilledAndStalled(t *testing.T) {
 		waitJob(t, q, id, 3*time.Minute, "succeeded", inState(jobs.StateSucceeded))
 	}
 	// The leader's sweeper commits everything.
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		n, err := db.Collection(handlers.LedgerCollection).CountDocuments(ctx, bson.D{{Key: "proc", Value: handlers.LedgerUncommitted}})
-		require.NoError(t, err)
-		return n == 0
-	}, time.Minute, 50*time.Millisecond, "transactions left uncommitted")
+		assert.NoError(c, err)
+		assert.Zero(c, n, "transactions left uncommitted")
+	}, time.Minute, 50*time.Millisecond)
 	for _, w := range workers {
 		w.signal(syscall.SIGTERM)
 		require.Equal(t, 0, w.wait(time.Minute))
 	}
 	valid := checkLedger(t, db, opening, ids)
-	abandoned, err := db.Collection(handlers.LedgerCollection).CountDocuments(ctx, bson.D{{Key: "abandoned", Value: true}})
-	require.NoError(t, err)
+	abandoned := count(t, db.Collection(handlers.LedgerCollection), bson.D{{Key: "abandoned", Value: true}})
 	t.Logf("%d transfers: %d posted, %d refused, %d postings abandoned and re-posted; %d SIGKILLs, %d SIGSTOP past the lease",
 		transfers, valid, transfers-valid, abandoned, kills, stalls)
 }
@@ -101,10 +100,8 @@ func TestLedgerWorkersKilledAndStalled(t *testing.T) {
 func checkLedger(t *testing.T, db *mongo.Database, opening map[string]int64, jobIDs []string) int {
 	t.Helper()
 	ctx := context.Background()
-	cur, err := db.Collection(handlers.LedgerCollection).Find(ctx, bson.D{})
-	require.NoError(t, err)
 	var txs []handlers.LedgerTx
-	require.NoError(t, cur.All(ctx, &txs))
+	findAll(t, db.Collection(handlers.LedgerCollection), bson.D{}, &txs)
 	outcomes := map[string]int{}
 	posted := map[string]int{}
 	type change struct {
@@ -150,12 +147,12 @@ func checkLedger(t *testing.T, db *mongo.Database, opening map[string]int64, job
 			require.NotNil(t, c.cacheBal, "account %s seqId %d never folded", id, c.seq)
 			require.Equal(t, bal, *c.cacheBal, "account %s seqId %d", id, c.seq)
 		}
-		got, err := handlers.LedgerBalance(ctx, db, id)
-		require.NoError(t, err)
+		var got int64
+		must(t, "read the balance of "+id, func() (err error) { got, err = handlers.LedgerBalance(ctx, db, id); return err })
 		require.Equal(t, bal, got, "account %s", id)
 	}
-	drift, err := handlers.VerifyLedger(ctx, db)
-	require.NoError(t, err)
+	var drift []handlers.LedgerDrift
+	must(t, "verify the ledger", func() (err error) { drift, err = handlers.VerifyLedger(ctx, db); return err })
 	require.Empty(t, drift)
 	n := 0
 	for _, c := range posted {

@@ -29,8 +29,7 @@ func TestLimitHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 	for i := range ins {
 		ins[i] = queue.Insert{Kind: "record", Args: bson.M{"sleepMs": 300}}
 	}
-	_, err := q.EnqueueMany(ctx, ins)
-	require.NoError(t, err)
+	enqueueMany(t, q, ins)
 
 	var maxRunning atomic.Int64
 	stop := make(chan struct{})
@@ -63,8 +62,8 @@ func TestLimitHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 	victimJob := killMidJob(t, db, "record", ids)
 	// While its lease holds (2 s), its slot stays taken: at most one more
 	// record job runs.
-	ls, err := q.RunLimits(ctx)
-	require.NoError(t, err)
+	var ls []queue.RunLimit
+	must(t, "read the run limits", func() (err error) { ls, err = q.RunLimits(ctx); return err })
 	require.Len(t, ls, 1)
 	require.Equal(t, 2, ls[0].Limit, "set by the workers' configuration")
 
@@ -79,7 +78,5 @@ func TestLimitHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 	require.Equal(t, int64(2), maxRunning.Load(), "the limit was reached")
 	execs := executions(t, db)
 	require.GreaterOrEqual(t, len(execs[victimJob]), 2, "the killed worker's job ran again")
-	n, err := db.Collection("jobs").CountDocuments(ctx, bson.M{"kindRunSlot": bson.M{"$exists": true}})
-	require.NoError(t, err)
-	require.Zero(t, n, "no slot left held")
+	require.Zero(t, count(t, db.Collection("jobs"), bson.M{"kindRunSlot": bson.M{"$exists": true}}), "no slot left held")
 }

@@ -109,7 +109,9 @@ func TestPartitionHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 	db := testdb.NewDB(t)
 	q := newQueue(t, db)
 	ctx := context.Background()
-	require.NoError(t, q.SetPartitionLimit(ctx, queue.KindLimit("call"), "order.customerId", perCustomer, "e2e"))
+	must(t, "set the partition limit", func() error {
+		return q.SetPartitionLimit(ctx, queue.KindLimit("call"), "order.customerId", perCustomer, "e2e")
+	})
 
 	var ins []queue.Insert
 	add := func(customer string, n int, id func(i int) any) {
@@ -132,8 +134,7 @@ func TestPartitionHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 		j := (i * 7) % len(ins)
 		ins[i], ins[j] = ins[j], ins[i]
 	}
-	res, err := q.EnqueueMany(ctx, ins)
-	require.NoError(t, err)
+	res := enqueueMany(t, q, ins)
 
 	args := append([]string{"--concurrency", "4"}, fastWorker...)
 	ids := map[string]*proc{}
@@ -147,26 +148,26 @@ func TestPartitionHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 	// c1's two slots until the reaper frees it, so c1's remaining jobs may
 	// all run one at a time (seen once: c1 never had 2 calls at once).
 	var victimJob string
-	require.Eventually(t, func() bool {
+	for deadline := time.Now().Add(time.Minute); victimJob == ""; time.Sleep(2 * time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "no job of c1's full partition was seen calling")
 		down.mu.Lock()
 		full := down.most["c1"] >= perCustomer
 		down.mu.Unlock()
 		if !full {
-			return false
+			continue
 		}
 		id, ok := down.callingJob("c1")
 		if !ok {
-			return false
+			continue
 		}
 		j, err := q.Get(ctx, id)
 		if err != nil || j.State != jobs.StateRunning || ids[j.Owner] == nil {
-			return false
+			continue
 		}
 		victimJob = id
 		ids[j.Owner].signal(syscall.SIGKILL)
 		ids[j.Owner].wait(10 * time.Second)
-		return true
-	}, 60*time.Second, 2*time.Millisecond)
+	}
 
 	require.Eventually(t, func() bool {
 		n, err := db.Collection("jobs").CountDocuments(ctx, bson.M{"kind": "call", "state": bson.M{"$ne": jobs.StateSucceeded}})
@@ -185,11 +186,9 @@ func TestPartitionHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 	for _, r := range res {
 		require.GreaterOrEqual(t, down.served[r.ID], 1, "job %s was answered", r.ID)
 	}
-	n, err := db.Collection("jobs").CountDocuments(ctx, bson.M{"kindPartSlot": bson.M{"$exists": true}})
-	require.NoError(t, err)
-	require.Zero(t, n, "no partition slot left held")
-	ls, err := q.RunLimits(ctx)
-	require.NoError(t, err)
+	require.Zero(t, count(t, db.Collection("jobs"), bson.M{"kindPartSlot": bson.M{"$exists": true}}), "no partition slot left held")
+	var ls []queue.RunLimit
+	must(t, "read the run limits", func() (err error) { ls, err = q.RunLimits(ctx); return err })
 	require.Len(t, ls, 1)
 	require.Equal(t, "order.customerId", ls[0].PartitionBy)
 	require.Zero(t, ls[0].Partitions, "no partition runs a job")

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -162,7 +164,7 @@ func newQueue(t *testing.T, db *mongo.Database) *queue.Client {
 	t.Helper()
 	q, err := queue.New(db, queue.Config{})
 	require.NoError(t, err)
-	require.NoError(t, q.EnsureIndexes(context.Background()))
+	must(t, "create the jobs indexes", func() error { return q.EnsureIndexes(context.Background()) })
 	return q
 }
 
@@ -170,12 +172,14 @@ func newQueue(t *testing.T, db *mongo.Database) *queue.Client {
 func waitJob(t *testing.T, q *queue.Client, id string, d time.Duration, what string, ok func(*jobs.Job) bool) *jobs.Job {
 	t.Helper()
 	var j *jobs.Job
-	require.Eventually(t, func() bool {
-		var err error
-		j, err = q.Get(context.Background(), id)
-		require.NoError(t, err)
-		return ok(j)
-	}, d, 50*time.Millisecond, "job %s: never %s (last: %+v)", id, what, j)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got, err := q.Get(context.Background(), id)
+		if !assert.NoError(c, err) {
+			return
+		}
+		j = got
+		assert.True(c, ok(j), "job %s: never %s (last: %+v)", id, what, j)
+	}, d, 50*time.Millisecond)
 	return j
 }
 
@@ -183,19 +187,28 @@ func inState(s jobs.State) func(*jobs.Job) bool {
 	return func(j *jobs.Job) bool { return j.State == s }
 }
 
-// executions returns the recorded executions per job id.
+// executions returns the recorded executions per job id: one per attempt
+// that started its handler (internal/testworker records each attempt
+// once, its _id the job's id and the claim's token).
 func executions(t *testing.T, db *mongo.Database) map[string][]bson.M {
 	t.Helper()
-	cur, err := db.Collection("executions").Find(context.Background(), bson.M{})
-	require.NoError(t, err)
+	var out map[string][]bson.M
+	must(t, "read the executions", func() (err error) { out, err = readExecutions(db); return err })
+	return out
+}
+
+// readExecutions is executions, returning the read's error.
+func readExecutions(db *mongo.Database) (map[string][]bson.M, error) {
 	var all []bson.M
-	require.NoError(t, cur.All(context.Background(), &all))
+	if err := readAll(db.Collection("executions"), bson.M{}, &all); err != nil {
+		return nil, err
+	}
 	out := map[string][]bson.M{}
 	for _, e := range all {
 		id := fmt.Sprint(e["jobId"])
 		out[id] = append(out[id], e)
 	}
-	return out
+	return out, nil
 }
 
 // killMidJob SIGKILLs the worker process (one of workers, by worker id)
@@ -209,36 +222,48 @@ func executions(t *testing.T, db *mongo.Database) map[string][]bson.M {
 // and removes those it killed from workers.
 func killMidJob(t *testing.T, db *mongo.Database, kind string, workers map[string]*proc) string {
 	t.Helper()
-	ctx := context.Background()
-	var victimJob string
-	require.Eventually(t, func() bool {
-		cur, err := db.Collection("jobs").Find(ctx, bson.M{"kind": kind, "state": "running"})
-		if err != nil {
-			return false
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if id, ok := killOneMidJob(t, db, kind, workers); ok {
+			return id
 		}
-		var running []jobs.Job
-		if cur.All(ctx, &running) != nil {
-			return false
+	}
+	t.Fatalf("no worker ran a %s job whose handler had started, within a minute", kind)
+	return ""
+}
+
+// killOneMidJob is one try of killMidJob: it reports whether it killed a
+// worker whose job is still running once its last writes have landed.
+func killOneMidJob(t *testing.T, db *mongo.Database, kind string, workers map[string]*proc) (string, bool) {
+	t.Helper()
+	var running []jobs.Job
+	if readAll(db.Collection("jobs"), bson.M{"kind": kind, "state": "running"}, &running) != nil {
+		return "", false
+	}
+	started, err := readExecutions(db)
+	if err != nil {
+		return "", false
+	}
+	for _, j := range running {
+		if workers[j.Owner] == nil || len(started[j.ID]) == 0 || len(workers) == 1 {
+			continue
 		}
-		started := executions(t, db)
-		for _, j := range running {
-			if workers[j.Owner] == nil || len(started[j.ID]) == 0 || len(workers) == 1 {
-				continue
+		workers[j.Owner].signal(syscall.SIGKILL)
+		workers[j.Owner].wait(10 * time.Second)
+		delete(workers, j.Owner)
+		time.Sleep(500 * time.Millisecond) // a write sent before the kill lands
+		var after jobs.Job
+		must(t, "read job "+j.ID, func() error {
+			err := db.Collection("jobs").FindOne(context.Background(), bson.M{"_id": j.ID}).Decode(&after)
+			if errors.Is(err, mongo.ErrNoDocuments) {
+				return nil
 			}
-			workers[j.Owner].signal(syscall.SIGKILL)
-			workers[j.Owner].wait(10 * time.Second)
-			delete(workers, j.Owner)
-			time.Sleep(500 * time.Millisecond) // a write sent before the kill lands
-			var after jobs.Job
-			if db.Collection("jobs").FindOne(ctx, bson.M{"_id": j.ID}).Decode(&after) == nil &&
-				after.State == jobs.StateRunning && after.Owner == j.Owner {
-				victimJob = j.ID
-				return true
-			}
-			t.Logf("job %s finished before its worker was killed; killing another", j.ID)
-			return false
+			return err
+		})
+		if after.State == jobs.StateRunning && after.Owner == j.Owner {
+			return j.ID, true
 		}
-		return false
-	}, 60*time.Second, 5*time.Millisecond)
-	return victimJob
+		t.Logf("job %s finished before its worker was killed; killing another", j.ID)
+		return "", false
+	}
+	return "", false
 }

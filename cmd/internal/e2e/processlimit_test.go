@@ -31,8 +31,7 @@ func TestProcessLimitHoldsInEachWorkerProcess(t *testing.T) {
 	for i := range ins {
 		ins[i] = queue.Insert{Kind: "record", Args: bson.M{"sleepMs": 300}}
 	}
-	_, err := q.EnqueueMany(ctx, ins)
-	require.NoError(t, err)
+	enqueueMany(t, q, ins)
 
 	var mu sync.Mutex
 	most := map[string]int64{} // worker id → record jobs held at once
@@ -98,13 +97,18 @@ func TestProcessLimitHoldsInEachWorkerProcess(t *testing.T) {
 		// (lost, or with a writeConcernError: devdb's --faults) stamps a
 		// job with the worker's id until the worker gives it back, never
 		// run: the database may show one such lease more per give-back.
+		// Likewise a job whose outcome could not be recorded before its
+		// lease expired (an election): it shows running under the
+		// worker's id, its handler done, until the reaper takes it.
 		back := givenBack(out)
+		unrecorded := countLines(out, "outcome could not be recorded before the lease expired")
 		require.GreaterOrEqual(t, most[id], int64(2), "record jobs %s held at once: the limit, reached", id)
-		require.LessOrEqual(t, most[id], int64(2+back), "record jobs %s held at once (%d claims given back): the limit", id, back)
+		require.LessOrEqual(t, most[id], int64(2+back+unrecorded), "record jobs %s held at once (%d claims given back, %d outcomes left to the reaper): the limit",
+			id, back, unrecorded)
 	}
 	require.Len(t, most, 2, "held by other owners: %v", most)
-	ls, err := q.RunLimits(ctx)
-	require.NoError(t, err)
+	var ls []queue.RunLimit
+	must(t, "read the run limits", func() (err error) { ls, err = q.RunLimits(ctx); return err })
 	require.Empty(t, ls, "a process limit is not stored")
 }
 

@@ -34,8 +34,7 @@ func TestRateHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 	for i := range ins {
 		ins[i] = queue.Insert{Kind: "record", Args: bson.M{"sleepMs": 200}}
 	}
-	_, err := q.EnqueueMany(ctx, ins)
-	require.NoError(t, err)
+	enqueueMany(t, q, ins)
 
 	args := append([]string{"--rates", "kind:record=5/s burst 2", "--concurrency", "4"}, fastWorker...)
 	ids := map[string]*proc{}

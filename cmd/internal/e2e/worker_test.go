@@ -13,6 +13,7 @@ import (
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -39,8 +40,7 @@ func fourWorkersRunEachJobOnce(t *testing.T, n int, flags ...string) {
 	for i := range ins {
 		ins[i] = queue.Insert{Kind: "record", Args: bson.M{"i": i}}
 	}
-	_, err := q.EnqueueMany(context.Background(), ins)
-	require.NoError(t, err)
+	enqueueMany(t, q, ins)
 
 	var procs []*proc
 	for i := range 4 {
@@ -49,10 +49,10 @@ func fourWorkersRunEachJobOnce(t *testing.T, n int, flags ...string) {
 		args := append([]string{"--concurrency", "4"}, flags...)
 		procs = append(procs, startWorker(t, db, "worker"+string(rune('A'+i)), args...))
 	}
-	require.Eventually(t, func() bool {
-		c, err := store.Of(q).Collection().CountDocuments(context.Background(), bson.M{"state": "succeeded"})
-		require.NoError(t, err)
-		return c == int64(n)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		done, err := store.Of(q).Collection().CountDocuments(context.Background(), bson.M{"state": "succeeded"})
+		assert.NoError(c, err)
+		assert.Equal(c, int64(n), done, "jobs succeeded")
 	}, 8*time.Minute, 500*time.Millisecond, "not every job succeeded")
 
 	for _, p := range procs {
@@ -63,16 +63,15 @@ func fourWorkersRunEachJobOnce(t *testing.T, n int, flags ...string) {
 		require.Equal(t, 0, p.wait(time.Minute), "%s exit status", p.name)
 	}
 	execs := executions(t, db)
-	require.Len(t, execs, n)
+	require.Equal(t, n, len(execs), "jobs that ran")
 	for id, e := range execs {
 		require.Len(t, e, 1, "job %s ran %d times", id, len(e))
 		owners[e[0]["owner"].(string)] = true
 	}
 	require.Greater(t, len(owners), 1, "the load was not shared between processes")
-	bad, err := store.Of(q).Collection().CountDocuments(context.Background(), bson.M{"$or": bson.A{
+	bad := count(t, store.Of(q).Collection(), bson.M{"$or": bson.A{
 		bson.M{"state": bson.M{"$ne": "succeeded"}}, bson.M{"attempt": bson.M{"$ne": 1}},
 	}})
-	require.NoError(t, err)
 	require.Zero(t, bad)
 }
 
@@ -82,14 +81,16 @@ func TestKilledWorkersJobIsReapedAndSucceeds(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewDB(t)
 	q := newQueue(t, db)
-	res, err := q.Enqueue(context.Background(), "record", bson.M{"sleepMs": 60000, "sleepAttempts": 1}, queue.InsertOpts{})
-	require.NoError(t, err)
+	res := enqueue(t, q, "record", bson.M{"sleepMs": 60000, "sleepAttempts": 1}, queue.InsertOpts{})
 
 	a := startWorker(t, db, "A", fastWorker...)
 	aID := a.workerID()
 	waitJob(t, q, res.ID, time.Minute, "running on A", func(j *jobs.Job) bool { return j.State == jobs.StateRunning && j.Owner == aID })
-	require.Eventually(t, func() bool { return len(executions(t, db)[res.ID]) == 1 }, time.Minute, 20*time.Millisecond,
-		"A never started the handler")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		execs, err := readExecutions(db)
+		assert.NoError(c, err)
+		assert.Len(c, execs[res.ID], 1, "A never started the handler")
+	}, time.Minute, 20*time.Millisecond)
 	a.signal(syscall.SIGKILL)
 	a.wait(10 * time.Second)
 
@@ -112,9 +113,7 @@ func TestStalledWorkerCannotWriteAfterLosingLease(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewDB(t)
 	q := newQueue(t, db)
-	res, err := q.Enqueue(context.Background(), "record",
-		bson.M{"sleepMs": 1500, "sleepAttempts": 1, "ignoreCancel": true}, queue.InsertOpts{})
-	require.NoError(t, err)
+	res := enqueue(t, q, "record", bson.M{"sleepMs": 1500, "sleepAttempts": 1, "ignoreCancel": true}, queue.InsertOpts{})
 
 	a := startWorker(t, db, "A", fastWorker...)
 	aID := a.workerID()
@@ -135,8 +134,8 @@ func TestStalledWorkerCannotWriteAfterLosingLease(t *testing.T) {
 	// Resumed, A finds its lease lost at its next heartbeat (or, if that
 	// times out, at its fenced write); either way it writes nothing.
 	a.waitLog("lease was lost", 30*time.Second)
-	after, err := q.Get(context.Background(), res.ID)
-	require.NoError(t, err)
+	var after *jobs.Job
+	must(t, "read the job", func() (err error) { after, err = q.Get(context.Background(), res.ID); return err })
 	require.Equal(t, done, after, "the stalled worker changed the job after losing its lease")
 	require.NotContains(t, a.out.String(), `"job finished"`)
 }
@@ -158,10 +157,8 @@ func TestSIGTERMReleasesLeases(t *testing.T) {
 			t.Parallel()
 			db := testdb.NewDB(t)
 			q := newQueue(t, db)
-			polite, err := q.Enqueue(context.Background(), "record", bson.M{"sleepMs": 600000}, queue.InsertOpts{Priority: 1})
-			require.NoError(t, err)
-			stubborn, err := q.Enqueue(context.Background(), "record", bson.M{"sleepMs": 600000, "ignoreCancel": true}, queue.InsertOpts{})
-			require.NoError(t, err)
+			polite := enqueue(t, q, "record", bson.M{"sleepMs": 600000}, queue.InsertOpts{Priority: 1})
+			stubborn := enqueue(t, q, "record", bson.M{"sleepMs": 600000, "ignoreCancel": true}, queue.InsertOpts{})
 			w := startWorker(t, db, "W", append(append([]string{}, fastWorker...), tc.args...)...)
 			for _, id := range []string{polite.ID, stubborn.ID} {
 				waitJob(t, q, id, time.Minute, "running", inState(jobs.StateRunning))
@@ -175,8 +172,8 @@ func TestSIGTERMReleasesLeases(t *testing.T) {
 			require.Equal(t, 0, w.wait(30*time.Second))
 			require.Less(t, time.Since(start), 20*time.Second)
 			for _, id := range []string{polite.ID, stubborn.ID} {
-				j, err := q.Get(context.Background(), id)
-				require.NoError(t, err)
+				var j *jobs.Job
+				must(t, "read job "+id, func() (err error) { j, err = q.Get(context.Background(), id); return err })
 				require.Equal(t, jobs.StateAvailable, j.State, "job %s", id)
 				require.Empty(t, j.LeaseToken)
 				require.Equal(t, 0, j.Attempt)

@@ -113,6 +113,30 @@ func callDownstream(ctx context.Context, j *jobs.Job, a CallArgs) error {
 	return nil
 }
 
+// recordExecution records the attempt j in execs, one document per
+// attempt (its _id the job's id and the claim's token: a batch claim
+// stamps its jobs with one token), as an app records what it did: an
+// insert that failed may have been applied (its reply lost, or a
+// writeConcernError), so it is sent again, for up to 30 s, until it lands
+// or a duplicate key shows that an earlier send did.
+func recordExecution(ctx context.Context, execs *mongo.Collection, j *jobs.Job) error {
+	doc := bson.M{
+		"_id": j.ID + "/" + j.LeaseToken, "jobId": j.ID, "attempt": j.Attempt, "owner": j.Owner, "token": j.LeaseToken, "at": time.Now(),
+		"claimedAt": j.HeartbeatAt, // the claim's stamp
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for try := 1; ; try++ {
+		_, err := execs.InsertOne(ctx, doc)
+		if err == nil || (try > 1 && mongo.IsDuplicateKeyError(err)) {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("record the execution: %w", err)
+		}
+		time.Sleep(time.Duration(min(try, 10)) * 100 * time.Millisecond)
+	}
+}
+
 func main() {
 	os.Exit(cli.Worker(os.Args[1:], os.Stdout, os.Stderr,
 		func(reg *jobs.Registry, db *mongo.Database, q *queue.Client, log *zap.Logger) error {
@@ -128,10 +152,7 @@ func main() {
 			execs := db.Collection("executions")
 			return jobs.Register(reg, func(ctx context.Context, j *jobs.Job, a RecordArgs) error {
 				// Record the execution first: the tests count them.
-				if _, err := execs.InsertOne(ctx, bson.M{
-					"jobId": j.ID, "attempt": j.Attempt, "owner": j.Owner, "token": j.LeaseToken, "at": time.Now(),
-					"claimedAt": j.HeartbeatAt, // the claim's stamp
-				}); err != nil {
+				if err := recordExecution(ctx, execs, j); err != nil {
 					return err
 				}
 				if a.SleepAttempts == 0 || j.Attempt <= a.SleepAttempts {
