@@ -299,23 +299,37 @@ func (s *Store) CompleteHandingOff(ctx context.Context, l Lease, next *Successor
 	}
 	p.Kinds, p.Queues = []string{j.Kind}, []string{j.Queue}
 	t := s.now()
+	res, err := s.coll.BulkWrite(ctx, handoffWrites(ctx, l, next, p, t, set),
+		options.BulkWrite().SetOrdered(true).SetComment(HandoffComment))
+	if err == nil {
+		err = s.lostFinishReply("handoff")
+	}
+	return s.handoffOutcome(ctx, l, j, p, t, res, err)
+}
+
+// handoffWrites are the writes of a hand-off: the completion of l's job,
+// the stamp of the successor next with the run slots set, and a witness.
+// The reply counts the documents matched, not which: the witness, which
+// matches the successor only once it carries p.Token, fresh to this call,
+// counts the stamp twice, so that the count tells the completion alone (1)
+// from the stamp alone (2). It changes nothing.
+func handoffWrites(ctx context.Context, l Lease, next *Successor, p ClaimParams, t time.Time, set bson.D) []mongo.WriteModel {
+	j := next.Job
 	end := mongo.NewUpdateOneModel().SetFilter(fence(l)).SetUpdate(withProgress(ctx, finish(jobs.StateSucceeded, t, resultOf(ctx)...)))
 	match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
 	match = append(match, next.asRead...)
 	stamp := claimUpdate(p, t, p.Token)
 	stamp[0].Value = append(stamp[0].Value.(bson.D), set...)
-	// The reply counts the documents matched, not which: a third write
-	// that matches the successor only once it carries p.Token, fresh to
-	// this call, counts the stamp twice, so that the count tells the
-	// completion alone (1) from the stamp alone (2). It changes nothing.
 	witness := mongo.NewUpdateOneModel().
 		SetFilter(bson.D{{Key: "_id", Value: j.ID}, {Key: "leaseToken", Value: p.Token}}).
 		SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "leaseToken", Value: p.Token}}}})
-	res, err := s.coll.BulkWrite(ctx, []mongo.WriteModel{end, mongo.NewUpdateOneModel().SetFilter(match).SetUpdate(stamp), witness},
-		options.BulkWrite().SetOrdered(true).SetComment(HandoffComment))
-	if err == nil {
-		err = s.lostFinishReply("handoff")
-	}
+	return []mongo.WriteModel{end, mongo.NewUpdateOneModel().SetFilter(match).SetUpdate(stamp), witness}
+}
+
+// handoffOutcome reads what a hand-off's writes did from their reply
+// (res, err): the successor j claimed, or none, and the completion's
+// error.
+func (s *Store) handoffOutcome(ctx context.Context, l Lease, j *jobs.Job, p ClaimParams, t time.Time, res *mongo.BulkWriteResult, err error) (*jobs.Job, error) {
 	lost := fmt.Errorf("store: complete job %s: %w", l.JobID, jobs.ErrLeaseLost)
 	ours := func(w *written) bool { return w.State == jobs.StateSucceeded && w.LeaseToken == l.Token }
 	var bwe mongo.BulkWriteException
