@@ -379,9 +379,6 @@ func (s *rateState) avail(t time.Time) int { return s.rate.gcra().avail(s.tat, t
 // allowed (zero: now).
 func (s *rateState) used(t time.Time) (int, time.Time) { return s.rate.gcra().used(s.tat, t) }
 
-// nextStart is when one start is allowed, seen at t.
-func (s *rateState) nextStart(t time.Time) time.Time { return s.rate.gcra().nextStart(s.tat, t) }
-
 // storedTat reads a rate's or a partition's tat from d. When it was
 // written under another interval than r's (tNs holds the one it was), the
 // rate was changed at setAt since: it is converted to r's interval as it
