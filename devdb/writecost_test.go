@@ -1,8 +1,3 @@
-//go:build !race && !ferretdb_debug
-
-// FerretDB's debug build (its ferretdb_debug tag, or -race) keeps the
-// profiles on purpose: this test is for the build devdb ships.
-
 package devdb
 
 import (

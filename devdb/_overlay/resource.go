@@ -1,10 +1,10 @@
 // Copyright 2021 FerretDB Inc.
 //
-// Modified for docket's devdb: outside FerretDB's debug builds, Track and
-// Untrack no longer keep a pprof profile of the live objects (each Track
-// took a stack trace: a tenth of devdb's CPU under a burn-down, every
-// document iterator being tracked); the finalizer that reports an object
-// never untracked stays. The original is internal/util/resource/resource.go
+// Modified for docket's devdb: Track and Untrack no longer keep a pprof
+// profile of the live objects (each Track took a stack trace: a tenth of
+// devdb's CPU under a burn-down, every document iterator being tracked);
+// the finalizer that reports an object never untracked stays, with its
+// creator's stack in FerretDB's debug builds (-race, ferretdb_debug). The original is internal/util/resource/resource.go
 // of FerretDB v1.24.0; devdb builds with this file in its place
 // (_overlay/workspace.sh).
 //
@@ -27,8 +27,6 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
-	"runtime/pprof"
-	"sync"
 	"unsafe"
 
 	"github.com/FerretDB/FerretDB/internal/util/debugbuild"
@@ -46,23 +44,11 @@ func NewToken() *Token {
 	return new(Token)
 }
 
-// profilesM protects access to profiles.
-var profilesM sync.Mutex
-
-// profileName return pprof profile name for the given object.
-func profileName(obj any) string {
-	return "FerretDB/" + reflect.TypeOf(obj).Elem().String()
-}
-
 // Track tracks the lifetime of an object until Untrack is called on it.
 //
 // Obj should a pointer to a struct with a field "token" of type *Token.
 func Track(obj any, token *Token) {
 	checkArgs(obj, token)
-
-	if debugbuild.Enabled {
-		addToProfile(obj, token)
-	}
 
 	stack := debugbuild.Stack()
 
@@ -84,15 +70,6 @@ func Track(obj any, token *Token) {
 // It is safe to call this function multiple times.
 func Untrack(obj any, token *Token) {
 	checkArgs(obj, token)
-
-	if debugbuild.Enabled {
-		p := pprof.Lookup(profileName(obj))
-		if p == nil {
-			panic("object is not tracked")
-		}
-
-		p.Remove(token)
-	}
 
 	runtime.SetFinalizer(obj, nil)
 }
@@ -123,31 +100,4 @@ func checkArgs(obj any, token *Token) {
 	if f.Kind() != reflect.Ptr || f.UnsafePointer() != unsafe.Pointer(token) {
 		panic("token must be a pointer field of a struct")
 	}
-}
-
-// addToProfile adds token to the pprof profile of obj's type, created on
-// first use.
-func addToProfile(obj any, token *Token) {
-	name := profileName(obj)
-
-	// fast path
-
-	p := pprof.Lookup(name)
-
-	if p == nil {
-		// slow path
-
-		profilesM.Lock()
-
-		// a concurrent call might have created a profile already; check again
-		if p = pprof.Lookup(name); p == nil {
-			p = pprof.NewProfile(name)
-		}
-
-		profilesM.Unlock()
-	}
-
-	// use token instead of obj itself,
-	// because otherwise profile will hold a reference to obj and finalizer will never run
-	p.Add(token, 1)
 }
