@@ -1,7 +1,8 @@
 // Copyright 2021 FerretDB Inc.
 //
 // Modified for docket's devdb: UpdateAll and DeleteAll find a document whose
-// _id was stored from a string that was not UTF-8 (see idTexts); Query and
+// _id was stored from a string that was not UTF-8 (see idTexts), and
+// UpdateAll prepares its statement once for all its documents (updateDocs); Query and
 // Explain push down, through
 // pushdownWhere (at the end of this file), an _id equality or $in and
 // string equalities and $in of strings of top-level fields wherever they
@@ -179,37 +180,55 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 	q := fmt.Sprintf(`UPDATE %q SET %s = ? WHERE %s IN (?, ?)`, meta.TableName, metadata.DefaultColumn, metadata.IDColumn)
 
 	err := db.InTransaction(ctx, func(tx *fsql.Tx) error {
-		for _, doc := range params.Docs {
-			b, err := sjson.Marshal(doc)
-			if err != nil {
-				return lazyerrors.Error(err)
-			}
-
-			id, _ := doc.Get("_id")
-			must.NotBeZero(id)
-
-			texts := idTexts(id)
-
-			r, err := tx.ExecContext(ctx, q, string(b), texts[0], texts[len(texts)-1])
-			if err != nil {
-				return lazyerrors.Error(err)
-			}
-
-			ra, err := r.RowsAffected()
-			if err != nil {
-				return lazyerrors.Error(err)
-			}
-
-			res.Updated += int32(ra)
-		}
-
-		return nil
+		n, err := updateDocs(ctx, tx, q, params.Docs)
+		res.Updated = n
+		return err
 	})
 	if err != nil {
 		return nil, lazyerrors.Error(err)
 	}
 
 	return &res, nil
+}
+
+// updateDocs writes each of docs by its _id with q, prepared once for all
+// of them (SQLite's parse and plan of an update cost as much as the write
+// of a document: a statement per document doubled a claim's stamp), and
+// returns how many rows they changed.
+func updateDocs(ctx context.Context, tx *fsql.Tx, q string, docs []*types.Document) (int32, error) {
+	stmt, err := tx.PrepareContext(ctx, q)
+	if err != nil {
+		return 0, lazyerrors.Error(err)
+	}
+	defer stmt.Close()
+
+	var updated int32
+
+	for _, doc := range docs {
+		b, err := sjson.Marshal(doc)
+		if err != nil {
+			return updated, lazyerrors.Error(err)
+		}
+
+		id, _ := doc.Get("_id")
+		must.NotBeZero(id)
+
+		texts := idTexts(id)
+
+		r, err := stmt.ExecContext(ctx, string(b), texts[0], texts[len(texts)-1])
+		if err != nil {
+			return updated, lazyerrors.Error(err)
+		}
+
+		ra, err := r.RowsAffected()
+		if err != nil {
+			return updated, lazyerrors.Error(err)
+		}
+
+		updated += int32(ra)
+	}
+
+	return updated, nil
 }
 
 // DeleteAll implements backends.Collection interface.

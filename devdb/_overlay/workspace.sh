@@ -1,6 +1,6 @@
 #!/bin/sh
 # Prints the path of a Go workspace file (for GOWORK=...) that builds the
-# devdb module with five of FerretDB's files replaced: its SQLite collection
+# devdb module with seven of FerretDB's files replaced: its SQLite collection
 # by _overlay/sqlite_collection.go, whose queries push down _id lookups,
 # string equalities and $in of strings wherever they stand in a filter, and
 # apply a limited find's sort (orderByIndex, querySorted); its find and
@@ -8,7 +8,10 @@
 # handler_msg_findandmodify.go and backends_collection.go, which pass that
 # sort down; and its update command by
 # _overlay/handler_msg_update.go, which closes each statement's query when
-# the statement is done (see their headers).
+# the statement is done; and its SQL transaction wrapper by
+# _overlay/fsql_tx.go, which can prepare a statement; and its resource
+# tracker by _overlay/resource.go, which takes no stack trace per object
+# outside debug builds (see their headers).
 #
 # Go does not let a build overlay replace files in the module cache, so the
 # script copies FerretDB's module (3.4 MB) from the cache to
@@ -29,7 +32,9 @@ patches="sqlite_collection.go internal/backends/sqlite/collection.go
 handler_msg_update.go internal/handler/msg_update.go
 backends_collection.go internal/backends/collection.go
 handler_msg_find.go internal/handler/msg_find.go
-handler_msg_findandmodify.go internal/handler/msg_findandmodify.go"
+handler_msg_findandmodify.go internal/handler/msg_findandmodify.go
+fsql_tx.go internal/util/fsql/tx.go
+resource.go internal/util/resource/resource.go"
 stale=false
 if [ ! -f "$copy/.version" ] || [ "$(cat "$copy/.version")" != "$version" ]; then
 	stale=true
