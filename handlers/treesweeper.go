@@ -3,7 +3,6 @@ package handlers
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap"
@@ -72,10 +71,4 @@ func (s *TreeSweeper) RunOnce(ctx context.Context) (int, error) {
 }
 
 // Run is a cron job: one pass, with its error logged.
-func (s *TreeSweeper) Run() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := s.RunOnce(ctx); err != nil {
-		s.log.Warn("tree sweep failed; it runs again on schedule", zap.Error(err))
-	}
-}
+func (s *TreeSweeper) Run() { runPass(s.log, "tree sweep", s.RunOnce) }

@@ -46,7 +46,7 @@ type StoredStats struct {
 	// Queues are the counts per queue, kind and state, as Stats returns.
 	Queues []QueueStats
 	// Finished counts the jobs that ended succeeded or dead per minute
-	// (keyed by the minute's start, UTC) over the FinishedWindow before
+	// (keyed by the minute's start, UTC) over the finishedWindow before
 	// CountedAt.
 	Finished map[jobs.State]map[time.Time]int64
 	// CountedAt is when the count began, by the server's clock.
@@ -100,7 +100,7 @@ func (c *Client) statsColl() *mongo.Collection {
 
 // CountStats counts the jobs now: per queue, kind and state, each queue's
 // longest-waiting runnable job, and the jobs that ended per minute over the
-// last FinishedWindow (the pass of Overview). CountedAt is the server's
+// last finishedWindow (the pass of Overview). CountedAt is the server's
 // clock when the count began.
 func (c *Client) CountStats(ctx context.Context) (StoredStats, error) {
 	start := time.Now()
@@ -123,7 +123,7 @@ func (c *Client) CountStats(ctx context.Context) (StoredStats, error) {
 	return s, nil
 }
 
-// finishedSince is the start of the minute FinishedWindow before the minute
+// finishedSince is the start of the minute finishedWindow before the minute
 // of at: the minutes a chart ending at at shows.
 func finishedSince(at time.Time) time.Time {
 	return at.UTC().Truncate(time.Minute).Add(-finishedWindow + time.Minute)

@@ -46,7 +46,7 @@ func RateYield(c *Store, name string, r Rate, losses int) time.Duration {
 	}
 	c.rates.lost[name] = losses
 	c.rates.mu.Unlock()
-	return c.rates.yield(name, r)
+	return c.rates.yield(name, r, 1)
 }
 
 // ModelRate is the reference model of a rate (modelRate, gcra_test.go),

@@ -316,14 +316,23 @@ func (s *Store) CompleteHandingOff(ctx context.Context, l Lease, next *Successor
 func handoffWrites(ctx context.Context, l Lease, next *Successor, p ClaimParams, t time.Time, set bson.D) []mongo.WriteModel {
 	j := next.Job
 	end := mongo.NewUpdateOneModel().SetFilter(fence(l)).SetUpdate(withProgress(ctx, finish(jobs.StateSucceeded, t, resultOf(ctx)...)))
-	match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
-	match = append(match, next.asRead...)
-	stamp := claimUpdate(p, t, p.Token)
-	stamp[0].Value = append(stamp[0].Value.(bson.D), set...)
+	match, stamp := successorStamp(next, p, t, set)
 	witness := mongo.NewUpdateOneModel().
 		SetFilter(bson.D{{Key: "_id", Value: j.ID}, {Key: "leaseToken", Value: p.Token}}).
 		SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "leaseToken", Value: p.Token}}}})
 	return []mongo.WriteModel{end, mongo.NewUpdateOneModel().SetFilter(match).SetUpdate(stamp), witness}
+}
+
+// successorStamp is the claim of a successor read ahead, as a hand-off
+// and a hand-on make it: the filter matches it only as it was read and
+// still claimable under p, and the update stamps it with p.Token and the
+// run slots set.
+func successorStamp(next *Successor, p ClaimParams, t time.Time, set bson.D) (match, stamp bson.D) {
+	match = append(bson.D{{Key: "_id", Value: next.Job.ID}}, claimFilter(p, t)...)
+	match = append(match, next.asRead...)
+	stamp = claimUpdate(p, t, p.Token)
+	stamp[0].Value = append(stamp[0].Value.(bson.D), set...)
+	return match, stamp
 }
 
 // handoffOutcome reads what a hand-off's writes did from their reply
@@ -407,10 +416,7 @@ func (s *Store) HandOnFreed(ctx context.Context, jobID string, next *Successor, 
 	}
 	p.Kinds, p.Queues = []string{j.Kind}, []string{j.Queue}
 	t := s.now()
-	match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
-	match = append(match, next.asRead...)
-	stamp := claimUpdate(p, t, p.Token)
-	stamp[0].Value = append(stamp[0].Value.(bson.D), set...)
+	match, stamp := successorStamp(next, p, t, set)
 	res, err := s.coll.UpdateOne(ctx, match, stamp)
 	switch {
 	case err == nil && res.MatchedCount == 1:

@@ -755,11 +755,7 @@ func (s *Store) lateUnderRate(ctx context.Context, names []string, t time.Time, 
 // (by an operator, within LimitRefresh or across a stall) is read again.
 func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (int, Rate, time.Time, error) {
 	rc := s.rates
-	if rc.readFirst(name) { // likely stale: read before writing (ratebatch.go)
-		if err := s.readRate(ctx, name); err != nil {
-			return 0, Rate{}, time.Time{}, err
-		}
-	}
+	checkFirst := rc.readFirst(name) // likely stale: read before writing (ratebatch.go)
 	for range rateReserveTries {
 		rc.mu.Lock()
 		held := rc.rates[name]
@@ -776,9 +772,21 @@ func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		}
 		g := st.rate.gcra()
 		n := min(k, st.avail(t))
-		if want := rc.batch(name, st.rate, k); n < want {
-			rc.noteNext(g.startsAt(st.tat, t, want).Add(rc.yield(name, st.rate)))
+		want := rc.batch(name, st.rate, k)
+		if n < want {
+			// What this client last saw allows too few starts: it sends
+			// nothing, and tries again when they are allowed.
+			rc.noteNext(g.startsAt(st.tat, t, want).Add(rc.yield(name, st.rate, want)))
 			return 0, Rate{}, time.Time{}, nil
+		}
+		if checkFirst {
+			// It lost the last reservation: what it saw is likely stale,
+			// so it reads the rate before a write that would be refused.
+			checkFirst = false
+			if err := s.readRate(ctx, name); err != nil {
+				return 0, Rate{}, time.Time{}, err
+			}
+			continue
 		}
 		tat := g.take(st.tat, t, n)
 		update := reservationUpdate(g, tat, n, st.badStarts)
@@ -851,16 +859,16 @@ func bsonDateTime(t time.Time) (bson.Type, []byte) {
 // at that instant, and all but one lose it, each at the cost of a refused
 // write and a read. A client that keeps losing tries later, at random
 // within up to one interval per loss in a row, but never later than
-// (burst-1) intervals: starts made that late are not lost, the burst
-// lets them catch up at once. The process that won keeps trying on time
+// the burst less the want starts it waits for allows: starts made that
+// late are not lost, the burst lets them catch up at once. The process that won keeps trying on time
 // (its view of the rate is its own write), and a loser that finds the
 // rate free wins and tries on time again. Zero for a burst of 1, or
 // before any loss.
-func (rc *rateCache) yield(name string, r Rate) time.Duration {
+func (rc *rateCache) yield(name string, r Rate, want int) time.Duration {
 	rc.mu.Lock()
 	lost := rc.lost[name]
 	rc.mu.Unlock()
-	most := time.Duration(min(lost, r.burst()-1)) * r.gcra().t
+	most := time.Duration(min(lost, r.burst()-want)) * r.gcra().t
 	if most <= 0 {
 		return 0
 	}

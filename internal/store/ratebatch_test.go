@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,6 +36,18 @@ func limitsWrites(cmds []string) int {
 	n := 0
 	for _, c := range cmds {
 		if c == "update "+store.DefaultLimitsCollection {
+			n++
+		}
+	}
+	return n
+}
+
+// limitsCommands counts the commands of cmds sent to the limits
+// collection, reads and writes.
+func limitsCommands(cmds []string) int {
+	n := 0
+	for _, c := range cmds {
+		if strings.HasSuffix(c, " "+store.DefaultLimitsCollection) {
 			n++
 		}
 	}
@@ -124,9 +137,13 @@ func TestRateLoserReadsBeforeWriting(t *testing.T) {
 	require.Zero(t, claim(s2, "w2"), "w2's view was stale: it lost")
 	require.Equal(t, 1, store.RateLosses(s2, name))
 
+	before := len(cmds())
+	require.Zero(t, claim(s2, "w2"))
+	require.Zero(t, limitsCommands(cmds()[before:]), "a loser whose view allows no start sends nothing for it, not even a read")
+
 	b.clock.Advance(time.Minute + time.Second)
 	require.Equal(t, 1, claim(s1, "w1"), "w1 takes the next start")
-	before := len(cmds())
+	before = len(cmds())
 	require.Zero(t, claim(s2, "w2"))
 	require.Zero(t, limitsWrites(cmds()[before:]), "w2 read the rate spent and sent no write to lose")
 }
