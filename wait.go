@@ -32,7 +32,17 @@ type WaitParams struct {
 	// again after 10 ms, then twice as long each time up to this. Defaults
 	// to DefaultWaitPollInterval.
 	PollInterval time.Duration
+	// FailingFor bounds how long reads may keep failing with replies that
+	// a read sent again may not meet (an election, a killed cursor, a
+	// time limit): past it, WaitIdle returns the failure rather than read
+	// again, as a scan that times out at every try would forever. Defaults
+	// to DefaultWaitFailingFor.
+	FailingFor time.Duration
 }
+
+// DefaultWaitFailingFor is WaitParams.FailingFor's default: longer than a
+// replica set's election.
+const DefaultWaitFailingFor = 30 * time.Second
 
 // WaitIdle returns nil once no job the params select is running, available
 // to run now, or blocked on parents that can still move now, or ctx's
@@ -65,15 +75,23 @@ func (c *Client) WaitIdle(ctx context.Context, p WaitParams) error {
 	if p.PollInterval == 0 {
 		p.PollInterval = DefaultWaitPollInterval
 	}
+	if p.FailingFor <= 0 {
+		p.FailingFor = DefaultWaitFailingFor
+	}
 	coll := store.Of(c.q).Collection()
 	wait := min(10*time.Millisecond, p.PollInterval)
-	var transient error // the last read's transient failure, if it failed
+	var transient error        // the last read's transient failure, if it failed
+	var failingSince time.Time // the first of the reads failing in a row
 	for {
 		busy, err := busyJob(ctx, coll, p, time.Now())
 		switch {
-		case err != nil && ctx.Err() == nil && transientRead(err):
+		case err != nil && ctx.Err() == nil && transientRead(err) &&
+			(transient == nil || time.Since(failingSince) < p.FailingFor):
 			// Busy until a read says otherwise: a killed cursor's first
 			// batch is not the whole collection.
+			if transient == nil {
+				failingSince = time.Now()
+			}
 			transient = err
 		case err != nil:
 			return waitError(err, transient)

@@ -100,3 +100,21 @@ func TestWaitIdleReadsAgainAfterCursorKilled(t *testing.T) {
 	err = <-done
 	require.NoError(t, err, "WaitIdle failed on a transient reply: %v", errors.Unwrap(err))
 }
+
+// TestWaitIdleGivesUpOnReadsThatKeepFailing: a read that fails the same
+// transient way at every try (here every getMore is killed; on MongoDB a
+// scan timing out at every try) is not read again forever: past
+// FailingFor, WaitIdle returns the failure, long before its context ends.
+func TestWaitIdleGivesUpOnReadsThatKeepFailing(t *testing.T) {
+	db := testdb.CursorKilledDB(t)
+	client, err := docket.NewClient(db, docket.Config{})
+	require.NoError(t, err)
+	insertBlockedOnLater(t, client, 150, 140)
+
+	wctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = client.WaitIdle(wctx, docket.WaitParams{FailingFor: 500 * time.Millisecond})
+	require.Error(t, err)
+	require.NotErrorIs(t, err, context.DeadlineExceeded)
+	testdb.RequireCursorKilled(t, err)
+}

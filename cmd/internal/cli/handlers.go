@@ -90,7 +90,7 @@ func transferCommand(fs *flag.FlagSet) func(*env, []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "%s\ttransaction %s\n", jobID, tx)
+		fmt.Fprintf(e.stdout, "%s\ttransaction %s\n", shown(jobID), shown(tx))
 		return nil
 	}
 }

@@ -185,4 +185,10 @@ func TestEnqueueHandlerCommands(t *testing.T) {
 		require.Contains(t, stderr, tc.want, "%v", tc.args)
 	}
 	require.EqualValues(t, 5, count(t, store.Of(q).Collection(), bson.M{}), "bad input must enqueue nothing")
+
+	// A --tx-id holding a terminal's escape code is printed escaped.
+	out, stderr, code = enq.run("transfer", "--from", "a1", "--to", "a2", "--amount", "150", "--tx-id", "pay\x1b[2J")
+	require.Equal(t, 0, code, stderr)
+	require.NotContains(t, out, "\x1b", "the id's escape code reached the terminal: %q", out)
+	require.Contains(t, out, `"pay\x1b[2J"`)
 }
