@@ -31,21 +31,29 @@ func RedactURI(uri string) string {
 }
 
 // querySecrets are the connection-string options whose values are secrets,
-// as the text before their value (matched in any letter case).
-var querySecrets = []string{"tlsCertificateKeyFilePassword="}
+// as the text before their value (matched in any letter case): a TLS
+// client key's password, under its name and the older one the driver also
+// takes, and an AWS session token in authMechanismProperties (whose value
+// ends at the next ',' too).
+var querySecrets = []struct{ key, stops string }{
+	{"tlsCertificateKeyFilePassword=", ""},
+	{"sslClientCertificateKeyPassword=", ""},
+	{"AWS_SESSION_TOKEN:", ","},
+}
 
 // redactQuerySecrets returns s with the value of every secret option
 // (querySecrets) replaced by "xxxxx": up to the next '&', '#', quote or
-// white space.
+// white space (or the option's own stops).
 func redactQuerySecrets(s string) string {
-	for _, key := range querySecrets {
+	for _, q := range querySecrets {
+		key := q.key
 		var b strings.Builder
 		for i := 0; i+len(key) <= len(s); i++ {
 			if !strings.EqualFold(s[i:i+len(key)], key) {
 				continue
 			}
 			v := i + len(key)
-			n := strings.IndexAny(s[v:], "&#\"' \t\r\n")
+			n := strings.IndexAny(s[v:], "&#\"' \t\r\n"+q.stops)
 			if n < 0 {
 				n = len(s) - v
 			}

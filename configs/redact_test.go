@@ -266,3 +266,26 @@ func TestRedactTLSKeyFilePassword(t *testing.T) {
 	}
 	require.Equal(t, "mongodb://db.example/?tls=true&TLSCertificateKeyFilePassword=xxxxx&appName=x", configs.RedactURI(uri))
 }
+
+// TestRedactOtherQuerySecrets: the TLS key's password under the older name
+// the driver also takes, and an AWS session token, are hidden as the
+// password is.
+func TestRedactOtherQuerySecrets(t *testing.T) {
+	const secret = "s3cret-v4lue"
+	for _, uri := range []string{
+		"mongodb://db.example/?tls=true&sslClientCertificateKeyPassword=" + secret + "&appName=x",
+		"mongodb://db.example/?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:" + secret + ",SERVICE_NAME:x",
+	} {
+		for name, got := range map[string]string{
+			"RedactURI":  configs.RedactURI(uri),
+			"Redact":     configs.Redact("dial "+uri+": refused", uri),
+			"RedactURIs": configs.RedactURIs("error at " + uri),
+			"Redactor":   configs.NewRedactor(uri).Redact("server " + uri + " not reachable"),
+		} {
+			require.NotContains(t, got, secret, "%s: %s", name, uri)
+			require.Contains(t, got, "xxxxx", name)
+		}
+	}
+	require.Equal(t, "mongodb://db.example/?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:xxxxx,SERVICE_NAME:x",
+		configs.RedactURI("mongodb://db.example/?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:"+secret+",SERVICE_NAME:x"))
+}
