@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
 )
 
 // DefaultPingTimeout bounds the database ping of one readiness check:
@@ -24,6 +25,7 @@ const DefaultPingTimeout = 800 * time.Millisecond
 type Health struct {
 	ping    func(context.Context) error
 	timeout time.Duration
+	pings   singleflight.Group // one ping at a time, shared by the probes asking meanwhile
 	setUp   atomic.Bool
 	closing atomic.Bool
 }
@@ -50,9 +52,15 @@ func (h *Health) Ready(ctx context.Context) error {
 	if h.closing.Load() {
 		return errors.New("shutting down")
 	}
-	ctx, cancel := context.WithTimeout(ctx, h.timeout)
-	defer cancel()
-	if err := h.ping(ctx); err != nil {
+	// Probes that ask while a ping is under way share its answer: however
+	// many requests come (a page in a browser can send many), the database
+	// gets one ping at a time.
+	_, err, _ := h.pings.Do("ping", func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.timeout)
+		defer cancel()
+		return nil, h.ping(ctx)
+	})
+	if err != nil {
 		// Only the few words: a driver's error names hosts, and a probe's
 		// body ends up in events anyone with kubectl reads.
 		return errors.New("database not reachable")
