@@ -60,12 +60,13 @@ func ExampleClient_Subscribe() {
 		panic(err)
 	}
 	defer func() { _ = client.Stop(ctx) }()
+	// One job at a time, each awaited: the pool frees a job's slot as its
+	// handler returns, before its outcome is written and told, so two jobs
+	// inserted together may be told in either order.
 	for _, name := range []string{"Ada", "Mallory"} {
 		if _, err := client.Insert(ctx, GreetArgs{Name: name}, nil); err != nil {
 			panic(err)
 		}
-	}
-	for range 2 {
 		select {
 		case e := <-events:
 			fmt.Println("event:", e.Kind, e.Job.State, len(e.Job.Errors), "error(s)")
