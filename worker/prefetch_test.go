@@ -189,16 +189,27 @@ func TestCancelOfAJobClaimedAheadEndsItUnstarted(t *testing.T) {
 		}
 		return nil
 	}), jobs.KindOptions{}))
-	// Fast jobs first (runnable earlier): the worker learns its handlers
-	// are quick, then claims the gated jobs together.
-	b.enqueue(t, "fast", 20, time.Now().Add(-time.Minute))
-	gated := b.enqueue(t, "gated", 4, time.Now().Add(-time.Second))
+	// Fast jobs first: the worker learns its handlers are quick. The gated
+	// jobs come once every fast one has run, so that the job claimed ahead
+	// is a gated one. Claim order alone does not promise it: the worker
+	// claims from candidates read ahead, and one missed there (taken by a
+	// hand-off meanwhile, or given back) can be claimed after a later job.
+	fast := b.enqueue(t, "fast", 20, time.Now().Add(-time.Minute))
 	w, err := worker.New(b.slow, b.reg, worker.Config{
 		Concurrency: 1, Lease: 3 * time.Second, HeartbeatInterval: time.Second, Logger: b.log,
 	})
 	require.NoError(t, err)
 	w.Start(context.Background())
 	t.Cleanup(func() { _ = w.StopAndCancel(context.Background()) })
+	require.Eventually(t, func() bool {
+		for _, id := range fast {
+			if b.state(id).State != jobs.StateSucceeded {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 20*time.Millisecond, "the fast jobs did not all run")
+	gated := b.enqueue(t, "gated", 4, time.Now().Add(-time.Second))
 	require.Eventually(t, func() bool { return w.Waiting() >= 1 }, time.Minute, 5*time.Millisecond, "no gated job was claimed ahead")
 
 	// One gated job runs and holds the only slot; cancel one that waits.
