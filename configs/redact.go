@@ -43,16 +43,18 @@ var querySecrets = []struct{ key, stops string }{
 
 // redactQuerySecrets returns s with the value of every secret option
 // (querySecrets) replaced by "xxxxx": up to the next '&', '#', quote or
-// white space (or the option's own stops).
+// white space (or the option's own stops). The driver percent-decodes
+// option names and values, so a key matches with any of its characters
+// percent-encoded too.
 func redactQuerySecrets(s string) string {
 	for _, q := range querySecrets {
-		key := q.key
 		var b strings.Builder
-		for i := 0; i+len(key) <= len(s); i++ {
-			if !strings.EqualFold(s[i:i+len(key)], key) {
+		for i := 0; i < len(s); i++ {
+			k, ok := matchDecoded(s[i:], q.key)
+			if !ok {
 				continue
 			}
-			v := i + len(key)
+			v := i + k
 			n := strings.IndexAny(s[v:], "&#\"' \t\r\n"+q.stops)
 			if n < 0 {
 				n = len(s) - v
@@ -65,6 +67,28 @@ func redactQuerySecrets(s string) string {
 		s = b.String()
 	}
 	return s
+}
+
+// matchDecoded reports whether s begins with key, in any letter case and
+// with any character written as a percent-escape, and how many bytes of s
+// that takes.
+func matchDecoded(s, key string) (int, bool) {
+	n := 0
+	for k := 0; k < len(key); k++ {
+		if n < len(s) && strings.EqualFold(s[n:n+1], key[k:k+1]) {
+			n++
+			continue
+		}
+		if n+3 > len(s) || s[n] != '%' {
+			return 0, false
+		}
+		c, err := strconv.ParseUint(s[n+1:n+3], 16, 8)
+		if err != nil || !strings.EqualFold(string(rune(c)), key[k:k+1]) {
+			return 0, false
+		}
+		n += 3
+	}
+	return n, true
 }
 
 // Redact returns s with the password of uri replaced by "xxxxx" wherever it

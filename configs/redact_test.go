@@ -275,6 +275,11 @@ func TestRedactOtherQuerySecrets(t *testing.T) {
 	for _, uri := range []string{
 		"mongodb://db.example/?tls=true&sslClientCertificateKeyPassword=" + secret + "&appName=x",
 		"mongodb://db.example/?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:" + secret + ",SERVICE_NAME:x",
+		// The driver percent-decodes option names and values, so these are
+		// the same options.
+		"mongodb://db.example/?tls=true&tlsCertificateKeyFile%50assword=" + secret,
+		"mongodb://db.example/?tls=true&%74lsCertificateKeyFilePassword=" + secret + "&appName=x",
+		"mongodb://db.example/?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN%3a" + secret,
 	} {
 		for name, got := range map[string]string{
 			"RedactURI":  configs.RedactURI(uri),
