@@ -79,10 +79,16 @@ reaper:
 	require.Equal(t, []string{"x", "y"}, c.Client.Queues)
 }
 
-func TestTheDocumentedExampleLoads(t *testing.T) {
-	c, err := load(t, nil, "--config", "docket.yaml")
+// TestTheShippedFilesLoad: every YAML file shipped in configs/ (make run
+// reads them) loads as a worker's configuration.
+func TestTheShippedFilesLoad(t *testing.T) {
+	files, err := filepath.Glob("*.yaml")
 	require.NoError(t, err)
-	require.Equal(t, 10, c.Client.Concurrency)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		_, err := load(t, nil, "--config", f)
+		require.NoError(t, err, f)
+	}
 }
 
 func TestErrorsNameTheSettingAndValue(t *testing.T) {

@@ -108,7 +108,7 @@ func (f fileKeys) decodeKey(k, v *yaml.Node, path string) error {
 	if path == "reaper.schedule" {
 		return fmt.Errorf("line %d: reaper.schedule: %q: %s", k.Line, v.Value, reapScheduleReplaced(v.Value))
 	}
-	return fmt.Errorf("line %d: %s is not a setting", k.Line, path)
+	return fmt.Errorf("line %d: field %s not found: %s is not a setting", k.Line, k.Value, path)
 }
 
 // resolve is n, or the node it is an alias of.
