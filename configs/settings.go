@@ -113,20 +113,22 @@ func Load(fs *flag.FlagSet, role string, args []string, getenv func(string) stri
 
 // App is the configuration an application adds to docket's: its kinds'
 // settings (their maintenance schedules, say) under top-level YAML keys of
-// its own, read from the same file. Implement it on a pointer to a struct
-// whose fields carry yaml tags.
+// its own, read from the same file. Its Settings name every key it reads
+// from the file, and its variables and flags; its types need no yaml tags.
 type App interface {
 	// Defaults sets every unset field to its default, in place.
 	Defaults()
 	// Validate reports the first invalid field, naming it and its value.
 	Validate() error
-	// Settings are the app's environment variables and flags, bound to
-	// its fields; a process of the "worker" role exposes them.
+	// Settings are the app's keys in the file, and its environment
+	// variables and flags, bound to its fields; a process of the "worker"
+	// role exposes the variables and flags.
 	Settings() []Setting
 }
 
-// StringSetting is a setting of *p, named field in YAML (for errors), env
-// in the environment and flag on the command line.
+// StringSetting is a setting of *p, the key field in the file (a.b is b
+// under a), env in the environment and flag on the command line; with env
+// and flag "", it is set in the file only.
 func StringSetting(field, env, flag, usage string, p *string) Setting {
 	return Setting{field, env, flag, usage, (*stringValue)(p)}
 }
@@ -144,7 +146,8 @@ func DurationSetting(field, env, flag, usage string, p *time.Duration) Setting {
 // LoadApp is Load for a process whose application adds the configuration
 // app (nil for none): the file may hold app's keys beside docket's (any
 // other key is an error), and a "worker" process also reads app's variables
-// and flags. app is filled in place, defaults set and validated.
+// and flags. app is filled in place, defaults set and validated. A client
+// setting left out, or 0, takes its default, as in a docket.Config.
 //
 // No error, and nothing printed to fs's output (--help, a flag's bad
 // value), shows a password: neither that of a connection string given to
