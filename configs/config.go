@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/docketq/docket"
-
 	"github.com/docketq/docket/docketprom"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
