@@ -10,7 +10,6 @@ import (
 
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/docketprom"
-	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 )
@@ -137,7 +136,6 @@ func (c Config) Validate() error {
 func (c Config) validateFlowControl() error {
 	for _, err := range []error{
 		capacitiesForm.validate(c.Client.Capacities), limitsForm.validate(c.Client.Limits),
-		queue.ValidateRates("rates", c.Client.Rates), validatePartitionLimits(c.Client.PartitionLimits),
 		processLimitsForm.validate(c.Client.ProcessLimits),
 	} {
 		if err != nil {

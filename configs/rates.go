@@ -47,20 +47,6 @@ func (v *partitionsValue) decodeYAML(n *yaml.Node) error {
 	return partitionsForm.decode(n, (*map[string]queue.PartitionLimit)(v))
 }
 
-// validatePartitionLimits reports the first partition limit whose name or
-// value is invalid.
-func validatePartitionLimits(p map[string]queue.PartitionLimit) error {
-	for _, name := range slices.Sorted(maps.Keys(p)) {
-		if _, _, err := queue.ParseLimitName(name); err != nil {
-			return fmt.Errorf("partitionLimits: %w", err)
-		}
-		if err := p[name].Validate(); err != nil {
-			return fmt.Errorf("partitionLimits.%s: %w", name, err)
-		}
-	}
-	return nil
-}
-
 // namedForm is how a mapping of limit names to values written as text
 // (a rate, a partition limit) reads.
 type namedForm[T any] struct {

@@ -22,11 +22,11 @@ func TestRatesRead(t *testing.T) {
 		"kind:email": {N: 14, Per: time.Second, Burst: 5},
 		"queue:bulk": {N: 600, Per: time.Minute},
 	}, c.Client.Rates)
-	require.NoError(t, c.validateFlowControl())
+	require.NoError(t, c.WithDefaults().Validate())
 	_, err = decode("rates:\n  kind:email: 14 a second\n")
 	require.ErrorContains(t, err, "rates.kind:email: line 2")
 	c.Client.Rates = map[string]queue.Rate{"kinds:email": {N: 1, Per: time.Second}}
-	require.ErrorContains(t, c.validateFlowControl(), "kind:KIND")
+	require.ErrorContains(t, c.WithDefaults().Validate(), `rates: limit "kinds:email": a limit is named kind:KIND`)
 
 	var v ratesValue
 	require.NoError(t, v.Set("kind:email=14/s burst 5,queue:bulk=600/m"))
@@ -42,7 +42,7 @@ func TestPartitionLimitsRead(t *testing.T) {
 		"kind:email": {N: 2, By: "customerId"},
 		"queue:bulk": {N: 1, By: "tenant.id"},
 	}, c.Client.PartitionLimits)
-	require.NoError(t, c.validateFlowControl())
+	require.NoError(t, c.WithDefaults().Validate())
 	for yml, want := range map[string]string{
 		"partitionLimits:\n  kind:email: 2 per\n":    "partitionLimits.kind:email: line 2",
 		"partitionLimits:\n  kind:email: 0 per c\n":  "from 1",
@@ -51,7 +51,8 @@ func TestPartitionLimitsRead(t *testing.T) {
 		_, err = decode(yml)
 		require.ErrorContains(t, err, want, yml)
 	}
-	require.ErrorContains(t, validatePartitionLimits(map[string]queue.PartitionLimit{"kinds:email": {N: 1, By: "c"}}), "kind:KIND")
+	c.Client.PartitionLimits = map[string]queue.PartitionLimit{"kinds:email": {N: 1, By: "c"}}
+	require.ErrorContains(t, c.WithDefaults().Validate(), `partitionLimits: limit "kinds:email": a limit is named kind:KIND`)
 
 	var v partitionsValue
 	require.NoError(t, v.Set("kind:email=2 per customerId,queue:bulk=1 per tenant"))
