@@ -182,6 +182,9 @@ func TestUnknownKeysAreRefused(t *testing.T) {
 	require.ErrorContains(t, configs.LoadFile(path, &c), "renameSweeper")
 	require.NoError(t, configs.LoadFileApp(path, &c, &app))
 	require.Equal(t, 3, c.Client.Concurrency)
+	// A key given twice, where the last would silently win, is refused too.
+	require.NoError(t, os.WriteFile(path, []byte("worker:\n  lease: 1m\n  lease: 2m\n"), 0o600))
+	require.ErrorContains(t, configs.LoadFile(path, &c), "line 3: worker.lease is set twice")
 	require.Equal(t, "@every 1m", app.RenameSweeper.Schedule)
 }
 
