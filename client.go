@@ -126,16 +126,7 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
-	if err := validatePeriodicJobs(cfg.PeriodicJobs); err != nil {
-		return nil, fmt.Errorf("docket: %w", err)
-	}
-	if err := validateBounds(cfg.Capacities, cfg.Limits); err != nil {
-		return nil, fmt.Errorf("docket: %w", err)
-	}
-	if err := queue.ValidateRates("rates", cfg.Rates); err != nil {
-		return nil, fmt.Errorf("docket: %w", err)
-	}
-	if err := validatePartitionLimits(cfg.PartitionLimits); err != nil {
+	if err := cfg.validateParts(); err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
 	elector, err := leadership.New(db.Collection(leadership.DefaultCollection),

@@ -1,12 +1,14 @@
 package docket
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
 	"github.com/docketq/docket/worker"
@@ -37,10 +39,23 @@ const (
 	// DefaultStuckGrace is how long a handler may go on after its timeout,
 	// a cancel request or a lost lease before the pool gives up on it.
 	DefaultStuckGrace = worker.DefaultStuckGrace
+	// DefaultPollMin is the first wait after a claim that found nothing.
+	DefaultPollMin = 50 * time.Millisecond
+	// DefaultPollMax is the longest wait between claims on an idle queue.
+	DefaultPollMax = time.Second
+	// DefaultClaimBatch is the most jobs one claim takes.
+	DefaultClaimBatch = worker.DefaultClaimBatch
+	// DefaultPrefetch is the most jobs a pool holds beyond Concurrency.
+	DefaultPrefetch = 100
 	// DefaultReapInterval is how often the reaper runs.
 	DefaultReapInterval = recovery.DefaultReapInterval
 	// DefaultReapGrace is how long past its expiry a lease is left alone.
 	DefaultReapGrace = recovery.DefaultReapGrace
+	// DefaultReapBatch is the most jobs one reaper pass re-queues.
+	DefaultReapBatch = 500
+	// DefaultRetentionBudget bounds the time one reaper pass spends
+	// deleting finished jobs.
+	DefaultRetentionBudget = 20 * time.Second
 	// DefaultSucceededRetention is how long succeeded and cancelled jobs
 	// are kept.
 	DefaultSucceededRetention = recovery.DefaultSucceededRetention
@@ -94,15 +109,15 @@ type Config struct {
 	// on it and frees its slot. Defaults to DefaultStuckGrace.
 	StuckGrace time.Duration
 	// PollMin and PollMax bound the wait between claims on an idle queue:
-	// it starts at PollMin and doubles up to PollMax. Default to 50 ms and
-	// 1 s.
+	// it starts at PollMin and doubles up to PollMax. Default to
+	// DefaultPollMin and DefaultPollMax.
 	PollMin, PollMax time.Duration
 	// ClaimBatch is how many jobs one claim takes at most while a backlog
-	// lasts (1: one findAndModify per job). Defaults to 100.
+	// lasts (1: one findAndModify per job). Defaults to DefaultClaimBatch.
 	ClaimBatch int
 	// Prefetch is how many jobs the pool may hold beyond Concurrency,
 	// claimed ahead while claims are slow compared with jobs (-1: none).
-	// Defaults to 100.
+	// Defaults to DefaultPrefetch.
 	Prefetch int
 	// WriteTimeout, when positive, bounds each heartbeat and completion
 	// round trip. Defaults to none: they are bounded by their leases.
@@ -115,10 +130,12 @@ type Config struct {
 	// ReapGrace is how long past its expiry a lease is left alone, for
 	// clock skew between machines. Defaults to DefaultReapGrace.
 	ReapGrace time.Duration
-	// ReapBatch caps the jobs one reaper pass re-queues. Defaults to 500.
+	// ReapBatch caps the jobs one reaper pass re-queues. Defaults to
+	// DefaultReapBatch.
 	ReapBatch int
 	// RetentionBudget bounds the time one pass spends deleting finished
-	// jobs past their retention; the next pass goes on. Defaults to 20 s.
+	// jobs past their retention; the next pass goes on. Defaults to
+	// DefaultRetentionBudget.
 	RetentionBudget time.Duration
 	// SucceededRetention is how long succeeded and cancelled jobs are
 	// kept; negative (KeepForever) keeps them forever. Defaults to
@@ -187,32 +204,88 @@ type engine struct {
 	reaper recovery.ReaperConfig
 }
 
-// engine maps c onto the engine's configurations and checks them, naming
-// the first field of c that is wrong. log, naming the process, is the queue
-// client's and the reaper's; the pool names it itself, from c.Logger.
+// WithDefaults returns c with every zero setting set to its default, as
+// NewClient reads it; an empty ID is made as NewClient makes it. Logger
+// and Setup are left as they are.
+func (c Config) WithDefaults() Config {
+	if c.ID == "" {
+		c.ID = worker.NewID()
+	}
+	if len(c.Queues) == 0 {
+		c.Queues = []string{jobs.DefaultQueue}
+	}
+	c.Collection = cmp.Or(c.Collection, DefaultCollection)
+	c.WriteConcern = cmp.Or(c.WriteConcern, DefaultWriteConcern)
+	c.RetryBase = cmp.Or(c.RetryBase, DefaultRetryBase)
+	c.RetryMax = cmp.Or(c.RetryMax, DefaultRetryMax)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
+	c.StuckGrace = cmp.Or(c.StuckGrace, DefaultStuckGrace)
+	c.PollMin = cmp.Or(c.PollMin, DefaultPollMin)
+	c.PollMax = cmp.Or(c.PollMax, DefaultPollMax)
+	c.ClaimBatch = cmp.Or(c.ClaimBatch, DefaultClaimBatch)
+	c.Prefetch = cmp.Or(c.Prefetch, DefaultPrefetch)
+	c.ReapInterval = cmp.Or(c.ReapInterval, DefaultReapInterval)
+	c.ReapGrace = cmp.Or(c.ReapGrace, DefaultReapGrace)
+	c.ReapBatch = cmp.Or(c.ReapBatch, DefaultReapBatch)
+	c.RetentionBudget = cmp.Or(c.RetentionBudget, DefaultRetentionBudget)
+	c.SucceededRetention = cmp.Or(c.SucceededRetention, DefaultSucceededRetention)
+	c.DeadRetention = cmp.Or(c.DeadRetention, KeepForever)
+	c.LeaderTTL = cmp.Or(c.LeaderTTL, DefaultLeaderTTL)
+	return c
+}
+
+// Validate reports the first setting of c that NewClient refuses, naming
+// its field (Config.Lease) and its value. A zero setting is valid: it
+// takes its default.
+func (c Config) Validate() error {
+	if _, err := c.engine(zap.NewNop()); err != nil {
+		return err
+	}
+	return c.validateParts()
+}
+
+// validateParts checks the settings of c that no engine component holds.
+func (c Config) validateParts() error {
+	if err := validatePeriodicJobs(c.PeriodicJobs); err != nil {
+		return fmt.Errorf("Config.PeriodicJobs: %w", err)
+	}
+	if err := validateBounds(c.Capacities, c.Limits); err != nil {
+		return err
+	}
+	if err := queue.ValidateRates("rates", c.Rates); err != nil {
+		return err
+	}
+	return validatePartitionLimits(c.PartitionLimits)
+}
+
+// engine maps c, its defaults set, onto the engine's configurations and
+// checks them, naming the first field of c that is wrong. log, naming the
+// process, is the queue client's and the reaper's; the pool names it
+// itself, from c.Logger.
 func (c Config) engine(log *zap.Logger) (engine, error) {
+	c = c.WithDefaults()
 	e := engine{
 		queue: queue.Config{Collection: c.Collection, WriteConcern: c.WriteConcern, RetryBase: c.RetryBase, RetryMax: c.RetryMax, Logger: log},
 		worker: worker.Config{
 			ID: c.ID, Queues: c.Queues, Concurrency: c.Concurrency, Lease: c.Lease, HeartbeatInterval: c.HeartbeatInterval,
 			ShutdownTimeout: c.ShutdownTimeout, StuckGrace: c.StuckGrace, PollMin: c.PollMin, PollMax: c.PollMax,
 			ClaimBatch: c.ClaimBatch, Prefetch: c.Prefetch, WriteTimeout: c.WriteTimeout, ProcessLimits: c.ProcessLimits,
-			Logger: c.Logger,
+			Logger: cmp.Or(c.Logger, zap.NewNop()),
 		},
 		reaper: recovery.ReaperConfig{
 			Interval: c.ReapInterval, Grace: c.ReapGrace, Batch: c.ReapBatch, RetentionBudget: c.RetentionBudget,
 			SucceededRetention: c.SucceededRetention, DeadRetention: c.DeadRetention, Logger: log,
 		},
 	}
-	e.queue = e.queue.WithDefaults()
-	e.worker = e.worker.WithDefaults()
-	e.reaper = e.reaper.WithDefaults()
 	for _, err := range []error{e.queue.Validate(), e.worker.Validate(), e.reaper.Validate()} {
 		if err != nil {
 			return e, fieldNames.rename(err)
 		}
 	}
-	if c.LeaderTTL != 0 && c.LeaderTTL < MinLeaderTTL {
+	if c.LeaderTTL < MinLeaderTTL {
 		return e, fmt.Errorf("Config.LeaderTTL: %s must be at least %s", c.LeaderTTL, MinLeaderTTL)
 	}
 	return e, nil

@@ -6,6 +6,9 @@ import (
 
 	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"github.com/docketq/docket/recovery"
+	"github.com/docketq/docket/worker"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 )
@@ -22,6 +25,38 @@ func TestConfigDefaultsAreTheEngines(t *testing.T) {
 	require.Equal(t, DefaultLease, e.worker.Lease)
 	require.Equal(t, DefaultReapInterval, e.reaper.Interval)
 	require.Equal(t, KeepForever, e.reaper.DeadRetention)
+
+	// WithDefaults spells out the very defaults each component takes.
+	d := Config{}.WithDefaults()
+	q, w, r := queue.Config{}.WithDefaults(), worker.Config{}.WithDefaults(), recovery.ReaperConfig{}.WithDefaults()
+	require.Equal(t, []any{q.Collection, q.WriteConcern, q.RetryBase, q.RetryMax}, []any{d.Collection, d.WriteConcern, d.RetryBase, d.RetryMax})
+	require.Equal(t, []any{w.Queues, w.Concurrency, w.Lease, w.HeartbeatInterval, w.ShutdownTimeout, w.StuckGrace, w.PollMin, w.PollMax, w.ClaimBatch, w.Prefetch},
+		[]any{d.Queues, d.Concurrency, d.Lease, d.HeartbeatInterval, d.ShutdownTimeout, d.StuckGrace, d.PollMin, d.PollMax, d.ClaimBatch, d.Prefetch})
+	require.Equal(t, []any{r.Interval, r.Grace, r.Batch, r.RetentionBudget, r.SucceededRetention, r.DeadRetention},
+		[]any{d.ReapInterval, d.ReapGrace, d.ReapBatch, d.RetentionBudget, d.SucceededRetention, d.DeadRetention})
+	require.Equal(t, time.Duration(DefaultLeaderTTL), d.LeaderTTL)
+	require.NotEmpty(t, d.ID)
+	require.Equal(t, d, d.WithDefaults(), "a set field keeps its value")
+}
+
+// Validate refuses what NewClient refuses, naming Config's field; zero
+// fields take their defaults.
+func TestConfigValidate(t *testing.T) {
+	require.NoError(t, Config{}.Validate())
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{LeaderTTL: time.Second}, "Config.LeaderTTL: 1s must be at least 3s"},
+		{Config{Lease: 500 * time.Millisecond}, "Config.Lease: 500ms must be at least 1s"},
+		{Config{Capacities: map[string]int{"q": 0}}, `Config.Capacities["q"]: 0 is not a capacity`},
+		{Config{Limits: map[string]int{"kinds:x": 1}}, "Config.Limits: "},
+		{Config{PartitionLimits: map[string]PartitionLimit{"kind:x": {N: 0, By: "c"}}}, `Config.PartitionLimits["kind:x"]`},
+		{Config{Rates: map[string]Rate{"kind:x": {N: 0, Per: time.Second}}}, "rates.kind:x"},
+		{Config{PeriodicJobs: []PeriodicJob{{Name: "n", Schedule: "@hourly"}}}, `Config.PeriodicJobs: periodic job 0 ("n"): args must not be nil`},
+	} {
+		require.ErrorContains(t, tc.cfg.Validate(), tc.want)
+	}
 }
 
 // Every field of the flat Config reaches its engine setting, and a bad one

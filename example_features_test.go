@@ -13,7 +13,7 @@ import (
 
 // A handler that returns a plain error is retried with backoff; the job
 // records each attempt's error. (The backoff is shortened here with
-// Config.Queue.RetryBase; it defaults to seconds, doubling per attempt.)
+// Config.RetryBase; it defaults to seconds, doubling per attempt.)
 func Example_retryWithBackoff() {
 	ctx := context.Background()
 	client, err := docket.NewClient(exampleDB("retry"), docket.Config{

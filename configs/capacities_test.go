@@ -23,24 +23,24 @@ func loadFile(t *testing.T, yaml string, env map[string]string, args ...string) 
 func TestCapacitiesFromConfig(t *testing.T) {
 	c, err := load(t, nil)
 	require.NoError(t, err)
-	require.Nil(t, c.Capacities, "no capacity unless configured")
+	require.Nil(t, c.Client.Capacities, "no capacity unless configured")
 
 	c, err = loadFile(t, "capacities: {}\n", nil)
 	require.NoError(t, err)
-	require.Nil(t, c.Capacities)
+	require.Nil(t, c.Client.Capacities)
 
 	file := "capacities:\n  orders: 5\n  bulk/eu: 100000\n"
 	c, err = loadFile(t, file, nil)
 	require.NoError(t, err)
-	require.Equal(t, configs.Capacities{"orders": 5, "bulk/eu": 100000}, c.Capacities)
+	require.Equal(t, map[string]int{"orders": 5, "bulk/eu": 100000}, c.Client.Capacities)
 
 	c, err = loadFile(t, file, map[string]string{"DOCKET_CAPACITIES": "orders=7, mail=3"})
 	require.NoError(t, err)
-	require.Equal(t, configs.Capacities{"orders": 7, "mail": 3}, c.Capacities)
+	require.Equal(t, map[string]int{"orders": 7, "mail": 3}, c.Client.Capacities)
 
 	c, err = loadFile(t, file, map[string]string{"DOCKET_CAPACITIES": "orders=7"}, "--capacities", "x=1")
 	require.NoError(t, err)
-	require.Equal(t, configs.Capacities{"x": 1}, c.Capacities)
+	require.Equal(t, map[string]int{"x": 1}, c.Client.Capacities)
 }
 
 // TestCapacityErrorsNameTheQueue: a capacity that is not a whole number

@@ -26,16 +26,28 @@ func TestDefaults(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "mongodb://127.0.0.1:27017", c.Mongo.URI)
 	require.Equal(t, "docket", c.Mongo.DB)
-	require.Equal(t, []string{"default"}, c.Worker.Queues)
-	require.Equal(t, 10, c.Worker.Concurrency)
-	require.Equal(t, 30*time.Second, c.Worker.Lease)
-	require.Equal(t, 10*time.Second, c.Worker.HeartbeatInterval)
-	require.Equal(t, 30*time.Second, c.Worker.ShutdownTimeout)
-	require.Equal(t, 15*time.Second, c.Reaper.Interval)
-	require.Equal(t, 5*time.Second, c.Reaper.Grace)
-	require.Equal(t, "majority", c.Queue.WriteConcern)
+	require.Equal(t, []string{"default"}, c.Client.Queues)
+	require.Equal(t, 10, c.Client.Concurrency)
+	require.Equal(t, 30*time.Second, c.Client.Lease)
+	require.Equal(t, 10*time.Second, c.Client.HeartbeatInterval)
+	require.Equal(t, 30*time.Second, c.Client.ShutdownTimeout)
+	require.Equal(t, 15*time.Second, c.Client.ReapInterval)
+	require.Equal(t, 5*time.Second, c.Client.ReapGrace)
+	require.Equal(t, "majority", c.Client.WriteConcern)
 	require.Equal(t, "json", c.Log.Format)
-	require.NotEmpty(t, c.Worker.ID)
+	require.NotEmpty(t, c.Client.ID)
+}
+
+// TestZeroIsTheDefault: a client setting given as 0, from a file, the
+// environment or a flag, takes its default, as in a Go docket.Config.
+func TestZeroIsTheDefault(t *testing.T) {
+	c, err := load(t, map[string]string{"DOCKET_LEASE": "0s"}, "--concurrency", "0")
+	require.NoError(t, err)
+	require.Equal(t, 10, c.Client.Concurrency)
+	require.Equal(t, 30*time.Second, c.Client.Lease)
+	c, err = loadFile(t, "worker:\n  heartbeatInterval: 0s\n", nil)
+	require.NoError(t, err)
+	require.Equal(t, 10*time.Second, c.Client.HeartbeatInterval)
 }
 
 // TestPrecedence: file < environment < flags.
@@ -56,21 +68,27 @@ reaper:
 	require.NoError(t, err)
 	require.Equal(t, "mongodb://file:27017", c.Mongo.URI)
 	require.Equal(t, "envdb", c.Mongo.DB)
-	require.Equal(t, 9, c.Worker.Concurrency)
-	require.Equal(t, []string{"a", "b"}, c.Worker.Queues)
-	require.Equal(t, time.Minute, c.Worker.Lease)
-	require.Equal(t, 2*time.Second, c.Reaper.Grace)
-	require.Equal(t, 10*time.Second, c.Worker.HeartbeatInterval, "unset fields keep their defaults")
+	require.Equal(t, 9, c.Client.Concurrency)
+	require.Equal(t, []string{"a", "b"}, c.Client.Queues)
+	require.Equal(t, time.Minute, c.Client.Lease)
+	require.Equal(t, 2*time.Second, c.Client.ReapGrace)
+	require.Equal(t, 10*time.Second, c.Client.HeartbeatInterval, "unset fields keep their defaults")
 
 	c, err = load(t, map[string]string{"DOCKET_QUEUES": "x, y"}, "--config", path)
 	require.NoError(t, err)
-	require.Equal(t, []string{"x", "y"}, c.Worker.Queues)
+	require.Equal(t, []string{"x", "y"}, c.Client.Queues)
 }
 
-func TestTheDocumentedExampleLoads(t *testing.T) {
-	c, err := load(t, nil, "--config", "docket.yaml")
+// TestTheShippedFilesLoad: every YAML file shipped in configs/ (make run
+// reads them) loads as a worker's configuration.
+func TestTheShippedFilesLoad(t *testing.T) {
+	files, err := filepath.Glob("*.yaml")
 	require.NoError(t, err)
-	require.Equal(t, 10, c.Worker.Concurrency)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		_, err := load(t, nil, "--config", f)
+		require.NoError(t, err, f)
+	}
 }
 
 func TestErrorsNameTheSettingAndValue(t *testing.T) {
@@ -81,7 +99,6 @@ func TestErrorsNameTheSettingAndValue(t *testing.T) {
 	}{
 		{map[string]string{"DOCKET_CONCURRENCY": "ten"}, nil, `DOCKET_CONCURRENCY (worker.concurrency): "ten": not an integer`},
 		{map[string]string{"DOCKET_QUEUES": " , "}, nil, `DOCKET_QUEUES (worker.queues)`},
-		{nil, []string{"--concurrency", "0"}, "worker.concurrency: 0 must be at least 1"},
 		{nil, []string{"--concurrency", "-1"}, "worker.concurrency: -1 must be at least 1"},
 		{nil, []string{"--lease", "500ms"}, "worker.lease: 500ms must be at least 1s"},
 		{nil, []string{"--poll-min", "2s", "--poll-max", "1s"}, "worker.pollMax: 1s must be at least worker.pollMin (2s)"},
@@ -133,9 +150,9 @@ func TestTheDocumentedExampleIsTheDefaults(t *testing.T) {
 	var appDefaults handlers.Config
 	appDefaults.Defaults()
 	// The worker id is random per process unless set; the file leaves it unset.
-	fromFile.Worker.ID, defaults.Worker.ID = "", ""
-	require.Empty(t, fromFile.PeriodicJobs, "the example lists no periodic job, only how to write one")
-	fromFile.PeriodicJobs = nil
+	fromFile.Client.ID, defaults.Client.ID = "", ""
+	require.Empty(t, fromFile.Client.PeriodicJobs, "the example lists no periodic job, only how to write one")
+	fromFile.Client.PeriodicJobs = nil
 	require.Equal(t, defaults, fromFile)
 	require.Equal(t, appDefaults, appFromFile)
 
@@ -144,8 +161,8 @@ func TestTheDocumentedExampleIsTheDefaults(t *testing.T) {
 	var raw configs.Config
 	var appRaw handlers.Config
 	require.NoError(t, configs.LoadFileApp("docket.yaml", &raw, &appRaw))
-	raw.Worker.ID, raw.Mongo.WriteTimeout = "x", defaults.Mongo.WriteTimeout // documented as derived
-	require.Equal(t, withoutLoggers(raw), withoutLoggers(raw.WithDefaults()), "docket.yaml leaves a setting to its default instead of listing it")
+	raw.Client.ID, raw.Mongo.WriteTimeout = "x", defaults.Mongo.WriteTimeout // documented as derived
+	require.Equal(t, raw, raw.WithDefaults(), "docket.yaml leaves a setting to its default instead of listing it")
 	appRawDefaults := appRaw
 	appRawDefaults.Defaults()
 	require.Equal(t, appWithoutLoggers(appRaw), appWithoutLoggers(appRawDefaults), "docket.yaml leaves a demo kind's setting to its default instead of listing it")
@@ -164,17 +181,14 @@ func TestUnknownKeysAreRefused(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("worker:\n  concurrency: 3\nrenameSweeper:\n  schedule: '@every 1m'\n"), 0o600))
 	require.ErrorContains(t, configs.LoadFile(path, &c), "renameSweeper")
 	require.NoError(t, configs.LoadFileApp(path, &c, &app))
-	require.Equal(t, 3, c.Worker.Concurrency)
+	require.Equal(t, 3, c.Client.Concurrency)
+	// A key given twice, where the last would silently win, is refused too.
+	require.NoError(t, os.WriteFile(path, []byte("worker:\n  lease: 1m\n  lease: 2m\n"), 0o600))
+	require.ErrorContains(t, configs.LoadFile(path, &c), "line 3: worker.lease is set twice")
 	require.Equal(t, "@every 1m", app.RenameSweeper.Schedule)
 }
 
-// withoutLoggers returns c with its components' loggers, which no file sets,
-// taken out.
-func withoutLoggers(c configs.Config) configs.Config {
-	c.Queue.Logger, c.Worker.Logger, c.Reaper.Logger = nil, nil, nil
-	return c
-}
-
+// appWithoutLoggers returns c with the loggers, which no file sets, taken out.
 func appWithoutLoggers(c handlers.Config) handlers.Config {
 	c.RenameSweeper.Logger, c.TransferRecovery.Logger, c.TreeSweeper.Logger, c.LedgerSweeper.Logger = nil, nil, nil, nil
 	return c

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // DashboardRole is the role of `docketctl dashboard` for Load: the
@@ -19,16 +21,16 @@ type DashboardConfig struct {
 	// other name is refused, whatever its password, so a web page whose
 	// name rebinds to the dashboard's address cannot read or drive it.
 	// Defaults to none.
-	Hosts []string `yaml:"hosts"`
+	Hosts []string
 	// TLSCert and TLSKey are the PEM files of the certificate and key the
 	// dashboard serves HTTPS with. Defaults to none: plain HTTP, which only
 	// a loopback address or PlainHTTP allows.
-	TLSCert string `yaml:"tlsCert"`
-	TLSKey  string `yaml:"tlsKey"`
+	TLSCert string
+	TLSKey  string
 	// PlainHTTP serves plain HTTP on an address other than loopback, where
 	// the password crosses the network in clear: set it only behind a
 	// proxy that terminates TLS. Defaults to false.
-	PlainHTTP bool `yaml:"plainHTTP"`
+	PlainHTTP bool
 }
 
 // settings are the dashboard's environment variables and flags.
@@ -74,7 +76,11 @@ func (v *hostsValue) Set(s string) error {
 	return nil
 }
 
+func (v *hostsValue) decodeYAML(n *yaml.Node) error { return n.Decode(v.p) }
+
 type boolValue bool
+
+func (v *boolValue) decodeYAML(n *yaml.Node) error { return n.Decode((*bool)(v)) }
 
 func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
 func (v *boolValue) IsBoolFlag() bool { return true }

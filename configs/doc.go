@@ -1,6 +1,8 @@
-// Package configs loads docket's configuration: a YAML file (see
+// Package configs loads a docket process's configuration: a YAML file (see
 // configs/docket.yaml), then DOCKET_* environment variables, then
-// command-line flags, each overriding the one before. Every component keeps
-// its own Config, with its defaults, in its own package; this package only
-// puts them together and names the setting at fault when a value is bad.
+// command-line flags, each overriding the one before, all into one Config:
+// the docket.Config a client takes, and what only a process needs (its
+// server, HTTP endpoint, logging, dashboard). One table of settings names
+// each key, variable and flag and the field it sets, so errors name the
+// setting at fault as the user wrote it.
 package configs

@@ -3,7 +3,6 @@ package configs_test
 import (
 	"testing"
 
-	"github.com/docketq/docket/configs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -12,15 +11,15 @@ import (
 func TestLimitsFromConfig(t *testing.T) {
 	c, err := load(t, nil)
 	require.NoError(t, err)
-	require.Nil(t, c.Limits, "no limit unless configured")
+	require.Nil(t, c.Client.Limits, "no limit unless configured")
 
 	c, err = loadFile(t, "limits:\n  \"kind:email\": 3\n  \"queue:bulk\": 10\n", nil)
 	require.NoError(t, err)
-	require.Equal(t, configs.Limits{"kind:email": 3, "queue:bulk": 10}, c.Limits)
+	require.Equal(t, map[string]int{"kind:email": 3, "queue:bulk": 10}, c.Client.Limits)
 
 	c, err = loadFile(t, "limits:\n  \"kind:email\": 3\n", map[string]string{"DOCKET_LIMITS": "kind:push=1"}, "--limits", "kind:sms=2")
 	require.NoError(t, err)
-	require.Equal(t, configs.Limits{"kind:sms": 2}, c.Limits, "the flag replaces the file's set")
+	require.Equal(t, map[string]int{"kind:sms": 2}, c.Client.Limits, "the flag replaces the file's set")
 
 	for yaml, want := range map[string]string{
 		"limits:\n  \"kind:email\": three\n": `limits.kind:email: line 2: "three" is not a whole number`,

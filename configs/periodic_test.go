@@ -21,7 +21,7 @@ func TestClientPeriodicJobs(t *testing.T) {
 `), 0o600))
 	var c configs.Config
 	require.NoError(t, configs.LoadFile(path, &c))
-	list := c.ClientPeriodicJobs()
+	list := c.Client.PeriodicJobs
 	require.Len(t, list, 2)
 
 	a := list[0]

@@ -3,7 +3,6 @@ package configs_test
 import (
 	"testing"
 
-	"github.com/docketq/docket/configs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -14,22 +13,21 @@ import (
 func TestProcessLimitsFromConfig(t *testing.T) {
 	c, err := load(t, nil)
 	require.NoError(t, err)
-	require.Nil(t, c.ProcessLimits, "no process limit unless configured")
+	require.Nil(t, c.Client.ProcessLimits, "no process limit unless configured")
 
 	c, err = loadFile(t, "processLimits:\n  \"kind:resize\": 2\n  \"queue:bulk\": 4\n", nil)
 	require.NoError(t, err)
-	require.Equal(t, configs.ProcessLimits{"kind:resize": 2, "queue:bulk": 4}, c.ProcessLimits)
-	require.Equal(t, map[string]int{"kind:resize": 2, "queue:bulk": 4}, c.ClientConfig().ProcessLimits)
-	require.Nil(t, c.Limits, "not a cluster-wide limit")
+	require.Equal(t, map[string]int{"kind:resize": 2, "queue:bulk": 4}, c.Client.ProcessLimits)
+	require.Nil(t, c.Client.Limits, "not a cluster-wide limit")
 
 	c, err = loadFile(t, "processLimits:\n  \"kind:resize\": 2\n", map[string]string{"DOCKET_PROCESS_LIMITS": "kind:thumb=3"})
 	require.NoError(t, err)
-	require.Equal(t, configs.ProcessLimits{"kind:thumb": 3}, c.ProcessLimits, "the variable replaces the file's set")
+	require.Equal(t, map[string]int{"kind:thumb": 3}, c.Client.ProcessLimits, "the variable replaces the file's set")
 
 	c, err = loadFile(t, "processLimits:\n  \"kind:resize\": 2\n", map[string]string{"DOCKET_PROCESS_LIMITS": "kind:thumb=3"},
 		"--process-limits", "kind:resize=1,queue:bulk=5")
 	require.NoError(t, err)
-	require.Equal(t, configs.ProcessLimits{"kind:resize": 1, "queue:bulk": 5}, c.ProcessLimits, "the flag replaces the others")
+	require.Equal(t, map[string]int{"kind:resize": 1, "queue:bulk": 5}, c.Client.ProcessLimits, "the flag replaces the others")
 
 	for yaml, want := range map[string]string{
 		"processLimits:\n  \"kind:resize\": two\n": `processLimits.kind:resize: line 2: "two" is not a whole number`,

@@ -10,75 +10,41 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Rates are rate limits from the configuration: a limit's name,
+// ratesValue is the rate limits of the configuration: a limit's name,
 // "kind:KIND" or "queue:QUEUE", → at most N starts per period, with a
-// burst (queue.Client.SetRate). As with Limits, a worker sets each one at
-// start, every start; a rate the file does not name is left as it is.
-//
-// In YAML, a mapping: rates: {"kind:email": "14/s burst 5"}; in
+// burst. In YAML, a mapping: rates: {"kind:email": "14/s burst 5"}; in
 // DOCKET_RATES and --rates, kind:email=14/s burst 5,queue:bulk=600/m.
-type Rates map[string]queue.Rate
+type ratesValue map[string]queue.Rate
 
-// ratesForm is how Rates read.
+// ratesForm is how rates read.
 var ratesForm = namedForm[queue.Rate]{setting: "rates", noun: "rate", pair: "NAME=RATE", example: "14/s burst 5", parse: queue.ParseRate}
-
-// UnmarshalYAML reads the mapping limit name → rate, refusing an entry
-// that does not read with an error that names it and its line.
-func (r *Rates) UnmarshalYAML(n *yaml.Node) error {
-	return ratesForm.decode(n, (*map[string]queue.Rate)(r))
-}
-
-// Validate reports the first rate whose name or value is invalid.
-func (r Rates) Validate() error { return queue.ValidateRates("rates", r) }
-
-// ratesValue is Rates as a flag or variable: kind:email=14/s burst 5,queue:bulk=600/m.
-type ratesValue Rates
 
 func (v *ratesValue) String() string { return formatNamed(*v) }
 
 func (v *ratesValue) Set(s string) error { return ratesForm.set(s, (*map[string]queue.Rate)(v)) }
 
-// PartitionLimits are concurrency limits per value of an args field from
-// the configuration: a limit's name, "kind:KIND" or "queue:QUEUE", → at
-// most N jobs running at once per value of the field
-// (queue.Client.SetPartitionLimit). As with Limits, a worker sets each one
-// at start, every start; a limit the file does not name is left as it is.
-//
-// In YAML, a mapping: partitionLimits: {"kind:email": "2 per customerId"};
-// in DOCKET_PARTITION_LIMITS and --partition-limits,
+func (v *ratesValue) decodeYAML(n *yaml.Node) error {
+	return ratesForm.decode(n, (*map[string]queue.Rate)(v))
+}
+
+// partitionsValue is the partition limits of the configuration: a
+// limit's name → at most N jobs running at once per value of an args
+// field. In YAML, a mapping: partitionLimits: {"kind:email": "2 per
+// customerId"}; in DOCKET_PARTITION_LIMITS and --partition-limits,
 // kind:email=2 per customerId,queue:bulk=1 per tenant.
-type PartitionLimits map[string]queue.PartitionLimit
+type partitionsValue map[string]queue.PartitionLimit
 
-// partitionsForm is how PartitionLimits read.
+// partitionsForm is how partition limits read.
 var partitionsForm = namedForm[queue.PartitionLimit]{setting: "partitionLimits", noun: "partition limit", pair: "NAME=N per FIELD", example: "2 per customerId", parse: queue.ParsePartitionLimit}
-
-// UnmarshalYAML reads the mapping limit name → partition limit, refusing
-// an entry that does not read with an error that names it and its line.
-func (p *PartitionLimits) UnmarshalYAML(n *yaml.Node) error {
-	return partitionsForm.decode(n, (*map[string]queue.PartitionLimit)(p))
-}
-
-// Validate reports the first partition limit whose name or value is
-// invalid.
-func (p PartitionLimits) Validate() error {
-	for _, name := range slices.Sorted(maps.Keys(p)) {
-		if _, _, err := queue.ParseLimitName(name); err != nil {
-			return fmt.Errorf("partitionLimits: %w", err)
-		}
-		if err := p[name].Validate(); err != nil {
-			return fmt.Errorf("partitionLimits.%s: %w", name, err)
-		}
-	}
-	return nil
-}
-
-// partitionsValue is PartitionLimits as a flag or variable.
-type partitionsValue PartitionLimits
 
 func (v *partitionsValue) String() string { return formatNamed(*v) }
 
 func (v *partitionsValue) Set(s string) error {
 	return partitionsForm.set(s, (*map[string]queue.PartitionLimit)(v))
+}
+
+func (v *partitionsValue) decodeYAML(n *yaml.Node) error {
+	return partitionsForm.decode(n, (*map[string]queue.PartitionLimit)(v))
 }
 
 // namedForm is how a mapping of limit names to values written as text

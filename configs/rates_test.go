@@ -6,48 +6,53 @@ import (
 
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
-	"gopkg.in/yaml.v3"
 )
 
+// decode decodes the YAML text yml as a configuration file.
+func decode(yml string) (Config, error) {
+	var c Config
+	err := decodeFile([]byte(yml), fileSettings(&c))
+	return c, err
+}
+
 func TestRatesRead(t *testing.T) {
-	var c struct {
-		Rates Rates `yaml:"rates"`
-	}
-	require.NoError(t, yaml.Unmarshal([]byte(`rates: {"kind:email": "14/s burst 5", "queue:bulk": 600/m}`), &c))
-	require.Equal(t, Rates{
+	c, err := decode(`rates: {"kind:email": "14/s burst 5", "queue:bulk": 600/m}`)
+	require.NoError(t, err)
+	require.Equal(t, map[string]queue.Rate{
 		"kind:email": {N: 14, Per: time.Second, Burst: 5},
 		"queue:bulk": {N: 600, Per: time.Minute},
-	}, c.Rates)
-	require.NoError(t, c.Rates.Validate())
-
-	err := yaml.Unmarshal([]byte("rates:\n  kind:email: 14 a second\n"), &c)
+	}, c.Client.Rates)
+	require.NoError(t, c.WithDefaults().Validate())
+	_, err = decode("rates:\n  kind:email: 14 a second\n")
 	require.ErrorContains(t, err, "rates.kind:email: line 2")
-	require.ErrorContains(t, Rates{"kinds:email": {N: 1, Per: time.Second}}.Validate(), "kind:KIND")
+	c.Client.Rates = map[string]queue.Rate{"kinds:email": {N: 1, Per: time.Second}}
+	require.ErrorContains(t, c.WithDefaults().Validate(), `rates: limit "kinds:email": a limit is named kind:KIND`)
 
 	var v ratesValue
 	require.NoError(t, v.Set("kind:email=14/s burst 5,queue:bulk=600/m"))
 	require.Equal(t, "kind:email=14/s burst 5,queue:bulk=600/m", v.String())
 	require.ErrorContains(t, v.Set("kind:email"), "NAME=RATE")
 	require.ErrorContains(t, v.Set("kind:email=0/s"), "rates.kind:email")
-	_ = queue.MaxRate
 }
 
 func TestPartitionLimitsRead(t *testing.T) {
-	var c struct {
-		P PartitionLimits `yaml:"partitionLimits"`
-	}
-	require.NoError(t, yaml.Unmarshal([]byte(`partitionLimits: {"kind:email": "2 per customerId", "queue:bulk": 1 per tenant.id}`), &c))
-	require.Equal(t, PartitionLimits{
+	c, err := decode(`partitionLimits: {"kind:email": "2 per customerId", "queue:bulk": 1 per tenant.id}`)
+	require.NoError(t, err)
+	require.Equal(t, map[string]queue.PartitionLimit{
 		"kind:email": {N: 2, By: "customerId"},
 		"queue:bulk": {N: 1, By: "tenant.id"},
-	}, c.P)
-	require.NoError(t, c.P.Validate())
-
-	err := yaml.Unmarshal([]byte("partitionLimits:\n  kind:email: 2 per\n"), &c)
-	require.ErrorContains(t, err, "partitionLimits.kind:email: line 2")
-	require.ErrorContains(t, yaml.Unmarshal([]byte("partitionLimits:\n  kind:email: 0 per c\n"), &c), "from 1")
-	require.ErrorContains(t, yaml.Unmarshal([]byte("partitionLimits:\n  kind:email: 1 per $c\n"), &c), "'$'")
-	require.ErrorContains(t, PartitionLimits{"kinds:email": {N: 1, By: "c"}}.Validate(), "kind:KIND")
+	}, c.Client.PartitionLimits)
+	require.NoError(t, c.WithDefaults().Validate())
+	for yml, want := range map[string]string{
+		"partitionLimits:\n  kind:email: 2 per\n":    "partitionLimits.kind:email: line 2",
+		"partitionLimits:\n  kind:email: 0 per c\n":  "from 1",
+		"partitionLimits:\n  kind:email: 1 per $c\n": "'$'",
+	} {
+		_, err = decode(yml)
+		require.ErrorContains(t, err, want, yml)
+	}
+	c.Client.PartitionLimits = map[string]queue.PartitionLimit{"kinds:email": {N: 1, By: "c"}}
+	require.ErrorContains(t, c.WithDefaults().Validate(), `partitionLimits: limit "kinds:email": a limit is named kind:KIND`)
 
 	var v partitionsValue
 	require.NoError(t, v.Set("kind:email=2 per customerId,queue:bulk=1 per tenant"))
@@ -61,9 +66,6 @@ func TestPartitionLimitsRead(t *testing.T) {
 // refused in the YAML file, DOCKET_RATES and --rates alike, naming the
 // entry.
 func TestRatesRefuseMistakes(t *testing.T) {
-	var c struct {
-		Rates Rates `yaml:"rates"`
-	}
 	for yml, want := range map[string]string{
 		"rates:\n  kind:email: 2/s burst 0\n":                      "rates.kind:email: line 2: rate \"2/s burst 0\": burst 0 must be from 1",
 		"rates:\n  kind:email: 2/s\n  kind:email: 3/s\n":           "rates.kind:email: line 3: the rate is named twice",
@@ -72,13 +74,10 @@ func TestRatesRefuseMistakes(t *testing.T) {
 		"partitionLimits:\n  kind:a: 1 per c\n  kind:a: 2 per c\n": "",
 	} {
 		if want == "" {
-			var p struct {
-				P PartitionLimits `yaml:"partitionLimits"`
-			}
-			require.ErrorContains(t, yaml.Unmarshal([]byte(yml), &p), "named twice", yml)
-			continue
+			want = "named twice"
 		}
-		require.ErrorContains(t, yaml.Unmarshal([]byte(yml), &c), want, yml)
+		_, err := decode(yml)
+		require.ErrorContains(t, err, want, yml)
 	}
 	var v ratesValue
 	require.ErrorContains(t, v.Set("kind:email=2/s burst 0"), "rates.kind:email: rate \"2/s burst 0\": burst 0 must be from 1")

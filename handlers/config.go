@@ -4,16 +4,16 @@ import "github.com/docketq/docket/configs"
 
 // Config is the configuration docket's demo kinds add to a worker's: the
 // schedules of their maintenance. It implements configs.App, so the same
-// file, DOCKET_* variables and flags set it.
+// file, DOCKET_* variables and flags set it, each as its Settings name it.
 type Config struct {
 	// RenameSweeper re-syncs users whose rename sync stalled.
-	RenameSweeper RenameSweeperConfig `yaml:"renameSweeper"`
+	RenameSweeper RenameSweeperConfig
 	// TransferRecovery finishes transfers whose job stalled or died.
-	TransferRecovery TransferRecoveryConfig `yaml:"transferRecovery"`
+	TransferRecovery TransferRecoveryConfig
 	// TreeSweeper removes tree versions no reader can need.
-	TreeSweeper TreeSweeperConfig `yaml:"treeSweeper"`
+	TreeSweeper TreeSweeperConfig
 	// LedgerSweeper commits the ledger and caches its balances.
-	LedgerSweeper LedgerSweeperConfig `yaml:"ledgerSweeper"`
+	LedgerSweeper LedgerSweeperConfig
 }
 
 // Defaults implements configs.App.
@@ -39,8 +39,10 @@ func (c *Config) Settings() []configs.Setting {
 	return []configs.Setting{
 		configs.StringSetting("renameSweeper.schedule", "DOCKET_RENAME_SWEEP_SCHEDULE", "rename-sweep-schedule", "cron schedule of the rename sweeper", &c.RenameSweeper.Schedule),
 		configs.DurationSetting("renameSweeper.threshold", "DOCKET_RENAME_SWEEP_THRESHOLD", "rename-sweep-threshold", "age of a syncing flag that the sweeper repairs", &c.RenameSweeper.Threshold),
+		configs.IntSetting("renameSweeper.batch", "", "", "users read per page", &c.RenameSweeper.Batch),
 		configs.StringSetting("transferRecovery.schedule", "DOCKET_TRANSFER_RECOVERY_SCHEDULE", "transfer-recovery-schedule", "cron schedule of transfer recovery", &c.TransferRecovery.Schedule),
 		configs.DurationSetting("transferRecovery.threshold", "DOCKET_TRANSFER_RECOVERY_THRESHOLD", "transfer-recovery-threshold", "age of an unfinished transaction that recovery finishes", &c.TransferRecovery.Threshold),
+		configs.IntSetting("transferRecovery.batch", "", "", "transactions read per page", &c.TransferRecovery.Batch),
 		configs.StringSetting("treeSweeper.schedule", "DOCKET_TREE_SWEEP_SCHEDULE", "tree-sweep-schedule", "cron schedule of the tree sweeper", &c.TreeSweeper.Schedule),
 		configs.IntSetting("treeSweeper.keep", "DOCKET_TREE_KEEP", "tree-keep", "published versions of each tree kept readable", &c.TreeSweeper.Keep),
 		configs.StringSetting("ledgerSweeper.schedule", "DOCKET_LEDGER_SWEEP_SCHEDULE", "ledger-sweep-schedule", "cron schedule of the ledger sweeper (commit and cache)", &c.LedgerSweeper.Schedule),

@@ -3,10 +3,13 @@ package handlers_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/configs"
 	"github.com/docketq/docket/handlers"
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
@@ -18,7 +21,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/zap/zaptest"
-	"gopkg.in/yaml.v3"
 )
 
 var _ recovery.Task = (*handlers.RenameSweeper)(nil)
@@ -32,8 +34,12 @@ func TestRenameSweeperConfig(t *testing.T) {
 	require.NotNil(t, c.Logger)
 	require.NoError(t, c.Validate())
 
-	var fromYAML handlers.RenameSweeperConfig
-	require.NoError(t, yaml.Unmarshal([]byte("schedule: '@every 1m'\nthreshold: 2m\nbatch: 10\n"), &fromYAML))
+	// From a configuration file, through the demo kinds' settings.
+	path := filepath.Join(t.TempDir(), "docket.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("renameSweeper:\n  schedule: '@every 1m'\n  threshold: 2m\n  batch: 10\n"), 0o600))
+	var app handlers.Config
+	require.NoError(t, configs.LoadFileApp(path, &configs.Config{}, &app))
+	fromYAML := app.RenameSweeper
 	require.Equal(t, handlers.RenameSweeperConfig{Schedule: "@every 1m", Threshold: 2 * time.Minute, Batch: 10}, fromYAML)
 	require.Equal(t, fromYAML.Schedule, fromYAML.WithDefaults().Schedule)
 	require.Equal(t, fromYAML.Threshold, fromYAML.WithDefaults().Threshold)

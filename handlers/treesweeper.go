@@ -18,9 +18,9 @@ const (
 // DefaultTreeSweepSchedule, Keep (published versions of each tree kept
 // readable) to DefaultTreeKeep.
 type TreeSweeperConfig struct {
-	Schedule string      `yaml:"schedule"`
-	Keep     int         `yaml:"keep"`
-	Logger   *zap.Logger `yaml:"-"`
+	Schedule string
+	Keep     int
+	Logger   *zap.Logger
 }
 
 // WithDefaults returns c with every unset field set to its default.

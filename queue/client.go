@@ -36,17 +36,17 @@ const (
 // Config configures a Client.
 type Config struct {
 	// Collection is the jobs collection. Defaults to DefaultCollection.
-	Collection string `yaml:"collection"`
+	Collection string
 	// WriteConcern is "majority" or a number of nodes ("1"). Defaults to
 	// DefaultWriteConcern.
-	WriteConcern string `yaml:"writeConcern"`
+	WriteConcern string
 	// RetryBase is the backoff after a first failed attempt; it doubles with
 	// each further attempt, with jitter. Defaults to DefaultRetryBase.
-	RetryBase time.Duration `yaml:"retryBase"`
+	RetryBase time.Duration
 	// RetryMax caps the backoff. Defaults to DefaultRetryMax.
-	RetryMax time.Duration `yaml:"retryMax"`
+	RetryMax time.Duration
 	// Logger receives the client's logs. Defaults to a no-op logger.
-	Logger *zap.Logger `yaml:"-"`
+	Logger *zap.Logger
 }
 
 // WithDefaults returns c with every unset field set to its default.

@@ -22,18 +22,18 @@ import (
 type PeriodicJob struct {
 	// Name identifies the periodic job across restarts; its ticks are
 	// counted under it. Required, at most 100 bytes.
-	Name string `yaml:"name"`
+	Name string
 	// Schedule is a cron spec: five fields, or six with seconds first
 	// ("*/10 * * * * *"), or a descriptor ("@hourly", "@every 30s").
-	Schedule string `yaml:"schedule"`
+	Schedule string
 	// Kind, Args, Queue, Priority and MaxAttempts are those of each job
 	// enqueued. Args is anything that encodes to a BSON document (the
 	// configuration file's mapping, a typed args struct); defaults to {}.
-	Kind        string `yaml:"kind"`
-	Args        any    `yaml:"args"`
-	Queue       string `yaml:"queue"`
-	Priority    int    `yaml:"priority"`
-	MaxAttempts int    `yaml:"maxAttempts"`
+	Kind        string
+	Args        any
+	Queue       string
+	Priority    int
+	MaxAttempts int
 }
 
 // defaultPeriodicCollection holds the state of the periodic jobs: for each

@@ -42,27 +42,27 @@ type ReaperConfig struct {
 	// interval of docket's. Defaults to DefaultReapInterval. (The YAML key
 	// it replaces, schedule, is still read when it is "@every D"; see
 	// UnmarshalYAML.)
-	Interval time.Duration `yaml:"interval"`
+	Interval time.Duration
 	// Grace is how long past its expiry a lease is left alone. Defaults to
 	// DefaultReapGrace.
-	Grace time.Duration `yaml:"grace"`
+	Grace time.Duration
 	// Batch caps the jobs one pass re-queues. Defaults to 500.
-	Batch int `yaml:"batch"`
+	Batch int
 	// SucceededRetention is how long succeeded and cancelled jobs are kept
 	// before they are deleted; negative (KeepForever) keeps them forever.
 	// Defaults to DefaultSucceededRetention.
-	SucceededRetention time.Duration `yaml:"succeededRetention"`
+	SucceededRetention time.Duration
 	// DeadRetention is how long dead jobs are kept; negative
 	// (KeepForever) keeps them forever. Defaults to KeepForever:
 	// forever, for a human to look at.
-	DeadRetention time.Duration `yaml:"deadRetention"`
+	DeadRetention time.Duration
 	// RetentionBudget bounds the time one pass spends deleting finished
 	// jobs: it deletes batch after batch until none is due or the budget
 	// is spent (each state gets at least one batch), and the next pass goes
 	// on. Defaults to 20 s.
-	RetentionBudget time.Duration `yaml:"retentionBudget"`
+	RetentionBudget time.Duration
 	// Logger receives the reaper's logs. Defaults to a no-op logger.
-	Logger *zap.Logger `yaml:"-"`
+	Logger *zap.Logger
 }
 
 // WithDefaults returns c with every unset field set to its default.

@@ -12,14 +12,14 @@ import (
 // and enqueues jobs to finish it) is configured with.
 type SweepConfig struct {
 	// Schedule is a robfig/cron spec ("@every 30s", "*/1 * * * *").
-	Schedule string `yaml:"schedule"`
+	Schedule string
 	// Threshold is how long data may stay stalled before the pass acts.
-	Threshold time.Duration `yaml:"threshold"`
+	Threshold time.Duration
 	// Batch caps the documents one query of a pass reads; a pass reads
 	// batch after batch until it has seen everything due.
-	Batch int `yaml:"batch"`
+	Batch int
 	// Logger receives the pass's logs. Defaults to a no-op logger.
-	Logger *zap.Logger `yaml:"-"`
+	Logger *zap.Logger
 }
 
 // WithDefaults fills the unset fields of c from d.

@@ -49,30 +49,30 @@ const (
 type Config struct {
 	// ID names the worker in job documents and logs; it must be unique
 	// across machines. Defaults to host-pid-random.
-	ID string `yaml:"id"`
+	ID string
 	// Queues are the queues the worker claims from. Defaults to
 	// [jobs.DefaultQueue].
-	Queues []string `yaml:"queues"`
+	Queues []string
 	// Concurrency is how many jobs run at once. Defaults to
 	// DefaultConcurrency.
-	Concurrency int `yaml:"concurrency"`
+	Concurrency int
 	// Lease is how long a claim or a heartbeat holds a job. Defaults to
 	// DefaultLease.
-	Lease time.Duration `yaml:"lease"`
+	Lease time.Duration
 	// HeartbeatInterval is how often a running job's lease is renewed; it
 	// must be at most a third of Lease, so that a lease outlives two missed
 	// heartbeats and a claim leaves room to start. Defaults to
 	// DefaultHeartbeatInterval.
-	HeartbeatInterval time.Duration `yaml:"heartbeatInterval"`
+	HeartbeatInterval time.Duration
 	// ShutdownTimeout bounds a graceful stop. Defaults to
 	// DefaultShutdownTimeout.
-	ShutdownTimeout time.Duration `yaml:"shutdownTimeout"`
+	ShutdownTimeout time.Duration
 	// PollMin is the first wait after an empty claim; the wait doubles, with
 	// jitter, up to PollMax. Defaults to 50 ms.
-	PollMin time.Duration `yaml:"pollMin"`
+	PollMin time.Duration
 	// PollMax caps the wait between claims on an idle queue. Defaults to
 	// 1 s.
-	PollMax time.Duration `yaml:"pollMax"`
+	PollMax time.Duration
 	// ClaimBatch is how many jobs one claim takes at most, capped by the
 	// free slots and the jobs claimed ahead (see Prefetch); 1 turns
 	// batching off. Above 1 the worker claims
@@ -84,7 +84,7 @@ type Config struct {
 	// for slots about to free, so that one claim replaces many jobs. The
 	// completions of jobs that end together are then written in one
 	// updateMany. Defaults to DefaultClaimBatch.
-	ClaimBatch int `yaml:"claimBatch"`
+	ClaimBatch int
 	// Prefetch is how many jobs the worker may hold beyond Concurrency,
 	// claimed and waiting for a slot, when its claims are slow compared
 	// with its jobs: a slow server (an overloaded primary, a server that
@@ -101,13 +101,13 @@ type Config struct {
 	// job held waiting has its lease renewed like a running one; it starts
 	// in claim order, and a stop gives back those not started, their
 	// attempt not counted. Defaults to 100; -1 turns it off.
-	Prefetch int `yaml:"prefetch"`
+	Prefetch int
 	// WriteTimeout, when positive, bounds each heartbeat and completion
 	// round trip (and so a majority write-concern wait) below the deadlines
 	// the worker gives them: the worker command sets it from
 	// mongo.writeTimeout. Zero leaves them at those deadlines. Claims keep
 	// their own bound (see ClaimTimeout).
-	WriteTimeout time.Duration `yaml:"-"`
+	WriteTimeout time.Duration
 	// StuckGrace is how long a handler may go on after its kind's timeout,
 	// a cancel request or a lost lease (each of which cancels its context)
 	// before the worker gives up on it: it stops renewing the lease,
@@ -117,7 +117,7 @@ type Config struct {
 	// goroutine is left running; its result, if it ever returns, is
 	// discarded. Not applied at shutdown (see Stop). Defaults to
 	// DefaultStuckGrace.
-	StuckGrace time.Duration `yaml:"stuckGrace"`
+	StuckGrace time.Duration
 	// ProcessLimits bound what this worker holds at once, whatever the
 	// other workers hold: a limit's name, queue.KindLimit(kind) or
 	// queue.QueueLimit(queue), → the most of its jobs the worker holds,
@@ -131,16 +131,16 @@ type Config struct {
 	// (queue.Client.SetLimit) they are this process's alone, never read
 	// from the database (docket's registry only shows them). Defaults to
 	// none.
-	ProcessLimits map[string]int `yaml:"-"`
+	ProcessLimits map[string]int
 	// Logger receives the worker's logs. Defaults to a no-op logger.
-	Logger *zap.Logger `yaml:"-"`
+	Logger *zap.Logger
 	// Observer is told of claims, attempts and heartbeats, for metrics.
 	// Defaults to none.
-	Observer Observer `yaml:"-"`
+	Observer Observer
 	// Middleware wraps every attempt's handler, Middleware[0] outermost
 	// (see jobs.Middleware). A panic in it is recovered as a handler's is.
 	// Defaults to none.
-	Middleware []jobs.Middleware `yaml:"-"`
+	Middleware []jobs.Middleware
 }
 
 // WithDefaults returns c with every unset field set to its default.

@@ -126,7 +126,8 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Mongo.Timeout)
 	defer cancel()
 	db := client.Database(cfg.Mongo.DB)
-	q, err := queue.New(db, cfg.Queue)
+	d := cfg.Client
+	q, err := queue.New(db, queue.Config{Collection: d.Collection, WriteConcern: d.WriteConcern, RetryBase: d.RetryBase, RetryMax: d.RetryMax})
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2

@@ -153,7 +153,7 @@ func loadWorker(args []string, stderr io.Writer) (*workerProc, int) {
 		fmt.Fprintf(stderr, "worker: %v\n", err)
 		return nil, 2
 	}
-	w.log = w.base.With(zap.String("worker", cfg.Worker.ID))
+	w.log = w.base.With(zap.String("worker", cfg.Client.ID))
 	w.registry = prometheus.NewRegistry()
 	w.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return w, 0
@@ -190,7 +190,7 @@ func (w *workerProc) serveProbes() (func(), error) {
 // docketprom.NewCollector, the pool's and, counted and exported by the
 // leader only while the client runs, the jobs per queue and state.
 func (w *workerProc) newClient(reapOnce bool) int {
-	dcfg := w.cfg.ClientConfig()
+	dcfg := w.cfg.Client
 	dcfg.Logger = w.base
 	dcfg.Setup = func(ctx context.Context) error { return handlers.Setup(ctx, w.db) }
 	dc, err := docket.NewClient(w.db, dcfg)
@@ -211,8 +211,9 @@ func (w *workerProc) newClient(reapOnce bool) int {
 
 // reapOnce runs one reaper pass (`worker reap`) and prints what it did.
 func (w *workerProc) reapOnce(ctx context.Context, stdout io.Writer) int {
-	rcfg := w.cfg.Reaper
-	rcfg.Logger = w.log // configs fills it with a no-op logger
+	c := w.cfg.Client
+	rcfg := recovery.ReaperConfig{Interval: c.ReapInterval, Grace: c.ReapGrace, Batch: c.ReapBatch, RetentionBudget: c.RetentionBudget,
+		SucceededRetention: c.SucceededRetention, DeadRetention: c.DeadRetention, Logger: w.log}
 	reaper, err := recovery.NewReaper(w.dc.Queue(), rcfg)
 	if err != nil {
 		return w.cannotStart(2, err)
@@ -293,7 +294,7 @@ func (w *workerProc) stopOnSignal(sigs <-chan os.Signal) int {
 	sig := <-sigs
 	w.health.ShuttingDown()
 	w.log.Info("stopping: waiting for running jobs; signal again to stop at once",
-		zap.String("signal", sig.String()), zap.Duration("shutdown_timeout", w.cfg.Worker.ShutdownTimeout))
+		zap.String("signal", sig.String()), zap.Duration("shutdown_timeout", w.cfg.Client.ShutdownTimeout))
 	stopCtx, hardStop := context.WithCancel(context.Background())
 	defer hardStop()
 	go func() {
