@@ -505,14 +505,10 @@ func (s *Store) NextRateStart() time.Time {
 func (s *Store) WaitingOnLimits(ctx context.Context, names []string) (map[string]int64, error) {
 	out := map[string]int64{}
 	for _, name := range names {
-		isKind, target, err := ParseLimitName(name)
-		if err != nil {
+		if _, _, err := ParseLimitName(name); err != nil {
 			continue
 		}
-		field := "queue"
-		if isKind {
-			field = "kind"
-		}
+		field, target := limitScope(name)
 		n, err := s.coll.CountDocuments(ctx, bson.D{
 			{Key: field, Value: target},
 			{Key: "state", Value: jobs.StateAvailable},
@@ -582,7 +578,7 @@ func (rc *rateCache) plan(p ClaimParams) (cells []rateCell, rest ClaimParams, ok
 func (s *Store) claimUnderRates(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, handled bool, err error) {
 	// The limits read brings the rates (readLimits); cached, it costs
 	// nothing.
-	if _, _, _, err := s.limitsFor(ctx, p); err != nil {
+	if _, _, err := s.limitsFor(ctx, p); err != nil {
 		return nil, true, fmt.Errorf("store: claim: %w", err)
 	}
 	rc := s.rates

@@ -388,11 +388,7 @@ func (pc *partClaim) params() ClaimParams {
 			values = values[:maxSkippedPartitions]
 		}
 		if len(values) > 0 {
-			isKind, target, _ := ParseLimitName(name)
-			field := "queue"
-			if isKind {
-				field = "kind"
-			}
+			field, target := limitScope(name)
 			pp.skip = append(pp.skip, partSkip{field: field, target: target, arg: pc.parted[name].By, values: values})
 		}
 	}
@@ -621,8 +617,8 @@ func (s *Store) stampable(ctx context.Context, p ClaimParams, ids []string, cand
 	if len(ids) < 2 {
 		return nil, nil, false // a single claim is one findAndModify either way
 	}
-	kinds, queues, parts, err := s.limitsFor(ctx, p)
-	if err != nil || len(kinds) > 0 || len(queues) > 0 || parts.any() {
+	totals, parts, err := s.limitsFor(ctx, p)
+	if err != nil || len(totals) > 0 || parts.any() {
 		return nil, nil, false
 	}
 	for _, id := range ids {

@@ -103,37 +103,30 @@ func (r *runLoads) forget() {
 }
 
 // slotsFor returns the picker of a claim of up to k jobs under the limits
-// kinds and queues: from the views when they may be trusted (see above),
+// totals (name → limit) and parts: from the views when they may be trusted (see above),
 // else from a read of the running jobs, which it keeps as the new views.
 // fresh forces the read.
-func (s *Store) slotsFor(ctx context.Context, kinds, queues map[string]int, parts *partSpecs, k int, fresh bool) (*slotPicker, error) {
-	names := map[string]int{}
-	for kind, n := range kinds {
-		names[KindLimit(kind)] = n
-	}
-	for q, n := range queues {
-		names[QueueLimit(q)] = n
-	}
+func (s *Store) slotsFor(ctx context.Context, totals map[string]int, parts partSpecs, k int, fresh bool) (*slotPicker, error) {
 	r := s.limits.loads
 	if !fresh {
 		setAt := s.limitsSetAt()
-		if sl := r.fromViews(kinds, queues, names, k, setAt); sl != nil {
+		if sl := r.fromViews(totals, k, setAt); sl != nil {
 			if !parts.any() {
 				return sl, nil
 			}
 			if pload := r.partsFromViews(parts, setAt); pload != nil {
-				sl.parts, sl.pload, sl.pfree = parts, pload, map[string][]int{}
+				sl.parts, sl.pload = parts, pload
 				return sl, nil
 			}
 		}
 	}
 	sent := time.Now()
-	load, pload, err := s.readRunLoad(ctx, kinds, queues, parts)
+	load, pload, err := s.readRunLoad(ctx, totals, parts)
 	if err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
-	for name, n := range names {
+	for name, n := range totals {
 		l := load[name]
 		if l == nil || l.unslotted > 0 {
 			delete(r.views, name)
@@ -143,7 +136,7 @@ func (s *Store) slotsFor(ctx context.Context, kinds, queues map[string]int, part
 	}
 	r.storePartViews(parts, pload, sent)
 	r.mu.Unlock()
-	return newSlotPicker(kinds, queues, load, parts, pload), nil
+	return newSlotPicker(totals, load, parts, pload), nil
 }
 
 func copySet(m map[int]bool) map[int]bool {
@@ -159,7 +152,7 @@ func copySet(m map[int]bool) map[int]bool {
 // not be trusted: no view, a view of another limit, one read too soon
 // after the limit was set (setAt), or one neither far from full nor
 // holding a slot handed on.
-func (r *runLoads) fromViews(kinds, queues map[string]int, names map[string]int, k int, setAt map[string]time.Time) *slotPicker {
+func (r *runLoads) fromViews(names map[string]int, k int, setAt map[string]time.Time) *slotPicker {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	free := map[string][]int{}
@@ -200,7 +193,7 @@ func (r *runLoads) fromViews(kinds, queues map[string]int, names map[string]int,
 			return nil
 		}
 	}
-	return &slotPicker{kinds: kinds, queues: queues, free: free, parts: newPartSpecs()}
+	return &slotPicker{totals: names, free: free, parts: partSpecs{}, pfree: map[string][]int{}}
 }
 
 // noteTaken records the run slots stamped on the jobs claimed (job id →
