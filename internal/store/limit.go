@@ -222,10 +222,13 @@ func newRunLimits() *runLimits {
 }
 
 // limitsColl is the collection of the limits.
-func (s *Store) limitsColl() *mongo.Collection {
-	name := DefaultLimitsCollection
+func (s *Store) limitsColl() *mongo.Collection { return s.flowColl(DefaultLimitsCollection) }
+
+// flowColl is the flow-control collection named name beside the default
+// jobs collection; beside another jobs collection C, C_name.
+func (s *Store) flowColl(name string) *mongo.Collection {
 	if s.cfg.Collection != DefaultCollection {
-		name = s.cfg.Collection + "_" + DefaultLimitsCollection
+		name = s.cfg.Collection + "_" + name
 	}
 	wc, _ := parseWriteConcern(s.cfg.WriteConcern)
 	return s.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
@@ -237,16 +240,35 @@ func (s *Store) limitsColl() *mongo.Collection {
 // worker's. Lowering it below the jobs running now stops none: claims wait
 // until fewer than n run. by, when set, records who set it.
 func (s *Store) SetLimit(ctx context.Context, name string, n int, by string) error {
-	if _, _, err := ParseLimitName(name); err != nil {
-		return fmt.Errorf("store: set limit: %w", err)
-	}
+	_, err := limitsWrite("set limit", name, limitProblem(n), func() (bool, error) {
+		return true, s.setLimitsDoc(ctx, name, bson.D{{Key: "limit", Value: n}}, "limit", by)
+	})
+	return err
+}
+
+// limitProblem says what is wrong with n as a limit, nil when nothing.
+func limitProblem(n int) error {
 	if n < 0 || n > MaxLimit {
-		return fmt.Errorf("store: set limit %s: %d must be between 0 and %d", name, n, MaxLimit)
-	}
-	if err := s.setLimitsDoc(ctx, name, bson.D{{Key: "limit", Value: n}}, "limit", by); err != nil {
-		return fmt.Errorf("store: set limit %s: %w", name, err)
+		return fmt.Errorf("%d must be between 0 and %d", n, MaxLimit)
 	}
 	return nil
+}
+
+// limitsWrite makes write, a change of the limits collection for limit
+// name, when name is valid and invalid nil (what is wrong with the value
+// written); its errors name op and name.
+func limitsWrite(op, name string, invalid error, write func() (bool, error)) (bool, error) {
+	if _, _, err := ParseLimitName(name); err != nil {
+		return false, fmt.Errorf("store: %s: %w", op, err)
+	}
+	if invalid != nil {
+		return false, fmt.Errorf("store: %s %s: %w", op, name, invalid)
+	}
+	found, err := write()
+	if err != nil {
+		return false, fmt.Errorf("store: %s %s: %w", op, name, err)
+	}
+	return found, nil
 }
 
 // setLimitsDoc sets fields, with PREFIXSetAt now and PREFIXSetBy by (when
@@ -282,14 +304,7 @@ func (s *Store) deleteLimitsDoc(ctx context.Context, id string) (bool, error) {
 // (ClearPartitionLimit removes only the latter). It reports whether there
 // was one. Running jobs keep their slots until they end, harmlessly.
 func (s *Store) ClearLimit(ctx context.Context, name string) (bool, error) {
-	if _, _, err := ParseLimitName(name); err != nil {
-		return false, fmt.Errorf("store: clear limit: %w", err)
-	}
-	found, err := s.deleteLimitsDoc(ctx, name)
-	if err != nil {
-		return false, fmt.Errorf("store: clear limit %s: %w", name, err)
-	}
-	return found, nil
+	return limitsWrite("clear limit", name, nil, func() (bool, error) { return s.deleteLimitsDoc(ctx, name) })
 }
 
 // RunLimits returns every stored limit, in name order, with how many of

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -199,32 +200,18 @@ func (s partSkip) filter() bson.D {
 // leaves the limit's total (SetLimit), if any, as it is. by, when set,
 // records who set it.
 func (s *Store) SetPartitionLimit(ctx context.Context, name, arg string, n int, by string) error {
-	if _, _, err := ParseLimitName(name); err != nil {
-		return fmt.Errorf("store: set partition limit: %w", err)
-	}
-	if err := ValidPartitionArg(arg); err != nil {
-		return fmt.Errorf("store: set partition limit %s: %w", name, err)
-	}
-	if n < 0 || n > MaxLimit {
-		return fmt.Errorf("store: set partition limit %s: %d must be between 0 and %d", name, n, MaxLimit)
-	}
-	if err := s.setLimitsDoc(ctx, name, bson.D{{Key: "partitionBy", Value: arg}, {Key: "partitionLimit", Value: n}}, "partition", by); err != nil {
-		return fmt.Errorf("store: set partition limit %s: %w", name, err)
-	}
-	return nil
+	_, err := limitsWrite("set partition limit", name, cmp.Or(ValidPartitionArg(arg), limitProblem(n)), func() (bool, error) {
+		return true, s.setLimitsDoc(ctx, name, bson.D{{Key: "partitionBy", Value: arg}, {Key: "partitionLimit", Value: n}}, "partition", by)
+	})
+	return err
 }
 
 // ClearPartitionLimit removes the partition limit of name, leaving its
 // total, and reports whether there was one.
 func (s *Store) ClearPartitionLimit(ctx context.Context, name string) (bool, error) {
-	if _, _, err := ParseLimitName(name); err != nil {
-		return false, fmt.Errorf("store: clear partition limit: %w", err)
-	}
-	found, err := s.unsetLimitsFields(ctx, name, "partitionBy", "partitionLimit", "partitionSetAt", "partitionSetBy")
-	if err != nil {
-		return false, fmt.Errorf("store: clear partition limit %s: %w", name, err)
-	}
-	return found, nil
+	return limitsWrite("clear partition limit", name, nil, func() (bool, error) {
+		return s.unsetLimitsFields(ctx, name, "partitionBy", "partitionLimit", "partitionSetAt", "partitionSetBy")
+	})
 }
 
 // unsetLimitsFields unsets fields (the first one must exist) of the limits

@@ -129,17 +129,17 @@ func refill(r Rate) string {
 	return strconv.FormatFloat(h, 'f', 0, 64) + "h"
 }
 
+// ratePeriods are the periods a rate writes as a letter.
+var ratePeriods = map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour}
+
 // String writes r as ParseRate reads it: "14/s", "600/m burst 20",
 // "10/m burst 2 per customerId".
 func (r Rate) String() string {
 	per := r.Per.String()
-	switch r.Per {
-	case time.Second:
-		per = "s"
-	case time.Minute:
-		per = "m"
-	case time.Hour:
-		per = "h"
+	for letter, d := range ratePeriods {
+		if d == r.Per {
+			per = letter
+		}
 	}
 	s := fmt.Sprintf("%d/%s", r.N, per)
 	if r.Burst > 1 {
@@ -184,17 +184,10 @@ func ParseRate(s string) (Rate, error) {
 	if r.N, err = strconv.Atoi(n); err != nil {
 		return Rate{}, fmt.Errorf("rate %q: %q is not a whole number", s, n)
 	}
-	switch per {
-	case "s":
-		r.Per = time.Second
-	case "m":
-		r.Per = time.Minute
-	case "h":
-		r.Per = time.Hour
-	default:
-		if r.Per, err = time.ParseDuration(per); err != nil {
-			return Rate{}, fmt.Errorf("rate %q: period %q is not s, m, h or a duration", s, per)
-		}
+	if d, ok := ratePeriods[per]; ok {
+		r.Per = d
+	} else if r.Per, err = time.ParseDuration(per); err != nil {
+		return Rate{}, fmt.Errorf("rate %q: period %q is not s, m, h or a duration", s, per)
 	}
 	if err := r.Validate(); err != nil {
 		return Rate{}, fmt.Errorf("rate %q: %w", s, err)
@@ -300,18 +293,26 @@ func (s *Store) storeRates(docs []bson.Raw) {
 	old := rc.rates
 	rc.rates = map[string]*rateState{}
 	for _, d := range docs {
-		rl, st := rateLimit(d, s.instant())
-		if rl.Malformed != "" {
-			s.WarnMalformed(rc.warned, rl.Name, rl.Malformed,
-				"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")
-			continue
-		}
-		if o := old[rl.Name]; o != nil && o.tat.After(st.tat) && o.rate == st.rate {
+		name, st := s.usableRate(d)
+		if o := old[name]; st != nil && o != nil && o.tat.After(st.tat) && o.rate == st.rate {
 			// This client reserved since the read was sent.
 			st.tat, st.raw, st.badStarts = o.tat, o.raw, o.badStarts
 		}
-		rc.rates[rl.Name] = st
+		if st != nil {
+			rc.rates[name] = st
+		}
 	}
+}
+
+// usableRate reads the rate document d into its name and state; a nil
+// state when it is malformed, which it warns of. rc.mu is held.
+func (s *Store) usableRate(d bson.Raw) (string, *rateState) {
+	rl, st := rateLimit(d, s.instant())
+	if rl.Malformed != "" {
+		s.WarnMalformed(s.rates.warned, rl.Name, rl.Malformed,
+			"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")
+	}
+	return rl.Name, st
 }
 
 // rateLimit reads one rate's document field by field.
@@ -322,19 +323,17 @@ func rateLimit(d bson.Raw, t time.Time) (RateLimit, *rateState) {
 		rl.Malformed = err.Error()
 		return rl, nil
 	}
-	n, bad := storedCount(d, "rate", MaxRate)
-	if bad == "" && n == 0 {
-		bad = "rate is 0"
+	var v [3]int
+	var bad string
+	for i, f := range []string{"rate", "periodMs", "burst"} {
+		if bad == "" {
+			v[i], bad = storedCount(d, f, []int{MaxRate, int(MaxRatePeriod / time.Millisecond), MaxBurst}[i])
+		}
+		if bad == "" && v[0] == 0 {
+			bad = "rate is 0"
+		}
 	}
-	var per int
-	if bad == "" {
-		per, bad = storedCount(d, "periodMs", int(MaxRatePeriod/time.Millisecond))
-	}
-	var burst int
-	if bad == "" {
-		burst, bad = storedCount(d, "burst", MaxBurst)
-	}
-	rl.Rate = Rate{N: n, Per: time.Duration(per) * time.Millisecond, Burst: burst}
+	rl.Rate = Rate{N: v[0], Per: time.Duration(v[1]) * time.Millisecond, Burst: v[2]}
 	if bad == "" {
 		rl.Rate.By, bad = storedPartitionBy(d)
 	}
@@ -352,15 +351,22 @@ func rateLimit(d bson.Raw, t time.Time) (RateLimit, *rateState) {
 	}
 	st := &rateState{rate: rl.Rate, setAt: rl.SetAt}
 	st.tat, st.raw = storedTat(d, rl.Rate, rl.SetAt)
-	switch v := d.Lookup("starts"); v.Type {
-	case 0, bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
-		rl.Starts, _ = v.AsInt64OK()
-	default:
-		st.badStarts = true
-	}
+	rl.Starts, _ = d.Lookup("starts").AsInt64OK()
+	st.badStarts = badStarts(d)
 	rl.Used, rl.NextStart = st.used(t)
 	rl.SetBy, _ = d.Lookup("rateSetBy").StringValueOK()
 	return rl, st
+}
+
+// badStarts reports that the starts of a rate's or a partition's document
+// d is stored but not a number (another application wrote it), so that
+// $inc would fail: the next reservation sets it.
+func badStarts(d bson.Raw) bool {
+	switch d.Lookup("starts").Type {
+	case 0, bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
+		return false
+	}
+	return true
 }
 
 // rawValue is d's field, or a null that matches it missing.
@@ -417,33 +423,20 @@ func (s *Store) ratesColl() *mongo.Collection { return s.limitsColl() }
 // read (the reservation is conditioned on the rate), and within
 // LimitRefresh to its claims otherwise. by, when set, records who set it.
 func (s *Store) SetRate(ctx context.Context, name string, r Rate, by string) error {
-	if _, _, err := ParseLimitName(name); err != nil {
-		return fmt.Errorf("store: set rate: %w", err)
-	}
-	if err := r.Validate(); err != nil {
-		return fmt.Errorf("store: set rate %s: %w", name, err)
-	}
 	fields := bson.D{
 		{Key: "rate", Value: r.N}, {Key: "periodMs", Value: r.Per.Milliseconds()}, {Key: "burst", Value: r.burst()},
 		{Key: "partitionBy", Value: partitionByValue(r)},
 	}
-	if err := s.setLimitsDoc(ctx, rateScope+name, fields, "rate", by); err != nil {
-		return fmt.Errorf("store: set rate %s: %w", name, err)
-	}
-	return nil
+	_, err := limitsWrite("set rate", name, r.Validate(), func() (bool, error) {
+		return true, s.setLimitsDoc(ctx, rateScope+name, fields, "rate", by)
+	})
+	return err
 }
 
 // ClearRate removes the rate limit of name. It reports whether there was
 // one.
 func (s *Store) ClearRate(ctx context.Context, name string) (bool, error) {
-	if _, _, err := ParseLimitName(name); err != nil {
-		return false, fmt.Errorf("store: clear rate: %w", err)
-	}
-	found, err := s.deleteLimitsDoc(ctx, rateScope+name)
-	if err != nil {
-		return false, fmt.Errorf("store: clear rate %s: %w", name, err)
-	}
-	return found, nil
+	return limitsWrite("clear rate", name, nil, func() (bool, error) { return s.deleteLimitsDoc(ctx, rateScope+name) })
 }
 
 // RateLimits returns every stored rate limit, in name order, with how much
@@ -830,6 +823,12 @@ func reservationUpdate(g gcra, tat time.Time, n int, badStarts bool, extra ...bs
 	return bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}}
 }
 
+// giveBackUpdate is the update of a rate's or a partition's document that
+// gives back n starts of a reservation: tat set back to back.
+func giveBackUpdate(back time.Time, n int) bson.D {
+	return bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: back}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: -n}}}}
+}
+
 // rateFilter matches the document of rate name while it holds rate r and
 // tat: what a reservation or a give-back computed from. (Of a partitioned
 // rate, whose state is its partitions', tat is left out when nil.)
@@ -893,14 +892,11 @@ func (s *Store) readRate(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("store: claim: read rate %s: %w", name, err)
 	}
-	rl, st := rateLimit(raw, s.instant())
-	if rl.Malformed != "" {
-		s.WarnMalformed(rc.warned, rl.Name, rl.Malformed,
-			"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")
+	if _, st := s.usableRate(raw); st != nil {
+		rc.rates[name] = st
+	} else {
 		delete(rc.rates, name)
-		return nil
 	}
-	rc.rates[name] = st
 	return nil
 }
 
@@ -913,9 +909,7 @@ func (s *Store) giveBack(ctx context.Context, name string, r Rate, n int, tat ti
 		return tat, true
 	}
 	back := r.gcra().giveBack(tat, n)
-	res, err := s.ratesColl().UpdateOne(ctx,
-		rateFilter(name, r, tat),
-		bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: back}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: -n}}}})
+	res, err := s.ratesColl().UpdateOne(ctx, rateFilter(name, r, tat), giveBackUpdate(back, n))
 	if err != nil || res.MatchedCount == 0 {
 		return tat, false
 	}

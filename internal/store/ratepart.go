@@ -14,7 +14,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.uber.org/zap"
 )
 
@@ -94,14 +93,7 @@ const RatePartitionIdle = time.Minute
 const ratePartTries = 3
 
 // ratePartsColl is the collection of the partitions' state.
-func (s *Store) ratePartsColl() *mongo.Collection {
-	name := DefaultRatePartsCollection
-	if s.cfg.Collection != DefaultCollection {
-		name = s.cfg.Collection + "_" + DefaultRatePartsCollection
-	}
-	wc, _ := parseWriteConcern(s.cfg.WriteConcern)
-	return s.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
-}
+func (s *Store) ratePartsColl() *mongo.Collection { return s.flowColl(DefaultRatePartsCollection) }
 
 // partitionByValue is r.By as stored: null for a rate not partitioned.
 func partitionByValue(r Rate) any {
@@ -649,12 +641,7 @@ func (s *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, i
 		}
 		rp.exists = true
 		rp.tat, rp.raw = storedTat(d, rp.rate, rp.since)
-		rp.rawTNs = d.Lookup("tNs")
-		switch d.Lookup("starts").Type {
-		case 0, bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
-		default:
-			rp.badStarts = true
-		}
+		rp.rawTNs, rp.badStarts = d.Lookup("tNs"), badStarts(d)
 		return nil
 	})
 	if err != nil {
@@ -804,9 +791,7 @@ func giveBackPart(rp *ratePart, n int) mongo.WriteModel {
 	// inserted anew, and gives nothing back).
 	filter := bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: rp.newTat}, {Key: "res", Value: rp.res}}
 	if n < rp.take {
-		back := rp.rate.gcra().giveBack(rp.newTat, n)
-		return mongo.NewUpdateOneModel().SetFilter(filter).
-			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: back}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: -n}}}})
+		return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(giveBackUpdate(rp.rate.gcra().giveBack(rp.newTat, n), n))
 	}
 	if !rp.exists {
 		return mongo.NewDeleteOneModel().SetFilter(filter)
