@@ -236,7 +236,7 @@ func (r *runLoads) heldSlots(jobID, kind, queue string, names map[string]int, se
 	for _, h := range hs {
 		n, ok := names[h.limit]
 		v := r.views[h.limit]
-		if !ok || h.k >= n || v == nil || v.limit != n || !v.readAt.After(setAt[h.limit].Add(2*LimitRefresh)) {
+		if !ok || h.part != "" || h.k >= n || v == nil || v.limit != n || !v.readAt.After(setAt[h.limit].Add(2*LimitRefresh)) {
 			return nil, false
 		}
 		for slot := range v.held {

@@ -695,6 +695,8 @@ type slotNeed struct {
 	key    string           // the set's key in free
 	field  string           // the job field holding the slot
 	prefix string           // the slot's value before "/<k>"
+	limit  string           // the limit's name
+	part   string           // the partition's key; "" for the total
 }
 
 // needs returns the sets of slots a job of kind in queue with args takes
@@ -703,11 +705,11 @@ func (s *slotPicker) needs(kind, queue string, args bson.Raw) (needs []slotNeed,
 	for i, name := range jobLimits(kind, queue) {
 		target := [2]string{kind, queue}[i]
 		if _, lim := s.totals[name]; lim {
-			needs = append(needs, slotNeed{s.free, name, slotField(name, false), target})
+			needs = append(needs, slotNeed{s.free, name, slotField(name, false), target, name, ""})
 		}
 		if pl, lim := s.parts[name]; lim {
 			p := partKey(pl.arg, partValue(args, pl.arg))
-			needs = append(needs, slotNeed{s.pfree, s.partFree(name, p, pl), slotField(name, true), partSlotTarget(target, p)})
+			needs = append(needs, slotNeed{s.pfree, s.partFree(name, p, pl), slotField(name, true), partSlotTarget(target, p), name, p})
 		}
 	}
 	for _, n := range needs {
@@ -718,17 +720,19 @@ func (s *slotPicker) needs(kind, queue string, args bson.Raw) (needs []slotNeed,
 	return needs, true
 }
 
-// take returns the slot fields for a job of kind in queue with args,
-// taking a free slot of each limit and partition it is under; ok is false
-// when one of them is full.
-func (s *slotPicker) take(kind, queue string, args bson.Raw) (set bson.D, ok bool) {
+// take returns the slot fields for a job of kind in queue with args, and
+// the slots they hold, taking a free slot of each limit and partition it
+// is under; ok is false when one of them is full.
+func (s *slotPicker) take(kind, queue string, args bson.Raw) (set bson.D, held []heldSlot, ok bool) {
 	needs, ok := s.needs(kind, queue, args)
 	for _, n := range needs {
 		f := n.free[n.key]
-		set = append(set, bson.E{Key: n.field, Value: slotKey(n.prefix, f[len(f)-1])})
+		k := f[len(f)-1]
 		n.free[n.key] = f[:len(f)-1]
+		set = append(set, bson.E{Key: n.field, Value: slotKey(n.prefix, k)})
+		held = append(held, heldSlot{limit: n.limit, part: n.part, k: k})
 	}
-	return set, ok
+	return set, held, ok
 }
 
 // stampLimited stamps, for a batch claim with params p at t, those of
@@ -768,7 +772,7 @@ func (s *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, bl
 		return nil, err
 	}
 	claimed, err := s.readBack(ctx, sent, p.Token)
-	got := map[string]bson.D{}
+	got := map[string][]heldSlot{}
 	for _, j := range claimed {
 		got[j.ID] = stamped[j.ID]
 	}
@@ -779,15 +783,15 @@ func (s *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, bl
 // limitedStamps are the updates of stampLimited: one per job of block
 // whose limits have free slots in s, fenced on the job as read, with the
 // jobs sent and the slot fields each was given.
-func limitedStamps(p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) (models []mongo.WriteModel, sent []*jobs.Job, stamped map[string]bson.D) {
-	stamped = map[string]bson.D{}
+func limitedStamps(p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) (models []mongo.WriteModel, sent []*jobs.Job, stamped map[string][]heldSlot) {
+	stamped = map[string][]heldSlot{}
 	for _, i := range stampOrder(p, block) {
 		j := block[i]
-		set, ok := s.take(j.Kind, j.Queue, j.Args)
+		set, held, ok := s.take(j.Kind, j.Queue, j.Args)
 		if !ok {
 			continue // its limit is full
 		}
-		stamped[j.ID] = set
+		stamped[j.ID] = held
 		s.markSent(j.ID)
 		match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
 		match = append(match, asRead[i].(bson.D)[1:]...) // attempt and updatedAt as read

@@ -4,13 +4,10 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/docketq/docket/jobs"
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // What a claim under concurrency limits knows of their run slots without
@@ -85,9 +82,9 @@ type runView struct {
 
 // heldSlot is one run slot a job holds.
 type heldSlot struct {
-	limit string // its name: kind:K or queue:Q; a partition's: partName
+	limit string // its limit's name: kind:K or queue:Q
+	part  string // its partition's key; "" for the limit's total
 	k     int
-	part  bool // a partition's slot
 }
 
 func newRunLoads() *runLoads {
@@ -197,36 +194,17 @@ func (r *runLoads) fromViews(names map[string]int, k int, setAt map[string]time.
 }
 
 // noteTaken records the run slots stamped on the jobs claimed (job id →
-// the slot fields of its stamp): held in the views, and remembered as the
-// job's for RunEnded.
-func (r *runLoads) noteTaken(stamped map[string]bson.D) {
+// the slots of its stamp): held in the views, and remembered as the job's
+// for RunEnded.
+func (r *runLoads) noteTaken(stamped map[string][]heldSlot) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for id, set := range stamped {
-		var hs []heldSlot
-		for _, e := range set {
-			if e.Key == kindPartSlotField || e.Key == queuePartSlotField {
-				if h, ok := r.notePartTaken(e.Key, e.Value); ok {
-					hs = append(hs, h)
-				}
-				continue
-			}
-			target, k, ok := parseSlot(e.Value)
-			if !ok {
-				continue
-			}
-			name := QueueLimit(target)
-			if e.Key == kindRunSlotField {
-				name = KindLimit(target)
-			}
-			hs = append(hs, heldSlot{limit: name, k: k})
-			if v := r.views[name]; v != nil {
-				v.held[k] = true
-				v.freed = slices.DeleteFunc(v.freed, func(f int) bool { return f == k })
-			}
-		}
+	for id, hs := range stamped {
 		if len(hs) == 0 {
 			continue
+		}
+		for _, h := range hs {
+			r.hold(h)
 		}
 		if len(r.holders) >= maxSlotHolders {
 			r.holders = map[string][]heldSlot{}
@@ -235,18 +213,40 @@ func (r *runLoads) noteTaken(stamped map[string]bson.D) {
 	}
 }
 
-// parseSlot reads a slot's value, "<target>/<k>".
-func parseSlot(v any) (string, int, bool) {
-	s, ok := v.(string)
-	if !ok {
-		return "", 0, false
+// hold records in the views that h is held by a job this client claimed.
+// r.mu is held.
+func (r *runLoads) hold(h heldSlot) {
+	if h.part == "" {
+		if v := r.views[h.limit]; v != nil {
+			v.held[h.k] = true
+			v.freed = slices.DeleteFunc(v.freed, func(f int) bool { return f == h.k })
+		}
+		return
 	}
-	i := strings.LastIndexByte(s, '/')
-	if i < 0 {
-		return "", 0, false
+	if v := r.parts[h.limit]; v != nil {
+		l := v.loads[h.part]
+		if l == nil {
+			// Its value is not known here: a claim's filter cannot leave
+			// it out by value (saturated skips it); the picker still
+			// refuses its jobs once it is full.
+			l = &partLoad{queueLoad: queueLoad{slots: map[int]bool{}}}
+			v.loads[h.part] = l
+		}
+		l.slots[h.k] = true
 	}
-	k, err := strconv.Atoi(s[i+1:])
-	return s[:i], k, err == nil && k >= 0
+}
+
+// free records in the views that h, held by this client's run, is free:
+// a total's slot is handed to the next claim. r.mu is held.
+func (r *runLoads) free(h heldSlot) {
+	if h.part != "" {
+		if v := r.parts[h.limit]; v != nil && v.loads[h.part] != nil {
+			delete(v.loads[h.part].slots, h.k)
+		}
+	} else if v := r.views[h.limit]; v != nil && v.held[h.k] {
+		delete(v.held, h.k)
+		v.freed = append(v.freed, h.k)
+	}
 }
 
 // HoldsRunSlot reports whether the job jobID, claimed by this client, took
@@ -276,14 +276,7 @@ func (s *Store) RunEnded(jobID string) {
 	}
 	delete(r.holders, jobID)
 	for _, h := range hs {
-		if h.part {
-			r.notePartFreed(h)
-			continue
-		}
-		if v := r.views[h.limit]; v != nil && v.held[h.k] {
-			delete(v.held, h.k)
-			v.freed = append(v.freed, h.k)
-		}
+		r.free(h)
 	}
 }
 
