@@ -288,6 +288,16 @@ func (s *Store) setLimitsDoc(ctx context.Context, id string, fields bson.D, pref
 	return nil
 }
 
+// setStamp reads when, and by whom, setLimitsDoc set the part prefix of
+// the limits document d.
+func setStamp(d bson.Raw, prefix string) (at time.Time, by string) {
+	if t, ok := d.Lookup(prefix + "SetAt").TimeOK(); ok {
+		at = t.UTC()
+	}
+	by, _ = d.Lookup(prefix + "SetBy").StringValueOK()
+	return at, by
+}
+
 // deleteLimitsDoc deletes the limits collection's document id, reporting
 // whether there was one, and makes this client's next claim read the
 // limits again.
@@ -391,10 +401,7 @@ func runLimit(d bson.Raw) RunLimit {
 		if l.PartitionLimit, l.Malformed = storedCount(d, "partitionLimit", MaxLimit); l.Malformed != "" {
 			return l
 		}
-		if t, ok := d.Lookup("partitionSetAt").TimeOK(); ok {
-			l.PartitionSetAt = t.UTC()
-		}
-		l.PartitionSetBy, _ = d.Lookup("partitionSetBy").StringValueOK()
+		l.PartitionSetAt, l.PartitionSetBy = setStamp(d, "partition")
 		if d.Lookup("limit").Type == 0 {
 			l.NoTotal = true
 			return l
@@ -403,10 +410,7 @@ func runLimit(d bson.Raw) RunLimit {
 	if l.Limit, l.Malformed = storedCount(d, "limit", MaxLimit); l.Malformed != "" {
 		return l
 	}
-	if t, ok := d.Lookup("limitSetAt").TimeOK(); ok {
-		l.SetAt = t.UTC()
-	}
-	l.SetBy, _ = d.Lookup("limitSetBy").StringValueOK()
+	l.SetAt, l.SetBy = setStamp(d, "limit")
 	return l
 }
 

@@ -346,15 +346,11 @@ func rateLimit(d bson.Raw, t time.Time) (RateLimit, *rateState) {
 		rl.Malformed = bad
 		return rl, nil
 	}
-	if at, ok := d.Lookup("rateSetAt").TimeOK(); ok {
-		rl.SetAt = at.UTC()
-	}
+	rl.SetAt, rl.SetBy = setStamp(d, "rate")
 	st := &rateState{rate: rl.Rate, setAt: rl.SetAt}
-	st.tat, st.raw = storedTat(d, rl.Rate, rl.SetAt)
+	st.read(d)
 	rl.Starts, _ = d.Lookup("starts").AsInt64OK()
-	st.badStarts = badStarts(d)
 	rl.Used, rl.NextStart = st.used(t)
-	rl.SetBy, _ = d.Lookup("rateSetBy").StringValueOK()
 	return rl, st
 }
 
@@ -376,6 +372,13 @@ func rawValue(d bson.Raw, field string) bson.RawValue {
 		return bson.RawValue{Type: bson.TypeNull}
 	}
 	return v
+}
+
+// read sets s's tat (raw: as stored) and badStarts from d, its rate's or
+// its partition's document.
+func (s *rateState) read(d bson.Raw) {
+	s.tat, s.raw = storedTat(d, s.rate, s.setAt)
+	s.badStarts = badStarts(d)
 }
 
 // avail is how many starts s allows at t.

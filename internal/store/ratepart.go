@@ -186,21 +186,17 @@ func skipValue(v bson.RawValue) any {
 
 // ratePart is one partition of a partitioned rate as one claim sees it.
 type ratePart struct {
-	id    string // its document's _id
-	name  string // the rate's
-	p     string // partKey
-	value bson.RawValue
-	rate  Rate
-	since time.Time // when the rate was set (a tat stored under another converts from then)
-	// As read: whether the document exists, its tat (raw for the
-	// compare-and-set), whether its starts is not a number.
-	exists    bool
-	raw       bson.RawValue
-	rawTNs    bson.RawValue // the interval tat was written under, as stored (Type 0: none)
-	tat       time.Time
-	badStarts bool
-	avail     int // starts allowed at t
-	take      int // picked by this claim
+	// rateState is the partition's as read: its rate, when that was set
+	// (a tat stored under another converts from then), its tat.
+	rateState
+	id     string // its document's _id
+	name   string // the rate's
+	p      string // partKey
+	value  bson.RawValue
+	exists bool          // its document, as read
+	rawTNs bson.RawValue // the interval tat was written under, as stored (Type 0: none)
+	allows int           // starts allowed at t
+	take   int           // picked by this claim
 	// Written by the reservation: reserved reports that it was applied.
 	newTat   time.Time
 	res      string // the reservation's nonce, which its write stored
@@ -403,7 +399,8 @@ func (pc *partClaim) newParts(cands []rateCand) []string {
 		for _, name := range pc.names {
 			id, key, v := pc.partOf(name, cand)
 			if pc.parts[id] == nil {
-				pc.parts[id] = &ratePart{id: id, name: name, p: key, value: v, rate: pc.parted[name], since: pc.setAts[name], raw: bson.RawValue{Type: bson.TypeNull}}
+				pc.parts[id] = &ratePart{id: id, name: name, p: key, value: v,
+					rateState: rateState{rate: pc.parted[name], setAt: pc.setAts[name], raw: bson.RawValue{Type: bson.TypeNull}}}
 				toRead = append(toRead, id)
 			}
 		}
@@ -427,7 +424,7 @@ func (pc *partClaim) pick(cands []rateCand) {
 			id, _, _ := pc.partOf(name, cand)
 			rp := pc.parts[id]
 			ps = append(ps, rp)
-			ok = ok && rp.take < rp.avail
+			ok = ok && rp.take < rp.allows
 		}
 		if !ok {
 			continue
@@ -445,14 +442,14 @@ func (pc *partClaim) pick(cands []rateCand) {
 // of candidates, and those found spent, for later claims.
 func (pc *partClaim) noteUsedUp() {
 	for _, rp := range pc.parts {
-		if rp.take < rp.avail {
+		if rp.take < rp.allows {
 			continue
 		}
 		if pc.usedUp[rp.name] == nil {
 			pc.usedUp[rp.name] = map[string]bool{}
 		}
 		pc.usedUp[rp.name][rp.p] = true
-		if rp.avail == 0 {
+		if rp.allows == 0 {
 			at := rp.rate.gcra().nextStart(rp.tat, pc.t)
 			pc.rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, at)
 			pc.noteNext(at)
@@ -475,7 +472,7 @@ func (pc *partClaim) taken() []*ratePart {
 // them up, for later claims.
 func (pc *partClaim) noteReservedSpent(take []*ratePart, t time.Time) {
 	for _, rp := range take {
-		if rp.reserved && rp.take >= rp.avail {
+		if rp.reserved && rp.take >= rp.allows {
 			pc.rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, rp.rate.gcra().nextStart(rp.newTat, t))
 		}
 	}
@@ -640,8 +637,8 @@ func (s *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, i
 			return nil
 		}
 		rp.exists = true
-		rp.tat, rp.raw = storedTat(d, rp.rate, rp.since)
-		rp.rawTNs, rp.badStarts = d.Lookup("tNs"), badStarts(d)
+		rp.read(d)
+		rp.rawTNs = d.Lookup("tNs")
 		return nil
 	})
 	if err != nil {
@@ -649,7 +646,7 @@ func (s *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, i
 	}
 	for _, id := range ids {
 		rp := parts[id]
-		rp.avail = rp.rate.gcra().avail(rp.tat, t)
+		rp.allows = rp.avail(t)
 	}
 	return nil
 }
