@@ -319,15 +319,14 @@ type partClaim struct {
 	// the next read of candidates leaves them out.
 	usedUp   map[string]map[string]bool
 	picks    []ratePick
-	picked   map[string]bool
-	candByID map[string]rateCand
-	next     time.Time // the earliest next start of a partition left out
+	candByID map[string]candidate // the picks
+	next     time.Time            // the earliest next start of a partition left out
 }
 
 func newPartClaim(rc *rateCache, p ClaimParams, parted map[string]Rate, n int, t time.Time) *partClaim {
 	names := slices.Sorted(maps.Keys(parted))
 	return &partClaim{rc: rc, p: p, parted: parted, names: names, setAts: rc.setAts(names), n: n, t: t,
-		parts: map[string]*ratePart{}, usedUp: map[string]map[string]bool{}, picked: map[string]bool{}, candByID: map[string]rateCand{}}
+		parts: map[string]*ratePart{}, usedUp: map[string]map[string]bool{}, candByID: map[string]candidate{}}
 }
 
 // noteNext records that a partition left out allows a start at.
@@ -384,16 +383,16 @@ func (pc *partClaim) params() ClaimParams {
 }
 
 // partOf is cand's partition of rate name, as this claim knows it.
-func (pc *partClaim) partOf(name string, cand rateCand) (id, key string, v bson.RawValue) {
+func (pc *partClaim) partOf(name string, cand candidate) (id, key string, v bson.RawValue) {
 	by := pc.parted[name].By
-	v = partValue(cand.args, by)
+	v = partValue(cand.job.Args, by)
 	key = partKey(by, v)
 	return ratePartID(name, key), key, v
 }
 
 // newParts registers the partitions of cands this claim has not read yet,
 // and returns their ids, to read.
-func (pc *partClaim) newParts(cands []rateCand) []string {
+func (pc *partClaim) newParts(cands []candidate) []string {
 	var toRead []string
 	for _, cand := range cands {
 		for _, name := range pc.names {
@@ -410,12 +409,12 @@ func (pc *partClaim) newParts(cands []rateCand) []string {
 
 // pick picks, in claim order, the candidates whose partitions all allow
 // one more start, up to n in all.
-func (pc *partClaim) pick(cands []rateCand) {
+func (pc *partClaim) pick(cands []candidate) {
 	for _, cand := range cands {
 		if len(pc.picks) == pc.n {
 			return
 		}
-		if pc.picked[cand.id] {
+		if _, ok := pc.candByID[cand.job.ID]; ok {
 			continue
 		}
 		var ps []*ratePart
@@ -432,9 +431,8 @@ func (pc *partClaim) pick(cands []rateCand) {
 		for _, rp := range ps {
 			rp.take++
 		}
-		pc.picks = append(pc.picks, ratePick{id: cand.id, parts: ps})
-		pc.picked[cand.id] = true
-		pc.candByID[cand.id] = cand
+		pc.picks = append(pc.picks, ratePick{id: cand.job.ID, parts: ps})
+		pc.candByID[cand.job.ID] = cand
 	}
 }
 
@@ -552,49 +550,15 @@ func (s *Store) confirmParts(ctx context.Context, pc *partClaim, take []*ratePar
 	return true, nil
 }
 
-// rateCand is a candidate of a claim under a partitioned rate: its id
-// and args, and the job with its attempt and updatedAt as read, to stamp
-// it as a batch claim does.
-type rateCand struct {
-	id     string
-	args   bson.Raw
-	job    *jobs.Job
-	asRead bson.D
-}
-
-// rateCandidates reads up to limit candidates of p at t, in claim order.
-// One that does not decode (another application wrote it) is buried, as
-// a batch claim under limits does, rather than given a start.
-func (s *Store) rateCandidates(ctx context.Context, p ClaimParams, t time.Time, limit int) ([]rateCand, error) {
-	cur, err := s.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(limit)))
+// rateCandidates reads up to limit candidates of p at t, in claim order,
+// as a batch claim under limits does: one that does not decode (another
+// application wrote it) is buried rather than given a start.
+func (s *Store) rateCandidates(ctx context.Context, p ClaimParams, t time.Time, limit int) ([]candidate, error) {
+	docs, _, _, err := s.readCandidates(ctx, p, t, limit)
 	if err != nil {
-		return nil, fmt.Errorf("store: claim: find candidates under a partitioned rate: %w", err)
+		return nil, fmt.Errorf("store: claim under a partitioned rate: %w", err)
 	}
-	var out []rateCand
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
-		id, ok := d.Lookup("_id").StringValueOK()
-		if !ok {
-			return nil // not a job docket wrote: a plain claim buries it
-		}
-		var j jobs.Job
-		if err := bson.Unmarshal(d, &j); err != nil {
-			if berr := s.buryCandidate(ctx, d, t, err); berr != nil {
-				return fmt.Errorf("candidate %s: %w (and marking it dead: %w)", id, err, berr)
-			}
-			return nil
-		}
-		args, _ := d.Lookup("args").DocumentOK()
-		out = append(out, rateCand{id: id, args: args, job: &j, asRead: bson.D{
-			{Key: "_id", Value: id},
-			{Key: "attempt", Value: rawOrNull(d, "attempt")},
-			{Key: "updatedAt", Value: rawOrNull(d, "updatedAt")},
-		}})
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: claim: read candidates under a partitioned rate: %w", err)
-	}
-	return out, nil
+	return s.decodeCandidates(ctx, docs, t, true)
 }
 
 // stampable returns the jobs ids (picked from cands) as a block that
@@ -602,7 +566,7 @@ func (s *Store) rateCandidates(ctx context.Context, p ClaimParams, t time.Time, 
 // them again, when they are a batch and no concurrency limit applies to p
 // (whose slots a claim under limits must pick); ok is false otherwise, and
 // the claim is made as any claim, by ids.
-func (s *Store) stampable(ctx context.Context, p ClaimParams, ids []string, cands map[string]rateCand) (block []*jobs.Job, asRead bson.A, ok bool) {
+func (s *Store) stampable(ctx context.Context, p ClaimParams, ids []string, cands map[string]candidate) (block []*jobs.Job, asRead bson.A, ok bool) {
 	if len(ids) < 2 {
 		return nil, nil, false // a single claim is one findAndModify either way
 	}
