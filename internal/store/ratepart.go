@@ -212,17 +212,17 @@ type ratePick struct {
 
 // partitionedRates returns which of names are partitioned rates, with
 // their rates, and the others; ok is false when one was cleared.
-func (rc *rateCache) partitionedRates(names []string) (parted map[string]Rate, plain []string, ok bool) {
+func (rc *rateCache) partitionedRates(names []string) (parted map[string]rateState, plain []string, ok bool) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	parted = map[string]Rate{}
+	parted = map[string]rateState{}
 	for _, name := range names {
 		s := rc.rates[name]
 		if s == nil {
 			return nil, nil, false
 		}
 		if s.rate.By != "" {
-			parted[name] = s.rate
+			parted[name] = rateState{rate: s.rate, setAt: s.setAt}
 		} else {
 			plain = append(plain, name)
 		}
@@ -230,23 +230,10 @@ func (rc *rateCache) partitionedRates(names []string) (parted map[string]Rate, p
 	return parted, plain, true
 }
 
-// setAts returns when each of names was set, as last read.
-func (rc *rateCache) setAts(names []string) map[string]time.Time {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	out := map[string]time.Time{}
-	for _, name := range names {
-		if s := rc.rates[name]; s != nil {
-			out[name] = s.setAt
-		}
-	}
-	return out
-}
-
 // claimRateParts claims up to n jobs by p under the partitioned rates
 // parted (name → rate as read), each job with a start reserved in its
 // partition of each, reserving at t (see the top of this file).
-func (s *Store) claimRateParts(ctx context.Context, p ClaimParams, parted map[string]Rate, n int, t time.Time) ([]*jobs.Job, error) {
+func (s *Store) claimRateParts(ctx context.Context, p ClaimParams, parted map[string]rateState, n int, t time.Time) ([]*jobs.Job, error) {
 	for try := 0; ; try++ {
 		claimed, changed, err := s.claimRatePartsOnce(ctx, p, parted, n, t)
 		if !changed || err != nil || try == 1 {
@@ -263,7 +250,7 @@ func (s *Store) claimRateParts(ctx context.Context, p ClaimParams, parted map[st
 
 // claimRatePartsOnce is one try of claimRateParts; changed reports that a
 // rate was changed since it was read (the claim took nothing).
-func (s *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted map[string]Rate, n int, t time.Time) (claimed []*jobs.Job, changed bool, err error) {
+func (s *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted map[string]rateState, n int, t time.Time) (claimed []*jobs.Job, changed bool, err error) {
 	pc := newPartClaim(s.rates, p, parted, n, t)
 	if err := s.pickRateParts(ctx, pc); err != nil {
 		return nil, false, err
@@ -309,11 +296,10 @@ func (s *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 type partClaim struct {
 	rc     *rateCache
 	p      ClaimParams
-	parted map[string]Rate // the rates, as read
-	names  []string        // their names, sorted
-	setAts map[string]time.Time
-	n      int       // the most jobs to claim
-	t      time.Time // when the reads count from
+	parted map[string]rateState // the rates and when they were set, as read
+	names  []string             // their names, sorted
+	n      int                  // the most jobs to claim
+	t      time.Time            // when the reads count from
 	parts  map[string]*ratePart
 	// usedUp are, by rate name, the partitions this claim's picks use up:
 	// the next read of candidates leaves them out.
@@ -323,9 +309,9 @@ type partClaim struct {
 	next     time.Time            // the earliest next start of a partition left out
 }
 
-func newPartClaim(rc *rateCache, p ClaimParams, parted map[string]Rate, n int, t time.Time) *partClaim {
+func newPartClaim(rc *rateCache, p ClaimParams, parted map[string]rateState, n int, t time.Time) *partClaim {
 	names := slices.Sorted(maps.Keys(parted))
-	return &partClaim{rc: rc, p: p, parted: parted, names: names, setAts: rc.setAts(names), n: n, t: t,
+	return &partClaim{rc: rc, p: p, parted: parted, names: names, n: n, t: t,
 		parts: map[string]*ratePart{}, usedUp: map[string]map[string]bool{}, candByID: map[string]candidate{}}
 }
 
@@ -364,7 +350,7 @@ func (pc *partClaim) params() ClaimParams {
 	pp := pc.p
 	pp.skip = slices.Clone(pc.p.skip)
 	for _, name := range pc.names {
-		values, at := pc.rc.spentSkips(name, pc.parted[name], pc.t)
+		values, at := pc.rc.spentSkips(name, pc.parted[name].rate, pc.t)
 		if !at.IsZero() {
 			pc.noteNext(at)
 		}
@@ -376,7 +362,7 @@ func (pc *partClaim) params() ClaimParams {
 		}
 		if len(values) > 0 {
 			field, target := limitScope(name)
-			pp.skip = append(pp.skip, partSkip{field: field, target: target, arg: pc.parted[name].By, values: values})
+			pp.skip = append(pp.skip, partSkip{field: field, target: target, arg: pc.parted[name].rate.By, values: values})
 		}
 	}
 	return pp
@@ -384,7 +370,7 @@ func (pc *partClaim) params() ClaimParams {
 
 // partOf is cand's partition of rate name, as this claim knows it.
 func (pc *partClaim) partOf(name string, cand candidate) (id, key string, v bson.RawValue) {
-	by := pc.parted[name].By
+	by := pc.parted[name].rate.By
 	v = partValue(cand.job.Args, by)
 	key = partKey(by, v)
 	return ratePartID(name, key), key, v
@@ -399,7 +385,7 @@ func (pc *partClaim) newParts(cands []candidate) []string {
 			id, key, v := pc.partOf(name, cand)
 			if pc.parts[id] == nil {
 				pc.parts[id] = &ratePart{id: id, name: name, p: key, value: v,
-					rateState: rateState{rate: pc.parted[name], setAt: pc.setAts[name], raw: bson.RawValue{Type: bson.TypeNull}}}
+					rateState: rateState{rate: pc.parted[name].rate, setAt: pc.parted[name].setAt, raw: bson.RawValue{Type: bson.TypeNull}}}
 				toRead = append(toRead, id)
 			}
 		}
@@ -777,7 +763,7 @@ func giveBackPart(rp *ratePart, n int) mongo.WriteModel {
 // confirmRates adds n starts to each of names' documents, conditioned on
 // the rate as read (parted): ok is false when one no longer matched (an
 // operator changed or cleared it after this process read it).
-func (s *Store) confirmRates(ctx context.Context, names []string, parted map[string]Rate, n int) (bool, error) {
+func (s *Store) confirmRates(ctx context.Context, names []string, parted map[string]rateState, n int) (bool, error) {
 	for _, name := range names {
 		s.rates.mu.Lock()
 		bad := s.rates.rates[name] != nil && s.rates.rates[name].badStarts
@@ -786,7 +772,7 @@ func (s *Store) confirmRates(ctx context.Context, names []string, parted map[str
 		if bad {
 			update = bson.D{{Key: "$set", Value: bson.D{{Key: "starts", Value: n}}}}
 		}
-		res, err := s.ratesColl().UpdateOne(ctx, rateFilter(name, parted[name], nil), update)
+		res, err := s.ratesColl().UpdateOne(ctx, rateFilter(name, parted[name].rate, nil), update)
 		if err != nil {
 			s.forgetLimits()
 			return false, fmt.Errorf("store: claim: confirm rate %s: %w", name, err)
