@@ -658,45 +658,18 @@ func (s *Store) claimPlain(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 // claimRateCell reserves up to k starts under each rate of cell, claims as
 // many jobs of it, and gives back the starts it did not use. Under a
 // partitioned rate, it claims them with claimRateParts, which reserves
-// per partition.
+// per partition the same way.
 func (s *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*jobs.Job, error) {
 	parted, plain, ok := s.rates.partitionedRates(cell.names)
 	if !ok { // cleared since the claim planned
 		return nil, nil
 	}
-	type held struct {
-		name string
-		n    int
-		rate Rate      // as the reservation read it
-		tat  time.Time // written by the reservation
-	}
-	var hs []held
-	giveBack := func(keep int) {
-		for i := range hs {
-			if tat, ok := s.giveBack(ctx, hs[i].name, hs[i].rate, hs[i].n-keep, hs[i].tat); ok {
-				hs[i].tat = tat
-			}
-			hs[i].n = keep
-		}
-	}
 	t := s.now()
-	n := k
-	for _, name := range plain {
-		got, r, tat, err := s.reserve(ctx, name, n, t)
-		if err != nil || got == 0 {
-			// A lost reply keeps what it may have reserved: the rate runs
-			// under.
-			giveBack(0)
-			return nil, err
-		}
-		if got < n {
-			giveBack(got)
-			n = got
-		}
-		hs = append(hs, held{name, got, r, tat})
+	hs, n, err := s.reservePlain(ctx, plain, k, t)
+	if err != nil || n == 0 {
+		return nil, err
 	}
 	var claimed []*jobs.Job
-	var err error
 	if len(parted) > 0 {
 		claimed, err = s.claimRateParts(ctx, cell.p, parted, n, t)
 	} else {
@@ -708,17 +681,65 @@ func (s *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 	if err != nil {
 		return nil, err // its jobs carry the token: the caller gives them back
 	}
-	// (Under partitioned rates alone, claimRateParts checked it against
-	// its own reservation.)
-	if len(hs) > 0 {
-		if late, err := s.lateUnderRate(ctx, cell.names, t, claimed); late || err != nil {
-			return nil, err
+	if len(hs) == 0 {
+		return claimed, nil // claimRateParts settled them against its own reservation
+	}
+	return s.settleStarts(ctx, cell.names, t, claimed, func(used int) {
+		s.giveBackPlain(ctx, hs, used)
+		s.rates.noteFull(plain, used == n)
+	})
+}
+
+// plainHold is the starts a claim reserved under a plain rate.
+type plainHold struct {
+	name string
+	n    int
+	rate Rate      // as the reservation read it
+	tat  time.Time // written by the reservation
+}
+
+// reservePlain reserves up to k starts at t under each of the plain rates
+// names: n, as many as the one allowing the fewest (0: one allows none),
+// the others' extra given back.
+func (s *Store) reservePlain(ctx context.Context, names []string, k int, t time.Time) (hs []plainHold, n int, err error) {
+	n = k
+	for _, name := range names {
+		got, r, tat, err := s.reserve(ctx, name, n, t)
+		if err != nil || got == 0 {
+			// A lost reply keeps what it may have reserved: the rate runs
+			// under.
+			s.giveBackPlain(ctx, hs, 0)
+			return nil, 0, err
 		}
+		if got < n {
+			s.giveBackPlain(ctx, hs, got)
+			n = got
+		}
+		hs = append(hs, plainHold{name, got, r, tat})
 	}
-	if len(claimed) < n {
-		giveBack(len(claimed))
+	return hs, n, nil
+}
+
+// giveBackPlain gives back the starts of hs beyond keep of each.
+func (s *Store) giveBackPlain(ctx context.Context, hs []plainHold, keep int) {
+	for i := range hs {
+		if tat, ok := s.giveBack(ctx, hs[i].name, hs[i].rate, hs[i].n-keep, hs[i].tat); ok {
+			hs[i].tat = tat
+		}
+		hs[i].n = keep
 	}
-	s.rates.noteFull(plain, len(claimed) == n)
+}
+
+// settleStarts ends a claim of jobs under starts of the rates names
+// reserved at t, plain or partitioned: it gives claimed back, unstarted,
+// when its reply came too late to count as made then (lateUnderRate; the
+// starts stay used, and it returns none), else gives back with giveBack
+// the starts the jobs claimed did not use.
+func (s *Store) settleStarts(ctx context.Context, names []string, t time.Time, claimed []*jobs.Job, giveBack func(used int)) ([]*jobs.Job, error) {
+	if late, err := s.lateUnderRate(ctx, names, t, claimed); late || err != nil {
+		return nil, err
+	}
+	giveBack(len(claimed))
 	return claimed, nil
 }
 

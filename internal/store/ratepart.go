@@ -285,11 +285,8 @@ func (s *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 	if changed, err := s.confirmParts(ctx, pc, take, claimed); changed || err != nil {
 		return nil, changed, err
 	}
-	if late, err := s.lateUnderRate(ctx, pc.names, t, claimed); late || err != nil {
-		return nil, false, err
-	}
-	s.giveBackParts(ctx, take)
-	return claimed, false, nil
+	claimed, err = s.settleStarts(ctx, pc.names, t, claimed, func(int) { s.giveBackParts(ctx, take) })
+	return claimed, false, err
 }
 
 // partClaim is the state of one try of a claim under partitioned rates.
