@@ -870,14 +870,7 @@ func (s *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (cla
 		}
 		if !open {
 			// What is left needs no slot: claim it as usual.
-			if k == 1 {
-				j, err := s.claimOne(ctx, pn)
-				if j == nil || err != nil {
-					return nil, true, err
-				}
-				return []*jobs.Job{j}, true, nil
-			}
-			claimed, err := s.claimBatchTries(ctx, pn, k)
+			claimed, err := s.claimFree(ctx, pn, k)
 			return claimed, true, err
 		}
 		claimed, raced, err := s.claimBatchOnce(ctx, pn, k, picker)

@@ -528,21 +528,18 @@ type rateCell struct {
 // rate (each kind, each queue, and each pair of both), and the rest,
 // under none. ok is false when no rate applies.
 func (rc *rateCache) plan(p ClaimParams) (cells []rateCell, rest ClaimParams, ok bool) {
-	var rk, rq, fk, fq []string
-	for _, k := range p.Kinds {
-		if rc.rates[KindLimit(k)] != nil {
-			rk = append(rk, k)
-		} else {
-			fk = append(fk, k)
+	split := func(targets []string, limit func(string) string) (rated, free []string) {
+		for _, t := range targets {
+			if rc.rates[limit(t)] != nil {
+				rated = append(rated, t)
+			} else {
+				free = append(free, t)
+			}
 		}
+		return rated, free
 	}
-	for _, q := range p.Queues {
-		if rc.rates[QueueLimit(q)] != nil {
-			rq = append(rq, q)
-		} else {
-			fq = append(fq, q)
-		}
-	}
+	rk, fk := split(p.Kinds, KindLimit)
+	rq, fq := split(p.Queues, QueueLimit)
 	if len(rk) == 0 && len(rq) == 0 {
 		return nil, p, false
 	}
@@ -645,6 +642,11 @@ func (s *Store) claimPlain(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 	if handled {
 		return got, err
 	}
+	return s.claimFree(ctx, p, k)
+}
+
+// claimFree claims up to k jobs by p that no limit applies to.
+func (s *Store) claimFree(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
 	if k == 1 {
 		j, err := s.claimOne(ctx, p)
 		if j == nil || err != nil {
@@ -811,28 +813,35 @@ func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 			s.forgetLimits() // what is stored is unknown: read it again
 			return 0, Rate{}, time.Time{}, fmt.Errorf("store: claim: reserve %d starts of rate %s: %w", n, name, err)
 		}
-		if res.MatchedCount == 1 {
-			rc.mu.Lock()
-			delete(rc.lost, name)
-			if s := rc.rates[name]; s != nil {
-				s.tat, s.badStarts = tat, false
-				s.raw.Type, s.raw.Value = bsonDateTime(tat)
-			}
-			rc.mu.Unlock()
+		if rc.noteReserved(name, tat, res.MatchedCount == 1) {
 			return n, st.rate, tat, nil
 		}
 		// Another process reserved (or the rate changed): read it again.
-		rc.mu.Lock()
-		if rc.lost == nil {
-			rc.lost = map[string]int{}
-		}
-		rc.lost[name]++
-		rc.mu.Unlock()
 		if err := s.readRate(ctx, name); err != nil {
 			return 0, Rate{}, time.Time{}, err
 		}
 	}
 	return 0, Rate{}, time.Time{}, nil
+}
+
+// noteReserved records whether this client's reservation of rate name,
+// which would write tat, won, and returns won.
+func (rc *rateCache) noteReserved(name string, tat time.Time, won bool) bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if !won {
+		if rc.lost == nil {
+			rc.lost = map[string]int{}
+		}
+		rc.lost[name]++
+		return false
+	}
+	delete(rc.lost, name)
+	if s := rc.rates[name]; s != nil {
+		s.tat, s.badStarts = tat, false
+		s.raw.Type, s.raw.Value = bsonDateTime(tat)
+	}
+	return true
 }
 
 // reservationUpdate is the update of a rate's or a partition's document
