@@ -307,19 +307,24 @@ func (s *slotPicker) saturated(p ClaimParams) []partSkip {
 		}
 		var values bson.A
 		for _, l := range s.pload[name] {
-			if len(values) == maxSkippedPartitions {
-				break
-			}
 			if l.known && len(l.value.Value) <= maxSkippedValueBytes && l.count() >= pl.n { // no free slot (queueLoad.freeSlots)
 				values = append(values, skipValue(l.value))
 			}
 		}
-		if len(values) > 0 {
-			field, target := limitScope(name)
-			out = append(out, partSkip{field: field, target: target, arg: pl.arg, values: values})
-		}
+		out = appendSkip(out, name, pl.arg, values)
 	}
 	return out
+}
+
+// appendSkip appends to skips what leaves out of a claim's filter the
+// jobs of limit or rate name whose args field arg holds one of values,
+// the first maxSkippedPartitions of them; none when values is empty.
+func appendSkip(skips []partSkip, name, arg string, values bson.A) []partSkip {
+	if len(values) == 0 {
+		return skips
+	}
+	field, target := limitScope(name)
+	return append(skips, partSkip{field: field, target: target, arg: arg, values: values[:min(len(values), maxSkippedPartitions)]})
 }
 
 // setKeys returns the members of set in order.

@@ -354,13 +354,7 @@ func (pc *partClaim) params() ClaimParams {
 		for part := range pc.usedUp[name] {
 			values = append(values, skipValue(pc.parts[ratePartID(name, part)].value))
 		}
-		if len(values) > maxSkippedPartitions {
-			values = values[:maxSkippedPartitions]
-		}
-		if len(values) > 0 {
-			field, target := limitScope(name)
-			pp.skip = append(pp.skip, partSkip{field: field, target: target, arg: pc.parted[name].rate.By, values: values})
-		}
+		pp.skip = appendSkip(pp.skip, name, pc.parted[name].rate.By, values)
 	}
 	return pp
 }
