@@ -152,8 +152,7 @@ func AgeCandidates(c *Store, d time.Duration) {
 // args.c, each value running count jobs, and returns how many values a
 // claim's filter leaves out, per limit.
 func SkippedPartitionValues(counts map[string]int, n int) []int {
-	parts := newPartSpecs()
-	parts.kinds["k"] = partLimit{arg: "c", n: n}
+	parts := partSpecs{KindLimit("k"): {arg: "c", n: n}}
 	loads := map[string]*partLoad{}
 	for v, count := range counts {
 		typ, data, _ := bson.MarshalValue(v)

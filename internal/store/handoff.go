@@ -84,11 +84,11 @@ func (s *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue s
 		return nil, nil
 	}
 	p.Kinds, p.Queues = []string{kind}, []string{queue}
-	kinds, queues, parts, err := s.limitsFor(ctx, p)
+	totals, parts, err := s.limitsFor(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("store: read successors: %w", err)
 	}
-	if len(kinds) == 0 && len(queues) == 0 || parts.any() {
+	if len(totals) == 0 || parts.any() {
 		// A partitioned limit hands nothing on: the successor's
 		// partition slot is not the one the ending job frees.
 		return nil, nil
@@ -169,7 +169,7 @@ func (s *Store) SuccessorsWanted(jobID string) bool {
 // would cost). A failed read leaves them old: the hand-off is not made.
 func (s *Store) refreshForHandoff(ctx context.Context, p ClaimParams, kind, queue string) {
 	p.Kinds, p.Queues = []string{kind}, []string{queue}
-	if _, _, _, err := s.limitsFor(ctx, p); err == nil {
+	if _, _, err := s.limitsFor(ctx, p); err == nil {
 		s.freshPauses(ctx, queue)
 	}
 }
@@ -209,20 +209,14 @@ func (s *Store) handoffLimits(kind, queue string) (names map[string]int, setAt m
 	if l.readAt.IsZero() || time.Since(l.readAt) >= trusted(l.refresh, l.took) {
 		return nil, nil, false
 	}
-	if l.parts != nil {
-		if _, ok := l.parts.kinds[kind]; ok {
-			return nil, nil, false
-		}
-		if _, ok := l.parts.queues[queue]; ok {
-			return nil, nil, false
-		}
-	}
 	names = map[string]int{}
-	if n, ok := l.kinds[kind]; ok {
-		names[KindLimit(kind)] = n
-	}
-	if n, ok := l.queues[queue]; ok {
-		names[QueueLimit(queue)] = n
+	for _, name := range jobLimits(kind, queue) {
+		if _, ok := l.parts[name]; ok {
+			return nil, nil, false
+		}
+		if n, ok := l.totals[name]; ok {
+			names[name] = n
+		}
 	}
 	return names, l.setAt, true
 }
@@ -242,7 +236,7 @@ func (r *runLoads) heldSlots(jobID, kind, queue string, names map[string]int, se
 	for _, h := range hs {
 		n, ok := names[h.limit]
 		v := r.views[h.limit]
-		if !ok || h.k >= n || v == nil || v.limit != n || !v.readAt.After(setAt[h.limit].Add(2*LimitRefresh)) {
+		if !ok || h.part != "" || h.k >= n || v == nil || v.limit != n || !v.readAt.After(setAt[h.limit].Add(2*LimitRefresh)) {
 			return nil, false
 		}
 		for slot := range v.held {

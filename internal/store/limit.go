@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -89,6 +91,47 @@ func KindLimit(kind string) string { return kindScope + kind }
 // QueueLimit is the name of the concurrency limit on the jobs of queue.
 func QueueLimit(queue string) string { return queueScope + queue }
 
+// limitScope returns the job field that limit name (valid) selects on,
+// "kind" or "queue", and its value there.
+func limitScope(name string) (field, target string) {
+	if t, ok := strings.CutPrefix(name, kindScope); ok {
+		return "kind", t
+	}
+	return "queue", strings.TrimPrefix(name, queueScope)
+}
+
+// jobLimits are the names of the limits a job of kind in queue is under,
+// when they are set: its kind's, then its queue's.
+func jobLimits(kind, queue string) [2]string { return [2]string{KindLimit(kind), QueueLimit(queue)} }
+
+// claimLimits are the names of the limits on p's kinds, then on its
+// queues.
+func claimLimits(p ClaimParams) []string {
+	names := make([]string, 0, len(p.Kinds)+len(p.Queues))
+	for _, k := range p.Kinds {
+		names = append(names, KindLimit(k))
+	}
+	for _, q := range p.Queues {
+		names = append(names, QueueLimit(q))
+	}
+	return names
+}
+
+// slotField is the job field holding a run slot of limit name: of its
+// total, or (part) of one of its partitions.
+func slotField(name string, part bool) string {
+	kind := strings.HasPrefix(name, kindScope)
+	switch {
+	case kind && part:
+		return kindPartSlotField
+	case kind:
+		return kindRunSlotField
+	case part:
+		return queuePartSlotField
+	}
+	return queueRunSlotField
+}
+
 // ParseLimitName checks a limit's name, "kind:NAME" or "queue:NAME", and
 // returns whether it is a kind's and the kind's or queue's name.
 func ParseLimitName(name string) (isKind bool, target string, err error) {
@@ -165,14 +208,13 @@ func (l RunLimit) Binding() bool { return l.Malformed == "" && !l.NoTotal && l.R
 type runLimits struct {
 	mu      sync.Mutex
 	readAt  time.Time
-	kinds   map[string]int
-	queues  map[string]int
+	totals  map[string]int // by limit name: those with a total
 	warned  map[string]string
 	refresh time.Duration
 	took    time.Duration // the last read's
 	setAt   map[string]time.Time
-	parts   *partSpecs // partition.go
-	loads   *runLoads  // runload.go
+	parts   partSpecs // partition.go
+	loads   *runLoads // runload.go
 }
 
 func newRunLimits() *runLimits {
@@ -180,10 +222,13 @@ func newRunLimits() *runLimits {
 }
 
 // limitsColl is the collection of the limits.
-func (s *Store) limitsColl() *mongo.Collection {
-	name := DefaultLimitsCollection
+func (s *Store) limitsColl() *mongo.Collection { return s.flowColl(DefaultLimitsCollection) }
+
+// flowColl is the flow-control collection named name beside the default
+// jobs collection; beside another jobs collection C, C_name.
+func (s *Store) flowColl(name string) *mongo.Collection {
 	if s.cfg.Collection != DefaultCollection {
-		name = s.cfg.Collection + "_" + DefaultLimitsCollection
+		name = s.cfg.Collection + "_" + name
 	}
 	wc, _ := parseWriteConcern(s.cfg.WriteConcern)
 	return s.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
@@ -195,16 +240,35 @@ func (s *Store) limitsColl() *mongo.Collection {
 // worker's. Lowering it below the jobs running now stops none: claims wait
 // until fewer than n run. by, when set, records who set it.
 func (s *Store) SetLimit(ctx context.Context, name string, n int, by string) error {
-	if _, _, err := ParseLimitName(name); err != nil {
-		return fmt.Errorf("store: set limit: %w", err)
-	}
+	_, err := limitsWrite("set limit", name, limitProblem(n), func() (bool, error) {
+		return true, s.setLimitsDoc(ctx, name, bson.D{{Key: "limit", Value: n}}, "limit", by)
+	})
+	return err
+}
+
+// limitProblem says what is wrong with n as a limit, nil when nothing.
+func limitProblem(n int) error {
 	if n < 0 || n > MaxLimit {
-		return fmt.Errorf("store: set limit %s: %d must be between 0 and %d", name, n, MaxLimit)
-	}
-	if err := s.setLimitsDoc(ctx, name, bson.D{{Key: "limit", Value: n}}, "limit", by); err != nil {
-		return fmt.Errorf("store: set limit %s: %w", name, err)
+		return fmt.Errorf("%d must be between 0 and %d", n, MaxLimit)
 	}
 	return nil
+}
+
+// limitsWrite makes write, a change of the limits collection for limit
+// name, when name is valid and invalid nil (what is wrong with the value
+// written); its errors name op and name.
+func limitsWrite(op, name string, invalid error, write func() (bool, error)) (bool, error) {
+	if _, _, err := ParseLimitName(name); err != nil {
+		return false, fmt.Errorf("store: %s: %w", op, err)
+	}
+	if invalid != nil {
+		return false, fmt.Errorf("store: %s %s: %w", op, name, invalid)
+	}
+	found, err := write()
+	if err != nil {
+		return false, fmt.Errorf("store: %s %s: %w", op, name, err)
+	}
+	return found, nil
 }
 
 // setLimitsDoc sets fields, with PREFIXSetAt now and PREFIXSetBy by (when
@@ -224,6 +288,16 @@ func (s *Store) setLimitsDoc(ctx context.Context, id string, fields bson.D, pref
 	return nil
 }
 
+// setStamp reads when, and by whom, setLimitsDoc set the part prefix of
+// the limits document d.
+func setStamp(d bson.Raw, prefix string) (at time.Time, by string) {
+	if t, ok := d.Lookup(prefix + "SetAt").TimeOK(); ok {
+		at = t.UTC()
+	}
+	by, _ = d.Lookup(prefix + "SetBy").StringValueOK()
+	return at, by
+}
+
 // deleteLimitsDoc deletes the limits collection's document id, reporting
 // whether there was one, and makes this client's next claim read the
 // limits again.
@@ -240,14 +314,7 @@ func (s *Store) deleteLimitsDoc(ctx context.Context, id string) (bool, error) {
 // (ClearPartitionLimit removes only the latter). It reports whether there
 // was one. Running jobs keep their slots until they end, harmlessly.
 func (s *Store) ClearLimit(ctx context.Context, name string) (bool, error) {
-	if _, _, err := ParseLimitName(name); err != nil {
-		return false, fmt.Errorf("store: clear limit: %w", err)
-	}
-	found, err := s.deleteLimitsDoc(ctx, name)
-	if err != nil {
-		return false, fmt.Errorf("store: clear limit %s: %w", name, err)
-	}
-	return found, nil
+	return limitsWrite("clear limit", name, nil, func() (bool, error) { return s.deleteLimitsDoc(ctx, name) })
 }
 
 // RunLimits returns every stored limit, in name order, with how many of
@@ -257,27 +324,20 @@ func (s *Store) RunLimits(ctx context.Context) ([]RunLimit, error) {
 	if err != nil {
 		return nil, err
 	}
-	kinds, queues := map[string]int{}, map[string]int{}
-	parts := newPartSpecs()
+	totals, parts := map[string]int{}, partSpecs{}
 	for _, l := range ls {
 		if l.Malformed != "" {
 			continue
 		}
-		isKind, target, _ := ParseLimitName(l.Name)
 		// Every limit's running jobs are counted, a partitioned one's
 		// against its total or, with none, against the most there are.
-		total := l.Limit
+		totals[l.Name] = l.Limit
 		if l.NoTotal {
-			total = MaxLimit
+			totals[l.Name] = MaxLimit
 		}
-		if isKind {
-			kinds[target] = total
-		} else {
-			queues[target] = total
-		}
-		parts.add(isKind, target, l)
+		parts.add(l)
 	}
-	load, pload, err := s.readRunLoad(ctx, kinds, queues, parts)
+	load, pload, err := s.readRunLoad(ctx, totals, parts)
 	if err != nil {
 		return nil, err
 	}
@@ -341,10 +401,7 @@ func runLimit(d bson.Raw) RunLimit {
 		if l.PartitionLimit, l.Malformed = storedCount(d, "partitionLimit", MaxLimit); l.Malformed != "" {
 			return l
 		}
-		if t, ok := d.Lookup("partitionSetAt").TimeOK(); ok {
-			l.PartitionSetAt = t.UTC()
-		}
-		l.PartitionSetBy, _ = d.Lookup("partitionSetBy").StringValueOK()
+		l.PartitionSetAt, l.PartitionSetBy = setStamp(d, "partition")
 		if d.Lookup("limit").Type == 0 {
 			l.NoTotal = true
 			return l
@@ -353,10 +410,7 @@ func runLimit(d bson.Raw) RunLimit {
 	if l.Limit, l.Malformed = storedCount(d, "limit", MaxLimit); l.Malformed != "" {
 		return l
 	}
-	if t, ok := d.Lookup("limitSetAt").TimeOK(); ok {
-		l.SetAt = t.UTC()
-	}
-	l.SetBy, _ = d.Lookup("limitSetBy").StringValueOK()
+	l.SetAt, l.SetBy = setStamp(d, "limit")
 	return l
 }
 
@@ -371,18 +425,17 @@ func (s *Store) forgetLimits() {
 // the last read's time, on a slow server: see trusted), on the
 // kinds and the queues of p. A failed read fails the claim: claiming
 // without knowing the limits could break them.
-func (s *Store) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map[string]int, parts *partSpecs, err error) {
+func (s *Store) limitsFor(ctx context.Context, p ClaimParams) (totals map[string]int, parts partSpecs, err error) {
 	l := s.limits
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if t := time.Now(); l.readAt.IsZero() || t.Sub(l.readAt) >= trusted(l.refresh, l.took) {
 		ls, err := s.readLimits(ctx)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 		l.readAt, l.took = t, time.Since(t)
-		l.kinds, l.queues, l.setAt = map[string]int{}, map[string]int{}, map[string]time.Time{}
-		l.parts = newPartSpecs()
+		l.totals, l.parts, l.setAt = map[string]int{}, partSpecs{}, map[string]time.Time{}
 		for _, rl := range ls {
 			if rl.Malformed != "" {
 				s.WarnMalformed(l.warned, rl.Name, rl.Malformed,
@@ -391,60 +444,40 @@ func (s *Store) limitsFor(ctx context.Context, p ClaimParams) (kinds, queues map
 			}
 			l.setAt[rl.Name] = rl.SetAt
 			l.setAt[rl.Name+partSetAtKey] = rl.PartitionSetAt
-			isKind, target, _ := ParseLimitName(rl.Name)
-			l.parts.add(isKind, target, rl)
-			switch {
-			case rl.NoTotal:
-			case isKind:
-				l.kinds[target] = rl.Limit
-			default:
-				l.queues[target] = rl.Limit
+			l.parts.add(rl)
+			if !rl.NoTotal {
+				l.totals[rl.Name] = rl.Limit
 			}
 		}
 	}
-	parts = l.parts.of(p)
-	for _, k := range p.Kinds {
-		if n, ok := l.kinds[k]; ok {
-			if kinds == nil {
-				kinds = map[string]int{}
-			}
-			kinds[k] = n
+	totals, parts = map[string]int{}, partSpecs{}
+	for _, name := range claimLimits(p) {
+		if n, ok := l.totals[name]; ok {
+			totals[name] = n
+		}
+		if pl, ok := l.parts[name]; ok {
+			parts[name] = pl
 		}
 	}
-	for _, q := range p.Queues {
-		if n, ok := l.queues[q]; ok {
-			if queues == nil {
-				queues = map[string]int{}
-			}
-			queues[q] = n
-		}
-	}
-	return kinds, queues, parts, nil
+	return totals, parts, nil
 }
 
 // runLoadQuery is the filter and projection of readRunLoad's find: the
-// running jobs of the limited kinds and queues, with their slots (and
+// running jobs of the limits totals and parts, with their slots (and
 // partition fields). ok is false when no limit applies.
-func runLoadQuery(kinds, queues map[string]int, parts *partSpecs) (filter, proj bson.D, ok bool) {
-	kindSet, queueSet := map[string]bool{}, map[string]bool{}
-	for k := range kinds {
-		kindSet[k] = true
-	}
-	for q := range queues {
-		queueSet[q] = true
-	}
-	for k := range parts.kinds {
-		kindSet[k] = true
-	}
-	for q := range parts.queues {
-		queueSet[q] = true
+func runLoadQuery(totals map[string]int, parts partSpecs) (filter, proj bson.D, ok bool) {
+	targets := map[string]map[string]bool{"kind": {}, "queue": {}}
+	for _, names := range []iter.Seq[string]{maps.Keys(totals), maps.Keys(parts)} {
+		for name := range names {
+			field, target := limitScope(name)
+			targets[field][target] = true
+		}
 	}
 	var or bson.A
-	if len(kindSet) > 0 {
-		or = append(or, bson.D{{Key: "kind", Value: bson.D{{Key: "$in", Value: setKeys(kindSet)}}}})
-	}
-	if len(queueSet) > 0 {
-		or = append(or, bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: setKeys(queueSet)}}}})
+	for _, field := range []string{"kind", "queue"} {
+		if len(targets[field]) > 0 {
+			or = append(or, bson.D{{Key: field, Value: bson.D{{Key: "$in", Value: setKeys(targets[field])}}}})
+		}
 	}
 	if len(or) == 0 {
 		return nil, nil, false
@@ -459,7 +492,7 @@ func runLoadQuery(kinds, queues map[string]int, parts *partSpecs) (filter, proj 
 		{Key: "_id", Value: 0}, {Key: "kind", Value: 1}, {Key: "queue", Value: 1},
 		{Key: kindRunSlotField, Value: 1}, {Key: queueRunSlotField, Value: 1},
 	}
-	if parts.any() {
+	if len(parts) > 0 {
 		proj = append(proj, bson.E{Key: kindPartSlotField, Value: 1}, bson.E{Key: queuePartSlotField, Value: 1})
 		for _, f := range parts.argPaths() {
 			proj = append(proj, bson.E{Key: "args." + f, Value: 1})
@@ -468,71 +501,67 @@ func runLoadQuery(kinds, queues map[string]int, parts *partSpecs) (filter, proj 
 	return filter, proj, true
 }
 
-// readRunLoad reads, with one find, the running jobs of the given limited
-// kinds and queues and of the partitioned ones of parts, and returns each
+// runLoadRead is what readRunLoad read: each limit's load by name (the slots
+// held and how many running jobs hold none), and each partitioned
+// limit's loads by partition.
+type runLoadRead struct {
+	totals map[string]*queueLoad
+	parts  map[string]map[string]*partLoad
+}
+
+// count counts d, a running job, in the loads of the limits it is under.
+func (r runLoadRead) count(d bson.Raw, parts partSpecs) {
+	kind, _ := d.Lookup("kind").StringValueOK()
+	queue, _ := d.Lookup("queue").StringValueOK()
+	args, _ := d.Lookup("args").DocumentOK()
+	for i, name := range jobLimits(kind, queue) {
+		target := []string{kind, queue}[i]
+		if load := r.totals[name]; load != nil {
+			load.hold(target, d.Lookup(slotField(name, false)))
+		}
+		pl, ok := parts[name]
+		if !ok {
+			continue
+		}
+		v := partValue(args, pl.arg)
+		p := partKey(pl.arg, v)
+		if r.parts[name] == nil {
+			r.parts[name] = map[string]*partLoad{}
+		}
+		load := r.parts[name][p]
+		if load == nil {
+			load = &partLoad{queueLoad: queueLoad{slots: map[int]bool{}}, value: v, known: true}
+			r.parts[name][p] = load
+		}
+		load.hold(partSlotTarget(target, p), d.Lookup(slotField(name, true)))
+	}
+}
+
+// readRunLoad reads, with one find, the running jobs of the limits totals
+// (name → limit) and of the partitioned ones of parts, and returns each
 // limit's load by name (the slots held and how many running jobs hold
 // none) and each partitioned limit's loads by partition.
-func (s *Store) readRunLoad(ctx context.Context, kinds, queues map[string]int, parts *partSpecs) (map[string]*queueLoad, map[string]map[string]*partLoad, error) {
-	out := map[string]*queueLoad{}
-	for k := range kinds {
-		out[KindLimit(k)] = &queueLoad{slots: map[int]bool{}}
+func (s *Store) readRunLoad(ctx context.Context, totals map[string]int, parts partSpecs) (map[string]*queueLoad, map[string]map[string]*partLoad, error) {
+	r := runLoadRead{totals: map[string]*queueLoad{}, parts: map[string]map[string]*partLoad{}}
+	for name := range totals {
+		r.totals[name] = &queueLoad{slots: map[int]bool{}}
 	}
-	for q := range queues {
-		out[QueueLimit(q)] = &queueLoad{slots: map[int]bool{}}
-	}
-	pout := map[string]map[string]*partLoad{}
-	filter, proj, ok := runLoadQuery(kinds, queues, parts)
+	filter, proj, ok := runLoadQuery(totals, parts)
 	if !ok {
-		return out, pout, nil
+		return r.totals, r.parts, nil
 	}
 	cur, err := s.coll.Find(ctx, filter, options.Find().SetProjection(proj))
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: read the running jobs of the limits: %w", err)
 	}
-	count := func(load *queueLoad, target string, slot bson.RawValue) {
-		if k, ok := slotNumber(target, slot); ok {
-			load.slots[k] = true
-		} else {
-			load.unslotted++
-		}
-	}
-	countPart := func(name, target string, pl partLimit, args bson.Raw, slot bson.RawValue) {
-		v := partValue(args, pl.arg)
-		p := partKey(pl.arg, v)
-		if pout[name] == nil {
-			pout[name] = map[string]*partLoad{}
-		}
-		load := pout[name][p]
-		if load == nil {
-			load = &partLoad{queueLoad: queueLoad{slots: map[int]bool{}}, value: v, known: true}
-			pout[name][p] = load
-		}
-		count(&load.queueLoad, partSlotTarget(target, p), slot)
-	}
 	err = eachRaw(ctx, cur, func(d bson.Raw) error {
-		args, _ := d.Lookup("args").DocumentOK()
-		if kind, ok := d.Lookup("kind").StringValueOK(); ok {
-			if load := out[KindLimit(kind)]; load != nil {
-				count(load, kind, d.Lookup(kindRunSlotField))
-			}
-			if pl, ok := parts.kinds[kind]; ok {
-				countPart(KindLimit(kind), kind, pl, args, d.Lookup(kindPartSlotField))
-			}
-		}
-		if q, ok := d.Lookup("queue").StringValueOK(); ok {
-			if load := out[QueueLimit(q)]; load != nil {
-				count(load, q, d.Lookup(queueRunSlotField))
-			}
-			if pl, ok := parts.queues[q]; ok {
-				countPart(QueueLimit(q), q, pl, args, d.Lookup(queuePartSlotField))
-			}
-		}
+		r.count(d, parts)
 		return nil
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: read the running jobs of the limits: %w", err)
 	}
-	return out, pout, nil
+	return r.totals, r.parts, nil
 }
 
 // slotNumber returns k when slot is "<target>/<k>".
@@ -550,14 +579,16 @@ func slotNumber(target string, slot bson.RawValue) (int, bool) {
 }
 
 // slotPicker hands out, for one claim, the free run slots of the limits
-// that apply to it, as read just before.
+// that apply to it, as read just before: of their totals, and of the
+// partitions of the partitioned ones. Both are one mechanism: a set of
+// slots a job takes one of (slotNeed).
 type slotPicker struct {
-	kinds, queues map[string]int // limited kinds and queues → limit
-	free          map[string][]int
+	totals map[string]int   // limit name → total
+	free   map[string][]int // the free slots of each total
 	// parts are the partitioned limits, pload their partitions' loads by
 	// limit name and partition, and pfree the free slots of the
 	// partitions a job of the claim needed so far, by partName.
-	parts *partSpecs
+	parts partSpecs
 	pload map[string]map[string]*partLoad
 	pfree map[string][]int
 	// sent are the jobs of the claim sent a stamp, by id (candidates.go).
@@ -609,26 +640,26 @@ func cloneSlots(m map[string][]int) map[string][]int {
 	return out
 }
 
-// newSlotPicker returns the picker of the limits kinds and queues with
-// their loads, and of the partitioned ones of parts with pload.
-func newSlotPicker(kinds, queues map[string]int, load map[string]*queueLoad, parts *partSpecs, pload map[string]map[string]*partLoad) *slotPicker {
-	s := &slotPicker{kinds: kinds, queues: queues, free: map[string][]int{}, parts: parts, pload: pload, pfree: map[string][]int{}}
-	for k, n := range kinds {
-		s.free[KindLimit(k)] = load[KindLimit(k)].freeSlots(n)
-	}
-	for q, n := range queues {
-		s.free[QueueLimit(q)] = load[QueueLimit(q)].freeSlots(n)
+// newSlotPicker returns the picker of the limits totals (name → limit)
+// with their loads, and of the partitioned ones of parts with pload.
+func newSlotPicker(totals map[string]int, load map[string]*queueLoad, parts partSpecs, pload map[string]map[string]*partLoad) *slotPicker {
+	s := &slotPicker{totals: totals, free: map[string][]int{}, parts: parts, pload: pload, pfree: map[string][]int{}}
+	for name, n := range totals {
+		s.free[name] = load[name].freeSlots(n)
 	}
 	return s
 }
 
 // limited reports whether a job of kind in queue needs a slot.
 func (s *slotPicker) limited(kind, queue string) bool {
-	_, k := s.kinds[kind]
-	_, q := s.queues[queue]
-	_, pk := s.parts.kinds[kind]
-	_, pq := s.parts.queues[queue]
-	return k || q || pk || pq
+	for _, name := range jobLimits(kind, queue) {
+		_, total := s.totals[name]
+		_, part := s.parts[name]
+		if total || part {
+			return true
+		}
+	}
+	return false
 }
 
 // full reports whether limit name has no free slot left.
@@ -640,76 +671,72 @@ func (s *slotPicker) full(name string) bool { return len(s.free[name]) == 0 }
 // open.
 func (s *slotPicker) narrow(p ClaimParams) (ClaimParams, bool) {
 	open := false
-	var kinds, queues []string
-	for _, k := range p.Kinds {
-		if _, ok := s.kinds[k]; ok {
-			if s.full(KindLimit(k)) {
-				continue
+	keep := func(targets []string, limit func(string) string) (out []string) {
+		for _, t := range targets {
+			name := limit(t)
+			if _, ok := s.totals[name]; ok {
+				if s.full(name) {
+					continue
+				}
+				open = true
 			}
-			open = true
-		}
-		if _, ok := s.parts.kinds[k]; ok {
-			open = true
-		}
-		kinds = append(kinds, k)
-	}
-	for _, q := range p.Queues {
-		if _, ok := s.queues[q]; ok {
-			if s.full(QueueLimit(q)) {
-				continue
+			if _, ok := s.parts[name]; ok {
+				open = true
 			}
-			open = true
+			out = append(out, t)
 		}
-		if _, ok := s.parts.queues[q]; ok {
-			open = true
-		}
-		queues = append(queues, q)
+		return out
 	}
-	p.Kinds, p.Queues = kinds, queues
+	p.Kinds, p.Queues = keep(p.Kinds, KindLimit), keep(p.Queues, QueueLimit)
 	p.skip = s.saturated(p)
 	return p, open
 }
 
-// take returns the slot fields for a job of kind in queue with args,
-// taking a free slot of each limit and partition it is under; ok is false
-// when one of them is full.
-func (s *slotPicker) take(kind, queue string, args bson.Raw) (set bson.D, ok bool) {
-	if _, lim := s.kinds[kind]; lim && s.full(KindLimit(kind)) {
-		return nil, false
-	}
-	if _, lim := s.queues[queue]; lim && s.full(QueueLimit(queue)) {
-		return nil, false
-	}
-	kp, kpOK := s.partFree(KindLimit(kind), kind, s.parts.kinds, args)
-	qp, qpOK := s.partFree(QueueLimit(queue), queue, s.parts.queues, args)
-	if !kpOK || !qpOK {
-		return nil, false
-	}
-	if _, lim := s.kinds[kind]; lim {
-		set = append(set, bson.E{Key: kindRunSlotField, Value: slotKey(kind, s.pop(KindLimit(kind)))})
-	}
-	if _, lim := s.queues[queue]; lim {
-		set = append(set, bson.E{Key: queueRunSlotField, Value: slotKey(queue, s.pop(QueueLimit(queue)))})
-	}
-	if kp != "" {
-		set = append(set, bson.E{Key: kindPartSlotField, Value: slotKey(partSlotTarget(kind, kp), s.popPart(partName(KindLimit(kind), kp)))})
-	}
-	if qp != "" {
-		set = append(set, bson.E{Key: queuePartSlotField, Value: slotKey(partSlotTarget(queue, qp), s.popPart(partName(QueueLimit(queue), qp)))})
-	}
-	return set, true
+// slotNeed is one set of run slots a job takes one of: a limit's total's,
+// or one partition's of a partitioned limit.
+type slotNeed struct {
+	free   map[string][]int // the picker's free or pfree
+	key    string           // the set's key in free
+	field  string           // the job field holding the slot
+	prefix string           // the slot's value before "/<k>"
+	limit  string           // the limit's name
+	part   string           // the partition's key; "" for the total
 }
 
-func (s *slotPicker) pop(name string) int { return popSlot(s.free, name) }
+// needs returns the sets of slots a job of kind in queue with args takes
+// one of; ok is false when one of them has none free.
+func (s *slotPicker) needs(kind, queue string, args bson.Raw) (needs []slotNeed, ok bool) {
+	for i, name := range jobLimits(kind, queue) {
+		target := [2]string{kind, queue}[i]
+		if _, lim := s.totals[name]; lim {
+			needs = append(needs, slotNeed{s.free, name, slotField(name, false), target, name, ""})
+		}
+		if pl, lim := s.parts[name]; lim {
+			p := partKey(pl.arg, partValue(args, pl.arg))
+			needs = append(needs, slotNeed{s.pfree, s.partFree(name, p, pl), slotField(name, true), partSlotTarget(target, p), name, p})
+		}
+	}
+	for _, n := range needs {
+		if len(n.free[n.key]) == 0 {
+			return nil, false
+		}
+	}
+	return needs, true
+}
 
-func (s *slotPicker) popPart(key string) int { return popSlot(s.pfree, key) }
-
-// popSlot takes the last of the free slots free[key].
-func popSlot(free map[string][]int, key string) int {
-	f := free[key]
-	k := f[len(f)-1]
-	free[key] = f[:len(f)-1]
-	return k
+// take returns the slot fields for a job of kind in queue with args, and
+// the slots they hold, taking a free slot of each limit and partition it
+// is under; ok is false when one of them is full.
+func (s *slotPicker) take(kind, queue string, args bson.Raw) (set bson.D, held []heldSlot, ok bool) {
+	needs, ok := s.needs(kind, queue, args)
+	for _, n := range needs {
+		f := n.free[n.key]
+		k := f[len(f)-1]
+		n.free[n.key] = f[:len(f)-1]
+		set = append(set, bson.E{Key: n.field, Value: slotKey(n.prefix, k)})
+		held = append(held, heldSlot{limit: n.limit, part: n.part, k: k})
+	}
+	return set, held, ok
 }
 
 // stampLimited stamps, for a batch claim with params p at t, those of
@@ -749,7 +776,7 @@ func (s *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, bl
 		return nil, err
 	}
 	claimed, err := s.readBack(ctx, sent, p.Token)
-	got := map[string]bson.D{}
+	got := map[string][]heldSlot{}
 	for _, j := range claimed {
 		got[j.ID] = stamped[j.ID]
 	}
@@ -760,15 +787,15 @@ func (s *Store) stampLimited(ctx context.Context, p ClaimParams, t time.Time, bl
 // limitedStamps are the updates of stampLimited: one per job of block
 // whose limits have free slots in s, fenced on the job as read, with the
 // jobs sent and the slot fields each was given.
-func limitedStamps(p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) (models []mongo.WriteModel, sent []*jobs.Job, stamped map[string]bson.D) {
-	stamped = map[string]bson.D{}
+func limitedStamps(p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A, s *slotPicker) (models []mongo.WriteModel, sent []*jobs.Job, stamped map[string][]heldSlot) {
+	stamped = map[string][]heldSlot{}
 	for _, i := range stampOrder(p, block) {
 		j := block[i]
-		set, ok := s.take(j.Kind, j.Queue, j.Args)
+		set, held, ok := s.take(j.Kind, j.Queue, j.Args)
 		if !ok {
 			continue // its limit is full
 		}
-		stamped[j.ID] = set
+		stamped[j.ID] = held
 		s.markSent(j.ID)
 		match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
 		match = append(match, asRead[i].(bson.D)[1:]...) // attempt and updatedAt as read
@@ -822,18 +849,18 @@ func (s *Store) stampRefused(ctx context.Context, p ClaimParams, t time.Time, er
 // limit with free slots in a write of its own. handled is false when no
 // limit applies: the caller claims as usual.
 func (s *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, handled bool, err error) {
-	kinds, queues, parts, err := s.limitsFor(ctx, p)
+	totals, parts, err := s.limitsFor(ctx, p)
 	if err != nil {
 		return nil, true, fmt.Errorf("store: claim: %w", err)
 	}
-	if len(kinds) == 0 && len(queues) == 0 && !parts.any() {
+	if len(totals) == 0 && len(parts) == 0 {
 		s.limits.loads.noteFull(nil)
 		return nil, false, nil
 	}
 	var picker *slotPicker
 	defer func() { s.limits.loads.noteFull(picker) }()
 	for try := range claimBatchTries {
-		picker, err = s.slotsFor(ctx, kinds, queues, parts, k, try > 0)
+		picker, err = s.slotsFor(ctx, totals, parts, k, try > 0)
 		if err != nil {
 			return nil, true, fmt.Errorf("store: claim: %w", err)
 		}
@@ -843,14 +870,7 @@ func (s *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (cla
 		}
 		if !open {
 			// What is left needs no slot: claim it as usual.
-			if k == 1 {
-				j, err := s.claimOne(ctx, pn)
-				if j == nil || err != nil {
-					return nil, true, err
-				}
-				return []*jobs.Job{j}, true, nil
-			}
-			claimed, err := s.claimBatchTries(ctx, pn, k)
+			claimed, err := s.claimFree(ctx, pn, k)
 			return claimed, true, err
 		}
 		claimed, raced, err := s.claimBatchOnce(ctx, pn, k, picker)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -199,32 +200,18 @@ func (s partSkip) filter() bson.D {
 // leaves the limit's total (SetLimit), if any, as it is. by, when set,
 // records who set it.
 func (s *Store) SetPartitionLimit(ctx context.Context, name, arg string, n int, by string) error {
-	if _, _, err := ParseLimitName(name); err != nil {
-		return fmt.Errorf("store: set partition limit: %w", err)
-	}
-	if err := ValidPartitionArg(arg); err != nil {
-		return fmt.Errorf("store: set partition limit %s: %w", name, err)
-	}
-	if n < 0 || n > MaxLimit {
-		return fmt.Errorf("store: set partition limit %s: %d must be between 0 and %d", name, n, MaxLimit)
-	}
-	if err := s.setLimitsDoc(ctx, name, bson.D{{Key: "partitionBy", Value: arg}, {Key: "partitionLimit", Value: n}}, "partition", by); err != nil {
-		return fmt.Errorf("store: set partition limit %s: %w", name, err)
-	}
-	return nil
+	_, err := limitsWrite("set partition limit", name, cmp.Or(ValidPartitionArg(arg), limitProblem(n)), func() (bool, error) {
+		return true, s.setLimitsDoc(ctx, name, bson.D{{Key: "partitionBy", Value: arg}, {Key: "partitionLimit", Value: n}}, "partition", by)
+	})
+	return err
 }
 
 // ClearPartitionLimit removes the partition limit of name, leaving its
 // total, and reports whether there was one.
 func (s *Store) ClearPartitionLimit(ctx context.Context, name string) (bool, error) {
-	if _, _, err := ParseLimitName(name); err != nil {
-		return false, fmt.Errorf("store: clear partition limit: %w", err)
-	}
-	found, err := s.unsetLimitsFields(ctx, name, "partitionBy", "partitionLimit", "partitionSetAt", "partitionSetBy")
-	if err != nil {
-		return false, fmt.Errorf("store: clear partition limit %s: %w", name, err)
-	}
-	return found, nil
+	return limitsWrite("clear partition limit", name, nil, func() (bool, error) {
+		return s.unsetLimitsFields(ctx, name, "partitionBy", "partitionLimit", "partitionSetAt", "partitionSetBy")
+	})
 }
 
 // unsetLimitsFields unsets fields (the first one must exist) of the limits
@@ -254,57 +241,23 @@ func (s *Store) unsetLimitsFields(ctx context.Context, id string, fields ...stri
 	return res.MatchedCount > 0, nil
 }
 
-// partSpecs are partitioned limits by kind and by queue.
-type partSpecs struct {
-	kinds, queues map[string]partLimit
-}
+// partSpecs are partitioned limits by limit name.
+type partSpecs map[string]partLimit
 
-func newPartSpecs() *partSpecs {
-	return &partSpecs{kinds: map[string]partLimit{}, queues: map[string]partLimit{}}
-}
-
-// add records l's partition limit, if it has one, under target.
-func (ps *partSpecs) add(isKind bool, target string, l RunLimit) {
-	if l.PartitionBy == "" {
-		return
+// add records l's partition limit, if it has one.
+func (ps partSpecs) add(l RunLimit) {
+	if l.PartitionBy != "" {
+		ps[l.Name] = partLimit{arg: l.PartitionBy, n: l.PartitionLimit}
 	}
-	pl := partLimit{arg: l.PartitionBy, n: l.PartitionLimit}
-	if isKind {
-		ps.kinds[target] = pl
-	} else {
-		ps.queues[target] = pl
-	}
-}
-
-// of returns those of ps on the kinds and queues of p.
-func (ps *partSpecs) of(p ClaimParams) *partSpecs {
-	out := newPartSpecs()
-	if ps == nil {
-		return out
-	}
-	for _, k := range p.Kinds {
-		if pl, ok := ps.kinds[k]; ok {
-			out.kinds[k] = pl
-		}
-	}
-	for _, q := range p.Queues {
-		if pl, ok := ps.queues[q]; ok {
-			out.queues[q] = pl
-		}
-	}
-	return out
 }
 
 // argPaths returns the args fields ps's limits are partitioned by, for a
 // projection of the running jobs: each once, and none that another of
 // them holds (a projection refuses a path and one inside it; the outer
 // one brings both).
-func (ps *partSpecs) argPaths() []string {
+func (ps partSpecs) argPaths() []string {
 	set := map[string]bool{}
-	for _, pl := range ps.kinds {
-		set[pl.arg] = true
-	}
-	for _, pl := range ps.queues {
+	for _, pl := range ps {
 		set[pl.arg] = true
 	}
 	var out []string
@@ -325,28 +278,21 @@ func (ps *partSpecs) argPaths() []string {
 }
 
 // any reports whether ps holds a partitioned limit.
-func (ps *partSpecs) any() bool { return ps != nil && len(ps.kinds)+len(ps.queues) > 0 }
+func (ps partSpecs) any() bool { return len(ps) > 0 }
 
-// partFree returns the partition of a job of target with args under the
-// partitioned limit name of specs, if any, and whether it has a free slot
-// ("" and true when target is not partitioned).
-func (s *slotPicker) partFree(name, target string, specs map[string]partLimit, args bson.Raw) (string, bool) {
-	pl, ok := specs[target]
-	if !ok {
-		return "", true
-	}
-	p := partKey(pl.arg, partValue(args, pl.arg))
+// partFree returns the key in s.pfree of the free slots of partition p of
+// the partitioned limit name (pl), reading them from its load the first
+// time a job of the claim needs them.
+func (s *slotPicker) partFree(name, p string, pl partLimit) string {
 	key := partName(name, p)
-	f, ok := s.pfree[key]
-	if !ok {
+	if _, ok := s.pfree[key]; !ok {
 		load := queueLoad{slots: map[int]bool{}}
 		if l := s.pload[name][p]; l != nil {
 			load = l.queueLoad
 		}
-		f = load.freeSlots(pl.n)
-		s.pfree[key] = f
+		s.pfree[key] = load.freeSlots(pl.n)
 	}
-	return p, len(f) > 0
+	return key
 }
 
 // saturated returns what leaves out of the filter of a claim by p the
@@ -354,38 +300,31 @@ func (s *slotPicker) partFree(name, target string, specs map[string]partLimit, a
 // maxSkippedPartitions per limit.
 func (s *slotPicker) saturated(p ClaimParams) []partSkip {
 	var out []partSkip
-	add := func(field, name, target string, pl partLimit) {
+	for _, name := range claimLimits(p) {
+		pl, ok := s.parts[name]
+		if !ok {
+			continue
+		}
 		var values bson.A
 		for _, l := range s.pload[name] {
-			if len(values) == maxSkippedPartitions {
-				break
-			}
-			if !l.known || len(l.value.Value) > maxSkippedValueBytes {
-				continue
-			}
-			if l.count() >= pl.n { // no free slot (queueLoad.freeSlots)
-				if l.value.Type == 0 {
-					values = append(values, nil) // missing: the partition of null
-				} else {
-					values = append(values, l.value)
-				}
+			if l.known && len(l.value.Value) <= maxSkippedValueBytes && l.count() >= pl.n { // no free slot (queueLoad.freeSlots)
+				values = append(values, skipValue(l.value))
 			}
 		}
-		if len(values) > 0 {
-			out = append(out, partSkip{field: field, target: target, arg: pl.arg, values: values})
-		}
-	}
-	for _, k := range p.Kinds {
-		if pl, ok := s.parts.kinds[k]; ok {
-			add("kind", KindLimit(k), k, pl)
-		}
-	}
-	for _, q := range p.Queues {
-		if pl, ok := s.parts.queues[q]; ok {
-			add("queue", QueueLimit(q), q, pl)
-		}
+		out = appendSkip(out, name, pl.arg, values)
 	}
 	return out
+}
+
+// appendSkip appends to skips what leaves out of a claim's filter the
+// jobs of limit or rate name whose args field arg holds one of values,
+// the first maxSkippedPartitions of them; none when values is empty.
+func appendSkip(skips []partSkip, name, arg string, values bson.A) []partSkip {
+	if len(values) == 0 {
+		return skips
+	}
+	field, target := limitScope(name)
+	return append(skips, partSkip{field: field, target: target, arg: arg, values: values[:min(len(values), maxSkippedPartitions)]})
 }
 
 // setKeys returns the members of set in order.
@@ -476,31 +415,20 @@ func copyPartLoads(loads map[string]*partLoad) map[string]*partLoad {
 // partsFromViews returns the partitions' loads of the partitioned limits
 // parts from the views, or nil when one of them may not be trusted. r.mu
 // is not held.
-func (r *runLoads) partsFromViews(parts *partSpecs, setAt map[string]time.Time) map[string]map[string]*partLoad {
+func (r *runLoads) partsFromViews(parts partSpecs, setAt map[string]time.Time) map[string]map[string]*partLoad {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.told {
 		return nil
 	}
 	out := map[string]map[string]*partLoad{}
-	check := func(name string, pl partLimit) bool {
+	for name, pl := range parts {
 		v := r.parts[name]
 		if v == nil || v.arg != pl.arg || v.n != pl.n || time.Since(v.readAt) >= LimitRefresh ||
 			!v.readAt.After(setAt[name+partSetAtKey].Add(2*LimitRefresh)) {
-			return false
+			return nil
 		}
 		out[name] = copyPartLoads(v.loads)
-		return true
-	}
-	for k, pl := range parts.kinds {
-		if !check(KindLimit(k), pl) {
-			return nil
-		}
-	}
-	for q, pl := range parts.queues {
-		if !check(QueueLimit(q), pl) {
-			return nil
-		}
 	}
 	return out
 }
@@ -508,68 +436,14 @@ func (r *runLoads) partsFromViews(parts *partSpecs, setAt map[string]time.Time) 
 // storePartViews keeps a read of the partitioned limits parts, sent at
 // sent, as their views: none for a limit with a running job holding no
 // partition slot. r.mu is held.
-func (r *runLoads) storePartViews(parts *partSpecs, pload map[string]map[string]*partLoad, sent time.Time) {
-	store := func(name string, pl partLimit) {
+func (r *runLoads) storePartViews(parts partSpecs, pload map[string]map[string]*partLoad, sent time.Time) {
+	for name, pl := range parts {
+		r.parts[name] = &partView{arg: pl.arg, n: pl.n, readAt: sent, loads: copyPartLoads(pload[name])}
 		for _, l := range pload[name] {
 			if l.unslotted > 0 {
 				delete(r.parts, name)
-				return
+				break
 			}
-		}
-		r.parts[name] = &partView{arg: pl.arg, n: pl.n, readAt: sent, loads: copyPartLoads(pload[name])}
-	}
-	for k, pl := range parts.kinds {
-		store(KindLimit(k), pl)
-	}
-	for q, pl := range parts.queues {
-		store(QueueLimit(q), pl)
-	}
-}
-
-// notePartTaken records in the views the partition slot value this
-// client's claim stamped in field, and returns it as the job's. r.mu is
-// held.
-func (r *runLoads) notePartTaken(field string, value any) (heldSlot, bool) {
-	s, ok := value.(string)
-	if !ok {
-		return heldSlot{}, false
-	}
-	i := strings.LastIndexByte(s, '/')
-	if i < 0 {
-		return heldSlot{}, false
-	}
-	k, err := strconv.Atoi(s[i+1:])
-	rest := s[:i]
-	j := strings.LastIndexByte(rest, '/')
-	if err != nil || k < 0 || j < 0 {
-		return heldSlot{}, false
-	}
-	target, p := rest[:j], rest[j+1:]
-	name := QueueLimit(target)
-	if field == kindPartSlotField {
-		name = KindLimit(target)
-	}
-	if v := r.parts[name]; v != nil {
-		l := v.loads[p]
-		if l == nil {
-			// Its value is not known here: a claim's filter cannot leave
-			// it out by value (saturated skips it); the picker still
-			// refuses its jobs once it is full.
-			l = &partLoad{queueLoad: queueLoad{slots: map[int]bool{}}}
-			v.loads[p] = l
-		}
-		l.slots[k] = true
-	}
-	return heldSlot{limit: partName(name, p), k: k, part: true}, true
-}
-
-// notePartFreed records in the views that h, a partition slot this
-// client's run held, is free. r.mu is held.
-func (r *runLoads) notePartFreed(h heldSlot) {
-	name, p, _ := strings.Cut(h.limit, "\x00")
-	if v := r.parts[name]; v != nil {
-		if l := v.loads[p]; l != nil {
-			delete(l.slots, h.k)
 		}
 	}
 }

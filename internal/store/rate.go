@@ -129,17 +129,17 @@ func refill(r Rate) string {
 	return strconv.FormatFloat(h, 'f', 0, 64) + "h"
 }
 
+// ratePeriods are the periods a rate writes as a letter.
+var ratePeriods = map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour}
+
 // String writes r as ParseRate reads it: "14/s", "600/m burst 20",
 // "10/m burst 2 per customerId".
 func (r Rate) String() string {
 	per := r.Per.String()
-	switch r.Per {
-	case time.Second:
-		per = "s"
-	case time.Minute:
-		per = "m"
-	case time.Hour:
-		per = "h"
+	for letter, d := range ratePeriods {
+		if d == r.Per {
+			per = letter
+		}
 	}
 	s := fmt.Sprintf("%d/%s", r.N, per)
 	if r.Burst > 1 {
@@ -184,17 +184,10 @@ func ParseRate(s string) (Rate, error) {
 	if r.N, err = strconv.Atoi(n); err != nil {
 		return Rate{}, fmt.Errorf("rate %q: %q is not a whole number", s, n)
 	}
-	switch per {
-	case "s":
-		r.Per = time.Second
-	case "m":
-		r.Per = time.Minute
-	case "h":
-		r.Per = time.Hour
-	default:
-		if r.Per, err = time.ParseDuration(per); err != nil {
-			return Rate{}, fmt.Errorf("rate %q: period %q is not s, m, h or a duration", s, per)
-		}
+	if d, ok := ratePeriods[per]; ok {
+		r.Per = d
+	} else if r.Per, err = time.ParseDuration(per); err != nil {
+		return Rate{}, fmt.Errorf("rate %q: period %q is not s, m, h or a duration", s, per)
 	}
 	if err := r.Validate(); err != nil {
 		return Rate{}, fmt.Errorf("rate %q: %w", s, err)
@@ -300,18 +293,26 @@ func (s *Store) storeRates(docs []bson.Raw) {
 	old := rc.rates
 	rc.rates = map[string]*rateState{}
 	for _, d := range docs {
-		rl, st := rateLimit(d, s.instant())
-		if rl.Malformed != "" {
-			s.WarnMalformed(rc.warned, rl.Name, rl.Malformed,
-				"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")
-			continue
-		}
-		if o := old[rl.Name]; o != nil && o.tat.After(st.tat) && o.rate == st.rate {
+		name, st := s.usableRate(d)
+		if o := old[name]; st != nil && o != nil && o.tat.After(st.tat) && o.rate == st.rate {
 			// This client reserved since the read was sent.
 			st.tat, st.raw, st.badStarts = o.tat, o.raw, o.badStarts
 		}
-		rc.rates[rl.Name] = st
+		if st != nil {
+			rc.rates[name] = st
+		}
 	}
+}
+
+// usableRate reads the rate document d into its name and state; a nil
+// state when it is malformed, which it warns of. rc.mu is held.
+func (s *Store) usableRate(d bson.Raw) (string, *rateState) {
+	rl, st := rateLimit(d, s.instant())
+	if rl.Malformed != "" {
+		s.WarnMalformed(s.rates.warned, rl.Name, rl.Malformed,
+			"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")
+	}
+	return rl.Name, st
 }
 
 // rateLimit reads one rate's document field by field.
@@ -322,19 +323,17 @@ func rateLimit(d bson.Raw, t time.Time) (RateLimit, *rateState) {
 		rl.Malformed = err.Error()
 		return rl, nil
 	}
-	n, bad := storedCount(d, "rate", MaxRate)
-	if bad == "" && n == 0 {
-		bad = "rate is 0"
+	var v [3]int
+	var bad string
+	for i, f := range []string{"rate", "periodMs", "burst"} {
+		if bad == "" {
+			v[i], bad = storedCount(d, f, []int{MaxRate, int(MaxRatePeriod / time.Millisecond), MaxBurst}[i])
+		}
+		if bad == "" && v[0] == 0 {
+			bad = "rate is 0"
+		}
 	}
-	var per int
-	if bad == "" {
-		per, bad = storedCount(d, "periodMs", int(MaxRatePeriod/time.Millisecond))
-	}
-	var burst int
-	if bad == "" {
-		burst, bad = storedCount(d, "burst", MaxBurst)
-	}
-	rl.Rate = Rate{N: n, Per: time.Duration(per) * time.Millisecond, Burst: burst}
+	rl.Rate = Rate{N: v[0], Per: time.Duration(v[1]) * time.Millisecond, Burst: v[2]}
 	if bad == "" {
 		rl.Rate.By, bad = storedPartitionBy(d)
 	}
@@ -347,20 +346,23 @@ func rateLimit(d bson.Raw, t time.Time) (RateLimit, *rateState) {
 		rl.Malformed = bad
 		return rl, nil
 	}
-	if at, ok := d.Lookup("rateSetAt").TimeOK(); ok {
-		rl.SetAt = at.UTC()
-	}
+	rl.SetAt, rl.SetBy = setStamp(d, "rate")
 	st := &rateState{rate: rl.Rate, setAt: rl.SetAt}
-	st.tat, st.raw = storedTat(d, rl.Rate, rl.SetAt)
-	switch v := d.Lookup("starts"); v.Type {
-	case 0, bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
-		rl.Starts, _ = v.AsInt64OK()
-	default:
-		st.badStarts = true
-	}
+	st.read(d)
+	rl.Starts, _ = d.Lookup("starts").AsInt64OK()
 	rl.Used, rl.NextStart = st.used(t)
-	rl.SetBy, _ = d.Lookup("rateSetBy").StringValueOK()
 	return rl, st
+}
+
+// badStarts reports that the starts of a rate's or a partition's document
+// d is stored but not a number (another application wrote it), so that
+// $inc would fail: the next reservation sets it.
+func badStarts(d bson.Raw) bool {
+	switch d.Lookup("starts").Type {
+	case 0, bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
+		return false
+	}
+	return true
 }
 
 // rawValue is d's field, or a null that matches it missing.
@@ -370,6 +372,13 @@ func rawValue(d bson.Raw, field string) bson.RawValue {
 		return bson.RawValue{Type: bson.TypeNull}
 	}
 	return v
+}
+
+// read sets s's tat (raw: as stored) and badStarts from d, its rate's or
+// its partition's document.
+func (s *rateState) read(d bson.Raw) {
+	s.tat, s.raw = storedTat(d, s.rate, s.setAt)
+	s.badStarts = badStarts(d)
 }
 
 // avail is how many starts s allows at t.
@@ -417,33 +426,20 @@ func (s *Store) ratesColl() *mongo.Collection { return s.limitsColl() }
 // read (the reservation is conditioned on the rate), and within
 // LimitRefresh to its claims otherwise. by, when set, records who set it.
 func (s *Store) SetRate(ctx context.Context, name string, r Rate, by string) error {
-	if _, _, err := ParseLimitName(name); err != nil {
-		return fmt.Errorf("store: set rate: %w", err)
-	}
-	if err := r.Validate(); err != nil {
-		return fmt.Errorf("store: set rate %s: %w", name, err)
-	}
 	fields := bson.D{
 		{Key: "rate", Value: r.N}, {Key: "periodMs", Value: r.Per.Milliseconds()}, {Key: "burst", Value: r.burst()},
 		{Key: "partitionBy", Value: partitionByValue(r)},
 	}
-	if err := s.setLimitsDoc(ctx, rateScope+name, fields, "rate", by); err != nil {
-		return fmt.Errorf("store: set rate %s: %w", name, err)
-	}
-	return nil
+	_, err := limitsWrite("set rate", name, r.Validate(), func() (bool, error) {
+		return true, s.setLimitsDoc(ctx, rateScope+name, fields, "rate", by)
+	})
+	return err
 }
 
 // ClearRate removes the rate limit of name. It reports whether there was
 // one.
 func (s *Store) ClearRate(ctx context.Context, name string) (bool, error) {
-	if _, _, err := ParseLimitName(name); err != nil {
-		return false, fmt.Errorf("store: clear rate: %w", err)
-	}
-	found, err := s.deleteLimitsDoc(ctx, rateScope+name)
-	if err != nil {
-		return false, fmt.Errorf("store: clear rate %s: %w", name, err)
-	}
-	return found, nil
+	return limitsWrite("clear rate", name, nil, func() (bool, error) { return s.deleteLimitsDoc(ctx, rateScope+name) })
 }
 
 // RateLimits returns every stored rate limit, in name order, with how much
@@ -505,14 +501,10 @@ func (s *Store) NextRateStart() time.Time {
 func (s *Store) WaitingOnLimits(ctx context.Context, names []string) (map[string]int64, error) {
 	out := map[string]int64{}
 	for _, name := range names {
-		isKind, target, err := ParseLimitName(name)
-		if err != nil {
+		if _, _, err := ParseLimitName(name); err != nil {
 			continue
 		}
-		field := "queue"
-		if isKind {
-			field = "kind"
-		}
+		field, target := limitScope(name)
 		n, err := s.coll.CountDocuments(ctx, bson.D{
 			{Key: field, Value: target},
 			{Key: "state", Value: jobs.StateAvailable},
@@ -536,21 +528,18 @@ type rateCell struct {
 // rate (each kind, each queue, and each pair of both), and the rest,
 // under none. ok is false when no rate applies.
 func (rc *rateCache) plan(p ClaimParams) (cells []rateCell, rest ClaimParams, ok bool) {
-	var rk, rq, fk, fq []string
-	for _, k := range p.Kinds {
-		if rc.rates[KindLimit(k)] != nil {
-			rk = append(rk, k)
-		} else {
-			fk = append(fk, k)
+	split := func(targets []string, limit func(string) string) (rated, free []string) {
+		for _, t := range targets {
+			if rc.rates[limit(t)] != nil {
+				rated = append(rated, t)
+			} else {
+				free = append(free, t)
+			}
 		}
+		return rated, free
 	}
-	for _, q := range p.Queues {
-		if rc.rates[QueueLimit(q)] != nil {
-			rq = append(rq, q)
-		} else {
-			fq = append(fq, q)
-		}
-	}
+	rk, fk := split(p.Kinds, KindLimit)
+	rq, fq := split(p.Queues, QueueLimit)
 	if len(rk) == 0 && len(rq) == 0 {
 		return nil, p, false
 	}
@@ -582,7 +571,7 @@ func (rc *rateCache) plan(p ClaimParams) (cells []rateCell, rest ClaimParams, ok
 func (s *Store) claimUnderRates(ctx context.Context, p ClaimParams, k int) (claimed []*jobs.Job, handled bool, err error) {
 	// The limits read brings the rates (readLimits); cached, it costs
 	// nothing.
-	if _, _, _, err := s.limitsFor(ctx, p); err != nil {
+	if _, _, err := s.limitsFor(ctx, p); err != nil {
 		return nil, true, fmt.Errorf("store: claim: %w", err)
 	}
 	rc := s.rates
@@ -653,6 +642,11 @@ func (s *Store) claimPlain(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 	if handled {
 		return got, err
 	}
+	return s.claimFree(ctx, p, k)
+}
+
+// claimFree claims up to k jobs by p that no limit applies to.
+func (s *Store) claimFree(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
 	if k == 1 {
 		j, err := s.claimOne(ctx, p)
 		if j == nil || err != nil {
@@ -666,45 +660,18 @@ func (s *Store) claimPlain(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 // claimRateCell reserves up to k starts under each rate of cell, claims as
 // many jobs of it, and gives back the starts it did not use. Under a
 // partitioned rate, it claims them with claimRateParts, which reserves
-// per partition.
+// per partition the same way.
 func (s *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*jobs.Job, error) {
 	parted, plain, ok := s.rates.partitionedRates(cell.names)
 	if !ok { // cleared since the claim planned
 		return nil, nil
 	}
-	type held struct {
-		name string
-		n    int
-		rate Rate      // as the reservation read it
-		tat  time.Time // written by the reservation
-	}
-	var hs []held
-	giveBack := func(keep int) {
-		for i := range hs {
-			if tat, ok := s.giveBack(ctx, hs[i].name, hs[i].rate, hs[i].n-keep, hs[i].tat); ok {
-				hs[i].tat = tat
-			}
-			hs[i].n = keep
-		}
-	}
 	t := s.now()
-	n := k
-	for _, name := range plain {
-		got, r, tat, err := s.reserve(ctx, name, n, t)
-		if err != nil || got == 0 {
-			// A lost reply keeps what it may have reserved: the rate runs
-			// under.
-			giveBack(0)
-			return nil, err
-		}
-		if got < n {
-			giveBack(got)
-			n = got
-		}
-		hs = append(hs, held{name, got, r, tat})
+	hs, n, err := s.reservePlain(ctx, plain, k, t)
+	if err != nil || n == 0 {
+		return nil, err
 	}
 	var claimed []*jobs.Job
-	var err error
 	if len(parted) > 0 {
 		claimed, err = s.claimRateParts(ctx, cell.p, parted, n, t)
 	} else {
@@ -716,17 +683,65 @@ func (s *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 	if err != nil {
 		return nil, err // its jobs carry the token: the caller gives them back
 	}
-	// (Under partitioned rates alone, claimRateParts checked it against
-	// its own reservation.)
-	if len(hs) > 0 {
-		if late, err := s.lateUnderRate(ctx, cell.names, t, claimed); late || err != nil {
-			return nil, err
+	if len(hs) == 0 {
+		return claimed, nil // claimRateParts settled them against its own reservation
+	}
+	return s.settleStarts(ctx, cell.names, t, claimed, func(used int) {
+		s.giveBackPlain(ctx, hs, used)
+		s.rates.noteFull(plain, used == n)
+	})
+}
+
+// plainHold is the starts a claim reserved under a plain rate.
+type plainHold struct {
+	name string
+	n    int
+	rate Rate      // as the reservation read it
+	tat  time.Time // written by the reservation
+}
+
+// reservePlain reserves up to k starts at t under each of the plain rates
+// names: n, as many as the one allowing the fewest (0: one allows none),
+// the others' extra given back.
+func (s *Store) reservePlain(ctx context.Context, names []string, k int, t time.Time) (hs []plainHold, n int, err error) {
+	n = k
+	for _, name := range names {
+		got, r, tat, err := s.reserve(ctx, name, n, t)
+		if err != nil || got == 0 {
+			// A lost reply keeps what it may have reserved: the rate runs
+			// under.
+			s.giveBackPlain(ctx, hs, 0)
+			return nil, 0, err
 		}
+		if got < n {
+			s.giveBackPlain(ctx, hs, got)
+			n = got
+		}
+		hs = append(hs, plainHold{name, got, r, tat})
 	}
-	if len(claimed) < n {
-		giveBack(len(claimed))
+	return hs, n, nil
+}
+
+// giveBackPlain gives back the starts of hs beyond keep of each.
+func (s *Store) giveBackPlain(ctx context.Context, hs []plainHold, keep int) {
+	for i := range hs {
+		if tat, ok := s.giveBack(ctx, hs[i].name, hs[i].rate, hs[i].n-keep, hs[i].tat); ok {
+			hs[i].tat = tat
+		}
+		hs[i].n = keep
 	}
-	s.rates.noteFull(plain, len(claimed) == n)
+}
+
+// settleStarts ends a claim of jobs under starts of the rates names
+// reserved at t, plain or partitioned: it gives claimed back, unstarted,
+// when its reply came too late to count as made then (lateUnderRate; the
+// starts stay used, and it returns none), else gives back with giveBack
+// the starts the jobs claimed did not use.
+func (s *Store) settleStarts(ctx context.Context, names []string, t time.Time, claimed []*jobs.Job, giveBack func(used int)) ([]*jobs.Job, error) {
+	if late, err := s.lateUnderRate(ctx, names, t, claimed); late || err != nil {
+		return nil, err
+	}
+	giveBack(len(claimed))
 	return claimed, nil
 }
 
@@ -798,28 +813,35 @@ func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 			s.forgetLimits() // what is stored is unknown: read it again
 			return 0, Rate{}, time.Time{}, fmt.Errorf("store: claim: reserve %d starts of rate %s: %w", n, name, err)
 		}
-		if res.MatchedCount == 1 {
-			rc.mu.Lock()
-			delete(rc.lost, name)
-			if s := rc.rates[name]; s != nil {
-				s.tat, s.badStarts = tat, false
-				s.raw.Type, s.raw.Value = bsonDateTime(tat)
-			}
-			rc.mu.Unlock()
+		if rc.noteReserved(name, tat, res.MatchedCount == 1) {
 			return n, st.rate, tat, nil
 		}
 		// Another process reserved (or the rate changed): read it again.
-		rc.mu.Lock()
-		if rc.lost == nil {
-			rc.lost = map[string]int{}
-		}
-		rc.lost[name]++
-		rc.mu.Unlock()
 		if err := s.readRate(ctx, name); err != nil {
 			return 0, Rate{}, time.Time{}, err
 		}
 	}
 	return 0, Rate{}, time.Time{}, nil
+}
+
+// noteReserved records whether this client's reservation of rate name,
+// which would write tat, won, and returns won.
+func (rc *rateCache) noteReserved(name string, tat time.Time, won bool) bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if !won {
+		if rc.lost == nil {
+			rc.lost = map[string]int{}
+		}
+		rc.lost[name]++
+		return false
+	}
+	delete(rc.lost, name)
+	if s := rc.rates[name]; s != nil {
+		s.tat, s.badStarts = tat, false
+		s.raw.Type, s.raw.Value = bsonDateTime(tat)
+	}
+	return true
 }
 
 // reservationUpdate is the update of a rate's or a partition's document
@@ -832,6 +854,12 @@ func reservationUpdate(g gcra, tat time.Time, n int, badStarts bool, extra ...bs
 		return bson.D{{Key: "$set", Value: append(set, bson.E{Key: "starts", Value: n})}}
 	}
 	return bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: n}}}}
+}
+
+// giveBackUpdate is the update of a rate's or a partition's document that
+// gives back n starts of a reservation: tat set back to back.
+func giveBackUpdate(back time.Time, n int) bson.D {
+	return bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: back}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: -n}}}}
 }
 
 // rateFilter matches the document of rate name while it holds rate r and
@@ -897,14 +925,11 @@ func (s *Store) readRate(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("store: claim: read rate %s: %w", name, err)
 	}
-	rl, st := rateLimit(raw, s.instant())
-	if rl.Malformed != "" {
-		s.WarnMalformed(rc.warned, rl.Name, rl.Malformed,
-			"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")
+	if _, st := s.usableRate(raw); st != nil {
+		rc.rates[name] = st
+	} else {
 		delete(rc.rates, name)
-		return nil
 	}
-	rc.rates[name] = st
 	return nil
 }
 
@@ -917,9 +942,7 @@ func (s *Store) giveBack(ctx context.Context, name string, r Rate, n int, tat ti
 		return tat, true
 	}
 	back := r.gcra().giveBack(tat, n)
-	res, err := s.ratesColl().UpdateOne(ctx,
-		rateFilter(name, r, tat),
-		bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: back}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: -n}}}})
+	res, err := s.ratesColl().UpdateOne(ctx, rateFilter(name, r, tat), giveBackUpdate(back, n))
 	if err != nil || res.MatchedCount == 0 {
 		return tat, false
 	}

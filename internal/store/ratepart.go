@@ -14,7 +14,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.uber.org/zap"
 )
 
@@ -94,14 +93,7 @@ const RatePartitionIdle = time.Minute
 const ratePartTries = 3
 
 // ratePartsColl is the collection of the partitions' state.
-func (s *Store) ratePartsColl() *mongo.Collection {
-	name := DefaultRatePartsCollection
-	if s.cfg.Collection != DefaultCollection {
-		name = s.cfg.Collection + "_" + DefaultRatePartsCollection
-	}
-	wc, _ := parseWriteConcern(s.cfg.WriteConcern)
-	return s.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
-}
+func (s *Store) ratePartsColl() *mongo.Collection { return s.flowColl(DefaultRatePartsCollection) }
 
 // partitionByValue is r.By as stored: null for a rate not partitioned.
 func partitionByValue(r Rate) any {
@@ -194,21 +186,17 @@ func skipValue(v bson.RawValue) any {
 
 // ratePart is one partition of a partitioned rate as one claim sees it.
 type ratePart struct {
-	id    string // its document's _id
-	name  string // the rate's
-	p     string // partKey
-	value bson.RawValue
-	rate  Rate
-	since time.Time // when the rate was set (a tat stored under another converts from then)
-	// As read: whether the document exists, its tat (raw for the
-	// compare-and-set), whether its starts is not a number.
-	exists    bool
-	raw       bson.RawValue
-	rawTNs    bson.RawValue // the interval tat was written under, as stored (Type 0: none)
-	tat       time.Time
-	badStarts bool
-	avail     int // starts allowed at t
-	take      int // picked by this claim
+	// rateState is the partition's as read: its rate, when that was set
+	// (a tat stored under another converts from then), its tat.
+	rateState
+	id     string // its document's _id
+	name   string // the rate's
+	p      string // partKey
+	value  bson.RawValue
+	exists bool          // its document, as read
+	rawTNs bson.RawValue // the interval tat was written under, as stored (Type 0: none)
+	allows int           // starts allowed at t
+	take   int           // picked by this claim
 	// Written by the reservation: reserved reports that it was applied.
 	newTat   time.Time
 	res      string // the reservation's nonce, which its write stored
@@ -224,17 +212,17 @@ type ratePick struct {
 
 // partitionedRates returns which of names are partitioned rates, with
 // their rates, and the others; ok is false when one was cleared.
-func (rc *rateCache) partitionedRates(names []string) (parted map[string]Rate, plain []string, ok bool) {
+func (rc *rateCache) partitionedRates(names []string) (parted map[string]rateState, plain []string, ok bool) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	parted = map[string]Rate{}
+	parted = map[string]rateState{}
 	for _, name := range names {
 		s := rc.rates[name]
 		if s == nil {
 			return nil, nil, false
 		}
 		if s.rate.By != "" {
-			parted[name] = s.rate
+			parted[name] = rateState{rate: s.rate, setAt: s.setAt}
 		} else {
 			plain = append(plain, name)
 		}
@@ -242,23 +230,10 @@ func (rc *rateCache) partitionedRates(names []string) (parted map[string]Rate, p
 	return parted, plain, true
 }
 
-// setAts returns when each of names was set, as last read.
-func (rc *rateCache) setAts(names []string) map[string]time.Time {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	out := map[string]time.Time{}
-	for _, name := range names {
-		if s := rc.rates[name]; s != nil {
-			out[name] = s.setAt
-		}
-	}
-	return out
-}
-
 // claimRateParts claims up to n jobs by p under the partitioned rates
 // parted (name → rate as read), each job with a start reserved in its
 // partition of each, reserving at t (see the top of this file).
-func (s *Store) claimRateParts(ctx context.Context, p ClaimParams, parted map[string]Rate, n int, t time.Time) ([]*jobs.Job, error) {
+func (s *Store) claimRateParts(ctx context.Context, p ClaimParams, parted map[string]rateState, n int, t time.Time) ([]*jobs.Job, error) {
 	for try := 0; ; try++ {
 		claimed, changed, err := s.claimRatePartsOnce(ctx, p, parted, n, t)
 		if !changed || err != nil || try == 1 {
@@ -275,7 +250,7 @@ func (s *Store) claimRateParts(ctx context.Context, p ClaimParams, parted map[st
 
 // claimRatePartsOnce is one try of claimRateParts; changed reports that a
 // rate was changed since it was read (the claim took nothing).
-func (s *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted map[string]Rate, n int, t time.Time) (claimed []*jobs.Job, changed bool, err error) {
+func (s *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted map[string]rateState, n int, t time.Time) (claimed []*jobs.Job, changed bool, err error) {
 	pc := newPartClaim(s.rates, p, parted, n, t)
 	if err := s.pickRateParts(ctx, pc); err != nil {
 		return nil, false, err
@@ -310,36 +285,31 @@ func (s *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 	if changed, err := s.confirmParts(ctx, pc, take, claimed); changed || err != nil {
 		return nil, changed, err
 	}
-	if late, err := s.lateUnderRate(ctx, pc.names, t, claimed); late || err != nil {
-		return nil, false, err
-	}
-	s.giveBackParts(ctx, take)
-	return claimed, false, nil
+	claimed, err = s.settleStarts(ctx, pc.names, t, claimed, func(int) { s.giveBackParts(ctx, take) })
+	return claimed, false, err
 }
 
 // partClaim is the state of one try of a claim under partitioned rates.
 type partClaim struct {
 	rc     *rateCache
 	p      ClaimParams
-	parted map[string]Rate // the rates, as read
-	names  []string        // their names, sorted
-	setAts map[string]time.Time
-	n      int       // the most jobs to claim
-	t      time.Time // when the reads count from
+	parted map[string]rateState // the rates and when they were set, as read
+	names  []string             // their names, sorted
+	n      int                  // the most jobs to claim
+	t      time.Time            // when the reads count from
 	parts  map[string]*ratePart
 	// usedUp are, by rate name, the partitions this claim's picks use up:
 	// the next read of candidates leaves them out.
 	usedUp   map[string]map[string]bool
 	picks    []ratePick
-	picked   map[string]bool
-	candByID map[string]rateCand
-	next     time.Time // the earliest next start of a partition left out
+	candByID map[string]candidate // the picks
+	next     time.Time            // the earliest next start of a partition left out
 }
 
-func newPartClaim(rc *rateCache, p ClaimParams, parted map[string]Rate, n int, t time.Time) *partClaim {
+func newPartClaim(rc *rateCache, p ClaimParams, parted map[string]rateState, n int, t time.Time) *partClaim {
 	names := slices.Sorted(maps.Keys(parted))
-	return &partClaim{rc: rc, p: p, parted: parted, names: names, setAts: rc.setAts(names), n: n, t: t,
-		parts: map[string]*ratePart{}, usedUp: map[string]map[string]bool{}, picked: map[string]bool{}, candByID: map[string]rateCand{}}
+	return &partClaim{rc: rc, p: p, parted: parted, names: names, n: n, t: t,
+		parts: map[string]*ratePart{}, usedUp: map[string]map[string]bool{}, candByID: map[string]candidate{}}
 }
 
 // noteNext records that a partition left out allows a start at.
@@ -377,45 +347,36 @@ func (pc *partClaim) params() ClaimParams {
 	pp := pc.p
 	pp.skip = slices.Clone(pc.p.skip)
 	for _, name := range pc.names {
-		values, at := pc.rc.spentSkips(name, pc.parted[name], pc.t)
+		values, at := pc.rc.spentSkips(name, pc.parted[name].rate, pc.t)
 		if !at.IsZero() {
 			pc.noteNext(at)
 		}
 		for part := range pc.usedUp[name] {
 			values = append(values, skipValue(pc.parts[ratePartID(name, part)].value))
 		}
-		if len(values) > maxSkippedPartitions {
-			values = values[:maxSkippedPartitions]
-		}
-		if len(values) > 0 {
-			isKind, target, _ := ParseLimitName(name)
-			field := "queue"
-			if isKind {
-				field = "kind"
-			}
-			pp.skip = append(pp.skip, partSkip{field: field, target: target, arg: pc.parted[name].By, values: values})
-		}
+		pp.skip = appendSkip(pp.skip, name, pc.parted[name].rate.By, values)
 	}
 	return pp
 }
 
 // partOf is cand's partition of rate name, as this claim knows it.
-func (pc *partClaim) partOf(name string, cand rateCand) (id, key string, v bson.RawValue) {
-	by := pc.parted[name].By
-	v = partValue(cand.args, by)
+func (pc *partClaim) partOf(name string, cand candidate) (id, key string, v bson.RawValue) {
+	by := pc.parted[name].rate.By
+	v = partValue(cand.job.Args, by)
 	key = partKey(by, v)
 	return ratePartID(name, key), key, v
 }
 
 // newParts registers the partitions of cands this claim has not read yet,
 // and returns their ids, to read.
-func (pc *partClaim) newParts(cands []rateCand) []string {
+func (pc *partClaim) newParts(cands []candidate) []string {
 	var toRead []string
 	for _, cand := range cands {
 		for _, name := range pc.names {
 			id, key, v := pc.partOf(name, cand)
 			if pc.parts[id] == nil {
-				pc.parts[id] = &ratePart{id: id, name: name, p: key, value: v, rate: pc.parted[name], since: pc.setAts[name], raw: bson.RawValue{Type: bson.TypeNull}}
+				pc.parts[id] = &ratePart{id: id, name: name, p: key, value: v,
+					rateState: rateState{rate: pc.parted[name].rate, setAt: pc.parted[name].setAt, raw: bson.RawValue{Type: bson.TypeNull}}}
 				toRead = append(toRead, id)
 			}
 		}
@@ -425,12 +386,12 @@ func (pc *partClaim) newParts(cands []rateCand) []string {
 
 // pick picks, in claim order, the candidates whose partitions all allow
 // one more start, up to n in all.
-func (pc *partClaim) pick(cands []rateCand) {
+func (pc *partClaim) pick(cands []candidate) {
 	for _, cand := range cands {
 		if len(pc.picks) == pc.n {
 			return
 		}
-		if pc.picked[cand.id] {
+		if _, ok := pc.candByID[cand.job.ID]; ok {
 			continue
 		}
 		var ps []*ratePart
@@ -439,7 +400,7 @@ func (pc *partClaim) pick(cands []rateCand) {
 			id, _, _ := pc.partOf(name, cand)
 			rp := pc.parts[id]
 			ps = append(ps, rp)
-			ok = ok && rp.take < rp.avail
+			ok = ok && rp.take < rp.allows
 		}
 		if !ok {
 			continue
@@ -447,9 +408,8 @@ func (pc *partClaim) pick(cands []rateCand) {
 		for _, rp := range ps {
 			rp.take++
 		}
-		pc.picks = append(pc.picks, ratePick{id: cand.id, parts: ps})
-		pc.picked[cand.id] = true
-		pc.candByID[cand.id] = cand
+		pc.picks = append(pc.picks, ratePick{id: cand.job.ID, parts: ps})
+		pc.candByID[cand.job.ID] = cand
 	}
 }
 
@@ -457,14 +417,14 @@ func (pc *partClaim) pick(cands []rateCand) {
 // of candidates, and those found spent, for later claims.
 func (pc *partClaim) noteUsedUp() {
 	for _, rp := range pc.parts {
-		if rp.take < rp.avail {
+		if rp.take < rp.allows {
 			continue
 		}
 		if pc.usedUp[rp.name] == nil {
 			pc.usedUp[rp.name] = map[string]bool{}
 		}
 		pc.usedUp[rp.name][rp.p] = true
-		if rp.avail == 0 {
+		if rp.allows == 0 {
 			at := rp.rate.gcra().nextStart(rp.tat, pc.t)
 			pc.rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, at)
 			pc.noteNext(at)
@@ -487,7 +447,7 @@ func (pc *partClaim) taken() []*ratePart {
 // them up, for later claims.
 func (pc *partClaim) noteReservedSpent(take []*ratePart, t time.Time) {
 	for _, rp := range take {
-		if rp.reserved && rp.take >= rp.avail {
+		if rp.reserved && rp.take >= rp.allows {
 			pc.rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, rp.rate.gcra().nextStart(rp.newTat, t))
 		}
 	}
@@ -567,49 +527,15 @@ func (s *Store) confirmParts(ctx context.Context, pc *partClaim, take []*ratePar
 	return true, nil
 }
 
-// rateCand is a candidate of a claim under a partitioned rate: its id
-// and args, and the job with its attempt and updatedAt as read, to stamp
-// it as a batch claim does.
-type rateCand struct {
-	id     string
-	args   bson.Raw
-	job    *jobs.Job
-	asRead bson.D
-}
-
-// rateCandidates reads up to limit candidates of p at t, in claim order.
-// One that does not decode (another application wrote it) is buried, as
-// a batch claim under limits does, rather than given a start.
-func (s *Store) rateCandidates(ctx context.Context, p ClaimParams, t time.Time, limit int) ([]rateCand, error) {
-	cur, err := s.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(limit)))
+// rateCandidates reads up to limit candidates of p at t, in claim order,
+// as a batch claim under limits does: one that does not decode (another
+// application wrote it) is buried rather than given a start.
+func (s *Store) rateCandidates(ctx context.Context, p ClaimParams, t time.Time, limit int) ([]candidate, error) {
+	docs, _, _, err := s.readCandidates(ctx, p, t, limit)
 	if err != nil {
-		return nil, fmt.Errorf("store: claim: find candidates under a partitioned rate: %w", err)
+		return nil, fmt.Errorf("store: claim under a partitioned rate: %w", err)
 	}
-	var out []rateCand
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
-		id, ok := d.Lookup("_id").StringValueOK()
-		if !ok {
-			return nil // not a job docket wrote: a plain claim buries it
-		}
-		var j jobs.Job
-		if err := bson.Unmarshal(d, &j); err != nil {
-			if berr := s.buryCandidate(ctx, d, t, err); berr != nil {
-				return fmt.Errorf("candidate %s: %w (and marking it dead: %w)", id, err, berr)
-			}
-			return nil
-		}
-		args, _ := d.Lookup("args").DocumentOK()
-		out = append(out, rateCand{id: id, args: args, job: &j, asRead: bson.D{
-			{Key: "_id", Value: id},
-			{Key: "attempt", Value: rawOrNull(d, "attempt")},
-			{Key: "updatedAt", Value: rawOrNull(d, "updatedAt")},
-		}})
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: claim: read candidates under a partitioned rate: %w", err)
-	}
-	return out, nil
+	return s.decodeCandidates(ctx, docs, t, true)
 }
 
 // stampable returns the jobs ids (picked from cands) as a block that
@@ -617,12 +543,12 @@ func (s *Store) rateCandidates(ctx context.Context, p ClaimParams, t time.Time, 
 // them again, when they are a batch and no concurrency limit applies to p
 // (whose slots a claim under limits must pick); ok is false otherwise, and
 // the claim is made as any claim, by ids.
-func (s *Store) stampable(ctx context.Context, p ClaimParams, ids []string, cands map[string]rateCand) (block []*jobs.Job, asRead bson.A, ok bool) {
+func (s *Store) stampable(ctx context.Context, p ClaimParams, ids []string, cands map[string]candidate) (block []*jobs.Job, asRead bson.A, ok bool) {
 	if len(ids) < 2 {
 		return nil, nil, false // a single claim is one findAndModify either way
 	}
-	kinds, queues, parts, err := s.limitsFor(ctx, p)
-	if err != nil || len(kinds) > 0 || len(queues) > 0 || parts.any() {
+	totals, parts, err := s.limitsFor(ctx, p)
+	if err != nil || len(totals) > 0 || parts.any() {
 		return nil, nil, false
 	}
 	for _, id := range ids {
@@ -652,13 +578,8 @@ func (s *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, i
 			return nil
 		}
 		rp.exists = true
-		rp.tat, rp.raw = storedTat(d, rp.rate, rp.since)
+		rp.read(d)
 		rp.rawTNs = d.Lookup("tNs")
-		switch d.Lookup("starts").Type {
-		case 0, bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
-		default:
-			rp.badStarts = true
-		}
 		return nil
 	})
 	if err != nil {
@@ -666,7 +587,7 @@ func (s *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, i
 	}
 	for _, id := range ids {
 		rp := parts[id]
-		rp.avail = rp.rate.gcra().avail(rp.tat, t)
+		rp.allows = rp.avail(t)
 	}
 	return nil
 }
@@ -808,9 +729,7 @@ func giveBackPart(rp *ratePart, n int) mongo.WriteModel {
 	// inserted anew, and gives nothing back).
 	filter := bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: rp.newTat}, {Key: "res", Value: rp.res}}
 	if n < rp.take {
-		back := rp.rate.gcra().giveBack(rp.newTat, n)
-		return mongo.NewUpdateOneModel().SetFilter(filter).
-			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "tat", Value: back}}}, {Key: "$inc", Value: bson.D{{Key: "starts", Value: -n}}}})
+		return mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(giveBackUpdate(rp.rate.gcra().giveBack(rp.newTat, n), n))
 	}
 	if !rp.exists {
 		return mongo.NewDeleteOneModel().SetFilter(filter)
@@ -835,7 +754,7 @@ func giveBackPart(rp *ratePart, n int) mongo.WriteModel {
 // confirmRates adds n starts to each of names' documents, conditioned on
 // the rate as read (parted): ok is false when one no longer matched (an
 // operator changed or cleared it after this process read it).
-func (s *Store) confirmRates(ctx context.Context, names []string, parted map[string]Rate, n int) (bool, error) {
+func (s *Store) confirmRates(ctx context.Context, names []string, parted map[string]rateState, n int) (bool, error) {
 	for _, name := range names {
 		s.rates.mu.Lock()
 		bad := s.rates.rates[name] != nil && s.rates.rates[name].badStarts
@@ -844,7 +763,7 @@ func (s *Store) confirmRates(ctx context.Context, names []string, parted map[str
 		if bad {
 			update = bson.D{{Key: "$set", Value: bson.D{{Key: "starts", Value: n}}}}
 		}
-		res, err := s.ratesColl().UpdateOne(ctx, rateFilter(name, parted[name], nil), update)
+		res, err := s.ratesColl().UpdateOne(ctx, rateFilter(name, parted[name].rate, nil), update)
 		if err != nil {
 			s.forgetLimits()
 			return false, fmt.Errorf("store: claim: confirm rate %s: %w", name, err)

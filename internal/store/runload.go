@@ -4,13 +4,10 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/docketq/docket/jobs"
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // What a claim under concurrency limits knows of their run slots without
@@ -85,9 +82,9 @@ type runView struct {
 
 // heldSlot is one run slot a job holds.
 type heldSlot struct {
-	limit string // its name: kind:K or queue:Q; a partition's: partName
+	limit string // its limit's name: kind:K or queue:Q
+	part  string // its partition's key; "" for the limit's total
 	k     int
-	part  bool // a partition's slot
 }
 
 func newRunLoads() *runLoads {
@@ -103,37 +100,30 @@ func (r *runLoads) forget() {
 }
 
 // slotsFor returns the picker of a claim of up to k jobs under the limits
-// kinds and queues: from the views when they may be trusted (see above),
+// totals (name → limit) and parts: from the views when they may be trusted (see above),
 // else from a read of the running jobs, which it keeps as the new views.
 // fresh forces the read.
-func (s *Store) slotsFor(ctx context.Context, kinds, queues map[string]int, parts *partSpecs, k int, fresh bool) (*slotPicker, error) {
-	names := map[string]int{}
-	for kind, n := range kinds {
-		names[KindLimit(kind)] = n
-	}
-	for q, n := range queues {
-		names[QueueLimit(q)] = n
-	}
+func (s *Store) slotsFor(ctx context.Context, totals map[string]int, parts partSpecs, k int, fresh bool) (*slotPicker, error) {
 	r := s.limits.loads
 	if !fresh {
 		setAt := s.limitsSetAt()
-		if sl := r.fromViews(kinds, queues, names, k, setAt); sl != nil {
+		if sl := r.fromViews(totals, k, setAt); sl != nil {
 			if !parts.any() {
 				return sl, nil
 			}
 			if pload := r.partsFromViews(parts, setAt); pload != nil {
-				sl.parts, sl.pload, sl.pfree = parts, pload, map[string][]int{}
+				sl.parts, sl.pload = parts, pload
 				return sl, nil
 			}
 		}
 	}
 	sent := time.Now()
-	load, pload, err := s.readRunLoad(ctx, kinds, queues, parts)
+	load, pload, err := s.readRunLoad(ctx, totals, parts)
 	if err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
-	for name, n := range names {
+	for name, n := range totals {
 		l := load[name]
 		if l == nil || l.unslotted > 0 {
 			delete(r.views, name)
@@ -143,7 +133,7 @@ func (s *Store) slotsFor(ctx context.Context, kinds, queues map[string]int, part
 	}
 	r.storePartViews(parts, pload, sent)
 	r.mu.Unlock()
-	return newSlotPicker(kinds, queues, load, parts, pload), nil
+	return newSlotPicker(totals, load, parts, pload), nil
 }
 
 func copySet(m map[int]bool) map[int]bool {
@@ -159,7 +149,7 @@ func copySet(m map[int]bool) map[int]bool {
 // not be trusted: no view, a view of another limit, one read too soon
 // after the limit was set (setAt), or one neither far from full nor
 // holding a slot handed on.
-func (r *runLoads) fromViews(kinds, queues map[string]int, names map[string]int, k int, setAt map[string]time.Time) *slotPicker {
+func (r *runLoads) fromViews(names map[string]int, k int, setAt map[string]time.Time) *slotPicker {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	free := map[string][]int{}
@@ -200,40 +190,21 @@ func (r *runLoads) fromViews(kinds, queues map[string]int, names map[string]int,
 			return nil
 		}
 	}
-	return &slotPicker{kinds: kinds, queues: queues, free: free, parts: newPartSpecs()}
+	return &slotPicker{totals: names, free: free, parts: partSpecs{}, pfree: map[string][]int{}}
 }
 
 // noteTaken records the run slots stamped on the jobs claimed (job id →
-// the slot fields of its stamp): held in the views, and remembered as the
-// job's for RunEnded.
-func (r *runLoads) noteTaken(stamped map[string]bson.D) {
+// the slots of its stamp): held in the views, and remembered as the job's
+// for RunEnded.
+func (r *runLoads) noteTaken(stamped map[string][]heldSlot) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for id, set := range stamped {
-		var hs []heldSlot
-		for _, e := range set {
-			if e.Key == kindPartSlotField || e.Key == queuePartSlotField {
-				if h, ok := r.notePartTaken(e.Key, e.Value); ok {
-					hs = append(hs, h)
-				}
-				continue
-			}
-			target, k, ok := parseSlot(e.Value)
-			if !ok {
-				continue
-			}
-			name := QueueLimit(target)
-			if e.Key == kindRunSlotField {
-				name = KindLimit(target)
-			}
-			hs = append(hs, heldSlot{limit: name, k: k})
-			if v := r.views[name]; v != nil {
-				v.held[k] = true
-				v.freed = slices.DeleteFunc(v.freed, func(f int) bool { return f == k })
-			}
-		}
+	for id, hs := range stamped {
 		if len(hs) == 0 {
 			continue
+		}
+		for _, h := range hs {
+			r.hold(h)
 		}
 		if len(r.holders) >= maxSlotHolders {
 			r.holders = map[string][]heldSlot{}
@@ -242,18 +213,40 @@ func (r *runLoads) noteTaken(stamped map[string]bson.D) {
 	}
 }
 
-// parseSlot reads a slot's value, "<target>/<k>".
-func parseSlot(v any) (string, int, bool) {
-	s, ok := v.(string)
-	if !ok {
-		return "", 0, false
+// hold records in the views that h is held by a job this client claimed.
+// r.mu is held.
+func (r *runLoads) hold(h heldSlot) {
+	if h.part == "" {
+		if v := r.views[h.limit]; v != nil {
+			v.held[h.k] = true
+			v.freed = slices.DeleteFunc(v.freed, func(f int) bool { return f == h.k })
+		}
+		return
 	}
-	i := strings.LastIndexByte(s, '/')
-	if i < 0 {
-		return "", 0, false
+	if v := r.parts[h.limit]; v != nil {
+		l := v.loads[h.part]
+		if l == nil {
+			// Its value is not known here: a claim's filter cannot leave
+			// it out by value (saturated skips it); the picker still
+			// refuses its jobs once it is full.
+			l = &partLoad{queueLoad: queueLoad{slots: map[int]bool{}}}
+			v.loads[h.part] = l
+		}
+		l.slots[h.k] = true
 	}
-	k, err := strconv.Atoi(s[i+1:])
-	return s[:i], k, err == nil && k >= 0
+}
+
+// free records in the views that h, held by this client's run, is free:
+// a total's slot is handed to the next claim. r.mu is held.
+func (r *runLoads) free(h heldSlot) {
+	if h.part != "" {
+		if v := r.parts[h.limit]; v != nil && v.loads[h.part] != nil {
+			delete(v.loads[h.part].slots, h.k)
+		}
+	} else if v := r.views[h.limit]; v != nil && v.held[h.k] {
+		delete(v.held, h.k)
+		v.freed = append(v.freed, h.k)
+	}
 }
 
 // HoldsRunSlot reports whether the job jobID, claimed by this client, took
@@ -283,14 +276,7 @@ func (s *Store) RunEnded(jobID string) {
 	}
 	delete(r.holders, jobID)
 	for _, h := range hs {
-		if h.part {
-			r.notePartFreed(h)
-			continue
-		}
-		if v := r.views[h.limit]; v != nil && v.held[h.k] {
-			delete(v.held, h.k)
-			v.freed = append(v.freed, h.k)
-		}
+		r.free(h)
 	}
 }
 

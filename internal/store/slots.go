@@ -42,6 +42,15 @@ type queueLoad struct {
 // slot another app left set counts until the reaper frees it).
 func (l queueLoad) count() int { return len(l.slots) + l.unslotted }
 
+// hold counts a running job that holds slot, "<target>/<k>", or none.
+func (l *queueLoad) hold(target string, slot bson.RawValue) {
+	if k, ok := slotNumber(target, slot); ok {
+		l.slots[k] = true
+	} else {
+		l.unslotted++
+	}
+}
+
 // freeSlots returns the slots an admission to a queue of capacity may
 // take, none when it is full: those not held below capacity minus the
 // overflow, the unfinished jobs holding no slot below capacity (see the
