@@ -154,6 +154,9 @@ func (s *Store) SuccessorsWanted(jobID string) bool {
 		return false
 	}
 	for _, h := range hs {
+		if h.part != "" {
+			return false // a partition's slot is never handed on (heldSlots)
+		}
 		v := r.views[h.limit]
 		if v == nil || 2*len(v.held) <= v.limit {
 			return false // no hand-off without a view (handoffSlots)

@@ -17,6 +17,12 @@ func TestHandoffRefusesAPartitionSlot(t *testing.T) {
 	r.holders["job"] = []heldSlot{{limit: KindLimit("k"), part: "0123456789abcdef", k: 0}}
 	_, ok := r.heldSlots("job", "k", "default", map[string]int{KindLimit("k"): 3}, map[string]time.Time{})
 	require.False(t, ok)
+	// Nor does a job holding one ask for successors read ahead, even with
+	// its limit's total nearly full: they could only be refused.
+	r.views[KindLimit("k")].held[1] = true
+	r.holders["job"] = []heldSlot{{limit: KindLimit("k"), k: 0}, {limit: KindLimit("k"), part: "0123456789abcdef", k: 0}}
+	s := &Store{limits: &runLimits{loads: r}}
+	require.False(t, s.SuccessorsWanted("job"))
 
 	r.holders["job"] = []heldSlot{{limit: KindLimit("k"), k: 0}}
 	set, ok := r.heldSlots("job", "k", "default", map[string]int{KindLimit("k"): 3}, map[string]time.Time{})
