@@ -36,6 +36,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/docketq/docket/internal/clientengine"
 	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -52,6 +53,7 @@ type Client struct {
 	eng engine // cfg mapped onto the engine's components
 	db  *mongo.Database
 	q   *queue.Client
+	engineHandle // q, for docket's own tools (internal/clientengine)
 	reg *jobs.Registry
 	log *zap.Logger
 
@@ -147,7 +149,7 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
-	return &Client{cfg: cfg, eng: eng, db: db, q: q, reg: jobs.NewRegistry(), log: log, elector: elector, argsOpts: map[string]InsertOpts{},
+	return &Client{cfg: cfg, eng: eng, db: db, q: q, engineHandle: clientengine.NewHandle(q), reg: jobs.NewRegistry(), log: log, elector: elector, argsOpts: map[string]InsertOpts{},
 		events: newEventHub(log)}, nil
 }
 
@@ -177,11 +179,9 @@ func (e elected) IsLeader() bool { _, ok := e.Leading(); return ok }
 // leader election (Config.ID, or the one made for it).
 func (c *Client) ID() string { return c.cfg.ID }
 
-// Queue returns the engine-level queue client, for what the Client's own
-// methods do not cover (docket's commands and its metrics use it).
-// Applications insert with Insert and administer with the Job*, Queue*,
-// Limit* and Workers methods.
-func (c *Client) Queue() *queue.Client { return c.q }
+// engineHandle is the name under which a Client embeds the Handle that
+// docket's own tools reach its queue client by.
+type engineHandle = clientengine.Handle
 
 // Registry returns the kinds the client works. Add to it with AddHandler,
 // MustAddHandler or Registry().Add before Start: once the client started,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket"
+	"github.com/docketq/docket/internal/clientengine"
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
@@ -95,7 +96,7 @@ func TestInsertTakesTheArgsDefaults(t *testing.T) {
 
 	_, err = c.InsertMany(ctx, []docket.InsertManyParams{{Args: GreetArgs{Name: "c"}}, {Args: nil}})
 	require.ErrorContains(t, err, "args")
-	n, err := store.Of(c.Queue()).Collection().CountDocuments(ctx, map[string]any{})
+	n, err := store.Of(clientengine.Queue(c)).Collection().CountDocuments(ctx, map[string]any{})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "an invalid InsertMany writes nothing")
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/docketprom/internal/metrics"
+	"github.com/docketq/docket/internal/clientengine"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
@@ -85,7 +86,7 @@ func NewCollector(c *docket.Client, opts *Opts) (prometheus.Collector, error) {
 		Stats:         c.PoolStats,
 		EventsDropped: c.EventsDropped,
 		Queue: metrics.QueueStatsConfig{
-			Queue: c.Queue(), Leader: elector, Changes: changes,
+			Queue: clientengine.Queue(c), Leader: elector, Changes: changes,
 			Interval: opts.QueueStatsInterval, MaxQueues: opts.MaxQueues, Logger: log,
 		},
 	})
