@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/queue"
+	"github.com/docketq/docket/internal/store"
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 )
@@ -29,7 +29,7 @@ func TestRatesRead(t *testing.T) {
 	require.Equal(t, "kind:email=14/s burst 5,queue:bulk=600/m", v.String())
 	require.ErrorContains(t, v.Set("kind:email"), "NAME=RATE")
 	require.ErrorContains(t, v.Set("kind:email=0/s"), "rates.kind:email")
-	_ = queue.MaxRate
+	_ = store.MaxRate
 }
 
 func TestPartitionLimitsRead(t *testing.T) {
