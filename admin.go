@@ -93,9 +93,10 @@ func (c *Client) JobList(ctx context.Context, params *JobListParams) (*JobListRe
 }
 
 // JobGet returns the job with id; the error wraps ErrJobNotFound when
-// there is none.
-func (c *Client) JobGet(ctx context.Context, id string) (*jobs.Job, error) {
-	return fromEngine(c.q.Get(ctx, id))
+// there is none. A job another application wrote with an _id that is not
+// a string has the id's String as its ID.
+func (c *Client) JobGet(ctx context.Context, id JobID) (*jobs.Job, error) {
+	return fromEngine(c.q.GetJobID(ctx, id))
 }
 
 // JobRetryParams say which jobs JobRetry makes available again.
@@ -161,8 +162,8 @@ const (
 // JobCancel stops the job with id: a waiting job is cancelled at once, a
 // running one is asked to stop. The error wraps ErrJobFinished when it has
 // already finished, ErrJobNotFound when there is no such job.
-func (c *Client) JobCancel(ctx context.Context, id string) (JobCancelResult, error) {
-	out, err := c.q.Cancel(ctx, id)
+func (c *Client) JobCancel(ctx context.Context, id JobID) (JobCancelResult, error) {
+	out, err := c.q.CancelJobID(ctx, id)
 	return out, engineErr(err)
 }
 
@@ -423,9 +424,27 @@ func (c *Client) ParentResults(ctx context.Context, job *jobs.Job) ([]ParentResu
 }
 
 // JobID is a job's _id, whatever its BSON type (another application may
-// insert a number or an ObjectId); its String is the id for a person,
-// escaped, and its Token the form every command and JobGet take back.
+// insert a number or an ObjectId): what JobGet, JobCancel and
+// JobFilter.JobIDs take. InsertResult.JobID and StringJobID make one of a
+// string id, JobSummary.JobID is a listed job's. Its String is the id for
+// a person, in extended JSON when it is not a string; its Token names it
+// in a URL or on a command line, and ParseJobID reads the token back.
 type JobID = queue.JobID
+
+// StringJobID is the JobID of the string id s: a jobs.Job's ID, or an id
+// an application chose (InsertOpts.ID).
+func StringJobID(s string) JobID { return queue.StringJobID(s) }
+
+// ParseJobID reads a JobID.Token back as the same id, type included. A
+// token that does not start with "@" is a string id; "" is the zero
+// JobID, which names no job.
+func ParseJobID(token string) (JobID, error) {
+	id, err := queue.ParseJobID(token)
+	if err != nil {
+		return JobID{}, fmt.Errorf("docket: %w", err)
+	}
+	return id, nil
+}
 
 // CancelHook is a kind's side of a cancel: given the job's id and its args
 // as stored, it stops what the job's work started (rolls a transfer back)

@@ -117,7 +117,7 @@ func ExampleClient_Stop() {
 	if err := client.Stop(stopCtx); err != nil {
 		panic(err)
 	}
-	job, err := client.JobGet(ctx, res.ID)
+	job, err := client.JobGet(ctx, res.JobID())
 	if err != nil {
 		panic(err)
 	}
@@ -197,7 +197,7 @@ func Example_periodicJob() {
 // waitFinished polls the job until it has finished.
 func waitFinished(ctx context.Context, client *docket.Client, id string) *jobs.Job {
 	for {
-		job, err := client.JobGet(ctx, id)
+		job, err := client.JobGet(ctx, docket.StringJobID(id))
 		if err != nil {
 			panic(err)
 		}

@@ -541,15 +541,46 @@ func unnamed(specs []mongo.IndexSpecification, models []mongo.IndexModel) []mong
 
 // Get returns the job with id, or ErrNotFound.
 func (c *Client) Get(ctx context.Context, id string) (*jobs.Job, error) {
-	var j jobs.Job
-	err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&j)
+	return c.GetJobID(ctx, StringJobID(id))
+}
+
+// GetJobID is Get for an id of any type (a job another application wrote
+// with _id 7 or an ObjectId). The job's ID is then the id's String, in
+// extended JSON.
+func (c *Client) GetJobID(ctx context.Context, id JobID) (*jobs.Job, error) {
+	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id.v}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, fmt.Errorf("queue: job %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: get job %s: %w", id, err)
 	}
+	if _, ok := id.StringID(); !ok {
+		if raw, err = withStringID(raw, id.String()); err != nil {
+			return nil, fmt.Errorf("queue: get job %s: %w", id, err)
+		}
+	}
+	var j jobs.Job
+	if err := bson.Unmarshal(raw, &j); err != nil {
+		return nil, fmt.Errorf("queue: get job %s: %w", id, err)
+	}
 	return &j, nil
+}
+
+// withStringID is doc with its _id replaced by id, so that a job whose _id
+// is not a string decodes as a jobs.Job.
+func withStringID(doc bson.Raw, id string) (bson.Raw, error) {
+	elems, err := doc.Elements()
+	if err != nil {
+		return nil, err
+	}
+	d := bson.D{{Key: "_id", Value: id}}
+	for _, e := range elems {
+		if e.Key() != "_id" {
+			d = append(d, bson.E{Key: e.Key(), Value: e.Value()})
+		}
+	}
+	return bson.Marshal(d)
 }
 
 // ErrNotFound is returned for a job id that is not in the collection.
