@@ -39,6 +39,9 @@ var (
 	ErrJobNotFinished = queue.ErrNotFinished
 	// ErrJobFinished: JobCancel met a job that has already finished.
 	ErrJobFinished = queue.ErrFinished
+	// ErrUniqueKeyHeld: JobRetry met a finished job whose unique key an
+	// unfinished job now holds; retrying it would make two.
+	ErrUniqueKeyHeld = queue.ErrUniqueKeyHeld
 )
 
 // DefaultJobListLimit is how many jobs JobList returns when
@@ -111,8 +114,8 @@ type JobRetryParams struct {
 // (Results): dead, cancelled and succeeded jobs run
 // again, an available one runs now. It returns what it did to each job: a
 // running job is left alone (ErrJobRunning), as is a finished one whose
-// unique key an unfinished job now holds, or one of a full bounded queue
-// (ErrQueueFull).
+// unique key an unfinished job now holds (ErrUniqueKeyHeld), or one of a
+// full bounded queue (ErrQueueFull).
 func (c *Client) JobRetry(ctx context.Context, params *JobRetryParams) ([]JobActionResult, error) {
 	if params == nil || isEmptyFilter(params.JobFilter) {
 		return nil, errors.New("docket: JobRetry: the filter selects every job; name the jobs (IDs) or narrow it (States, Kinds, Queues, a creation time)")
@@ -311,7 +314,7 @@ type CapacityOpts struct {
 }
 
 // QueueSetCapacity bounds the queue name to n admitted, unfinished jobs:
-// from 1 to queue.MaxCapacity, or CapacityClosed to refuse every insert
+// from 1 to 100,000, or CapacityClosed to refuse every insert
 // (0 is refused, as in Config.Capacities). Past it an insert fails with
 // ErrQueueFull. It applies at once to this client and within a second to
 // every other; lowering it removes no job.
@@ -341,7 +344,7 @@ type RunLimit = queue.RunLimit
 
 // LimitSet limits how many jobs of name (KindLimit(kind) or
 // QueueLimit(queue)) run at once across every worker process: n from 1 to
-// queue.MaxLimit, or LimitNone to run none (0 is refused, as in
+// 10,000, or LimitNone to run none (0 is refused, as in
 // Config.Limits). It applies within a second; lowering it stops no running
 // job.
 func (c *Client) LimitSet(ctx context.Context, name string, n int, opts *LimitOpts) error {

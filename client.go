@@ -89,6 +89,12 @@ const maintenanceStopWait = 5 * time.Second
 // ErrNotStarted is returned by Stop on a client that was never started.
 var ErrNotStarted = errors.New("docket: client not started")
 
+// ErrSetupRefused is wrapped by the error of a Start, or of an insert
+// that needs the jobs collection's indexes, when the server refuses to
+// create them for what the collection holds (two unfinished jobs with one
+// unique key, written by another app): the error names the documents.
+var ErrSetupRefused = queue.ErrSetupRefused
+
 // ErrJobsCancelled is wrapped by the error of a Stop that had to cancel
 // running jobs: its context ended, or Config.ShutdownTimeout passed,
 // before they finished. The error is a *JobsCancelledError saying how many.
@@ -300,7 +306,7 @@ func (c *Client) warnUnserved() {
 // Start ensures the jobs collection's indexes, runs Config.Setup, then
 // starts the pool, the leader election and the maintenance schedule, and
 // returns. It fails, with nothing started, when the server cannot be
-// reached or refuses the set-up (errors.Is(err, queue.ErrSetupRefused));
+// reached or refuses the set-up (errors.Is(err, ErrSetupRefused));
 // it may then be called again. A client with no handler does not start:
 // one that only inserts never needs to.
 func (c *Client) Start(ctx context.Context) error {

@@ -9,7 +9,6 @@ import (
 	"github.com/docketq/docket/internal/clientengine"
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
-	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 )
 
@@ -55,7 +54,7 @@ func TestInsertRefusesArgsThatFailTheirValidate(t *testing.T) {
 
 	requireRefused := func(err error, kind string, index int) {
 		t.Helper()
-		var ve *queue.ValidationError
+		var ve *docket.ValidationError
 		require.ErrorAs(t, err, &ve)
 		require.Equal(t, index, ve.Index)
 		require.ErrorContains(t, err, `"`+kind+`"`, "the error names the kind")

@@ -72,7 +72,7 @@ func fillOpts(o, d InsertOpts) InsertOpts {
 }
 
 // validateArgs runs the Validate of args, if they have one, and returns a
-// *queue.ValidationError for job index naming the kind and wrapping its
+// *ValidationError for job index naming the kind and wrapping its
 // error: the worker would send the job dead with it.
 func validateArgs(index int, args jobs.Args) error {
 	v, ok := argsAs[jobs.Validator](args)

@@ -1,0 +1,79 @@
+package docket_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket"
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/jobs"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/zap/zaptest"
+)
+
+// The errors the Client's docs name are docket's own names: an
+// application tests for them without importing the engine.
+
+// A Start whose index set-up the server refuses (two unfinished jobs
+// another app wrote with one unique key) fails with ErrSetupRefused.
+func TestStartRefusedSetupIsErrSetupRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewDB(t)
+	now := time.Now()
+	for _, id := range []string{"a", "b"} {
+		_, err := db.Collection(docket.DefaultCollection).InsertOne(ctx, bson.M{
+			"_id": id, "kind": "greet", "queue": "default", "args": bson.M{}, "state": "available",
+			"runAt": now, "uniqueKey": "twice",
+		})
+		require.NoError(t, err)
+	}
+	c, err := docket.NewClient(db, docket.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	docket.MustAddHandler(c, func(context.Context, *jobs.Job, GreetArgs) error { return nil }, jobs.KindOptions{})
+	err = c.Start(ctx)
+	require.ErrorIs(t, err, docket.ErrSetupRefused)
+}
+
+// JobRetry leaves alone a finished job whose unique key an unfinished job
+// now holds, saying so with ErrUniqueKeyHeld.
+func TestJobRetrySaysTheUniqueKeyIsHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	opts := &docket.InsertOpts{UniqueKey: "k", Delay: time.Hour}
+	first, err := c.Insert(ctx, GreetArgs{Name: "a"}, opts)
+	require.NoError(t, err)
+	_, err = c.JobCancel(ctx, first.JobID())
+	require.NoError(t, err)
+	second, err := c.Insert(ctx, GreetArgs{Name: "b"}, opts)
+	require.NoError(t, err)
+	require.False(t, second.Duplicate, "the cancelled job freed the key")
+
+	res, err := c.JobRetry(ctx, &docket.JobRetryParams{JobFilter: docket.JobFilter{JobIDs: []docket.JobID{first.JobID()}}})
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.ErrorIs(t, res[0].Err, docket.ErrUniqueKeyHeld)
+}
+
+// An insert into a full bounded queue fails with a *QueueFullError naming
+// the queue and its capacity.
+func TestInsertIntoAFullQueueIsAQueueFullError(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, c.QueueSetCapacity(ctx, "small", 1, nil))
+	_, err = c.Insert(ctx, GreetArgs{Name: "a"}, &docket.InsertOpts{Queue: "small"})
+	require.NoError(t, err)
+	_, err = c.Insert(ctx, GreetArgs{Name: "b"}, &docket.InsertOpts{Queue: "small"})
+	require.ErrorIs(t, err, docket.ErrQueueFull)
+	var full *docket.QueueFullError
+	require.True(t, errors.As(err, &full), "%v", err)
+	require.Equal(t, "small", full.Queue)
+	require.Equal(t, 1, full.Capacity)
+}
