@@ -53,9 +53,11 @@ type Client struct {
 	eng engine // cfg mapped onto the engine's components
 	db  *mongo.Database
 	q   *queue.Client
-	engineHandle // q, for docket's own tools (internal/clientengine)
 	reg *jobs.Registry
 	log *zap.Logger
+
+	// q, for docket's own tools (internal/clientengine).
+	engineHandle
 
 	elector *leadership.Elector
 
