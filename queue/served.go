@@ -46,7 +46,7 @@ func newServed(list []WorkerInfo) Served {
 // serve (alive as Workers counts them by default). It only reads: a
 // reader may not be allowed to write.
 func (c *Client) Served(ctx context.Context) (Served, error) {
-	list, err := c.listWorkers(ctx, c.ServerTime(ctx), 0, false)
+	list, err := c.listWorkers(ctx, c.st.ServerTime(ctx), 0, false)
 	if err != nil {
 		return Served{}, err
 	}

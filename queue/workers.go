@@ -121,17 +121,13 @@ func (c *Client) Unregister(ctx context.Context, id string) error {
 	return nil
 }
 
-// ServerTime returns the server's clock, from hello's localTime; the
-// local clock when the server does not say.
-func (c *Client) ServerTime(ctx context.Context) time.Time { return c.st.ServerTime(ctx) }
-
 // Workers lists the registered worker processes, in host and id order:
 // with all false only those alive, that is seen within ttl, or when ttl is
 // 0 within WorkerMissedBeats of their own beat interval, and not stamped
 // more than store.WorkerClockSkew ahead of the server's clock. It also deletes
 // the documents of processes not seen for WorkerForgetAfter.
 func (c *Client) Workers(ctx context.Context, ttl time.Duration, all bool) ([]WorkerInfo, error) {
-	t := c.ServerTime(ctx)
+	t := c.st.ServerTime(ctx)
 	if _, err := c.workersColl().DeleteMany(ctx, bson.D{{Key: "lastSeen", Value: bson.D{{Key: "$lt", Value: t.Add(-workerForgetAfter)}}}}); err != nil {
 		return nil, fmt.Errorf("queue: forget stopped workers: %w", err)
 	}
