@@ -477,8 +477,9 @@ type WorkersParams struct {
 	TTL time.Duration
 }
 
-// WorkerInfo is one worker process of the registry (see queue.WorkerInfo):
-// every started Client, embedded or docket's worker command, registers.
+// WorkerInfo is one worker process of the registry (its fields: see
+// queue.WorkerInfo): every started Client, embedded or docket's worker
+// command, registers.
 type WorkerInfo = queue.WorkerInfo
 
 // Workers lists the worker processes, in host and id order: the live ones,

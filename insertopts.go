@@ -103,9 +103,9 @@ type ArgsWithInsertOpts interface {
 // process, whether it has the kind's handler or not.
 type InsertOpts = queue.InsertOpts
 
-// InsertResult says what an insert did: the job's id, and whether its
-// unique key was already held by an unfinished job (then no job was added
-// and ID is that job's).
+// InsertResult says what an insert did: the job's id (JobID() is the id
+// JobGet and JobCancel take), and whether its unique key was already held
+// by an unfinished job (then no job was added and ID is that job's).
 type InsertResult = queue.Result
 
 // InsertManyParams is one job of an InsertMany.
