@@ -42,6 +42,15 @@ var (
 	// ErrUniqueKeyHeld: JobRetry met a finished job whose unique key an
 	// unfinished job now holds; retrying it would make two.
 	ErrUniqueKeyHeld = queue.ErrUniqueKeyHeld
+	// ErrHasDependents: JobDelete met a job that others wait for, or
+	// JobRetry a succeeded one they waited for (docs/WORKFLOWS.md).
+	ErrHasDependents = queue.ErrHasDependents
+	// ErrWaitingForParents: JobRetry met a blocked job; it runs when its
+	// parents have succeeded.
+	ErrWaitingForParents = queue.ErrWaitingForParents
+	// ErrWorkflowGate: JobRetry met a workflow's gate; insert the
+	// workflow again under a new id.
+	ErrWorkflowGate = queue.ErrWorkflowGate
 )
 
 // DefaultJobListLimit is how many jobs JobList returns when

@@ -77,3 +77,50 @@ func TestInsertIntoAFullQueueIsAQueueFullError(t *testing.T) {
 	require.Equal(t, "small", full.Queue)
 	require.Equal(t, 1, full.Capacity)
 }
+
+// JobDelete and JobRetry say why they leave a job of a dependency alone:
+// a parent others wait for, a blocked child.
+func TestJobActionsSayWhyDependenciesAreLeftAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	parent, err := c.Insert(ctx, GreetArgs{Name: "parent"}, &docket.InsertOpts{Delay: time.Hour})
+	require.NoError(t, err)
+	child, err := c.Insert(ctx, GreetArgs{Name: "child"}, &docket.InsertOpts{After: []string{parent.ID}})
+	require.NoError(t, err)
+
+	del, err := c.JobDelete(ctx, &docket.JobDeleteParams{JobFilter: docket.JobFilter{JobIDs: []docket.JobID{parent.JobID()}}, Force: true})
+	require.NoError(t, err)
+	require.Len(t, del, 1)
+	require.ErrorIs(t, del[0].Err, docket.ErrHasDependents)
+
+	retry, err := c.JobRetry(ctx, &docket.JobRetryParams{JobFilter: docket.JobFilter{JobIDs: []docket.JobID{child.JobID()}}})
+	require.NoError(t, err)
+	require.Len(t, retry, 1)
+	require.ErrorIs(t, retry[0].Err, docket.ErrWaitingForParents)
+}
+
+// A workflow's gate is not retried, and a workflow whose task id a plain
+// job holds is refused.
+func TestWorkflowErrorsAreDocketsNames(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	wf := docket.NewWorkflow("wf")
+	wf.Add("a", GreetArgs{Name: "a"}, nil)
+	res, err := c.InsertWorkflow(ctx, wf)
+	require.NoError(t, err)
+	retry, err := c.JobRetry(ctx, &docket.JobRetryParams{JobFilter: docket.JobFilter{JobIDs: []docket.JobID{docket.StringJobID(res.ID)}}})
+	require.NoError(t, err)
+	require.Len(t, retry, 1)
+	require.ErrorIs(t, retry[0].Err, docket.ErrWorkflowGate)
+
+	_, err = c.Insert(ctx, GreetArgs{Name: "squatter"}, &docket.InsertOpts{ID: "taken/a"})
+	require.NoError(t, err)
+	taken := docket.NewWorkflow("taken")
+	taken.Add("a", GreetArgs{Name: "a"}, nil)
+	_, err = c.InsertWorkflow(ctx, taken)
+	require.ErrorIs(t, err, docket.ErrWorkflowIDTaken)
+}

@@ -27,6 +27,10 @@ type WorkflowCancelResult = queue.WorkflowCancelResult
 // none of its tasks runs.
 var ErrWorkflowCancelled = queue.ErrWorkflowCancelled
 
+// ErrWorkflowIDTaken is wrapped by the error of an InsertWorkflow whose id,
+// or a task's id, a job outside that workflow holds.
+var ErrWorkflowIDTaken = queue.ErrWorkflowIDTaken
+
 // Workflow is a named set of tasks with dependencies, inserted by
 // InsertWorkflow so that either every task becomes runnable or none does.
 // See docs/WORKFLOWS.md.
