@@ -11,3 +11,6 @@ func (c *Client) ClearNullUniqueKeys(ctx context.Context) (int, error) {
 
 // NewServed is newServed, for served_test.go.
 func NewServed(list []WorkerInfo) Served { return newServed(list) }
+
+// ErrBadJobID is errBadJobID, for jobid_test.go.
+var ErrBadJobID = errBadJobID
