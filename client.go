@@ -56,7 +56,7 @@ type Client struct {
 	reg *jobs.Registry
 	log *zap.Logger
 
-	// q, for docket's own tools (internal/clientengine).
+	// q and elector, for docket's own tools (internal/clientengine).
 	engineHandle
 
 	elector *leadership.Elector
@@ -157,7 +157,7 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
-	return &Client{cfg: cfg, eng: eng, db: db, q: q, engineHandle: clientengine.NewHandle(q), reg: jobs.NewRegistry(), log: log, elector: elector, argsOpts: map[string]InsertOpts{},
+	return &Client{cfg: cfg, eng: eng, db: db, q: q, engineHandle: clientengine.NewHandle(q, elector), reg: jobs.NewRegistry(), log: log, elector: elector, argsOpts: map[string]InsertOpts{},
 		events: newEventHub(log)}, nil
 }
 
@@ -177,11 +177,12 @@ func (c *Client) Leadership() Leadership { return elected{c.elector} }
 // before Start and after Stop.
 func (c *Client) IsLeader() bool { return c.Leadership().IsLeader() }
 
-// elected is the client's elector as a Leadership. docketprom reaches the
-// elector's term through it.
-type elected struct{ *leadership.Elector }
+// elected is the client's elector as a Leadership: IsLeader only, so no
+// type assertion reaches the election's engine (docketprom reaches its
+// term through internal/clientengine).
+type elected struct{ e *leadership.Elector }
 
-func (e elected) IsLeader() bool { _, ok := e.Leading(); return ok }
+func (e elected) IsLeader() bool { _, ok := e.e.Leading(); return ok }
 
 // ID returns the id that names this process in job documents, logs and the
 // leader election (Config.ID, or the one made for it).

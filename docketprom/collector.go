@@ -72,12 +72,9 @@ func NewCollector(c *docket.Client, opts *Opts) (prometheus.Collector, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	// The client's Leadership is its elector: the term it leads decides
-	// which process exports the queue gauges.
-	elector, ok := c.Leadership().(electorOf)
-	if !ok {
-		return nil, fmt.Errorf("docketprom: NewCollector: the client's leadership %T has no term", c.Leadership())
-	}
+	// The term the client's elector leads decides which process exports
+	// the queue gauges.
+	var elector electorOf = clientengine.Elector(c)
 	var changes <-chan struct{}
 	if _, taken := changesTaken.LoadOrStore(c, struct{}{}); !taken {
 		changes = elector.Changes()
