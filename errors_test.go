@@ -70,12 +70,19 @@ func TestInsertIntoAFullQueueIsAQueueFullError(t *testing.T) {
 	require.NoError(t, c.QueueSetCapacity(ctx, "small", 1, nil))
 	_, err = c.Insert(ctx, GreetArgs{Name: "a"}, &docket.InsertOpts{Queue: "small"})
 	require.NoError(t, err)
-	_, err = c.Insert(ctx, GreetArgs{Name: "b"}, &docket.InsertOpts{Queue: "small"})
+	refused, err := c.Insert(ctx, GreetArgs{Name: "b"}, &docket.InsertOpts{Queue: "small"})
 	require.ErrorIs(t, err, docket.ErrQueueFull)
 	var full *docket.QueueFullError
 	require.True(t, errors.As(err, &full), "%v", err)
 	require.Equal(t, "small", full.Queue)
 	require.Equal(t, 1, full.Capacity)
+
+	// The result comes with the error: its ID is the one to insert again.
+	require.NotEmpty(t, refused.ID)
+	require.NoError(t, c.QueueSetCapacity(ctx, "small", 2, nil))
+	again, err := c.Insert(ctx, GreetArgs{Name: "b"}, &docket.InsertOpts{Queue: "small", ID: refused.ID})
+	require.NoError(t, err)
+	require.Equal(t, refused.ID, again.ID)
 }
 
 // JobDelete and JobRetry say why they leave a job of a dependency alone:
@@ -123,4 +130,24 @@ func TestWorkflowErrorsAreDocketsNames(t *testing.T) {
 	taken.Add("a", GreetArgs{Name: "a"}, nil)
 	_, err = c.InsertWorkflow(ctx, taken)
 	require.ErrorIs(t, err, docket.ErrWorkflowIDTaken)
+}
+
+// An InsertMany that fails part-way says so for the call (an
+// *InsertManyError with its counts) and for each job (ErrNotInserted).
+func TestInsertManyIntoAFullQueueReportsEachJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	require.NoError(t, c.QueueSetCapacity(ctx, "small", 1, nil))
+	opts := &docket.InsertOpts{Queue: "small"}
+	res, err := c.InsertMany(ctx, []docket.InsertManyParams{{Args: GreetArgs{Name: "a"}, Opts: opts}, {Args: GreetArgs{Name: "b"}, Opts: opts}})
+	var many *docket.InsertManyError
+	require.True(t, errors.As(err, &many), "%v", err)
+	require.Equal(t, 1, many.Inserted)
+	require.Equal(t, 1, many.Refused)
+	require.Len(t, res, 2)
+	require.NoError(t, res[0].Err)
+	require.ErrorIs(t, res[1].Err, docket.ErrNotInserted)
+	require.ErrorIs(t, res[1].Err, docket.ErrQueueFull)
 }

@@ -60,20 +60,34 @@ type ValidationError = queue.ValidationError
 // worker tries again.
 var ErrOutcomeUnknown = queue.ErrOutcomeUnknown
 
+// ErrNotInserted is wrapped by the InsertResult.Err of a job a failed
+// InsertMany did not insert: the server refused it, the call stopped
+// before it, or it was not in the collection when looked up after the
+// failure. Inserting it again with the same InsertOpts.ID is safe.
+var ErrNotInserted = queue.ErrNotInserted
+
+// InsertManyError is the error of an InsertMany that failed after its
+// jobs were validated: how many jobs are in the collection (inserted,
+// there already, their unique key held), how many are not (NotInserted,
+// Refused by a full queue) and how many are Unknown; Err is what failed.
+// The results come with it, one per job.
+type InsertManyError = queue.EnqueueError
+
 // Insert adds one job of the kind args names. Args that have a Validate
 // method (jobs.Validator, on the value or a pointer) are checked with it
 // first, as the worker checks them: args it refuses are not inserted, and
 // the error is a *ValidationError naming the kind that wraps
 // Validate's error (errors.Is and errors.As reach it). Its id is made by
 // the client, so after an error the job may or may not exist
-// (ErrOutcomeUnknown says so; inserting again with the same InsertOpts.ID
-// adds it at most once).
+// (ErrOutcomeUnknown says so): the result comes with the error when the
+// job got as far as an id, and inserting again with that InsertOpts.ID
+// adds it at most once.
 func (c *Client) Insert(ctx context.Context, args jobs.Args, opts *InsertOpts) (InsertResult, error) {
 	res, err := c.InsertMany(ctx, []InsertManyParams{{Args: args, Opts: opts}})
-	if err != nil {
+	if len(res) != 1 {
 		return InsertResult{}, err
 	}
-	return res[0], nil
+	return res[0], err
 }
 
 // InsertMany adds jobs in one round trip (jobs with a unique key take one
