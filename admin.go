@@ -39,6 +39,18 @@ var (
 	ErrJobNotFinished = queue.ErrNotFinished
 	// ErrJobFinished: JobCancel met a job that has already finished.
 	ErrJobFinished = queue.ErrFinished
+	// ErrUniqueKeyHeld: JobRetry met a finished job whose unique key an
+	// unfinished job now holds; retrying it would make two.
+	ErrUniqueKeyHeld = queue.ErrUniqueKeyHeld
+	// ErrHasDependents: JobDelete met a job that others wait for, or
+	// JobRetry a succeeded one they waited for (docs/WORKFLOWS.md).
+	ErrHasDependents = queue.ErrHasDependents
+	// ErrWaitingForParents: JobRetry met a blocked job; it runs when its
+	// parents have succeeded.
+	ErrWaitingForParents = queue.ErrWaitingForParents
+	// ErrWorkflowGate: JobRetry met a workflow's gate; insert the
+	// workflow again under a new id.
+	ErrWorkflowGate = queue.ErrWorkflowGate
 )
 
 // DefaultJobListLimit is how many jobs JobList returns when
@@ -93,9 +105,10 @@ func (c *Client) JobList(ctx context.Context, params *JobListParams) (*JobListRe
 }
 
 // JobGet returns the job with id; the error wraps ErrJobNotFound when
-// there is none.
-func (c *Client) JobGet(ctx context.Context, id string) (*jobs.Job, error) {
-	return fromEngine(c.q.Get(ctx, id))
+// there is none. A job another application wrote with an _id that is not
+// a string has the id's String as its ID.
+func (c *Client) JobGet(ctx context.Context, id JobID) (*jobs.Job, error) {
+	return fromEngine(c.q.GetJobID(ctx, id))
 }
 
 // JobRetryParams say which jobs JobRetry makes available again.
@@ -110,8 +123,8 @@ type JobRetryParams struct {
 // (Results): dead, cancelled and succeeded jobs run
 // again, an available one runs now. It returns what it did to each job: a
 // running job is left alone (ErrJobRunning), as is a finished one whose
-// unique key an unfinished job now holds, or one of a full bounded queue
-// (ErrQueueFull).
+// unique key an unfinished job now holds (ErrUniqueKeyHeld), or one of a
+// full bounded queue (ErrQueueFull).
 func (c *Client) JobRetry(ctx context.Context, params *JobRetryParams) ([]JobActionResult, error) {
 	if params == nil || isEmptyFilter(params.JobFilter) {
 		return nil, errors.New("docket: JobRetry: the filter selects every job; name the jobs (IDs) or narrow it (States, Kinds, Queues, a creation time)")
@@ -161,8 +174,8 @@ const (
 // JobCancel stops the job with id: a waiting job is cancelled at once, a
 // running one is asked to stop. The error wraps ErrJobFinished when it has
 // already finished, ErrJobNotFound when there is no such job.
-func (c *Client) JobCancel(ctx context.Context, id string) (JobCancelResult, error) {
-	out, err := c.q.Cancel(ctx, id)
+func (c *Client) JobCancel(ctx context.Context, id JobID) (JobCancelResult, error) {
+	out, err := c.q.CancelJobID(ctx, id)
 	return out, engineErr(err)
 }
 
@@ -310,7 +323,7 @@ type CapacityOpts struct {
 }
 
 // QueueSetCapacity bounds the queue name to n admitted, unfinished jobs:
-// from 1 to queue.MaxCapacity, or CapacityClosed to refuse every insert
+// from 1 to 100,000, or CapacityClosed to refuse every insert
 // (0 is refused, as in Config.Capacities). Past it an insert fails with
 // ErrQueueFull. It applies at once to this client and within a second to
 // every other; lowering it removes no job.
@@ -340,7 +353,7 @@ type RunLimit = queue.RunLimit
 
 // LimitSet limits how many jobs of name (KindLimit(kind) or
 // QueueLimit(queue)) run at once across every worker process: n from 1 to
-// queue.MaxLimit, or LimitNone to run none (0 is refused, as in
+// 10,000, or LimitNone to run none (0 is refused, as in
 // Config.Limits). It applies within a second; lowering it stops no running
 // job.
 func (c *Client) LimitSet(ctx context.Context, name string, n int, opts *LimitOpts) error {
@@ -423,9 +436,27 @@ func (c *Client) ParentResults(ctx context.Context, job *jobs.Job) ([]ParentResu
 }
 
 // JobID is a job's _id, whatever its BSON type (another application may
-// insert a number or an ObjectId); its String is the id for a person,
-// escaped, and its Token the form every command and JobGet take back.
+// insert a number or an ObjectId): what JobGet, JobCancel and
+// JobFilter.JobIDs take. InsertResult.JobID and StringJobID make one of a
+// string id, JobSummary.JobID is a listed job's. Its String is the id for
+// a person, in extended JSON when it is not a string; its Token names it
+// in a URL or on a command line, and ParseJobID reads the token back.
 type JobID = queue.JobID
+
+// StringJobID is the JobID of the string id s: a jobs.Job's ID, or an id
+// an application chose (InsertOpts.ID).
+func StringJobID(s string) JobID { return queue.StringJobID(s) }
+
+// ParseJobID reads a JobID.Token back as the same id, type included. A
+// token that does not start with "@" is a string id; "" is the zero
+// JobID, which names no job.
+func ParseJobID(token string) (JobID, error) {
+	id, err := queue.ParseJobID(token)
+	if err != nil {
+		return JobID{}, fmt.Errorf("docket: %w", err)
+	}
+	return id, nil
+}
 
 // CancelHook is a kind's side of a cancel: given the job's id and its args
 // as stored, it stops what the job's work started (rolls a transfer back)
@@ -455,8 +486,9 @@ type WorkersParams struct {
 	TTL time.Duration
 }
 
-// WorkerInfo is one worker process of the registry (see queue.WorkerInfo):
-// every started Client, embedded or docket's worker command, registers.
+// WorkerInfo is one worker process of the registry (its fields: see
+// queue.WorkerInfo): every started Client, embedded or docket's worker
+// command, registers.
 type WorkerInfo = queue.WorkerInfo
 
 // Workers lists the worker processes, in host and id order: the live ones,

@@ -36,6 +36,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/docketq/docket/internal/clientengine"
 	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -54,6 +55,9 @@ type Client struct {
 	q   *queue.Client
 	reg *jobs.Registry
 	log *zap.Logger
+
+	// q and elector, for docket's own tools (internal/clientengine).
+	engineHandle
 
 	elector *leadership.Elector
 
@@ -86,6 +90,12 @@ const maintenanceStopWait = 5 * time.Second
 
 // ErrNotStarted is returned by Stop on a client that was never started.
 var ErrNotStarted = errors.New("docket: client not started")
+
+// ErrSetupRefused is wrapped by the error of a Start, or of an insert
+// that needs the jobs collection's indexes, when the server refuses to
+// create them for what the collection holds (two unfinished jobs with one
+// unique key, written by another app): the error names the documents.
+var ErrSetupRefused = queue.ErrSetupRefused
 
 // ErrJobsCancelled is wrapped by the error of a Stop that had to cancel
 // running jobs: its context ended, or Config.ShutdownTimeout passed,
@@ -138,7 +148,7 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
-	return &Client{cfg: cfg, eng: eng, db: db, q: q, reg: jobs.NewRegistry(), log: log, elector: elector, argsOpts: map[string]InsertOpts{},
+	return &Client{cfg: cfg, eng: eng, db: db, q: q, engineHandle: clientengine.NewHandle(q, elector), reg: jobs.NewRegistry(), log: log, elector: elector, argsOpts: map[string]InsertOpts{},
 		events: newEventHub(log)}, nil
 }
 
@@ -158,21 +168,20 @@ func (c *Client) Leadership() Leadership { return elected{c.elector} }
 // before Start and after Stop.
 func (c *Client) IsLeader() bool { return c.Leadership().IsLeader() }
 
-// elected is the client's elector as a Leadership. docketprom reaches the
-// elector's term through it.
-type elected struct{ *leadership.Elector }
+// elected is the client's elector as a Leadership: IsLeader only, so no
+// type assertion reaches the election's engine (docketprom reaches its
+// term through internal/clientengine).
+type elected struct{ e *leadership.Elector }
 
-func (e elected) IsLeader() bool { _, ok := e.Leading(); return ok }
+func (e elected) IsLeader() bool { _, ok := e.e.Leading(); return ok }
 
 // ID returns the id that names this process in job documents, logs and the
 // leader election (Config.ID, or the one made for it).
 func (c *Client) ID() string { return c.cfg.ID }
 
-// Queue returns the engine-level queue client, for what the Client's own
-// methods do not cover (docket's commands and its metrics use it).
-// Applications insert with Insert and administer with the Job*, Queue*,
-// Limit* and Workers methods.
-func (c *Client) Queue() *queue.Client { return c.q }
+// engineHandle is the name under which a Client embeds the Handle that
+// docket's own tools reach its queue client by.
+type engineHandle = clientengine.Handle
 
 // Registry returns the kinds the client works. Add to it with AddHandler,
 // MustAddHandler or Registry().Add before Start: once the client started,
@@ -291,7 +300,7 @@ func (c *Client) warnUnserved() {
 // Start ensures the jobs collection's indexes, runs Config.Setup, then
 // starts the pool, the leader election and the maintenance schedule, and
 // returns. It fails, with nothing started, when the server cannot be
-// reached or refuses the set-up (errors.Is(err, queue.ErrSetupRefused));
+// reached or refuses the set-up (errors.Is(err, ErrSetupRefused));
 // it may then be called again. A client with no handler does not start:
 // one that only inserts never needs to.
 func (c *Client) Start(ctx context.Context) error {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket"
+	"github.com/docketq/docket/internal/clientengine"
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
@@ -81,13 +82,13 @@ func TestInsertTakesTheArgsDefaults(t *testing.T) {
 	own, err := c.Insert(ctx, ReportArgs{Day: "b"}, &docket.InsertOpts{MaxAttempts: 9, Queue: "urgent", Priority: 1})
 	require.NoError(t, err)
 
-	j, err := c.JobGet(ctx, plain.ID)
+	j, err := c.JobGet(ctx, plain.JobID())
 	require.NoError(t, err)
 	require.Equal(t, "report", j.Kind)
 	require.Equal(t, 4, j.MaxAttempts)
 	require.Equal(t, "reports", j.Queue)
 	require.Equal(t, 3, j.Priority)
-	j, err = c.JobGet(ctx, own.ID)
+	j, err = c.JobGet(ctx, own.JobID())
 	require.NoError(t, err)
 	require.Equal(t, 9, j.MaxAttempts)
 	require.Equal(t, "urgent", j.Queue)
@@ -95,7 +96,7 @@ func TestInsertTakesTheArgsDefaults(t *testing.T) {
 
 	_, err = c.InsertMany(ctx, []docket.InsertManyParams{{Args: GreetArgs{Name: "c"}}, {Args: nil}})
 	require.ErrorContains(t, err, "args")
-	n, err := store.Of(c.Queue()).Collection().CountDocuments(ctx, map[string]any{})
+	n, err := store.Of(clientengine.Queue(c)).Collection().CountDocuments(ctx, map[string]any{})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "an invalid InsertMany writes nothing")
 }

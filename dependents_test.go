@@ -46,7 +46,7 @@ func TestDependentInsertedWhileItsParentRuns(t *testing.T) {
 	close(release)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for _, id := range []string{"p", "same", "other"} {
-			j, err := runner.JobGet(ctx, id)
+			j, err := runner.JobGet(ctx, docket.StringJobID(id))
 			require.NoError(c, err)
 			assert.Equal(c, jobs.StateSucceeded, j.State, "job %s", id)
 		}

@@ -123,7 +123,7 @@ func TestRetriedAndSnoozedEventsCarryTheNewRunAt(t *testing.T) {
 			defer cancel()
 			res, err := c.Insert(ctx, GreetArgs{Name: "later"}, nil)
 			require.NoError(t, err)
-			inserted, err := c.JobGet(ctx, res.ID)
+			inserted, err := c.JobGet(ctx, res.JobID())
 			require.NoError(t, err)
 
 			require.NoError(t, c.Start(ctx))
@@ -134,7 +134,7 @@ func TestRetriedAndSnoozedEventsCarryTheNewRunAt(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Fatalf("no %s event", kind)
 			}
-			stored, err := c.JobGet(ctx, res.ID)
+			stored, err := c.JobGet(ctx, res.JobID())
 			require.NoError(t, err)
 			require.Equal(t, jobs.StateAvailable, stored.State)
 			require.Greater(t, stored.RunAt.Sub(inserted.RunAt), 30*time.Minute, "the backoff (45m to 1h) or the snooze")

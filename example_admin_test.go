@@ -23,7 +23,7 @@ func ExampleClient_JobList() {
 		if err != nil {
 			panic(err)
 		}
-		if _, err := client.JobCancel(ctx, res.ID); err != nil {
+		if _, err := client.JobCancel(ctx, res.JobID()); err != nil {
 			panic(err)
 		}
 	}

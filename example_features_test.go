@@ -43,7 +43,7 @@ func Example_retryWithBackoff() {
 	if err := client.Stop(ctx); err != nil { // waits for the outcome to be written
 		panic(err)
 	}
-	job, err := client.JobGet(ctx, res.ID)
+	job, err := client.JobGet(ctx, res.JobID())
 	if err != nil {
 		panic(err)
 	}
@@ -174,11 +174,11 @@ func ExampleClient_JobCancel() {
 	if err != nil {
 		panic(err)
 	}
-	outcome, err := client.JobCancel(ctx, res.ID)
+	outcome, err := client.JobCancel(ctx, res.JobID())
 	if err != nil {
 		panic(err)
 	}
-	job, err := client.JobGet(ctx, res.ID)
+	job, err := client.JobGet(ctx, res.JobID())
 	if err != nil {
 		panic(err)
 	}

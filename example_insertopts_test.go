@@ -49,7 +49,7 @@ func ExampleArgsWithInsertOpts() {
 		if err != nil {
 			panic(err)
 		}
-		job, err := c.JobGet(ctx, res.ID)
+		job, err := c.JobGet(ctx, res.JobID())
 		if err != nil {
 			panic(err)
 		}

@@ -65,7 +65,7 @@ func Example_snoozeAndCancel() {
 	<-ended
 	<-ended
 	for _, id := range []string{monday.ID, holiday.ID} {
-		job, err := client.JobGet(ctx, id)
+		job, err := client.JobGet(ctx, docket.StringJobID(id))
 		if err != nil {
 			panic(err)
 		}

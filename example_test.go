@@ -9,7 +9,6 @@ import (
 
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/jobs"
-	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -118,7 +117,7 @@ func ExampleClient_Stop() {
 	if err := client.Stop(stopCtx); err != nil {
 		panic(err)
 	}
-	job, err := client.JobGet(ctx, res.ID)
+	job, err := client.JobGet(ctx, res.JobID())
 	if err != nil {
 		panic(err)
 	}
@@ -130,10 +129,11 @@ func ExampleClient_Stop() {
 // attempts; an error wrapped in jobs.Permanent, or args that fail to decode
 // or validate, send it to the dead state at once, with the error kept.
 // Insert refuses args that fail their Validate; a job inserted another way
-// (a shell, another language, queue.Client) meets it in the worker.
+// (a shell, another language's driver) meets it in the worker.
 func Example_permanentError() {
 	ctx := context.Background()
-	client, err := docket.NewClient(exampleDB("permanent_error"), docket.Config{})
+	db := exampleDB("permanent_error")
+	client, err := docket.NewClient(db, docket.Config{})
 	if err != nil {
 		panic(err)
 	}
@@ -151,8 +151,14 @@ func Example_permanentError() {
 	unknown, _ := client.Insert(ctx, GreetArgs{Name: "nobody"}, &docket.InsertOpts{MaxAttempts: 5})
 	_, err = client.Insert(ctx, GreetArgs{}, nil) // fails Validate: not inserted
 	fmt.Println(err)
-	invalid, _ := client.Queue().Enqueue(ctx, "greet", bson.M{"name": ""}, queue.InsertOpts{MaxAttempts: 5})
-	for _, id := range []string{unknown.ID, invalid.ID} {
+	// Another app writes a job with args that fail Validate.
+	now := time.Now()
+	_, _ = db.Collection(docket.DefaultCollection).InsertOne(ctx, bson.M{
+		"_id": "invalid-1", "kind": "greet", "args": bson.M{"name": ""},
+		"state": "available", "queue": "default", "priority": 0, "runAt": now,
+		"attempt": 0, "maxAttempts": 5, "errors": bson.A{}, "createdAt": now, "updatedAt": now,
+	})
+	for _, id := range []string{unknown.ID, "invalid-1"} {
 		job := waitFinished(ctx, client, id)
 		fmt.Printf("%s after %d attempt(s) of %d: %s\n", job.State, job.Attempt, job.MaxAttempts, job.Errors[len(job.Errors)-1].Message)
 	}
@@ -191,7 +197,7 @@ func Example_periodicJob() {
 // waitFinished polls the job until it has finished.
 func waitFinished(ctx context.Context, client *docket.Client, id string) *jobs.Job {
 	for {
-		job, err := client.JobGet(ctx, id)
+		job, err := client.JobGet(ctx, docket.StringJobID(id))
 		if err != nil {
 			panic(err)
 		}

@@ -26,7 +26,7 @@ func ExampleInsertOpts_uniqueFor() {
 	fmt.Println("first: duplicate", first.Duplicate)
 
 	// Finished or not, the key holds until the day (UTC) is over.
-	if _, err := client.JobCancel(ctx, first.ID); err != nil {
+	if _, err := client.JobCancel(ctx, first.JobID()); err != nil {
 		panic(err)
 	}
 	same, err := client.Insert(ctx, GreetArgs{Name: "Ada"}, opts)

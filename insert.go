@@ -38,38 +38,62 @@ func (c *Client) wrapInsert(insert InsertFunc) InsertFunc {
 
 // ErrQueueFull is wrapped by the error of an Insert into a bounded queue
 // (QueueSetCapacity, Config.Capacities) that has no free capacity: the job was not
-// added. The error is a *queue.QueueFullError naming the queue and its
+// added. The error is a *QueueFullError naming the queue and its
 // capacity; an InsertMany reports it per job (InsertResult.Err).
 var ErrQueueFull = queue.ErrQueueFull
+
+// QueueFullError is the error of an insert refused by a full bounded
+// queue: its Queue and Capacity. errors.Is(err, ErrQueueFull) holds.
+type QueueFullError = queue.QueueFullError
+
+// ValidationError is the error of an Insert or InsertMany refused before
+// any write: Index is the job's place in the batch, Field what is wrong
+// with it and Reason why; it wraps the args' Validate error, if that was
+// the reason.
+type ValidationError = queue.ValidationError
 
 // ErrOutcomeUnknown is wrapped by the error of a write whose outcome could
 // not be learned, the read that would have told having failed too: an
 // InsertMany's InsertResult.Err for a job that may or may not have been
 // inserted (inserting it again with the same InsertOpts.ID adds it at most
-// once), and a worker's renewal or final write of an attempt (see
-// queue.ErrOutcomeUnknown).
+// once), and a worker's renewal or final write of an attempt, which the
+// worker tries again.
 var ErrOutcomeUnknown = queue.ErrOutcomeUnknown
+
+// ErrNotInserted is wrapped by the InsertResult.Err of a job a failed
+// InsertMany did not insert: the server refused it, the call stopped
+// before it, or it was not in the collection when looked up after the
+// failure. Inserting it again with the same InsertOpts.ID is safe.
+var ErrNotInserted = queue.ErrNotInserted
+
+// InsertManyError is the error of an InsertMany that failed after its
+// jobs were validated: how many jobs are in the collection (inserted,
+// there already, their unique key held), how many are not (NotInserted,
+// Refused by a full queue) and how many are Unknown; Err is what failed.
+// The results come with it, one per job.
+type InsertManyError = queue.EnqueueError
 
 // Insert adds one job of the kind args names. Args that have a Validate
 // method (jobs.Validator, on the value or a pointer) are checked with it
 // first, as the worker checks them: args it refuses are not inserted, and
-// the error is a *queue.ValidationError naming the kind that wraps
+// the error is a *ValidationError naming the kind that wraps
 // Validate's error (errors.Is and errors.As reach it). Its id is made by
 // the client, so after an error the job may or may not exist
-// (ErrOutcomeUnknown says so; inserting again with the same InsertOpts.ID
-// adds it at most once).
+// (ErrOutcomeUnknown says so): the result comes with the error when the
+// job got as far as an id, and inserting again with that InsertOpts.ID
+// adds it at most once.
 func (c *Client) Insert(ctx context.Context, args jobs.Args, opts *InsertOpts) (InsertResult, error) {
 	res, err := c.InsertMany(ctx, []InsertManyParams{{Args: args, Opts: opts}})
-	if err != nil {
+	if len(res) != 1 {
 		return InsertResult{}, err
 	}
-	return res[0], nil
+	return res[0], err
 }
 
 // InsertMany adds jobs in one round trip (jobs with a unique key take one
 // each). Every job is validated before the first write, its args with
 // their Validate too (see Insert): when one is invalid, none is inserted,
-// and the error is a *queue.ValidationError whose Index is that job's.
+// and the error is a *ValidationError whose Index is that job's.
 // Insert and InsertMany run through the client's insert middleware
 // (UseInsert).
 func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]InsertResult, error) {

@@ -44,7 +44,7 @@ func TestUseInsertWrapsInserts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"outer", "inner", "outer", "inner"}, order)
 	for _, id := range []string{res.ID, many[0].ID} {
-		job, err := c.JobGet(ctx, id)
+		job, err := c.JobGet(ctx, docket.StringJobID(id))
 		require.NoError(t, err)
 		require.Equal(t, 7, job.Priority)
 	}

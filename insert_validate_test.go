@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/docketq/docket"
+	"github.com/docketq/docket/internal/clientengine"
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
-	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 )
 
@@ -54,7 +54,7 @@ func TestInsertRefusesArgsThatFailTheirValidate(t *testing.T) {
 
 	requireRefused := func(err error, kind string, index int) {
 		t.Helper()
-		var ve *queue.ValidationError
+		var ve *docket.ValidationError
 		require.ErrorAs(t, err, &ve)
 		require.Equal(t, index, ve.Index)
 		require.ErrorContains(t, err, `"`+kind+`"`, "the error names the kind")
@@ -80,7 +80,7 @@ func TestInsertRefusesArgsThatFailTheirValidate(t *testing.T) {
 	_, err = c.InsertWorkflow(ctx, wf)
 	requireRefused(err, "sms", 1)
 
-	n, err := store.Of(c.Queue()).Collection().CountDocuments(ctx, map[string]any{})
+	n, err := store.Of(clientengine.Queue(c)).Collection().CountDocuments(ctx, map[string]any{})
 	require.NoError(t, err)
 	require.Zero(t, n, "an invalid job is never stored, nor the valid ones inserted with it")
 

@@ -34,7 +34,7 @@ func TestInsertGivesTheSameJobWithOrWithoutTheHandler(t *testing.T) {
 		t.Helper()
 		res, err := c.Insert(ctx, args, nil)
 		require.NoError(t, err)
-		j, err := c.JobGet(ctx, res.ID)
+		j, err := c.JobGet(ctx, res.JobID())
 		require.NoError(t, err)
 		return []any{j.Queue, j.Priority, j.MaxAttempts}
 	}

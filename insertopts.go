@@ -72,7 +72,7 @@ func fillOpts(o, d InsertOpts) InsertOpts {
 }
 
 // validateArgs runs the Validate of args, if they have one, and returns a
-// *queue.ValidationError for job index naming the kind and wrapping its
+// *ValidationError for job index naming the kind and wrapping its
 // error: the worker would send the job dead with it.
 func validateArgs(index int, args jobs.Args) error {
 	v, ok := argsAs[jobs.Validator](args)
@@ -103,9 +103,9 @@ type ArgsWithInsertOpts interface {
 // process, whether it has the kind's handler or not.
 type InsertOpts = queue.InsertOpts
 
-// InsertResult says what an insert did: the job's id, and whether its
-// unique key was already held by an unfinished job (then no job was added
-// and ID is that job's).
+// InsertResult says what an insert did: the job's id (JobID() is the id
+// JobGet and JobCancel take), and whether its unique key was already held
+// by an unfinished job (then no job was added and ID is that job's).
 type InsertResult = queue.Result
 
 // InsertManyParams is one job of an InsertMany.

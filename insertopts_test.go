@@ -51,7 +51,7 @@ func TestInsertOptsForTakesTheArgsDeclaredDefaultsForZeroFields(t *testing.T) {
 
 func TestValidateArgsFindsAPointerReceiverAndWrapsItsError(t *testing.T) {
 	err := validateArgs(2, pointerArgs{})
-	var ve *queue.ValidationError
+	var ve *ValidationError
 	require.ErrorAs(t, err, &ve)
 	require.Equal(t, 2, ve.Index)
 	require.EqualError(t, err, `queue: job 2: args: "pointer" args fail their Validate: bad`)

@@ -56,7 +56,7 @@ func TestInsertDefaultsTravelWithTheArgsType(t *testing.T) {
 		t.Helper()
 		res, err := c.Insert(ctx, args, o)
 		require.NoError(t, err)
-		j, err := c.JobGet(ctx, res.ID)
+		j, err := c.JobGet(ctx, res.JobID())
 		require.NoError(t, err)
 		return j
 	}

@@ -66,7 +66,7 @@ func TestReadmeFromGo(t *testing.T) {
 	require.False(t, res.Duplicate)
 	require.Equal(t, "a@example.com", <-sent)
 	require.Eventually(t, func() bool {
-		j, err := client.JobGet(ctx, res.ID)
+		j, err := client.JobGet(ctx, res.JobID())
 		return err == nil && j.State == jobs.StateSucceeded && j.MaxAttempts == 5
 	}, 20*time.Second, 20*time.Millisecond)
 

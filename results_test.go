@@ -138,7 +138,7 @@ func TestWorkflowsResultsExample(t *testing.T) {
 	require.NoError(t, err)
 	var job *jobs.Job
 	require.Eventually(t, func() bool {
-		job, err = client.JobGet(ctx, res.Tasks["total"])
+		job, err = client.JobGet(ctx, docket.StringJobID(res.Tasks["total"]))
 		return err == nil && job.State.Finished()
 	}, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, jobs.StateSucceeded, job.State, "errors: %+v", job.Errors)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket"
+	"github.com/docketq/docket/internal/clientengine"
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
@@ -38,7 +39,7 @@ func insertBlockedOnLater(t *testing.T, client *docket.Client, n, linkingFrom in
 		}
 		docs = append(docs, d)
 	}
-	_, err := store.Of(client.Queue()).Collection().InsertMany(context.Background(), docs)
+	_, err := store.Of(clientengine.Queue(client)).Collection().InsertMany(context.Background(), docs)
 	require.NoError(t, err)
 }
 
@@ -94,7 +95,7 @@ func TestWaitIdleReadsAgainAfterCursorKilled(t *testing.T) {
 	case <-wctx.Done():
 		t.Fatal("WaitIdle's read never met a killed cursor")
 	}
-	_, err = db.Collection(store.Of(client.Queue()).Collection().Name()).DeleteMany(context.Background(),
+	_, err = db.Collection(store.Of(clientengine.Queue(client)).Collection().Name()).DeleteMany(context.Background(),
 		bson.D{{Key: "_id", Value: bson.D{{Key: "$regex", Value: "^blocked-0"}}}})
 	require.NoError(t, err)
 	err = <-done

@@ -156,7 +156,7 @@ func TestWaitIdleWaitsForBlockedJobs(t *testing.T) {
 	for id, s := range map[string]jobs.State{
 		"d": jobs.StateSucceeded, "orphan": jobs.StateCancelled, "after-r": jobs.StateSucceeded, "after-later": jobs.StateBlocked,
 	} {
-		j, err := waiter.JobGet(ctx, id)
+		j, err := waiter.JobGet(ctx, docket.StringJobID(id))
 		require.NoError(t, err)
 		require.Equal(t, s, j.State, id)
 	}

@@ -23,9 +23,13 @@ type WorkflowCancelResult = queue.WorkflowCancelResult
 
 // ErrWorkflowCancelled is wrapped by the error of an InsertWorkflow whose
 // workflow was cancelled before it was published (by WorkflowCancel, or by
-// the leader after its builder stopped for queue.DefaultWorkflowGrace):
+// the leader after its builder stopped for ten minutes):
 // none of its tasks runs.
 var ErrWorkflowCancelled = queue.ErrWorkflowCancelled
+
+// ErrWorkflowIDTaken is wrapped by the error of an InsertWorkflow whose id,
+// or a task's id, a job outside that workflow holds.
+var ErrWorkflowIDTaken = queue.ErrWorkflowIDTaken
 
 // Workflow is a named set of tasks with dependencies, inserted by
 // InsertWorkflow so that either every task becomes runnable or none does.
@@ -62,7 +66,7 @@ func (w *Workflow) Add(name string, args jobs.Args, opts *TaskOpts) string {
 // workflow with an invalid task is refused whole, nothing written. After an
 // error, calling it again with the same workflow (and id) finishes what
 // the first call started; a workflow left unpublished is cancelled by the
-// leader after queue.DefaultWorkflowGrace.
+// leader after ten minutes.
 func (c *Client) InsertWorkflow(ctx context.Context, w *Workflow) (WorkflowResult, error) {
 	qw := queue.NewWorkflow(w.id)
 	for i, task := range w.tasks {

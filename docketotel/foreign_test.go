@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docketq/docket"
+
 	"github.com/docketq/docket/docketotel"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
@@ -56,7 +58,7 @@ func TestForeignTraceparentIsIgnored(t *testing.T) {
 	b.work(t)
 
 	for id := range ignored {
-		job, err := b.client.JobGet(b.ctx, id)
+		job, err := b.client.JobGet(b.ctx, docket.StringJobID(id))
 		require.NoError(t, err)
 		require.Equal(t, jobs.StateSucceeded, job.State, id)
 		require.Equal(t, 1, job.Attempt, id)

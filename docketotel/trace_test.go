@@ -34,7 +34,7 @@ func TestAttemptContinuesTheInsertingTrace(t *testing.T) {
 	require.Equal(t, "default", attr(send, "messaging.destination.name").AsString())
 	require.Equal(t, "traced", attr(send, "messaging.docket.job.kind").AsString())
 
-	job, err := b.client.JobGet(b.ctx, res.ID)
+	job, err := b.client.JobGet(b.ctx, res.JobID())
 	require.NoError(t, err)
 	require.Equal(t, "00-"+send.SpanContext.TraceID().String()+"-"+send.SpanContext.SpanID().String()+"-01", string(job.Traceparent))
 
@@ -159,7 +159,7 @@ func TestInsertManyIsOneSendSpan(t *testing.T) {
 	require.Equal(t, []string{"send"}, send)
 	sc := b.exp.GetSpans()[0].SpanContext
 	for _, r := range res {
-		job, err := b.client.JobGet(b.ctx, r.ID)
+		job, err := b.client.JobGet(b.ctx, r.JobID())
 		require.NoError(t, err)
 		require.Contains(t, string(job.Traceparent), sc.SpanID().String())
 	}
@@ -200,7 +200,7 @@ func TestInsertUnderALongTracestateSucceeds(t *testing.T) {
 	})
 	res, err := b.client.Insert(trace.ContextWithRemoteSpanContext(b.ctx, parent), TracedArgs{Mode: "ok"}, nil)
 	require.NoError(t, err)
-	job, err := b.client.JobGet(b.ctx, res.ID)
+	job, err := b.client.JobGet(b.ctx, res.JobID())
 	require.NoError(t, err)
 	require.Contains(t, string(job.Traceparent), parent.TraceID().String())
 	require.Equal(t, "a="+long+",b="+long, string(job.Tracestate))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/docketprom/internal/metrics"
+	"github.com/docketq/docket/internal/clientengine"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
@@ -71,12 +72,9 @@ func NewCollector(c *docket.Client, opts *Opts) (prometheus.Collector, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	// The client's Leadership is its elector: the term it leads decides
-	// which process exports the queue gauges.
-	elector, ok := c.Leadership().(electorOf)
-	if !ok {
-		return nil, fmt.Errorf("docketprom: NewCollector: the client's leadership %T has no term", c.Leadership())
-	}
+	// The term the client's elector leads decides which process exports
+	// the queue gauges.
+	var elector electorOf = clientengine.Elector(c)
 	var changes <-chan struct{}
 	if _, taken := changesTaken.LoadOrStore(c, struct{}{}); !taken {
 		changes = elector.Changes()
@@ -85,7 +83,7 @@ func NewCollector(c *docket.Client, opts *Opts) (prometheus.Collector, error) {
 		Stats:         c.PoolStats,
 		EventsDropped: c.EventsDropped,
 		Queue: metrics.QueueStatsConfig{
-			Queue: c.Queue(), Leader: elector, Changes: changes,
+			Queue: clientengine.Queue(c), Leader: elector, Changes: changes,
 			Interval: opts.QueueStatsInterval, MaxQueues: opts.MaxQueues, Logger: log,
 		},
 	})

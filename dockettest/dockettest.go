@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/docketq/docket"
-	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -112,28 +111,38 @@ func RequireNotInserted[T jobs.Args](t TB, client *docket.Client, want T) {
 func inserted[T jobs.Args](client *docket.Client, want T) ([]*jobs.Job, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cur, err := store.Of(client.Queue()).Collection().Find(ctx, bson.D{{Key: "kind", Value: want.Kind()}})
-	if err != nil {
-		return nil, err
-	}
-	defer cur.Close(ctx)
 	var found []*jobs.Job
-	for cur.Next(ctx) {
-		var j jobs.Job
-		if err := cur.Decode(&j); err != nil {
-			continue // a document another app wrote: not the job asked for
+	params := &docket.JobListParams{JobFilter: docket.JobFilter{Kinds: []string{want.Kind()}}, Limit: docket.MaxJobListLimit}
+	for {
+		page, err := client.JobList(ctx, params)
+		if err != nil {
+			return nil, err
 		}
-		var got T
-		if err := bson.Unmarshal(j.Args, &got); err != nil {
-			continue
+		for _, s := range page.Jobs {
+			if j, ok := argsEqual(s.Raw, want); ok {
+				found = append(found, j)
+			}
 		}
-		if reflect.DeepEqual(got, want) {
-			found = append(found, &j)
+		if page.Next == "" {
+			break
 		}
-	}
-	if err := cur.Err(); err != nil {
-		return nil, err
+		params.After = page.Next
 	}
 	slices.SortStableFunc(found, func(a, b *jobs.Job) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return found, nil
+}
+
+// argsEqual decodes raw, a stored job of want's kind, and reports whether
+// its args decode to a value equal to want. A document another app wrote
+// that does not decode is not the job asked for.
+func argsEqual[T jobs.Args](raw bson.Raw, want T) (*jobs.Job, bool) {
+	var j jobs.Job
+	if err := bson.Unmarshal(raw, &j); err != nil {
+		return nil, false
+	}
+	var got T
+	if err := bson.Unmarshal(j.Args, &got); err != nil {
+		return nil, false
+	}
+	return &j, reflect.DeepEqual(got, want)
 }

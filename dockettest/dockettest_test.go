@@ -183,7 +183,7 @@ func TestWorkJobRunsOnTheJobInsertGives(t *testing.T) {
 		require.NoError(t, err)
 		res, err := client.Insert(ctx, ReceiptArgs{Order: "o-1"}, opts)
 		require.NoError(t, err)
-		inserted, err := client.JobGet(ctx, res.ID)
+		inserted, err := client.JobGet(ctx, res.JobID())
 		require.NoError(t, err)
 		require.Equal(t, []any{inserted.Queue, inserted.Priority, inserted.MaxAttempts}, []any{ran.Queue, ran.Priority, ran.MaxAttempts}, "opts %+v", opts)
 	}

@@ -25,7 +25,7 @@ func (h *harnessEnv) partBeforeClaim(t *testing.T) {
 	t.Helper()
 	j := h.get(t, h.subject)
 	// The world sets a total too, for a while.
-	for _, ix := range []string{queue.KindPartSlotIndex, queue.KindRunSlotIndex} {
+	for _, ix := range []string{store.KindPartSlotIndex, store.KindRunSlotIndex} {
 		_, err := store.Of(h.q).Collection().Indexes().CreateOne(h.ctx, mongo.IndexModel{
 			Keys:    bson.D{{Key: ix, Value: 1}},
 			Options: options.Index().SetName(ix).SetUnique(true).SetSparse(true),

@@ -333,7 +333,7 @@ func (h *harnessEnv) limitBeforeClaim(t *testing.T) {
 	j := h.get(t, h.subject)
 	_, err := store.Of(h.q).Collection().Indexes().CreateOne(h.ctx, mongo.IndexModel{
 		Keys:    bson.D{{Key: "kindRunSlot", Value: 1}},
-		Options: options.Index().SetName(queue.KindRunSlotIndex).SetUnique(true).SetSparse(true),
+		Options: options.Index().SetName(store.KindRunSlotIndex).SetUnique(true).SetSparse(true),
 	})
 	require.NoError(t, err)
 	h.limitKind = j.Kind

@@ -440,9 +440,9 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	return tally.stats(), nil
 }
 
-// Finished returns when the jobs that ended in each of states at or after
+// finishedTimes returns when the jobs that ended in each of states at or after
 // since ended. It reads the finished index only.
-func (c *Client) Finished(ctx context.Context, since time.Time, states ...jobs.State) (map[jobs.State][]time.Time, error) {
+func (c *Client) finishedTimes(ctx context.Context, since time.Time, states ...jobs.State) (map[jobs.State][]time.Time, error) {
 	cur, err := c.coll.Find(ctx,
 		bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: states}}}, {Key: "finishedAt", Value: bson.D{{Key: "$gte", Value: since}}}},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 0}, {Key: "state", Value: 1}, {Key: "finishedAt", Value: 1}}))
@@ -473,7 +473,7 @@ func (c *Client) Overview(ctx context.Context, since time.Time, states ...jobs.S
 			return nil, nil, err
 		}
 		if !c.srv.GroupMin.Lacking() {
-			finished, err := c.Finished(ctx, since, states...)
+			finished, err := c.finishedTimes(ctx, since, states...)
 			return stats, finished, err
 		}
 	}

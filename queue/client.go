@@ -135,7 +135,7 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 // must not be made: change jobs through this client's methods.
 func (c *Client) CollectionName() string { return c.coll.Name() }
 
-// Indexes returns the indexes docket creates on the jobs collection, fresh
+// jobIndexes returns the indexes docket creates on the jobs collection, fresh
 // each call (the driver writes to the option builders). Optional fields are
 // indexed sparse: on MongoDB, a unique index that is not sparse lets only
 // one document lack the field.
@@ -146,7 +146,7 @@ func (c *Client) CollectionName() string { return c.coll.Name() }
 // its old name would never be built on an existing deployment. The index
 // it replaces is left in place, never dropped by docket; ClaimIndexV1 names
 // it for the one-line manual drop.
-func Indexes() []mongo.IndexModel {
+func jobIndexes() []mongo.IndexModel {
 	return []mongo.IndexModel{
 		{ // the claim and the batch claim's find:
 			//   {state: available, queue: {$in}, kind: {$in}, runAt: {$lte: now}}
@@ -188,20 +188,20 @@ func Indexes() []mongo.IndexModel {
 		},
 		{ // a limited kind's run slots: at most one running job per slot
 			// (limit.go)
-			Keys:    bson.D{{Key: KindRunSlotIndex, Value: 1}},
-			Options: options.Index().SetName(KindRunSlotIndex).SetUnique(true).SetSparse(true),
+			Keys:    bson.D{{Key: store.KindRunSlotIndex, Value: 1}},
+			Options: options.Index().SetName(store.KindRunSlotIndex).SetUnique(true).SetSparse(true),
 		},
 		{ // a limited queue's run slots
-			Keys:    bson.D{{Key: QueueRunSlotIndex, Value: 1}},
-			Options: options.Index().SetName(QueueRunSlotIndex).SetUnique(true).SetSparse(true),
+			Keys:    bson.D{{Key: store.QueueRunSlotIndex, Value: 1}},
+			Options: options.Index().SetName(store.QueueRunSlotIndex).SetUnique(true).SetSparse(true),
 		},
 		{ // a partitioned kind's run slots, per partition
-			Keys:    bson.D{{Key: KindPartSlotIndex, Value: 1}},
-			Options: options.Index().SetName(KindPartSlotIndex).SetUnique(true).SetSparse(true),
+			Keys:    bson.D{{Key: store.KindPartSlotIndex, Value: 1}},
+			Options: options.Index().SetName(store.KindPartSlotIndex).SetUnique(true).SetSparse(true),
 		},
 		{ // a partitioned queue's run slots
-			Keys:    bson.D{{Key: QueuePartSlotIndex, Value: 1}},
-			Options: options.Index().SetName(QueuePartSlotIndex).SetUnique(true).SetSparse(true),
+			Keys:    bson.D{{Key: store.QueuePartSlotIndex, Value: 1}},
+			Options: options.Index().SetName(store.QueuePartSlotIndex).SetUnique(true).SetSparse(true),
 		},
 		// Workflows (deps.go): settling a parent's dependents,
 		// {after: id, state: blocked, ...}, and a job's dependents shown;
@@ -244,7 +244,7 @@ func (c *Client) EnsureIndexes(ctx context.Context) error {
 // ensureIndexes runs EnsureIndexes unless it already succeeded for c.
 func (c *Client) ensureIndexes(ctx context.Context) error {
 	if c.indexes == nil {
-		return EnsureIndexes(ctx, c.coll, Indexes())
+		return EnsureIndexes(ctx, c.coll, jobIndexes())
 	}
 	c.indexes.mu.Lock()
 	defer c.indexes.mu.Unlock()
@@ -265,24 +265,24 @@ func (c *Client) ensureIndexes(ctx context.Context) error {
 // enqueueing process runs this once. With the indexes in place,
 // the reaper clears nulls on its passes.
 func (c *Client) clearNullsAndEnsure(ctx context.Context) error {
-	missing, err := missingIndexes(ctx, c.coll, Indexes())
+	missing, err := missingIndexes(ctx, c.coll, jobIndexes())
 	if err != nil {
 		return err
 	}
 	if len(missing) == 0 {
 		return nil
 	}
-	if _, err := c.ClearNullUniqueKeys(ctx); err != nil {
+	if _, err := c.clearNullUniqueKeys(ctx); err != nil {
 		return err
 	}
-	return EnsureIndexes(ctx, c.coll, Indexes())
+	return EnsureIndexes(ctx, c.coll, jobIndexes())
 }
 
-// nullUniqueKeys matches the jobs ClearNullUniqueKeys changes.
+// nullUniqueKeys matches the jobs clearNullUniqueKeys changes.
 var nullUniqueKeys = bson.D{{Key: "uniqueKey", Value: bson.D{{Key: "$type", Value: "null"}}}}
 
 // RepairForeignWrites undoes what another application's writes may leave
-// that would block docket: null unique keys (ClearNullUniqueKeys), and the
+// that would block docket: null unique keys (clearNullUniqueKeys), and the
 // capacity slots (FreeStrandedSlots) and run slots (FreeStrandedRunSlots)
 // of jobs that no longer hold them. One read finds the jobs that need any
 // of them (up to store.FoundBatch; the next call finds more), and each
@@ -308,7 +308,7 @@ func (c *Client) RepairForeignWrites(ctx context.Context) error {
 	return err
 }
 
-// ClearNullUniqueKeys removes the uniqueKey field of the jobs where it is
+// clearNullUniqueKeys removes the uniqueKey field of the jobs where it is
 // an explicit null (another app's driver may write one), and returns how
 // many it changed. A null unique key means no unique key; but MongoDB's
 // sparse unique index indexes explicit nulls, so until it is cleared a
@@ -316,7 +316,7 @@ func (c *Client) RepairForeignWrites(ctx context.Context) error {
 // it every pass, EnsureIndexes before it creates the index. It touches
 // only nulls, so any number may run at any time; it finds them first, a
 // thousand at a time (store.FoundIDs).
-func (c *Client) ClearNullUniqueKeys(ctx context.Context) (int, error) {
+func (c *Client) clearNullUniqueKeys(ctx context.Context) (int, error) {
 	n := 0
 	for {
 		ids, err := c.st.FoundIDs(ctx, nullUniqueKeys)
@@ -541,15 +541,46 @@ func unnamed(specs []mongo.IndexSpecification, models []mongo.IndexModel) []mong
 
 // Get returns the job with id, or ErrNotFound.
 func (c *Client) Get(ctx context.Context, id string) (*jobs.Job, error) {
-	var j jobs.Job
-	err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&j)
+	return c.GetJobID(ctx, StringJobID(id))
+}
+
+// GetJobID is Get for an id of any type (a job another application wrote
+// with _id 7 or an ObjectId). The job's ID is then the id's String, in
+// extended JSON.
+func (c *Client) GetJobID(ctx context.Context, id JobID) (*jobs.Job, error) {
+	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id.v}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, fmt.Errorf("queue: job %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("queue: get job %s: %w", id, err)
 	}
+	if _, ok := id.StringID(); !ok {
+		if raw, err = withStringID(raw, id.String()); err != nil {
+			return nil, fmt.Errorf("queue: get job %s: %w", id, err)
+		}
+	}
+	var j jobs.Job
+	if err := bson.Unmarshal(raw, &j); err != nil {
+		return nil, fmt.Errorf("queue: get job %s: %w", id, err)
+	}
 	return &j, nil
+}
+
+// withStringID is doc with its _id replaced by id, so that a job whose _id
+// is not a string decodes as a jobs.Job.
+func withStringID(doc bson.Raw, id string) (bson.Raw, error) {
+	elems, err := doc.Elements()
+	if err != nil {
+		return nil, err
+	}
+	d := bson.D{{Key: "_id", Value: id}}
+	for _, e := range elems {
+		if e.Key() != "_id" {
+			d = append(d, bson.E{Key: e.Key(), Value: e.Value()})
+		}
+	}
+	return bson.Marshal(d)
 }
 
 // ErrNotFound is returned for a job id that is not in the collection.

@@ -107,6 +107,9 @@ type Result struct {
 	Err error
 }
 
+// JobID is the JobID of r.ID, the id JobGet and JobCancel take.
+func (r Result) JobID() JobID { return StringJobID(r.ID) }
+
 // ErrNotInserted is the Result.Err of a job that a failed enqueue did not
 // insert: the server refused it, the enqueue stopped before it, or it was
 // not in the collection when looked up after the failure. Enqueue it again

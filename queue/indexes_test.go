@@ -70,7 +70,7 @@ func TestIndexesDeclared(t *testing.T) {
 		{name: "linking", keys: bson.D{{Key: "linking", Value: 1}}, sparse: true},
 		{name: "workflow", keys: bson.D{{Key: "workflow", Value: 1}}, sparse: true},
 	}
-	got := declared(t, Indexes())
+	got := declared(t, jobIndexes())
 	require.Equal(t, want, got)
 
 	names := map[string]bool{}
@@ -89,7 +89,7 @@ func TestIndexesDeclared(t *testing.T) {
 // the claim's filter or sort and this fails until the index follows.
 func TestClaimIndexServesClaim(t *testing.T) {
 	var claim indexSpec
-	for _, s := range declared(t, Indexes()) {
+	for _, s := range declared(t, jobIndexes()) {
 		if s.name == claimIndex {
 			claim = s
 		}
@@ -130,7 +130,7 @@ func TestEnsureIndexesBuildsDeclared(t *testing.T) {
 	for _, s := range specs {
 		onServer[s.Name] = s
 	}
-	for _, want := range declared(t, Indexes()) {
+	for _, want := range declared(t, jobIndexes()) {
 		s, ok := onServer[want.name]
 		require.True(t, ok, "index %s not on the server; have %v", want.name, onServer)
 		var keys bson.D

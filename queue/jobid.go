@@ -84,8 +84,8 @@ func plainToken(s string) bool {
 	return true
 }
 
-// ErrBadJobID is returned by ParseJobID for a token that names no id.
-var ErrBadJobID = errors.New("not a job id")
+// errBadJobID is returned by ParseJobID for a token that names no id.
+var errBadJobID = errors.New("not a job id")
 
 // ParseJobID reads a token made by JobID.Token. A token that does not
 // start with "@" is a string id, whatever its characters, so an id typed
@@ -99,7 +99,7 @@ func ParseJobID(token string) (JobID, error) {
 	}
 	b, err := base64.RawURLEncoding.DecodeString(token[1:])
 	if err != nil || len(b) == 0 {
-		return JobID{}, fmt.Errorf("%.40q: %w: a token starting with %q is base64url (the id's BSON type and value)", token, ErrBadJobID, typedMark)
+		return JobID{}, fmt.Errorf("%.40q: %w: a token starting with %q is base64url (the id's BSON type and value)", token, errBadJobID, typedMark)
 	}
 	v := bson.RawValue{Type: bson.Type(b[0]), Value: append([]byte(nil), b[1:]...)}
 	// A value is valid when it is the whole of a one-element document.
@@ -114,7 +114,7 @@ func ParseJobID(token string) (JobID, error) {
 		}
 	}
 	if err != nil {
-		return JobID{}, fmt.Errorf("%.40q: %w: its bytes are not one BSON value", token, ErrBadJobID)
+		return JobID{}, fmt.Errorf("%.40q: %w: its bytes are not one BSON value", token, errBadJobID)
 	}
 	return JobID{v}, nil
 }

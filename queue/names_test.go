@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -67,7 +68,7 @@ func TestPauseRefusesNamesEnqueueRefuses(t *testing.T) {
 // alive.
 func TestWorkerFromTheFutureIsNotAlive(t *testing.T) {
 	b := setup(t)
-	now := b.q.ServerTime(b.ctx)
+	now := store.Of(b.q).ServerTime(b.ctx)
 	_, err := b.db.Collection(queue.DefaultWorkersCollection).InsertMany(b.ctx, []any{
 		bson.M{"_id": "future", "host": "h", "lastSeen": now.Add(time.Hour), "beatEveryMs": 1000},
 		bson.M{"_id": "ahead", "host": "h", "lastSeen": now.Add(time.Second), "beatEveryMs": 1000},

@@ -19,7 +19,7 @@ import (
 //
 // A rate may be partitioned (Rate.By): N starts per period per value of
 // an args field, each partition's state a document of its own in the rate
-// partitions collection (DefaultRatePartsCollection), reserved by a claim
+// partitions collection (C_rate_partitions beside a jobs collection C), reserved by a claim
 // after it has read its candidates; the reaper's pass deletes the idle
 // ones (CleanRatePartitions).
 
@@ -28,36 +28,16 @@ import (
 // rate back, unstarted and uncounted.
 const RateStartLag = store.RateStartLag
 
-// MaxRate (1,000,000) bounds a rate's count per period, and MaxBurst
-// (10,000) its burst.
-const (
-	MaxRate  = store.MaxRate
-	MaxBurst = store.MaxBurst
-)
+// MaxBurst (10,000) bounds a rate's burst.
+const MaxBurst = store.MaxBurst
 
 // Rate is a rate limit: at most N starts per Per, of which at most Burst
 // at once (0 is 1); with By, per value of the jobs' args field By (a
 // dotted path for a nested field). Per is at least a millisecond, in
-// whole milliseconds, and at most MaxRatePeriod; the whole burst must
-// refill (Burst × Per / N) within MaxRateWindow. Its String writes it as
+// whole milliseconds, and at most a year (8784h); the whole burst must
+// refill (Burst × Per / N) within 100 years. Its String writes it as
 // ParseRate reads it; Validate says what is wrong with it.
 type Rate = store.Rate
-
-// MaxRatePeriod (a year, 8784h) bounds a rate's period, and MaxRateWindow
-// (100 years) the time its whole burst takes to refill.
-const (
-	MaxRatePeriod = store.MaxRatePeriod
-	MaxRateWindow = store.MaxRateWindow
-)
-
-// DefaultRatePartsCollection holds the partitions' state of the
-// partitioned rates; a Client on another jobs collection C uses
-// C_rate_partitions.
-const DefaultRatePartsCollection = store.DefaultRatePartsCollection
-
-// RatePartitionIdle (a minute) is how long past its tat a partition's
-// document is kept before CleanRatePartitions deletes it.
-const RatePartitionIdle = store.RatePartitionIdle
 
 // RateLimit is one stored rate limit: Name ("kind:KIND" or
 // "queue:QUEUE"); Rate; Starts, the starts reserved under it across every
@@ -122,7 +102,7 @@ func (c *Client) WaitingOnLimits(ctx context.Context, names []string) (map[strin
 }
 
 // CleanRatePartitions deletes up to limit documents of partitions of the
-// partitioned rates whose tat is RatePartitionIdle in the past, each
+// partitioned rates whose tat is a minute (store.RatePartitionIdle) in the past, each
 // conditioned on the tat it read (state a claim wrote meanwhile is kept),
 // and returns how many. The reaper's pass runs it.
 func (c *Client) CleanRatePartitions(ctx context.Context, limit int) (int, error) {

@@ -13,11 +13,6 @@ import (
 // N run slots, taken by the claim's own write under a unique index and
 // freed by the write that ends or gives back the attempt.
 
-// DefaultLimitsCollection ("limits") holds the concurrency limits, beside
-// the default jobs collection; a Client on another jobs collection C uses
-// C_limits.
-const DefaultLimitsCollection = store.DefaultLimitsCollection
-
 // LimitRefresh (one second) is how long a claim trusts the limits it read:
 // a limit set or cleared by another process applies to this one's claims
 // within it (within twice a read's time, when reading them takes longer:
@@ -28,23 +23,6 @@ const LimitRefresh = store.LimitRefresh
 // MaxLimit (10,000) bounds a concurrency limit: a claim reads the running
 // jobs of the limit, up to that many.
 const MaxLimit = store.MaxLimit
-
-// The names of the unique sparse indexes on the run slots a running job of
-// a limit holds.
-const (
-	// KindRunSlotIndex ("kindRunSlot") is the index of a limited kind's
-	// run slots.
-	KindRunSlotIndex = store.KindRunSlotIndex
-	// QueueRunSlotIndex ("queueRunSlot") is the index of a limited queue's
-	// run slots.
-	QueueRunSlotIndex = store.QueueRunSlotIndex
-	// KindPartSlotIndex ("kindPartSlot") is the index of a partitioned
-	// kind's run slots.
-	KindPartSlotIndex = store.KindPartSlotIndex
-	// QueuePartSlotIndex ("queuePartSlot") is the index of a partitioned
-	// queue's run slots.
-	QueuePartSlotIndex = store.QueuePartSlotIndex
-)
 
 // RunLimit is one stored concurrency limit: Name ("kind:KIND" or
 // "queue:QUEUE"); Limit, the most jobs of it that run at once; Running,

@@ -21,9 +21,9 @@ type Served struct {
 	byKind map[string]map[string]bool
 }
 
-// NewServed reads what the live processes of list serve; those not Alive
+// newServed reads what the live processes of list serve; those not Alive
 // are left out.
-func NewServed(list []WorkerInfo) Served {
+func newServed(list []WorkerInfo) Served {
 	s := Served{byKind: map[string]map[string]bool{}}
 	for _, w := range list {
 		if !w.Alive {
@@ -46,11 +46,11 @@ func NewServed(list []WorkerInfo) Served {
 // serve (alive as Workers counts them by default). It only reads: a
 // reader may not be allowed to write.
 func (c *Client) Served(ctx context.Context) (Served, error) {
-	list, err := c.listWorkers(ctx, c.ServerTime(ctx), 0, false)
+	list, err := c.listWorkers(ctx, c.st.ServerTime(ctx), 0, false)
 	if err != nil {
 		return Served{}, err
 	}
-	return NewServed(list), nil
+	return newServed(list), nil
 }
 
 // Serves reports whether a live process claims jobs of kind on queue.

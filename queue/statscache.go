@@ -104,7 +104,7 @@ func (c *Client) statsColl() *mongo.Collection {
 // clock when the count began.
 func (c *Client) CountStats(ctx context.Context) (StoredStats, error) {
 	start := time.Now()
-	at := c.ServerTime(ctx).Truncate(time.Millisecond)
+	at := c.st.ServerTime(ctx).Truncate(time.Millisecond)
 	since := finishedSince(at)
 	stats, finished, err := c.Overview(ctx, since, jobs.StateSucceeded, jobs.StateDead)
 	if err != nil {
@@ -230,7 +230,7 @@ func statsDoc(s StoredStats) bson.D {
 // has no time of counting; entries that cannot be read are left out and
 // counted in Unreadable.
 func (c *Client) StoredStats(ctx context.Context) (StoredStats, error) {
-	readAt := c.ServerTime(ctx)
+	readAt := c.st.ServerTime(ctx)
 	raw, err := c.statsColl().FindOne(ctx, bson.D{{Key: "_id", Value: statsID}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return StoredStats{}, ErrNoStoredStats

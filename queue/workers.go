@@ -41,15 +41,6 @@ const WorkerMissedBeats = store.WorkerMissedBeats
 // is deleted.
 const workerForgetAfter = time.Hour
 
-// WorkerClockSkew (5 s) is how far past the server's time a process's lastSeen
-// may be and still count as a beat. lastSeen is the server's own clock
-// and the listing reads that clock too, so only another member of a
-// replica set (after a failover), a clock stepped back, or another
-// application's document puts it ahead. A lastSeen further ahead is
-// suspicious: the process is listed with Future set, never alive, since
-// such a stamp says nothing about when it last beat.
-const WorkerClockSkew = store.WorkerClockSkew
-
 // WorkerInfo is one worker process as the registry holds it.
 type WorkerInfo struct {
 	ID          string
@@ -79,10 +70,10 @@ type WorkerInfo struct {
 	Age time.Duration
 	// Alive reports whether the process has missed fewer than
 	// WorkerMissedBeats beats (or beat within the listing's ttl), its
-	// LastSeen no more than WorkerClockSkew ahead of the server's clock.
+	// LastSeen no more than 5 s ahead of the server's clock.
 	Alive bool
-	// Future reports a LastSeen more than WorkerClockSkew ahead of the
-	// server's clock: not a beat docket wrote (see WorkerClockSkew).
+	// Future reports a LastSeen more than 5 s ahead of the server's clock
+	// (which it reads as lastSeen is written): not a beat docket wrote.
 	Future bool
 }
 
@@ -130,17 +121,13 @@ func (c *Client) Unregister(ctx context.Context, id string) error {
 	return nil
 }
 
-// ServerTime returns the server's clock, from hello's localTime; the
-// local clock when the server does not say.
-func (c *Client) ServerTime(ctx context.Context) time.Time { return c.st.ServerTime(ctx) }
-
 // Workers lists the registered worker processes, in host and id order:
 // with all false only those alive, that is seen within ttl, or when ttl is
 // 0 within WorkerMissedBeats of their own beat interval, and not stamped
-// more than WorkerClockSkew ahead of the server's clock. It also deletes
+// more than store.WorkerClockSkew ahead of the server's clock. It also deletes
 // the documents of processes not seen for WorkerForgetAfter.
 func (c *Client) Workers(ctx context.Context, ttl time.Duration, all bool) ([]WorkerInfo, error) {
-	t := c.ServerTime(ctx)
+	t := c.st.ServerTime(ctx)
 	if _, err := c.workersColl().DeleteMany(ctx, bson.D{{Key: "lastSeen", Value: bson.D{{Key: "$lt", Value: t.Add(-workerForgetAfter)}}}}); err != nil {
 		return nil, fmt.Errorf("queue: forget stopped workers: %w", err)
 	}
@@ -163,7 +150,7 @@ func (c *Client) listWorkers(ctx context.Context, t time.Time, ttl time.Duration
 		}
 		if !w.LastSeen.IsZero() {
 			w.Age = t.Sub(w.LastSeen)
-			w.Future = w.Age < -WorkerClockSkew
+			w.Future = w.Age < -store.WorkerClockSkew
 			w.Alive = w.Age < limit && !w.Future
 		}
 		if all || w.Alive {

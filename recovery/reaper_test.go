@@ -221,8 +221,8 @@ func TestReaperPassSparesALiveWorkersJobsForOneLease(t *testing.T) {
 // at most a batch of them, and keeps the others.
 func TestReaperPassCleansIdleRatePartitions(t *testing.T) {
 	b := reaperSetup(t)
-	parts := store.Of(b.q).Collection().Database().Collection(queue.DefaultRatePartsCollection)
-	old := time.Now().Add(-queue.RatePartitionIdle - time.Minute)
+	parts := store.Of(b.q).Collection().Database().Collection(store.DefaultRatePartsCollection)
+	old := time.Now().Add(-store.RatePartitionIdle - time.Minute)
 	_, err := parts.InsertMany(b.ctx, []any{
 		bson.D{{Key: "_id", Value: "kind:k/1"}, {Key: "tat", Value: old}, {Key: "starts", Value: 1}},
 		bson.D{{Key: "_id", Value: "kind:k/2"}, {Key: "tat", Value: old}, {Key: "starts", Value: 1}},

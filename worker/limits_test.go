@@ -42,7 +42,7 @@ func TestLimitFullClaimsWhenTheSlotFrees(t *testing.T) {
 	require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("k"), 1, "test"))
 	// Set long ago: past the seconds after a set when every claim reads
 	// the limit's running jobs.
-	_, err := store.Of(b.q).Collection().Database().Collection(queue.DefaultLimitsCollection).UpdateOne(b.ctx,
+	_, err := store.Of(b.q).Collection().Database().Collection(store.DefaultLimitsCollection).UpdateOne(b.ctx,
 		bson.D{{Key: "_id", Value: queue.KindLimit("k")}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "limitSetAt", Value: time.Now().Add(-time.Hour)}}}})
 	require.NoError(t, err)
@@ -109,7 +109,7 @@ func runUnderBindingLimit(t *testing.T, n int, handoff bool) (perJob float64, ha
 	b := setup(t)
 	const limit = 3
 	require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("k"), limit, "test"))
-	_, err := store.Of(b.q).Collection().Database().Collection(queue.DefaultLimitsCollection).UpdateOne(b.ctx,
+	_, err := store.Of(b.q).Collection().Database().Collection(store.DefaultLimitsCollection).UpdateOne(b.ctx,
 		bson.D{{Key: "_id", Value: queue.KindLimit("k")}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "limitSetAt", Value: time.Now().Add(-time.Hour)}}}})
 	require.NoError(t, err)
@@ -210,7 +210,7 @@ func runUnderBindingLimit(t *testing.T, n int, handoff bool) (perJob float64, ha
 func TestLimitStoppingWorkerHandsNothingOn(t *testing.T) {
 	b := setup(t)
 	require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("k"), 1, "test"))
-	_, err := store.Of(b.q).Collection().Database().Collection(queue.DefaultLimitsCollection).UpdateOne(b.ctx,
+	_, err := store.Of(b.q).Collection().Database().Collection(store.DefaultLimitsCollection).UpdateOne(b.ctx,
 		bson.D{{Key: "_id", Value: queue.KindLimit("k")}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "limitSetAt", Value: time.Now().Add(-time.Hour)}}}})
 	require.NoError(t, err)

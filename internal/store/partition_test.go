@@ -344,7 +344,7 @@ func TestPartitionConcurrentClaimersNeverExceedIt(t *testing.T) {
 func setPartitionLongAgo(t *testing.T, b bundle, n int) {
 	t.Helper()
 	require.NoError(t, b.q.SetPartitionLimit(b.ctx, queue.KindLimit("k"), "c", n, "test"))
-	_, err := b.db.Collection(queue.DefaultLimitsCollection).UpdateOne(b.ctx, bson.D{{Key: "_id", Value: "kind:k"}},
+	_, err := b.db.Collection(store.DefaultLimitsCollection).UpdateOne(b.ctx, bson.D{{Key: "_id", Value: "kind:k"}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "partitionSetAt", Value: time.Now().Add(-time.Hour)}}}})
 	require.NoError(t, err)
 }

@@ -631,7 +631,7 @@ func TestRatePartGiveBackIsFencedOnItsReservation(t *testing.T) {
 	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k"), queue.Rate{N: 1, Per: time.Hour, By: "customerId"}, ""))
 	enqueueFor(t, b, 1, "a")
 	s := store.Of(b.q)
-	parts := b.db.Collection(queue.DefaultRatePartsCollection)
+	parts := b.db.Collection(store.DefaultRatePartsCollection)
 	var once sync.Once
 	store.SetRateHooks(s, nil, func() {
 		once.Do(func() {

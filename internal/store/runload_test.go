@@ -173,7 +173,7 @@ func TestLimitViewsNeverExceedTheLimit(t *testing.T) {
 // backdateLimit makes limit name look set an hour ago.
 func backdateLimit(t *testing.T, b bundle, name string) {
 	t.Helper()
-	_, err := b.db.Collection(queue.DefaultLimitsCollection).UpdateOne(b.ctx, bson.D{{Key: "_id", Value: name}},
+	_, err := b.db.Collection(store.DefaultLimitsCollection).UpdateOne(b.ctx, bson.D{{Key: "_id", Value: name}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "limitSetAt", Value: time.Now().Add(-time.Hour)}}}})
 	require.NoError(t, err)
 }

@@ -28,8 +28,13 @@ func AliveFor(beatEvery time.Duration) time.Duration {
 // longer counts as alive.
 const WorkerMissedBeats = 3
 
-// WorkerClockSkew is how far past the server's time a process's lastSeen
-// may be and still count as a beat (see queue.WorkerClockSkew).
+// WorkerClockSkew (5 s) is how far past the server's time a process's lastSeen
+// may be and still count as a beat. lastSeen is the server's own clock
+// and the listing reads that clock too, so only another member of a
+// replica set (after a failover), a clock stepped back, or another
+// application's document puts it ahead. A lastSeen further ahead is
+// suspicious: the process is listed with Future set, never alive, since
+// such a stamp says nothing about when it last beat.
 const WorkerClockSkew = 5 * time.Second
 
 // WorkersColl is the collection of the registry.

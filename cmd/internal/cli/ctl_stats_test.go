@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -67,7 +68,7 @@ func TestStatsReadsTheLeadersCounts(t *testing.T) {
 	t.Parallel()
 	db, q := statsFixture(t)
 	ctx := context.Background()
-	at := q.ServerTime(ctx).Add(-12 * time.Second).Truncate(time.Millisecond)
+	at := store.Of(q).ServerTime(ctx).Add(-12 * time.Second).Truncate(time.Millisecond)
 	stored := queue.StoredStats{CountedAt: at, By: "w1", Every: 15 * time.Second, Took: time.Second,
 		Queues: []queue.QueueStats{{Queue: "q", Counts: map[string]map[jobs.State]int64{"k": {"available": 42, "dead": 1}}}}}
 	ok, err := q.StoreStats(ctx, stored)
@@ -97,7 +98,7 @@ func TestStatsReadsTheLeadersCounts(t *testing.T) {
 	require.Regexp(t, `(?m)^q +k +3 +0 +0 +0 +0 `, out)
 
 	// Ten minutes old (older than the stored counts, so stored afresh).
-	stored.CountedAt = q.ServerTime(ctx).Add(-10 * time.Minute)
+	stored.CountedAt = store.Of(q).ServerTime(ctx).Add(-10 * time.Minute)
 	_, err = db.Collection(queue.DefaultStatsCollection).DeleteMany(ctx, bson.M{})
 	require.NoError(t, err)
 	ok, err = q.StoreStats(ctx, stored)

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -144,7 +145,7 @@ func TestWorkersFromTheFutureAreShownAsSuspicious(t *testing.T) {
 	q, err := queue.New(db, queue.Config{})
 	require.NoError(t, err)
 	_, err = db.Collection(queue.DefaultWorkersCollection).InsertOne(ctx, bson.D{
-		{Key: "_id", Value: "forged"}, {Key: "host", Value: "h"}, {Key: "lastSeen", Value: q.ServerTime(ctx).Add(time.Hour)}, {Key: "beatEveryMs", Value: 1000},
+		{Key: "_id", Value: "forged"}, {Key: "host", Value: "h"}, {Key: "lastSeen", Value: store.Of(q).ServerTime(ctx).Add(time.Hour)}, {Key: "beatEveryMs", Value: 1000},
 	})
 	require.NoError(t, err)
 	out, errs, code := runCtl(t, testdb.URI(), db, "workers")
@@ -235,7 +236,7 @@ func TestCtlWorkersShowsProcessLimits(t *testing.T) {
 		limits = append(limits, bson.D{{Key: "name", Value: name}, {Key: "n", Value: n}})
 	}
 	_, err = db.Collection(queue.DefaultWorkersCollection).InsertOne(ctx, bson.D{
-		{Key: "_id", Value: "foreign"}, {Key: "host", Value: "h"}, {Key: "lastSeen", Value: q.ServerTime(ctx)}, {Key: "beatEveryMs", Value: 60_000},
+		{Key: "_id", Value: "foreign"}, {Key: "host", Value: "h"}, {Key: "lastSeen", Value: store.Of(q).ServerTime(ctx)}, {Key: "beatEveryMs", Value: 60_000},
 		{Key: "processLimits", Value: limits},
 	})
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/docketq/docket/configs"
 	"github.com/docketq/docket/docketprom"
 	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/internal/clientengine"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
@@ -214,7 +215,7 @@ func (w *workerProc) reapOnce(ctx context.Context, stdout io.Writer) int {
 	c := w.cfg.Client
 	rcfg := recovery.ReaperConfig{Interval: c.ReapInterval, Grace: c.ReapGrace, Batch: c.ReapBatch, RetentionBudget: c.RetentionBudget,
 		SucceededRetention: c.SucceededRetention, DeadRetention: c.DeadRetention, Logger: w.log}
-	reaper, err := recovery.NewReaper(w.dc.Queue(), rcfg)
+	reaper, err := recovery.NewReaper(clientengine.Queue(w.dc), rcfg)
 	if err != nil {
 		return w.cannotStart(2, err)
 	}
@@ -239,7 +240,7 @@ func (w *workerProc) reapOnce(ctx context.Context, stdout io.Writer) int {
 // addApplication registers the process's handlers and the demo kinds'
 // maintenance.
 func (w *workerProc) addApplication(register Registrar) int {
-	q := w.dc.Queue()
+	q := clientengine.Queue(w.dc)
 	if err := register(w.dc.Registry(), w.db, q, w.log); err != nil {
 		w.log.Error("cannot register handlers", zap.Error(err))
 		return 2

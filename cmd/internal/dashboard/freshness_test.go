@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/cmd/internal/dashboard"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -35,7 +36,7 @@ func cardCount(t *testing.T, body, state string) string {
 func TestOverviewShowsTheLeadersCounts(t *testing.T) {
 	t.Parallel()
 	b := setup(t, dashboard.Config{})
-	at := b.q.ServerTime(b.ctx).Add(-12 * time.Second).Truncate(time.Millisecond)
+	at := store.Of(b.q).ServerTime(b.ctx).Add(-12 * time.Second).Truncate(time.Millisecond)
 	stored := queue.StoredStats{CountedAt: at, By: "w1", Every: 15 * time.Second,
 		Queues:   []queue.QueueStats{{Queue: "mail", Counts: map[string]map[jobs.State]int64{"mail": {"available": 42}}}},
 		Finished: map[jobs.State]map[time.Time]int64{jobs.StateSucceeded: {at.Truncate(time.Minute): 17}}}
@@ -58,7 +59,7 @@ func TestOverviewShowsTheLeadersCounts(t *testing.T) {
 
 	_, err = b.db.Collection(queue.DefaultStatsCollection).DeleteMany(b.ctx, bson.M{})
 	require.NoError(t, err)
-	stored.CountedAt = b.q.ServerTime(b.ctx).Add(-10 * time.Minute)
+	stored.CountedAt = store.Of(b.q).ServerTime(b.ctx).Add(-10 * time.Minute)
 	_, err = b.q.StoreStats(b.ctx, stored)
 	require.NoError(t, err)
 	_, body = b.get(t, "/")

@@ -33,13 +33,13 @@ func TestFlowControlInABrowser(t *testing.T) {
 	evil := `<img src=x onerror="window.pwned=1">`
 	require.NoError(t, b.q.SetPartitionLimit(b.ctx, queue.KindLimit("report"), evil, 2, "test"))
 	require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("digest"), queue.Rate{N: 1, Per: time.Hour, Burst: 1, By: "customerId"}, "test"))
-	_, err = b.db.Collection(queue.DefaultLimitsCollection).InsertMany(b.ctx, []any{
+	_, err = b.db.Collection(store.DefaultLimitsCollection).InsertMany(b.ctx, []any{
 		bson.M{"_id": "rate:kind:" + evil, "rate": 1, "periodMs": 1000, "burst": 1},
 		bson.M{"_id": "rate:queue:reports", "rate": evil, "periodMs": 1000, "burst": 1},
 	})
 	require.NoError(t, err)
 	// Spend the rate of queue mail, as claims of other processes would.
-	_, err = b.db.Collection(queue.DefaultLimitsCollection).UpdateOne(b.ctx, bson.M{"_id": "rate:queue:mail"},
+	_, err = b.db.Collection(store.DefaultLimitsCollection).UpdateOne(b.ctx, bson.M{"_id": "rate:queue:mail"},
 		bson.M{"$set": bson.M{"tat": time.Now().Add(2 * time.Hour)}, "$inc": bson.M{"starts": 5}})
 	require.NoError(t, err)
 

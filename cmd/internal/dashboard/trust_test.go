@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/cmd/internal/dashboard"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -297,7 +298,7 @@ func TestOverviewRowsAreBounded(t *testing.T) {
 	for i := range 300 {
 		counts[fmt.Sprintf("foreign-%03d", i)] = map[jobs.State]int64{"dead": 1}
 	}
-	ok, err := b.q.StoreStats(b.ctx, queue.StoredStats{CountedAt: b.q.ServerTime(b.ctx), By: "w1", Every: 15 * time.Second,
+	ok, err := b.q.StoreStats(b.ctx, queue.StoredStats{CountedAt: store.Of(b.q).ServerTime(b.ctx), By: "w1", Every: 15 * time.Second,
 		Queues: []queue.QueueStats{{Queue: "zzz", Counts: counts}, {Queue: "mail", Counts: map[string]map[jobs.State]int64{"mail": {"available": 3}}}}})
 	require.NoError(t, err)
 	require.True(t, ok)

@@ -39,7 +39,7 @@ func TestLimitGauges(t *testing.T) {
 	require.NoError(t, q.SetPartitionLimit(ctx, queue.KindLimit("k"), "c", 4, ""))
 	require.NoError(t, q.SetRate(ctx, queue.KindLimit("p"), queue.Rate{N: 1, Per: time.Hour, Burst: 1, By: "customerId"}, ""))
 	require.NoError(t, q.SetRate(ctx, queue.KindLimit("k"), queue.Rate{N: 2, Per: time.Hour, Burst: 2}, ""))
-	_, err = db.Collection(queue.DefaultLimitsCollection).InsertOne(ctx, bson.M{"_id": "rate:kind:bad\xff", "rate": 1, "periodMs": 1000, "burst": 1})
+	_, err = db.Collection(store.DefaultLimitsCollection).InsertOne(ctx, bson.M{"_id": "rate:kind:bad\xff", "rate": 1, "periodMs": 1000, "burst": 1})
 	require.NoError(t, err)
 	got, err := store.Of(q).ClaimBatch(ctx, store.ClaimParams{Owner: "w", Queues: []string{"default"}, Kinds: []string{"k"}, Lease: time.Minute}, 5)
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/docketq/docket/docketprom"
 	"github.com/docketq/docket/docketprom/internal/metrics"
 	"github.com/docketq/docket/internal/leadership"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -442,7 +443,7 @@ func TestQueueGaugesReuseTheLeadersStoredCounts(t *testing.T) {
 	_, err = q.Enqueue(ctx, "ok", bson.M{}, queue.InsertOpts{})
 	require.NoError(t, err)
 	term := leadership.Term{Number: 4, Token: "mine"}
-	stored := queue.StoredStats{CountedAt: q.ServerTime(ctx), By: "p0", Term: 4, TermToken: "mine", Every: time.Minute,
+	stored := queue.StoredStats{CountedAt: store.Of(q).ServerTime(ctx), By: "p0", Term: 4, TermToken: "mine", Every: time.Minute,
 		Queues: []queue.QueueStats{{Queue: "default", Counts: map[string]map[jobs.State]int64{"ok": {"available": 42}}}}}
 	ok, err := q.StoreStats(ctx, stored)
 	require.NoError(t, err)

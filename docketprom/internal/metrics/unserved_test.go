@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
@@ -33,7 +34,7 @@ func TestUnservedJobsGauge(t *testing.T) {
 		StartedAt: time.Now(), BeatEvery: time.Minute}))
 	// A process that stopped beating ten minutes ago serves nothing.
 	_, err = db.Collection(queue.DefaultWorkersCollection).InsertOne(ctx, bson.M{"_id": "gone", "queues": bson.A{"default", "mail"},
-		"kinds": bson.A{"send_emial", "ok"}, "beatEveryMs": 1000, "lastSeen": q.ServerTime(ctx).Add(-10 * time.Minute)})
+		"kinds": bson.A{"send_emial", "ok"}, "beatEveryMs": 1000, "lastSeen": store.Of(q).ServerTime(ctx).Add(-10 * time.Minute)})
 	require.NoError(t, err)
 
 	got := scrape(t, leaderStats(t, q, "docket_jobs_unserved"))

@@ -1,0 +1,70 @@
+package docket_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket"
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/jobs"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/zap/zaptest"
+)
+
+// A job another application wrote with an _id that is not a string (an
+// ObjectId, a number) is reached by the admin verbs through its JobID:
+// listed, got, cancelled, retried, its token read back.
+func TestAdminVerbsTakeIDsOfAnyType(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewDB(t)
+	c, err := docket.NewClient(db, docket.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	now := time.Now()
+	for _, id := range []any{bson.NewObjectID(), int32(7), int64(1) << 40} {
+		_, err := db.Collection(docket.DefaultCollection).InsertOne(ctx, bson.M{
+			"_id": id, "kind": "greet", "args": bson.M{"name": "x"}, "state": "available", "queue": "default",
+			"priority": 0, "runAt": now.Add(time.Hour), "attempt": 0, "maxAttempts": 5, "errors": bson.A{},
+			"createdAt": now, "updatedAt": now,
+		})
+		require.NoError(t, err)
+	}
+	page, err := c.JobList(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, page.Jobs, 3)
+	for _, s := range page.Jobs {
+		_, isString := s.JobID.StringID()
+		require.False(t, isString, s.ID)
+
+		job, err := c.JobGet(ctx, s.JobID)
+		require.NoError(t, err, s.ID)
+		require.Equal(t, s.JobID.String(), job.ID, "a foreign id is its String")
+		require.Equal(t, "greet", job.Kind)
+		require.Equal(t, jobs.StateAvailable, job.State)
+
+		out, err := c.JobCancel(ctx, s.JobID)
+		require.NoError(t, err, s.ID)
+		require.Equal(t, docket.JobCancelled, out)
+
+		parsed, err := docket.ParseJobID(s.JobID.Token())
+		require.NoError(t, err)
+		job, err = c.JobGet(ctx, parsed)
+		require.NoError(t, err, "the token names the same job")
+		require.Equal(t, jobs.StateCancelled, job.State)
+
+		res, err := c.JobRetry(ctx, &docket.JobRetryParams{JobFilter: docket.JobFilter{JobIDs: []docket.JobID{s.JobID}}})
+		require.NoError(t, err)
+		require.Len(t, res, 1)
+		require.NoError(t, res[0].Err)
+		job, err = c.JobGet(ctx, s.JobID)
+		require.NoError(t, err)
+		require.Equal(t, jobs.StateAvailable, job.State, "retried")
+	}
+	// The string of a foreign id names no job: the typed id does.
+	_, err = c.JobGet(ctx, docket.StringJobID(page.Jobs[0].ID))
+	require.ErrorIs(t, err, docket.ErrJobNotFound)
+	_, err = docket.ParseJobID("@!")
+	require.Error(t, err)
+}
