@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
@@ -40,30 +41,30 @@ const (
 	// a cancel request or a lost lease before the pool gives up on it.
 	DefaultStuckGrace = worker.DefaultStuckGrace
 	// DefaultPollMin is the first wait after a claim that found nothing.
-	DefaultPollMin = 50 * time.Millisecond
+	DefaultPollMin = worker.DefaultPollMin
 	// DefaultPollMax is the longest wait between claims on an idle queue.
-	DefaultPollMax = time.Second
+	DefaultPollMax = worker.DefaultPollMax
 	// DefaultClaimBatch is the most jobs one claim takes.
 	DefaultClaimBatch = worker.DefaultClaimBatch
 	// DefaultPrefetch is the most jobs a pool holds beyond Concurrency.
-	DefaultPrefetch = 100
+	DefaultPrefetch = worker.DefaultPrefetch
 	// DefaultReapInterval is how often the reaper runs.
 	DefaultReapInterval = recovery.DefaultReapInterval
 	// DefaultReapGrace is how long past its expiry a lease is left alone.
 	DefaultReapGrace = recovery.DefaultReapGrace
 	// DefaultReapBatch is the most jobs one reaper pass re-queues.
-	DefaultReapBatch = 500
+	DefaultReapBatch = recovery.DefaultReapBatch
 	// DefaultRetentionBudget bounds the time one reaper pass spends
 	// deleting finished jobs.
-	DefaultRetentionBudget = 20 * time.Second
+	DefaultRetentionBudget = recovery.DefaultRetentionBudget
 	// DefaultSucceededRetention is how long succeeded and cancelled jobs
 	// are kept.
 	DefaultSucceededRetention = recovery.DefaultSucceededRetention
 	// DefaultLeaderTTL is how long a leader that stopped renewing keeps
 	// the lease.
-	DefaultLeaderTTL = 15 * time.Second
+	DefaultLeaderTTL = leadership.DefaultTTL
 	// MinLeaderTTL is the shortest Config.LeaderTTL NewClient takes.
-	MinLeaderTTL = 3 * time.Second
+	MinLeaderTTL = leadership.MinTTL
 	// KeepForever, as a retention, keeps jobs forever; so does any
 	// negative retention.
 	KeepForever = recovery.KeepForever

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/leadership"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
@@ -13,10 +12,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// The flat Config's defaults are the engine's, spelled as values in go doc.
+// The flat Config's defaults are the engine's: each field takes the very
+// default its component takes.
 func TestConfigDefaultsAreTheEngines(t *testing.T) {
-	require.Equal(t, leadership.DefaultTTL, time.Duration(DefaultLeaderTTL))
-	require.Equal(t, leadership.MinTTL, time.Duration(MinLeaderTTL))
 	e, err := Config{}.engine(zap.NewNop())
 	require.NoError(t, err)
 	require.Equal(t, DefaultCollection, e.queue.Collection)

@@ -29,7 +29,6 @@ func (p *PeriodicEnqueuer) SweepOrphans(ctx context.Context) (int, error) {
 const (
 	DefaultDeadRetention      = defaultDeadRetention
 	DefaultPeriodicCollection = defaultPeriodicCollection
-	DefaultReapBatch          = defaultReapBatch
 )
 
 // PeriodicJobID is the id of the job of tick for the periodic job name.

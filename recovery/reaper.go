@@ -20,8 +20,8 @@ const (
 	// DefaultReapGrace is how long past its expiry a lease is left alone,
 	// to allow for clock skew between machines.
 	DefaultReapGrace = 5 * time.Second
-	// defaultReapBatch is how many expired jobs one pass re-queues at most.
-	defaultReapBatch = 500
+	// DefaultReapBatch is how many expired jobs one pass re-queues at most.
+	DefaultReapBatch = 500
 	// DefaultSucceededRetention is how long succeeded and cancelled jobs are
 	// kept.
 	DefaultSucceededRetention = 24 * time.Hour
@@ -30,9 +30,9 @@ const (
 	KeepForever time.Duration = -1 * time.Second
 	// defaultDeadRetention keeps dead jobs forever: they wait for a human.
 	defaultDeadRetention = KeepForever
-	// defaultRetentionBudget is how long one pass may spend deleting
+	// DefaultRetentionBudget is how long one pass may spend deleting
 	// finished jobs past their retention.
-	defaultRetentionBudget = 20 * time.Second
+	DefaultRetentionBudget = 20 * time.Second
 )
 
 // ReaperConfig configures a Reaper. As in every docket setting, a zero
@@ -69,10 +69,10 @@ type ReaperConfig struct {
 func (c ReaperConfig) WithDefaults() ReaperConfig {
 	c.Interval = cmp.Or(c.Interval, DefaultReapInterval)
 	c.Grace = cmp.Or(c.Grace, DefaultReapGrace)
-	c.Batch = cmp.Or(c.Batch, defaultReapBatch)
+	c.Batch = cmp.Or(c.Batch, DefaultReapBatch)
 	c.SucceededRetention = cmp.Or(c.SucceededRetention, DefaultSucceededRetention)
 	c.DeadRetention = cmp.Or(c.DeadRetention, defaultDeadRetention)
-	c.RetentionBudget = cmp.Or(c.RetentionBudget, defaultRetentionBudget)
+	c.RetentionBudget = cmp.Or(c.RetentionBudget, DefaultRetentionBudget)
 	c.Logger = cmp.Or(c.Logger, zap.NewNop())
 	return c
 }

@@ -23,19 +23,19 @@ const (
 	// DefaultShutdownTimeout is how long a graceful stop waits for running
 	// jobs before it cancels them (see Worker.Stop).
 	DefaultShutdownTimeout = 30 * time.Second
-	// defaultPollMin is the first wait after a claim finds nothing.
-	defaultPollMin = 50 * time.Millisecond
-	// defaultPollMax caps the wait between claims on an idle queue.
-	defaultPollMax = time.Second
+	// DefaultPollMin is the first wait after a claim finds nothing.
+	DefaultPollMin = 50 * time.Millisecond
+	// DefaultPollMax caps the wait between claims on an idle queue.
+	DefaultPollMax = time.Second
 	// DefaultClaimBatch is how many jobs one claim takes at most: the
 	// worker claims adaptively, one job per findAndModify while jobs
 	// trickle in and batches of its free slots (up to this many) while a
 	// backlog lasts (see Config.ClaimBatch and docs/BENCHMARKS.md).
 	DefaultClaimBatch = 100
-	// defaultPrefetch is how many jobs a worker may hold beyond
+	// DefaultPrefetch is how many jobs a worker may hold beyond
 	// Concurrency, waiting for a slot, while its claims are slow compared
 	// with its jobs (see Config.Prefetch).
-	defaultPrefetch = 100
+	DefaultPrefetch = 100
 	// DefaultStuckGrace is how long a handler may go on after its kind's
 	// timeout, a cancel request or a lost lease before the worker gives up
 	// on it (see Config.StuckGrace).
@@ -155,10 +155,10 @@ func (c Config) WithDefaults() Config {
 	c.Lease = cmp.Or(c.Lease, DefaultLease)
 	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
-	c.PollMin = cmp.Or(c.PollMin, defaultPollMin)
-	c.PollMax = cmp.Or(c.PollMax, defaultPollMax)
+	c.PollMin = cmp.Or(c.PollMin, DefaultPollMin)
+	c.PollMax = cmp.Or(c.PollMax, DefaultPollMax)
 	c.ClaimBatch = cmp.Or(c.ClaimBatch, DefaultClaimBatch)
-	c.Prefetch = cmp.Or(c.Prefetch, defaultPrefetch)
+	c.Prefetch = cmp.Or(c.Prefetch, DefaultPrefetch)
 	c.StuckGrace = cmp.Or(c.StuckGrace, DefaultStuckGrace)
 	c.Logger = cmp.Or(c.Logger, zap.NewNop())
 	return c
@@ -190,7 +190,7 @@ func (c Config) Validate() error {
 	case c.ClaimBatch < 1:
 		return fmt.Errorf("worker.claimBatch: %d must be at least 1", c.ClaimBatch)
 	case c.Prefetch < -1:
-		return fmt.Errorf("worker.prefetch: %d must be -1 (off), 0 (the default, %d) or positive", c.Prefetch, defaultPrefetch)
+		return fmt.Errorf("worker.prefetch: %d must be -1 (off), 0 (the default, %d) or positive", c.Prefetch, DefaultPrefetch)
 	case c.StuckGrace < 0:
 		return fmt.Errorf("worker.stuckGrace: %s must not be negative", c.StuckGrace)
 	}
