@@ -148,7 +148,7 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docket: %w", err)
 	}
-	return &Client{cfg: cfg, eng: eng, db: db, q: q, engineHandle: clientengine.NewHandle(q, elector), reg: jobs.NewRegistry(), log: log, elector: elector, argsOpts: map[string]InsertOpts{},
+	return &Client{cfg: cfg, eng: eng, db: db, q: q, engineHandle: clientengine.NewHandle(q, elector, eng.reaper), reg: jobs.NewRegistry(), log: log, elector: elector, argsOpts: map[string]InsertOpts{},
 		events: newEventHub(log)}, nil
 }
 

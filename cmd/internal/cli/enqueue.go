@@ -11,8 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docketq/docket"
 	"github.com/docketq/docket/configs"
 	"github.com/docketq/docket/handlers"
+	"github.com/docketq/docket/internal/clientengine"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -126,12 +128,14 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Mongo.Timeout)
 	defer cancel()
 	db := client.Database(cfg.Mongo.DB)
-	d := cfg.Client
-	q, err := queue.New(db, queue.Config{Collection: d.Collection, WriteConcern: d.WriteConcern, RetryBase: d.RetryBase, RetryMax: d.RetryMax})
+	// The queue client a docket.Client of this configuration has: it
+	// connects nothing and starts nothing.
+	dc, err := docket.NewClient(db, cfg.Client)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
+	q := clientengine.Queue(dc)
 	handlers.CancelHooks(q, db) // what cancelling a demo kind's job stops
 	e := &env{ctx: ctx, base: context.Background(), cfg: cfg, db: db, q: q, stdin: stdin, stdout: stdout, stderr: stderr,
 		progress: progress}

@@ -212,10 +212,7 @@ func (w *workerProc) newClient(reapOnce bool) int {
 
 // reapOnce runs one reaper pass (`worker reap`) and prints what it did.
 func (w *workerProc) reapOnce(ctx context.Context, stdout io.Writer) int {
-	c := w.cfg.Client
-	rcfg := recovery.ReaperConfig{Interval: c.ReapInterval, Grace: c.ReapGrace, Batch: c.ReapBatch, RetentionBudget: c.RetentionBudget,
-		SucceededRetention: c.SucceededRetention, DeadRetention: c.DeadRetention, Logger: w.log}
-	reaper, err := recovery.NewReaper(clientengine.Queue(w.dc), rcfg)
+	reaper, err := clientengine.Reaper(w.dc)
 	if err != nil {
 		return w.cannotStart(2, err)
 	}

@@ -16,7 +16,8 @@ import (
 )
 
 // TestWorkerReapRunsOnePass: `worker reap` re-queues expired leases once,
-// from the command line, and leaves live ones alone.
+// from the command line, with the reaper's settings, and leaves live ones
+// alone.
 func TestWorkerReapRunsOnePass(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewDB(t)
@@ -36,7 +37,14 @@ func TestWorkerReapRunsOnePass(t *testing.T) {
 	})
 
 	op := &operator{t: t, bin: workerBinary(t), db: db}
-	out, stderr, code := op.run("reap")
+	// The pass is configured as the worker's reaper: a grace longer than
+	// the hour the lease is past leaves it alone.
+	out, stderr, code := op.run("reap", "--reap-grace", "2h")
+	require.Equal(t, 0, code, stderr)
+	if !op.resent {
+		require.Equal(t, "requeued 0, dead 0", strings.TrimSpace(out))
+	}
+	out, stderr, code = op.run("reap")
 	require.Equal(t, 0, code, stderr)
 	if !op.resent { // else the first run's pass, its reply lost, is read below
 		require.Equal(t, "requeued 1, dead 0", strings.TrimSpace(out))
