@@ -60,7 +60,7 @@ func TestCapacityErrorsNameTheQueue(t *testing.T) {
 		{yaml: "capacities:\n  orders: '5'\n", want: `capacities.orders: line 2: "5" is not a whole number`},
 		{yaml: "capacities:\n  orders: [5]\n", want: `capacities.orders: line 2: "[5]" is not a whole number`},
 		{yaml: "capacities:\n  orders:\n", want: `capacities.orders: line 2: "" is not a whole number`},
-		{yaml: "capacities:\n  orders: 1\n  orders: 2\n", want: "capacities.orders: line 3: the queue is named twice"},
+		{yaml: "capacities:\n  orders: 1\n  orders: 2\n", want: "line 3: capacities.orders is set twice (also on line 2)"},
 		{yaml: "capacities: [orders]\n", want: "capacities: line 1: must map queue names to capacities"},
 		{yaml: "capacities:\n  '': 3\n", want: "capacities: a queue name is empty"},
 		{env: map[string]string{"DOCKET_CAPACITIES": "orders=five"}, want: `DOCKET_CAPACITIES (capacities): "orders=five": orders: "five" is not a whole number`},

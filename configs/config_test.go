@@ -184,7 +184,7 @@ func TestUnknownKeysAreRefused(t *testing.T) {
 	require.Equal(t, 3, c.Client.Concurrency)
 	// A key given twice, where the last would silently win, is refused too.
 	require.NoError(t, os.WriteFile(path, []byte("worker:\n  lease: 1m\n  lease: 2m\n"), 0o600))
-	require.ErrorContains(t, configs.LoadFile(path, &c), "line 3: worker.lease is set twice")
+	require.ErrorContains(t, configs.LoadFile(path, &c), "line 3: worker.lease is set twice (also on line 2)")
 	require.Equal(t, "@every 1m", app.RenameSweeper.Schedule)
 }
 

@@ -132,9 +132,6 @@ func decodeCounts(n *yaml.Node, f countsForm) (map[string]int, error) {
 			return nil, fmt.Errorf("%s: line %d: %s must be a plain string", f.setting, k.Line, f.keyName)
 		}
 		name := k.Value
-		if _, dup := out[name]; dup {
-			return nil, fmt.Errorf("%s.%s: line %d: the %s is named twice", f.setting, name, k.Line, f.noun)
-		}
 		var count int
 		if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Decode(&count) != nil {
 			return nil, fmt.Errorf("%s.%s: line %d: %q is not a whole number: give %s, from 1 to %d",

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -36,7 +35,8 @@ func LoadFileApp(path string, c *Config, app App) error {
 }
 
 // decodeFile decodes the YAML document b into the settings ss, each found
-// by its key path; a key that leads to none is an error.
+// by its key path; a key that leads to none, or one given twice, is an
+// error. Merge keys (<<: *base) are expanded first.
 func decodeFile(b []byte, ss []Setting) error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
@@ -44,6 +44,9 @@ func decodeFile(b []byte, ss []Setting) error {
 	}
 	if len(doc.Content) == 0 {
 		return nil // an empty file
+	}
+	if err := mapKeys(&doc); err != nil {
+		return err
 	}
 	f := fileKeys{settings: map[string]Setting{}, sections: map[string]bool{}}
 	for _, s := range ss {
@@ -73,17 +76,12 @@ func (f fileKeys) decode(n *yaml.Node, prefix string) error {
 	if n.Kind != yaml.MappingNode {
 		return fmt.Errorf("line %d: %s must be a mapping of settings", n.Line, cmp.Or(prefix, "the file"))
 	}
-	var seen []string
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
-		path := k.Value
-		if prefix != "" {
-			path = prefix + "." + path
+		if strings.Contains(k.Value, ".") {
+			return fmt.Errorf("line %d: %s: write a setting's key nested, one section per line (worker:\n  lease: 30s for worker.lease), not dotted", k.Line, k.Value)
 		}
-		if slices.Contains(seen, path) {
-			return fmt.Errorf("line %d: %s is set twice", k.Line, path)
-		}
-		seen = append(seen, path)
+		path := joinPath(prefix, k.Value)
 		if err := f.decodeKey(k, resolve(v), path); err != nil {
 			return err
 		}

@@ -74,9 +74,6 @@ func (f namedForm[T]) decode(n *yaml.Node, out *map[string]T) error {
 		if err != nil {
 			return fmt.Errorf("%s.%s: line %d: %w", f.setting, k.Value, v.Line, err)
 		}
-		if _, twice := m[k.Value]; twice {
-			return fmt.Errorf("%s.%s: line %d: the %s is named twice", f.setting, k.Value, k.Line, f.noun)
-		}
 		m[k.Value] = val
 	}
 	if len(m) == 0 {
