@@ -43,11 +43,13 @@ func (v *periodicJobsValue) decodeYAML(n *yaml.Node) error {
 	}
 	out := make([]docket.PeriodicJob, len(n.Content))
 	for i, item := range n.Content {
-		if item.Kind == yaml.MappingNode {
-			for j := 0; j < len(item.Content); j += 2 {
-				if k := item.Content[j]; !slices.Contains(periodicJobKeys, k.Value) {
-					return fmt.Errorf("periodicJobs[%d]: line %d: %s is not a periodic job's key (%v)", i, k.Line, k.Value, periodicJobKeys)
-				}
+		item = resolve(item) // an alias (*job) is checked as the job it names
+		if item.Kind != yaml.MappingNode {
+			return fmt.Errorf("periodicJobs[%d]: line %d: must be a mapping such as {name: nightly, schedule: \"@daily\", kind: report}", i, item.Line)
+		}
+		for j := 0; j < len(item.Content); j += 2 {
+			if k := item.Content[j]; !slices.Contains(periodicJobKeys, k.Value) {
+				return fmt.Errorf("periodicJobs[%d]: line %d: %s is not a periodic job's key (%v)", i, k.Line, k.Value, periodicJobKeys)
 			}
 		}
 		var p periodicJobFile

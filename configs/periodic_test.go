@@ -37,3 +37,18 @@ func TestClientPeriodicJobs(t *testing.T) {
 	require.Equal(t, "noop", list[1].Args.Kind())
 	require.Equal(t, bson.Raw{5, 0, 0, 0, 0}, bson.Raw(raw))
 }
+
+// A periodic job given as an alias (*job) is checked as any other: a key
+// no periodic job has is refused, not dropped.
+func TestPeriodicJobAliasIsChecked(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "docket.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`periodicJobs:
+  - {name: a, schedule: "@hourly", kind: noop, args: {next: &j {name: b, schedule: "@daily", kind: noop, nope: 1}}}
+  - *j
+`), 0o600))
+	var c configs.Config
+	require.ErrorContains(t, configs.LoadFile(path, &c), "periodicJobs[1]: line 2: nope is not a periodic job's key")
+	require.NoError(t, os.WriteFile(path, []byte("periodicJobs: [5]\n"), 0o600))
+	require.ErrorContains(t, configs.LoadFile(path, &c), "periodicJobs[0]: line 1: must be a mapping")
+}
