@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/configs"
+	"github.com/docketq/docket/docketprom"
 	"github.com/docketq/docket/handlers"
 	"github.com/stretchr/testify/require"
 )
@@ -48,6 +49,19 @@ func TestZeroIsTheDefault(t *testing.T) {
 	c, err = loadFile(t, "worker:\n  heartbeatInterval: 0s\n", nil)
 	require.NoError(t, err)
 	require.Equal(t, 10*time.Second, c.Client.HeartbeatInterval)
+
+	// The process's settings and the app's follow the same rule.
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var app handlers.Config
+	c, err = configs.LoadApp(fs, "worker", []string{"--mongo-timeout=0", "--queue-stats-interval=0s", "--log-format=", "--tree-keep=0", "--write-timeout=0s"},
+		func(string) string { return "" }, &app)
+	require.NoError(t, err)
+	require.Equal(t, configs.DefaultConnectTimeout, c.Mongo.Timeout)
+	require.Equal(t, configs.DefaultWriteTimeout, c.Mongo.WriteTimeout)
+	require.Equal(t, docketprom.DefaultQueueStatsInterval, c.HTTP.QueueStatsInterval)
+	require.Equal(t, configs.DefaultLogFormat, c.Log.Format)
+	require.Equal(t, handlers.TreeSweeperConfig{}.WithDefaults().Keep, app.TreeSweeper.Keep)
 }
 
 // TestPrecedence: file < environment < flags.

@@ -1,7 +1,6 @@
 package configs
 
 import (
-	"cmp"
 	"flag"
 	"fmt"
 	"os"
@@ -116,7 +115,9 @@ func Load(fs *flag.FlagSet, role string, args []string, getenv func(string) stri
 // its own, read from the same file. Its Settings name every key it reads
 // from the file, and its variables and flags; its types need no yaml tags.
 type App interface {
-	// Defaults sets every unset field to its default, in place.
+	// Defaults sets every unset (zero) field to its default, in place.
+	// It runs before the flags, so that --help shows the defaults, and
+	// again after them, so that a flag given 0 takes the default too.
 	Defaults()
 	// Validate reports the first invalid field, naming it and its value.
 	Validate() error
@@ -146,8 +147,9 @@ func DurationSetting(field, env, flag, usage string, p *time.Duration) Setting {
 // LoadApp is Load for a process whose application adds the configuration
 // app (nil for none): the file may hold app's keys beside docket's (any
 // other key is an error), and a "worker" process also reads app's variables
-// and flags. app is filled in place, defaults set and validated. A client
-// setting left out, or 0, takes its default, as in a docket.Config.
+// and flags. app is filled in place, defaults set and validated. A
+// setting left out, or 0, takes its default, as in a docket.Config: app's
+// Defaults runs again after the flags.
 //
 // No error, and nothing printed to fs's output (--help, a flag's bad
 // value), shows a password: neither that of a connection string given to
@@ -187,10 +189,12 @@ func LoadApp(fs *flag.FlagSet, role string, args []string, getenv func(string) s
 	if err := parseFlags(fs, path, processSettings(&c, role, app), args); err != nil {
 		return c, err
 	}
-	// A client setting a flag zeroed takes its default, as from anywhere
-	// else; the write timeout follows the final lease.
-	c.Client = c.Client.WithDefaults()
-	c.Mongo.WriteTimeout = cmp.Or(c.Client.WriteTimeout, autoWriteTimeout(c.Client))
+	// A setting a flag zeroed takes its default, as from anywhere else;
+	// the write timeout follows the final lease.
+	c = c.WithDefaults()
+	if app != nil {
+		app.Defaults()
+	}
 	if err := c.Validate(); err != nil {
 		return c, err
 	}
