@@ -123,7 +123,7 @@ func TestErrorsNameTheSettingAndValue(t *testing.T) {
 		{nil, []string{"--http-addr", "9090"}, `http.addr: "9090" is not host:port`},
 		{map[string]string{"DOCKET_HTTP_ADDR": "localhost:http"}, nil, `http.addr: "localhost:http": port "http" is not a number`},
 		{nil, []string{"--http-addr", ":9090"}, ""},
-		{nil, []string{"--queue-stats-interval", "0s"}, "http.queueStatsInterval: 0s must be positive"},
+		{nil, []string{"--queue-stats-interval", "-1s"}, "http.queueStatsInterval: -1s must be positive"},
 		{map[string]string{"DOCKET_MONGO_URI": "mongodb://u:hunter2@h:port/"}, nil, `mongo.uri: "mongodb://u:xxxxx@h:port/`},
 	} {
 		_, err := load(t, tc.env, tc.args...)
