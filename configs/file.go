@@ -26,6 +26,9 @@ func LoadFileApp(path string, c *Config, app App) error {
 	}
 	ss := fileSettings(c)
 	if app != nil {
+		if err := checkApp(ss, app); err != nil {
+			return err
+		}
 		ss = append(ss, app.Settings()...)
 	}
 	if err := decodeFile(b, ss); err != nil {

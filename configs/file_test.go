@@ -10,13 +10,19 @@ func FuzzDecodeFile(f *testing.F) {
 		"periodicJobs: [1, [2], {name: a, args: 5, nope: 1}]", "capacities: 5", "x: &a {b: *a}",
 		"worker: &w {lease: 1s}\nreaper: *w\n", "? [a]\n: 1\n", "worker:\n  queues: a\n  queues: b\n",
 		"dashboard: {hosts: [a, {b: c}]}", "renameSweeper: {batch: x}", "<<: {mongo: {db: d}}",
+		"worker: &w {<<: *w}", "a: &a [*a, {<<: *a}]", "app: {tree: &t {next: *t, <<: *t}}", "<<: [{mongo: {db: d}}, 5]",
 	} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var c Config
 		var schedule string
-		ss := append(fileSettings(&c), StringSetting("renameSweeper.schedule", "", "", "", &schedule))
+		type tree struct {
+			Next *tree
+			Tags map[string][]int
+		}
+		var tr tree
+		ss := append(fileSettings(&c), StringSetting("renameSweeper.schedule", "", "", "", &schedule), FileSetting("app.tree", "", &tr))
 		_ = decodeFile(b, ss)
 	})
 }

@@ -13,7 +13,8 @@ import (
 
 // Setting is one configurable value: a key of the file, and unless it is
 // only written in a file, an environment variable and a flag. Make one
-// with StringSetting, IntSetting or DurationSetting.
+// with StringSetting, IntSetting, DurationSetting, BoolSetting,
+// StringsSetting or FileSetting.
 type Setting struct {
 	field string // the YAML path, named in errors
 	env   string // "" for none
@@ -127,23 +128,6 @@ type App interface {
 	Settings() []Setting
 }
 
-// StringSetting is a setting of *p, the key field in the file (a.b is b
-// under a), env in the environment and flag on the command line; with env
-// and flag "", it is set in the file only.
-func StringSetting(field, env, flag, usage string, p *string) Setting {
-	return Setting{field, env, flag, usage, (*stringValue)(p)}
-}
-
-// IntSetting is StringSetting for an int.
-func IntSetting(field, env, flag, usage string, p *int) Setting {
-	return Setting{field, env, flag, usage, (*intValue)(p)}
-}
-
-// DurationSetting is StringSetting for a time.Duration.
-func DurationSetting(field, env, flag, usage string, p *time.Duration) Setting {
-	return Setting{field, env, flag, usage, (*durationValue)(p)}
-}
-
 // LoadApp is Load for a process whose application adds the configuration
 // app (nil for none): the file may hold app's keys beside docket's (any
 // other key is an error), and a "worker" process also reads app's variables
@@ -156,6 +140,11 @@ func DurationSetting(field, env, flag, usage string, p *time.Duration) Setting {
 // any setting, nor the configured URI's wherever it appears (see
 // Redactor). fs's output is left redacting.
 func LoadApp(fs *flag.FlagSet, role string, args []string, getenv func(string) string, app App) (c Config, err error) {
+	if app != nil {
+		if err := checkApp(fileSettings(&c), app); err != nil {
+			return c, err // before a flag named twice panics
+		}
+	}
 	red := NewRedactor(getenv("DOCKET_MONGO_URI"))
 	if u, ok := flagValue(args, "mongo-uri"); ok {
 		red.Add(u)
