@@ -82,20 +82,29 @@ func knownKeys(n *yaml.Node, t reflect.Type, path string) error {
 	if reflect.PointerTo(t).Implements(unmarshalerType) {
 		return nil
 	}
-	switch {
-	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
-		return knownFields(n, t, path)
-	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if err := knownKeys(n.Content[i+1], t.Elem(), joinPath(path, n.Content[i].Value)); err != nil {
-				return err
-			}
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.Kind == yaml.MappingNode {
+			return knownFields(n, t, path)
 		}
-	case (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) && n.Kind == yaml.SequenceNode:
-		for i, item := range n.Content {
-			if err := knownKeys(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
+	case reflect.Map, reflect.Slice, reflect.Array:
+		return knownElems(n, t.Elem(), path)
+	}
+	return nil
+}
+
+// knownElems runs knownKeys on each value of the mapping or the list n,
+// at path, of type elem.
+func knownElems(n *yaml.Node, elem reflect.Type, path string) error {
+	if n.Kind != yaml.MappingNode && n.Kind != yaml.SequenceNode {
+		return nil
+	}
+	for i, c := range n.Content {
+		if n.Kind == yaml.MappingNode && i%2 == 0 {
+			continue // a key
+		}
+		if err := knownKeys(c, elem, childPath(n, i, path)); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -184,15 +193,24 @@ func checkClashes(ss []Setting) error {
 			sections[p] = true
 		}
 		keys[s.field] = true
-		for _, n := range []string{s.env, "--" + s.flag} {
-			if n == "" || n == "--" {
-				continue
-			}
-			if other, taken := names[n]; taken {
-				return fmt.Errorf("configs: the app's setting %s takes %s, already %s's", s.field, n, other)
-			}
-			names[n] = s.field
+		if err := takeNames(names, s); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// takeNames records in names the variable and the flag of s, refusing
+// one an earlier setting took.
+func takeNames(names map[string]string, s Setting) error {
+	for _, n := range []string{s.env, "--" + s.flag} {
+		if n == "" || n == "--" {
+			continue
+		}
+		if other, taken := names[n]; taken {
+			return fmt.Errorf("configs: the app's setting %s takes %s, already %s's", s.field, n, other)
+		}
+		names[n] = s.field
 	}
 	return nil
 }

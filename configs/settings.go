@@ -154,36 +154,17 @@ func LoadApp(fs *flag.FlagSet, role string, args []string, getenv func(string) s
 		err = red.Error(err)
 	}()
 	fs.SetOutput(red.Writer(fs.Output()))
-	path := getenv("DOCKET_CONFIG")
-	if p, ok := flagValue(args, "config"); ok {
-		path = p
-	}
-	if path != "" {
-		if err := LoadFileApp(path, &c, app); err != nil {
-			return c, err
-		}
-		red.Add(c.Mongo.URI)
-	}
-	if v := getenv("DOCKET_REAP_SCHEDULE"); v != "" && role == "worker" {
-		return c, fmt.Errorf("DOCKET_REAP_SCHEDULE (reaper.schedule): %q: %s", v, reapScheduleReplaced(v))
-	}
-	if err := setFromEnv(processSettings(&c, role, app), getenv); err != nil {
+	path, err := loadFileAndEnv(&c, role, args, getenv, app, red)
+	if err != nil {
 		return c, err
 	}
-	red.Add(c.Mongo.URI)
-	c = c.WithDefaults() // before the flags, so that --help shows the defaults
-	if app != nil {
-		app.Defaults()
-	}
+	setDefaults(&c, app) // before the flags, so that --help shows the defaults
 	if err := parseFlags(fs, path, processSettings(&c, role, app), args); err != nil {
 		return c, err
 	}
 	// A setting a flag zeroed takes its default, as from anywhere else;
 	// the write timeout follows the final lease.
-	c = c.WithDefaults()
-	if app != nil {
-		app.Defaults()
-	}
+	setDefaults(&c, app)
 	if err := c.Validate(); err != nil {
 		return c, err
 	}
@@ -191,6 +172,38 @@ func LoadApp(fs *flag.FlagSet, role string, args []string, getenv func(string) s
 		return c, app.Validate()
 	}
 	return c, nil
+}
+
+// loadFileAndEnv loads into c and app the file that args or getenv name,
+// if any, whose path it returns, then the environment's settings; red
+// learns the URI each gives.
+func loadFileAndEnv(c *Config, role string, args []string, getenv func(string) string, app App, red *Redactor) (string, error) {
+	path := getenv("DOCKET_CONFIG")
+	if p, ok := flagValue(args, "config"); ok {
+		path = p
+	}
+	if path != "" {
+		if err := LoadFileApp(path, c, app); err != nil {
+			return path, err
+		}
+		red.Add(c.Mongo.URI)
+	}
+	if v := getenv("DOCKET_REAP_SCHEDULE"); v != "" && role == "worker" {
+		return path, fmt.Errorf("DOCKET_REAP_SCHEDULE (reaper.schedule): %q: %s", v, reapScheduleReplaced(v))
+	}
+	if err := setFromEnv(processSettings(c, role, app), getenv); err != nil {
+		return path, err
+	}
+	red.Add(c.Mongo.URI)
+	return path, nil
+}
+
+// setDefaults sets every zero setting of c, and of app, to its default.
+func setDefaults(c *Config, app App) {
+	*c = c.WithDefaults()
+	if app != nil {
+		app.Defaults()
+	}
 }
 
 // processSettings are the settings of c, and of app, that a process of
