@@ -1,8 +1,6 @@
 package configs_test
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/docketq/docket/configs"
@@ -12,9 +10,7 @@ import (
 // loadFile loads the YAML text as a worker's --config, with env.
 func loadFile(t *testing.T, yaml string, env map[string]string, args ...string) (configs.Config, error) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "docket.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(yaml), 0o600))
-	return load(t, env, append([]string{"--config", path}, args...)...)
+	return load(t, env, append([]string{"--config", writeFile(t, yaml)}, args...)...)
 }
 
 // TestCapacitiesFromConfig: queue capacities come from the file, a

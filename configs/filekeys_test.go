@@ -1,8 +1,6 @@
 package configs_test
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -74,7 +72,5 @@ periodicJobs:
 // loadFileApp writes yml to a file and loads it into c and app.
 func loadFileApp(t *testing.T, yml string, c *configs.Config, app configs.App) error {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "docket.yaml")
-	require.NoError(t, os.WriteFile(path, []byte(yml), 0o600))
-	return configs.LoadFileApp(path, c, app)
+	return configs.LoadFileApp(writeFile(t, yml), c, app)
 }
