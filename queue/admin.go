@@ -44,9 +44,14 @@ func (f JobFilter) query() bson.D {
 		ids = append(ids, id)
 	}
 	for _, id := range f.JobIDs {
-		ids = append(ids, id.v)
+		if !id.IsZero() { // names no job
+			ids = append(ids, id.v)
+		}
 	}
 	switch {
+	case len(ids) == 0 && len(f.JobIDs) > 0:
+		// Only zero JobIDs, which name no job: the filter selects none.
+		q = append(q, bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{}}}})
 	case len(ids) == 1:
 		// An equality, not an $in of one: the same plan on MongoDB, and
 		// one that a server which looks up only a lone _id equality by

@@ -129,6 +129,9 @@ func (c *Client) Cancel(ctx context.Context, id string) (CancelOutcome, error) {
 // CancelJobID is Cancel for an id of any type (a job another application
 // wrote with _id 7).
 func (c *Client) CancelJobID(ctx context.Context, jobID JobID) (CancelOutcome, error) {
+	if jobID.IsZero() {
+		return 0, fmt.Errorf("queue: cancel job with no id: %w", ErrNotFound)
+	}
 	key, id := jobID.v, jobID.String()
 	if err := c.runCancelHook(ctx, jobID); err != nil {
 		return 0, fmt.Errorf("queue: cancel job %s: %w", id, err)
