@@ -91,7 +91,8 @@ type Result struct {
 	// enqueue the job again with (InsertOpts.ID).
 	ID string
 	// Duplicate is true when the unique key was held and no job was added:
-	// ID is the holder's.
+	// ID is the holder's (its display form, in extended JSON, when another
+	// application gave it an id that is not a string: act on it by JobID).
 	Duplicate bool
 	// ArgsDropped is true, with Duplicate, when the holder's args differ
 	// from this insert's: the new args are in no job. False when they are
@@ -105,10 +106,20 @@ type Result struct {
 	// holder of its key is). Only a failed EnqueueMany sets it: it then
 	// wraps ErrNotInserted or ErrOutcomeUnknown.
 	Err error
+	// holder is the id of a Duplicate's holder as stored, when it is not
+	// a string.
+	holder JobID
 }
 
-// JobID is the JobID of r.ID, the id JobGet and JobCancel take.
-func (r Result) JobID() JobID { return StringJobID(r.ID) }
+// JobID is the job's id as stored, the id JobGet and JobCancel take: r.ID's,
+// or a Duplicate's holder's of whatever type another application gave it
+// (r.ID is then its display form).
+func (r Result) JobID() JobID {
+	if !r.holder.IsZero() {
+		return r.holder
+	}
+	return StringJobID(r.ID)
+}
 
 // ErrNotInserted is the Result.Err of a job that a failed enqueue did not
 // insert: the server refused it, the enqueue stopped before it, or it was
@@ -665,21 +676,27 @@ func uniqueField(j *jobs.Job) (field, key string) {
 // ArgsDropped when its args are not j's.
 func (c *Client) uniqueHolder(ctx context.Context, j *jobs.Job) (r Result, held bool, err error) {
 	field, key := uniqueField(j)
-	var holder struct {
-		ID   string   `bson:"_id"`
-		Args bson.Raw `bson:"args"`
-	}
-	err = c.coll.FindOne(ctx, bson.D{{Key: field, Value: key}},
-		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "args", Value: 1}})).Decode(&holder)
+	// Read raw: another application may have written the holder with an
+	// _id of any type, and args of any type.
+	raw, err := c.coll.FindOne(ctx, bson.D{{Key: field, Value: key}},
+		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "args", Value: 1}})).Raw()
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return Result{}, false, nil
 	case err != nil:
 		return Result{}, false, fmt.Errorf("queue: look up %s %q: %w", field, key, err)
-	case holder.ID == j.ID:
+	}
+	holder := JobIDOf(raw)
+	if holder.Equal(StringJobID(j.ID)) {
 		return Result{ID: j.ID, Existed: true}, true, nil
 	}
-	return Result{ID: holder.ID, Duplicate: true, ArgsDropped: !bytes.Equal(holder.Args, j.Args)}, true, nil
+	args := raw.Lookup("args")
+	dropped := args.Type != bson.TypeEmbeddedDocument || !bytes.Equal(args.Value, j.Args)
+	r = Result{ID: holder.String(), Duplicate: true, ArgsDropped: dropped}
+	if _, ok := holder.StringID(); !ok {
+		r.holder = holder // r.ID is only its display form
+	}
+	return r, true, nil
 }
 
 // NewJob validates in and returns the document Enqueue would insert for it,
