@@ -151,3 +151,31 @@ func TestInsertManyIntoAFullQueueReportsEachJob(t *testing.T) {
 	require.ErrorIs(t, res[1].Err, docket.ErrNotInserted)
 	require.ErrorIs(t, res[1].Err, docket.ErrQueueFull)
 }
+
+// An Insert that needs an index the server refuses to set up (two
+// unfinished jobs another app wrote with one unique key) returns the job's
+// id with ErrNotInserted, so it can be inserted again under that id.
+func TestInsertWithRefusedSetupKeepsTheID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewDB(t)
+	for _, id := range []string{"a", "b"} {
+		_, err := db.Collection(docket.DefaultCollection).InsertOne(ctx, bson.M{
+			"_id": id, "kind": "greet", "queue": "default", "args": bson.M{}, "state": "available",
+			"runAt": time.Now(), "uniqueKey": "twice",
+		})
+		require.NoError(t, err)
+	}
+	c, err := docket.NewClient(db, docket.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	res, err := c.Insert(ctx, GreetArgs{Name: "x"}, &docket.InsertOpts{UniqueKey: "k"})
+	require.ErrorIs(t, err, docket.ErrSetupRefused)
+	require.ErrorIs(t, res.Err, docket.ErrNotInserted)
+	require.NotEmpty(t, res.ID)
+
+	_, err = db.Collection(docket.DefaultCollection).DeleteOne(ctx, bson.M{"_id": "b"})
+	require.NoError(t, err)
+	again, err := c.Insert(ctx, GreetArgs{Name: "x"}, &docket.InsertOpts{ID: res.ID, UniqueKey: "k"})
+	require.NoError(t, err)
+	require.Equal(t, res.ID, again.ID)
+}

@@ -244,6 +244,10 @@ func (c *Client) Enqueue(ctx context.Context, kind string, args any, opts Insert
 // nil for each job in the collection, wrapping ErrNotInserted or
 // ErrOutcomeUnknown for the others.
 //
+// When nothing can be sent (the queues' capacities cannot be read, or the
+// indexes a unique key or a bounded queue needs cannot be set up), every
+// Result wraps ErrNotInserted and keeps its id.
+//
 // Calling EnqueueMany again with the same ids (InsertOpts.ID = Result.ID)
 // is always safe: a job already there is reported Existed and not added
 // again. A job with a unique key is added at most once as well: its key or
@@ -284,10 +288,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 	if err != nil {
 		// Admitting without knowing the limits would break them: nothing
 		// is sent. The Results keep the ids to enqueue again with.
-		for i := range results {
-			results[i].Err = fmt.Errorf("%w: reading the queues' capacities failed: %v", ErrNotInserted, err)
-		}
-		return results, enqueueError(results, err)
+		return noneInserted(results, "reading the queues' capacities failed", err)
 	}
 	bounded := false
 	for _, d := range docs {
@@ -295,19 +296,8 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 			bounded = true
 		}
 	}
-	if err := c.ensureIndexes(ctx); err != nil {
-		// Unique keys and capacities rely on their indexes: without them,
-		// two enqueues of one key would make two jobs, and admission
-		// would not be exact. Other jobs only lose the claim's speed.
-		if bounded {
-			return nil, fmt.Errorf("queue: enqueue %d jobs: the capacity index is missing: %w", len(ins), err)
-		}
-		for _, d := range docs {
-			if _, key := uniqueField(d); key != "" {
-				return nil, fmt.Errorf("queue: enqueue %d jobs: the unique key index is missing: %w", len(ins), err)
-			}
-		}
-		c.log.Warn("enqueue without the jobs indexes: creating them failed; the next enqueue tries again", zap.Error(err))
+	if err := c.indexesFor(ctx, docs, bounded); err != nil {
+		return noneInserted(results, "setting up the jobs indexes failed", err)
 	}
 	if bounded {
 		results, err = c.enqueueBounded(ctx, docs, own, results, limits)
@@ -316,6 +306,37 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 	}
 	c.linkInserted(ctx, docs, results)
 	return results, err
+}
+
+// noneInserted marks every result not inserted, because of err, and
+// returns them with the *EnqueueError: the Results keep the ids to enqueue
+// again with.
+func noneInserted(results []Result, why string, err error) ([]Result, error) {
+	for i := range results {
+		results[i].Err = fmt.Errorf("%w: %s: %v", ErrNotInserted, why, err)
+	}
+	return results, enqueueError(results, err)
+}
+
+// indexesFor sets up the jobs indexes, and returns why docs cannot be
+// enqueued without them. Unique keys and capacities rely on their
+// indexes: without them, two enqueues of one key would make two jobs, and
+// admission would not be exact. Other jobs only lose the claim's speed.
+func (c *Client) indexesFor(ctx context.Context, docs []*jobs.Job, bounded bool) error {
+	err := c.ensureIndexes(ctx)
+	if err == nil {
+		return nil
+	}
+	if bounded {
+		return fmt.Errorf("queue: enqueue %d jobs: the capacity index is missing: %w", len(docs), err)
+	}
+	for _, d := range docs {
+		if _, key := uniqueField(d); key != "" {
+			return fmt.Errorf("queue: enqueue %d jobs: the unique key index is missing: %w", len(docs), err)
+		}
+	}
+	c.log.Warn("enqueue without the jobs indexes: creating them failed; the next enqueue tries again", zap.Error(err))
+	return nil
 }
 
 // enqueueBounded enqueues docs, some of which go to bounded queues: each

@@ -149,3 +149,51 @@ func TestFirstEnqueueWithIndexesInPlaceScansNothing(t *testing.T) {
 	require.NotContains(t, got, "find uniqueKey", "with the indexes in place, a new client's first enqueue scanned for null keys: %v", got)
 	require.Contains(t, got, "listIndexes")
 }
+
+// TestEnqueueWithoutItsIndexesReportsEveryJob: when the indexes a unique
+// key or a bounded queue needs cannot be set up, EnqueueMany still returns
+// one Result per job, each not inserted and holding its id, so that the
+// same call again with those ids adds each job once when the setup works.
+func TestEnqueueWithoutItsIndexesReportsEveryJob(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	ctx := context.Background()
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	require.NoError(t, q.SetCapacity(ctx, "bounded", 10, ""))
+	for _, id := range []string{"a", "b"} {
+		_, err := store.Of(q).Collection().InsertOne(ctx, bson.D{
+			{Key: "_id", Value: id}, {Key: "kind", Value: "k"}, {Key: "queue", Value: "default"}, {Key: "args", Value: bson.D{}},
+			{Key: "state", Value: "available"}, {Key: "runAt", Value: time.Now()}, {Key: "uniqueKey", Value: "twice"},
+		})
+		require.NoError(t, err)
+	}
+	batches := [][]queue.Insert{
+		{{Kind: "k", Opts: queue.InsertOpts{UniqueKey: "u"}}, {Kind: "k"}},
+		{{Kind: "k", Opts: queue.InsertOpts{Queue: "bounded"}}, {Kind: "k"}},
+	}
+	for i, ins := range batches {
+		res, err := q.EnqueueMany(ctx, ins)
+		require.ErrorIs(t, err, queue.ErrSetupRefused, "batch %d", i)
+		var ee *queue.EnqueueError
+		require.ErrorAs(t, err, &ee)
+		require.Equal(t, len(ins), ee.NotInserted)
+		require.Len(t, res, len(ins))
+		for _, r := range res {
+			require.ErrorIs(t, r.Err, queue.ErrNotInserted)
+			require.NotEmpty(t, r.ID)
+		}
+		batches[i] = withIDs(ins, res)
+	}
+
+	_, err = store.Of(q).Collection().DeleteOne(ctx, bson.M{"_id": "b"})
+	require.NoError(t, err)
+	for i, ins := range batches {
+		res, err := q.EnqueueMany(ctx, ins)
+		require.NoError(t, err, "batch %d", i)
+		for j, r := range res {
+			require.Equal(t, ins[j].Opts.ID, r.ID)
+			require.False(t, r.Existed || r.Duplicate)
+		}
+	}
+}
