@@ -51,6 +51,13 @@ var (
 	// ErrWorkflowGate: JobRetry met a workflow's gate; insert the
 	// workflow again under a new id.
 	ErrWorkflowGate = queue.ErrWorkflowGate
+	// ErrUnknownState: JobCancel or JobRetry met a job whose state, written
+	// by another application, is none docket knows.
+	ErrUnknownState = queue.ErrUnknownState
+	// ErrStateChanged: JobRetry found the job's state changed
+	// by another process between reading and acting on it; it was left
+	// alone, and the action may be asked again.
+	ErrStateChanged = queue.ErrStateChanged
 )
 
 // DefaultJobListLimit is how many jobs JobList returns when

@@ -179,3 +179,24 @@ func TestInsertWithRefusedSetupKeepsTheID(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, res.ID, again.ID)
 }
+
+// A job another app wrote with a state docket does not know is refused by
+// JobCancel and left alone by JobRetry, both with ErrUnknownState.
+func TestJobActionsOnAnUnknownStateAreErrUnknownState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewDB(t)
+	_, err := db.Collection(docket.DefaultCollection).InsertOne(ctx, bson.M{
+		"_id": "odd", "kind": "greet", "queue": "default", "args": bson.M{}, "state": "paused", "runAt": time.Now(),
+	})
+	require.NoError(t, err)
+	c, err := docket.NewClient(db, docket.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	_, err = c.JobCancel(ctx, docket.StringJobID("odd"))
+	require.ErrorIs(t, err, docket.ErrUnknownState)
+	res, err := c.JobRetry(ctx, &docket.JobRetryParams{JobFilter: docket.JobFilter{IDs: []string{"odd"}}})
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.ErrorIs(t, res[0].Err, docket.ErrUnknownState)
+	require.NotErrorIs(t, res[0].Err, docket.ErrStateChanged)
+}

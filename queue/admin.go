@@ -193,7 +193,17 @@ var (
 	ErrUniqueKeyHeld = errors.New("an unfinished job holds its unique key")
 	// ErrNotFinished: the job has not finished; delete it with force.
 	ErrNotFinished = errors.New("job has not finished")
+	// ErrStateChanged: the job's state changed between the action's read
+	// and its write (another process acted on it), so it was left alone;
+	// the action may be asked again.
+	ErrStateChanged = errors.New("its state changed meanwhile")
 )
+
+// stateChanged is the ActionResult.Err of a job whose state changed from
+// from before the write conditioned on it.
+func stateChanged(from string) error {
+	return fmt.Errorf("%w (it was %q); left alone", ErrStateChanged, from)
+}
 
 // ActionResult is what an action did to one job.
 type ActionResult struct {
@@ -274,7 +284,7 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 		if !jobs.State(r.From).Valid() || r.From == string(jobs.StateRunning) {
 			r.Err = ErrJobRunning
 			if r.From != string(jobs.StateRunning) {
-				r.Err = fmt.Errorf("state %q is not one docket knows", r.From)
+				r.Err = fmt.Errorf("%w %q: not one docket knows", ErrUnknownState, r.From)
 			}
 			continue
 		}
@@ -296,7 +306,7 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 			if capacity, ok := limits[r.queue]; ok {
 				switch err := c.readmit(ctx, retryFilter(r), update, r.queue, capacity); {
 				case errors.Is(err, errRetryMissed):
-					r.Err = fmt.Errorf("its state changed from %s meanwhile; left alone", r.From)
+					r.Err = stateChanged(r.From)
 				case errors.Is(err, ErrQueueFull), errors.Is(err, ErrUniqueKeyHeld):
 					r.Err = err
 				case err != nil:
@@ -312,7 +322,7 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 		case err != nil:
 			return found, fmt.Errorf("queue: retry job %s: %w", r.ID, err)
 		case res.MatchedCount == 0:
-			r.Err = fmt.Errorf("its state changed from %s meanwhile; left alone", r.From)
+			r.Err = stateChanged(r.From)
 		}
 	}
 	return found, nil

@@ -39,8 +39,9 @@ func (o CancelOutcome) String() string {
 // ErrFinished is returned by Cancel for a job that has already finished.
 var ErrFinished = fmt.Errorf("job already finished")
 
-// ErrUnknownState is returned by Cancel for a job whose state is none of
-// the five (written by another app): docket does not know how to stop it.
+// ErrUnknownState is returned by Cancel, and is the ActionResult.Err of
+// Retry, for a job whose state is none of the six (written by another
+// app): docket does not know how to stop or rerun it.
 var ErrUnknownState = errors.New("unknown job state")
 
 // ErrNotCancellable is returned by Cancel when the cancel hook of the job's
