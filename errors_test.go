@@ -11,11 +11,25 @@ import (
 	"github.com/docketq/docket/jobs"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap/zaptest"
 )
 
 // The errors the Client's docs name are docket's own names: an
 // application tests for them without importing the engine.
+
+// breakUniqueIndex inserts, as another app would, two unfinished jobs
+// with one unique key: the unique index cannot be made.
+func breakUniqueIndex(t *testing.T, db *mongo.Database) {
+	t.Helper()
+	for _, id := range []string{"a", "b"} {
+		_, err := db.Collection(docket.DefaultCollection).InsertOne(context.Background(), bson.M{
+			"_id": id, "kind": "greet", "queue": "default", "args": bson.M{}, "state": "available",
+			"runAt": time.Now(), "uniqueKey": "twice",
+		})
+		require.NoError(t, err)
+	}
+}
 
 // A Start whose index set-up the server refuses (two unfinished jobs
 // another app wrote with one unique key) fails with ErrSetupRefused.
@@ -23,14 +37,7 @@ func TestStartRefusedSetupIsErrSetupRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.NewDB(t)
-	now := time.Now()
-	for _, id := range []string{"a", "b"} {
-		_, err := db.Collection(docket.DefaultCollection).InsertOne(ctx, bson.M{
-			"_id": id, "kind": "greet", "queue": "default", "args": bson.M{}, "state": "available",
-			"runAt": now, "uniqueKey": "twice",
-		})
-		require.NoError(t, err)
-	}
+	breakUniqueIndex(t, db)
 	c, err := docket.NewClient(db, docket.Config{Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	docket.MustAddHandler(c, func(context.Context, *jobs.Job, GreetArgs) error { return nil }, jobs.KindOptions{})
@@ -159,13 +166,7 @@ func TestInsertWithRefusedSetupKeepsTheID(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.NewDB(t)
-	for _, id := range []string{"a", "b"} {
-		_, err := db.Collection(docket.DefaultCollection).InsertOne(ctx, bson.M{
-			"_id": id, "kind": "greet", "queue": "default", "args": bson.M{}, "state": "available",
-			"runAt": time.Now(), "uniqueKey": "twice",
-		})
-		require.NoError(t, err)
-	}
+	breakUniqueIndex(t, db)
 	c, err := docket.NewClient(db, docket.Config{Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	res, err := c.Insert(ctx, GreetArgs{Name: "x"}, &docket.InsertOpts{UniqueKey: "k"})

@@ -40,6 +40,19 @@ func TestEnqueueEnsuresTheIndexesItReliesOn(t *testing.T) {
 	require.EqualValues(t, 1, n)
 }
 
+// breakUniqueIndex inserts, as another app would, two unfinished jobs "a"
+// and "b" with one unique key "twice": the unique index cannot be made.
+func breakUniqueIndex(t *testing.T, q *queue.Client) {
+	t.Helper()
+	for _, id := range []string{"a", "b"} {
+		_, err := store.Of(q).Collection().InsertOne(context.Background(), bson.D{
+			{Key: "_id", Value: id}, {Key: "kind", Value: "k"}, {Key: "queue", Value: "default"}, {Key: "args", Value: bson.D{}},
+			{Key: "state", Value: "available"}, {Key: "runAt", Value: time.Now()}, {Key: "uniqueKey", Value: "twice"},
+		})
+		require.NoError(t, err)
+	}
+}
+
 // TestEnsureIndexesRefusedNamesTheDuplicates: when documents already break
 // the unique index, setting it up is refused with an error that says so
 // and names them, and an enqueue that needs it fails rather than making a
@@ -50,14 +63,7 @@ func TestEnsureIndexesRefusedNamesTheDuplicates(t *testing.T) {
 	ctx := context.Background()
 	q, err := queue.New(db, queue.Config{})
 	require.NoError(t, err)
-	now := time.Now()
-	for _, id := range []string{"a", "b"} {
-		_, err := store.Of(q).Collection().InsertOne(ctx, bson.D{
-			{Key: "_id", Value: id}, {Key: "kind", Value: "k"}, {Key: "queue", Value: "default"}, {Key: "args", Value: bson.D{}},
-			{Key: "state", Value: "available"}, {Key: "runAt", Value: now}, {Key: "uniqueKey", Value: "twice"},
-		})
-		require.NoError(t, err)
-	}
+	breakUniqueIndex(t, q)
 	err = q.EnsureIndexes(ctx)
 	require.ErrorIs(t, err, queue.ErrSetupRefused)
 	require.ErrorContains(t, err, `"twice" in 2 documents`)
@@ -161,13 +167,7 @@ func TestEnqueueWithoutItsIndexesReportsEveryJob(t *testing.T) {
 	q, err := queue.New(db, queue.Config{})
 	require.NoError(t, err)
 	require.NoError(t, q.SetCapacity(ctx, "bounded", 10, ""))
-	for _, id := range []string{"a", "b"} {
-		_, err := store.Of(q).Collection().InsertOne(ctx, bson.D{
-			{Key: "_id", Value: id}, {Key: "kind", Value: "k"}, {Key: "queue", Value: "default"}, {Key: "args", Value: bson.D{}},
-			{Key: "state", Value: "available"}, {Key: "runAt", Value: time.Now()}, {Key: "uniqueKey", Value: "twice"},
-		})
-		require.NoError(t, err)
-	}
+	breakUniqueIndex(t, q)
 	batches := [][]queue.Insert{
 		{{Kind: "k", Opts: queue.InsertOpts{UniqueKey: "u"}}, {Kind: "k"}},
 		{{Kind: "k", Opts: queue.InsertOpts{Queue: "bounded"}}, {Kind: "k"}},
