@@ -328,11 +328,11 @@ func (c *Client) indexesFor(ctx context.Context, docs []*jobs.Job, bounded bool)
 		return nil
 	}
 	if bounded {
-		return fmt.Errorf("queue: enqueue %d jobs: the capacity index is missing: %w", len(docs), err)
+		return fmt.Errorf("the capacity index is missing: %w", err)
 	}
 	for _, d := range docs {
 		if _, key := uniqueField(d); key != "" {
-			return fmt.Errorf("queue: enqueue %d jobs: the unique key index is missing: %w", len(docs), err)
+			return fmt.Errorf("the unique key index is missing: %w", err)
 		}
 	}
 	c.log.Warn("enqueue without the jobs indexes: creating them failed; the next enqueue tries again", zap.Error(err))
