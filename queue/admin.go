@@ -371,7 +371,7 @@ func (c *Client) Delete(ctx context.Context, f JobFilter, force bool) ([]ActionR
 			r.Err = ErrJobRunning
 			continue
 		case !s.Finished() && !force:
-			r.Err = fmt.Errorf("%w (it is %s); --force deletes it", ErrNotFinished, r.From)
+			r.Err = fmt.Errorf("%w (it is %q); --force deletes it", ErrNotFinished, r.From)
 			continue
 		}
 		res, err := c.coll.DeleteOne(ctx, append(bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}}, deletable(s)...))

@@ -79,3 +79,19 @@ func TestRetryLeftAloneErrorsAreSentinels(t *testing.T) {
 		}
 	}
 }
+
+// Delete without force leaves an unfinished job alone with ErrNotFinished;
+// a state another app wrote, of any bytes, is quoted in the error, which
+// an operator's terminal shows.
+func TestDeleteQuotesAStateItDoesNotKnow(t *testing.T) {
+	b := setup(t)
+	_, err := b.db.Collection(queue.DefaultCollection).InsertOne(b.ctx, bson.D{{Key: "_id", Value: "odd"}, {Key: "kind", Value: "k"},
+		{Key: "queue", Value: "default"}, {Key: "state", Value: "\x1b]0;owned\x07"}, {Key: "args", Value: bson.D{}}})
+	require.NoError(t, err)
+	res, err := b.q.Delete(b.ctx, queue.JobFilter{IDs: []string{"odd"}}, false)
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.ErrorIs(t, res[0].Err, queue.ErrNotFinished)
+	require.NotContains(t, res[0].Err.Error(), "\x1b")
+	require.NotContains(t, res[0].Err.Error(), "\x07")
+}
