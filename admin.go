@@ -51,6 +51,13 @@ var (
 	// ErrWorkflowGate: JobRetry met a workflow's gate; insert the
 	// workflow again under a new id.
 	ErrWorkflowGate = queue.ErrWorkflowGate
+	// ErrUnknownState: JobCancel or JobRetry met a job whose state, written
+	// by another application, is none docket knows.
+	ErrUnknownState = queue.ErrUnknownState
+	// ErrStateChanged: JobRetry found the job's state changed
+	// by another process between reading and acting on it; it was left
+	// alone, and the action may be asked again.
+	ErrStateChanged = queue.ErrStateChanged
 )
 
 // DefaultJobListLimit is how many jobs JobList returns when
@@ -105,8 +112,10 @@ func (c *Client) JobList(ctx context.Context, params *JobListParams) (*JobListRe
 }
 
 // JobGet returns the job with id; the error wraps ErrJobNotFound when
-// there is none. A job another application wrote with an _id that is not
-// a string has the id's String as its ID.
+// there is none, or id is the zero JobID. A job another application wrote
+// with an _id that is not a string has the stored id's String as its ID,
+// a display form only (a string id may be the same text): act on the job
+// by JobIDOf(job), which is its stored id.
 func (c *Client) JobGet(ctx context.Context, id JobID) (*jobs.Job, error) {
 	return fromEngine(c.q.GetJobID(ctx, id))
 }
@@ -443,13 +452,20 @@ func (c *Client) ParentResults(ctx context.Context, job *jobs.Job) ([]ParentResu
 // in a URL or on a command line, and ParseJobID reads the token back.
 type JobID = queue.JobID
 
-// StringJobID is the JobID of the string id s: a jobs.Job's ID, or an id
-// an application chose (InsertOpts.ID).
+// StringJobID is the JobID of the string id s, an id an application
+// chose (InsertOpts.ID). For a jobs.Job use JobIDOf: its ID names another
+// job when its own id is not a string.
 func StringJobID(s string) JobID { return queue.StringJobID(s) }
+
+// JobIDOf is the id of job as stored, of its type: what JobCancel and
+// JobFilter.JobIDs take to act on the job JobGet returned, or on any
+// other jobs.Job.
+func JobIDOf(job *jobs.Job) JobID { return queue.JobIDOfJob(job) }
 
 // ParseJobID reads a JobID.Token back as the same id, type included. A
 // token that does not start with "@" is a string id; "" is the zero
-// JobID, which names no job.
+// JobID, which names no job: JobGet and JobCancel find nothing by it and
+// JobFilter.JobIDs skips it.
 func ParseJobID(token string) (JobID, error) {
 	id, err := queue.ParseJobID(token)
 	if err != nil {

@@ -11,11 +11,25 @@ import (
 	"github.com/docketq/docket/jobs"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap/zaptest"
 )
 
 // The errors the Client's docs name are docket's own names: an
 // application tests for them without importing the engine.
+
+// breakUniqueIndex inserts, as another app would, two unfinished jobs
+// with one unique key: the unique index cannot be made.
+func breakUniqueIndex(t *testing.T, db *mongo.Database) {
+	t.Helper()
+	for _, id := range []string{"a", "b"} {
+		_, err := db.Collection(docket.DefaultCollection).InsertOne(context.Background(), bson.M{
+			"_id": id, "kind": "greet", "queue": "default", "args": bson.M{}, "state": "available",
+			"runAt": time.Now(), "uniqueKey": "twice",
+		})
+		require.NoError(t, err)
+	}
+}
 
 // A Start whose index set-up the server refuses (two unfinished jobs
 // another app wrote with one unique key) fails with ErrSetupRefused.
@@ -23,14 +37,7 @@ func TestStartRefusedSetupIsErrSetupRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.NewDB(t)
-	now := time.Now()
-	for _, id := range []string{"a", "b"} {
-		_, err := db.Collection(docket.DefaultCollection).InsertOne(ctx, bson.M{
-			"_id": id, "kind": "greet", "queue": "default", "args": bson.M{}, "state": "available",
-			"runAt": now, "uniqueKey": "twice",
-		})
-		require.NoError(t, err)
-	}
+	breakUniqueIndex(t, db)
 	c, err := docket.NewClient(db, docket.Config{Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
 	docket.MustAddHandler(c, func(context.Context, *jobs.Job, GreetArgs) error { return nil }, jobs.KindOptions{})
@@ -150,4 +157,47 @@ func TestInsertManyIntoAFullQueueReportsEachJob(t *testing.T) {
 	require.NoError(t, res[0].Err)
 	require.ErrorIs(t, res[1].Err, docket.ErrNotInserted)
 	require.ErrorIs(t, res[1].Err, docket.ErrQueueFull)
+}
+
+// An Insert that needs an index the server refuses to set up (two
+// unfinished jobs another app wrote with one unique key) returns the job's
+// id with ErrNotInserted, so it can be inserted again under that id.
+func TestInsertWithRefusedSetupKeepsTheID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewDB(t)
+	breakUniqueIndex(t, db)
+	c, err := docket.NewClient(db, docket.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	res, err := c.Insert(ctx, GreetArgs{Name: "x"}, &docket.InsertOpts{UniqueKey: "k"})
+	require.ErrorIs(t, err, docket.ErrSetupRefused)
+	require.ErrorIs(t, res.Err, docket.ErrNotInserted)
+	require.NotEmpty(t, res.ID)
+
+	_, err = db.Collection(docket.DefaultCollection).DeleteOne(ctx, bson.M{"_id": "b"})
+	require.NoError(t, err)
+	again, err := c.Insert(ctx, GreetArgs{Name: "x"}, &docket.InsertOpts{ID: res.ID, UniqueKey: "k"})
+	require.NoError(t, err)
+	require.Equal(t, res.ID, again.ID)
+}
+
+// A job another app wrote with a state docket does not know is refused by
+// JobCancel and left alone by JobRetry, both with ErrUnknownState.
+func TestJobActionsOnAnUnknownStateAreErrUnknownState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewDB(t)
+	_, err := db.Collection(docket.DefaultCollection).InsertOne(ctx, bson.M{
+		"_id": "odd", "kind": "greet", "queue": "default", "args": bson.M{}, "state": "paused", "runAt": time.Now(),
+	})
+	require.NoError(t, err)
+	c, err := docket.NewClient(db, docket.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	_, err = c.JobCancel(ctx, docket.StringJobID("odd"))
+	require.ErrorIs(t, err, docket.ErrUnknownState)
+	res, err := c.JobRetry(ctx, &docket.JobRetryParams{JobFilter: docket.JobFilter{IDs: []string{"odd"}}})
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.ErrorIs(t, res[0].Err, docket.ErrUnknownState)
+	require.NotErrorIs(t, res[0].Err, docket.ErrStateChanged)
 }

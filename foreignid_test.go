@@ -68,3 +68,43 @@ func TestAdminVerbsTakeIDsOfAnyType(t *testing.T) {
 	_, err = docket.ParseJobID("@!")
 	require.Error(t, err)
 }
+
+// A string-id job whose id is the display form of another job's id
+// (`{"$numberInt":"7"}` for _id 7) is never acted on through the other
+// job: JobIDOf(job) of the job JobGet returned is its stored id.
+func TestJobIDOfNeverNamesTheDisplayFormsJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewDB(t)
+	c, err := docket.NewClient(db, docket.Config{Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	now := time.Now()
+	display := `{"$numberInt":"7"}`
+	for _, id := range []any{int32(7), display} {
+		_, err := db.Collection(docket.DefaultCollection).InsertOne(ctx, bson.M{
+			"_id": id, "kind": "greet", "args": bson.M{}, "state": "available", "queue": "default",
+			"runAt": now.Add(time.Hour), "attempt": 0, "maxAttempts": 5, "createdAt": now, "updatedAt": now,
+		})
+		require.NoError(t, err)
+	}
+	seven := docket.JobIDOf(&jobs.Job{StoredID: bson.RawValue{Type: bson.TypeInt32, Value: []byte{7, 0, 0, 0}}})
+	job, err := c.JobGet(ctx, seven)
+	require.NoError(t, err)
+	require.Equal(t, display, job.ID)
+
+	out, err := c.JobCancel(ctx, docket.JobIDOf(job))
+	require.NoError(t, err)
+	require.Equal(t, docket.JobCancelled, out)
+	other, err := c.JobGet(ctx, docket.StringJobID(display))
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateAvailable, other.State, "the string-id job is left alone")
+	require.True(t, docket.JobIDOf(other).Equal(docket.StringJobID(display)))
+	job, err = c.JobGet(ctx, seven)
+	require.NoError(t, err)
+	require.Equal(t, jobs.StateCancelled, job.State)
+
+	_, err = c.JobGet(ctx, docket.JobID{})
+	require.ErrorIs(t, err, docket.ErrJobNotFound)
+	_, err = c.JobCancel(ctx, docket.JobID{})
+	require.ErrorIs(t, err, docket.ErrJobNotFound)
+}

@@ -105,7 +105,9 @@ type InsertOpts = queue.InsertOpts
 
 // InsertResult says what an insert did: the job's id (JobID() is the id
 // JobGet and JobCancel take), and whether its unique key was already held
-// by an unfinished job (then no job was added and ID is that job's).
+// by an unfinished job (then no job was added and ID is that job's; when
+// another application gave that job an id that is not a string, ID is its
+// display form and only JobID() names it).
 type InsertResult = queue.Result
 
 // InsertManyParams is one job of an InsertMany.

@@ -53,7 +53,14 @@ const (
 // are a public contract: they are never renamed.
 type Job struct {
 	// ID is a UUID (version 7, so ids sort by creation time) as a string.
+	// For a job another application wrote with an _id that is not a
+	// string, read by Client.JobGet, ID is only the id's display form
+	// (extended JSON) and StoredID holds the id: act on a job by
+	// docket.JobIDOf(job), never by ID.
 	ID string `bson:"_id"`
+	// StoredID is the _id as stored when it is not a string (see ID); the
+	// zero value, with a string id, otherwise. It is never written.
+	StoredID bson.RawValue `bson:"-" json:"-"`
 	// Kind names the handler that runs the job.
 	Kind string `bson:"kind"`
 	// Queue is the queue the job is in; workers serve a set of queues.

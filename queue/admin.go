@@ -44,9 +44,14 @@ func (f JobFilter) query() bson.D {
 		ids = append(ids, id)
 	}
 	for _, id := range f.JobIDs {
-		ids = append(ids, id.v)
+		if !id.IsZero() { // names no job
+			ids = append(ids, id.v)
+		}
 	}
 	switch {
+	case len(ids) == 0 && len(f.JobIDs) > 0:
+		// Only zero JobIDs, which name no job: the filter selects none.
+		q = append(q, bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{}}}})
 	case len(ids) == 1:
 		// An equality, not an $in of one: the same plan on MongoDB, and
 		// one that a server which looks up only a lone _id equality by
@@ -188,7 +193,17 @@ var (
 	ErrUniqueKeyHeld = errors.New("an unfinished job holds its unique key")
 	// ErrNotFinished: the job has not finished; delete it with force.
 	ErrNotFinished = errors.New("job has not finished")
+	// ErrStateChanged: the job's state changed between the action's read
+	// and its write (another process acted on it), so it was left alone;
+	// the action may be asked again.
+	ErrStateChanged = errors.New("its state changed meanwhile")
 )
+
+// stateChanged is the ActionResult.Err of a job whose state changed from
+// from before the write conditioned on it.
+func stateChanged(from string) error {
+	return fmt.Errorf("%w (it was %q); left alone", ErrStateChanged, from)
+}
 
 // ActionResult is what an action did to one job.
 type ActionResult struct {
@@ -269,7 +284,7 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 		if !jobs.State(r.From).Valid() || r.From == string(jobs.StateRunning) {
 			r.Err = ErrJobRunning
 			if r.From != string(jobs.StateRunning) {
-				r.Err = fmt.Errorf("state %q is not one docket knows", r.From)
+				r.Err = fmt.Errorf("%w %q: not one docket knows", ErrUnknownState, r.From)
 			}
 			continue
 		}
@@ -291,7 +306,7 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 			if capacity, ok := limits[r.queue]; ok {
 				switch err := c.readmit(ctx, retryFilter(r), update, r.queue, capacity); {
 				case errors.Is(err, errRetryMissed):
-					r.Err = fmt.Errorf("its state changed from %s meanwhile; left alone", r.From)
+					r.Err = stateChanged(r.From)
 				case errors.Is(err, ErrQueueFull), errors.Is(err, ErrUniqueKeyHeld):
 					r.Err = err
 				case err != nil:
@@ -307,7 +322,7 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 		case err != nil:
 			return found, fmt.Errorf("queue: retry job %s: %w", r.ID, err)
 		case res.MatchedCount == 0:
-			r.Err = fmt.Errorf("its state changed from %s meanwhile; left alone", r.From)
+			r.Err = stateChanged(r.From)
 		}
 	}
 	return found, nil
@@ -356,7 +371,7 @@ func (c *Client) Delete(ctx context.Context, f JobFilter, force bool) ([]ActionR
 			r.Err = ErrJobRunning
 			continue
 		case !s.Finished() && !force:
-			r.Err = fmt.Errorf("%w (it is %s); --force deletes it", ErrNotFinished, r.From)
+			r.Err = fmt.Errorf("%w (it is %q); --force deletes it", ErrNotFinished, r.From)
 			continue
 		}
 		res, err := c.coll.DeleteOne(ctx, append(bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}}, deletable(s)...))

@@ -39,8 +39,9 @@ func (o CancelOutcome) String() string {
 // ErrFinished is returned by Cancel for a job that has already finished.
 var ErrFinished = fmt.Errorf("job already finished")
 
-// ErrUnknownState is returned by Cancel for a job whose state is none of
-// the five (written by another app): docket does not know how to stop it.
+// ErrUnknownState is returned by Cancel, and is the ActionResult.Err of
+// Retry, for a job whose state is none of the six (written by another
+// app): docket does not know how to stop or rerun it.
 var ErrUnknownState = errors.New("unknown job state")
 
 // ErrNotCancellable is returned by Cancel when the cancel hook of the job's
@@ -129,6 +130,9 @@ func (c *Client) Cancel(ctx context.Context, id string) (CancelOutcome, error) {
 // CancelJobID is Cancel for an id of any type (a job another application
 // wrote with _id 7).
 func (c *Client) CancelJobID(ctx context.Context, jobID JobID) (CancelOutcome, error) {
+	if jobID.IsZero() {
+		return 0, fmt.Errorf("queue: cancel job with no id: %w", ErrNotFound)
+	}
 	key, id := jobID.v, jobID.String()
 	if err := c.runCancelHook(ctx, jobID); err != nil {
 		return 0, fmt.Errorf("queue: cancel job %s: %w", id, err)

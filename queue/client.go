@@ -545,9 +545,13 @@ func (c *Client) Get(ctx context.Context, id string) (*jobs.Job, error) {
 }
 
 // GetJobID is Get for an id of any type (a job another application wrote
-// with _id 7 or an ObjectId). The job's ID is then the id's String, in
-// extended JSON.
+// with _id 7 or an ObjectId). The job's ID is then only the stored id's
+// String, in extended JSON, and its StoredID the id: JobIDOfJob names it.
+// The zero JobID names no job.
 func (c *Client) GetJobID(ctx context.Context, id JobID) (*jobs.Job, error) {
+	if id.IsZero() {
+		return nil, fmt.Errorf("queue: job with no id: %w", ErrNotFound)
+	}
 	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id.v}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, fmt.Errorf("queue: job %s: %w", id, ErrNotFound)
@@ -555,14 +559,20 @@ func (c *Client) GetJobID(ctx context.Context, id JobID) (*jobs.Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: get job %s: %w", id, err)
 	}
-	if _, ok := id.StringID(); !ok {
-		if raw, err = withStringID(raw, id.String()); err != nil {
+	// The stored id, not the one asked for: int64 7 finds a stored int32 7.
+	stored := JobIDOf(raw)
+	_, isString := stored.StringID()
+	if !isString {
+		if raw, err = withStringID(raw, stored.String()); err != nil {
 			return nil, fmt.Errorf("queue: get job %s: %w", id, err)
 		}
 	}
 	var j jobs.Job
 	if err := bson.Unmarshal(raw, &j); err != nil {
 		return nil, fmt.Errorf("queue: get job %s: %w", id, err)
+	}
+	if !isString {
+		j.StoredID = stored.v
 	}
 	return &j, nil
 }

@@ -91,7 +91,8 @@ type Result struct {
 	// enqueue the job again with (InsertOpts.ID).
 	ID string
 	// Duplicate is true when the unique key was held and no job was added:
-	// ID is the holder's.
+	// ID is the holder's (its display form, in extended JSON, when another
+	// application gave it an id that is not a string: act on it by JobID).
 	Duplicate bool
 	// ArgsDropped is true, with Duplicate, when the holder's args differ
 	// from this insert's: the new args are in no job. False when they are
@@ -105,10 +106,20 @@ type Result struct {
 	// holder of its key is). Only a failed EnqueueMany sets it: it then
 	// wraps ErrNotInserted or ErrOutcomeUnknown.
 	Err error
+	// holder is the id of a Duplicate's holder as stored, when it is not
+	// a string.
+	holder JobID
 }
 
-// JobID is the JobID of r.ID, the id JobGet and JobCancel take.
-func (r Result) JobID() JobID { return StringJobID(r.ID) }
+// JobID is the job's id as stored, the id JobGet and JobCancel take: r.ID's,
+// or a Duplicate's holder's of whatever type another application gave it
+// (r.ID is then its display form).
+func (r Result) JobID() JobID {
+	if !r.holder.IsZero() {
+		return r.holder
+	}
+	return StringJobID(r.ID)
+}
 
 // ErrNotInserted is the Result.Err of a job that a failed enqueue did not
 // insert: the server refused it, the enqueue stopped before it, or it was
@@ -233,6 +244,10 @@ func (c *Client) Enqueue(ctx context.Context, kind string, args any, opts Insert
 // nil for each job in the collection, wrapping ErrNotInserted or
 // ErrOutcomeUnknown for the others.
 //
+// When nothing can be sent (the queues' capacities cannot be read, or the
+// indexes a unique key or a bounded queue needs cannot be set up), every
+// Result wraps ErrNotInserted and keeps its id.
+//
 // Calling EnqueueMany again with the same ids (InsertOpts.ID = Result.ID)
 // is always safe: a job already there is reported Existed and not added
 // again. A job with a unique key is added at most once as well: its key or
@@ -273,10 +288,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 	if err != nil {
 		// Admitting without knowing the limits would break them: nothing
 		// is sent. The Results keep the ids to enqueue again with.
-		for i := range results {
-			results[i].Err = fmt.Errorf("%w: reading the queues' capacities failed: %v", ErrNotInserted, err)
-		}
-		return results, enqueueError(results, err)
+		return noneInserted(results, "reading the queues' capacities failed", err)
 	}
 	bounded := false
 	for _, d := range docs {
@@ -284,19 +296,8 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 			bounded = true
 		}
 	}
-	if err := c.ensureIndexes(ctx); err != nil {
-		// Unique keys and capacities rely on their indexes: without them,
-		// two enqueues of one key would make two jobs, and admission
-		// would not be exact. Other jobs only lose the claim's speed.
-		if bounded {
-			return nil, fmt.Errorf("queue: enqueue %d jobs: the capacity index is missing: %w", len(ins), err)
-		}
-		for _, d := range docs {
-			if _, key := uniqueField(d); key != "" {
-				return nil, fmt.Errorf("queue: enqueue %d jobs: the unique key index is missing: %w", len(ins), err)
-			}
-		}
-		c.log.Warn("enqueue without the jobs indexes: creating them failed; the next enqueue tries again", zap.Error(err))
+	if err := c.indexesFor(ctx, docs, bounded); err != nil {
+		return noneInserted(results, "setting up the jobs indexes failed", err)
 	}
 	if bounded {
 		results, err = c.enqueueBounded(ctx, docs, own, results, limits)
@@ -305,6 +306,37 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 	}
 	c.linkInserted(ctx, docs, results)
 	return results, err
+}
+
+// noneInserted marks every result not inserted, because of err, and
+// returns them with the *EnqueueError: the Results keep the ids to enqueue
+// again with.
+func noneInserted(results []Result, why string, err error) ([]Result, error) {
+	for i := range results {
+		results[i].Err = fmt.Errorf("%w: %s: %v", ErrNotInserted, why, err)
+	}
+	return results, enqueueError(results, err)
+}
+
+// indexesFor sets up the jobs indexes, and returns why docs cannot be
+// enqueued without them. Unique keys and capacities rely on their
+// indexes: without them, two enqueues of one key would make two jobs, and
+// admission would not be exact. Other jobs only lose the claim's speed.
+func (c *Client) indexesFor(ctx context.Context, docs []*jobs.Job, bounded bool) error {
+	err := c.ensureIndexes(ctx)
+	if err == nil {
+		return nil
+	}
+	if bounded {
+		return fmt.Errorf("the capacity index is missing: %w", err)
+	}
+	for _, d := range docs {
+		if _, key := uniqueField(d); key != "" {
+			return fmt.Errorf("the unique key index is missing: %w", err)
+		}
+	}
+	c.log.Warn("enqueue without the jobs indexes: creating them failed; the next enqueue tries again", zap.Error(err))
+	return nil
 }
 
 // enqueueBounded enqueues docs, some of which go to bounded queues: each
@@ -665,21 +697,27 @@ func uniqueField(j *jobs.Job) (field, key string) {
 // ArgsDropped when its args are not j's.
 func (c *Client) uniqueHolder(ctx context.Context, j *jobs.Job) (r Result, held bool, err error) {
 	field, key := uniqueField(j)
-	var holder struct {
-		ID   string   `bson:"_id"`
-		Args bson.Raw `bson:"args"`
-	}
-	err = c.coll.FindOne(ctx, bson.D{{Key: field, Value: key}},
-		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "args", Value: 1}})).Decode(&holder)
+	// Read raw: another application may have written the holder with an
+	// _id of any type, and args of any type.
+	raw, err := c.coll.FindOne(ctx, bson.D{{Key: field, Value: key}},
+		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "args", Value: 1}})).Raw()
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
 		return Result{}, false, nil
 	case err != nil:
 		return Result{}, false, fmt.Errorf("queue: look up %s %q: %w", field, key, err)
-	case holder.ID == j.ID:
+	}
+	holder := JobIDOf(raw)
+	if holder.Equal(StringJobID(j.ID)) {
 		return Result{ID: j.ID, Existed: true}, true, nil
 	}
-	return Result{ID: holder.ID, Duplicate: true, ArgsDropped: !bytes.Equal(holder.Args, j.Args)}, true, nil
+	args := raw.Lookup("args")
+	dropped := args.Type != bson.TypeEmbeddedDocument || !bytes.Equal(args.Value, j.Args)
+	r = Result{ID: holder.String(), Duplicate: true, ArgsDropped: dropped}
+	if _, ok := holder.StringID(); !ok {
+		r.holder = holder // r.ID is only its display form
+	}
+	return r, true, nil
 }
 
 // NewJob validates in and returns the document Enqueue would insert for it,

@@ -40,6 +40,19 @@ func TestEnqueueEnsuresTheIndexesItReliesOn(t *testing.T) {
 	require.EqualValues(t, 1, n)
 }
 
+// breakUniqueIndex inserts, as another app would, two unfinished jobs "a"
+// and "b" with one unique key "twice": the unique index cannot be made.
+func breakUniqueIndex(t *testing.T, q *queue.Client) {
+	t.Helper()
+	for _, id := range []string{"a", "b"} {
+		_, err := store.Of(q).Collection().InsertOne(context.Background(), bson.D{
+			{Key: "_id", Value: id}, {Key: "kind", Value: "k"}, {Key: "queue", Value: "default"}, {Key: "args", Value: bson.D{}},
+			{Key: "state", Value: "available"}, {Key: "runAt", Value: time.Now()}, {Key: "uniqueKey", Value: "twice"},
+		})
+		require.NoError(t, err)
+	}
+}
+
 // TestEnsureIndexesRefusedNamesTheDuplicates: when documents already break
 // the unique index, setting it up is refused with an error that says so
 // and names them, and an enqueue that needs it fails rather than making a
@@ -50,14 +63,7 @@ func TestEnsureIndexesRefusedNamesTheDuplicates(t *testing.T) {
 	ctx := context.Background()
 	q, err := queue.New(db, queue.Config{})
 	require.NoError(t, err)
-	now := time.Now()
-	for _, id := range []string{"a", "b"} {
-		_, err := store.Of(q).Collection().InsertOne(ctx, bson.D{
-			{Key: "_id", Value: id}, {Key: "kind", Value: "k"}, {Key: "queue", Value: "default"}, {Key: "args", Value: bson.D{}},
-			{Key: "state", Value: "available"}, {Key: "runAt", Value: now}, {Key: "uniqueKey", Value: "twice"},
-		})
-		require.NoError(t, err)
-	}
+	breakUniqueIndex(t, q)
 	err = q.EnsureIndexes(ctx)
 	require.ErrorIs(t, err, queue.ErrSetupRefused)
 	require.ErrorContains(t, err, `"twice" in 2 documents`)
@@ -148,4 +154,46 @@ func TestFirstEnqueueWithIndexesInPlaceScansNothing(t *testing.T) {
 	got := sent()
 	require.NotContains(t, got, "find uniqueKey", "with the indexes in place, a new client's first enqueue scanned for null keys: %v", got)
 	require.Contains(t, got, "listIndexes")
+}
+
+// TestEnqueueWithoutItsIndexesReportsEveryJob: when the indexes a unique
+// key or a bounded queue needs cannot be set up, EnqueueMany still returns
+// one Result per job, each not inserted and holding its id, so that the
+// same call again with those ids adds each job once when the setup works.
+func TestEnqueueWithoutItsIndexesReportsEveryJob(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewDB(t)
+	ctx := context.Background()
+	q, err := queue.New(db, queue.Config{})
+	require.NoError(t, err)
+	require.NoError(t, q.SetCapacity(ctx, "bounded", 10, ""))
+	breakUniqueIndex(t, q)
+	batches := [][]queue.Insert{
+		{{Kind: "k", Opts: queue.InsertOpts{UniqueKey: "u"}}, {Kind: "k"}},
+		{{Kind: "k", Opts: queue.InsertOpts{Queue: "bounded"}}, {Kind: "k"}},
+	}
+	for i, ins := range batches {
+		res, err := q.EnqueueMany(ctx, ins)
+		require.ErrorIs(t, err, queue.ErrSetupRefused, "batch %d", i)
+		var ee *queue.EnqueueError
+		require.ErrorAs(t, err, &ee)
+		require.Equal(t, len(ins), ee.NotInserted)
+		require.Len(t, res, len(ins))
+		for _, r := range res {
+			require.ErrorIs(t, r.Err, queue.ErrNotInserted)
+			require.NotEmpty(t, r.ID)
+		}
+		batches[i] = withIDs(ins, res)
+	}
+
+	_, err = store.Of(q).Collection().DeleteOne(ctx, bson.M{"_id": "b"})
+	require.NoError(t, err)
+	for i, ins := range batches {
+		res, err := q.EnqueueMany(ctx, ins)
+		require.NoError(t, err, "batch %d", i)
+		for j, r := range res {
+			require.Equal(t, ins[j].Opts.ID, r.ID)
+			require.False(t, r.Existed || r.Duplicate)
+		}
+	}
 }

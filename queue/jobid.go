@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -123,6 +124,15 @@ func ParseJobID(token string) (JobID, error) {
 func JobIDOf(doc bson.Raw) JobID {
 	v := doc.Lookup("_id")
 	return JobID{bson.RawValue{Type: v.Type, Value: append([]byte(nil), v.Value...)}}
+}
+
+// JobIDOfJob is the id of j as stored: its StoredID when it has one (a
+// job GetJobID read whose _id is not a string), else its string ID.
+func JobIDOfJob(j *jobs.Job) JobID {
+	if j.StoredID.Type != 0 {
+		return JobID{bson.RawValue{Type: j.StoredID.Type, Value: append([]byte(nil), j.StoredID.Value...)}}
+	}
+	return StringJobID(j.ID)
 }
 
 // idBrackets are the BSON types, by their $type aliases, in MongoDB's
