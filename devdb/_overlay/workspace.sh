@@ -1,6 +1,6 @@
 #!/bin/sh
 # Prints the path of a Go workspace file (for GOWORK=...) that builds the
-# devdb module with eight of FerretDB's files replaced and one added: its SQLite collection
+# devdb module with nine of FerretDB's files replaced and two added: its SQLite collection
 # by _overlay/sqlite_collection.go, whose queries push down _id lookups,
 # string equalities and $in of strings wherever they stand in a filter, and
 # apply a limited find's sort (orderByIndex, querySorted); its find and
@@ -13,7 +13,9 @@
 # tracker by _overlay/resource.go, which takes no stack trace per object
 # outside debug builds; and its document decoder by _overlay/sjson.go, which
 # first tries the one-pass decoder that _overlay/sjson_fast.go adds as
-# internal/handler/sjson/fast.go (see their headers).
+# internal/handler/sjson/fast.go, with its test; and its SQLite index
+# creation by _overlay/sqlite_metadata_registry.go, which makes each index
+# partial (see their headers).
 #
 # Go does not let a build overlay replace files in the module cache, so the
 # script copies FerretDB's module (3.4 MB) from the cache to
@@ -39,7 +41,8 @@ fsql_tx.go internal/util/fsql/tx.go
 resource.go internal/util/resource/resource.go
 sjson.go internal/handler/sjson/sjson.go
 sjson_fast.go internal/handler/sjson/fast.go
-sjson_fast_test.go internal/handler/sjson/fast_test.go"
+sjson_fast_test.go internal/handler/sjson/fast_test.go
+sqlite_metadata_registry.go internal/backends/sqlite/metadata/registry.go"
 stale=false
 if [ ! -f "$copy/.version" ] || [ "$(cat "$copy/.version")" != "$version" ]; then
 	stale=true
