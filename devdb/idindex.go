@@ -157,6 +157,25 @@ func (ix *idIndexer) loop() {
 	}
 }
 
+// indexNow indexes the tables of database db at once, so that the
+// indexes a createIndexes asks for are followed by devdb's before the
+// client can fill the collection (built on an empty table they cost
+// nothing; the pass a second later would build them on what the client
+// wrote meanwhile, under the lock, and leave the client's first claims to
+// sort without them).
+func (ix *idIndexer) indexNow(db string) {
+	f := filepath.Join(ix.dir, db+".sqlite")
+	if filepath.Dir(f) != filepath.Clean(ix.dir) {
+		return // not a name FerretDB would give a database
+	}
+	if _, err := os.Stat(f); err != nil {
+		return // no such database (dropped meanwhile): nothing to index
+	}
+	if err := ix.indexFile(f); err != nil {
+		ix.log.Debug("could not index at once; the next pass will", zap.String("file", filepath.Base(f)), zap.Error(err))
+	}
+}
+
 // close stops the indexer and waits for a pass under way.
 func (ix *idIndexer) close() {
 	ix.once.Do(func() { close(ix.stop) })
