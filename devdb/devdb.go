@@ -306,6 +306,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 
 	s.indexer = startIDIndexer(dir, s.front.lock, s.front.unlock, log)
+	indexNow := s.indexer.indexNow
+	s.front.afterIndexes.Store(&indexNow)
 
 	log.Debug("started", zap.String("backend", u.Host), zap.String("dir", dir))
 

@@ -221,6 +221,11 @@ type front struct {
 	// taken, for a locked command).
 	testHookForward atomic.Pointer[func(cmd string)]
 
+	// afterIndexes, when set, is called with the database of each
+	// createIndexes that FerretDB answered, before the client gets the
+	// reply (the indexer's indexNow).
+	afterIndexes atomic.Pointer[func(db string)]
+
 	acceptDone chan struct{}
 	wg         sync.WaitGroup
 	closeOnce  sync.Once
@@ -605,10 +610,19 @@ func (f *front) handle(pc *proxyConn, cr *bufio.Reader, req message, replies <-c
 		defer finish()
 	}
 
+	var reply message
+	var err error
 	if f.cfg.faults != nil {
-		return f.faultyRoundTrip(pc, cmd, req, replies, slot)
+		reply, err = f.faultyRoundTrip(pc, cmd, req, replies, slot)
+	} else {
+		reply, err = f.roundTrip(pc, cmd, req, replies, slot)
 	}
-	return f.roundTrip(pc, cmd, req, replies, slot)
+	if hook := f.afterIndexes.Load(); hook != nil && err == nil && cmd == "createIndexes" {
+		if db, ok := bson.Raw(req.commandDoc()).Lookup("$db").StringValueOK(); ok {
+			(*hook)(db)
+		}
+	}
+	return reply, err
 }
 
 // acquire takes a place in slot (the lock or a reader's place) for a

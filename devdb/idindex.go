@@ -49,12 +49,18 @@ const (
 // For each field that one of a collection's indexes starts with, the
 // indexer adds an index on the field's lookup expression too: a claim's
 // {state: "available", ...} then reads the available jobs only, however
-// many finished ones the collection holds.
+// many finished ones the collection holds. It is partial, holding only
+// the documents that have the field (an equality or $in implies it, so
+// SQLite still takes it for those): writing a document costs nothing for
+// the many such fields a document lacks (a job's slots, unique keys and
+// workflow fields).
 const (
 	// fieldLookupExpr is the expression of a field's lookups (%s: its name).
 	fieldLookupExpr = `_ferretdb_sjson->'$.%s'`
 	// fieldLookupInfix names such an index: "<table>__devdb_f_<field>".
 	fieldLookupInfix = "__devdb_f_"
+	// fieldLookupWhere is its WHERE clause (%s: the lookup expression).
+	fieldLookupWhere = ` WHERE %s IS NOT NULL`
 )
 
 // And for sorts: devdb's FerretDB (querySorted in _overlay) sorts a
@@ -94,8 +100,12 @@ func coveringColumns(keys []string) string {
 // them. Only plain names: the lookup expressions take them as they are.
 // Other indexes (devdb's own, on ->> and '$.' paths) have none.
 func indexKeys(def string) (keys []string, all bool) {
-	open, end := strings.IndexByte(def, '('), strings.LastIndexByte(def, ')')
-	if open < 0 || end < open {
+	open := strings.IndexByte(def, '(')
+	if open < 0 {
+		return nil, false
+	}
+	end := strings.IndexByte(def[open:], ')') + open // the keys hold none; a WHERE may follow
+	if end < open {
 		return nil, false
 	}
 	for _, col := range strings.Split(def[open+1:end], ",") {
@@ -144,6 +154,25 @@ func (ix *idIndexer) loop() {
 		case <-ix.stop:
 			return
 		}
+	}
+}
+
+// indexNow indexes the tables of database db at once, so that the
+// indexes a createIndexes asks for are followed by devdb's before the
+// client can fill the collection (built on an empty table they cost
+// nothing; the pass a second later would build them on what the client
+// wrote meanwhile, under the lock, and leave the client's first claims to
+// sort without them).
+func (ix *idIndexer) indexNow(db string) {
+	f := filepath.Join(ix.dir, db+".sqlite")
+	if filepath.Dir(f) != filepath.Clean(ix.dir) {
+		return // not a name FerretDB would give a database
+	}
+	if _, err := os.Stat(f); err != nil {
+		return // no such database (dropped meanwhile): nothing to index
+	}
+	if err := ix.indexFile(f); err != nil {
+		ix.log.Debug("could not index at once; the next pass will", zap.String("file", filepath.Base(f)), zap.Error(err))
 	}
 }
 
@@ -232,15 +261,16 @@ func (ix *idIndexer) indexFile(f string) error {
 		return err
 	}
 
-	type lookup struct{ table, name, expr string }
+	type lookup struct{ table, name, expr, where string }
 	var todo []lookup
 	for _, t := range tables {
-		todo = append(todo, lookup{t, t + idLookupSuffix, idLookupExpr})
+		todo = append(todo, lookup{t, t + idLookupSuffix, idLookupExpr, ""})
 		for _, f := range leading[t] {
-			todo = append(todo, lookup{t, t + fieldLookupInfix + f, fmt.Sprintf(fieldLookupExpr, f)})
+			expr := fmt.Sprintf(fieldLookupExpr, f)
+			todo = append(todo, lookup{t, t + fieldLookupInfix + f, expr, fmt.Sprintf(fieldLookupWhere, expr)})
 		}
 		for _, keys := range compound[t] {
-			todo = append(todo, lookup{t, t + coveringInfix + strings.Join(keys, ","), coveringColumns(keys)})
+			todo = append(todo, lookup{t, t + coveringInfix + strings.Join(keys, ","), coveringColumns(keys), ""})
 		}
 	}
 	for _, l := range todo {
@@ -253,7 +283,7 @@ func (ix *idIndexer) indexFile(f string) error {
 		// Timed from when the lock is held: commands queued before it (a big
 		// insert) are not the index's time.
 		ictx, icancel := context.WithTimeout(context.Background(), indexTimeout)
-		_, err := db.ExecContext(ictx, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s)`, quoteIdent(name), quoteIdent(t), l.expr))
+		_, err := db.ExecContext(ictx, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s)%s`, quoteIdent(name), quoteIdent(t), l.expr, l.where))
 		icancel()
 		ix.unlock()
 		if err != nil && !isNoSuchTable(err) { // dropped meanwhile: nothing to index

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Prints the path of a Go workspace file (for GOWORK=...) that builds the
-# devdb module with seven of FerretDB's files replaced: its SQLite collection
+# devdb module with nine of FerretDB's files replaced and two added: its SQLite collection
 # by _overlay/sqlite_collection.go, whose queries push down _id lookups,
 # string equalities and $in of strings wherever they stand in a filter, and
 # apply a limited find's sort (orderByIndex, querySorted); its find and
@@ -11,7 +11,11 @@
 # the statement is done; and its SQL transaction wrapper by
 # _overlay/fsql_tx.go, which can prepare a statement; and its resource
 # tracker by _overlay/resource.go, which takes no stack trace per object
-# outside debug builds (see their headers).
+# outside debug builds; and its document decoder by _overlay/sjson.go, which
+# first tries the one-pass decoder that _overlay/sjson_fast.go adds as
+# internal/handler/sjson/fast.go, with its test; and its SQLite index
+# creation by _overlay/sqlite_metadata_registry.go, which makes each index
+# partial (see their headers).
 #
 # Go does not let a build overlay replace files in the module cache, so the
 # script copies FerretDB's module (3.4 MB) from the cache to
@@ -34,7 +38,11 @@ backends_collection.go internal/backends/collection.go
 handler_msg_find.go internal/handler/msg_find.go
 handler_msg_findandmodify.go internal/handler/msg_findandmodify.go
 fsql_tx.go internal/util/fsql/tx.go
-resource.go internal/util/resource/resource.go"
+resource.go internal/util/resource/resource.go
+sjson.go internal/handler/sjson/sjson.go
+sjson_fast.go internal/handler/sjson/fast.go
+sjson_fast_test.go internal/handler/sjson/fast_test.go
+sqlite_metadata_registry.go internal/backends/sqlite/metadata/registry.go"
 stale=false
 if [ ! -f "$copy/.version" ] || [ "$(cat "$copy/.version")" != "$version" ]; then
 	stale=true

@@ -31,8 +31,9 @@
 // land between a cursor's batches. --seed also seeds its pauses, each
 // logged, so that a run replays. Off by default.
 //
-// It logs one line, "devdb listening", with the address and the connection
-// URI, and runs until SIGINT or SIGTERM.
+// It runs Go's garbage collector at GOGC=400 unless GOGC is set. It logs
+// one line, "devdb listening", with the address and the connection URI, and
+// runs until SIGINT or SIGTERM.
 package main
 
 import (
@@ -130,6 +131,8 @@ func run() int {
 		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
 	}
 
+	gcPercent := setGCPercent()
+
 	var ferretLog io.Writer = io.Discard
 	if *verbose {
 		ferretLog = os.Stderr
@@ -171,7 +174,8 @@ func run() int {
 		zap.Duration("message_timeout", *messageTimeout),
 		zap.String("faults", *faultsFlag),
 		zap.Int64("seed", srv.Seed()),
-		zap.String("elections", *electionsFlag))
+		zap.String("elections", *electionsFlag),
+		zap.Int("gc_percent", gcPercent))
 
 	<-ctx.Done()
 	stop() // a second signal now kills the process the default way
