@@ -51,6 +51,13 @@ func (r *run) leaseExpiry() time.Time {
 	return r.expires
 }
 
+// isLost reports whether a fenced write of the job matched nothing.
+func (r *run) isLost() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lost
+}
+
 // execute runs one attempt of r's job and records its outcome.
 func (w *Worker) execute(r *run) {
 	a := &attempt{r: r, log: w.log.With(r.job.LogFields()...)}
@@ -137,10 +144,7 @@ func (w *Worker) runHandler(ctx context.Context, a *attempt) (result chan error,
 // writesNothing reports whether the attempt ended without its lease: lost
 // to another worker or the reaper, or released at shutdown.
 func (w *Worker) writesNothing(a *attempt) bool {
-	a.r.mu.Lock()
-	lost := a.r.lost
-	a.r.mu.Unlock()
-	if lost {
+	if a.r.isLost() {
 		a.observed = OutcomeLeaseLost
 		a.log.Warn("job ended after its lease was lost; writing nothing",
 			zap.Duration("duration", a.elapsed), zap.NamedError("handler_error", a.err))
@@ -173,7 +177,7 @@ func (w *Worker) outcomeWrite(a *attempt) func(context.Context) error {
 	case errors.As(err, &snooze) && !errors.Is(cause, jobs.ErrCancelled):
 		// At shutdown too: a snooze gives the job back as a release does.
 		return func(ctx context.Context) error {
-			state, runAt, serr := w.snooze(ctx, r.lease, job, snooze.Duration)
+			state, runAt, serr := w.q.Snooze(ctx, r.lease, job, snooze.Duration)
 			a.outcome, a.observed, a.again = "snoozed for "+snooze.Duration.String(), OutcomeSnoozed, runAt
 			if state == jobs.StateCancelled {
 				a.outcome, a.observed = "cancelled (requested while it ran) instead of snoozed", OutcomeCancelled
@@ -286,10 +290,7 @@ func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.T
 	log.Error("stuck handler: it did not return within its grace after its context ended; the worker gives up on it, frees its slot and leaves its goroutine running",
 		zap.String("reason", reason), zap.Duration("running_for", elapsed), zap.Duration("timeout", timeout), zap.Duration("grace", grace))
 
-	r.mu.Lock()
-	lost := r.lost
-	r.mu.Unlock()
-	if lost || reason == "lease lost" {
+	if r.isLost() || reason == "lease lost" {
 		return OutcomeLeaseLost, "", time.Time{} // another holder or the reaper has the job
 	}
 	if !r.settle() {
@@ -331,10 +332,7 @@ func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.T
 // failed) it is given back, its attempt not counted.
 func (w *Worker) notStarted(r *run, cause error, log *zap.Logger) {
 	w.freeSlots(r)
-	r.mu.Lock()
-	lost := r.lost
-	r.mu.Unlock()
-	if lost {
+	if r.isLost() {
 		log.Warn("a job claimed ahead lost its lease before it started; writing nothing")
 		return
 	}
@@ -413,10 +411,4 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 		log.Warn("recording the job's outcome failed; retrying", zap.Error(err), zap.Duration("retry_in", backoff))
 		time.Sleep(backoff)
 	}
-}
-
-// snooze makes a handler's jobs.Snooze write, fenced on l: the job runs
-// again after d (at the time returned), its attempt not counted.
-func (w *Worker) snooze(ctx context.Context, l store.Lease, j *jobs.Job, d time.Duration) (jobs.State, time.Time, error) {
-	return w.q.Snooze(ctx, l, j, d)
 }
