@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -954,6 +953,3 @@ func (w *Worker) freeSlots(r *run) {
 		w.signalWake()
 	}
 }
-
-// String describes the worker for logs.
-func (w *Worker) String() string { return fmt.Sprintf("worker %s", w.cfg.ID) }
