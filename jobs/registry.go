@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -128,9 +129,7 @@ func (r *Registry) Add(kind string, h Handler, opts KindOptions) error {
 		return fmt.Errorf("jobs: register %q: KindOptions %s: an insert default applies only where this handler is registered, so a process without it would insert the kind otherwise: declare it with the args type's InsertOpts() (docket.ArgsWithInsertOpts) and leave it zero here",
 			kind, strings.Join(set, ", "))
 	}
-	if opts.Timeout == 0 {
-		opts.Timeout = DefaultTimeout
-	}
+	opts.Timeout = cmp.Or(opts.Timeout, DefaultTimeout)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sealed != "" {

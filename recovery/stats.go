@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -60,20 +61,14 @@ func NewStatsCounter(q *queue.Client, leader Leader, id string, cfg StatsCounter
 	if q == nil || leader == nil {
 		return nil, errors.New("recovery: NewStatsCounter needs a queue and a leader")
 	}
-	if cfg.Interval == 0 {
-		cfg.Interval = defaultStatsInterval
-	}
+	cfg.Interval = cmp.Or(cfg.Interval, defaultStatsInterval)
+	cfg.Share = cmp.Or(cfg.Share, defaultStatsShare)
+	cfg.Logger = cmp.Or(cfg.Logger, zap.NewNop())
 	if cfg.Interval < 0 {
 		return nil, errors.New("recovery: stats interval must be positive")
 	}
-	if cfg.Share == 0 {
-		cfg.Share = defaultStatsShare
-	}
 	if cfg.Share < 1 {
 		return nil, errors.New("recovery: stats share must be at least 1")
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
 	}
 	return &StatsCounter{q: q, leader: leader, id: id, cfg: cfg}, nil
 }

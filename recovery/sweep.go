@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -24,18 +25,10 @@ type SweepConfig struct {
 
 // WithDefaults fills the unset fields of c from d.
 func (c SweepConfig) WithDefaults(d SweepConfig) SweepConfig {
-	if c.Schedule == "" {
-		c.Schedule = d.Schedule
-	}
-	if c.Threshold == 0 {
-		c.Threshold = d.Threshold
-	}
-	if c.Batch == 0 {
-		c.Batch = d.Batch
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
-	}
+	c.Schedule = cmp.Or(c.Schedule, d.Schedule)
+	c.Threshold = cmp.Or(c.Threshold, d.Threshold)
+	c.Batch = cmp.Or(c.Batch, d.Batch)
+	c.Logger = cmp.Or(c.Logger, zap.NewNop())
 	return c
 }
 

@@ -51,6 +51,13 @@ func (r *run) leaseExpiry() time.Time {
 	return r.expires
 }
 
+// isLost reports whether a fenced write of the job matched nothing.
+func (r *run) isLost() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lost
+}
+
 // execute runs one attempt of r's job and records its outcome.
 func (w *Worker) execute(r *run) {
 	a := &attempt{r: r, log: w.log.With(r.job.LogFields()...)}
@@ -72,7 +79,7 @@ func (w *Worker) execute(r *run) {
 	result, start, returned := w.runHandler(jobCtx, a)
 	stopHeartbeat()
 	if !returned {
-		a.observed, a.failure, a.again = w.giveUp(r, a.cause, a.opts.Timeout, start, result, a.log)
+		w.giveUp(a, start, result)
 		return
 	}
 	if w.writesNothing(a) {
@@ -137,10 +144,7 @@ func (w *Worker) runHandler(ctx context.Context, a *attempt) (result chan error,
 // writesNothing reports whether the attempt ended without its lease: lost
 // to another worker or the reaper, or released at shutdown.
 func (w *Worker) writesNothing(a *attempt) bool {
-	a.r.mu.Lock()
-	lost := a.r.lost
-	a.r.mu.Unlock()
-	if lost {
+	if a.r.isLost() {
 		a.observed = OutcomeLeaseLost
 		a.log.Warn("job ended after its lease was lost; writing nothing",
 			zap.Duration("duration", a.elapsed), zap.NamedError("handler_error", a.err))
@@ -173,7 +177,7 @@ func (w *Worker) outcomeWrite(a *attempt) func(context.Context) error {
 	case errors.As(err, &snooze) && !errors.Is(cause, jobs.ErrCancelled):
 		// At shutdown too: a snooze gives the job back as a release does.
 		return func(ctx context.Context) error {
-			state, runAt, serr := w.snooze(ctx, r.lease, job, snooze.Duration)
+			state, runAt, serr := w.q.Snooze(ctx, r.lease, job, snooze.Duration)
 			a.outcome, a.observed, a.again = "snoozed for "+snooze.Duration.String(), OutcomeSnoozed, runAt
 			if state == jobs.StateCancelled {
 				a.outcome, a.observed = "cancelled (requested while it ran) instead of snoozed", OutcomeCancelled
@@ -193,9 +197,15 @@ func (w *Worker) outcomeWrite(a *attempt) func(context.Context) error {
 		err = fmt.Errorf("timed out after %s: %w", a.opts.Timeout, err)
 		a.err = err
 	}
+	return w.failWrite(a, err)
+}
+
+// failWrite returns the write that records a's failure with err; it sets
+// what execute reports of the outcome.
+func (w *Worker) failWrite(a *attempt, err error) func(context.Context) error {
 	a.failure = err.Error()
 	return func(ctx context.Context) error {
-		f, ferr := w.q.Fail(ctx, r.lease, job, err)
+		f, ferr := w.q.Fail(ctx, a.r.lease, a.r.job, err)
 		a.outcome, a.observed, a.again = "failed, "+string(f.State), failOutcome(f.State), f.RunAt
 		if f.State == jobs.StateAvailable {
 			a.outcome += " again at " + f.RunAt.Format(time.RFC3339Nano)
@@ -261,67 +271,56 @@ func (w *Worker) await(ctx context.Context, result <-chan error) (err error, ret
 	}
 }
 
-// giveUp ends the attempt of r, whose handler ignored its context (ended
-// by cause) for Config.StuckGrace: the lease is no longer renewed (the
+// giveUp ends a's attempt, whose handler ignored its context (ended by
+// a.cause) for Config.StuckGrace: the lease is no longer renewed (the
 // heartbeat has stopped), the outcome is recorded fenced on the lease, and
 // the handler's slot is freed when execute returns. The handler's
 // goroutine is left running; what it returns, if it ever does, is
 // discarded. The job may then run elsewhere: handlers are safe to run
-// beside a stalled attempt.
-func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.Time, result <-chan error, log *zap.Logger) (Outcome, string, time.Time) {
+// beside a stalled attempt. It sets what execute reports of the outcome.
+func (w *Worker) giveUp(a *attempt, start time.Time, result <-chan error) {
+	r, log, grace := a.r, a.log, w.cfg.StuckGrace
 	w.stuck.Add(1)
 	elapsed := time.Since(start)
-	grace := w.cfg.StuckGrace
 	go func() {
 		<-result
 		log.Warn("a handler given up on as stuck has returned; its result is discarded", zap.Duration("duration", time.Since(start)))
 	}()
 	reason := "lease lost"
 	switch {
-	case errors.Is(cause, ErrTimeout):
+	case errors.Is(a.cause, ErrTimeout):
 		reason = "timeout"
-	case errors.Is(cause, jobs.ErrCancelled):
+	case errors.Is(a.cause, jobs.ErrCancelled):
 		reason = "cancel requested"
 	}
 	log.Error("stuck handler: it did not return within its grace after its context ended; the worker gives up on it, frees its slot and leaves its goroutine running",
-		zap.String("reason", reason), zap.Duration("running_for", elapsed), zap.Duration("timeout", timeout), zap.Duration("grace", grace))
-
-	r.mu.Lock()
-	lost := r.lost
-	r.mu.Unlock()
-	if lost || reason == "lease lost" {
-		return OutcomeLeaseLost, "", time.Time{} // another holder or the reaper has the job
+		zap.String("reason", reason), zap.Duration("running_for", elapsed), zap.Duration("timeout", a.opts.Timeout), zap.Duration("grace", grace))
+	switch {
+	case r.isLost() || reason == "lease lost":
+		a.observed = OutcomeLeaseLost // another holder or the reaper has the job
+		return
+	case !r.settle():
+		a.observed = OutcomeReleased // released at shutdown
+		return
 	}
-	if !r.settle() {
-		return OutcomeReleased, "", time.Time{} // released at shutdown
+	a.outcome, a.observed = "cancelled", OutcomeCancelled
+	write := func(ctx context.Context) error {
+		return w.q.Cancelled(ctx, r.lease, r.job, fmt.Sprintf("cancelled while running: the handler did not return within %s of the cancel request", grace))
 	}
-	var write func(context.Context) error
-	var failure string
-	var again time.Time
-	outcome, observed := "cancelled", OutcomeCancelled
 	if reason == "timeout" {
-		cause := fmt.Errorf("handler did not return within timeout+grace (%s + %s)", timeout, grace)
-		failure = cause.Error()
-		write = func(ctx context.Context) error {
-			f, ferr := w.q.Fail(ctx, r.lease, r.job, cause)
-			outcome, observed, again = "failed, "+string(f.State), failOutcome(f.State), f.RunAt
-			return ferr
-		}
-	} else {
-		write = func(ctx context.Context) error {
-			return w.q.Cancelled(ctx, r.lease, r.job, fmt.Sprintf("cancelled while running: the handler did not return within %s of the cancel request", grace))
-		}
+		write = w.failWrite(a, fmt.Errorf("handler did not return within timeout+grace (%s + %s)", a.opts.Timeout, grace))
 	}
 	if err := w.persist(r, write, log); err != nil {
+		a.observed, a.again = OutcomeUnrecorded, time.Time{}
 		if errors.Is(err, jobs.ErrLeaseLost) {
 			w.obs.LeaseLost(r.job)
-			return OutcomeLeaseLost, failure, time.Time{}
+			a.observed = OutcomeLeaseLost
+			return
 		}
 		log.Warn("could not record the outcome of a stuck handler's job; the reaper re-queues it after its lease", zap.Error(err))
-		return OutcomeUnrecorded, failure, time.Time{}
+		return
 	}
-	log.Info("job finished", zap.Duration("duration", elapsed), zap.String("outcome", outcome+" (stuck handler)"))
-	return observed, failure, again
+	log.Info("job finished", zap.Duration("duration", elapsed), zap.String("outcome", a.outcome+" (stuck handler)"))
 }
 
 // notStarted ends the hold of r's job, claimed ahead, whose handler did
@@ -331,34 +330,28 @@ func (w *Worker) giveUp(r *run, cause error, timeout time.Duration, start time.T
 // failed) it is given back, its attempt not counted.
 func (w *Worker) notStarted(r *run, cause error, log *zap.Logger) {
 	w.freeSlots(r)
-	r.mu.Lock()
-	lost := r.lost
-	r.mu.Unlock()
-	if lost {
+	if r.isLost() {
 		log.Warn("a job claimed ahead lost its lease before it started; writing nothing")
 		return
 	}
 	if !r.settle() {
 		return
 	}
-	if errors.Is(cause, jobs.ErrCancelled) {
-		err := w.persist(r, func(ctx context.Context) error {
-			return w.q.Cancelled(ctx, r.lease, r.job, "cancelled before it started")
-		}, log)
-		if err != nil {
-			log.Warn("could not record the cancel of a job claimed ahead; the reaper re-queues it after its lease", zap.Error(err))
-			return
-		}
-		log.Info("job cancelled before it started")
+	cancelled := errors.Is(cause, jobs.ErrCancelled)
+	write, failed, done := func(ctx context.Context) error { return w.q.Release(ctx, r.lease) },
+		"could not give back a job claimed ahead and not started", "gave back a job claimed ahead and not started, attempt not counted"
+	if cancelled {
+		write = func(ctx context.Context) error { return w.q.Cancelled(ctx, r.lease, r.job, "cancelled before it started") }
+		failed, done = "could not record the cancel of a job claimed ahead", "job cancelled before it started"
+	}
+	if err := w.persist(r, write, log); err != nil {
+		log.Warn(failed+"; the reaper re-queues it after its lease", zap.Error(err))
 		return
 	}
-	err := w.persist(r, func(ctx context.Context) error { return w.q.Release(ctx, r.lease) }, log)
-	if err != nil {
-		log.Warn("could not give back a job claimed ahead and not started; the reaper re-queues it after its lease", zap.Error(err))
-		return
+	if !cancelled {
+		w.unstarted.Add(1)
 	}
-	w.unstarted.Add(1)
-	log.Info("gave back a job claimed ahead and not started, attempt not counted")
+	log.Info(done)
 }
 
 // call runs the handler, turning a panic into the attempt's error.
@@ -413,10 +406,4 @@ func (w *Worker) persist(r *run, write func(context.Context) error, log *zap.Log
 		log.Warn("recording the job's outcome failed; retrying", zap.Error(err), zap.Duration("retry_in", backoff))
 		time.Sleep(backoff)
 	}
-}
-
-// snooze makes a handler's jobs.Snooze write, fenced on l: the job runs
-// again after d (at the time returned), its attempt not counted.
-func (w *Worker) snooze(ctx context.Context, l store.Lease, j *jobs.Job, d time.Duration) (jobs.State, time.Time, error) {
-	return w.q.Snooze(ctx, l, j, d)
 }

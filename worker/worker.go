@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -833,19 +832,15 @@ func waitedLongest(claimed []*jobs.Job, sent time.Time) time.Duration {
 // Running returns how many jobs the worker is running now: in their
 // handlers, or writing their outcomes. Jobs claimed ahead and waiting for a
 // slot are not counted (see Waiting).
-func (w *Worker) Running() int { return w.runningJobs() - int(w.waiting.Load()) }
+func (w *Worker) Running() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.active) - int(w.waiting.Load())
+}
 
 // Waiting returns how many jobs the worker holds claimed ahead, waiting
 // for a slot (see Config.Prefetch).
 func (w *Worker) Waiting() int { return int(w.waiting.Load()) }
-
-// runningJobs is how many jobs the worker holds: waiting, running or
-// writing their outcomes.
-func (w *Worker) runningJobs() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.active)
-}
 
 // grow doubles d, starting at lo and capped at hi.
 func grow(d, lo, hi time.Duration) time.Duration {
@@ -958,6 +953,3 @@ func (w *Worker) freeSlots(r *run) {
 		w.signalWake()
 	}
 }
-
-// String describes the worker for logs.
-func (w *Worker) String() string { return fmt.Sprintf("worker %s", w.cfg.ID) }

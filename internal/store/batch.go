@@ -113,11 +113,7 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 	}
 	p = p.withToken()
 	if k == 1 {
-		j, err := s.Claim(ctx, p)
-		if j == nil || err != nil {
-			return nil, err
-		}
-		return []*jobs.Job{j}, nil
+		return s.claimAsBatch(ctx, p)
 	}
 	if len(p.Queues) == 0 || len(p.Kinds) == 0 {
 		return nil, errors.New("store: claim needs at least one queue and one kind")
@@ -156,6 +152,15 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 	return nil, nil
 }
 
+// claimAsBatch is Claim as a batch of at most one job.
+func (s *Store) claimAsBatch(ctx context.Context, p ClaimParams) ([]*jobs.Job, error) {
+	j, err := s.Claim(ctx, p)
+	if j == nil || err != nil {
+		return nil, err
+	}
+	return []*jobs.Job{j}, nil
+}
+
 // claimBatchTries is ClaimBatch from the queues of p as given: a claim
 // that lost its whole block to another worker tries again.
 func (s *Store) claimBatchTries(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
@@ -164,11 +169,7 @@ func (s *Store) claimBatchTries(ctx context.Context, p ClaimParams, k int) ([]*j
 		if errors.Is(err, errMalformedCandidate) || isTypeMismatch(err) {
 			// A hand-written job with a field of the wrong type is among the
 			// candidates: a single claim buries such jobs and goes on.
-			j, err := s.Claim(ctx, p)
-			if j == nil || err != nil {
-				return nil, err
-			}
-			return []*jobs.Job{j}, nil
+			return s.claimAsBatch(ctx, p)
 		}
 		if err != nil {
 			return nil, err

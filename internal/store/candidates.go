@@ -150,8 +150,6 @@ type candidateCache struct {
 	hits, fills int
 }
 
-func newCandidateCache() *candidateCache { return &candidateCache{} }
-
 // maxAge is how long the candidates of the last read are offered:
 // candidateMaxAge, or four times what the read took when that is longer
 // (a server that sorts a big backlog for each read: reading again sooner

@@ -24,14 +24,11 @@ type Beat struct {
 	Err error
 }
 
-// heartbeatChunk bounds how many leases one updateMany renews, so that a
-// command stays far below the server's 16 MB and its $or short enough to
-// plan.
-const heartbeatChunk = 1000
-
 // HeartbeatMany extends each of leases by d from now, as Heartbeat does
-// one, with one updateMany for all of them (per heartbeatChunk leases),
-// and returns what it learned of each lease. Each job is matched on its
+// one, with one updateMany for all of them, and returns what it learned of
+// each lease. The caller bounds the leases of a call (a worker sends at
+// most its beatCommand), so that a command stays far below the server's
+// 16 MB and its $or short enough to plan. Each job is matched on its
 // own lease, {_id, state: running, leaseToken}, so a lease that was lost
 // is never renewed, whatever happened to the others.
 //
@@ -77,26 +74,18 @@ func (s *Store) heartbeatMany(ctx context.Context, leases []Lease, progress map[
 		}
 	}
 	out := make(map[Lease]Beat, len(uniq))
-	for len(uniq) > 0 {
-		n := min(len(uniq), heartbeatChunk)
-		if err := s.heartbeatChunk(ctx, uniq[:n], progress, d, between, out); err != nil {
-			if len(out) == 0 {
-				return nil, err
-			}
-			for _, l := range uniq { // the chunks after a renewed one: unknown
-				out[l] = Beat{Err: err}
-			}
-			return out, nil
-		}
-		uniq = uniq[n:]
+	if len(uniq) == 0 {
+		return out, nil
+	}
+	if err := s.renewLeases(ctx, uniq, progress, d, between, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-// heartbeatChunk renews leases (distinct, at most heartbeatChunk) and
-// records each one's Beat in out. The error is returned when nothing is
-// known of any of them.
-func (s *Store) heartbeatChunk(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration, between func(string), out map[Lease]Beat) error {
+// renewLeases renews leases (distinct) and records each one's Beat in
+// out. The error is returned when nothing is known of any of them.
+func (s *Store) renewLeases(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration, between func(string), out map[Lease]Beat) error {
 	t := s.now()
 	exp := t.Add(d).Truncate(time.Millisecond) // as the server stores it
 	n, err := s.renewMany(ctx, leases, progress, t, exp, true)

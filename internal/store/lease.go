@@ -283,11 +283,7 @@ func (s *Store) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Fa
 		}
 		return f, err
 	}
-	cancelled, err := s.requeueUnlessCancelled(ctx, "fail", fence(l), update, func(requestedAt string, _ bson.Raw) bson.D {
-		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: jobs.AppendError(errs, jobs.AttemptError{
-			Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, "retried"),
-		})})
-	})
+	cancelled, err := s.requeueUnlessCancelled(ctx, "fail", fence(l), update, endCancelled(j, t, errs, "retried"))
 	if errors.Is(err, jobs.ErrLeaseLost) {
 		var got *written
 		err = s.unlessWritten(ctx, "fail", l, err, func(w *written) bool { got = w; return ours(w) })
@@ -321,6 +317,16 @@ var (
 // would have been a re-queue into the end of the job.
 func cancelledInstead(requestedAt, instead string) string {
 	return fmt.Sprintf("cancelled: cancel requested at %s, so the job ends here instead of being %s", requestedAt, instead)
+}
+
+// endCancelled is requeueUnlessCancelled's cancel for j's attempt, whose
+// errors would be errs had it been re-queued (instead).
+func endCancelled(j *jobs.Job, t time.Time, errs []jobs.AttemptError, instead string) func(string, bson.Raw) bson.D {
+	return func(requestedAt string, _ bson.Raw) bson.D {
+		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: jobs.AppendError(errs, jobs.AttemptError{
+			Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, instead),
+		})})
+	}
 }
 
 // requeueUnlessCancelled applies update, which sends the job back to the
@@ -464,5 +470,3 @@ func (s *Store) Release(ctx context.Context, l Lease) error {
 	}
 	return err
 }
-
-func errorsIsLeaseLost(err error) bool { return errors.Is(err, jobs.ErrLeaseLost) }

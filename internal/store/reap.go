@@ -250,13 +250,9 @@ func (s *Store) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapRes
 		}
 		res.Dead++
 	default:
-		cancelled, err := s.requeueUnlessCancelled(ctx, "re-queue", filter, update, func(requestedAt string, _ bson.Raw) bson.D {
-			return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: jobs.AppendError(errs, jobs.AttemptError{
-				Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, "re-queued"),
-			})})
-		})
+		cancelled, err := s.requeueUnlessCancelled(ctx, "re-queue", filter, update, endCancelled(&j, t, errs, "re-queued"))
 		switch {
-		case errorsIsLeaseLost(err):
+		case errors.Is(err, jobs.ErrLeaseLost):
 			return res, nil // renewed, finished or reaped by someone else meanwhile
 		case err != nil:
 			return res, err

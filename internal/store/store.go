@@ -71,7 +71,7 @@ type Store struct {
 // New returns the Store of coll, whose write concern and read preference
 // are the caller's (package queue reads and writes on the primary).
 func New(coll *mongo.Collection, cfg Config) *Store {
-	return &Store{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), server: newServer(), pauses: newPauses(), limits: newRunLimits(), cands: newCandidateCache(), rates: newRateCache()}
+	return &Store{cfg: cfg, coll: coll, log: cfg.Logger.Named("queue"), server: newServer(), pauses: newPauses(), limits: newRunLimits(), cands: &candidateCache{}, rates: newRateCache()}
 }
 
 // Collection returns the jobs collection, with the configured write concern.
