@@ -641,6 +641,7 @@ func SweepTrees(ctx context.Context, db *mongo.Database, keep int, log *zap.Logg
 	if err != nil {
 		return 0, fmt.Errorf("handlers: sweep trees: %w", err)
 	}
+	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
 	var ids []string
 	for cur.Next(ctx) {
 		if id, ok := cur.Current.Lookup("_id").StringValueOK(); ok {
@@ -764,6 +765,7 @@ func removeSuperseded(ctx context.Context, trees, nodes *mongo.Collection, tree 
 	if err != nil {
 		return removed, fmt.Errorf("tree %q: read old versions: %w", tree, err)
 	}
+	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
 	var docs []nodeDoc
 	for cur.Next(ctx) {
 		var d nodeDoc

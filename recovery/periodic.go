@@ -629,19 +629,20 @@ func (p *PeriodicEnqueuer) sweepOrphans(ctx context.Context, j periodicJob) (int
 		ok   bool
 	}
 	var found []held
-	for cur.Next(ctx) {
-		id, ok := cur.Current.Lookup("_id").StringValueOK()
+	err = store.EachRaw(ctx, cur, func(d bson.Raw) error {
+		id, ok := d.Lookup("_id").StringValueOK()
 		if !ok {
-			continue
+			return nil
 		}
 		h := held{id: id}
-		h.gen, h.ok = holdGen(cur.Current.Lookup("periodicHold"))
-		if doc, ok := cur.Current.Lookup("periodicHold").DocumentOK(); ok {
+		h.gen, h.ok = holdGen(d.Lookup("periodicHold"))
+		if doc, ok := d.Lookup("periodicHold").DocumentOK(); ok {
 			h.tick, _ = doc.Lookup("tick").TimeOK()
 		}
 		found = append(found, h)
-	}
-	if err := cur.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return 0, fmt.Errorf("read its held jobs: %w", err)
 	}
 	if len(found) == 0 {
