@@ -617,52 +617,6 @@ func eachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) er
 	return store.EachRaw(ctx, cur, fn)
 }
 
-// Count is the number of jobs of one kind in one state.
-type Count struct {
-	Kind  string     `bson:"kind"`
-	State jobs.State `bson:"state"`
-	N     int        `bson:"n"`
-}
-
-// Counts returns how many jobs there are of each kind in each state.
-func (c *Client) Counts(ctx context.Context) ([]Count, error) {
-	cur, err := c.coll.Aggregate(ctx, mongo.Pipeline{
-		{{Key: "$group", Value: bson.D{
-			{Key: "_id", Value: bson.D{{Key: "kind", Value: "$kind"}, {Key: "state", Value: "$state"}}},
-			{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
-		}}},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("queue: count jobs: %w", err)
-	}
-	// One row at a time: a kind or state of another type (written by
-	// another app) is shown as stored rather than failing the whole count.
-	var out []Count
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
-		id, _ := d.Lookup("_id").DocumentOK()
-		n, _ := d.Lookup("n").AsInt64OK()
-		out = append(out, Count{Kind: asText(id, "kind"), State: jobs.State(asText(id, "state")), N: int(n)})
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("queue: count jobs: %w", err)
-	}
-	return out, nil
-}
-
-// asText is the string field of d, or for a value of another type its
-// extended JSON (`{"$numberInt":"5"}`), or "" when it is missing or null.
-func asText(d bson.Raw, field string) string {
-	v, err := d.LookupErr(field)
-	if err != nil || v.Type == bson.TypeNull {
-		return ""
-	}
-	if s, ok := v.StringValueOK(); ok {
-		return s
-	}
-	return v.String()
-}
-
 // missingIndexes returns the models whose index (by name) coll lacks.
 func missingIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.IndexModel) ([]mongo.IndexModel, error) {
 	specs, err := coll.Indexes().ListSpecifications(ctx)
