@@ -16,7 +16,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
-	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 	"go.uber.org/zap"
 )
 
@@ -61,7 +60,7 @@ func (c Config) WithDefaults() Config {
 
 // Validate reports the first invalid field, naming it and its value.
 func (c Config) Validate() error {
-	if _, err := parseWriteConcern(c.WriteConcern); err != nil {
+	if _, err := store.ParseWriteConcern(c.WriteConcern); err != nil {
 		return err
 	}
 	if c.RetryBase <= 0 {
@@ -71,10 +70,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("queue.retryMax: %s must be at least queue.retryBase (%s)", c.RetryMax, c.RetryBase)
 	}
 	return nil
-}
-
-func parseWriteConcern(s string) (*writeconcern.WriteConcern, error) {
-	return store.ParseWriteConcern(s)
 }
 
 // Client enqueues and administers the jobs of one database. Claiming,
@@ -122,7 +117,7 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	wc, _ := parseWriteConcern(cfg.WriteConcern)
+	wc, _ := store.ParseWriteConcern(cfg.WriteConcern)
 	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
 	st := store.New(coll, store.Config(cfg))
 	return &Client{handle: st.Handle(), st: st, cfg: cfg, coll: coll, log: st.Log(), indexes: &ensured{}, srv: st.Server(), capacities: newCapacities(), cancels: &cancelHooks{},
@@ -233,7 +228,7 @@ const claimIndexV1 = "claim"
 // the duplicated values.
 func (c *Client) EnsureIndexes(ctx context.Context) error {
 	err := c.clearNullsAndEnsure(ctx)
-	if err == nil && c.indexes != nil {
+	if err == nil {
 		c.indexes.mu.Lock()
 		c.indexes.done = true
 		c.indexes.mu.Unlock()
@@ -243,19 +238,14 @@ func (c *Client) EnsureIndexes(ctx context.Context) error {
 
 // ensureIndexes runs EnsureIndexes unless it already succeeded for c.
 func (c *Client) ensureIndexes(ctx context.Context) error {
-	if c.indexes == nil {
-		return EnsureIndexes(ctx, c.coll, jobIndexes())
-	}
 	c.indexes.mu.Lock()
 	defer c.indexes.mu.Unlock()
 	if c.indexes.done {
 		return nil
 	}
-	if err := c.clearNullsAndEnsure(ctx); err != nil {
-		return err
-	}
-	c.indexes.done = true
-	return nil
+	err := c.clearNullsAndEnsure(ctx)
+	c.indexes.done = err == nil
+	return err
 }
 
 // clearNullsAndEnsure makes the indexes that are missing. Explicit null
@@ -381,12 +371,7 @@ func refused(err error) bool {
 func duplicates(ctx context.Context, coll *mongo.Collection, models []mongo.IndexModel) string {
 	var out []string
 	for _, m := range models {
-		var o options.IndexOptions
-		if m.Options != nil {
-			for _, set := range m.Options.List() {
-				_ = set(&o)
-			}
-		}
+		o := indexOptions(m)
 		keys, ok := m.Keys.(bson.D)
 		if o.Unique == nil || !*o.Unique || !ok || len(keys) == 0 {
 			continue
@@ -460,7 +445,7 @@ func EnsureIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.I
 		default:
 			// Another process may have made it in between, and a server
 			// may fail on an index that exists: look again.
-			if again, lerr := coll.Indexes().ListSpecifications(ctx); lerr == nil && hasAll(again, []mongo.IndexModel{m}) {
+			if again, lerr := coll.Indexes().ListSpecifications(ctx); lerr == nil && len(unnamed(again, []mongo.IndexModel{m})) == 0 {
 				continue
 			}
 			return fmt.Errorf("queue: create indexes on %s: %w", coll.Name(), err)
@@ -496,12 +481,7 @@ func equivalentExists(ctx context.Context, coll *mongo.Collection, m mongo.Index
 	if err != nil {
 		return false
 	}
-	var o options.IndexOptions
-	if m.Options != nil {
-		for _, set := range m.Options.List() {
-			_ = set(&o)
-		}
-	}
+	o := indexOptions(m)
 	flag := func(b *bool) bool { return b != nil && *b }
 	for _, s := range specs {
 		// Sparseness is not compared: not every server reports it
@@ -513,9 +493,15 @@ func equivalentExists(ctx context.Context, coll *mongo.Collection, m mongo.Index
 	return false
 }
 
-// hasAll reports whether specs name every index of models.
-func hasAll(specs []mongo.IndexSpecification, models []mongo.IndexModel) bool {
-	return len(unnamed(specs, models)) == 0
+// indexOptions is what m's option builders set.
+func indexOptions(m mongo.IndexModel) options.IndexOptions {
+	var o options.IndexOptions
+	if m.Options != nil {
+		for _, set := range m.Options.List() {
+			_ = set(&o)
+		}
+	}
+	return o
 }
 
 // unnamed returns the models whose index (by name) specs do not name.
@@ -526,12 +512,7 @@ func unnamed(specs []mongo.IndexSpecification, models []mongo.IndexModel) []mong
 	}
 	var missing []mongo.IndexModel
 	for _, m := range models {
-		var o options.IndexOptions
-		if m.Options != nil {
-			for _, set := range m.Options.List() {
-				_ = set(&o)
-			}
-		}
+		o := indexOptions(m)
 		if o.Name == nil || !have[*o.Name] {
 			missing = append(missing, m)
 		}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -94,7 +95,7 @@ func (c *Client) statsColl() *mongo.Collection {
 	if c.cfg.Collection != DefaultCollection {
 		name = c.cfg.Collection + "_" + DefaultStatsCollection
 	}
-	wc, _ := parseWriteConcern(c.cfg.WriteConcern)
+	wc, _ := store.ParseWriteConcern(c.cfg.WriteConcern)
 	return c.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
 }
 
