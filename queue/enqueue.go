@@ -308,6 +308,10 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 	return results, err
 }
 
+// errStoppedEarlier is the Result.Err of a job not sent because an
+// earlier one of the call failed.
+var errStoppedEarlier = fmt.Errorf("%w: the enqueue stopped at an earlier failure", ErrNotInserted)
+
 // noneInserted marks every result not inserted, because of err, and
 // returns them with the *EnqueueError: the Results keep the ids to enqueue
 // again with.
@@ -357,7 +361,7 @@ func (c *Client) enqueueBounded(ctx context.Context, docs []*jobs.Job, own []boo
 			}
 		}
 		if failure != nil {
-			results[i].Err = fmt.Errorf("%w: the enqueue stopped at an earlier failure", ErrNotInserted)
+			results[i].Err = errStoppedEarlier
 			continue
 		}
 		results[i], failure = c.admit(ctx, d, capacity, own[i])
@@ -374,7 +378,7 @@ func (c *Client) enqueueBounded(ctx context.Context, docs []*jobs.Job, own []boo
 			_, err = c.enqueueChunks(ctx, pd, po, pr)
 		} else {
 			for k := range pr {
-				pr[k].Err = fmt.Errorf("%w: the enqueue stopped at an earlier failure", ErrNotInserted)
+				pr[k].Err = errStoppedEarlier
 			}
 		}
 		for k, i := range plain {
@@ -419,7 +423,7 @@ func (c *Client) enqueueChunks(ctx context.Context, docs []*jobs.Job, own []bool
 		}
 		if err := c.insertChunk(ctx, docs[lo:hi], own[lo:hi], results[lo:hi]); err != nil {
 			for i := hi; i < len(results); i++ {
-				results[i].Err = fmt.Errorf("%w: the enqueue stopped at an earlier failure", ErrNotInserted)
+				results[i].Err = errStoppedEarlier
 			}
 			return results, enqueueError(results, err)
 		}
@@ -573,15 +577,21 @@ func (c *Client) settleHeld(ctx context.Context, j *jobs.Job) (Result, error) {
 		// does not set.
 		return Result{ID: j.ID, Existed: true}, nil
 	}
-	err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
-		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
-	if err == nil {
-		return Result{ID: j.ID, Existed: true}, nil
-	}
-	if !errors.Is(err, mongo.ErrNoDocuments) {
-		return Result{}, fmt.Errorf("queue: look up job %s: %w", j.ID, err)
+	if r, there, err := c.existing(ctx, j); there || err != nil {
+		return r, err
 	}
 	return c.insertUnique(ctx, j)
+}
+
+// existing reports whether a job with j's id is in the collection, with
+// the Existed Result for it.
+func (c *Client) existing(ctx context.Context, j *jobs.Job) (Result, bool, error) {
+	err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
+		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
+	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+		return Result{}, false, fmt.Errorf("queue: look up job %s: %w", j.ID, err)
+	}
+	return Result{ID: j.ID, Existed: true}, err == nil, nil
 }
 
 // settleByLookup settles docs after inserts that failed without saying
@@ -668,13 +678,8 @@ func (c *Client) insertUnique(ctx context.Context, j *jobs.Job) (Result, error) 
 		if !mongo.IsDuplicateKeyError(err) {
 			return Result{}, fmt.Errorf("queue: enqueue %s with %s %q: %w", j.Kind, field, key, err)
 		}
-		err = c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
-			options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
-		if err == nil {
-			return Result{ID: j.ID, Existed: true}, nil
-		}
-		if !errors.Is(err, mongo.ErrNoDocuments) {
-			return Result{}, fmt.Errorf("queue: look up job %s: %w", j.ID, err)
+		if r, there, err := c.existing(ctx, j); there || err != nil {
+			return r, err
 		}
 	}
 	return Result{}, fmt.Errorf("queue: %s %q: held and released repeatedly, giving up", field, key)
