@@ -81,16 +81,6 @@ func (c *Client) RunLimits(ctx context.Context) ([]RunLimit, error) {
 	return c.st.RunLimits(ctx)
 }
 
-// FreeStrandedRunSlots unsets the run slots of the jobs that hold one but
-// are not running: another application's write ended or re-queued them and
-// left the slot, which would otherwise be held forever. It also clears a
-// slot written as null, which MongoDB's sparse unique index indexes. The
-// reaper runs it every pass; it touches only such jobs. It returns how
-// many it changed.
-func (c *Client) FreeStrandedRunSlots(ctx context.Context) (int, error) {
-	return c.st.FreeStrandedRunSlots(ctx)
-}
-
 // PartitionLimit is a partition limit as configured: at most N jobs
 // running at once per value of the args field By. It reads and prints as
 // "N per FIELD", such as "2 per customerId".
