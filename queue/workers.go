@@ -1,11 +1,12 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
+	"strings"
 	"time"
 
 	"github.com/docketq/docket/internal/store"
@@ -161,12 +162,7 @@ func (c *Client) listWorkers(ctx context.Context, t time.Time, ttl time.Duration
 	if err != nil {
 		return nil, fmt.Errorf("queue: list workers: %w", err)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Host != out[j].Host {
-			return out[i].Host < out[j].Host
-		}
-		return out[i].ID < out[j].ID
-	})
+	slices.SortFunc(out, func(a, b WorkerInfo) int { return cmp.Or(strings.Compare(a.Host, b.Host), strings.Compare(a.ID, b.ID)) })
 	return out, nil
 }
 
