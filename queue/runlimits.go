@@ -6,12 +6,9 @@ import (
 	"github.com/docketq/docket/internal/store"
 )
 
-// Concurrency limits: at most N jobs of a kind ("kind:NAME"), or of a
-// queue ("queue:NAME"), run at once across every worker process. A limit
-// is a document of the limits collection, read by every claim through a
-// cache of at most LimitRefresh; a running job of a limit holds one of its
-// N run slots, taken by the claim's own write under a unique index and
-// freed by the write that ends or gives back the attempt.
+// Concurrency limits: at most N jobs of a kind or of a queue run at once
+// across every worker process; how they are kept is internal/store's
+// (limit.go).
 
 // LimitRefresh (one second) is how long a claim trusts the limits it read:
 // a limit set or cleared by another process applies to this one's claims
