@@ -395,10 +395,9 @@ func (c *Client) enqueueBounded(ctx context.Context, docs []*jobs.Job, own []boo
 	if failure != nil {
 		return results, enqueueError(results, failure)
 	}
+	var full *QueueFullError
 	for _, r := range results {
-		if errors.Is(r.Err, ErrQueueFull) {
-			var full *QueueFullError
-			errors.As(r.Err, &full)
+		if errors.As(r.Err, &full) {
 			return results, enqueueError(results, full)
 		}
 	}

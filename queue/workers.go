@@ -24,7 +24,7 @@ import (
 // server's clock too (hello's localTime), so no clock is compared across
 // machines. A process that stopped beating (killed, stalled, cut off)
 // drops out of the listing once it has missed WorkerMissedBeats beats; its
-// document is deleted by a listing once it is WorkerForgetAfter old. (A
+// document is deleted by a listing once it is workerForgetAfter old. (A
 // TTL index on lastSeen could expire them on MongoDB; a listing deleting
 // them works on every server docket runs on, some of which have no TTL
 // indexes: server.go in internal/store.)
