@@ -2,6 +2,7 @@ package queue
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -738,12 +739,7 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 	if err := checkOpts(o); err != nil {
 		return nil, err
 	}
-	if o.Queue == "" {
-		o.Queue = jobs.DefaultQueue
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = jobs.DefaultMaxAttempts
-	}
+	o.Queue, o.MaxAttempts = cmp.Or(o.Queue, jobs.DefaultQueue), cmp.Or(o.MaxAttempts, jobs.DefaultMaxAttempts)
 	runAt := o.RunAt.UTC().Truncate(time.Millisecond)
 	if o.RunAt.IsZero() {
 		runAt = t.Add(o.Delay)
