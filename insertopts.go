@@ -56,10 +56,13 @@ func fillOpts(o, d InsertOpts) InsertOpts {
 	return o
 }
 
-// validateArgs runs the Validate of args, if they have one, and returns a
-// *ValidationError for job index naming the kind and wrapping its
-// error: the worker would send the job dead with it.
+// validateArgs refuses nil args, and runs the Validate of args, if they
+// have one, and returns a *ValidationError for job index naming the kind
+// and wrapping its error: the worker would send the job dead with it.
 func validateArgs(index int, args jobs.Args) error {
+	if args == nil {
+		return &queue.ValidationError{Index: index, Field: "args", Reason: "must not be nil"}
+	}
 	v, ok := argsAs[jobs.Validator](args)
 	if !ok {
 		return nil
