@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -218,36 +219,22 @@ type QueuePauseOpts struct {
 // within a second; running jobs finish, waiting ones wait. It reports
 // whether the queue was running until now.
 func (c *Client) QueuePause(ctx context.Context, name string, opts *QueuePauseOpts) (bool, error) {
-	return fromEngine(c.q.Pause(ctx, name, opts.by()))
+	return fromEngine(c.q.Pause(ctx, name, by(opts)))
 }
 
 // QueueResume lets workers claim from the queue name again. It reports
 // whether the queue was paused until now.
 func (c *Client) QueueResume(ctx context.Context, name string, opts *QueuePauseOpts) (bool, error) {
-	return fromEngine(c.q.Resume(ctx, name, opts.by()))
+	return fromEngine(c.q.Resume(ctx, name, by(opts)))
 }
 
-// by is who the options say acts: their By, none for nil options. The
+// by is who the options o say acts: their By, none for nil options. The
 // Opts types are one shape each for their verbs' docs.
-func (o *QueuePauseOpts) by() string {
+func by[O ~struct{ By string }](o *O) string {
 	if o == nil {
 		return ""
 	}
-	return o.By
-}
-
-func (o *CapacityOpts) by() string {
-	if o == nil {
-		return ""
-	}
-	return o.By
-}
-
-func (o *LimitOpts) by() string {
-	if o == nil {
-		return ""
-	}
-	return o.By
+	return struct{ By string }(*o).By
 }
 
 // QueueInfo is one queue as QueueList shows it.
@@ -313,15 +300,7 @@ func (c *Client) QueueList(ctx context.Context) ([]QueueInfo, error) {
 	for _, i := range by {
 		out = append(out, *i)
 	}
-	slices.SortFunc(out, func(a, b QueueInfo) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b QueueInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
@@ -341,13 +320,13 @@ func (c *Client) QueueSetCapacity(ctx context.Context, name string, n int, opts 
 	if err != nil {
 		return fmt.Errorf("docket: QueueSetCapacity %s: %w", name, err)
 	}
-	return engineErr(c.q.SetCapacity(ctx, name, stored, opts.by()))
+	return engineErr(c.q.SetCapacity(ctx, name, stored, by(opts)))
 }
 
 // QueueClearCapacity makes the queue name unbounded again, and reports
 // whether it had a capacity.
 func (c *Client) QueueClearCapacity(ctx context.Context, name string, opts *CapacityOpts) (bool, error) {
-	return fromEngine(c.q.ClearCapacity(ctx, name, opts.by()))
+	return fromEngine(c.q.ClearCapacity(ctx, name, by(opts)))
 }
 
 // LimitOpts are the options of LimitSet.
@@ -370,7 +349,7 @@ func (c *Client) LimitSet(ctx context.Context, name string, n int, opts *LimitOp
 	if err != nil {
 		return fmt.Errorf("docket: LimitSet %s: %w", name, err)
 	}
-	return engineErr(c.q.SetLimit(ctx, name, stored, opts.by()))
+	return engineErr(c.q.SetLimit(ctx, name, stored, by(opts)))
 }
 
 // LimitSetPartition limits how many jobs of name (KindLimit(kind) or
@@ -381,7 +360,7 @@ func (c *Client) LimitSetPartition(ctx context.Context, name string, p Partition
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("docket: LimitSetPartition %s: %w", name, err)
 	}
-	return engineErr(c.q.SetPartitionLimit(ctx, name, p.By, p.N, opts.by()))
+	return engineErr(c.q.SetPartitionLimit(ctx, name, p.By, p.N, by(opts)))
 }
 
 // LimitClearPartition removes the partition limit of name, leaving its
@@ -412,7 +391,7 @@ type RateLimit = queue.RateLimit
 // (see Rate, ParseRate). It applies within a second; jobs over the rate
 // wait, their attempts not counted.
 func (c *Client) RateSet(ctx context.Context, name string, r Rate, opts *LimitOpts) error {
-	return engineErr(c.q.SetRate(ctx, name, r, opts.by()))
+	return engineErr(c.q.SetRate(ctx, name, r, by(opts)))
 }
 
 // RateClear removes the rate limit name, and reports whether there was

@@ -23,6 +23,7 @@
 package docket
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -125,9 +126,7 @@ func NewClient(db *mongo.Database, cfg Config) (*Client, error) {
 	if db == nil {
 		return nil, errors.New("docket: NewClient: db must not be nil")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, zap.NewNop())
 	if cfg.ID == "" {
 		cfg.ID = worker.NewID()
 	}

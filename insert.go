@@ -110,9 +110,6 @@ func (c *Client) InsertMany(ctx context.Context, params []InsertManyParams) ([]I
 func (c *Client) insertMany(ctx context.Context, params []InsertManyParams) ([]InsertResult, error) {
 	ins := make([]queue.Insert, len(params))
 	for i, p := range params {
-		if p.Args == nil {
-			return nil, &queue.ValidationError{Index: i, Field: "args", Reason: "must not be nil"}
-		}
 		if err := validateArgs(i, p.Args); err != nil {
 			return nil, err
 		}

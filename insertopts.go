@@ -7,6 +7,7 @@ package docket
 // the worker, which decodes args into a T and calls Validate on a *T.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"reflect"
@@ -47,34 +48,21 @@ func InsertOptsFor(args jobs.Args, opts InsertOpts) InsertOpts {
 // fillOpts returns o with each field it leaves zero taken from d. RunAt and
 // Delay are one setting: o's, when it sets either.
 func fillOpts(o, d InsertOpts) InsertOpts {
-	if o.ID == "" {
-		o.ID = d.ID
-	}
-	if o.Queue == "" {
-		o.Queue = d.Queue
-	}
-	if o.Priority == 0 {
-		o.Priority = d.Priority
-	}
+	o.ID, o.Queue, o.Priority = cmp.Or(o.ID, d.ID), cmp.Or(o.Queue, d.Queue), cmp.Or(o.Priority, d.Priority)
+	o.MaxAttempts, o.UniqueKey, o.UniqueFor = cmp.Or(o.MaxAttempts, d.MaxAttempts), cmp.Or(o.UniqueKey, d.UniqueKey), cmp.Or(o.UniqueFor, d.UniqueFor)
 	if o.RunAt.IsZero() && o.Delay == 0 {
 		o.RunAt, o.Delay = d.RunAt, d.Delay
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = d.MaxAttempts
-	}
-	if o.UniqueKey == "" {
-		o.UniqueKey = d.UniqueKey
-	}
-	if o.UniqueFor == 0 {
-		o.UniqueFor = d.UniqueFor
 	}
 	return o
 }
 
-// validateArgs runs the Validate of args, if they have one, and returns a
-// *ValidationError for job index naming the kind and wrapping its
-// error: the worker would send the job dead with it.
+// validateArgs refuses nil args, and runs the Validate of args, if they
+// have one, and returns a *ValidationError for job index naming the kind
+// and wrapping its error: the worker would send the job dead with it.
 func validateArgs(index int, args jobs.Args) error {
+	if args == nil {
+		return &queue.ValidationError{Index: index, Field: "args", Reason: "must not be nil"}
+	}
 	v, ok := argsAs[jobs.Validator](args)
 	if !ok {
 		return nil

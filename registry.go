@@ -1,6 +1,7 @@
 package docket
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"os"
@@ -44,10 +45,7 @@ func version() string {
 			v += "+dirty"
 		}
 	}
-	if v == "" {
-		v = "(devel)"
-	}
-	return v
+	return cmp.Or(v, "(devel)")
 }
 
 // pool is the client's pool as the registry sees it.
@@ -77,9 +75,7 @@ func register(q *queue.Client, wcfg worker.Config, w pool, kinds []string, log *
 	if len(info.Queues) == 0 {
 		info.Queues = []string{"default"}
 	}
-	if info.Concurrency == 0 {
-		info.Concurrency = worker.DefaultConcurrency
-	}
+	info.Concurrency = cmp.Or(info.Concurrency, worker.DefaultConcurrency)
 	if info.BeatEvery <= 0 {
 		info.BeatEvery = registryBeatMax
 	}

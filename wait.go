@@ -1,6 +1,7 @@
 package docket
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,9 +73,7 @@ func (c *Client) WaitIdle(ctx context.Context, p WaitParams) error {
 	if p.PollInterval < 0 {
 		return errors.New("docket: WaitIdle: poll interval must not be negative")
 	}
-	if p.PollInterval == 0 {
-		p.PollInterval = DefaultWaitPollInterval
-	}
+	p.PollInterval = cmp.Or(p.PollInterval, DefaultWaitPollInterval)
 	if p.FailingFor <= 0 {
 		p.FailingFor = DefaultWaitFailingFor
 	}

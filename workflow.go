@@ -70,9 +70,6 @@ func (w *Workflow) Add(name string, args jobs.Args, opts *TaskOpts) string {
 func (c *Client) InsertWorkflow(ctx context.Context, w *Workflow) (WorkflowResult, error) {
 	qw := queue.NewWorkflow(w.id)
 	for i, task := range w.tasks {
-		if task.args == nil {
-			return WorkflowResult{}, &queue.ValidationError{Index: i, Field: "args", Reason: "must not be nil"}
-		}
 		if err := validateArgs(i, task.args); err != nil {
 			return WorkflowResult{}, err
 		}

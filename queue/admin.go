@@ -404,7 +404,7 @@ func (c *Client) Purge(ctx context.Context, s jobs.State, age time.Duration) (in
 type QueueStats struct {
 	Queue string
 	// Counts maps kind, then state, to how many jobs there are: the state
-	// as Count and jobs.Job have it (a document another application wrote
+	// as jobs.Job has it (a document another application wrote
 	// with a state of another type is counted under "(TYPE)").
 	Counts map[string]map[jobs.State]int64
 	// OldestAvailable is the runAt of the queue's longest-waiting runnable

@@ -14,7 +14,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.uber.org/zap"
 )
 
 // Bounded queues: a queue may have a capacity, the most of its jobs that
@@ -271,9 +270,6 @@ func queueCapacity(d bson.Raw) QueueCapacity {
 // forgetCapacities makes the next enqueue of this client read the
 // capacities again.
 func (c *Client) forgetCapacities() {
-	if c.capacities == nil {
-		return
-	}
 	c.capacities.mu.Lock()
 	c.capacities.readAt = time.Time{}
 	c.capacities.mu.Unlock()
@@ -284,9 +280,6 @@ func (c *Client) forgetCapacities() {
 // enqueue: admitting without knowing the limit would break it.
 func (c *Client) capacityOf(ctx context.Context) (map[string]int, error) {
 	p := c.capacities
-	if p == nil {
-		p = newCapacities()
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if t := time.Now(); p.readAt.IsZero() || t.Sub(p.readAt) >= p.refresh {
@@ -419,21 +412,9 @@ func (c *Client) insertSlotted(ctx context.Context, j *jobs.Job, slot string) (r
 	// it again with its id finds it).
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	found, lerr := c.lookUp(sctx, []string{j.ID})
-	if lerr != nil {
-		return Result{ID: j.ID, Err: fmt.Errorf("%w: the insert failed (%v) and looking the job up failed too: %v", ErrOutcomeUnknown, err, lerr)},
-			false, fmt.Errorf("queue: enqueue job %s: %w; looking it up failed too: %v", j.ID, err, lerr)
-	}
-	created, ok := found[j.ID]
-	switch {
-	case !ok:
-		return Result{ID: j.ID, Err: fmt.Errorf("%w: not in the collection after the insert failed: %v", ErrNotInserted, err)},
-			false, fmt.Errorf("queue: enqueue job %s: %w", j.ID, err)
-	case created.Equal(j.CreatedAt):
-		c.log.Warn("an insert failed without an answer but the job is in the collection", zap.String("job_id", j.ID), zap.Error(err))
-		return Result{ID: j.ID}, false, nil
-	}
-	return Result{ID: j.ID, Existed: true}, false, nil
+	res := []Result{{ID: j.ID}}
+	err = c.settleByLookup(sctx, []*jobs.Job{j}, res, fmt.Errorf("queue: enqueue job %s: %w", j.ID, err))
+	return res[0], false, err
 }
 
 // whichDuplicate tells which unique index refused j's insert: its id
@@ -447,13 +428,12 @@ func (c *Client) whichDuplicate(ctx context.Context, j *jobs.Job, err error) (Re
 	if store.DuplicateIndexIs(err, capacityIndex) {
 		return Result{}, true, nil
 	}
-	lerr := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
-		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
-	if lerr == nil {
-		return Result{ID: j.ID, Existed: true}, false, nil
+	r, there, lerr := c.existing(ctx, j)
+	if lerr != nil {
+		return Result{ID: j.ID, Err: fmt.Errorf("%w: %w", ErrNotInserted, lerr)}, false, lerr
 	}
-	if !errors.Is(lerr, mongo.ErrNoDocuments) {
-		return Result{ID: j.ID, Err: fmt.Errorf("%w: %w", ErrNotInserted, lerr)}, false, fmt.Errorf("queue: look up job %s: %w", j.ID, lerr)
+	if there {
+		return r, false, nil
 	}
 	if _, key := uniqueField(j); key == "" {
 		return Result{}, true, nil

@@ -16,7 +16,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
-	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 	"go.uber.org/zap"
 )
 
@@ -61,7 +60,7 @@ func (c Config) WithDefaults() Config {
 
 // Validate reports the first invalid field, naming it and its value.
 func (c Config) Validate() error {
-	if _, err := parseWriteConcern(c.WriteConcern); err != nil {
+	if _, err := store.ParseWriteConcern(c.WriteConcern); err != nil {
 		return err
 	}
 	if c.RetryBase <= 0 {
@@ -71,10 +70,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("queue.retryMax: %s must be at least queue.retryBase (%s)", c.RetryMax, c.RetryBase)
 	}
 	return nil
-}
-
-func parseWriteConcern(s string) (*writeconcern.WriteConcern, error) {
-	return store.ParseWriteConcern(s)
 }
 
 // Client enqueues and administers the jobs of one database. Claiming,
@@ -122,7 +117,7 @@ func New(db *mongo.Database, cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	wc, _ := parseWriteConcern(cfg.WriteConcern)
+	wc, _ := store.ParseWriteConcern(cfg.WriteConcern)
 	coll := db.Collection(cfg.Collection, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
 	st := store.New(coll, store.Config(cfg))
 	return &Client{handle: st.Handle(), st: st, cfg: cfg, coll: coll, log: st.Log(), indexes: &ensured{}, srv: st.Server(), capacities: newCapacities(), cancels: &cancelHooks{},
@@ -233,7 +228,7 @@ const claimIndexV1 = "claim"
 // the duplicated values.
 func (c *Client) EnsureIndexes(ctx context.Context) error {
 	err := c.clearNullsAndEnsure(ctx)
-	if err == nil && c.indexes != nil {
+	if err == nil {
 		c.indexes.mu.Lock()
 		c.indexes.done = true
 		c.indexes.mu.Unlock()
@@ -243,19 +238,14 @@ func (c *Client) EnsureIndexes(ctx context.Context) error {
 
 // ensureIndexes runs EnsureIndexes unless it already succeeded for c.
 func (c *Client) ensureIndexes(ctx context.Context) error {
-	if c.indexes == nil {
-		return EnsureIndexes(ctx, c.coll, jobIndexes())
-	}
 	c.indexes.mu.Lock()
 	defer c.indexes.mu.Unlock()
 	if c.indexes.done {
 		return nil
 	}
-	if err := c.clearNullsAndEnsure(ctx); err != nil {
-		return err
-	}
-	c.indexes.done = true
-	return nil
+	err := c.clearNullsAndEnsure(ctx)
+	c.indexes.done = err == nil
+	return err
 }
 
 // clearNullsAndEnsure makes the indexes that are missing. Explicit null
@@ -283,7 +273,7 @@ var nullUniqueKeys = bson.D{{Key: "uniqueKey", Value: bson.D{{Key: "$type", Valu
 
 // RepairForeignWrites undoes what another application's writes may leave
 // that would block docket: null unique keys (clearNullUniqueKeys), and the
-// capacity slots (FreeStrandedSlots) and run slots (FreeStrandedRunSlots)
+// capacity slots (FreeStrandedSlots) and run slots (store.FreeStrandedRunSlots)
 // of jobs that no longer hold them. One read finds the jobs that need any
 // of them (up to store.FoundBatch; the next call finds more), and each
 // repair writes by their ids with its own filter repeated, so a job changed
@@ -381,12 +371,7 @@ func refused(err error) bool {
 func duplicates(ctx context.Context, coll *mongo.Collection, models []mongo.IndexModel) string {
 	var out []string
 	for _, m := range models {
-		var o options.IndexOptions
-		if m.Options != nil {
-			for _, set := range m.Options.List() {
-				_ = set(&o)
-			}
-		}
+		o := indexOptions(m)
 		keys, ok := m.Keys.(bson.D)
 		if o.Unique == nil || !*o.Unique || !ok || len(keys) == 0 {
 			continue
@@ -460,7 +445,7 @@ func EnsureIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.I
 		default:
 			// Another process may have made it in between, and a server
 			// may fail on an index that exists: look again.
-			if again, lerr := coll.Indexes().ListSpecifications(ctx); lerr == nil && hasAll(again, []mongo.IndexModel{m}) {
+			if again, lerr := coll.Indexes().ListSpecifications(ctx); lerr == nil && len(unnamed(again, []mongo.IndexModel{m})) == 0 {
 				continue
 			}
 			return fmt.Errorf("queue: create indexes on %s: %w", coll.Name(), err)
@@ -496,12 +481,7 @@ func equivalentExists(ctx context.Context, coll *mongo.Collection, m mongo.Index
 	if err != nil {
 		return false
 	}
-	var o options.IndexOptions
-	if m.Options != nil {
-		for _, set := range m.Options.List() {
-			_ = set(&o)
-		}
-	}
+	o := indexOptions(m)
 	flag := func(b *bool) bool { return b != nil && *b }
 	for _, s := range specs {
 		// Sparseness is not compared: not every server reports it
@@ -513,9 +493,15 @@ func equivalentExists(ctx context.Context, coll *mongo.Collection, m mongo.Index
 	return false
 }
 
-// hasAll reports whether specs name every index of models.
-func hasAll(specs []mongo.IndexSpecification, models []mongo.IndexModel) bool {
-	return len(unnamed(specs, models)) == 0
+// indexOptions is what m's option builders set.
+func indexOptions(m mongo.IndexModel) options.IndexOptions {
+	var o options.IndexOptions
+	if m.Options != nil {
+		for _, set := range m.Options.List() {
+			_ = set(&o)
+		}
+	}
+	return o
 }
 
 // unnamed returns the models whose index (by name) specs do not name.
@@ -526,12 +512,7 @@ func unnamed(specs []mongo.IndexSpecification, models []mongo.IndexModel) []mong
 	}
 	var missing []mongo.IndexModel
 	for _, m := range models {
-		var o options.IndexOptions
-		if m.Options != nil {
-			for _, set := range m.Options.List() {
-				_ = set(&o)
-			}
-		}
+		o := indexOptions(m)
 		if o.Name == nil || !have[*o.Name] {
 			missing = append(missing, m)
 		}
@@ -615,52 +596,6 @@ func (c *Client) now() time.Time { return c.st.Now() }
 // store.EachRaw).
 func eachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) error {
 	return store.EachRaw(ctx, cur, fn)
-}
-
-// Count is the number of jobs of one kind in one state.
-type Count struct {
-	Kind  string     `bson:"kind"`
-	State jobs.State `bson:"state"`
-	N     int        `bson:"n"`
-}
-
-// Counts returns how many jobs there are of each kind in each state.
-func (c *Client) Counts(ctx context.Context) ([]Count, error) {
-	cur, err := c.coll.Aggregate(ctx, mongo.Pipeline{
-		{{Key: "$group", Value: bson.D{
-			{Key: "_id", Value: bson.D{{Key: "kind", Value: "$kind"}, {Key: "state", Value: "$state"}}},
-			{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
-		}}},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("queue: count jobs: %w", err)
-	}
-	// One row at a time: a kind or state of another type (written by
-	// another app) is shown as stored rather than failing the whole count.
-	var out []Count
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
-		id, _ := d.Lookup("_id").DocumentOK()
-		n, _ := d.Lookup("n").AsInt64OK()
-		out = append(out, Count{Kind: asText(id, "kind"), State: jobs.State(asText(id, "state")), N: int(n)})
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("queue: count jobs: %w", err)
-	}
-	return out, nil
-}
-
-// asText is the string field of d, or for a value of another type its
-// extended JSON (`{"$numberInt":"5"}`), or "" when it is missing or null.
-func asText(d bson.Raw, field string) string {
-	v, err := d.LookupErr(field)
-	if err != nil || v.Type == bson.TypeNull {
-		return ""
-	}
-	if s, ok := v.StringValueOK(); ok {
-		return s
-	}
-	return v.String()
 }
 
 // missingIndexes returns the models whose index (by name) coll lacks.

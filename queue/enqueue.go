@@ -2,6 +2,7 @@ package queue
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -308,6 +309,10 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 	return results, err
 }
 
+// errStoppedEarlier is the Result.Err of a job not sent because an
+// earlier one of the call failed.
+var errStoppedEarlier = fmt.Errorf("%w: the enqueue stopped at an earlier failure", ErrNotInserted)
+
 // noneInserted marks every result not inserted, because of err, and
 // returns them with the *EnqueueError: the Results keep the ids to enqueue
 // again with.
@@ -357,7 +362,7 @@ func (c *Client) enqueueBounded(ctx context.Context, docs []*jobs.Job, own []boo
 			}
 		}
 		if failure != nil {
-			results[i].Err = fmt.Errorf("%w: the enqueue stopped at an earlier failure", ErrNotInserted)
+			results[i].Err = errStoppedEarlier
 			continue
 		}
 		results[i], failure = c.admit(ctx, d, capacity, own[i])
@@ -374,7 +379,7 @@ func (c *Client) enqueueBounded(ctx context.Context, docs []*jobs.Job, own []boo
 			_, err = c.enqueueChunks(ctx, pd, po, pr)
 		} else {
 			for k := range pr {
-				pr[k].Err = fmt.Errorf("%w: the enqueue stopped at an earlier failure", ErrNotInserted)
+				pr[k].Err = errStoppedEarlier
 			}
 		}
 		for k, i := range plain {
@@ -391,10 +396,9 @@ func (c *Client) enqueueBounded(ctx context.Context, docs []*jobs.Job, own []boo
 	if failure != nil {
 		return results, enqueueError(results, failure)
 	}
+	var full *QueueFullError
 	for _, r := range results {
-		if errors.Is(r.Err, ErrQueueFull) {
-			var full *QueueFullError
-			errors.As(r.Err, &full)
+		if errors.As(r.Err, &full) {
 			return results, enqueueError(results, full)
 		}
 	}
@@ -419,7 +423,7 @@ func (c *Client) enqueueChunks(ctx context.Context, docs []*jobs.Job, own []bool
 		}
 		if err := c.insertChunk(ctx, docs[lo:hi], own[lo:hi], results[lo:hi]); err != nil {
 			for i := hi; i < len(results); i++ {
-				results[i].Err = fmt.Errorf("%w: the enqueue stopped at an earlier failure", ErrNotInserted)
+				results[i].Err = errStoppedEarlier
 			}
 			return results, enqueueError(results, err)
 		}
@@ -573,15 +577,21 @@ func (c *Client) settleHeld(ctx context.Context, j *jobs.Job) (Result, error) {
 		// does not set.
 		return Result{ID: j.ID, Existed: true}, nil
 	}
-	err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
-		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
-	if err == nil {
-		return Result{ID: j.ID, Existed: true}, nil
-	}
-	if !errors.Is(err, mongo.ErrNoDocuments) {
-		return Result{}, fmt.Errorf("queue: look up job %s: %w", j.ID, err)
+	if r, there, err := c.existing(ctx, j); there || err != nil {
+		return r, err
 	}
 	return c.insertUnique(ctx, j)
+}
+
+// existing reports whether a job with j's id is in the collection, with
+// the Existed Result for it.
+func (c *Client) existing(ctx context.Context, j *jobs.Job) (Result, bool, error) {
+	err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
+		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
+	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+		return Result{}, false, fmt.Errorf("queue: look up job %s: %w", j.ID, err)
+	}
+	return Result{ID: j.ID, Existed: true}, err == nil, nil
 }
 
 // settleByLookup settles docs after inserts that failed without saying
@@ -668,13 +678,8 @@ func (c *Client) insertUnique(ctx context.Context, j *jobs.Job) (Result, error) 
 		if !mongo.IsDuplicateKeyError(err) {
 			return Result{}, fmt.Errorf("queue: enqueue %s with %s %q: %w", j.Kind, field, key, err)
 		}
-		err = c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: j.ID}},
-			options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
-		if err == nil {
-			return Result{ID: j.ID, Existed: true}, nil
-		}
-		if !errors.Is(err, mongo.ErrNoDocuments) {
-			return Result{}, fmt.Errorf("queue: look up job %s: %w", j.ID, err)
+		if r, there, err := c.existing(ctx, j); there || err != nil {
+			return r, err
 		}
 	}
 	return Result{}, fmt.Errorf("queue: %s %q: held and released repeatedly, giving up", field, key)
@@ -734,12 +739,7 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 	if err := checkOpts(o); err != nil {
 		return nil, err
 	}
-	if o.Queue == "" {
-		o.Queue = jobs.DefaultQueue
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = jobs.DefaultMaxAttempts
-	}
+	o.Queue, o.MaxAttempts = cmp.Or(o.Queue, jobs.DefaultQueue), cmp.Or(o.MaxAttempts, jobs.DefaultMaxAttempts)
 	runAt := o.RunAt.UTC().Truncate(time.Millisecond)
 	if o.RunAt.IsZero() {
 		runAt = t.Add(o.Delay)

@@ -6,13 +6,8 @@ import (
 	"github.com/docketq/docket/internal/store"
 )
 
-// Pausing a queue: its state is a document in the queues collection,
-// {_id: queue, paused: true, pausedAt, pausedBy}, which every claim reads
-// (through a cache of at most PauseRefresh) before it claims. A paused
-// queue's jobs stay available; running jobs finish as usual. A queue is
-// paused only when its document's paused field is the boolean true: any
-// other value, written by another application, leaves it running and is
-// logged.
+// Pausing a queue: how it is stored and read is internal/store's
+// (pause.go).
 
 // DefaultQueuesCollection ("queues") is the collection holding the queues'
 // paused state and capacities, beside the default jobs collection. A

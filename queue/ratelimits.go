@@ -8,20 +8,8 @@ import (
 )
 
 // Rate limits: at most N starts of a kind's or a queue's jobs per period,
-// with a burst, across every worker process. A rate is a document of the
-// limits collection, beside the concurrency limits, read by the same read
-// of that collection that every claim makes each LimitRefresh: a process
-// with no rate set pays no command for them. A claim reserves its starts
-// with one compare-and-set of the rate's document (GCRA), claims them and
-// gives back what it did not use; whatever fails, the rate runs under,
-// never over, as long as the processes' clocks agree (see
-// docs/OPERATING.md).
-//
-// A rate may be partitioned (Rate.By): N starts per period per value of
-// an args field, each partition's state a document of its own in the rate
-// partitions collection (C_rate_partitions beside a jobs collection C), reserved by a claim
-// after it has read its candidates; the reaper's pass deletes the idle
-// ones (CleanRatePartitions).
+// across every worker process; how they are kept is internal/store's
+// (rate.go, ratepart.go).
 
 // RateStartLag (500 ms) bounds how long after its reservation a job of a
 // rate limit may be claimed: a claim answered later gives its jobs of the

@@ -6,12 +6,9 @@ import (
 	"github.com/docketq/docket/internal/store"
 )
 
-// Concurrency limits: at most N jobs of a kind ("kind:NAME"), or of a
-// queue ("queue:NAME"), run at once across every worker process. A limit
-// is a document of the limits collection, read by every claim through a
-// cache of at most LimitRefresh; a running job of a limit holds one of its
-// N run slots, taken by the claim's own write under a unique index and
-// freed by the write that ends or gives back the attempt.
+// Concurrency limits: at most N jobs of a kind or of a queue run at once
+// across every worker process; how they are kept is internal/store's
+// (limit.go).
 
 // LimitRefresh (one second) is how long a claim trusts the limits it read:
 // a limit set or cleared by another process applies to this one's claims
@@ -79,16 +76,6 @@ func (c *Client) ClearLimit(ctx context.Context, name string) (bool, error) {
 // its jobs run now.
 func (c *Client) RunLimits(ctx context.Context) ([]RunLimit, error) {
 	return c.st.RunLimits(ctx)
-}
-
-// FreeStrandedRunSlots unsets the run slots of the jobs that hold one but
-// are not running: another application's write ended or re-queued them and
-// left the slot, which would otherwise be held forever. It also clears a
-// slot written as null, which MongoDB's sparse unique index indexes. The
-// reaper runs it every pass; it touches only such jobs. It returns how
-// many it changed.
-func (c *Client) FreeStrandedRunSlots(ctx context.Context) (int, error) {
-	return c.st.FreeStrandedRunSlots(ctx)
 }
 
 // PartitionLimit is a partition limit as configured: at most N jobs

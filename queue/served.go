@@ -1,10 +1,11 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"slices"
-	"sort"
+	"strings"
 
 	"github.com/docketq/docket/jobs"
 )
@@ -82,11 +83,8 @@ func (s Served) Unserved(stats []QueueStats) []UnservedJobs {
 			}
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Queue != out[j].Queue {
-			return out[i].Queue < out[j].Queue
-		}
-		return out[i].Kind < out[j].Kind
+	slices.SortFunc(out, func(a, b UnservedJobs) int {
+		return cmp.Or(strings.Compare(a.Queue, b.Queue), strings.Compare(a.Kind, b.Kind))
 	})
 	return out
 }

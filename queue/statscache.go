@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -94,7 +95,7 @@ func (c *Client) statsColl() *mongo.Collection {
 	if c.cfg.Collection != DefaultCollection {
 		name = c.cfg.Collection + "_" + DefaultStatsCollection
 	}
-	wc, _ := parseWriteConcern(c.cfg.WriteConcern)
+	wc, _ := store.ParseWriteConcern(c.cfg.WriteConcern)
 	return c.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
 }
 
@@ -179,18 +180,8 @@ func statsDoc(s StoredStats) bson.D {
 	queues := bson.A{}
 	for _, qs := range s.Queues {
 		counts := bson.A{}
-		kinds := make([]string, 0, len(qs.Counts))
-		for k := range qs.Counts {
-			kinds = append(kinds, k)
-		}
-		sort.Strings(kinds)
-		for _, k := range kinds {
-			states := make([]jobs.State, 0, len(qs.Counts[k]))
-			for st := range qs.Counts[k] {
-				states = append(states, st)
-			}
-			slices.Sort(states)
-			for _, st := range states {
+		for _, k := range slices.Sorted(maps.Keys(qs.Counts)) {
+			for _, st := range slices.Sorted(maps.Keys(qs.Counts[k])) {
 				counts = append(counts, bson.D{{Key: "kind", Value: k}, {Key: "state", Value: st}, {Key: "n", Value: qs.Counts[k][st]}})
 			}
 		}
@@ -202,12 +193,7 @@ func statsDoc(s StoredStats) bson.D {
 	}
 	finished := bson.A{}
 	for _, st := range []jobs.State{jobs.StateSucceeded, jobs.StateDead} {
-		minutes := make([]time.Time, 0, len(s.Finished[st]))
-		for m := range s.Finished[st] {
-			minutes = append(minutes, m)
-		}
-		sort.Slice(minutes, func(i, j int) bool { return minutes[i].Before(minutes[j]) })
-		for _, m := range minutes {
+		for _, m := range slices.SortedFunc(maps.Keys(s.Finished[st]), time.Time.Compare) {
 			finished = append(finished, bson.D{{Key: "state", Value: string(st)}, {Key: "minute", Value: m}, {Key: "n", Value: s.Finished[st][m]}})
 		}
 	}

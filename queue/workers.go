@@ -1,11 +1,12 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
+	"strings"
 	"time"
 
 	"github.com/docketq/docket/internal/store"
@@ -23,7 +24,7 @@ import (
 // server's clock too (hello's localTime), so no clock is compared across
 // machines. A process that stopped beating (killed, stalled, cut off)
 // drops out of the listing once it has missed WorkerMissedBeats beats; its
-// document is deleted by a listing once it is WorkerForgetAfter old. (A
+// document is deleted by a listing once it is workerForgetAfter old. (A
 // TTL index on lastSeen could expire them on MongoDB; a listing deleting
 // them works on every server docket runs on, some of which have no TTL
 // indexes: server.go in internal/store.)
@@ -161,12 +162,7 @@ func (c *Client) listWorkers(ctx context.Context, t time.Time, ttl time.Duration
 	if err != nil {
 		return nil, fmt.Errorf("queue: list workers: %w", err)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Host != out[j].Host {
-			return out[i].Host < out[j].Host
-		}
-		return out[i].ID < out[j].ID
-	})
+	slices.SortFunc(out, func(a, b WorkerInfo) int { return cmp.Or(strings.Compare(a.Host, b.Host), strings.Compare(a.ID, b.ID)) })
 	return out, nil
 }
 

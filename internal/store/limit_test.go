@@ -548,7 +548,7 @@ func TestLimitStrandedRunSlotsAreFreed(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.db.Collection("jobs").UpdateOne(b.ctx, bson.D{{Key: "_id", Value: j.ID}}, bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: "succeeded"}}}})
 	require.NoError(t, err)
-	n, err := b.q.FreeStrandedRunSlots(b.ctx)
+	n, err := store.Of(b.q).FreeStrandedRunSlots(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	next, err := store.Of(b.q).Claim(b.ctx, claimAll)

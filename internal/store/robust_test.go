@@ -85,9 +85,9 @@ func TestReapBuriesUndecodableJobsAndReapsTheRest(t *testing.T) {
 	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(again)))
 }
 
-// TestCleanAndCountsReadEachDocumentOnItsOwn: ids and kinds of another
+// TestCleanAndStatsReadEachDocumentOnItsOwn: ids and kinds of another
 // type, written by another app, neither stop retention nor the stats.
-func TestCleanAndCountsReadEachDocumentOnItsOwn(t *testing.T) {
+func TestCleanAndStatsReadEachDocumentOnItsOwn(t *testing.T) {
 	b := setup(t)
 	old := time.Now().Add(-48 * time.Hour)
 	_, err := store.Of(b.q).Collection().InsertMany(b.ctx, []any{
@@ -97,13 +97,17 @@ func TestCleanAndCountsReadEachDocumentOnItsOwn(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	counts, err := b.q.Counts(b.ctx)
+	stats, err := b.q.Stats(b.ctx)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []queue.Count{
-		{Kind: `{"$numberInt":"5"}`, State: "succeeded", N: 1},
-		{Kind: "k", State: "succeeded", N: 1},
-		{Kind: "", State: `{"$numberInt":"7"}`, N: 1},
-	}, counts)
+	total := int64(0)
+	for _, qs := range stats {
+		for _, byState := range qs.Counts {
+			for _, n := range byState {
+				total += n
+			}
+		}
+	}
+	require.EqualValues(t, 3, total)
 
 	n, err := store.Of(b.q).Clean(b.ctx, jobs.StateSucceeded, 24*time.Hour, 100)
 	require.NoError(t, err)
