@@ -65,7 +65,7 @@ const (
 )
 
 // MaxAfter is the most parents one job may wait for.
-const MaxAfter = 1000
+const MaxAfter = 20_000
 
 // DefaultLinkGrace is how long a blocked job may stay linking (its
 // enqueuer between its insert and its link) before the leader's pass links
@@ -177,6 +177,12 @@ func (c *Client) linkInserted(ctx context.Context, docs []*jobs.Job, results []R
 func (c *Client) link(ctx context.Context, ds []dependent) error {
 	parents, seen := parentsOfAll(ds)
 	if len(parents) > 0 {
+		if err := c.listDependents(ctx, ds); err != nil {
+			return err
+		}
+		if err := depsStep(ctx, "link:list"); err != nil {
+			return err
+		}
 		if err := c.markParents(ctx, parents, len(ds)); err != nil {
 			return err
 		}
@@ -212,8 +218,8 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 			return err
 		}
 	}
-	if len(maybeReady) > 0 {
-		if err := c.release(ctx, bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: maybeReady}}}, t); err != nil {
+	for _, ids := range idChunks(maybeReady) {
+		if err := c.release(ctx, idIn(ids), t); err != nil {
 			return err
 		}
 		if err := depsStep(ctx, "link:ready"); err != nil {
@@ -222,11 +228,11 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 	}
 	// Last: a job is linking until every step above is done, so the
 	// leader's pass redoes a link that stopped anywhere before.
-	if _, err := c.coll.UpdateMany(ctx, bson.D{
-		{Key: "_id", Value: bson.D{{Key: "$in", Value: all}}},
-		{Key: linkingField, Value: true},
-	}, bson.D{{Key: "$unset", Value: bson.D{{Key: linkingField, Value: ""}}}}); err != nil {
-		return fmt.Errorf("queue: link %d jobs: %w", len(ds), err)
+	for _, ids := range idChunks(all) {
+		if _, err := c.coll.UpdateMany(ctx, bson.D{idIn(ids), {Key: linkingField, Value: true}},
+			bson.D{{Key: "$unset", Value: bson.D{{Key: linkingField, Value: ""}}}}); err != nil {
+			return fmt.Errorf("queue: link %d jobs: %w", len(ds), err)
+		}
 	}
 	return depsStep(ctx, "link:done")
 }
@@ -256,18 +262,24 @@ func parentsOfAll(ds []dependent) (bson.A, map[string]bool) {
 // as read, internal/store) then misses it rather than returning it
 // without the mark.
 func (c *Client) markParents(ctx context.Context, parents bson.A, n int) error {
-	if _, err := c.coll.UpdateMany(ctx, bson.D{
-		{Key: "_id", Value: bson.D{{Key: "$in", Value: parents}}},
-		{Key: "state", Value: bson.D{{Key: "$nin", Value: finishedStates}}},
-		{Key: dependentsField, Value: bson.D{{Key: "$ne", Value: true}}},
-	}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsField, Value: true}, {Key: "updatedAt", Value: c.now()}}}}); err != nil {
-		return fmt.Errorf("queue: mark the parents of %d jobs: %w", n, err)
+	var models []mongo.WriteModel
+	for _, ids := range idChunks(parents) {
+		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
+			idIn(ids),
+			{Key: "state", Value: bson.D{{Key: "$nin", Value: finishedStates}}},
+			{Key: dependentsField, Value: bson.D{{Key: "$ne", Value: true}}},
+		}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: dependentsField, Value: true}, {Key: "updatedAt", Value: c.now()}}}}))
 	}
-	if _, err := c.coll.UpdateMany(ctx, bson.D{
-		{Key: "_id", Value: bson.D{{Key: "$in", Value: parents}}},
-		{Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}},
-		{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}},
-	}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsDueField, Value: true}}}}); err != nil {
+	for _, ids := range idChunks(parents) {
+		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
+			idIn(ids),
+			{Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}},
+			{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}},
+		}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: dependentsDueField, Value: true}}}}))
+	}
+	// Ordered: every unfinished parent is marked before any finished one
+	// is flagged, as two commands did.
+	if _, err := c.coll.BulkWrite(ctx, models); err != nil {
 		return fmt.Errorf("queue: mark the parents of %d jobs: %w", n, err)
 	}
 	return nil
@@ -348,22 +360,26 @@ func (c *Client) parentsOf(ctx context.Context, ids bson.A) (map[string]jobs.Sta
 	if len(ids) == 0 {
 		return out, gates, nil
 	}
-	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "kind", Value: 1}}))
-	if err != nil {
-		return nil, nil, err
-	}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
-		if id, ok := d.Lookup("_id").StringValueOK(); ok {
-			st, _ := d.Lookup("state").StringValueOK()
-			out[id] = jobs.State(st)
-			if kind, _ := d.Lookup("kind").StringValueOK(); kind == WorkflowGateKind {
-				gates[id] = true
-			}
+	for _, chunk := range idChunks(ids) {
+		cur, err := c.coll.Find(ctx, bson.D{idIn(chunk)},
+			options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "kind", Value: 1}}))
+		if err != nil {
+			return nil, nil, err
 		}
-		return nil
-	})
-	return out, gates, err
+		if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+			if id, ok := d.Lookup("_id").StringValueOK(); ok {
+				st, _ := d.Lookup("state").StringValueOK()
+				out[id] = jobs.State(st)
+				if kind, _ := d.Lookup("kind").StringValueOK(); kind == WorkflowGateKind {
+					gates[id] = true
+				}
+			}
+			return nil
+		}); err != nil {
+			return nil, nil, err
+		}
+	}
+	return out, gates, nil
 }
 
 // cancelBlocked cancels the blocked jobs filter matches, recording why.
@@ -449,7 +465,7 @@ func (c *Client) settleDown(ctx context.Context, id any) (bool, error) {
 	for next := []any{id}; len(next) > 0; {
 		id := next[0]
 		next = next[1:]
-		st, ok, err := c.settle(ctx, id)
+		st, match, ok, err := c.settle(ctx, id)
 		if err != nil {
 			return had, err
 		}
@@ -459,21 +475,36 @@ func (c *Client) settleDown(ctx context.Context, id any) (bool, error) {
 		if !ok || st == jobs.StateSucceeded {
 			continue
 		}
-		cur, err := c.coll.Find(ctx, bson.D{
-			{Key: afterField, Value: id}, {Key: "state", Value: jobs.StateCancelled},
-			{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
-		}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
-		if err != nil {
-			return had, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
-		}
-		if err := eachRaw(ctx, cur, func(d bson.Raw) error {
-			next = append(next, d.Lookup("_id"))
-			return nil
-		}); err != nil {
-			return had, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
+		for _, m := range match {
+			due, err := c.cancelledDue(ctx, id, m)
+			if err != nil {
+				return had, err
+			}
+			next = append(next, due...)
 		}
 	}
 	return had, nil
+}
+
+// cancelledDue returns the ids of the jobs match selects that are
+// cancelled and flagged due to dependents of their own: those a settle of
+// the job with id cancelled, to settle in turn.
+func (c *Client) cancelledDue(ctx context.Context, id any, match bson.E) ([]any, error) {
+	cur, err := c.coll.Find(ctx, bson.D{
+		match, {Key: "state", Value: jobs.StateCancelled},
+		{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
+	}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
+	}
+	var out []any
+	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+		out = append(out, d.Lookup("_id"))
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
+	}
+	return out, nil
 }
 
 // settleNow settles the dependents of the job with id, which was just
@@ -492,26 +523,50 @@ var notDue = store.NotDue
 
 // settle tells the dependents of the job with id (of any type) of its
 // outcome st, if it has finished and they have not been told; ok reports
-// whether it had.
-func (c *Client) settle(ctx context.Context, id any) (st jobs.State, ok bool, err error) {
+// whether it had, match the filter elements that selected its dependents
+// (depslist.go).
+func (c *Client) settle(ctx context.Context, id any) (st jobs.State, match []bson.E, ok bool, err error) {
 	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
-		options.FindOne().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "kind", Value: 1}})).Raw()
+		options.FindOne().SetProjection(bson.D{
+			{Key: "state", Value: 1}, {Key: "kind", Value: 1}, {Key: dependentIdsField, Value: 1}, {Key: dependentsManyField, Value: 1},
+		})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return st, false, nil
+		return st, nil, false, nil
 	}
 	if err != nil {
-		return st, false, fmt.Errorf("queue: read job %v to settle its dependents: %w", id, err)
+		return st, nil, false, fmt.Errorf("queue: read job %v to settle its dependents: %w", id, err)
 	}
 	s, _ := raw.Lookup("state").StringValueOK()
 	st = jobs.State(s)
 	if !st.Finished() {
 		// Retried before its dependents were told: they wait for the
 		// retry's outcome, which its finishing write leaves due.
-		return st, false, nil
+		return st, nil, false, nil
 	}
+	kind, _ := raw.Lookup("kind").StringValueOK()
+	match = dependentsMatch(id, raw)
 	t := c.now()
+	for _, m := range match {
+		if err := c.tell(ctx, id, st, kind == WorkflowGateKind, m, t); err != nil {
+			return st, nil, false, err
+		}
+	}
+	// Done, for this outcome: a retry that finished again since, in
+	// another state, is left due for the next settle.
+	if _, err := c.coll.UpdateOne(ctx, bson.D{
+		{Key: "_id", Value: id}, {Key: "state", Value: st}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
+	}, bson.D{{Key: "$rename", Value: bson.D{{Key: dependentsDueField, Value: dependentsField}}}}); err != nil {
+		return st, nil, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
+	}
+	return st, match, true, depsStep(ctx, "settle:done")
+}
+
+// tell applies the outcome st of the job with id (gate: a workflow's
+// gate) to the blocked jobs that match selects and that wait for it, then
+// releases those that wait for nothing more.
+func (c *Client) tell(ctx context.Context, id any, st jobs.State, gate bool, match bson.E, t time.Time) error {
 	waiting := bson.D{
-		{Key: afterField, Value: id},
+		match,
 		{Key: "state", Value: jobs.StateBlocked},
 		{Key: waitingOnField, Value: bson.D{{Key: "$type", Value: "array"}, {Key: "$in", Value: bson.A{id}}}},
 	}
@@ -519,46 +574,37 @@ func (c *Client) settle(ctx context.Context, id any) (st jobs.State, ok bool, er
 		{Key: "$pull", Value: bson.D{{Key: waitingOnField, Value: id}}},
 		{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: t}}},
 	}
-	if st == jobs.StateSucceeded {
+	switch {
+	case st == jobs.StateSucceeded:
 		if _, err := c.coll.UpdateMany(ctx, waiting, pull); err != nil {
-			return st, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
+			return fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
 		}
-	} else if kind, _ := raw.Lookup("kind").StringValueOK(); kind == WorkflowGateKind {
+	case gate:
 		// A workflow's gate that did not open: every task waiting for it
 		// is cancelled, those that run anyway too (workflow.go).
 		why := fmt.Sprintf("cancelled: workflow %v was %s before it was published", asID(id), st)
 		if err := c.cancelBlocked(ctx, waiting, t, why); err != nil {
-			return st, false, err
+			return err
 		}
-	} else {
+	default:
 		if _, err := c.coll.UpdateMany(ctx, append(slices.Clone(waiting), bson.E{Key: runAnywayField, Value: true}), pull); err != nil {
-			return st, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
+			return fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
 		}
 		if err := depsStep(ctx, "settle:pull"); err != nil {
-			return st, false, err
+			return err
 		}
 		why := fmt.Sprintf("cancelled: parent %v ended %s", asID(id), st)
 		if err := c.cancelBlocked(ctx, append(slices.Clone(waiting), bson.E{Key: runAnywayField, Value: bson.D{{Key: "$ne", Value: true}}}), t, why); err != nil {
-			return st, false, err
+			return err
 		}
 	}
 	if err := depsStep(ctx, "settle:"+string(st)); err != nil {
-		return st, false, err
+		return err
 	}
-	if err := c.release(ctx, bson.E{Key: afterField, Value: id}, t); err != nil {
-		return st, false, err
+	if err := c.release(ctx, match, t); err != nil {
+		return err
 	}
-	if err := depsStep(ctx, "settle:ready"); err != nil {
-		return st, false, err
-	}
-	// Done, for this outcome: a retry that finished again since, in
-	// another state, is left due for the next settle.
-	if _, err := c.coll.UpdateOne(ctx, bson.D{
-		{Key: "_id", Value: id}, {Key: "state", Value: st}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
-	}, bson.D{{Key: "$rename", Value: bson.D{{Key: dependentsDueField, Value: dependentsField}}}}); err != nil {
-		return st, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
-	}
-	return st, true, depsStep(ctx, "settle:done")
+	return depsStep(ctx, "settle:ready")
 }
 
 // asID shows an id read as a bson.RawValue as its string when it is one.

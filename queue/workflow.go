@@ -463,7 +463,9 @@ func (c *Client) insertGate(ctx context.Context, id string, t time.Time) (jobs.S
 		Dependents: true,
 		CreatedAt:  t, UpdatedAt: t,
 	}
-	_, err := c.coll.InsertOne(ctx, gate)
+	// With an empty list of its dependents, which its tasks' links fill
+	// (depslist.go): the publish's settle writes to the tasks by _id.
+	_, err := c.coll.InsertOne(ctx, listedGate{Job: *gate, DependentIDs: bson.A{}})
 	if err == nil {
 		return jobs.StateBlocked, nil
 	}
@@ -489,6 +491,13 @@ func (c *Client) insertGate(ctx context.Context, id string, t time.Time) (jobs.S
 		}
 	}
 	return jobs.State(st), nil
+}
+
+// listedGate is a gate's document as inserted: a job with an empty list
+// of dependents.
+type listedGate struct {
+	jobs.Job     `bson:",inline"`
+	DependentIDs bson.A `bson:"dependentIds"`
 }
 
 // gateFilter matches the unpublished gate of the workflow with id.
