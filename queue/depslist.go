@@ -39,6 +39,18 @@ const (
 	idChunk = 500
 )
 
+// maxListedKey is the context key of a test's bound on a parent's list,
+// in place of maxListedDependents.
+type maxListedKey struct{}
+
+// maxListed is the bound on a parent's list for a link under ctx.
+func maxListed(ctx context.Context) int {
+	if n, ok := ctx.Value(maxListedKey{}).(int); ok {
+		return n
+	}
+	return maxListedDependents
+}
+
 // idChunks splits ids into slices of at most idChunk.
 func idChunks(ids bson.A) []bson.A {
 	var out []bson.A
@@ -96,7 +108,7 @@ func groupByDependents(ds []dependent) []*kinGroup {
 // for, or flags dependentsMany the parents whose list is full; it writes
 // nothing to a parent marked without a list. Safe to repeat ($addToSet).
 func (c *Client) listDependents(ctx context.Context, ds []dependent) error {
-	full := fmt.Sprintf("%s.%d", dependentIdsField, maxListedDependents-1)
+	full := fmt.Sprintf("%s.%d", dependentIdsField, maxListed(ctx)-1)
 	listable := bson.E{Key: "$or", Value: bson.A{
 		bson.D{{Key: dependentIdsField, Value: bson.D{{Key: "$type", Value: "array"}}}},
 		bson.D{

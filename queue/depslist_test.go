@@ -1,0 +1,247 @@
+package queue_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/internal/store"
+	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// filters records the filters of the update and find commands a client
+// sent to the collection coll: each update statement's q, each find's
+// filter.
+type filters struct {
+	coll string
+	mu   sync.Mutex
+	all  []bson.Raw
+}
+
+func (f *filters) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		cmd := bson.Raw(e.Command)
+		if name, _ := cmd.Lookup(e.CommandName).StringValueOK(); name != f.coll {
+			return
+		}
+		var got []bson.Raw
+		switch e.CommandName {
+		case "update":
+			vals, _ := cmd.Lookup("updates").Array().Values()
+			for _, v := range vals {
+				got = append(got, v.Document().Lookup("q").Document())
+			}
+		case "find":
+			got = append(got, cmd.Lookup("filter").Document())
+		}
+		f.mu.Lock()
+		f.all = append(f.all, got...)
+		f.mu.Unlock()
+	}}
+}
+
+func (f *filters) reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.all = nil
+}
+
+// notByID returns the recorded filters that do not select by _id.
+func (f *filters) notByID() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, q := range f.all {
+		if _, err := q.LookupErr("_id"); err != nil {
+			out = append(out, q.String())
+		}
+	}
+	return out
+}
+
+// monitored returns a client of the bundle's database whose filters are
+// recorded in f.
+func (b bundle) monitored(t *testing.T, f *filters) *queue.Client {
+	t.Helper()
+	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(f.monitor()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
+	require.NoError(t, err)
+	return q
+}
+
+// A parent's settle reads and writes its dependents by _id, from the list
+// the link kept on it: what a parent's end costs does not grow with the
+// jobs that wait for others (a settle that searched {after: id} reads, on
+// devdb, every job with parents). Also a workflow's publish.
+func TestDepSettleWritesToItsDependentsByID(t *testing.T) {
+	b := setup(t)
+	f := filters{coll: store.Of(b.q).Collection().Name()}
+	q := b.monitored(t, &f)
+	a := b.enqueueK(t, queue.InsertOpts{})
+	other := b.enqueueK(t, queue.InsertOpts{})
+	c1, c2 := b.after(t, a), b.after(t, a)
+	c3 := b.after(t, other, a)
+	b.run(t, a, jobs.StateSucceeded)
+	f.reset()
+	ok, err := q.SettleDependentsOf(b.ctx, a)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Empty(t, f.notByID(), "the settle's filters that do not select by _id")
+	b.requireState(t, jobs.StateAvailable, c1, c2)
+	b.requireState(t, jobs.StateBlocked, c3)
+	require.Equal(t, []string{other}, b.get(t, c3).WaitingOn)
+
+	wf := queue.NewWorkflow("wf")
+	x := wf.Add("x", "k", nil, queue.TaskOpts{})
+	wf.Add("y", "k", nil, queue.TaskOpts{After: []string{x}})
+	f.reset()
+	_, err = q.InsertWorkflow(b.ctx, wf)
+	require.NoError(t, err)
+	require.Empty(t, f.notByID(), "the workflow's insert, link, publish and settle filters that do not select by _id")
+	b.requireState(t, jobs.StateAvailable, queue.TaskID("wf", "x"))
+}
+
+// A job waits for more parents than the bound of 1,000 there was, and runs
+// once the last of them has succeeded.
+func TestDepFanInOverTheOldBound(t *testing.T) {
+	b := setup(t)
+	const n = 1_200
+	ins := make([]queue.Insert, n)
+	parents := make([]string, n)
+	for i := range ins {
+		parents[i] = fmt.Sprintf("p%04d", i)
+		ins[i] = queue.Insert{Kind: "k", Opts: queue.InsertOpts{ID: parents[i]}}
+	}
+	_, err := b.q.EnqueueMany(b.ctx, ins)
+	require.NoError(t, err)
+	sink := b.after(t, parents...)
+	require.Len(t, b.get(t, sink).WaitingOn, n)
+
+	// Each parent ends by the finishing write every end makes.
+	ids := make(bson.A, n)
+	for i, p := range parents {
+		ids[i] = p
+	}
+	coll := store.Of(b.q).Collection()
+	r, err := coll.UpdateMany(b.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "state", Value: jobs.StateAvailable}},
+		store.Finish(jobs.StateSucceeded, time.Now()))
+	require.NoError(t, err)
+	require.EqualValues(t, n, r.ModifiedCount)
+	for _, p := range parents[:n-1] {
+		b.settle(t, p)
+	}
+	b.requireState(t, jobs.StateBlocked, sink)
+	require.Equal(t, parents[n-1:], b.get(t, sink).WaitingOn)
+	b.settle(t, parents[n-1])
+	b.requireState(t, jobs.StateAvailable, sink)
+}
+
+// dependentsList reads a job's dependentIds and dependentsMany.
+func (b bundle) dependentsList(t *testing.T, id string) (ids []string, listed, many bool) {
+	t.Helper()
+	raw, err := store.Of(b.q).Collection().FindOne(b.ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+	require.NoError(t, err)
+	v, err := raw.LookupErr("dependentIds")
+	if err == nil {
+		listed = true
+		vals, _ := v.Array().Values()
+		for _, e := range vals {
+			ids = append(ids, e.StringValue())
+		}
+	}
+	many, _ = raw.Lookup("dependentsMany").BooleanOK()
+	return ids, listed, many
+}
+
+// A parent that a link marked before lists were kept (dependents: true, no
+// dependentIds) gets no list, which would miss the dependents marked
+// before: its settle finds them all by after.
+func TestDepParentMarkedWithoutAListKeepsEveryDependent(t *testing.T) {
+	b := setup(t)
+	a := b.enqueueK(t, queue.InsertOpts{})
+	coll := store.Of(b.q).Collection()
+	_, err := coll.UpdateOne(b.ctx, bson.D{{Key: "_id", Value: a}}, bson.D{{Key: "$set", Value: bson.D{{Key: "dependents", Value: true}}}})
+	require.NoError(t, err)
+	old := "linked-before"
+	_, err = coll.InsertOne(b.ctx, bson.D{
+		{Key: "_id", Value: old}, {Key: "kind", Value: "k"}, {Key: "queue", Value: "default"}, {Key: "state", Value: jobs.StateBlocked},
+		{Key: "after", Value: bson.A{a}}, {Key: "waitingOn", Value: bson.A{a}}, {Key: "runAt", Value: time.Now()},
+		{Key: "attempt", Value: 0}, {Key: "maxAttempts", Value: 3}, {Key: "priority", Value: 0},
+		{Key: "createdAt", Value: time.Now()}, {Key: "updatedAt", Value: time.Now()},
+	})
+	require.NoError(t, err)
+	c := b.after(t, a)
+	_, listed, _ := b.dependentsList(t, a)
+	require.False(t, listed, "a list begun on a parent marked without one")
+
+	b.run(t, a, jobs.StateSucceeded)
+	b.settle(t, a)
+	b.requireState(t, jobs.StateAvailable, old, c)
+}
+
+// A parent lists its dependents up to a bound, then is flagged
+// dependentsMany, and its settle finds them all by after.
+func TestDepFullListFallsBackToAfter(t *testing.T) {
+	b := setup(t)
+	ctx := queue.WithMaxListed(b.ctx, 2)
+	a := b.enqueueK(t, queue.InsertOpts{})
+	var kids []string
+	for range 4 {
+		res, err := b.q.Enqueue(ctx, "k", nil, queue.InsertOpts{After: []string{a}})
+		require.NoError(t, err)
+		kids = append(kids, res.ID)
+	}
+	ids, _, many := b.dependentsList(t, a)
+	require.Equal(t, kids[:2], ids)
+	require.True(t, many)
+
+	b.run(t, a, jobs.StateSucceeded)
+	b.settle(t, a)
+	b.requireState(t, jobs.StateAvailable, kids...)
+}
+
+// A fan-out parent lists every dependent, once however often it is
+// linked, and its settle releases all of them, over several chunks of
+// ids.
+func TestDepFanOutListsEveryDependentOnce(t *testing.T) {
+	b := setup(t)
+	a := b.enqueueK(t, queue.InsertOpts{})
+	const n = 1_100
+	ins := make([]queue.Insert, n)
+	for i := range ins {
+		ins[i] = queue.Insert{Kind: "k", Opts: queue.InsertOpts{ID: fmt.Sprintf("c%04d", i), After: []string{a}}}
+	}
+	_, err := b.q.EnqueueMany(b.ctx, ins)
+	require.NoError(t, err)
+	// The leader's pass links again what it finds linking: here, as if
+	// every link had stopped before its last step.
+	_, err = store.Of(b.q).Collection().UpdateMany(b.ctx, bson.D{{Key: "after", Value: a}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "linking", Value: true}}}})
+	require.NoError(t, err)
+	res, err := b.q.SettleDependents(b.ctx, 0, n)
+	require.NoError(t, err)
+	require.Equal(t, n, res.Linked)
+	ids, _, many := b.dependentsList(t, a)
+	require.False(t, many)
+	require.Len(t, ids, n)
+	slices.Sort(ids)
+	require.Equal(t, n, len(slices.Compact(ids)))
+
+	b.run(t, a, jobs.StateSucceeded)
+	b.settle(t, a)
+	n2, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{{Key: "after", Value: a}, {Key: "state", Value: jobs.StateAvailable}})
+	require.NoError(t, err)
+	require.EqualValues(t, n, n2)
+}
