@@ -2,9 +2,11 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -244,4 +246,103 @@ func TestDepFanOutListsEveryDependentOnce(t *testing.T) {
 	n2, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{{Key: "after", Value: a}, {Key: "state", Value: jobs.StateAvailable}})
 	require.NoError(t, err)
 	require.EqualValues(t, n, n2)
+}
+
+// fanIn enqueues n parents and a sink after all of them, and ends the
+// parents in s by the finishing write every end makes.
+func (b bundle) fanIn(t *testing.T, n int, s jobs.State) (parents []string, sink string) {
+	t.Helper()
+	ids := make(bson.A, n)
+	for i := range n {
+		parents = append(parents, b.enqueueK(t, queue.InsertOpts{}))
+		ids[i] = parents[i]
+	}
+	sink = b.after(t, parents...)
+	_, err := store.Of(b.q).Collection().UpdateMany(b.ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, store.Finish(s, time.Now()))
+	require.NoError(t, err)
+	return parents, sink
+}
+
+// Parents settled together cost the commands of one settle, whatever
+// their number; one that failed is settled on its own, cancelling its
+// dependent.
+func TestDepSettleManyAtOnce(t *testing.T) {
+	b := setup(t)
+	parents, sink := b.fanIn(t, 30, jobs.StateSucceeded)
+	a := b.enqueueK(t, queue.InsertOpts{})
+	chained := b.after(t, a)
+	bad := b.enqueueK(t, queue.InsertOpts{})
+	cancelled := b.after(t, bad)
+	b.run(t, a, jobs.StateSucceeded)
+	b.run(t, bad, jobs.StateDead)
+
+	var commands atomic.Int64
+	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(&event.CommandMonitor{
+		Started: func(context.Context, *event.CommandStartedEvent) { commands.Add(1) },
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
+	require.NoError(t, err)
+
+	require.NoError(t, q.SettleDependentsOfAll(b.ctx, append(slices.Clone(parents), a)))
+	require.LessOrEqual(t, commands.Load(), int64(4), "a read, a pull, a release and a rename")
+	b.requireState(t, jobs.StateAvailable, sink, chained)
+	for _, p := range append(parents, a) {
+		require.True(t, b.get(t, p).Dependents, "job %s flagged settled", p)
+	}
+
+	require.NoError(t, q.SettleDependentsOfAll(b.ctx, []string{bad, a}))
+	b.requireState(t, jobs.StateCancelled, cancelled)
+	b.requireState(t, jobs.StateAvailable, sink, chained)
+}
+
+// A batch settle that stalls after any of its writes, while the leader's
+// pass settles the same parents, then resumes with what it read, leaves
+// each dependent released once and every flag settled; one that dies there
+// is finished by the pass.
+func TestDepSettleManyStalledOrDeadAtEachStep(t *testing.T) {
+	for _, step := range []string{"settle:succeeded", "settle:ready", "settle:done"} {
+		for _, die := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/die=%v", step, die), func(t *testing.T) {
+				b := setup(t)
+				parents, sink := b.fanIn(t, 3, jobs.StateSucceeded)
+				resume := make(chan struct{})
+				stalled := make(chan struct{})
+				ctx := queue.WithDepsStep(b.ctx, func(_ context.Context, s string) error {
+					if s != step {
+						return nil
+					}
+					if die {
+						return errors.New("died")
+					}
+					close(stalled)
+					<-resume
+					return nil
+				})
+				done := make(chan error, 1)
+				go func() { done <- b.q.SettleDependentsOfAll(ctx, parents) }()
+				if !die {
+					<-stalled
+				}
+				_, err := b.q.SettleDependents(b.ctx, time.Minute, 100)
+				require.NoError(t, err)
+				// The sink runs before the stalled settle resumes: a
+				// release applied again would make it available twice.
+				b.claimID(t, sink)
+				close(resume)
+				err = <-done
+				if die {
+					require.Error(t, err)
+				} else {
+					require.NoError(t, err)
+				}
+				b.requireState(t, jobs.StateRunning, sink)
+				require.Empty(t, b.get(t, sink).WaitingOn)
+				n, err := store.Of(b.q).Collection().CountDocuments(b.ctx, bson.D{{Key: "dependentsDue", Value: bson.D{{Key: "$exists", Value: true}}}})
+				require.NoError(t, err)
+				require.Zero(t, n, "flags left due")
+			})
+		}
+	}
 }
