@@ -181,7 +181,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	rate := fs.String("rate", "20/s burst 5", "rate limit of the rate run (N/PERIOD [burst B])")
 	fs.IntVar(&o.RateProcs, "rate-procs", 3, "worker processes of the rate run")
 	fs.DurationVar(&o.RateFor, "rate-for", time.Minute, "how long the rate run counts starts, after a 5 s warm-up")
-	fs.IntVar(&o.WorkflowJobs, "workflow-jobs", 300, "tasks of the workflows run's fan-out, fan-in and layered DAG (a fan-in at most 998)")
+	fs.IntVar(&o.WorkflowJobs, "workflow-jobs", 300, "tasks of the workflows run's fan-out, fan-in and layered DAG")
 	fs.IntVar(&o.WorkflowChain, "workflow-chain", 100, "tasks of the workflows run's chain, which runs one at a time")
 	runs := fs.String("runs", strings.Join(allRuns, ","), "runs to make, of "+strings.Join(allRuns, ",")+" (the default), and "+strings.Join(optInRuns, ","))
 	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON instead of a table")
