@@ -150,18 +150,21 @@ type dependent struct {
 // the jobs are in, still linking, and the leader's pass links them.
 func (c *Client) linkInserted(ctx context.Context, docs []*jobs.Job, results []Result) {
 	var ds []dependent
+	tags, _ := ctx.Value(workflowTagKey{}).(map[string]workflowTag)
 	for i, d := range docs {
 		r := results[i]
 		// A job found there (Existed) was inserted by an earlier enqueue,
 		// which linked it or left it to the leader's pass.
-		if len(d.After) == 0 || r.Err != nil || r.Duplicate || r.Existed {
+		if r.Err != nil || r.Duplicate || r.Existed {
 			continue
 		}
-		dep := dependent{id: d.ID, waitingOn: d.WaitingOn, runAnyway: d.RunAnyway}
-		if tags, ok := ctx.Value(workflowTagKey{}).(map[string]workflowTag); ok {
-			dep.gate = tags[d.ID].Workflow
+		if len(tags[d.ID].Dependents) > 0 {
+			preListed(ctx, d.ID) // inserted with its list (workflow.go)
 		}
-		ds = append(ds, dep)
+		if len(d.After) == 0 {
+			continue
+		}
+		ds = append(ds, dependent{id: d.ID, waitingOn: d.WaitingOn, runAnyway: d.RunAnyway, gate: tags[d.ID].Workflow})
 	}
 	if len(ds) == 0 {
 		return

@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -65,20 +66,57 @@ func idIn(ids bson.A) bson.E {
 	return bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}
 }
 
+// prelistedKey is the context key of an InsertWorkflow's prelisted.
+type prelistedKey struct{}
+
+// prelisted is the parents an InsertWorkflow inserted with the list of
+// every task that waits for them: its links list nothing on them.
+type prelisted struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+// preListed records, for the InsertWorkflow of ctx, that the job with id
+// was inserted with the list of every task that waits for it.
+func preListed(ctx context.Context, id string) {
+	if p, ok := ctx.Value(prelistedKey{}).(*prelisted); ok {
+		p.mu.Lock()
+		p.ids[id] = true
+		p.mu.Unlock()
+	}
+}
+
+// listedAlready says whether the InsertWorkflow of ctx inserted the
+// parent with id with its list of dependents.
+func listedAlready(ctx context.Context) func(id string) bool {
+	p, ok := ctx.Value(prelistedKey{}).(*prelisted)
+	if !ok {
+		return func(string) bool { return false }
+	}
+	return func(id string) bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.ids[id]
+	}
+}
+
 // kinGroup is the parents that get the same dependents listed.
 type kinGroup struct {
 	kids    bson.A
 	parents bson.A
 }
 
-// groupByDependents groups the parents of ds by the dependents of ds that
-// wait for them (a fan-in's parents share one group, so one write lists
-// the child on all of them).
-func groupByDependents(ds []dependent) []*kinGroup {
+// groupByDependents groups the parents of ds, but those listed already,
+// by the dependents of ds that wait for them (a fan-in's parents share one
+// group, so one write lists the child on all of them).
+func groupByDependents(ds []dependent, listed func(string) bool) []*kinGroup {
 	kidsOf := map[string]bson.A{}
 	var order []string
 	for _, d := range ds {
 		for _, p := range d.waitingOn {
+			if listed(p) {
+				continue
+			}
 			if _, ok := kidsOf[p]; !ok {
 				order = append(order, p)
 			}
@@ -118,7 +156,7 @@ func (c *Client) listDependents(ctx context.Context, ds []dependent) error {
 		},
 	}}
 	var models []mongo.WriteModel
-	for _, g := range groupByDependents(ds) {
+	for _, g := range groupByDependents(ds, listedAlready(ctx)) {
 		for _, ids := range idChunks(g.parents) {
 			models = append(models,
 				mongo.NewUpdateManyModel().

@@ -346,3 +346,66 @@ func TestDepSettleManyStalledOrDeadAtEachStep(t *testing.T) {
 		}
 	}
 }
+
+// updateStatements counts the statements of the update commands a client
+// sent.
+type updateStatements struct{ n atomic.Int64 }
+
+func (u *updateStatements) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.CommandName == "update" {
+			vals, _ := bson.Raw(e.Command).Lookup("updates").Array().Values()
+			u.n.Add(int64(len(vals)))
+		}
+	}}
+}
+
+// A workflow's tasks and gate are inserted with their lists of
+// dependents: its links write no statement per parent, and each task's
+// list holds the tasks after it. Then it runs in order.
+func TestWorkflowTasksInsertedWithTheirLists(t *testing.T) {
+	b := setup(t)
+	var u updateStatements
+	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(u.monitor()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
+	require.NoError(t, err)
+
+	const layers, width = 5, 20
+	wf := queue.NewWorkflow("layered")
+	for l := range layers {
+		for i := range width {
+			var after []string
+			if l > 0 {
+				after = []string{fmt.Sprintf("%d-%d", l-1, i), fmt.Sprintf("%d-%d", l-1, (i+1)%width)}
+			}
+			wf.Add(fmt.Sprintf("%d-%d", l, i), "k", nil, queue.TaskOpts{After: after})
+		}
+	}
+	_, err = q.InsertWorkflow(b.ctx, wf)
+	require.NoError(t, err)
+	// Gate's touch, mark, unset linking, publish, settle's pull, release
+	// and rename: none per parent.
+	require.LessOrEqual(t, u.n.Load(), int64(12), "update statements of a workflow of %d tasks", layers*width)
+	ids, _, many := b.dependentsList(t, queue.TaskID("layered", "1-3"))
+	require.False(t, many)
+	require.ElementsMatch(t, []string{queue.TaskID("layered", "2-3"), queue.TaskID("layered", "2-2")}, ids)
+	gate, _, _ := b.dependentsList(t, "layered")
+	require.Len(t, gate, layers*width)
+
+	ran := map[string]bool{}
+	for range layers * width {
+		j := b.claim(t, claimAll)
+		require.NotNil(t, j)
+		for _, p := range j.After[1:] {
+			require.True(t, ran[p], "task %s ran before its parent %s", j.ID, p)
+		}
+		ran[j.ID] = true
+		b.end(t, j, jobs.StateSucceeded)
+		if j.Dependents {
+			b.settle(t, j.ID)
+		}
+	}
+	b.requireNothingToClaim(t)
+}
