@@ -69,6 +69,9 @@ func (w *Worker) settlePending() {
 		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 		err := w.c.SettleDependentsOfAll(ctx, ids)
 		cancel()
+		// Some dependents may be runnable now: claim at once, not at
+		// the next poll (the handlers' returns woke a claim too early).
+		w.signalWake()
 		for _, p := range batch {
 			p.done <- err
 		}
