@@ -179,22 +179,8 @@ func (c *Client) linkInserted(ctx context.Context, docs []*jobs.Job, results []R
 // outcome of its parents that have finished (steps 1 of the protocol).
 func (c *Client) link(ctx context.Context, ds []dependent) error {
 	parents, seen := parentsOfAll(ds)
-	if len(parents) > 0 {
-		if err := c.listDependents(ctx, ds); err != nil {
-			return err
-		}
-		if err := depsStep(ctx, "link:list"); err != nil {
-			return err
-		}
-		if err := c.markParents(ctx, parents, len(ds)); err != nil {
-			return err
-		}
-		if r, ok := ctx.Value(runningKey{}).(runningJob); ok && seen[r.id] {
-			r.marked.Store(true)
-		}
-		if err := depsStep(ctx, "link:mark"); err != nil {
-			return err
-		}
+	if err := c.listAndMark(ctx, ds, parents, seen); err != nil {
+		return err
 	}
 	states, gates, err := c.parentsOf(ctx, parents)
 	if err != nil {
@@ -238,6 +224,27 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 		}
 	}
 	return depsStep(ctx, "link:done")
+}
+
+// listAndMark lists ds on their parents, then marks the parents (seen:
+// the parents' ids as a set).
+func (c *Client) listAndMark(ctx context.Context, ds []dependent, parents bson.A, seen map[string]bool) error {
+	if len(parents) == 0 {
+		return nil
+	}
+	if err := c.listDependents(ctx, ds); err != nil {
+		return err
+	}
+	if err := depsStep(ctx, "link:list"); err != nil {
+		return err
+	}
+	if err := c.markParents(ctx, parents, len(ds)); err != nil {
+		return err
+	}
+	if r, ok := ctx.Value(runningKey{}).(runningJob); ok && seen[r.id] {
+		r.marked.Store(true)
+	}
+	return depsStep(ctx, "link:mark")
 }
 
 // parentsOfAll returns the parents ds wait for, each once.
