@@ -19,6 +19,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -97,6 +98,16 @@ func listedSuccess(d bson.Raw) (bson.A, bool) {
 func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A) error {
 	t := c.now()
 	for _, chunk := range idChunks(kids) {
+		all, err := c.releaseLast(ctx, chunk, parents, t)
+		if err != nil {
+			return err
+		}
+		if err := depsStep(ctx, "settle:last"); err != nil {
+			return err
+		}
+		if all {
+			continue
+		}
 		if _, err := c.coll.UpdateMany(ctx, bson.D{
 			idIn(chunk),
 			{Key: "state", Value: jobs.StateBlocked},
@@ -125,6 +136,25 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A) erro
 		}
 	}
 	return depsStep(ctx, "settle:done")
+}
+
+// releaseLast makes available, in one write, the blocked jobs of kids
+// that wait for one job only, one of the succeeded parents: a chain's
+// next, a fan-out's children. all says it was every one of kids: nothing
+// is left to pull.
+func (c *Client) releaseLast(ctx context.Context, kids, parents bson.A, t time.Time) (all bool, err error) {
+	r, err := c.coll.UpdateMany(ctx, bson.D{
+		idIn(kids),
+		{Key: "state", Value: jobs.StateBlocked},
+		{Key: waitingOnField, Value: bson.D{{Key: "$size", Value: 1}, {Key: "$in", Value: parents}}},
+	}, bson.D{
+		{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: waitingOnField, Value: bson.A{}}, {Key: "updatedAt", Value: t}}},
+		{Key: "$unset", Value: bson.D{{Key: linkingField, Value: ""}}},
+	})
+	if err != nil {
+		return false, fmt.Errorf("queue: make ready the jobs whose last parent succeeded: %w", err)
+	}
+	return r.MatchedCount == int64(len(kids)), nil
 }
 
 // stringsA is ids as a bson.A.
