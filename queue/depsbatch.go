@@ -98,15 +98,20 @@ func listedSuccess(d bson.Raw) (bson.A, bool) {
 func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A) error {
 	t := c.now()
 	for _, chunk := range idChunks(kids) {
-		all, err := c.releaseLast(ctx, chunk, parents, t)
-		if err != nil {
-			return err
-		}
-		if err := depsStep(ctx, "settle:last"); err != nil {
-			return err
-		}
-		if all {
-			continue
+		if len(parents) == 1 {
+			// A chain's next task, a fan-out's children: most wait for
+			// this parent only. (Parents that end together are rather
+			// a fan-in's or a graph's, whose dependents wait for more.)
+			all, err := c.releaseLast(ctx, chunk, parents, t)
+			if err != nil {
+				return err
+			}
+			if err := depsStep(ctx, "settle:last"); err != nil {
+				return err
+			}
+			if all {
+				continue
+			}
 		}
 		if _, err := c.coll.UpdateMany(ctx, bson.D{
 			idIn(chunk),
