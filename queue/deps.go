@@ -10,7 +10,8 @@ package queue
 // before any of them, with a pass of the leader to finish what it left:
 //
 //  1. link (the enqueuer, after the insert; else the leader's pass once the
-//     job has been linking for a grace period): mark each parent with
+//     job has been linking for a grace period): add the job to each parent's
+//     list of dependents (depslist.go), then mark each parent with
 //     dependents: true, moving its updatedAt (a finished one with
 //     dependentsDue too, so that retention keeps it until it is settled),
 //     then read the parents' states and apply those that have finished to
@@ -24,7 +25,7 @@ package queue
 //  3. settle (the parent's worker right after its finishing write, or the
 //     process that linked a dependent while the parent ran, depswatch.go;
 //     else the leader's pass): apply the parent's outcome to the blocked
-//     jobs whose waitingOn holds it ($pull it when it succeeded, or for a job
+//     jobs of its list (by _id) whose waitingOn holds it ($pull it when it succeeded, or for a job
 //     that runs anyway; cancel the job otherwise), turn available those
 //     whose waitingOn is now empty, then rename dependentsDue back to
 //     dependents, conditioned on the state that was settled.
