@@ -414,18 +414,24 @@ func (c *Client) cancelBlocked(ctx context.Context, filter bson.D, t time.Time, 
 // release makes available the blocked jobs that match match and wait for
 // no parent any more.
 func (c *Client) release(ctx context.Context, match bson.E, t time.Time) error {
-	_, err := c.coll.UpdateMany(ctx, bson.D{
-		match,
-		{Key: "state", Value: jobs.StateBlocked},
-		{Key: waitingOnField, Value: bson.D{{Key: "$size", Value: 0}}},
-	}, bson.D{
-		{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "updatedAt", Value: t}}},
-		{Key: "$unset", Value: bson.D{{Key: linkingField, Value: ""}}},
-	})
+	m := releaseModel(match, t)
+	_, err := c.coll.UpdateMany(ctx, m.Filter, m.Update)
 	if err != nil {
 		return fmt.Errorf("queue: make ready the jobs whose parents succeeded: %w", err)
 	}
 	return nil
+}
+
+// releaseModel is release's write.
+func releaseModel(match bson.E, t time.Time) *mongo.UpdateManyModel {
+	return mongo.NewUpdateManyModel().SetFilter(bson.D{
+		match,
+		{Key: "state", Value: jobs.StateBlocked},
+		{Key: waitingOnField, Value: bson.D{{Key: "$size", Value: 0}}},
+	}).SetUpdate(bson.D{
+		{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "updatedAt", Value: t}}},
+		{Key: "$unset", Value: bson.D{{Key: linkingField, Value: ""}}},
+	})
 }
 
 // unsetAlso returns update with fields added to its $unset.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -94,9 +95,12 @@ func listedSuccess(d bson.Raw) (bson.A, bool) {
 
 // settleSucceeded settles the succeeded parents, whose lists hold kids:
 // pulls the parents from the waitingOn of the blocked kids, releases those
-// that wait for nothing more, then renames the parents' flags back.
+// that wait for nothing more, then renames the parents' flags back, all
+// in one ordered command (each write applied after the one before, as
+// separate commands would be: the flags last).
 func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A) error {
 	t := c.now()
+	var models []mongo.WriteModel
 	for _, chunk := range idChunks(kids) {
 		if len(parents) == 1 {
 			// A chain's next task, a fan-out's children: most wait for
@@ -113,32 +117,22 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A) erro
 				continue
 			}
 		}
-		if _, err := c.coll.UpdateMany(ctx, bson.D{
+		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
 			idIn(chunk),
 			{Key: "state", Value: jobs.StateBlocked},
 			{Key: waitingOnField, Value: bson.D{{Key: "$type", Value: "array"}, {Key: "$in", Value: parents}}},
-		}, bson.D{
+		}).SetUpdate(bson.D{
 			{Key: "$pullAll", Value: bson.D{{Key: waitingOnField, Value: parents}}},
 			{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: t}}},
-		}); err != nil {
-			return fmt.Errorf("queue: settle the dependents of %d jobs: %w", len(parents), err)
-		}
-		if err := depsStep(ctx, "settle:"+string(jobs.StateSucceeded)); err != nil {
-			return err
-		}
-		if err := c.release(ctx, idIn(chunk), t); err != nil {
-			return err
-		}
-		if err := depsStep(ctx, "settle:ready"); err != nil {
-			return err
-		}
+		}), releaseModel(idIn(chunk), t))
 	}
 	for _, chunk := range idChunks(parents) {
-		if _, err := c.coll.UpdateMany(ctx, bson.D{
+		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
 			idIn(chunk), {Key: "state", Value: jobs.StateSucceeded}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
-		}, bson.D{{Key: "$rename", Value: bson.D{{Key: dependentsDueField, Value: dependentsField}}}}); err != nil {
-			return fmt.Errorf("queue: settle the dependents of %d jobs: %w", len(parents), err)
-		}
+		}).SetUpdate(bson.D{{Key: "$rename", Value: bson.D{{Key: dependentsDueField, Value: dependentsField}}}}))
+	}
+	if _, err := c.coll.BulkWrite(ctx, models); err != nil {
+		return fmt.Errorf("queue: settle the dependents of %d jobs: %w", len(parents), err)
 	}
 	return depsStep(ctx, "settle:done")
 }
