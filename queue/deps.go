@@ -10,7 +10,8 @@ package queue
 // before any of them, with a pass of the leader to finish what it left:
 //
 //  1. link (the enqueuer, after the insert; else the leader's pass once the
-//     job has been linking for a grace period): mark each parent with
+//     job has been linking for a grace period): add the job to each parent's
+//     list of dependents (depslist.go), then mark each parent with
 //     dependents: true, moving its updatedAt (a finished one with
 //     dependentsDue too, so that retention keeps it until it is settled),
 //     then read the parents' states and apply those that have finished to
@@ -24,7 +25,7 @@ package queue
 //  3. settle (the parent's worker right after its finishing write, or the
 //     process that linked a dependent while the parent ran, depswatch.go;
 //     else the leader's pass): apply the parent's outcome to the blocked
-//     jobs whose waitingOn holds it ($pull it when it succeeded, or for a job
+//     jobs of its list (by _id) whose waitingOn holds it ($pull it when it succeeded, or for a job
 //     that runs anyway; cancel the job otherwise), turn available those
 //     whose waitingOn is now empty, then rename dependentsDue back to
 //     dependents, conditioned on the state that was settled.
@@ -65,7 +66,7 @@ const (
 )
 
 // MaxAfter is the most parents one job may wait for.
-const MaxAfter = 1000
+const MaxAfter = 20_000
 
 // DefaultLinkGrace is how long a blocked job may stay linking (its
 // enqueuer between its insert and its link) before the leader's pass links
@@ -150,18 +151,21 @@ type dependent struct {
 // the jobs are in, still linking, and the leader's pass links them.
 func (c *Client) linkInserted(ctx context.Context, docs []*jobs.Job, results []Result) {
 	var ds []dependent
+	tags, _ := ctx.Value(workflowTagKey{}).(map[string]workflowTag)
 	for i, d := range docs {
 		r := results[i]
 		// A job found there (Existed) was inserted by an earlier enqueue,
 		// which linked it or left it to the leader's pass.
-		if len(d.After) == 0 || r.Err != nil || r.Duplicate || r.Existed {
+		if r.Err != nil || r.Duplicate || r.Existed {
 			continue
 		}
-		dep := dependent{id: d.ID, waitingOn: d.WaitingOn, runAnyway: d.RunAnyway}
-		if tags, ok := ctx.Value(workflowTagKey{}).(map[string]workflowTag); ok {
-			dep.gate = tags[d.ID].Workflow
+		if len(tags[d.ID].Dependents) > 0 {
+			preListed(ctx, d.ID) // inserted with its list (workflow.go)
 		}
-		ds = append(ds, dep)
+		if len(d.After) == 0 {
+			continue
+		}
+		ds = append(ds, dependent{id: d.ID, waitingOn: d.WaitingOn, runAnyway: d.RunAnyway, gate: tags[d.ID].Workflow})
 	}
 	if len(ds) == 0 {
 		return
@@ -176,16 +180,8 @@ func (c *Client) linkInserted(ctx context.Context, docs []*jobs.Job, results []R
 // outcome of its parents that have finished (steps 1 of the protocol).
 func (c *Client) link(ctx context.Context, ds []dependent) error {
 	parents, seen := parentsOfAll(ds)
-	if len(parents) > 0 {
-		if err := c.markParents(ctx, parents, len(ds)); err != nil {
-			return err
-		}
-		if r, ok := ctx.Value(runningKey{}).(runningJob); ok && seen[r.id] {
-			r.marked.Store(true)
-		}
-		if err := depsStep(ctx, "link:mark"); err != nil {
-			return err
-		}
+	if err := c.listAndMark(ctx, ds, parents, seen); err != nil {
+		return err
 	}
 	states, gates, err := c.parentsOf(ctx, parents)
 	if err != nil {
@@ -212,8 +208,8 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 			return err
 		}
 	}
-	if len(maybeReady) > 0 {
-		if err := c.release(ctx, bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: maybeReady}}}, t); err != nil {
+	for _, ids := range idChunks(maybeReady) {
+		if err := c.release(ctx, idIn(ids), t); err != nil {
 			return err
 		}
 		if err := depsStep(ctx, "link:ready"); err != nil {
@@ -222,13 +218,34 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 	}
 	// Last: a job is linking until every step above is done, so the
 	// leader's pass redoes a link that stopped anywhere before.
-	if _, err := c.coll.UpdateMany(ctx, bson.D{
-		{Key: "_id", Value: bson.D{{Key: "$in", Value: all}}},
-		{Key: linkingField, Value: true},
-	}, bson.D{{Key: "$unset", Value: bson.D{{Key: linkingField, Value: ""}}}}); err != nil {
-		return fmt.Errorf("queue: link %d jobs: %w", len(ds), err)
+	for _, ids := range idChunks(all) {
+		if _, err := c.coll.UpdateMany(ctx, bson.D{idIn(ids), {Key: linkingField, Value: true}},
+			bson.D{{Key: "$unset", Value: bson.D{{Key: linkingField, Value: ""}}}}); err != nil {
+			return fmt.Errorf("queue: link %d jobs: %w", len(ds), err)
+		}
 	}
 	return depsStep(ctx, "link:done")
+}
+
+// listAndMark lists ds on their parents, then marks the parents (seen:
+// the parents' ids as a set).
+func (c *Client) listAndMark(ctx context.Context, ds []dependent, parents bson.A, seen map[string]bool) error {
+	if len(parents) == 0 {
+		return nil
+	}
+	if err := c.listDependents(ctx, ds); err != nil {
+		return err
+	}
+	if err := depsStep(ctx, "link:list"); err != nil {
+		return err
+	}
+	if err := c.markParents(ctx, parents, len(ds)); err != nil {
+		return err
+	}
+	if r, ok := ctx.Value(runningKey{}).(runningJob); ok && seen[r.id] {
+		r.marked.Store(true)
+	}
+	return depsStep(ctx, "link:mark")
 }
 
 // parentsOfAll returns the parents ds wait for, each once.
@@ -256,18 +273,24 @@ func parentsOfAll(ds []dependent) (bson.A, map[string]bool) {
 // as read, internal/store) then misses it rather than returning it
 // without the mark.
 func (c *Client) markParents(ctx context.Context, parents bson.A, n int) error {
-	if _, err := c.coll.UpdateMany(ctx, bson.D{
-		{Key: "_id", Value: bson.D{{Key: "$in", Value: parents}}},
-		{Key: "state", Value: bson.D{{Key: "$nin", Value: finishedStates}}},
-		{Key: dependentsField, Value: bson.D{{Key: "$ne", Value: true}}},
-	}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsField, Value: true}, {Key: "updatedAt", Value: c.now()}}}}); err != nil {
-		return fmt.Errorf("queue: mark the parents of %d jobs: %w", n, err)
+	var models []mongo.WriteModel
+	for _, ids := range idChunks(parents) {
+		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
+			idIn(ids),
+			{Key: "state", Value: bson.D{{Key: "$nin", Value: finishedStates}}},
+			{Key: dependentsField, Value: bson.D{{Key: "$ne", Value: true}}},
+		}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: dependentsField, Value: true}, {Key: "updatedAt", Value: c.now()}}}}))
 	}
-	if _, err := c.coll.UpdateMany(ctx, bson.D{
-		{Key: "_id", Value: bson.D{{Key: "$in", Value: parents}}},
-		{Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}},
-		{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}},
-	}, bson.D{{Key: "$set", Value: bson.D{{Key: dependentsDueField, Value: true}}}}); err != nil {
+	for _, ids := range idChunks(parents) {
+		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
+			idIn(ids),
+			{Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}},
+			{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}},
+		}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: dependentsDueField, Value: true}}}}))
+	}
+	// Ordered: every unfinished parent is marked before any finished one
+	// is flagged, as two commands did.
+	if _, err := c.coll.BulkWrite(ctx, models); err != nil {
 		return fmt.Errorf("queue: mark the parents of %d jobs: %w", n, err)
 	}
 	return nil
@@ -348,22 +371,26 @@ func (c *Client) parentsOf(ctx context.Context, ids bson.A) (map[string]jobs.Sta
 	if len(ids) == 0 {
 		return out, gates, nil
 	}
-	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "kind", Value: 1}}))
-	if err != nil {
-		return nil, nil, err
-	}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
-		if id, ok := d.Lookup("_id").StringValueOK(); ok {
-			st, _ := d.Lookup("state").StringValueOK()
-			out[id] = jobs.State(st)
-			if kind, _ := d.Lookup("kind").StringValueOK(); kind == WorkflowGateKind {
-				gates[id] = true
-			}
+	for _, chunk := range idChunks(ids) {
+		cur, err := c.coll.Find(ctx, bson.D{idIn(chunk)},
+			options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "kind", Value: 1}}))
+		if err != nil {
+			return nil, nil, err
 		}
-		return nil
-	})
-	return out, gates, err
+		if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+			if id, ok := d.Lookup("_id").StringValueOK(); ok {
+				st, _ := d.Lookup("state").StringValueOK()
+				out[id] = jobs.State(st)
+				if kind, _ := d.Lookup("kind").StringValueOK(); kind == WorkflowGateKind {
+					gates[id] = true
+				}
+			}
+			return nil
+		}); err != nil {
+			return nil, nil, err
+		}
+	}
+	return out, gates, nil
 }
 
 // cancelBlocked cancels the blocked jobs filter matches, recording why.
@@ -387,18 +414,24 @@ func (c *Client) cancelBlocked(ctx context.Context, filter bson.D, t time.Time, 
 // release makes available the blocked jobs that match match and wait for
 // no parent any more.
 func (c *Client) release(ctx context.Context, match bson.E, t time.Time) error {
-	_, err := c.coll.UpdateMany(ctx, bson.D{
-		match,
-		{Key: "state", Value: jobs.StateBlocked},
-		{Key: waitingOnField, Value: bson.D{{Key: "$size", Value: 0}}},
-	}, bson.D{
-		{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "updatedAt", Value: t}}},
-		{Key: "$unset", Value: bson.D{{Key: linkingField, Value: ""}}},
-	})
+	m := releaseModel(match, t)
+	_, err := c.coll.UpdateMany(ctx, m.Filter, m.Update)
 	if err != nil {
 		return fmt.Errorf("queue: make ready the jobs whose parents succeeded: %w", err)
 	}
 	return nil
+}
+
+// releaseModel is release's write.
+func releaseModel(match bson.E, t time.Time) *mongo.UpdateManyModel {
+	return mongo.NewUpdateManyModel().SetFilter(bson.D{
+		match,
+		{Key: "state", Value: jobs.StateBlocked},
+		{Key: waitingOnField, Value: bson.D{{Key: "$size", Value: 0}}},
+	}).SetUpdate(bson.D{
+		{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "updatedAt", Value: t}}},
+		{Key: "$unset", Value: bson.D{{Key: linkingField, Value: ""}}},
+	})
 }
 
 // unsetAlso returns update with fields added to its $unset.
@@ -449,7 +482,7 @@ func (c *Client) settleDown(ctx context.Context, id any) (bool, error) {
 	for next := []any{id}; len(next) > 0; {
 		id := next[0]
 		next = next[1:]
-		st, ok, err := c.settle(ctx, id)
+		st, match, ok, err := c.settle(ctx, id)
 		if err != nil {
 			return had, err
 		}
@@ -459,21 +492,36 @@ func (c *Client) settleDown(ctx context.Context, id any) (bool, error) {
 		if !ok || st == jobs.StateSucceeded {
 			continue
 		}
-		cur, err := c.coll.Find(ctx, bson.D{
-			{Key: afterField, Value: id}, {Key: "state", Value: jobs.StateCancelled},
-			{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
-		}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
-		if err != nil {
-			return had, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
-		}
-		if err := eachRaw(ctx, cur, func(d bson.Raw) error {
-			next = append(next, d.Lookup("_id"))
-			return nil
-		}); err != nil {
-			return had, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
+		for _, m := range match {
+			due, err := c.cancelledDue(ctx, id, m)
+			if err != nil {
+				return had, err
+			}
+			next = append(next, due...)
 		}
 	}
 	return had, nil
+}
+
+// cancelledDue returns the ids of the jobs match selects that are
+// cancelled and flagged due to dependents of their own: those a settle of
+// the job with id cancelled, to settle in turn.
+func (c *Client) cancelledDue(ctx context.Context, id any, match bson.E) ([]any, error) {
+	cur, err := c.coll.Find(ctx, bson.D{
+		match, {Key: "state", Value: jobs.StateCancelled},
+		{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
+	}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
+	}
+	var out []any
+	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+		out = append(out, d.Lookup("_id"))
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
+	}
+	return out, nil
 }
 
 // settleNow settles the dependents of the job with id, which was just
@@ -492,26 +540,50 @@ var notDue = store.NotDue
 
 // settle tells the dependents of the job with id (of any type) of its
 // outcome st, if it has finished and they have not been told; ok reports
-// whether it had.
-func (c *Client) settle(ctx context.Context, id any) (st jobs.State, ok bool, err error) {
+// whether it had, match the filter elements that selected its dependents
+// (depslist.go).
+func (c *Client) settle(ctx context.Context, id any) (st jobs.State, match []bson.E, ok bool, err error) {
 	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
-		options.FindOne().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "kind", Value: 1}})).Raw()
+		options.FindOne().SetProjection(bson.D{
+			{Key: "state", Value: 1}, {Key: "kind", Value: 1}, {Key: dependentIdsField, Value: 1}, {Key: dependentsManyField, Value: 1},
+		})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return st, false, nil
+		return st, nil, false, nil
 	}
 	if err != nil {
-		return st, false, fmt.Errorf("queue: read job %v to settle its dependents: %w", id, err)
+		return st, nil, false, fmt.Errorf("queue: read job %v to settle its dependents: %w", id, err)
 	}
 	s, _ := raw.Lookup("state").StringValueOK()
 	st = jobs.State(s)
 	if !st.Finished() {
 		// Retried before its dependents were told: they wait for the
 		// retry's outcome, which its finishing write leaves due.
-		return st, false, nil
+		return st, nil, false, nil
 	}
+	kind, _ := raw.Lookup("kind").StringValueOK()
+	match = dependentsMatch(id, raw)
 	t := c.now()
+	for _, m := range match {
+		if err := c.tell(ctx, id, st, kind == WorkflowGateKind, m, t); err != nil {
+			return st, nil, false, err
+		}
+	}
+	// Done, for this outcome: a retry that finished again since, in
+	// another state, is left due for the next settle.
+	if _, err := c.coll.UpdateOne(ctx, bson.D{
+		{Key: "_id", Value: id}, {Key: "state", Value: st}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
+	}, bson.D{{Key: "$rename", Value: bson.D{{Key: dependentsDueField, Value: dependentsField}}}}); err != nil {
+		return st, nil, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
+	}
+	return st, match, true, depsStep(ctx, "settle:done")
+}
+
+// tell applies the outcome st of the job with id (gate: a workflow's
+// gate) to the blocked jobs that match selects and that wait for it, then
+// releases those that wait for nothing more.
+func (c *Client) tell(ctx context.Context, id any, st jobs.State, gate bool, match bson.E, t time.Time) error {
 	waiting := bson.D{
-		{Key: afterField, Value: id},
+		match,
 		{Key: "state", Value: jobs.StateBlocked},
 		{Key: waitingOnField, Value: bson.D{{Key: "$type", Value: "array"}, {Key: "$in", Value: bson.A{id}}}},
 	}
@@ -519,46 +591,37 @@ func (c *Client) settle(ctx context.Context, id any) (st jobs.State, ok bool, er
 		{Key: "$pull", Value: bson.D{{Key: waitingOnField, Value: id}}},
 		{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: t}}},
 	}
-	if st == jobs.StateSucceeded {
+	switch {
+	case st == jobs.StateSucceeded:
 		if _, err := c.coll.UpdateMany(ctx, waiting, pull); err != nil {
-			return st, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
+			return fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
 		}
-	} else if kind, _ := raw.Lookup("kind").StringValueOK(); kind == WorkflowGateKind {
+	case gate:
 		// A workflow's gate that did not open: every task waiting for it
 		// is cancelled, those that run anyway too (workflow.go).
 		why := fmt.Sprintf("cancelled: workflow %v was %s before it was published", asID(id), st)
 		if err := c.cancelBlocked(ctx, waiting, t, why); err != nil {
-			return st, false, err
+			return err
 		}
-	} else {
+	default:
 		if _, err := c.coll.UpdateMany(ctx, append(slices.Clone(waiting), bson.E{Key: runAnywayField, Value: true}), pull); err != nil {
-			return st, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
+			return fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
 		}
 		if err := depsStep(ctx, "settle:pull"); err != nil {
-			return st, false, err
+			return err
 		}
 		why := fmt.Sprintf("cancelled: parent %v ended %s", asID(id), st)
 		if err := c.cancelBlocked(ctx, append(slices.Clone(waiting), bson.E{Key: runAnywayField, Value: bson.D{{Key: "$ne", Value: true}}}), t, why); err != nil {
-			return st, false, err
+			return err
 		}
 	}
 	if err := depsStep(ctx, "settle:"+string(st)); err != nil {
-		return st, false, err
+		return err
 	}
-	if err := c.release(ctx, bson.E{Key: afterField, Value: id}, t); err != nil {
-		return st, false, err
+	if err := c.release(ctx, match, t); err != nil {
+		return err
 	}
-	if err := depsStep(ctx, "settle:ready"); err != nil {
-		return st, false, err
-	}
-	// Done, for this outcome: a retry that finished again since, in
-	// another state, is left due for the next settle.
-	if _, err := c.coll.UpdateOne(ctx, bson.D{
-		{Key: "_id", Value: id}, {Key: "state", Value: st}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
-	}, bson.D{{Key: "$rename", Value: bson.D{{Key: dependentsDueField, Value: dependentsField}}}}); err != nil {
-		return st, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
-	}
-	return st, true, depsStep(ctx, "settle:done")
+	return depsStep(ctx, "settle:ready")
 }
 
 // asID shows an id read as a bson.RawValue as its string when it is one.

@@ -435,9 +435,9 @@ func runSettle(t *testing.T, shape flowShape, at int, kill, retention bool) {
 }
 
 // linkSteps are the steps of the link of a dependent whose one parent is
-// unfinished at the link's read (link:mark, link:done), or has finished
-// (link:mark, link:apply, link:ready, link:done).
-const linkSteps = 4
+// unfinished at the link's read (link:list, link:mark, link:done), or has
+// finished (link:list, link:mark, link:apply, link:ready, link:done).
+const linkSteps = 5
 
 func TestWorkflowHarnessLink(t *testing.T) {
 	for _, shape := range flowShapes {
@@ -524,9 +524,9 @@ func (w *flowWorld) workflow(wf string) *queue.Workflow {
 // (the tasks that run anyway included); nothing is left blocked, linking
 // or due.
 func TestWorkflowHarnessBuilder(t *testing.T) {
-	// gate, link:mark, link:done, tasks, publish, settle:succeeded,
-	// settle:ready, settle:done
-	const builderSteps = 8
+	// gate, link:list, link:mark, link:done, tasks, publish,
+	// settle:succeeded, settle:ready, settle:done
+	const builderSteps = 9
 	for _, shape := range flowShapes {
 		for at := range builderSteps {
 			for _, kill := range []bool{false, true} {

@@ -4,7 +4,7 @@ import "context"
 
 // WithDepsStep returns ctx carrying f, which runs after each write of a
 // link or a settle of dependencies made under ctx, given the step's name
-// ("link:mark", "link:apply", "link:ready", "settle:pull",
+// ("link:list", "link:mark", "link:apply", "link:ready", "settle:pull",
 // "settle:<state>", "settle:ready", "settle:done"); an error it returns
 // stops the link or settle there, as if its process had died.
 func WithDepsStep(ctx context.Context, f func(ctx context.Context, step string) error) context.Context {
@@ -16,4 +16,10 @@ func WithDepsStep(ctx context.Context, f func(ctx context.Context, step string) 
 // it returns stops the insert there, as if its process had died.
 func WithWorkflowStep(ctx context.Context, f func(ctx context.Context, step string) error) context.Context {
 	return context.WithValue(ctx, workflowStepKey{}, f)
+}
+
+// WithMaxListed returns ctx under which a link lists at most n dependents
+// on a parent (depslist.go) before it flags the parent dependentsMany.
+func WithMaxListed(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, maxListedKey{}, n)
 }

@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -176,24 +177,31 @@ type WorkflowResult struct {
 // inserts of an EnqueueMany add to its jobs, by job id.
 type workflowTagKey struct{}
 
-// workflowTag is what a task's document carries besides a job's fields.
-type workflowTag struct{ Workflow, WorkflowTask string }
+// workflowTag is what a task's document carries besides a job's fields:
+// also Dependents, the tasks that wait for it, inserted as its list of
+// dependents (depslist.go) when there are some and not too many.
+type workflowTag struct {
+	Workflow, WorkflowTask string
+	Dependents             []string
+}
 
 // taggedJob is a task's document as inserted (exported fields: the
 // driver encodes no unexported one, embedded or not).
 type taggedJob struct {
 	jobs.Job     `bson:",inline"`
-	Workflow     string `bson:"workflow"`
-	WorkflowTask string `bson:"workflowTask"`
+	Workflow     string   `bson:"workflow"`
+	WorkflowTask string   `bson:"workflowTask"`
+	DependentIDs []string `bson:"dependentIds,omitempty"`
 }
 
 // taggedSlotted is a task's document inserted holding a slot of a bounded
 // queue's capacity.
 type taggedSlotted struct {
 	jobs.Job     `bson:",inline"`
-	CapacitySlot string `bson:"capacitySlot"`
-	Workflow     string `bson:"workflow"`
-	WorkflowTask string `bson:"workflowTask"`
+	CapacitySlot string   `bson:"capacitySlot"`
+	Workflow     string   `bson:"workflow"`
+	WorkflowTask string   `bson:"workflowTask"`
+	DependentIDs []string `bson:"dependentIds,omitempty"`
 }
 
 // insertDoc is what the insert of j sends under ctx: j, with its
@@ -201,7 +209,7 @@ type taggedSlotted struct {
 func insertDoc(ctx context.Context, j *jobs.Job) any {
 	if tags, ok := ctx.Value(workflowTagKey{}).(map[string]workflowTag); ok {
 		if tag, ok := tags[j.ID]; ok {
-			return taggedJob{Job: *j, Workflow: tag.Workflow, WorkflowTask: tag.WorkflowTask}
+			return taggedJob{Job: *j, Workflow: tag.Workflow, WorkflowTask: tag.WorkflowTask, DependentIDs: tag.Dependents}
 		}
 	}
 	return j
@@ -211,7 +219,7 @@ func insertDoc(ctx context.Context, j *jobs.Job) any {
 func insertSlottedDoc(ctx context.Context, s slotted) any {
 	if tags, ok := ctx.Value(workflowTagKey{}).(map[string]workflowTag); ok {
 		if tag, ok := tags[s.ID]; ok {
-			return taggedSlotted{Job: s.Job, CapacitySlot: s.CapacitySlot, Workflow: tag.Workflow, WorkflowTask: tag.WorkflowTask}
+			return taggedSlotted{Job: s.Job, CapacitySlot: s.CapacitySlot, Workflow: tag.Workflow, WorkflowTask: tag.WorkflowTask, DependentIDs: tag.Dependents}
 		}
 	}
 	return s
@@ -241,6 +249,7 @@ func (w *Workflow) plan(id string, t time.Time) ([]Insert, map[string]workflowTa
 	}
 	ins := make([]Insert, 0, len(order))
 	tags := make(map[string]workflowTag, len(order))
+	children := w.children(id)
 	for _, i := range order {
 		task := w.tasks[i]
 		after := make([]string, 0, len(task.opts.After)+1)
@@ -263,9 +272,27 @@ func (w *Workflow) plan(id string, t time.Time) ([]Insert, map[string]workflowTa
 			return nil, nil, err
 		}
 		ins = append(ins, in)
-		tags[taskID] = workflowTag{Workflow: id, WorkflowTask: task.name}
+		tags[taskID] = workflowTag{Workflow: id, WorkflowTask: task.name, Dependents: children[i]}
 	}
 	return ins, tags, nil
+}
+
+// children returns, by task index, the ids of the tasks of the workflow
+// with id that wait for each, none for a task with more than
+// maxListedDependents (its links list them, depslist.go).
+func (w *Workflow) children(id string) [][]string {
+	out := make([][]string, len(w.tasks))
+	for _, task := range w.tasks {
+		for _, p := range task.opts.After {
+			out[w.names[p]] = append(out[w.names[p]], TaskID(id, task.name))
+		}
+	}
+	for i, kids := range out {
+		if len(kids) > maxListedDependents {
+			out[i] = nil
+		}
+	}
+	return out
 }
 
 // check checks the workflow's id, and that its tasks are some and wait
@@ -358,7 +385,9 @@ func (c *Client) InsertWorkflow(ctx context.Context, w *Workflow) (WorkflowResul
 	for taskID, tag := range tags {
 		res.Tasks[tag.WorkflowTask] = taskID
 	}
-	st, err := c.insertGate(ctx, id, t)
+	pre := &prelisted{ids: map[string]bool{}}
+	ctx = context.WithValue(ctx, prelistedKey{}, pre)
+	st, err := c.insertGate(ctx, id, t, slices.Collect(maps.Values(res.Tasks)))
 	if err != nil {
 		return res, err
 	}
@@ -454,7 +483,8 @@ func (c *Client) checkFoundTasks(ctx context.Context, id string, ins []Insert, r
 
 // insertGate inserts the gate of the workflow with id, unpublished, or
 // finds it inserted, and returns its state.
-func (c *Client) insertGate(ctx context.Context, id string, t time.Time) (jobs.State, error) {
+// Inserted, it lists tasks as its dependents (not over maxListedDependents).
+func (c *Client) insertGate(ctx context.Context, id string, t time.Time, tasks []string) (jobs.State, error) {
 	gate := &jobs.Job{
 		ID: id, Kind: WorkflowGateKind, Queue: WorkflowGateQueue, Args: bson.Raw{5, 0, 0, 0, 0},
 		State: jobs.StateBlocked, RunAt: t, MaxAttempts: 1, Errors: []jobs.AttemptError{},
@@ -463,8 +493,18 @@ func (c *Client) insertGate(ctx context.Context, id string, t time.Time) (jobs.S
 		Dependents: true,
 		CreatedAt:  t, UpdatedAt: t,
 	}
-	_, err := c.coll.InsertOne(ctx, gate)
+	// With the list of its dependents, the tasks (depslist.go): the
+	// publish's settle writes to the tasks by _id. Over the bound, an
+	// empty list, which the tasks' links fill up to the bound.
+	list := bson.A{}
+	if len(tasks) <= maxListedDependents {
+		list = stringsA(tasks)
+	}
+	_, err := c.coll.InsertOne(ctx, listedGate{Job: *gate, DependentIDs: list})
 	if err == nil {
+		if len(list) > 0 {
+			preListed(ctx, id)
+		}
 		return jobs.StateBlocked, nil
 	}
 	// Taken, or no answer (it may be in): read what holds the id.
@@ -489,6 +529,13 @@ func (c *Client) insertGate(ctx context.Context, id string, t time.Time) (jobs.S
 		}
 	}
 	return jobs.State(st), nil
+}
+
+// listedGate is a gate's document as inserted: a job with an empty list
+// of dependents.
+type listedGate struct {
+	jobs.Job     `bson:",inline"`
+	DependentIDs bson.A `bson:"dependentIds"`
 }
 
 // gateFilter matches the unpublished gate of the workflow with id.

@@ -48,6 +48,9 @@ type Worker struct {
 	log *zap.Logger
 	obs Observer
 
+	// settles gathers the finished jobs whose dependents to settle (deps.go).
+	settles settleQueue
+
 	// Slots (see launch). held counts the jobs the worker holds from their
 	// claim until their handler returns: waiting for a run slot or running.
 	// Only the dispatcher adds to it, up to Concurrency and the jobs it

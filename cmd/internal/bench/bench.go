@@ -120,6 +120,8 @@ type Options struct {
 	// layered DAG, WorkflowChain in a chain, each beside a plain
 	// burn-down of as many jobs.
 	WorkflowJobs, WorkflowChain int
+	// WorkflowShapes are the shapes the workflows run measures (nil: all).
+	WorkflowShapes []string
 
 	Runs []string
 	JSON bool
@@ -181,8 +183,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	rate := fs.String("rate", "20/s burst 5", "rate limit of the rate run (N/PERIOD [burst B])")
 	fs.IntVar(&o.RateProcs, "rate-procs", 3, "worker processes of the rate run")
 	fs.DurationVar(&o.RateFor, "rate-for", time.Minute, "how long the rate run counts starts, after a 5 s warm-up")
-	fs.IntVar(&o.WorkflowJobs, "workflow-jobs", 300, "tasks of the workflows run's fan-out, fan-in and layered DAG (a fan-in at most 998)")
+	fs.IntVar(&o.WorkflowJobs, "workflow-jobs", 300, "tasks of the workflows run's fan-out, fan-in and layered DAG")
 	fs.IntVar(&o.WorkflowChain, "workflow-chain", 100, "tasks of the workflows run's chain, which runs one at a time")
+	shapes := fs.String("workflow-shapes", strings.Join(workflowShapeNames, ","), "shapes of the workflows run, of "+strings.Join(workflowShapeNames, ","))
 	runs := fs.String("runs", strings.Join(allRuns, ","), "runs to make, of "+strings.Join(allRuns, ",")+" (the default), and "+strings.Join(optInRuns, ","))
 	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON instead of a table")
 	if err := fs.Parse(args); err != nil {
@@ -206,6 +209,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	var err error
 	if o.Rate, err = queue.ParseRate(*rate); err != nil || o.RateProcs < 1 || o.RateFor <= 0 {
 		fmt.Fprintf(stderr, "bench: --rate, --rate-procs, --rate-for: %v\n", err)
+		return 2
+	}
+	if o.WorkflowShapes, err = parseShapes(*shapes); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return 2
 	}
 	if o.GrowthBacklogs, err = parseBacklogs(*backlogs); err != nil {

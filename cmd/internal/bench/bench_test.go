@@ -303,3 +303,15 @@ func TestSingleJobsNotNegative(t *testing.T) {
 	var stderr bytes.Buffer
 	require.Equal(t, 2, Main([]string{"--single-jobs", "-1"}, &bytes.Buffer{}, &stderr))
 }
+
+// TestParseShapes: --workflow-shapes takes the run's shape names, in the
+// order given, and refuses any other.
+func TestParseShapes(t *testing.T) {
+	got, err := parseShapes("chain,fan-in")
+	require.NoError(t, err)
+	require.Equal(t, []string{"chain", "fan-in"}, got)
+	_, err = parseShapes("chain,diamond")
+	require.ErrorContains(t, err, `"diamond"`)
+	_, err = parseShapes("")
+	require.Error(t, err)
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -40,6 +42,23 @@ type WorkflowShape struct {
 	// AddedPerJob is the commands per job the dependencies add, workers'
 	// and inserter's together: (flow's - plain's) / jobs.
 	AddedPerJob float64 `json:"addedCommandsPerJob"`
+}
+
+// workflowShapeNames are the workflows run's shapes, in the order it
+// measures them.
+var workflowShapeNames = []string{"fan-out", "fan-in", "chain", "layered"}
+
+// parseShapes reads --workflow-shapes: names of workflowShapeNames,
+// separated by commas.
+func parseShapes(s string) ([]string, error) {
+	var out []string
+	for _, name := range strings.Split(s, ",") {
+		if !slices.Contains(workflowShapeNames, name) {
+			return nil, fmt.Errorf("--workflow-shapes: unknown shape %q (of %s)", name, strings.Join(workflowShapeNames, ","))
+		}
+		out = append(out, name)
+	}
+	return out, nil
 }
 
 // workflowShapes are the run's shapes at n tasks (chain: chain tasks),
@@ -107,7 +126,11 @@ func (b *bencher) counted(db string, n *atomic.Int64) (*queue.Client, func(), er
 func (b *bencher) workflows(ctx context.Context) (*WorkflowsBench, error) {
 	res := &WorkflowsBench{}
 	shapes := workflowShapes(b.o.WorkflowJobs, b.o.WorkflowChain)
-	for _, name := range []string{"fan-out", "fan-in", "chain", "layered"} {
+	names := b.o.WorkflowShapes
+	if names == nil {
+		names = workflowShapeNames
+	}
+	for _, name := range names {
 		tasks := shapes[name]
 		s := &WorkflowShape{Shape: name}
 		for _, p := range tasks {

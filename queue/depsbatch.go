@@ -1,0 +1,166 @@
+package queue
+
+// Settling many parents at once (step 3 of deps.go, for a worker that has
+// finished many jobs with dependents).
+//
+// A settle costs a handful of commands whatever the number of dependents;
+// a worker that finishes jobs faster than one settle at a time settles
+// them together, for the commands of one: the succeeded parents with a
+// list of their dependents (depslist.go) are settled by one read of the
+// parents, one $pullAll of them from the waitingOn of every dependent they
+// list, one release and one rename of their flags, a chunk of dependents
+// at a time. A succeeded job's success is final (a succeeded job that
+// others wait for is not retried), so pulling each of them from every
+// dependent listed on any of them pulls only what the settle of each would
+// pull. Each write is conditioned as a settle's, and safe to repeat. The
+// other parents (ended otherwise, workflows' gates, parents without a
+// complete list) are settled one by one, as SettleDependentsOf does.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// SettleDependentsOfAll settles the dependents of each job of ids as
+// SettleDependentsOf does, with fewer commands than one call per job.
+// Workers call it with the jobs with dependents they finished meanwhile.
+func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string) error {
+	var together, alone []any
+	var kids bson.A
+	seen := map[string]bool{}
+	for _, chunk := range idChunks(stringsA(ids)) {
+		cur, err := c.coll.Find(ctx, bson.D{idIn(chunk), {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
+			options.Find().SetProjection(bson.D{
+				{Key: "state", Value: 1}, {Key: "kind", Value: 1}, {Key: dependentIdsField, Value: 1}, {Key: dependentsManyField, Value: 1},
+			}))
+		if err != nil {
+			return fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
+		}
+		if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+			id := d.Lookup("_id")
+			listed, ok := listedSuccess(d)
+			if !ok {
+				alone = append(alone, id)
+				return nil
+			}
+			together = append(together, id)
+			for _, k := range listed {
+				if key := fmt.Sprint(asID(k)); !seen[key] {
+					seen[key] = true
+					kids = append(kids, k)
+				}
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
+		}
+	}
+	if len(together) > 0 {
+		if err := c.settleSucceeded(ctx, together, kids); err != nil {
+			return err
+		}
+	}
+	for _, id := range alone {
+		if _, err := c.settleDown(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listedSuccess returns the dependents listed on the job d, read with
+// SettleDependentsOfAll's projection, when it is a succeeded job, not a
+// workflow's gate, with a complete list (ok).
+func listedSuccess(d bson.Raw) (bson.A, bool) {
+	st, _ := d.Lookup("state").StringValueOK()
+	kind, _ := d.Lookup("kind").StringValueOK()
+	if jobs.State(st) != jobs.StateSucceeded || kind == WorkflowGateKind {
+		return nil, false
+	}
+	var out bson.A
+	for _, m := range dependentsMatch(d.Lookup("_id"), d) {
+		if m.Key != "_id" {
+			return nil, false
+		}
+		out = append(out, m.Value.(bson.D)[0].Value.(bson.A)...)
+	}
+	return out, true
+}
+
+// settleSucceeded settles the succeeded parents, whose lists hold kids:
+// pulls the parents from the waitingOn of the blocked kids, releases those
+// that wait for nothing more, then renames the parents' flags back, all
+// in one ordered command (each write applied after the one before, as
+// separate commands would be: the flags last).
+func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A) error {
+	t := c.now()
+	var models []mongo.WriteModel
+	for _, chunk := range idChunks(kids) {
+		if len(parents) == 1 {
+			// A chain's next task, a fan-out's children: most wait for
+			// this parent only. (Parents that end together are rather
+			// a fan-in's or a graph's, whose dependents wait for more.)
+			all, err := c.releaseLast(ctx, chunk, parents, t)
+			if err != nil {
+				return err
+			}
+			if err := depsStep(ctx, "settle:last"); err != nil {
+				return err
+			}
+			if all {
+				continue
+			}
+		}
+		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
+			idIn(chunk),
+			{Key: "state", Value: jobs.StateBlocked},
+			{Key: waitingOnField, Value: bson.D{{Key: "$type", Value: "array"}, {Key: "$in", Value: parents}}},
+		}).SetUpdate(bson.D{
+			{Key: "$pullAll", Value: bson.D{{Key: waitingOnField, Value: parents}}},
+			{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: t}}},
+		}), releaseModel(idIn(chunk), t))
+	}
+	for _, chunk := range idChunks(parents) {
+		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
+			idIn(chunk), {Key: "state", Value: jobs.StateSucceeded}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
+		}).SetUpdate(bson.D{{Key: "$rename", Value: bson.D{{Key: dependentsDueField, Value: dependentsField}}}}))
+	}
+	if _, err := c.coll.BulkWrite(ctx, models); err != nil {
+		return fmt.Errorf("queue: settle the dependents of %d jobs: %w", len(parents), err)
+	}
+	return depsStep(ctx, "settle:done")
+}
+
+// releaseLast makes available, in one write, the blocked jobs of kids
+// that wait for one job only, one of the succeeded parents: a chain's
+// next, a fan-out's children. all says it was every one of kids: nothing
+// is left to pull.
+func (c *Client) releaseLast(ctx context.Context, kids, parents bson.A, t time.Time) (all bool, err error) {
+	r, err := c.coll.UpdateMany(ctx, bson.D{
+		idIn(kids),
+		{Key: "state", Value: jobs.StateBlocked},
+		{Key: waitingOnField, Value: bson.D{{Key: "$size", Value: 1}, {Key: "$in", Value: parents}}},
+	}, bson.D{
+		{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: waitingOnField, Value: bson.A{}}, {Key: "updatedAt", Value: t}}},
+		{Key: "$unset", Value: bson.D{{Key: linkingField, Value: ""}}},
+	})
+	if err != nil {
+		return false, fmt.Errorf("queue: make ready the jobs whose last parent succeeded: %w", err)
+	}
+	return r.MatchedCount == int64(len(kids)), nil
+}
+
+// stringsA is ids as a bson.A.
+func stringsA(ids []string) bson.A {
+	out := make(bson.A, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
+}
