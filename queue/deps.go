@@ -39,6 +39,7 @@ package queue
 // flagged due for the leader's pass.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -734,13 +735,46 @@ func (c *Client) linkLeft(ctx context.Context, linkGrace time.Duration, limit in
 		}
 		buried++
 	}
-	if len(ds) > 0 {
-		if err := c.link(ctx, ds); err != nil {
-			return 0, buried, err
-		}
-		c.log.Info("linked blocked jobs whose enqueuer stopped before it did", zap.Int("jobs", len(ds)))
+	linked, err = c.linkEach(ctx, ds)
+	if linked > 0 {
+		c.log.Info("linked blocked jobs whose enqueuer stopped before it did", zap.Int("jobs", linked))
 	}
-	return len(ds), buried, nil
+	return linked, buried, err
+}
+
+// linkEach links ds together, or, if that fails, each alone: one job whose
+// link keeps failing (a parent whose document cannot take the list) must
+// not hold back the links of the others. It returns how many it linked.
+func (c *Client) linkEach(ctx context.Context, ds []dependent) (int, error) {
+	if len(ds) == 0 {
+		return 0, nil
+	}
+	err := c.link(ctx, ds)
+	if err == nil {
+		return len(ds), nil
+	}
+	if len(ds) == 1 || ctx.Err() != nil {
+		return 0, err
+	}
+	linked, failed := 0, 0
+	var first error
+	for _, d := range ds {
+		if ctx.Err() != nil {
+			break
+		}
+		if err := c.link(ctx, []dependent{d}); err != nil {
+			failed++
+			first = cmp.Or(first, err)
+			c.log.Warn("a blocked job could not be linked to its parents; left linking for the next pass",
+				zap.Any("job_id", asID(d.id)), zap.Error(err))
+			continue
+		}
+		linked++
+	}
+	if first != nil {
+		return linked, fmt.Errorf("queue: %d of %d links failed, left linking; the first: %w", failed, len(ds), first)
+	}
+	return linked, ctx.Err()
 }
 
 // readLinking reads up to limit blocked jobs linking since before cutoff:

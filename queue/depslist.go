@@ -31,9 +31,11 @@ import (
 const (
 	dependentIdsField   = "dependentIds"
 	dependentsManyField = "dependentsMany"
-	// maxListedDependents bounds a parent's list (a document is at most
-	// 16 MB: 20,000 ids of 256 bytes take some 5.3 MB).
-	maxListedDependents = 20_000
+	// maxListedDependents bounds a parent's list so that the parent's
+	// document stays within MongoDB's 16 MiB at every other bound
+	// (docs/WORKFLOWS.md has the sum): 10,000 ids of 256 bytes take some
+	// 2.7 MB, beside after and waitingOn's 10.7 MB and args' 1 MiB.
+	maxListedDependents = 10_000
 	// idChunk bounds the ids of one {_id: {$in: ids}} filter, so that one
 	// command reads a bounded number of documents (devdb pushes an $in of
 	// up to 500 ids down to its table's _id lookup).
@@ -143,28 +145,14 @@ func groupByDependents(ds []dependent, listed func(string) bool) []*kinGroup {
 }
 
 // listDependents adds the ids of ds to the lists of the parents they wait
-// for, or flags dependentsMany the parents whose list is full; it writes
-// nothing to a parent marked without a list. Safe to repeat ($addToSet).
+// for, or flags dependentsMany the parents whose list the add would take
+// past its bound; it writes nothing to a parent marked without a list.
+// Safe to repeat ($addToSet).
 func (c *Client) listDependents(ctx context.Context, ds []dependent) error {
-	full := fmt.Sprintf("%s.%d", dependentIdsField, maxListed(ctx)-1)
-	listable := bson.E{Key: "$or", Value: bson.A{
-		bson.D{{Key: dependentIdsField, Value: bson.D{{Key: "$type", Value: "array"}}}},
-		bson.D{
-			{Key: dependentIdsField, Value: bson.D{{Key: "$exists", Value: false}}},
-			{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}},
-			{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}},
-		},
-	}}
 	var models []mongo.WriteModel
 	for _, g := range groupByDependents(ds, listedAlready(ctx)) {
 		for _, ids := range idChunks(g.parents) {
-			models = append(models,
-				mongo.NewUpdateManyModel().
-					SetFilter(bson.D{idIn(ids), {Key: full, Value: bson.D{{Key: "$exists", Value: false}}}, listable}).
-					SetUpdate(bson.D{{Key: "$addToSet", Value: bson.D{{Key: dependentIdsField, Value: bson.D{{Key: "$each", Value: g.kids}}}}}}),
-				mongo.NewUpdateManyModel().
-					SetFilter(bson.D{idIn(ids), {Key: full, Value: bson.D{{Key: "$exists", Value: true}}}, {Key: dependentsManyField, Value: bson.D{{Key: "$ne", Value: true}}}}).
-					SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: dependentsManyField, Value: true}}}}))
+			models = append(models, listModels(ids, g.kids, maxListed(ctx))...)
 		}
 	}
 	if len(models) == 0 {
@@ -176,10 +164,40 @@ func (c *Client) listDependents(ctx context.Context, ds []dependent) error {
 	return nil
 }
 
+// listModels are the writes that list kids on the parents ids, whose lists
+// hold at most bound: the add where the list has room for all of kids
+// (its element bound-len(kids) missing, so the list ends at most bound
+// long), the flag where it has not. More kids than bound flag the parents
+// at once.
+func listModels(ids, kids bson.A, bound int) []mongo.WriteModel {
+	notFlagged := bson.E{Key: dependentsManyField, Value: bson.D{{Key: "$ne", Value: true}}}
+	flag := bson.D{{Key: "$set", Value: bson.D{{Key: dependentsManyField, Value: true}}}}
+	if len(kids) > bound {
+		return []mongo.WriteModel{mongo.NewUpdateManyModel().SetFilter(bson.D{idIn(ids), notFlagged}).SetUpdate(flag)}
+	}
+	full := fmt.Sprintf("%s.%d", dependentIdsField, bound-len(kids))
+	listable := bson.E{Key: "$or", Value: bson.A{
+		bson.D{{Key: dependentIdsField, Value: bson.D{{Key: "$type", Value: "array"}}}},
+		bson.D{
+			{Key: dependentIdsField, Value: bson.D{{Key: "$exists", Value: false}}},
+			{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}},
+			{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}},
+		},
+	}}
+	return []mongo.WriteModel{
+		mongo.NewUpdateManyModel().
+			SetFilter(bson.D{idIn(ids), {Key: full, Value: bson.D{{Key: "$exists", Value: false}}}, listable}).
+			SetUpdate(bson.D{{Key: "$addToSet", Value: bson.D{{Key: dependentIdsField, Value: bson.D{{Key: "$each", Value: kids}}}}}}),
+		mongo.NewUpdateManyModel().
+			SetFilter(bson.D{idIn(ids), {Key: full, Value: bson.D{{Key: "$exists", Value: true}}}, notFlagged}).
+			SetUpdate(flag),
+	}
+}
+
 // dependentsMatch returns the filter elements that select, among them,
 // every job that waits for the parent with id, read as raw (its
 // dependentIds and dependentsMany): _id among its list, a chunk at a time,
-// or, for a parent without a complete list, after holding id.
+// or, for a parent without a complete list of strings, after holding id.
 func dependentsMatch(id any, raw bson.Raw) []bson.E {
 	whole := []bson.E{{Key: afterField, Value: id}}
 	if many, _ := raw.Lookup(dependentsManyField).BooleanOK(); many {
@@ -195,6 +213,11 @@ func dependentsMatch(id any, raw bson.Raw) []bson.E {
 	}
 	ids := make(bson.A, len(vals))
 	for i, v := range vals {
+		// Another app's element of another type: a regex in an $in
+		// matches by pattern, a number is not a job's id.
+		if v.Type != bson.TypeString {
+			return whole
+		}
 		ids[i] = v
 	}
 	var out []bson.E
