@@ -18,6 +18,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,6 +31,9 @@ import (
 // SettleDependentsOfAll settles the dependents of each job of ids as
 // SettleDependentsOf does, with fewer commands than one call per job.
 // Workers call it with the jobs with dependents they finished meanwhile.
+// A job whose settle fails is left due for the leader's pass
+// (SettleDependents) and the others are settled still; it returns the
+// failures joined.
 func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string) error {
 	var together, alone []any
 	var kids bson.A
@@ -61,17 +65,37 @@ func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string) error 
 			return fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
 		}
 	}
+	var errs []error
 	if len(together) > 0 {
 		if err := c.settleSucceeded(ctx, together, kids); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
-	for _, id := range alone {
-		if _, err := c.settleDown(ctx, id); err != nil {
-			return err
+	return errors.Join(append(errs, c.settleEach(ctx, alone)...)...)
+}
+
+// settleEachTimeout bounds the settle of one parent settled on its own by
+// SettleDependentsOfAll, a cascade of cancels included.
+const settleEachTimeout = 10 * time.Second
+
+// settleEach settles the parents of ids one by one (settleDown), each
+// within settleEachTimeout. A parent whose settle fails is left due for
+// the leader's pass, and the others are settled still, as settleDue does;
+// it returns the failures, and stops only when ctx ends.
+func (c *Client) settleEach(ctx context.Context, ids []any) []error {
+	var errs []error
+	for i, id := range ids {
+		if ctx.Err() != nil {
+			return append(errs, fmt.Errorf("queue: %d settles not done: %w", len(ids)-i, ctx.Err()))
+		}
+		one, cancel := context.WithTimeout(ctx, settleEachTimeout)
+		_, err := c.settleDown(one, id)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errs
 }
 
 // listedSuccess returns the dependents listed on the job d, read with
