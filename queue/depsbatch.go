@@ -31,11 +31,21 @@ import (
 // SettleDependentsOfAll settles the dependents of each job of ids as
 // SettleDependentsOf does, with fewer commands than one call per job.
 // Workers call it with the jobs with dependents they finished meanwhile.
-// A job whose settle fails is left due for the leader's pass
-// (SettleDependents) and the others are settled still; it returns the
-// failures joined.
+// Each settle has a deadline of its own (10 s); a job whose settle fails
+// is left due for the leader's pass (SettleDependents) and the others are
+// settled still; it returns the failures joined.
 func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string) error {
-	var together, alone []any
+	alone, err := c.settleTogether(ctx, ids)
+	return errors.Join(append([]error{err}, c.settleEach(ctx, alone)...)...)
+}
+
+// settleTogether reads the jobs of ids still due, settles the succeeded
+// ones with a complete list together (settleSucceeded), within
+// settleEachTimeout, and returns the others, to settle one by one.
+func (c *Client) settleTogether(ctx context.Context, ids []string) (alone []any, err error) {
+	ctx, cancel := context.WithTimeout(ctx, settleEachTimeout)
+	defer cancel()
+	var together []any
 	var kids bson.A
 	seen := map[string]bool{}
 	for _, chunk := range idChunks(stringsA(ids)) {
@@ -44,7 +54,7 @@ func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string) error 
 				{Key: "state", Value: 1}, {Key: "kind", Value: 1}, {Key: dependentIdsField, Value: 1}, {Key: dependentsManyField, Value: 1},
 			}))
 		if err != nil {
-			return fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
+			return alone, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
 		}
 		if err := eachRaw(ctx, cur, func(d bson.Raw) error {
 			id := d.Lookup("_id")
@@ -62,20 +72,18 @@ func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string) error 
 			}
 			return nil
 		}); err != nil {
-			return fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
+			return alone, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
 		}
 	}
-	var errs []error
-	if len(together) > 0 {
-		if err := c.settleSucceeded(ctx, together, kids); err != nil {
-			errs = append(errs, err)
-		}
+	if len(together) == 0 {
+		return alone, nil
 	}
-	return errors.Join(append(errs, c.settleEach(ctx, alone)...)...)
+	return alone, c.settleSucceeded(ctx, together, kids)
 }
 
-// settleEachTimeout bounds the settle of one parent settled on its own by
-// SettleDependentsOfAll, a cascade of cancels included.
+// settleEachTimeout bounds each settle of SettleDependentsOfAll: the read
+// and joint settle of the succeeded parents, and the settle of each parent
+// settled on its own, a cascade of cancels included.
 const settleEachTimeout = 10 * time.Second
 
 // settleEach settles the parents of ids one by one (settleDown), each
