@@ -80,3 +80,21 @@ func TestWorkflowSettleHoldsNoSlot(t *testing.T) {
 	b.waitState(t, k2, jobs.StateSucceeded)
 	f.check(t, p1, k1, p2, k2)
 }
+
+// A worker that stops while a settle stalls ends it and returns; the
+// finished job is left due, and the leader's pass releases its dependent.
+func TestWorkflowSettleStoppedLeftToTheLeader(t *testing.T) {
+	b := setup(t)
+	f := b.flow(t)
+	p1, k1 := b.pair(t, "p1", "k1")
+	w, s := b.stallFirstSettle(t, worker.Config{Concurrency: 1})
+	<-s.stalled
+	require.NoError(t, w.StopAndCancel(context.Background()))
+	require.True(t, s.over.Load(), "the stop ended the stalled settle")
+	b.waitState(t, p1, jobs.StateSucceeded)
+	b.waitState(t, k1, jobs.StateBlocked)
+	_, err := b.q.SettleDependents(b.ctx, time.Minute, 100)
+	require.NoError(t, err)
+	b.waitState(t, k1, jobs.StateAvailable)
+	f.check(t, p1)
+}
