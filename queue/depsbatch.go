@@ -18,6 +18,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,8 +31,21 @@ import (
 // SettleDependentsOfAll settles the dependents of each job of ids as
 // SettleDependentsOf does, with fewer commands than one call per job.
 // Workers call it with the jobs with dependents they finished meanwhile.
+// Each settle has a deadline of its own (10 s); a job whose settle fails
+// is left due for the leader's pass (SettleDependents) and the others are
+// settled still; it returns the failures joined.
 func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string) error {
-	var together, alone []any
+	alone, err := c.settleTogether(ctx, ids)
+	return errors.Join(append([]error{err}, c.settleEach(ctx, alone)...)...)
+}
+
+// settleTogether reads the jobs of ids still due, settles the succeeded
+// ones with a complete list together (settleSucceeded), within
+// settleEachTimeout, and returns the others, to settle one by one.
+func (c *Client) settleTogether(ctx context.Context, ids []string) (alone []any, err error) {
+	ctx, cancel := context.WithTimeout(ctx, settleEachTimeout)
+	defer cancel()
+	var together []any
 	var kids bson.A
 	seen := map[string]bool{}
 	for _, chunk := range idChunks(stringsA(ids)) {
@@ -40,7 +54,7 @@ func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string) error 
 				{Key: "state", Value: 1}, {Key: "kind", Value: 1}, {Key: dependentIdsField, Value: 1}, {Key: dependentsManyField, Value: 1},
 			}))
 		if err != nil {
-			return fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
+			return alone, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
 		}
 		if err := eachRaw(ctx, cur, func(d bson.Raw) error {
 			id := d.Lookup("_id")
@@ -58,20 +72,38 @@ func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string) error 
 			}
 			return nil
 		}); err != nil {
-			return fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
+			return alone, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
 		}
 	}
-	if len(together) > 0 {
-		if err := c.settleSucceeded(ctx, together, kids); err != nil {
-			return err
+	if len(together) == 0 {
+		return alone, nil
+	}
+	return alone, c.settleSucceeded(ctx, together, kids)
+}
+
+// settleEachTimeout bounds each settle of SettleDependentsOfAll: the read
+// and joint settle of the succeeded parents, and the settle of each parent
+// settled on its own, a cascade of cancels included.
+const settleEachTimeout = 10 * time.Second
+
+// settleEach settles the parents of ids one by one (settleDown), each
+// within settleEachTimeout. A parent whose settle fails is left due for
+// the leader's pass, and the others are settled still, as settleDue does;
+// it returns the failures, and stops only when ctx ends.
+func (c *Client) settleEach(ctx context.Context, ids []any) []error {
+	var errs []error
+	for i, id := range ids {
+		if ctx.Err() != nil {
+			return append(errs, fmt.Errorf("queue: %d settles not done: %w", len(ids)-i, ctx.Err()))
+		}
+		one, cancel := context.WithTimeout(ctx, settleEachTimeout)
+		_, err := c.settleDown(one, id)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
-	for _, id := range alone {
-		if _, err := c.settleDown(ctx, id); err != nil {
-			return err
-		}
-	}
-	return nil
+	return errs
 }
 
 // listedSuccess returns the dependents listed on the job d, read with

@@ -3,77 +3,107 @@ package worker
 import (
 	"context"
 	"sync"
-	"time"
 
 	"go.uber.org/zap"
 )
 
-// settleTimeout bounds telling a finished job's dependents of its outcome.
-const settleTimeout = 10 * time.Second
-
-// settleQueue gathers the finished jobs whose dependents are to be told,
-// so that the jobs finished while one settle runs are settled together by
-// the next (queue.Client.SettleDependentsOfAll): one settle's commands for
-// all of them.
+// settleQueue gathers the finished jobs whose dependents are to be told of
+// their outcomes. One goroutine per worker (settleLoop, started with the
+// first) tells them, so that the jobs finished while one settle runs are
+// settled together by the next (queue.Client.SettleDependentsOfAll): one
+// settle's commands for all of them. A finished job only adds itself: its
+// goroutine, and the slots it holds, never wait for a settle.
 type settleQueue struct {
 	mu      sync.Mutex
-	running bool // a caller is settling; the others wait for it
-	pending []pendingSettle
+	pending []string
+	started bool // settleLoop runs, or ran: the worker stopped
+	stopped bool // the worker stopped: what is left is the leader's
+	kick    chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{} // closed once settleLoop returns
 }
 
-type pendingSettle struct {
-	id   string
-	done chan error
-}
-
-// settleDependents tells the jobs that wait for the job with id, which
-// this worker just finished, of its outcome, so that the next of a chain
-// runs now rather than at the leader's next pass; it returns once they
-// have been told, or telling them failed. Should this worker stop or fail
-// before it does, the finishing write has left the outcome due and the
-// leader's pass tells them (queue/deps.go).
-func (w *Worker) settleDependents(id string, log *zap.Logger) {
-	done := make(chan error, 1)
+// settleDependents has the jobs that wait for the job with id, which this
+// worker just finished, told of its outcome, so that the next of a chain
+// runs now rather than at the leader's next pass; it returns at once.
+// Should this worker stop or fail before they are told, the finishing
+// write has left the outcome due (its flag is cleared by the settle's last
+// write) and the leader's pass tells them (queue/deps.go).
+func (w *Worker) settleDependents(id string) {
 	s := &w.settles
 	s.mu.Lock()
-	s.pending = append(s.pending, pendingSettle{id: id, done: done})
-	lead := !s.running
-	s.running = true
-	s.mu.Unlock()
-	if lead {
-		w.settlePending()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
 	}
-	if err := <-done; err != nil {
-		log.Warn("telling the job's dependents of its outcome failed; the leader's pass does it", zap.Error(err))
+	s.pending = append(s.pending, id)
+	if !s.started {
+		s.started = true
+		s.kick = make(chan struct{}, 1)
+		s.done = make(chan struct{})
+		var ctx context.Context
+		ctx, s.cancel = context.WithCancel(context.Background())
+		go w.settleLoop(ctx)
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
 	}
 }
 
-// settlePending settles what is pending, batch after batch, until nothing
-// is, telling each caller how its batch went.
-func (w *Worker) settlePending() {
+// settleLoop settles what is pending, batch after batch, until ctx ends.
+func (w *Worker) settleLoop(ctx context.Context) {
 	s := &w.settles
+	defer close(s.done)
 	for {
-		s.mu.Lock()
-		batch := s.pending
-		s.pending = nil
-		if len(batch) == 0 {
-			s.running = false
-			s.mu.Unlock()
+		select {
+		case <-ctx.Done():
 			return
+		case <-s.kick:
 		}
-		s.mu.Unlock()
-		ids := make([]string, len(batch))
-		for i, p := range batch {
-			ids[i] = p.id
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-		err := w.c.SettleDependentsOfAll(ctx, ids)
-		cancel()
-		// Some dependents may be runnable now: claim at once, not at
-		// the next poll (the handlers' returns woke a claim too early).
-		w.signalWake()
-		for _, p := range batch {
-			p.done <- err
+		for ids := s.take(); len(ids) > 0 && ctx.Err() == nil; ids = s.take() {
+			w.settleBatch(ctx, ids)
 		}
 	}
+}
+
+// take returns what is pending, and empties it.
+func (s *settleQueue) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := s.pending
+	s.pending = nil
+	return ids
+}
+
+// settleBatch tells the dependents of the jobs of ids of their outcomes;
+// each settle has its own deadline (SettleDependentsOfAll), and those that
+// fail are left to the leader's pass.
+func (w *Worker) settleBatch(ctx context.Context, ids []string) {
+	if w.onSettle != nil {
+		w.onSettle(ctx, ids)
+	}
+	err := w.c.SettleDependentsOfAll(ctx, ids)
+	// Some dependents may be runnable now: claim at once, not at the next
+	// poll (the handlers' returns woke a claim too early).
+	w.signalWake()
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("telling finished jobs' dependents of their outcomes failed; the leader's pass does it",
+			zap.Int("jobs", len(ids)), zap.Error(err))
+	}
+}
+
+// stopSettles ends settleLoop, the settle under way cancelled, and waits
+// for it; the jobs not settled yet are left due for the leader's pass.
+func (w *Worker) stopSettles() {
+	s := &w.settles
+	s.mu.Lock()
+	s.stopped = true
+	started := s.started
+	s.mu.Unlock()
+	if !started {
+		return
+	}
+	s.cancel()
+	<-s.done
 }

@@ -230,7 +230,7 @@ func (w *Worker) record(a *attempt, write func(context.Context) error) {
 	case werr == nil:
 		a.log.Info("job finished", fields...)
 		if job.Dependents || a.marked.Load() {
-			w.settleDependents(job.ID, a.log)
+			w.settleDependents(job.ID)
 		}
 	case errors.Is(werr, jobs.ErrLeaseLost):
 		a.observed = OutcomeLeaseLost

@@ -96,6 +96,8 @@ type Worker struct {
 	cancelled       atomic.Int64      // jobs a stop cancelled, its wait over before they finished
 	afterClaim      func([]*jobs.Job) // test hook: runs between a claim's reply and the launch of its jobs
 	onGatherWait    func()            // test hook: runs when a claim waits for slots to free
+
+	onSettle func(context.Context, []string) // test hook: runs before each settle of dependents (deps.go)
 }
 
 // Stats are counters of what a worker did since it was made, for logs and
@@ -200,6 +202,7 @@ func (w *Worker) StopAndCancel(ctx context.Context) error {
 func (w *Worker) stop(graceful context.Context) error {
 	var err error
 	w.stopOnce.Do(func() {
+		defer w.stopSettles() // after the jobs: what they leave is the leader's
 		w.stopClaiming()
 		<-w.dispatchDone
 		w.stopSweeps()

@@ -1,0 +1,100 @@
+package worker_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
+	"github.com/docketq/docket/worker"
+	"github.com/stretchr/testify/require"
+)
+
+// settleStall makes the first settle of w's dependents wait until resume
+// is closed or its context ends; stalled is closed once it waits.
+type settleStall struct {
+	once    sync.Once
+	stalled chan struct{}
+	resume  chan struct{}
+	over    atomic.Bool // the stalled settle went on
+}
+
+func (b *bundle) stallFirstSettle(t *testing.T, cfg worker.Config) (*worker.Worker, *settleStall) {
+	t.Helper()
+	s := &settleStall{stalled: make(chan struct{}), resume: make(chan struct{})}
+	cfg.Logger, cfg.Lease, cfg.HeartbeatInterval = b.log, 2*time.Second, 100*time.Millisecond
+	cfg.PollMin, cfg.PollMax = 5*time.Millisecond, 50*time.Millisecond
+	w, err := worker.New(b.q, b.reg, cfg)
+	require.NoError(t, err)
+	worker.SetOnSettle(w, func(ctx context.Context, _ []string) {
+		first := false
+		s.once.Do(func() { first = true })
+		if !first {
+			return
+		}
+		close(s.stalled)
+		defer s.over.Store(true)
+		select {
+		case <-s.resume:
+		case <-ctx.Done():
+		}
+	})
+	w.Start(context.Background())
+	t.Cleanup(func() { _ = w.StopAndCancel(context.Background()) })
+	return w, s
+}
+
+// pair enqueues the job parent and the job kid to run after it, in one
+// call: parent is claimed knowing it has a dependent.
+func (b *bundle) pair(t *testing.T, parent, kid string) (string, string) {
+	t.Helper()
+	_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{
+		{Kind: "step", Opts: queue.InsertOpts{ID: parent}},
+		{Kind: "step", Opts: queue.InsertOpts{ID: kid, After: []string{parent}}},
+	})
+	require.NoError(t, err)
+	return parent, kid
+}
+
+// A finished job does not wait for the settle of its dependents: while
+// that settle stalls, the job and the jobs with dependents finished after
+// it leave the worker, their slots free; once it resumes, the dependents
+// run.
+func TestWorkflowSettleHoldsNoSlot(t *testing.T) {
+	b := setup(t)
+	f := b.flow(t)
+	p1, k1 := b.pair(t, "p1", "k1")
+	p2, k2 := b.pair(t, "p2", "k2")
+	w, s := b.stallFirstSettle(t, worker.Config{Concurrency: 2})
+	b.waitState(t, p1, jobs.StateSucceeded)
+	b.waitState(t, p2, jobs.StateSucceeded)
+	<-s.stalled
+	require.Eventually(t, func() bool { return w.Running() == 0 }, 20*time.Second, 10*time.Millisecond,
+		"finished jobs still held while a settle stalls")
+	require.False(t, s.over.Load(), "the jobs were held until the stalled settle ended")
+	close(s.resume)
+	b.waitState(t, k1, jobs.StateSucceeded)
+	b.waitState(t, k2, jobs.StateSucceeded)
+	f.check(t, p1, k1, p2, k2)
+}
+
+// A worker that stops while a settle stalls ends it and returns; the
+// finished job is left due, and the leader's pass releases its dependent.
+func TestWorkflowSettleStoppedLeftToTheLeader(t *testing.T) {
+	b := setup(t)
+	f := b.flow(t)
+	p1, k1 := b.pair(t, "p1", "k1")
+	w, s := b.stallFirstSettle(t, worker.Config{Concurrency: 1})
+	<-s.stalled
+	require.NoError(t, w.StopAndCancel(context.Background()))
+	require.True(t, s.over.Load(), "the stop ended the stalled settle")
+	b.waitState(t, p1, jobs.StateSucceeded)
+	b.waitState(t, k1, jobs.StateBlocked)
+	_, err := b.q.SettleDependents(b.ctx, time.Minute, 100)
+	require.NoError(t, err)
+	b.waitState(t, k1, jobs.StateAvailable)
+	f.check(t, p1)
+}
