@@ -511,73 +511,35 @@ func (c *Client) ReleaseAbandoned(ctx context.Context) int {
 	return w.ReleaseAbandoned(ctx)
 }
 
-// validateBounds checks the capacities and limits of a Config, naming the
-// first that is wrong.
-func validateBounds(caps, limits map[string]int) error {
-	for _, name := range sortedKeys(caps) {
-		if err := queue.ValidQueueName(name); err != nil {
-			return fmt.Errorf("Config.Capacities: %w", err)
-		}
-		if _, err := capacityValue(caps[name]); err != nil {
-			return fmt.Errorf("Config.Capacities[%q]: %w", name, err)
-		}
-	}
-	for _, name := range sortedKeys(limits) {
-		if _, _, err := queue.ParseLimitName(name); err != nil {
-			return fmt.Errorf("Config.Limits: %w", err)
-		}
-		if _, err := limitValue(limits[name]); err != nil {
-			return fmt.Errorf("Config.Limits[%q]: %w", name, err)
-		}
-	}
-	return nil
-}
-
-// validatePartitionLimits checks Config.PartitionLimits, naming the first
-// that is wrong.
-func validatePartitionLimits(pls map[string]PartitionLimit) error {
-	for _, name := range slices.Sorted(maps.Keys(pls)) {
-		if _, _, err := queue.ParseLimitName(name); err != nil {
-			return fmt.Errorf("Config.PartitionLimits: %w", err)
-		}
-		if err := pls[name].Validate(); err != nil {
-			return fmt.Errorf("Config.PartitionLimits[%q]: %w", name, err)
-		}
-	}
-	return nil
-}
-
 // applyBounds sets the configured capacities and limits.
 func (c *Client) applyBounds(ctx context.Context) error {
-	by := "config:" + c.cfg.ID
+	setBy := "config:" + c.cfg.ID
 	for _, name := range sortedKeys(c.cfg.Capacities) {
-		n, _ := capacityValue(c.cfg.Capacities[name]) // checked by NewClient
-		if err := c.q.SetCapacity(ctx, name, n, by); err != nil {
+		n, _ := capacityValue(c.cfg.Capacities[name]) // checked setBy NewClient
+		if err := c.q.SetCapacity(ctx, name, n, setBy); err != nil {
 			return fmt.Errorf("capacities.%s: %w", name, err)
 		}
 		c.log.Info("queue capacity set from the configuration", zap.String("queue", name), zap.Int("capacity", n))
 	}
 	for _, name := range sortedKeys(c.cfg.Limits) {
 		n, _ := limitValue(c.cfg.Limits[name])
-		if err := c.q.SetLimit(ctx, name, n, by); err != nil {
+		if err := c.q.SetLimit(ctx, name, n, setBy); err != nil {
 			return fmt.Errorf("limits.%s: %w", name, err)
 		}
 		c.log.Info("concurrency limit set from the configuration", zap.String("limit", name), zap.Int("n", n))
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.cfg.PartitionLimits)) {
 		pl := c.cfg.PartitionLimits[name]
-		if err := c.q.SetPartitionLimit(ctx, name, pl.By, pl.N, by); err != nil {
+		if err := c.q.SetPartitionLimit(ctx, name, pl.By, pl.N, setBy); err != nil {
 			return fmt.Errorf("partition limits.%s: %w", name, err)
 		}
 		c.log.Info("partition limit set from the configuration", zap.String("limit", name), zap.Stringer("partition", pl))
 	}
-	if err := c.q.SetRates(ctx, c.cfg.Rates, by); err != nil {
+	if err := c.q.SetRates(ctx, c.cfg.Rates, setBy); err != nil {
 		return fmt.Errorf("rates: %w", err)
 	}
 	return nil
 }
-
-func sortedKeys(m map[string]int) []string { return slices.Sorted(maps.Keys(m)) }
 
 // startRuns starts what RunWhileStarted was given, until stopRuns. c.mu
 // is held.

@@ -12,6 +12,7 @@ import (
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 )
@@ -96,7 +97,7 @@ func TestInsertTakesTheArgsDefaults(t *testing.T) {
 
 	_, err = c.InsertMany(ctx, []docket.InsertManyParams{{Args: GreetArgs{Name: "c"}}, {Args: nil}})
 	require.ErrorContains(t, err, "args")
-	n, err := store.Of(clientengine.Queue(c)).Collection().CountDocuments(ctx, map[string]any{})
+	n, err := store.Of(clientengine.Part[*queue.Client](c)).Collection().CountDocuments(ctx, map[string]any{})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "an invalid InsertMany writes nothing")
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -380,3 +382,41 @@ func ParsePartitionLimit(s string) (PartitionLimit, error) { return queue.ParseP
 // or a Go duration, with an optional " burst B": "14/s", "600/m burst
 // 20", "5/250ms".
 func ParseRate(s string) (Rate, error) { return queue.ParseRate(s) }
+
+// validateBounds checks the capacities and limits of a Config, naming the
+// first that is wrong.
+func validateBounds(caps, limits map[string]int) error {
+	for _, name := range sortedKeys(caps) {
+		if err := queue.ValidQueueName(name); err != nil {
+			return fmt.Errorf("Config.Capacities: %w", err)
+		}
+		if _, err := capacityValue(caps[name]); err != nil {
+			return fmt.Errorf("Config.Capacities[%q]: %w", name, err)
+		}
+	}
+	for _, name := range sortedKeys(limits) {
+		if _, _, err := queue.ParseLimitName(name); err != nil {
+			return fmt.Errorf("Config.Limits: %w", err)
+		}
+		if _, err := limitValue(limits[name]); err != nil {
+			return fmt.Errorf("Config.Limits[%q]: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// validatePartitionLimits checks Config.PartitionLimits, naming the first
+// that is wrong.
+func validatePartitionLimits(pls map[string]PartitionLimit) error {
+	for _, name := range slices.Sorted(maps.Keys(pls)) {
+		if _, _, err := queue.ParseLimitName(name); err != nil {
+			return fmt.Errorf("Config.PartitionLimits: %w", err)
+		}
+		if err := pls[name].Validate(); err != nil {
+			return fmt.Errorf("Config.PartitionLimits[%q]: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]int) []string { return slices.Sorted(maps.Keys(m)) }

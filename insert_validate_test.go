@@ -9,6 +9,7 @@ import (
 	"github.com/docketq/docket/internal/clientengine"
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
+	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 )
 
@@ -80,7 +81,7 @@ func TestInsertRefusesArgsThatFailTheirValidate(t *testing.T) {
 	_, err = c.InsertWorkflow(ctx, wf)
 	requireRefused(err, "sms", 1)
 
-	n, err := store.Of(clientengine.Queue(c)).Collection().CountDocuments(ctx, map[string]any{})
+	n, err := store.Of(clientengine.Part[*queue.Client](c)).Collection().CountDocuments(ctx, map[string]any{})
 	require.NoError(t, err)
 	require.Zero(t, n, "an invalid job is never stored, nor the valid ones inserted with it")
 

@@ -12,6 +12,7 @@ import (
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -39,7 +40,7 @@ func insertBlockedOnLater(t *testing.T, client *docket.Client, n, linkingFrom in
 		}
 		docs = append(docs, d)
 	}
-	_, err := store.Of(clientengine.Queue(client)).Collection().InsertMany(context.Background(), docs)
+	_, err := store.Of(clientengine.Part[*queue.Client](client)).Collection().InsertMany(context.Background(), docs)
 	require.NoError(t, err)
 }
 
@@ -95,7 +96,7 @@ func TestWaitIdleReadsAgainAfterCursorKilled(t *testing.T) {
 	case <-wctx.Done():
 		t.Fatal("WaitIdle's read never met a killed cursor")
 	}
-	_, err = db.Collection(store.Of(clientengine.Queue(client)).Collection().Name()).DeleteMany(context.Background(),
+	_, err = db.Collection(store.Of(clientengine.Part[*queue.Client](client)).Collection().Name()).DeleteMany(context.Background(),
 		bson.D{{Key: "_id", Value: bson.D{{Key: "$regex", Value: "^blocked-0"}}}})
 	require.NoError(t, err)
 	err = <-done

@@ -14,6 +14,8 @@ import (
 	"github.com/docketq/docket"
 	"github.com/docketq/docket/docketprom/internal/metrics"
 	"github.com/docketq/docket/internal/clientengine"
+	"github.com/docketq/docket/internal/leadership"
+	"github.com/docketq/docket/queue"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
@@ -74,7 +76,7 @@ func NewCollector(c *docket.Client, opts *Opts) (prometheus.Collector, error) {
 	}
 	// The term the client's elector leads decides which process exports
 	// the queue gauges.
-	var elector electorOf = clientengine.Elector(c)
+	var elector electorOf = clientengine.Part[*leadership.Elector](c)
 	var changes <-chan struct{}
 	if _, taken := changesTaken.LoadOrStore(c, struct{}{}); !taken {
 		changes = elector.Changes()
@@ -83,7 +85,7 @@ func NewCollector(c *docket.Client, opts *Opts) (prometheus.Collector, error) {
 		Stats:         c.PoolStats,
 		EventsDropped: c.EventsDropped,
 		Queue: metrics.QueueStatsConfig{
-			Queue: clientengine.Queue(c), Leader: elector, Changes: changes,
+			Queue: clientengine.Part[*queue.Client](c), Leader: elector, Changes: changes,
 			Interval: opts.QueueStatsInterval, MaxQueues: opts.MaxQueues, Logger: log,
 		},
 	})

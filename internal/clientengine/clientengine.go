@@ -1,45 +1,38 @@
 // Package clientengine hands docket's own tools (docketprom, the worker
 // command, docket's tests) the engine a docket.Client runs on: its queue
-// client, its leader elector and its reaper's configuration. The public
-// API does not expose them: an application inserts and administers through
-// the Client's methods, and no package outside docket can name this one.
+// client (*queue.Client), its leader elector (*leadership.Elector) and its
+// reaper's configuration (recovery.ReaperConfig). The public API does not
+// expose them: an application inserts and administers through the
+// Client's methods, and no package outside docket can name this one.
+//
+// It names none of those types itself, so that it stands below every
+// package of docket and imports none: a part is asked for by its type.
 package clientengine
 
-import (
-	"github.com/docketq/docket/internal/leadership"
-	"github.com/docketq/docket/queue"
-	"github.com/docketq/docket/recovery"
-)
+import "fmt"
 
 // Handle is what a docket.Client embeds, under a name of its own, so that
-// docket's tools reach its engine with Queue, Elector and Reaper while the
-// engine stays off the Client's API.
-type Handle struct {
-	q      *queue.Client
-	e      *leadership.Elector
-	reaper recovery.ReaperConfig
-}
+// docket's tools reach its engine with Part while the engine stays off the
+// Client's API.
+type Handle struct{ parts []any }
 
-// NewHandle returns the Handle of a client's queue client, elector and
-// reaper configuration (the client's Config mapped onto the reaper's).
-func NewHandle(q *queue.Client, e *leadership.Elector, reaper recovery.ReaperConfig) Handle {
-	return Handle{q, e, reaper}
-}
+// NewHandle returns the Handle of a client's engine parts, each of a type
+// of its own.
+func NewHandle(parts ...any) Handle { return Handle{parts} }
 
 func (h Handle) engine() Handle { return h }
 
 // Holder is a value that embeds a Handle: a *docket.Client.
 type Holder interface{ engine() Handle }
 
-// Queue returns the engine-level queue client of h.
-func Queue(h Holder) *queue.Client { return h.engine().q }
-
-// Elector returns the leader elector of h.
-func Elector(h Holder) *leadership.Elector { return h.engine().e }
-
-// Reaper returns a reaper of h's jobs configured as the one h runs while
-// it leads, for a pass run on demand (`worker reap`).
-func Reaper(h Holder) (*recovery.Reaper, error) {
-	e := h.engine()
-	return recovery.NewReaper(e.q, e.reaper)
+// Part returns h's engine part of type T, such as
+// Part[*queue.Client](client). It panics when h has none: a mistake in
+// docket's own code, not something a document or a user can cause.
+func Part[T any](h Holder) T {
+	for _, p := range h.engine().parts {
+		if v, ok := p.(T); ok {
+			return v
+		}
+	}
+	panic(fmt.Sprintf("clientengine: the client has no part of type %T", *new(T)))
 }

@@ -135,7 +135,7 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
-	q := clientengine.Queue(dc)
+	q := clientengine.Part[*queue.Client](dc)
 	handlers.CancelHooks(q, db) // what cancelling a demo kind's job stops
 	e := &env{ctx: ctx, base: context.Background(), cfg: cfg, db: db, q: q, stdin: stdin, stdout: stdout, stderr: stderr,
 		progress: progress}

@@ -212,7 +212,7 @@ func (w *workerProc) newClient(reapOnce bool) int {
 
 // reapOnce runs one reaper pass (`worker reap`) and prints what it did.
 func (w *workerProc) reapOnce(ctx context.Context, stdout io.Writer) int {
-	reaper, err := clientengine.Reaper(w.dc)
+	reaper, err := recovery.NewReaper(clientengine.Part[*queue.Client](w.dc), clientengine.Part[recovery.ReaperConfig](w.dc))
 	if err != nil {
 		return w.cannotStart(2, err)
 	}
@@ -237,7 +237,7 @@ func (w *workerProc) reapOnce(ctx context.Context, stdout io.Writer) int {
 // addApplication registers the process's handlers and the demo kinds'
 // maintenance.
 func (w *workerProc) addApplication(register Registrar) int {
-	q := clientengine.Queue(w.dc)
+	q := clientengine.Part[*queue.Client](w.dc)
 	if err := register(w.dc.Registry(), w.db, q, w.log); err != nil {
 		w.log.Error("cannot register handlers", zap.Error(err))
 		return 2
