@@ -341,7 +341,9 @@ func (w *Worker) notStarted(r *run, cause error, log *zap.Logger) {
 	write, failed, done := func(ctx context.Context) error { return w.q.Release(ctx, r.lease) },
 		"could not give back a job claimed ahead and not started", "gave back a job claimed ahead and not started, attempt not counted"
 	if cancelled {
-		write = func(ctx context.Context) error { return w.q.Cancelled(ctx, r.lease, r.job, "cancelled before it started") }
+		write = func(ctx context.Context) error {
+			return w.q.Cancelled(ctx, r.lease, r.job, "cancelled before it started")
+		}
 		failed, done = "could not record the cancel of a job claimed ahead", "job cancelled before it started"
 	}
 	if err := w.persist(r, write, log); err != nil {
