@@ -6,8 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -71,6 +72,15 @@ func Enqueue(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return runTool("enqueue", subcommands, "Each prints the ids of the jobs it made, one per line.", args, stdin, stdout, stderr)
 }
 
+// toolUsage prints the usage of tool, whose commands are cmds, to w.
+func toolUsage(w io.Writer, tool string, cmds map[string]subcommand, note string) {
+	fmt.Fprintf(w, "Usage: %s COMMAND [flags]\n\nCommands:\n", tool)
+	for _, n := range slices.Sorted(maps.Keys(cmds)) {
+		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+	}
+	fmt.Fprintf(w, "\nRun `%s COMMAND --help` for its flags. %s\n", tool, note)
+}
+
 // runTool runs the subcommand of tool that args name, and returns the exit
 // status: 0 done, 1 a failure (the database unreachable), 2 bad input, 3 a
 // job refused by a full queue (and nothing else failed).
@@ -80,18 +90,7 @@ func runTool(tool string, cmds map[string]subcommand, note string, args []string
 	red := configs.NewRedactor(configs.Getenv("DOCKET_MONGO_URI"))
 	progress := isTerminal(stderr)
 	stderr = red.Writer(stderr)
-	usage := func() {
-		fmt.Fprintf(stderr, "Usage: %s COMMAND [flags]\n\nCommands:\n", tool)
-		names := make([]string, 0, len(cmds))
-		for n := range cmds {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			fmt.Fprintf(stderr, "  %-10s %s\n", n, cmds[n].summary)
-		}
-		fmt.Fprintf(stderr, "\nRun `%s COMMAND --help` for its flags. %s\n", tool, note)
-	}
+	usage := func() { toolUsage(stderr, tool, cmds, note) }
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage()
 		if len(args) == 0 {
