@@ -68,36 +68,85 @@ const (
 // sort fields, which makes SQLite parse every matching document's JSON (a
 // claim's read of candidates at a backlog of 20,000: 0.85 s). For each of
 // a collection's indexes on two or more top-level fields, the indexer adds
-// a covering index holding each key's SQL value and the rank of its BSON
-// type (coveringColumns), from which SQLite can seek a filter's string
-// equalities and sort by the keys without reading a row: the same read
-// then takes milliseconds (orderByIndex in _overlay, which holds the same
+// a covering index holding, for each key in the index's direction, the
+// rank of its BSON type and its SQL value (coveringColumns), from which
+// SQLite can seek a filter's string equalities and sort by the keys
+// without reading a row (orderByIndex in _overlay, which holds the same
 // expressions: TestCoveringExpressionsMatchTheOverlays). The index's name
-// lists the keys, "<table>__devdb_c_state,queue,kind,priority,runAt,_id",
-// which is how the query finds it.
+// lists the keys, a descending one with a minus,
+// "<table>__devdb_s_state,queue,kind,-priority,runAt,_id", which is how
+// the query finds it. A sorted read whose filter sets the keys before the
+// sort's to strings walks the covering index in order and stops at its
+// limit, where it would otherwise sort every match (a claim's read at a
+// backlog of 100,000: about 0.1 s), but only while no matching document
+// has a key of a type SQL does not order as BSON does (an array sorts by
+// its least or greatest element, not where its type's rank puts it):
+// beside the covering index, a partial index holds only the documents with
+// such a value in one of its later keys (oddKeys), which a walk finds
+// empty; it seeks the covering index for the others.
 const (
-	coveringInfix = "__devdb_c_"
+	coveringInfix = "__devdb_s_"
+	// oldCoveringInfix named the covering indexes of earlier devdb
+	// versions, keyed value first: the indexer drops them.
+	oldCoveringInfix = "__devdb_c_"
+	// oddInfix names the partial index of the documents with a value of
+	// such a type in one of the covering index's later keys (oddKeys):
+	// "<table>__devdb_o_<keys>".
+	oddInfix      = "__devdb_o_"
 	coveringValue = `_ferretdb_sjson->>'$.%s'`
 	coveringType  = `_ferretdb_sjson->>'$."$s".p.%s.t'`
 	coveringRank  = `CASE coalesce(%s, 'null') WHEN 'null' THEN 1 WHEN 'int' THEN 2 WHEN 'long' THEN 2 WHEN 'double' THEN 2 ` +
 		`WHEN 'string' THEN 3 WHEN 'object' THEN 4 WHEN 'array' THEN 5 WHEN 'binData' THEN 6 WHEN 'objectId' THEN 7 ` +
 		`WHEN 'bool' THEN 8 WHEN 'date' THEN 9 WHEN 'timestamp' THEN 10 WHEN 'regex' THEN 11 ELSE 99 END`
+	coveringOrdered = `1, 2, 3, 7, 8, 9`
 )
 
-// coveringColumns is the column list of the covering index on keys.
+// coveringColumns is the column list of the covering index on keys (a
+// descending key written "-name"): each key's rank, then its value.
 func coveringColumns(keys []string) string {
 	cols := make([]string, 0, 2*len(keys))
 	for _, k := range keys {
-		cols = append(cols, fmt.Sprintf(coveringValue, k), fmt.Sprintf(coveringRank, fmt.Sprintf(coveringType, k)))
+		name, dir := strings.TrimPrefix(k, "-"), ""
+		if name != k {
+			dir = " DESC"
+		}
+		cols = append(cols, coveringRankOf(name)+dir, fmt.Sprintf(coveringValue, name)+dir)
 	}
 	return strings.Join(cols, ", ")
+}
+
+func coveringRankOf(name string) string {
+	return fmt.Sprintf(coveringRank, fmt.Sprintf(coveringType, name))
+}
+
+// oddKeys are the keys of the covering index on keys that a walk of it
+// (with two keys set by the filter or more) can sort by after its first
+// sort key: all but the first three, and _id (never an array).
+func oddKeys(keys []string) []string {
+	var odd []string
+	for _, k := range keys[min(3, len(keys)):] {
+		if k = strings.TrimPrefix(k, "-"); k != "_id" {
+			odd = append(odd, k)
+		}
+	}
+	return odd
+}
+
+// oddWhere is the condition of the partial index of the documents with a
+// value in one of keys of a type SQL does not order as BSON does.
+func oddWhere(keys []string) string {
+	conds := make([]string, len(keys))
+	for i, k := range keys {
+		conds[i] = fmt.Sprintf(`%s NOT IN (%s)`, coveringRankOf(k), coveringOrdered)
+	}
+	return "(" + strings.Join(conds, " OR ") + ")"
 }
 
 // indexKeys finds the fields of an index FerretDB made for a collection's
 // index, in its CREATE INDEX statement: ... (_ferretdb_sjson->"state",
 // _ferretdb_sjson->"priority" DESC, ...): the keys up to the first that is
-// not a plain top-level name (a dotted path), and whether that is all of
-// them. Only plain names: the lookup expressions take them as they are.
+// not a plain top-level name (a dotted path), a descending one as "-name",
+// and whether that is all of them. Only plain names: the lookup expressions take them as they are.
 // Other indexes (devdb's own, on ->> and '$.' paths) have none.
 func indexKeys(def string) (keys []string, all bool) {
 	open := strings.IndexByte(def, '(')
@@ -112,6 +161,9 @@ func indexKeys(def string) (keys []string, all bool) {
 		m := indexKey.FindStringSubmatch(strings.TrimSpace(col))
 		if m == nil {
 			return keys, false
+		}
+		if m[2] != "" {
+			m[1] = "-" + m[1]
 		}
 		keys = append(keys, m[1])
 	}
@@ -238,6 +290,7 @@ func (ix *idIndexer) indexFile(f string) error {
 	have := map[string]bool{}
 	leading := map[string][]string{}    // table → fields its collection's indexes lead with
 	compound := map[string][][]string{} // table → keys of its collection's indexes on two or more fields
+	var stale []string                  // indexes of an earlier devdb, no longer read
 	rows, err := db.QueryContext(ctx, `SELECT name, tbl_name, coalesce(sql, '') FROM sqlite_master WHERE type = 'index'`)
 	if err != nil {
 		return err
@@ -249,15 +302,22 @@ func (ix *idIndexer) indexFile(f string) error {
 			return err
 		}
 		have[name] = true
+		if strings.Contains(name, oldCoveringInfix) {
+			stale = append(stale, name)
+		}
 		keys, all := indexKeys(def)
-		if len(keys) > 0 && keys[0] != "_id" && !slices.Contains(leading[table], keys[0]) {
-			leading[table] = append(leading[table], keys[0])
+		if len(keys) > 0 && keys[0] != "_id" && !slices.Contains(leading[table], strings.TrimPrefix(keys[0], "-")) {
+			leading[table] = append(leading[table], strings.TrimPrefix(keys[0], "-"))
 		}
 		if all && len(keys) >= 2 {
 			compound[table] = append(compound[table], keys)
 		}
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+
+	if err := ix.drop(db, stale); err != nil {
 		return err
 	}
 
@@ -270,7 +330,11 @@ func (ix *idIndexer) indexFile(f string) error {
 			todo = append(todo, lookup{t, t + fieldLookupInfix + f, expr, fmt.Sprintf(fieldLookupWhere, expr)})
 		}
 		for _, keys := range compound[t] {
-			todo = append(todo, lookup{t, t + coveringInfix + strings.Join(keys, ","), coveringColumns(keys), ""})
+			named := strings.Join(keys, ",")
+			todo = append(todo, lookup{t, t + coveringInfix + named, coveringColumns(keys), ""})
+			if odd := oddKeys(keys); len(odd) > 0 {
+				todo = append(todo, lookup{t, t + oddInfix + named, fmt.Sprintf(coveringValue, odd[0]), " WHERE " + oddWhere(odd)})
+			}
 		}
 	}
 	for _, l := range todo {
@@ -291,6 +355,21 @@ func (ix *idIndexer) indexFile(f string) error {
 		}
 		ix.log.Debug("indexed lookups", zap.String("file", filepath.Base(f)), zap.String("table", t), zap.String("index", name),
 			zap.Duration("took", time.Since(start)))
+	}
+	return nil
+}
+
+// drop drops the indexes names of db, under the front's lock.
+func (ix *idIndexer) drop(db *sql.DB, names []string) error {
+	for _, name := range names {
+		ix.lock()
+		ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+		_, err := db.ExecContext(ctx, `DROP INDEX IF EXISTS `+quoteIdent(name))
+		cancel()
+		ix.unlock()
+		if err != nil {
+			return fmt.Errorf("drop index %s: %w", name, err)
+		}
 	}
 	return nil
 }

@@ -111,7 +111,7 @@ func TestCoveringExpressionsMatchTheOverlays(t *testing.T) {
 		return true
 	})
 	for name, want := range map[string]string{
-		"coveringInfix": coveringInfix, "coveringValue": coveringValue, "coveringType": coveringType, "coveringRank": coveringRank,
+		"coveringInfix": coveringInfix, "oddInfix": oddInfix, "coveringOrdered": coveringOrdered, "coveringValue": coveringValue, "coveringType": coveringType, "coveringRank": coveringRank,
 	} {
 		require.Equal(t, want, got[name], "the overlay's %s", name)
 	}

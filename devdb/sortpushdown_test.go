@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,7 +173,7 @@ func TestIndexedSortsMatchFerretDBsOwnSort(t *testing.T) {
 	}
 	_, err = coll.InsertMany(ctx, docs)
 	require.NoError(t, err)
-	waitForIndex(t, filepath.Join(s.Dir(), "indexed.sqlite"), "__devdb_c_state,q,p,r,_id")
+	waitForIndex(t, filepath.Join(s.Dir(), "indexed.sqlite"), "__devdb_s_state,q,-p,r,_id")
 
 	ids := func(filter, sort bson.D, limit int64) []string {
 		t.Helper()
@@ -237,7 +238,7 @@ func TestIndexedSortsMatchFerretDBsOwnSort(t *testing.T) {
 	}
 	_, err = other.InsertMany(ctx, docs)
 	require.NoError(t, err)
-	waitForIndex(t, filepath.Join(s.Dir(), "indexed.sqlite"), "__devdb_c_state,p,_id")
+	waitForIndex(t, filepath.Join(s.Dir(), "indexed.sqlite"), "__devdb_s_state,-p,_id")
 	coll = other
 	for _, f := range []bson.D{
 		{{Key: "state", Value: "available"}, {Key: "n", Value: int32(99)}},
@@ -303,7 +304,7 @@ func TestSortedFindAndModifyOfACappedCollection(t *testing.T) {
 		_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("c%d", i)}, {Key: "state", Value: "available"}, {Key: "p", Value: p}})
 		require.NoError(t, err)
 	}
-	waitForIndex(t, filepath.Join(s.Dir(), "capped.sqlite"), "__devdb_c_state,p")
+	waitForIndex(t, filepath.Join(s.Dir(), "capped.sqlite"), "__devdb_s_state,-p")
 	require.Equal(t, []string{`"c1"`}, modified(coll, bson.D{{Key: "state", Value: "available"}}, bson.D{{Key: "p", Value: -1}}))
 	require.Equal(t, []string{`"c2"`}, modified(coll, bson.D{{Key: "state", Value: "available"}}, bson.D{{Key: "p", Value: 1}}))
 }
@@ -347,4 +348,135 @@ func waitForIndex(t *testing.T, file, suffix string) {
 		require.False(t, time.Now().After(deadline), "no index %s in %s", suffix, file)
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestWalkedSortsMatchFerretDBsOwnSort: while no document has a key of a
+// type the covering index does not order, a sorted find whose filter sets
+// the keys before the sort's to strings walks the index from each
+// combination of them (orderByIndex's walkRead) and stops at its limit;
+// its results must be FerretDB's own sort's, for every type the index
+// orders (numbers of three types, strings with escapes and bytes past
+// ASCII, null, missing, ObjectIDs, booleans, dates), in the index's
+// directions and all reversed, with a filter the index applies in part.
+// A document whose sort key is an array (which sorts by its least or
+// greatest element) turns the walk off until it is gone.
+func TestWalkedSortsMatchFerretDBsOwnSort(t *testing.T) {
+	s := startServer(t)
+	ctx := context.Background()
+	coll := connect(t, s.URI()).Database("walked").Collection("jobs")
+	_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{
+		{Key: "state", Value: 1}, {Key: "q", Value: 1}, {Key: "p", Value: -1}, {Key: "r", Value: 1}, {Key: "_id", Value: 1},
+	}})
+	require.NoError(t, err)
+
+	rng := rand.New(rand.NewPCG(5, 6))
+	day := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	values := []any{
+		int32(0), int32(3), int32(-7), int64(3), int64(1) << 40, int64(1)<<53 + 1, float64(1 << 53), 2.5, -0.5, 3.0,
+		"", "a", "B", "ä", `quo"te`, "back\\slash", "日本", "[x", nil,
+		bson.NewObjectIDFromTimestamp(day), bson.NewObjectIDFromTimestamp(day.Add(time.Hour)),
+		true, false, bson.NewDateTimeFromTime(day), bson.NewDateTimeFromTime(day.Add(-time.Minute)),
+	}
+	var docs []any
+	for i := range 900 {
+		d := bson.D{{Key: "_id", Value: mixedID(i)},
+			{Key: "state", Value: []string{"available", "available", "running"}[rng.IntN(3)]},
+			{Key: "q", Value: []string{"a", "b", "c", "[a]"}[rng.IntN(4)]}}
+		for _, k := range []string{"p", "r"} {
+			if rng.IntN(8) > 0 {
+				d = append(d, bson.E{Key: k, Value: values[rng.IntN(len(values))]})
+			}
+		}
+		docs = append(docs, append(d, bson.E{Key: "n", Value: int32(rng.IntN(10))}))
+	}
+	_, err = coll.InsertMany(ctx, docs)
+	require.NoError(t, err)
+	file := filepath.Join(s.Dir(), "walked.sqlite")
+	waitForIndex(t, file, "__devdb_s_state,q,-p,r,_id")
+	waitForIndex(t, file, "__devdb_o_state,q,-p,r,_id")
+
+	filters := []bson.D{
+		{{Key: "state", Value: "available"}, {Key: "q", Value: "a"}},
+		{{Key: "state", Value: "available"}, {Key: "q", Value: bson.D{{Key: "$in", Value: bson.A{"a", "[a]", "c"}}}}},
+		{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{"available", "running"}}}}, {Key: "q", Value: bson.D{{Key: "$in", Value: bson.A{"b", "c"}}}}},
+		{{Key: "state", Value: "available"}, {Key: "q", Value: "b"}, {Key: "n", Value: bson.D{{Key: "$gte", Value: 8}}}},
+		{{Key: "state", Value: "available"}, {Key: "q", Value: "nothing"}},
+	}
+	sorts := []bson.D{
+		{{Key: "p", Value: -1}, {Key: "r", Value: 1}, {Key: "_id", Value: 1}},
+		{{Key: "p", Value: 1}, {Key: "r", Value: -1}, {Key: "_id", Value: -1}},
+		{{Key: "p", Value: -1}, {Key: "r", Value: 1}},
+		{{Key: "p", Value: -1}},
+	}
+	check := func(stage string) {
+		t.Helper()
+		for _, f := range filters {
+			for _, so := range sorts {
+				all := sortedIDs(t, coll, f, so, 0)
+				for _, limit := range []int64{1, 7, 64, 300} {
+					got := sortedIDs(t, coll, f, so, limit)
+					if len(so) == 3 {
+						require.Equal(t, all[:min(int(limit), len(all))], got, "%s: filter %v sort %v limit %d", stage, f, so, limit)
+					} else {
+						require.Len(t, got, min(int(limit), len(all)), "%s: filter %v sort %v limit %d", stage, f, so, limit)
+					}
+				}
+				if len(so) == 3 {
+					require.Equal(t, all[:min(1, len(all))], modified(coll, f, so), "%s: findAndModify filter %v sort %v", stage, f, so)
+				}
+			}
+		}
+	}
+	check("ordered types")
+	require.NotContains(t, walkPlan(t, file), "TEMP B-TREE", "a walk reads the index in order")
+
+	// Documents another application wrote, one at a time: an array in the
+	// first sort key, in a later one, in a key the filter sets (holding
+	// one of its strings), and an object in a sort key.
+	day2 := bson.NewDateTimeFromTime(day.Add(24 * time.Hour))
+	for _, odd := range []bson.D{
+		{{Key: "p", Value: bson.A{int32(-100), int32(1000)}}, {Key: "r", Value: int32(1)}},
+		{{Key: "p", Value: int32(3)}, {Key: "r", Value: bson.A{day2, int32(-50)}}},
+		{{Key: "q", Value: bson.A{"z", "a"}}, {Key: "p", Value: true}},
+		{{Key: "p", Value: int32(3)}, {Key: "r", Value: bson.D{{Key: "x", Value: int32(1)}}}},
+	} {
+		d := append(bson.D{{Key: "_id", Value: "odd"}, {Key: "state", Value: "available"}, {Key: "q", Value: "a"}}, odd...)
+		if odd[0].Key == "q" {
+			d = append(bson.D{d[0], d[1]}, odd...)
+		}
+		_, err = coll.InsertOne(ctx, d)
+		require.NoError(t, err)
+		check(fmt.Sprintf("odd document %v", odd))
+		_, err = coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "odd"}})
+		require.NoError(t, err)
+	}
+	check("the odd documents gone")
+}
+
+// walkPlan is SQLite's plan of one walk of the test's covering index, as
+// orderByIndex's walkRead writes it.
+func walkPlan(t *testing.T, file string) string {
+	t.Helper()
+	db := openReadOnly(t, file)
+	var table string
+	require.NoError(t, db.QueryRow(`SELECT table_name FROM _ferretdb_collections`).Scan(&table))
+	v := func(k string) string { return fmt.Sprintf(coveringValue, k) }
+	q := fmt.Sprintf(`EXPLAIN QUERY PLAN SELECT rowid AS rid, %[3]s AS s0, %[4]s AS s1, %[5]s AS s2, %[6]s AS s3, %[7]s AS s4, %[8]s AS s5 `+
+		`FROM %[1]s INDEXED BY %[2]s WHERE %[9]s = ? AND %[10]s = 3 AND %[11]s = ? AND %[12]s = 3 `+
+		`ORDER BY s0 DESC, s1 DESC, s2, s3, s4, s5 LIMIT 10`,
+		quoteIdent(table), quoteIdent(table+coveringInfix+"state,q,-p,r,_id"),
+		coveringRankOf("p"), v("p"), coveringRankOf("r"), v("r"), coveringRankOf("_id"), v("_id"),
+		v("state"), coveringRankOf("state"), v("q"), coveringRankOf("q"))
+	rows, err := db.Query(q, "available", "a")
+	require.NoError(t, err)
+	defer rows.Close()
+	var plan strings.Builder
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		require.NoError(t, rows.Scan(&id, &parent, &notused, &detail))
+		plan.WriteString(detail + "\n")
+	}
+	require.NoError(t, rows.Err())
+	return plan.String()
 }

@@ -848,16 +848,22 @@ func sortedChunk(limit int64) int { return int(min(max(limit, 16), 1000)) }
 
 // Covering indexes (devdb's idindex.go): for each of a collection's
 // indexes on two or more top-level fields k1, k2, ..., devdb adds the
-// SQLite index "<table>__devdb_c_k1,k2,..." on, for each key, the
-// field's SQL value and the rank of its BSON type:
+// SQLite index "<table>__devdb_s_k1,k2,..." (a descending key written
+// "-k") on, for each key in its direction, the rank of its BSON type and
+// the field's SQL value:
 //
-//	_ferretdb_sjson->>'$.k', CASE _ferretdb_sjson->>'$."$s".p.k.t' ... END
+//	CASE _ferretdb_sjson->>'$."$s".p.k.t' ... END, _ferretdb_sjson->>'$.k'
 //
 // Every column of such an index is an expression of _ferretdb_sjson that
 // SQLite reads from the index itself (->> returns no JSON subtype, so
 // SQLite may use the indexed value for the expression): a query that
-// names no other expression reads no row and parses no JSON.
-const coveringInfix = "__devdb_c_"
+// names no other expression reads no row and parses no JSON. Beside it,
+// the partial index "<table>__devdb_o_k1,k2,..." holds only the documents
+// with a key of a type outside coveringOrdered.
+const (
+	coveringInfix = "__devdb_s_"
+	oddInfix      = "__devdb_o_"
+)
 
 // coveringValue and coveringType are a key's value and sjson type (%s:
 // the field's name); coveringRank is the place of its type (%s: the type
@@ -876,25 +882,49 @@ const (
 		`WHEN 'string' THEN 3 WHEN 'object' THEN 4 WHEN 'array' THEN 5 WHEN 'binData' THEN 6 WHEN 'objectId' THEN 7 ` +
 		`WHEN 'bool' THEN 8 WHEN 'date' THEN 9 WHEN 'timestamp' THEN 10 WHEN 'regex' THEN 11 ELSE 99 END`
 	coveringOrdered = `1, 2, 3, 7, 8, 9`
-	rankString      = 3
-	rankArray       = 5
+	// coveringUnordered are the other ranks, which a walk seeks.
+	coveringUnordered = `4, 5, 6, 10, 11, 99`
+	rankString        = 3
+	rankArray         = 5
+	// maxWalks bounds the walks of one sorted read: one per combination
+	// of the strings the filter sets the keys before the sort's to.
+	maxWalks = 64
 )
+
+func coveringValueOf(k string) string { return fmt.Sprintf(coveringValue, k) }
+
+func coveringRankOf(k string) string { return fmt.Sprintf(coveringRank, fmt.Sprintf(coveringType, k)) }
+
+// sortedRead is a query of rowids in a sort's order, and its arguments
+// for a read of the first to of them. Its rows are a rowid and whether
+// the document has a sort key of a type the index does not order.
+type sortedRead struct {
+	q    string
+	args func(to int) []any
+}
 
 // orderByIndex returns an iterator of table's documents that may match
 // filter, in the order of the sort sortKeys, when one of the table's
 // covering indexes (above) can order them alone: it holds every sort key,
 // and it leads with a field the filter sets equal to a string or to one
-// of strings ({k1: "s"} or {k1: {$in: [...]}}). SQLite then seeks that
-// index to the filter's values of k1, applies the other string
-// equalities of the index's keys to the index's entries, and keeps the
-// first of them in sort order (a top-N sort): for a find stopping at
-// limit, at least sortedWindow(limit) rowids, and more, a window twice as
-// wide, when the handler's exact filter leaves too few of them. ok is
-// false, and querySorted does the work, when no index serves, when a
-// document has k1 as an array (it may hold the value: the seek would miss
-// it), or when a document whose entry matches has a sort key of a type
-// the index does not order (an array, an object, ...): the sort puts
-// those first, so one look at the first says.
+// of strings ({k1: "s"} or {k1: {$in: [...]}}). For a find stopping at
+// limit it reads at least sortedWindow(limit) rowids, and more, a window
+// twice as wide, when the handler's exact filter leaves too few of them.
+//
+// When the filter sets every key before the sort's to strings, the sort
+// is the index's next keys in its directions (or all reversed), and no
+// document has a key of a type the index does not order (the partial
+// index of those is empty), SQLite walks the index in order from each
+// combination of those strings and stops at the window: its cost does not
+// grow with the matches (walkRead). Otherwise SQLite seeks the index to
+// the filter's values of k1, applies the other string equalities of the
+// index's keys to the index's entries, and keeps the first of them in sort
+// order, a top-N sort of every match (scanRead). ok is false, and
+// querySorted does the work, when no index serves, when a document has k1
+// as an array (it may hold the value: the seek would miss it), or when a
+// document whose entry matches has a sort key of a type the index does
+// not order (an array, an object, ...): the top-N sort puts those first,
+// so one look at the first says.
 //
 // As with querySorted, the reads are not one snapshot: a later window
 // skips the rowids an earlier one returned, and may miss a document whose
@@ -904,80 +934,23 @@ func orderByIndex(ctx context.Context, db *fsql.DB, table string, filter, sortKe
 	if filter == nil || filter.Has("_id") {
 		return nil, false // a lookup by _id: querySorted reads those few rows
 	}
-
-	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?`, table)
-	if err != nil {
+	index, keys, odd := coveringIndex(ctx, db, table, filter, sortKeys)
+	if index == "" {
 		return nil, false
 	}
-	var index string
-	var keys []string
-	prefix := table + coveringInfix
-	for rows.Next() {
-		var name string
-		if rows.Scan(&name) != nil {
-			break
-		}
-		ks := strings.Split(strings.TrimPrefix(name, prefix), ",")
-		if index == "" && strings.HasPrefix(name, prefix) && coveringServes(ks, filter, sortKeys) {
-			index, keys = name, ks
+	read, ok := walkRead(ctx, db, table, index, keys, odd, filter, sortKeys)
+	if !ok {
+		if read, ok = scanRead(ctx, db, table, index, keys, filter, sortKeys); !ok {
+			return nil, false
 		}
 	}
-	if rows.Err() != nil || rows.Close() != nil || index == "" {
-		return nil, false
-	}
-
-	value := func(k string) string { return fmt.Sprintf(coveringValue, k) }
-	rank := func(k string) string { return fmt.Sprintf(coveringRank, fmt.Sprintf(coveringType, k)) }
-
-	// An array k1 (sjson stores its JSON text, '[...]') may hold the
-	// value; the seek on k1's value finds only the strings.
-	k1 := keys[0]
-	var n int
-	err = db.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %q INDEXED BY %q WHERE %s >= '[' AND %s < '\' AND %s = %d LIMIT 1)`,
-		table, index, value(k1), value(k1), rank(k1), rankArray)).Scan(&n)
-	if err != nil || n > 0 {
-		return nil, false
-	}
-
-	var conds []string
-	var args []any
-	for i, k := range keys {
-		if !filter.Has(k) {
-			continue
-		}
-		in := stringEqualities(must.NotFail(filter.Get(k)))
-		if in == nil {
-			continue
-		}
-		marks := strings.TrimSuffix(strings.Repeat("?, ", len(in)), ", ")
-		cond := fmt.Sprintf(`%s IN (%s) AND %s = %d`, value(k), marks, rank(k), rankString)
-		if i > 0 {
-			cond = fmt.Sprintf(`((%s) OR %s = %d)`, cond, rank(k), rankArray)
-		}
-		conds = append(conds, cond)
-		args = append(args, in...)
-	}
-
-	// The documents with a sort key of a type the index does not order
-	// come first (unordered: 1), the others in sort order.
-	var order, unordered []string
-	for _, k := range sortKeys.Keys() {
-		dir := ""
-		if must.NotFail(sortKeys.Get(k)).(int64) < 0 {
-			dir = " DESC"
-		}
-		order = append(order, rank(k)+dir, value(k)+dir)
-		unordered = append(unordered, fmt.Sprintf(`%s NOT IN (%s)`, rank(k), coveringOrdered))
-	}
-	q := fmt.Sprintf(`SELECT rowid, (%[1]s) FROM %[2]q INDEXED BY %[3]q WHERE %[4]s ORDER BY (%[1]s) DESC, %[5]s LIMIT ?`,
-		strings.Join(unordered, " OR "), table, index, strings.Join(conds, " AND "), strings.Join(order, ", "))
 
 	// window reads the rowids in places [from, to) of the order, less
 	// those seen; ok is false when a document is of a type the index does
 	// not order.
 	seen := map[int64]bool{}
 	window := func(from, to int) (rowids []int64, full, ok bool, err error) {
-		rows, err := db.QueryContext(ctx, q, append(slices.Clone(args), to)...)
+		rows, err := db.QueryPreparedContext(ctx, read.q, read.args(to)...)
 		if err != nil {
 			return nil, false, false, lazyerrors.Error(err)
 		}
@@ -1023,6 +996,241 @@ func orderByIndex(ctx context.Context, db *fsql.DB, table string, filter, sortKe
 	}
 
 	return it, true
+}
+
+// coveringIndex returns the name and keys (a descending one as "-k") of
+// the first of table's covering indexes that serves a find with filter
+// sorted by sortKeys, and the name of its partial index of odd documents
+// when table has it; index is "" when none serves.
+func coveringIndex(ctx context.Context, db *fsql.DB, table string, filter, sortKeys *types.Document) (index string, keys []string, odd string) {
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?`, table)
+	if err != nil {
+		return "", nil, ""
+	}
+	names := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if rows.Scan(&name) != nil {
+			break
+		}
+		names[name] = true
+		ks := strings.Split(strings.TrimPrefix(name, table+coveringInfix), ",")
+		if index == "" && strings.HasPrefix(name, table+coveringInfix) && coveringServes(keyNames(ks), filter, sortKeys) {
+			index, keys = name, ks
+		}
+	}
+	if rows.Err() != nil || rows.Close() != nil || index == "" {
+		return "", nil, ""
+	}
+	if o := table + oddInfix + strings.Join(keys, ","); names[o] {
+		odd = o
+	}
+	return index, keys, odd
+}
+
+// keyNames returns keys without their direction.
+func keyNames(keys []string) []string {
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = strings.TrimPrefix(k, "-")
+	}
+	return names
+}
+
+// walkRead returns the read that walks the covering index (see
+// orderByIndex), or false when it cannot. Each walk is a query with every
+// key before the sort's set equal to one combination of the filter's
+// strings, ordered as the index is (or all reversed), so that SQLite
+// reads the index's entries in order and stops at the limit; the walks'
+// rows are merged by the sort, then by rowid. Only while no document the
+// walks may reach has a key the walk would misplace (walkable).
+func walkRead(ctx context.Context, db *fsql.DB, table, index string, keys []string, odd string, filter, sortKeys *types.Document) (sortedRead, bool) {
+	names := keyNames(keys)
+	sorted := sortKeys.Keys()
+	p := slices.Index(names, sorted[0])
+	if p < 1 || p+len(sorted) > len(names) || !slices.Equal(names[p:p+len(sorted)], sorted) {
+		return sortedRead{}, false
+	}
+	reversed := false
+	for i, k := range sorted {
+		desc := must.NotFail(sortKeys.Get(k)).(int64) < 0
+		if i == 0 {
+			reversed = desc != strings.HasPrefix(keys[p], "-")
+		}
+		if desc != (strings.HasPrefix(keys[p+i], "-") != reversed) {
+			return sortedRead{}, false
+		}
+	}
+	combos := [][]any{{}}
+	for _, k := range names[:p] {
+		if !filter.Has(k) {
+			return sortedRead{}, false
+		}
+		in := stringEqualities(must.NotFail(filter.Get(k)))
+		if in == nil || len(combos)*len(in) > maxWalks {
+			return sortedRead{}, false
+		}
+		var next [][]any
+		for _, c := range combos {
+			for _, v := range in {
+				next = append(next, append(slices.Clone(c), v))
+			}
+		}
+		combos = next
+	}
+	later := slices.DeleteFunc(slices.Clone(sorted[1:]), func(k string) bool { return k == "_id" })
+	if !walkable(ctx, db, table, index, names, p, combos, odd, later) {
+		return sortedRead{}, false
+	}
+
+	var eqs, cols, order, unordered []string
+	for _, k := range names[:p] {
+		eqs = append(eqs, fmt.Sprintf(`%s = ? AND %s = %d`, coveringValueOf(k), coveringRankOf(k), rankString))
+	}
+	for i, k := range sorted {
+		dir := ""
+		if must.NotFail(sortKeys.Get(k)).(int64) < 0 {
+			dir = " DESC"
+		}
+		cols = append(cols, fmt.Sprintf(`%s AS s%d, %s AS s%d`, coveringRankOf(k), 2*i, coveringValueOf(k), 2*i+1))
+		order = append(order, fmt.Sprintf(`s%d%s, s%d%s`, 2*i, dir, 2*i+1, dir))
+		unordered = append(unordered, fmt.Sprintf(`s%d NOT IN (%s)`, 2*i, coveringOrdered))
+	}
+	walk := fmt.Sprintf(`SELECT * FROM (SELECT rowid AS rid, %s FROM %q INDEXED BY %q WHERE %s ORDER BY %s LIMIT ?)`,
+		strings.Join(cols, ", "), table, index, strings.Join(eqs, " AND "), strings.Join(order, ", "))
+	walks := strings.TrimSuffix(strings.Repeat(walk+" UNION ALL ", len(combos)), " UNION ALL ")
+	q := fmt.Sprintf(`SELECT rid, (%s) FROM (%s) ORDER BY %s, rid LIMIT ?`,
+		strings.Join(unordered, " OR "), walks, strings.Join(order, ", "))
+
+	return sortedRead{q: q, args: func(to int) []any {
+		var args []any
+		for _, c := range combos {
+			args = append(append(args, c...), to)
+		}
+		return append(args, to)
+	}}, true
+}
+
+// walkable reports whether no document the walks from combos of the keys
+// names[:p] may reach would be misplaced or missed: one holding an array
+// in one of those keys (an array holding one of the strings matches the
+// filter), or a value of a type SQL does not order as BSON does in a sort
+// key (an array sorts by its least or greatest element, not where its
+// type's rank puts it; objects are in their place, but not in order).
+// Each of the first is a seek of the index (a key's rank follows the keys
+// before it), the first sort key's too; a later sort key other than _id
+// (never an array), when later, is one of the partial index odd's keys,
+// and odd must be empty.
+func walkable(ctx context.Context, db *fsql.DB, table, index string, names []string, p int, combos [][]any, odd string, later []string) bool {
+	var seeks []string
+	var args []any
+	for i := 0; i <= p; i++ {
+		seen := map[string]bool{}
+		for _, c := range combos {
+			key := fmt.Sprintf("%q", c[:i])
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			var conds []string
+			for _, k := range names[:i] {
+				conds = append(conds, fmt.Sprintf(`%s = ? AND %s = %d`, coveringValueOf(k), coveringRankOf(k), rankString))
+			}
+			if i < p {
+				conds = append(conds, fmt.Sprintf(`%s = %d`, coveringRankOf(names[i]), rankArray))
+			} else {
+				conds = append(conds, fmt.Sprintf(`%s IN (%s)`, coveringRankOf(names[i]), coveringUnordered))
+			}
+			seeks = append(seeks, fmt.Sprintf(`SELECT 1 FROM %q INDEXED BY %q WHERE %s`, table, index, strings.Join(conds, " AND ")))
+			args = append(args, c[:i]...)
+		}
+	}
+	if len(later) > 0 {
+		oddKeys := oddKeys(names)
+		if odd == "" || slices.ContainsFunc(later, func(k string) bool { return !slices.Contains(oddKeys, k) }) {
+			return false
+		}
+		seeks = append(seeks, fmt.Sprintf(`SELECT 1 FROM %q INDEXED BY %q WHERE %s`, table, odd, oddWhere(oddKeys)))
+	}
+	rows, err := db.QueryPreparedContext(ctx, fmt.Sprintf(`%s LIMIT 1`, strings.Join(seeks, " UNION ALL ")), args...)
+	if err != nil {
+		return false
+	}
+	found := rows.Next()
+	return rows.Close() == nil && rows.Err() == nil && !found
+}
+
+// oddKeys and oddWhere are the keys and the condition of the partial
+// index of the documents with a value of a type outside coveringOrdered in
+// one of the covering index's later keys (devdb's idindex.go writes the
+// same): all but the first three and _id, which a walk with two keys set
+// by the filter or more can sort by after its first sort key.
+func oddKeys(keys []string) []string {
+	var odd []string
+	for _, k := range keys[min(3, len(keys)):] {
+		if k = strings.TrimPrefix(k, "-"); k != "_id" {
+			odd = append(odd, k)
+		}
+	}
+	return odd
+}
+
+func oddWhere(keys []string) string {
+	conds := make([]string, len(keys))
+	for i, k := range keys {
+		conds[i] = fmt.Sprintf(`%s NOT IN (%s)`, coveringRankOf(k), coveringOrdered)
+	}
+	return "(" + strings.Join(conds, " OR ") + ")"
+}
+
+// scanRead returns the read that keeps the first of every match in sort
+// order (see orderByIndex), or false when a document has k1 as an array.
+func scanRead(ctx context.Context, db *fsql.DB, table, index string, keys []string, filter, sortKeys *types.Document) (sortedRead, bool) {
+	names := keyNames(keys)
+
+	// An array k1 (sjson stores its JSON text, '[...]') may hold the
+	// value; the seek on k1's value finds only the strings.
+	k1 := names[0]
+	var n int
+	err := db.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %q INDEXED BY %q WHERE %s >= '[' AND %s < '\' AND %s = %d LIMIT 1)`,
+		table, index, coveringValueOf(k1), coveringValueOf(k1), coveringRankOf(k1), rankArray)).Scan(&n)
+	if err != nil || n > 0 {
+		return sortedRead{}, false
+	}
+
+	var conds []string
+	var args []any
+	for i, k := range names {
+		if !filter.Has(k) {
+			continue
+		}
+		in := stringEqualities(must.NotFail(filter.Get(k)))
+		if in == nil {
+			continue
+		}
+		marks := strings.TrimSuffix(strings.Repeat("?, ", len(in)), ", ")
+		cond := fmt.Sprintf(`%s IN (%s) AND %s = %d`, coveringValueOf(k), marks, coveringRankOf(k), rankString)
+		if i > 0 {
+			cond = fmt.Sprintf(`((%s) OR %s = %d)`, cond, coveringRankOf(k), rankArray)
+		}
+		conds = append(conds, cond)
+		args = append(args, in...)
+	}
+
+	// The documents with a sort key of a type the index does not order
+	// come first (unordered: 1), the others in sort order.
+	var order, unordered []string
+	for _, k := range sortKeys.Keys() {
+		dir := ""
+		if must.NotFail(sortKeys.Get(k)).(int64) < 0 {
+			dir = " DESC"
+		}
+		order = append(order, coveringRankOf(k)+dir, coveringValueOf(k)+dir)
+		unordered = append(unordered, fmt.Sprintf(`%s NOT IN (%s)`, coveringRankOf(k), coveringOrdered))
+	}
+	q := fmt.Sprintf(`SELECT rowid, (%[1]s) FROM %[2]q INDEXED BY %[3]q WHERE %[4]s ORDER BY (%[1]s) DESC, %[5]s LIMIT ?`,
+		strings.Join(unordered, " OR "), table, index, strings.Join(conds, " AND "), strings.Join(order, ", "))
+	return sortedRead{q: q, args: func(to int) []any { return append(slices.Clone(args), to) }}, true
 }
 
 // sortedWindow is how many rowids in sort order orderByIndex reads first

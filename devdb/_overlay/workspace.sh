@@ -1,6 +1,6 @@
 #!/bin/sh
 # Prints the path of a Go workspace file (for GOWORK=...) that builds the
-# devdb module with nine of FerretDB's files replaced and two added: its SQLite collection
+# devdb module with nine of FerretDB's files replaced and three added: its SQLite collection
 # by _overlay/sqlite_collection.go, whose queries push down _id lookups,
 # string equalities and $in of strings wherever they stand in a filter, and
 # apply a limited find's sort (orderByIndex, querySorted); its find and
@@ -9,7 +9,9 @@
 # sort down; and its update command by
 # _overlay/handler_msg_update.go, which closes each statement's query when
 # the statement is done; and its SQL transaction wrapper by
-# _overlay/fsql_tx.go, which can prepare a statement; and its resource
+# _overlay/fsql_tx.go, which can prepare a statement, beside
+# _overlay/fsql_stmt.go, which keeps the statements of the sorted reads
+# prepared; and its resource
 # tracker by _overlay/resource.go, which takes no stack trace per object
 # outside debug builds; and its document decoder by _overlay/sjson.go, which
 # first tries the one-pass decoder that _overlay/sjson_fast.go adds as
@@ -42,6 +44,7 @@ resource.go internal/util/resource/resource.go
 sjson.go internal/handler/sjson/sjson.go
 sjson_fast.go internal/handler/sjson/fast.go
 sjson_fast_test.go internal/handler/sjson/fast_test.go
+fsql_stmt.go internal/util/fsql/stmt.go
 sqlite_metadata_registry.go internal/backends/sqlite/metadata/registry.go"
 stale=false
 if [ ! -f "$copy/.version" ] || [ "$(cat "$copy/.version")" != "$version" ]; then
