@@ -195,7 +195,7 @@ func TestJobActionsOnAnUnknownStateAreErrUnknownState(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.JobCancel(ctx, docket.StringJobID("odd"))
 	require.ErrorIs(t, err, docket.ErrUnknownState)
-	res, err := c.JobRetry(ctx, &docket.JobRetryParams{JobFilter: docket.JobFilter{IDs: []string{"odd"}}})
+	res, err := c.JobRetry(ctx, &docket.JobRetryParams{JobFilter: docket.JobFilter{JobIDs: []docket.JobID{docket.StringJobID("odd")}}})
 	require.NoError(t, err)
 	require.Len(t, res, 1)
 	require.ErrorIs(t, res[0].Err, docket.ErrUnknownState)
