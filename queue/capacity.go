@@ -251,19 +251,15 @@ func (c *Client) readCapacities(ctx context.Context) ([]QueueCapacity, error) {
 
 // queueCapacity reads one queues document's capacity field by field.
 func queueCapacity(d bson.Raw) QueueCapacity {
-	id := d.Lookup("_id")
-	name, ok := id.StringValueOK()
-	if !ok {
-		return QueueCapacity{Queue: id.String(), Malformed: fmt.Sprintf("_id is a %s, not a queue name", id.Type)}
+	name, bad := store.StoredName(d, "queue")
+	if bad != "" {
+		return QueueCapacity{Queue: name, Malformed: bad}
 	}
 	qc := QueueCapacity{Queue: name}
 	if qc.Capacity, qc.Malformed = store.StoredCount(d, "capacity", MaxCapacity); qc.Malformed != "" {
 		return qc
 	}
-	if t, ok := d.Lookup("capacitySetAt").TimeOK(); ok {
-		qc.SetAt = t.UTC()
-	}
-	qc.SetBy, _ = d.Lookup("capacitySetBy").StringValueOK()
+	qc.SetAt, qc.SetBy = store.StoredStamp(d, "capacitySet")
 	return qc
 }
 

@@ -288,16 +288,6 @@ func (s *Store) setLimitsDoc(ctx context.Context, id string, fields bson.D, pref
 	return nil
 }
 
-// setStamp reads when, and by whom, setLimitsDoc set the part prefix of
-// the limits document d.
-func setStamp(d bson.Raw, prefix string) (at time.Time, by string) {
-	if t, ok := d.Lookup(prefix + "SetAt").TimeOK(); ok {
-		at = t.UTC()
-	}
-	by, _ = d.Lookup(prefix + "SetBy").StringValueOK()
-	return at, by
-}
-
 // deleteLimitsDoc deletes the limits collection's document id, reporting
 // whether there was one, and makes this client's next claim read the
 // limits again.
@@ -381,10 +371,9 @@ func (s *Store) readLimits(ctx context.Context) ([]RunLimit, error) {
 
 // runLimit reads one limits document field by field.
 func runLimit(d bson.Raw) RunLimit {
-	id := d.Lookup("_id")
-	name, ok := id.StringValueOK()
-	if !ok {
-		return RunLimit{Name: id.String(), Malformed: fmt.Sprintf("_id is a %s, not a limit name", id.Type)}
+	name, bad := StoredName(d, "limit")
+	if bad != "" {
+		return RunLimit{Name: name, Malformed: bad}
 	}
 	l := RunLimit{Name: name}
 	if _, _, err := ParseLimitName(name); err != nil {
@@ -401,7 +390,7 @@ func runLimit(d bson.Raw) RunLimit {
 		if l.PartitionLimit, l.Malformed = storedCount(d, "partitionLimit", MaxLimit); l.Malformed != "" {
 			return l
 		}
-		l.PartitionSetAt, l.PartitionSetBy = setStamp(d, "partition")
+		l.PartitionSetAt, l.PartitionSetBy = StoredStamp(d, "partitionSet")
 		if d.Lookup("limit").Type == 0 {
 			l.NoTotal = true
 			return l
@@ -410,7 +399,7 @@ func runLimit(d bson.Raw) RunLimit {
 	if l.Limit, l.Malformed = storedCount(d, "limit", MaxLimit); l.Malformed != "" {
 		return l
 	}
-	l.SetAt, l.SetBy = setStamp(d, "limit")
+	l.SetAt, l.SetBy = StoredStamp(d, "limitSet")
 	return l
 }
 

@@ -346,7 +346,7 @@ func rateLimit(d bson.Raw, t time.Time) (RateLimit, *rateState) {
 		rl.Malformed = bad
 		return rl, nil
 	}
-	rl.SetAt, rl.SetBy = setStamp(d, "rate")
+	rl.SetAt, rl.SetBy = StoredStamp(d, "rateSet")
 	st := &rateState{rate: rl.Rate, setAt: rl.SetAt}
 	st.read(d)
 	rl.Starts, _ = d.Lookup("starts").AsInt64OK()

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/docketq/docket/jobs"
@@ -112,6 +113,28 @@ func storedCount(d bson.Raw, field string, max int) (n int, malformed string) {
 // StoredCount is storedCount, for package queue.
 func StoredCount(d bson.Raw, field string, max int) (n int, malformed string) {
 	return storedCount(d, field, max)
+}
+
+// StoredName reads the _id of the document d, another application's
+// perhaps, as the name of a queue or a limit (what): malformed says so
+// when it is not a string, and name is then the id as extended JSON.
+func StoredName(d bson.Raw, what string) (name, malformed string) {
+	id := d.Lookup("_id")
+	if name, ok := id.StringValueOK(); ok {
+		return name, ""
+	}
+	return id.String(), fmt.Sprintf("_id is a %s, not a %s name", id.Type, what)
+}
+
+// StoredStamp reads when, and by whom, a setting of the document d was
+// written: its fields prefix+"At" and prefix+"By", each zero when it is
+// missing or of another type.
+func StoredStamp(d bson.Raw, prefix string) (at time.Time, by string) {
+	if t, ok := d.Lookup(prefix + "At").TimeOK(); ok {
+		at = t.UTC()
+	}
+	by, _ = d.Lookup(prefix + "By").StringValueOK()
+	return at, by
 }
 
 // nameProblem says what is wrong with a kind or queue name, or returns ""
