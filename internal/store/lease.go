@@ -55,7 +55,7 @@ type Renewal struct {
 // that finishes a job uses it.
 func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 	unset := bson.D{
-		{Key: "leaseExpiresAt", Value: ""}, {Key: capacitySlotField, Value: ""},
+		{Key: "leaseExpiresAt", Value: ""}, {Key: CapacitySlotField, Value: ""},
 		{Key: kindRunSlotField, Value: ""}, {Key: queueRunSlotField, Value: ""},
 		{Key: kindPartSlotField, Value: ""}, {Key: queuePartSlotField, Value: ""},
 	}

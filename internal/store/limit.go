@@ -141,7 +141,7 @@ func ParseLimitName(name string) (isKind bool, target string, err error) {
 		if target == "" {
 			return false, "", fmt.Errorf("limit %q: the kind is empty", name)
 		}
-		if p := nameProblem(target); p != "" {
+		if p := NameProblem(target); p != "" {
 			return false, "", fmt.Errorf("limit %q: kind %s", name, p)
 		}
 		return true, target, nil
@@ -387,7 +387,7 @@ func runLimit(d bson.Raw) RunLimit {
 	}
 	if arg != "" {
 		l.PartitionBy = arg
-		if l.PartitionLimit, l.Malformed = storedCount(d, "partitionLimit", MaxLimit); l.Malformed != "" {
+		if l.PartitionLimit, l.Malformed = StoredCount(d, "partitionLimit", MaxLimit); l.Malformed != "" {
 			return l
 		}
 		l.PartitionSetAt, l.PartitionSetBy = StoredStamp(d, "partitionSet")
@@ -396,7 +396,7 @@ func runLimit(d bson.Raw) RunLimit {
 			return l
 		}
 	}
-	if l.Limit, l.Malformed = storedCount(d, "limit", MaxLimit); l.Malformed != "" {
+	if l.Limit, l.Malformed = StoredCount(d, "limit", MaxLimit); l.Malformed != "" {
 		return l
 	}
 	l.SetAt, l.SetBy = StoredStamp(d, "limitSet")

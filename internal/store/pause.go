@@ -79,7 +79,7 @@ func ValidQueueName(q string) error {
 	if err := storedQueueName(q); err != nil {
 		return err
 	}
-	if p := nameProblem(q); p != "" {
+	if p := NameProblem(q); p != "" {
 		return fmt.Errorf("queue name %s", p)
 	}
 	return nil
