@@ -595,17 +595,8 @@ func ctlPause(fs *flag.FlagSet) func(*env, []string) error {
 				return badInput("%v", err)
 			}
 		}
-		if *by == "" {
-			*by = operator()
-		}
-		for _, q := range names {
-			changed, err := e.q.Pause(e.ctx, q, *by)
-			done := fmt.Sprintf("paused: workers stop claiming from it within %s; running jobs finish", queue.PauseRefresh)
-			if err := e.reportChange(q, changed, err, done, "already paused"); err != nil {
-				return err
-			}
-		}
-		return nil
+		return e.changeQueues(names, *by, e.q.Pause,
+			fmt.Sprintf("paused: workers stop claiming from it within %s; running jobs finish", queue.PauseRefresh), "already paused")
 	}
 }
 
@@ -615,18 +606,25 @@ func ctlResume(fs *flag.FlagSet) func(*env, []string) error {
 		if err := queueNames(names); err != nil {
 			return err
 		}
-		if *by == "" {
-			*by = operator()
-		}
-		for _, q := range names {
-			changed, err := e.q.Resume(e.ctx, q, *by)
-			done := fmt.Sprintf("resumed: workers claim from it again within %s", queue.PauseRefresh)
-			if err := e.reportChange(q, changed, err, done, "not paused"); err != nil {
-				return err
-			}
-		}
-		return nil
+		return e.changeQueues(names, *by, e.q.Resume,
+			fmt.Sprintf("resumed: workers claim from it again within %s", queue.PauseRefresh), "not paused")
 	}
+}
+
+// changeQueues applies change to each queue of names, recording by (the
+// operator when empty) as who made it, and reports each as reportChange
+// does; it stops at the first error.
+func (e *env) changeQueues(names []string, by string, change func(context.Context, string, string) (bool, error), done, unchanged string) error {
+	if by == "" {
+		by = operator()
+	}
+	for _, q := range names {
+		changed, err := change(e.ctx, q, by)
+		if err := e.reportChange(q, changed, err, done, unchanged); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // reportChange prints what a change to name did, given the write's result:
