@@ -157,7 +157,7 @@ func (h *harnessEnv) maintenance(t *testing.T) {
 	t.Helper()
 	{
 		h.reap(t)
-		h.must(t, "free stranded slots", func() error { _, err := h.q.FreeStrandedSlots(h.ctx); return err })
+		h.must(t, "free stranded slots", func() error { return h.q.RepairForeignWrites(h.ctx) })
 		harnessRenameSweep(t, h)
 		harnessTransferRecovery(t, h)
 		harnessLedgerSweep(t, h)

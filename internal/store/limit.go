@@ -888,8 +888,10 @@ func strandedRunSlot(f string) bson.D {
 	}}}
 }
 
-// StrandedRunSlotsFilter matches the jobs FreeStrandedRunSlots frees a
-// slot of.
+// StrandedRunSlotsFilter matches the jobs that hold a run slot but are
+// not running: another application's write ended or re-queued them and
+// left the slot, which would otherwise be held forever; or whose slot
+// another app wrote as null, which MongoDB's sparse unique index indexes.
 func StrandedRunSlotsFilter() bson.D {
 	either := make(bson.A, len(runSlotFields))
 	for i, f := range runSlotFields {
@@ -898,22 +900,8 @@ func StrandedRunSlotsFilter() bson.D {
 	return bson.D{{Key: "$or", Value: either}}
 }
 
-// FreeStrandedRunSlots unsets the run slots of the jobs that hold one but
-// are not running: another application's write ended or re-queued them and
-// left the slot, which would otherwise be held forever. It also clears a
-// slot written as null, which MongoDB's sparse unique index indexes. It
-// touches only such jobs, found first (FoundIDs), up to FoundBatch a call.
-// It returns how many it changed.
-func (s *Store) FreeStrandedRunSlots(ctx context.Context) (int, error) {
-	ids, err := s.FoundIDs(ctx, StrandedRunSlotsFilter())
-	if err != nil {
-		return 0, fmt.Errorf("store: free stranded run slots: %w", err)
-	}
-	return s.FreeRunSlotsOf(ctx, ids)
-}
-
 // FreeRunSlotsOf frees the stranded run slots of those of the jobs ids
-// that still hold one (see FreeStrandedRunSlots): each slot field with one
+// that still hold one (StrandedRunSlotsFilter): each slot field with one
 // write by those ids, conditioned again on what makes it stranded.
 func (s *Store) FreeRunSlotsOf(ctx context.Context, ids bson.A) (int, error) {
 	n := 0
