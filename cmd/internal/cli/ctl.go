@@ -264,10 +264,7 @@ func ctlList(fs *flag.FlagSet) func(*env, []string) error {
 func ctlShow(fs *flag.FlagSet) func(*env, []string) error {
 	asJSON := fs.Bool("json", false, "print the job documents as JSON, one per line")
 	return func(e *env, tokens []string) error {
-		if len(tokens) == 0 {
-			return badInput("give the ids of the jobs to show")
-		}
-		ids, err := parseJobIDs(tokens)
+		ids, err := jobIDsToAct(tokens, "show")
 		if err != nil {
 			return err
 		}
@@ -407,10 +404,7 @@ func ctlRetry(fs *flag.FlagSet) func(*env, []string) error {
 func ctlDelete(fs *flag.FlagSet) func(*env, []string) error {
 	force := fs.Bool("force", false, "also delete jobs that have not finished (available); never a running one")
 	return func(e *env, tokens []string) error {
-		if len(tokens) == 0 {
-			return badInput("give the ids of the jobs to delete")
-		}
-		ids, err := parseJobIDs(tokens)
+		ids, err := jobIDsToAct(tokens, "delete")
 		if err != nil {
 			return err
 		}
@@ -493,10 +487,7 @@ func ctlDashboard(fs *flag.FlagSet) func(*env, []string) error {
 
 func cancelCommand(fs *flag.FlagSet) func(*env, []string) error {
 	return func(e *env, tokens []string) error {
-		if len(tokens) == 0 {
-			return badInput("give the ids of the jobs to cancel")
-		}
-		ids, err := parseJobIDs(tokens)
+		ids, err := jobIDsToAct(tokens, "cancel")
 		if err != nil {
 			return err
 		}
@@ -538,6 +529,15 @@ func parseJobIDs(tokens []string) ([]queue.JobID, error) {
 		ids[i] = id
 	}
 	return ids, nil
+}
+
+// jobIDsToAct is parseJobIDs of the tokens a command that acts on jobs
+// (verb) requires: at least one.
+func jobIDsToAct(tokens []string, verb string) ([]queue.JobID, error) {
+	if len(tokens) == 0 {
+		return nil, badInput("give the ids of the jobs to %s", verb)
+	}
+	return parseJobIDs(tokens)
 }
 
 // idLabel names a job for a person, in every table and line docketctl
