@@ -137,7 +137,7 @@ type JobRetryParams struct {
 // full bounded queue (ErrQueueFull).
 func (c *Client) JobRetry(ctx context.Context, params *JobRetryParams) ([]JobActionResult, error) {
 	if params == nil || isEmptyFilter(params.JobFilter) {
-		return nil, errors.New("docket: JobRetry: the filter selects every job; name the jobs (IDs) or narrow it (States, Kinds, Queues, a creation time)")
+		return nil, errors.New("docket: JobRetry: the filter selects every job; name the jobs (JobIDs) or narrow it (States, Kinds, Queues, a creation time)")
 	}
 	res, err := c.q.Retry(ctx, params.JobFilter)
 	return res, engineErr(err)
@@ -157,14 +157,14 @@ type JobDeleteParams struct {
 // available ones), and returns what it did to each job.
 func (c *Client) JobDelete(ctx context.Context, params *JobDeleteParams) ([]JobActionResult, error) {
 	if params == nil || isEmptyFilter(params.JobFilter) {
-		return nil, errors.New("docket: JobDelete: the filter selects every job; name the jobs (IDs) or narrow it (States, Kinds, Queues, a creation time)")
+		return nil, errors.New("docket: JobDelete: the filter selects every job; name the jobs (JobIDs) or narrow it (States, Kinds, Queues, a creation time)")
 	}
 	res, err := c.q.Delete(ctx, params.JobFilter, params.Force)
 	return res, engineErr(err)
 }
 
 func isEmptyFilter(f JobFilter) bool {
-	return len(f.IDs) == 0 && len(f.JobIDs) == 0 && len(f.States) == 0 && len(f.Kinds) == 0 &&
+	return len(f.JobIDs) == 0 && len(f.States) == 0 && len(f.Kinds) == 0 &&
 		len(f.Queues) == 0 && f.CreatedAfter.IsZero() && f.CreatedBefore.IsZero()
 }
 

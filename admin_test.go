@@ -62,10 +62,10 @@ func TestAdminVerbsOnTheClient(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, jobs.StateAvailable, j.State)
 
-	res, err = c.JobDelete(ctx, &docket.JobDeleteParams{JobFilter: docket.JobFilter{IDs: ids[1:2]}})
+	res, err = c.JobDelete(ctx, &docket.JobDeleteParams{JobFilter: docket.JobFilter{JobIDs: []docket.JobID{docket.StringJobID(ids[1])}}})
 	require.NoError(t, err)
 	require.ErrorIs(t, res[0].Err, docket.ErrJobNotFinished, "without Force an available job stays")
-	res, err = c.JobDelete(ctx, &docket.JobDeleteParams{JobFilter: docket.JobFilter{IDs: ids[1:2]}, Force: true})
+	res, err = c.JobDelete(ctx, &docket.JobDeleteParams{JobFilter: docket.JobFilter{JobIDs: []docket.JobID{docket.StringJobID(ids[1])}}, Force: true})
 	require.NoError(t, err)
 	require.NoError(t, res[0].Err)
 	_, err = c.JobGet(ctx, docket.StringJobID(ids[1]))

@@ -330,27 +330,29 @@ const LimitNone = -1
 // capacityValue is the stored capacity of n, a capacity as Config and
 // QueueSetCapacity take it, or an error naming what is wrong.
 func capacityValue(n int) (int, error) {
-	switch {
-	case n == CapacityClosed:
-		return 0, nil
-	case n == 0:
-		return 0, errors.New("0 is not a capacity: write docket.CapacityClosed to refuse every insert, or leave the queue out to leave it as it is")
-	case n < 1 || n > queue.MaxCapacity:
-		return 0, fmt.Errorf("%d must be from 1 to %d, or docket.CapacityClosed", n, queue.MaxCapacity)
-	}
-	return n, nil
+	return storedBound(n, CapacityClosed, queue.MaxCapacity, "a capacity", "docket.CapacityClosed",
+		"to refuse every insert, or leave the queue out")
 }
 
 // limitValue is the stored limit of n, a limit as Config and LimitSet take
 // it, or an error naming what is wrong.
 func limitValue(n int) (int, error) {
+	return storedBound(n, LimitNone, queue.MaxLimit, "a limit", "docket.LimitNone",
+		"to let none run, or leave the limit out")
+}
+
+// storedBound is the stored value of n, a capacity or a limit (what) from
+// 1 to most, or none (the constant noneName, stored as 0); 0 is refused:
+// throughout Config it means "the default", and hint says what to write
+// instead.
+func storedBound(n, none, most int, what, noneName, hint string) (int, error) {
 	switch {
-	case n == LimitNone:
+	case n == none:
 		return 0, nil
 	case n == 0:
-		return 0, errors.New("0 is not a limit: write docket.LimitNone to let none run, or leave the limit out to leave it as it is")
-	case n < 1 || n > queue.MaxLimit:
-		return 0, fmt.Errorf("%d must be from 1 to %d, or docket.LimitNone", n, queue.MaxLimit)
+		return 0, fmt.Errorf("0 is not %s: write %s %s to leave it as it is", what, noneName, hint)
+	case n < 1 || n > most:
+		return 0, fmt.Errorf("%d must be from 1 to %d, or %s", n, most, noneName)
 	}
 	return n, nil
 }

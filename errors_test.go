@@ -45,28 +45,6 @@ func TestStartRefusedSetupIsErrSetupRefused(t *testing.T) {
 	require.ErrorIs(t, err, docket.ErrSetupRefused)
 }
 
-// JobRetry leaves alone a finished job whose unique key an unfinished job
-// now holds, saying so with ErrUniqueKeyHeld.
-func TestJobRetrySaysTheUniqueKeyIsHeld(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	opts := &docket.InsertOpts{UniqueKey: "k", Delay: time.Hour}
-	first, err := c.Insert(ctx, GreetArgs{Name: "a"}, opts)
-	require.NoError(t, err)
-	_, err = c.JobCancel(ctx, first.JobID())
-	require.NoError(t, err)
-	second, err := c.Insert(ctx, GreetArgs{Name: "b"}, opts)
-	require.NoError(t, err)
-	require.False(t, second.Duplicate, "the cancelled job freed the key")
-
-	res, err := c.JobRetry(ctx, &docket.JobRetryParams{JobFilter: docket.JobFilter{JobIDs: []docket.JobID{first.JobID()}}})
-	require.NoError(t, err)
-	require.Len(t, res, 1)
-	require.ErrorIs(t, res[0].Err, docket.ErrUniqueKeyHeld)
-}
-
 // An insert into a full bounded queue fails with a *QueueFullError naming
 // the queue and its capacity.
 func TestInsertIntoAFullQueueIsAQueueFullError(t *testing.T) {
@@ -92,45 +70,13 @@ func TestInsertIntoAFullQueueIsAQueueFullError(t *testing.T) {
 	require.Equal(t, refused.ID, again.ID)
 }
 
-// JobDelete and JobRetry say why they leave a job of a dependency alone:
-// a parent others wait for, a blocked child.
-func TestJobActionsSayWhyDependenciesAreLeftAlone(t *testing.T) {
+// A workflow whose task id a plain job holds is refused with
+// ErrWorkflowIDTaken.
+func TestWorkflowIDTakenIsDocketsName(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{Logger: zaptest.NewLogger(t)})
 	require.NoError(t, err)
-	parent, err := c.Insert(ctx, GreetArgs{Name: "parent"}, &docket.InsertOpts{Delay: time.Hour})
-	require.NoError(t, err)
-	child, err := c.Insert(ctx, GreetArgs{Name: "child"}, &docket.InsertOpts{After: []string{parent.ID}})
-	require.NoError(t, err)
-
-	del, err := c.JobDelete(ctx, &docket.JobDeleteParams{JobFilter: docket.JobFilter{JobIDs: []docket.JobID{parent.JobID()}}, Force: true})
-	require.NoError(t, err)
-	require.Len(t, del, 1)
-	require.ErrorIs(t, del[0].Err, docket.ErrHasDependents)
-
-	retry, err := c.JobRetry(ctx, &docket.JobRetryParams{JobFilter: docket.JobFilter{JobIDs: []docket.JobID{child.JobID()}}})
-	require.NoError(t, err)
-	require.Len(t, retry, 1)
-	require.ErrorIs(t, retry[0].Err, docket.ErrWaitingForParents)
-}
-
-// A workflow's gate is not retried, and a workflow whose task id a plain
-// job holds is refused.
-func TestWorkflowErrorsAreDocketsNames(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	c, err := docket.NewClient(testdb.NewDB(t), docket.Config{Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
-	wf := docket.NewWorkflow("wf")
-	wf.Add("a", GreetArgs{Name: "a"}, nil)
-	res, err := c.InsertWorkflow(ctx, wf)
-	require.NoError(t, err)
-	retry, err := c.JobRetry(ctx, &docket.JobRetryParams{JobFilter: docket.JobFilter{JobIDs: []docket.JobID{docket.StringJobID(res.ID)}}})
-	require.NoError(t, err)
-	require.Len(t, retry, 1)
-	require.ErrorIs(t, retry[0].Err, docket.ErrWorkflowGate)
-
 	_, err = c.Insert(ctx, GreetArgs{Name: "squatter"}, &docket.InsertOpts{ID: "taken/a"})
 	require.NoError(t, err)
 	taken := docket.NewWorkflow("taken")
@@ -181,23 +127,86 @@ func TestInsertWithRefusedSetupKeepsTheID(t *testing.T) {
 	require.Equal(t, res.ID, again.ID)
 }
 
-// A job another app wrote with a state docket does not know is refused by
-// JobCancel and left alone by JobRetry, both with ErrUnknownState.
-func TestJobActionsOnAnUnknownStateAreErrUnknownState(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := testdb.NewDB(t)
+// JobRetry and JobDelete say, with docket's own errors, why they leave a
+// job alone; none of them says the state changed (asking again would not
+// act).
+func TestJobActionsSayWhyTheyLeaveAJobAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// job makes the job acted on.
+		job    func(t *testing.T, ctx context.Context, c *docket.Client, db *mongo.Database) docket.JobID
+		delete bool
+		want   error
+	}{
+		{"retry of a finished job whose unique key an unfinished job holds", uniqueKeyHeld, false, docket.ErrUniqueKeyHeld},
+		{"delete of a parent others wait for", func(t *testing.T, ctx context.Context, c *docket.Client, _ *mongo.Database) docket.JobID {
+			return parentAndChild(t, ctx, c)[0]
+		}, true, docket.ErrHasDependents},
+		{"retry of a child waiting for its parent", func(t *testing.T, ctx context.Context, c *docket.Client, _ *mongo.Database) docket.JobID {
+			return parentAndChild(t, ctx, c)[1]
+		}, false, docket.ErrWaitingForParents},
+		{"retry of a workflow's gate", func(t *testing.T, ctx context.Context, c *docket.Client, _ *mongo.Database) docket.JobID {
+			wf := docket.NewWorkflow("wf")
+			wf.Add("a", GreetArgs{Name: "a"}, nil)
+			res, err := c.InsertWorkflow(ctx, wf)
+			require.NoError(t, err)
+			return docket.StringJobID(res.ID)
+		}, false, docket.ErrWorkflowGate},
+		{"retry of a job in a state docket does not know", unknownState, false, docket.ErrUnknownState},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testdb.NewDB(t)
+			c, err := docket.NewClient(db, docket.Config{Logger: zaptest.NewLogger(t)})
+			require.NoError(t, err)
+			f := docket.JobFilter{JobIDs: []docket.JobID{tc.job(t, ctx, c, db)}}
+			var res []docket.JobActionResult
+			if tc.delete {
+				res, err = c.JobDelete(ctx, &docket.JobDeleteParams{JobFilter: f, Force: true})
+			} else {
+				res, err = c.JobRetry(ctx, &docket.JobRetryParams{JobFilter: f})
+			}
+			require.NoError(t, err)
+			require.Len(t, res, 1)
+			require.ErrorIs(t, res[0].Err, tc.want)
+			require.NotErrorIs(t, res[0].Err, docket.ErrStateChanged)
+		})
+	}
+}
+
+// uniqueKeyHeld makes a cancelled job whose unique key another job took
+// since.
+func uniqueKeyHeld(t *testing.T, ctx context.Context, c *docket.Client, _ *mongo.Database) docket.JobID {
+	opts := &docket.InsertOpts{UniqueKey: "k", Delay: time.Hour}
+	first, err := c.Insert(ctx, GreetArgs{Name: "a"}, opts)
+	require.NoError(t, err)
+	_, err = c.JobCancel(ctx, first.JobID())
+	require.NoError(t, err)
+	second, err := c.Insert(ctx, GreetArgs{Name: "b"}, opts)
+	require.NoError(t, err)
+	require.False(t, second.Duplicate, "the cancelled job freed the key")
+	return first.JobID()
+}
+
+// parentAndChild inserts a parent that waits an hour and a child that
+// waits for it, and returns their ids.
+func parentAndChild(t *testing.T, ctx context.Context, c *docket.Client) [2]docket.JobID {
+	parent, err := c.Insert(ctx, GreetArgs{Name: "parent"}, &docket.InsertOpts{Delay: time.Hour})
+	require.NoError(t, err)
+	child, err := c.Insert(ctx, GreetArgs{Name: "child"}, &docket.InsertOpts{After: []string{parent.ID}})
+	require.NoError(t, err)
+	return [2]docket.JobID{parent.JobID(), child.JobID()}
+}
+
+// unknownState writes, as another app would, a job in a state docket does
+// not know, which JobCancel refuses with ErrUnknownState.
+func unknownState(t *testing.T, ctx context.Context, c *docket.Client, db *mongo.Database) docket.JobID {
 	_, err := db.Collection(docket.DefaultCollection).InsertOne(ctx, bson.M{
 		"_id": "odd", "kind": "greet", "queue": "default", "args": bson.M{}, "state": "paused", "runAt": time.Now(),
 	})
 	require.NoError(t, err)
-	c, err := docket.NewClient(db, docket.Config{Logger: zaptest.NewLogger(t)})
-	require.NoError(t, err)
 	_, err = c.JobCancel(ctx, docket.StringJobID("odd"))
 	require.ErrorIs(t, err, docket.ErrUnknownState)
-	res, err := c.JobRetry(ctx, &docket.JobRetryParams{JobFilter: docket.JobFilter{IDs: []string{"odd"}}})
-	require.NoError(t, err)
-	require.Len(t, res, 1)
-	require.ErrorIs(t, res[0].Err, docket.ErrUnknownState)
-	require.NotErrorIs(t, res[0].Err, docket.ErrStateChanged)
+	return docket.StringJobID("odd")
 }

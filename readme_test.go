@@ -74,7 +74,7 @@ func TestReadmeFromGo(t *testing.T) {
 	// --- README admin ---
 	page, err := client.JobList(ctx, &docket.JobListParams{
 		JobFilter: docket.JobFilter{States: []jobs.State{jobs.StateDead}}, Limit: 50})
-	_, err = client.JobRetry(ctx, &docket.JobRetryParams{JobFilter: docket.JobFilter{IDs: []string{res.ID}}})
+	_, err = client.JobRetry(ctx, &docket.JobRetryParams{JobFilter: docket.JobFilter{JobIDs: []docket.JobID{res.JobID()}}})
 	_, err = client.QueuePause(ctx, "email", &docket.QueuePauseOpts{By: "ops"})
 	// --- end admin ---
 	require.NoError(t, err)

@@ -422,8 +422,12 @@ func (h *harnessEnv) resumeStale(t *testing.T, a *harnessAttempt) {
 	// next beat is: its outcome is read from the job, never taken from
 	// the error.
 	err := testdb.Retry(t.Logf, "heartbeat", func() error {
-		_, err := store.Of(h.q).Heartbeat(h.ctx, store.LeaseOf(a.job), time.Minute)
-		return err
+		l := store.LeaseOf(a.job)
+		beats, err := store.Of(h.q).HeartbeatMany(h.ctx, []store.Lease{l}, nil, time.Minute)
+		if err != nil {
+			return err
+		}
+		return beats[l].Err
 	})
 	require.ErrorIs(t, err, jobs.ErrLeaseLost, "stale attempt %s renewed its lease", a.name)
 	after := h.subjectRaw(t)

@@ -110,7 +110,10 @@ func (h *harnessEnv) runWorld(t *testing.T, w string) {
 		h.capacityWorld(t)
 	case worldRetry:
 		var out []queue.ActionResult
-		h.must(t, "retry", func() (err error) { out, err = h.q.Retry(h.ctx, queue.JobFilter{IDs: []string{h.subject}}); return err })
+		h.must(t, "retry", func() (err error) {
+			out, err = h.q.Retry(h.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(h.subject)}})
+			return err
+		})
 		// A retry runs the job again when it had finished; one that a
 		// failure reply had sent back to wait for a retry (devdb's
 		// --faults) is accepted too, and only moves its wait.
@@ -133,7 +136,10 @@ func (h *harnessEnv) runWorld(t *testing.T, w string) {
 			h.must(t, "purge", func() error { _, err := h.q.Purge(h.ctx, s, -time.Hour); return err })
 		}
 	case worldDelete:
-		h.must(t, "delete", func() error { _, err := h.q.Delete(h.ctx, queue.JobFilter{IDs: []string{h.subject}}, true); return err })
+		h.must(t, "delete", func() error {
+			_, err := h.q.Delete(h.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(h.subject)}}, true)
+			return err
+		})
 		h.deleted = h.before != nil && !h.before.State.Finished() && h.subjectRaw(t) == nil
 	case worldLimit:
 		h.limitWorld(t)
@@ -151,7 +157,7 @@ func (h *harnessEnv) maintenance(t *testing.T) {
 	t.Helper()
 	{
 		h.reap(t)
-		h.must(t, "free stranded slots", func() error { _, err := h.q.FreeStrandedSlots(h.ctx); return err })
+		h.must(t, "free stranded slots", func() error { return h.q.RepairForeignWrites(h.ctx) })
 		harnessRenameSweep(t, h)
 		harnessTransferRecovery(t, h)
 		harnessLedgerSweep(t, h)

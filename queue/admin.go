@@ -19,10 +19,9 @@ import (
 
 // JobFilter selects jobs. Empty fields select everything.
 type JobFilter struct {
-	// IDs, when set, selects these jobs only.
-	IDs []string
 	// JobIDs, when set, selects these jobs only, by ids of any type (a job
-	// another application wrote with _id 7); with IDs, the jobs of both.
+	// another application wrote with _id 7); StringJobID makes one of a
+	// string id.
 	JobIDs []JobID
 	// States, Kinds and Queues select jobs in any of them.
 	States []jobs.State
@@ -39,10 +38,7 @@ func (f JobFilter) query() bson.D {
 			q = append(q, bson.E{Key: field, Value: bson.D{{Key: "$in", Value: vals}}})
 		}
 	}
-	ids := make(bson.A, 0, len(f.IDs)+len(f.JobIDs))
-	for _, id := range f.IDs {
-		ids = append(ids, id)
-	}
+	ids := make(bson.A, 0, len(f.JobIDs))
 	for _, id := range f.JobIDs {
 		if !id.IsZero() { // names no job
 			ids = append(ids, id.v)
@@ -221,7 +217,7 @@ type ActionResult struct {
 }
 
 // matching returns the ids and states of the jobs f selects, whatever the
-// types of their ids; with f.IDs or f.JobIDs set, an id no job has is
+// types of their ids; with f.JobIDs set, an id no job has is
 // returned with ErrNotFound.
 func (c *Client) matching(ctx context.Context, f JobFilter) ([]ActionResult, error) {
 	cur, err := c.coll.Find(ctx, f.query(), options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "queue", Value: 1}, {Key: "kind", Value: 1}}).SetSort(bson.D{{Key: "_id", Value: 1}}))
@@ -242,11 +238,7 @@ func (c *Client) matching(ctx context.Context, f JobFilter) ([]ActionResult, err
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("queue: find jobs: %w", err)
 	}
-	wanted := make([]JobID, 0, len(f.IDs)+len(f.JobIDs))
-	for _, id := range f.IDs {
-		wanted = append(wanted, StringJobID(id))
-	}
-	for _, id := range append(wanted, f.JobIDs...) {
+	for _, id := range f.JobIDs {
 		if !found[id.Token()] {
 			found[id.Token()] = true
 			out = append(out, ActionResult{ID: id.String(), JobID: id, Err: ErrNotFound})

@@ -65,7 +65,7 @@ func TestRetryLeftAloneErrorsAreSentinels(t *testing.T) {
 		require.NoError(t, err)
 	}
 	q := disturbingClient(t, b, "plain", "bounded")
-	res, err := q.Retry(b.ctx, queue.JobFilter{IDs: []string{"weird", "plain", "bounded"}})
+	res, err := q.Retry(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID("weird"), queue.StringJobID("plain"), queue.StringJobID("bounded")}})
 	require.NoError(t, err)
 	require.Len(t, res, 3)
 	for _, r := range res {
@@ -88,7 +88,7 @@ func TestDeleteQuotesAStateItDoesNotKnow(t *testing.T) {
 	_, err := b.db.Collection(queue.DefaultCollection).InsertOne(b.ctx, bson.D{{Key: "_id", Value: "odd"}, {Key: "kind", Value: "k"},
 		{Key: "queue", Value: "default"}, {Key: "state", Value: "\x1b]0;owned\x07"}, {Key: "args", Value: bson.D{}}})
 	require.NoError(t, err)
-	res, err := b.q.Delete(b.ctx, queue.JobFilter{IDs: []string{"odd"}}, false)
+	res, err := b.q.Delete(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID("odd")}}, false)
 	require.NoError(t, err)
 	require.Len(t, res, 1)
 	require.ErrorIs(t, res[0].Err, queue.ErrNotFinished)

@@ -251,19 +251,15 @@ func (c *Client) readCapacities(ctx context.Context) ([]QueueCapacity, error) {
 
 // queueCapacity reads one queues document's capacity field by field.
 func queueCapacity(d bson.Raw) QueueCapacity {
-	id := d.Lookup("_id")
-	name, ok := id.StringValueOK()
-	if !ok {
-		return QueueCapacity{Queue: id.String(), Malformed: fmt.Sprintf("_id is a %s, not a queue name", id.Type)}
+	name, bad := store.StoredName(d, "queue")
+	if bad != "" {
+		return QueueCapacity{Queue: name, Malformed: bad}
 	}
 	qc := QueueCapacity{Queue: name}
 	if qc.Capacity, qc.Malformed = store.StoredCount(d, "capacity", MaxCapacity); qc.Malformed != "" {
 		return qc
 	}
-	if t, ok := d.Lookup("capacitySetAt").TimeOK(); ok {
-		qc.SetAt = t.UTC()
-	}
-	qc.SetBy, _ = d.Lookup("capacitySetBy").StringValueOK()
+	qc.SetAt, qc.SetBy = store.StoredStamp(d, "capacitySet")
 	return qc
 }
 
@@ -448,7 +444,12 @@ func (c *Client) whichDuplicate(ctx context.Context, j *jobs.Job, err error) (Re
 	return Result{}, true, nil
 }
 
-// strandedCapacitySlots matches the jobs FreeStrandedSlots changes.
+// strandedCapacitySlots matches the jobs that hold a slot but are neither
+// blocked, available nor running: finished by another application's write
+// that left the slot, or with a state docket does not know. Such a job
+// would hold its slot forever. It also matches a slot another app wrote as
+// null, which MongoDB's sparse unique index indexes (a second null would
+// be refused).
 var strandedCapacitySlots = bson.D{{Key: "$or", Value: bson.A{
 	bson.D{{Key: capacitySlotField, Value: bson.D{{Key: "$type", Value: "null"}}}},
 	bson.D{
@@ -456,22 +457,6 @@ var strandedCapacitySlots = bson.D{{Key: "$or", Value: bson.A{
 		{Key: "state", Value: bson.D{{Key: "$nin", Value: unfinishedStates}}},
 	},
 }}}
-
-// FreeStrandedSlots unsets the slot of the jobs that hold one but are
-// neither blocked, available nor running: finished by another application's write
-// that left the slot, or with a state docket does not know. Such a job
-// would hold its slot forever. It also clears a slot another app wrote as
-// null, which MongoDB's sparse unique index indexes (a second null would
-// be refused). The reaper runs it every pass; it touches only such jobs,
-// so any number may run at any time; it finds them first, and frees up to
-// 1,000 a call (store.FoundIDs). It returns how many it changed.
-func (c *Client) FreeStrandedSlots(ctx context.Context) (int, error) {
-	ids, err := c.st.FoundIDs(ctx, strandedCapacitySlots)
-	if err != nil {
-		return 0, fmt.Errorf("queue: free stranded capacity slots: %w", err)
-	}
-	return c.freeStrandedSlotsOf(ctx, ids)
-}
 
 // freeStrandedSlotsOf frees the capacity slots of those of the jobs ids
 // whose slot is still stranded.

@@ -82,7 +82,7 @@ func TestCapacityCountsJobsEnqueuedWithoutIt(t *testing.T) {
 	b.requireReported(t)
 
 	// A job cancelled, retried while the queue is full: refused.
-	res, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: before[2:3]})
+	res, err := b.q.Retry(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(before[2])}})
 	require.NoError(t, err)
 	require.ErrorIs(t, res[0].Err, queue.ErrQueueFull)
 	require.Equal(t, 5, b.unfinished(t))

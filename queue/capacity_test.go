@@ -273,7 +273,7 @@ func TestCapacityFreedByEachFinish(t *testing.T) {
 			require.Equal(t, jobs.StateDead, b.get(t, id).State)
 		}, true},
 		{"deleted", queue.InsertOpts{}, func(t *testing.T, b bundle, id string) {
-			res, err := b.q.Delete(b.ctx, queue.JobFilter{IDs: []string{id}}, true)
+			res, err := b.q.Delete(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(id)}}, true)
 			require.NoError(t, err)
 			require.NoError(t, res[0].Err)
 		}, true},
@@ -466,14 +466,14 @@ func TestCapacityRetryReadmits(t *testing.T) {
 	other, err := b.capped(queue.InsertOpts{})
 	require.NoError(t, err)
 
-	res, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{a.ID}})
+	res, err := b.q.Retry(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(a.ID)}})
 	require.NoError(t, err)
 	require.ErrorIs(t, res[0].Err, queue.ErrQueueFull)
 	require.Equal(t, jobs.StateDead, b.get(t, a.ID).State, "left alone while the queue is full")
 
 	_, err = b.q.Cancel(b.ctx, other.ID)
 	require.NoError(t, err)
-	res, err = b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{a.ID}})
+	res, err = b.q.Retry(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(a.ID)}})
 	require.NoError(t, err)
 	require.NoError(t, res[0].Err)
 	require.Equal(t, jobs.StateAvailable, b.get(t, a.ID).State)
@@ -487,7 +487,7 @@ func TestCapacityRetryReadmits(t *testing.T) {
 	require.NoError(t, b.q.SetCapacity(b.ctx, "q", 3, ""))
 	_, err = b.capped(queue.InsertOpts{UniqueKey: "u"})
 	require.NoError(t, err)
-	res, err = b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{a.ID}})
+	res, err = b.q.Retry(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(a.ID)}})
 	require.NoError(t, err)
 	require.ErrorIs(t, res[0].Err, queue.ErrUniqueKeyHeld)
 	require.Equal(t, 1, b.occupied(t), "a refused retry takes no slot")

@@ -273,7 +273,7 @@ var nullUniqueKeys = bson.D{{Key: "uniqueKey", Value: bson.D{{Key: "$type", Valu
 
 // RepairForeignWrites undoes what another application's writes may leave
 // that would block docket: null unique keys (clearNullUniqueKeys), and the
-// capacity slots (FreeStrandedSlots) and run slots (store.FreeStrandedRunSlots)
+// capacity slots (freeStrandedSlotsOf) and run slots (store.FreeRunSlotsOf)
 // of jobs that no longer hold them. One read finds the jobs that need any
 // of them (up to store.FoundBatch; the next call finds more), and each
 // repair writes by their ids with its own filter repeated, so a job changed

@@ -317,7 +317,7 @@ func TestDepRetentionAndDeleteKeepADueParent(t *testing.T) {
 	purged, err := b.q.Purge(b.ctx, jobs.StateSucceeded, time.Hour)
 	require.NoError(t, err)
 	require.Zero(t, purged)
-	out, err := b.q.Delete(b.ctx, queue.JobFilter{IDs: []string{a}}, false)
+	out, err := b.q.Delete(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(a)}}, false)
 	require.NoError(t, err)
 	require.ErrorIs(t, out[0].Err, queue.ErrHasDependents)
 
@@ -332,7 +332,7 @@ func TestDepDeleteOfAWaitedForJobIsRefused(t *testing.T) {
 	b := setup(t)
 	a := b.enqueueK(t, queue.InsertOpts{})
 	b.after(t, a)
-	out, err := b.q.Delete(b.ctx, queue.JobFilter{IDs: []string{a}}, true)
+	out, err := b.q.Delete(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(a)}}, true)
 	require.NoError(t, err)
 	require.ErrorIs(t, out[0].Err, queue.ErrHasDependents)
 	b.requireState(t, jobs.StateAvailable, a)
@@ -351,7 +351,7 @@ func TestDepRetryADeadParentThenItsDependent(t *testing.T) {
 	b.retry(t, a)
 	b.retry(t, child)
 	b.requireState(t, jobs.StateBlocked, child)
-	out, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{child}})
+	out, err := b.q.Retry(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(child)}})
 	require.NoError(t, err)
 	require.ErrorIs(t, out[0].Err, queue.ErrWaitingForParents)
 
@@ -360,7 +360,7 @@ func TestDepRetryADeadParentThenItsDependent(t *testing.T) {
 	b.run(t, child, jobs.StateSucceeded)
 
 	// Run again, a succeeded parent would not run its dependents again.
-	out, err = b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{a}})
+	out, err = b.q.Retry(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(a)}})
 	require.NoError(t, err)
 	require.ErrorIs(t, out[0].Err, queue.ErrHasDependents)
 	// A succeeded dependent retried runs again at once: its parents
@@ -474,7 +474,7 @@ func TestDepRetryStalledWhileADependentIsLinked(t *testing.T) {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		out, err := b.q.Retry(ctx, queue.JobFilter{IDs: []string{child}})
+		out, err := b.q.Retry(ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(child)}})
 		done <- outcome{out, err}
 	}()
 	<-stalled

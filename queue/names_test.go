@@ -93,3 +93,44 @@ func TestWorkerFromTheFutureIsNotAlive(t *testing.T) {
 	require.False(t, f.Alive)
 	require.Less(t, f.Age, -50*time.Minute)
 }
+
+// TestSettingsOfAnotherAppReadFieldByField: a queues or limits document
+// whose _id is not a string is listed as malformed, named by its id, and
+// a stamp of another type reads as none, while a good one is read.
+func TestSettingsOfAnotherAppReadFieldByField(t *testing.T) {
+	b := setup(t)
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	_, err := b.db.Collection(queue.DefaultQueuesCollection).InsertMany(b.ctx, []any{
+		bson.D{{Key: "_id", Value: 7}, {Key: "paused", Value: true}, {Key: "capacity", Value: 3}},
+		bson.D{{Key: "_id", Value: "q"}, {Key: "paused", Value: true}, {Key: "pausedAt", Value: at}, {Key: "pausedBy", Value: 5},
+			{Key: "capacity", Value: 3}, {Key: "capacitySetAt", Value: "noon"}, {Key: "capacitySetBy", Value: "ops"}},
+	})
+	require.NoError(t, err)
+	_, err = b.db.Collection(store.DefaultLimitsCollection).InsertOne(b.ctx, bson.D{{Key: "_id", Value: 8}, {Key: "limit", Value: 2}})
+	require.NoError(t, err)
+
+	states, err := b.q.QueueStates(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, states, 2)
+	byName := map[string]queue.QueueState{}
+	for _, s := range states {
+		byName[s.Queue] = s
+	}
+	require.Equal(t, "_id is a 32-bit integer, not a queue name", byName[`{"$numberInt":"7"}`].Malformed)
+	require.Equal(t, queue.QueueState{Queue: "q", Paused: true, PausedAt: at}, byName["q"])
+
+	caps, err := b.q.QueueCapacities(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, caps, 2)
+	for _, c := range caps {
+		if c.Queue == "q" {
+			require.Equal(t, queue.QueueCapacity{Queue: "q", Capacity: 3, SetBy: "ops"}, c)
+		} else {
+			require.Equal(t, "_id is a 32-bit integer, not a queue name", c.Malformed)
+		}
+	}
+	limits, err := b.q.RunLimits(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, limits, 1)
+	require.Equal(t, "_id is a 32-bit integer, not a limit name", limits[0].Malformed)
+}

@@ -83,7 +83,7 @@ func (b bundle) claimID(t *testing.T, id string) *jobs.Job {
 // retry retries the job id, which must be retried.
 func (b bundle) retry(t *testing.T, id string) {
 	t.Helper()
-	out, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{id}})
+	out, err := b.q.Retry(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(id)}})
 	require.NoError(t, err)
 	require.Len(t, out, 1)
 	require.NoError(t, out[0].Err)

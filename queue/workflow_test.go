@@ -228,7 +228,7 @@ func TestWorkflowCancelUnpublished(t *testing.T) {
 	require.ErrorIs(t, err, queue.ErrWorkflowCancelled)
 	b.requireNothingToClaim(t)
 	// Its gate is not retried (it would be available with no handler).
-	out, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{"wf"}})
+	out, err := b.q.Retry(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID("wf")}})
 	require.NoError(t, err)
 	require.ErrorIs(t, out[0].Err, queue.ErrWorkflowGate)
 	b.requireState(t, jobs.StateCancelled, "wf")
@@ -319,7 +319,7 @@ func TestWorkflowRetryOfARunAnywayTaskAfterItsGateIsDeleted(t *testing.T) {
 	require.Equal(t, 1, n)
 
 	d := queue.TaskID("wf", "d")
-	out, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{d}})
+	out, err := b.q.Retry(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(d)}})
 	require.NoError(t, err)
 	require.NoError(t, out[0].Err)
 	j := b.get(t, d)

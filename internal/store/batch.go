@@ -118,38 +118,17 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 	if len(p.Queues) == 0 || len(p.Kinds) == 0 {
 		return nil, errors.New("store: claim needs at least one queue and one kind")
 	}
-	// At most twice, as Claim: a batch made with a stale set of paused
-	// queues that took a job of a queue paused since gives its jobs back
-	// and claims again with the set it read (pause.go).
-	for range 2 {
-		qs, stale := s.unpaused(ctx, p.Queues)
-		if len(qs) == 0 { // every queue is paused
-			return nil, nil
-		}
-		pq := p
-		pq.Queues = qs
+	claimed, err := s.claimUnpaused(ctx, p, func(pq ClaimParams) ([]*jobs.Job, error) {
 		claimed, handled, err := s.claimUnderRates(ctx, pq, k)
 		if !handled {
 			claimed, err = s.claimBatchTries(ctx, pq, k)
 		}
-		if len(claimed) == 0 || err != nil {
-			return claimed, err
-		}
-		if stale {
-			ok, err := s.confirmUnpaused(ctx, claimed)
-			if err != nil {
-				return nil, err
-			}
-			if !ok {
-				continue
-			}
-		}
-		if s.completions != nil && len(claimed) > 1 {
-			s.completions.claimedTogether(claimed[0].LeaseToken, len(claimed))
-		}
-		return claimed, nil
+		return claimed, err
+	})
+	if err == nil && s.completions != nil && len(claimed) > 1 {
+		s.completions.claimedTogether(claimed[0].LeaseToken, len(claimed))
 	}
-	return nil, nil
+	return claimed, err
 }
 
 // claimAsBatch is Claim as a batch of at most one job.

@@ -93,9 +93,24 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 		return nil, errors.New("store: claim needs at least one queue and one kind")
 	}
 	p = p.withToken()
-	// At most twice: a claim made with a stale set of paused queues that
-	// took a job of a queue paused since gives it back and claims again
-	// with the set it read (pause.go).
+	claimed, err := s.claimUnpaused(ctx, p, func(pq ClaimParams) ([]*jobs.Job, error) {
+		j, err := s.claimOneUnderLimits(ctx, pq)
+		if j == nil {
+			return nil, err
+		}
+		return []*jobs.Job{j}, err
+	})
+	if len(claimed) == 0 {
+		return nil, err
+	}
+	return claimed[0], err
+}
+
+// claimUnpaused runs claim on the queues of p that are not paused, at most
+// twice: a claim made with a stale set of paused queues that took a job of
+// a queue paused since gives its jobs back and claims again with the set
+// it read (pause.go).
+func (s *Store) claimUnpaused(ctx context.Context, p ClaimParams, claim func(ClaimParams) ([]*jobs.Job, error)) ([]*jobs.Job, error) {
 	for range 2 {
 		qs, stale := s.unpaused(ctx, p.Queues)
 		if len(qs) == 0 { // every queue is paused
@@ -103,16 +118,16 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 		}
 		pq := p
 		pq.Queues = qs
-		j, err := s.claimOneUnderLimits(ctx, pq)
-		if j == nil || err != nil || !stale {
-			return j, err
+		claimed, err := claim(pq)
+		if len(claimed) == 0 || err != nil || !stale {
+			return claimed, err
 		}
-		ok, err := s.confirmUnpaused(ctx, []*jobs.Job{j})
+		ok, err := s.confirmUnpaused(ctx, claimed)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			return j, nil
+			return claimed, nil
 		}
 	}
 	return nil, nil

@@ -51,7 +51,7 @@ var cleanDisturbances = []struct {
 		require.NoError(t, err)
 	}},
 	{"operator-delete", func(t *testing.T, b bundle, id string, _ jobs.State) {
-		out, err := b.q.Delete(b.ctx, queue.JobFilter{IDs: []string{id}}, false)
+		out, err := b.q.Delete(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(id)}}, false)
 		require.NoError(t, err)
 		require.NoError(t, out[0].Err)
 	}},
@@ -67,7 +67,7 @@ var cleanDisturbances = []struct {
 
 func (b bundle) retry(t *testing.T, id string) {
 	t.Helper()
-	out, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{id}})
+	out, err := b.q.Retry(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(id)}})
 	require.NoError(t, err)
 	require.Len(t, out, 1)
 	require.NoError(t, out[0].Err)

@@ -44,7 +44,7 @@ func TestCleanSparesAJobRetriedAndFinishedMeanwhile(t *testing.T) {
 	calls := 0
 	cq := store.WithCleanHook(store.Of(b.q), func() {
 		calls++
-		out, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: ids[:1]})
+		out, err := b.q.Retry(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(ids[0])}})
 		require.NoError(t, err)
 		require.Len(t, out, 1)
 		require.NoError(t, out[0].Err)
@@ -75,7 +75,7 @@ func TestCleanSparesAJobRetriedMeanwhile(t *testing.T) {
 	b.finishedLongAgo(t, ids...)
 
 	cq := store.WithCleanHook(store.Of(b.q), func() {
-		out, err := b.q.Retry(b.ctx, queue.JobFilter{IDs: ids})
+		out, err := b.q.Retry(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(ids[0])}})
 		require.NoError(t, err)
 		require.NoError(t, out[0].Err)
 	})

@@ -65,6 +65,16 @@ func (b bundle) leaseOf(t *testing.T, id string) (string, time.Time) {
 	return token, exp
 }
 
+// heartbeat renews the one lease l as the worker's batched renewal does,
+// and returns what it learned of it.
+func heartbeat(ctx context.Context, s *store.Store, l store.Lease, d time.Duration) (store.Renewal, error) {
+	beats, err := s.HeartbeatMany(ctx, []store.Lease{l}, nil, d)
+	if err != nil {
+		return store.Renewal{}, err
+	}
+	return beats[l].Renewal, beats[l].Err
+}
+
 // TestHeartbeatManyRenewsEveryLeaseInOneCommand: the leases of jobs
 // claimed one by one and by a batch claim (which share a token) are all
 // renewed by a single updateMany, each to the same new expiry.

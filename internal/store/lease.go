@@ -47,49 +47,6 @@ type Renewal struct {
 	CancelRequested bool
 }
 
-// Heartbeat extends the lease l by d from now. It returns jobs.ErrLeaseLost when
-// l no longer holds the job.
-func (s *Store) Heartbeat(ctx context.Context, l Lease, d time.Duration) (Renewal, error) {
-	t := s.now()
-	update := bson.D{{Key: "$set", Value: bson.D{
-		{Key: "leaseExpiresAt", Value: t.Add(d)},
-		{Key: "heartbeatAt", Value: t},
-	}}}
-	var got struct {
-		CancelRequestedAt *time.Time `bson:"cancelRequestedAt"`
-	}
-	err := s.renew(ctx, l, update, &got)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return Renewal{}, fmt.Errorf("store: heartbeat job %s: %w", l.JobID, jobs.ErrLeaseLost)
-	}
-	if err != nil {
-		return Renewal{}, fmt.Errorf("store: heartbeat job %s: %w", l.JobID, err)
-	}
-	return Renewal{ExpiresAt: t.Add(d), CancelRequested: got.CancelRequestedAt != nil}, nil
-}
-
-// heartbeatFields are the fields a heartbeat reads back: not the args,
-// which may be up to 1 MB.
-var heartbeatFields = bson.D{{Key: "_id", Value: 1}, {Key: "cancelRequestedAt", Value: 1}}
-
-// renew applies a heartbeat's update to the job l holds and decodes what
-// it reads back into out, asking for heartbeatFields only. A server that
-// lacks findAndModify's projection (Server.FindAndModifyProjection)
-// refuses it, writing nothing: the heartbeat is sent again at once
-// without it, and later heartbeats go without it.
-func (s *Store) renew(ctx context.Context, l Lease, update bson.D, out any) error {
-	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
-	if f := &s.server.FindAndModifyProjection; !f.Lacking() {
-		err := s.coll.FindOneAndUpdate(ctx, fence(l), update, opts.SetProjection(heartbeatFields)).Decode(out)
-		if !f.Detect(err) {
-			return err
-		}
-		s.log.Info("the server does not project findAndModify results; heartbeats read whole jobs back", zap.Error(err))
-		opts = options.FindOneAndUpdate().SetReturnDocument(options.After)
-	}
-	return s.coll.FindOneAndUpdate(ctx, fence(l), update, opts).Decode(out)
-}
-
 // finish returns the update that moves a job to the final state s at t,
 // freeing its unique key, its slot of a bounded queue's capacity and its
 // run slots of concurrency limits (limit.go), and marking the outcome due
@@ -98,7 +55,7 @@ func (s *Store) renew(ctx context.Context, l Lease, update bson.D, out any) erro
 // that finishes a job uses it.
 func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 	unset := bson.D{
-		{Key: "leaseExpiresAt", Value: ""}, {Key: capacitySlotField, Value: ""},
+		{Key: "leaseExpiresAt", Value: ""}, {Key: CapacitySlotField, Value: ""},
 		{Key: kindRunSlotField, Value: ""}, {Key: queueRunSlotField, Value: ""},
 		{Key: kindPartSlotField, Value: ""}, {Key: queuePartSlotField, Value: ""},
 	}
@@ -306,8 +263,8 @@ func (s *Store) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Fa
 }
 
 // cancelNotRequested and cancelRequested split a fence by whether someone
-// asked the job to stop. An explicit null is no request, as Heartbeat reads
-// it.
+// asked the job to stop. An explicit null is no request, as HeartbeatMany
+// reads it.
 var (
 	cancelNotRequested = bson.E{Key: "cancelRequestedAt", Value: nil}
 	cancelRequested    = bson.E{Key: "cancelRequestedAt", Value: bson.D{{Key: "$ne", Value: nil}}}

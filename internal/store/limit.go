@@ -141,7 +141,7 @@ func ParseLimitName(name string) (isKind bool, target string, err error) {
 		if target == "" {
 			return false, "", fmt.Errorf("limit %q: the kind is empty", name)
 		}
-		if p := nameProblem(target); p != "" {
+		if p := NameProblem(target); p != "" {
 			return false, "", fmt.Errorf("limit %q: kind %s", name, p)
 		}
 		return true, target, nil
@@ -288,16 +288,6 @@ func (s *Store) setLimitsDoc(ctx context.Context, id string, fields bson.D, pref
 	return nil
 }
 
-// setStamp reads when, and by whom, setLimitsDoc set the part prefix of
-// the limits document d.
-func setStamp(d bson.Raw, prefix string) (at time.Time, by string) {
-	if t, ok := d.Lookup(prefix + "SetAt").TimeOK(); ok {
-		at = t.UTC()
-	}
-	by, _ = d.Lookup(prefix + "SetBy").StringValueOK()
-	return at, by
-}
-
 // deleteLimitsDoc deletes the limits collection's document id, reporting
 // whether there was one, and makes this client's next claim read the
 // limits again.
@@ -381,10 +371,9 @@ func (s *Store) readLimits(ctx context.Context) ([]RunLimit, error) {
 
 // runLimit reads one limits document field by field.
 func runLimit(d bson.Raw) RunLimit {
-	id := d.Lookup("_id")
-	name, ok := id.StringValueOK()
-	if !ok {
-		return RunLimit{Name: id.String(), Malformed: fmt.Sprintf("_id is a %s, not a limit name", id.Type)}
+	name, bad := StoredName(d, "limit")
+	if bad != "" {
+		return RunLimit{Name: name, Malformed: bad}
 	}
 	l := RunLimit{Name: name}
 	if _, _, err := ParseLimitName(name); err != nil {
@@ -398,19 +387,19 @@ func runLimit(d bson.Raw) RunLimit {
 	}
 	if arg != "" {
 		l.PartitionBy = arg
-		if l.PartitionLimit, l.Malformed = storedCount(d, "partitionLimit", MaxLimit); l.Malformed != "" {
+		if l.PartitionLimit, l.Malformed = StoredCount(d, "partitionLimit", MaxLimit); l.Malformed != "" {
 			return l
 		}
-		l.PartitionSetAt, l.PartitionSetBy = setStamp(d, "partition")
+		l.PartitionSetAt, l.PartitionSetBy = StoredStamp(d, "partitionSet")
 		if d.Lookup("limit").Type == 0 {
 			l.NoTotal = true
 			return l
 		}
 	}
-	if l.Limit, l.Malformed = storedCount(d, "limit", MaxLimit); l.Malformed != "" {
+	if l.Limit, l.Malformed = StoredCount(d, "limit", MaxLimit); l.Malformed != "" {
 		return l
 	}
-	l.SetAt, l.SetBy = setStamp(d, "limit")
+	l.SetAt, l.SetBy = StoredStamp(d, "limitSet")
 	return l
 }
 
@@ -899,8 +888,10 @@ func strandedRunSlot(f string) bson.D {
 	}}}
 }
 
-// StrandedRunSlotsFilter matches the jobs FreeStrandedRunSlots frees a
-// slot of.
+// StrandedRunSlotsFilter matches the jobs that hold a run slot but are
+// not running: another application's write ended or re-queued them and
+// left the slot, which would otherwise be held forever; or whose slot
+// another app wrote as null, which MongoDB's sparse unique index indexes.
 func StrandedRunSlotsFilter() bson.D {
 	either := make(bson.A, len(runSlotFields))
 	for i, f := range runSlotFields {
@@ -909,22 +900,8 @@ func StrandedRunSlotsFilter() bson.D {
 	return bson.D{{Key: "$or", Value: either}}
 }
 
-// FreeStrandedRunSlots unsets the run slots of the jobs that hold one but
-// are not running: another application's write ended or re-queued them and
-// left the slot, which would otherwise be held forever. It also clears a
-// slot written as null, which MongoDB's sparse unique index indexes. It
-// touches only such jobs, found first (FoundIDs), up to FoundBatch a call.
-// It returns how many it changed.
-func (s *Store) FreeStrandedRunSlots(ctx context.Context) (int, error) {
-	ids, err := s.FoundIDs(ctx, StrandedRunSlotsFilter())
-	if err != nil {
-		return 0, fmt.Errorf("store: free stranded run slots: %w", err)
-	}
-	return s.FreeRunSlotsOf(ctx, ids)
-}
-
 // FreeRunSlotsOf frees the stranded run slots of those of the jobs ids
-// that still hold one (see FreeStrandedRunSlots): each slot field with one
+// that still hold one (StrandedRunSlotsFilter): each slot field with one
 // write by those ids, conditioned again on what makes it stranded.
 func (s *Store) FreeRunSlotsOf(ctx context.Context, ids bson.A) (int, error) {
 	n := 0

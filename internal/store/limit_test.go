@@ -333,7 +333,7 @@ func TestLimitStalledAttemptReapedAndResumed(t *testing.T) {
 	require.Equal(t, stalled.ID, owner.ID, "the stalled attempt's job, claimed again")
 
 	l := store.LeaseOf(stalled)
-	_, err = s.Heartbeat(b.ctx, l, time.Minute)
+	_, err = heartbeat(b.ctx, s, l, time.Minute)
 	require.ErrorIs(t, err, jobs.ErrLeaseLost)
 	require.ErrorIs(t, s.Complete(b.ctx, l), jobs.ErrLeaseLost)
 	_, err = s.Fail(b.ctx, l, stalled, errors.New("late"))

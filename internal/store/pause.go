@@ -79,7 +79,7 @@ func ValidQueueName(q string) error {
 	if err := storedQueueName(q); err != nil {
 		return err
 	}
-	if p := nameProblem(q); p != "" {
+	if p := NameProblem(q); p != "" {
 		return fmt.Errorf("queue name %s", p)
 	}
 	return nil
@@ -178,10 +178,9 @@ func ReadQueues[T any](ctx context.Context, c *Store, filter bson.D, what string
 // queueState reads one queues document field by field.
 func queueState(d bson.Raw) QueueState {
 	var s QueueState
-	id := d.Lookup("_id")
-	name, ok := id.StringValueOK()
-	if !ok {
-		return QueueState{Queue: id.String(), Malformed: fmt.Sprintf("_id is a %s, not a queue name", id.Type)}
+	name, bad := StoredName(d, "queue")
+	if bad != "" {
+		return QueueState{Queue: name, Malformed: bad}
 	}
 	s.Queue = name
 	switch v := d.Lookup("paused"); {
@@ -192,10 +191,7 @@ func queueState(d bson.Raw) QueueState {
 	default:
 		s.Malformed = fmt.Sprintf("paused is %s %s, not a boolean", v.Type, v)
 	}
-	if t, ok := d.Lookup("pausedAt").TimeOK(); ok {
-		s.PausedAt = t.UTC()
-	}
-	s.PausedBy, _ = d.Lookup("pausedBy").StringValueOK()
+	s.PausedAt, s.PausedBy = StoredStamp(d, "paused")
 	return s
 }
 

@@ -186,7 +186,7 @@ func TestProgressBelongsToItsAttempt(t *testing.T) {
 	beat(j, report(0.7, "last"))
 	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(j)))
 	require.Equal(t, "last", b.get(t, j.ID).Progress.Message, "a finished job keeps its last progress")
-	_, err = b.q.Retry(b.ctx, queue.JobFilter{IDs: []string{j.ID}})
+	_, err = b.q.Retry(b.ctx, queue.JobFilter{JobIDs: []queue.JobID{queue.StringJobID(j.ID)}})
 	require.NoError(t, err)
 	require.Nil(t, b.get(t, j.ID).Progress, "retried by hand")
 

@@ -327,7 +327,7 @@ func rateLimit(d bson.Raw, t time.Time) (RateLimit, *rateState) {
 	var bad string
 	for i, f := range []string{"rate", "periodMs", "burst"} {
 		if bad == "" {
-			v[i], bad = storedCount(d, f, []int{MaxRate, int(MaxRatePeriod / time.Millisecond), MaxBurst}[i])
+			v[i], bad = StoredCount(d, f, []int{MaxRate, int(MaxRatePeriod / time.Millisecond), MaxBurst}[i])
 		}
 		if bad == "" && v[0] == 0 {
 			bad = "rate is 0"
@@ -346,7 +346,7 @@ func rateLimit(d bson.Raw, t time.Time) (RateLimit, *rateState) {
 		rl.Malformed = bad
 		return rl, nil
 	}
-	rl.SetAt, rl.SetBy = setStamp(d, "rate")
+	rl.SetAt, rl.SetBy = StoredStamp(d, "rateSet")
 	st := &rateState{rate: rl.Rate, setAt: rl.SetAt}
 	st.read(d)
 	rl.Starts, _ = d.Lookup("starts").AsInt64OK()

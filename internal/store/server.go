@@ -28,11 +28,6 @@ import (
 //
 // The features (the fields of Server):
 //
-//   - FindAndModifyProjection: findAndModify's fields option. MongoDB
-//     returns only the fields asked for, so a heartbeat reads back the job's
-//     id and cancel request, not its args (up to 1 MB). FerretDB v1 refuses
-//     the option (NotImplemented, 238); heartbeats then read whole jobs
-//     back. Detected by a client's first heartbeat.
 //   - GroupMin: the $min accumulator of $group. MongoDB has it: Stats finds
 //     each queue's oldest available job in the one $group that counts.
 //     FerretDB v1 has only $sum and $count (NotImplemented, 238); Stats and
@@ -90,8 +85,6 @@ import (
 // shared by a Store, its copies and the queue.Client that holds it; its
 // fields are safe for concurrent use.
 type Server struct {
-	// FindAndModifyProjection is findAndModify's fields option (heartbeats).
-	FindAndModifyProjection Feature
 	// GroupMin is the $min accumulator of $group (Stats).
 	GroupMin Feature
 	// TypeAliases is $type's alias of every BSON type (List's paging).
@@ -100,7 +93,6 @@ type Server struct {
 
 func newServer() *Server {
 	s := &Server{}
-	s.FindAndModifyProjection.refusal = []int{codeNotImplemented}
 	s.GroupMin.refusal = []int{codeNotImplemented}
 	s.TypeAliases.refusal = []int{codeBadValue, codeNotImplemented}
 	return s

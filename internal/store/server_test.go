@@ -49,31 +49,20 @@ func count(cmds []string, cmd string) int {
 
 // TestServerDetectsEachFeature: a fresh client knows nothing of its
 // server; the first command that uses each feature finds out, as the
-// server behaves (devdb lacks all three, MongoDB holds them), and gives
+// server behaves (devdb lacks both, MongoDB holds them), and gives
 // the right answer either way.
 func TestServerDetectsEachFeature(t *testing.T) {
 	b := setup(t)
 	lacking := lacksFeatures(t, b)
-	q, cmds := monitoredQueue(t, b.db)
+	q, _ := monitoredQueue(t, b.db)
 	srv := store.Of(q).Server()
-	for _, f := range []*store.Feature{&srv.FindAndModifyProjection, &srv.GroupMin, &srv.TypeAliases} {
+	for _, f := range []*store.Feature{&srv.GroupMin, &srv.TypeAliases} {
 		require.Equal(t, "unknown", f.State())
 	}
 	ids := enqueueN(t, b, 3)
 
-	j, err := store.Of(q).Claim(b.ctx, claimAll)
+	_, err := store.Of(q).Claim(b.ctx, claimAll)
 	require.NoError(t, err)
-	before := count(cmds(), "findAndModify jobs")
-	ren, err := store.Of(q).Heartbeat(b.ctx, store.LeaseOf(j), time.Hour)
-	require.NoError(t, err)
-	require.False(t, ren.CancelRequested)
-	require.WithinDuration(t, ren.ExpiresAt, *b.get(t, j.ID).LeaseExpiresAt, time.Millisecond)
-	require.Equal(t, want(lacking), srv.FindAndModifyProjection.State())
-	tries := 1
-	if lacking {
-		tries = 2 // refused, then sent without the projection
-	}
-	require.Equal(t, tries, count(cmds(), "findAndModify jobs")-before)
 
 	stats, err := q.Stats(b.ctx)
 	require.NoError(t, err)
@@ -97,24 +86,14 @@ func TestServerFeatureForcedLacking(t *testing.T) {
 	b := setup(t)
 	q, cmds := monitoredQueue(t, b.db)
 	srv := store.Of(q).Server()
-	srv.FindAndModifyProjection.Set(false)
 	srv.GroupMin.Set(false)
 	srv.TypeAliases.Set(false)
 	ids := enqueueN(t, b, 3)
 
-	j, err := store.Of(q).Claim(b.ctx, claimAll)
+	_, err := store.Of(q).Claim(b.ctx, claimAll)
 	require.NoError(t, err)
-	_, err = q.Cancel(b.ctx, j.ID)
-	require.NoError(t, err)
-	before := count(cmds(), "findAndModify jobs")
-	ren, err := store.Of(q).Heartbeat(b.ctx, store.LeaseOf(j), time.Hour)
-	require.NoError(t, err)
-	require.True(t, ren.CancelRequested)
-	require.Equal(t, 1, count(cmds(), "findAndModify jobs")-before, "no projection tried")
-	_, err = store.Of(q).Heartbeat(b.ctx, store.Lease{JobID: j.ID, Token: "stale"}, time.Hour)
-	require.ErrorIs(t, err, jobs.ErrLeaseLost)
 
-	before = count(cmds(), "aggregate jobs")
+	before := count(cmds(), "aggregate jobs")
 	stats, err := q.Stats(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, before, count(cmds(), "aggregate jobs"), "no $group tried")
@@ -132,7 +111,7 @@ func TestServerFeatureForcedLacking(t *testing.T) {
 	require.Len(t, page, 2)
 	require.Equal(t, 1, count(cmds(), "find jobs")-before, "no $type alias refused")
 
-	for _, f := range []*store.Feature{&srv.FindAndModifyProjection, &srv.GroupMin, &srv.TypeAliases} {
+	for _, f := range []*store.Feature{&srv.GroupMin, &srv.TypeAliases} {
 		require.Equal(t, "lacking", f.State())
 	}
 }
@@ -147,28 +126,25 @@ func TestServerFeatureForcedHeld(t *testing.T) {
 		t.Skip("the server holds every feature: TestServerDetectsEachFeature covers it")
 	}
 	srv := store.Of(b.q).Server()
-	srv.FindAndModifyProjection.Set(true)
 	srv.GroupMin.Set(true)
 	srv.TypeAliases.Set(true)
 	ids := enqueueN(t, b, 2)
 
-	j := b.claim(t, claimAll)
-	_, err := store.Of(b.q).Heartbeat(b.ctx, store.LeaseOf(j), time.Hour)
-	require.NoError(t, err)
+	b.claim(t, claimAll)
 	stats, err := b.q.Stats(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), stats[0].Counts["k"][jobs.StateAvailable])
 	page, _, err := b.q.List(b.ctx, queue.JobFilter{}, ids[0], 10)
 	require.NoError(t, err)
 	require.Len(t, page, 1)
-	for _, f := range []*store.Feature{&srv.FindAndModifyProjection, &srv.GroupMin, &srv.TypeAliases} {
+	for _, f := range []*store.Feature{&srv.GroupMin, &srv.TypeAliases} {
 		require.Equal(t, "lacking", f.State())
 	}
 }
 
 // TestFeatureDetect: what each answer teaches.
 func TestFeatureDetect(t *testing.T) {
-	notImplemented := mongo.CommandError{Code: 238, Name: "NotImplemented", Message: "fields is not implemented"}
+	notImplemented := mongo.CommandError{Code: 238, Name: "NotImplemented", Message: "$min is not implemented"}
 	other := mongo.CommandError{Code: 11600, Name: "InterruptedAtShutdown"}
 	for _, tc := range []struct {
 		name    string
@@ -185,7 +161,7 @@ func TestFeatureDetect(t *testing.T) {
 		{"cancelled", context.Canceled, false, "unknown"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &store.Of(setupNoDB(t)).Server().FindAndModifyProjection
+			f := &store.Of(setupNoDB(t)).Server().GroupMin
 			require.Equal(t, tc.refused, f.Detect(tc.err))
 			require.Equal(t, tc.state, f.State())
 		})

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/docketq/docket/jobs"
@@ -17,11 +18,8 @@ import (
 // run slot of its limit (limit.go). The writes that end or give back an
 // attempt free them (finish and requeue, lease.go).
 
-// capacitySlotField is the job field holding its slot of the queue's
+// CapacitySlotField is the job field holding its slot of the queue's
 // capacity; only admitted, unfinished jobs of a bounded queue have it.
-const capacitySlotField = CapacitySlotField
-
-// CapacitySlotField is capacitySlotField, for package queue.
 const CapacitySlotField = "capacitySlot"
 
 // slotKey is the value of capacitySlot for slot k of queue q. Queue names
@@ -81,11 +79,11 @@ func FreeSlots(slots map[int]bool, unslotted, capacity int) []int {
 	return queueLoad{slots: slots, unslotted: unslotted}.freeSlots(capacity)
 }
 
-// storedCount reads the whole number in field of a settings document that
+// StoredCount reads the whole number in field of a settings document that
 // an operator or another application may have written by hand: an int, or
 // a double that is one, from 0 to max. malformed says what is wrong
 // otherwise.
-func storedCount(d bson.Raw, field string, max int) (n int, malformed string) {
+func StoredCount(d bson.Raw, field string, max int) (n int, malformed string) {
 	v := d.Lookup(field)
 	var i int64
 	switch v.Type {
@@ -109,16 +107,33 @@ func storedCount(d bson.Raw, field string, max int) (n int, malformed string) {
 	return int(i), ""
 }
 
-// StoredCount is storedCount, for package queue.
-func StoredCount(d bson.Raw, field string, max int) (n int, malformed string) {
-	return storedCount(d, field, max)
+// StoredName reads the _id of the document d, another application's
+// perhaps, as the name of a queue or a limit (what): malformed says so
+// when it is not a string, and name is then the id as extended JSON.
+func StoredName(d bson.Raw, what string) (name, malformed string) {
+	id := d.Lookup("_id")
+	if name, ok := id.StringValueOK(); ok {
+		return name, ""
+	}
+	return id.String(), fmt.Sprintf("_id is a %s, not a %s name", id.Type, what)
 }
 
-// nameProblem says what is wrong with a kind or queue name, or returns ""
+// StoredStamp reads when, and by whom, a setting of the document d was
+// written: its fields prefix+"At" and prefix+"By", each zero when it is
+// missing or of another type.
+func StoredStamp(d bson.Raw, prefix string) (at time.Time, by string) {
+	if t, ok := d.Lookup(prefix + "At").TimeOK(); ok {
+		at = t.UTC()
+	}
+	by, _ = d.Lookup(prefix + "By").StringValueOK()
+	return at, by
+}
+
+// NameProblem says what is wrong with a kind or queue name, or returns ""
 // when nothing is: what jobs.NameProblem refuses, and control characters
 // (C0, DEL, C1: a newline, an escape sequence), which have no place in a
 // name that tables, logs and metric labels show.
-func nameProblem(s string) string {
+func NameProblem(s string) string {
 	if p := jobs.NameProblem(s, jobs.MaxNameBytes); p != "" {
 		return p
 	}
@@ -128,6 +143,3 @@ func nameProblem(s string) string {
 	}
 	return ""
 }
-
-// NameProblem is nameProblem, for package queue.
-func NameProblem(s string) string { return nameProblem(s) }

@@ -306,7 +306,7 @@ func TestLostLeaseCannotWrite(t *testing.T) {
 	before := b.get(t, old.ID)
 	l := store.LeaseOf(old)
 
-	_, err = store.Of(b.q).Heartbeat(b.ctx, l, time.Hour)
+	_, err = heartbeat(b.ctx, store.Of(b.q), l, time.Hour)
 	require.ErrorIs(t, err, jobs.ErrLeaseLost)
 	require.ErrorIs(t, store.Of(b.q).Complete(b.ctx, l), jobs.ErrLeaseLost)
 	_, err = store.Of(b.q).Fail(b.ctx, l, old, errors.New("late"))
@@ -316,7 +316,7 @@ func TestLostLeaseCannotWrite(t *testing.T) {
 	require.Equal(t, before, b.get(t, old.ID), "the old holder changed the job")
 
 	// The new holder still can.
-	_, err = store.Of(b.q).Heartbeat(b.ctx, store.LeaseOf(cur), time.Hour)
+	_, err = heartbeat(b.ctx, store.Of(b.q), store.LeaseOf(cur), time.Hour)
 	require.NoError(t, err)
 	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(cur)))
 	done := b.get(t, old.ID)
@@ -417,7 +417,7 @@ func TestCancel(t *testing.T) {
 	out, err = b.q.Cancel(b.ctx, running.ID)
 	require.NoError(t, err)
 	require.Equal(t, queue.CancelRequested, out)
-	ren, err := store.Of(b.q).Heartbeat(b.ctx, store.LeaseOf(running), time.Minute)
+	ren, err := heartbeat(b.ctx, store.Of(b.q), store.LeaseOf(running), time.Minute)
 	require.NoError(t, err)
 	require.True(t, ren.CancelRequested)
 	require.NoError(t, store.Of(b.q).Cancelled(b.ctx, store.LeaseOf(running), running, "cancelled while running"))
@@ -529,11 +529,11 @@ func TestReapSkipsARenewedLease(t *testing.T) {
 	require.NoError(t, err)
 	j := b.claim(t, claimAll)
 	// The same fence the reaper uses, on a stale expiry: a renewal changed it.
-	_, err = store.Of(b.q).Heartbeat(b.ctx, store.LeaseOf(j), time.Minute)
+	_, err = heartbeat(b.ctx, store.Of(b.q), store.LeaseOf(j), time.Minute)
 	require.NoError(t, err)
 	_, err = store.Of(b.q).Collection().UpdateOne(b.ctx, bson.M{"_id": j.ID}, bson.M{"$set": bson.M{"leaseExpiresAt": time.Now().Add(-time.Minute)}})
 	require.NoError(t, err)
-	_, err = store.Of(b.q).Heartbeat(b.ctx, store.LeaseOf(j), time.Minute)
+	_, err = heartbeat(b.ctx, store.Of(b.q), store.LeaseOf(j), time.Minute)
 	require.NoError(t, err)
 	r, err := store.Of(b.q).Reap(b.ctx, 0, 100)
 	require.NoError(t, err)

@@ -264,10 +264,7 @@ func ctlList(fs *flag.FlagSet) func(*env, []string) error {
 func ctlShow(fs *flag.FlagSet) func(*env, []string) error {
 	asJSON := fs.Bool("json", false, "print the job documents as JSON, one per line")
 	return func(e *env, tokens []string) error {
-		if len(tokens) == 0 {
-			return badInput("give the ids of the jobs to show")
-		}
-		ids, err := parseJobIDs(tokens)
+		ids, err := jobIDsToAct(tokens, "show")
 		if err != nil {
 			return err
 		}
@@ -407,10 +404,7 @@ func ctlRetry(fs *flag.FlagSet) func(*env, []string) error {
 func ctlDelete(fs *flag.FlagSet) func(*env, []string) error {
 	force := fs.Bool("force", false, "also delete jobs that have not finished (available); never a running one")
 	return func(e *env, tokens []string) error {
-		if len(tokens) == 0 {
-			return badInput("give the ids of the jobs to delete")
-		}
-		ids, err := parseJobIDs(tokens)
+		ids, err := jobIDsToAct(tokens, "delete")
 		if err != nil {
 			return err
 		}
@@ -493,10 +487,7 @@ func ctlDashboard(fs *flag.FlagSet) func(*env, []string) error {
 
 func cancelCommand(fs *flag.FlagSet) func(*env, []string) error {
 	return func(e *env, tokens []string) error {
-		if len(tokens) == 0 {
-			return badInput("give the ids of the jobs to cancel")
-		}
-		ids, err := parseJobIDs(tokens)
+		ids, err := jobIDsToAct(tokens, "cancel")
 		if err != nil {
 			return err
 		}
@@ -538,6 +529,15 @@ func parseJobIDs(tokens []string) ([]queue.JobID, error) {
 		ids[i] = id
 	}
 	return ids, nil
+}
+
+// jobIDsToAct is parseJobIDs of the tokens a command that acts on jobs
+// (verb) requires: at least one.
+func jobIDsToAct(tokens []string, verb string) ([]queue.JobID, error) {
+	if len(tokens) == 0 {
+		return nil, badInput("give the ids of the jobs to %s", verb)
+	}
+	return parseJobIDs(tokens)
 }
 
 // idLabel names a job for a person, in every table and line docketctl
@@ -595,17 +595,8 @@ func ctlPause(fs *flag.FlagSet) func(*env, []string) error {
 				return badInput("%v", err)
 			}
 		}
-		if *by == "" {
-			*by = operator()
-		}
-		for _, q := range names {
-			changed, err := e.q.Pause(e.ctx, q, *by)
-			done := fmt.Sprintf("paused: workers stop claiming from it within %s; running jobs finish", queue.PauseRefresh)
-			if err := e.reportChange(q, changed, err, done, "already paused"); err != nil {
-				return err
-			}
-		}
-		return nil
+		return e.changeQueues(names, *by, e.q.Pause,
+			fmt.Sprintf("paused: workers stop claiming from it within %s; running jobs finish", queue.PauseRefresh), "already paused")
 	}
 }
 
@@ -615,18 +606,25 @@ func ctlResume(fs *flag.FlagSet) func(*env, []string) error {
 		if err := queueNames(names); err != nil {
 			return err
 		}
-		if *by == "" {
-			*by = operator()
-		}
-		for _, q := range names {
-			changed, err := e.q.Resume(e.ctx, q, *by)
-			done := fmt.Sprintf("resumed: workers claim from it again within %s", queue.PauseRefresh)
-			if err := e.reportChange(q, changed, err, done, "not paused"); err != nil {
-				return err
-			}
-		}
-		return nil
+		return e.changeQueues(names, *by, e.q.Resume,
+			fmt.Sprintf("resumed: workers claim from it again within %s", queue.PauseRefresh), "not paused")
 	}
+}
+
+// changeQueues applies change to each queue of names, recording by (the
+// operator when empty) as who made it, and reports each as reportChange
+// does; it stops at the first error.
+func (e *env) changeQueues(names []string, by string, change func(context.Context, string, string) (bool, error), done, unchanged string) error {
+	if by == "" {
+		by = operator()
+	}
+	for _, q := range names {
+		changed, err := change(e.ctx, q, by)
+		if err := e.reportChange(q, changed, err, done, unchanged); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // reportChange prints what a change to name did, given the write's result:

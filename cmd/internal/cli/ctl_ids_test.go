@@ -114,7 +114,8 @@ func TestCtlActsOnJobsOfAnyID(t *testing.T) {
 }
 
 // TestCtlRefusesBadJobTokens: a token that starts with "@" and is not one
-// list prints, or an empty id, is bad input, named escaped.
+// list prints, an empty id, or no id where one is required, is bad input,
+// named escaped.
 func TestCtlRefusesBadJobTokens(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewDB(t)
@@ -126,6 +127,11 @@ func TestCtlRefusesBadJobTokens(t *testing.T) {
 		_, errs, code = runCtl(t, testdb.URI(), db, verb, "")
 		require.Equal(t, 2, code, verb)
 		require.Contains(t, errs, "empty job id", verb)
+	}
+	for _, verb := range []string{"show", "cancel", "delete"} {
+		_, errs, code := runCtl(t, testdb.URI(), db, verb)
+		require.Equal(t, 2, code, verb)
+		require.Contains(t, errs, "give the ids of the jobs to "+verb, verb)
 	}
 }
 

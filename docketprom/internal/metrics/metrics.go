@@ -67,10 +67,8 @@ func NewWorker(reg prometheus.Registerer) (*Worker, error) {
 // newWorker returns the metrics of a worker pool, registered nowhere.
 func newWorker() *Worker {
 	w := &Worker{
-		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "jobs_finished_total",
-			Help: "Attempts that ended in this process, by kind, queue and outcome: succeeded, retried (failed, available again), dead, cancelled, released (given back at shutdown), lease_lost (taken by another worker or the reaper; nothing written), unrecorded (the outcome could not be written; the reaper re-queues the job).",
-		}, []string{"kind", "queue", "outcome"}),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts(opts("jobs_finished_total",
+			"Attempts that ended in this process, by kind, queue and outcome: succeeded, retried (failed, available again), dead, cancelled, released (given back at shutdown), lease_lost (taken by another worker or the reaper; nothing written), unrecorded (the outcome could not be written; the reaper re-queues the job).")), []string{"kind", "queue", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "job_duration_seconds",
 			Help:    "How long handlers ran, by kind, whatever the outcome.",
@@ -81,38 +79,22 @@ func newWorker() *Worker {
 			Help:    "Claim round trips to the database, each taking up to --claim-batch jobs, whatever they returned.",
 			Buckets: ClaimBuckets,
 		}),
-		claimed: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "jobs_claimed_total",
-			Help: "Jobs claimed by this process.",
-		}),
-		emptyClaims: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "claims_empty_total",
-			Help: "Claims that found no runnable job.",
-		}),
-		claimErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "claim_errors_total",
-			Help: "Claims that failed (the database away or slow).",
-		}),
-		leasesLost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "leases_lost_total",
-			Help: "Attempts whose lease a fenced write (a heartbeat or the final write) found taken by another worker or the reaper, by kind and queue.",
-		}, []string{"kind", "queue"}),
-		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "heartbeats_total",
-			Help: "Lease renewals, by result: renewed, lease_lost, failed (the database away; retried at the next heartbeat).",
-		}, []string{"result"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "job_retries_total",
-			Help: "Attempts started that were not their job's first (after a failure or a lost lease), by kind and queue.",
-		}, []string{"kind", "queue"}),
-		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "jobs_running",
-			Help: "Jobs this process holds now, by kind and queue.",
-		}, []string{"kind", "queue"}),
-		progress: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "progress_writes_total",
-			Help: "Progress values (jobs.Progress) that this process's lease renewals wrote, by kind; reports made between two renewals coalesce into one (see docket_progress_reports_total).",
-		}, []string{"kind"}),
+		claimed: prometheus.NewCounter(prometheus.CounterOpts(opts("jobs_claimed_total",
+			"Jobs claimed by this process."))),
+		emptyClaims: prometheus.NewCounter(prometheus.CounterOpts(opts("claims_empty_total",
+			"Claims that found no runnable job."))),
+		claimErrors: prometheus.NewCounter(prometheus.CounterOpts(opts("claim_errors_total",
+			"Claims that failed (the database away or slow)."))),
+		leasesLost: prometheus.NewCounterVec(prometheus.CounterOpts(opts("leases_lost_total",
+			"Attempts whose lease a fenced write (a heartbeat or the final write) found taken by another worker or the reaper, by kind and queue.")), []string{"kind", "queue"}),
+		heartbeats: prometheus.NewCounterVec(prometheus.CounterOpts(opts("heartbeats_total",
+			"Lease renewals, by result: renewed, lease_lost, failed (the database away; retried at the next heartbeat).")), []string{"result"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts(opts("job_retries_total",
+			"Attempts started that were not their job's first (after a failure or a lost lease), by kind and queue.")), []string{"kind", "queue"}),
+		running: prometheus.NewGaugeVec(prometheus.GaugeOpts(opts("jobs_running",
+			"Jobs this process holds now, by kind and queue.")), []string{"kind", "queue"}),
+		progress: prometheus.NewCounterVec(prometheus.CounterOpts(opts("progress_writes_total",
+			"Progress values (jobs.Progress) that this process's lease renewals wrote, by kind; reports made between two renewals coalesce into one (see docket_progress_reports_total).")), []string{"kind"}),
 	}
 	// The results are known in advance: show them at zero from the start,
 	// so that a rate over them is defined before the first event.
@@ -194,17 +176,16 @@ func RegisterPoolStats(reg prometheus.Registerer, stats func() worker.Stats) err
 // poolStats returns the collectors RegisterPoolStats registers.
 func poolStats(stats func() worker.Stats) []prometheus.Collector {
 	return []prometheus.Collector{
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "stuck_handlers_total",
-			Help: "Handlers this process gave up on: still running worker.stuckGrace after their kind's timeout, a cancel request or a lost lease. Their slots were freed and their outcome recorded.",
-		}, func() float64 { return float64(stats().StuckHandlers) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "jobs_released_unstarted_total",
-			Help: "Jobs given back without running their handler, the attempt not counted: stamped by a claim whose reply was lost, or claimed with too little lease left to start.",
-		}, func() float64 { return float64(stats().ReleasedUnstarted) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "progress_reports_total",
-			Help: "Progress reports (jobs.Progress) this process's handlers made, written or not: the latest is written by the next lease renewal.",
-		}, func() float64 { return float64(stats().ProgressReports) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts(opts("stuck_handlers_total",
+			"Handlers this process gave up on: still running worker.stuckGrace after their kind's timeout, a cancel request or a lost lease. Their slots were freed and their outcome recorded.")), func() float64 { return float64(stats().StuckHandlers) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts(opts("jobs_released_unstarted_total",
+			"Jobs given back without running their handler, the attempt not counted: stamped by a claim whose reply was lost, or claimed with too little lease left to start.")), func() float64 { return float64(stats().ReleasedUnstarted) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts(opts("progress_reports_total",
+			"Progress reports (jobs.Progress) this process's handlers made, written or not: the latest is written by the next lease renewal.")), func() float64 { return float64(stats().ProgressReports) }),
 	}
+}
+
+// opts names the metric Namespace_name, with its help.
+func opts(name, help string) prometheus.Opts {
+	return prometheus.Opts{Namespace: Namespace, Name: name, Help: help}
 }

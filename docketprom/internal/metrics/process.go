@@ -44,10 +44,8 @@ func NewProcess(cfg ProcessConfig) (*Process, error) {
 	p := &Process{Worker: newWorker(), Queue: qs}
 	p.all = append(p.Worker.collectors(), poolStats(cfg.Stats)...)
 	if cfg.EventsDropped != nil {
-		p.all = append(p.all, prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "events_dropped_total",
-			Help: "Job events dropped because a subscriber's buffer was full (docket.SubscribeConfig.Buffer).",
-		}, func() float64 { return float64(cfg.EventsDropped()) }))
+		p.all = append(p.all, prometheus.NewCounterFunc(prometheus.CounterOpts(opts("events_dropped_total",
+			"Job events dropped because a subscriber's buffer was full (docket.SubscribeConfig.Buffer).")), func() float64 { return float64(cfg.EventsDropped()) }))
 	}
 	p.all = append(p.all, qs)
 	return p, nil
