@@ -28,13 +28,14 @@ type settleQueue struct {
 // runs now rather than at the leader's next pass; it returns at once.
 // Should this worker stop or fail before they are told, the finishing
 // write has left the outcome due (its flag is cleared by the settle's last
-// write) and the leader's pass tells them (queue/deps.go).
-func (w *Worker) settleDependents(id string) {
+// write) and the leader's pass tells them (queue/deps.go). It reports
+// whether the settle is queued: it then wakes the dispatcher once done.
+func (w *Worker) settleDependents(id string) bool {
 	s := &w.settles
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
-		return
+		return false
 	}
 	s.pending = append(s.pending, id)
 	if !s.started {
@@ -49,6 +50,7 @@ func (w *Worker) settleDependents(id string) {
 	case s.kick <- struct{}{}:
 	default:
 	}
+	return true
 }
 
 // settleLoop settles what is pending, batch after batch, until ctx ends.
@@ -85,7 +87,7 @@ func (w *Worker) settleBatch(ctx context.Context, ids []string) {
 	}
 	err := w.c.SettleDependentsOfAll(ctx, ids)
 	// Some dependents may be runnable now: claim at once, not at the next
-	// poll (the handlers' returns woke a claim too early).
+	// poll (the handlers' returns of these jobs woke no claim: launch).
 	w.signalWake()
 	if err != nil && ctx.Err() == nil {
 		w.log.Warn("telling finished jobs' dependents of their outcomes failed; the leader's pass does it",

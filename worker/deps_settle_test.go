@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,4 +98,38 @@ func TestWorkflowSettleStoppedLeftToTheLeader(t *testing.T) {
 	require.NoError(t, err)
 	b.waitState(t, k1, jobs.StateAvailable)
 	f.check(t, p1)
+}
+
+// A job with dependents wakes the claim once its settle has released
+// them, not when its handler returns: a claim then could only find
+// nothing (its dependents still blocked). Down a chain, with polls too
+// slow to matter, each task costs the claim that takes it and at most the
+// one after it that finds the chain's next still blocked (about n in all); a wake at each
+// handler's return added a second empty claim per task (about 2n).
+func TestWorkflowChainClaimsOnSettle(t *testing.T) {
+	b := setup(t)
+	b.handle(t, "link", func(context.Context, *jobs.Job) error { return nil }, jobs.KindOptions{})
+	const n = 20
+	ins := make([]queue.Insert, n)
+	for i := range ins {
+		ins[i] = queue.Insert{Kind: "link", Opts: queue.InsertOpts{ID: fmt.Sprint("c", i)}}
+		if i > 0 {
+			ins[i].Opts.After = []string{fmt.Sprint("c", i-1)}
+		}
+	}
+	_, err := b.q.EnqueueMany(b.ctx, ins)
+	require.NoError(t, err)
+	var empty atomic.Int64
+	w, err := worker.New(b.q, b.reg, worker.Config{Concurrency: 4, Logger: b.log, Lease: 5 * time.Second,
+		HeartbeatInterval: time.Second, PollMin: time.Minute, PollMax: time.Minute})
+	require.NoError(t, err)
+	worker.SetAfterClaim(w, func(claimed []*jobs.Job) {
+		if len(claimed) == 0 {
+			empty.Add(1)
+		}
+	})
+	w.Start(context.Background())
+	t.Cleanup(func() { _ = w.StopAndCancel(context.Background()) })
+	b.waitState(t, fmt.Sprint("c", n-1), jobs.StateSucceeded)
+	require.Less(t, empty.Load(), int64(3*n/2), "empty claims down a chain of %d", n)
 }

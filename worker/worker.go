@@ -899,7 +899,9 @@ func (w *Worker) launchRun(r *run) {
 			delete(w.active, job.ID)
 			w.plimits.release(job)
 			w.mu.Unlock()
-			if !r.handedOn { // else its slots run the successor: nothing to claim
+			// Handed on: its slots run the successor, nothing to claim;
+			// dependents: the settle of its dependents wakes the claim.
+			if !r.handedOn && !r.dependents {
 				w.signalWake()
 			}
 		}()
@@ -952,10 +954,12 @@ func (w *Worker) freeSlots(r *run) {
 		r.executing = false
 	}
 	w.held.Add(-1)
-	if !w.q.HoldsRunSlot(r.job.ID) {
+	if !w.q.HoldsRunSlot(r.job.ID) && !r.job.Dependents {
 		// A job holding a run slot wakes the dispatcher once its
 		// finishing write has freed the slot (launch), not before: a
-		// claim now would find its limit still full.
+		// claim now would find its limit still full. One with
+		// dependents wakes it once they are settled, or its write failed
+		// (launch): what they may claim is released by the settle.
 		w.signalWake()
 	}
 }
