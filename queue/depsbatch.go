@@ -35,14 +35,33 @@ import (
 // is left due for the leader's pass (SettleDependents) and the others are
 // settled still; it returns the failures joined.
 func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string) error {
-	alone, err := c.settleTogether(ctx, ids)
-	return errors.Join(append([]error{err}, c.settleEach(ctx, alone)...)...)
+	_, err := c.SettleDependentsReport(ctx, ids)
+	return err
+}
+
+// SettleReport tells what one SettleDependentsReport settled together:
+// the succeeded parents, and the distinct dependents they list.
+type SettleReport struct {
+	Parents, Dependents int
+}
+
+// Shared reports whether the parents settled together share their
+// dependents, many parents to each (a fan-in's sink): each such settle
+// rewrites the shared dependent, so settling more parents at a time costs
+// fewer of those writes.
+func (r SettleReport) Shared() bool { return r.Dependents > 0 && 4*r.Dependents <= r.Parents }
+
+// SettleDependentsReport is SettleDependentsOfAll, and reports what it
+// settled together.
+func (c *Client) SettleDependentsReport(ctx context.Context, ids []string) (SettleReport, error) {
+	alone, rep, err := c.settleTogether(ctx, ids)
+	return rep, errors.Join(append([]error{err}, c.settleEach(ctx, alone)...)...)
 }
 
 // settleTogether reads the jobs of ids still due, settles the succeeded
 // ones with a complete list together (settleSucceeded), within
 // settleEachTimeout, and returns the others, to settle one by one.
-func (c *Client) settleTogether(ctx context.Context, ids []string) (alone []any, err error) {
+func (c *Client) settleTogether(ctx context.Context, ids []string) (alone []any, rep SettleReport, err error) {
 	ctx, cancel := context.WithTimeout(ctx, settleEachTimeout)
 	defer cancel()
 	var together []any
@@ -54,7 +73,7 @@ func (c *Client) settleTogether(ctx context.Context, ids []string) (alone []any,
 				{Key: "state", Value: 1}, {Key: "kind", Value: 1}, {Key: dependentIdsField, Value: 1}, {Key: dependentsManyField, Value: 1},
 			}))
 		if err != nil {
-			return alone, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
+			return alone, rep, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
 		}
 		if err := eachRaw(ctx, cur, func(d bson.Raw) error {
 			id := d.Lookup("_id")
@@ -72,13 +91,14 @@ func (c *Client) settleTogether(ctx context.Context, ids []string) (alone []any,
 			}
 			return nil
 		}); err != nil {
-			return alone, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
+			return alone, rep, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
 		}
 	}
 	if len(together) == 0 {
-		return alone, nil
+		return alone, rep, nil
 	}
-	return alone, c.settleSucceeded(ctx, together, kids)
+	rep = SettleReport{Parents: len(together), Dependents: len(kids)}
+	return alone, rep, c.settleSucceeded(ctx, together, kids)
 }
 
 // settleEachTimeout bounds each settle of SettleDependentsOfAll: the read

@@ -3,6 +3,9 @@ package worker
 import (
 	"context"
 	"sync"
+	"time"
+
+	"github.com/docketq/docket/queue"
 
 	"go.uber.org/zap"
 )
@@ -53,7 +56,22 @@ func (w *Worker) settleDependents(id string) bool {
 	return true
 }
 
+// settleWakes reports whether the end of a job (with dependents, or not)
+// leaves the wake of the dispatcher to the settle of its dependents, which
+// wakes it once they are released: when the last claim found no more jobs
+// than it took (a chain's next task is then the one job to claim, and a
+// claim at the handler's return could only find it still blocked). With
+// a backlog, the end of a job wakes the claim of the next at once.
+func (w *Worker) settleWakes(dependents bool) bool {
+	return dependents && w.drained.Load()
+}
+
 // settleLoop settles what is pending, batch after batch, until ctx ends.
+// After a settle of parents that share their dependents (a fan-in's
+// sink, rewritten by every settle), it lets the jobs finished meanwhile
+// gather for as long as the settle took (up to settlePaceMax) before the
+// next: the shared dependent is rewritten about half as often, its last
+// parents settled that much later at most.
 func (w *Worker) settleLoop(ctx context.Context) {
 	s := &w.settles
 	defer close(s.done)
@@ -64,8 +82,25 @@ func (w *Worker) settleLoop(ctx context.Context) {
 		case <-s.kick:
 		}
 		for ids := s.take(); len(ids) > 0 && ctx.Err() == nil; ids = s.take() {
-			w.settleBatch(ctx, ids)
+			start := time.Now()
+			if w.settleBatch(ctx, ids).Shared() {
+				pace(ctx, min(time.Since(start), settlePaceMax))
+			}
 		}
+	}
+}
+
+// settlePaceMax bounds the wait between two settles of parents that share
+// their dependents (settleLoop).
+const settlePaceMax = 100 * time.Millisecond
+
+// pace waits for d, or until ctx ends.
+func pace(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 
@@ -78,14 +113,15 @@ func (s *settleQueue) take() []string {
 	return ids
 }
 
-// settleBatch tells the dependents of the jobs of ids of their outcomes;
+// settleBatch tells the dependents of the jobs of ids of their outcomes,
+// and returns what it settled together;
 // each settle has its own deadline (SettleDependentsOfAll), and those that
 // fail are left to the leader's pass.
-func (w *Worker) settleBatch(ctx context.Context, ids []string) {
+func (w *Worker) settleBatch(ctx context.Context, ids []string) queue.SettleReport {
 	if w.onSettle != nil {
 		w.onSettle(ctx, ids)
 	}
-	err := w.c.SettleDependentsOfAll(ctx, ids)
+	rep, err := w.c.SettleDependentsReport(ctx, ids)
 	// Some dependents may be runnable now: claim at once, not at the next
 	// poll (the handlers' returns of these jobs woke no claim: launch).
 	w.signalWake()
@@ -93,6 +129,7 @@ func (w *Worker) settleBatch(ctx context.Context, ids []string) {
 		w.log.Warn("telling finished jobs' dependents of their outcomes failed; the leader's pass does it",
 			zap.Int("jobs", len(ids)), zap.Error(err))
 	}
+	return rep
 }
 
 // stopSettles ends settleLoop, the settle under way cancelled, and waits

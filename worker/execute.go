@@ -31,9 +31,8 @@ type run struct {
 	freed     bool // its held slot was given up (freeSlots)
 	writing   bool // holds a writing slot
 	handedOn  bool // its run slots went to a successor it started (handoff.go)
-	// dependents: its dependents are told of its outcome by this worker's
-	// settle, which then wakes the dispatcher (deps.go); its own end does
-	// not, as a claim before that settle would find nothing they free.
+	// dependents: its end leaves the dispatcher's wake to the settle of
+	// its dependents (Worker.settleWakes).
 	dependents bool
 }
 
@@ -234,7 +233,7 @@ func (w *Worker) record(a *attempt, write func(context.Context) error) {
 	case werr == nil:
 		a.log.Info("job finished", fields...)
 		if job.Dependents || a.marked.Load() {
-			a.r.dependents = w.settleDependents(job.ID)
+			a.r.dependents = w.settleDependents(job.ID) && w.settleWakes(true)
 		}
 	case errors.Is(werr, jobs.ErrLeaseLost):
 		a.observed = OutcomeLeaseLost

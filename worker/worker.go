@@ -64,6 +64,9 @@ type Worker struct {
 	// slowestClaim is the slowest of the recent claims (a time.Duration):
 	// how long a command takes now, for a final write's last try.
 	slowestClaim atomic.Int64
+	// drained: the last claim that asked for more than one job, or found
+	// none, took fewer jobs than it asked for (deps.go).
+	drained atomic.Bool
 	exec         *semaphore.Weighted
 	writing      *semaphore.Weighted
 	handler      handlerTime // how long handlers take, to size claims ahead
@@ -338,6 +341,9 @@ func (w *Worker) dispatch() {
 		}
 		w.logClaim(&cost, took.slowest(), target, slots, len(claimed), elapsed)
 		w.slowestClaim.Store(int64(took.slowest()))
+		if err != nil || slots > 1 || len(claimed) == 0 { // one job of one asked: no news
+			w.drained.Store(err == nil && len(claimed) < slots)
+		}
 		sizer.claimed(slots, len(claimed), waitedLongest(claimed, sent), err)
 		w.obs.Claimed(time.Since(sent), len(claimed), err)
 		if w.afterClaim != nil {
@@ -900,7 +906,8 @@ func (w *Worker) launchRun(r *run) {
 			w.plimits.release(job)
 			w.mu.Unlock()
 			// Handed on: its slots run the successor, nothing to claim;
-			// dependents: the settle of its dependents wakes the claim.
+			// dependents: the settle of its dependents wakes the claim
+			// (deps.go).
 			if !r.handedOn && !r.dependents {
 				w.signalWake()
 			}
@@ -954,12 +961,10 @@ func (w *Worker) freeSlots(r *run) {
 		r.executing = false
 	}
 	w.held.Add(-1)
-	if !w.q.HoldsRunSlot(r.job.ID) && !r.job.Dependents {
+	if !w.q.HoldsRunSlot(r.job.ID) && !w.settleWakes(r.job.Dependents) {
 		// A job holding a run slot wakes the dispatcher once its
 		// finishing write has freed the slot (launch), not before: a
-		// claim now would find its limit still full. One with
-		// dependents wakes it once they are settled, or its write failed
-		// (launch): what they may claim is released by the settle.
+		// claim now would find its limit still full.
 		w.signalWake()
 	}
 }
