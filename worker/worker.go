@@ -64,13 +64,14 @@ type Worker struct {
 	// slowestClaim is the slowest of the recent claims (a time.Duration):
 	// how long a command takes now, for a final write's last try.
 	slowestClaim atomic.Int64
-	// drained: the last claim that asked for more than one job, or found
-	// none, took fewer jobs than it asked for (deps.go).
-	drained atomic.Bool
 	exec         *semaphore.Weighted
 	writing      *semaphore.Weighted
 	handler      handlerTime // how long handlers take, to size claims ahead
 	wake         chan struct{}
+
+	// drained: the last claim that asked for more than one job, or found
+	// none, took fewer jobs than it asked for (deps.go).
+	drained atomic.Bool
 
 	stopClaiming context.CancelFunc
 	claimingCtx  context.Context
