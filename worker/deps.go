@@ -69,9 +69,9 @@ func (w *Worker) settleWakes(dependents bool) bool {
 // settleLoop settles what is pending, batch after batch, until ctx ends.
 // After a settle of parents that share their dependents (a fan-in's
 // sink, rewritten by every settle), it lets the jobs finished meanwhile
-// gather for as long as the settle took (up to settlePaceMax) before the
-// next: the shared dependent is rewritten about half as often, its last
-// parents settled that much later at most.
+// gather for settlePace times as long as the settle took (up to
+// settlePaceMax) before the next: the shared dependent is rewritten a few
+// times less often, its last parents settled that much later at most.
 func (w *Worker) settleLoop(ctx context.Context) {
 	s := &w.settles
 	defer close(s.done)
@@ -84,15 +84,19 @@ func (w *Worker) settleLoop(ctx context.Context) {
 		for ids := s.take(); len(ids) > 0 && ctx.Err() == nil; ids = s.take() {
 			start := time.Now()
 			if w.settleBatch(ctx, ids).Shared() {
-				pace(ctx, min(time.Since(start), settlePaceMax))
+				pace(ctx, min(settlePace*time.Since(start), settlePaceMax))
 			}
 		}
 	}
 }
 
-// settlePaceMax bounds the wait between two settles of parents that share
-// their dependents (settleLoop).
-const settlePaceMax = 100 * time.Millisecond
+// settlePace and settlePaceMax size the wait between two settles of
+// parents that share their dependents (settleLoop): settlePace times the
+// last settle's time, at most settlePaceMax.
+const (
+	settlePace    = 3
+	settlePaceMax = 200 * time.Millisecond
+)
 
 // pace waits for d, or until ctx ends.
 func pace(ctx context.Context, d time.Duration) {
