@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 
 	"go.uber.org/zap"
@@ -64,6 +65,14 @@ func (w *Worker) settleDependents(id string) bool {
 // a backlog, the end of a job wakes the claim of the next at once.
 func (w *Worker) settleWakes(dependents bool) bool {
 	return dependents && w.drained.Load()
+}
+
+// oneWithDependents reports whether claimed is one job that others wait
+// for: with the backlog drained (settleWakes), a chain's task, whose
+// settle wakes the claim of the next; claiming again at once, before it
+// ends, would find nothing.
+func oneWithDependents(claimed []*jobs.Job) bool {
+	return len(claimed) == 1 && claimed[0].Dependents
 }
 
 // settleLoop settles what is pending, batch after batch, until ctx ends.

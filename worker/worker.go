@@ -362,7 +362,7 @@ func (w *Worker) dispatch() {
 		// finishing writes wake it (their slots are then handed to it), as
 		// does any handler's return, or else its next poll. Claiming again
 		// at once would find the limit full.
-		if err == nil && started > 0 && !w.q.LimitFull() {
+		if err == nil && started > 0 && !w.q.LimitFull() && !w.settleWakes(oneWithDependents(claimed)) {
 			idle, failing = 0, 0
 			continue
 		}
