@@ -67,12 +67,23 @@ func (w *Worker) settleWakes(dependents bool) bool {
 	return dependents && w.drained.Load()
 }
 
-// oneWithDependents reports whether claimed is one job that others wait
-// for: with the backlog drained (settleWakes), a chain's task, whose
-// settle wakes the claim of the next; claiming again at once, before it
-// ends, would find nothing.
-func oneWithDependents(claimed []*jobs.Job) bool {
-	return len(claimed) == 1 && claimed[0].Dependents
+// noteDrained records whether a claim for slots jobs that took n (or
+// failed with err) found the backlog drained: one that asked for one job
+// and took it tells nothing of what is left.
+func (w *Worker) noteDrained(slots, n int, err error) {
+	if err != nil || slots > 1 || n == 0 {
+		w.drained.Store(err == nil && n < slots)
+	}
+}
+
+// claimAgain reports whether the dispatcher claims again at once after a
+// claim that took claimed: not when it left a concurrency limit full, nor
+// when, the backlog drained (settleWakes), it took one job that others
+// wait for: a chain's task, whose settle wakes the claim of the next;
+// claiming before it ends would find nothing.
+func (w *Worker) claimAgain(claimed []*jobs.Job) bool {
+	one := len(claimed) == 1 && claimed[0].Dependents
+	return !w.q.LimitFull() && !w.settleWakes(one)
 }
 
 // settleLoop settles what is pending, batch after batch, until ctx ends.

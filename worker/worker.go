@@ -342,9 +342,7 @@ func (w *Worker) dispatch() {
 		}
 		w.logClaim(&cost, took.slowest(), target, slots, len(claimed), elapsed)
 		w.slowestClaim.Store(int64(took.slowest()))
-		if err != nil || slots > 1 || len(claimed) == 0 { // one job of one asked: no news
-			w.drained.Store(err == nil && len(claimed) < slots)
-		}
+		w.noteDrained(slots, len(claimed), err) // deps.go
 		sizer.claimed(slots, len(claimed), waitedLongest(claimed, sent), err)
 		w.obs.Claimed(time.Since(sent), len(claimed), err)
 		if w.afterClaim != nil {
@@ -361,8 +359,9 @@ func (w *Worker) dispatch() {
 		// A claim that left a concurrency limit full waits: its own jobs'
 		// finishing writes wake it (their slots are then handed to it), as
 		// does any handler's return, or else its next poll. Claiming again
-		// at once would find the limit full.
-		if err == nil && started > 0 && !w.q.LimitFull() && !w.settleWakes(oneWithDependents(claimed)) {
+		// at once would find the limit full. (So does one that took a
+		// chain's task: claimAgain.)
+		if err == nil && started > 0 && w.claimAgain(claimed) {
 			idle, failing = 0, 0
 			continue
 		}
