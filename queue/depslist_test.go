@@ -333,17 +333,25 @@ func TestDepSettleManyAtOnce(t *testing.T) {
 // each dependent released once and every flag settled; one that dies there
 // is finished by the pass.
 func TestDepSettleManyStalledOrDeadAtEachStep(t *testing.T) {
-	for _, step := range []string{"settle:last", "settle:done"} {
+	// shape: "fan-out", a parent settled alone whose dependents are too
+	// many to release in the settle's command; "chain", a parent settled
+	// alone whose one dependent is released by the settle's command;
+	// "fan-in", parents that share their dependent.
+	for _, c := range []struct{ step, shape string }{
+		{"settle:last", "fan-out"}, {"settle:done", "chain"}, {"settle:done", "fan-in"},
+	} {
+		step := c.step
 		for _, die := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/die=%v", step, die), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/%s/die=%v", step, c.shape, die), func(t *testing.T) {
 				b := setup(t)
 				var parents []string
 				var sink string
-				if step == "settle:last" {
-					// A parent settled alone, whose dependents are
-					// too many to release in the settle's command.
+				switch c.shape {
+				case "fan-out":
 					parents, sink = b.fanOut(t, queue.LastInBulk+1)
-				} else {
+				case "chain":
+					parents, sink = b.fanOut(t, 1)
+				default:
 					parents, sink = b.fanIn(t, 3, jobs.StateSucceeded)
 				}
 				resume := make(chan struct{})
