@@ -35,14 +35,33 @@ import (
 // is left due for the leader's pass (SettleDependents) and the others are
 // settled still; it returns the failures joined.
 func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string) error {
-	alone, err := c.settleTogether(ctx, ids)
-	return errors.Join(append([]error{err}, c.settleEach(ctx, alone)...)...)
+	_, err := c.SettleDependentsReport(ctx, ids)
+	return err
+}
+
+// SettleReport tells what one SettleDependentsReport settled together:
+// the succeeded parents, and the distinct dependents they list.
+type SettleReport struct {
+	Parents, Dependents int
+}
+
+// Shared reports whether the parents settled together share their
+// dependents, many parents to each (a fan-in's sink): each such settle
+// rewrites the shared dependent, so settling more parents at a time costs
+// fewer of those writes.
+func (r SettleReport) Shared() bool { return r.Dependents > 0 && 4*r.Dependents <= r.Parents }
+
+// SettleDependentsReport is SettleDependentsOfAll, and reports what it
+// settled together.
+func (c *Client) SettleDependentsReport(ctx context.Context, ids []string) (SettleReport, error) {
+	alone, rep, err := c.settleTogether(ctx, ids)
+	return rep, errors.Join(append([]error{err}, c.settleEach(ctx, alone)...)...)
 }
 
 // settleTogether reads the jobs of ids still due, settles the succeeded
 // ones with a complete list together (settleSucceeded), within
 // settleEachTimeout, and returns the others, to settle one by one.
-func (c *Client) settleTogether(ctx context.Context, ids []string) (alone []any, err error) {
+func (c *Client) settleTogether(ctx context.Context, ids []string) (alone []any, rep SettleReport, err error) {
 	ctx, cancel := context.WithTimeout(ctx, settleEachTimeout)
 	defer cancel()
 	var together []any
@@ -54,7 +73,7 @@ func (c *Client) settleTogether(ctx context.Context, ids []string) (alone []any,
 				{Key: "state", Value: 1}, {Key: "kind", Value: 1}, {Key: dependentIdsField, Value: 1}, {Key: dependentsManyField, Value: 1},
 			}))
 		if err != nil {
-			return alone, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
+			return alone, rep, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
 		}
 		if err := eachRaw(ctx, cur, func(d bson.Raw) error {
 			id := d.Lookup("_id")
@@ -72,13 +91,14 @@ func (c *Client) settleTogether(ctx context.Context, ids []string) (alone []any,
 			}
 			return nil
 		}); err != nil {
-			return alone, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
+			return alone, rep, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
 		}
 	}
 	if len(together) == 0 {
-		return alone, nil
+		return alone, rep, nil
 	}
-	return alone, c.settleSucceeded(ctx, together, kids)
+	rep = SettleReport{Parents: len(together), Dependents: len(kids)}
+	return alone, rep, c.settleSucceeded(ctx, together, kids)
 }
 
 // settleEachTimeout bounds each settle of SettleDependentsOfAll: the read
@@ -138,15 +158,22 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A) erro
 			// A chain's next task, a fan-out's children: most wait for
 			// this parent only. (Parents that end together are rather
 			// a fan-in's or a graph's, whose dependents wait for more.)
-			all, err := c.releaseLast(ctx, chunk, parents, t)
-			if err != nil {
-				return err
-			}
-			if err := depsStep(ctx, "settle:last"); err != nil {
-				return err
-			}
-			if all {
-				continue
+			if len(chunk) <= lastInBulk {
+				// A chain's: released by the first write of the
+				// command; the pull and release after it find nothing
+				// left of a job that waited for this parent only.
+				models = append(models, releaseLastModel(chunk, parents, t))
+			} else {
+				all, err := c.releaseLast(ctx, chunk, parents, t)
+				if err != nil {
+					return err
+				}
+				if err := depsStep(ctx, "settle:last"); err != nil {
+					return err
+				}
+				if all {
+					continue
+				}
 			}
 		}
 		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
@@ -169,19 +196,32 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A) erro
 	return depsStep(ctx, "settle:done")
 }
 
-// releaseLast makes available, in one write, the blocked jobs of kids
-// that wait for one job only, one of the succeeded parents: a chain's
-// next, a fan-out's children. all says it was every one of kids: nothing
-// is left to pull.
-func (c *Client) releaseLast(ctx context.Context, kids, parents bson.A, t time.Time) (all bool, err error) {
-	r, err := c.coll.UpdateMany(ctx, bson.D{
+// lastInBulk is the most dependents of one succeeded parent whose release
+// (releaseLastModel) rides in the settle's command rather than going
+// first alone: a few, whose pull and release after it cost little when
+// the release took them all; a fan-out's children are released alone
+// first, so that the pull and release over them are not sent at all.
+const lastInBulk = 16
+
+// releaseLastModel makes available the blocked jobs of kids that wait for
+// one job only, one of the succeeded parents: a chain's next, a fan-out's
+// children.
+func releaseLastModel(kids, parents bson.A, t time.Time) *mongo.UpdateManyModel {
+	return mongo.NewUpdateManyModel().SetFilter(bson.D{
 		idIn(kids),
 		{Key: "state", Value: jobs.StateBlocked},
 		{Key: waitingOnField, Value: bson.D{{Key: "$size", Value: 1}, {Key: "$in", Value: parents}}},
-	}, bson.D{
+	}).SetUpdate(bson.D{
 		{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: waitingOnField, Value: bson.A{}}, {Key: "updatedAt", Value: t}}},
 		{Key: "$unset", Value: bson.D{{Key: linkingField, Value: ""}}},
 	})
+}
+
+// releaseLast is releaseLastModel as a command of its own. all says it
+// was every one of kids: nothing is left to pull.
+func (c *Client) releaseLast(ctx context.Context, kids, parents bson.A, t time.Time) (all bool, err error) {
+	m := releaseLastModel(kids, parents, t)
+	r, err := c.coll.UpdateMany(ctx, m.Filter, m.Update)
 	if err != nil {
 		return false, fmt.Errorf("queue: make ready the jobs whose last parent succeeded: %w", err)
 	}

@@ -263,6 +263,20 @@ func (b bundle) fanIn(t *testing.T, n int, s jobs.State) (parents []string, sink
 	return parents, sink
 }
 
+// fanOut returns a succeeded parent and the first of its n dependents,
+// which wait for it only.
+func (b bundle) fanOut(t *testing.T, n int) (parents []string, kid string) {
+	t.Helper()
+	root := b.enqueueK(t, queue.InsertOpts{})
+	kid = b.after(t, root)
+	for range n - 1 {
+		b.after(t, root)
+	}
+	_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.D{{Key: "_id", Value: root}}, store.Finish(jobs.StateSucceeded, time.Now()))
+	require.NoError(t, err)
+	return []string{root}, kid
+}
+
 // Parents settled together cost the commands of one settle, whatever
 // their number; one that failed is settled on its own, cancelling its
 // dependent.
@@ -285,8 +299,11 @@ func TestDepSettleManyAtOnce(t *testing.T) {
 	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
 	require.NoError(t, err)
 
-	require.NoError(t, q.SettleDependentsOfAll(b.ctx, append(slices.Clone(parents), a)))
+	rep, err := q.SettleDependentsReport(b.ctx, append(slices.Clone(parents), a))
+	require.NoError(t, err)
 	require.LessOrEqual(t, commands.Load(), int64(2), "a read, then a pull, a release and a rename in one command")
+	require.Equal(t, queue.SettleReport{Parents: 31, Dependents: 2}, rep)
+	require.True(t, rep.Shared(), "31 parents of 2 dependents share them")
 	b.requireState(t, jobs.StateAvailable, sink, chained)
 	for _, p := range append(parents, a) {
 		require.True(t, b.get(t, p).Dependents, "job %s flagged settled", p)
@@ -303,8 +320,10 @@ func TestDepSettleManyAtOnce(t *testing.T) {
 	_, err = store.Of(b.q).Collection().UpdateOne(b.ctx, bson.D{{Key: "_id", Value: root}}, store.Finish(jobs.StateSucceeded, time.Now()))
 	require.NoError(t, err)
 	commands.Store(0)
-	require.NoError(t, q.SettleDependentsOfAll(b.ctx, []string{root}))
-	require.LessOrEqual(t, commands.Load(), int64(3), "a read, a release and a rename")
+	rep, err = q.SettleDependentsReport(b.ctx, []string{root})
+	require.NoError(t, err)
+	require.LessOrEqual(t, commands.Load(), int64(2), "a read, then the release and the rename in one command")
+	require.False(t, rep.Shared(), "a parent of 3 dependents")
 	b.requireState(t, jobs.StateAvailable, kids...)
 	require.Empty(t, b.get(t, kids[0]).WaitingOn)
 }
@@ -314,15 +333,27 @@ func TestDepSettleManyAtOnce(t *testing.T) {
 // each dependent released once and every flag settled; one that dies there
 // is finished by the pass.
 func TestDepSettleManyStalledOrDeadAtEachStep(t *testing.T) {
-	for _, step := range []string{"settle:last", "settle:done"} {
+	// shape: "fan-out", a parent settled alone whose dependents are too
+	// many to release in the settle's command; "chain", a parent settled
+	// alone whose one dependent is released by the settle's command;
+	// "fan-in", parents that share their dependent.
+	for _, c := range []struct{ step, shape string }{
+		{"settle:last", "fan-out"}, {"settle:done", "chain"}, {"settle:done", "fan-in"},
+	} {
+		step := c.step
 		for _, die := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/die=%v", step, die), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/%s/die=%v", step, c.shape, die), func(t *testing.T) {
 				b := setup(t)
-				width := 3
-				if step == "settle:last" {
-					width = 1 // a parent settled alone
+				var parents []string
+				var sink string
+				switch c.shape {
+				case "fan-out":
+					parents, sink = b.fanOut(t, queue.LastInBulk+1)
+				case "chain":
+					parents, sink = b.fanOut(t, 1)
+				default:
+					parents, sink = b.fanIn(t, 3, jobs.StateSucceeded)
 				}
-				parents, sink := b.fanIn(t, width, jobs.StateSucceeded)
 				resume := make(chan struct{})
 				stalled := make(chan struct{})
 				ctx := queue.WithDepsStep(b.ctx, func(_ context.Context, s string) error {

@@ -23,3 +23,7 @@ func WithWorkflowStep(ctx context.Context, f func(ctx context.Context, step stri
 func WithMaxListed(ctx context.Context, n int) context.Context {
 	return context.WithValue(ctx, maxListedKey{}, n)
 }
+
+// LastInBulk is lastInBulk: the most dependents of a parent settled alone
+// released in the settle's command.
+const LastInBulk = lastInBulk

@@ -3,6 +3,10 @@ package worker
 import (
 	"context"
 	"sync"
+	"time"
+
+	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/queue"
 
 	"go.uber.org/zap"
 )
@@ -28,13 +32,14 @@ type settleQueue struct {
 // runs now rather than at the leader's next pass; it returns at once.
 // Should this worker stop or fail before they are told, the finishing
 // write has left the outcome due (its flag is cleared by the settle's last
-// write) and the leader's pass tells them (queue/deps.go).
-func (w *Worker) settleDependents(id string) {
+// write) and the leader's pass tells them (queue/deps.go). It reports
+// whether the settle is queued: it then wakes the dispatcher once done.
+func (w *Worker) settleDependents(id string) bool {
 	s := &w.settles
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
-		return
+		return false
 	}
 	s.pending = append(s.pending, id)
 	if !s.started {
@@ -49,9 +54,44 @@ func (w *Worker) settleDependents(id string) {
 	case s.kick <- struct{}{}:
 	default:
 	}
+	return true
+}
+
+// settleWakes reports whether the end of a job (with dependents, or not)
+// leaves the wake of the dispatcher to the settle of its dependents, which
+// wakes it once they are released: when the last claim found no more jobs
+// than it took (a chain's next task is then the one job to claim, and a
+// claim at the handler's return could only find it still blocked). With
+// a backlog, the end of a job wakes the claim of the next at once.
+func (w *Worker) settleWakes(dependents bool) bool {
+	return dependents && w.drained.Load()
+}
+
+// noteDrained records whether a claim for slots jobs that took n (or
+// failed with err) found the backlog drained: one that asked for one job
+// and took it tells nothing of what is left.
+func (w *Worker) noteDrained(slots, n int, err error) {
+	if err != nil || slots > 1 || n == 0 {
+		w.drained.Store(err == nil && n < slots)
+	}
+}
+
+// claimAgain reports whether the dispatcher claims again at once after a
+// claim that took claimed: not when it left a concurrency limit full, nor
+// when, the backlog drained (settleWakes), it took one job that others
+// wait for: a chain's task, whose settle wakes the claim of the next;
+// claiming before it ends would find nothing.
+func (w *Worker) claimAgain(claimed []*jobs.Job) bool {
+	one := len(claimed) == 1 && claimed[0].Dependents
+	return !w.q.LimitFull() && !w.settleWakes(one)
 }
 
 // settleLoop settles what is pending, batch after batch, until ctx ends.
+// After a settle of parents that share their dependents (a fan-in's
+// sink, rewritten by every settle), it lets the jobs finished meanwhile
+// gather for settlePace times as long as the settle took (up to
+// settlePaceMax) before the next: the shared dependent is rewritten a few
+// times less often, its last parents settled that much later at most.
 func (w *Worker) settleLoop(ctx context.Context) {
 	s := &w.settles
 	defer close(s.done)
@@ -62,8 +102,29 @@ func (w *Worker) settleLoop(ctx context.Context) {
 		case <-s.kick:
 		}
 		for ids := s.take(); len(ids) > 0 && ctx.Err() == nil; ids = s.take() {
-			w.settleBatch(ctx, ids)
+			start := time.Now()
+			if w.settleBatch(ctx, ids).Shared() {
+				pace(ctx, min(settlePace*time.Since(start), settlePaceMax))
+			}
 		}
+	}
+}
+
+// settlePace and settlePaceMax size the wait between two settles of
+// parents that share their dependents (settleLoop): settlePace times the
+// last settle's time, at most settlePaceMax.
+const (
+	settlePace    = 3
+	settlePaceMax = 200 * time.Millisecond
+)
+
+// pace waits for d, or until ctx ends.
+func pace(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 
@@ -76,21 +137,23 @@ func (s *settleQueue) take() []string {
 	return ids
 }
 
-// settleBatch tells the dependents of the jobs of ids of their outcomes;
+// settleBatch tells the dependents of the jobs of ids of their outcomes,
+// and returns what it settled together;
 // each settle has its own deadline (SettleDependentsOfAll), and those that
 // fail are left to the leader's pass.
-func (w *Worker) settleBatch(ctx context.Context, ids []string) {
+func (w *Worker) settleBatch(ctx context.Context, ids []string) queue.SettleReport {
 	if w.onSettle != nil {
 		w.onSettle(ctx, ids)
 	}
-	err := w.c.SettleDependentsOfAll(ctx, ids)
+	rep, err := w.c.SettleDependentsReport(ctx, ids)
 	// Some dependents may be runnable now: claim at once, not at the next
-	// poll (the handlers' returns woke a claim too early).
+	// poll (the handlers' returns of these jobs woke no claim: launch).
 	w.signalWake()
 	if err != nil && ctx.Err() == nil {
 		w.log.Warn("telling finished jobs' dependents of their outcomes failed; the leader's pass does it",
 			zap.Int("jobs", len(ids)), zap.Error(err))
 	}
+	return rep
 }
 
 // stopSettles ends settleLoop, the settle under way cancelled, and waits

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,4 +98,89 @@ func TestWorkflowSettleStoppedLeftToTheLeader(t *testing.T) {
 	require.NoError(t, err)
 	b.waitState(t, k1, jobs.StateAvailable)
 	f.check(t, p1)
+}
+
+// Down a chain, the claims are woken by the settles that release its
+// tasks: neither a task's handler's return nor the claim that took it
+// makes another claim at once, which could only find the next task still
+// blocked. With polls too slow to matter, a chain of n costs a few empty
+// claims (its start and end); a claim at each of those points made about
+// 2n of them.
+func TestWorkflowChainClaimsOnSettle(t *testing.T) {
+	b := setup(t)
+	b.handle(t, "link", func(context.Context, *jobs.Job) error { return nil }, jobs.KindOptions{})
+	const n = 20
+	ins := make([]queue.Insert, n)
+	for i := range ins {
+		ins[i] = queue.Insert{Kind: "link", Opts: queue.InsertOpts{ID: fmt.Sprint("c", i)}}
+		if i > 0 {
+			ins[i].Opts.After = []string{fmt.Sprint("c", i-1)}
+		}
+	}
+	_, err := b.q.EnqueueMany(b.ctx, ins)
+	require.NoError(t, err)
+	var empty atomic.Int64
+	w, err := worker.New(b.q, b.reg, worker.Config{Concurrency: 4, Logger: b.log, Lease: 5 * time.Second,
+		HeartbeatInterval: time.Second, PollMin: time.Minute, PollMax: time.Minute})
+	require.NoError(t, err)
+	worker.SetAfterClaim(w, func(claimed []*jobs.Job) {
+		if len(claimed) == 0 {
+			empty.Add(1)
+		}
+	})
+	w.Start(context.Background())
+	t.Cleanup(func() { _ = w.StopAndCancel(context.Background()) })
+	b.waitState(t, fmt.Sprint("c", n-1), jobs.StateSucceeded)
+	require.Less(t, empty.Load(), int64(n/2), "empty claims down a chain of %d", n)
+}
+
+// A settle of parents that share their dependent (a fan-in's sink, which
+// each settle rewrites) is followed by a wait of three times its own
+// time, in which more parents finish, before the next settle: the sink is
+// rewritten a few times less often. (A lower bound on the wait, not a
+// speed: each settle is made to take at least 20 ms.)
+func TestWorkflowFanInSettlesGather(t *testing.T) {
+	b := setup(t)
+	b.handle(t, "link", func(context.Context, *jobs.Job) error { return nil }, jobs.KindOptions{})
+	const n = 60
+	ins := make([]queue.Insert, 0, n+1)
+	var parents []string
+	for i := range n {
+		parents = append(parents, fmt.Sprint("p", i))
+		ins = append(ins, queue.Insert{Kind: "link", Opts: queue.InsertOpts{ID: parents[i]}})
+	}
+	ins = append(ins, queue.Insert{Kind: "link", Opts: queue.InsertOpts{ID: "sink", After: parents}})
+	_, err := b.q.EnqueueMany(b.ctx, ins)
+	require.NoError(t, err)
+	type settle struct {
+		at  time.Time
+		ids int
+	}
+	var mu sync.Mutex
+	var settles []settle
+	w, err := worker.New(b.q, b.reg, worker.Config{Concurrency: 8, Logger: b.log, Lease: 5 * time.Second,
+		HeartbeatInterval: time.Second, PollMin: 5 * time.Millisecond, PollMax: 50 * time.Millisecond})
+	require.NoError(t, err)
+	const took = 20 * time.Millisecond
+	worker.SetOnSettle(w, func(_ context.Context, ids []string) {
+		mu.Lock()
+		settles = append(settles, settle{at: time.Now(), ids: len(ids)})
+		mu.Unlock()
+		time.Sleep(took)
+	})
+	w.Start(context.Background())
+	t.Cleanup(func() { _ = w.StopAndCancel(context.Background()) })
+	b.waitState(t, "sink", jobs.StateSucceeded)
+	mu.Lock()
+	defer mu.Unlock()
+	paced := 0
+	for i := 1; i < len(settles); i++ {
+		if settles[i-1].ids < 4 { // a settle of few parents does not share
+			continue
+		}
+		paced++
+		require.GreaterOrEqual(t, settles[i].at.Sub(settles[i-1].at), 4*took,
+			"settle %d of %d parents, then the next (of %d)", i-1, settles[i-1].ids, len(settles))
+	}
+	require.Positive(t, paced, "settles of parents sharing the sink, followed by another: %v", settles)
 }

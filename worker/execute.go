@@ -31,6 +31,9 @@ type run struct {
 	freed     bool // its held slot was given up (freeSlots)
 	writing   bool // holds a writing slot
 	handedOn  bool // its run slots went to a successor it started (handoff.go)
+	// dependents: its end leaves the dispatcher's wake to the settle of
+	// its dependents (Worker.settleWakes).
+	dependents bool
 }
 
 // settle claims the right to make the job's final write; only the first
@@ -230,7 +233,7 @@ func (w *Worker) record(a *attempt, write func(context.Context) error) {
 	case werr == nil:
 		a.log.Info("job finished", fields...)
 		if job.Dependents || a.marked.Load() {
-			w.settleDependents(job.ID)
+			a.r.dependents = w.settleDependents(job.ID) && w.settleWakes(true)
 		}
 	case errors.Is(werr, jobs.ErrLeaseLost):
 		a.observed = OutcomeLeaseLost

@@ -69,6 +69,10 @@ type Worker struct {
 	handler      handlerTime // how long handlers take, to size claims ahead
 	wake         chan struct{}
 
+	// drained: the last claim that asked for more than one job, or found
+	// none, took fewer jobs than it asked for (deps.go).
+	drained atomic.Bool
+
 	stopClaiming context.CancelFunc
 	claimingCtx  context.Context
 	dispatchDone chan struct{}
@@ -338,6 +342,7 @@ func (w *Worker) dispatch() {
 		}
 		w.logClaim(&cost, took.slowest(), target, slots, len(claimed), elapsed)
 		w.slowestClaim.Store(int64(took.slowest()))
+		w.noteDrained(slots, len(claimed), err) // deps.go
 		sizer.claimed(slots, len(claimed), waitedLongest(claimed, sent), err)
 		w.obs.Claimed(time.Since(sent), len(claimed), err)
 		if w.afterClaim != nil {
@@ -354,8 +359,9 @@ func (w *Worker) dispatch() {
 		// A claim that left a concurrency limit full waits: its own jobs'
 		// finishing writes wake it (their slots are then handed to it), as
 		// does any handler's return, or else its next poll. Claiming again
-		// at once would find the limit full.
-		if err == nil && started > 0 && !w.q.LimitFull() {
+		// at once would find the limit full. (So does one that took a
+		// chain's task: claimAgain.)
+		if err == nil && started > 0 && w.claimAgain(claimed) {
 			idle, failing = 0, 0
 			continue
 		}
@@ -899,7 +905,10 @@ func (w *Worker) launchRun(r *run) {
 			delete(w.active, job.ID)
 			w.plimits.release(job)
 			w.mu.Unlock()
-			if !r.handedOn { // else its slots run the successor: nothing to claim
+			// Handed on: its slots run the successor, nothing to claim;
+			// dependents: the settle of its dependents wakes the claim
+			// (deps.go).
+			if !r.handedOn && !r.dependents {
 				w.signalWake()
 			}
 		}()
@@ -952,7 +961,7 @@ func (w *Worker) freeSlots(r *run) {
 		r.executing = false
 	}
 	w.held.Add(-1)
-	if !w.q.HoldsRunSlot(r.job.ID) {
+	if !w.q.HoldsRunSlot(r.job.ID) && !w.settleWakes(r.job.Dependents) {
 		// A job holding a run slot wakes the dispatcher once its
 		// finishing write has freed the slot (launch), not before: a
 		// claim now would find its limit still full.
