@@ -123,7 +123,7 @@ func (c *Client) JobGet(ctx context.Context, id JobID) (*jobs.Job, error) {
 
 // JobRetryParams say which jobs JobRetry makes available again.
 type JobRetryParams struct {
-	// JobFilter selects the jobs; it must select something (set IDs,
+	// JobFilter selects the jobs; it must select something (set JobIDs,
 	// States, Kinds, Queues or a creation time).
 	JobFilter
 }

@@ -24,10 +24,10 @@ type Beat struct {
 	Err error
 }
 
-// HeartbeatMany extends each of leases by d from now, as Heartbeat does
-// one, with one updateMany for all of them, and returns what it learned of
-// each lease. The caller bounds the leases of a call (a worker sends at
-// most its beatCommand), so that a command stays far below the server's
+// HeartbeatMany extends each of leases by d from now, with one updateMany
+// for all of them, and returns what it learned of each lease. The caller
+// bounds the leases of a call (a worker sends at most its beatCommand), so
+// that a command stays far below the server's
 // 16 MB and its $or short enough to plan. Each job is matched on its
 // own lease, {_id, state: running, leaseToken}, so a lease that was lost
 // is never renewed, whatever happened to the others.

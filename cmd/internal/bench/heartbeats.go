@@ -94,21 +94,14 @@ func (b *bencher) heartbeats(ctx context.Context) (*Heartbeats, error) {
 }
 
 // isRenewal reports whether e, sent to the jobs collection coll, renews
-// leases or reads them back: a per-job heartbeat's findAndModify (no sort,
-// unlike a claim), a batched heartbeat's updateMany (fenced on state
-// running, setting leaseExpiresAt and no state), or its read back (a find
-// projecting leaseExpiresAt).
+// leases or reads them back: a batched heartbeat's updateMany (fenced on
+// state running, setting leaseExpiresAt and no state), or its read back (a
+// find projecting leaseExpiresAt).
 func isRenewal(coll string, e *event.CommandStartedEvent) bool {
 	if c, _ := e.Command.Lookup(e.CommandName).StringValueOK(); c != coll {
 		return false
 	}
 	switch e.CommandName {
-	case "findAndModify":
-		if _, err := e.Command.LookupErr("sort"); err == nil {
-			return false
-		}
-		_, err := e.Command.LookupErr("update", "$set", "leaseExpiresAt")
-		return err == nil
 	case "update":
 		ups, ok := e.Command.Lookup("updates").ArrayOK()
 		if !ok {
