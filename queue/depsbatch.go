@@ -29,33 +29,21 @@ import (
 )
 
 // SettleDependentsOfAll settles the dependents of each job of ids as
-// SettleDependentsOf does, with fewer commands than one call per job.
-// Workers call it with the jobs with dependents they finished meanwhile.
-// Each settle has a deadline of its own (10 s); a job whose settle fails
-// is left due for the leader's pass (SettleDependents) and the others are
-// settled still; it returns the failures joined.
-func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string) error {
-	_, err := c.SettleDependentsReport(ctx, ids)
-	return err
-}
-
-// SettleReport tells what one SettleDependentsReport settled together:
-// the succeeded parents, and the distinct dependents they list.
-type SettleReport struct {
-	Parents, Dependents int
-}
-
-// Shared reports whether the parents settled together share their
-// dependents, many parents to each (a fan-in's sink): each such settle
-// rewrites the shared dependent, so settling more parents at a time costs
-// fewer of those writes.
-func (r SettleReport) Shared() bool { return r.Dependents > 0 && 4*r.Dependents <= r.Parents }
-
-// SettleDependentsReport is SettleDependentsOfAll, and reports what it
-// settled together.
-func (c *Client) SettleDependentsReport(ctx context.Context, ids []string) (SettleReport, error) {
+// SettleDependentsOf does, with fewer commands than one call per job, and
+// reports what it settled together. Workers call it with the jobs with
+// dependents they finished meanwhile. Each settle has a deadline of its
+// own (10 s); a job whose settle fails is left due for the leader's pass
+// (SettleDependents) and the others are settled still; it returns the
+// failures joined.
+func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string) (SettleReport, error) {
 	alone, rep, err := c.settleTogether(ctx, ids)
 	return rep, errors.Join(append([]error{err}, c.settleEach(ctx, alone)...)...)
+}
+
+// SettleReport tells what one SettleDependentsOfAll settled together: the
+// succeeded parents, and the distinct dependents they list.
+type SettleReport struct {
+	Parents, Dependents int
 }
 
 // settleTogether reads the jobs of ids still due, settles the succeeded

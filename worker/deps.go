@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 
 	"go.uber.org/zap"
@@ -59,31 +58,45 @@ func (w *Worker) settleDependents(id string) bool {
 
 // settleWakes reports whether the end of a job (with dependents, or not)
 // leaves the wake of the dispatcher to the settle of its dependents, which
-// wakes it once they are released: when the last claim found no more jobs
-// than it took (a chain's next task is then the one job to claim, and a
-// claim at the handler's return could only find it still blocked). With
-// a backlog, the end of a job wakes the claim of the next at once.
+// wakes it once they are released: when a claim found the backlog drained
+// a moment ago (drainedLeft; a chain's next task is then the one job to
+// claim, and a claim at the handler's return could only find it still
+// blocked). With a backlog, the end of a job wakes the claim of the next
+// at once.
 func (w *Worker) settleWakes(dependents bool) bool {
-	return dependents && w.drained.Load()
+	return dependents && w.drainedLeft() > 0
 }
 
+// drainedFor is how long a claim's news that the backlog is drained
+// holds: jobs may be enqueued meanwhile, and a claim that asks for one job
+// and takes it tells nothing of what is left, so past it the end of a job
+// with dependents wakes the claim of the next at once again.
+const drainedFor = time.Second
+
 // noteDrained records whether a claim for slots jobs that took n (or
-// failed with err) found the backlog drained: one that asked for one job
-// and took it tells nothing of what is left.
-func (w *Worker) noteDrained(slots, n int, err error) {
-	if err != nil || slots > 1 || n == 0 {
-		w.drained.Store(err == nil && n < slots)
+// failed with err) found the backlog drained; a job that had waited
+// backlogWait since it was due tells of a backlog.
+func (w *Worker) noteDrained(slots, n int, waited time.Duration, err error) {
+	switch {
+	case err != nil || (n > 0 && waited >= backlogWait):
+		w.drainedAt.Store(0)
+	case slots > 1 || n == 0:
+		var at int64
+		if n < slots {
+			at = time.Now().UnixNano()
+		}
+		w.drainedAt.Store(at)
 	}
 }
 
-// claimAgain reports whether the dispatcher claims again at once after a
-// claim that took claimed: not when it left a concurrency limit full, nor
-// when, the backlog drained (settleWakes), it took one job that others
-// wait for: a chain's task, whose settle wakes the claim of the next;
-// claiming before it ends would find nothing.
-func (w *Worker) claimAgain(claimed []*jobs.Job) bool {
-	one := len(claimed) == 1 && claimed[0].Dependents
-	return !w.q.LimitFull() && !w.settleWakes(one)
+// drainedLeft is how long the news that the backlog is drained holds
+// still; 0 when there is none.
+func (w *Worker) drainedLeft() time.Duration {
+	at := w.drainedAt.Load()
+	if at == 0 {
+		return 0
+	}
+	return max(drainedFor-time.Since(time.Unix(0, at)), 0)
 }
 
 // settleLoop settles what is pending, batch after batch, until ctx ends.
@@ -103,12 +116,18 @@ func (w *Worker) settleLoop(ctx context.Context) {
 		}
 		for ids := s.take(); len(ids) > 0 && ctx.Err() == nil; ids = s.take() {
 			start := time.Now()
-			if w.settleBatch(ctx, ids).Shared() {
+			if shared(w.settleBatch(ctx, ids)) {
 				pace(ctx, min(settlePace*time.Since(start), settlePaceMax))
 			}
 		}
 	}
 }
+
+// shared reports whether the parents a settle settled together share their
+// dependents, four parents or more to each (a fan-in's sink): each such
+// settle rewrites the shared dependent, so settling more parents at a time
+// costs fewer of those writes.
+func shared(r queue.SettleReport) bool { return r.Dependents > 0 && 4*r.Dependents <= r.Parents }
 
 // settlePace and settlePaceMax size the wait between two settles of
 // parents that share their dependents (settleLoop): settlePace times the
@@ -145,7 +164,7 @@ func (w *Worker) settleBatch(ctx context.Context, ids []string) queue.SettleRepo
 	if w.onSettle != nil {
 		w.onSettle(ctx, ids)
 	}
-	rep, err := w.c.SettleDependentsReport(ctx, ids)
+	rep, err := w.c.SettleDependentsOfAll(ctx, ids)
 	// Some dependents may be runnable now: claim at once, not at the next
 	// poll (the handlers' returns of these jobs woke no claim: launch).
 	w.signalWake()

@@ -17,3 +17,6 @@ func HandoffCounts(w *Worker) (handed, missed, empty, refused int64) {
 
 // DisableHandoff turns w's run slot hand-offs off. Call it before Start.
 func DisableHandoff(w *Worker) { w.ahead.off = true }
+
+// Wake wakes w's dispatcher, as a freed slot does.
+func Wake(w *Worker) { w.signalWake() }

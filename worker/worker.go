@@ -69,9 +69,10 @@ type Worker struct {
 	handler      handlerTime // how long handlers take, to size claims ahead
 	wake         chan struct{}
 
-	// drained: the last claim that asked for more than one job, or found
-	// none, took fewer jobs than it asked for (deps.go).
-	drained atomic.Bool
+	// drainedAt (unix nanoseconds; 0: not drained): when the last claim
+	// that asked for more than one job, or found none, took fewer jobs than
+	// it asked for (deps.go).
+	drainedAt atomic.Int64
 
 	stopClaiming context.CancelFunc
 	claimingCtx  context.Context
@@ -342,8 +343,9 @@ func (w *Worker) dispatch() {
 		}
 		w.logClaim(&cost, took.slowest(), target, slots, len(claimed), elapsed)
 		w.slowestClaim.Store(int64(took.slowest()))
-		w.noteDrained(slots, len(claimed), err) // deps.go
-		sizer.claimed(slots, len(claimed), waitedLongest(claimed, sent), err)
+		waited := waitedLongest(claimed, sent)
+		w.noteDrained(slots, len(claimed), waited, err) // deps.go
+		sizer.claimed(slots, len(claimed), waited, err)
 		w.obs.Claimed(time.Since(sent), len(claimed), err)
 		if w.afterClaim != nil {
 			w.afterClaim(claimed)
@@ -359,9 +361,8 @@ func (w *Worker) dispatch() {
 		// A claim that left a concurrency limit full waits: its own jobs'
 		// finishing writes wake it (their slots are then handed to it), as
 		// does any handler's return, or else its next poll. Claiming again
-		// at once would find the limit full. (So does one that took a
-		// chain's task: claimAgain.)
-		if err == nil && started > 0 && w.claimAgain(claimed) {
+		// at once would find the limit full.
+		if err == nil && started > 0 && !w.q.LimitFull() {
 			idle, failing = 0, 0
 			continue
 		}
