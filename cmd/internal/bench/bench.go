@@ -23,11 +23,9 @@ import (
 	"time"
 
 	"github.com/docketq/docket/configs"
-	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb/devdbproc"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
@@ -465,13 +463,17 @@ func (b *bencher) burnDownWith(ctx context.Context, name string, n, procs, concu
 	if err != nil {
 		return nil, err
 	}
-	r := &BurnDown{Name: name, Jobs: n, Procs: procs, Concurrency: concurrency, ClaimBatch: claimBatch,
-		Seconds: elapsed.Seconds(), JobsPerSec: float64(n) / elapsed.Seconds()}
-	r.addUsage(us)
-	starts, _, err := jobTimes(ctx, q)
+	js, err := finishedJobs(ctx, q)
 	if err != nil {
 		return nil, err
 	}
+	starts, _, span := stampTimes(js)
+	if b.window == 0 { // a run cut at its window counts what it did within it
+		elapsed = span.duration(elapsed)
+	}
+	r := &BurnDown{Name: name, Jobs: n, Procs: procs, Concurrency: concurrency, ClaimBatch: claimBatch,
+		Seconds: elapsed.Seconds(), JobsPerSec: float64(n) / elapsed.Seconds()}
+	r.addUsage(us)
 	r.StartP50, r.StartP99 = pct(starts, 50), pct(starts, 99)
 	return r, nil
 }
@@ -480,16 +482,18 @@ func (b *bencher) burnDownWith(ctx context.Context, name string, n, procs, concu
 // enqueue-to-finish in ms. A claim sets heartbeatAt; jobs shorter than the
 // heartbeat interval keep it.
 func jobTimes(ctx context.Context, q *queue.Client) (start, finish []float64, err error) {
-	cur, err := store.Of(q).Collection().Find(ctx, bson.D{{Key: "state", Value: jobs.StateSucceeded}},
-		options.Find().SetProjection(bson.D{{Key: "createdAt", Value: 1}, {Key: "heartbeatAt", Value: 1}, {Key: "finishedAt", Value: 1}}))
+	js, err := finishedJobs(ctx, q)
 	if err != nil {
 		return nil, nil, err
 	}
-	var js []jobs.Job
-	if err := cur.All(ctx, &js); err != nil {
-		return nil, nil, err
-	}
+	start, finish, _ = stampTimes(js)
+	return start, finish, nil
+}
+
+// stampTimes is jobTimes of the jobs js, and the span of their stamps.
+func stampTimes(js []jobs.Job) (start, finish []float64, span burnSpan) {
 	for _, j := range js {
+		span.add(&j)
 		if j.HeartbeatAt != nil {
 			start = append(start, ms(j.HeartbeatAt.Sub(j.CreatedAt)))
 		}
@@ -497,7 +501,7 @@ func jobTimes(ctx context.Context, q *queue.Client) (start, finish []float64, er
 			finish = append(finish, ms(j.FinishedAt.Sub(j.CreatedAt)))
 		}
 	}
-	return start, finish, nil
+	return start, finish, span
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
