@@ -129,7 +129,7 @@ func fitClaims(ns []int, ds []time.Duration) (claimFit, bool) {
 // per-job part. The slots are then counted as running a job per perJob ÷
 // claimPaceShare: claims of 2 × fixed × claimPaceShare ÷ ((1 −
 // claimPaceShare) × perJob) jobs or more, the fixed part at most a
-// nineteenth of each, run within 5% of that pace. A claim whose time is
+// nineteenth of each, run within about 5% of that pace. A claim whose time is
 // all per job (a server that stamps a batch one document at a time, and
 // no round trip worth hiding) gets none ahead: bigger ones only take
 // longer, and jobs held ahead would wait while other processes could run
