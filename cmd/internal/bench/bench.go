@@ -446,19 +446,10 @@ func (b *bencher) burnDownWith(ctx context.Context, name string, n, procs, concu
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	for completed(ps) < int64(n) {
-		if b.window > 0 && time.Since(start) >= b.window {
-			n = int(completed(ps))
-			break
-		}
-		if time.Since(start) > 10*time.Minute {
-			stopAll(ps)
-			return nil, fmt.Errorf("%d of %d jobs completed after 10 min", completed(ps), n)
-		}
-		time.Sleep(20 * time.Millisecond)
+	n, elapsed, err := b.awaitCompleted(ps, n)
+	if err != nil {
+		return nil, err
 	}
-	elapsed := time.Since(start)
 	us, err := stopAll(ps)
 	if err != nil {
 		return nil, err
@@ -476,6 +467,25 @@ func (b *bencher) burnDownWith(ctx context.Context, name string, n, procs, concu
 	r.addUsage(us)
 	r.StartP50, r.StartP99 = pct(starts, 50), pct(starts, 99)
 	return r, nil
+}
+
+// awaitCompleted waits until the worker processes ps report n jobs
+// completed, or, with b.window, until the window ends, and returns the jobs
+// completed and how long that took as the reports tell (to within
+// reportEvery). Past 10 minutes it stops them and fails.
+func (b *bencher) awaitCompleted(ps []*proc, n int) (int, time.Duration, error) {
+	start := time.Now()
+	for completed(ps) < int64(n) {
+		if b.window > 0 && time.Since(start) >= b.window {
+			return int(completed(ps)), time.Since(start), nil
+		}
+		if time.Since(start) > 10*time.Minute {
+			stopAll(ps)
+			return 0, 0, fmt.Errorf("%d of %d jobs completed after 10 min", completed(ps), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return n, time.Since(start), nil
 }
 
 // jobTimes returns, for every finished job, enqueue-to-start and
