@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -46,17 +47,27 @@ func (c *claimCost) observe(n int, d time.Duration) {
 	}
 }
 
+// claimEstimate is what the dispatcher expects of its next claim.
+type claimEstimate struct {
+	fit claimFit
+	// explore: fit is a guess, how claim time grows with size not known
+	// yet; largest is the largest recent batch claim (zero for none).
+	explore bool
+	largest int
+}
+
 // estimate is the cost of the next claim: the last fit, or while none is
 // known (batch claims all of about one size, or none yet), the slowest
 // recent claim counted as fixed, which is what the claims ahead would hide
 // if their size did not matter, with explore set: the worker then claims
-// ahead at most as many jobs as it has slots, so that a claim up to twice
-// its slots tells how claim time grows with size before it claims further.
-func (c *claimCost) estimate(slowest time.Duration) (fit claimFit, explore bool) {
+// ahead at most as many jobs as it has slots, or twice its largest recent
+// batch claim, so that the next claim may be twice as big as the last and
+// tell how claim time grows with size before it claims further.
+func (c *claimCost) estimate(slowest time.Duration) claimEstimate {
 	if c.known {
-		return c.fit, false
+		return claimEstimate{fit: c.fit}
 	}
-	return claimFit{fixed: slowest}, true
+	return claimEstimate{fit: claimFit{fixed: slowest}, explore: true, largest: slices.Max(c.sizes[:])}
 }
 
 // fitClaims fits fixed + n × perJob to the claims of sizes ns that took ds
@@ -110,21 +121,30 @@ func fitClaims(ns []int, ds []time.Duration) (claimFit, bool) {
 // its way, so the jobs held must cover what the slots run during a claim
 // twice. That is T ÷ (handler ÷ concurrency) = fixed ÷ (handler ÷
 // concurrency − perJob) jobs, twice (TestClaimAheadAgainstModel checks it
-// against a model of the dispatcher). None when a job costs a claim as
-// long as a slot takes to run one: claims, not slots, then bound the pace,
-// a bigger claim only takes longer, and jobs held ahead wait while other
-// processes could run them. At most most.
+// against a model of the dispatcher).
+//
+// Where a job costs a claim nearly as long as a slot takes to run one, or
+// longer (no-op jobs), claims, not slots, bound the pace: at most one job
+// per perJob, which claims reach as their fixed part shrinks beside the
+// per-job part. The slots are then counted as running a job per perJob ÷
+// claimPaceShare: claims of 2 × fixed × claimPaceShare ÷ ((1 −
+// claimPaceShare) × perJob) jobs or more, the fixed part at most a
+// nineteenth of each, run within about 5% of that pace. A claim whose time is
+// all per job (a server that stamps a batch one document at a time, and
+// no round trip worth hiding) gets none ahead: bigger ones only take
+// longer, and jobs held ahead would wait while other processes could run
+// them. At most most.
 func (f claimFit) ahead(concurrency int, handler time.Duration, most int) int {
 	if most <= 0 || handler <= 0 || f.fixed <= 0 {
 		return 0
 	}
-	perSlot := float64(handler) / float64(concurrency)
-	room := perSlot - float64(f.perJob)
-	if room <= 0 {
-		return 0
-	}
-	return int(min(2*float64(f.fixed)/room, float64(most)))
+	perSlot := max(float64(handler)/float64(concurrency), float64(f.perJob)/claimPaceShare)
+	return int(min(2*float64(f.fixed)/(perSlot-float64(f.perJob)), float64(most)))
 }
+
+// claimPaceShare is the share of the claims' bound on the pace (a job per
+// perJob) that claims ahead aim for where claims, not slots, bound it.
+const claimPaceShare = 0.9
 
 // logClaim logs, at debug level, the dispatcher's decision for a claim:
 // the jobs it meant to hold, the jobs it asked and got, how long it took,
@@ -134,7 +154,7 @@ func (w *Worker) logClaim(cost *claimCost, slowest time.Duration, target, asked,
 	if ce == nil {
 		return
 	}
-	fit, _ := cost.estimate(slowest)
+	fit := cost.estimate(slowest).fit
 	ce.Write(zap.Int("target", target), zap.Int("asked", asked), zap.Int("got", got),
 		zap.Duration("took", took), zap.Duration("fixed", fit.fixed), zap.Duration("per_job", fit.perJob))
 }

@@ -94,10 +94,11 @@ type Config struct {
 	// that does not grow with its jobs, over the handler time ÷
 	// Concurrency less the claim's time per job, up to Prefetch. With fast
 	// claims or long jobs that is none, and jobs stay in the database for
-	// other workers; none too where a claim's time grows with its jobs as
-	// fast as the slots run them (a server that stamps a batch one
-	// document at a time, no-op jobs): claims then bound the pace, and
-	// bigger ones only take longer. A
+	// other workers. Where a job costs a claim about as long as a slot
+	// takes to run one, or longer (no-op jobs), claims bound the pace: the
+	// worker then claims ahead enough that the part of a claim's time that
+	// does not grow with its jobs is about 5% of it or less, and none
+	// where a claim's time is all per job (bigger ones only take longer). A
 	// job held waiting has its lease renewed like a running one; it starts
 	// in claim order, and a stop gives back those not started, their
 	// attempt not counted. Defaults to 100; -1 turns it off.

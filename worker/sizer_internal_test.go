@@ -54,15 +54,18 @@ func TestClaimSizer(t *testing.T) {
 // the prefetch limit for fast ones, and none when prefetch is off.
 func TestHoldTarget(t *testing.T) {
 	w := &Worker{cfg: Config{Concurrency: 4, Prefetch: 100}}
-	fixed := func(d time.Duration) claimFit { return claimFit{fixed: d} }
-	require.Equal(t, 4, w.holdTarget(fixed(time.Second), false), "no handler has returned yet")
+	fixed := func(d time.Duration) claimEstimate { return claimEstimate{fit: claimFit{fixed: d}} }
+	require.Equal(t, 4, w.holdTarget(fixed(time.Second)), "no handler has returned yet")
 	w.handler.observe(time.Second)
-	require.Equal(t, 4, w.holdTarget(fixed(100*time.Millisecond), false), "claims fast compared with jobs")
-	require.Equal(t, 8, w.holdTarget(fixed(500*time.Millisecond), false), "the jobs run during a claim, twice")
+	require.Equal(t, 4, w.holdTarget(fixed(100*time.Millisecond)), "claims fast compared with jobs")
+	require.Equal(t, 8, w.holdTarget(fixed(500*time.Millisecond)), "the jobs run during a claim, twice")
 	w.handler = handlerTime{}
 	w.handler.observe(time.Millisecond)
-	require.Equal(t, 104, w.holdTarget(fixed(time.Second), false), "up to the prefetch limit")
-	require.Equal(t, 8, w.holdTarget(fixed(time.Second), true), "how claims grow not known yet: as many ahead as slots at most")
+	require.Equal(t, 104, w.holdTarget(fixed(time.Second)), "up to the prefetch limit")
+	explore := claimEstimate{fit: claimFit{fixed: time.Second}, explore: true}
+	require.Equal(t, 8, w.holdTarget(explore), "how claims grow not known yet: as many ahead as slots at most")
+	explore.largest = 10
+	require.Equal(t, 4+20, w.holdTarget(explore), "or twice the largest recent claim, which the next may reach")
 	w.cfg.Prefetch = -1
-	require.Equal(t, 4, w.holdTarget(fixed(time.Second), false), "prefetch off")
+	require.Equal(t, 4, w.holdTarget(fixed(time.Second)), "prefetch off")
 }

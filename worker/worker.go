@@ -644,19 +644,19 @@ func (w *Worker) gatherSlots(wait bool, target int) int {
 }
 
 // holdTarget is how many jobs the worker holds at most before its next
-// claim, when its claims cost as fit says: its Concurrency, and the jobs
+// claim, when its claims cost as e says: its Concurrency, and the jobs
 // its slots run while a claim is on its way at the pace of its recent
 // handlers (claimed ahead, so that the slots do not wait for the claim),
-// up to the prefetch limit (see claimFit.ahead), and while explore (how a
-// claim's time grows with its jobs is not known yet) up to Concurrency.
-// Fast claims, long jobs or claims whose time grows with their jobs as
-// fast as the slots run them make it Concurrency alone.
-func (w *Worker) holdTarget(fit claimFit, explore bool) int {
+// up to the prefetch limit (see claimFit.ahead), and while e.explore (how a
+// claim's time grows with its jobs is not known yet) up to Concurrency or
+// twice the largest recent batch claim. Fast claims, long jobs or claims
+// whose time is all per job make it Concurrency alone.
+func (w *Worker) holdTarget(e claimEstimate) int {
 	c, most := w.cfg.Concurrency, w.cfg.prefetchMax()
-	if explore {
-		most = min(most, c)
+	if e.explore {
+		most = min(most, max(c, 2*e.largest))
 	}
-	return c + fit.ahead(c, w.handler.mean(), most)
+	return c + e.fit.ahead(c, w.handler.mean(), most)
 }
 
 // handlerTime is a moving average of how long handlers run.

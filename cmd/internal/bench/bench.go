@@ -23,11 +23,9 @@ import (
 	"time"
 
 	"github.com/docketq/docket/configs"
-	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/internal/testdb/devdbproc"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
@@ -448,48 +446,64 @@ func (b *bencher) burnDownWith(ctx context.Context, name string, n, procs, concu
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	for completed(ps) < int64(n) {
-		if b.window > 0 && time.Since(start) >= b.window {
-			n = int(completed(ps))
-			break
-		}
-		if time.Since(start) > 10*time.Minute {
-			stopAll(ps)
-			return nil, fmt.Errorf("%d of %d jobs completed after 10 min", completed(ps), n)
-		}
-		time.Sleep(20 * time.Millisecond)
+	n, elapsed, err := b.awaitCompleted(ps, n)
+	if err != nil {
+		return nil, err
 	}
-	elapsed := time.Since(start)
 	us, err := stopAll(ps)
 	if err != nil {
 		return nil, err
 	}
-	r := &BurnDown{Name: name, Jobs: n, Procs: procs, Concurrency: concurrency, ClaimBatch: claimBatch,
-		Seconds: elapsed.Seconds(), JobsPerSec: float64(n) / elapsed.Seconds()}
-	r.addUsage(us)
-	starts, _, err := jobTimes(ctx, q)
+	js, err := finishedJobs(ctx, q)
 	if err != nil {
 		return nil, err
 	}
+	starts, _, span := stampTimes(js)
+	if b.window == 0 { // a run cut at its window counts what it did within it
+		elapsed = span.duration(elapsed)
+	}
+	r := &BurnDown{Name: name, Jobs: n, Procs: procs, Concurrency: concurrency, ClaimBatch: claimBatch,
+		Seconds: elapsed.Seconds(), JobsPerSec: float64(n) / elapsed.Seconds()}
+	r.addUsage(us)
 	r.StartP50, r.StartP99 = pct(starts, 50), pct(starts, 99)
 	return r, nil
+}
+
+// awaitCompleted waits until the worker processes ps report n jobs
+// completed, or, with b.window, until the window ends, and returns the jobs
+// completed and how long that took as the reports tell (to within
+// reportEvery). Past 10 minutes it stops them and fails.
+func (b *bencher) awaitCompleted(ps []*proc, n int) (int, time.Duration, error) {
+	start := time.Now()
+	for completed(ps) < int64(n) {
+		if b.window > 0 && time.Since(start) >= b.window {
+			return int(completed(ps)), time.Since(start), nil
+		}
+		if time.Since(start) > 10*time.Minute {
+			stopAll(ps)
+			return 0, 0, fmt.Errorf("%d of %d jobs completed after 10 min", completed(ps), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return n, time.Since(start), nil
 }
 
 // jobTimes returns, for every finished job, enqueue-to-start and
 // enqueue-to-finish in ms. A claim sets heartbeatAt; jobs shorter than the
 // heartbeat interval keep it.
 func jobTimes(ctx context.Context, q *queue.Client) (start, finish []float64, err error) {
-	cur, err := store.Of(q).Collection().Find(ctx, bson.D{{Key: "state", Value: jobs.StateSucceeded}},
-		options.Find().SetProjection(bson.D{{Key: "createdAt", Value: 1}, {Key: "heartbeatAt", Value: 1}, {Key: "finishedAt", Value: 1}}))
+	js, err := finishedJobs(ctx, q)
 	if err != nil {
 		return nil, nil, err
 	}
-	var js []jobs.Job
-	if err := cur.All(ctx, &js); err != nil {
-		return nil, nil, err
-	}
+	start, finish, _ = stampTimes(js)
+	return start, finish, nil
+}
+
+// stampTimes is jobTimes of the jobs js, and the span of their stamps.
+func stampTimes(js []jobs.Job) (start, finish []float64, span burnSpan) {
 	for _, j := range js {
+		span.add(&j)
 		if j.HeartbeatAt != nil {
 			start = append(start, ms(j.HeartbeatAt.Sub(j.CreatedAt)))
 		}
@@ -497,7 +511,7 @@ func jobTimes(ctx context.Context, q *queue.Client) (start, finish []float64, er
 			finish = append(finish, ms(j.FinishedAt.Sub(j.CreatedAt)))
 		}
 	}
-	return start, finish, nil
+	return start, finish, span
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

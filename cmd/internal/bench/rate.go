@@ -11,7 +11,6 @@ import (
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // RateBench is the rate run: a rate limit on no-op jobs held by several
@@ -114,14 +113,8 @@ func (b *bencher) rate(ctx context.Context) (*RateBench, error) {
 // claimStamps returns, in order, when each job that ran was claimed (the
 // claim stamps heartbeatAt; no-op jobs end before their first heartbeat).
 func claimStamps(ctx context.Context, q *queue.Client) ([]time.Time, error) {
-	cur, err := store.Of(q).Collection().Find(ctx,
-		bson.D{{Key: "state", Value: jobs.StateSucceeded}},
-		options.Find().SetProjection(bson.D{{Key: "heartbeatAt", Value: 1}}))
+	js, err := finishedJobs(ctx, q)
 	if err != nil {
-		return nil, err
-	}
-	var js []jobs.Job
-	if err := cur.All(ctx, &js); err != nil {
 		return nil, err
 	}
 	var out []time.Time
