@@ -115,9 +115,7 @@ func coveringColumns(keys []string) string {
 	return strings.Join(cols, ", ")
 }
 
-func coveringRankOf(name string) string {
-	return fmt.Sprintf(coveringRank, fmt.Sprintf(coveringType, name))
-}
+func coveringRankOf(k string) string { return fmt.Sprintf(coveringRank, fmt.Sprintf(coveringType, k)) }
 
 // oddKeys are the keys of the covering index on keys that a walk of it
 // (with two keys set by the filter or more) can sort by after its first

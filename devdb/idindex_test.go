@@ -4,6 +4,7 @@ import (
 	"context"
 	"go/ast"
 	"go/parser"
+	"go/printer"
 	"go/token"
 	"path/filepath"
 	"strconv"
@@ -114,6 +115,33 @@ func TestCoveringExpressionsMatchTheOverlays(t *testing.T) {
 		"coveringInfix": coveringInfix, "oddInfix": oddInfix, "coveringOrdered": coveringOrdered, "coveringValue": coveringValue, "coveringType": coveringType, "coveringRank": coveringRank,
 	} {
 		require.Equal(t, want, got[name], "the overlay's %s", name)
+	}
+}
+
+// TestOddIndexRuleMatchesTheOverlays: the partial index of the documents a
+// walk of a covering index would misplace is made here and read by the
+// overlay's walks (INDEXED BY, with the same WHERE): both must hold the
+// same keys and condition, or every walk is refused.
+func TestOddIndexRuleMatchesTheOverlays(t *testing.T) {
+	bodies := func(file string) map[string]string {
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		require.NoError(t, err)
+		out := map[string]string{}
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok {
+				var b strings.Builder
+				require.NoError(t, printer.Fprint(&b, fset, fd.Type))
+				require.NoError(t, printer.Fprint(&b, fset, fd.Body))
+				out[fd.Name.Name] = b.String()
+			}
+		}
+		return out
+	}
+	here, overlay := bodies("idindex.go"), bodies(filepath.Join("_overlay", "sqlite_collection.go"))
+	for _, name := range []string{"oddKeys", "oddWhere", "coveringRankOf"} {
+		require.NotEmpty(t, here[name], name)
+		require.Equal(t, here[name], overlay[name], "the overlay's %s", name)
 	}
 }
 

@@ -24,67 +24,66 @@ import (
 	"sync"
 )
 
-// stmtCacheSize bounds the statements one DB keeps prepared: past it, they
-// are all closed and the cache begins again.
+// stmtCacheSize bounds the statements kept prepared, over every DB: past
+// it, they are all closed and the cache begins again (the statements of a
+// database dropped since go then too).
 const stmtCacheSize = 256
 
-// stmtCaches maps each DB that prepared a statement to its stmtCache.
-var stmtCaches sync.Map
+// stmts holds the prepared statements, by DB and query.
+var stmts = struct {
+	sync.Mutex
+	m map[stmtKey]*sql.Stmt
+}{m: map[stmtKey]*sql.Stmt{}}
 
-type stmtCache struct {
-	mu    sync.Mutex
-	stmts map[string]*sql.Stmt
+type stmtKey struct {
+	db    *DB
+	query string
 }
 
 // QueryPreparedContext is QueryContext with query prepared once and kept:
-// for a query run often whose text is long. A statement that fails is
-// prepared again at its next use (an index it names may have gone).
+// for a query run often whose text is long. A statement that fails (an
+// index it names may have gone; the cache may have closed it meanwhile)
+// is dropped, and the query run again unprepared.
 func (db *DB) QueryPreparedContext(ctx context.Context, query string, args ...any) (*Rows, error) {
 	st, err := db.prepared(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := st.QueryContext(ctx, args...)
-	if err != nil {
+	if err == nil {
+		rows, err := st.QueryContext(ctx, args...)
+		if err == nil {
+			return wrapRows(rows), nil
+		}
 		db.forget(query, st)
-		return nil, err
 	}
-	return wrapRows(rows), nil
-}
-
-func (db *DB) cache() *stmtCache {
-	c, _ := stmtCaches.LoadOrStore(db, &stmtCache{stmts: map[string]*sql.Stmt{}})
-	return c.(*stmtCache)
+	return db.QueryContext(ctx, query, args...)
 }
 
 func (db *DB) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
-	c := db.cache()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if st, ok := c.stmts[query]; ok {
+	stmts.Lock()
+	defer stmts.Unlock()
+	k := stmtKey{db, query}
+	if st, ok := stmts.m[k]; ok {
 		return st, nil
 	}
 	st, err := db.sqlDB.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	if len(c.stmts) >= stmtCacheSize {
-		for q, old := range c.stmts {
+	if len(stmts.m) >= stmtCacheSize {
+		for k, old := range stmts.m {
 			_ = old.Close()
-			delete(c.stmts, q)
+			delete(stmts.m, k)
 		}
 	}
-	c.stmts[query] = st
+	stmts.m[k] = st
 	return st, nil
 }
 
 // forget closes st and drops it, if it is still query's.
 func (db *DB) forget(query string, st *sql.Stmt) {
-	c := db.cache()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stmts[query] == st {
-		delete(c.stmts, query)
+	stmts.Lock()
+	defer stmts.Unlock()
+	k := stmtKey{db, query}
+	if stmts.m[k] == st {
+		delete(stmts.m, k)
 		_ = st.Close()
 	}
 }

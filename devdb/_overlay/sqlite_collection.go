@@ -1047,8 +1047,12 @@ func keyNames(keys []string) []string {
 func walkRead(ctx context.Context, db *fsql.DB, table, index string, keys []string, odd string, filter, sortKeys *types.Document) (sortedRead, bool) {
 	names := keyNames(keys)
 	sorted := sortKeys.Keys()
+	// A sort that leaves ties must run to the index's end, whose entries
+	// SQLite orders by rowid last (the merge does too): a later window
+	// then reads the ties in the order the first did.
 	p := slices.Index(names, sorted[0])
-	if p < 1 || p+len(sorted) > len(names) || !slices.Equal(names[p:p+len(sorted)], sorted) {
+	if p < 1 || p+len(sorted) > len(names) || !slices.Equal(names[p:p+len(sorted)], sorted) ||
+		(sorted[len(sorted)-1] != "_id" && p+len(sorted) != len(names)) {
 		return sortedRead{}, false
 	}
 	reversed := false
@@ -1099,8 +1103,12 @@ func walkRead(ctx context.Context, db *fsql.DB, table, index string, keys []stri
 	walk := fmt.Sprintf(`SELECT * FROM (SELECT rowid AS rid, %s FROM %q INDEXED BY %q WHERE %s ORDER BY %s LIMIT ?)`,
 		strings.Join(cols, ", "), table, index, strings.Join(eqs, " AND "), strings.Join(order, ", "))
 	walks := strings.TrimSuffix(strings.Repeat(walk+" UNION ALL ", len(combos)), " UNION ALL ")
-	q := fmt.Sprintf(`SELECT rid, (%s) FROM (%s) ORDER BY %s, rid LIMIT ?`,
-		strings.Join(unordered, " OR "), walks, strings.Join(order, ", "))
+	rid := "rid"
+	if reversed {
+		rid = "rid DESC"
+	}
+	q := fmt.Sprintf(`SELECT rid, (%s) FROM (%s) ORDER BY %s, %s LIMIT ?`,
+		strings.Join(unordered, " OR "), walks, strings.Join(order, ", "), rid)
 
 	return sortedRead{q: q, args: func(to int) []any {
 		var args []any
