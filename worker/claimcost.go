@@ -27,6 +27,9 @@ type claimCost struct {
 // claimFit is how long a claim of n jobs takes: fixed + n × perJob.
 type claimFit struct {
 	fixed, perJob time.Duration
+	// typical is the fixed part of a typical claim (the least-squares
+	// fit's), where fixed is the slowest claim's.
+	typical time.Duration
 }
 
 // claimSizeSpread is how many times the largest of the recent batch claims
@@ -110,7 +113,8 @@ func fitClaims(ns []int, ds []time.Duration) (claimFit, bool) {
 			fixed = max(fixed, ds[i]-time.Duration(float64(n)*perJob))
 		}
 	}
-	return claimFit{fixed: fixed, perJob: time.Duration(perJob)}, true
+	typical := max(time.Duration(md-perJob*mn), 0)
+	return claimFit{fixed: fixed, perJob: time.Duration(perJob), typical: typical}, true
 }
 
 // ahead is how many jobs to hold beyond the slots, concurrency of them
@@ -129,17 +133,22 @@ func fitClaims(ns []int, ds []time.Duration) (claimFit, bool) {
 // per-job part. The slots are then counted as running a job per perJob ÷
 // claimPaceShare: claims of 2 × fixed × claimPaceShare ÷ ((1 −
 // claimPaceShare) × perJob) jobs or more, the fixed part at most a
-// nineteenth of each, run within about 5% of that pace. A claim whose time is
-// all per job (a server that stamps a batch one document at a time, and
-// no round trip worth hiding) gets none ahead: bigger ones only take
-// longer, and jobs held ahead would wait while other processes could run
-// them. At most most.
+// nineteenth of each, run within about 5% of that pace. There the fixed
+// part is a typical claim's, not the slowest's: multiplied so, one slow
+// claim would send every claim to most. A claim whose time is all per job
+// (a server that stamps a batch one document at a time, and no round trip
+// worth hiding) gets none ahead: bigger ones only take longer, and jobs
+// held ahead would wait while other processes could run them. At most
+// most.
 func (f claimFit) ahead(concurrency int, handler time.Duration, most int) int {
-	if most <= 0 || handler <= 0 || f.fixed <= 0 {
+	fixed, perSlot := f.fixed, float64(handler)/float64(concurrency)
+	if bound := float64(f.perJob) / claimPaceShare; perSlot < bound {
+		fixed, perSlot = f.typical, bound
+	}
+	if most <= 0 || handler <= 0 || fixed <= 0 {
 		return 0
 	}
-	perSlot := max(float64(handler)/float64(concurrency), float64(f.perJob)/claimPaceShare)
-	return int(min(2*float64(f.fixed)/(perSlot-float64(f.perJob)), float64(most)))
+	return int(min(2*float64(fixed)/(perSlot-float64(f.perJob)), float64(most)))
 }
 
 // claimPaceShare is the share of the claims' bound on the pace (a job per

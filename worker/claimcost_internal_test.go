@@ -40,6 +40,10 @@ func TestHoldTargetFollowsTheFixedPartOfClaims(t *testing.T) {
 	w.handler.observe(10 * time.Microsecond) // no-op jobs
 	perJob := []claimTook{{20, 120 * time.Millisecond}, {100, 600 * time.Millisecond}, {60, 360 * time.Millisecond}}
 	require.Equal(t, 20, targetAfter(w, perJob...), "claims bound the pace: nothing ahead")
+	noisy := []claimTook{{20, 125 * time.Millisecond}, {100, 600 * time.Millisecond}, {60, 358 * time.Millisecond}}
+	require.LessOrEqual(t, targetAfter(w, noisy...), 40, "claims 5 ms off: a few ahead, not the prefetch limit")
+	require.LessOrEqual(t, targetAfter(w, append(perJob, claimTook{60, 380 * time.Millisecond})...), 40,
+		"one claim 20 ms slower (counted as every claim's fixed part, it sent the worker to 80)")
 
 	fixed := []claimTook{{20, 300 * time.Millisecond}, {100, 300 * time.Millisecond}}
 	require.Equal(t, 120, targetAfter(w, fixed...), "a slow round trip: claim ahead up to the prefetch limit")
@@ -73,11 +77,11 @@ func TestFitClaims(t *testing.T) {
 		want  claimFit
 		known bool
 	}{
-		{"fixed and per job", []int{10, 20, 40, 0}, []time.Duration{30 * ms, 50 * ms, 90 * ms, 0}, claimFit{10 * ms, 2 * ms}, true},
-		{"all per job", []int{20, 100}, []time.Duration{120 * ms, 600 * ms}, claimFit{0, 6 * ms}, true},
-		{"bigger claims faster", []int{10, 40}, []time.Duration{90 * ms, 30 * ms}, claimFit{90 * ms, 0}, true},
-		{"a negative fixed part is per job", []int{10, 20}, []time.Duration{10 * ms, 40 * ms}, claimFit{20 * ms / 3, 5 * ms / 3}, true},
-		{"the slowest claim's fixed part", []int{10, 10, 20}, []time.Duration{30 * ms, 50 * ms, 60 * ms}, claimFit{30 * ms, 2 * ms}, true},
+		{"fixed and per job", []int{10, 20, 40, 0}, []time.Duration{30 * ms, 50 * ms, 90 * ms, 0}, claimFit{fixed: 10 * ms, perJob: 2 * ms, typical: 10 * ms}, true},
+		{"all per job", []int{20, 100}, []time.Duration{120 * ms, 600 * ms}, claimFit{fixed: 0, perJob: 6 * ms}, true},
+		{"bigger claims faster", []int{10, 40}, []time.Duration{90 * ms, 30 * ms}, claimFit{fixed: 90 * ms, perJob: 0, typical: 60 * ms}, true},
+		{"a negative fixed part is per job", []int{10, 20}, []time.Duration{10 * ms, 40 * ms}, claimFit{fixed: 20 * ms / 3, perJob: 5 * ms / 3}, true},
+		{"the slowest claim's fixed part", []int{10, 10, 20}, []time.Duration{30 * ms, 50 * ms, 60 * ms}, claimFit{fixed: 30 * ms, perJob: 2 * ms, typical: 20 * ms}, true},
 		{"sizes too close", []int{15, 20, 29}, []time.Duration{ms, 2 * ms, 3 * ms}, claimFit{}, false},
 		{"no claim", []int{0, 0}, []time.Duration{0, 0}, claimFit{}, false},
 	}
@@ -86,6 +90,7 @@ func TestFitClaims(t *testing.T) {
 		require.Equal(t, c.known, ok, c.name)
 		require.InDelta(t, c.want.fixed, got.fixed, float64(time.Microsecond), c.name)
 		require.InDelta(t, c.want.perJob, got.perJob, float64(time.Microsecond), c.name)
+		require.InDelta(t, c.want.typical, got.typical, float64(time.Microsecond), c.name)
 	}
 }
 
@@ -148,6 +153,7 @@ func TestClaimAheadAgainstModel(t *testing.T) {
 		c := 1 + rng.IntN(32)
 		d := time.Duration(1+rng.IntN(200)) * time.Millisecond
 		f := claimFit{fixed: time.Duration(1+rng.IntN(500)) * time.Millisecond}
+		f.typical = f.fixed // the model's claims take their fit's time exactly
 		f.perJob = time.Duration(rng.Float64() * float64(d) / float64(c))
 		ahead := f.ahead(c, d, 300)
 		if ahead >= 300 {
@@ -168,6 +174,7 @@ func TestClaimAheadAgainstModel(t *testing.T) {
 		c := 1 + rng.IntN(32)
 		d := time.Duration(1+rng.IntN(200)) * time.Millisecond
 		f := claimFit{fixed: time.Duration(1+rng.IntN(50)) * time.Millisecond}
+		f.typical = f.fixed // the model's claims take their fit's time exactly
 		f.perJob = time.Duration((0.9 + 2*rng.Float64()) * float64(d) / float64(c))
 		ahead := f.ahead(c, d, 300)
 		if ahead >= 300 || ahead == 0 {
