@@ -133,8 +133,8 @@ func shared(r queue.SettleReport) bool { return r.Dependents > 0 && 4*r.Dependen
 // parents that share their dependents (settleLoop): settlePace times the
 // last settle's time, at most settlePaceMax.
 const (
-	settlePace    = 3
-	settlePaceMax = 200 * time.Millisecond
+	settlePace    = 6
+	settlePaceMax = 400 * time.Millisecond
 )
 
 // pace waits for d, or until ctx ends.

@@ -135,7 +135,7 @@ func TestWorkflowChainClaimsOnSettle(t *testing.T) {
 }
 
 // A settle of parents that share their dependent (a fan-in's sink, which
-// each settle rewrites) is followed by a wait of three times its own
+// each settle rewrites) is followed by a wait of six times its own
 // time, in which more parents finish, before the next settle: the sink is
 // rewritten a few times less often. (A lower bound on the wait, not a
 // speed: each settle is made to take at least 20 ms.)
