@@ -285,49 +285,73 @@ func (ix *idIndexer) indexFile(f string) error {
 	if err != nil || len(tables) == 0 {
 		return err
 	}
-	have := map[string]bool{}
-	leading := map[string][]string{}    // table → fields its collection's indexes lead with
-	compound := map[string][][]string{} // table → keys of its collection's indexes on two or more fields
-	var stale []string                  // indexes of an earlier devdb, no longer read
-	rows, err := db.QueryContext(ctx, `SELECT name, tbl_name, coalesce(sql, '') FROM sqlite_master WHERE type = 'index'`)
+	ixs, err := readIndexes(ctx, db)
 	if err != nil {
 		return err
 	}
+	if err := ix.drop(db, ixs.stale); err != nil {
+		return err
+	}
+	for _, l := range ixs.wanted(tables) {
+		if !ixs.have[l.name] {
+			if err := ix.create(db, f, l); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// indexes are what readIndexes found of a file's indexes.
+type indexes struct {
+	have     map[string]bool
+	leading  map[string][]string   // table → fields its collection's indexes lead with
+	compound map[string][][]string // table → keys of its collection's indexes on two or more fields
+	stale    []string              // indexes of an earlier devdb, no longer read
+}
+
+// readIndexes reads the indexes of db.
+func readIndexes(ctx context.Context, db *sql.DB) (indexes, error) {
+	ixs := indexes{have: map[string]bool{}, leading: map[string][]string{}, compound: map[string][][]string{}}
+	rows, err := db.QueryContext(ctx, `SELECT name, tbl_name, coalesce(sql, '') FROM sqlite_master WHERE type = 'index'`)
+	if err != nil {
+		return ixs, err
+	}
+	defer rows.Close()
 	for rows.Next() {
 		var name, table, def string
 		if err := rows.Scan(&name, &table, &def); err != nil {
-			rows.Close()
-			return err
+			return ixs, err
 		}
-		have[name] = true
+		ixs.have[name] = true
 		if strings.Contains(name, oldCoveringInfix) {
-			stale = append(stale, name)
+			ixs.stale = append(ixs.stale, name)
 		}
 		keys, all := indexKeys(def)
-		if len(keys) > 0 && keys[0] != "_id" && !slices.Contains(leading[table], strings.TrimPrefix(keys[0], "-")) {
-			leading[table] = append(leading[table], strings.TrimPrefix(keys[0], "-"))
+		if len(keys) > 0 && keys[0] != "_id" && !slices.Contains(ixs.leading[table], strings.TrimPrefix(keys[0], "-")) {
+			ixs.leading[table] = append(ixs.leading[table], strings.TrimPrefix(keys[0], "-"))
 		}
 		if all && len(keys) >= 2 {
-			compound[table] = append(compound[table], keys)
+			ixs.compound[table] = append(ixs.compound[table], keys)
 		}
 	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return err
-	}
+	return ixs, errors.Join(rows.Err(), rows.Close())
+}
 
-	if err := ix.drop(db, stale); err != nil {
-		return err
-	}
+// lookup is an index devdb adds to a table: its name, its columns and its
+// WHERE clause.
+type lookup struct{ table, name, expr, where string }
 
-	type lookup struct{ table, name, expr, where string }
+// wanted lists the indexes devdb adds to tables.
+func (ixs indexes) wanted(tables []string) []lookup {
 	var todo []lookup
 	for _, t := range tables {
 		todo = append(todo, lookup{t, t + idLookupSuffix, idLookupExpr, ""})
-		for _, f := range leading[t] {
+		for _, f := range ixs.leading[t] {
 			expr := fmt.Sprintf(fieldLookupExpr, f)
 			todo = append(todo, lookup{t, t + fieldLookupInfix + f, expr, fmt.Sprintf(fieldLookupWhere, expr)})
 		}
-		for _, keys := range compound[t] {
+		for _, keys := range ixs.compound[t] {
 			named := strings.Join(keys, ",")
 			todo = append(todo, lookup{t, t + coveringInfix + named, coveringColumns(keys), ""})
 			if odd := oddKeys(keys); len(odd) > 0 {
@@ -335,25 +359,24 @@ func (ix *idIndexer) indexFile(f string) error {
 			}
 		}
 	}
-	for _, l := range todo {
-		t, name := l.table, l.name
-		if have[name] {
-			continue
-		}
-		start := time.Now()
-		ix.lock()
-		// Timed from when the lock is held: commands queued before it (a big
-		// insert) are not the index's time.
-		ictx, icancel := context.WithTimeout(context.Background(), indexTimeout)
-		_, err := db.ExecContext(ictx, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s)%s`, quoteIdent(name), quoteIdent(t), l.expr, l.where))
-		icancel()
-		ix.unlock()
-		if err != nil && !isNoSuchTable(err) { // dropped meanwhile: nothing to index
-			return fmt.Errorf("index table %s: %w", t, err)
-		}
-		ix.log.Debug("indexed lookups", zap.String("file", filepath.Base(f)), zap.String("table", t), zap.String("index", name),
-			zap.Duration("took", time.Since(start)))
+	return todo
+}
+
+// create creates the index l in db, of the file f, under the front's lock.
+func (ix *idIndexer) create(db *sql.DB, f string, l lookup) error {
+	start := time.Now()
+	ix.lock()
+	// Timed from when the lock is held: commands queued before it (a big
+	// insert) are not the index's time.
+	ctx, cancel := context.WithTimeout(context.Background(), indexTimeout)
+	_, err := db.ExecContext(ctx, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s)%s`, quoteIdent(l.name), quoteIdent(l.table), l.expr, l.where))
+	cancel()
+	ix.unlock()
+	if err != nil && !isNoSuchTable(err) { // dropped meanwhile: nothing to index
+		return fmt.Errorf("index table %s: %w", l.table, err)
 	}
+	ix.log.Debug("indexed lookups", zap.String("file", filepath.Base(f)), zap.String("table", l.table), zap.String("index", l.name),
+		zap.Duration("took", time.Since(start)))
 	return nil
 }
 

@@ -1055,32 +1055,13 @@ func walkRead(ctx context.Context, db *fsql.DB, table, index string, keys []stri
 		(sorted[len(sorted)-1] != "_id" && p+len(sorted) != len(names)) {
 		return sortedRead{}, false
 	}
-	reversed := false
-	for i, k := range sorted {
-		desc := must.NotFail(sortKeys.Get(k)).(int64) < 0
-		if i == 0 {
-			reversed = desc != strings.HasPrefix(keys[p], "-")
-		}
-		if desc != (strings.HasPrefix(keys[p+i], "-") != reversed) {
-			return sortedRead{}, false
-		}
+	reversed, ok := walkDirection(keys[p:], sortKeys)
+	if !ok {
+		return sortedRead{}, false
 	}
-	combos := [][]any{{}}
-	for _, k := range names[:p] {
-		if !filter.Has(k) {
-			return sortedRead{}, false
-		}
-		in := stringEqualities(must.NotFail(filter.Get(k)))
-		if in == nil || len(combos)*len(in) > maxWalks {
-			return sortedRead{}, false
-		}
-		var next [][]any
-		for _, c := range combos {
-			for _, v := range in {
-				next = append(next, append(slices.Clone(c), v))
-			}
-		}
-		combos = next
+	combos, ok := stringCombos(filter, names[:p])
+	if !ok {
+		return sortedRead{}, false
 	}
 	later := slices.DeleteFunc(slices.Clone(sorted[1:]), func(k string) bool { return k == "_id" })
 	if !walkable(ctx, db, table, index, names, p, combos, odd, later) {
@@ -1117,6 +1098,47 @@ func walkRead(ctx context.Context, db *fsql.DB, table, index string, keys []stri
 		}
 		return append(args, to)
 	}}, true
+}
+
+// walkDirection reports whether the sort sortKeys walks the index keys
+// (their first len(sortKeys), a descending one written "-k") backwards,
+// and false when it follows neither their directions nor all of them
+// reversed.
+func walkDirection(keys []string, sortKeys *types.Document) (reversed, ok bool) {
+	for i, k := range sortKeys.Keys() {
+		against := (must.NotFail(sortKeys.Get(k)).(int64) < 0) != strings.HasPrefix(keys[i], "-")
+		if i == 0 {
+			reversed = against
+		}
+		if against != reversed {
+			return false, false
+		}
+	}
+	return reversed, true
+}
+
+// stringCombos returns every combination of the strings filter sets the
+// keys names to, one value per key in order, and false when it sets one
+// to anything else or the combinations pass maxWalks.
+func stringCombos(filter *types.Document, names []string) ([][]any, bool) {
+	combos := [][]any{{}}
+	for _, k := range names {
+		if !filter.Has(k) {
+			return nil, false
+		}
+		in := stringEqualities(must.NotFail(filter.Get(k)))
+		if in == nil || len(combos)*len(in) > maxWalks {
+			return nil, false
+		}
+		next := make([][]any, 0, len(combos)*len(in))
+		for _, c := range combos {
+			for _, v := range in {
+				next = append(next, append(slices.Clone(c), v))
+			}
+		}
+		combos = next
+	}
+	return combos, true
 }
 
 // walkable reports whether no document the walks from combos of the keys
