@@ -77,6 +77,30 @@ func (db *DB) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
 	return st, nil
 }
 
+// PreparedIn returns the statement of query, prepared once and kept as
+// QueryPreparedContext's are, for use in tx: a write that SQLite parses
+// at each command (an update's statement names the table's indexes, whose
+// expressions make its parse cost more than the write of a document).
+// The caller closes it; should it fail, it calls Forget.
+func (db *DB) PreparedIn(ctx context.Context, tx *Tx, query string) (*sql.Stmt, error) {
+	st, err := db.prepared(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return tx.sqlTx.StmtContext(ctx, st), nil
+}
+
+// Forget drops the statement of query kept by PreparedIn, so that the
+// next use prepares it again.
+func (db *DB) Forget(query string) {
+	stmts.Lock()
+	st := stmts.m[stmtKey{db, query}]
+	stmts.Unlock()
+	if st != nil {
+		db.forget(query, st)
+	}
+}
+
 // forget closes st and drops it, if it is still query's.
 func (db *DB) forget(query string, st *sql.Stmt) {
 	stmts.Lock()

@@ -2,7 +2,7 @@
 //
 // Modified for docket's devdb: UpdateAll and DeleteAll find a document whose
 // _id was stored from a string that was not UTF-8 (see idTexts), and
-// UpdateAll prepares its statement once for all its documents (updateDocs); Query and
+// UpdateAll keeps its statement prepared over commands (updateDocs); Query and
 // Explain push down, through
 // pushdownWhere (at the end of this file), an _id equality or $in and
 // string equalities and $in of strings of top-level fields wherever they
@@ -180,7 +180,7 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 	q := fmt.Sprintf(`UPDATE %q SET %s = ? WHERE %s IN (?, ?)`, meta.TableName, metadata.DefaultColumn, metadata.IDColumn)
 
 	err := db.InTransaction(ctx, func(tx *fsql.Tx) error {
-		n, err := updateDocs(ctx, tx, q, params.Docs)
+		n, err := updateDocs(ctx, db, tx, q, params.Docs)
 		res.Updated = n
 		return err
 	})
@@ -191,16 +191,22 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 	return &res, nil
 }
 
-// updateDocs writes each of docs by its _id with q, prepared once for all
-// of them (SQLite's parse and plan of an update cost as much as the write
-// of a document: a statement per document doubled a claim's stamp), and
-// returns how many rows they changed.
-func updateDocs(ctx context.Context, tx *fsql.Tx, q string, docs []*types.Document) (int32, error) {
-	stmt, err := tx.PrepareContext(ctx, q)
-	if err != nil {
-		return 0, lazyerrors.Error(err)
+// updateDocs writes each of docs by its _id with q, kept prepared over
+// commands (fsql's PreparedIn: SQLite's parse of an update, which names
+// every index of the table, cost as much as a command's write; a
+// statement per document doubled a claim's stamp, one per command was a
+// seventh of a chain's server time), and returns how many rows they
+// changed. Should the kept statement fail, it is dropped and the write
+// goes on with q prepared in tx alone.
+func updateDocs(ctx context.Context, db *fsql.DB, tx *fsql.Tx, q string, docs []*types.Document) (int32, error) {
+	stmt, err := db.PreparedIn(ctx, tx, q)
+	kept := err == nil
+	if !kept {
+		if stmt, err = tx.PrepareContext(ctx, q); err != nil {
+			return 0, lazyerrors.Error(err)
+		}
 	}
-	defer stmt.Close()
+	defer func() { _ = stmt.Close() }()
 
 	var updated int32
 
@@ -216,6 +222,15 @@ func updateDocs(ctx context.Context, tx *fsql.Tx, q string, docs []*types.Docume
 		texts := idTexts(id)
 
 		r, err := stmt.ExecContext(ctx, string(b), texts[0], texts[len(texts)-1])
+		if err != nil && kept {
+			db.Forget(q)
+			_ = stmt.Close()
+			if stmt, err = tx.PrepareContext(ctx, q); err != nil {
+				return updated, lazyerrors.Error(err)
+			}
+			kept = false
+			r, err = stmt.ExecContext(ctx, string(b), texts[0], texts[len(texts)-1])
+		}
 		if err != nil {
 			return updated, lazyerrors.Error(err)
 		}

@@ -11,7 +11,7 @@
 # the statement is done; and its SQL transaction wrapper by
 # _overlay/fsql_tx.go, which can prepare a statement, beside
 # _overlay/fsql_stmt.go, which keeps the statements of the sorted reads
-# prepared; and its resource
+# and of updates prepared; and its resource
 # tracker by _overlay/resource.go, which takes no stack trace per object
 # outside debug builds; and its document decoder by _overlay/sjson.go, which
 # first tries the one-pass decoder that _overlay/sjson_fast.go adds as
