@@ -31,12 +31,14 @@ import (
 // SettleDependentsOfAll settles the dependents of each job of ids as
 // SettleDependentsOf does, with fewer commands than one call per job, and
 // reports what it settled together. Workers call it with the jobs with
-// dependents they finished meanwhile. Each settle has a deadline of its
-// own (10 s); a job whose settle fails is left due for the leader's pass
+// dependents they finished meanwhile; written holds, for some of them,
+// the job as its finishing write left it (returned by that write), which
+// is not read again. Each settle has a deadline of its own (10 s); a job
+// whose settle fails is left due for the leader's pass
 // (SettleDependents) and the others are settled still; it returns the
 // failures joined.
-func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string) (SettleReport, error) {
-	alone, rep, err := c.settleTogether(ctx, ids)
+func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string, written ...bson.Raw) (SettleReport, error) {
+	alone, rep, err := c.settleTogether(ctx, ids, written)
 	return rep, errors.Join(append([]error{err}, c.settleEach(ctx, alone)...)...)
 }
 
@@ -44,49 +46,93 @@ func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string) (Settl
 // succeeded parents, and the distinct dependents they list.
 type SettleReport struct {
 	Parents, Dependents int
+	// Listed holds the ids of those dependents that are strings: a
+	// worker's claim right after the settle that takes every one of them,
+	// and nothing else, took what the settle made runnable.
+	Listed []string
 }
 
-// settleTogether reads the jobs of ids still due, settles the succeeded
-// ones with a complete list together (settleSucceeded), within
-// settleEachTimeout, and returns the others, to settle one by one.
-func (c *Client) settleTogether(ctx context.Context, ids []string) (alone []any, rep SettleReport, err error) {
+// settleTogether reads the jobs of ids still due (but those written
+// holds), settles the succeeded ones with a complete list together
+// (settleSucceeded), within settleEachTimeout, and returns the others, to
+// settle one by one.
+func (c *Client) settleTogether(ctx context.Context, ids []string, written []bson.Raw) (alone []any, rep SettleReport, err error) {
 	ctx, cancel := context.WithTimeout(ctx, settleEachTimeout)
 	defer cancel()
-	var together []any
-	var kids bson.A
-	seen := map[string]bool{}
-	for _, chunk := range idChunks(stringsA(ids)) {
+	var p parentsRead
+	unread := p.takeWritten(ids, written)
+	for _, chunk := range idChunks(stringsA(unread)) {
 		cur, err := c.coll.Find(ctx, bson.D{idIn(chunk), {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
 			options.Find().SetProjection(bson.D{
 				{Key: "state", Value: 1}, {Key: "kind", Value: 1}, {Key: dependentIdsField, Value: 1}, {Key: dependentsManyField, Value: 1},
 			}))
+		if err == nil {
+			err = eachRaw(ctx, cur, func(d bson.Raw) error { p.take(d); return nil })
+		}
 		if err != nil {
-			return alone, rep, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
-		}
-		if err := eachRaw(ctx, cur, func(d bson.Raw) error {
-			id := d.Lookup("_id")
-			listed, ok := listedSuccess(d)
-			if !ok {
-				alone = append(alone, id)
-				return nil
-			}
-			together = append(together, id)
-			for _, k := range listed {
-				if key := fmt.Sprint(asID(k)); !seen[key] {
-					seen[key] = true
-					kids = append(kids, k)
-				}
-			}
-			return nil
-		}); err != nil {
-			return alone, rep, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
+			return p.alone, p.rep, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)
 		}
 	}
-	if len(together) == 0 {
-		return alone, rep, nil
+	if len(p.together) == 0 {
+		return p.alone, p.rep, nil
 	}
-	rep = SettleReport{Parents: len(together), Dependents: len(kids)}
-	return alone, rep, c.settleSucceeded(ctx, together, kids)
+	p.rep.Parents, p.rep.Dependents = len(p.together), len(p.kids)
+	return p.alone, p.rep, c.settleSucceeded(ctx, p.together, p.kids)
+}
+
+// parentsRead gathers the parents a settle reads (or was given), as
+// settleTogether sorts them.
+type parentsRead struct {
+	alone    []any // to settle one by one
+	together []any // succeeded, with a complete list of kids
+	kids     bson.A
+	seen     map[string]bool // of kids
+	rep      SettleReport
+}
+
+// takeWritten takes the documents of written that are of ids and still
+// due to their dependents, and returns the ids it leaves to read.
+func (p *parentsRead) takeWritten(ids []string, written []bson.Raw) []string {
+	given := map[string]bson.Raw{}
+	for _, d := range written {
+		if id, ok := d.Lookup("_id").StringValueOK(); ok {
+			given[id] = d
+		}
+	}
+	var unread []string
+	for _, id := range ids {
+		d, ok := given[id]
+		switch {
+		case !ok:
+			unread = append(unread, id)
+		case d.Lookup(dependentsDueField).Type != 0:
+			p.take(d)
+		}
+	}
+	return unread
+}
+
+// take sorts the parent d, read with settleTogether's projection.
+func (p *parentsRead) take(d bson.Raw) {
+	id := d.Lookup("_id")
+	listed, ok := listedSuccess(d)
+	if !ok {
+		p.alone = append(p.alone, id)
+		return
+	}
+	p.together = append(p.together, id)
+	if p.seen == nil {
+		p.seen = map[string]bool{}
+	}
+	for _, k := range listed {
+		if key := fmt.Sprint(asID(k)); !p.seen[key] {
+			p.seen[key] = true
+			p.kids = append(p.kids, k)
+			if id, ok := asID(k).(string); ok {
+				p.rep.Listed = append(p.rep.Listed, id)
+			}
+		}
+	}
 }
 
 // settleEachTimeout bounds each settle of SettleDependentsOfAll: the read

@@ -302,7 +302,9 @@ func TestDepSettleManyAtOnce(t *testing.T) {
 	rep, err := q.SettleDependentsOfAll(b.ctx, append(slices.Clone(parents), a))
 	require.NoError(t, err)
 	require.LessOrEqual(t, commands.Load(), int64(2), "a read, then a pull, a release and a rename in one command")
-	require.Equal(t, queue.SettleReport{Parents: 31, Dependents: 2}, rep)
+	require.Equal(t, 31, rep.Parents)
+	require.ElementsMatch(t, []string{sink, chained}, rep.Listed)
+	require.Equal(t, 2, rep.Dependents)
 
 	b.requireState(t, jobs.StateAvailable, sink, chained)
 	for _, p := range append(parents, a) {
@@ -324,7 +326,9 @@ func TestDepSettleManyAtOnce(t *testing.T) {
 	rep, err = q.SettleDependentsOfAll(b.ctx, []string{root})
 	require.NoError(t, err)
 	require.LessOrEqual(t, commands.Load(), int64(2), "a read, then the release and the rename in one command")
-	require.Equal(t, queue.SettleReport{Parents: 1, Dependents: 3}, rep)
+	require.Equal(t, 1, rep.Parents)
+	require.Equal(t, 3, rep.Dependents)
+	require.ElementsMatch(t, kids, rep.Listed)
 
 	b.requireState(t, jobs.StateAvailable, kids...)
 	require.Empty(t, b.get(t, kids[0]).WaitingOn)
@@ -457,4 +461,57 @@ func TestWorkflowTasksInsertedWithTheirLists(t *testing.T) {
 		}
 	}
 	b.requireNothingToClaim(t)
+}
+
+// A parent completed by CompleteReading is settled from the document its
+// completion returned: one command, no read of the parent, for a chain's
+// next task and a fan-out's children alike; a parent whose document came
+// back without its outcome due (settled since by the leader) is left
+// alone.
+func TestDepSettleFromTheCompletionsDocument(t *testing.T) {
+	b := setup(t)
+	var commands atomic.Int64
+	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(&event.CommandMonitor{
+		Started: func(context.Context, *event.CommandStartedEvent) { commands.Add(1) },
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
+	require.NoError(t, err)
+
+	root := b.enqueueK(t, queue.InsertOpts{})
+	kids := []string{b.after(t, root), b.after(t, root)}
+	next := b.after(t, kids[0])
+	doc, err := store.Of(b.q).CompleteReading(b.ctx, store.LeaseOf(b.claimID(t, root)))
+	require.NoError(t, err)
+	require.Equal(t, root, doc.Lookup("_id").StringValue())
+	commands.Store(0)
+	rep, err := q.SettleDependentsOfAll(b.ctx, []string{root}, doc)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), commands.Load(), "the release and the rename in one command, no read")
+	require.ElementsMatch(t, kids, rep.Listed)
+	b.requireState(t, jobs.StateAvailable, kids...)
+	b.requireState(t, jobs.StateBlocked, next)
+	require.True(t, b.get(t, root).Dependents, "root's outcome no longer due")
+
+	// Settled again from the same document (a stalled worker's): nothing
+	// changes.
+	_, err = q.SettleDependentsOfAll(b.ctx, []string{root}, doc)
+	require.NoError(t, err)
+	b.requireState(t, jobs.StateAvailable, kids...)
+
+	// A document without the outcome due: nothing to settle, no command.
+	j := b.claimID(t, kids[0])
+	doc, err = store.Of(b.q).CompleteReading(b.ctx, store.LeaseOf(j))
+	require.NoError(t, err)
+	ok, err := b.q.SettleDependentsOf(b.ctx, kids[0])
+	require.NoError(t, err)
+	require.True(t, ok)
+	b.requireState(t, jobs.StateAvailable, next)
+	commands.Store(0)
+	stale, err := bson.Marshal(bson.D{{Key: "_id", Value: kids[0]}, {Key: "state", Value: jobs.StateSucceeded}})
+	require.NoError(t, err)
+	_, err = q.SettleDependentsOfAll(b.ctx, []string{kids[0]}, stale)
+	require.NoError(t, err)
+	require.Zero(t, commands.Load())
 }

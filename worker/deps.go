@@ -5,7 +5,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"go.uber.org/zap"
 )
@@ -19,11 +21,16 @@ import (
 type settleQueue struct {
 	mu      sync.Mutex
 	pending []string
-	started bool // settleLoop runs, or ran: the worker stopped
-	stopped bool // the worker stopped: what is left is the leader's
+	written []bson.Raw // of some of pending: as their completion left them
+	started bool       // settleLoop runs, or ran: the worker stopped
+	stopped bool       // the worker stopped: what is left is the leader's
 	kick    chan struct{}
 	cancel  context.CancelFunc
 	done    chan struct{} // closed once settleLoop returns
+
+	// listed holds the ids of the dependents the last settle listed, until
+	// the dispatcher's next claim reads them (tookListed).
+	listed map[string]bool
 }
 
 // settleDependents has the jobs that wait for the job with id, which this
@@ -33,7 +40,7 @@ type settleQueue struct {
 // write has left the outcome due (its flag is cleared by the settle's last
 // write) and the leader's pass tells them (queue/deps.go). It reports
 // whether the settle is queued: it then wakes the dispatcher once done.
-func (w *Worker) settleDependents(id string) bool {
+func (w *Worker) settleDependents(id string, written bson.Raw) bool {
 	s := &w.settles
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -41,6 +48,9 @@ func (w *Worker) settleDependents(id string) bool {
 		return false
 	}
 	s.pending = append(s.pending, id)
+	if written != nil {
+		s.written = append(s.written, written)
+	}
 	if !s.started {
 		s.started = true
 		s.kick = make(chan struct{}, 1)
@@ -114,9 +124,9 @@ func (w *Worker) settleLoop(ctx context.Context) {
 			return
 		case <-s.kick:
 		}
-		for ids := s.take(); len(ids) > 0 && ctx.Err() == nil; ids = s.take() {
+		for ids, written := s.take(); len(ids) > 0 && ctx.Err() == nil; ids, written = s.take() {
 			start := time.Now()
-			if shared(w.settleBatch(ctx, ids)) {
+			if shared(w.settleBatch(ctx, ids, written)) {
 				pace(ctx, min(settlePace*time.Since(start), settlePaceMax))
 			}
 		}
@@ -148,23 +158,24 @@ func pace(ctx context.Context, d time.Duration) {
 }
 
 // take returns what is pending, and empties it.
-func (s *settleQueue) take() []string {
+func (s *settleQueue) take() ([]string, []bson.Raw) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ids := s.pending
-	s.pending = nil
-	return ids
+	ids, written := s.pending, s.written
+	s.pending, s.written = nil, nil
+	return ids, written
 }
 
 // settleBatch tells the dependents of the jobs of ids of their outcomes,
 // and returns what it settled together;
 // each settle has its own deadline (SettleDependentsOfAll), and those that
 // fail are left to the leader's pass.
-func (w *Worker) settleBatch(ctx context.Context, ids []string) queue.SettleReport {
+func (w *Worker) settleBatch(ctx context.Context, ids []string, written []bson.Raw) queue.SettleReport {
 	if w.onSettle != nil {
 		w.onSettle(ctx, ids)
 	}
-	rep, err := w.c.SettleDependentsOfAll(ctx, ids)
+	rep, err := w.c.SettleDependentsOfAll(ctx, ids, written...)
+	w.settles.list(rep.Listed)
 	// Some dependents may be runnable now: claim at once, not at the next
 	// poll (the handlers' returns of these jobs woke no claim: launch).
 	w.signalWake()
@@ -173,6 +184,38 @@ func (w *Worker) settleBatch(ctx context.Context, ids []string) queue.SettleRepo
 			zap.Int("jobs", len(ids)), zap.Error(err))
 	}
 	return rep
+}
+
+// list records ids as the dependents the last settle listed.
+func (s *settleQueue) list(ids []string) {
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	s.mu.Lock()
+	s.listed = m
+	s.mu.Unlock()
+}
+
+// tookListed reports whether claimed holds every dependent the last settle
+// listed and nothing else, and forgets them. A claim that took them all
+// while the backlog looked drained (a chain's next task, just released)
+// has nothing left to find: claiming again at once would find nothing,
+// and the next settle wakes the dispatcher.
+func (s *settleQueue) tookListed(claimed []*jobs.Job) bool {
+	s.mu.Lock()
+	listed := s.listed
+	s.listed = nil
+	s.mu.Unlock()
+	if len(listed) == 0 || len(claimed) != len(listed) {
+		return false
+	}
+	for _, j := range claimed {
+		if !listed[j.ID] {
+			return false
+		}
+	}
+	return true
 }
 
 // stopSettles ends settleLoop, the settle under way cancelled, and waits

@@ -12,6 +12,7 @@ import (
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 )
 
@@ -34,6 +35,9 @@ type run struct {
 	// dependents: its end leaves the dispatcher's wake to the settle of
 	// its dependents (Worker.settleWakes).
 	dependents bool
+	// written is the job as its completion left it, when that write
+	// returned it (a job with dependents: completeWrite), for their settle.
+	written bson.Raw
 }
 
 // settle claims the right to make the job's final write; only the first
@@ -233,7 +237,7 @@ func (w *Worker) record(a *attempt, write func(context.Context) error) {
 	case werr == nil:
 		a.log.Info("job finished", fields...)
 		if job.Dependents || a.marked.Load() {
-			a.r.dependents = w.settleDependents(job.ID) && w.settleWakes(true)
+			a.r.dependents = w.settleDependents(job.ID, a.r.written) && w.settleWakes(true)
 		}
 	case errors.Is(werr, jobs.ErrLeaseLost):
 		a.observed = OutcomeLeaseLost

@@ -220,6 +220,12 @@ func (w *Worker) completeWrite(r *run, result func() bson.Raw) func(context.Cont
 				return err
 			}
 		}
+		if r.job.Dependents {
+			// Its settle takes the list of dependents from the write.
+			var err error
+			r.written, err = w.q.CompleteReading(ctx, r.lease)
+			return err
+		}
 		return w.q.Complete(ctx, r.lease)
 	}
 }

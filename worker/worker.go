@@ -304,13 +304,11 @@ func (w *Worker) dispatch() {
 	params := store.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: kinds, Lease: w.cfg.Lease, Spread: true,
 		RestPollMin: w.cfg.PollMin, RestPollMax: w.cfg.PollMax}
 	var idle, failing time.Duration
-	var sizer claimSizer
-	var took claimLatency
-	var cost claimCost
+	var st claimStats
 	for {
 		// How many jobs to hold: the slots, and as many more as the slots
 		// will run while the next claim is on its way (see Config.Prefetch).
-		target := w.holdTarget(cost.estimate(took.slowest()))
+		target := w.holdTarget(st.cost.estimate(st.took.slowest()))
 		if !w.awaitRoom(target) {
 			return
 		}
@@ -319,7 +317,7 @@ func (w *Worker) dispatch() {
 		if !ok {
 			continue
 		}
-		slots := w.fitProcessRoom(w.claimSlots(&sizer, room, target), room)
+		slots := w.fitProcessRoom(w.claimSlots(&st.sizer, room, target), room)
 		// The token is made here, before the claim is sent: a claim that
 		// returns an error may have been applied with its reply lost, and
 		// its jobs are then found by their token and given back.
@@ -329,27 +327,14 @@ func (w *Worker) dispatch() {
 		// deadline passes ClaimTimeout: a claim answered within its deadline
 		// leaves its jobs StartMargin of lease at least (the lease is counted
 		// from before the send). A stop does not cancel it.
-		timeout := took.deadline(w.cfg)
+		timeout := st.took.deadline(w.cfg)
 		params.Lease = w.cfg.Lease + timeout - w.cfg.ClaimTimeout()
 		params.Ahead = w.claimedAhead(slots)
 		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
-		elapsed := time.Since(sent)
-		took.observe(elapsed)
-		if err == nil {
-			cost.observe(len(claimed), elapsed)
-		}
-		w.logClaim(&cost, took.slowest(), target, slots, len(claimed), elapsed)
-		w.slowestClaim.Store(int64(took.slowest()))
-		waited := waitedLongest(claimed, sent)
-		w.noteDrained(slots, len(claimed), waited, err) // deps.go
-		sizer.claimed(slots, len(claimed), waited, err)
-		w.obs.Claimed(time.Since(sent), len(claimed), err)
-		if w.afterClaim != nil {
-			w.afterClaim(claimed)
-		}
+		released := w.noteClaim(&st, target, slots, claimed, sent, err)
 		if err != nil {
 			w.sweeps.Add(1)
 			go w.sweepLostClaim(params.Token, sent, timeout, params.Lease)
@@ -361,8 +346,9 @@ func (w *Worker) dispatch() {
 		// A claim that left a concurrency limit full waits: its own jobs'
 		// finishing writes wake it (their slots are then handed to it), as
 		// does any handler's return, or else its next poll. Claiming again
-		// at once would find the limit full.
-		if err == nil && started > 0 && !w.q.LimitFull() {
+		// at once would find the limit full. So does a claim that took just
+		// what a settle released, the backlog drained (deps.go).
+		if err == nil && started > 0 && !w.q.LimitFull() && !(released && w.drainedLeft() > 0) {
 			idle, failing = 0, 0
 			continue
 		}
@@ -370,6 +356,41 @@ func (w *Worker) dispatch() {
 			return
 		}
 	}
+}
+
+// claimStats is what the dispatcher learns from its claims: how many jobs
+// they return (sizer), how long they take (took), and what that time is
+// made of (cost).
+type claimStats struct {
+	sizer claimSizer
+	took  claimLatency
+	cost  claimCost
+}
+
+// noteClaim records a claim for slots jobs, target held, sent at sent,
+// that took claimed or failed with err. It reports whether the claim took
+// just the jobs that a settle of this worker released (a chain's next):
+// they waited for their parents, not in a backlog (deps.go).
+func (w *Worker) noteClaim(st *claimStats, target, slots int, claimed []*jobs.Job, sent time.Time, err error) (released bool) {
+	elapsed := time.Since(sent)
+	st.took.observe(elapsed)
+	if err == nil {
+		st.cost.observe(len(claimed), elapsed)
+	}
+	w.logClaim(&st.cost, st.took.slowest(), target, slots, len(claimed), elapsed)
+	w.slowestClaim.Store(int64(st.took.slowest()))
+	released = w.settles.tookListed(claimed)
+	waited := waitedLongest(claimed, sent)
+	if released {
+		waited = 0
+	}
+	w.noteDrained(slots, len(claimed), waited, err) // deps.go
+	st.sizer.claimed(slots, len(claimed), waited, err)
+	w.obs.Claimed(time.Since(sent), len(claimed), err)
+	if w.afterClaim != nil {
+		w.afterClaim(claimed)
+	}
+	return released
 }
 
 // claimSlots takes the slots of the next claim, sized by sizer from what

@@ -1018,7 +1018,9 @@ func orderByIndex(ctx context.Context, db *fsql.DB, table string, filter, sortKe
 // sorted by sortKeys, and the name of its partial index of odd documents
 // when table has it; index is "" when none serves.
 func coveringIndex(ctx context.Context, db *fsql.DB, table string, filter, sortKeys *types.Document) (index string, keys []string, odd string) {
-	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?`, table)
+	// Run at every sorted read: kept prepared (SQLite prepares it again
+	// itself when the schema changes).
+	rows, err := db.QueryPreparedContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?`, table)
 	if err != nil {
 		return "", nil, ""
 	}

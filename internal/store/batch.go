@@ -692,18 +692,26 @@ func (c *completer) ofBatch(l Lease) bool {
 	return true
 }
 
-func (c *completer) complete(ctx context.Context, l Lease) error {
+// complete completes the job of lease l, and returns it as the write left
+// it when read and the write was its own (CompleteReading).
+func (c *completer) complete(ctx context.Context, l Lease, read bool) (bson.Raw, error) {
 	c.mu.Lock()
 	if !c.ofBatch(l) && !c.together && c.alone < completeAlone {
 		// Completions come one at a time (a trickle of jobs): each is
 		// written at once, as without batching.
 		c.alone++
 		c.mu.Unlock()
-		err := c.store.Complete(ctx, l)
+		var doc bson.Raw
+		var err error
+		if read {
+			doc, err = c.store.CompleteReading(ctx, l)
+		} else {
+			err = c.store.Complete(ctx, l)
+		}
 		c.mu.Lock()
 		c.alone--
 		c.mu.Unlock()
-		return err
+		return doc, err
 	}
 	c.together = true
 	p := pendingCompletion{lease: l, done: make(chan error, 1)}
@@ -717,9 +725,9 @@ func (c *completer) complete(ctx context.Context, l Lease) error {
 	}
 	select {
 	case err := <-p.done:
-		return err
+		return nil, err
 	case <-ctx.Done():
-		return fmt.Errorf("store: complete job %s: %w", l.JobID, ctx.Err())
+		return nil, fmt.Errorf("store: complete job %s: %w", l.JobID, ctx.Err())
 	}
 }
 

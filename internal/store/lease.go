@@ -84,18 +84,61 @@ func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 // concurrent ones in one updateMany; the outcome is the same.
 func (s *Store) Complete(ctx context.Context, l Lease) error {
 	result := resultOf(ctx) // results.go: written alone, with its own job
-	if s.completions != nil && result == nil && !carriesProgress(ctx) {
-		return s.completions.complete(ctx, l)
+	if s.batches(ctx) {
+		_, err := s.completions.complete(ctx, l, false)
+		return err
 	}
 	err := s.fencedUpdate(ctx, "complete", l, withProgress(ctx, finish(jobs.StateSucceeded, s.now(), result...)))
 	if errors.Is(err, jobs.ErrLeaseLost) {
-		// A try of this write whose reply was lost may have been applied:
-		// only this attempt writes succeeded under its token.
-		return s.unlessWritten(ctx, "complete", l, err, func(w *written) bool {
-			return w.State == jobs.StateSucceeded && w.LeaseToken == l.Token
-		})
+		return s.unlessWritten(ctx, "complete", l, err, completedBy(l))
 	}
 	return err
+}
+
+// batches reports whether a completion with ctx may join others in one
+// write (WithBatchedCompletion): one without a result or progress.
+func (s *Store) batches(ctx context.Context) bool {
+	return s.completions != nil && resultOf(ctx) == nil && !carriesProgress(ctx)
+}
+
+// completedBy tells a job that the attempt of lease l completed: a try of
+// its completion whose reply was lost may have been applied, and only
+// this attempt writes succeeded under its token.
+func completedBy(l Lease) func(*written) bool {
+	return func(w *written) bool { return w.State == jobs.StateSucceeded && w.LeaseToken == l.Token }
+}
+
+// CompleteReadingComment is the comment on CompleteReading's command,
+// which names it in a server's logs and profiler (and to docket's bench,
+// which counts it as a completion).
+const CompleteReadingComment = "docket: complete and read"
+
+// CompleteReading is Complete for a job that others wait for: a
+// completion written on its own is one findAndModify that returns the job
+// as the write left it, so that the settle of its dependents takes their
+// list from it rather than reading the job again (queue's
+// SettleDependentsOfAll). The document is nil when the completion joined
+// others in one write (WithBatchedCompletion: their settle reads them
+// together), or when the write's reply was lost and reading the job back
+// found it applied.
+func (s *Store) CompleteReading(ctx context.Context, l Lease) (bson.Raw, error) {
+	if s.batches(ctx) {
+		return s.completions.complete(ctx, l, true)
+	}
+	update := withProgress(ctx, finish(jobs.StateSucceeded, s.now(), resultOf(ctx)...))
+	opts := options.FindOneAndUpdate().SetReturnDocument(options.After).SetComment(CompleteReadingComment)
+	doc, err := s.coll.FindOneAndUpdate(ctx, fence(l), update, opts).Raw()
+	if err == nil {
+		err = s.lostFinishReply("complete")
+	}
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		lost := fmt.Errorf("store: complete job %s: %w", l.JobID, jobs.ErrLeaseLost)
+		return nil, s.unlessWritten(ctx, "complete", l, lost, completedBy(l))
+	case err != nil:
+		return nil, fmt.Errorf("store: complete job %s: %w", l.JobID, err)
+	}
+	return doc, nil
 }
 
 // Cancelled marks the job l holds cancelled, recording why.

@@ -146,6 +146,13 @@ func TestLostFinishReplyIsNotALostLease(t *testing.T) {
 		{"complete", 0, func(c *store.Store, b bundle, j *jobs.Job) (jobs.State, error) {
 			return jobs.StateSucceeded, store.Of(c).Complete(b.ctx, store.LeaseOf(j))
 		}, jobs.StateSucceeded},
+		{"complete", 0, func(c *store.Store, b bundle, j *jobs.Job) (jobs.State, error) {
+			doc, err := store.Of(c).CompleteReading(b.ctx, store.LeaseOf(j))
+			if err == nil && doc != nil {
+				return jobs.State(doc.Lookup("state").StringValue()), nil
+			}
+			return jobs.StateSucceeded, err
+		}, jobs.StateSucceeded},
 		{"fail", 3, func(c *store.Store, b bundle, j *jobs.Job) (jobs.State, error) {
 			f, err := store.Of(c).Fail(b.ctx, store.LeaseOf(j), j, cause)
 			return f.State, err
@@ -194,6 +201,9 @@ func TestLostFinishReplyStillReportsARealLoss(t *testing.T) {
 	require.NoError(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(cur)))
 
 	require.ErrorIs(t, store.Of(b.q).Complete(b.ctx, store.LeaseOf(old)), jobs.ErrLeaseLost)
+	doc, err := store.Of(b.q).CompleteReading(b.ctx, store.LeaseOf(old))
+	require.ErrorIs(t, err, jobs.ErrLeaseLost)
+	require.Nil(t, doc)
 	_, err = store.Of(b.q).Fail(b.ctx, store.LeaseOf(old), old, errors.New("boom"))
 	require.ErrorIs(t, err, jobs.ErrLeaseLost)
 	require.ErrorIs(t, store.Of(b.q).Cancelled(b.ctx, store.LeaseOf(old), old, "stop"), jobs.ErrLeaseLost)

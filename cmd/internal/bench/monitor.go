@@ -45,13 +45,14 @@ type monitor struct {
 type cmdKind int
 
 const (
-	cmdOther       cmdKind = iota
-	cmdClaim               // findAndModify with a sort: a single claim
-	cmdBatchFind           // find with a sort: a batch claim's candidates
-	cmdBatchUpdate         // updates to running: a batch claim's stamp
-	cmdComplete            // update to succeeded: one or many completions
-	cmdGiveBack            // update taking a claim's attempt back: jobs given back unstarted
-	cmdHandoff             // a completion and the stamp of the successor it hands its run slots to
+	cmdOther        cmdKind = iota
+	cmdClaim                // findAndModify with a sort: a single claim
+	cmdBatchFind            // find with a sort: a batch claim's candidates
+	cmdBatchUpdate          // updates to running: a batch claim's stamp
+	cmdComplete             // update to succeeded: one or many completions
+	cmdGiveBack             // update taking a claim's attempt back: jobs given back unstarted
+	cmdHandoff              // a completion and the stamp of the successor it hands its run slots to
+	cmdCompleteRead         // a completion that returns the job (findAndModify: one with dependents)
 )
 
 func newMonitor(jobsColl string) *monitor {
@@ -75,7 +76,7 @@ func (m *monitor) onStarted(_ context.Context, e *event.CommandStartedEvent) {
 	switch k {
 	case cmdClaim, cmdBatchFind, cmdBatchUpdate:
 		m.claimCmds.Add(1)
-	case cmdComplete, cmdHandoff:
+	case cmdComplete, cmdHandoff, cmdCompleteRead:
 		m.doneCmds.Add(1)
 	}
 	if coll, _ := e.Command.Lookup(e.CommandName).StringValueOK(); coll == leadership.DefaultCollection {
@@ -115,6 +116,8 @@ func (m *monitor) onStarted(_ context.Context, e *event.CommandStartedEvent) {
 			coll += "/complete"
 		case cmdHandoff:
 			coll += "/handoff"
+		case cmdCompleteRead:
+			coll += "/complete-read"
 		}
 		m.names[e.RequestID] = coll
 	}
@@ -133,6 +136,8 @@ func (m *monitor) classify(e *event.CommandStartedEvent) cmdKind {
 	switch comment, _ := e.Command.Lookup("comment").StringValueOK(); comment {
 	case store.HandoffComment:
 		return cmdHandoff
+	case store.CompleteReadingComment:
+		return cmdCompleteRead
 	case store.SuccessorsComment:
 		return cmdOther // a read ahead, no claim
 	}
@@ -237,6 +242,10 @@ func (m *monitor) onSucceeded(_ context.Context, e *event.CommandSucceededEvent)
 	case cmdComplete:
 		if n, ok := e.Reply.Lookup("n").AsInt64OK(); ok {
 			m.completed.Add(n)
+		}
+	case cmdCompleteRead:
+		if v, ok := e.Reply.Lookup("value").DocumentOK(); ok && len(v) > 0 {
+			m.completed.Add(1)
 		}
 	case cmdGiveBack:
 		if n, ok := e.Reply.Lookup("n").AsInt64OK(); ok {
