@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -46,10 +47,6 @@ func (c *Client) SettleDependentsOfAll(ctx context.Context, ids []string, writte
 // succeeded parents, and the distinct dependents they list.
 type SettleReport struct {
 	Parents, Dependents int
-	// Listed holds the ids of those dependents that are strings: a
-	// worker's claim right after the settle that takes every one of them,
-	// and nothing else, took what the settle made runnable.
-	Listed []string
 }
 
 // settleTogether reads the jobs of ids still due (but those written
@@ -77,7 +74,7 @@ func (c *Client) settleTogether(ctx context.Context, ids []string, written []bso
 		return p.alone, p.rep, nil
 	}
 	p.rep.Parents, p.rep.Dependents = len(p.together), len(p.kids)
-	return p.alone, p.rep, c.settleSucceeded(ctx, p.together, p.kids)
+	return p.alone, p.rep, c.settleSucceeded(ctx, p.together, p.kids, p.writtenAt)
 }
 
 // parentsRead gathers the parents a settle reads (or was given), as
@@ -88,6 +85,11 @@ type parentsRead struct {
 	kids     bson.A
 	seen     map[string]bool // of kids
 	rep      SettleReport
+	// writtenAt holds the updatedAt of the parents taken from their
+	// completion's reply (takeWritten): the settle's last write is
+	// conditioned on it, so that a settle resumed late does not clear
+	// the flag that a dependent linked since set again.
+	writtenAt map[string]bson.RawValue
 }
 
 // takeWritten takes the documents of written that are of ids and still
@@ -106,6 +108,12 @@ func (p *parentsRead) takeWritten(ids []string, written []bson.Raw) []string {
 		case !ok:
 			unread = append(unread, id)
 		case d.Lookup(dependentsDueField).Type != 0:
+			if at := d.Lookup("updatedAt"); at.Type == bson.TypeDateTime {
+				if p.writtenAt == nil {
+					p.writtenAt = map[string]bson.RawValue{}
+				}
+				p.writtenAt[id] = at
+			}
 			p.take(d)
 		}
 	}
@@ -128,9 +136,6 @@ func (p *parentsRead) take(d bson.Raw) {
 		if key := fmt.Sprint(asID(k)); !p.seen[key] {
 			p.seen[key] = true
 			p.kids = append(p.kids, k)
-			if id, ok := asID(k).(string); ok {
-				p.rep.Listed = append(p.rep.Listed, id)
-			}
 		}
 	}
 }
@@ -184,7 +189,7 @@ func listedSuccess(d bson.Raw) (bson.A, bool) {
 // that wait for nothing more, then renames the parents' flags back, all
 // in one ordered command (each write applied after the one before, as
 // separate commands would be: the flags last).
-func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A) error {
+func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writtenAt map[string]bson.RawValue) error {
 	t := c.now()
 	var models []mongo.WriteModel
 	for _, chunk := range idChunks(kids) {
@@ -219,10 +224,20 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A) erro
 			{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: t}}},
 		}), releaseModel(idIn(chunk), t))
 	}
-	for _, chunk := range idChunks(parents) {
+	var read bson.A
+	for _, p := range parents {
+		if at, ok := writtenAt[fmt.Sprint(asID(p))]; ok {
+			// An updateMany of one, as the models before it: the
+			// driver sends a run of one kind of model in one command.
+			models = append(models, mongo.NewUpdateManyModel().SetFilter(settledFilter(p, at)).SetUpdate(settledUpdate))
+		} else {
+			read = append(read, p)
+		}
+	}
+	for _, chunk := range idChunks(read) {
 		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
 			idIn(chunk), {Key: "state", Value: jobs.StateSucceeded}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
-		}).SetUpdate(bson.D{{Key: "$rename", Value: bson.D{{Key: dependentsDueField, Value: dependentsField}}}}))
+		}).SetUpdate(settledUpdate))
 	}
 	if _, err := c.coll.BulkWrite(ctx, models); err != nil {
 		return fmt.Errorf("queue: settle the dependents of %d jobs: %w", len(parents), err)
@@ -270,3 +285,61 @@ func stringsA(ids []string) bson.A {
 	}
 	return out
 }
+
+// ClaimNext claims for p the one dependent listed on the job written (as
+// its completion left it: store.CompleteReading) as it releases it, when
+// the job succeeded and that dependent waits for it alone: a chain's next
+// task, which the worker that ran its parent then runs, without the
+// settle's release and a claim (store.ClaimReleased). It returns nil when
+// the job lists other than one dependent, or its outcome is no longer due
+// as written, or the dependent no longer matches, or flow control applies
+// to p: the caller settles the job as usual. Otherwise the caller marks
+// the job settled (MarkSettled) once it has started the dependent. After
+// an error the dependent may be claimed under p.Token: the caller gives it
+// back (store.ReleaseClaim), then settles the job as usual.
+func (c *Client) ClaimNext(ctx context.Context, written bson.Raw, p store.ClaimParams) (*jobs.Job, error) {
+	listed, ok := listedSuccess(written)
+	if !ok || len(listed) != 1 || written.Lookup(dependentsDueField).Type == 0 {
+		return nil, nil
+	}
+	kid, ok := asID(listed[0]).(string)
+	if !ok {
+		return nil, nil
+	}
+	waiting := bson.D{{Key: waitingOnField, Value: bson.D{
+		{Key: "$type", Value: "array"}, {Key: "$size", Value: 1}, {Key: "$in", Value: bson.A{written.Lookup("_id")}},
+	}}}
+	j, err := c.st.ClaimReleased(ctx, p, kid, waiting,
+		bson.D{{Key: waitingOnField, Value: bson.A{}}}, bson.D{{Key: linkingField, Value: ""}})
+	if err != nil {
+		return nil, fmt.Errorf("queue: claim the next of job %v: %w", asID(written.Lookup("_id")), err)
+	}
+	return j, nil
+}
+
+// MarkSettled marks the job written (as its completion left it) as
+// settled, its one dependent claimed by ClaimNext: the last write of a
+// settle (settledFilter). Should it fail or find the job changed since, the
+// job is left due, and the leader's pass settles it.
+func (c *Client) MarkSettled(ctx context.Context, written bson.Raw) error {
+	id := written.Lookup("_id")
+	_, err := c.coll.UpdateOne(ctx, settledFilter(id, written.Lookup("updatedAt")), settledUpdate)
+	if err != nil {
+		return fmt.Errorf("queue: mark the dependents of job %v settled: %w", asID(id), err)
+	}
+	return depsStep(ctx, "settle:done")
+}
+
+// settledFilter matches the succeeded job id still due to its dependents
+// and unchanged since its completion wrote updatedAt at (a dependent
+// linked since moves it: its settle is then left to the next pass).
+func settledFilter(id any, at bson.RawValue) bson.D {
+	return bson.D{
+		{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateSucceeded},
+		{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "updatedAt", Value: at},
+	}
+}
+
+// settledUpdate marks a job's dependents settled: the last write of a
+// settle.
+var settledUpdate = bson.D{{Key: "$rename", Value: bson.D{{Key: dependentsDueField, Value: dependentsField}}}}

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // A parent settled on its own whose settle fails does not stop the settles
@@ -77,3 +80,157 @@ func (b *bundle) requireOneSettled(t *testing.T, bad1, kid1, bad2, kid2 string) 
 
 // errOf is the error of a call that also returns what it settled.
 func errOf(_ queue.SettleReport, err error) error { return err }
+
+// completeReading claims the one runnable job, which must be id, and
+// completes it with CompleteReading, returning the job as written.
+func (b bundle) completeReading(t *testing.T, id string) bson.Raw {
+	t.Helper()
+	doc, err := store.Of(b.q).CompleteReading(b.ctx, store.LeaseOf(b.claimID(t, id)))
+	require.NoError(t, err)
+	require.NotNil(t, doc)
+	return doc
+}
+
+// ClaimNext takes a chain's next task as it releases it, stamped as a
+// claim is and released as a settle leaves it; it takes nothing where a
+// settle must decide (two dependents, one waiting for another parent too,
+// an outcome settled since, a queue or kind the worker does not take) or
+// flow control applies, and the settle as usual then does the rest.
+func TestClaimNextTakesAChainsNextTask(t *testing.T) {
+	b := setup(t)
+	a := b.enqueueK(t, queue.InsertOpts{})
+	next := b.after(t, a)
+	written := b.completeReading(t, a)
+	p := claimAll
+	p.Token = "next-token"
+	j, err := b.q.ClaimNext(b.ctx, written, p)
+	require.NoError(t, err)
+	require.NotNil(t, j)
+	require.Equal(t, next, j.ID)
+	got := b.get(t, next)
+	require.Equal(t, jobs.StateRunning, got.State)
+	require.Equal(t, "next-token", got.LeaseToken)
+	require.Equal(t, 1, got.Attempt)
+	require.Empty(t, got.WaitingOn)
+	require.False(t, got.Linking)
+	require.False(t, b.get(t, a).Dependents, "still due until marked")
+	require.NoError(t, b.q.MarkSettled(b.ctx, written))
+	require.True(t, b.get(t, a).Dependents)
+
+	// Taken again from the same document (a stalled worker's): nothing.
+	j, err = b.q.ClaimNext(b.ctx, written, claimAll)
+	require.NoError(t, err)
+	require.Nil(t, j)
+}
+
+func TestClaimNextLeavesToTheSettleWhatItMustDecide(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		shape func(b bundle, t *testing.T, parent string) (kids []string)
+		p     func(b bundle, t *testing.T) store.ClaimParams
+	}{
+		{"two dependents", func(b bundle, t *testing.T, parent string) []string {
+			return []string{b.after(t, parent), b.after(t, parent)}
+		}, nil},
+		{"another parent", func(b bundle, t *testing.T, parent string) []string {
+			other := b.enqueueK(t, queue.InsertOpts{Queue: "other"})
+			return []string{b.after(t, parent, other)}
+		}, nil},
+		{"another kind", func(b bundle, t *testing.T, parent string) []string {
+			res, err := b.q.Enqueue(b.ctx, "other", nil, queue.InsertOpts{After: []string{parent}})
+			require.NoError(t, err)
+			return []string{res.ID}
+		}, nil},
+		{"a limit", nil, func(b bundle, t *testing.T) store.ClaimParams {
+			require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("k"), 5, ""))
+			return claimAll
+		}},
+		{"a rate", nil, func(b bundle, t *testing.T) store.ClaimParams {
+			require.NoError(t, b.q.SetRate(b.ctx, queue.KindLimit("k"), queue.Rate{N: 5, Per: time.Second}, ""))
+			return claimAll
+		}},
+		{"a paused queue", nil, func(b bundle, t *testing.T) store.ClaimParams {
+			_, err := b.q.Pause(b.ctx, "default", "")
+			require.NoError(t, err)
+			return claimAll
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			a := b.enqueueK(t, queue.InsertOpts{})
+			var kids []string
+			if tc.shape != nil {
+				kids = tc.shape(b, t, a)
+			} else {
+				kids = []string{b.after(t, a)}
+			}
+			written := b.completeReading(t, a)
+			p := claimAll
+			if tc.p != nil {
+				p = tc.p(b, t)
+			}
+			j, err := b.q.ClaimNext(b.ctx, written, p)
+			require.NoError(t, err)
+			require.Nil(t, j)
+			for _, k := range kids {
+				require.Equal(t, jobs.StateBlocked, b.get(t, k).State, "job %s left to the settle", k)
+			}
+			_, err = b.q.SettleDependentsOfAll(b.ctx, []string{a}, written)
+			require.NoError(t, err)
+			require.True(t, b.get(t, a).Dependents, "settled")
+		})
+	}
+}
+
+// A worker that dies between ClaimNext and MarkSettled leaves the parent
+// due: the leader's pass settles it, and leaves the next task, running,
+// alone.
+func TestClaimNextThenDeathIsFinishedByThePass(t *testing.T) {
+	b := setup(t)
+	a := b.enqueueK(t, queue.InsertOpts{})
+	next := b.after(t, a)
+	written := b.completeReading(t, a)
+	j, err := b.q.ClaimNext(b.ctx, written, claimAll)
+	require.NoError(t, err)
+	require.NotNil(t, j)
+	res, err := b.q.SettleDependents(b.ctx, time.Minute, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Settled)
+	require.True(t, b.get(t, a).Dependents)
+	got := b.get(t, next)
+	require.Equal(t, jobs.StateRunning, got.State)
+	require.Equal(t, j.LeaseToken, got.LeaseToken)
+}
+
+// A settle resumed late from a completion's reply leaves the parent due
+// when it changed since (a dependent linked meanwhile moves updatedAt):
+// that dependent's settle is not lost, the next pass does it.
+func TestSettleFromAStaleReplyLeavesANewerDueFlag(t *testing.T) {
+	b := setup(t)
+	for _, claimNext := range []bool{false, true} {
+		a := b.enqueueK(t, queue.InsertOpts{})
+		next := b.after(t, a)
+		written := b.completeReading(t, a)
+		if claimNext {
+			j, err := b.q.ClaimNext(b.ctx, written, claimAll)
+			require.NoError(t, err)
+			require.NotNil(t, j)
+		}
+		// As a link's mark of a finished parent does (deps.go, step 1).
+		_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.D{{Key: "_id", Value: a}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: time.Now().Add(time.Second)}}}})
+		require.NoError(t, err)
+		if claimNext {
+			require.NoError(t, b.q.MarkSettled(b.ctx, written))
+		} else {
+			_, err = b.q.SettleDependentsOfAll(b.ctx, []string{a}, written)
+			require.NoError(t, err)
+			require.Equal(t, jobs.StateAvailable, b.get(t, next).State)
+			b.end(t, b.claimID(t, next), jobs.StateSucceeded)
+		}
+		require.False(t, b.get(t, a).Dependents, "claimNext %v: still due", claimNext)
+		if claimNext {
+			b.end(t, b.get(t, next), jobs.StateSucceeded)
+		}
+	}
+}

@@ -24,13 +24,14 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/docketq/docket/internal/store"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 const (
-	dependentIdsField   = "dependentIds"
-	dependentsManyField = "dependentsMany"
+	dependentIdsField   = store.DependentIdsField
+	dependentsManyField = store.DependentsManyField
 	// maxListedDependents bounds a parent's list so that the parent's
 	// document stays within MongoDB's 16 MiB at every other bound
 	// (docs/WORKFLOWS.md has the sum): 10,000 ids of 256 bytes take some

@@ -5,8 +5,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docketq/docket/jobs"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/queue"
+	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"go.uber.org/zap"
@@ -27,10 +28,6 @@ type settleQueue struct {
 	kick    chan struct{}
 	cancel  context.CancelFunc
 	done    chan struct{} // closed once settleLoop returns
-
-	// listed holds the ids of the dependents the last settle listed, until
-	// the dispatcher's next claim reads them (tookListed).
-	listed map[string]bool
 }
 
 // settleDependents has the jobs that wait for the job with id, which this
@@ -175,7 +172,6 @@ func (w *Worker) settleBatch(ctx context.Context, ids []string, written []bson.R
 		w.onSettle(ctx, ids)
 	}
 	rep, err := w.c.SettleDependentsOfAll(ctx, ids, written...)
-	w.settles.list(rep.Listed)
 	// Some dependents may be runnable now: claim at once, not at the next
 	// poll (the handlers' returns of these jobs woke no claim: launch).
 	w.signalWake()
@@ -184,38 +180,6 @@ func (w *Worker) settleBatch(ctx context.Context, ids []string, written []bson.R
 			zap.Int("jobs", len(ids)), zap.Error(err))
 	}
 	return rep
-}
-
-// list records ids as the dependents the last settle listed.
-func (s *settleQueue) list(ids []string) {
-	m := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		m[id] = true
-	}
-	s.mu.Lock()
-	s.listed = m
-	s.mu.Unlock()
-}
-
-// tookListed reports whether claimed holds every dependent the last settle
-// listed and nothing else, and forgets them. A claim that took them all
-// while the backlog looked drained (a chain's next task, just released)
-// has nothing left to find: claiming again at once would find nothing,
-// and the next settle wakes the dispatcher.
-func (s *settleQueue) tookListed(claimed []*jobs.Job) bool {
-	s.mu.Lock()
-	listed := s.listed
-	s.listed = nil
-	s.mu.Unlock()
-	if len(listed) == 0 || len(claimed) != len(listed) {
-		return false
-	}
-	for _, j := range claimed {
-		if !listed[j.ID] {
-			return false
-		}
-	}
-	return true
 }
 
 // stopSettles ends settleLoop, the settle under way cancelled, and waits
@@ -231,4 +195,44 @@ func (w *Worker) stopSettles() {
 	}
 	s.cancel()
 	<-s.done
+}
+
+// runNext claims and starts the one dependent of r's job, a chain's next
+// task, as it releases it (queue's ClaimNext), rather than leaving it to
+// a settle and a claim: when r's completion returned the job, the worker
+// still claims, no process limit applies and a run slot is free. It then
+// marks the job settled, and reports whether it started the next task;
+// otherwise the caller settles the job as usual.
+//
+// The next task is claimed like any other job (Observer.Claimed, started
+// only with StartMargin of lease left) and holds a dispatcher's slot
+// (w.held), taken here, as a hand-off's successor does (handoff.go): r's,
+// given up when its handler returned, comes back to it.
+func (w *Worker) runNext(r *run) bool {
+	if r.written == nil || w.claimingCtx.Err() != nil || w.plimits.limited() || !w.exec.TryAcquire(1) {
+		return false
+	}
+	w.exec.Release(1)
+	params := store.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: w.reg.Kinds(), Lease: w.cfg.Lease, Token: uuid.NewString()}
+	ctx, cancel := context.WithTimeout(context.Background(), w.bound(w.cfg.ClaimTimeout()))
+	defer cancel()
+	start := time.Now()
+	next, err := w.c.ClaimNext(ctx, r.written, params)
+	if err != nil {
+		w.giveBackTaken(params.Token, "the next task of a chain")
+		return false
+	}
+	if next == nil {
+		return false
+	}
+	w.obs.Claimed(time.Since(start), 1, nil)
+	if w.startable(next) { // else given back: r's end wakes a claim
+		r.handedOn = true // its slots run the next task: nothing to claim
+		w.held.Add(1)
+		w.launch(next)
+	}
+	if err := w.c.MarkSettled(ctx, r.written); err != nil {
+		w.log.Warn("marking a finished job's dependents settled failed; the leader's pass does it", zap.String("job_id", r.job.ID), zap.Error(err))
+	}
+	return true
 }

@@ -28,6 +28,9 @@ func (b *bundle) stallFirstSettle(t *testing.T, cfg worker.Config) (*worker.Work
 	s := &settleStall{stalled: make(chan struct{}), resume: make(chan struct{})}
 	cfg.Logger, cfg.Lease, cfg.HeartbeatInterval = b.log, 2*time.Second, 100*time.Millisecond
 	cfg.PollMin, cfg.PollMax = 5*time.Millisecond, 50*time.Millisecond
+	// A process limit: a job's one dependent is then settled, not taken
+	// by its worker as it is released (runNext).
+	cfg.ProcessLimits = map[string]int{queue.KindLimit("step"): 100}
 	w, err := worker.New(b.q, b.reg, cfg)
 	require.NoError(t, err)
 	worker.SetOnSettle(w, func(ctx context.Context, _ []string) {
@@ -100,15 +103,12 @@ func TestWorkflowSettleStoppedLeftToTheLeader(t *testing.T) {
 	f.check(t, p1)
 }
 
-// Down a chain, the claims are woken by the settles that release its
-// tasks: a task's handler's return makes no claim, which could only find
-// the next task still blocked, and a claim that took just the task its
-// settle released does not claim again at once while the backlog looked
-// drained. With polls too slow to matter, a chain of n costs a few empty
-// claims (one a second, when the news of the drained backlog runs out);
-// a claim again after each task's claim made about n of them, and a claim
-// at the handler's return too about 2.5n.
-func TestWorkflowChainClaimsOnSettle(t *testing.T) {
+// Down a chain, each task is claimed by the worker that ran the one
+// before, as its completion's settle releases it (runNext): the chain
+// costs the dispatcher a claim or two, and a few empty claims (one a
+// second, when the news of the drained backlog runs out). Before, each
+// task cost a claim and an empty one.
+func TestWorkflowChainRunsOnItsParentsWorker(t *testing.T) {
 	b := setup(t)
 	b.handle(t, "link", func(context.Context, *jobs.Job) error { return nil }, jobs.KindOptions{})
 	const n = 40
@@ -121,7 +121,7 @@ func TestWorkflowChainClaimsOnSettle(t *testing.T) {
 	}
 	_, err := b.q.EnqueueMany(b.ctx, ins)
 	require.NoError(t, err)
-	var empty atomic.Int64
+	var empty, claims atomic.Int64
 	w, err := worker.New(b.q, b.reg, worker.Config{Concurrency: 4, Logger: b.log, Lease: 5 * time.Second,
 		HeartbeatInterval: time.Second, PollMin: time.Minute, PollMax: time.Minute})
 	require.NoError(t, err)
@@ -129,11 +129,44 @@ func TestWorkflowChainClaimsOnSettle(t *testing.T) {
 		if len(claimed) == 0 {
 			empty.Add(1)
 		}
+		claims.Add(1)
 	})
 	w.Start(context.Background())
 	t.Cleanup(func() { _ = w.StopAndCancel(context.Background()) })
 	b.waitState(t, fmt.Sprint("c", n-1), jobs.StateSucceeded)
 	require.Less(t, empty.Load(), int64(n/4), "empty claims down a chain of %d", n)
+	require.Less(t, claims.Load(), int64(n/4), "claims down a chain of %d", n)
+	for i := range n - 1 {
+		require.True(t, b.waitState(t, fmt.Sprint("c", i), jobs.StateSucceeded).Dependents, "c%d settled", i)
+	}
+}
+
+// Under a concurrency limit a chain's tasks are not taken by runNext (a
+// claim under a limit takes a run slot): they are released by settles and
+// claimed, and the chain runs to its end.
+func TestWorkflowChainUnderALimitRunsBySettles(t *testing.T) {
+	b := setup(t)
+	b.handle(t, "link", func(context.Context, *jobs.Job) error { return nil }, jobs.KindOptions{})
+	require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("link"), 1, ""))
+	const n = 10
+	ins := make([]queue.Insert, n)
+	for i := range ins {
+		ins[i] = queue.Insert{Kind: "link", Opts: queue.InsertOpts{ID: fmt.Sprint("c", i)}}
+		if i > 0 {
+			ins[i].Opts.After = []string{fmt.Sprint("c", i-1)}
+		}
+	}
+	_, err := b.q.EnqueueMany(b.ctx, ins)
+	require.NoError(t, err)
+	var claims atomic.Int64
+	w, err := worker.New(b.q, b.reg, worker.Config{Concurrency: 4, Logger: b.log, Lease: 5 * time.Second,
+		HeartbeatInterval: time.Second, PollMin: 10 * time.Millisecond, PollMax: 100 * time.Millisecond})
+	require.NoError(t, err)
+	worker.SetAfterClaim(w, func(claimed []*jobs.Job) { claims.Add(int64(len(claimed))) })
+	w.Start(context.Background())
+	t.Cleanup(func() { _ = w.StopAndCancel(context.Background()) })
+	b.waitState(t, fmt.Sprint("c", n-1), jobs.StateSucceeded)
+	require.Equal(t, int64(n), claims.Load(), "every task claimed by the dispatcher")
 }
 
 // A job enqueued while a chain runs on a worker whose claims take just

@@ -236,7 +236,7 @@ func (w *Worker) record(a *attempt, write func(context.Context) error) {
 	switch {
 	case werr == nil:
 		a.log.Info("job finished", fields...)
-		if job.Dependents || a.marked.Load() {
+		if (job.Dependents || a.marked.Load()) && !w.runNext(a.r) {
 			a.r.dependents = w.settleDependents(job.ID, a.r.written) && w.settleWakes(true)
 		}
 	case errors.Is(werr, jobs.ErrLeaseLost):

@@ -320,11 +320,18 @@ func (w *Worker) handOff(ctx context.Context, r *run) (err error, sent bool) {
 }
 
 // giveBackSuccessor gives back the successor that a hand-off whose
-// outcome is unknown may have claimed under token, as the dispatcher
+// outcome is unknown may have claimed under token (giveBackTaken).
+func (w *Worker) giveBackSuccessor(token string) {
+	w.giveBackTaken(token, "the successor of a run slot hand-off")
+}
+
+// giveBackTaken gives back what, a job that a write whose outcome is
+// unknown may have claimed under token from the goroutine of a job that
+// ended (a hand-off's successor, a chain's next task), as the dispatcher
 // gives back the jobs of a claim that returned an error: at once, and
 // once more a claim timeout later (a write still queued on the server is
 // applied by then). A stop makes the second sweep at once.
-func (w *Worker) giveBackSuccessor(token string) {
+func (w *Worker) giveBackTaken(token, what string) {
 	w.running.Add(1) // the caller's run is held: a stop waits for this
 	go func() {
 		defer w.running.Done()
@@ -343,10 +350,10 @@ func (w *Worker) giveBackSuccessor(token string) {
 			cancel()
 			if n > 0 {
 				w.unstarted.Add(int64(n))
-				log.Warn("gave back the successor of a run slot hand-off whose reply was lost: not run, attempt not counted", zap.Int("jobs", n))
+				log.Warn("gave back "+what+" whose claim's reply was lost: not run, attempt not counted", zap.Int("jobs", n))
 			}
 			if err != nil {
-				log.Warn("could not give back the successor of a run slot hand-off whose reply was lost; the reaper re-queues it after its lease", zap.Error(err))
+				log.Warn("could not give back "+what+" whose claim's reply was lost; the reaper re-queues it after its lease", zap.Error(err))
 			}
 		}
 	}()

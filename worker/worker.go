@@ -334,7 +334,7 @@ func (w *Worker) dispatch() {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		claimed, err := w.q.ClaimBatch(ctx, params, slots)
 		cancel()
-		released := w.noteClaim(&st, target, slots, claimed, sent, err)
+		w.noteClaim(&st, target, slots, claimed, sent, err)
 		if err != nil {
 			w.sweeps.Add(1)
 			go w.sweepLostClaim(params.Token, sent, timeout, params.Lease)
@@ -346,9 +346,8 @@ func (w *Worker) dispatch() {
 		// A claim that left a concurrency limit full waits: its own jobs'
 		// finishing writes wake it (their slots are then handed to it), as
 		// does any handler's return, or else its next poll. Claiming again
-		// at once would find the limit full. So does a claim that took just
-		// what a settle released, the backlog drained (deps.go).
-		if err == nil && started > 0 && !w.q.LimitFull() && !(released && w.drainedLeft() > 0) {
+		// at once would find the limit full.
+		if err == nil && started > 0 && !w.q.LimitFull() {
 			idle, failing = 0, 0
 			continue
 		}
@@ -368,10 +367,8 @@ type claimStats struct {
 }
 
 // noteClaim records a claim for slots jobs, target held, sent at sent,
-// that took claimed or failed with err. It reports whether the claim took
-// just the jobs that a settle of this worker released (a chain's next):
-// they waited for their parents, not in a backlog (deps.go).
-func (w *Worker) noteClaim(st *claimStats, target, slots int, claimed []*jobs.Job, sent time.Time, err error) (released bool) {
+// that took claimed or failed with err.
+func (w *Worker) noteClaim(st *claimStats, target, slots int, claimed []*jobs.Job, sent time.Time, err error) {
 	elapsed := time.Since(sent)
 	st.took.observe(elapsed)
 	if err == nil {
@@ -379,18 +376,13 @@ func (w *Worker) noteClaim(st *claimStats, target, slots int, claimed []*jobs.Jo
 	}
 	w.logClaim(&st.cost, st.took.slowest(), target, slots, len(claimed), elapsed)
 	w.slowestClaim.Store(int64(st.took.slowest()))
-	released = w.settles.tookListed(claimed)
 	waited := waitedLongest(claimed, sent)
-	if released {
-		waited = 0
-	}
 	w.noteDrained(slots, len(claimed), waited, err) // deps.go
 	st.sizer.claimed(slots, len(claimed), waited, err)
 	w.obs.Claimed(time.Since(sent), len(claimed), err)
 	if w.afterClaim != nil {
 		w.afterClaim(claimed)
 	}
-	return released
 }
 
 // claimSlots takes the slots of the next claim, sized by sizer from what

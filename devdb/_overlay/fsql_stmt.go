@@ -56,16 +56,24 @@ func (db *DB) QueryPreparedContext(ctx context.Context, query string, args ...an
 	return db.QueryContext(ctx, query, args...)
 }
 
+// prepared returns the statement of query kept, preparing it first when
+// there is none. The prepare takes a connection of the pool, so it runs
+// without the cache's lock: a caller holding the lock while it waits for
+// a connection would stop every other, those that hold connections too.
 func (db *DB) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
-	stmts.Lock()
-	defer stmts.Unlock()
-	k := stmtKey{db, query}
-	if st, ok := stmts.m[k]; ok {
+	if st := db.kept(query); st != nil {
 		return st, nil
 	}
 	st, err := db.sqlDB.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
+	}
+	stmts.Lock()
+	defer stmts.Unlock()
+	k := stmtKey{db, query}
+	if had, ok := stmts.m[k]; ok { // prepared meanwhile by another
+		_ = st.Close()
+		return had, nil
 	}
 	if len(stmts.m) >= stmtCacheSize {
 		for k, old := range stmts.m {
@@ -77,28 +85,27 @@ func (db *DB) prepared(ctx context.Context, query string) (*sql.Stmt, error) {
 	return st, nil
 }
 
-// PreparedIn returns the statement of query, prepared once and kept as
-// QueryPreparedContext's are, for use in tx: a write that SQLite parses
-// at each command (an update's statement names the table's indexes, whose
-// expressions make its parse cost more than the write of a document).
-// The caller closes it; should it fail, it calls Forget.
-func (db *DB) PreparedIn(ctx context.Context, tx *Tx, query string) (*sql.Stmt, error) {
-	st, err := db.prepared(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	return tx.sqlTx.StmtContext(ctx, st), nil
+// kept returns the statement of query kept, or nil.
+func (db *DB) kept(query string) *sql.Stmt {
+	stmts.Lock()
+	defer stmts.Unlock()
+	return stmts.m[stmtKey{db, query}]
 }
 
-// Forget drops the statement of query kept by PreparedIn, so that the
-// next use prepares it again.
-func (db *DB) Forget(query string) {
-	stmts.Lock()
-	st := stmts.m[stmtKey{db, query}]
-	stmts.Unlock()
-	if st != nil {
-		db.forget(query, st)
+// PreparedIn returns the statement of query for use in tx, kept prepared
+// over transactions as QueryPreparedContext's are: a write that SQLite
+// would parse at each command (an update's statement names the table's
+// indexes, whose expressions make its parse cost more than the write of a
+// document). When none is kept yet, the statement is prepared in tx
+// alone, and kept for the next by a prepare of its own in the background:
+// tx holds a connection of the pool, and waiting for another would wait
+// on every transaction that does the same. The caller closes it.
+func (db *DB) PreparedIn(ctx context.Context, tx *Tx, query string) (*sql.Stmt, error) {
+	if st := db.kept(query); st != nil {
+		return tx.sqlTx.StmtContext(ctx, st), nil
 	}
+	go func() { _, _ = db.prepared(context.Background(), query) }()
+	return tx.sqlTx.PrepareContext(ctx, query)
 }
 
 // forget closes st and drops it, if it is still query's.

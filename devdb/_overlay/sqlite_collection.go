@@ -196,17 +196,13 @@ func (c *collection) UpdateAll(ctx context.Context, params *backends.UpdateAllPa
 // every index of the table, cost as much as a command's write; a
 // statement per document doubled a claim's stamp, one per command was a
 // seventh of a chain's server time), and returns how many rows they
-// changed. Should the kept statement fail, it is dropped and the write
-// goes on with q prepared in tx alone.
+// changed.
 func updateDocs(ctx context.Context, db *fsql.DB, tx *fsql.Tx, q string, docs []*types.Document) (int32, error) {
 	stmt, err := db.PreparedIn(ctx, tx, q)
-	kept := err == nil
-	if !kept {
-		if stmt, err = tx.PrepareContext(ctx, q); err != nil {
-			return 0, lazyerrors.Error(err)
-		}
+	if err != nil {
+		return 0, lazyerrors.Error(err)
 	}
-	defer func() { _ = stmt.Close() }()
+	defer stmt.Close()
 
 	var updated int32
 
@@ -222,15 +218,6 @@ func updateDocs(ctx context.Context, db *fsql.DB, tx *fsql.Tx, q string, docs []
 		texts := idTexts(id)
 
 		r, err := stmt.ExecContext(ctx, string(b), texts[0], texts[len(texts)-1])
-		if err != nil && kept {
-			db.Forget(q)
-			_ = stmt.Close()
-			if stmt, err = tx.PrepareContext(ctx, q); err != nil {
-				return updated, lazyerrors.Error(err)
-			}
-			kept = false
-			r, err = stmt.ExecContext(ctx, string(b), texts[0], texts[len(texts)-1])
-		}
 		if err != nil {
 			return updated, lazyerrors.Error(err)
 		}

@@ -15,6 +15,11 @@ import (
 const (
 	DependentsField    = "dependents"
 	DependentsDueField = "dependentsDue"
+	// DependentIdsField lists a parent's dependents, and
+	// DependentsManyField says the list is not complete (package queue's
+	// depslist.go).
+	DependentIdsField   = "dependentIds"
+	DependentsManyField = "dependentsMany"
 	// LinkingField marks a blocked job whose enqueuer has not yet linked
 	// it to its parents.
 	LinkingField = "linking"

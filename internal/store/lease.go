@@ -113,6 +113,14 @@ func completedBy(l Lease) func(*written) bool {
 // which counts it as a completion).
 const CompleteReadingComment = "docket: complete and read"
 
+// settleProjection is what the settle of a job's dependents reads of it
+// (package queue's settleTogether), and the updatedAt its last write is
+// conditioned on.
+var settleProjection = bson.D{
+	{Key: "state", Value: 1}, {Key: "kind", Value: 1}, {Key: "updatedAt", Value: 1},
+	{Key: DependentIdsField, Value: 1}, {Key: DependentsManyField, Value: 1}, {Key: DependentsDueField, Value: 1},
+}
+
 // CompleteReading is Complete for a job that others wait for: a
 // completion written on its own is one findAndModify that returns the job
 // as the write left it, so that the settle of its dependents takes their
@@ -126,8 +134,19 @@ func (s *Store) CompleteReading(ctx context.Context, l Lease) (bson.Raw, error) 
 		return s.completions.complete(ctx, l, true)
 	}
 	update := withProgress(ctx, finish(jobs.StateSucceeded, s.now(), resultOf(ctx)...))
-	opts := options.FindOneAndUpdate().SetReturnDocument(options.After).SetComment(CompleteReadingComment)
-	doc, err := s.coll.FindOneAndUpdate(ctx, fence(l), update, opts).Raw()
+	send := func(projected bool) (bson.Raw, error) {
+		opts := options.FindOneAndUpdate().SetReturnDocument(options.After).SetComment(CompleteReadingComment)
+		if projected {
+			opts.SetProjection(settleProjection)
+		}
+		return s.coll.FindOneAndUpdate(ctx, fence(l), update, opts).Raw()
+	}
+	feature := &s.server.FindAndModifyProjection
+	projected := !feature.Lacking()
+	doc, err := send(projected)
+	if projected && feature.Detect(err) {
+		doc, err = send(false) // refused: nothing was written
+	}
 	if err == nil {
 		err = s.lostFinishReply("complete")
 	}

@@ -28,6 +28,13 @@ import (
 //
 // The features (the fields of Server):
 //
+//   - FindAndModifyProjection: findAndModify's fields option. MongoDB
+//     returns only the fields asked for, so the completion of a job with
+//     dependents (CompleteReading) returns what their settle reads, not the
+//     job's args and result. FerretDB v1 refuses the option
+//     (NotImplemented, 238), writing nothing; the completion is sent again
+//     without it and returns the whole job. Detected by a client's first
+//     such completion.
 //   - GroupMin: the $min accumulator of $group. MongoDB has it: Stats finds
 //     each queue's oldest available job in the one $group that counts.
 //     FerretDB v1 has only $sum and $count (NotImplemented, 238); Stats and
@@ -85,6 +92,9 @@ import (
 // shared by a Store, its copies and the queue.Client that holds it; its
 // fields are safe for concurrent use.
 type Server struct {
+	// FindAndModifyProjection is findAndModify's fields option
+	// (CompleteReading).
+	FindAndModifyProjection Feature
 	// GroupMin is the $min accumulator of $group (Stats).
 	GroupMin Feature
 	// TypeAliases is $type's alias of every BSON type (List's paging).
@@ -93,6 +103,7 @@ type Server struct {
 
 func newServer() *Server {
 	s := &Server{}
+	s.FindAndModifyProjection.refusal = []int{codeNotImplemented}
 	s.GroupMin.refusal = []int{codeNotImplemented}
 	s.TypeAliases.refusal = []int{codeBadValue, codeNotImplemented}
 	return s

@@ -138,6 +138,8 @@ func (m *monitor) classify(e *event.CommandStartedEvent) cmdKind {
 		return cmdHandoff
 	case store.CompleteReadingComment:
 		return cmdCompleteRead
+	case store.ClaimReleasedComment:
+		return cmdClaim // a chain's next task, released and claimed at once
 	case store.SuccessorsComment:
 		return cmdOther // a read ahead, no claim
 	}

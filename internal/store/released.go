@@ -1,0 +1,85 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/docketq/docket/jobs"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// ClaimReleasedComment is the comment on ClaimReleased's command, which
+// names it in a server's logs and profiler (and to docket's bench, which
+// counts it as a claim).
+const ClaimReleasedComment = "docket: release and claim"
+
+// ClaimReleased claims for p, in one findAndModify, the blocked job id as
+// it is released: matched blocked, on the caller's conditions of its
+// release (blocked: the dependency protocol's, in queue) and on what a
+// claim of p takes (its queues, kinds and runAt), then stamped with the
+// release's fields (set, unset) and as a claim is. A chain's next task so
+// runs on the worker that ran its parent, without a release and a claim.
+// Only where no flow control applies to p (freeOfFlowControl); it returns
+// nil, and no error, then and when the job does not match (released by
+// another process, waiting for more, of a queue or kind p does not take,
+// due later): the caller releases it as usual. After an error the job may
+// be claimed under p.Token: the caller gives it back (ReleaseClaim).
+func (s *Store) ClaimReleased(ctx context.Context, p ClaimParams, id string, blocked, set, unset bson.D) (*jobs.Job, error) {
+	if !s.freeOfFlowControl(ctx, &p) {
+		return nil, nil
+	}
+	p = p.withToken()
+	t := s.now()
+	filter := append(bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateBlocked}}, claimFilter(p, t)[1:]...)
+	update := claimUpdate(p, t, p.Token)
+	update[0].Value = append(update[0].Value.(bson.D), set...)   // $set
+	update[2].Value = append(update[2].Value.(bson.D), unset...) // $unset
+	opts := options.FindOneAndUpdate().SetReturnDocument(options.After).SetComment(ClaimReleasedComment)
+	raw, err := s.coll.FindOneAndUpdate(ctx, append(filter, blocked...), update, opts).Raw()
+	if err == nil && s.hooks != nil {
+		err = s.hooks.AfterClaim()
+	}
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: claim released job %s: %w", id, err)
+	}
+	var j jobs.Job
+	if derr := bson.Unmarshal(raw, &j); derr != nil {
+		if berr := s.buryMalformed(ctx, raw, t, derr); berr != nil {
+			return nil, fmt.Errorf("store: claim released job %s: %w (and marking it dead: %w)", id, derr, berr)
+		}
+		return nil, nil
+	}
+	return &j, nil
+}
+
+// freeOfFlowControl reports whether no concurrency limit, partitioned
+// limit or rate applies to p, as last read (refreshed as a claim
+// refreshes them), and narrows p's queues to those read unpaused within
+// PauseRefresh.
+func (s *Store) freeOfFlowControl(ctx context.Context, p *ClaimParams) bool {
+	totals, parts, err := s.limitsFor(ctx, *p)
+	if err != nil || len(totals) > 0 || parts.any() {
+		return false
+	}
+	rc := s.rates
+	rc.mu.Lock()
+	_, _, rated := rc.plan(*p)
+	rc.mu.Unlock()
+	if rated {
+		return false
+	}
+	var qs []string
+	for _, q := range p.Queues {
+		if s.freshPauses(ctx, q) {
+			qs = append(qs, q)
+		}
+	}
+	p.Queues = qs
+	return len(qs) > 0 && len(p.Kinds) > 0
+}
