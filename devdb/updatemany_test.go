@@ -3,9 +3,11 @@ package devdb
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -107,5 +109,42 @@ func TestUpdateManyKeepsWritesBeforeADuplicateKey(t *testing.T) {
 		var doc struct{ U int }
 		require.NoError(t, coll.FindOne(ctx, bson.D{{Key: "_id", Value: i}}).Decode(&doc))
 		require.Equal(t, i*10+1, doc.U, "document %d, written before the failing one", i)
+	}
+}
+
+// An update's statement is kept prepared over commands (fsql's
+// PreparedIn): a collection dropped and made again with the same name,
+// and given a new index meanwhile, is written as it is now, and updates
+// running at once, more than the cache has ever held, all apply.
+func TestKeptUpdateStatementsFollowTheirTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := connect(t, startServer(t).URI()).Database("db")
+	for round := range 3 {
+		coll := db.Collection("docs")
+		for i := range 5 {
+			_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: i}, {Key: "n", Value: 0}})
+			require.NoError(t, err)
+		}
+		if round == 1 {
+			_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "n", Value: 1}, {Key: "m", Value: 1}}})
+			require.NoError(t, err)
+		}
+		var wg sync.WaitGroup
+		for i := range 5 {
+			wg.Go(func() {
+				for range 20 {
+					_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: i}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}})
+					assert.NoError(t, err)
+				}
+			})
+		}
+		wg.Wait()
+		for i := range 5 {
+			var doc struct{ N int }
+			require.NoError(t, coll.FindOne(ctx, bson.D{{Key: "_id", Value: i}}).Decode(&doc))
+			require.Equal(t, 20, doc.N, "round %d, document %d", round, i)
+		}
+		require.NoError(t, coll.Drop(ctx))
 	}
 }

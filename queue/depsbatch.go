@@ -298,11 +298,7 @@ func stringsA(ids []string) bson.A {
 // an error the dependent may be claimed under p.Token: the caller gives it
 // back (store.ReleaseClaim), then settles the job as usual.
 func (c *Client) ClaimNext(ctx context.Context, written bson.Raw, p store.ClaimParams) (*jobs.Job, error) {
-	listed, ok := listedSuccess(written)
-	if !ok || len(listed) != 1 || written.Lookup(dependentsDueField).Type == 0 {
-		return nil, nil
-	}
-	kid, ok := asID(listed[0]).(string)
+	kid, ok := OnlyDependent(written)
 	if !ok {
 		return nil, nil
 	}
@@ -317,15 +313,31 @@ func (c *Client) ClaimNext(ctx context.Context, written bson.Raw, p store.ClaimP
 	return j, nil
 }
 
-// MarkSettled marks the job written (as its completion left it) as
-// settled, its one dependent claimed by ClaimNext: the last write of a
-// settle (settledFilter). Should it fail or find the job changed since, the
-// job is left due, and the leader's pass settles it.
-func (c *Client) MarkSettled(ctx context.Context, written bson.Raw) error {
-	id := written.Lookup("_id")
-	_, err := c.coll.UpdateOne(ctx, settledFilter(id, written.Lookup("updatedAt")), settledUpdate)
-	if err != nil {
-		return fmt.Errorf("queue: mark the dependents of job %v settled: %w", asID(id), err)
+// OnlyDependent returns the id of the one dependent listed on the job
+// written (as its completion left it), when it succeeded, its outcome is
+// due, and it lists one dependent, whose id is a string: what ClaimNext
+// may take.
+func OnlyDependent(written bson.Raw) (string, bool) {
+	listed, ok := listedSuccess(written)
+	if !ok || len(listed) != 1 || written.Lookup(dependentsDueField).Type == 0 {
+		return "", false
+	}
+	kid, ok := asID(listed[0]).(string)
+	return kid, ok
+}
+
+// MarkSettled marks the jobs written (as their completions left them)
+// settled, the one dependent of each claimed by ClaimNext, in one
+// command: the last write of a settle (settledFilter). A job that this
+// fails for, or that changed since, is left due, and the leader's pass
+// settles it.
+func (c *Client) MarkSettled(ctx context.Context, written ...bson.Raw) error {
+	models := make([]mongo.WriteModel, len(written))
+	for i, d := range written {
+		models[i] = mongo.NewUpdateManyModel().SetFilter(settledFilter(d.Lookup("_id"), d.Lookup("updatedAt"))).SetUpdate(settledUpdate)
+	}
+	if _, err := c.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
+		return fmt.Errorf("queue: mark the dependents of %d jobs settled: %w", len(written), err)
 	}
 	return depsStep(ctx, "settle:done")
 }

@@ -8,10 +8,14 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/store"
+	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // A parent settled on its own whose settle fails does not stop the settles
@@ -233,4 +237,42 @@ func TestSettleFromAStaleReplyLeavesANewerDueFlag(t *testing.T) {
 			b.end(t, b.get(t, next), jobs.StateSucceeded)
 		}
 	}
+}
+
+// MarkSettled clears the flags of many jobs in one command, each
+// conditioned on the job as its completion's reply left it.
+func TestMarkSettledManyInOneCommand(t *testing.T) {
+	b := setup(t)
+	var written []bson.Raw
+	var ids []string
+	for range 5 {
+		a := b.enqueueK(t, queue.InsertOpts{})
+		b.after(t, a)
+		written = append(written, b.completeReading(t, a))
+		ids = append(ids, a)
+	}
+	_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.D{{Key: "_id", Value: ids[2]}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "updatedAt", Value: time.Now().Add(time.Second)}}}})
+	require.NoError(t, err)
+	var commands atomic.Int64
+	q := b.counted(t, &commands)
+	require.NoError(t, q.MarkSettled(b.ctx, written...))
+	require.Equal(t, int64(1), commands.Load())
+	for i, id := range ids {
+		require.Equal(t, i != 2, b.get(t, id).Dependents, "job %d settled", i)
+	}
+}
+
+// counted returns a client of the bundle's database whose commands are
+// counted in n.
+func (b bundle) counted(t *testing.T, n *atomic.Int64) *queue.Client {
+	t.Helper()
+	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(&event.CommandMonitor{
+		Started: func(context.Context, *event.CommandStartedEvent) { n.Add(1) },
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
+	require.NoError(t, err)
+	return q
 }

@@ -467,13 +467,7 @@ func TestWorkflowTasksInsertedWithTheirLists(t *testing.T) {
 func TestDepSettleFromTheCompletionsDocument(t *testing.T) {
 	b := setup(t)
 	var commands atomic.Int64
-	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(&event.CommandMonitor{
-		Started: func(context.Context, *event.CommandStartedEvent) { commands.Add(1) },
-	}))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
-	require.NoError(t, err)
+	q := b.counted(t, &commands)
 
 	root := b.enqueueK(t, queue.InsertOpts{})
 	kids := []string{b.after(t, root), b.after(t, root)}

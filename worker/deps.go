@@ -23,12 +23,25 @@ type settleQueue struct {
 	mu      sync.Mutex
 	pending []string
 	written []bson.Raw // of some of pending: as their completion left them
-	started bool       // settleLoop runs, or ran: the worker stopped
-	stopped bool       // the worker stopped: what is left is the leader's
+	// marks are jobs whose one dependent runNext took, to mark settled
+	// (their flags cleared) together, markBatch at a time or markLinger
+	// after the first.
+	marks   []bson.Raw
+	started bool // settleLoop runs, or ran: the worker stopped
+	stopped bool // the worker stopped: what is left is the leader's
 	kick    chan struct{}
 	cancel  context.CancelFunc
 	done    chan struct{} // closed once settleLoop returns
 }
+
+// markBatch and markLinger pace the marks of a chain's tasks settled
+// (settleQueue.marks): one command for up to markBatch of them, the first
+// waiting markLinger at most. Until then each stays due, which only the
+// leader's pass reads.
+const (
+	markBatch  = 32
+	markLinger = 100 * time.Millisecond
+)
 
 // settleDependents has the jobs that wait for the job with id, which this
 // worker just finished, told of its outcome, so that the next of a chain
@@ -48,19 +61,56 @@ func (w *Worker) settleDependents(id string, written bson.Raw) bool {
 	if written != nil {
 		s.written = append(s.written, written)
 	}
-	if !s.started {
-		s.started = true
-		s.kick = make(chan struct{}, 1)
-		s.done = make(chan struct{})
-		var ctx context.Context
-		ctx, s.cancel = context.WithCancel(context.Background())
-		go w.settleLoop(ctx)
+	w.startSettles()
+	s.poke()
+	return true
+}
+
+// markSettled has the job written (as its completion left it), whose one
+// dependent runNext took, marked settled with others (markBatch,
+// markLinger). Should this worker stop first, the job is left due: the
+// leader's pass settles it, finding nothing to release.
+func (w *Worker) markSettled(written bson.Raw) {
+	s := &w.settles
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
 	}
+	s.marks = append(s.marks, written)
+	w.startSettles()
+	switch len(s.marks) {
+	case 1:
+		time.AfterFunc(markLinger, func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.poke()
+		})
+	case markBatch:
+		s.poke()
+	}
+}
+
+// startSettles starts settleLoop, once; s.mu is held.
+func (w *Worker) startSettles() {
+	s := &w.settles
+	if s.started {
+		return
+	}
+	s.started = true
+	s.kick = make(chan struct{}, 1)
+	s.done = make(chan struct{})
+	var ctx context.Context
+	ctx, s.cancel = context.WithCancel(context.Background())
+	go w.settleLoop(ctx)
+}
+
+// poke makes settleLoop take what is pending; s.mu is held.
+func (s *settleQueue) poke() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
 	}
-	return true
 }
 
 // settleWakes reports whether the end of a job (with dependents, or not)
@@ -121,6 +171,7 @@ func (w *Worker) settleLoop(ctx context.Context) {
 			return
 		case <-s.kick:
 		}
+		w.markBatch(ctx, s.takeMarks())
 		for ids, written := s.take(); len(ids) > 0 && ctx.Err() == nil; ids, written = s.take() {
 			start := time.Now()
 			if shared(w.settleBatch(ctx, ids, written)) {
@@ -151,6 +202,28 @@ func pace(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
 	case <-t.C:
+	}
+}
+
+// takeMarks returns the marks pending, and empties them.
+func (s *settleQueue) takeMarks() []bson.Raw {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	marks := s.marks
+	s.marks = nil
+	return marks
+}
+
+// markBatch marks the jobs of marks settled, in one command (queue's
+// MarkSettled); a failure leaves them due for the leader's pass.
+func (w *Worker) markBatch(ctx context.Context, marks []bson.Raw) {
+	if len(marks) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.bound(w.cfg.ClaimTimeout()))
+	defer cancel()
+	if err := w.c.MarkSettled(ctx, marks...); err != nil && ctx.Err() == nil {
+		w.log.Warn("marking finished jobs' dependents settled failed; the leader's pass does it", zap.Int("jobs", len(marks)), zap.Error(err))
 	}
 }
 
@@ -201,15 +274,22 @@ func (w *Worker) stopSettles() {
 // task, as it releases it (queue's ClaimNext), rather than leaving it to
 // a settle and a claim: when r's completion returned the job, the worker
 // still claims, no process limit applies and a run slot is free. It then
-// marks the job settled, and reports whether it started the next task;
-// otherwise the caller settles the job as usual.
+// has the job marked settled (markSettled), and reports whether it took
+// the next task; otherwise the caller settles the job as usual. A
+// dependent it found waiting for more parents (a fan-in's sink, listed
+// by each of them) is not tried again for the next parent that lists it:
+// one claim that takes nothing per fan-in, not one per parent.
 //
 // The next task is claimed like any other job (Observer.Claimed, started
 // only with StartMargin of lease left) and holds a dispatcher's slot
 // (w.held), taken here, as a hand-off's successor does (handoff.go): r's,
 // given up when its handler returned, comes back to it.
 func (w *Worker) runNext(r *run) bool {
-	if r.written == nil || w.claimingCtx.Err() != nil || w.plimits.limited() || !w.exec.TryAcquire(1) {
+	if r.written == nil || w.claimingCtx.Err() != nil || w.plimits.limited() {
+		return false
+	}
+	kid, ok := queue.OnlyDependent(r.written)
+	if !ok || kid == w.missedNext.Load() || !w.exec.TryAcquire(1) {
 		return false
 	}
 	w.exec.Release(1)
@@ -223,6 +303,9 @@ func (w *Worker) runNext(r *run) bool {
 		return false
 	}
 	if next == nil {
+		// It waits for more parents (a fan-in's sink), or another took
+		// it: the next parent that lists it only is settled as usual.
+		w.missedNext.Store(kid)
 		return false
 	}
 	w.obs.Claimed(time.Since(start), 1, nil)
@@ -231,8 +314,6 @@ func (w *Worker) runNext(r *run) bool {
 		w.held.Add(1)
 		w.launch(next)
 	}
-	if err := w.c.MarkSettled(ctx, r.written); err != nil {
-		w.log.Warn("marking a finished job's dependents settled failed; the leader's pass does it", zap.String("job_id", r.job.ID), zap.Error(err))
-	}
+	w.markSettled(r.written)
 	return true
 }

@@ -8,10 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
+	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/worker"
 	"github.com/stretchr/testify/require"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // settleStall makes the first settle of w's dependents wait until resume
@@ -301,4 +306,44 @@ func TestDrainedNewsDoesNotLeaveSlotsIdle(t *testing.T) {
 		"jobs running at once with 12 waiting and 8 slots")
 	close(gate)
 	b.waitState(t, "leaf11", jobs.StateSucceeded)
+}
+
+// A fan-in whose parents end one at a time tries to take its sink as it
+// is released about once per worker, not once per parent: the sink waits
+// for the others, and a worker that found so settles the next parents
+// that list it as usual (the last one's settle releases it). (A parent
+// whose completion is written while the first try is on its way tries
+// too.)
+func TestFanInTriesItsSinkOnce(t *testing.T) {
+	b := setup(t)
+	b.handle(t, "link", func(context.Context, *jobs.Job) error { return nil }, jobs.KindOptions{})
+	const n = 10
+	var ins []queue.Insert
+	var parents []string
+	for i := range n {
+		parents = append(parents, fmt.Sprint("p", i))
+		ins = append(ins, queue.Insert{Kind: "link", Opts: queue.InsertOpts{ID: parents[i]}})
+	}
+	ins = append(ins, queue.Insert{Kind: "link", Opts: queue.InsertOpts{ID: "sink", After: parents}})
+	_, err := b.q.EnqueueMany(b.ctx, ins)
+	require.NoError(t, err)
+	var tries atomic.Int64
+	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(&event.CommandMonitor{
+		Started: func(_ context.Context, e *event.CommandStartedEvent) {
+			if c, _ := e.Command.Lookup("comment").StringValueOK(); c == store.ClaimReleasedComment {
+				tries.Add(1)
+			}
+		},
+	}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	q, err := queue.New(client.Database(store.Of(b.q).Collection().Database().Name()), queue.Config{})
+	require.NoError(t, err)
+	w, err := worker.New(q, b.reg, worker.Config{Concurrency: 1, ClaimBatch: 1, Logger: b.log, Lease: 5 * time.Second,
+		HeartbeatInterval: time.Second, PollMin: 5 * time.Millisecond, PollMax: 50 * time.Millisecond})
+	require.NoError(t, err)
+	w.Start(context.Background())
+	t.Cleanup(func() { _ = w.StopAndCancel(context.Background()) })
+	b.waitState(t, "sink", jobs.StateSucceeded)
+	require.LessOrEqual(t, tries.Load(), int64(3), "tries to take the sink")
 }

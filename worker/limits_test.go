@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,26 +80,33 @@ func TestLimitFullClaimsWhenTheSlotFrees(t *testing.T) {
 // completion hands its run slot to a job read ahead, which starts with
 // no claim in between: most jobs start so, and the commands per job fall
 // below those of the same run without hand-offs (a completion, then a
-// claim's read and stamp). Either way the limit is never passed, as the
-// handlers count and as the database shows, and no job starts twice.
+// claim's read and stamp), compared as the medians of three runs each
+// (one run's count includes polls, which vary with the machine's load:
+// 1.8 to 2.9 a job without hand-offs, 1.7 to 2.0 with). Either way the
+// limit is never passed, as the handlers count and as the database shows,
+// and no job starts twice.
 func TestLimitSlotsHandedOn(t *testing.T) {
 	t.Parallel()
 	const n = 60
-	var off, on float64
+	var off, on []float64
 	t.Run("both", func(t *testing.T) {
-		t.Run("without", func(t *testing.T) {
-			perJob, handed := runUnderBindingLimit(t, n, false)
-			require.Zero(t, handed)
-			off = perJob
-		})
-		t.Run("with", func(t *testing.T) {
-			perJob, handed := runUnderBindingLimit(t, n, true)
-			require.Greater(t, handed, int64(n/2), "most slots are handed on")
-			on = perJob
-		})
+		for range 3 {
+			t.Run("without", func(t *testing.T) {
+				perJob, handed := runUnderBindingLimit(t, n, false)
+				require.Zero(t, handed)
+				off = append(off, perJob)
+			})
+			t.Run("with", func(t *testing.T) {
+				perJob, handed := runUnderBindingLimit(t, n, true)
+				require.Greater(t, handed, int64(n/2), "most slots are handed on")
+				on = append(on, perJob)
+			})
+		}
 	})
+	slices.Sort(off)
+	slices.Sort(on)
 	t.Logf("commands/job on the jobs: %.2f without hand-offs, %.2f with", off, on)
-	require.Less(t, on, off)
+	require.Less(t, on[1], off[1], "medians")
 }
 
 // runUnderBindingLimit runs n jobs of 50 ms under a limit of 3 with two

@@ -29,11 +29,13 @@ import (
 // database dropped since go then too).
 const stmtCacheSize = 256
 
-// stmts holds the prepared statements, by DB and query.
+// stmts holds the prepared statements, by DB and query, and the queries
+// being prepared in the background (PreparedIn).
 var stmts = struct {
 	sync.Mutex
-	m map[stmtKey]*sql.Stmt
-}{m: map[stmtKey]*sql.Stmt{}}
+	m         map[stmtKey]*sql.Stmt
+	preparing map[stmtKey]bool
+}{m: map[stmtKey]*sql.Stmt{}, preparing: map[stmtKey]bool{}}
 
 type stmtKey struct {
 	db    *DB
@@ -104,7 +106,19 @@ func (db *DB) PreparedIn(ctx context.Context, tx *Tx, query string) (*sql.Stmt, 
 	if st := db.kept(query); st != nil {
 		return tx.sqlTx.StmtContext(ctx, st), nil
 	}
-	go func() { _, _ = db.prepared(context.Background(), query) }()
+	k := stmtKey{db, query}
+	stmts.Lock()
+	start := !stmts.preparing[k]
+	stmts.preparing[k] = true
+	stmts.Unlock()
+	if start { // one background prepare per query at a time
+		go func() {
+			_, _ = db.prepared(context.Background(), query)
+			stmts.Lock()
+			delete(stmts.preparing, k)
+			stmts.Unlock()
+		}()
+	}
 	return tx.sqlTx.PrepareContext(ctx, query)
 }
 
