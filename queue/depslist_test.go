@@ -291,13 +291,7 @@ func TestDepSettleManyAtOnce(t *testing.T) {
 	b.run(t, bad, jobs.StateDead)
 
 	var commands atomic.Int64
-	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(&event.CommandMonitor{
-		Started: func(context.Context, *event.CommandStartedEvent) { commands.Add(1) },
-	}))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
-	require.NoError(t, err)
+	q := b.counted(t, &commands)
 
 	rep, err := q.SettleDependentsOfAll(b.ctx, append(slices.Clone(parents), a))
 	require.NoError(t, err)
@@ -492,7 +486,7 @@ func TestDepSettleFromTheCompletionsDocument(t *testing.T) {
 
 	// A document without the outcome due: nothing to settle, no command.
 	j := b.claimID(t, kids[0])
-	doc, err = store.Of(b.q).CompleteReading(b.ctx, store.LeaseOf(j))
+	_, err = store.Of(b.q).CompleteReading(b.ctx, store.LeaseOf(j))
 	require.NoError(t, err)
 	ok, err := b.q.SettleDependentsOf(b.ctx, kids[0])
 	require.NoError(t, err)
