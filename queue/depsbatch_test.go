@@ -276,3 +276,27 @@ func (b bundle) counted(t *testing.T, n *atomic.Int64) *queue.Client {
 	require.NoError(t, err)
 	return q
 }
+
+// Parents settled together release each dependent that waits for none but
+// them, pull themselves from those that wait for others too, and leave the
+// others' parents in their lists.
+func TestSettleTogetherReleasesWhatTheyCover(t *testing.T) {
+	b := setup(t)
+	p1, p2, p3 := b.enqueueK(t, queue.InsertOpts{}), b.enqueueK(t, queue.InsertOpts{}), b.enqueueK(t, queue.InsertOpts{})
+	k12, k13, k2 := b.after(t, p1, p2), b.after(t, p1, p3), b.after(t, p2)
+	b.run(t, p1, jobs.StateSucceeded)
+	b.run(t, p2, jobs.StateSucceeded)
+	var commands atomic.Int64
+	q := b.counted(t, &commands)
+	rep, err := q.SettleDependentsOfAll(b.ctx, []string{p1, p2})
+	require.NoError(t, err)
+	require.Equal(t, queue.SettleReport{Parents: 2, Dependents: 3}, rep)
+	require.LessOrEqual(t, commands.Load(), int64(2), "a read of the parents, then one command")
+	b.requireState(t, jobs.StateAvailable, k12, k2)
+	require.Empty(t, b.get(t, k12).WaitingOn)
+	got := b.get(t, k13)
+	require.Equal(t, jobs.StateBlocked, got.State)
+	require.Equal(t, []string{p3}, got.WaitingOn)
+	require.True(t, b.get(t, p1).Dependents)
+	require.True(t, b.get(t, p2).Dependents)
+}
