@@ -300,3 +300,24 @@ func TestSettleTogetherReleasesWhatTheyCover(t *testing.T) {
 	require.True(t, b.get(t, p1).Dependents)
 	require.True(t, b.get(t, p2).Dependents)
 }
+
+// A limit, a rate or a pause on other kinds and queues of the worker does
+// not keep ClaimNext from a chain's next task of a kind and queue free of
+// them.
+func TestClaimNextBesideFlowControlOfOthers(t *testing.T) {
+	b := setup(t)
+	require.NoError(t, b.q.SetLimit(b.ctx, queue.KindLimit("limited"), 1, ""))
+	require.NoError(t, b.q.SetRate(b.ctx, queue.QueueLimit("rated"), queue.Rate{N: 5, Per: time.Second}, ""))
+	_, err := b.q.Pause(b.ctx, "paused", "")
+	require.NoError(t, err)
+	a := b.enqueueK(t, queue.InsertOpts{})
+	next := b.after(t, a)
+	written := b.completeReading(t, a)
+	p := claimAll
+	p.Kinds = []string{"k", "limited"}
+	p.Queues = []string{"default", "rated", "paused"}
+	j, err := b.q.ClaimNext(b.ctx, written, p)
+	require.NoError(t, err)
+	require.NotNil(t, j)
+	require.Equal(t, next, j.ID)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -22,10 +23,11 @@ const ClaimReleasedComment = "docket: release and claim"
 // claim of p takes (its queues, kinds and runAt), then stamped with the
 // release's fields (set, unset) and as a claim is. A chain's next task so
 // runs on the worker that ran its parent, without a release and a claim.
-// Only where no flow control applies to p (freeOfFlowControl); it returns
-// nil, and no error, then and when the job does not match (released by
-// another process, waiting for more, of a queue or kind p does not take,
-// due later): the caller releases it as usual. After an error the job may
+// Only of a kind and queue of p that no flow control applies to
+// (freeOfFlowControl); it returns nil, and no error, when the job does not
+// match (released by another process, waiting for more, of a queue or
+// kind p does not take or flow control applies to, due later): the
+// caller releases it as usual. After an error the job may
 // be claimed under p.Token: the caller gives it back (ReleaseClaim).
 func (s *Store) ClaimReleased(ctx context.Context, p ClaimParams, id string, blocked, set, unset bson.D) (*jobs.Job, error) {
 	if !s.freeOfFlowControl(ctx, &p) {
@@ -58,28 +60,26 @@ func (s *Store) ClaimReleased(ctx context.Context, p ClaimParams, id string, blo
 	return &j, nil
 }
 
-// freeOfFlowControl reports whether no concurrency limit, partitioned
-// limit or rate applies to p, as last read (refreshed as a claim
-// refreshes them), and narrows p's queues to those read unpaused within
-// PauseRefresh.
+// freeOfFlowControl narrows p to its kinds and queues that no
+// concurrency limit, partitioned limit or rate applies to, as last read
+// (refreshed as a claim refreshes them), and to its queues read unpaused
+// within PauseRefresh; it reports whether any of each are left.
 func (s *Store) freeOfFlowControl(ctx context.Context, p *ClaimParams) bool {
 	totals, parts, err := s.limitsFor(ctx, *p)
-	if err != nil || len(totals) > 0 || parts.any() {
+	if err != nil {
 		return false
 	}
 	rc := s.rates
 	rc.mu.Lock()
-	_, _, rated := rc.plan(*p)
+	free := func(name string) bool {
+		_, limited := totals[name]
+		_, partitioned := parts[name]
+		return !limited && !partitioned && rc.rates[name] == nil
+	}
+	kinds := slices.DeleteFunc(slices.Clone(p.Kinds), func(k string) bool { return !free(KindLimit(k)) })
+	queues := slices.DeleteFunc(slices.Clone(p.Queues), func(q string) bool { return !free(QueueLimit(q)) })
 	rc.mu.Unlock()
-	if rated {
-		return false
-	}
-	var qs []string
-	for _, q := range p.Queues {
-		if s.freshPauses(ctx, q) {
-			qs = append(qs, q)
-		}
-	}
-	p.Queues = qs
-	return len(qs) > 0 && len(p.Kinds) > 0
+	queues = slices.DeleteFunc(queues, func(q string) bool { return !s.freshPauses(ctx, q) })
+	p.Kinds, p.Queues = kinds, queues
+	return len(kinds) > 0 && len(queues) > 0
 }
