@@ -320,4 +320,18 @@ func TestClaimNextBesideFlowControlOfOthers(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, j)
 	require.Equal(t, next, j.ID)
+
+	// Tasks of the limited kind, the rated queue or the paused queue are
+	// left to the settle.
+	for _, opts := range []struct{ kind, queue string }{{"limited", "default"}, {"k", "rated"}, {"k", "paused"}} {
+		a, err := b.q.Enqueue(b.ctx, "k", nil, queue.InsertOpts{})
+		require.NoError(t, err)
+		res, err := b.q.Enqueue(b.ctx, opts.kind, nil, queue.InsertOpts{Queue: opts.queue, After: []string{a.ID}})
+		require.NoError(t, err)
+		written := b.completeReading(t, a.ID)
+		j, err := b.q.ClaimNext(b.ctx, written, p)
+		require.NoError(t, err)
+		require.Nil(t, j, "a task of kind %s in queue %s", opts.kind, opts.queue)
+		require.Equal(t, jobs.StateBlocked, b.get(t, res.ID).State)
+	}
 }

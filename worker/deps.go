@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -171,13 +172,15 @@ func (w *Worker) settleLoop(ctx context.Context) {
 			return
 		case <-s.kick:
 		}
-		w.markBatch(ctx, s.takeMarks())
 		for ids, written := s.take(); len(ids) > 0 && ctx.Err() == nil; ids, written = s.take() {
 			start := time.Now()
-			if shared(w.settleBatch(ctx, ids, written)) {
+			rep := w.settleBatch(ctx, ids, written)
+			w.markBatch(ctx, s.takeMarks())
+			if shared(rep) {
 				pace(ctx, min(settlePace*time.Since(start), settlePaceMax))
 			}
 		}
+		w.markBatch(ctx, s.takeMarks())
 	}
 }
 
@@ -277,8 +280,9 @@ func (w *Worker) stopSettles() {
 // has the job marked settled (markSettled), and reports whether it took
 // the next task; otherwise the caller settles the job as usual. A
 // dependent it found waiting for more parents (a fan-in's sink, listed
-// by each of them) is not tried again for the next parent that lists it:
-// one claim that takes nothing per fan-in, not one per parent.
+// by each of them) is not tried again for the next parents that list it
+// (missedNext): one claim that takes nothing per fan-in, not one per
+// parent.
 //
 // The next task is claimed like any other job (Observer.Claimed, started
 // only with StartMargin of lease left) and holds a dispatcher's slot
@@ -289,7 +293,7 @@ func (w *Worker) runNext(r *run) bool {
 		return false
 	}
 	kid, ok := queue.OnlyDependent(r.written)
-	if !ok || kid == w.missedNext.Load() || !w.exec.TryAcquire(1) {
+	if !ok || w.missed.has(kid) || !w.exec.TryAcquire(1) {
 		return false
 	}
 	w.exec.Release(1)
@@ -305,7 +309,7 @@ func (w *Worker) runNext(r *run) bool {
 	if next == nil {
 		// It waits for more parents (a fan-in's sink), or another took
 		// it: the next parent that lists it only is settled as usual.
-		w.missedNext.Store(kid)
+		w.missed.add(kid)
 		return false
 	}
 	w.obs.Claimed(time.Since(start), 1, nil)
@@ -316,4 +320,30 @@ func (w *Worker) runNext(r *run) bool {
 	}
 	w.markSettled(r.written)
 	return true
+}
+
+// missedNext holds the last dependents runNext failed to take (waiting for
+// more parents, or taken by another), up to missedKept, oldest first.
+type missedNext struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+// missedKept is how many dependents missedNext keeps: the sinks of as
+// many fan-ins whose parents end on one worker at once.
+const missedKept = 8
+
+func (m *missedNext) add(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ids = append(m.ids, id)
+	if len(m.ids) > missedKept {
+		m.ids = m.ids[1:]
+	}
+}
+
+func (m *missedNext) has(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Contains(m.ids, id)
 }

@@ -73,9 +73,9 @@ type Worker struct {
 	// that asked for more than one job, or found none, took fewer jobs than
 	// it asked for (deps.go).
 	drainedAt atomic.Int64
-	// missedNext is the dependent that runNext last found not to take
+	// missed are the dependents that runNext last found not to take
 	// (deps.go).
-	missedNext atomic.Value
+	missed missedNext
 
 	stopClaiming context.CancelFunc
 	claimingCtx  context.Context
