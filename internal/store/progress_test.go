@@ -102,9 +102,12 @@ func TestHeartbeatProgressStallThenResume(t *testing.T) {
 				_, err := b.q.Cancel(b.ctx, victim.ID)
 				require.NoError(t, err)
 			}
-			// The old attempt's own earlier progress is written.
+			// The old attempt's own earlier progress is written. (For a
+			// minute: renewed for an hour in the millisecond of the next
+			// beat, its lease would count as renewed by that beat, which
+			// would then not renew it again, nor stall there.)
 			_, err := store.Of(b.q).HeartbeatMany(b.ctx, []store.Lease{store.LeaseOf(victim)},
-				map[store.Lease]jobs.ProgressReport{store.LeaseOf(victim): report(0.1, "old")}, time.Hour)
+				map[store.Lease]jobs.ProgressReport{store.LeaseOf(victim): report(0.1, "old")}, time.Minute)
 			require.NoError(t, err)
 
 			theirs := report(0.2, "the new holder's")
