@@ -6,13 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // disturbingClient is a queue client on b's database whose first update
@@ -39,12 +36,7 @@ func disturbingClient(t *testing.T, b bundle, ids ...string) *queue.Client {
 			require.NoError(t, err)
 		}
 	}}
-	mc, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = mc.Disconnect(context.Background()) })
-	q, err := queue.New(mc.Database(b.db.Name()), queue.Config{})
-	require.NoError(t, err)
-	return q
+	return b.monitoredBy(t, mon)
 }
 
 // Why Retry left a job alone is a sentinel a caller tests with errors.Is:

@@ -143,7 +143,7 @@ func (c *Client) CancelJobID(ctx context.Context, jobID JobID) (CancelOutcome, e
 		// available one is; finish unsets linking too (deps.go).
 		res, err := c.coll.UpdateOne(ctx,
 			bson.D{{Key: "_id", Value: key}, {Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{jobs.StateAvailable, jobs.StateBlocked}}}}},
-			unsetAlso(store.Finish(jobs.StateCancelled, t), linkingField))
+			store.AlsoIn(store.Finish(jobs.StateCancelled, t), "$unset", bson.E{Key: linkingField, Value: ""}))
 		if err != nil {
 			return 0, fmt.Errorf("queue: cancel job %s: %w", id, err)
 		}

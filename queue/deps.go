@@ -399,14 +399,14 @@ func (c *Client) parentsOf(ctx context.Context, ids bson.A) (map[string]jobs.Sta
 func (c *Client) cancelBlocked(ctx context.Context, filter bson.D, t time.Time, why string) error {
 	e := jobs.AttemptError{At: t, Message: why}
 	update := store.Finish(jobs.StateCancelled, t)
-	update = unsetAlso(update, linkingField)
+	update = store.AlsoIn(update, "$unset", bson.E{Key: linkingField, Value: ""})
 	// A job's errors is an array: the reason is pushed. One that another
 	// app wrote as something else gets an array holding the reason.
 	if _, err := c.coll.UpdateMany(ctx, append(slices.Clone(filter), bson.E{Key: "errors", Value: bson.D{{Key: "$type", Value: "array"}}}),
 		append(update, bson.E{Key: "$push", Value: bson.D{{Key: "errors", Value: e}}})); err != nil {
 		return fmt.Errorf("queue: cancel the dependents (%s): %w", why, err)
 	}
-	if _, err := c.coll.UpdateMany(ctx, filter, setAlso(update, bson.E{Key: "errors", Value: bson.A{e}})); err != nil {
+	if _, err := c.coll.UpdateMany(ctx, filter, store.AlsoIn(update, "$set", bson.E{Key: "errors", Value: bson.A{e}})); err != nil {
 		return fmt.Errorf("queue: cancel the dependents (%s): %w", why, err)
 	}
 	return nil
@@ -433,32 +433,6 @@ func releaseModel(match bson.E, t time.Time) *mongo.UpdateManyModel {
 		{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: "updatedAt", Value: t}}},
 		{Key: "$unset", Value: bson.D{{Key: linkingField, Value: ""}}},
 	})
-}
-
-// unsetAlso returns update with fields added to its $unset.
-func unsetAlso(update bson.D, fields ...string) bson.D {
-	out := slices.Clone(update)
-	for i, op := range out {
-		if op.Key == "$unset" {
-			d := slices.Clone(op.Value.(bson.D))
-			for _, f := range fields {
-				d = append(d, bson.E{Key: f, Value: ""})
-			}
-			out[i].Value = d
-		}
-	}
-	return out
-}
-
-// setAlso returns update with e added to its $set.
-func setAlso(update bson.D, e bson.E) bson.D {
-	out := slices.Clone(update)
-	for i, op := range out {
-		if op.Key == "$set" {
-			out[i].Value = append(slices.Clone(op.Value.(bson.D)), e)
-		}
-	}
-	return out
 }
 
 // SettleDependentsOf tells the jobs that wait for the job with id of its
@@ -545,9 +519,7 @@ var notDue = store.NotDue
 // (depslist.go).
 func (c *Client) settle(ctx context.Context, id any) (st jobs.State, match []bson.E, ok bool, err error) {
 	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
-		options.FindOne().SetProjection(bson.D{
-			{Key: "state", Value: 1}, {Key: "kind", Value: 1}, {Key: dependentIdsField, Value: 1}, {Key: dependentsManyField, Value: 1},
-		})).Raw()
+		options.FindOne().SetProjection(store.SettleFields)).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return st, nil, false, nil
 	}
@@ -887,7 +859,7 @@ func (c *Client) buryBlocked(ctx context.Context, d bson.Raw, t time.Time) error
 		afterField, waitingOnField, runAnywayField,
 		waitingOnField, shown(d, waitingOnField), afterField, shown(d, afterField), runAnywayField, shown(d, runAnywayField))
 	filter := bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateBlocked}, {Key: linkingField, Value: true}}
-	update := unsetAlso(store.Finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: why}}}), linkingField)
+	update := store.AlsoIn(store.Finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: why}}}), "$unset", bson.E{Key: linkingField, Value: ""})
 	if _, err := c.coll.UpdateOne(ctx, filter, update); err != nil {
 		return fmt.Errorf("queue: bury blocked job %v: %w", id, err)
 	}

@@ -60,9 +60,7 @@ func (c *Client) settleTogether(ctx context.Context, ids []string, written []bso
 	unread := p.takeWritten(ids, written)
 	for _, chunk := range idChunks(stringsA(unread)) {
 		cur, err := c.coll.Find(ctx, bson.D{idIn(chunk), {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
-			options.Find().SetProjection(bson.D{
-				{Key: "state", Value: 1}, {Key: "kind", Value: 1}, {Key: dependentIdsField, Value: 1}, {Key: dependentsManyField, Value: 1},
-			}))
+			options.Find().SetProjection(store.SettleFields))
 		if err == nil {
 			err = eachRaw(ctx, cur, func(d bson.Raw) error { p.take(d); return nil })
 		}

@@ -8,14 +8,11 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/store"
-	"github.com/docketq/docket/internal/testdb"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // A parent settled on its own whose settle fails does not stop the settles
@@ -267,14 +264,9 @@ func TestMarkSettledManyInOneCommand(t *testing.T) {
 // counted in n.
 func (b bundle) counted(t *testing.T, n *atomic.Int64) *queue.Client {
 	t.Helper()
-	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(&event.CommandMonitor{
+	return b.monitoredBy(t, &event.CommandMonitor{
 		Started: func(context.Context, *event.CommandStartedEvent) { n.Add(1) },
-	}))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})
-	require.NoError(t, err)
-	return q
+	})
 }
 
 // Parents settled together release each dependent that waits for none but
@@ -334,4 +326,29 @@ func TestClaimNextBesideFlowControlOfOthers(t *testing.T) {
 		require.Nil(t, j, "a task of kind %s in queue %s", opts.kind, opts.queue)
 		require.Equal(t, jobs.StateBlocked, b.get(t, res.ID).State)
 	}
+}
+
+// A worker that stalls between its completion and ClaimNext, while the
+// leader's pass settles the job (releasing the next task) and another
+// worker claims that task, takes nothing when it resumes, and its mark
+// changes nothing.
+func TestClaimNextAfterTheLeadersPassTakesNothing(t *testing.T) {
+	b := setup(t)
+	a := b.enqueueK(t, queue.InsertOpts{})
+	next := b.after(t, a)
+	written := b.completeReading(t, a)
+	res, err := b.q.SettleDependents(b.ctx, time.Minute, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Settled)
+	other := b.claimID(t, next)
+
+	j, err := b.q.ClaimNext(b.ctx, written, claimAll)
+	require.NoError(t, err)
+	require.Nil(t, j)
+	require.NoError(t, b.q.MarkSettled(b.ctx, written))
+	got := b.get(t, next)
+	require.Equal(t, jobs.StateRunning, got.State)
+	require.Equal(t, other.LeaseToken, got.LeaseToken, "the other worker's claim stands")
+	require.Equal(t, 1, got.Attempt)
+	require.True(t, b.get(t, a).Dependents)
 }

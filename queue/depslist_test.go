@@ -75,7 +75,14 @@ func (f *filters) notByID() []string {
 // recorded in f.
 func (b bundle) monitored(t *testing.T, f *filters) *queue.Client {
 	t.Helper()
-	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(f.monitor()))
+	return b.monitoredBy(t, f.monitor())
+}
+
+// monitoredBy returns a client of the bundle's database whose commands
+// mon sees.
+func (b bundle) monitoredBy(t *testing.T, mon *event.CommandMonitor) *queue.Client {
+	t.Helper()
+	client, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
 	q, err := queue.New(client.Database(b.db.Name()), queue.Config{})

@@ -6,9 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/queue"
-	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"go.uber.org/zap"
@@ -282,12 +280,8 @@ func (w *Worker) stopSettles() {
 // dependent it found waiting for more parents (a fan-in's sink, listed
 // by each of them) is not tried again for the next parents that list it
 // (missedNext): one claim that takes nothing per fan-in, not one per
-// parent.
-//
-// The next task is claimed like any other job (Observer.Claimed, started
-// only with StartMargin of lease left) and holds a dispatcher's slot
-// (w.held), taken here, as a hand-off's successor does (handoff.go): r's,
-// given up when its handler returned, comes back to it.
+// parent. The next task is started as a hand-off's successor is
+// (startTaken).
 func (w *Worker) runNext(r *run) bool {
 	if r.written == nil || w.claimingCtx.Err() != nil || w.plimits.limited() {
 		return false
@@ -297,7 +291,7 @@ func (w *Worker) runNext(r *run) bool {
 		return false
 	}
 	w.exec.Release(1)
-	params := store.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: w.reg.Kinds(), Lease: w.cfg.Lease, Token: uuid.NewString()}
+	params := w.takeParams()
 	ctx, cancel := context.WithTimeout(context.Background(), w.bound(w.cfg.ClaimTimeout()))
 	defer cancel()
 	start := time.Now()
@@ -312,12 +306,7 @@ func (w *Worker) runNext(r *run) bool {
 		w.missed.add(kid)
 		return false
 	}
-	w.obs.Claimed(time.Since(start), 1, nil)
-	if w.startable(next) { // else given back: r's end wakes a claim
-		r.handedOn = true // its slots run the next task: nothing to claim
-		w.held.Add(1)
-		w.launch(next)
-	}
+	w.startTaken(r, next, start)
 	w.markSettled(r.written)
 	return true
 }

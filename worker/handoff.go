@@ -267,13 +267,8 @@ func (w *Worker) handOnFreed(ctx context.Context, id string, k successorKey, par
 // and the caller's next try is a Complete, which reads back a completion
 // already applied.
 //
-// The successor is a claimed job like any other: it counts as one
-// (Observer.Claimed), is started only when it has StartMargin of lease
-// left (startable), and holds one of the dispatcher's slots (w.held),
-// taken here rather than by the dispatcher: r's, given up when its
-// handler returned, comes back to the successor (the worker may hold one
-// job over its target meanwhile, when the dispatcher took the room in
-// between). A worker that stops claiming hands nothing on.
+// The successor is a claimed job like any other (startTaken). A worker
+// that stops claiming hands nothing on.
 func (w *Worker) handOff(ctx context.Context, r *run) (err error, sent bool) {
 	job := r.job
 	if w.ahead.off || w.claimingCtx.Err() != nil || !w.q.HoldsRunSlot(job.ID) {
@@ -291,7 +286,7 @@ func (w *Worker) handOff(ctx context.Context, r *run) (err error, sent bool) {
 		return nil, false
 	}
 	w.exec.Release(1)
-	params := store.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: w.reg.Kinds(), Lease: w.cfg.Lease, Token: uuid.NewString()}
+	params := w.takeParams()
 	start := time.Now()
 	got, err := w.q.CompleteHandingOff(ctx, r.lease, next, params)
 	if errors.Is(err, store.ErrNoHandoff) {
@@ -308,15 +303,34 @@ func (w *Worker) handOff(ctx context.Context, r *run) (err error, sent bool) {
 		return err, true
 	}
 	w.ahead.handed.Add(1)
-	w.obs.Claimed(time.Since(start), 1, nil)
-	if w.startable(got) {
-		w.held.Add(1)
-		r.handedOn = true
-		w.launch(got)
-	} else {
-		w.signalWake()
-	}
+	w.startTaken(r, got, start)
 	return err, true
+}
+
+// takeParams are the claim parameters of a job taken from the goroutine of
+// a job that ended (a hand-off's successor, a chain's next task), with a
+// fresh token.
+func (w *Worker) takeParams() store.ClaimParams {
+	return store.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: w.reg.Kinds(), Lease: w.cfg.Lease, Token: uuid.NewString()}
+}
+
+// startTaken starts job, claimed since start from the goroutine of r's
+// job, which has ended (a hand-off's successor, a chain's next task): it
+// counts as a claim (Observer.Claimed), starts only with StartMargin of
+// lease left (else it is given back and the dispatcher woken), and takes
+// a dispatcher's slot (w.held) here rather than in the dispatcher: r's,
+// given up when its handler returned, comes back to it (the worker may
+// hold one job over its target meanwhile, when the dispatcher took the
+// room in between).
+func (w *Worker) startTaken(r *run, job *jobs.Job, start time.Time) {
+	w.obs.Claimed(time.Since(start), 1, nil)
+	if !w.startable(job) {
+		w.signalWake()
+		return
+	}
+	w.held.Add(1)
+	r.handedOn = true // its slots run job: nothing to claim
+	w.launch(job)
 }
 
 // giveBackSuccessor gives back the successor that a hand-off whose

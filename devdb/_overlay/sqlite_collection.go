@@ -759,69 +759,15 @@ func querySorted(ctx context.Context, db *fsql.DB, table, where string, args []a
 
 	var minis []*types.Document
 	rowids := map[*types.Document]int64{}
-	vals := make([]sql.NullString, 2*len(keys))
 	var rowid int64
 	var extracted []byte
-	var parts []json.RawMessage
-
-	var b strings.Builder
 	for rows.Next() {
 		if err = rows.Scan(&rowid, &extracted); err != nil {
 			return nil, lazyerrors.Error(err)
 		}
-		parts = parts[:0]
-		if err = json.Unmarshal(extracted, &parts); err != nil || len(parts) != len(vals) {
-			return nil, lazyerrors.Errorf("sorted query: extracted %q: %v", extracted, err)
-		}
-		for i, p := range parts {
-			vals[i] = sql.NullString{String: string(p), Valid: string(p) != "null"}
-		}
-		for i := range keys {
-			// A null value is a value when its type is there.
-			if vals[2*i+1].Valid && !vals[2*i].Valid {
-				vals[2*i] = sql.NullString{String: "null", Valid: true}
-			}
-		}
-
-		b.Reset()
-		b.WriteString(`{"$s":{"p":{`)
-		var present []string
-		for i, k := range keys {
-			v, t := vals[2*i], vals[2*i+1]
-			if !v.Valid || !t.Valid {
-				continue // missing
-			}
-			if len(present) > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(strconv.Quote(k))
-			b.WriteByte(':')
-			b.WriteString(t.String)
-			present = append(present, k)
-		}
-		b.WriteString(`},"$k":[`)
-		for i, k := range present {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(strconv.Quote(k))
-		}
-		b.WriteString(`]}`)
-		for i, k := range keys {
-			v, t := vals[2*i], vals[2*i+1]
-			if !v.Valid || !t.Valid {
-				continue
-			}
-			b.WriteByte(',')
-			b.WriteString(strconv.Quote(k))
-			b.WriteByte(':')
-			b.WriteString(v.String)
-		}
-		b.WriteByte('}')
-
-		mini, err := sjson.Unmarshal([]byte(b.String()))
+		mini, err := sortFields(keys, extracted)
 		if err != nil {
-			return nil, lazyerrors.Error(err)
+			return nil, err
 		}
 		minis = append(minis, mini)
 		rowids[mini] = rowid
@@ -843,6 +789,44 @@ func querySorted(ctx context.Context, db *fsql.DB, table, where string, args []a
 		Iter: &sortedIterator{ctx: ctx, db: db, table: table, order: order, chunk: sortedChunk(limit)},
 	}, nil
 }
+
+// sortFields makes the document of the sort fields of keys from
+// extracted, querySorted's JSON array of each key's value and type (null
+// for a missing one), in FerretDB's stored form, for its sort.
+func sortFields(keys []string, extracted []byte) (*types.Document, error) {
+	var parts []json.RawMessage
+	if err := json.Unmarshal(extracted, &parts); err != nil || len(parts) != 2*len(keys) {
+		return nil, lazyerrors.Errorf("sorted query: extracted %q: %v", extracted, err)
+	}
+	vals := make([]sql.NullString, len(parts))
+	for i, p := range parts {
+		vals[i] = sql.NullString{String: string(p), Valid: string(p) != "null"}
+	}
+	var typs, names, values strings.Builder
+	for i, k := range keys {
+		v, t := vals[2*i], vals[2*i+1]
+		if t.Valid && !v.Valid {
+			v = sql.NullString{String: "null", Valid: true} // a null value is a value when its type is there
+		}
+		if !v.Valid || !t.Valid {
+			continue // missing
+		}
+		if typs.Len() > 0 {
+			typs.WriteByte(',')
+			names.WriteByte(',')
+		}
+		typs.WriteString(strconv.Quote(k) + ":" + t.String)
+		names.WriteString(strconv.Quote(k))
+		values.WriteString("," + strconv.Quote(k) + ":" + v.String)
+	}
+	doc := `{"$s":{"p":{` + typs.String() + `},"$k":[` + names.String() + `]}` + values.String() + `}`
+	mini, err := sjson.Unmarshal([]byte(doc))
+	if err != nil {
+		return nil, lazyerrors.Error(err)
+	}
+	return mini, nil
+}
+
 
 // sortedChunk is how many documents a sortedIterator reads at once for a
 // find stopping at limit.

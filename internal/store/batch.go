@@ -23,8 +23,14 @@ const claimBatchTries = 3
 
 // claimFilter matches the jobs that p may claim at t.
 func claimFilter(p ClaimParams, t time.Time) bson.D {
+	return claimFilterIn(jobs.StateAvailable, p, t)
+}
+
+// claimFilterIn is claimFilter for jobs in state (a claim that releases
+// a blocked job as it takes it: ClaimReleased).
+func claimFilterIn(state jobs.State, p ClaimParams, t time.Time) bson.D {
 	f := bson.D{
-		{Key: "state", Value: jobs.StateAvailable},
+		{Key: "state", Value: state},
 		{Key: "queue", Value: bson.D{{Key: "$in", Value: p.Queues}}},
 		{Key: "kind", Value: bson.D{{Key: "$in", Value: p.Kinds}}},
 		{Key: "runAt", Value: bson.D{{Key: "$lte", Value: t}}},

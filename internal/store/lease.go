@@ -113,10 +113,11 @@ func completedBy(l Lease) func(*written) bool {
 // which counts it as a completion).
 const CompleteReadingComment = "docket: complete and read"
 
-// settleProjection is what the settle of a job's dependents reads of it
-// (package queue's settleTogether), and the updatedAt its last write is
+// SettleFields is the projection of what the settle of a job's
+// dependents reads of it (package queue's settle and settleTogether, and
+// CompleteReading's reply), with the updatedAt its last write is
 // conditioned on.
-var settleProjection = bson.D{
+var SettleFields = bson.D{
 	{Key: "state", Value: 1}, {Key: "kind", Value: 1}, {Key: "updatedAt", Value: 1},
 	{Key: DependentIdsField, Value: 1}, {Key: DependentsManyField, Value: 1}, {Key: DependentsDueField, Value: 1},
 }
@@ -137,7 +138,7 @@ func (s *Store) CompleteReading(ctx context.Context, l Lease) (bson.Raw, error) 
 	send := func(projected bool) (bson.Raw, error) {
 		opts := options.FindOneAndUpdate().SetReturnDocument(options.After).SetComment(CompleteReadingComment)
 		if projected {
-			opts.SetProjection(settleProjection)
+			opts.SetProjection(SettleFields)
 		}
 		return s.coll.FindOneAndUpdate(ctx, fence(l), update, opts).Raw()
 	}

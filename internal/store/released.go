@@ -35,12 +35,10 @@ func (s *Store) ClaimReleased(ctx context.Context, p ClaimParams, id string, blo
 	}
 	p = p.withToken()
 	t := s.now()
-	filter := append(bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateBlocked}}, claimFilter(p, t)[1:]...)
-	update := claimUpdate(p, t, p.Token)
-	update[0].Value = append(update[0].Value.(bson.D), set...)   // $set
-	update[2].Value = append(update[2].Value.(bson.D), unset...) // $unset
+	filter := append(append(bson.D{{Key: "_id", Value: id}}, claimFilterIn(jobs.StateBlocked, p, t)...), blocked...)
+	update := AlsoIn(AlsoIn(claimUpdate(p, t, p.Token), "$set", set...), "$unset", unset...)
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After).SetComment(ClaimReleasedComment)
-	raw, err := s.coll.FindOneAndUpdate(ctx, append(filter, blocked...), update, opts).Raw()
+	raw, err := s.coll.FindOneAndUpdate(ctx, filter, update, opts).Raw()
 	if err == nil && s.hooks != nil {
 		err = s.hooks.AfterClaim()
 	}
@@ -82,4 +80,17 @@ func (s *Store) freeOfFlowControl(ctx context.Context, p *ClaimParams) bool {
 	queues = slices.DeleteFunc(queues, func(q string) bool { return !s.freshPauses(ctx, q) })
 	p.Kinds, p.Queues = kinds, queues
 	return len(kinds) > 0 && len(queues) > 0
+}
+
+// AlsoIn returns update with more added to its operator op ($set,
+// $unset), update itself unchanged.
+func AlsoIn(update bson.D, op string, more ...bson.E) bson.D {
+	out := slices.Clone(update)
+	for i, e := range out {
+		if e.Key == op {
+			out[i].Value = append(slices.Clone(e.Value.(bson.D)), more...)
+			return out
+		}
+	}
+	return append(out, bson.E{Key: op, Value: bson.D(more)})
 }

@@ -93,33 +93,7 @@ func (m *monitor) onStarted(_ context.Context, e *event.CommandStartedEvent) {
 	}
 	m.mu.Lock()
 	if traceCmds {
-		coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
-		switch k {
-		case cmdClaim:
-			coll += "/claim"
-		case cmdBatchFind:
-			coll += "/bfind"
-			if f, ok := e.Command.Lookup("filter").DocumentOK(); ok && f.Lookup("leaseToken").Type != 0 {
-				coll += "/readback"
-			}
-		}
-		if l, ok := e.Command.Lookup("limit").AsInt64OK(); ok && e.CommandName == "find" {
-			coll += fmt.Sprintf(" limit=%d", l)
-		}
-		if k == cmdOther && (e.CommandName == "update" || e.CommandName == "find") {
-			coll += " q=" + filterKeys(e)
-		}
-		switch k {
-		case cmdBatchUpdate:
-			coll += "/stamp"
-		case cmdComplete:
-			coll += "/complete"
-		case cmdHandoff:
-			coll += "/handoff"
-		case cmdCompleteRead:
-			coll += "/complete-read"
-		}
-		m.names[e.RequestID] = coll
+		m.names[e.RequestID] = traceName(k, e)
 	}
 	m.byName[e.CommandName]++
 	if k != cmdOther {
@@ -198,24 +172,11 @@ func (m *monitor) onFailed(_ context.Context, e *event.CommandFailedEvent) {
 
 func (m *monitor) onSucceeded(_ context.Context, e *event.CommandSucceededEvent) {
 	if traceCmds {
-		n := int64(-1)
 		m.mu.Lock()
 		coll := m.names[e.RequestID]
 		delete(m.names, e.RequestID)
 		m.mu.Unlock()
-		if v, ok := e.Reply.Lookup("n").AsInt64OK(); ok {
-			n = v
-		}
-		if b, ok := e.Reply.Lookup("cursor", "firstBatch").ArrayOK(); ok {
-			vs, _ := b.Values()
-			n = int64(len(vs))
-		}
-		if v, ok := e.Reply.Lookup("value").DocumentOK(); ok && len(v) > 0 {
-			n = 1
-		} else if _, ok := e.Reply.Lookup("value").DocumentOK(); !ok && e.CommandName == "findAndModify" {
-			n = 0
-		}
-		fmt.Fprintf(os.Stderr, "TRACE %d %s %s n=%d %v\n", time.Now().UnixMilli()%100000, e.CommandName, coll, n, e.Duration.Round(time.Millisecond))
+		fmt.Fprintf(os.Stderr, "TRACE %d %s %s n=%d %v\n", time.Now().UnixMilli()%100000, e.CommandName, coll, traceCount(e), e.Duration.Round(time.Millisecond))
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -224,7 +185,14 @@ func (m *monitor) onSucceeded(_ context.Context, e *event.CommandSucceededEvent)
 		return
 	}
 	delete(m.started, e.RequestID)
+	m.tally(k, e)
+}
+
+// tally counts what the command of kind k that e answered did: a claim's
+// time, the jobs it completed or gave back. m.mu is held.
+func (m *monitor) tally(k cmdKind, e *event.CommandSucceededEvent) {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	n, _ := e.Reply.Lookup("n").AsInt64OK()
 	switch k {
 	case cmdClaim:
 		m.claims = append(m.claims, ms(e.Duration))
@@ -242,26 +210,64 @@ func (m *monitor) onSucceeded(_ context.Context, e *event.CommandSucceededEvent)
 		m.claims = append(m.claims, ms(m.pending+e.Duration))
 		m.pending = 0
 	case cmdComplete:
-		if n, ok := e.Reply.Lookup("n").AsInt64OK(); ok {
-			m.completed.Add(n)
-		}
+		m.completed.Add(n)
 	case cmdCompleteRead:
 		if v, ok := e.Reply.Lookup("value").DocumentOK(); ok && len(v) > 0 {
 			m.completed.Add(1)
 		}
 	case cmdGiveBack:
-		if n, ok := e.Reply.Lookup("n").AsInt64OK(); ok {
-			m.givenBack.Add(n)
-		}
+		m.givenBack.Add(n)
 	case cmdHandoff:
 		// n counts the completion and the successor's stamp: one
 		// completion when either matched (a completion whose lease was
 		// lost with its successor claimed counts one too many; it takes
 		// a stalled, reaped job).
-		if n, ok := e.Reply.Lookup("n").AsInt64OK(); ok && n > 0 {
+		if n > 0 {
 			m.completed.Add(1)
 		}
 	}
+}
+
+// traceSuffix names the kinds of commands in a trace line.
+var traceSuffix = map[cmdKind]string{
+	cmdClaim: "/claim", cmdBatchFind: "/bfind", cmdBatchUpdate: "/stamp", cmdComplete: "/complete",
+	cmdHandoff: "/handoff", cmdCompleteRead: "/complete-read",
+}
+
+// traceName is how a trace line (DOCKET_BENCH_TRACE) names the command
+// of kind k that e starts: its collection, its kind, and a find's limit
+// or another command's filter keys.
+func traceName(k cmdKind, e *event.CommandStartedEvent) string {
+	name, _ := e.Command.Lookup(e.CommandName).StringValueOK()
+	name += traceSuffix[k]
+	if f, ok := e.Command.Lookup("filter").DocumentOK(); ok && k == cmdBatchFind && f.Lookup("leaseToken").Type != 0 {
+		name += "/readback"
+	}
+	if l, ok := e.Command.Lookup("limit").AsInt64OK(); ok && e.CommandName == "find" {
+		name += fmt.Sprintf(" limit=%d", l)
+	}
+	if k == cmdOther && (e.CommandName == "update" || e.CommandName == "find") {
+		name += " q=" + filterKeys(e)
+	}
+	return name
+}
+
+// traceCount is how many documents the reply e tells of (-1: none said).
+func traceCount(e *event.CommandSucceededEvent) int64 {
+	n := int64(-1)
+	if v, ok := e.Reply.Lookup("n").AsInt64OK(); ok {
+		n = v
+	}
+	if b, ok := e.Reply.Lookup("cursor", "firstBatch").ArrayOK(); ok {
+		vs, _ := b.Values()
+		n = int64(len(vs))
+	}
+	if v, ok := e.Reply.Lookup("value").DocumentOK(); ok && len(v) > 0 {
+		n = 1
+	} else if !ok && e.CommandName == "findAndModify" {
+		n = 0
+	}
+	return n
 }
 
 // snapshot is what a worker process reports.
