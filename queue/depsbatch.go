@@ -223,15 +223,15 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writ
 		}), releaseModel(idIn(chunk), t))
 	}
 	var read bson.A
+	var ats []settledAt
 	for _, p := range parents {
 		if at, ok := writtenAt[fmt.Sprint(asID(p))]; ok {
-			// An updateMany of one, as the models before it: the
-			// driver sends a run of one kind of model in one command.
-			models = append(models, mongo.NewUpdateManyModel().SetFilter(settledFilter(p, at)).SetUpdate(settledUpdate))
+			ats = append(ats, settledAt{p, at})
 		} else {
 			read = append(read, p)
 		}
 	}
+	models = append(models, settledModels(ats)...)
 	for _, chunk := range idChunks(read) {
 		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
 			idIn(chunk), {Key: "state", Value: jobs.StateSucceeded}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
@@ -330,24 +330,51 @@ func OnlyDependent(written bson.Raw) (string, bool) {
 // fails for, or that changed since, is left due, and the leader's pass
 // settles it.
 func (c *Client) MarkSettled(ctx context.Context, written ...bson.Raw) error {
-	models := make([]mongo.WriteModel, len(written))
+	ats := make([]settledAt, len(written))
 	for i, d := range written {
-		models[i] = mongo.NewUpdateManyModel().SetFilter(settledFilter(d.Lookup("_id"), d.Lookup("updatedAt"))).SetUpdate(settledUpdate)
+		ats[i] = settledAt{d.Lookup("_id"), d.Lookup("updatedAt")}
 	}
+	models := settledModels(ats)
 	if _, err := c.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); err != nil {
 		return fmt.Errorf("queue: mark the dependents of %d jobs settled: %w", len(written), err)
 	}
 	return depsStep(ctx, "settle:done")
 }
 
-// settledFilter matches the succeeded job id still due to its dependents
-// and unchanged since its completion wrote updatedAt at (a dependent
-// linked since moves it: its settle is then left to the next pass).
-func settledFilter(id any, at bson.RawValue) bson.D {
-	return bson.D{
-		{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateSucceeded},
-		{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "updatedAt", Value: at},
+// settledAt is a succeeded job's id and the updatedAt its completion
+// wrote.
+type settledAt struct {
+	id any
+	at bson.RawValue
+}
+
+// settledModels marks the jobs of ats settled: each while it is still due
+// to its dependents and unchanged since its completion wrote its
+// updatedAt (a dependent linked since moves it: its settle is then left
+// to the next pass). Jobs completed by one write share their updatedAt,
+// so one write per distinct updatedAt (an updateMany, as the settle's
+// models before it: the driver sends a run of one kind of model in one
+// command), chunked as any list of ids.
+func settledModels(ats []settledAt) []mongo.WriteModel {
+	var order []bson.RawValue
+	byAt := map[string]bson.A{}
+	for _, a := range ats {
+		k := string(a.at.Type) + string(a.at.Value)
+		if _, ok := byAt[k]; !ok {
+			order = append(order, a.at)
+		}
+		byAt[k] = append(byAt[k], a.id)
 	}
+	var models []mongo.WriteModel
+	for _, at := range order {
+		for _, chunk := range idChunks(byAt[string(at.Type)+string(at.Value)]) {
+			models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
+				idIn(chunk), {Key: "state", Value: jobs.StateSucceeded},
+				{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "updatedAt", Value: at},
+			}).SetUpdate(settledUpdate))
+		}
+	}
+	return models
 }
 
 // settledUpdate marks a job's dependents settled: the last write of a
