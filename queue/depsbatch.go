@@ -59,8 +59,9 @@ func (c *Client) settleTogether(ctx context.Context, ids []string, written []bso
 	var p parentsRead
 	unread := p.takeWritten(ids, written)
 	for _, chunk := range idChunks(stringsA(unread)) {
+		// At most one job per id: one batch, and no getMore to learn so.
 		cur, err := c.coll.Find(ctx, bson.D{idIn(chunk), {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
-			options.Find().SetProjection(store.SettleFields))
+			options.Find().SetProjection(store.SettleFields).SetLimit(int64(len(chunk))).SetBatchSize(int32(len(chunk))))
 		if err == nil {
 			err = eachRaw(ctx, cur, func(d bson.Raw) error { p.take(d); return nil })
 		}

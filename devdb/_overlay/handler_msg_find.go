@@ -190,7 +190,11 @@ func (h *Handler) MsgFind(connCtx context.Context, msg *wire.OpMsg) (*wire.OpMsg
 		slog.Bool("single_batch", params.SingleBatch),
 	)
 
-	if params.SingleBatch || len(docs) < int(params.BatchSize) {
+	// A first batch that reached the find's limit is its last, as MongoDB
+	// answers it: no getMore is asked for only to find nothing more.
+	limitReached := params.Limit > 0 && int64(len(docs)) >= params.Limit
+
+	if params.SingleBatch || len(docs) < int(params.BatchSize) || limitReached {
 		c.Close()
 
 		// It is not entirely clear if we should do that; more tests are needed.

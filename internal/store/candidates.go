@@ -114,7 +114,7 @@ func split(cs []candidate) ([]*jobs.Job, bson.A) {
 // t could take, and returns when the read was sent and how long it took.
 func (s *Store) readCandidates(ctx context.Context, p ClaimParams, t time.Time, limit int) (docs []bson.Raw, sent time.Time, took time.Duration, err error) {
 	sent = time.Now()
-	cur, err := s.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(limit)))
+	cur, err := s.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(limit)).SetBatchSize(int32(limit)))
 	if err != nil {
 		return nil, sent, 0, fmt.Errorf("find candidates: %w", err)
 	}

@@ -338,3 +338,42 @@ func abs(n int) int {
 	}
 	return n
 }
+
+// TestCandidateReadIsOneCommand: a read of more candidates than a first
+// batch holds by default (101) asks for them all in its first batch, so a
+// claim sends no getMore (on MongoDB as on devdb): one command fewer per
+// batch claim.
+func TestCandidateReadIsOneCommand(t *testing.T) {
+	b := setup(t)
+	enqueueN(t, b, 300)
+	var mu sync.Mutex
+	var batchSizes, limits []int64
+	getMores := 0
+	mon := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.CommandName == "getMore" {
+			getMores++
+		}
+		if coll, _ := e.Command.Lookup("find").StringValueOK(); coll == "jobs" && e.Command.Lookup("sort").Type != 0 {
+			n, _ := e.Command.Lookup("batchSize").AsInt64OK()
+			l, _ := e.Command.Lookup("limit").AsInt64OK()
+			batchSizes, limits = append(batchSizes, n), append(limits, l)
+		}
+	}}
+	mc, err := mongo.Connect(options.Client().ApplyURI(testdb.URI()).SetMonitor(mon))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = mc.Disconnect(context.Background()) })
+	q, err := queue.New(mc.Database(b.db.Name()), queue.Config{})
+	require.NoError(t, err)
+
+	got, err := store.Of(q).ClaimBatch(b.ctx, claimAll, 150)
+	require.NoError(t, err)
+	require.Len(t, got, 150)
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, limits)
+	require.Greater(t, limits[0], int64(101), "the claim reads more candidates than a default first batch")
+	require.Equal(t, limits, batchSizes, "each read asks for its limit in its first batch")
+	require.Zero(t, getMores)
+}

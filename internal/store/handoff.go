@@ -100,7 +100,7 @@ func (s *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue s
 		return nil, nil
 	}
 	t := s.now()
-	cur, err := s.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(n)).SetComment(SuccessorsComment))
+	cur, err := s.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(n)).SetBatchSize(int32(n)).SetComment(SuccessorsComment))
 	if err != nil {
 		return nil, fmt.Errorf("store: read successors: %w", err)
 	}
