@@ -239,6 +239,9 @@ var traceSuffix = map[cmdKind]string{
 // or another command's filter keys.
 func traceName(k cmdKind, e *event.CommandStartedEvent) string {
 	name, _ := e.Command.Lookup(e.CommandName).StringValueOK()
+	if e.CommandName == "getMore" {
+		name, _ = e.Command.Lookup("collection").StringValueOK()
+	}
 	name += traceSuffix[k]
 	if f, ok := e.Command.Lookup("filter").DocumentOK(); ok && k == cmdBatchFind && f.Lookup("leaseToken").Type != 0 {
 		name += "/readback"
