@@ -11,9 +11,9 @@ import (
 
 // TestFindReachingItsLimitClosesItsCursor: a find whose first batch holds
 // its limit's documents is answered with no cursor left open, as MongoDB
-// answers it, so the client sends no getMore only to learn there is
-// nothing more (docket's claims read candidates with a limit: one getMore
-// each, a third of a burn-down's commands). A first batch short of the
+// answers it, so the client sends no getMore (or killCursors) after it
+// (docket's claims read candidates with a limit: one more command each, a
+// third of a burn-down's commands). A first batch short of the
 // limit still leaves the cursor open, and its getMore stops at the limit.
 func TestFindReachingItsLimitClosesItsCursor(t *testing.T) {
 	t.Parallel()

@@ -327,7 +327,7 @@ func OnlyDependent(written bson.Raw) (string, bool) {
 
 // MarkSettled marks the jobs written (as their completions left them)
 // settled, the one dependent of each claimed by ClaimNext, in one
-// command: the last write of a settle (settledFilter). A job that this
+// command: the last write of a settle (settledModels). A job that this
 // fails for, or that changed since, is left due, and the leader's pass
 // settles it.
 func (c *Client) MarkSettled(ctx context.Context, written ...bson.Raw) error {

@@ -191,7 +191,7 @@ func (h *Handler) MsgFind(connCtx context.Context, msg *wire.OpMsg) (*wire.OpMsg
 	)
 
 	// A first batch that reached the find's limit is its last, as MongoDB
-	// answers it: no getMore is asked for only to find nothing more.
+	// answers it: the client sends no getMore or killCursors after it.
 	limitReached := params.Limit > 0 && int64(len(docs)) >= params.Limit
 
 	if params.SingleBatch || len(docs) < int(params.BatchSize) || limitReached {
