@@ -63,7 +63,8 @@ const (
 // indexes and devdb adds no second index on the same expression (each
 // one more to update at every write); it still adds the lookup of a field
 // whose index holds nothing (a non-unique one) or not every document that
-// has the field (a compound unique one).
+// has the field (a compound unique one). listIndexes lists the indexes as
+// they were created.
 func TestCollectionIndexesServeTheLookups(t *testing.T) {
 	t.Parallel()
 
@@ -77,6 +78,13 @@ func TestCollectionIndexesServeTheLookups(t *testing.T) {
 	file := filepath.Join(s.Dir(), "shared.sqlite")
 	waitForIndex(t, file, "__devdb_s_state,queue,-priority,_id")
 	waitForIndex(t, file, "__devdb_f_a")
+	requireListed(t, coll, map[string]string{
+		"_id_":      `{"_id": {"$numberInt":"1"}}`,
+		"claim":     `{"state": {"$numberInt":"1"},"queue": {"$numberInt":"1"},"priority": {"$numberInt":"-1"},"_id": {"$numberInt":"1"}}`,
+		"uniqueKey": `{"uniqueKey": {"$numberInt":"1"}} unique`,
+		"after":     `{"after": {"$numberInt":"1"}}`,
+		"ab":        `{"a": {"$numberInt":"1"},"b": {"$numberInt":"1"}} unique`,
+	})
 
 	defs := indexDefinitions(t, file)
 	perExpr := map[string][]string{}
@@ -96,6 +104,22 @@ func TestCollectionIndexesServeTheLookups(t *testing.T) {
 
 	require.Regexp(t, `USING INDEX \S+__id_ \(`, waitForPlan(t, file, "__id_ (", idLookupQuery))
 	require.Regexp(t, `USING INDEX \S+_uniqueKey \(`, waitForPlan(t, file, "_uniqueKey (", fieldLookupQuery))
+}
+
+// requireListed requires listIndexes of coll to list the indexes of want:
+// name → keys (extended JSON), then " unique" for a unique one.
+func requireListed(t *testing.T, coll *mongo.Collection, want map[string]string) {
+	t.Helper()
+	specs, err := coll.Indexes().ListSpecifications(context.Background())
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, spec := range specs {
+		got[spec.Name] = spec.KeysDocument.String()
+		if spec.Unique != nil && *spec.Unique {
+			got[spec.Name] += " unique"
+		}
+	}
+	require.Equal(t, want, got)
 }
 
 // heldLookup is the top-level field whose lookups (an equality) SQLite
