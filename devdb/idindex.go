@@ -38,6 +38,9 @@ const (
 	idLookupExpr = `_ferretdb_sjson->'$._id'`
 	// idLookupSuffix names the index: "<table>__devdb_id_lookup".
 	idLookupSuffix = "__devdb_id_lookup"
+	// devdbInfix begins the name of each of devdb's indexes after its
+	// table's.
+	devdbInfix = "__devdb_"
 	// indexEvery is how often the indexer looks for new tables.
 	indexEvery = time.Second
 	// indexTimeout bounds the build of one index (a few seconds for a
@@ -97,9 +100,7 @@ const (
 	// oddInfix names the partial index of the documents with a value of
 	// such a type in one of the covering index's later keys (oddKeys):
 	// "<table>__devdb_o_<keys>".
-	oddInfix = "__devdb_o_"
-	// devdbInfix begins the infix of each of devdb's indexes.
-	devdbInfix    = "__devdb_"
+	oddInfix      = "__devdb_o_"
 	coveringValue = `_ferretdb_sjson->>'$.%s'`
 	coveringType  = `_ferretdb_sjson->>'$."$s".p.%s.t'`
 	coveringRank  = `CASE coalesce(%s, 'null') WHEN 'null' THEN 1 WHEN 'int' THEN 2 WHEN 'long' THEN 2 WHEN 'double' THEN 2 ` +
