@@ -27,12 +27,20 @@ import (
 // document written in a collection of 20,000. The indexer gives every
 // table an index on the very expression of the lookups, which SQLite then
 // uses: a write of one document costs the same whatever the collection's
-// size. It changes no result, only how SQLite finds the rows.
+// size. It changes no result, only how SQLite finds the rows. devdb's
+// FerretDB now makes its indexes on the lookup expressions
+// (_overlay/sqlite_metadata_registry.go): the indexer adds none where such
+// an index serves the lookup (lookupServed), only to the tables of data
+// directories made by earlier versions, so that a write updates one index
+// per expression, not two.
 const (
 	// idLookupExpr is the expression FerretDB's lookups by _id use.
 	idLookupExpr = `_ferretdb_sjson->'$._id'`
 	// idLookupSuffix names the index: "<table>__devdb_id_lookup".
 	idLookupSuffix = "__devdb_id_lookup"
+	// devdbInfix begins the name of each of devdb's indexes after its
+	// table's.
+	devdbInfix = "__devdb_"
 	// indexEvery is how often the indexer looks for new tables.
 	indexEvery = time.Second
 	// indexTimeout bounds the build of one index (a few seconds for a
@@ -141,11 +149,12 @@ func oddWhere(keys []string) string {
 }
 
 // indexKeys finds the fields of an index FerretDB made for a collection's
-// index, in its CREATE INDEX statement: ... (_ferretdb_sjson->"state",
-// _ferretdb_sjson->"priority" DESC, ...): the keys up to the first that is
+// index, in its CREATE INDEX statement: ... (_ferretdb_sjson->'$.state',
+// _ferretdb_sjson->'$.priority' DESC, ...), or ->"state" in an index of an
+// earlier devdb version (indexKey): the keys up to the first that is
 // not a plain top-level name (a dotted path), a descending one as "-name",
 // and whether that is all of them. Only plain names: the lookup expressions take them as they are.
-// Other indexes (devdb's own, on ->> and '$.' paths) have none.
+// devdb's own indexes are not read.
 func indexKeys(def string) (keys []string, all bool) {
 	open := strings.IndexByte(def, '(')
 	if open < 0 {
@@ -160,15 +169,39 @@ func indexKeys(def string) (keys []string, all bool) {
 		if m == nil {
 			return keys, false
 		}
-		if m[2] != "" {
-			m[1] = "-" + m[1]
+		name := m[1] + m[2]
+		if m[3] != "" {
+			name = "-" + name
 		}
-		keys = append(keys, m[1])
+		keys = append(keys, name)
 	}
 	return keys, true
 }
 
-var indexKey = regexp.MustCompile(`^_ferretdb_sjson->"([A-Za-z_][A-Za-z0-9_]*)"( DESC)?$`)
+// indexKey matches a key of FerretDB's index on a top-level field: its
+// own expression, ->"name" (in data directories of earlier devdb
+// versions), or the lookup expression, ->'$.name' (devdb's FerretDB now).
+var indexKey = regexp.MustCompile(`^_ferretdb_sjson->(?:"([A-Za-z_][A-Za-z0-9_]*)"|'\$\.([A-Za-z_][A-Za-z0-9_]*)')( DESC)?$`)
+
+// lookupServed is the expression of def's index's first key when SQLite
+// takes the index for a lookup of that expression: the index is not
+// partial, or holds every row where the key is set (a lookup, = or IN,
+// implies it); empty otherwise.
+func lookupServed(def string) string {
+	open := strings.IndexByte(def, '(')
+	if open < 0 {
+		return ""
+	}
+	end := strings.IndexAny(def[open:], ",)") + open
+	if end < open {
+		return ""
+	}
+	expr := strings.TrimSuffix(strings.TrimSpace(def[open+1:end]), " DESC")
+	if i := strings.LastIndex(def, ") WHERE "); i >= 0 && def[i+len(") WHERE "):] != expr+" IS NOT NULL" {
+		return ""
+	}
+	return expr
+}
 
 // idIndexer adds the lookup index to the tables of the SQLite files in dir
 // as they appear, creating each under the front's lock (no command runs
@@ -305,6 +338,7 @@ func (ix *idIndexer) indexFile(f string) error {
 // indexes are what readIndexes found of a file's indexes.
 type indexes struct {
 	have     map[string]bool
+	served   map[string][]string   // table → lookup expressions its collection's indexes serve (lookupServed)
 	leading  map[string][]string   // table → fields its collection's indexes lead with
 	compound map[string][][]string // table → keys of its collection's indexes on two or more fields
 	stale    []string              // indexes of an earlier devdb, no longer read
@@ -312,7 +346,7 @@ type indexes struct {
 
 // readIndexes reads the indexes of db.
 func readIndexes(ctx context.Context, db *sql.DB) (indexes, error) {
-	ixs := indexes{have: map[string]bool{}, leading: map[string][]string{}, compound: map[string][][]string{}}
+	ixs := indexes{have: map[string]bool{}, served: map[string][]string{}, leading: map[string][]string{}, compound: map[string][][]string{}}
 	rows, err := db.QueryContext(ctx, `SELECT name, tbl_name, coalesce(sql, '') FROM sqlite_master WHERE type = 'index'`)
 	if err != nil {
 		return ixs, err
@@ -326,6 +360,12 @@ func readIndexes(ctx context.Context, db *sql.DB) (indexes, error) {
 		ixs.have[name] = true
 		if strings.Contains(name, oldCoveringInfix) {
 			ixs.stale = append(ixs.stale, name)
+		}
+		if strings.HasPrefix(name, table+devdbInfix) { // devdb's own
+			continue
+		}
+		if expr := lookupServed(def); expr != "" {
+			ixs.served[table] = append(ixs.served[table], expr)
 		}
 		keys, all := indexKeys(def)
 		if len(keys) > 0 && keys[0] != "_id" && !slices.Contains(ixs.leading[table], strings.TrimPrefix(keys[0], "-")) {
@@ -342,14 +382,20 @@ func readIndexes(ctx context.Context, db *sql.DB) (indexes, error) {
 // WHERE clause.
 type lookup struct{ table, name, expr, where string }
 
-// wanted lists the indexes devdb adds to tables.
+// wanted lists the indexes devdb adds to tables: no lookup index where
+// one of the collection's indexes serves that lookup already (made by
+// devdb's FerretDB on the lookup expression: an index less to update at
+// each write).
 func (ixs indexes) wanted(tables []string) []lookup {
 	var todo []lookup
 	for _, t := range tables {
-		todo = append(todo, lookup{t, t + idLookupSuffix, idLookupExpr, ""})
+		if !slices.Contains(ixs.served[t], idLookupExpr) {
+			todo = append(todo, lookup{t, t + idLookupSuffix, idLookupExpr, ""})
+		}
 		for _, f := range ixs.leading[t] {
-			expr := fmt.Sprintf(fieldLookupExpr, f)
-			todo = append(todo, lookup{t, t + fieldLookupInfix + f, expr, fmt.Sprintf(fieldLookupWhere, expr)})
+			if expr := fmt.Sprintf(fieldLookupExpr, f); !slices.Contains(ixs.served[t], expr) {
+				todo = append(todo, lookup{t, t + fieldLookupInfix + f, expr, fmt.Sprintf(fieldLookupWhere, expr)})
+			}
 		}
 		for _, keys := range ixs.compound[t] {
 			named := strings.Join(keys, ",")

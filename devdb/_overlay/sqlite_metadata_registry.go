@@ -2,9 +2,11 @@
 //
 // Modified for docket's devdb: the SQLite index of a collection's index is
 // partial (indexWhere), so that writing a document costs SQLite no index
-// entry it never reads. FerretDB's queries never use these indexes (they
-// name other expressions, '$.field' paths, which devdb's own indexes serve:
-// devdb/idindex.go); a unique one is what enforces uniqueness, and keeps
+// entry it never reads, and a key on a top-level field is the expression
+// FerretDB's and devdb's lookups name, '$.field' paths (indexColumn), so
+// that SQLite serves them from the index (FerretDB's own expressions,
+// ->"field", it does not take for those; devdb/idindex.go adds an index
+// of its own where a table has none). A unique one enforces uniqueness, and keeps
 // every row whose keys are all present (a row missing one never conflicts
 // in SQLite, so leaving it out changes nothing); a non-unique one keeps
 // none. The original is internal/backends/sqlite/metadata/registry.go of
@@ -486,12 +488,7 @@ func (r *Registry) indexesCreate(ctx context.Context, dbName, collectionName str
 
 		columns := make([]string, len(index.Key))
 		for i, key := range index.Key {
-			fields := strings.Split(key.Field, ".")
-			for j, f := range fields {
-				fields[j] = fmt.Sprintf("%q", f)
-			}
-
-			columns[i] = fmt.Sprintf("%s->%s", DefaultColumn, strings.Join(fields, "->"))
+			columns[i] = indexColumn(key.Field)
 			if key.Descending {
 				columns[i] += " DESC"
 			}
@@ -522,6 +519,41 @@ func (r *Registry) indexesCreate(ctx context.Context, dbName, collectionName str
 	r.colls[dbName][collectionName] = c
 
 	return nil
+}
+
+// indexColumn is the SQLite expression of an index's key on field: for a
+// top-level field of a plain name, the very expression of devdb's lookups
+// (_ferretdb_sjson->'$.field', metadata.IDColumn for _id), so that SQLite
+// serves them from this index and devdb adds no second one on the same
+// expression (devdb/idindex.go); for another field, FerretDB's
+// (_ferretdb_sjson->"a"->"b"), which holds the same values.
+func indexColumn(field string) string {
+	if plainField(field) {
+		return fmt.Sprintf("%s->'$.%s'", DefaultColumn, field)
+	}
+
+	fields := strings.Split(field, ".")
+	for j, f := range fields {
+		fields[j] = fmt.Sprintf("%q", f)
+	}
+
+	return fmt.Sprintf("%s->%s", DefaultColumn, strings.Join(fields, "->"))
+}
+
+// plainField reports whether field is a name that a JSON path takes as it
+// is (letters, digits and '_', not first a digit), as devdb's lookups
+// require (plainName in collection.go).
+func plainField(field string) bool {
+	for i, r := range field {
+		switch {
+		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+		case r >= '0' && r <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+
+	return field != ""
 }
 
 // indexWhere is the WHERE clause of the partial SQLite index of index,
