@@ -424,21 +424,14 @@ func (c *Client) whichDuplicate(ctx context.Context, j *jobs.Job, err error) (Re
 	if store.DuplicateIndexIs(err, capacityIndex) {
 		return Result{}, true, nil
 	}
-	r, there, lerr := c.existing(ctx, j)
+	r, found, lerr := c.existing(ctx, j)
+	if _, key := uniqueField(j); lerr == nil && !found && key != "" {
+		r, found, lerr = c.uniqueHolder(ctx, j)
+	}
 	if lerr != nil {
 		return Result{ID: j.ID, Err: fmt.Errorf("%w: %w", ErrNotInserted, lerr)}, false, lerr
 	}
-	if there {
-		return r, false, nil
-	}
-	if _, key := uniqueField(j); key == "" {
-		return Result{}, true, nil
-	}
-	r, held, lerr := c.uniqueHolder(ctx, j)
-	if lerr != nil {
-		return Result{ID: j.ID, Err: fmt.Errorf("%w: %w", ErrNotInserted, lerr)}, false, lerr
-	}
-	if held {
+	if found {
 		return r, false, nil
 	}
 	return Result{}, true, nil
