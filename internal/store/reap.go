@@ -287,20 +287,9 @@ func (s *Store) Clean(ctx context.Context, st jobs.State, age time.Duration, lim
 		bson.D{{Key: "uniqueUntil", Value: bson.D{{Key: "$exists", Value: false}}}},
 		bson.D{{Key: "uniqueUntil", Value: bson.D{{Key: "$lte", Value: t}}}},
 	}}
-	cur, err := s.coll.Find(ctx,
-		bson.D{{Key: "state", Value: st}, eligible, periodOver, notDue},
-		options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	in, err := s.IDs(ctx, bson.D{{Key: "state", Value: st}, eligible, periodOver, notDue}, limit)
 	if err != nil {
 		return 0, fmt.Errorf("store: find %s jobs to clean: %w", st, err)
-	}
-	var in bson.A
-	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
-		if id, err := d.LookupErr("_id"); err == nil {
-			in = append(in, id)
-		}
-		return nil
-	}); err != nil {
-		return 0, fmt.Errorf("store: read %s jobs to clean: %w", st, err)
 	}
 	if len(in) == 0 {
 		return 0, nil
