@@ -42,12 +42,6 @@ type RateLimit = store.RateLimit
 // optionally by " per FIELD" ("10/m burst 2 per customerId").
 func ParseRate(s string) (Rate, error) { return store.ParseRate(s) }
 
-// ValidateRates reports the first of rates (limit name → rate) whose name
-// or rate is invalid, named as setting.NAME.
-func ValidateRates(setting string, rates map[string]Rate) error {
-	return store.ValidateRates(setting, rates)
-}
-
 // SetRate limits the jobs of name ("kind:KIND", "queue:QUEUE") that start,
 // across every worker process, to r. It applies at once to this client's
 // claims, to every other worker's next reservation under a rate it had
