@@ -290,7 +290,7 @@ func (c *Client) occupiedSlots(ctx context.Context, queue string) (map[int]bool,
 		return nil, fmt.Errorf("queue: read the occupied slots of %s: %w", queue, err)
 	}
 	out := map[int]bool{}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = store.EachRaw(ctx, cur, func(d bson.Raw) error {
 		s, ok := d.Lookup(capacitySlotField).StringValueOK()
 		if !ok || !strings.HasPrefix(s, prefix) {
 			return nil

@@ -378,7 +378,7 @@ func (c *Client) parentsOf(ctx context.Context, ids bson.A) (map[string]jobs.Sta
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+		if err := store.EachRaw(ctx, cur, func(d bson.Raw) error {
 			if id, ok := d.Lookup("_id").StringValueOK(); ok {
 				st, _ := d.Lookup("state").StringValueOK()
 				out[id] = jobs.State(st)
@@ -749,7 +749,7 @@ func (c *Client) readLinking(ctx context.Context, cutoff time.Time, limit int) (
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("queue: find blocked jobs left linking: %w", err)
 	}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = store.EachRaw(ctx, cur, func(d bson.Raw) error {
 		dep, fill, ok := readDependent(d)
 		switch {
 		case !ok:

@@ -689,7 +689,7 @@ func (c *Client) workflowTasks(ctx context.Context, id string) ([]workflowTaskSt
 	}
 	var tasks []workflowTaskState
 	parents := map[string][]string{}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = store.EachRaw(ctx, cur, func(d bson.Raw) error {
 		if wf, ok := d.Lookup(workflowField).StringValueOK(); !ok || wf != id {
 			return nil // an array holding id, written by another app: not a task
 		}

@@ -282,7 +282,7 @@ func (s *Store) ReleaseClaim(ctx context.Context, token string) (int, error) {
 		return 0, fmt.Errorf("store: release claim %s: %w", token, err)
 	}
 	var ids []string
-	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+	if err := EachRaw(ctx, cur, func(d bson.Raw) error {
 		if id, ok := d.Lookup("_id").StringValueOK(); ok {
 			ids = append(ids, id)
 		}

@@ -105,7 +105,7 @@ func (s *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue s
 		return nil, fmt.Errorf("store: read successors: %w", err)
 	}
 	var out []*Successor
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = EachRaw(ctx, cur, func(d bson.Raw) error {
 		var j jobs.Job
 		if bson.Unmarshal(d, &j) != nil {
 			return nil // a claim buries it

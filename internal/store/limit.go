@@ -354,7 +354,7 @@ func (s *Store) readLimits(ctx context.Context) ([]RunLimit, error) {
 	}
 	var out []RunLimit
 	var rates []bson.Raw
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = EachRaw(ctx, cur, func(d bson.Raw) error {
 		if isRateDoc(d) { // rate.go
 			rates = append(rates, d)
 			return nil
@@ -543,7 +543,7 @@ func (s *Store) readRunLoad(ctx context.Context, totals map[string]int, parts pa
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: read the running jobs of the limits: %w", err)
 	}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = EachRaw(ctx, cur, func(d bson.Raw) error {
 		r.count(d, parts)
 		return nil
 	})

@@ -47,10 +47,11 @@ func (r ReapResult) Add(o ReapResult) ReapResult {
 	}
 }
 
-// eachRaw calls fn with every document of cur, one at a time, so that a
-// document that does not decode as its caller expects is the caller's to
-// handle and does not fail the others (cur.All into typed values would).
-func eachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) error {
+// EachRaw calls fn with every document of cur, one at a time, then closes
+// it, so that a document that does not decode as its caller expects is the
+// caller's to handle and does not fail the others (cur.All into typed
+// values would). An error of fn stops the walk and is returned.
+func EachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) error {
 	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
 	for cur.Next(ctx) {
 		if err := fn(cur.Current); err != nil {
@@ -105,7 +106,7 @@ func (s *Store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapR
 	// once an expired job is found: a pass with none costs the find alone.
 	var expired []bson.Raw
 	var live map[string]bool
-	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+	if err := EachRaw(ctx, cur, func(d bson.Raw) error {
 		if len(expired) == limit {
 			return errBatchFull
 		}
@@ -159,7 +160,7 @@ func (s *Store) liveWorkers(ctx context.Context) map[string]bool {
 		return map[string]bool{}
 	}
 	live := map[string]bool{}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = EachRaw(ctx, cur, func(d bson.Raw) error {
 		id, ok := d.Lookup("_id").StringValueOK()
 		if !ok || id == "" {
 			return nil

@@ -131,12 +131,6 @@ var ErrOutcomeUnknown = errors.New("outcome not known")
 // BSON date keeps. The store's writes read their Store's clock (s.now).
 func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
 
-// EachRaw calls fn with each document of cur, then closes it; an error of
-// fn stops the walk and is returned.
-func EachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) error {
-	return eachRaw(ctx, cur, fn)
-}
-
 // Finish is the update that ends a job in state s at t, freeing its unique
 // key and its slots: finish, for package queue's writes that end a job
 // (a cancel).
@@ -186,7 +180,7 @@ func (s *Store) IDs(ctx context.Context, filter bson.D, limit int) (bson.A, erro
 		return nil, err
 	}
 	var ids bson.A
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = EachRaw(ctx, cur, func(d bson.Raw) error {
 		if v, err := d.LookupErr("_id"); err == nil {
 			ids = append(ids, bson.RawValue{Type: v.Type, Value: slices.Clone(v.Value)})
 		}
