@@ -552,7 +552,7 @@ func (s *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err
 	res, err := s.coll.UpdateMany(ctx, bson.D{
 		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
 		{Key: "$or", Value: fences},
-	}, finish(jobs.StateSucceeded, t))
+	}, Finish(jobs.StateSucceeded, t))
 	if err != nil {
 		return nil, fmt.Errorf("store: complete %d jobs: %w", len(ls), err)
 	}

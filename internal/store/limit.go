@@ -33,7 +33,7 @@ import (
 // "<queue>/<k>" the same way (a job under both limits holds both). Two
 // running jobs can never hold one slot, so at every moment at most N jobs
 // of the limit hold one. The slot is freed by the write that ends or gives
-// back the attempt, in the same write (finish and requeue, lease.go):
+// back the attempt, in the same write (Finish and requeue, lease.go):
 // complete, CompleteMany, fail (retry or dead), cancelled, release,
 // ReleaseClaim, and the reaper's re-queue, which is fenced on the expired
 // lease; a worker that stalls or dies keeps its slots until the reaper
@@ -722,7 +722,7 @@ func (s *slotPicker) take(kind, queue string, args bson.Raw) (set bson.D, held [
 		f := n.free[n.key]
 		k := f[len(f)-1]
 		n.free[n.key] = f[:len(f)-1]
-		set = append(set, bson.E{Key: n.field, Value: slotKey(n.prefix, k)})
+		set = append(set, bson.E{Key: n.field, Value: SlotKey(n.prefix, k)})
 		held = append(held, heldSlot{limit: n.limit, part: n.part, k: k})
 	}
 	return set, held, ok

@@ -32,7 +32,7 @@ import (
 // not UTF-8) makes a short slot of fixed form. A job of a partitioned
 // queue holds queuePartSlot the same way. The slots are taken by the
 // claim's own write under unique sparse indexes and freed by the writes
-// that free the other run slots (finish and requeue, lease.go), so a
+// that free the other run slots (Finish and requeue, lease.go), so a
 // partition is exact under the same failures as a limit.
 //
 // Finding work when many partitions are saturated: a claim reads the

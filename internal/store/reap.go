@@ -222,7 +222,7 @@ func (s *Store) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapRes
 		attempt, _ := raw.Lookup("attempt").AsInt64OK()
 		msg := malformed + derr.Error()
 		errs := bson.A{jobs.AttemptError{Attempt: int(attempt), At: t, Owner: owner, Message: msg}}
-		r, err := s.coll.UpdateOne(ctx, filter, finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs}))
+		r, err := s.coll.UpdateOne(ctx, filter, Finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs}))
 		if err != nil {
 			// Log and go on: one job that cannot be written must not stop
 			// the pass for the others.

@@ -16,18 +16,15 @@ import (
 // Slots: a bounded queue's admitted jobs each hold a slot of its capacity
 // (package queue admits them), a limited kind's or queue's running jobs a
 // run slot of its limit (limit.go). The writes that end or give back an
-// attempt free them (finish and requeue, lease.go).
+// attempt free them (Finish and requeue, lease.go).
 
 // CapacitySlotField is the job field holding its slot of the queue's
 // capacity; only admitted, unfinished jobs of a bounded queue have it.
 const CapacitySlotField = "capacitySlot"
 
-// slotKey is the value of capacitySlot for slot k of queue q. Queue names
+// SlotKey is the value of capacitySlot for slot k of queue q. Queue names
 // may hold '/': the slot number is after the last one, and has none.
-func slotKey(q string, k int) string { return q + "/" + strconv.Itoa(k) }
-
-// SlotKey is slotKey, for package queue.
-func SlotKey(q string, k int) string { return slotKey(q, k) }
+func SlotKey(q string, k int) string { return q + "/" + strconv.Itoa(k) }
 
 // QueueLoad is what an admission reads of a queue (package queue), and a
 // claim of a limit's run slots (limit.go): the slots held, and how many

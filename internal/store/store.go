@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -130,11 +129,6 @@ var ErrOutcomeUnknown = errors.New("outcome not known")
 // now is the wall clock as the store stamps it: UTC, to the millisecond a
 // BSON date keeps. The store's writes read their Store's clock (s.now).
 func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
-
-// Finish is the update that ends a job in state s at t, freeing its unique
-// key and its slots: finish, for package queue's writes that end a job
-// (a cancel).
-func Finish(s jobs.State, t time.Time, set ...bson.E) bson.D { return finish(s, t, set...) }
 
 // ClaimQuery is what a claim by p at t under token sends: its filter, its
 // update and its sort, and how many candidates a batch claim of k reads
