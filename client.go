@@ -39,6 +39,7 @@ import (
 
 	"github.com/docketq/docket/internal/clientengine"
 	"github.com/docketq/docket/internal/leadership"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
@@ -535,7 +536,7 @@ func (c *Client) applyBounds(ctx context.Context) error {
 		}
 		c.log.Info("partition limit set from the configuration", zap.String("limit", name), zap.Stringer("partition", pl))
 	}
-	if err := c.q.SetRates(ctx, c.cfg.Rates, setBy); err != nil {
+	if err := store.Of(c.q).SetRates(ctx, c.cfg.Rates, setBy); err != nil {
 		return fmt.Errorf("rates: %w", err)
 	}
 	return nil

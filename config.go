@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/docketq/docket/internal/leadership"
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
 	"github.com/docketq/docket/recovery"
@@ -258,7 +259,7 @@ func (c Config) validateParts() error {
 	if err := validateBounds(c.Capacities, c.Limits); err != nil {
 		return err
 	}
-	if err := queue.ValidateRates("rates", c.Rates); err != nil {
+	if err := store.ValidateRates("rates", c.Rates); err != nil {
 		return err
 	}
 	return validatePartitionLimits(c.PartitionLimits)

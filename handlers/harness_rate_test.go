@@ -62,7 +62,7 @@ func (h *harnessEnv) rateWorld(t *testing.T) {
 	require.EqualValues(t, 2+h.rateLost, h.rateStarts(t), "A's start and the copy's, given back but spent (and %d of lost claims)", h.rateLost)
 	x = h.claim(t, p)
 	require.Nil(t, x, "a claim under the spent rate")
-	require.WithinDuration(t, time.Now().Add(harnessRate.Per/time.Duration(harnessRate.N)), h.q.NextRateStart(), time.Minute)
+	require.WithinDuration(t, time.Now().Add(harnessRate.Per/time.Duration(harnessRate.N)), s.NextRateStart(), time.Minute)
 	h.setRateBurst(t, h.rateBurst+2)
 	x = h.claim(t, p)
 	require.NotNil(t, x, "the copy, with the third start")

@@ -517,7 +517,7 @@ func (c *Client) scanStats(ctx context.Context, since time.Time, states []jobs.S
 		}
 		return "(" + v.Type.String() + ")"
 	}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = store.EachRaw(ctx, cur, func(d bson.Raw) error {
 		q, kind, state := str(d, "queue"), str(d, "kind"), str(d, "state")
 		runAt, ok := d.Lookup("runAt").TimeOK()
 		tally.add(q, kind, state, 1, runAt, ok)

@@ -192,7 +192,7 @@ func (c *Client) QueueCapacities(ctx context.Context) ([]QueueCapacity, error) {
 		if err != nil {
 			return nil, err
 		}
-		caps[i].Occupied = load.count()
+		caps[i].Occupied = load.Count()
 	}
 	return caps, nil
 }
@@ -202,46 +202,27 @@ func (c *Client) QueueCapacities(ctx context.Context) ([]QueueCapacity, error) {
 // SetCapacity). Admissions are measured against it.
 func (c *Client) Occupied(ctx context.Context, queue string) (int, error) {
 	load, err := c.readLoad(ctx, queue)
-	return load.count(), err
-}
-
-// queueLoad is what an admission reads of a queue: the slots held, and how
-// many unfinished jobs hold none.
-type queueLoad struct {
-	slots     map[int]bool
-	unslotted int
-}
-
-// count is how many jobs of the queue are unfinished (a finished job whose
-// slot another app left set counts until the reaper frees it).
-func (l queueLoad) count() int { return len(l.slots) + l.unslotted }
-
-// freeSlots returns the slots an admission to a queue of capacity may
-// take, none when it is full: those not held below capacity minus the
-// overflow, the unfinished jobs holding no slot below capacity (see the
-// comment at the top of this file).
-func (l queueLoad) freeSlots(capacity int) []int {
-	return store.FreeSlots(l.slots, l.unslotted, capacity)
+	return load.Count(), err
 }
 
 // readLoad reads queue's load: first how many of its unfinished jobs hold
 // no slot, then the slots held, so that a job is never missed by both
 // reads (none takes a slot while unfinished; finishing only lowers the
 // load). The count is served by the claim index's {state, queue} prefix.
-func (c *Client) readLoad(ctx context.Context, queue string) (queueLoad, error) {
+func (c *Client) readLoad(ctx context.Context, queue string) (store.QueueLoad, error) {
 	n, err := c.coll.CountDocuments(ctx, bson.D{
 		{Key: "state", Value: bson.D{{Key: "$in", Value: unfinishedStates}}},
 		{Key: "queue", Value: queue},
 		{Key: capacitySlotField, Value: nil}, // none, or null (written by another app)
 	})
 	if err != nil {
-		return queueLoad{}, fmt.Errorf("queue: count the unfinished jobs of %s that hold no slot: %w", queue, err)
+		return store.QueueLoad{}, fmt.Errorf("queue: count the unfinished jobs of %s that hold no slot: %w", queue, err)
 	}
 	slots, err := c.occupiedSlots(ctx, queue)
 	if err != nil {
-		return queueLoad{}, err
+		return store.QueueLoad{}, err
 	}
-	return queueLoad{slots: slots, unslotted: int(n)}, nil
+	return store.QueueLoad{Slots: slots, Unslotted: int(n)}, nil
 }
 
 // readCapacities reads the capacities stored, in queue name order.
@@ -309,7 +290,7 @@ func (c *Client) occupiedSlots(ctx context.Context, queue string) (map[int]bool,
 		return nil, fmt.Errorf("queue: read the occupied slots of %s: %w", queue, err)
 	}
 	out := map[int]bool{}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = store.EachRaw(ctx, cur, func(d bson.Raw) error {
 		s, ok := d.Lookup(capacitySlotField).StringValueOK()
 		if !ok || !strings.HasPrefix(s, prefix) {
 			return nil
@@ -348,7 +329,7 @@ func (c *Client) admit(ctx context.Context, j *jobs.Job, capacity int, own bool)
 		// Every unfinished job of the queue counts, slot or not: a
 		// capacity set over jobs already there, or lowered, admits again
 		// only once fewer than it are unfinished.
-		free := load.freeSlots(capacity)
+		free := load.FreeSlots(capacity)
 		if len(free) == 0 {
 			return c.refuse(ctx, j, capacity, own)
 		}
@@ -424,21 +405,14 @@ func (c *Client) whichDuplicate(ctx context.Context, j *jobs.Job, err error) (Re
 	if store.DuplicateIndexIs(err, capacityIndex) {
 		return Result{}, true, nil
 	}
-	r, there, lerr := c.existing(ctx, j)
+	r, found, lerr := c.existing(ctx, j)
+	if _, key := uniqueField(j); lerr == nil && !found && key != "" {
+		r, found, lerr = c.uniqueHolder(ctx, j)
+	}
 	if lerr != nil {
 		return Result{ID: j.ID, Err: fmt.Errorf("%w: %w", ErrNotInserted, lerr)}, false, lerr
 	}
-	if there {
-		return r, false, nil
-	}
-	if _, key := uniqueField(j); key == "" {
-		return Result{}, true, nil
-	}
-	r, held, lerr := c.uniqueHolder(ctx, j)
-	if lerr != nil {
-		return Result{ID: j.ID, Err: fmt.Errorf("%w: %w", ErrNotInserted, lerr)}, false, lerr
-	}
-	if held {
+	if found {
 		return r, false, nil
 	}
 	return Result{}, true, nil
@@ -483,7 +457,7 @@ func (c *Client) readmit(ctx context.Context, filter, update bson.D, queue strin
 		if err != nil {
 			return err
 		}
-		free := load.freeSlots(capacity)
+		free := load.FreeSlots(capacity)
 		if len(free) == 0 {
 			return &QueueFullError{Queue: queue, Capacity: capacity}
 		}

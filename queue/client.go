@@ -392,7 +392,7 @@ func duplicates(ctx context.Context, coll *mongo.Collection, models []mongo.Inde
 			continue
 		}
 		var dups []string
-		_ = eachRaw(ctx, cur, func(d bson.Raw) error {
+		_ = store.EachRaw(ctx, cur, func(d bson.Raw) error {
 			n, _ := d.Lookup("n").AsInt64OK()
 			v := d.Lookup("_id")
 			if len(keys) == 1 {
@@ -591,12 +591,6 @@ var ErrOutcomeUnknown = store.ErrOutcomeUnknown
 
 // now is the time c stamps and compares with: its store's clock.
 func (c *Client) now() time.Time { return c.st.Now() }
-
-// eachRaw calls fn with every document of cur, one at a time (see
-// store.EachRaw).
-func eachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) error {
-	return store.EachRaw(ctx, cur, fn)
-}
 
 // missingIndexes returns the models whose index (by name) coll lacks.
 func missingIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.IndexModel) ([]mongo.IndexModel, error) {

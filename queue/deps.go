@@ -378,7 +378,7 @@ func (c *Client) parentsOf(ctx context.Context, ids bson.A) (map[string]jobs.Sta
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+		if err := store.EachRaw(ctx, cur, func(d bson.Raw) error {
 			if id, ok := d.Lookup("_id").StringValueOK(); ok {
 				st, _ := d.Lookup("state").StringValueOK()
 				out[id] = jobs.State(st)
@@ -482,18 +482,11 @@ func (c *Client) settleDown(ctx context.Context, id any) (bool, error) {
 // cancelled and flagged due to dependents of their own: those a settle of
 // the job with id cancelled, to settle in turn.
 func (c *Client) cancelledDue(ctx context.Context, id any, match bson.E) ([]any, error) {
-	cur, err := c.coll.Find(ctx, bson.D{
+	out, err := c.st.IDs(ctx, bson.D{
 		match, {Key: "state", Value: jobs.StateCancelled},
 		{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
-	}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	}, 0)
 	if err != nil {
-		return nil, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
-	}
-	var out []any
-	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
-		out = append(out, d.Lookup("_id"))
-		return nil
-	}); err != nil {
 		return nil, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
 	}
 	return out, nil
@@ -646,20 +639,11 @@ func (c *Client) SettleDependents(ctx context.Context, linkGrace time.Duration, 
 // the others: a pass that stopped at it would never reach those after it
 // while its settle kept failing.
 func (c *Client) settleDue(ctx context.Context, limit int) (int, error) {
-	cur, err := c.coll.Find(ctx, bson.D{
+	due, err := c.st.IDs(ctx, bson.D{
 		{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
 		{Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}},
-	}, options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	}, limit)
 	if err != nil {
-		return 0, fmt.Errorf("queue: find jobs whose dependents are due: %w", err)
-	}
-	var due []bson.RawValue
-	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
-		if id, err := d.LookupErr("_id"); err == nil {
-			due = append(due, id)
-		}
-		return nil
-	}); err != nil {
 		return 0, fmt.Errorf("queue: find jobs whose dependents are due: %w", err)
 	}
 	settled, failed := 0, 0
@@ -765,7 +749,7 @@ func (c *Client) readLinking(ctx context.Context, cutoff time.Time, limit int) (
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("queue: find blocked jobs left linking: %w", err)
 	}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = store.EachRaw(ctx, cur, func(d bson.Raw) error {
 		dep, fill, ok := readDependent(d)
 		switch {
 		case !ok:

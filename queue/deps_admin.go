@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -170,7 +171,7 @@ func (c *Client) Relatives(ctx context.Context, j JobSummary, limit int) (parent
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("queue: find the dependents of job %s: %w", j.ID, err)
 	}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = store.EachRaw(ctx, cur, func(d bson.Raw) error {
 		st, _ := d.Lookup("state").StringValueOK()
 		dependents = append(dependents, Relative{ID: JobIDOf(d).String(), State: jobs.State(st)})
 		return nil

@@ -63,7 +63,7 @@ func (c *Client) settleTogether(ctx context.Context, ids []string, written []bso
 		cur, err := c.coll.Find(ctx, bson.D{idIn(chunk), {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
 			options.Find().SetProjection(store.SettleFields).SetLimit(int64(len(chunk))).SetBatchSize(int32(len(chunk))))
 		if err == nil {
-			err = eachRaw(ctx, cur, func(d bson.Raw) error { p.take(d); return nil })
+			err = store.EachRaw(ctx, cur, func(d bson.Raw) error { p.take(d); return nil })
 		}
 		if err != nil {
 			return p.alone, p.rep, fmt.Errorf("queue: read %d jobs to settle their dependents: %w", len(chunk), err)

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"time"
 
 	"github.com/docketq/docket/internal/store"
 )
@@ -43,12 +42,6 @@ type RateLimit = store.RateLimit
 // optionally by " per FIELD" ("10/m burst 2 per customerId").
 func ParseRate(s string) (Rate, error) { return store.ParseRate(s) }
 
-// ValidateRates reports the first of rates (limit name → rate) whose name
-// or rate is invalid, named as setting.NAME.
-func ValidateRates(setting string, rates map[string]Rate) error {
-	return store.ValidateRates(setting, rates)
-}
-
 // SetRate limits the jobs of name ("kind:KIND", "queue:QUEUE") that start,
 // across every worker process, to r. It applies at once to this client's
 // claims, to every other worker's next reservation under a rate it had
@@ -56,12 +49,6 @@ func ValidateRates(setting string, rates map[string]Rate) error {
 // LimitRefresh to its claims otherwise. by, when set, records who set it.
 func (c *Client) SetRate(ctx context.Context, name string, r Rate, by string) error {
 	return c.st.SetRate(ctx, name, r, by)
-}
-
-// SetRates sets each of rates (limit name → rate), in name order,
-// recording by.
-func (c *Client) SetRates(ctx context.Context, rates map[string]Rate, by string) error {
-	return c.st.SetRates(ctx, rates, by)
 }
 
 // ClearRate removes the rate limit of name. It reports whether there was
@@ -76,23 +63,9 @@ func (c *Client) RateLimits(ctx context.Context) ([]RateLimit, error) {
 	return c.st.RateLimits(ctx)
 }
 
-// NextRateStart is when a rate limit that made this client's last claim
-// leave out a kind or queue allows a start again; zero when the last claim
-// left none out. A worker whose claim found nothing waits no longer than
-// until then.
-func (c *Client) NextRateStart() time.Time { return c.st.NextRateStart() }
-
 // WaitingOnLimits counts, for each of names ("kind:K", "queue:Q"), the
 // jobs of it that could run now (available, runAt passed): those a full
 // limit or a spent rate holds back.
 func (c *Client) WaitingOnLimits(ctx context.Context, names []string) (map[string]int64, error) {
 	return c.st.WaitingOnLimits(ctx, names)
-}
-
-// CleanRatePartitions deletes up to limit documents of partitions of the
-// partitioned rates whose tat is a minute (store.RatePartitionIdle) in the past, each
-// conditioned on the tat it read (state a claim wrote meanwhile is kept),
-// and returns how many. The reaper's pass runs it.
-func (c *Client) CleanRatePartitions(ctx context.Context, limit int) (int, error) {
-	return c.st.CleanRatePartitions(ctx, limit)
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -59,7 +60,7 @@ func (c *Client) ParentResults(ctx context.Context, job *jobs.Job) ([]ParentResu
 	}
 	results := map[string]bson.Raw{}
 	var gate string
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = store.EachRaw(ctx, cur, func(d bson.Raw) error {
 		id, ok := d.Lookup("_id").StringValueOK()
 		switch r, isDoc := d.Lookup("result").DocumentOK(); {
 		case ok && id == job.ID:

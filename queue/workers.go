@@ -143,7 +143,7 @@ func (c *Client) listWorkers(ctx context.Context, t time.Time, ttl time.Duration
 		return nil, fmt.Errorf("queue: list workers: %w", err)
 	}
 	var out []WorkerInfo
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = store.EachRaw(ctx, cur, func(d bson.Raw) error {
 		w := workerInfo(d)
 		limit := ttl
 		if limit <= 0 {

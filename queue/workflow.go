@@ -689,7 +689,7 @@ func (c *Client) workflowTasks(ctx context.Context, id string) ([]workflowTaskSt
 	}
 	var tasks []workflowTaskState
 	parents := map[string][]string{}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = store.EachRaw(ctx, cur, func(d bson.Raw) error {
 		if wf, ok := d.Lookup(workflowField).StringValueOK(); !ok || wf != id {
 			return nil // an array holding id, written by another app: not a task
 		}
@@ -763,16 +763,12 @@ func (c *Client) SweepWorkflows(ctx context.Context, grace time.Duration, limit 
 	// Missing or of another type counts as old.
 	old := bson.E{Key: "updatedAt", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: c.now().Add(-grace)}}}}}
 	filter := bson.D{{Key: "kind", Value: WorkflowGateKind}, {Key: "state", Value: jobs.StateBlocked}, old}
-	cur, err := c.coll.Find(ctx, filter, options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	ids, err := c.st.IDs(ctx, filter, limit)
 	if err != nil {
 		return 0, fmt.Errorf("queue: find unpublished workflows: %w", err)
 	}
-	var ids []any
-	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
-		ids = append(ids, d.Lookup("_id"))
-		return nil
-	}); err != nil || len(ids) == 0 {
-		return 0, err
+	if len(ids) == 0 {
+		return 0, nil
 	}
 	n, err := c.cancelGate(ctx, ids, bson.D{old},
 		fmt.Sprintf("cancelled: the workflow was not published within %s of its last insert (its builder stopped)", grace))

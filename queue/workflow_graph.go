@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -112,7 +113,7 @@ func (c *Client) relatives(ctx context.Context, ids []bson.RawValue, limit int) 
 		out = append(out, bson.RawValue{Type: v.Type, Value: slices.Clone(v.Value)})
 		return nil
 	}
-	if err := eachRaw(ctx, cur, collect); err != nil {
+	if err := store.EachRaw(ctx, cur, collect); err != nil {
 		return nil, err
 	}
 	cur, err = c.coll.Find(ctx, bson.D{{Key: afterField, Value: bson.D{{Key: "$in", Value: rawValues(ids)}}}},
@@ -120,7 +121,7 @@ func (c *Client) relatives(ctx context.Context, ids []bson.RawValue, limit int) 
 	if err != nil {
 		return nil, err
 	}
-	return out, eachRaw(ctx, cur, collect)
+	return out, store.EachRaw(ctx, cur, collect)
 }
 
 // idsIn is the filter of the jobs whose ids are ids.

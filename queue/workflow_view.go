@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -190,7 +191,7 @@ func (c *Client) workflowByName(ctx context.Context, wf string, p WorkflowPage) 
 
 // readWorkflowTasks appends to tasks the jobs cur reads.
 func readWorkflowTasks(ctx context.Context, cur *mongo.Cursor, tasks []WorkflowTask) ([]WorkflowTask, error) {
-	err := eachRaw(ctx, cur, func(d bson.Raw) error {
+	err := store.EachRaw(ctx, cur, func(d bson.Raw) error {
 		tasks = append(tasks, readWorkflowTask(slices.Clone(d)))
 		return nil
 	})
@@ -211,7 +212,7 @@ func (c *Client) countStates(ctx context.Context, filter bson.D, counts map[jobs
 		return err
 	}
 	read, sum := 0, 0
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = store.EachRaw(ctx, cur, func(d bson.Raw) error {
 		s, _ := d.Lookup("_id").StringValueOK()
 		n, _ := d.Lookup("n").AsInt64OK()
 		addState(counts, jobs.State(s), int(n))

@@ -155,7 +155,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (ReapResult, error) {
 		// The idle partitions of partitioned rates hold nothing a missing
 		// document does not: delete a batch of them.
 		{"rate partitions", func(ctx context.Context) error {
-			_, err := r.q.CleanRatePartitions(ctx, r.cfg.Batch)
+			_, err := store.Of(r.q).CleanRatePartitions(ctx, r.cfg.Batch)
 			return err
 		}},
 		// Before retention, which keeps a job until its dependents are told.

@@ -110,23 +110,6 @@ func (p *processLimits) room(kinds, queues []string) (openKinds, openQueues []st
 	return keep(kinds, p.kinds, p.heldKinds), keep(queues, p.queues, p.heldQueues), room
 }
 
-// held returns how many jobs of each limited kind and queue the worker
-// holds, by limit name, those at none left out. For tests and logs.
-func (p *processLimits) held() map[string]int {
-	out := map[string]int{}
-	for k, n := range p.heldKinds {
-		if n != 0 {
-			out[queue.KindLimit(k)] = n
-		}
-	}
-	for q, n := range p.heldQueues {
-		if n != 0 {
-			out[queue.QueueLimit(q)] = n
-		}
-	}
-	return out
-}
-
 // processRoom narrows params, for the next claim, to the kinds (of
 // kinds, the registry's) and the worker's queues that are under their
 // process limits, and returns the most jobs the claim may take. When

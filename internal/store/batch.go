@@ -481,7 +481,7 @@ func (s *Store) readBack(ctx context.Context, block []*jobs.Job, token string) (
 	// One at a time: a job that does not decode is left running with this
 	// batch's token, which no one will renew, and the reaper buries it.
 	var claimed []*jobs.Job
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = EachRaw(ctx, cur, func(d bson.Raw) error {
 		var j jobs.Job
 		if err := bson.Unmarshal(d, &j); err != nil {
 			s.log.Warn("claim batch: a claimed job does not decode; the reaper will bury it", zap.Any("job_id", d.Lookup("_id")), zap.Error(err))
@@ -552,7 +552,7 @@ func (s *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err
 	res, err := s.coll.UpdateMany(ctx, bson.D{
 		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
 		{Key: "$or", Value: fences},
-	}, finish(jobs.StateSucceeded, t))
+	}, Finish(jobs.StateSucceeded, t))
 	if err != nil {
 		return nil, fmt.Errorf("store: complete %d jobs: %w", len(ls), err)
 	}
@@ -579,7 +579,7 @@ func (s *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err
 		return nil, fmt.Errorf("store: complete %d jobs: find the lost leases: %w: %w", len(ls), ErrOutcomeUnknown, err)
 	}
 	done := map[string]string{}
-	err = eachRaw(rctx, cur, func(d bson.Raw) error {
+	err = EachRaw(rctx, cur, func(d bson.Raw) error {
 		id, _ := d.Lookup("_id").StringValueOK()
 		state, _ := d.Lookup("state").StringValueOK()
 		token, _ := d.Lookup("leaseToken").StringValueOK()

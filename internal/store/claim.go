@@ -209,7 +209,7 @@ func (s *Store) buryMalformed(ctx context.Context, raw bson.Raw, t time.Time, ca
 	errs := bson.A{jobs.AttemptError{Attempt: int(attempt), At: t, Owner: owner, Message: msg}}
 	_, err := s.coll.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: token}},
-		finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs}))
+		Finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs}))
 	if err == nil {
 		s.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
 	}
@@ -224,7 +224,7 @@ func (s *Store) buryCandidate(ctx context.Context, raw bson.Raw, t time.Time, ca
 	msg := malformed + cause.Error()
 	_, err := s.coll.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateAvailable}, {Key: "updatedAt", Value: rawOrNull(raw, "updatedAt")}},
-		finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: msg}}}))
+		Finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: msg}}}))
 	if err == nil {
 		s.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
 	}
@@ -250,7 +250,7 @@ func (s *Store) buryBadAttempts(ctx context.Context, filter bson.D, t time.Time)
 		msg := fmt.Sprintf("%sattempt: %s %s is not a number", malformed, attempt.Type, attempt)
 		res, err := s.coll.UpdateOne(ctx,
 			bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateAvailable}, {Key: "attempt", Value: attempt}},
-			finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: msg}}}))
+			Finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: msg}}}))
 		if err != nil {
 			return n, err
 		}
@@ -282,7 +282,7 @@ func (s *Store) ReleaseClaim(ctx context.Context, token string) (int, error) {
 		return 0, fmt.Errorf("store: release claim %s: %w", token, err)
 	}
 	var ids []string
-	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+	if err := EachRaw(ctx, cur, func(d bson.Raw) error {
 		if id, ok := d.Lookup("_id").StringValueOK(); ok {
 			ids = append(ids, id)
 		}

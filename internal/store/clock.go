@@ -1,9 +1,6 @@
 package store
 
-import (
-	"sync/atomic"
-	"time"
-)
+import "time"
 
 // The store's clock is the time it stamps on what it writes and compares
 // with what it reads: a claim's lease expiry and the reaper's "expired", a
@@ -37,16 +34,3 @@ func (s *Store) instant() time.Time {
 	}
 	return s.clock()
 }
-
-// ShiftedClock is a clock for tests: the wall clock plus an offset that
-// Advance moves forward. Time keeps passing, so deadlines and timers still
-// work; a test advances it past a lease or a backoff instead of sleeping.
-type ShiftedClock struct{ offset atomic.Int64 }
-
-// Now is the wall clock plus the offset.
-func (s *ShiftedClock) Now() time.Time {
-	return time.Now().Add(time.Duration(s.offset.Load()))
-}
-
-// Advance moves the clock d forward.
-func (s *ShiftedClock) Advance(d time.Duration) { s.offset.Add(int64(d)) }

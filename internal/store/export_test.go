@@ -156,9 +156,9 @@ func SkippedPartitionValues(counts map[string]int, n int) []int {
 	loads := map[string]*partLoad{}
 	for v, count := range counts {
 		typ, data, _ := bson.MarshalValue(v)
-		l := &partLoad{queueLoad: queueLoad{slots: map[int]bool{}}, value: bson.RawValue{Type: typ, Value: data}, known: true}
+		l := &partLoad{QueueLoad: QueueLoad{Slots: map[int]bool{}}, value: bson.RawValue{Type: typ, Value: data}, known: true}
 		for k := range count {
-			l.slots[k] = true
+			l.Slots[k] = true
 		}
 		loads[v] = l
 	}

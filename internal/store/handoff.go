@@ -105,7 +105,7 @@ func (s *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue s
 		return nil, fmt.Errorf("store: read successors: %w", err)
 	}
 	var out []*Successor
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = EachRaw(ctx, cur, func(d bson.Raw) error {
 		var j jobs.Job
 		if bson.Unmarshal(d, &j) != nil {
 			return nil // a claim buries it
@@ -248,9 +248,9 @@ func (r *runLoads) heldSlots(jobID, kind, queue string, names map[string]int, se
 			}
 		}
 		if h.limit == KindLimit(kind) {
-			set = append(set, bson.E{Key: kindRunSlotField, Value: slotKey(kind, h.k)})
+			set = append(set, bson.E{Key: kindRunSlotField, Value: SlotKey(kind, h.k)})
 		} else {
-			set = append(set, bson.E{Key: queueRunSlotField, Value: slotKey(queue, h.k)})
+			set = append(set, bson.E{Key: queueRunSlotField, Value: SlotKey(queue, h.k)})
 		}
 	}
 	return set, true
@@ -312,7 +312,7 @@ func (s *Store) CompleteHandingOff(ctx context.Context, l Lease, next *Successor
 // from the stamp alone (2). It changes nothing.
 func handoffWrites(ctx context.Context, l Lease, next *Successor, p ClaimParams, t time.Time, set bson.D) []mongo.WriteModel {
 	j := next.Job
-	end := mongo.NewUpdateOneModel().SetFilter(fence(l)).SetUpdate(withProgress(ctx, finish(jobs.StateSucceeded, t, resultOf(ctx)...)))
+	end := mongo.NewUpdateOneModel().SetFilter(fence(l)).SetUpdate(withProgress(ctx, Finish(jobs.StateSucceeded, t, resultOf(ctx)...)))
 	match, stamp := successorStamp(next, p, t, set)
 	witness := mongo.NewUpdateOneModel().
 		SetFilter(bson.D{{Key: "_id", Value: j.ID}, {Key: "leaseToken", Value: p.Token}}).

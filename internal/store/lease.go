@@ -47,13 +47,13 @@ type Renewal struct {
 	CancelRequested bool
 }
 
-// finish returns the update that moves a job to the final state s at t,
+// Finish returns the update that moves a job to the final state s at t,
 // freeing its unique key, its slot of a bounded queue's capacity and its
 // run slots of concurrency limits (limit.go), and marking the outcome due
 // to the jobs that wait for it (deps.go). A result set holds only what
 // this attempt set: without one in set, an earlier one goes. Every write
-// that finishes a job uses it.
-func finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
+// that finishes a job uses it, package queue's too (a cancel).
+func Finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 	unset := bson.D{
 		{Key: "leaseExpiresAt", Value: ""}, {Key: CapacitySlotField, Value: ""},
 		{Key: kindRunSlotField, Value: ""}, {Key: queueRunSlotField, Value: ""},
@@ -88,7 +88,7 @@ func (s *Store) Complete(ctx context.Context, l Lease) error {
 		_, err := s.completions.complete(ctx, l, false)
 		return err
 	}
-	err := s.fencedUpdate(ctx, "complete", l, withProgress(ctx, finish(jobs.StateSucceeded, s.now(), result...)))
+	err := s.fencedUpdate(ctx, "complete", l, withProgress(ctx, Finish(jobs.StateSucceeded, s.now(), result...)))
 	if errors.Is(err, jobs.ErrLeaseLost) {
 		return s.unlessWritten(ctx, "complete", l, err, completedBy(l))
 	}
@@ -134,7 +134,7 @@ func (s *Store) CompleteReading(ctx context.Context, l Lease) (bson.Raw, error) 
 	if s.batches(ctx) {
 		return s.completions.complete(ctx, l, true)
 	}
-	update := withProgress(ctx, finish(jobs.StateSucceeded, s.now(), resultOf(ctx)...))
+	update := withProgress(ctx, Finish(jobs.StateSucceeded, s.now(), resultOf(ctx)...))
 	send := func(projected bool) (bson.Raw, error) {
 		opts := options.FindOneAndUpdate().SetReturnDocument(options.After).SetComment(CompleteReadingComment)
 		if projected {
@@ -165,7 +165,7 @@ func (s *Store) CompleteReading(ctx context.Context, l Lease) (bson.Raw, error) 
 func (s *Store) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason string) error {
 	t := s.now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: reason})
-	err := s.fencedUpdate(ctx, "cancel", l, withProgress(ctx, finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs})))
+	err := s.fencedUpdate(ctx, "cancel", l, withProgress(ctx, Finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs})))
 	if errors.Is(err, jobs.ErrLeaseLost) {
 		return s.unlessWritten(ctx, "cancel", l, err, func(w *written) bool {
 			return w.State == jobs.StateCancelled && w.LeaseToken == l.Token && w.hasError(j.Attempt, j.Owner, reason)
@@ -343,7 +343,7 @@ func cancelledInstead(requestedAt, instead string) string {
 // errors would be errs had it been re-queued (instead).
 func endCancelled(j *jobs.Job, t time.Time, errs []jobs.AttemptError, instead string) func(string, bson.Raw) bson.D {
 	return func(requestedAt string, _ bson.Raw) bson.D {
-		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: jobs.AppendError(errs, jobs.AttemptError{
+		return Finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: jobs.AppendError(errs, jobs.AttemptError{
 			Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, instead),
 		})})
 	}
@@ -418,7 +418,7 @@ func (s *Store) failure(j *jobs.Job, t time.Time, permanent bool, errs []jobs.At
 		maxAttempts = jobs.DefaultMaxAttempts
 	}
 	if permanent || j.Attempt >= maxAttempts {
-		return Failure{State: jobs.StateDead}, finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs})
+		return Failure{State: jobs.StateDead}, Finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs})
 	}
 	// As stored: a BSON date holds milliseconds.
 	runAt := t.Add(Backoff(j.Attempt, s.cfg.RetryBase, s.cfg.RetryMax)).Truncate(time.Millisecond)
@@ -481,7 +481,7 @@ func (s *Store) Release(ctx context.Context, l Lease) error {
 		errs := jobs.AppendError(j.Errors, jobs.AttemptError{
 			Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, "released to another worker"),
 		})
-		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}, mark)
+		return Finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}, mark)
 	})
 	if errors.Is(err, jobs.ErrLeaseLost) {
 		return s.unlessWritten(ctx, "release", l, err, func(w *written) bool {

@@ -33,7 +33,7 @@ import (
 // "<queue>/<k>" the same way (a job under both limits holds both). Two
 // running jobs can never hold one slot, so at every moment at most N jobs
 // of the limit hold one. The slot is freed by the write that ends or gives
-// back the attempt, in the same write (finish and requeue, lease.go):
+// back the attempt, in the same write (Finish and requeue, lease.go):
 // complete, CompleteMany, fail (retry or dead), cancelled, release,
 // ReleaseClaim, and the reaper's re-queue, which is fenced on the expired
 // lease; a worker that stalls or dies keeps its slots until the reaper
@@ -49,7 +49,7 @@ import (
 // each job of a limit with a write of its own that stamps a free slot
 // (a batch cannot stamp k different slots with one updateMany). As with a
 // capacity, a running job holding no slot counts, and a claim takes only
-// slots below N minus their number (see queueLoad.freeSlots).
+// slots below N minus their number (see QueueLoad.FreeSlots).
 
 // DefaultLimitsCollection holds the concurrency limits, beside the default
 // jobs collection; a Store on another jobs collection C uses C_limits.
@@ -335,10 +335,10 @@ func (s *Store) RunLimits(ctx context.Context) ([]RunLimit, error) {
 		if l.Malformed != "" {
 			continue
 		}
-		ls[i].Running = load[l.Name].count()
+		ls[i].Running = load[l.Name].Count()
 		for _, pl := range pload[l.Name] {
 			ls[i].Partitions++
-			if pl.count() >= l.PartitionLimit {
+			if pl.Count() >= l.PartitionLimit {
 				ls[i].Saturated++
 			}
 		}
@@ -354,7 +354,7 @@ func (s *Store) readLimits(ctx context.Context) ([]RunLimit, error) {
 	}
 	var out []RunLimit
 	var rates []bson.Raw
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = EachRaw(ctx, cur, func(d bson.Raw) error {
 		if isRateDoc(d) { // rate.go
 			rates = append(rates, d)
 			return nil
@@ -494,7 +494,7 @@ func runLoadQuery(totals map[string]int, parts partSpecs) (filter, proj bson.D, 
 // held and how many running jobs hold none), and each partitioned
 // limit's loads by partition.
 type runLoadRead struct {
-	totals map[string]*queueLoad
+	totals map[string]*QueueLoad
 	parts  map[string]map[string]*partLoad
 }
 
@@ -519,7 +519,7 @@ func (r runLoadRead) count(d bson.Raw, parts partSpecs) {
 		}
 		load := r.parts[name][p]
 		if load == nil {
-			load = &partLoad{queueLoad: queueLoad{slots: map[int]bool{}}, value: v, known: true}
+			load = &partLoad{QueueLoad: QueueLoad{Slots: map[int]bool{}}, value: v, known: true}
 			r.parts[name][p] = load
 		}
 		load.hold(partSlotTarget(target, p), d.Lookup(slotField(name, true)))
@@ -530,10 +530,10 @@ func (r runLoadRead) count(d bson.Raw, parts partSpecs) {
 // (name → limit) and of the partitioned ones of parts, and returns each
 // limit's load by name (the slots held and how many running jobs hold
 // none) and each partitioned limit's loads by partition.
-func (s *Store) readRunLoad(ctx context.Context, totals map[string]int, parts partSpecs) (map[string]*queueLoad, map[string]map[string]*partLoad, error) {
-	r := runLoadRead{totals: map[string]*queueLoad{}, parts: map[string]map[string]*partLoad{}}
+func (s *Store) readRunLoad(ctx context.Context, totals map[string]int, parts partSpecs) (map[string]*QueueLoad, map[string]map[string]*partLoad, error) {
+	r := runLoadRead{totals: map[string]*QueueLoad{}, parts: map[string]map[string]*partLoad{}}
 	for name := range totals {
-		r.totals[name] = &queueLoad{slots: map[int]bool{}}
+		r.totals[name] = &QueueLoad{Slots: map[int]bool{}}
 	}
 	filter, proj, ok := runLoadQuery(totals, parts)
 	if !ok {
@@ -543,7 +543,7 @@ func (s *Store) readRunLoad(ctx context.Context, totals map[string]int, parts pa
 	if err != nil {
 		return nil, nil, fmt.Errorf("store: read the running jobs of the limits: %w", err)
 	}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = EachRaw(ctx, cur, func(d bson.Raw) error {
 		r.count(d, parts)
 		return nil
 	})
@@ -631,10 +631,10 @@ func cloneSlots(m map[string][]int) map[string][]int {
 
 // newSlotPicker returns the picker of the limits totals (name → limit)
 // with their loads, and of the partitioned ones of parts with pload.
-func newSlotPicker(totals map[string]int, load map[string]*queueLoad, parts partSpecs, pload map[string]map[string]*partLoad) *slotPicker {
+func newSlotPicker(totals map[string]int, load map[string]*QueueLoad, parts partSpecs, pload map[string]map[string]*partLoad) *slotPicker {
 	s := &slotPicker{totals: totals, free: map[string][]int{}, parts: parts, pload: pload, pfree: map[string][]int{}}
 	for name, n := range totals {
-		s.free[name] = load[name].freeSlots(n)
+		s.free[name] = load[name].FreeSlots(n)
 	}
 	return s
 }
@@ -722,7 +722,7 @@ func (s *slotPicker) take(kind, queue string, args bson.Raw) (set bson.D, held [
 		f := n.free[n.key]
 		k := f[len(f)-1]
 		n.free[n.key] = f[:len(f)-1]
-		set = append(set, bson.E{Key: n.field, Value: slotKey(n.prefix, k)})
+		set = append(set, bson.E{Key: n.field, Value: SlotKey(n.prefix, k)})
 		held = append(held, heldSlot{limit: n.limit, part: n.part, k: k})
 	}
 	return set, held, ok

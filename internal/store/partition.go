@@ -32,7 +32,7 @@ import (
 // not UTF-8) makes a short slot of fixed form. A job of a partitioned
 // queue holds queuePartSlot the same way. The slots are taken by the
 // claim's own write under unique sparse indexes and freed by the writes
-// that free the other run slots (finish and requeue, lease.go), so a
+// that free the other run slots (Finish and requeue, lease.go), so a
 // partition is exact under the same failures as a limit.
 //
 // Finding work when many partitions are saturated: a claim reads the
@@ -170,7 +170,7 @@ func partName(name, p string) string { return name + "\x00" + p }
 // partLoad is what a claim read of one partition: its load and a value of
 // its field, by which a claim's filter leaves it out when it is full.
 type partLoad struct {
-	queueLoad
+	QueueLoad
 	value bson.RawValue
 	// known: value was read (a partition this client's own claim added
 	// to a view has none).
@@ -286,11 +286,11 @@ func (ps partSpecs) any() bool { return len(ps) > 0 }
 func (s *slotPicker) partFree(name, p string, pl partLimit) string {
 	key := partName(name, p)
 	if _, ok := s.pfree[key]; !ok {
-		load := queueLoad{slots: map[int]bool{}}
+		load := QueueLoad{Slots: map[int]bool{}}
 		if l := s.pload[name][p]; l != nil {
-			load = l.queueLoad
+			load = l.QueueLoad
 		}
-		s.pfree[key] = load.freeSlots(pl.n)
+		s.pfree[key] = load.FreeSlots(pl.n)
 	}
 	return key
 }
@@ -307,7 +307,7 @@ func (s *slotPicker) saturated(p ClaimParams) []partSkip {
 		}
 		var values bson.A
 		for _, l := range s.pload[name] {
-			if l.known && len(l.value.Value) <= maxSkippedValueBytes && l.count() >= pl.n { // no free slot (queueLoad.freeSlots)
+			if l.known && len(l.value.Value) <= maxSkippedValueBytes && l.Count() >= pl.n { // no free slot (QueueLoad.FreeSlots)
 				values = append(values, skipValue(l.value))
 			}
 		}
@@ -407,7 +407,7 @@ type partView struct {
 func copyPartLoads(loads map[string]*partLoad) map[string]*partLoad {
 	out := make(map[string]*partLoad, len(loads))
 	for p, l := range loads {
-		out[p] = &partLoad{queueLoad: queueLoad{slots: copySet(l.slots), unslotted: l.unslotted}, value: l.value, known: l.known}
+		out[p] = &partLoad{QueueLoad: QueueLoad{Slots: copySet(l.Slots), Unslotted: l.Unslotted}, value: l.value, known: l.known}
 	}
 	return out
 }
@@ -440,7 +440,7 @@ func (r *runLoads) storePartViews(parts partSpecs, pload map[string]map[string]*
 	for name, pl := range parts {
 		r.parts[name] = &partView{arg: pl.arg, n: pl.n, readAt: sent, loads: copyPartLoads(pload[name])}
 		for _, l := range pload[name] {
-			if l.unslotted > 0 {
+			if l.Unslotted > 0 {
 				delete(r.parts, name)
 				break
 			}

@@ -165,7 +165,7 @@ func ReadQueues[T any](ctx context.Context, c *Store, filter bson.D, what string
 		return nil, fmt.Errorf("store: read %s: %w", what, err)
 	}
 	var out []T
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = EachRaw(ctx, cur, func(d bson.Raw) error {
 		out = append(out, decode(d))
 		return nil
 	})

@@ -453,7 +453,7 @@ func (s *Store) RateLimits(ctx context.Context) ([]RateLimit, error) {
 	}
 	var out []RateLimit
 	t := s.instant()
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = EachRaw(ctx, cur, func(d bson.Raw) error {
 		rl, _ := rateLimit(d, t)
 		out = append(out, rl)
 		return nil

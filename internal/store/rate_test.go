@@ -114,7 +114,7 @@ func TestRateHeldAcrossProcesses(t *testing.T) {
 					mu.Unlock()
 					if len(got) == 0 {
 						wait := 20 * time.Millisecond
-						if next := q.NextRateStart(); !next.IsZero() {
+						if next := store.Of(q).NextRateStart(); !next.IsZero() {
 							wait = min(wait, time.Until(next))
 						}
 						time.Sleep(max(wait, time.Millisecond))
@@ -161,7 +161,7 @@ func TestRateLeavesOtherKindsClaimable(t *testing.T) {
 	got, err = s.ClaimBatch(b.ctx, p, 10)
 	require.NoError(t, err)
 	require.Empty(t, got)
-	next := b.q.NextRateStart()
+	next := store.Of(b.q).NextRateStart()
 	require.WithinDuration(t, time.Now().Add(time.Hour), next, 5*time.Second)
 	// Single claims too.
 	j, err := s.Claim(b.ctx, p)
@@ -467,8 +467,8 @@ func TestRateLoserYields(t *testing.T) {
 	require.Len(t, rls, 1)
 	next := rls[0].NextStart
 	require.Zero(t, claim(s1, "w1", 1))
-	require.Equal(t, next, q1.NextRateStart(), "the winner waits for the rate's next start")
-	w2Next := q2.NextRateStart()
+	require.Equal(t, next, store.Of(q1).NextRateStart(), "the winner waits for the rate's next start")
+	w2Next := store.Of(q2).NextRateStart()
 	require.True(t, w2Next.After(next), "the loser waits longer: %s, the rate's next start %s", w2Next, next)
 	require.True(t, w2Next.Before(next.Add(r.Per)), "by less than one interval after one loss: %s", w2Next.Sub(next))
 

@@ -571,7 +571,7 @@ func (s *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, i
 	if err != nil {
 		return fmt.Errorf("store: claim: read rate partitions: %w", err)
 	}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = EachRaw(ctx, cur, func(d bson.Raw) error {
 		id, _ := d.Lookup("_id").StringValueOK()
 		rp := parts[id]
 		if rp == nil {
@@ -685,7 +685,7 @@ func (s *Store) readBackReserved(ctx context.Context, parts []*ratePart, nonce s
 	if err != nil {
 		return fmt.Errorf("store: claim: read back the reserved rate partitions: %w", err)
 	}
-	return eachRaw(ctx, cur, func(d bson.Raw) error {
+	return EachRaw(ctx, cur, func(d bson.Raw) error {
 		id, _ := d.Lookup("_id").StringValueOK()
 		if rp := byID[id]; rp != nil {
 			if tat, ok := d.Lookup("tat").TimeOK(); ok && tat.Equal(rp.newTat) {
@@ -809,7 +809,7 @@ func (s *Store) CleanRatePartitions(ctx context.Context, limit int) (int, error)
 		return 0, fmt.Errorf("store: clean rate partitions: %w", err)
 	}
 	var models []mongo.WriteModel
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = EachRaw(ctx, cur, func(d bson.Raw) error {
 		models = append(models, mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: d.Lookup("_id")}, {Key: "tat", Value: d.Lookup("tat")}}))
 		return nil
 	})

@@ -114,7 +114,7 @@ func TestRatePartitionsHeldAcrossProcesses(t *testing.T) {
 					mu.Unlock()
 					if len(got) == 0 {
 						wait := 20 * time.Millisecond
-						if next := q.NextRateStart(); !next.IsZero() {
+						if next := store.Of(q).NextRateStart(); !next.IsZero() {
 							wait = min(wait, time.Until(next))
 						}
 						time.Sleep(max(wait, time.Millisecond))
@@ -174,7 +174,7 @@ func TestRatePartitionSpentLeavesOthersClaimable(t *testing.T) {
 	got, err = s.ClaimBatch(b.ctx, claimAll, 10)
 	require.NoError(t, err)
 	require.Empty(t, got)
-	require.WithinDuration(t, b.clock.Now().Add(time.Hour), b.q.NextRateStart(), 5*time.Second)
+	require.WithinDuration(t, b.clock.Now().Add(time.Hour), store.Of(b.q).NextRateStart(), 5*time.Second)
 	j, err = s.Claim(b.ctx, claimAll)
 	require.NoError(t, err)
 	require.Nil(t, j)

@@ -47,10 +47,11 @@ func (r ReapResult) Add(o ReapResult) ReapResult {
 	}
 }
 
-// eachRaw calls fn with every document of cur, one at a time, so that a
-// document that does not decode as its caller expects is the caller's to
-// handle and does not fail the others (cur.All into typed values would).
-func eachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) error {
+// EachRaw calls fn with every document of cur, one at a time, then closes
+// it, so that a document that does not decode as its caller expects is the
+// caller's to handle and does not fail the others (cur.All into typed
+// values would). An error of fn stops the walk and is returned.
+func EachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) error {
 	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
 	for cur.Next(ctx) {
 		if err := fn(cur.Current); err != nil {
@@ -105,7 +106,7 @@ func (s *Store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapR
 	// once an expired job is found: a pass with none costs the find alone.
 	var expired []bson.Raw
 	var live map[string]bool
-	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
+	if err := EachRaw(ctx, cur, func(d bson.Raw) error {
 		if len(expired) == limit {
 			return errBatchFull
 		}
@@ -159,7 +160,7 @@ func (s *Store) liveWorkers(ctx context.Context) map[string]bool {
 		return map[string]bool{}
 	}
 	live := map[string]bool{}
-	err = eachRaw(ctx, cur, func(d bson.Raw) error {
+	err = EachRaw(ctx, cur, func(d bson.Raw) error {
 		id, ok := d.Lookup("_id").StringValueOK()
 		if !ok || id == "" {
 			return nil
@@ -221,7 +222,7 @@ func (s *Store) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapRes
 		attempt, _ := raw.Lookup("attempt").AsInt64OK()
 		msg := malformed + derr.Error()
 		errs := bson.A{jobs.AttemptError{Attempt: int(attempt), At: t, Owner: owner, Message: msg}}
-		r, err := s.coll.UpdateOne(ctx, filter, finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs}))
+		r, err := s.coll.UpdateOne(ctx, filter, Finish(jobs.StateDead, t, bson.E{Key: "errors", Value: errs}))
 		if err != nil {
 			// Log and go on: one job that cannot be written must not stop
 			// the pass for the others.
@@ -287,20 +288,9 @@ func (s *Store) Clean(ctx context.Context, st jobs.State, age time.Duration, lim
 		bson.D{{Key: "uniqueUntil", Value: bson.D{{Key: "$exists", Value: false}}}},
 		bson.D{{Key: "uniqueUntil", Value: bson.D{{Key: "$lte", Value: t}}}},
 	}}
-	cur, err := s.coll.Find(ctx,
-		bson.D{{Key: "state", Value: st}, eligible, periodOver, notDue},
-		options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}}))
+	in, err := s.IDs(ctx, bson.D{{Key: "state", Value: st}, eligible, periodOver, notDue}, limit)
 	if err != nil {
 		return 0, fmt.Errorf("store: find %s jobs to clean: %w", st, err)
-	}
-	var in bson.A
-	if err := eachRaw(ctx, cur, func(d bson.Raw) error {
-		if id, err := d.LookupErr("_id"); err == nil {
-			in = append(in, id)
-		}
-		return nil
-	}); err != nil {
-		return 0, fmt.Errorf("store: read %s jobs to clean: %w", st, err)
 	}
 	if len(in) == 0 {
 		return 0, nil

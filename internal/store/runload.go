@@ -125,11 +125,11 @@ func (s *Store) slotsFor(ctx context.Context, totals map[string]int, parts partS
 	r.mu.Lock()
 	for name, n := range totals {
 		l := load[name]
-		if l == nil || l.unslotted > 0 {
+		if l == nil || l.Unslotted > 0 {
 			delete(r.views, name)
 			continue
 		}
-		r.views[name] = &runView{limit: n, readAt: sent, held: copySet(l.slots)}
+		r.views[name] = &runView{limit: n, readAt: sent, held: copySet(l.Slots)}
 	}
 	r.storePartViews(parts, pload, sent)
 	r.mu.Unlock()
@@ -160,7 +160,7 @@ func (r *runLoads) fromViews(names map[string]int, k int, setAt map[string]time.
 		}
 		age := time.Since(v.readAt)
 		// Slots held at or above the limit (it was lowered while they
-		// ran) count against it, as in a read (queueLoad.freeSlots).
+		// ran) count against it, as in a read (QueueLoad.FreeSlots).
 		overflow := 0
 		for slot := range v.held {
 			if slot >= n {
@@ -173,7 +173,7 @@ func (r *runLoads) fromViews(names map[string]int, k int, setAt map[string]time.
 			// client's own frees (a worker's, which tells RunEnded): the
 			// slots free as read, less those this client took since,
 			// plus those it freed; none when it is full.
-			free[name] = queueLoad{slots: v.held}.freeSlots(n)
+			free[name] = QueueLoad{Slots: v.held}.FreeSlots(n)
 		case len(v.freed) > 0:
 			// Older: only what this client's runs freed is known free.
 			var f []int
@@ -229,10 +229,10 @@ func (r *runLoads) hold(h heldSlot) {
 			// Its value is not known here: a claim's filter cannot leave
 			// it out by value (saturated skips it); the picker still
 			// refuses its jobs once it is full.
-			l = &partLoad{queueLoad: queueLoad{slots: map[int]bool{}}}
+			l = &partLoad{QueueLoad: QueueLoad{Slots: map[int]bool{}}}
 			v.loads[h.part] = l
 		}
-		l.slots[h.k] = true
+		l.Slots[h.k] = true
 	}
 }
 
@@ -241,7 +241,7 @@ func (r *runLoads) hold(h heldSlot) {
 func (r *runLoads) free(h heldSlot) {
 	if h.part != "" {
 		if v := r.parts[h.limit]; v != nil && v.loads[h.part] != nil {
-			delete(v.loads[h.part].slots, h.k)
+			delete(v.loads[h.part].Slots, h.k)
 		}
 	} else if v := r.views[h.limit]; v != nil && v.held[h.k] {
 		delete(v.held, h.k)

@@ -16,67 +16,61 @@ import (
 // Slots: a bounded queue's admitted jobs each hold a slot of its capacity
 // (package queue admits them), a limited kind's or queue's running jobs a
 // run slot of its limit (limit.go). The writes that end or give back an
-// attempt free them (finish and requeue, lease.go).
+// attempt free them (Finish and requeue, lease.go).
 
 // CapacitySlotField is the job field holding its slot of the queue's
 // capacity; only admitted, unfinished jobs of a bounded queue have it.
 const CapacitySlotField = "capacitySlot"
 
-// slotKey is the value of capacitySlot for slot k of queue q. Queue names
+// SlotKey is the value of capacitySlot for slot k of queue q. Queue names
 // may hold '/': the slot number is after the last one, and has none.
-func slotKey(q string, k int) string { return q + "/" + strconv.Itoa(k) }
+func SlotKey(q string, k int) string { return q + "/" + strconv.Itoa(k) }
 
-// SlotKey is slotKey, for package queue.
-func SlotKey(q string, k int) string { return slotKey(q, k) }
-
-// queueLoad is what an admission reads of a queue: the slots held, and how
-// many unfinished jobs hold none.
-type queueLoad struct {
-	slots     map[int]bool
-	unslotted int
+// QueueLoad is what an admission reads of a queue (package queue), and a
+// claim of a limit's run slots (limit.go): the slots held, and how many
+// unfinished jobs hold none.
+type QueueLoad struct {
+	// Slots are the slot numbers held.
+	Slots map[int]bool
+	// Unslotted counts the unfinished jobs that hold no slot.
+	Unslotted int
 }
 
-// count is how many jobs of the queue are unfinished (a finished job whose
+// Count is how many jobs of the queue are unfinished (a finished job whose
 // slot another app left set counts until the reaper frees it).
-func (l queueLoad) count() int { return len(l.slots) + l.unslotted }
+func (l QueueLoad) Count() int { return len(l.Slots) + l.Unslotted }
 
 // hold counts a running job that holds slot, "<target>/<k>", or none.
-func (l *queueLoad) hold(target string, slot bson.RawValue) {
+func (l *QueueLoad) hold(target string, slot bson.RawValue) {
 	if k, ok := slotNumber(target, slot); ok {
-		l.slots[k] = true
+		l.Slots[k] = true
 	} else {
-		l.unslotted++
+		l.Unslotted++
 	}
 }
 
-// freeSlots returns the slots an admission to a queue of capacity may
+// FreeSlots returns the slots an admission to a queue of capacity may
 // take, none when it is full: those not held below capacity minus the
 // overflow, the unfinished jobs holding no slot below capacity (see the
-// comment at the top of this file).
-func (l queueLoad) freeSlots(capacity int) []int {
-	if l.count() >= capacity {
+// comment at the top of package queue's capacity.go).
+func (l QueueLoad) FreeSlots(capacity int) []int {
+	if l.Count() >= capacity {
 		return nil
 	}
-	overflow := l.unslotted
-	for k := range l.slots {
+	overflow := l.Unslotted
+	for k := range l.Slots {
 		if k >= capacity {
 			overflow++
 		}
 	}
-	free := make([]int, 0, capacity-l.count())
+	free := make([]int, 0, capacity-l.Count())
 	for k := range capacity - overflow {
-		if !l.slots[k] {
+		if !l.Slots[k] {
 			free = append(free, k)
 		}
 	}
 	rand.Shuffle(len(free), func(a, b int) { free[a], free[b] = free[b], free[a] })
 	return free
-}
-
-// FreeSlots is the free slots of a load of the slots held and the
-// unfinished jobs holding none, for package queue.
-func FreeSlots(slots map[int]bool, unslotted, capacity int) []int {
-	return queueLoad{slots: slots, unslotted: unslotted}.freeSlots(capacity)
 }
 
 // StoredCount reads the whole number in field of a settings document that

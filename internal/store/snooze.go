@@ -27,7 +27,7 @@ func (s *Store) Snooze(ctx context.Context, l Lease, j *jobs.Job, d time.Duratio
 	update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempt", Value: -1}}})
 	cancelled, err := s.requeueUnlessCancelled(ctx, "snooze", fence(l), update, func(requestedAt string, _ bson.Raw) bson.D {
 		why := jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cancelledInstead(requestedAt, "snoozed")}
-		return finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: jobs.AppendError(j.Errors, why)}, mark)
+		return Finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: jobs.AppendError(j.Errors, why)}, mark)
 	})
 	if errors.Is(err, jobs.ErrLeaseLost) {
 		var got *written

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
-	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -130,17 +130,6 @@ var ErrOutcomeUnknown = errors.New("outcome not known")
 // BSON date keeps. The store's writes read their Store's clock (s.now).
 func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
 
-// EachRaw calls fn with each document of cur, then closes it; an error of
-// fn stops the walk and is returned.
-func EachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) error {
-	return eachRaw(ctx, cur, fn)
-}
-
-// Finish is the update that ends a job in state s at t, freeing its unique
-// key and its slots: finish, for package queue's writes that end a job
-// (a cancel).
-func Finish(s jobs.State, t time.Time, set ...bson.E) bson.D { return finish(s, t, set...) }
-
 // ClaimQuery is what a claim by p at t under token sends: its filter, its
 // update and its sort, and how many candidates a batch claim of k reads
 // per k (the tests of package queue check, on a real MongoDB, the index
@@ -162,24 +151,36 @@ const FoundBatch = 1000
 // backlog), and a pass that finds nothing writes nothing. On MongoDB both
 // halves are index scans.
 func (s *Store) FoundIDs(ctx context.Context, filter bson.D) (bson.A, error) {
-	cur, err := s.coll.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetLimit(FoundBatch))
+	ids, err := s.IDs(ctx, filter, FoundBatch)
 	if err != nil {
 		return nil, fmt.Errorf("find them: %w", err)
-	}
-	var found []struct {
-		ID any `bson:"_id"`
-	}
-	if err := cur.All(ctx, &found); err != nil {
-		return nil, fmt.Errorf("read them: %w", err)
-	}
-	ids := make(bson.A, len(found))
-	for i, d := range found {
-		ids[i] = d.ID
 	}
 	if len(ids) > 0 && s.hooks != nil {
 		s.hooks.BetweenFindAndUpdate()
 	}
 	return ids, nil
+}
+
+// IDs returns the _id of each job filter matches, up to limit (0: no
+// limit), each copied out of the cursor (a cursor's document is valid
+// only until its next one is read).
+func (s *Store) IDs(ctx context.Context, filter bson.D, limit int) (bson.A, error) {
+	opts := options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}})
+	if limit > 0 {
+		opts.SetLimit(int64(limit))
+	}
+	cur, err := s.coll.Find(ctx, filter, opts)
+	if err != nil {
+		return nil, err
+	}
+	var ids bson.A
+	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+		if v, err := d.LookupErr("_id"); err == nil {
+			ids = append(ids, bson.RawValue{Type: v.Type, Value: slices.Clone(v.Value)})
+		}
+		return nil
+	})
+	return ids, err
 }
 
 // UpdateIDs applies update to those of the jobs ids that filter still
