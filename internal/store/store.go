@@ -162,11 +162,12 @@ func (s *Store) FoundIDs(ctx context.Context, filter bson.D) (bson.A, error) {
 }
 
 // IDs returns the _id of each job filter matches, up to limit (0: no
-// limit), each copied out of the cursor (a cursor's document is valid
-// only until its next one is read).
+// limit; a negative one is the find's, as its callers' callers may pass
+// it), each copied out of the cursor (a cursor's document is valid only
+// until its next one is read).
 func (s *Store) IDs(ctx context.Context, filter bson.D, limit int) (bson.A, error) {
 	opts := options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}})
-	if limit > 0 {
+	if limit != 0 {
 		opts.SetLimit(int64(limit))
 	}
 	cur, err := s.coll.Find(ctx, filter, opts)
