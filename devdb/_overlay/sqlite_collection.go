@@ -827,7 +827,6 @@ func sortFields(keys []string, extracted []byte) (*types.Document, error) {
 	return mini, nil
 }
 
-
 // sortedChunk is how many documents a sortedIterator reads at once for a
 // find stopping at limit.
 func sortedChunk(limit int64) int { return int(min(max(limit, 16), 1000)) }
