@@ -190,11 +190,7 @@ func (h *Handler) MsgFind(connCtx context.Context, msg *wire.OpMsg) (*wire.OpMsg
 		slog.Bool("single_batch", params.SingleBatch),
 	)
 
-	// A first batch that reached the find's limit is its last, as MongoDB
-	// answers it: the client sends no getMore or killCursors after it.
-	limitReached := params.Limit > 0 && int64(len(docs)) >= params.Limit
-
-	if params.SingleBatch || len(docs) < int(params.BatchSize) || limitReached {
+	if lastBatch(params, len(docs)) {
 		c.Close()
 
 		// It is not entirely clear if we should do that; more tests are needed.
@@ -229,6 +225,14 @@ type findCursorData struct {
 	findParams *common.FindParams
 }
 
+// lastBatch reports whether a find's first batch of n documents is its
+// last: a single batch, one short of the batch size, or one that reached
+// the find's limit (as MongoDB answers it: the client then sends no
+// getMore or killCursors after it).
+func lastBatch(params *common.FindParams, n int) bool {
+	return params.SingleBatch || n < int(params.BatchSize) || (params.Limit > 0 && int64(n) >= params.Limit)
+}
+
 // makeFindQueryParams creates the backend's query parameters for the find command.
 func (h *Handler) makeFindQueryParams(ctx context.Context, params *common.FindParams, cInfo *backends.CollectionInfo) (*backends.QueryParams, error) { //nolint:lll // for readability
 	qp := &backends.QueryParams{
@@ -242,21 +246,7 @@ func (h *Handler) makeFindQueryParams(ctx context.Context, params *common.FindPa
 		}
 	}
 
-	if !h.DisablePushdown {
-		qp.Filter = params.Filter
-	}
-
-	if !h.EnableNestedPushdown && params.Filter != nil {
-		qp.Filter = params.Filter.DeepCopy()
-
-		for _, k := range qp.Filter.Keys() {
-			if !strings.ContainsRune(k, '.') {
-				continue
-			}
-
-			qp.Filter.Remove(k)
-		}
-	}
+	qp.Filter = h.pushdownFilter(params.Filter)
 
 	if params.Sort, err = common.ValidateSortDocument(params.Sort); err != nil {
 		var pathErr *types.PathError
@@ -293,8 +283,7 @@ func (h *Handler) makeFindQueryParams(ctx context.Context, params *common.FindPa
 		qp.Sort = params.Sort
 	}
 
-	if !h.DisablePushdown && qp.Sort == nil && params.Sort.Len() > 0 && params.Limit > 0 &&
-		params.Skip == 0 && !params.Tailable && !cInfo.Capped() && topLevelSortKeys(params.Sort) {
+	if h.sortKeysPushdown(params, qp, cInfo) {
 		qp.SortKeys = params.Sort
 	}
 
@@ -310,6 +299,35 @@ func (h *Handler) makeFindQueryParams(ctx context.Context, params *common.FindPa
 	h.L.DebugContext(ctx, fmt.Sprintf("Converted %+v for %+v to %+v.", params, cInfo, qp))
 
 	return qp, nil
+}
+
+// pushdownFilter is the part of filter the backend is given: without its
+// dotted keys unless nested pushdown is enabled; otherwise the whole
+// filter, or none with pushdown disabled.
+func (h *Handler) pushdownFilter(filter *types.Document) *types.Document {
+	if !h.EnableNestedPushdown && filter != nil {
+		filter = filter.DeepCopy()
+		for _, k := range filter.Keys() {
+			if strings.ContainsRune(k, '.') {
+				filter.Remove(k)
+			}
+		}
+
+		return filter
+	}
+
+	if h.DisablePushdown {
+		return nil
+	}
+
+	return filter
+}
+
+// sortKeysPushdown reports whether the backend sorts a limited find on
+// top-level fields itself and stops at its limit (QueryParams.SortKeys).
+func (h *Handler) sortKeysPushdown(params *common.FindParams, qp *backends.QueryParams, cInfo *backends.CollectionInfo) bool {
+	return !h.DisablePushdown && qp.Sort == nil && params.Sort.Len() > 0 && params.Limit > 0 &&
+		params.Skip == 0 && !params.Tailable && !cInfo.Capped() && topLevelSortKeys(params.Sort)
 }
 
 // makeFindIter creates an iterator chain for the find command.
