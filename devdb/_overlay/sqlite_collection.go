@@ -597,7 +597,7 @@ func pushdownWhere(filter *types.Document) (string, []any) {
 
 	if len(conds) == 0 { // _id selects at most a few rows: nothing else needed
 		for _, k := range filter.Keys() {
-			if k == "_id" || !plainName(k) {
+			if k == "_id" || !metadata.PlainField(k) {
 				continue
 			}
 
@@ -677,24 +677,6 @@ func stringsIn(v any) []any {
 		in[i] = string(must.NotFail(sjson.MarshalSingleValue(s)))
 	}
 	return in
-}
-
-// plainName reports whether a field name can stand in a JSON path as is.
-func plainName(k string) bool {
-	if k == "" {
-		return false
-	}
-
-	for i, r := range k {
-		switch {
-		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
-		case r >= '0' && r <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-
-	return true
 }
 
 // plainString reports whether s has one JSON text (see pushdownWhere).
@@ -1261,7 +1243,7 @@ func coveringServes(keys []string, filter, sortKeys *types.Document) bool {
 		return false
 	}
 	for _, k := range keys {
-		if !plainName(k) {
+		if !metadata.PlainField(k) {
 			return false
 		}
 	}

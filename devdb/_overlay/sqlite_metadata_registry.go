@@ -528,7 +528,7 @@ func (r *Registry) indexesCreate(ctx context.Context, dbName, collectionName str
 // expression (devdb/idindex.go); for another field, FerretDB's
 // (_ferretdb_sjson->"a"->"b"), which holds the same values.
 func indexColumn(field string) string {
-	if plainField(field) {
+	if PlainField(field) {
 		return fmt.Sprintf("%s->'$.%s'", DefaultColumn, field)
 	}
 
@@ -540,10 +540,10 @@ func indexColumn(field string) string {
 	return fmt.Sprintf("%s->%s", DefaultColumn, strings.Join(fields, "->"))
 }
 
-// plainField reports whether field is a name that a JSON path takes as it
-// is (letters, digits and '_', not first a digit), as devdb's lookups
-// require (plainName in collection.go).
-func plainField(field string) bool {
+// PlainField reports whether field is a name that a JSON path takes as it
+// is (letters, digits and '_', not first a digit): the fields devdb's
+// lookups and indexes name in the '$.field' form.
+func PlainField(field string) bool {
 	for i, r := range field {
 		switch {
 		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
