@@ -269,10 +269,11 @@ func parentsOfAll(ds []dependent) (bson.A, map[string]bool) {
 // mark, and its finishing write flags it due. One that has finished is
 // flagged due at once, so that retention keeps it until it is settled: a
 // parent read missing either never was or was deleted before the mark (or,
-// settled since, the job no longer waits for it). The mark moves
+// settled since, the job no longer waits for it). Both marks move
 // updatedAt: a claim that stamps a job read before (matching its updatedAt
 // as read, internal/store) then misses it rather than returning it
-// without the mark.
+// without the mark, and a settle of a finished parent as read before the
+// flag (settledModels) leaves the flag for the next pass.
 func (c *Client) markParents(ctx context.Context, parents bson.A, n int) error {
 	var models []mongo.WriteModel
 	for _, ids := range idChunks(parents) {
@@ -287,7 +288,7 @@ func (c *Client) markParents(ctx context.Context, parents bson.A, n int) error {
 			idIn(ids),
 			{Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}},
 			{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}},
-		}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: dependentsDueField, Value: true}}}}))
+		}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: dependentsDueField, Value: true}, {Key: "updatedAt", Value: c.now()}}}}))
 	}
 	// Ordered: every unfinished parent is marked before any finished one
 	// is flagged, as two commands did.

@@ -72,6 +72,9 @@ func (c *Client) settleTogether(ctx context.Context, ids []string, written []bso
 	if len(p.together) == 0 {
 		return p.alone, p.rep, nil
 	}
+	if err := depsStep(ctx, "settle:read"); err != nil {
+		return p.alone, p.rep, err
+	}
 	p.rep.Parents, p.rep.Dependents = len(p.together), len(p.kids)
 	return p.alone, p.rep, c.settleSucceeded(ctx, p.together, p.kids, p.writtenAt)
 }
@@ -84,10 +87,11 @@ type parentsRead struct {
 	kids     bson.A
 	seen     map[string]bool // of kids
 	rep      SettleReport
-	// writtenAt holds the updatedAt of the parents taken from their
-	// completion's reply (takeWritten): the settle's last write is
-	// conditioned on it, so that a settle resumed late does not clear
-	// the flag that a dependent linked since set again.
+	// writtenAt holds the updatedAt of the parents taken, as their
+	// completion's reply (takeWritten) or the settle's read left it: the
+	// settle's last write is conditioned on it, so that a settle resumed
+	// late does not clear the flag that a dependent linked since set
+	// again (the link's flag moves updatedAt).
 	writtenAt map[string]bson.RawValue
 }
 
@@ -107,12 +111,6 @@ func (p *parentsRead) takeWritten(ids []string, written []bson.Raw) []string {
 		case !ok:
 			unread = append(unread, id)
 		case d.Lookup(dependentsDueField).Type != 0:
-			if at := d.Lookup("updatedAt"); at.Type == bson.TypeDateTime {
-				if p.writtenAt == nil {
-					p.writtenAt = map[string]bson.RawValue{}
-				}
-				p.writtenAt[id] = at
-			}
 			p.take(d)
 		}
 	}
@@ -128,6 +126,12 @@ func (p *parentsRead) take(d bson.Raw) {
 		return
 	}
 	p.together = append(p.together, id)
+	if at := d.Lookup("updatedAt"); at.Type == bson.TypeDateTime {
+		if p.writtenAt == nil {
+			p.writtenAt = map[string]bson.RawValue{}
+		}
+		p.writtenAt[fmt.Sprint(asID(id))] = at
+	}
 	if p.seen == nil {
 		p.seen = map[string]bool{}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
@@ -104,7 +105,7 @@ func TestClaimNextTakesAChainsNextTask(t *testing.T) {
 	written := b.completeReading(t, a)
 	p := claimAll
 	p.Token = "next-token"
-	j, err := b.q.ClaimNext(b.ctx, written, p)
+	j, err := b.q.ClaimNext(b.ctx, written, tokened(p))
 	require.NoError(t, err)
 	require.NotNil(t, j)
 	require.Equal(t, next, j.ID)
@@ -119,7 +120,7 @@ func TestClaimNextTakesAChainsNextTask(t *testing.T) {
 	require.True(t, b.get(t, a).Dependents)
 
 	// Taken again from the same document (a stalled worker's): nothing.
-	j, err = b.q.ClaimNext(b.ctx, written, claimAll)
+	j, err = b.q.ClaimNext(b.ctx, written, tokened(claimAll))
 	require.NoError(t, err)
 	require.Nil(t, j)
 }
@@ -170,7 +171,7 @@ func TestClaimNextLeavesToTheSettleWhatItMustDecide(t *testing.T) {
 			if tc.p != nil {
 				p = tc.p(b, t)
 			}
-			j, err := b.q.ClaimNext(b.ctx, written, p)
+			j, err := b.q.ClaimNext(b.ctx, written, tokened(p))
 			require.NoError(t, err)
 			require.Nil(t, j)
 			for _, k := range kids {
@@ -191,7 +192,7 @@ func TestClaimNextThenDeathIsFinishedByThePass(t *testing.T) {
 	a := b.enqueueK(t, queue.InsertOpts{})
 	next := b.after(t, a)
 	written := b.completeReading(t, a)
-	j, err := b.q.ClaimNext(b.ctx, written, claimAll)
+	j, err := b.q.ClaimNext(b.ctx, written, tokened(claimAll))
 	require.NoError(t, err)
 	require.NotNil(t, j)
 	res, err := b.q.SettleDependents(b.ctx, time.Minute, 100)
@@ -213,7 +214,7 @@ func TestSettleFromAStaleReplyLeavesANewerDueFlag(t *testing.T) {
 		next := b.after(t, a)
 		written := b.completeReading(t, a)
 		if claimNext {
-			j, err := b.q.ClaimNext(b.ctx, written, claimAll)
+			j, err := b.q.ClaimNext(b.ctx, written, tokened(claimAll))
 			require.NoError(t, err)
 			require.NotNil(t, j)
 		}
@@ -233,6 +234,55 @@ func TestSettleFromAStaleReplyLeavesANewerDueFlag(t *testing.T) {
 		if claimNext {
 			b.end(t, b.get(t, next), jobs.StateSucceeded)
 		}
+	}
+}
+
+// The same with a real link (not a write of updatedAt standing for one):
+// a job linked to the finished parent after the leader's pass settled it
+// flags the parent due again, and a worker's settle that stalled since
+// its completion's reply, or since its own read of the parent, leaves
+// that flag for the next pass.
+func TestStaleSettleLeavesTheFlagOfALaterLink(t *testing.T) {
+	for _, path := range []string{"claim next", "read"} {
+		t.Run(path, func(t *testing.T) {
+			b := setup(t)
+			due := func(id string) bool {
+				t.Helper()
+				d, err := store.Of(b.q).Collection().FindOne(b.ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+				require.NoError(t, err)
+				return d.Lookup("dependentsDue").Type != 0
+			}
+			a := b.enqueueK(t, queue.InsertOpts{})
+			b.after(t, a)
+			written := b.completeReading(t, a)
+			linkLater := func() {
+				t.Helper()
+				res, err := b.q.SettleDependents(b.ctx, time.Minute, 100) // the leader's pass
+				require.NoError(t, err)
+				require.Equal(t, 1, res.Settled)
+				require.False(t, due(a))
+				time.Sleep(2 * time.Millisecond) // updatedAt is in milliseconds
+				b.after(t, a)
+				require.True(t, due(a), "the link flags the finished parent due")
+			}
+			if path == "claim next" {
+				j, err := b.q.ClaimNext(b.ctx, written, tokened(claimAll))
+				require.NoError(t, err)
+				require.NotNil(t, j)
+				linkLater()
+				require.NoError(t, b.q.MarkSettled(b.ctx, written))
+			} else {
+				ctx := queue.WithDepsStep(b.ctx, func(_ context.Context, step string) error {
+					if step == "settle:read" {
+						linkLater()
+					}
+					return nil
+				})
+				_, err := b.q.SettleDependentsOfAll(ctx, []string{a})
+				require.NoError(t, err)
+			}
+			require.True(t, due(a), "the later link's flag is left for the next pass")
+		})
 	}
 }
 
@@ -308,7 +358,7 @@ func TestClaimNextBesideFlowControlOfOthers(t *testing.T) {
 	p := claimAll
 	p.Kinds = []string{"k", "limited"}
 	p.Queues = []string{"default", "rated", "paused"}
-	j, err := b.q.ClaimNext(b.ctx, written, p)
+	j, err := b.q.ClaimNext(b.ctx, written, tokened(p))
 	require.NoError(t, err)
 	require.NotNil(t, j)
 	require.Equal(t, next, j.ID)
@@ -321,7 +371,7 @@ func TestClaimNextBesideFlowControlOfOthers(t *testing.T) {
 		res, err := b.q.Enqueue(b.ctx, opts.kind, nil, queue.InsertOpts{Queue: opts.queue, After: []string{a.ID}})
 		require.NoError(t, err)
 		written := b.completeReading(t, a.ID)
-		j, err := b.q.ClaimNext(b.ctx, written, p)
+		j, err := b.q.ClaimNext(b.ctx, written, tokened(p))
 		require.NoError(t, err)
 		require.Nil(t, j, "a task of kind %s in queue %s", opts.kind, opts.queue)
 		require.Equal(t, jobs.StateBlocked, b.get(t, res.ID).State)
@@ -342,7 +392,7 @@ func TestClaimNextAfterTheLeadersPassTakesNothing(t *testing.T) {
 	require.Equal(t, 1, res.Settled)
 	other := b.claimID(t, next)
 
-	j, err := b.q.ClaimNext(b.ctx, written, claimAll)
+	j, err := b.q.ClaimNext(b.ctx, written, tokened(claimAll))
 	require.NoError(t, err)
 	require.Nil(t, j)
 	require.NoError(t, b.q.MarkSettled(b.ctx, written))
@@ -351,4 +401,36 @@ func TestClaimNextAfterTheLeadersPassTakesNothing(t *testing.T) {
 	require.Equal(t, other.LeaseToken, got.LeaseToken, "the other worker's claim stands")
 	require.Equal(t, 1, got.Attempt)
 	require.True(t, b.get(t, a).Dependents)
+}
+
+// tokened is p with a lease token of its own, as a worker's claims have
+// (ClaimNext needs one, to give back a claim whose reply was lost).
+func tokened(p store.ClaimParams) store.ClaimParams {
+	if p.Token == "" {
+		p.Token = uuid.NewString()
+	}
+	return p
+}
+
+// ClaimNext needs a token (a claim whose reply was lost is given back by
+// it), and leaves a next task whose attempt another application wrote as
+// a string to the settle and the claim that buries it: no error, nothing
+// claimed.
+func TestClaimNextNeedsATokenAndSkipsAForeignAttempt(t *testing.T) {
+	b := setup(t)
+	a := b.enqueueK(t, queue.InsertOpts{})
+	next := b.after(t, a)
+	written := b.completeReading(t, a)
+	_, err := b.q.ClaimNext(b.ctx, written, claimAll)
+	require.ErrorContains(t, err, "empty token")
+	require.Equal(t, jobs.StateBlocked, b.get(t, next).State)
+
+	_, err = store.Of(b.q).Collection().UpdateOne(b.ctx, bson.D{{Key: "_id", Value: next}}, bson.D{{Key: "$set", Value: bson.D{{Key: "attempt", Value: "x"}}}})
+	require.NoError(t, err)
+	j, err := b.q.ClaimNext(b.ctx, written, tokened(claimAll))
+	require.NoError(t, err)
+	require.Nil(t, j)
+	d, err := store.Of(b.q).Collection().FindOne(b.ctx, bson.D{{Key: "_id", Value: next}}).Raw()
+	require.NoError(t, err)
+	require.Equal(t, string(jobs.StateBlocked), d.Lookup("state").StringValue(), "nothing half-applied")
 }

@@ -297,12 +297,16 @@ func (w *Worker) runNext(r *run) bool {
 	start := time.Now()
 	next, err := w.c.ClaimNext(ctx, r.written, params)
 	if err != nil {
+		w.obs.Claimed(time.Since(start), 0, err)
+		w.log.Warn("claiming the next task of a chain failed; its parent is settled as usual",
+			zap.String("job_id", kid), zap.Error(err))
 		w.giveBackTaken(params.Token, "the next task of a chain")
 		return false
 	}
 	if next == nil {
 		// It waits for more parents (a fan-in's sink), or another took
-		// it: the next parent that lists it only is settled as usual.
+		// it, or flow control applies to it: the next parent that lists
+		// it only is settled as usual.
 		w.missed.add(kid)
 		return false
 	}

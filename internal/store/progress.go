@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"slices"
 
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -40,11 +39,5 @@ func withProgress(ctx context.Context, update bson.D) bson.D {
 	if !ok {
 		return update
 	}
-	out := slices.Clone(update)
-	for i, op := range out {
-		if set, ok := op.Value.(bson.D); ok && op.Key == "$set" {
-			out[i].Value = append(slices.Clone(set), bson.E{Key: progressField, Value: p})
-		}
-	}
-	return out
+	return AlsoIn(update, "$set", bson.E{Key: progressField, Value: p})
 }

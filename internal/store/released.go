@@ -27,13 +27,17 @@ const ClaimReleasedComment = "docket: release and claim"
 // (freeOfFlowControl); it returns nil, and no error, when the job does not
 // match (released by another process, waiting for more, of a queue or
 // kind p does not take or flow control applies to, due later): the
-// caller releases it as usual. After an error the job may
-// be claimed under p.Token: the caller gives it back (ReleaseClaim).
+// caller releases it as usual, and so when the job's attempt is not a
+// number (another application's: the claim that buries it is the
+// usual one). After an error the job may be claimed under p.Token, which
+// the caller sets: the caller gives it back (ReleaseClaim).
 func (s *Store) ClaimReleased(ctx context.Context, p ClaimParams, id string, blocked, set, unset bson.D) (*jobs.Job, error) {
+	if p.Token == "" {
+		return nil, fmt.Errorf("store: claim released job %s: empty token (a claim lost after it applied could not be given back)", id)
+	}
 	if !s.freeOfFlowControl(ctx, &p) {
 		return nil, nil
 	}
-	p = p.withToken()
 	t := s.now()
 	filter := append(append(bson.D{{Key: "_id", Value: id}}, claimFilterIn(jobs.StateBlocked, p, t)...), blocked...)
 	update := AlsoIn(AlsoIn(claimUpdate(p, t, p.Token), "$set", set...), "$unset", unset...)
@@ -42,7 +46,7 @@ func (s *Store) ClaimReleased(ctx context.Context, p ClaimParams, id string, blo
 	if err == nil && s.hooks != nil {
 		err = s.hooks.AfterClaim()
 	}
-	if errors.Is(err, mongo.ErrNoDocuments) {
+	if errors.Is(err, mongo.ErrNoDocuments) || isTypeMismatch(err) {
 		return nil, nil
 	}
 	if err != nil {
