@@ -188,35 +188,42 @@ func listedSuccess(d bson.Raw) (bson.A, bool) {
 }
 
 // settleSucceeded settles the succeeded parents, whose lists hold kids:
-// pulls the parents from the waitingOn of the blocked kids, releases those
-// that wait for nothing more, then renames the parents' flags back, all
-// in one ordered command (each write applied after the one before, as
-// separate commands would be: the flags last).
+// releases the blocked kids that wait for none but these parents, pulls
+// the parents from the waitingOn of the others, releases those that wait
+// for nothing more, then renames the parents' flags back, all in one
+// ordered command (each write applied after the one before, as separate
+// commands would be: the flags last).
 func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writtenAt map[string]bson.RawValue) error {
 	t := c.now()
+	// Refused unapplied (ElemMatchNot lacking): the settle again, without
+	// the release the server cannot select.
+	again := func(err error) bool { return !c.srv.ElemMatchNot.Lacking() && c.srv.ElemMatchNot.Detect(err) }
 	var models []mongo.WriteModel
 	for _, chunk := range idChunks(kids) {
-		if len(parents) == 1 {
-			// A chain's next task, a fan-out's children: most wait for
-			// this parent only. (Parents that end together are rather
-			// a fan-in's or a graph's, whose dependents wait for more.)
-			if len(chunk) <= lastInBulk {
-				// A chain's: released by the first write of the
-				// command; the pull and release after it find nothing
-				// left of a job that waited for this parent only.
-				models = append(models, releaseLastModel(chunk, parents, t))
-			} else {
-				all, err := c.releaseLast(ctx, chunk, parents, t)
-				if err != nil {
-					return err
-				}
-				if err := depsStep(ctx, "settle:last"); err != nil {
-					return err
-				}
-				if all {
-					continue
-				}
+		free := c.releaseLastModel(chunk, parents, t)
+		switch {
+		case free == nil:
+		case len(parents) == 1 && len(chunk) > lastInBulk:
+			// A fan-out's children, most waiting for this parent only:
+			// released first, alone, so that when that was all of them
+			// the pull and release after it are not sent at all.
+			all, err := c.releaseLast(ctx, free, len(chunk))
+			if again(err) {
+				return c.settleSucceeded(ctx, parents, kids, writtenAt)
 			}
+			if err != nil {
+				return err
+			}
+			if err := depsStep(ctx, "settle:last"); err != nil {
+				return err
+			}
+			if all {
+				continue
+			}
+		default:
+			// The first write of the command: the pull and release
+			// after it find nothing left of the kids it released.
+			models = append(models, free)
 		}
 		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
 			idIn(chunk),
@@ -242,7 +249,9 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writ
 			idIn(chunk), {Key: "state", Value: jobs.StateSucceeded}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
 		}).SetUpdate(settledUpdate))
 	}
-	if _, err := c.coll.BulkWrite(ctx, models); err != nil {
+	if _, err := c.coll.BulkWrite(ctx, models); again(err) {
+		return c.settleSucceeded(ctx, parents, kids, writtenAt)
+	} else if err != nil {
 		return fmt.Errorf("queue: settle the dependents of %d jobs: %w", len(parents), err)
 	}
 	return depsStep(ctx, "settle:done")
@@ -256,28 +265,42 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writ
 const lastInBulk = 16
 
 // releaseLastModel makes available the blocked jobs of kids that wait for
-// one job only, one of the succeeded parents: a chain's next, a fan-out's
-// children.
-func releaseLastModel(kids, parents bson.A, t time.Time) *mongo.UpdateManyModel {
+// no job but the succeeded parents: a chain's next task, a fan-out's
+// children, a graph's tasks whose parents ended together. One write each,
+// where a pull and then a release would be two. It is nil when the server
+// cannot select them (Server.ElemMatchNot) and parents are more than one;
+// for one parent it then selects those that wait for it alone.
+func (c *Client) releaseLastModel(kids, parents bson.A, t time.Time) *mongo.UpdateManyModel {
+	// No element that is not one of the parents (an empty list too: the
+	// release after the pull would make it available).
+	waiting := bson.D{{Key: "$type", Value: "array"}, {Key: "$not", Value: bson.D{{Key: "$elemMatch", Value: bson.D{
+		{Key: "$not", Value: bson.D{{Key: "$in", Value: parents}}},
+	}}}}}
+	if c.srv.ElemMatchNot.Lacking() {
+		if len(parents) > 1 {
+			return nil
+		}
+		waiting = bson.D{{Key: "$size", Value: 1}, {Key: "$in", Value: parents}}
+	}
 	return mongo.NewUpdateManyModel().SetFilter(bson.D{
 		idIn(kids),
 		{Key: "state", Value: jobs.StateBlocked},
-		{Key: waitingOnField, Value: bson.D{{Key: "$size", Value: 1}, {Key: "$in", Value: parents}}},
+		{Key: waitingOnField, Value: waiting},
 	}).SetUpdate(bson.D{
 		{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateAvailable}, {Key: waitingOnField, Value: bson.A{}}, {Key: "updatedAt", Value: t}}},
 		{Key: "$unset", Value: bson.D{{Key: linkingField, Value: ""}}},
 	})
 }
 
-// releaseLast is releaseLastModel as a command of its own. all says it
-// was every one of kids: nothing is left to pull.
-func (c *Client) releaseLast(ctx context.Context, kids, parents bson.A, t time.Time) (all bool, err error) {
-	m := releaseLastModel(kids, parents, t)
+// releaseLast sends the release m of n kids (releaseLastModel) as a
+// command of its own. all says it released every one of them: nothing is
+// left to pull.
+func (c *Client) releaseLast(ctx context.Context, m *mongo.UpdateManyModel, n int) (all bool, err error) {
 	r, err := c.coll.UpdateMany(ctx, m.Filter, m.Update)
 	if err != nil {
 		return false, fmt.Errorf("queue: make ready the jobs whose last parent succeeded: %w", err)
 	}
-	return r.MatchedCount == int64(len(kids)), nil
+	return r.MatchedCount == int64(n), nil
 }
 
 // stringsA is ids as a bson.A.

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -433,4 +434,56 @@ func TestClaimNextNeedsATokenAndSkipsAForeignAttempt(t *testing.T) {
 	d, err := store.Of(b.q).Collection().FindOne(b.ctx, bson.D{{Key: "_id", Value: next}}).Raw()
 	require.NoError(t, err)
 	require.Equal(t, string(jobs.StateBlocked), d.Lookup("state").StringValue(), "nothing half-applied")
+}
+
+// Parents settled together release each dependent that waits for none but
+// them in one write (a pull and then a release would be two), on a server
+// that can select them (Server.ElemMatchNot: MongoDB, devdb); on one that
+// cannot, with a pull and a release: the same outcome either way. A
+// dependent whose list another application wrote as other than an array
+// is left as it is.
+func TestSettleTogetherReleasesInOneWrite(t *testing.T) {
+	for _, held := range []bool{true, false} {
+		t.Run(fmt.Sprintf("held=%v", held), func(t *testing.T) {
+			b := setup(t)
+			p1, p2, p3 := b.enqueueK(t, queue.InsertOpts{}), b.enqueueK(t, queue.InsertOpts{}), b.enqueueK(t, queue.InsertOpts{})
+			k12, k1, k123, odd := b.after(t, p1, p2), b.after(t, p1), b.after(t, p1, p2, p3), b.after(t, p1, p2)
+			_, err := store.Of(b.q).Collection().UpdateOne(b.ctx, bson.D{{Key: "_id", Value: odd}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: "waitingOn", Value: p1}}}})
+			require.NoError(t, err)
+			b.run(t, p1, jobs.StateSucceeded)
+			b.run(t, p2, jobs.StateSucceeded)
+			var modified atomic.Int64
+			q := b.monitoredBy(t, &event.CommandMonitor{
+				Succeeded: func(_ context.Context, e *event.CommandSucceededEvent) {
+					if n, ok := e.Reply.Lookup("nModified").AsInt64OK(); ok && e.CommandName == "update" {
+						modified.Add(n)
+					}
+				},
+			})
+			if !held {
+				store.Of(q).Server().ElemMatchNot.Set(false)
+			}
+			rep, err := q.SettleDependentsOfAll(b.ctx, []string{p1, p2})
+			require.NoError(t, err)
+			require.Equal(t, queue.SettleReport{Parents: 2, Dependents: 4}, rep)
+			b.requireState(t, jobs.StateAvailable, k12, k1)
+			require.Empty(t, b.get(t, k12).WaitingOn)
+			got := b.get(t, k123)
+			require.Equal(t, jobs.StateBlocked, got.State)
+			require.Equal(t, []string{p3}, got.WaitingOn)
+			oddRaw, err := store.Of(b.q).Collection().FindOne(b.ctx, bson.D{{Key: "_id", Value: odd}}).Raw()
+			require.NoError(t, err)
+			require.Equal(t, string(jobs.StateBlocked), oddRaw.Lookup("state").StringValue())
+			require.Equal(t, p1, oddRaw.Lookup("waitingOn").StringValue())
+			// k12 and k1 released, k123 pulled, the flags of p1 and p2
+			// cleared; without the feature k12 and k1 are pulled, then
+			// released.
+			want := int64(5)
+			if !held {
+				want = 7
+			}
+			require.Equal(t, want, modified.Load(), "documents written")
+		})
+	}
 }

@@ -35,6 +35,18 @@ import (
 //     (NotImplemented, 238), writing nothing; the completion is sent again
 //     without it and returns the whole job. Detected by a client's first
 //     such completion.
+//   - ElemMatchNot: $not inside an $elemMatch of operators, tested on
+//     each element ({$elemMatch: {$not: {$in: ids}}}: an element not among
+//     ids). MongoDB has it: a settle of several parents releases the
+//     dependents that wait for none but them ({$not: {$elemMatch: …}}) in
+//     one write each, before the pull. FerretDB v1 refuses it
+//     (NotImplemented, 238), writing nothing (devdb, whose $elemMatch
+//     tests each element as MongoDB's does, has it); the settle is sent
+//     again without it: a pull, then a release of those left waiting for
+//     nothing, two writes per dependent (package queue's depsbatch.go).
+//     Detected by the first such settle. (FerretDB v1 applies an
+//     $elemMatch of operators to the array as a whole, so docket sends none
+//     that such a server would answer otherwise than MongoDB.)
 //   - GroupMin: the $min accumulator of $group. MongoDB has it: Stats finds
 //     each queue's oldest available job in the one $group that counts.
 //     FerretDB v1 has only $sum and $count (NotImplemented, 238); Stats and
@@ -95,6 +107,9 @@ type Server struct {
 	// FindAndModifyProjection is findAndModify's fields option
 	// (CompleteReading).
 	FindAndModifyProjection Feature
+	// ElemMatchNot is $not inside an $elemMatch of operators (a settle's
+	// release of the dependents its parents free).
+	ElemMatchNot Feature
 	// GroupMin is the $min accumulator of $group (Stats).
 	GroupMin Feature
 	// TypeAliases is $type's alias of every BSON type (List's paging).
@@ -104,6 +119,7 @@ type Server struct {
 func newServer() *Server {
 	s := &Server{}
 	s.FindAndModifyProjection.refusal = []int{codeNotImplemented}
+	s.ElemMatchNot.refusal = []int{codeNotImplemented}
 	s.GroupMin.refusal = []int{codeNotImplemented}
 	s.TypeAliases.refusal = []int{codeBadValue, codeNotImplemented}
 	return s
