@@ -41,11 +41,16 @@ const (
 	// FaultCursorKill answers a getMore with CursorNotFound (43), and closes
 	// the cursor, as MongoDB does for a cursor that was killed.
 	FaultCursorKill = "cursorkill"
+	// FaultElemMatchNot refuses, unrun, with NotImplemented (238) a command
+	// whose filter has $not or $ne inside an $elemMatch, as FerretDB v1
+	// does (devdb's FerretDB answers it as MongoDB does): for testing a
+	// client that detects the lack and does without.
+	FaultElemMatchNot = "elemmatchnot"
 )
 
 // faultNames lists the faults in the order their decisions are drawn for a
 // command; a fault's index here also picks its random stream.
-var faultNames = []string{FaultStepdown, FaultLostReply, FaultWriteConcern, FaultTimeLimit, FaultCursorKill}
+var faultNames = []string{FaultStepdown, FaultLostReply, FaultWriteConcern, FaultTimeLimit, FaultCursorKill, FaultElemMatchNot}
 
 // Indexes in faultNames.
 const (
@@ -54,6 +59,7 @@ const (
 	iWriteConcern
 	iTimeLimit
 	iCursorKill
+	iElemMatchNot
 )
 
 // faultElection names, in the logs, a write refused by an election window.
@@ -64,6 +70,7 @@ const (
 	codeNotWritablePrimary = 10107
 	codeWriteConcernFailed = 64
 	codeCursorNotFound     = 43
+	codeNotImplemented     = 238
 )
 
 // retryableWriteErrorLabel is the label MongoDB 4.4+ puts on an error that a
@@ -293,10 +300,56 @@ func (in *injector) decide(cmd string, req message) plan {
 	pick(&p.before, iStepdown, write)
 	pick(&p.before, iTimeLimit, acked && timeLimitCommands[cmd] && req.maxTime() > 0)
 	pick(&p.before, iCursorKill, acked && cmd == "getMore")
+	pick(&p.before, iElemMatchNot, acked && timeLimitCommands[cmd] && requestHasElemMatchNot(req))
 	pick(&p.after, iLostReply, acked && write)
 	pick(&p.after, iWriteConcern, acked && write && waitsForReplication(req.commandDoc()))
 
 	return p
+}
+
+// requestHasElemMatchNot reports whether the command req, or a document of
+// its sequences (an update's or a delete's statements), has $not or $ne
+// inside an $elemMatch (FaultElemMatchNot).
+func requestHasElemMatchNot(req message) bool {
+	doc, seqs, ok := msgParts(req)
+	if !ok {
+		return false
+	}
+	if hasElemMatchNot(doc) {
+		return true
+	}
+	for _, docs := range seqs {
+		for _, d := range docs {
+			if hasElemMatchNot(d) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hasElemMatchNot reports whether the document d holds, at any depth, an
+// $elemMatch whose expression has $not or $ne among its keys
+// (FaultElemMatchNot).
+func hasElemMatchNot(d bson.Raw) bool {
+	elems, err := d.Elements()
+	if err != nil {
+		return false
+	}
+	for _, e := range elems {
+		v := e.Value()
+		if v.Type != bson.TypeEmbeddedDocument && v.Type != bson.TypeArray {
+			continue
+		}
+		sub := bson.Raw(v.Value) // an array is a document keyed "0", "1", ...
+		if e.Key() == "$elemMatch" && (sub.Lookup("$not").Type != 0 || sub.Lookup("$ne").Type != 0) {
+			return true
+		}
+		if hasElemMatchNot(sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // waitsForReplication reports whether the write command doc asks for more
@@ -417,6 +470,8 @@ func (ft *fault) refusal(req message) (message, error) {
 	case FaultCursorKill:
 		id, _ := bson.Raw(req.commandDoc()).Lookup("getMore").Int64OK()
 		code, name, errmsg = codeCursorNotFound, "CursorNotFound", fmt.Sprintf("cursor id %d not found", id)
+	case FaultElemMatchNot:
+		code, name, errmsg = codeNotImplemented, "NotImplemented", "$elemMatch: support for $not not implemented yet"
 	default:
 		return nil, fmt.Errorf("devdb: no refusal for fault %q", ft.name)
 	}

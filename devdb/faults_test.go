@@ -568,3 +568,26 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestFaultElemMatchNot: a filter with $not or $ne inside an $elemMatch, at
+// any depth, is refused unrun with NotImplemented 238, as FerretDB v1
+// refuses it; other filters, $elemMatch without them included, run.
+func TestFaultElemMatchNot(t *testing.T) {
+	t.Parallel()
+
+	b := startFaults(t, "", Config{Faults: map[string]float64{FaultElemMatchNot: 1}})
+	ctx := context.Background()
+	coll := connect(t, b.srv.URI()).Database("db").Collection("c")
+	_, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}, {Key: "w", Value: bson.A{"a"}}})
+	require.NoError(t, err)
+
+	notIn := bson.D{{Key: "w", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$elemMatch", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$in", Value: bson.A{"a"}}}}}}}}}}}
+	_, err = coll.UpdateMany(ctx, notIn, bson.D{{Key: "$set", Value: bson.D{{Key: "x", Value: 1}}}})
+	requireCode(t, err, 238, "NotImplemented")
+	err = coll.FindOne(ctx, bson.D{{Key: "$or", Value: bson.A{bson.D{{Key: "w", Value: bson.D{{Key: "$elemMatch", Value: bson.D{{Key: "$ne", Value: "b"}}}}}}}}}).Err()
+	requireCode(t, err, 238, "NotImplemented")
+
+	require.NoError(t, coll.FindOne(ctx, bson.D{{Key: "w", Value: bson.D{{Key: "$elemMatch", Value: bson.D{{Key: "$in", Value: bson.A{"a"}}}}}}}).Err())
+	require.Equal(t, int64(0), count(t, b.srv.URI(), bson.D{{Key: "x", Value: 1}}), "the refused update was applied")
+	require.Equal(t, []string{FaultElemMatchNot, FaultElemMatchNot}, b.injected())
+}

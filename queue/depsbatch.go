@@ -195,12 +195,10 @@ func listedSuccess(d bson.Raw) (bson.A, bool) {
 // commands would be: the flags last).
 func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writtenAt map[string]bson.RawValue) error {
 	t := c.now()
-	// Refused unapplied (ElemMatchNot lacking): the settle again, without
-	// the release the server cannot select.
-	again := func(err error) bool { return !c.srv.ElemMatchNot.Lacking() && c.srv.ElemMatchNot.Detect(err) }
+	lacking := c.srv.ElemMatchNot.Lacking()
 	var models []mongo.WriteModel
 	for _, chunk := range idChunks(kids) {
-		free := c.releaseLastModel(chunk, parents, t)
+		free := releaseLastModel(chunk, parents, t, lacking)
 		switch {
 		case free == nil:
 		case len(parents) == 1 && len(chunk) > lastInBulk:
@@ -208,9 +206,6 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writ
 			// released first, alone, so that when that was all of them
 			// the pull and release after it are not sent at all.
 			all, err := c.releaseLast(ctx, free, len(chunk))
-			if again(err) {
-				return c.settleSucceeded(ctx, parents, kids, writtenAt)
-			}
 			if err != nil {
 				return err
 			}
@@ -249,9 +244,13 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writ
 			idIn(chunk), {Key: "state", Value: jobs.StateSucceeded}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
 		}).SetUpdate(settledUpdate))
 	}
-	if _, err := c.coll.BulkWrite(ctx, models); again(err) {
+	_, err := c.coll.BulkWrite(ctx, models)
+	if len(parents) > 1 && !lacking && c.srv.ElemMatchNot.Detect(err) {
+		// Refused unapplied: the settle again, without the release the
+		// server cannot select.
 		return c.settleSucceeded(ctx, parents, kids, writtenAt)
-	} else if err != nil {
+	}
+	if err != nil {
 		return fmt.Errorf("queue: settle the dependents of %d jobs: %w", len(parents), err)
 	}
 	return depsStep(ctx, "settle:done")
@@ -266,21 +265,22 @@ const lastInBulk = 16
 
 // releaseLastModel makes available the blocked jobs of kids that wait for
 // no job but the succeeded parents: a chain's next task, a fan-out's
-// children, a graph's tasks whose parents ended together. One write each,
-// where a pull and then a release would be two. It is nil when the server
-// cannot select them (Server.ElemMatchNot) and parents are more than one;
-// for one parent it then selects those that wait for it alone.
-func (c *Client) releaseLastModel(kids, parents bson.A, t time.Time) *mongo.UpdateManyModel {
-	// No element that is not one of the parents (an empty list too: the
-	// release after the pull would make it available).
-	waiting := bson.D{{Key: "$type", Value: "array"}, {Key: "$not", Value: bson.D{{Key: "$elemMatch", Value: bson.D{
-		{Key: "$not", Value: bson.D{{Key: "$in", Value: parents}}},
-	}}}}}
-	if c.srv.ElemMatchNot.Lacking() {
-		if len(parents) > 1 {
+// children (waiting for the one parent alone), a graph's tasks whose
+// parents ended together (each entry of their waitingOn one of the
+// parents). One write each, where a pull and then a release would be two.
+// It is nil for several parents when the server is lacking the $not
+// inside $elemMatch that selects them (Server.ElemMatchNot).
+func releaseLastModel(kids, parents bson.A, t time.Time, lacking bool) *mongo.UpdateManyModel {
+	waiting := bson.D{{Key: "$size", Value: 1}, {Key: "$in", Value: parents}}
+	if len(parents) > 1 {
+		if lacking {
 			return nil
 		}
-		waiting = bson.D{{Key: "$size", Value: 1}, {Key: "$in", Value: parents}}
+		// No entry that is not one of the parents (an empty list too:
+		// the release after the pull would make it available).
+		waiting = bson.D{{Key: "$type", Value: "array"}, {Key: "$not", Value: bson.D{{Key: "$elemMatch", Value: bson.D{
+			{Key: "$not", Value: bson.D{{Key: "$in", Value: parents}}},
+		}}}}}
 	}
 	return mongo.NewUpdateManyModel().SetFilter(bson.D{
 		idIn(kids),

@@ -15,7 +15,9 @@
 // closed before the reply), writeconcern (a write applied and acknowledged
 // with a writeConcernError 64, WriteConcernFailed), timelimit (a command
 // that carries maxTimeMS refused, unapplied, with MaxTimeMSExpired 50),
-// cursorkill (a getMore answered CursorNotFound 43, its cursor killed).
+// cursorkill (a getMore answered CursorNotFound 43, its cursor killed),
+// elemmatchnot (a filter with $not or $ne inside $elemMatch refused
+// NotImplemented 238, as FerretDB v1 does).
 // --seed seeds their decisions (0, the default, picks one; the listening
 // line reports it). --elections 60s/8s refuses every write with
 // NotWritablePrimary for 8s every 60s, the first window 60s after start,
@@ -74,7 +76,7 @@ func run() int {
 	messageTimeout := fs.Duration("message-timeout", devdb.DefaultMessageTimeout,
 		"how long a client has to send the rest of a message once it has begun it")
 	faultsFlag := fs.String("faults", "",
-		"inject MongoDB's failure replies: NAME=P[,NAME=P...], NAME one of stepdown, lostreply, writeconcern, timelimit, cursorkill, P a probability per eligible command")
+		"inject MongoDB's failure replies: NAME=P[,NAME=P...], NAME one of stepdown, lostreply, writeconcern, timelimit, cursorkill, elemmatchnot, P a probability per eligible command")
 	seed := fs.Int64("seed", 0, "seed of the --faults decisions and the --interleave pauses; 0 picks one, reported in the listening line")
 	electionsFlag := fs.String("elections", "",
 		"EVERY/FOR, e.g. 60s/8s: every EVERY (the first EVERY after start) refuse all writes with NotWritablePrimary for FOR")
