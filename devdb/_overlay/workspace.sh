@@ -1,6 +1,6 @@
 #!/bin/sh
 # Prints the path of a Go workspace file (for GOWORK=...) that builds the
-# devdb module with ten of FerretDB's files replaced and three added: its SQLite collection
+# devdb module with eleven of FerretDB's files replaced and three added: its SQLite collection
 # by _overlay/sqlite_collection.go, whose queries push down _id lookups,
 # string equalities and $in of strings wherever they stand in a filter, and
 # apply a limited find's sort (orderByIndex, querySorted); its find and
@@ -18,8 +18,9 @@
 # internal/handler/sjson/fast.go, with its test; and its SQLite index
 # creation by _overlay/sqlite_metadata_registry.go, which makes each index
 # partial; and its filters by _overlay/handler_common_filter.go, whose
-# $elemMatch of operators tests each element as MongoDB's does (see their
-# headers).
+# $elemMatch of operators tests each element as MongoDB's does; and its
+# array updates by _overlay/handler_common_update_array_operators.go, whose
+# $pullAll of strings takes one pass over the array (see their headers).
 #
 # Go does not let a build overlay replace files in the module cache, so the
 # script copies FerretDB's module (3.4 MB) from the cache to
@@ -48,7 +49,8 @@ sjson_fast.go internal/handler/sjson/fast.go
 sjson_fast_test.go internal/handler/sjson/fast_test.go
 fsql_stmt.go internal/util/fsql/stmt.go
 sqlite_metadata_registry.go internal/backends/sqlite/metadata/registry.go
-handler_common_filter.go internal/handler/common/filter.go"
+handler_common_filter.go internal/handler/common/filter.go
+handler_common_update_array_operators.go internal/handler/common/update_array_operators.go"
 stale=false
 if [ ! -f "$copy/.version" ] || [ "$(cat "$copy/.version")" != "$version" ]; then
 	stale=true
