@@ -637,10 +637,6 @@ func fieldConds(filter *types.Document, steer bool) ([]string, []any) {
 			continue
 		}
 
-		if steer {
-			expr = "+(" + expr + ")"
-		}
-
 		if s, ok := v.(string); ok && plainString(s) {
 			conds = append(conds, fmt.Sprintf(`(%s = ? OR (%s >= '[' AND %s < '\'))`, expr, expr, expr))
 			args = append(args, string(must.NotFail(sjson.MarshalSingleValue(s))))
@@ -650,6 +646,12 @@ func fieldConds(filter *types.Document, steer bool) ([]string, []any) {
 		// {k: {$in: [strings]}}: k equal to one of them, or an array
 		// (which may hold one), as for an equality.
 		if in := stringsIn(v); len(in) > 0 {
+			if steer {
+				// Not this index, but the present field's: an $in
+				// (the due pass's finished states) selects many; an
+				// equality (a dependent's after: id) may select few.
+				expr = "+(" + expr + ")"
+			}
 			marks := strings.TrimSuffix(strings.Repeat("?, ", len(in)), ", ")
 			conds = append(conds, fmt.Sprintf(`(%s IN (%s) OR (%s >= '[' AND %s < '\'))`, expr, marks, expr, expr))
 			args = append(args, in...)
