@@ -59,9 +59,10 @@ const (
 // {state: "available", ...} then reads the available jobs only, however
 // many finished ones the collection holds. It is partial, holding only
 // the documents that have the field (an equality or $in implies it, so
-// SQLite still takes it for those): writing a document costs nothing for
-// the many such fields a document lacks (a job's slots, unique keys and
-// workflow fields).
+// SQLite still takes it for those; a find with {field: {$exists: true}},
+// docket's due pass, reads it rather than the others): writing a
+// document costs nothing for the many such fields a document lacks (a
+// job's slots, unique keys and workflow fields).
 const (
 	// fieldLookupExpr is the expression of a field's lookups (%s: its name).
 	fieldLookupExpr = `_ferretdb_sjson->'$.%s'`

@@ -5,8 +5,9 @@
 // UpdateAll keeps its statement prepared over commands (updateDocs); Query and
 // Explain push down, through
 // pushdownWhere (at the end of this file), an _id equality or $in and
-// string equalities and $in of strings of top-level fields wherever they
-// stand in the filter, not only a filter that is {_id} alone; and a
+// string equalities, $in of strings and $exists: true (exists.go) of
+// top-level fields wherever they stand in the filter, not only a filter
+// that is {_id} alone; and a
 // find's or findAndModify's sort on top-level fields is applied here
 // (QueryParams.SortKeys): from one of devdb's covering indexes when one
 // serves (orderByIndex), else by reading the sort fields alone
@@ -88,7 +89,7 @@ func (c *collection) Query(ctx context.Context, params *backends.QueryParams) (*
 
 	q := prepareSelectClause(meta.TableName, params.Comment, meta.Capped(), params.OnlyRecordIDs)
 
-	whereClause, args := pushdownWhere(params.Filter)
+	whereClause, args := pushdownWhere(params.Filter, presenceIndexed(ctx, db, meta.TableName, params.Filter))
 
 	// A capped collection's too: its record id is its rowid, which the
 	// sorted reads use (find sends no SortKeys for one: its default order
@@ -307,7 +308,7 @@ func (c *collection) Explain(ctx context.Context, params *backends.ExplainParams
 
 	selectClause := prepareSelectClause(meta.TableName, "", meta.Capped(), false)
 
-	whereClause, args := pushdownWhere(params.Filter)
+	whereClause, args := pushdownWhere(params.Filter, presenceIndexed(ctx, db, meta.TableName, params.Filter))
 	filterPushdown := whereClause != ""
 
 	orderByClause := prepareOrderByClause(params.Sort)
@@ -569,54 +570,26 @@ var (
 //
 // It pushes down, from the top level of the filter:
 //   - _id: X, and _id: {$in: [X, ...]}, X a string or an ObjectID: the
-//     table's _id lookup (an _id is never an array);
+//     table's _id lookup (an _id is never an array), and nothing else;
 //   - field: "s", for every other field with a plain name: the field's
-//     value is that string, or an array (which may hold it).
+//     value is that string, or an array (which may hold it);
+//   - field: {$exists: true}: the field is present (presentCond).
 //
 // A string is pushed down only when its JSON text is the same whoever
 // writes it (printable ASCII without " \ < > &), so that the comparison
-// of JSON texts is exact.
-func pushdownWhere(filter *types.Document) (string, []any) {
+// of JSON texts is exact. When steer is set (a field the filter requires
+// present has a partial index of the documents that have it:
+// presenceIndexed), the strings' conditions are written so that SQLite
+// cannot take an index for them (a unary +, which changes no value), and
+// it reads that partial index.
+func pushdownWhere(filter *types.Document, steer bool) (string, []any) {
 	if filter == nil {
 		return "", nil
 	}
 
-	var conds []string
-	var args []any
-
-	if v, err := filter.Get("_id"); err == nil {
-		if sqlValue(v) {
-			conds = append(conds, fmt.Sprintf(`%s = ?`, metadata.IDColumn))
-			args = append(args, string(must.NotFail(sjson.MarshalSingleValue(v))))
-		} else if in := idIn(v); len(in) > 0 {
-			marks := strings.TrimSuffix(strings.Repeat("?, ", len(in)), ", ")
-			conds = append(conds, fmt.Sprintf(`%s IN (%s)`, metadata.IDColumn, marks))
-			args = append(args, in...)
-		}
-	}
-
+	conds, args := idConds(filter)
 	if len(conds) == 0 { // _id selects at most a few rows: nothing else needed
-		for _, k := range filter.Keys() {
-			if k == "_id" || !metadata.PlainField(k) {
-				continue
-			}
-
-			expr := fmt.Sprintf(`%s->'$.%s'`, metadata.DefaultColumn, k)
-			v := must.NotFail(filter.Get(k))
-			if s, ok := v.(string); ok && plainString(s) {
-				conds = append(conds, fmt.Sprintf(`(%s = ? OR (%s >= '[' AND %s < '\'))`, expr, expr, expr))
-				args = append(args, string(must.NotFail(sjson.MarshalSingleValue(s))))
-				continue
-			}
-
-			// {k: {$in: [strings]}}: k equal to one of them, or an array
-			// (which may hold one), as for an equality.
-			if in := stringsIn(v); len(in) > 0 {
-				marks := strings.TrimSuffix(strings.Repeat("?, ", len(in)), ", ")
-				conds = append(conds, fmt.Sprintf(`(%s IN (%s) OR (%s >= '[' AND %s < '\'))`, expr, marks, expr, expr))
-				args = append(args, in...)
-			}
-		}
+		conds, args = fieldConds(filter, steer)
 	}
 
 	if len(conds) == 0 {
@@ -624,6 +597,68 @@ func pushdownWhere(filter *types.Document) (string, []any) {
 	}
 
 	return ` WHERE ` + strings.Join(conds, ` AND `), args
+}
+
+// idConds returns the condition of filter's _id lookup, if pushdownWhere
+// pushes it down, and its arguments.
+func idConds(filter *types.Document) ([]string, []any) {
+	v, err := filter.Get("_id")
+	if err != nil {
+		return nil, nil
+	}
+
+	if sqlValue(v) {
+		return []string{fmt.Sprintf(`%s = ?`, metadata.IDColumn)}, []any{string(must.NotFail(sjson.MarshalSingleValue(v)))}
+	}
+
+	if in := idIn(v); len(in) > 0 {
+		marks := strings.TrimSuffix(strings.Repeat("?, ", len(in)), ", ")
+		return []string{fmt.Sprintf(`%s IN (%s)`, metadata.IDColumn, marks)}, in
+	}
+
+	return nil, nil
+}
+
+// fieldConds returns the conditions, and their arguments, that
+// pushdownWhere pushes down for the fields of filter other than _id.
+func fieldConds(filter *types.Document, steer bool) ([]string, []any) {
+	var conds []string
+	var args []any
+
+	for _, k := range filter.Keys() {
+		if k == "_id" || !metadata.PlainField(k) {
+			continue
+		}
+
+		expr := fmt.Sprintf(`%s->'$.%s'`, metadata.DefaultColumn, k)
+		v := must.NotFail(filter.Get(k))
+		if existsTrue(v) {
+			conds = append(conds, presentCond(k))
+			continue
+		}
+
+		if s, ok := v.(string); ok && plainString(s) {
+			conds = append(conds, fmt.Sprintf(`(%s = ? OR (%s >= '[' AND %s < '\'))`, expr, expr, expr))
+			args = append(args, string(must.NotFail(sjson.MarshalSingleValue(s))))
+			continue
+		}
+
+		// {k: {$in: [strings]}}: k equal to one of them, or an array
+		// (which may hold one), as for an equality.
+		if in := stringsIn(v); len(in) > 0 {
+			if steer {
+				// Not this index, but the present field's: an $in
+				// (the due pass's finished states) selects many; an
+				// equality (a dependent's after: id) may select few.
+				expr = "+(" + expr + ")"
+			}
+			marks := strings.TrimSuffix(strings.Repeat("?, ", len(in)), ", ")
+			conds = append(conds, fmt.Sprintf(`(%s IN (%s) OR (%s >= '[' AND %s < '\'))`, expr, marks, expr, expr))
+			args = append(args, in...)
+		}
+	}
+
+	return conds, args
 }
 
 // sqlValue reports whether v is an _id value pushdownWhere compares.

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Prints the path of a Go workspace file (for GOWORK=...) that builds the
-# devdb module with eleven of FerretDB's files replaced and three added: its SQLite collection
+# devdb module with eleven of FerretDB's files replaced and four added: its SQLite collection
 # by _overlay/sqlite_collection.go, whose queries push down _id lookups,
-# string equalities and $in of strings wherever they stand in a filter, and
+# string equalities, $in of strings and $exists: true wherever they stand
+# in a filter (the last with _overlay/sqlite_exists.go, added), and
 # apply a limited find's sort (orderByIndex, querySorted); its find and
 # findAndModify commands and backend interface by _overlay/handler_msg_find.go,
 # handler_msg_findandmodify.go and backends_collection.go, which pass that
@@ -38,6 +39,7 @@ exec 9>"$here/.lock"
 flock 9
 # The files devdb replaces: this directory's file, then its place in FerretDB.
 patches="sqlite_collection.go internal/backends/sqlite/collection.go
+sqlite_exists.go internal/backends/sqlite/exists.go
 handler_msg_update.go internal/handler/msg_update.go
 backends_collection.go internal/backends/collection.go
 handler_msg_find.go internal/handler/msg_find.go
