@@ -52,7 +52,7 @@ clean:
 # SIGKILLed, SIGSTOPped and cut off from devdb under a mixed load, then every
 # invariant checked; the same on a devdb that answers as a replica set does
 # (TestChaosUnderFaults: each of --faults stepdown, lostreply, writeconcern,
-# timelimit, cursorkill, --elections and --interleave alone at seed 1, then
+# timelimit, cursorkill, elemmatchnot, --elections and --interleave alone at seed 1, then
 # all at once at seeds 1 and 2: about 45 minutes); and the schedule harnesses with
 # every schedule (every three-attempt one, every world with every
 # two-attempt one; and every periodic schedule). DOCKET_CHAOS_SEED=N replays
