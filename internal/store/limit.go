@@ -275,12 +275,8 @@ func limitsWrite(op, name string, invalid error, write func() (bool, error)) (bo
 // set), in the limits collection's document id, creating it when missing,
 // and makes this client's next claim read the limits again.
 func (s *Store) setLimitsDoc(ctx context.Context, id string, fields bson.D, prefix, by string) error {
-	set := append(fields, bson.E{Key: prefix + "SetAt", Value: s.now()})
-	if by != "" {
-		set = append(set, bson.E{Key: prefix + "SetBy", Value: by})
-	}
 	_, err := s.limitsColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
-		bson.D{{Key: "$set", Value: set}}, options.UpdateOne().SetUpsert(true))
+		bson.D{{Key: "$set", Value: Stamp(fields, prefix+"Set", s.now(), by)}}, options.UpdateOne().SetUpsert(true))
 	if err != nil {
 		return err
 	}

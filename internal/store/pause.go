@@ -107,10 +107,7 @@ func (s *Store) Pause(ctx context.Context, queue, by string) (bool, error) {
 	if err := ValidQueueName(queue); err != nil {
 		return false, fmt.Errorf("store: pause: %w", err)
 	}
-	set := bson.D{{Key: "paused", Value: true}, {Key: "pausedAt", Value: s.now()}}
-	if by != "" {
-		set = append(set, bson.E{Key: "pausedBy", Value: by})
-	}
+	set := Stamp(bson.D{{Key: "paused", Value: true}}, "paused", s.now(), by)
 	// Conditioned on not being paused, so that pausing twice keeps the
 	// first pausedAt and says nothing changed; the upsert of a queue that
 	// is already paused meets its _id: a duplicate key.
@@ -136,10 +133,7 @@ func (s *Store) Resume(ctx context.Context, queue, by string) (bool, error) {
 	if err := storedQueueName(queue); err != nil {
 		return false, fmt.Errorf("store: resume: %w", err)
 	}
-	set := bson.D{{Key: "paused", Value: false}, {Key: "resumedAt", Value: s.now()}}
-	if by != "" {
-		set = append(set, bson.E{Key: "resumedBy", Value: by})
-	}
+	set := Stamp(bson.D{{Key: "paused", Value: false}}, "resumed", s.now(), by)
 	res, err := s.QueuesColl().UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: queue}, {Key: "paused", Value: bson.D{{Key: "$ne", Value: false}}}},
 		bson.D{{Key: "$set", Value: set}})
