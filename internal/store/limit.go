@@ -230,7 +230,7 @@ func (s *Store) flowColl(name string) *mongo.Collection {
 	if s.cfg.Collection != DefaultCollection {
 		name = s.cfg.Collection + "_" + name
 	}
-	wc, _ := parseWriteConcern(s.cfg.WriteConcern)
+	wc, _ := ParseWriteConcern(s.cfg.WriteConcern)
 	return s.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
 }
 
@@ -276,7 +276,7 @@ func limitsWrite(op, name string, invalid error, write func() (bool, error)) (bo
 // and makes this client's next claim read the limits again.
 func (s *Store) setLimitsDoc(ctx context.Context, id string, fields bson.D, prefix, by string) error {
 	_, err := s.limitsColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
-		bson.D{{Key: "$set", Value: Stamp(fields, prefix+"Set", s.now(), by)}}, options.UpdateOne().SetUpsert(true))
+		bson.D{{Key: "$set", Value: Stamp(fields, prefix+"Set", s.Now(), by)}}, options.UpdateOne().SetUpsert(true))
 	if err != nil {
 		return err
 	}
@@ -860,7 +860,7 @@ func (s *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (cla
 		}
 		claimed, raced, err := s.claimBatchOnce(ctx, pn, k, picker)
 		if errors.Is(err, errMalformedCandidate) || isTypeMismatch(err) {
-			if _, berr := s.buryBadAttempts(ctx, claimFilter(pn, s.now()), s.now()); berr != nil {
+			if _, berr := s.buryBadAttempts(ctx, claimFilter(pn, s.Now()), s.Now()); berr != nil {
 				return nil, true, fmt.Errorf("store: claim: %w", err)
 			}
 			continue

@@ -68,7 +68,7 @@ func (s *Store) QueuesColl() *mongo.Collection {
 	if s.cfg.Collection != DefaultCollection {
 		name = s.cfg.Collection + "_" + DefaultQueuesCollection
 	}
-	wc, _ := parseWriteConcern(s.cfg.WriteConcern)
+	wc, _ := ParseWriteConcern(s.cfg.WriteConcern)
 	return s.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
 }
 
@@ -107,7 +107,7 @@ func (s *Store) Pause(ctx context.Context, queue, by string) (bool, error) {
 	if err := ValidQueueName(queue); err != nil {
 		return false, fmt.Errorf("store: pause: %w", err)
 	}
-	set := Stamp(bson.D{{Key: "paused", Value: true}}, "paused", s.now(), by)
+	set := Stamp(bson.D{{Key: "paused", Value: true}}, "paused", s.Now(), by)
 	// Conditioned on not being paused, so that pausing twice keeps the
 	// first pausedAt and says nothing changed; the upsert of a queue that
 	// is already paused meets its _id: a duplicate key.
@@ -133,7 +133,7 @@ func (s *Store) Resume(ctx context.Context, queue, by string) (bool, error) {
 	if err := storedQueueName(queue); err != nil {
 		return false, fmt.Errorf("store: resume: %w", err)
 	}
-	set := Stamp(bson.D{{Key: "paused", Value: false}}, "resumed", s.now(), by)
+	set := Stamp(bson.D{{Key: "paused", Value: false}}, "resumed", s.Now(), by)
 	res, err := s.QueuesColl().UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: queue}, {Key: "paused", Value: bson.D{{Key: "$ne", Value: false}}}},
 		bson.D{{Key: "$set", Value: set}})

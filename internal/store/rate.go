@@ -508,7 +508,7 @@ func (s *Store) WaitingOnLimits(ctx context.Context, names []string) (map[string
 		n, err := s.coll.CountDocuments(ctx, bson.D{
 			{Key: field, Value: target},
 			{Key: "state", Value: jobs.StateAvailable},
-			{Key: "runAt", Value: bson.D{{Key: "$lte", Value: s.now()}}},
+			{Key: "runAt", Value: bson.D{{Key: "$lte", Value: s.Now()}}},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("store: count the jobs waiting on %s: %w", name, err)
@@ -666,7 +666,7 @@ func (s *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 	if !ok { // cleared since the claim planned
 		return nil, nil
 	}
-	t := s.now()
+	t := s.Now()
 	hs, n, err := s.reservePlain(ctx, plain, k, t)
 	if err != nil || n == 0 {
 		return nil, err
