@@ -417,9 +417,6 @@ func ceilMs(t time.Time) time.Time {
 	return t
 }
 
-// ratesColl is where the rates are stored: the limits collection.
-func (s *Store) ratesColl() *mongo.Collection { return s.limitsColl() }
-
 // SetRate limits the jobs of name ("kind:KIND", "queue:QUEUE") that start,
 // across every worker process, to r. It applies at once to this client's
 // claims, to every other worker's next reservation under a rate it had
@@ -445,7 +442,7 @@ func (s *Store) ClearRate(ctx context.Context, name string) (bool, error) {
 // RateLimits returns every stored rate limit, in name order, with how much
 // of its burst is used now.
 func (s *Store) RateLimits(ctx context.Context) ([]RateLimit, error) {
-	cur, err := s.ratesColl().Find(ctx,
+	cur, err := s.limitsColl().Find(ctx,
 		bson.D{{Key: "_id", Value: bson.D{{Key: "$regex", Value: "^" + rateScope}}}},
 		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
@@ -805,7 +802,7 @@ func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		}
 		tat := g.take(st.tat, t, n)
 		update := reservationUpdate(g, tat, n, st.badStarts)
-		res, err := s.ratesColl().UpdateOne(ctx, rateFilter(name, st.rate, st.raw), update)
+		res, err := s.limitsColl().UpdateOne(ctx, rateFilter(name, st.rate, st.raw), update)
 		if err == nil && rc.afterReserve != nil {
 			err = rc.afterReserve()
 		}
@@ -914,7 +911,7 @@ func (rc *rateCache) noteNext(at time.Time) {
 
 // readRate reads the document of rate name into the cache.
 func (s *Store) readRate(ctx context.Context, name string) error {
-	raw, err := s.ratesColl().FindOne(ctx, bson.D{{Key: "_id", Value: rateScope + name}}).Raw()
+	raw, err := s.limitsColl().FindOne(ctx, bson.D{{Key: "_id", Value: rateScope + name}}).Raw()
 	rc := s.rates
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
@@ -942,7 +939,7 @@ func (s *Store) giveBack(ctx context.Context, name string, r Rate, n int, tat ti
 		return tat, true
 	}
 	back := r.gcra().giveBack(tat, n)
-	res, err := s.ratesColl().UpdateOne(ctx, rateFilter(name, r, tat), giveBackUpdate(back, n))
+	res, err := s.limitsColl().UpdateOne(ctx, rateFilter(name, r, tat), giveBackUpdate(back, n))
 	if err != nil || res.MatchedCount == 0 {
 		return tat, false
 	}

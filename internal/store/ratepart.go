@@ -763,7 +763,7 @@ func (s *Store) confirmRates(ctx context.Context, names []string, parted map[str
 		if bad {
 			update = bson.D{{Key: "$set", Value: bson.D{{Key: "starts", Value: n}}}}
 		}
-		res, err := s.ratesColl().UpdateOne(ctx, rateFilter(name, parted[name].rate, nil), update)
+		res, err := s.limitsColl().UpdateOne(ctx, rateFilter(name, parted[name].rate, nil), update)
 		if err != nil {
 			s.forgetLimits()
 			return false, fmt.Errorf("store: claim: confirm rate %s: %w", name, err)
