@@ -132,7 +132,7 @@ func (s *Store) freshPauses(ctx context.Context, queue string) bool {
 	p := s.pauses
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.readAt.IsZero() || time.Since(p.readAt) >= trusted(p.refresh, p.took) {
+	if p.stale() {
 		if s.readPauses(ctx) != nil {
 			return false
 		}
@@ -199,7 +199,7 @@ func (s *Store) pausesTrusted(queue string) bool {
 	p := s.pauses
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return !p.readAt.IsZero() && time.Since(p.readAt) < trusted(p.refresh, p.took) && !p.paused[queue]
+	return !p.stale() && !p.paused[queue]
 }
 
 // handoffLimits returns the limits (name → limit) on kind and queue, as
@@ -209,7 +209,7 @@ func (s *Store) handoffLimits(kind, queue string) (names map[string]int, setAt m
 	l := s.limits
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.readAt.IsZero() || time.Since(l.readAt) >= trusted(l.refresh, l.took) {
+	if l.stale() {
 		return nil, nil, false
 	}
 	names = map[string]int{}

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -206,19 +205,16 @@ func (l RunLimit) Binding() bool { return l.Malformed == "" && !l.NoTotal && l.R
 
 // runLimits caches the limits for the claims of one Store and its copies.
 type runLimits struct {
-	mu      sync.Mutex
-	readAt  time.Time
-	totals  map[string]int // by limit name: those with a total
-	warned  map[string]string
-	refresh time.Duration
-	took    time.Duration // the last read's
-	setAt   map[string]time.Time
-	parts   partSpecs // partition.go
-	loads   *runLoads // runload.go
+	readCache
+	totals map[string]int // by limit name: those with a total
+	warned map[string]string
+	setAt  map[string]time.Time
+	parts  partSpecs // partition.go
+	loads  *runLoads // runload.go
 }
 
 func newRunLimits() *runLimits {
-	return &runLimits{refresh: LimitRefresh, warned: map[string]string{}, loads: newRunLoads()}
+	return &runLimits{readCache: readCache{refresh: LimitRefresh}, warned: map[string]string{}, loads: newRunLoads()}
 }
 
 // limitsColl is the collection of the limits.
@@ -280,7 +276,7 @@ func (s *Store) setLimitsDoc(ctx context.Context, id string, fields bson.D, pref
 	if err != nil {
 		return err
 	}
-	s.forgetLimits()
+	s.limits.forget()
 	return nil
 }
 
@@ -292,7 +288,7 @@ func (s *Store) deleteLimitsDoc(ctx context.Context, id string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	s.forgetLimits()
+	s.limits.forget()
 	return res.DeletedCount > 0, nil
 }
 
@@ -399,27 +395,20 @@ func runLimit(d bson.Raw) RunLimit {
 	return l
 }
 
-// forgetLimits makes the next claim of this client read the limits again.
-func (s *Store) forgetLimits() {
-	s.limits.mu.Lock()
-	s.limits.readAt = time.Time{}
-	s.limits.mu.Unlock()
-}
-
 // limitsFor returns the limits, as read at most LimitRefresh ago (or twice
-// the last read's time, on a slow server: see trusted), on the
+// the last read's time, on a slow server: see readCache.stale), on the
 // kinds and the queues of p. A failed read fails the claim: claiming
 // without knowing the limits could break them.
 func (s *Store) limitsFor(ctx context.Context, p ClaimParams) (totals map[string]int, parts partSpecs, err error) {
 	l := s.limits
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if t := time.Now(); l.readAt.IsZero() || t.Sub(l.readAt) >= trusted(l.refresh, l.took) {
+	if t := time.Now(); l.stale() {
 		ls, err := s.readLimits(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
-		l.readAt, l.took = t, time.Since(t)
+		l.read(t)
 		l.totals, l.parts, l.setAt = map[string]int{}, partSpecs{}, map[string]time.Time{}
 		for _, rl := range ls {
 			if rl.Malformed != "" {

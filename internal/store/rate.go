@@ -807,7 +807,7 @@ func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 			err = rc.afterReserve()
 		}
 		if err != nil {
-			s.forgetLimits() // what is stored is unknown: read it again
+			s.limits.forget() // what is stored is unknown: read it again
 			return 0, Rate{}, time.Time{}, fmt.Errorf("store: claim: reserve %d starts of rate %s: %w", n, name, err)
 		}
 		if rc.noteReserved(name, tat, res.MatchedCount == 1) {

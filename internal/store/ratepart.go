@@ -765,7 +765,7 @@ func (s *Store) confirmRates(ctx context.Context, names []string, parted map[str
 		}
 		res, err := s.limitsColl().UpdateOne(ctx, rateFilter(name, parted[name].rate, nil), update)
 		if err != nil {
-			s.forgetLimits()
+			s.limits.forget()
 			return false, fmt.Errorf("store: claim: confirm rate %s: %w", name, err)
 		}
 		if res.MatchedCount == 0 {
