@@ -218,16 +218,23 @@ func newRunLimits() *runLimits {
 }
 
 // limitsColl is the collection of the limits.
-func (s *Store) limitsColl() *mongo.Collection { return s.flowColl(DefaultLimitsCollection) }
+func (s *Store) limitsColl() *mongo.Collection { return s.BesideJobs(DefaultLimitsCollection) }
 
-// flowColl is the flow-control collection named name beside the default
-// jobs collection; beside another jobs collection C, C_name.
-func (s *Store) flowColl(name string) *mongo.Collection {
-	if s.cfg.Collection != DefaultCollection {
-		name = s.cfg.Collection + "_" + name
-	}
+// BesideJobs is the collection named name beside the default jobs
+// collection (beside another jobs collection C, C_name), read on the
+// primary and written with the jobs' write concern.
+func (s *Store) BesideJobs(name string) *mongo.Collection {
 	wc, _ := ParseWriteConcern(s.cfg.WriteConcern)
-	return s.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
+	return s.coll.Database().Collection(s.besideJobsName(name), options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
+}
+
+// besideJobsName is name beside the default jobs collection; beside
+// another jobs collection C, C_name.
+func (s *Store) besideJobsName(name string) string {
+	if s.cfg.Collection != DefaultCollection {
+		return s.cfg.Collection + "_" + name
+	}
+	return name
 }
 
 // SetLimit limits the jobs of name ("kind:KIND", "queue:QUEUE") that run

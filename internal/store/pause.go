@@ -11,7 +11,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.uber.org/zap"
 )
 
@@ -62,14 +61,7 @@ func newPauses() *pauses {
 }
 
 // QueuesColl is the collection of the queues' states.
-func (s *Store) QueuesColl() *mongo.Collection {
-	name := DefaultQueuesCollection
-	if s.cfg.Collection != DefaultCollection {
-		name = s.cfg.Collection + "_" + DefaultQueuesCollection
-	}
-	wc, _ := ParseWriteConcern(s.cfg.WriteConcern)
-	return s.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
-}
+func (s *Store) QueuesColl() *mongo.Collection { return s.BesideJobs(DefaultQueuesCollection) }
 
 // ValidQueueName reports what is wrong with q as a queue name, by the rule
 // of enqueue: empty, longer than jobs.MaxNameBytes, not UTF-8, or holding

@@ -93,7 +93,7 @@ const RatePartitionIdle = time.Minute
 const ratePartTries = 3
 
 // ratePartsColl is the collection of the partitions' state.
-func (s *Store) ratePartsColl() *mongo.Collection { return s.flowColl(DefaultRatePartsCollection) }
+func (s *Store) ratePartsColl() *mongo.Collection { return s.BesideJobs(DefaultRatePartsCollection) }
 
 // partitionByValue is r.By as stored: null for a rate not partitioned.
 func partitionByValue(r Rate) any {
