@@ -264,9 +264,8 @@ func (c *Client) capacityOf(ctx context.Context) (map[string]int, error) {
 		p.readAt = t
 		p.limits = map[string]int{}
 		for _, qc := range caps {
-			if qc.Malformed != "" {
-				c.st.WarnMalformed(p.warned, qc.Queue, qc.Malformed,
-					"a queues document has a malformed capacity: the queue is NOT bounded; `docketctl capacity` rewrites it")
+			if c.st.WarnMalformed(p.warned, qc.Queue, qc.Malformed,
+				"a queues document has a malformed capacity: the queue is NOT bounded; `docketctl capacity` rewrites it") {
 				continue
 			}
 			p.limits[qc.Queue] = qc.Capacity

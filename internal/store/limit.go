@@ -418,9 +418,8 @@ func (s *Store) limitsFor(ctx context.Context, p ClaimParams) (totals map[string
 		l.read(t)
 		l.totals, l.parts, l.setAt = map[string]int{}, partSpecs{}, map[string]time.Time{}
 		for _, rl := range ls {
-			if rl.Malformed != "" {
-				s.WarnMalformed(l.warned, rl.Name, rl.Malformed,
-					"a limits document is malformed: it limits NOTHING; `docketctl limit` rewrites it")
+			if s.WarnMalformed(l.warned, rl.Name, rl.Malformed,
+				"a limits document is malformed: it limits NOTHING; `docketctl limit` rewrites it") {
 				continue
 			}
 			l.setAt[rl.Name] = rl.SetAt

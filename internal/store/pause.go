@@ -233,9 +233,8 @@ func (s *Store) readPauses(ctx context.Context) error {
 	p.read(t)
 	p.paused = map[string]bool{}
 	for _, st := range states {
-		if st.Malformed != "" {
-			s.WarnMalformed(p.warned, st.Queue, st.Malformed,
-				"a queues document is malformed: the queue is NOT paused; `docketctl pause` or `resume` rewrites it")
+		if s.WarnMalformed(p.warned, st.Queue, st.Malformed,
+			"a queues document is malformed: the queue is NOT paused; `docketctl pause` or `resume` rewrites it") {
 			continue
 		}
 		p.paused[st.Queue] = st.Paused
@@ -243,13 +242,15 @@ func (s *Store) readPauses(ctx context.Context) error {
 	return nil
 }
 
-// WarnMalformed logs, once per queue and problem, that another app wrote
-// the queue's document malformed; warned remembers what was logged.
-func (s *Store) WarnMalformed(warned map[string]string, queue, problem, msg string) {
-	if warned[queue] != problem {
+// WarnMalformed reports whether problem is set: another app wrote the
+// queue's document malformed. It logs msg once per queue and problem;
+// warned remembers what was logged.
+func (s *Store) WarnMalformed(warned map[string]string, queue, problem, msg string) bool {
+	if problem != "" && warned[queue] != problem {
 		warned[queue] = problem
 		s.log.Warn(msg, zap.String("queue", queue), zap.String("problem", problem))
 	}
+	return problem != ""
 }
 
 // confirmUnpaused is called after a claim made with a stale answer of

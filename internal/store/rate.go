@@ -308,10 +308,8 @@ func (s *Store) storeRates(docs []bson.Raw) {
 // state when it is malformed, which it warns of. rc.mu is held.
 func (s *Store) usableRate(d bson.Raw) (string, *rateState) {
 	rl, st := rateLimit(d, s.instant())
-	if rl.Malformed != "" {
-		s.WarnMalformed(s.rates.warned, rl.Name, rl.Malformed,
-			"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")
-	}
+	s.WarnMalformed(s.rates.warned, rl.Name, rl.Malformed,
+		"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")
 	return rl.Name, st
 }
 
