@@ -145,10 +145,7 @@ func (c *Client) SetCapacity(ctx context.Context, queue string, n int, by string
 	if n < 0 || n > MaxCapacity {
 		return fmt.Errorf("queue: set capacity of %s: %d must be between 0 and %d", queue, n, MaxCapacity)
 	}
-	set := bson.D{{Key: "capacity", Value: n}, {Key: "capacitySetAt", Value: c.now()}}
-	if by != "" {
-		set = append(set, bson.E{Key: "capacitySetBy", Value: by})
-	}
+	set := store.Stamp(bson.D{{Key: "capacity", Value: n}}, "capacitySet", c.now(), by)
 	// A new document gets paused: false, so it reads as a running queue
 	// to the pause code (a document without paused is malformed there).
 	_, err := c.st.QueuesColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: queue}},
@@ -267,9 +264,8 @@ func (c *Client) capacityOf(ctx context.Context) (map[string]int, error) {
 		p.readAt = t
 		p.limits = map[string]int{}
 		for _, qc := range caps {
-			if qc.Malformed != "" {
-				c.st.WarnMalformed(p.warned, qc.Queue, qc.Malformed,
-					"a queues document has a malformed capacity: the queue is NOT bounded; `docketctl capacity` rewrites it")
+			if c.st.WarnMalformed(p.warned, qc.Queue, qc.Malformed,
+				"a queues document has a malformed capacity: the queue is NOT bounded; `docketctl capacity` rewrites it") {
 				continue
 			}
 			p.limits[qc.Queue] = qc.Capacity

@@ -166,48 +166,47 @@ func jobIndexes() []mongo.IndexModel {
 			Keys:    bson.D{{Key: "state", Value: 1}, {Key: "finishedAt", Value: 1}},
 			Options: options.Index().SetName("finished"),
 		},
-		{ // at most one unfinished job per unique key
-			Keys:    bson.D{{Key: "uniqueKey", Value: 1}},
-			Options: options.Index().SetName("uniqueKey").SetUnique(true).SetSparse(true),
-		},
-		{ // at most one job per unique key and period (InsertOpts.UniqueFor),
-			// finished or not
-			Keys:    bson.D{{Key: "uniquePeriodKey", Value: 1}},
-			Options: options.Index().SetName("uniquePeriodKey").SetUnique(true).SetSparse(true),
-		},
-		{ // a bounded queue's slots: at most one admitted unfinished job per
-			// slot (capacity.go); also serves reading a queue's occupied
-			// slots, a range on the "<queue>/" prefix
-			Keys:    bson.D{{Key: capacitySlotField, Value: 1}},
-			Options: options.Index().SetName(capacityIndex).SetUnique(true).SetSparse(true),
-		},
-		{ // a limited kind's run slots: at most one running job per slot
-			// (limit.go)
-			Keys:    bson.D{{Key: store.KindRunSlotIndex, Value: 1}},
-			Options: options.Index().SetName(store.KindRunSlotIndex).SetUnique(true).SetSparse(true),
-		},
-		{ // a limited queue's run slots
-			Keys:    bson.D{{Key: store.QueueRunSlotIndex, Value: 1}},
-			Options: options.Index().SetName(store.QueueRunSlotIndex).SetUnique(true).SetSparse(true),
-		},
-		{ // a partitioned kind's run slots, per partition
-			Keys:    bson.D{{Key: store.KindPartSlotIndex, Value: 1}},
-			Options: options.Index().SetName(store.KindPartSlotIndex).SetUnique(true).SetSparse(true),
-		},
-		{ // a partitioned queue's run slots
-			Keys:    bson.D{{Key: store.QueuePartSlotIndex, Value: 1}},
-			Options: options.Index().SetName(store.QueuePartSlotIndex).SetUnique(true).SetSparse(true),
-		},
+		// at most one unfinished job per unique key
+		uniqueIndex("uniqueKey", "uniqueKey"),
+		// at most one job per unique key and period (InsertOpts.UniqueFor),
+		// finished or not
+		uniqueIndex("uniquePeriodKey", "uniquePeriodKey"),
+		// a bounded queue's slots: at most one admitted unfinished job per
+		// slot (capacity.go); also serves reading a queue's occupied
+		// slots, a range on the "<queue>/" prefix
+		uniqueIndex(capacitySlotField, capacityIndex),
+		// a limited kind's run slots: at most one running job per slot
+		// (limit.go)
+		uniqueIndex(store.KindRunSlotIndex, store.KindRunSlotIndex),
+		// a limited queue's run slots
+		uniqueIndex(store.QueueRunSlotIndex, store.QueueRunSlotIndex),
+		// a partitioned kind's run slots, per partition
+		uniqueIndex(store.KindPartSlotIndex, store.KindPartSlotIndex),
+		// a partitioned queue's run slots
+		uniqueIndex(store.QueuePartSlotIndex, store.QueuePartSlotIndex),
 		// Workflows (deps.go): settling a parent's dependents,
 		// {after: id, state: blocked, ...}, and a job's dependents shown;
 		// the leader's pass over outcomes due and jobs left linking.
-		{Keys: bson.D{{Key: afterField, Value: 1}}, Options: options.Index().SetName("after").SetSparse(true)},
-		{Keys: bson.D{{Key: dependentsDueField, Value: 1}}, Options: options.Index().SetName(dependentsDueField).SetSparse(true)},
-		{Keys: bson.D{{Key: linkingField, Value: 1}}, Options: options.Index().SetName(linkingField).SetSparse(true)},
+		sparseIndex(afterField, "after"),
+		sparseIndex(dependentsDueField, dependentsDueField),
+		sparseIndex(linkingField, linkingField),
 		// A workflow's tasks, {workflow: id}, for docketctl workflow and
 		// the dashboard's workflow page (workflow_view.go).
-		{Keys: bson.D{{Key: workflowField, Value: 1}}, Options: options.Index().SetName(workflowField).SetSparse(true)},
+		sparseIndex(workflowField, workflowField),
 	}
+}
+
+// sparseIndex is an index on field alone, named name, of the jobs that have
+// the field.
+func sparseIndex(field, name string) mongo.IndexModel {
+	return mongo.IndexModel{Keys: bson.D{{Key: field, Value: 1}}, Options: options.Index().SetName(name).SetSparse(true)}
+}
+
+// uniqueIndex is sparseIndex(field, name) where no two jobs hold one value.
+func uniqueIndex(field, name string) mongo.IndexModel {
+	m := sparseIndex(field, name)
+	m.Options.SetUnique(true)
+	return m
 }
 
 // claimIndex is the name of the index the claim uses.

@@ -276,20 +276,17 @@ func parentsOfAll(ds []dependent) (bson.A, map[string]bool) {
 // flag (settledModels) leaves the flag for the next pass.
 func (c *Client) markParents(ctx context.Context, parents bson.A, n int) error {
 	var models []mongo.WriteModel
-	for _, ids := range idChunks(parents) {
-		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
-			idIn(ids),
-			{Key: "state", Value: bson.D{{Key: "$nin", Value: finishedStates}}},
-			{Key: dependentsField, Value: bson.D{{Key: "$ne", Value: true}}},
-		}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: dependentsField, Value: true}, {Key: "updatedAt", Value: c.now()}}}}))
+	// mark sets field on the parents whose state is (op $in) or is not
+	// ($nin) a finished one and whose field matches unmarked.
+	mark := func(op, field string, unmarked bson.D) {
+		for _, ids := range idChunks(parents) {
+			models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
+				idIn(ids), {Key: "state", Value: bson.D{{Key: op, Value: finishedStates}}}, {Key: field, Value: unmarked},
+			}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: field, Value: true}, {Key: "updatedAt", Value: c.now()}}}}))
+		}
 	}
-	for _, ids := range idChunks(parents) {
-		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
-			idIn(ids),
-			{Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}},
-			{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}},
-		}).SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: dependentsDueField, Value: true}, {Key: "updatedAt", Value: c.now()}}}}))
-	}
+	mark("$nin", dependentsField, bson.D{{Key: "$ne", Value: true}})
+	mark("$in", dependentsDueField, bson.D{{Key: "$exists", Value: false}})
 	// Ordered: every unfinished parent is marked before any finished one
 	// is flagged, as two commands did.
 	if _, err := c.coll.BulkWrite(ctx, models); err != nil {

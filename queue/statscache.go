@@ -8,12 +8,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/docketq/docket/internal/store"
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 )
 
 // The counts the elected leader stores: the operator's tools read one small
@@ -90,14 +88,7 @@ func (s StoredStats) Stale() bool {
 }
 
 // statsColl is the collection of the stored counts.
-func (c *Client) statsColl() *mongo.Collection {
-	name := DefaultStatsCollection
-	if c.cfg.Collection != DefaultCollection {
-		name = c.cfg.Collection + "_" + DefaultStatsCollection
-	}
-	wc, _ := store.ParseWriteConcern(c.cfg.WriteConcern)
-	return c.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
-}
+func (c *Client) statsColl() *mongo.Collection { return c.st.BesideJobs(DefaultStatsCollection) }
 
 // CountStats counts the jobs now: per queue, kind and state, each queue's
 // longest-waiting runnable job, and the jobs that ended per minute over the

@@ -11,7 +11,6 @@ import (
 
 	"github.com/docketq/docket/internal/store"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -78,8 +77,6 @@ type WorkerInfo struct {
 	Future bool
 }
 
-func (c *Client) workersColl() *mongo.Collection { return c.st.WorkersColl() }
-
 // Beat records that the worker process w is alive, as it is now. Only
 // w's own document is written; any number of beats may race.
 func (c *Client) Beat(ctx context.Context, w WorkerInfo) error {
@@ -99,7 +96,7 @@ func (c *Client) Beat(ctx context.Context, w WorkerInfo) error {
 	for _, name := range slices.Sorted(maps.Keys(w.ProcessLimits)) {
 		limits = append(limits, bson.D{{Key: "name", Value: name}, {Key: "n", Value: w.ProcessLimits[name]}})
 	}
-	_, err := c.workersColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: w.ID}}, bson.D{
+	_, err := c.st.WorkersColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: w.ID}}, bson.D{
 		{Key: "$set", Value: bson.D{
 			{Key: "host", Value: w.Host}, {Key: "pid", Value: w.PID}, {Key: "version", Value: w.Version},
 			{Key: "queues", Value: queues}, {Key: "kinds", Value: kinds}, {Key: "concurrency", Value: w.Concurrency},
@@ -116,7 +113,7 @@ func (c *Client) Beat(ctx context.Context, w WorkerInfo) error {
 
 // Unregister deletes the document of worker id: the process has stopped.
 func (c *Client) Unregister(ctx context.Context, id string) error {
-	if _, err := c.workersColl().DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
+	if _, err := c.st.WorkersColl().DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
 		return fmt.Errorf("queue: unregister worker %s: %w", id, err)
 	}
 	return nil
@@ -129,7 +126,7 @@ func (c *Client) Unregister(ctx context.Context, id string) error {
 // the documents of processes not seen for WorkerForgetAfter.
 func (c *Client) Workers(ctx context.Context, ttl time.Duration, all bool) ([]WorkerInfo, error) {
 	t := c.st.ServerTime(ctx)
-	if _, err := c.workersColl().DeleteMany(ctx, bson.D{{Key: "lastSeen", Value: bson.D{{Key: "$lt", Value: t.Add(-workerForgetAfter)}}}}); err != nil {
+	if _, err := c.st.WorkersColl().DeleteMany(ctx, bson.D{{Key: "lastSeen", Value: bson.D{{Key: "$lt", Value: t.Add(-workerForgetAfter)}}}}); err != nil {
 		return nil, fmt.Errorf("queue: forget stopped workers: %w", err)
 	}
 	return c.listWorkers(ctx, t, ttl, all)
@@ -138,7 +135,7 @@ func (c *Client) Workers(ctx context.Context, ttl time.Duration, all bool) ([]Wo
 // listWorkers reads the registry as Workers lists it at the server's time
 // t, writing nothing.
 func (c *Client) listWorkers(ctx context.Context, t time.Time, ttl time.Duration, all bool) ([]WorkerInfo, error) {
-	cur, err := c.workersColl().Find(ctx, bson.D{})
+	cur, err := c.st.WorkersColl().Find(ctx, bson.D{})
 	if err != nil {
 		return nil, fmt.Errorf("queue: list workers: %w", err)
 	}

@@ -242,7 +242,7 @@ func (s *Store) decodeCandidates(ctx context.Context, docs []bson.Raw, t time.Ti
 }
 
 func (s *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, sp *slotPicker) (claimed []*jobs.Job, raced bool, err error) {
-	t := s.now()
+	t := s.Now()
 	window := claimWindow
 	if p.Spread {
 		window = max(claimWindow, min(claimSpreadBlocks, claimSpreadMax/k))
@@ -539,7 +539,7 @@ func (s *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err
 	if len(ls) == 0 {
 		return nil, nil
 	}
-	t := s.now()
+	t := s.Now()
 	fences := make(bson.A, len(ls))
 	ids := make(bson.A, len(ls))
 	for i, l := range ls {

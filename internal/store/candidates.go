@@ -196,7 +196,7 @@ func (s *Store) refill(p ClaimParams, limit int, epoch uint64) {
 		// and reports what fails then (this goroutine may outlive its
 		// client, and a test's logger).
 		ctx, cancel := context.WithTimeout(context.Background(), refillTimeout)
-		docs, sent, took, err := s.readCandidates(ctx, p, s.now(), limit)
+		docs, sent, took, err := s.readCandidates(ctx, p, s.Now(), limit)
 		cancel()
 		var got []candidate
 		for _, d := range docs {

@@ -148,7 +148,7 @@ func (s *Store) claimOneUnderLimits(ctx context.Context, p ClaimParams) (*jobs.J
 
 // claimOne is Claim's findAndModify, from the queues of p as given.
 func (s *Store) claimOne(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
-	t := s.now()
+	t := s.Now()
 	filter := claimFilter(p, t)
 	update := claimUpdate(p, t, p.Token)
 	opts := options.FindOneAndUpdate().SetSort(claimSort).SetReturnDocument(options.After)

@@ -24,8 +24,6 @@ func (s *Store) Now() time.Time {
 	return s.clock().UTC().Truncate(time.Millisecond)
 }
 
-func (s *Store) now() time.Time { return s.Now() }
-
 // instant is s's clock to the nanosecond, for computations that are not
 // stored.
 func (s *Store) instant() time.Time {

@@ -99,7 +99,7 @@ func (s *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue s
 	if !s.freshPauses(ctx, queue) {
 		return nil, nil
 	}
-	t := s.now()
+	t := s.Now()
 	cur, err := s.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(n)).SetBatchSize(int32(n)).SetComment(SuccessorsComment))
 	if err != nil {
 		return nil, fmt.Errorf("store: read successors: %w", err)
@@ -132,7 +132,7 @@ func (s *Store) freshPauses(ctx context.Context, queue string) bool {
 	p := s.pauses
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.readAt.IsZero() || time.Since(p.readAt) >= trusted(p.refresh, p.took) {
+	if p.stale() {
 		if s.readPauses(ctx) != nil {
 			return false
 		}
@@ -199,7 +199,7 @@ func (s *Store) pausesTrusted(queue string) bool {
 	p := s.pauses
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return !p.readAt.IsZero() && time.Since(p.readAt) < trusted(p.refresh, p.took) && !p.paused[queue]
+	return !p.stale() && !p.paused[queue]
 }
 
 // handoffLimits returns the limits (name → limit) on kind and queue, as
@@ -209,7 +209,7 @@ func (s *Store) handoffLimits(kind, queue string) (names map[string]int, setAt m
 	l := s.limits
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.readAt.IsZero() || time.Since(l.readAt) >= trusted(l.refresh, l.took) {
+	if l.stale() {
 		return nil, nil, false
 	}
 	names = map[string]int{}
@@ -295,7 +295,7 @@ func (s *Store) CompleteHandingOff(ctx context.Context, l Lease, next *Successor
 		s.completions.handedOff(l)
 	}
 	p.Kinds, p.Queues = []string{j.Kind}, []string{j.Queue}
-	t := s.now()
+	t := s.Now()
 	res, err := s.coll.BulkWrite(ctx, handoffWrites(ctx, l, next, p, t, set),
 		options.BulkWrite().SetOrdered(true).SetComment(HandoffComment))
 	if err == nil {
@@ -412,7 +412,7 @@ func (s *Store) HandOnFreed(ctx context.Context, jobID string, next *Successor, 
 		return nil, ErrNoHandoff
 	}
 	p.Kinds, p.Queues = []string{j.Kind}, []string{j.Queue}
-	t := s.now()
+	t := s.Now()
 	match, stamp := successorStamp(next, p, t, set)
 	res, err := s.coll.UpdateOne(ctx, match, stamp)
 	switch {

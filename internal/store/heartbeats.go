@@ -86,7 +86,7 @@ func (s *Store) heartbeatMany(ctx context.Context, leases []Lease, progress map[
 // renewLeases renews leases (distinct) and records each one's Beat in
 // out. The error is returned when nothing is known of any of them.
 func (s *Store) renewLeases(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration, between func(string), out map[Lease]Beat) error {
-	t := s.now()
+	t := s.Now()
 	exp := t.Add(d).Truncate(time.Millisecond) // as the server stores it
 	n, err := s.renewMany(ctx, leases, progress, t, exp, true)
 	if err != nil {
@@ -129,7 +129,7 @@ func (s *Store) renewLeases(ctx context.Context, leases []Lease, progress map[Le
 	if between != nil {
 		between("renew cancelled")
 	}
-	t = s.now()
+	t = s.Now()
 	exp = t.Add(d).Truncate(time.Millisecond)
 	n, err = s.renewMany(ctx, again, progress, t, exp, false)
 	if err == nil && n == int64(len(again)) {

@@ -88,7 +88,7 @@ func (s *Store) Complete(ctx context.Context, l Lease) error {
 		_, err := s.completions.complete(ctx, l, false)
 		return err
 	}
-	err := s.fencedUpdate(ctx, "complete", l, withProgress(ctx, Finish(jobs.StateSucceeded, s.now(), result...)))
+	err := s.fencedUpdate(ctx, "complete", l, withProgress(ctx, Finish(jobs.StateSucceeded, s.Now(), result...)))
 	if errors.Is(err, jobs.ErrLeaseLost) {
 		return s.unlessWritten(ctx, "complete", l, err, completedBy(l))
 	}
@@ -134,7 +134,7 @@ func (s *Store) CompleteReading(ctx context.Context, l Lease) (bson.Raw, error) 
 	if s.batches(ctx) {
 		return s.completions.complete(ctx, l, true)
 	}
-	update := withProgress(ctx, Finish(jobs.StateSucceeded, s.now(), resultOf(ctx)...))
+	update := withProgress(ctx, Finish(jobs.StateSucceeded, s.Now(), resultOf(ctx)...))
 	send := func(projected bool) (bson.Raw, error) {
 		opts := options.FindOneAndUpdate().SetReturnDocument(options.After).SetComment(CompleteReadingComment)
 		if projected {
@@ -163,7 +163,7 @@ func (s *Store) CompleteReading(ctx context.Context, l Lease) (bson.Raw, error) 
 
 // Cancelled marks the job l holds cancelled, recording why.
 func (s *Store) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason string) error {
-	t := s.now()
+	t := s.Now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: reason})
 	err := s.fencedUpdate(ctx, "cancel", l, withProgress(ctx, Finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs})))
 	if errors.Is(err, jobs.ErrLeaseLost) {
@@ -287,7 +287,7 @@ type Failure struct {
 // is retried after a backoff unless cause is permanent or the attempts are
 // used up, in which case it is dead.
 func (s *Store) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Failure, error) {
-	t := s.now()
+	t := s.Now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: cause.Error()})
 	f, update := s.failure(j, t, jobs.IsPermanent(cause), errs)
 	// A try of this write whose reply was lost may have been applied: the
@@ -465,7 +465,7 @@ const releasedTokenField = "releasedToken"
 // reply lost), it returns nil; otherwise jobs.ErrLeaseLost, or ErrOutcomeUnknown
 // when the read fails.
 func (s *Store) Release(ctx context.Context, l Lease) error {
-	t := s.now()
+	t := s.Now()
 	mark := bson.E{Key: releasedTokenField, Value: l.Token}
 	update := requeue(t, t, mark)
 	update = append(update, bson.E{Key: "$inc", Value: bson.D{{Key: "attempt", Value: -1}}})

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -206,32 +205,36 @@ func (l RunLimit) Binding() bool { return l.Malformed == "" && !l.NoTotal && l.R
 
 // runLimits caches the limits for the claims of one Store and its copies.
 type runLimits struct {
-	mu      sync.Mutex
-	readAt  time.Time
-	totals  map[string]int // by limit name: those with a total
-	warned  map[string]string
-	refresh time.Duration
-	took    time.Duration // the last read's
-	setAt   map[string]time.Time
-	parts   partSpecs // partition.go
-	loads   *runLoads // runload.go
+	readCache
+	totals map[string]int // by limit name: those with a total
+	warned map[string]string
+	setAt  map[string]time.Time
+	parts  partSpecs // partition.go
+	loads  *runLoads // runload.go
 }
 
 func newRunLimits() *runLimits {
-	return &runLimits{refresh: LimitRefresh, warned: map[string]string{}, loads: newRunLoads()}
+	return &runLimits{readCache: readCache{refresh: LimitRefresh}, warned: map[string]string{}, loads: newRunLoads()}
 }
 
 // limitsColl is the collection of the limits.
-func (s *Store) limitsColl() *mongo.Collection { return s.flowColl(DefaultLimitsCollection) }
+func (s *Store) limitsColl() *mongo.Collection { return s.BesideJobs(DefaultLimitsCollection) }
 
-// flowColl is the flow-control collection named name beside the default
-// jobs collection; beside another jobs collection C, C_name.
-func (s *Store) flowColl(name string) *mongo.Collection {
+// BesideJobs is the collection named name beside the default jobs
+// collection (beside another jobs collection C, C_name), read on the
+// primary and written with the jobs' write concern.
+func (s *Store) BesideJobs(name string) *mongo.Collection {
+	wc, _ := ParseWriteConcern(s.cfg.WriteConcern)
+	return s.coll.Database().Collection(s.besideJobsName(name), options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
+}
+
+// besideJobsName is name beside the default jobs collection; beside
+// another jobs collection C, C_name.
+func (s *Store) besideJobsName(name string) string {
 	if s.cfg.Collection != DefaultCollection {
-		name = s.cfg.Collection + "_" + name
+		return s.cfg.Collection + "_" + name
 	}
-	wc, _ := parseWriteConcern(s.cfg.WriteConcern)
-	return s.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
+	return name
 }
 
 // SetLimit limits the jobs of name ("kind:KIND", "queue:QUEUE") that run
@@ -275,16 +278,12 @@ func limitsWrite(op, name string, invalid error, write func() (bool, error)) (bo
 // set), in the limits collection's document id, creating it when missing,
 // and makes this client's next claim read the limits again.
 func (s *Store) setLimitsDoc(ctx context.Context, id string, fields bson.D, prefix, by string) error {
-	set := append(fields, bson.E{Key: prefix + "SetAt", Value: s.now()})
-	if by != "" {
-		set = append(set, bson.E{Key: prefix + "SetBy", Value: by})
-	}
 	_, err := s.limitsColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
-		bson.D{{Key: "$set", Value: set}}, options.UpdateOne().SetUpsert(true))
+		bson.D{{Key: "$set", Value: Stamp(fields, prefix+"Set", s.Now(), by)}}, options.UpdateOne().SetUpsert(true))
 	if err != nil {
 		return err
 	}
-	s.forgetLimits()
+	s.limits.forget()
 	return nil
 }
 
@@ -296,7 +295,7 @@ func (s *Store) deleteLimitsDoc(ctx context.Context, id string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	s.forgetLimits()
+	s.limits.forget()
 	return res.DeletedCount > 0, nil
 }
 
@@ -403,32 +402,24 @@ func runLimit(d bson.Raw) RunLimit {
 	return l
 }
 
-// forgetLimits makes the next claim of this client read the limits again.
-func (s *Store) forgetLimits() {
-	s.limits.mu.Lock()
-	s.limits.readAt = time.Time{}
-	s.limits.mu.Unlock()
-}
-
 // limitsFor returns the limits, as read at most LimitRefresh ago (or twice
-// the last read's time, on a slow server: see trusted), on the
+// the last read's time, on a slow server: see readCache.stale), on the
 // kinds and the queues of p. A failed read fails the claim: claiming
 // without knowing the limits could break them.
 func (s *Store) limitsFor(ctx context.Context, p ClaimParams) (totals map[string]int, parts partSpecs, err error) {
 	l := s.limits
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if t := time.Now(); l.readAt.IsZero() || t.Sub(l.readAt) >= trusted(l.refresh, l.took) {
+	if t := time.Now(); l.stale() {
 		ls, err := s.readLimits(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
-		l.readAt, l.took = t, time.Since(t)
+		l.read(t)
 		l.totals, l.parts, l.setAt = map[string]int{}, partSpecs{}, map[string]time.Time{}
 		for _, rl := range ls {
-			if rl.Malformed != "" {
-				s.WarnMalformed(l.warned, rl.Name, rl.Malformed,
-					"a limits document is malformed: it limits NOTHING; `docketctl limit` rewrites it")
+			if s.WarnMalformed(l.warned, rl.Name, rl.Malformed,
+				"a limits document is malformed: it limits NOTHING; `docketctl limit` rewrites it") {
 				continue
 			}
 			l.setAt[rl.Name] = rl.SetAt
@@ -864,7 +855,7 @@ func (s *Store) claimUnderLimits(ctx context.Context, p ClaimParams, k int) (cla
 		}
 		claimed, raced, err := s.claimBatchOnce(ctx, pn, k, picker)
 		if errors.Is(err, errMalformedCandidate) || isTypeMismatch(err) {
-			if _, berr := s.buryBadAttempts(ctx, claimFilter(pn, s.now()), s.now()); berr != nil {
+			if _, berr := s.buryBadAttempts(ctx, claimFilter(pn, s.Now()), s.Now()); berr != nil {
 				return nil, true, fmt.Errorf("store: claim: %w", err)
 			}
 			continue

@@ -237,7 +237,7 @@ func (s *Store) unsetLimitsFields(ctx context.Context, id string, fields ...stri
 	}); err != nil {
 		return false, err
 	}
-	s.forgetLimits()
+	s.limits.forget()
 	return res.MatchedCount > 0, nil
 }
 

@@ -11,7 +11,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.uber.org/zap"
 )
 
@@ -52,25 +51,17 @@ type QueueState struct {
 // pauses caches the paused queues for the claims of one Store and its
 // copies.
 type pauses struct {
-	mu      sync.Mutex
-	readAt  time.Time
-	paused  map[string]bool
-	warned  map[string]string // queue → the malformed value last logged
-	refresh time.Duration
-	took    time.Duration // the last read's
+	readCache
+	paused map[string]bool
+	warned map[string]string // queue → the malformed value last logged
 }
 
-func newPauses() *pauses { return &pauses{refresh: PauseRefresh, warned: map[string]string{}} }
+func newPauses() *pauses {
+	return &pauses{readCache: readCache{refresh: PauseRefresh}, warned: map[string]string{}}
+}
 
 // QueuesColl is the collection of the queues' states.
-func (s *Store) QueuesColl() *mongo.Collection {
-	name := DefaultQueuesCollection
-	if s.cfg.Collection != DefaultCollection {
-		name = s.cfg.Collection + "_" + DefaultQueuesCollection
-	}
-	wc, _ := parseWriteConcern(s.cfg.WriteConcern)
-	return s.coll.Database().Collection(name, options.Collection().SetWriteConcern(wc).SetReadPreference(readpref.Primary()))
-}
+func (s *Store) QueuesColl() *mongo.Collection { return s.BesideJobs(DefaultQueuesCollection) }
 
 // ValidQueueName reports what is wrong with q as a queue name, by the rule
 // of enqueue: empty, longer than jobs.MaxNameBytes, not UTF-8, or holding
@@ -107,10 +98,7 @@ func (s *Store) Pause(ctx context.Context, queue, by string) (bool, error) {
 	if err := ValidQueueName(queue); err != nil {
 		return false, fmt.Errorf("store: pause: %w", err)
 	}
-	set := bson.D{{Key: "paused", Value: true}, {Key: "pausedAt", Value: s.now()}}
-	if by != "" {
-		set = append(set, bson.E{Key: "pausedBy", Value: by})
-	}
+	set := Stamp(bson.D{{Key: "paused", Value: true}}, "paused", s.Now(), by)
 	// Conditioned on not being paused, so that pausing twice keeps the
 	// first pausedAt and says nothing changed; the upsert of a queue that
 	// is already paused meets its _id: a duplicate key.
@@ -124,7 +112,7 @@ func (s *Store) Pause(ctx context.Context, queue, by string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("store: pause %s: %w", queue, err)
 	}
-	s.forgetPauses()
+	s.pauses.forget()
 	return true, nil
 }
 
@@ -136,17 +124,14 @@ func (s *Store) Resume(ctx context.Context, queue, by string) (bool, error) {
 	if err := storedQueueName(queue); err != nil {
 		return false, fmt.Errorf("store: resume: %w", err)
 	}
-	set := bson.D{{Key: "paused", Value: false}, {Key: "resumedAt", Value: s.now()}}
-	if by != "" {
-		set = append(set, bson.E{Key: "resumedBy", Value: by})
-	}
+	set := Stamp(bson.D{{Key: "paused", Value: false}}, "resumed", s.Now(), by)
 	res, err := s.QueuesColl().UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: queue}, {Key: "paused", Value: bson.D{{Key: "$ne", Value: false}}}},
 		bson.D{{Key: "$set", Value: set}})
 	if err != nil {
 		return false, fmt.Errorf("store: resume %s: %w", queue, err)
 	}
-	s.forgetPauses()
+	s.pauses.forget()
 	return res.MatchedCount > 0, nil
 }
 
@@ -195,14 +180,6 @@ func queueState(d bson.Raw) QueueState {
 	return s
 }
 
-// forgetPauses makes the next claim of this client read the paused queues
-// again.
-func (s *Store) forgetPauses() {
-	s.pauses.mu.Lock()
-	s.pauses.readAt = time.Time{}
-	s.pauses.mu.Unlock()
-}
-
 // unpaused returns the queues of qs that are not paused, as last read, and
 // whether that answer is stale: older than PauseRefresh. A stale answer
 // that pauses none of qs is used without reading again, so that an idle
@@ -218,7 +195,7 @@ func (s *Store) unpaused(ctx context.Context, qs []string) (out []string, stale 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	never := p.readAt.IsZero()
-	stale = never || time.Since(p.readAt) >= trusted(p.refresh, p.took)
+	stale = p.stale()
 	if stale && (never || p.pausesAny(qs)) && s.readPauses(ctx) == nil {
 		stale = false
 	}
@@ -253,12 +230,11 @@ func (s *Store) readPauses(ctx context.Context) error {
 		s.log.Warn("reading the paused queues failed; claiming with the last known", zap.Error(err))
 		return err
 	}
-	p.readAt, p.took = t, time.Since(t)
+	p.read(t)
 	p.paused = map[string]bool{}
 	for _, st := range states {
-		if st.Malformed != "" {
-			s.WarnMalformed(p.warned, st.Queue, st.Malformed,
-				"a queues document is malformed: the queue is NOT paused; `docketctl pause` or `resume` rewrites it")
+		if s.WarnMalformed(p.warned, st.Queue, st.Malformed,
+			"a queues document is malformed: the queue is NOT paused; `docketctl pause` or `resume` rewrites it") {
 			continue
 		}
 		p.paused[st.Queue] = st.Paused
@@ -266,13 +242,15 @@ func (s *Store) readPauses(ctx context.Context) error {
 	return nil
 }
 
-// WarnMalformed logs, once per queue and problem, that another app wrote
-// the queue's document malformed; warned remembers what was logged.
-func (s *Store) WarnMalformed(warned map[string]string, queue, problem, msg string) {
-	if warned[queue] != problem {
+// WarnMalformed reports whether problem is set: another app wrote the
+// queue's document malformed. It logs msg once per queue and problem;
+// warned remembers what was logged.
+func (s *Store) WarnMalformed(warned map[string]string, queue, problem, msg string) bool {
+	if problem != "" && warned[queue] != problem {
 		warned[queue] = problem
 		s.log.Warn(msg, zap.String("queue", queue), zap.String("problem", problem))
 	}
+	return problem != ""
 }
 
 // confirmUnpaused is called after a claim made with a stale answer of
@@ -308,10 +286,29 @@ func (s *Store) confirmUnpaused(ctx context.Context, claimed []*jobs.Job) (bool,
 	return false, nil
 }
 
-// trusted is how long a read of the paused queues or the limits is used
-// before a claim reads again: refresh, or on a slow server twice what the
-// last read took, so that re-reading them does not take most of the
-// server's time for a claim (each read is a command in the claim's line).
-func trusted(refresh, took time.Duration) time.Duration {
-	return max(refresh, 2*took)
+// readCache is what a cache of stored settings (the paused queues, the
+// limits) keeps of its last read; mu guards the whole cache.
+type readCache struct {
+	mu      sync.Mutex
+	readAt  time.Time // when the last read was sent; zero: none, or forgotten
+	took    time.Duration
+	refresh time.Duration
+}
+
+// stale reports whether the last read is no longer trusted: there was
+// none, or it is older than refresh, or on a slow server than twice what
+// it took, so that re-reading does not take most of the server's time for
+// a claim (each read is a command in the claim's line). c.mu held.
+func (c *readCache) stale() bool {
+	return c.readAt.IsZero() || time.Since(c.readAt) >= max(c.refresh, 2*c.took)
+}
+
+// read notes a read sent at sent that has just returned. c.mu held.
+func (c *readCache) read(sent time.Time) { c.readAt, c.took = sent, time.Since(sent) }
+
+// forget makes the next claim of this client read again.
+func (c *readCache) forget() {
+	c.mu.Lock()
+	c.readAt = time.Time{}
+	c.mu.Unlock()
 }

@@ -308,10 +308,8 @@ func (s *Store) storeRates(docs []bson.Raw) {
 // state when it is malformed, which it warns of. rc.mu is held.
 func (s *Store) usableRate(d bson.Raw) (string, *rateState) {
 	rl, st := rateLimit(d, s.instant())
-	if rl.Malformed != "" {
-		s.WarnMalformed(s.rates.warned, rl.Name, rl.Malformed,
-			"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")
-	}
+	s.WarnMalformed(s.rates.warned, rl.Name, rl.Malformed,
+		"a rate limit's document is malformed: it limits NOTHING; `docketctl limit rate` rewrites it")
 	return rl.Name, st
 }
 
@@ -417,9 +415,6 @@ func ceilMs(t time.Time) time.Time {
 	return t
 }
 
-// ratesColl is where the rates are stored: the limits collection.
-func (s *Store) ratesColl() *mongo.Collection { return s.limitsColl() }
-
 // SetRate limits the jobs of name ("kind:KIND", "queue:QUEUE") that start,
 // across every worker process, to r. It applies at once to this client's
 // claims, to every other worker's next reservation under a rate it had
@@ -445,7 +440,7 @@ func (s *Store) ClearRate(ctx context.Context, name string) (bool, error) {
 // RateLimits returns every stored rate limit, in name order, with how much
 // of its burst is used now.
 func (s *Store) RateLimits(ctx context.Context) ([]RateLimit, error) {
-	cur, err := s.ratesColl().Find(ctx,
+	cur, err := s.limitsColl().Find(ctx,
 		bson.D{{Key: "_id", Value: bson.D{{Key: "$regex", Value: "^" + rateScope}}}},
 		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
@@ -508,7 +503,7 @@ func (s *Store) WaitingOnLimits(ctx context.Context, names []string) (map[string
 		n, err := s.coll.CountDocuments(ctx, bson.D{
 			{Key: field, Value: target},
 			{Key: "state", Value: jobs.StateAvailable},
-			{Key: "runAt", Value: bson.D{{Key: "$lte", Value: s.now()}}},
+			{Key: "runAt", Value: bson.D{{Key: "$lte", Value: s.Now()}}},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("store: count the jobs waiting on %s: %w", name, err)
@@ -666,7 +661,7 @@ func (s *Store) claimRateCell(ctx context.Context, cell rateCell, k int) ([]*job
 	if !ok { // cleared since the claim planned
 		return nil, nil
 	}
-	t := s.now()
+	t := s.Now()
 	hs, n, err := s.reservePlain(ctx, plain, k, t)
 	if err != nil || n == 0 {
 		return nil, err
@@ -805,12 +800,12 @@ func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		}
 		tat := g.take(st.tat, t, n)
 		update := reservationUpdate(g, tat, n, st.badStarts)
-		res, err := s.ratesColl().UpdateOne(ctx, rateFilter(name, st.rate, st.raw), update)
+		res, err := s.limitsColl().UpdateOne(ctx, rateFilter(name, st.rate, st.raw), update)
 		if err == nil && rc.afterReserve != nil {
 			err = rc.afterReserve()
 		}
 		if err != nil {
-			s.forgetLimits() // what is stored is unknown: read it again
+			s.limits.forget() // what is stored is unknown: read it again
 			return 0, Rate{}, time.Time{}, fmt.Errorf("store: claim: reserve %d starts of rate %s: %w", n, name, err)
 		}
 		if rc.noteReserved(name, tat, res.MatchedCount == 1) {
@@ -914,7 +909,7 @@ func (rc *rateCache) noteNext(at time.Time) {
 
 // readRate reads the document of rate name into the cache.
 func (s *Store) readRate(ctx context.Context, name string) error {
-	raw, err := s.ratesColl().FindOne(ctx, bson.D{{Key: "_id", Value: rateScope + name}}).Raw()
+	raw, err := s.limitsColl().FindOne(ctx, bson.D{{Key: "_id", Value: rateScope + name}}).Raw()
 	rc := s.rates
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
@@ -942,7 +937,7 @@ func (s *Store) giveBack(ctx context.Context, name string, r Rate, n int, tat ti
 		return tat, true
 	}
 	back := r.gcra().giveBack(tat, n)
-	res, err := s.ratesColl().UpdateOne(ctx, rateFilter(name, r, tat), giveBackUpdate(back, n))
+	res, err := s.limitsColl().UpdateOne(ctx, rateFilter(name, r, tat), giveBackUpdate(back, n))
 	if err != nil || res.MatchedCount == 0 {
 		return tat, false
 	}

@@ -93,7 +93,7 @@ const RatePartitionIdle = time.Minute
 const ratePartTries = 3
 
 // ratePartsColl is the collection of the partitions' state.
-func (s *Store) ratePartsColl() *mongo.Collection { return s.flowColl(DefaultRatePartsCollection) }
+func (s *Store) ratePartsColl() *mongo.Collection { return s.BesideJobs(DefaultRatePartsCollection) }
 
 // partitionByValue is r.By as stored: null for a rate not partitioned.
 func partitionByValue(r Rate) any {
@@ -244,7 +244,7 @@ func (s *Store) claimRateParts(ctx context.Context, p ClaimParams, parted map[st
 		if !ok || len(fresh) != len(parted) {
 			return nil, nil // cleared, or no longer partitioned: the next claim plans anew
 		}
-		parted, t = fresh, s.now()
+		parted, t = fresh, s.Now()
 	}
 }
 
@@ -268,7 +268,7 @@ func (s *Store) claimRatePartsOnce(ctx context.Context, p ClaimParams, parted ma
 	if s.rates.beforePartReserve != nil {
 		s.rates.beforePartReserve()
 	}
-	t = s.now()
+	t = s.Now()
 	if err := s.reserveParts(ctx, take, t); err != nil {
 		return nil, false, err
 	}
@@ -478,7 +478,7 @@ func (s *Store) claimReserved(ctx context.Context, pc *partClaim, ids []string) 
 	cp := pc.p
 	cp.ids = ids
 	if block, asRead, ok := s.stampable(ctx, cp, ids, pc.candByID); ok {
-		claimed, _, err := s.stampBlock(ctx, cp, s.now(), block, asRead)
+		claimed, _, err := s.stampBlock(ctx, cp, s.Now(), block, asRead)
 		return claimed, err
 	}
 	return s.claimPlain(ctx, cp, len(ids))
@@ -763,9 +763,9 @@ func (s *Store) confirmRates(ctx context.Context, names []string, parted map[str
 		if bad {
 			update = bson.D{{Key: "$set", Value: bson.D{{Key: "starts", Value: n}}}}
 		}
-		res, err := s.ratesColl().UpdateOne(ctx, rateFilter(name, parted[name].rate, nil), update)
+		res, err := s.limitsColl().UpdateOne(ctx, rateFilter(name, parted[name].rate, nil), update)
 		if err != nil {
-			s.forgetLimits()
+			s.limits.forget()
 			return false, fmt.Errorf("store: claim: confirm rate %s: %w", name, err)
 		}
 		if res.MatchedCount == 0 {
@@ -801,7 +801,7 @@ func (s *Store) CleanRatePartitions(ctx context.Context, limit int) (int, error)
 	if limit < 1 {
 		return 0, nil
 	}
-	cutoff := s.now().Add(-RatePartitionIdle)
+	cutoff := s.Now().Add(-RatePartitionIdle)
 	coll := s.ratePartsColl()
 	cur, err := coll.Find(ctx, bson.D{{Key: "tat", Value: bson.D{{Key: "$lt", Value: cutoff}}}},
 		options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "tat", Value: 1}}))

@@ -88,7 +88,7 @@ const MaxSpare = 10 * time.Minute
 // against limit.
 func (s *Store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapResult, error) {
 	var res ReapResult
-	t := s.now()
+	t := s.Now()
 	// No limit on the find: spared jobs are passed over, so that they never
 	// keep other expired jobs out of the batch; reading stops once the
 	// batch is full.
@@ -278,7 +278,7 @@ func (s *Store) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapRes
 // while this process was stalled for any length of time) is left alone,
 // and so is one that finished again since.
 func (s *Store) Clean(ctx context.Context, st jobs.State, age time.Duration, limit int) (int, error) {
-	t := s.now()
+	t := s.Now()
 	eligible := bson.E{Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: t.Add(-age)}}}
 	// A job whose unique key holds over a period is kept until the period
 	// ends: deleting it would let a second job with the key in. A job whose

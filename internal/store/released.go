@@ -38,7 +38,7 @@ func (s *Store) ClaimReleased(ctx context.Context, p ClaimParams, id string, blo
 	if !s.freeOfFlowControl(ctx, &p) {
 		return nil, nil
 	}
-	t := s.now()
+	t := s.Now()
 	filter := append(append(bson.D{{Key: "_id", Value: id}}, claimFilterIn(jobs.StateBlocked, p, t)...), blocked...)
 	update := AlsoIn(AlsoIn(claimUpdate(p, t, p.Token), "$set", set...), "$unset", unset...)
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After).SetComment(ClaimReleasedComment)

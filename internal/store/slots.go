@@ -123,6 +123,16 @@ func StoredStamp(d bson.Raw, prefix string) (at time.Time, by string) {
 	return at, by
 }
 
+// Stamp appends to set what StoredStamp reads back: PREFIXAt at and, when
+// by is set, PREFIXBy by.
+func Stamp(set bson.D, prefix string, at time.Time, by string) bson.D {
+	set = append(set, bson.E{Key: prefix + "At", Value: at})
+	if by != "" {
+		set = append(set, bson.E{Key: prefix + "By", Value: by})
+	}
+	return set
+}
+
 // NameProblem says what is wrong with a kind or queue name, or returns ""
 // when nothing is: what jobs.NameProblem refuses, and control characters
 // (C0, DEL, C1: a newline, an escape sequence), which have no place in a

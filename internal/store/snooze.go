@@ -20,7 +20,7 @@ import (
 // earlier try of itself whose reply was lost; otherwise a lease that no
 // longer holds the job writes nothing and returns jobs.ErrLeaseLost.
 func (s *Store) Snooze(ctx context.Context, l Lease, j *jobs.Job, d time.Duration) (jobs.State, time.Time, error) {
-	t := s.now()
+	t := s.Now()
 	runAt := t.Add(max(d, 0)).Truncate(time.Millisecond) // as stored: a BSON date holds milliseconds
 	mark := bson.E{Key: releasedTokenField, Value: l.Token}
 	update := requeue(t, runAt, mark)

@@ -112,8 +112,6 @@ func ParseWriteConcern(s string) (*writeconcern.WriteConcern, error) {
 	return &writeconcern.WriteConcern{W: n}, nil
 }
 
-func parseWriteConcern(s string) (*writeconcern.WriteConcern, error) { return ParseWriteConcern(s) }
-
 // ErrOutcomeUnknown is wrapped by the error of a write whose outcome could
 // not be learned: the write, or an earlier try of it, may have been applied
 // with its reply lost, and the read that would have told (the job looked up
@@ -127,7 +125,7 @@ func parseWriteConcern(s string) (*writeconcern.WriteConcern, error) { return Pa
 var ErrOutcomeUnknown = errors.New("outcome not known")
 
 // now is the wall clock as the store stamps it: UTC, to the millisecond a
-// BSON date keeps. The store's writes read their Store's clock (s.now).
+// BSON date keeps. The store's writes read their Store's clock (s.Now).
 func now() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
 
 // ClaimQuery is what a claim by p at t under token sends: its filter, its

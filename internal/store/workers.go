@@ -39,11 +39,7 @@ const WorkerClockSkew = 5 * time.Second
 
 // WorkersColl is the collection of the registry.
 func (s *Store) WorkersColl() *mongo.Collection {
-	name := DefaultWorkersCollection
-	if s.cfg.Collection != DefaultCollection {
-		name = s.cfg.Collection + "_" + DefaultWorkersCollection
-	}
-	return s.coll.Database().Collection(name, options.Collection().SetReadPreference(readpref.Primary()))
+	return s.coll.Database().Collection(s.besideJobsName(DefaultWorkersCollection), options.Collection().SetReadPreference(readpref.Primary()))
 }
 
 // ServerTime returns the server's clock, from hello's localTime; the
