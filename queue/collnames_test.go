@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"testing"
 
 	"github.com/docketq/docket/internal/store"
@@ -15,6 +16,7 @@ func TestCollectionsBesideJobs(t *testing.T) {
 	t.Parallel()
 	c, err := mongo.Connect() // never reached: names only
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
 	for coll, prefix := range map[string]string{"": "", DefaultCollection: "", "c": "c_"} {
 		q, err := New(c.Database("unused"), Config{Collection: coll})
 		require.NoError(t, err)

@@ -7,9 +7,10 @@ package queue
 // a worker that finishes jobs faster than one settle at a time settles
 // them together, for the commands of one: the succeeded parents with a
 // list of their dependents (depslist.go) are settled by one read of the
-// parents, one $pullAll of them from the waitingOn of every dependent they
-// list, one release and one rename of their flags, a chunk of dependents
-// at a time. A succeeded job's success is final (a succeeded job that
+// parents, then per chunk of dependents the release of those that wait
+// for none but these parents, one $pullAll of them from the waitingOn of
+// the others, one release of those left waiting for nothing, and last one
+// rename of the parents' flags. A succeeded job's success is final (a succeeded job that
 // others wait for is not retried), so pulling each of them from every
 // dependent listed on any of them pulls only what the settle of each would
 // pull. Each write is conditioned as a settle's, and safe to repeat. The
@@ -216,7 +217,7 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writ
 				continue
 			}
 		default:
-			// The first write of the command: the pull and release
+			// The first write of its chunk: the pull and release
 			// after it find nothing left of the kids it released.
 			models = append(models, free)
 		}
@@ -246,8 +247,9 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writ
 	}
 	_, err := c.coll.BulkWrite(ctx, models)
 	if len(parents) > 1 && !lacking && c.srv.ElemMatchNot.Detect(err) {
-		// Refused unapplied: the settle again, without the release the
-		// server cannot select.
+		// Refused (at the first blocked dependent the release met; the
+		// writes of earlier chunks may have applied, and repeat as
+		// no-ops): the settle again, without that release.
 		return c.settleSucceeded(ctx, parents, kids, writtenAt)
 	}
 	if err != nil {

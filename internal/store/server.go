@@ -40,11 +40,13 @@ import (
 //     ids). MongoDB has it: a settle of several parents releases the
 //     dependents that wait for none but them ({$not: {$elemMatch: …}}) in
 //     one write each, before the pull. FerretDB v1 refuses it
-//     (NotImplemented, 238), writing nothing (devdb, whose $elemMatch
-//     tests each element as MongoDB's does, has it); the settle is sent
-//     again without it: a pull, then a release of those left waiting for
-//     nothing, two writes per dependent (package queue's depsbatch.go).
-//     Detected by the first such settle. (FerretDB v1 applies an
+//     (NotImplemented, 238) at the first blocked dependent it tests,
+//     writing none of that statement (devdb, whose $elemMatch tests each
+//     element as MongoDB's does, has it); the settle is sent again without
+//     it (what earlier chunks of its dependents wrote repeats as no-ops): a
+//     pull, then a release of those left waiting for nothing, two writes
+//     per dependent (package queue's depsbatch.go). Detected by the first
+//     such settle that meets a blocked dependent. (FerretDB v1 applies an
 //     $elemMatch of operators to the array as a whole, so docket sends none
 //     that such a server would answer otherwise than MongoDB.)
 //   - GroupMin: the $min accumulator of $group. MongoDB has it: Stats finds
