@@ -53,7 +53,7 @@ clean:
 # invariant checked; the same on a devdb that answers as a replica set does
 # (TestChaosUnderFaults: each of --faults stepdown, lostreply, writeconcern,
 # timelimit, cursorkill, elemmatchnot, --elections and --interleave alone at seed 1, then
-# all at once at seeds 1 and 2: about 45 minutes); and the schedule harnesses with
+# all at once at seeds 1 and 2: about 50 minutes); and the schedule harnesses with
 # every schedule (every three-attempt one, every world with every
 # two-attempt one; and every periodic schedule). DOCKET_CHAOS_SEED=N replays
 # a chaos run, DOCKET_CHAOS_SEEDS="1 2 3" picks the seeds; a failed run's

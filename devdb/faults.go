@@ -42,9 +42,12 @@ const (
 	// the cursor, as MongoDB does for a cursor that was killed.
 	FaultCursorKill = "cursorkill"
 	// FaultElemMatchNot refuses, unrun, with NotImplemented (238) a command
-	// whose filter has $not or $ne inside an $elemMatch, as FerretDB v1
-	// does (devdb's FerretDB answers it as MongoDB does): for testing a
-	// client that detects the lack and does without.
+	// that selects documents and holds $not or $ne inside an $elemMatch
+	// (in its filter or its statements), as FerretDB v1 refuses the filter
+	// (devdb's FerretDB answers $not there as MongoDB does): for testing a
+	// client that detects the lack and does without. Unlike FerretDB v1,
+	// which refuses at the first document the filter tests (a delete's
+	// statement with a write error), it refuses the whole command.
 	FaultElemMatchNot = "elemmatchnot"
 )
 
@@ -92,6 +95,13 @@ var writeCommands = map[string]bool{
 // maxTimeMS: the writes and the reads of documents.
 var timeLimitCommands = map[string]bool{
 	"insert": true, "update": true, "delete": true, "findAndModify": true, "findandmodify": true,
+	"find": true, "aggregate": true, "count": true, "distinct": true,
+}
+
+// filterCommands are the commands elemmatchnot acts on: those that select
+// documents with a filter (an insert has none).
+var filterCommands = map[string]bool{
+	"update": true, "delete": true, "findAndModify": true, "findandmodify": true,
 	"find": true, "aggregate": true, "count": true, "distinct": true,
 }
 
@@ -300,7 +310,7 @@ func (in *injector) decide(cmd string, req message) plan {
 	pick(&p.before, iStepdown, write)
 	pick(&p.before, iTimeLimit, acked && timeLimitCommands[cmd] && req.maxTime() > 0)
 	pick(&p.before, iCursorKill, acked && cmd == "getMore")
-	pick(&p.before, iElemMatchNot, acked && timeLimitCommands[cmd] && requestHasElemMatchNot(req))
+	pick(&p.before, iElemMatchNot, acked && in.probs[iElemMatchNot] > 0 && filterCommands[cmd] && requestHasElemMatchNot(req))
 	pick(&p.after, iLostReply, acked && write)
 	pick(&p.after, iWriteConcern, acked && write && waitsForReplication(req.commandDoc()))
 

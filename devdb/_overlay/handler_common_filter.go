@@ -1,7 +1,8 @@
 // Copyright 2021 FerretDB Inc.
 //
 // Modified for docket's devdb: an $elemMatch of operators only
-// ({field: {$elemMatch: {$gt: 1, $lt: 5}}}, $not and $ne included) matches
+// ({field: {$elemMatch: {$gt: 1, $lt: 5}}}, $not included; $ne is still
+// refused, as FerretDB's $ne of a document ends an expression early) matches
 // an array with one element that satisfies them all, as MongoDB's does,
 // where FerretDB applied them to the array as a whole (so that
 // {$elemMatch: {$nin: [a, b]}} matched only arrays holding neither, where
@@ -1490,7 +1491,7 @@ func filterFieldExprElemMatch(doc *types.Document, filterKey, filterSuffix strin
 		}
 
 		// TODO https://github.com/FerretDB/FerretDB/issues/731
-		if slices.Contains([]string{"$ne", "$not"}, key) && !operatorsOnly(expr) {
+		if key == "$ne" || (key == "$not" && !operatorsOnly(expr)) {
 			return false, handlererrors.NewCommandErrorMsgWithArgument(
 				handlererrors.ErrNotImplemented,
 				fmt.Sprintf("$elemMatch: support for %s not implemented yet", key),
