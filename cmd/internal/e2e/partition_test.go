@@ -35,11 +35,20 @@ type downstream struct {
 	over     []string
 	served   map[string]int // calls answered 200, by job
 	calls    map[string]int // calls begun, by job
+
+	// held keeps every call in flight until release: the test picks its
+	// victim among calls that cannot end before it looks, however slowly
+	// the machine runs the test beside the workers.
+	held    chan struct{}
+	release func()
 }
 
 func newDownstream(allowed int, callTime time.Duration) *downstream {
+	held := make(chan struct{})
+	var once sync.Once
 	return &downstream{allowed: allowed, callTime: callTime, inFlight: map[string]int{}, jobs: map[string]string{},
-		most: map[string]int{}, served: map[string]int{}, calls: map[string]int{}}
+		most: map[string]int{}, served: map[string]int{}, calls: map[string]int{},
+		held: held, release: func() { once.Do(func() { close(held) }) }}
 }
 
 func (d *downstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -58,8 +67,12 @@ func (d *downstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d.mu.Unlock()
 	done := false
 	select {
-	case <-time.After(d.callTime):
-		done = true
+	case <-d.held:
+		select {
+		case <-time.After(d.callTime):
+			done = true
+		case <-r.Context().Done():
+		}
 	case <-r.Context().Done():
 	}
 	d.mu.Lock()
@@ -105,6 +118,7 @@ func TestPartitionHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 	down := newDownstream(perCustomer, 300*time.Millisecond)
 	srv := httptest.NewServer(down)
 	t.Cleanup(srv.Close)
+	t.Cleanup(down.release)
 
 	db := testdb.NewDB(t)
 	q := newQueue(t, db)
@@ -146,7 +160,8 @@ func TestPartitionHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 	// Kill the worker whose job's call of c1's is in flight, once c1's
 	// partition has been full: after the kill, the killed job holds one of
 	// c1's two slots until the reaper frees it, so c1's remaining jobs may
-	// all run one at a time (seen once: c1 never had 2 calls at once).
+	// all run one at a time (seen once: c1 never had 2 calls at once). The
+	// downstream holds the calls until then.
 	var victimJob string
 	for deadline := time.Now().Add(time.Minute); victimJob == ""; time.Sleep(2 * time.Millisecond) {
 		require.True(t, time.Now().Before(deadline), "no job of c1's full partition was seen calling")
@@ -168,6 +183,7 @@ func TestPartitionHoldsAcrossWorkersAndSIGKILL(t *testing.T) {
 		ids[j.Owner].signal(syscall.SIGKILL)
 		ids[j.Owner].wait(10 * time.Second)
 	}
+	down.release()
 
 	require.Eventually(t, func() bool {
 		n, err := db.Collection("jobs").CountDocuments(ctx, bson.M{"kind": "call", "state": bson.M{"$ne": jobs.StateSucceeded}})
