@@ -98,13 +98,6 @@ var timeLimitCommands = map[string]bool{
 	"find": true, "aggregate": true, "count": true, "distinct": true,
 }
 
-// filterCommands are the commands elemmatchnot acts on: those that select
-// documents with a filter (an insert has none).
-var filterCommands = map[string]bool{
-	"update": true, "delete": true, "findAndModify": true, "findandmodify": true,
-	"find": true, "aggregate": true, "count": true, "distinct": true,
-}
-
 // Elections describes the periodic elections devdb models: Every is the
 // time from one window's start to the next's, For how long each lasts. The
 // first window starts Every after the server starts. In a window every write
@@ -310,7 +303,8 @@ func (in *injector) decide(cmd string, req message) plan {
 	pick(&p.before, iStepdown, write)
 	pick(&p.before, iTimeLimit, acked && timeLimitCommands[cmd] && req.maxTime() > 0)
 	pick(&p.before, iCursorKill, acked && cmd == "getMore")
-	pick(&p.before, iElemMatchNot, acked && in.probs[iElemMatchNot] > 0 && filterCommands[cmd] && requestHasElemMatchNot(req))
+	// The commands that select documents with a filter: an insert has none.
+	pick(&p.before, iElemMatchNot, acked && in.probs[iElemMatchNot] > 0 && timeLimitCommands[cmd] && cmd != "insert" && requestHasElemMatchNot(req))
 	pick(&p.after, iLostReply, acked && write)
 	pick(&p.after, iWriteConcern, acked && write && waitsForReplication(req.commandDoc()))
 

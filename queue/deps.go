@@ -32,9 +32,9 @@ package queue
 //
 // Exactly once: a blocked job turns available only by a write conditioned
 // on state blocked and a waitingOn that is empty or holds only parents
-// that succeeded, the ones settled (releaseLastModel); nothing makes a job blocked but
-// its insert and an operator's retry; a $pull of one parent's id changes
-// nothing the second time. A dependent cancelled here is finished by
+// that succeeded, the ones settled (releaseLastModel); nothing makes a job
+// blocked but its insert and an operator's retry; a $pull of one parent's
+// id changes nothing the second time. A dependent cancelled here is finished by
 // finish, so its own dependents are settled the same way: the settle goes
 // on down the graph (settleDown), and whatever a stopped process left is
 // flagged due for the leader's pass.

@@ -10,10 +10,10 @@ package queue
 // parents, then per chunk of dependents the release of those that wait
 // for none but these parents, one $pullAll of them from the waitingOn of
 // the others, one release of those left waiting for nothing, and last one
-// rename of the parents' flags. A succeeded job's success is final (a succeeded job that
-// others wait for is not retried), so pulling each of them from every
-// dependent listed on any of them pulls only what the settle of each would
-// pull. Each write is conditioned as a settle's, and safe to repeat. The
+// rename of the parents' flags. A succeeded job's success is final (a
+// succeeded job that others wait for is not retried), so pulling each of
+// them from every dependent listed on any of them pulls only what the
+// settle of each would pull. Each write is conditioned as a settle's, and safe to repeat. The
 // other parents (ended otherwise, workflows' gates, parents without a
 // complete list) are settled one by one, as SettleDependentsOf does.
 

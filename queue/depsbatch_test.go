@@ -517,3 +517,35 @@ func settleTogether(t *testing.T, b bundle, q *queue.Client, modified *atomic.In
 	require.Equal(t, p1, oddRaw.Lookup("waitingOn").StringValue())
 	require.Equal(t, want, modified.Load(), "documents written")
 }
+
+// A settle of parents together that stalls between its read and its
+// writes, while an operator cancels one dependent and the leader's pass
+// releases the other, which a worker then claims, changes neither when it
+// resumes: its release is conditioned on the dependent still blocked.
+func TestSettleTogetherStalledReleasesNothingTwice(t *testing.T) {
+	b := setup(t)
+	p1, p2 := b.enqueueK(t, queue.InsertOpts{}), b.enqueueK(t, queue.InsertOpts{})
+	claimed, cancelled := b.after(t, p1, p2), b.after(t, p1, p2)
+	b.run(t, p1, jobs.StateSucceeded)
+	b.run(t, p2, jobs.StateSucceeded)
+	var running *jobs.Job
+	ctx := queue.WithDepsStep(b.ctx, func(_ context.Context, step string) error {
+		if step != "settle:read" || running != nil {
+			return nil
+		}
+		_, err := b.q.Cancel(b.ctx, cancelled)
+		require.NoError(t, err)
+		res, err := b.q.SettleDependents(b.ctx, time.Minute, 100) // the leader's pass
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Settled)
+		running = b.claimID(t, claimed)
+		return nil
+	})
+	_, err := b.q.SettleDependentsOfAll(ctx, []string{p1, p2})
+	require.NoError(t, err)
+	require.NotNil(t, running, "the settle read its parents while they were due")
+	got := b.get(t, claimed)
+	require.Equal(t, jobs.StateRunning, got.State)
+	require.Equal(t, running.LeaseToken, got.LeaseToken, "the worker's claim stands")
+	require.Equal(t, jobs.StateCancelled, b.get(t, cancelled).State)
+}
