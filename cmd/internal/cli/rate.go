@@ -15,73 +15,61 @@ import (
 // after the arguments; RATE may be given in words, as ParseRate reads it
 // ("10/m burst 2 per customerId", quoted or not).
 func ctlRate(e *env, rest []string, by string) error {
-	var args []string
-	burst := -1
-	per := ""
-	for i := 0; i < len(rest); i++ {
-		a := rest[i]
-		switch {
-		case a == "--per" || a == "-per":
-			if i+1 == len(rest) {
-				return badInput("--per needs an args field")
-			}
-			i++
-			per = rest[i]
-			if err := queue.ValidPartitionArg(per); err != nil {
-				return badInput("--per: %s", shown(err.Error()))
-			}
-		case strings.HasPrefix(a, "--per=") || strings.HasPrefix(a, "-per="):
-			_, per, _ = strings.Cut(a, "=")
-			if err := queue.ValidPartitionArg(per); err != nil {
-				return badInput("--per: %s", shown(err.Error()))
-			}
-		case a == "--burst" || a == "-burst":
-			if i+1 == len(rest) {
-				return badInput("--burst needs a number")
-			}
-			i++
-			a = "--burst=" + rest[i]
-			fallthrough
-		case strings.HasPrefix(a, "--burst=") || strings.HasPrefix(a, "-burst="):
-			_, v, _ := strings.Cut(a, "=")
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > queue.MaxBurst {
-				return badInput("--burst %q: give a whole number from 1 to %d", v, queue.MaxBurst)
-			}
-			burst = n
-		default:
-			args = append(args, a)
-		}
-	}
-	if len(args) < 2 {
-		return badInput("give a limit's name and a rate, or off: limit rate kind:KIND 14/s [--burst 5] [--per FIELD], limit rate queue:QUEUE 600/m, limit rate NAME off")
-	}
-	name, val := args[0], strings.Join(args[1:], " ")
-	if _, _, err := queue.ParseLimitName(name); err != nil {
-		return badInput("%s", shown(err.Error()))
+	name, val, r, err := rateArgs(rest)
+	if err != nil {
+		return err
 	}
 	if val == "off" {
-		if burst > 0 || per != "" {
+		if r.Burst > 0 || r.By != "" {
 			return badInput("--burst and --per have no meaning with off: limit rate %s off", shown(name))
 		}
 		had, err := e.q.ClearRate(e.ctx, name)
 		return e.reportChange(name, had, err, fmt.Sprintf("no rate limit: workers apply it within %s", queue.LimitRefresh), "had no rate limit")
-	}
-	r, err := queue.ParseRate(val)
-	if err != nil {
-		return badInput("%s", shown(err.Error()))
-	}
-	if burst > 0 {
-		r.Burst = burst
-	}
-	if per != "" {
-		r.By = per
 	}
 	if err := e.q.SetRate(e.ctx, name, r, by); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "%s\trate %s: workers apply it within %s\n", shown(name), shown(r.String()), queue.LimitRefresh)
 	return nil
+}
+
+// rateArgs reads `limit rate`'s arguments: the limit's name, its value
+// (a rate, or off) and the rate it gives, with --burst and --per applied
+// (for off, only them).
+func rateArgs(rest []string) (name, val string, r queue.Rate, err error) {
+	var burst, per string
+	if rest, err = trailingFlag(rest, "per", &per); err != nil {
+		return "", "", r, err
+	}
+	if rest, err = trailingFlag(rest, "burst", &burst); err != nil {
+		return "", "", r, err
+	}
+	if len(rest) < 2 {
+		return "", "", r, badInput("give a limit's name and a rate, or off: limit rate kind:KIND 14/s [--burst 5] [--per FIELD], limit rate queue:QUEUE 600/m, limit rate NAME off")
+	}
+	name, val = rest[0], strings.Join(rest[1:], " ")
+	if _, _, err := queue.ParseLimitName(name); err != nil {
+		return "", "", r, badInput("%s", shown(err.Error()))
+	}
+	if val != "off" {
+		if r, err = queue.ParseRate(val); err != nil {
+			return "", "", r, badInput("%s", shown(err.Error()))
+		}
+	}
+	if per != "" {
+		if err := queue.ValidPartitionArg(per); err != nil {
+			return "", "", r, badInput("--per: %s", shown(err.Error()))
+		}
+		r.By = per
+	}
+	if burst != "" {
+		n, err := strconv.Atoi(burst)
+		if err != nil || n < 1 || n > queue.MaxBurst {
+			return "", "", r, badInput("--burst %q: give a whole number from 1 to %d", burst, queue.MaxBurst)
+		}
+		r.Burst = n
+	}
+	return name, val, r, nil
 }
 
 // rateNote says how a rate reads in a table: rate, burst used, next
