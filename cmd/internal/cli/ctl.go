@@ -110,84 +110,102 @@ func ctlStats(fs *flag.FlagSet) func(*env, []string) error {
 		if len(rest) > 0 {
 			return badInput("unexpected argument %q", rest[0])
 		}
-		counts, err := readStats(e.ctx, e.q, *exact, e.cfg.Mongo.Timeout)
-		if err != nil {
-			return err
-		}
-		paused, err := e.q.QueueStates(e.ctx)
-		if err != nil {
-			return err
-		}
-		caps, err := e.q.QueueCapacities(e.ctx)
-		if err != nil {
-			return err
-		}
-		limits, err := e.q.RunLimits(e.ctx)
-		if err != nil {
-			return err
-		}
-		ls, err := readLimitStats(e, limits) // rate.go
-		if err != nil {
-			return err
-		}
-		served, err := e.q.Served(e.ctx) // unserved.go
+		r, err := readStatsReport(e, *exact)
 		if err != nil {
 			return err
 		}
 		if *asJSON {
-			return printStatsJSON(e.stdout, counts, served, paused, caps, limits, ls)
+			return printStatsJSON(e.stdout, r)
 		}
-		fmt.Fprintln(e.stdout, counts.freshness())
-		stats := counts.Queues
-		states := []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled, jobs.StateBlocked}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprint(tw, "queue\tkind\t")
-		for _, s := range states {
-			fmt.Fprintf(tw, "%s\t", s)
-		}
-		fmt.Fprintln(tw, "oldest waiting")
-		sort.Slice(stats, func(i, j int) bool { return stats[i].Queue < stats[j].Queue })
-		for _, qs := range stats {
-			kinds := make([]string, 0, len(qs.Counts))
-			for k := range qs.Counts {
-				kinds = append(kinds, k)
-			}
-			sort.Strings(kinds)
-			for i, k := range kinds {
-				fmt.Fprintf(tw, "%s\t%s\t", shown(qs.Queue), shown(k))
-				for _, s := range states {
-					fmt.Fprintf(tw, "%d\t", qs.Counts[k][s])
-				}
-				if i == 0 && !qs.OldestAvailable.IsZero() {
-					fmt.Fprintf(tw, "%s", counts.now().Sub(qs.OldestAvailable).Round(time.Millisecond))
-				}
-				fmt.Fprintln(tw)
-			}
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		writeUnserved(e.stdout, "", served, stats)
-		for _, p := range paused {
-			fmt.Fprintf(e.stdout, "queue %s: %s\n", shown(p.Queue), pausedNote(p))
-		}
-		for _, c := range caps {
-			if c.Malformed != "" {
-				fmt.Fprintf(e.stdout, "queue %s: unbounded (its capacity is malformed: %s)\n", shown(c.Queue), shown(c.Malformed))
-				continue
-			}
-			fmt.Fprintf(e.stdout, "queue %s: capacity %d, %d admitted and unfinished\n", shown(c.Queue), c.Capacity, c.Occupied)
-		}
-		for _, l := range limits {
-			if l.Malformed != "" {
-				fmt.Fprintf(e.stdout, "limit %s: limits nothing (malformed: %s)\n", shown(l.Name), shown(l.Malformed))
-				continue
-			}
-			fmt.Fprintf(e.stdout, "limit %s: %s, %d waiting\n", shown(l.Name), shown(l.Use()), ls.waiting[l.Name])
-		}
-		ls.printText(e.stdout)
-		return nil
+		return printStatsText(e.stdout, r)
 	}
+}
+
+// statsReport is what `docketctl stats` shows.
+type statsReport struct {
+	counts statsCounts
+	served queue.Served
+	paused []queue.QueueState
+	caps   []queue.QueueCapacity
+	limits []queue.RunLimit
+	ls     limitStats
+}
+
+func readStatsReport(e *env, exact bool) (r statsReport, err error) {
+	if r.counts, err = readStats(e.ctx, e.q, exact, e.cfg.Mongo.Timeout); err != nil {
+		return r, err
+	}
+	if r.paused, err = e.q.QueueStates(e.ctx); err != nil {
+		return r, err
+	}
+	if r.caps, err = e.q.QueueCapacities(e.ctx); err != nil {
+		return r, err
+	}
+	if r.limits, err = e.q.RunLimits(e.ctx); err != nil {
+		return r, err
+	}
+	if r.ls, err = readLimitStats(e, r.limits); err != nil { // rate.go
+		return r, err
+	}
+	r.served, err = e.q.Served(e.ctx) // unserved.go
+	return r, err
+}
+
+// printStatsText prints r as stats' table of counts, then a line for
+// each unserved kind, paused queue, capacity, limit and rate.
+func printStatsText(w io.Writer, r statsReport) error {
+	fmt.Fprintln(w, r.counts.freshness())
+	stats := r.counts.Queues
+	sort.Slice(stats, func(i, j int) bool { return stats[i].Queue < stats[j].Queue })
+	if err := printCountsTable(w, r.counts, stats); err != nil {
+		return err
+	}
+	writeUnserved(w, "", r.served, stats)
+	for _, p := range r.paused {
+		fmt.Fprintf(w, "queue %s: %s\n", shown(p.Queue), pausedNote(p))
+	}
+	for _, c := range r.caps {
+		if c.Malformed != "" {
+			fmt.Fprintf(w, "queue %s: unbounded (its capacity is malformed: %s)\n", shown(c.Queue), shown(c.Malformed))
+			continue
+		}
+		fmt.Fprintf(w, "queue %s: capacity %d, %d admitted and unfinished\n", shown(c.Queue), c.Capacity, c.Occupied)
+	}
+	for _, l := range r.limits {
+		if l.Malformed != "" {
+			fmt.Fprintf(w, "limit %s: limits nothing (malformed: %s)\n", shown(l.Name), shown(l.Malformed))
+			continue
+		}
+		fmt.Fprintf(w, "limit %s: %s, %d waiting\n", shown(l.Name), shown(l.Use()), r.ls.waiting[l.Name])
+	}
+	r.ls.printText(w)
+	return nil
+}
+
+// printCountsTable prints a row of counts by state for each queue and
+// kind of stats, with the queue's oldest waiting job's age.
+func printCountsTable(w io.Writer, counts statsCounts, stats []queue.QueueStats) error {
+	states := []jobs.State{jobs.StateAvailable, jobs.StateRunning, jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled, jobs.StateBlocked}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprint(tw, "queue\tkind\t")
+	for _, s := range states {
+		fmt.Fprintf(tw, "%s\t", s)
+	}
+	fmt.Fprintln(tw, "oldest waiting")
+	for _, qs := range stats {
+		kinds := slices.Sorted(maps.Keys(qs.Counts))
+		for i, k := range kinds {
+			fmt.Fprintf(tw, "%s\t%s\t", shown(qs.Queue), shown(k))
+			for _, s := range states {
+				fmt.Fprintf(tw, "%d\t", qs.Counts[k][s])
+			}
+			if i == 0 && !qs.OldestAvailable.IsZero() {
+				fmt.Fprintf(tw, "%s", counts.now().Sub(qs.OldestAvailable).Round(time.Millisecond))
+			}
+			fmt.Fprintln(tw)
+		}
+	}
+	return tw.Flush()
 }
 
 func ctlList(fs *flag.FlagSet) func(*env, []string) error {
@@ -875,7 +893,8 @@ type queueJSON struct {
 	Occupied        *int                        `json:"occupied,omitempty"`
 }
 
-func printStatsJSON(w io.Writer, c statsCounts, served queue.Served, paused []queue.QueueState, caps []queue.QueueCapacity, limits []queue.RunLimit, ls limitStats) error {
+func printStatsJSON(w io.Writer, r statsReport) error {
+	c, served, paused, caps, limits, ls := r.counts, r.served, r.paused, r.caps, r.limits, r.ls
 	out := statsJSON{Source: "leader", CountedAt: c.CountedAt, AgeSeconds: c.Age().Seconds(), CountedBy: c.By,
 		EverySeconds: c.Every.Seconds(), Stale: c.Stale(), Unreadable: c.Unreadable, Queues: []queueJSON{},
 		WorkersAlive: served.Alive, Unserved: []unservedJSON{}}
