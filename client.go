@@ -9,17 +9,37 @@
 // the application's kinds contribute. Maintenance runs in one elected
 // process at a time, however many run.
 //
-//	client, err := docket.NewClient(db, docket.Config{Logger: log})
+// A kind is an args type whose Kind method names it; its handler takes the
+// args decoded:
+//
+//	type EmailArgs struct {
+//		To string `bson:"to"`
+//	}
+//
+//	func (EmailArgs) Kind() string { return "email" }
+//
+//	mc, err := mongo.Connect(options.Client().ApplyURI("mongodb://127.0.0.1:27017"))
+//	...
+//	client, err := docket.NewClient(mc.Database("app"), docket.Config{Logger: logger})
 //	docket.MustAddHandler(client, func(ctx context.Context, job *jobs.Job, args EmailArgs) error {
-//		return send(ctx, args)
+//		return send(ctx, args.To)
 //	}, jobs.KindOptions{Timeout: 30 * time.Second})
 //	if err := client.Start(ctx); err != nil { ... }
 //	res, err := client.Insert(ctx, EmailArgs{To: "a@example.com"}, nil)
 //	...
 //	err = client.Stop(ctx) // stop claiming, wait for running jobs; ctx's end cancels them
 //
-// The worker command (cmd/worker) is a thin wrapper over a Client, with
-// configuration, signals and logging.
+// A handler's error steers its job: nil succeeds it, jobs.Permanent ends it
+// dead, jobs.Snooze runs it again later, jobs.Cancel cancels it, and any
+// other error retries it with backoff. Run is a program's main loop: Start,
+// then Stop at SIGINT or SIGTERM.
+//
+// The README's "From Go" is the shortest whole program, docs/GO-API.md the
+// tour, and the examples below run each part. Package jobs holds the job
+// document and the handler's errors; dockettest tests handlers, docketotel
+// traces a client and docketprom exports its metrics. The worker command
+// (cmd/worker) is a Client with configuration, signals and logging around
+// it.
 package docket
 
 import (
@@ -265,8 +285,10 @@ func MustAddHandler[T jobs.Args](c *Client, fn func(ctx context.Context, job *jo
 
 // AddMaintenance adds passes the application's kinds need (a sweep that
 // finds stalled handler data and enqueues jobs to finish it, say), run on
-// their schedules by the elected process only, beside the reaper. Call it
-// before Start.
+// their schedules by the elected process only, beside the reaper. A
+// recovery.Task is a Run method (robfig/cron's Job) with its cron spec
+// (Schedule); a tick that comes while the last Run still runs is skipped.
+// Call it before Start.
 func (c *Client) AddMaintenance(tasks ...recovery.Task) error {
 	return c.beforeStart("AddMaintenance after Start", func() error {
 		if slices.Contains(tasks, nil) {
@@ -301,8 +323,8 @@ func (c *Client) warnUnserved() {
 // starts the pool, the leader election and the maintenance schedule, and
 // returns. It fails, with nothing started, when the server cannot be
 // reached or refuses the set-up (errors.Is(err, ErrSetupRefused));
-// it may then be called again. A client with no handler does not start:
-// one that only inserts never needs to.
+// it may then be called again. It refuses a client with no handler: one
+// that only inserts never needs to start.
 func (c *Client) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

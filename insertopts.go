@@ -85,7 +85,9 @@ type ArgsWithInsertOpts interface {
 	InsertOpts() InsertOpts
 }
 
-// InsertOpts are the options of one inserted job; see queue.InsertOpts.
+// InsertOpts are the options of one inserted job: ID, Queue, Priority,
+// RunAt or Delay, MaxAttempts, UniqueKey and UniqueFor, After (the jobs it
+// waits for), and a trace context (each field's doc: queue.InsertOpts).
 // Each field left zero takes the args' own InsertOpts() (see
 // ArgsWithInsertOpts), then the queue's defaults: the same in every
 // process, whether it has the kind's handler or not.
