@@ -35,11 +35,11 @@
 // then Stop at SIGINT or SIGTERM.
 //
 // The README's "From Go" is the shortest whole program, docs/GO-API.md the
-// tour, and the examples below run each part. Package jobs holds the job
-// document and the handler's errors; dockettest tests handlers, docketotel
-// traces a client and docketprom exports its metrics. The worker command
-// (cmd/worker) is a Client with configuration, signals and logging around
-// it.
+// tour, and the package's Example functions run each part. Package jobs
+// holds the job document and the handler's errors; dockettest tests
+// handlers, docketotel traces a client and docketprom exports its metrics.
+// The worker command (cmd/worker) is a Client with configuration, signals
+// and logging around it.
 package docket
 
 import (
