@@ -94,10 +94,10 @@ type Client struct {
 	stopElect   context.CancelFunc
 	elected     chan struct{}
 
-	// Observing the pool (events.go, middleware.go, collector.go).
+	// Observing the pool (events.go, subscribe.go, middleware.go, extend.go).
 	events     *eventHub
 	middleware []jobs.Middleware
-	// insertMiddleware wraps Insert and InsertMany (insert_middleware.go).
+	// insertMiddleware wraps Insert and InsertMany (insert.go).
 	insertMiddleware []InsertMiddleware
 	observers        []worker.Observer       // AddObserver's
 	runs             []func(context.Context) // RunWhileStarted's
