@@ -524,8 +524,11 @@ func (c *Client) PoolStats() worker.Stats {
 }
 
 // ReleaseAbandoned gives back, after Stop, the jobs whose handlers ignored
-// their cancellation and still run, and returns how many; call it only
-// right before the process exits (see worker.Worker.ReleaseAbandoned).
+// their cancellation and still run, and returns how many. Call it only
+// right before the process exits: another worker may start such a job at
+// once, while its handler here runs on until the exit (its writes to the
+// job fail, fenced). A process that goes on running lets the leases expire
+// instead, as Stop arranges.
 func (c *Client) ReleaseAbandoned(ctx context.Context) int {
 	w := c.pool()
 	if w == nil {
