@@ -74,7 +74,9 @@ type Job struct {
 	Priority int `bson:"priority"`
 	// RunAt is the earliest time the job may be claimed.
 	RunAt time.Time `bson:"runAt"`
-	// Attempt counts claims, including the current one.
+	// Attempt counts the attempts made, the running one included; a
+	// snooze, and a stopping worker's release of the job, take theirs
+	// back.
 	Attempt int `bson:"attempt"`
 	// MaxAttempts is how many attempts the job gets before it is dead.
 	MaxAttempts int `bson:"maxAttempts"`
