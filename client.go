@@ -133,6 +133,7 @@ type JobsCancelledError struct {
 	Count int
 }
 
+// Error says how many jobs Stop cancelled.
 func (e *JobsCancelledError) Error() string {
 	return fmt.Sprintf("docket: stop cancelled %d running job(s): its wait ended before they finished", e.Count)
 }
