@@ -102,7 +102,10 @@ type InsertResult = queue.Result
 
 // InsertManyParams is one job of an InsertMany.
 type InsertManyParams struct {
+	// Args are the job's args; their Kind names its kind. Required.
 	Args jobs.Args
+	// Opts are the job's options, as Insert takes them. Defaults to nil:
+	// the args' InsertOpts(), then the defaults.
 	Opts *InsertOpts
 }
 
