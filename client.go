@@ -34,7 +34,7 @@
 // other error retries it with backoff. Run is a program's main loop: Start,
 // then Stop at SIGINT or SIGTERM.
 //
-// The README's "From Go" is the shortest whole program, docs/GO-API.md the
+// The README's "From Go" is the shortest start, docs/GO-API.md the
 // tour, and the package's Example functions run each part. Package jobs
 // holds the job document and the handler's errors; dockettest tests
 // handlers, docketotel traces a client and docketprom exports its metrics.
