@@ -18,8 +18,10 @@ import (
 // jobs, and a client need not be started to call them. None ever touches
 // a running job's lease: its worker holds it.
 
-// JobFilter selects jobs; empty fields select everything (see
-// queue.JobFilter). JobRetry and JobDelete refuse an empty one.
+// JobFilter selects jobs by JobIDs, States, Kinds, Queues and a range of
+// creation times (CreatedAfter, CreatedBefore); empty fields select
+// everything (see queue.JobFilter). JobRetry and JobDelete refuse an empty
+// one.
 type JobFilter = queue.JobFilter
 
 // JobSummary is a job as JobList lists it (see queue.JobSummary).

@@ -1,25 +1,3 @@
-// Package docket is a job queue on MongoDB: jobs are documents, worker
-// processes on any number of machines claim them with an atomic
-// findAndModify that stamps a lease, keep the lease alive while a handler
-// runs, and finish with a write fenced on that lease.
-//
-// A Client is the whole of it for a Go program: it inserts jobs, and once
-// started it runs a pool of handlers, the reaper (which re-queues the jobs
-// of workers that died) and retention, periodic jobs, and the maintenance
-// the application's kinds contribute. Maintenance runs in one elected
-// process at a time, however many run.
-//
-//	client, err := docket.NewClient(db, docket.Config{Logger: log})
-//	docket.MustAddHandler(client, func(ctx context.Context, job *jobs.Job, args EmailArgs) error {
-//		return send(ctx, args)
-//	}, jobs.KindOptions{Timeout: 30 * time.Second})
-//	if err := client.Start(ctx); err != nil { ... }
-//	res, err := client.Insert(ctx, EmailArgs{To: "a@example.com"}, nil)
-//	...
-//	err = client.Stop(ctx) // stop claiming, wait for running jobs; ctx's end cancels them
-//
-// The worker command (cmd/worker) is a thin wrapper over a Client, with
-// configuration, signals and logging.
 package docket
 
 import (
@@ -74,10 +52,10 @@ type Client struct {
 	stopElect   context.CancelFunc
 	elected     chan struct{}
 
-	// Observing the pool (events.go, middleware.go, collector.go).
+	// Observing the pool (events.go, subscribe.go, middleware.go, extend.go).
 	events     *eventHub
 	middleware []jobs.Middleware
-	// insertMiddleware wraps Insert and InsertMany (insert_middleware.go).
+	// insertMiddleware wraps Insert and InsertMany (insert.go).
 	insertMiddleware []InsertMiddleware
 	observers        []worker.Observer       // AddObserver's
 	runs             []func(context.Context) // RunWhileStarted's
@@ -113,6 +91,7 @@ type JobsCancelledError struct {
 	Count int
 }
 
+// Error says how many jobs Stop cancelled.
 func (e *JobsCancelledError) Error() string {
 	return fmt.Sprintf("docket: stop cancelled %d running job(s): its wait ended before they finished", e.Count)
 }
@@ -265,8 +244,10 @@ func MustAddHandler[T jobs.Args](c *Client, fn func(ctx context.Context, job *jo
 
 // AddMaintenance adds passes the application's kinds need (a sweep that
 // finds stalled handler data and enqueues jobs to finish it, say), run on
-// their schedules by the elected process only, beside the reaper. Call it
-// before Start.
+// their schedules by the elected process only, beside the reaper. A
+// recovery.Task is a Run method (robfig/cron's Job) with its cron spec
+// (Schedule); a tick that comes while the last Run still runs is skipped.
+// Call it before Start.
 func (c *Client) AddMaintenance(tasks ...recovery.Task) error {
 	return c.beforeStart("AddMaintenance after Start", func() error {
 		if slices.Contains(tasks, nil) {
@@ -301,8 +282,8 @@ func (c *Client) warnUnserved() {
 // starts the pool, the leader election and the maintenance schedule, and
 // returns. It fails, with nothing started, when the server cannot be
 // reached or refuses the set-up (errors.Is(err, ErrSetupRefused));
-// it may then be called again. A client with no handler does not start:
-// one that only inserts never needs to.
+// it may then be called again. It refuses a client with no handler: one
+// that only inserts never needs to start.
 func (c *Client) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -502,8 +483,11 @@ func (c *Client) PoolStats() worker.Stats {
 }
 
 // ReleaseAbandoned gives back, after Stop, the jobs whose handlers ignored
-// their cancellation and still run, and returns how many; call it only
-// right before the process exits (see worker.Worker.ReleaseAbandoned).
+// their cancellation and still run, and returns how many. Call it only
+// right before the process exits: another worker may start such a job at
+// once, while its handler here runs on until the exit (its writes to the
+// job fail, fenced). A process that goes on running lets the leases expire
+// instead, as Stop arranges.
 func (c *Client) ReleaseAbandoned(ctx context.Context) int {
 	w := c.pool()
 	if w == nil {

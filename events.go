@@ -48,7 +48,7 @@ const (
 	// handler reported (jobs.Progress), in Event.Job.Progress; reports
 	// made between two renewals give one event, of the last. Sent only to
 	// the subscriptions that name it: Subscribe without kinds receives
-	// the attempts that ended, as before.
+	// the attempts that ended.
 	EventJobProgress EventKind = "progress"
 )
 

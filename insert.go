@@ -90,8 +90,9 @@ func (c *Client) Insert(ctx context.Context, args jobs.Args, opts *InsertOpts) (
 	return res[0], err
 }
 
-// InsertMany adds jobs in one round trip (jobs with a unique key take one
-// each). Every job is validated before the first write, its args with
+// InsertMany adds jobs in insert commands of at most 1,000 jobs and 4 MiB
+// of args each (queue.ChunkJobs, queue.ChunkBytes); a job whose unique key
+// is held costs a read of its own, which finds the holder. Every job is validated before the first write, its args with
 // their Validate too (see Insert): when one is invalid, none is inserted,
 // and the error is a *ValidationError whose Index is that job's.
 // Insert and InsertMany run through the client's insert middleware

@@ -85,7 +85,9 @@ type ArgsWithInsertOpts interface {
 	InsertOpts() InsertOpts
 }
 
-// InsertOpts are the options of one inserted job; see queue.InsertOpts.
+// InsertOpts are the options of one inserted job: ID, Queue, Priority,
+// RunAt or Delay, MaxAttempts, UniqueKey and UniqueFor, After (the jobs it
+// waits for), and a trace context (each field's doc: queue.InsertOpts).
 // Each field left zero takes the args' own InsertOpts() (see
 // ArgsWithInsertOpts), then the queue's defaults: the same in every
 // process, whether it has the kind's handler or not.
@@ -100,7 +102,10 @@ type InsertResult = queue.Result
 
 // InsertManyParams is one job of an InsertMany.
 type InsertManyParams struct {
+	// Args are the job's args; their Kind names its kind. Required.
 	Args jobs.Args
+	// Opts are the job's options, as Insert takes them. Defaults to nil:
+	// the args' InsertOpts(), then the defaults.
 	Opts *InsertOpts
 }
 

@@ -66,9 +66,10 @@ const DefaultWaitFailingFor = 30 * time.Second
 // does not hold it up.
 //
 // A read that fails with a reply MongoDB's drivers read again after (an
-// election, a network error, a cursor the server killed) is read again
-// until ctx ends; the error then wraps ctx's and the read's. Other errors
-// are returned at once.
+// election, a network error, a cursor the server killed, a time limit) is
+// read again until ctx ends, the error then wrapping ctx's and the read's,
+// or until reads have failed so for p.FailingFor, when that failure is
+// returned. Other errors are returned at once.
 func (c *Client) WaitIdle(ctx context.Context, p WaitParams) error {
 	if p.PollInterval < 0 {
 		return errors.New("docket: WaitIdle: poll interval must not be negative")

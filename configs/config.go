@@ -42,10 +42,12 @@ type Config struct {
 	// reaper and leader sections, the periodic jobs and the flow control
 	// of the file. The process adds its Logger and Setup.
 	Client docket.Config
-	Mongo  MongoConfig
+	// Mongo is the server and database the process uses.
+	Mongo MongoConfig
 	// HTTP serves the worker's metrics and health probes.
 	HTTP HTTPConfig
-	Log  LogConfig
+	// Log is how the process logs.
+	Log LogConfig
 	// Dashboard is what `docketctl dashboard` trusts.
 	Dashboard DashboardConfig
 }

@@ -270,7 +270,8 @@ func flagValue(args []string, name string) (string, bool) {
 	return "", false
 }
 
-// Getenv is os.Getenv, for Load.
+// Getenv is os.Getenv, the environment docket's commands give Load. A
+// program of its own passes os.Getenv, or a lookup of its own, to Load.
 var Getenv = os.Getenv
 
 type stringValue string

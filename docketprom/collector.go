@@ -1,8 +1,3 @@
-// Package docketprom exports a docket.Client's metrics to Prometheus: the
-// ones the worker command serves (docs/METRICS.md), and the HTTP handler of
-// /metrics, /healthz and /readyz it serves them with. It is a package of
-// its own so that a program embedding docket without Prometheus does not
-// import it.
 package docketprom
 
 import (

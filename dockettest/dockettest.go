@@ -3,13 +3,17 @@
 // check that code under test inserted the jobs it should.
 //
 //	func TestWelcome(t *testing.T) {
-//		client := newClient(t) // a docket.Client with the app's handlers added
+//		ctx := context.Background()
+//		client := newClient(t) // your docket.Client on a test database, the app's handlers added
 //		err := dockettest.Work(ctx, client, EmailArgs{To: "a@example.com"})
 //		require.NoError(t, err)
 //
 //		signUp(ctx, client, "a@example.com") // inserts an EmailArgs job
-//		job := dockettest.RequireInserted(t, client, EmailArgs{To: "a@example.com"})
+//		dockettest.RequireInserted(t, client, EmailArgs{To: "a@example.com"})
 //	}
+//
+// Work needs no started client, and no server unless the handler uses one;
+// RequireInserted and RequireNotInserted read the client's jobs collection.
 package dockettest
 
 import (
@@ -40,6 +44,11 @@ type TB interface {
 // validate: Insert refuses such args, but a job inserted another way still
 // meets the handler's check). The job is the one Insert would insert: its
 // fields come from opts and the args type's InsertOpts(), as an insert's do.
+//
+// The handler's jobs.SetResult returns jobs.ErrNoResultHere and its
+// jobs.Progress jobs.ErrNoProgressHere, unless ctx carries a
+// jobs.WithResultSlot or jobs.WithProgressReporter, which then receives
+// what the handler sets or reports.
 func Work(ctx context.Context, client *docket.Client, args jobs.Args, opts ...docket.InsertOpts) error {
 	_, err := WorkJob(ctx, client, args, opts...)
 	return err

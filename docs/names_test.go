@@ -19,11 +19,14 @@ var code = regexp.MustCompile("(?ms)^```.*?^```|`[^`\n]+`")
 // such as docket.JobGet or queue.ErrNotFound, or a method of one of its
 // types (queue.SweepWorkflows).
 // A trailing "*" names every name with that prefix (queue.TestStoredStats*).
-var qualified = regexp.MustCompile(`\b(docket|queue|jobs|handlers|worker|recovery|configs|docketotel|docketprom|dockettest|store|cli|dashboard)\.([A-Z][A-Za-z0-9_]*)(\*?)`)
+var qualified = regexp.MustCompile(`\b(docket|queue|jobs|handlers|worker|recovery|configs|docketotel|docketprom|dockettest|store|cli|dashboard|e2e|metrics|leadership|testdb|chaos|realmongo|workflowgraph|devdb)\.([A-Z][A-Za-z0-9_]*)(\*?)`)
 
 // pkgDirs are the directories of the packages whose path is not their name.
 var pkgDirs = map[string]string{
 	"docket": "..", "store": "../internal/store", "cli": "../cmd/internal/cli", "dashboard": "../cmd/internal/dashboard",
+	"e2e": "../cmd/internal/e2e", "metrics": "../docketprom/internal/metrics", "leadership": "../internal/leadership",
+	"testdb": "../internal/testdb", "chaos": "../cmd/internal/chaos", "realmongo": "../cmd/internal/realmongo",
+	"workflowgraph": "../cmd/internal/workflowgraph",
 }
 
 // testName matches the names of tests, examples and benchmarks, which the

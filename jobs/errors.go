@@ -9,6 +9,7 @@ import (
 // PermanentError marks a handler error that retrying cannot fix, such as
 // invalid args. A job that returns one goes to the dead state at once.
 type PermanentError struct {
+	// Err is the handler's error, recorded in the job's errors.
 	Err error
 }
 

@@ -37,7 +37,8 @@ func (s State) Valid() bool {
 	return false
 }
 
-// Defaults applied to a job when it is enqueued without them.
+// Defaults applied to a job when it is enqueued without them, and bounds on
+// what it keeps.
 const (
 	// DefaultQueue is the queue a job goes to when none is given.
 	DefaultQueue = "default"
@@ -73,7 +74,9 @@ type Job struct {
 	Priority int `bson:"priority"`
 	// RunAt is the earliest time the job may be claimed.
 	RunAt time.Time `bson:"runAt"`
-	// Attempt counts claims, including the current one.
+	// Attempt counts the attempts made, the running one included; a
+	// snooze, and a stopping worker's release of the job, take theirs
+	// back.
 	Attempt int `bson:"attempt"`
 	// MaxAttempts is how many attempts the job gets before it is dead.
 	MaxAttempts int `bson:"maxAttempts"`
@@ -97,7 +100,7 @@ type Job struct {
 	// that the key is free for a new job.
 	FinishedUniqueKey string `bson:"finishedUniqueKey,omitempty"`
 	// UniquePeriodKey is the unique key of a job inserted with a period
-	// (queue.InsertOpts.UniqueFor): the key and the start of the period its
+	// (docket.InsertOpts.UniqueFor): the key and the start of the period its
 	// insert fell in, "<key>@<start, RFC 3339 UTC, milliseconds>". It keeps
 	// any other job with the same key out of that period, finished or not,
 	// and is never freed: the next period's key is another string.
@@ -123,14 +126,14 @@ type Job struct {
 	RunAnyway bool `bson:"runAnyway,omitempty"`
 	// Dependents is set on a job that other jobs wait for. The write that
 	// finishes the job renames it dependentsDue, which stays until its
-	// dependents have been told of its outcome (queue/deps.go).
+	// dependents have been told of its outcome (docs/WORKFLOWS.md).
 	Dependents bool `bson:"dependents,omitempty"`
 	// Linking is set on a blocked job from its insert until its parents
 	// are marked as having it and those already finished are applied to
 	// it; the leader's pass finishes a link whose enqueuer stopped.
 	Linking bool `bson:"linking,omitempty"`
 	// Traceparent is the W3C Trace Context traceparent of the span that
-	// inserted the job (queue.InsertOpts.Traceparent), so that its attempts
+	// inserted the job (docket.InsertOpts.Traceparent), so that its attempts
 	// continue that trace (package docketotel). Empty when none was given
 	// or the document holds one docket ignores (see TraceHeader).
 	Traceparent TraceHeader `bson:"traceparent,omitempty"`

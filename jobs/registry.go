@@ -17,9 +17,11 @@ import (
 const DefaultTimeout = time.Minute
 
 // Handler runs one attempt of a job. A nil error completes the job; a
-// [PermanentError] sends it to the dead state; any other error retries it
-// with backoff. The context is cancelled when the job times out, is
-// cancelled, or its lease is lost.
+// [PermanentError] sends it to the dead state; [Snooze] runs it again
+// later and [Cancel] ends it cancelled; any other error retries it with
+// backoff. The context is cancelled when the job times out, is cancelled,
+// its lease is lost or the worker stops; context.Cause says which
+// (worker.ErrTimeout, [ErrCancelled], [ErrLeaseLost], worker.ErrShutdown).
 type Handler interface {
 	Work(ctx context.Context, job *Job) error
 }
@@ -172,7 +174,9 @@ func (r *Registry) Kinds() []string {
 
 // Register adds a typed handler: the job's args are decoded into a T (and
 // validated when T is a [Validator]) before fn runs. Args that do not decode
-// or validate fail the job permanently.
+// or validate fail the job permanently. A program registers with
+// docket.AddHandler, which calls it and also checks the kind's insert
+// defaults.
 func Register[T Args](r *Registry, fn func(ctx context.Context, job *Job, args T) error, opts KindOptions) error {
 	var zero T
 	kind := zero.Kind()

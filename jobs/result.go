@@ -30,7 +30,8 @@ type ResultSlot struct {
 type resultKey struct{}
 
 // WithResultSlot returns ctx for a handler, with slot to receive its
-// result.
+// result. A worker gives its handlers such a context; a test of a handler
+// may use it to see what the handler sets.
 func WithResultSlot(ctx context.Context, slot *ResultSlot) context.Context {
 	return context.WithValue(ctx, resultKey{}, slot)
 }
