@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/docketq/docket"
@@ -45,16 +46,19 @@ type TB interface {
 // meets the handler's check). The job is the one Insert would insert: its
 // fields come from opts and the args type's InsertOpts(), as an insert's do.
 //
-// The handler's jobs.SetResult returns jobs.ErrNoResultHere and its
-// jobs.Progress jobs.ErrNoProgressHere, unless ctx carries a
-// jobs.WithResultSlot or jobs.WithProgressReporter, which then receives
-// what the handler sets or reports.
+// The handler's context carries a result slot and a progress reporter, as
+// a worker's does, so jobs.SetResult and jobs.Progress work in it (WorkJob
+// returns what they stored); a slot or reporter already in ctx
+// (jobs.WithResultSlot, jobs.WithProgressReporter) receives them too.
 func Work(ctx context.Context, client *docket.Client, args jobs.Args, opts ...docket.InsertOpts) error {
 	_, err := WorkJob(ctx, client, args, opts...)
 	return err
 }
 
-// WorkJob is Work that also returns the job the handler ran on.
+// WorkJob is Work that also returns the job the handler ran on, with the
+// result the handler set (Job.Result, when it returned nil, as a worker
+// stores it only on success) and the last progress it reported
+// (Job.Progress).
 func WorkJob(ctx context.Context, client *docket.Client, args jobs.Args, opts ...docket.InsertOpts) (*jobs.Job, error) {
 	if args == nil {
 		return nil, fmt.Errorf("dockettest: Work: args must not be nil")
@@ -81,7 +85,36 @@ func WorkJob(ctx context.Context, client *docket.Client, args jobs.Args, opts ..
 	job.HeartbeatAt = &now
 	ctx, cancel := context.WithTimeout(ctx, ko.Timeout)
 	defer cancel()
-	return job, h.Work(ctx, job)
+	ctx, finish := asWorker(ctx, job)
+	err = h.Work(ctx, job)
+	finish(err == nil)
+	return job, err
+}
+
+// asWorker gives ctx the result slot and progress reporter a worker gives
+// a handler; finish stores in job what they received (the progress, and
+// the result when the handler succeeded) and passes both on to a slot or
+// reporter of ctx's own (jobs.WithResultSlot, jobs.WithProgressReporter).
+func asWorker(ctx context.Context, job *jobs.Job) (_ context.Context, finish func(succeeded bool)) {
+	outer := ctx
+	slot := &jobs.ResultSlot{}
+	var mu sync.Mutex
+	ctx = jobs.WithProgressReporter(jobs.WithResultSlot(ctx, slot), func(r jobs.ProgressReport) {
+		mu.Lock()
+		defer mu.Unlock()
+		job.Progress = &r
+		_ = jobs.Progress(outer, r.Fraction, r.Message) // ErrNoProgressHere: none of its own
+	})
+	return ctx, func(succeeded bool) {
+		res := slot.Result()
+		if res == nil {
+			return
+		}
+		_ = jobs.SetResult(outer, res) // as checked when set; ErrNoResultHere: none of its own
+		if succeeded {
+			job.Result = res
+		}
+	}
 }
 
 // RequireInserted fails the test unless a job of want's kind whose args

@@ -188,3 +188,58 @@ func TestWorkJobRunsOnTheJobInsertGives(t *testing.T) {
 		require.Equal(t, []any{inserted.Queue, inserted.Priority, inserted.MaxAttempts}, []any{ran.Queue, ran.Priority, ran.MaxAttempts}, "opts %+v", opts)
 	}
 }
+
+type TotalArgs struct {
+	Items []int `bson:"items"`
+}
+
+func (TotalArgs) Kind() string { return "total" }
+
+// Work gives the handler a result slot and a progress reporter as a
+// worker does: a handler that sets its result and reports progress works
+// under it, WorkJob returns both on the job (the result only when the
+// handler succeeded), and a slot or reporter of the test's own in ctx
+// receives them too.
+func TestWorkGivesTheHandlerAResultSlotAndProgress(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client, err := docket.NewClient(testdb.NewDB(t), docket.Config{})
+	require.NoError(t, err)
+	docket.MustAddHandler(client, func(ctx context.Context, _ *jobs.Job, a TotalArgs) error {
+		sum := 0
+		for i, n := range a.Items {
+			sum += n
+			if err := jobs.Progress(ctx, float64(i+1)/float64(len(a.Items)), "adding"); err != nil {
+				return err
+			}
+		}
+		if err := jobs.SetResult(ctx, map[string]int{"sum": sum}); err != nil {
+			return err
+		}
+		if sum < 0 {
+			return errors.New("negative")
+		}
+		return nil
+	}, jobs.KindOptions{})
+
+	ran, err := dockettest.WorkJob(ctx, client, TotalArgs{Items: []int{1, 2, 3, 4}})
+	require.NoError(t, err)
+	require.NotNil(t, ran.Result)
+	require.Equal(t, int32(10), ran.Result.Lookup("sum").Int32())
+	require.NotNil(t, ran.Progress)
+	require.Equal(t, 1.0, ran.Progress.Fraction)
+	require.Equal(t, "adding", ran.Progress.Message)
+
+	ran, err = dockettest.WorkJob(ctx, client, TotalArgs{Items: []int{-5}})
+	require.EqualError(t, err, "negative")
+	require.Nil(t, ran.Result, "a failed attempt stores no result")
+	require.Equal(t, 1.0, ran.Progress.Fraction)
+
+	var slot jobs.ResultSlot
+	var reports []jobs.ProgressReport
+	own := jobs.WithProgressReporter(jobs.WithResultSlot(ctx, &slot), func(r jobs.ProgressReport) { reports = append(reports, r) })
+	require.NoError(t, dockettest.Work(own, client, TotalArgs{Items: []int{2, 3}}))
+	require.Equal(t, int32(5), slot.Result().Lookup("sum").Int32())
+	require.Len(t, reports, 2)
+	require.Equal(t, []float64{0.5, 1}, []float64{reports[0].Fraction, reports[1].Fraction})
+}
