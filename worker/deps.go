@@ -26,9 +26,9 @@ type settleQueue struct {
 	// (their flags cleared) together, markBatch at a time or markLinger
 	// after the first.
 	marks   []bson.Raw
-	started bool // settleLoop runs, or ran: the worker stopped
-	stopped bool // the worker stopped: what is left is the leader's
-	kick    chan struct{}
+	started bool          // settleLoop runs, or ran: the worker stopped
+	stopped bool          // the worker stopped: what is left is the leader's
+	kick    chan struct{} // makes settleLoop take what is pending
 	cancel  context.CancelFunc
 	done    chan struct{} // closed once settleLoop returns
 }
@@ -61,7 +61,7 @@ func (w *Worker) settleDependents(id string, written bson.Raw) bool {
 		s.written = append(s.written, written)
 	}
 	w.startSettles()
-	s.poke()
+	poke(s.kick)
 	return true
 }
 
@@ -83,10 +83,10 @@ func (w *Worker) markSettled(written bson.Raw) {
 		time.AfterFunc(markLinger, func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.poke()
+			poke(s.kick)
 		})
 	case markBatch:
-		s.poke()
+		poke(s.kick)
 	}
 }
 
@@ -102,14 +102,6 @@ func (w *Worker) startSettles() {
 	var ctx context.Context
 	ctx, s.cancel = context.WithCancel(context.Background())
 	go w.settleLoop(ctx)
-}
-
-// poke makes settleLoop take what is pending; s.mu is held.
-func (s *settleQueue) poke() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
 }
 
 // settleWakes reports whether the end of a job (with dependents, or not)
@@ -175,7 +167,7 @@ func (w *Worker) settleLoop(ctx context.Context) {
 			rep := w.settleBatch(ctx, ids, written)
 			w.markBatch(ctx, s.takeMarks())
 			if shared(rep) {
-				pace(ctx, min(settlePace*time.Since(start), settlePaceMax))
+				sleep(ctx, min(settlePace*time.Since(start), settlePaceMax))
 			}
 		}
 		w.markBatch(ctx, s.takeMarks())
@@ -195,16 +187,6 @@ const (
 	settlePace    = 6
 	settlePaceMax = 400 * time.Millisecond
 )
-
-// pace waits for d, or until ctx ends.
-func pace(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
 
 // takeMarks returns the marks pending, and empties them.
 func (s *settleQueue) takeMarks() []bson.Raw {

@@ -249,7 +249,7 @@ func (w *Worker) handOnFreed(ctx context.Context, id string, k successorKey, par
 		}
 		if err != nil {
 			if !errors.Is(err, store.ErrNoHandoff) {
-				w.giveBackSuccessor(params.Token)
+				w.giveBackTaken(params.Token, successorWhat)
 			}
 			break
 		}
@@ -298,7 +298,7 @@ func (w *Worker) handOff(ctx context.Context, r *run) (err error, sent bool) {
 	}
 	if got == nil {
 		if err != nil && !errors.Is(err, jobs.ErrLeaseLost) && !errors.Is(err, store.ErrOutcomeUnknown) {
-			w.giveBackSuccessor(params.Token)
+			w.giveBackTaken(params.Token, successorWhat)
 		}
 		return err, true
 	}
@@ -306,6 +306,9 @@ func (w *Worker) handOff(ctx context.Context, r *run) (err error, sent bool) {
 	w.startTaken(r, got, start)
 	return err, true
 }
+
+// successorWhat names, in logs, a hand-off's successor given back.
+const successorWhat = "the successor of a run slot hand-off"
 
 // takeParams are the claim parameters of a job taken from the goroutine of
 // a job that ended (a hand-off's successor, a chain's next task), with a
@@ -333,12 +336,6 @@ func (w *Worker) startTaken(r *run, job *jobs.Job, start time.Time) {
 	w.launch(job)
 }
 
-// giveBackSuccessor gives back the successor that a hand-off whose
-// outcome is unknown may have claimed under token (giveBackTaken).
-func (w *Worker) giveBackSuccessor(token string) {
-	w.giveBackTaken(token, "the successor of a run slot hand-off")
-}
-
 // giveBackTaken gives back what, a job that a write whose outcome is
 // unknown may have claimed under token from the goroutine of a job that
 // ended (a hand-off's successor, a chain's next task), as the dispatcher
@@ -352,20 +349,9 @@ func (w *Worker) giveBackTaken(token, what string) {
 		log := w.log.With(zap.String("lease_token", token))
 		for sweep := range 2 {
 			if sweep > 0 {
-				t := time.NewTimer(w.cfg.ClaimTimeout())
-				select {
-				case <-t.C:
-				case <-w.claimingCtx.Done():
-				}
-				t.Stop()
+				sleep(w.claimingCtx, w.cfg.ClaimTimeout())
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), w.bound(w.cfg.ClaimTimeout()))
-			n, err := w.q.ReleaseClaim(ctx, token)
-			cancel()
-			if n > 0 {
-				w.unstarted.Add(int64(n))
-				log.Warn("gave back "+what+" whose claim's reply was lost: not run, attempt not counted", zap.Int("jobs", n))
-			}
+			err := w.releaseClaim(token, w.bound(w.cfg.ClaimTimeout()), log, what+" whose claim's reply was lost")
 			if err != nil {
 				log.Warn("could not give back "+what+" whose claim's reply was lost; the reaper re-queues it after its lease", zap.Error(err))
 			}

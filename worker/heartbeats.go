@@ -87,7 +87,7 @@ func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, log *zap.Logg
 	if start {
 		go w.beatLoop()
 	} else {
-		h.signal()
+		poke(h.wake)
 	}
 	return func() {
 		h.mu.Lock()
@@ -97,13 +97,6 @@ func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, log *zap.Logg
 		if inFlight != nil {
 			<-inFlight.done
 		}
-	}
-}
-
-func (h *heartbeater) signal() {
-	select {
-	case h.wake <- struct{}{}:
-	default:
 	}
 }
 
@@ -160,7 +153,7 @@ func (w *Worker) beatLoop() {
 // renew sends one batch and applies what it learned to each of its jobs.
 func (w *Worker) renew(bb *beatBatch, batch []*beat) {
 	h := &w.beats
-	defer h.signal()
+	defer poke(h.wake)
 	defer close(bb.done)
 	sent := time.Now()
 	var failed error

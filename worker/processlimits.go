@@ -65,24 +65,15 @@ func newProcessLimits(limits map[string]int) processLimits {
 // limited reports whether there is a process limit at all.
 func (p *processLimits) limited() bool { return len(p.kinds)+len(p.queues) > 0 }
 
-// hold counts job, just claimed, as held. Call it with Worker.mu held.
-func (p *processLimits) hold(job *jobs.Job) {
+// hold adds n to the jobs held of job's kind and queue, where limited: 1
+// when it is claimed, -1 when the worker no longer holds it. Call it with
+// Worker.mu held.
+func (p *processLimits) hold(job *jobs.Job, n int) {
 	if _, ok := p.kinds[job.Kind]; ok {
-		p.heldKinds[job.Kind]++
+		p.heldKinds[job.Kind] += n
 	}
 	if _, ok := p.queues[job.Queue]; ok {
-		p.heldQueues[job.Queue]++
-	}
-}
-
-// release uncounts job, which hold counted: the worker no longer holds it.
-// Call it with Worker.mu held.
-func (p *processLimits) release(job *jobs.Job) {
-	if _, ok := p.kinds[job.Kind]; ok {
-		p.heldKinds[job.Kind]--
-	}
-	if _, ok := p.queues[job.Queue]; ok {
-		p.heldQueues[job.Queue]--
+		p.heldQueues[job.Queue] += n
 	}
 }
 

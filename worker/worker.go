@@ -3,7 +3,9 @@ package worker
 import (
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -265,11 +267,7 @@ const abandonWait = 2 * time.Second
 func (w *Worker) abandoned() []*run {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	runs := make([]*run, 0, len(w.active))
-	for _, r := range w.active {
-		runs = append(runs, r)
-	}
-	return runs
+	return slices.Collect(maps.Values(w.active))
 }
 
 // ReleaseAbandoned gives back at once, after Stop or StopAndCancel, the
@@ -549,24 +547,13 @@ func (w *Worker) sweepLostClaim(token string, sent time.Time, timeout, lease tim
 	var wait, backoff time.Duration
 	for sweeps := 0; ; {
 		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-w.sweepsCtx.Done():
-				t.Stop()
-			}
+			sleep(w.sweepsCtx, wait)
 		}
 		bound := w.bound(timeout)
 		if w.sweepsCtx.Err() != nil {
 			bound = min(bound, stopSweepTimeout) // a stop waits for this sweep
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), bound)
-		n, err := w.q.ReleaseClaim(ctx, token)
-		cancel()
-		if n > 0 {
-			w.unstarted.Add(int64(n))
-			log.Warn("gave back the jobs of a claim that returned an error (its reply was lost): not run, attempt not counted", zap.Int("jobs", n))
-		}
+		err := w.releaseClaim(token, bound, log, "the jobs of a claim that returned an error (its reply was lost)")
 		stopping := w.sweepsCtx.Err() != nil
 		if err == nil {
 			sweeps++
@@ -583,6 +570,20 @@ func (w *Worker) sweepLostClaim(token string, sent time.Time, timeout, lease tim
 		backoff = grow(backoff, 100*time.Millisecond, 2*time.Second)
 		wait = backoff
 	}
+}
+
+// releaseClaim gives back, within timeout, the jobs that a claim whose
+// reply was lost stamped with token, what naming them in the log, and
+// counts them unstarted.
+func (w *Worker) releaseClaim(token string, timeout time.Duration, log *zap.Logger, what string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	n, err := w.q.ReleaseClaim(ctx, token)
+	cancel()
+	if n > 0 {
+		w.unstarted.Add(int64(n))
+		log.Warn("gave back "+what+": not run, attempt not counted", zap.Int("jobs", n))
+	}
+	return err
 }
 
 // A lost claim's sweep is retried for sweepWindowLeases leases after the
@@ -724,13 +725,7 @@ const (
 )
 
 // slowest is the longest of the recent claims.
-func (l *claimLatency) slowest() time.Duration {
-	var d time.Duration
-	for _, r := range l.recent {
-		d = max(d, r)
-	}
-	return d
-}
+func (l *claimLatency) slowest() time.Duration { return slices.Max(l.recent[:]) }
 
 func (l *claimLatency) observe(d time.Duration) {
 	l.recent[l.next] = d
@@ -885,10 +880,24 @@ func jitter(d, hi time.Duration) time.Duration {
 	return min(time.Duration(float64(d)*(0.8+0.4*rand.Float64())), hi)
 }
 
-func (w *Worker) signalWake() {
+func (w *Worker) signalWake() { poke(w.wake) }
+
+// poke sends on ch, a wake-up channel of capacity one, unless a wake-up
+// is pending already.
+func poke(ch chan struct{}) {
 	select {
-	case w.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
+	}
+}
+
+// sleep waits for d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 
@@ -908,7 +917,7 @@ func (w *Worker) launchRun(r *run) {
 	r.lease, r.expires = store.LeaseOf(job), *job.LeaseExpiresAt
 	w.mu.Lock()
 	w.active[job.ID] = r
-	w.plimits.hold(job)
+	w.plimits.hold(job, 1)
 	w.mu.Unlock()
 	w.running.Add(1)
 	go func() {
@@ -920,7 +929,7 @@ func (w *Worker) launchRun(r *run) {
 			}
 			w.mu.Lock()
 			delete(w.active, job.ID)
-			w.plimits.release(job)
+			w.plimits.hold(job, -1)
 			w.mu.Unlock()
 			// Handed on: its slots run the successor, nothing to claim;
 			// dependents: the settle of its dependents wakes the claim
