@@ -135,13 +135,11 @@ func (w *Worker) runHandler(ctx context.Context, a *attempt) (result chan error,
 	defer cancelTimeout()
 
 	a.log.Info("job started")
-	w.inHandler.Add(1)
 	start = time.Now()
 	result = make(chan error, 1)
 	go func() { result <- w.call(ctx, h, job, a.log) }()
 	a.err, returned = w.await(ctx, result)
 	a.elapsed = time.Since(start)
-	w.inHandler.Add(-1)
 	w.handler.observe(a.elapsed)
 	w.freeSlots(a.r)
 	a.cause = context.Cause(ctx)

@@ -87,7 +87,6 @@ type Worker struct {
 	startOnce    sync.Once
 	stopOnce     sync.Once
 	running      sync.WaitGroup
-	inHandler    atomic.Int64 // jobs whose handlers have not returned (stuck ones excepted)
 	mu           sync.Mutex
 	active       map[string]*run
 	plimits      processLimits // the jobs held per process limit, under mu (processlimits.go)
