@@ -12,9 +12,8 @@ import (
 // the candidates) from the part it pays per job it stamps. Claiming ahead
 // hides only the first: on a server that stamps the jobs of a batch one by
 // one (devdb, an overloaded primary) a claim twice as big takes about
-// twice as long, so claiming ahead would make the claims longer, which the
-// old rule then answered by claiming further ahead, up to the prefetch
-// limit, with jobs held that other processes could run. It is the dispatch
+// twice as long, and claiming further ahead would only make claims longer
+// while holding jobs other processes could run. It is the dispatch
 // goroutine's alone.
 type claimCost struct {
 	sizes [claimLatencySamples]int // jobs a recent batch claim stamped; zero until one fills it

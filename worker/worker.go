@@ -71,13 +71,8 @@ type Worker struct {
 	handler      handlerTime // how long handlers take, to size claims ahead
 	wake         chan struct{}
 
-	// drainedAt (unix nanoseconds; 0: not drained): when the last claim
-	// that asked for more than one job, or found none, took fewer jobs than
-	// it asked for (deps.go).
-	drainedAt atomic.Int64
-	// missed are the dependents that runNext last found not to take
-	// (deps.go).
-	missed missedNext
+	drainedAt atomic.Int64 // unix nanoseconds: when a claim last found the backlog drained (noteDrained)
+	missed    missedNext   // the dependents runNext last found not to take (deps.go)
 
 	stopClaiming context.CancelFunc
 	claimingCtx  context.Context
@@ -306,13 +301,10 @@ func (w *Worker) dispatch() {
 	var idle, failing time.Duration
 	var st claimStats
 	for {
-		// How many jobs to hold: the slots, and as many more as the slots
-		// will run while the next claim is on its way (see Config.Prefetch).
 		target := w.holdTarget(st.cost.estimate(st.took.slowest()))
 		if !w.awaitRoom(target) {
 			return
 		}
-		// Leave out what is at its process limit; nothing left, no claim.
 		room, ok := w.processRoom(&params, kinds)
 		if !ok {
 			continue
@@ -322,11 +314,9 @@ func (w *Worker) dispatch() {
 		// returns an error may have been applied with its reply lost, and
 		// its jobs are then found by their token and given back.
 		params.Token = uuid.NewString()
-		// The claim's deadline follows how long the last claims took (see
-		// claimLatency), and the lease it stamps is longer by as much as the
-		// deadline passes ClaimTimeout: a claim answered within its deadline
-		// leaves its jobs StartMargin of lease at least (the lease is counted
-		// from before the send). A stop does not cancel it.
+		// The lease stamped is longer by as much as the deadline
+		// (claimLatency.deadline) passes ClaimTimeout: a claim answered in
+		// time leaves its jobs StartMargin of lease. A stop does not cancel it.
 		timeout := st.took.deadline(w.cfg)
 		params.Lease = w.cfg.Lease + timeout - w.cfg.ClaimTimeout()
 		params.Ahead = w.claimedAhead(slots)
@@ -531,17 +521,15 @@ func (w *Worker) startable(job *jobs.Job) bool {
 // at sent with the given timeout and lease, that returned an error: the
 // server may have applied it and lost its reply. It sweeps at once, and
 // once more a claim timeout later (a claim still queued on the server has
-// by then been applied, or dropped by its maxTimeMS, which the driver sets
-// from the same deadline), retrying a failed sweep for a few leases: the reaper
-// may take the jobs once their lease and its grace have passed, counting
-// the attempt, after which a sweep finds nothing. A stop makes it sweep
-// at once and end.
+// by then been applied, or dropped by the maxTimeMS the driver sets from
+// the same deadline), retrying a failed sweep for a few leases. A stop
+// makes it sweep at once and end.
 func (w *Worker) sweepLostClaim(token string, sent time.Time, timeout, lease time.Duration) {
 	defer w.sweeps.Done()
 	log := w.log.With(zap.String("lease_token", token))
-	// Past the lease the jobs may be reaped (and counted) any time, but a
-	// release is still right until then, and harmless after (fenced on
-	// the token): keep trying a while.
+	// Past the lease the reaper may take the jobs, counting the attempt,
+	// but a release is right until then and harmless after (fenced on the
+	// token): keep trying a while.
 	giveUp := sent.Add(max(sweepWindowLeases*lease, sweepWindowMin))
 	var wait, backoff time.Duration
 	for sweeps := 0; ; {
@@ -660,13 +648,10 @@ func (w *Worker) gatherSlots(wait bool, target int) int {
 }
 
 // holdTarget is how many jobs the worker holds at most before its next
-// claim, when its claims cost as e says: its Concurrency, and the jobs
-// its slots run while a claim is on its way at the pace of its recent
-// handlers (claimed ahead, so that the slots do not wait for the claim),
-// up to the prefetch limit (see claimFit.ahead), and while e.explore (how a
-// claim's time grows with its jobs is not known yet) up to Concurrency or
-// twice the largest recent batch claim. Fast claims, long jobs or claims
-// whose time is all per job make it Concurrency alone.
+// claim, when its claims cost as e says: Concurrency, and the jobs its
+// slots run while a claim is on its way (claimFit.ahead), up to the
+// prefetch limit, and while e.explore up to Concurrency or twice the
+// largest recent batch claim (see claimCost.estimate).
 func (w *Worker) holdTarget(e claimEstimate) int {
 	c, most := w.cfg.Concurrency, w.cfg.prefetchMax()
 	if e.explore {
@@ -703,12 +688,11 @@ func (h *handlerTime) mean() time.Duration {
 
 // claimLatency remembers how long the last claims took, so that the next
 // one's deadline follows the server rather than a fixed bound: a server
-// slow for minutes (an overloaded primary, an index build, a server that
-// scans a big collection) answers claims in seconds, and a claim given up at a
-// fixed deadline while the server still works on it is wasted twice: its
-// reply, and the sweep that gives back what it stamped. A claim that
-// timed out counts as taking its whole deadline, so the next deadline is
-// longer. It is the dispatch goroutine's alone.
+// slow for minutes (an overloaded primary, an index build, a big scan)
+// answers claims in seconds, and a claim given up while the server still
+// works on it is wasted twice: its reply, and the sweep that gives back
+// what it stamped. A claim that timed out counts as taking its whole
+// deadline. It is the dispatch goroutine's alone.
 type claimLatency struct {
 	recent [claimLatencySamples]time.Duration // zero until a claim fills it
 	next   int
@@ -735,11 +719,9 @@ func (l *claimLatency) observe(d time.Duration) {
 // ClaimTimeout, or claimLatencyFactor times the slowest recent claim when
 // that is longer, up to claimStretchLeases leases more; that most for the
 // first claim, when how slow the server is (connections included) is not
-// known yet. The worker stamps a lease longer by as much as the deadline
-// passes ClaimTimeout, so a fast server changes neither after the first
-// claim; and a job's first renewal comes a heartbeat interval after its
-// claim whatever lease it stamped (see Worker.heartbeat), so a stretched
-// lease outlives its worker only if the worker dies within that interval.
+// known yet. A job's first renewal comes a heartbeat interval after its
+// claim whatever lease it stamped (Worker.heartbeat), so a stretched lease
+// outlives its worker only if the worker dies within that interval.
 func (l *claimLatency) deadline(c Config) time.Duration {
 	base := c.ClaimTimeout()
 	most := base + claimStretchLeases*c.Lease
