@@ -21,11 +21,8 @@ import (
 type settleQueue struct {
 	mu      sync.Mutex
 	pending []string
-	written []bson.Raw // of some of pending: as their completion left them
-	// marks are jobs whose one dependent runNext took, to mark settled
-	// (their flags cleared) together, markBatch at a time or markLinger
-	// after the first.
-	marks   []bson.Raw
+	written []bson.Raw    // of some of pending: as their completion left them
+	marks   []bson.Raw    // jobs whose one dependent runNext took, to mark settled together (markBatch)
 	started bool          // settleLoop runs, or ran: the worker stopped
 	stopped bool          // the worker stopped: what is left is the leader's
 	kick    chan struct{} // makes settleLoop take what is pending
@@ -220,9 +217,8 @@ func (s *settleQueue) take() ([]string, []bson.Raw) {
 }
 
 // settleBatch tells the dependents of the jobs of ids of their outcomes,
-// and returns what it settled together;
-// each settle has its own deadline (SettleDependentsOfAll), and those that
-// fail are left to the leader's pass.
+// and returns what it settled together; each settle has its own deadline
+// (SettleDependentsOfAll), and those that fail are left to the leader's.
 func (w *Worker) settleBatch(ctx context.Context, ids []string, written []bson.Raw) queue.SettleReport {
 	if w.onSettle != nil {
 		w.onSettle(ctx, ids)
@@ -254,15 +250,14 @@ func (w *Worker) stopSettles() {
 }
 
 // runNext claims and starts the one dependent of r's job, a chain's next
-// task, as it releases it (queue's ClaimNext), rather than leaving it to
-// a settle and a claim: when r's completion returned the job, the worker
+// task, as it releases it (queue's ClaimNext), rather than leaving it to a
+// settle and a claim: when r's completion returned the job, the worker
 // still claims, no process limit applies and a run slot is free. It then
-// has the job marked settled (markSettled), and reports whether it took
-// the next task; otherwise the caller settles the job as usual. A
-// dependent it found waiting for more parents (a fan-in's sink, listed
-// by each of them) is not tried again for the next parents that list it
-// (missedNext): one claim that takes nothing per fan-in, not one per
-// parent. The next task is started as a hand-off's successor is
+// has the job marked settled (markSettled) and reports whether it took the
+// next task; otherwise the caller settles the job as usual. A dependent
+// found waiting for more parents (a fan-in's sink) is not tried again for
+// the next parents that list it (missedNext): one empty claim per fan-in,
+// not one per parent. The task starts as a hand-off's successor does
 // (startTaken).
 func (w *Worker) runNext(r *run) bool {
 	if r.written == nil || w.claimingCtx.Err() != nil || w.plimits.limited() {
@@ -286,9 +281,8 @@ func (w *Worker) runNext(r *run) bool {
 		return false
 	}
 	if next == nil {
-		// It waits for more parents (a fan-in's sink), or another took
-		// it, or flow control applies to it: the next parent that lists
-		// it only is settled as usual.
+		// It waits for more parents, or another took it, or flow control
+		// applies to it: the next parent listing it is settled as usual.
 		w.missed.add(kid)
 		return false
 	}
@@ -297,8 +291,8 @@ func (w *Worker) runNext(r *run) bool {
 	return true
 }
 
-// missedNext holds the last dependents runNext failed to take (waiting for
-// more parents, or taken by another), up to missedKept, oldest first.
+// missedNext holds the last missedKept dependents runNext failed to
+// take, oldest first.
 type missedNext struct {
 	mu  sync.Mutex
 	ids []string

@@ -20,11 +20,11 @@ import (
 // the round trip of its finishing write, and that job starts on the
 // ending job's goroutine, with no claim between them. While a job holding
 // run slots runs, the worker keeps up to readWindow jobs of its kind and
-// queue read ahead; when the job succeeds, its completion claims one of them into the
-// slots it frees. Anything that does not fit (no candidate, the limit far
-// from full, a rate, a paused queue, the worker stopping, no run slot for
-// the successor) leaves the completion as it was: the freed slot goes to
-// the dispatcher's next claim.
+// queue read ahead; when the job succeeds, its completion claims one of
+// them into the slots it frees. Anything that does not fit (no candidate,
+// the limit far from full, a rate, a paused queue, the worker stopping, no
+// run slot for the successor) leaves the completion as it was: the freed
+// slot goes to the dispatcher's next claim.
 
 // slowProbe: a read ahead slower than the handlers it serves is made
 // again only after slowProbe times as long.
@@ -132,15 +132,13 @@ func (w *Worker) readAhead(r *run) (done func()) {
 		s.mu.Unlock()
 	}
 	p.drop(time.Now())
-	// Enough read lately: two for each job here and one more, read
-	// within half of maxAge (what others take meanwhile makes a hand-off
-	// miss, which costs a stamp of another); and a read that took long
-	// is not followed by another within as long, drained or not. A read
-	// that takes longer than a handler runs is not ahead of anything,
-	// and on a server that runs one command at a time (devdb sorting a
-	// big backlog) it holds back every other, hand-offs included: it is
-	// made again only every slowProbe reads' time, to see whether reads
-	// got fast.
+	// Enough read lately: two for each job here and one more, read within
+	// half of maxAge (what others take meanwhile makes a hand-off miss);
+	// and no read within as long as the last one took. A read slower than
+	// a handler is ahead of nothing, and on a server that runs one command
+	// at a time (devdb sorting a big backlog) it holds back every other:
+	// it is made again only after slowProbe reads' time, to see whether
+	// reads got fast.
 	since, handler := time.Since(p.readAt), w.handler.mean()
 	fresh := (len(p.cands) > 2*p.running && since < p.maxAge()/2) || since < p.took ||
 		(handler > 0 && p.took > handler && since < slowProbe*p.took)
@@ -148,14 +146,13 @@ func (w *Worker) readAhead(r *run) (done func()) {
 		return done
 	}
 	p.reading = true
-	n := readWindow
 	w.running.Add(1) // r's own is held: a stop waits for this read too
 	go func() {
 		defer w.running.Done()
 		params := store.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: w.reg.Kinds(), Lease: w.cfg.Lease}
 		ctx, cancel := context.WithTimeout(context.Background(), w.bound(w.cfg.ClaimTimeout()))
 		sent := time.Now()
-		got, err := w.q.ReadSuccessors(ctx, params, k.kind, k.queue, n)
+		got, err := w.q.ReadSuccessors(ctx, params, k.kind, k.queue, readWindow)
 		cancel()
 		if err != nil {
 			w.log.Debug("reading successors ahead failed", zap.Error(err))
