@@ -104,12 +104,13 @@ func (w *Worker) startSettles() {
 // settleWakes reports whether the end of a job (with dependents, or not)
 // leaves the wake of the dispatcher to the settle of its dependents, which
 // wakes it once they are released: when a claim found the backlog drained
-// a moment ago (drainedLeft; a chain's next task is then the one job to
+// less than drainedFor ago (a chain's next task is then the one job to
 // claim, and a claim at the handler's return could only find it still
 // blocked). With a backlog, the end of a job wakes the claim of the next
 // at once.
 func (w *Worker) settleWakes(dependents bool) bool {
-	return dependents && w.drainedLeft() > 0
+	at := w.drainedAt.Load()
+	return dependents && at != 0 && time.Since(time.Unix(0, at)) < drainedFor
 }
 
 // drainedFor is how long a claim's news that the backlog is drained
@@ -132,16 +133,6 @@ func (w *Worker) noteDrained(slots, n int, waited time.Duration, err error) {
 		}
 		w.drainedAt.Store(at)
 	}
-}
-
-// drainedLeft is how long the news that the backlog is drained holds
-// still; 0 when there is none.
-func (w *Worker) drainedLeft() time.Duration {
-	at := w.drainedAt.Load()
-	if at == 0 {
-		return 0
-	}
-	return max(drainedFor-time.Since(time.Unix(0, at)), 0)
 }
 
 // settleLoop settles what is pending, batch after batch, until ctx ends.
