@@ -38,10 +38,8 @@ const (
 // ReaperConfig configures a Reaper. As in every docket setting, a zero
 // field means its default; a retention keeps jobs forever when negative.
 type ReaperConfig struct {
-	// Interval is how often the reaper runs, a duration as every other
-	// interval of docket's. Defaults to DefaultReapInterval. (The YAML key
-	// it replaces, schedule, is still read when it is "@every D"; see
-	// UnmarshalYAML.)
+	// Interval is how often the reaper runs. Defaults to
+	// DefaultReapInterval.
 	Interval time.Duration
 	// Grace is how long past its expiry a lease is left alone. Defaults to
 	// DefaultReapGrace.
