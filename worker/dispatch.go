@@ -104,7 +104,6 @@ func (w *Worker) noteClaim(st *claimStats, target, slots int, claimed []*jobs.Jo
 // the last claims returned, with room left under the process limits and
 // target jobs to hold, and returns how many it took.
 func (w *Worker) claimSlots(sizer *claimSizer, room, target int) int {
-	slots := 1
 	size := sizer.next(min(w.cfg.ClaimBatch, room), target)
 	switch {
 	case size == claimGathered && (w.q.LimitFull() || room < min(w.cfg.ClaimBatch, target)):
@@ -118,13 +117,10 @@ func (w *Worker) claimSlots(sizer *claimSizer, room, target int) int {
 		// how many it gets: claim for the slots free now.
 		size = claimFree
 	}
-	switch size {
-	case claimFree:
-		slots = w.gatherSlots(false, target)
-	case claimGathered:
-		slots = w.gatherSlots(true, target)
+	if size == claimOne {
+		return 1
 	}
-	return slots
+	return w.gatherSlots(size == claimGathered, target)
 }
 
 // pause waits after a claim sent at sent that started nothing (or left a
@@ -258,9 +254,7 @@ func (w *Worker) sweepLostClaim(token string, sent time.Time, timeout, lease tim
 	giveUp := sent.Add(max(sweepWindowLeases*lease, sweepWindowMin))
 	var wait, backoff time.Duration
 	for sweeps := 0; ; {
-		if wait > 0 {
-			sleep(w.sweepsCtx, wait)
-		}
+		sleep(w.sweepsCtx, wait)
 		bound := w.bound(timeout)
 		if w.sweepsCtx.Err() != nil {
 			bound = min(bound, stopSweepTimeout) // a stop waits for this sweep
