@@ -51,8 +51,7 @@ type successors struct {
 	// slots on; sent a hand-off whose successor was taken; found no
 	// successor read ahead; or could not hand on (store.ErrNoHandoff).
 	handed, missed, empty, refused atomic.Int64
-	// off, set by tests before Start, turns hand-offs and reads ahead
-	// off.
+	// off (set by tests before Start) turns hand-offs and reads ahead off.
 	off bool
 }
 
@@ -67,7 +66,7 @@ type successorPool struct {
 	readAt  time.Time     // when the last read's reply came
 	took    time.Duration // how long the last read took
 	// handed are the jobs offered a slot lately, by id, left out of the
-	// reads that follow until maxAge.
+	// reads that follow for successorMaxAge (drop).
 	handed map[string]time.Time
 }
 
