@@ -27,18 +27,14 @@ const (
 	DefaultPollMin = 50 * time.Millisecond
 	// DefaultPollMax caps the wait between claims on an idle queue.
 	DefaultPollMax = time.Second
-	// DefaultClaimBatch is how many jobs one claim takes at most: the
-	// worker claims adaptively, one job per findAndModify while jobs
-	// trickle in and batches of its free slots (up to this many) while a
-	// backlog lasts (see Config.ClaimBatch and docs/BENCHMARKS.md).
+	// DefaultClaimBatch is how many jobs one claim takes at most (see
+	// Config.ClaimBatch and docs/BENCHMARKS.md).
 	DefaultClaimBatch = 100
 	// DefaultPrefetch is how many jobs a worker may hold beyond
-	// Concurrency, waiting for a slot, while its claims are slow compared
-	// with its jobs (see Config.Prefetch).
+	// Concurrency, waiting for a slot (see Config.Prefetch).
 	DefaultPrefetch = 100
-	// DefaultStuckGrace is how long a handler may go on after its kind's
-	// timeout, a cancel request or a lost lease before the worker gives up
-	// on it (see Config.StuckGrace).
+	// DefaultStuckGrace is how long a handler may go on after its context
+	// ended before the worker gives up on it (see Config.StuckGrace).
 	DefaultStuckGrace = 10 * time.Second
 	// maxClaimTimeout bounds one claim round trip; a short lease bounds it
 	// further (see Config.ClaimTimeout).

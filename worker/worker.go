@@ -101,9 +101,8 @@ type Worker struct {
 // Stats are counters of what a worker did since it was made, for logs and
 // metrics.
 type Stats struct {
-	// StuckHandlers counts handlers that did not return within
-	// Config.StuckGrace of their kind's timeout, a cancel request or a lost
-	// lease: the worker gave up on them (see Config.StuckGrace).
+	// StuckHandlers counts the handlers the worker gave up on (see
+	// Config.StuckGrace).
 	StuckHandlers int64
 	// ReleasedUnstarted counts jobs given back without running their
 	// handler, their attempt not counted: stamped by a claim that returned
