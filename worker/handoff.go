@@ -262,9 +262,6 @@ func (w *Worker) handOnFreed(ctx context.Context, id string, k successorKey, par
 // unknown gives back the successor, which its stamp may have claimed,
 // and the caller's next try is a Complete, which reads back a completion
 // already applied.
-//
-// The successor is a claimed job like any other (startTaken). A worker
-// that stops claiming hands nothing on.
 func (w *Worker) handOff(ctx context.Context, r *run) (err error, sent bool) {
 	job := r.job
 	if w.ahead.off || w.claimingCtx.Err() != nil || !w.q.HoldsRunSlot(job.ID) {
@@ -314,13 +311,10 @@ func (w *Worker) takeParams() store.ClaimParams {
 }
 
 // startTaken starts job, claimed since start from the goroutine of r's
-// job, which has ended (a hand-off's successor, a chain's next task): it
-// counts as a claim (Observer.Claimed), starts only with StartMargin of
-// lease left (else it is given back and the dispatcher woken), and takes
-// a dispatcher's slot (w.held) here rather than in the dispatcher: r's,
-// given up when its handler returned, comes back to it (the worker may
-// hold one job over its target meanwhile, when the dispatcher took the
-// room in between).
+// job, which has ended (a hand-off's successor, a chain's next task). It
+// takes a dispatcher's slot (w.held) here, in place of r's given up when
+// its handler returned: the worker may hold one job over its target
+// meanwhile, when the dispatcher took the room in between.
 func (w *Worker) startTaken(r *run, job *jobs.Job, start time.Time) {
 	w.obs.Claimed(time.Since(start), 1, nil)
 	if !w.startable(job) {

@@ -47,13 +47,11 @@ type Worker struct {
 	// settles gathers the finished jobs whose dependents to settle (deps.go).
 	settles settleQueue
 
-	// Slots (see launch). held counts the jobs the worker holds from their
-	// claim until their handler returns: waiting for a run slot or running.
-	// Only the dispatcher adds to it, up to Concurrency and the jobs it
-	// claims ahead (see Config.Prefetch). exec admits Concurrency handlers
-	// at once. writing bounds the jobs whose outcomes are being written,
-	// which hold neither: a slow write does not keep a slot from the next
-	// job.
+	// Slots (see launch and freeSlots): held counts the jobs held from
+	// their claim until their handler returns, up to Concurrency and the
+	// jobs claimed ahead; exec admits Concurrency handlers at once; writing
+	// bounds the outcomes being written, which hold neither: a slow write
+	// does not keep a slot from the next job.
 	held    atomic.Int64
 	waiting atomic.Int64 // of held, the jobs not started yet
 
