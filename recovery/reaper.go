@@ -38,10 +38,8 @@ const (
 // ReaperConfig configures a Reaper. As in every docket setting, a zero
 // field means its default; a retention keeps jobs forever when negative.
 type ReaperConfig struct {
-	// Interval is how often the reaper runs, a duration as every other
-	// interval of docket's. Defaults to DefaultReapInterval. (The YAML key
-	// it replaces, schedule, is still read when it is "@every D"; see
-	// UnmarshalYAML.)
+	// Interval is how often the reaper runs. Defaults to
+	// DefaultReapInterval.
 	Interval time.Duration
 	// Grace is how long past its expiry a lease is left alone. Defaults to
 	// DefaultReapGrace.
@@ -79,16 +77,14 @@ func (c ReaperConfig) WithDefaults() ReaperConfig {
 
 // Validate reports the first invalid field, naming it and its value.
 func (c ReaperConfig) Validate() error {
-	if c.Interval < 0 {
+	switch {
+	case c.Interval < 0:
 		return fmt.Errorf("reaper.interval: %s must be positive", c.Interval)
-	}
-	if c.Grace < 0 {
+	case c.Grace < 0:
 		return fmt.Errorf("reaper.grace: %s must not be negative", c.Grace)
-	}
-	if c.Batch < 1 {
+	case c.Batch < 1:
 		return fmt.Errorf("reaper.batch: %d must be at least 1", c.Batch)
-	}
-	if c.RetentionBudget < 0 {
+	case c.RetentionBudget < 0:
 		return fmt.Errorf("reaper.retentionBudget: %s must not be negative", c.RetentionBudget)
 	}
 	return nil

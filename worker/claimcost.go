@@ -2,6 +2,7 @@ package worker
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -12,9 +13,8 @@ import (
 // the candidates) from the part it pays per job it stamps. Claiming ahead
 // hides only the first: on a server that stamps the jobs of a batch one by
 // one (devdb, an overloaded primary) a claim twice as big takes about
-// twice as long, so claiming ahead would make the claims longer, which the
-// old rule then answered by claiming further ahead, up to the prefetch
-// limit, with jobs held that other processes could run. It is the dispatch
+// twice as long, and claiming further ahead would only make claims longer
+// while holding jobs other processes could run. It is the dispatch
 // goroutine's alone.
 type claimCost struct {
 	sizes [claimLatencySamples]int // jobs a recent batch claim stamped; zero until one fills it
@@ -166,4 +166,76 @@ func (w *Worker) logClaim(cost *claimCost, slowest time.Duration, target, asked,
 	fit := cost.estimate(slowest).fit
 	ce.Write(zap.Int("target", target), zap.Int("asked", asked), zap.Int("got", got),
 		zap.Duration("took", took), zap.Duration("fixed", fit.fixed), zap.Duration("per_job", fit.perJob))
+}
+
+// handlerTime is a moving average of how long handlers run.
+type handlerTime struct {
+	mu  sync.Mutex
+	avg time.Duration // zero until a handler has returned
+}
+
+// handlerTimeWeight is how much of the average the latest handler makes.
+const handlerTimeWeight = 0.125
+
+func (h *handlerTime) observe(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d = max(d, time.Microsecond) // a handler that returned at once still took a slot
+	if h.avg == 0 {
+		h.avg = d
+		return
+	}
+	h.avg += time.Duration(handlerTimeWeight * float64(d-h.avg))
+}
+
+func (h *handlerTime) mean() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.avg
+}
+
+// claimLatency remembers how long the last claims took, so that the next
+// one's deadline follows the server rather than a fixed bound: a server
+// slow for minutes (an overloaded primary, an index build, a big scan)
+// answers claims in seconds, and a claim given up while the server still
+// works on it is wasted twice: its reply, and the sweep that gives back
+// what it stamped. A claim that timed out counts as taking its whole
+// deadline. It is the dispatch goroutine's alone.
+type claimLatency struct {
+	recent [claimLatencySamples]time.Duration // zero until a claim fills it
+	next   int
+}
+
+// claimLatencySamples is how many of the last claims set the deadline,
+// claimLatencyFactor how many times the slowest of them it is at least,
+// and claimStretchLeases how many leases past ClaimTimeout it may reach.
+const (
+	claimLatencySamples = 8
+	claimLatencyFactor  = 3
+	claimStretchLeases  = 2
+)
+
+// slowest is the longest of the recent claims.
+func (l *claimLatency) slowest() time.Duration { return slices.Max(l.recent[:]) }
+
+func (l *claimLatency) observe(d time.Duration) {
+	l.recent[l.next] = d
+	l.next = (l.next + 1) % len(l.recent)
+}
+
+// deadline is the timeout of the next claim of a worker configured as c:
+// ClaimTimeout, or claimLatencyFactor times the slowest recent claim when
+// that is longer, up to claimStretchLeases leases more; that most for the
+// first claim, when how slow the server is (connections included) is not
+// known yet. A job's first renewal comes a heartbeat interval after its
+// claim whatever lease it stamped (Worker.heartbeat), so a stretched lease
+// outlives its worker only if the worker dies within that interval.
+func (l *claimLatency) deadline(c Config) time.Duration {
+	base := c.ClaimTimeout()
+	most := base + claimStretchLeases*c.Lease
+	slowest := l.slowest()
+	if slowest == 0 { // no claim yet
+		return most
+	}
+	return min(max(base, claimLatencyFactor*slowest), most)
 }

@@ -27,18 +27,14 @@ const (
 	DefaultPollMin = 50 * time.Millisecond
 	// DefaultPollMax caps the wait between claims on an idle queue.
 	DefaultPollMax = time.Second
-	// DefaultClaimBatch is how many jobs one claim takes at most: the
-	// worker claims adaptively, one job per findAndModify while jobs
-	// trickle in and batches of its free slots (up to this many) while a
-	// backlog lasts (see Config.ClaimBatch and docs/BENCHMARKS.md).
+	// DefaultClaimBatch is how many jobs one claim takes at most (see
+	// Config.ClaimBatch and docs/BENCHMARKS.md).
 	DefaultClaimBatch = 100
 	// DefaultPrefetch is how many jobs a worker may hold beyond
-	// Concurrency, waiting for a slot, while its claims are slow compared
-	// with its jobs (see Config.Prefetch).
+	// Concurrency, waiting for a slot (see Config.Prefetch).
 	DefaultPrefetch = 100
-	// DefaultStuckGrace is how long a handler may go on after its kind's
-	// timeout, a cancel request or a lost lease before the worker gives up
-	// on it (see Config.StuckGrace).
+	// DefaultStuckGrace is how long a handler may go on after its context
+	// ended before the worker gives up on it (see Config.StuckGrace).
 	DefaultStuckGrace = 10 * time.Second
 	// maxClaimTimeout bounds one claim round trip; a short lease bounds it
 	// further (see Config.ClaimTimeout).
@@ -75,33 +71,25 @@ type Config struct {
 	PollMax time.Duration
 	// ClaimBatch is how many jobs one claim takes at most, capped by the
 	// free slots and the jobs claimed ahead (see Prefetch); 1 turns
-	// batching off. Above 1 the worker claims
-	// adaptively, on what its last claims returned: while they come back
-	// short (a trickle of jobs, an idle queue) it claims one job with one
-	// findAndModify, at once; after single claims in a row each found
-	// their job it claims its free slots in one batch (queue.ClaimBatch),
-	// and while batches come back full (a backlog) it also waits briefly
-	// for slots about to free, so that one claim replaces many jobs. The
-	// completions of jobs that end together are then written in one
+	// batching off. Above 1 the worker claims adaptively: one job with one
+	// findAndModify while claims come back short (a trickle, an idle
+	// queue); its free slots in one batch after single claims in a row
+	// each found their job; and while batches come back full (a backlog)
+	// it also waits briefly for slots about to free, so that one claim
+	// replaces many jobs, whose completions are then written in one
 	// updateMany. Defaults to DefaultClaimBatch.
 	ClaimBatch int
 	// Prefetch is how many jobs the worker may hold beyond Concurrency,
 	// claimed and waiting for a slot, when its claims are slow compared
-	// with its jobs: a slow server (an overloaded primary, a server that
-	// scans a big backlog) answers a claim of many jobs about as fast as a
-	// claim of few, so the worker claims ahead what its slots will run
-	// while the next claim is on its way: twice the part of a claim's time
-	// that does not grow with its jobs, over the handler time ÷
-	// Concurrency less the claim's time per job, up to Prefetch. With fast
-	// claims or long jobs that is none, and jobs stay in the database for
-	// other workers. Where a job costs a claim about as long as a slot
-	// takes to run one, or longer (no-op jobs), claims bound the pace: the
-	// worker then claims ahead enough that the part of a claim's time that
-	// does not grow with its jobs is about 5% of it or less, and none
-	// where a claim's time is all per job (bigger ones only take longer). A
-	// job held waiting has its lease renewed like a running one; it starts
-	// in claim order, and a stop gives back those not started, their
-	// attempt not counted. Defaults to 100; -1 turns it off.
+	// with its jobs: a slow server (an overloaded primary, a big backlog to
+	// scan) answers a claim of many jobs about as fast as a claim of few,
+	// so the worker claims ahead what its slots will run while the next
+	// claim is on its way, up to Prefetch. With fast claims or long jobs
+	// that is none, and jobs stay in the database for other workers; so it
+	// is where a claim's time is all per job (bigger ones only take
+	// longer). A job held waiting has its lease renewed like a running
+	// one; it starts in claim order, and a stop gives back those not
+	// started, their attempt not counted. Defaults to 100; -1 turns it off.
 	Prefetch int
 	// WriteTimeout, when positive, bounds each heartbeat and completion
 	// round trip (and so a majority write-concern wait) below the deadlines
@@ -124,11 +112,9 @@ type Config struct {
 	// queue.QueueLimit(queue), → the most of its jobs the worker holds,
 	// from 1 to queue.MaxLimit. A job is held from its claim (claimed
 	// ahead and waiting for a slot too) until its outcome is written,
-	// however it ends, so at most that many of its handlers run at once.
-	// A kind or queue at its limit is left out of the claims until one of
-	// its jobs ends, and a claim takes no more jobs than the least room
-	// left among the limited kinds and queues it claims (see
-	// processlimits.go). Unlike the cluster-wide limits
+	// however it ends. A kind or queue at its limit is left out of the
+	// claims until one of its jobs ends, and a claim takes no more jobs
+	// than the least room left among them. Unlike the cluster-wide limits
 	// (queue.Client.SetLimit) they are this process's alone, never read
 	// from the database (docket's registry only shows them). Defaults to
 	// none.
@@ -198,8 +184,8 @@ func (c Config) Validate() error {
 	return validateProcessLimits(c.ProcessLimits) // processlimits.go
 }
 
-// prefetchMax is the most jobs a worker of c holds beyond Concurrency: c.Prefetch,
-// none when that is -1 (off). c must have its defaults.
+// prefetchMax is the most jobs a worker of c holds beyond Concurrency:
+// c.Prefetch, none when that is -1 (off). c must have its defaults.
 func (c Config) prefetchMax() int { return max(c.Prefetch, 0) }
 
 // StartMargin is the least lease a claimed job must have left for its

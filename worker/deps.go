@@ -21,14 +21,11 @@ import (
 type settleQueue struct {
 	mu      sync.Mutex
 	pending []string
-	written []bson.Raw // of some of pending: as their completion left them
-	// marks are jobs whose one dependent runNext took, to mark settled
-	// (their flags cleared) together, markBatch at a time or markLinger
-	// after the first.
-	marks   []bson.Raw
-	started bool // settleLoop runs, or ran: the worker stopped
-	stopped bool // the worker stopped: what is left is the leader's
-	kick    chan struct{}
+	written []bson.Raw    // of some of pending: as their completion left them
+	marks   []bson.Raw    // jobs whose one dependent runNext took, to mark settled together (markBatch)
+	started bool          // settleLoop runs, or ran: the worker stopped
+	stopped bool          // the worker stopped: what is left is the leader's
+	kick    chan struct{} // makes settleLoop take what is pending
 	cancel  context.CancelFunc
 	done    chan struct{} // closed once settleLoop returns
 }
@@ -61,7 +58,7 @@ func (w *Worker) settleDependents(id string, written bson.Raw) bool {
 		s.written = append(s.written, written)
 	}
 	w.startSettles()
-	s.poke()
+	poke(s.kick)
 	return true
 }
 
@@ -83,10 +80,10 @@ func (w *Worker) markSettled(written bson.Raw) {
 		time.AfterFunc(markLinger, func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			s.poke()
+			poke(s.kick)
 		})
 	case markBatch:
-		s.poke()
+		poke(s.kick)
 	}
 }
 
@@ -104,23 +101,16 @@ func (w *Worker) startSettles() {
 	go w.settleLoop(ctx)
 }
 
-// poke makes settleLoop take what is pending; s.mu is held.
-func (s *settleQueue) poke() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
-
 // settleWakes reports whether the end of a job (with dependents, or not)
 // leaves the wake of the dispatcher to the settle of its dependents, which
 // wakes it once they are released: when a claim found the backlog drained
-// a moment ago (drainedLeft; a chain's next task is then the one job to
+// less than drainedFor ago (a chain's next task is then the one job to
 // claim, and a claim at the handler's return could only find it still
 // blocked). With a backlog, the end of a job wakes the claim of the next
 // at once.
 func (w *Worker) settleWakes(dependents bool) bool {
-	return dependents && w.drainedLeft() > 0
+	at := w.drainedAt.Load()
+	return dependents && at != 0 && time.Since(time.Unix(0, at)) < drainedFor
 }
 
 // drainedFor is how long a claim's news that the backlog is drained
@@ -145,16 +135,6 @@ func (w *Worker) noteDrained(slots, n int, waited time.Duration, err error) {
 	}
 }
 
-// drainedLeft is how long the news that the backlog is drained holds
-// still; 0 when there is none.
-func (w *Worker) drainedLeft() time.Duration {
-	at := w.drainedAt.Load()
-	if at == 0 {
-		return 0
-	}
-	return max(drainedFor-time.Since(time.Unix(0, at)), 0)
-}
-
 // settleLoop settles what is pending, batch after batch, until ctx ends.
 // After a settle of parents that share their dependents (a fan-in's
 // sink, rewritten by every settle), it lets the jobs finished meanwhile
@@ -175,7 +155,7 @@ func (w *Worker) settleLoop(ctx context.Context) {
 			rep := w.settleBatch(ctx, ids, written)
 			w.markBatch(ctx, s.takeMarks())
 			if shared(rep) {
-				pace(ctx, min(settlePace*time.Since(start), settlePaceMax))
+				sleep(ctx, min(settlePace*time.Since(start), settlePaceMax))
 			}
 		}
 		w.markBatch(ctx, s.takeMarks())
@@ -195,16 +175,6 @@ const (
 	settlePace    = 6
 	settlePaceMax = 400 * time.Millisecond
 )
-
-// pace waits for d, or until ctx ends.
-func pace(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
 
 // takeMarks returns the marks pending, and empties them.
 func (s *settleQueue) takeMarks() []bson.Raw {
@@ -238,9 +208,8 @@ func (s *settleQueue) take() ([]string, []bson.Raw) {
 }
 
 // settleBatch tells the dependents of the jobs of ids of their outcomes,
-// and returns what it settled together;
-// each settle has its own deadline (SettleDependentsOfAll), and those that
-// fail are left to the leader's pass.
+// and returns what it settled together; each settle has its own deadline
+// (SettleDependentsOfAll), and those that fail are left to the leader's.
 func (w *Worker) settleBatch(ctx context.Context, ids []string, written []bson.Raw) queue.SettleReport {
 	if w.onSettle != nil {
 		w.onSettle(ctx, ids)
@@ -272,15 +241,14 @@ func (w *Worker) stopSettles() {
 }
 
 // runNext claims and starts the one dependent of r's job, a chain's next
-// task, as it releases it (queue's ClaimNext), rather than leaving it to
-// a settle and a claim: when r's completion returned the job, the worker
+// task, as it releases it (queue's ClaimNext), rather than leaving it to a
+// settle and a claim: when r's completion returned the job, the worker
 // still claims, no process limit applies and a run slot is free. It then
-// has the job marked settled (markSettled), and reports whether it took
-// the next task; otherwise the caller settles the job as usual. A
-// dependent it found waiting for more parents (a fan-in's sink, listed
-// by each of them) is not tried again for the next parents that list it
-// (missedNext): one claim that takes nothing per fan-in, not one per
-// parent. The next task is started as a hand-off's successor is
+// has the job marked settled (markSettled) and reports whether it took the
+// next task; otherwise the caller settles the job as usual. A dependent
+// found waiting for more parents (a fan-in's sink) is not tried again for
+// the next parents that list it (missedNext): one empty claim per fan-in,
+// not one per parent. The task starts as a hand-off's successor does
 // (startTaken).
 func (w *Worker) runNext(r *run) bool {
 	if r.written == nil || w.claimingCtx.Err() != nil || w.plimits.limited() {
@@ -304,9 +272,8 @@ func (w *Worker) runNext(r *run) bool {
 		return false
 	}
 	if next == nil {
-		// It waits for more parents (a fan-in's sink), or another took
-		// it, or flow control applies to it: the next parent that lists
-		// it only is settled as usual.
+		// It waits for more parents, or another took it, or flow control
+		// applies to it: the next parent listing it is settled as usual.
 		w.missed.add(kid)
 		return false
 	}
@@ -315,8 +282,8 @@ func (w *Worker) runNext(r *run) bool {
 	return true
 }
 
-// missedNext holds the last dependents runNext failed to take (waiting for
-// more parents, or taken by another), up to missedKept, oldest first.
+// missedNext holds the last missedKept dependents runNext failed to
+// take, oldest first.
 type missedNext struct {
 	mu  sync.Mutex
 	ids []string

@@ -135,13 +135,11 @@ func (w *Worker) runHandler(ctx context.Context, a *attempt) (result chan error,
 	defer cancelTimeout()
 
 	a.log.Info("job started")
-	w.inHandler.Add(1)
 	start = time.Now()
 	result = make(chan error, 1)
 	go func() { result <- w.call(ctx, h, job, a.log) }()
 	a.err, returned = w.await(ctx, result)
 	a.elapsed = time.Since(start)
-	w.inHandler.Add(-1)
 	w.handler.observe(a.elapsed)
 	w.freeSlots(a.r)
 	a.cause = context.Cause(ctx)
@@ -279,12 +277,10 @@ func (w *Worker) await(ctx context.Context, result <-chan error) (err error, ret
 }
 
 // giveUp ends a's attempt, whose handler ignored its context (ended by
-// a.cause) for Config.StuckGrace: the lease is no longer renewed (the
-// heartbeat has stopped), the outcome is recorded fenced on the lease, and
-// the handler's slot is freed when execute returns. The handler's
-// goroutine is left running; what it returns, if it ever does, is
-// discarded. The job may then run elsewhere: handlers are safe to run
-// beside a stalled attempt. It sets what execute reports of the outcome.
+// a.cause) for Config.StuckGrace, as that field says: the heartbeat has
+// stopped, the outcome is recorded fenced on the lease, the slot is freed
+// when execute returns, and the handler's goroutine is left running (the
+// job may then run elsewhere beside it). It sets what execute reports.
 func (w *Worker) giveUp(a *attempt, start time.Time, result <-chan error) {
 	r, log, grace := a.r, a.log, w.cfg.StuckGrace
 	w.stuck.Add(1)

@@ -20,11 +20,11 @@ import (
 // the round trip of its finishing write, and that job starts on the
 // ending job's goroutine, with no claim between them. While a job holding
 // run slots runs, the worker keeps up to readWindow jobs of its kind and
-// queue read ahead; when the job succeeds, its completion claims one of them into the
-// slots it frees. Anything that does not fit (no candidate, the limit far
-// from full, a rate, a paused queue, the worker stopping, no run slot for
-// the successor) leaves the completion as it was: the freed slot goes to
-// the dispatcher's next claim.
+// queue read ahead; when the job succeeds, its completion claims one of
+// them into the slots it frees. Anything that does not fit (no candidate,
+// the limit far from full, a rate, a paused queue, the worker stopping, no
+// run slot for the successor) leaves the completion as it was: the freed
+// slot goes to the dispatcher's next claim.
 
 // slowProbe: a read ahead slower than the handlers it serves is made
 // again only after slowProbe times as long.
@@ -51,8 +51,7 @@ type successors struct {
 	// slots on; sent a hand-off whose successor was taken; found no
 	// successor read ahead; or could not hand on (store.ErrNoHandoff).
 	handed, missed, empty, refused atomic.Int64
-	// off, set by tests before Start, turns hand-offs and reads ahead
-	// off.
+	// off (set by tests before Start) turns hand-offs and reads ahead off.
 	off bool
 }
 
@@ -67,7 +66,7 @@ type successorPool struct {
 	readAt  time.Time     // when the last read's reply came
 	took    time.Duration // how long the last read took
 	// handed are the jobs offered a slot lately, by id, left out of the
-	// reads that follow until maxAge.
+	// reads that follow for successorMaxAge (drop).
 	handed map[string]time.Time
 }
 
@@ -132,15 +131,13 @@ func (w *Worker) readAhead(r *run) (done func()) {
 		s.mu.Unlock()
 	}
 	p.drop(time.Now())
-	// Enough read lately: two for each job here and one more, read
-	// within half of maxAge (what others take meanwhile makes a hand-off
-	// miss, which costs a stamp of another); and a read that took long
-	// is not followed by another within as long, drained or not. A read
-	// that takes longer than a handler runs is not ahead of anything,
-	// and on a server that runs one command at a time (devdb sorting a
-	// big backlog) it holds back every other, hand-offs included: it is
-	// made again only every slowProbe reads' time, to see whether reads
-	// got fast.
+	// Enough read lately: two for each job here and one more, read within
+	// half of maxAge (what others take meanwhile makes a hand-off miss);
+	// and no read within as long as the last one took. A read slower than
+	// a handler is ahead of nothing, and on a server that runs one command
+	// at a time (devdb sorting a big backlog) it holds back every other:
+	// it is made again only after slowProbe reads' time, to see whether
+	// reads got fast.
 	since, handler := time.Since(p.readAt), w.handler.mean()
 	fresh := (len(p.cands) > 2*p.running && since < p.maxAge()/2) || since < p.took ||
 		(handler > 0 && p.took > handler && since < slowProbe*p.took)
@@ -148,14 +145,13 @@ func (w *Worker) readAhead(r *run) (done func()) {
 		return done
 	}
 	p.reading = true
-	n := readWindow
 	w.running.Add(1) // r's own is held: a stop waits for this read too
 	go func() {
 		defer w.running.Done()
 		params := store.ClaimParams{Owner: w.cfg.ID, Queues: w.cfg.Queues, Kinds: w.reg.Kinds(), Lease: w.cfg.Lease}
 		ctx, cancel := context.WithTimeout(context.Background(), w.bound(w.cfg.ClaimTimeout()))
 		sent := time.Now()
-		got, err := w.q.ReadSuccessors(ctx, params, k.kind, k.queue, n)
+		got, err := w.q.ReadSuccessors(ctx, params, k.kind, k.queue, readWindow)
 		cancel()
 		if err != nil {
 			w.log.Debug("reading successors ahead failed", zap.Error(err))
@@ -249,7 +245,7 @@ func (w *Worker) handOnFreed(ctx context.Context, id string, k successorKey, par
 		}
 		if err != nil {
 			if !errors.Is(err, store.ErrNoHandoff) {
-				w.giveBackSuccessor(params.Token)
+				w.giveBackTaken(params.Token, successorWhat)
 			}
 			break
 		}
@@ -266,9 +262,6 @@ func (w *Worker) handOnFreed(ctx context.Context, id string, k successorKey, par
 // unknown gives back the successor, which its stamp may have claimed,
 // and the caller's next try is a Complete, which reads back a completion
 // already applied.
-//
-// The successor is a claimed job like any other (startTaken). A worker
-// that stops claiming hands nothing on.
 func (w *Worker) handOff(ctx context.Context, r *run) (err error, sent bool) {
 	job := r.job
 	if w.ahead.off || w.claimingCtx.Err() != nil || !w.q.HoldsRunSlot(job.ID) {
@@ -298,7 +291,7 @@ func (w *Worker) handOff(ctx context.Context, r *run) (err error, sent bool) {
 	}
 	if got == nil {
 		if err != nil && !errors.Is(err, jobs.ErrLeaseLost) && !errors.Is(err, store.ErrOutcomeUnknown) {
-			w.giveBackSuccessor(params.Token)
+			w.giveBackTaken(params.Token, successorWhat)
 		}
 		return err, true
 	}
@@ -306,6 +299,9 @@ func (w *Worker) handOff(ctx context.Context, r *run) (err error, sent bool) {
 	w.startTaken(r, got, start)
 	return err, true
 }
+
+// successorWhat names, in logs, a hand-off's successor given back.
+const successorWhat = "the successor of a run slot hand-off"
 
 // takeParams are the claim parameters of a job taken from the goroutine of
 // a job that ended (a hand-off's successor, a chain's next task), with a
@@ -315,13 +311,10 @@ func (w *Worker) takeParams() store.ClaimParams {
 }
 
 // startTaken starts job, claimed since start from the goroutine of r's
-// job, which has ended (a hand-off's successor, a chain's next task): it
-// counts as a claim (Observer.Claimed), starts only with StartMargin of
-// lease left (else it is given back and the dispatcher woken), and takes
-// a dispatcher's slot (w.held) here rather than in the dispatcher: r's,
-// given up when its handler returned, comes back to it (the worker may
-// hold one job over its target meanwhile, when the dispatcher took the
-// room in between).
+// job, which has ended (a hand-off's successor, a chain's next task). It
+// takes a dispatcher's slot (w.held) here, in place of r's given up when
+// its handler returned: the worker may hold one job over its target
+// meanwhile, when the dispatcher took the room in between.
 func (w *Worker) startTaken(r *run, job *jobs.Job, start time.Time) {
 	w.obs.Claimed(time.Since(start), 1, nil)
 	if !w.startable(job) {
@@ -331,12 +324,6 @@ func (w *Worker) startTaken(r *run, job *jobs.Job, start time.Time) {
 	w.held.Add(1)
 	r.handedOn = true // its slots run job: nothing to claim
 	w.launch(job)
-}
-
-// giveBackSuccessor gives back the successor that a hand-off whose
-// outcome is unknown may have claimed under token (giveBackTaken).
-func (w *Worker) giveBackSuccessor(token string) {
-	w.giveBackTaken(token, "the successor of a run slot hand-off")
 }
 
 // giveBackTaken gives back what, a job that a write whose outcome is
@@ -352,20 +339,9 @@ func (w *Worker) giveBackTaken(token, what string) {
 		log := w.log.With(zap.String("lease_token", token))
 		for sweep := range 2 {
 			if sweep > 0 {
-				t := time.NewTimer(w.cfg.ClaimTimeout())
-				select {
-				case <-t.C:
-				case <-w.claimingCtx.Done():
-				}
-				t.Stop()
+				sleep(w.claimingCtx, w.cfg.ClaimTimeout())
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), w.bound(w.cfg.ClaimTimeout()))
-			n, err := w.q.ReleaseClaim(ctx, token)
-			cancel()
-			if n > 0 {
-				w.unstarted.Add(int64(n))
-				log.Warn("gave back "+what+" whose claim's reply was lost: not run, attempt not counted", zap.Int("jobs", n))
-			}
+			err := w.releaseClaim(token, w.bound(w.cfg.ClaimTimeout()), log, what+" whose claim's reply was lost")
 			if err != nil {
 				log.Warn("could not give back "+what+" whose claim's reply was lost; the reaper re-queues it after its lease", zap.Error(err))
 			}

@@ -15,16 +15,14 @@ import (
 // queue.HeartbeatMany (one updateMany in the usual case) per heartbeat
 // interval for all of them, rather than one findAndModify per job.
 //
-// Each job keeps its own schedule, as when each renewed itself: its first
-// renewal is due one interval after its lease was written (at once after a
-// slow claim), the next ones an interval after the renewal before was
-// sent. When the earliest falls due, every job due within the next
-// interval joins the batch, renewed a little early: after one batch the
-// jobs of a worker form one cohort, renewed together every interval, and
-// a job claimed since joins the cohort's next batch. A job whose renewal
-// falls due while a batch it is not in is in flight gets a batch of its
-// own at once: a slow batch delays only its own jobs, as a slow heartbeat
-// did.
+// Each job keeps its own schedule: its first renewal is due one interval
+// after its lease was written (at once after a slow claim), the next ones
+// an interval after the renewal before was sent. When the earliest falls
+// due, every job due within the next interval joins the batch, renewed a
+// little early: after one batch the jobs of a worker form one cohort, and
+// a job claimed since joins the cohort's next batch. A job that falls due
+// while a batch it is not in is in flight gets a batch of its own at once:
+// a slow batch delays only its own jobs.
 //
 // The zero value is ready; a goroutine runs while there are jobs to renew.
 type heartbeater struct {
@@ -58,16 +56,13 @@ type beatBatch struct{ done chan struct{} }
 func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, log *zap.Logger) (stop func()) {
 	h := &w.beats
 	// The first renewal comes one interval after the lease was written
-	// (the claim is sent), not after the handler started: a job whose
-	// claim was slow is renewed sooner, at once when it has less than
-	// lease − interval left, so that a live lease always has about that
-	// much left (the clock skew a reaper needs to steal it is lease −
-	// interval + grace).
+	// (the claim was sent), not after the handler started, so that a live
+	// lease always has about lease − interval left (the clock skew a reaper
+	// needs to steal it is lease − interval + grace). A claim on a slow
+	// server stamps a longer lease (claimLatency): the first renewal still
+	// comes an interval after the claim, and brings it back to Config.Lease.
 	due := r.leaseExpiry().Add(-(w.cfg.Lease - w.cfg.HeartbeatInterval))
 	if hb := r.job.HeartbeatAt; hb != nil && hb.Add(w.cfg.HeartbeatInterval).Before(due) {
-		// A claim on a slow server stamps a longer lease (see claimLatency):
-		// the first renewal still comes an interval after the claim, and
-		// brings the lease back to Config.Lease.
 		due = hb.Add(w.cfg.HeartbeatInterval)
 	}
 	b := &beat{r: r, cancel: cancel, log: log, due: due}
@@ -87,7 +82,7 @@ func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, log *zap.Logg
 	if start {
 		go w.beatLoop()
 	} else {
-		h.signal()
+		poke(h.wake)
 	}
 	return func() {
 		h.mu.Lock()
@@ -97,13 +92,6 @@ func (w *Worker) heartbeat(r *run, cancel context.CancelCauseFunc, log *zap.Logg
 		if inFlight != nil {
 			<-inFlight.done
 		}
-	}
-}
-
-func (h *heartbeater) signal() {
-	select {
-	case h.wake <- struct{}{}:
-	default:
 	}
 }
 
@@ -160,14 +148,14 @@ func (w *Worker) beatLoop() {
 // renew sends one batch and applies what it learned to each of its jobs.
 func (w *Worker) renew(bb *beatBatch, batch []*beat) {
 	h := &w.beats
-	defer h.signal()
+	defer poke(h.wake)
 	defer close(bb.done)
 	sent := time.Now()
 	var failed error
 	// In commands of at most beatCommand jobs, each with its own timeout:
-	// an updateMany writes each document on its own, and on a loaded
-	// server (a slow one took ~15 ms a document) one command for hundreds
-	// of jobs would outlast the write timeout and renew none of them.
+	// an updateMany writes each document on its own, and on a loaded server
+	// (~15 ms a document) one command for hundreds of jobs would outlast
+	// the write timeout and renew none of them.
 	for start := 0; start < len(batch); start += beatCommand {
 		part := batch[start:min(start+beatCommand, len(batch))]
 		if err := w.renewPart(part); err != nil && failed == nil {

@@ -19,18 +19,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// emptyClaims counts the claims that returned no job.
-type emptyClaims struct {
-	worker.NopObserver
-	n atomic.Int64
-}
-
-func (e *emptyClaims) Claimed(_ time.Duration, n int, err error) {
-	if n == 0 && err == nil {
-		e.n.Add(1)
-	}
-}
-
 // TestLimitFullClaimsWhenTheSlotFrees: a worker whose jobs fill a
 // concurrency limit claims the next job when a finishing write has freed a
 // slot, which it is handed, and not before: not when the handler returns
@@ -58,7 +46,7 @@ func TestLimitFullClaimsWhenTheSlotFrees(t *testing.T) {
 	for i := range ids {
 		ids[i] = b.enqueue(t, "k", nil, queue.InsertOpts{})
 	}
-	obs := &emptyClaims{}
+	obs := &claimWatch{}
 	w, err := worker.New(b.q, b.reg, worker.Config{
 		Logger: b.log, Concurrency: 4, Observer: obs,
 		PollMin: time.Hour, PollMax: time.Hour,
@@ -69,9 +57,9 @@ func TestLimitFullClaimsWhenTheSlotFrees(t *testing.T) {
 	for _, id := range ids {
 		b.waitState(t, id, jobs.StateSucceeded)
 	}
-	require.Eventually(t, func() bool { return obs.n.Load() >= 1 }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return obs.empty.Load() >= 1 }, 10*time.Second, 10*time.Millisecond,
 		"the claim after the last job's write finds nothing")
-	require.Equal(t, int64(1), obs.n.Load(), "claims that found the limit full")
+	require.Equal(t, int64(1), obs.empty.Load(), "claims that found the limit full")
 	require.Equal(t, int64(1), most.Load())
 }
 

@@ -141,8 +141,8 @@ var stateAfter = map[Outcome]jobs.State{
 
 // endedJob returns a copy of job as an attempt that ended with outcome
 // left it, failure being the error it recorded ("" for none) and again,
-// for a retry or a snooze, when the job runs again. The copy keeps the Observer off
-// the job a stuck handler may still read.
+// for a retry or a snooze, when the job runs again. The copy keeps the
+// Observer off the job a stuck handler may still read.
 func endedJob(job *jobs.Job, outcome Outcome, failure string, again time.Time) *jobs.Job {
 	j := *job
 	if (outcome == OutcomeRetried || outcome == OutcomeSnoozed) && !again.IsZero() {

@@ -12,19 +12,15 @@ import (
 	"go.uber.org/zap"
 )
 
-// Process limits (Config.ProcessLimits) bound the jobs of a kind or a
-// queue that one worker holds at once, where the cluster-wide limits
-// (internal/store/limit.go) bound those running across every worker. They
-// cost no command: the worker counts what it holds, and its dispatcher,
-// the only goroutine that claims, leaves out of each claim what is at its
-// limit and claims no more jobs than the least room left. The count is
-// exact in jobs held, prefetched ones included (see Config.Prefetch):
-// launch counts a job before its goroutine starts, and the goroutine
-// uncounts it once the job is no longer held, whichever way it ended
-// (finished and written, lease lost, given back at a stop or unstarted,
-// given up on as stuck); both under Worker.mu. A claimed job too short of
-// lease to start (Worker.startable) is given back by the dispatcher before
-// its next claim, never launched, so never counted.
+// Process limits (Config.ProcessLimits) cost no command: the worker
+// counts what it holds, and its dispatcher, the only goroutine that
+// claims, leaves out of each claim what is at its limit and claims no
+// more jobs than the least room left. The count is exact, prefetched jobs
+// included: launch counts a job before its goroutine starts, and the
+// goroutine uncounts it once the job is no longer held, whichever way it
+// ended; both under Worker.mu. A claimed job too short of lease to start
+// (Worker.startable) is given back before the next claim, never launched,
+// so never counted.
 
 // validateProcessLimits reports the first process limit whose name or
 // value is invalid, naming it as Config's field.
@@ -65,24 +61,15 @@ func newProcessLimits(limits map[string]int) processLimits {
 // limited reports whether there is a process limit at all.
 func (p *processLimits) limited() bool { return len(p.kinds)+len(p.queues) > 0 }
 
-// hold counts job, just claimed, as held. Call it with Worker.mu held.
-func (p *processLimits) hold(job *jobs.Job) {
+// hold adds n to the jobs held of job's kind and queue, where limited: 1
+// when it is claimed, -1 when the worker no longer holds it. Call it with
+// Worker.mu held.
+func (p *processLimits) hold(job *jobs.Job, n int) {
 	if _, ok := p.kinds[job.Kind]; ok {
-		p.heldKinds[job.Kind]++
+		p.heldKinds[job.Kind] += n
 	}
 	if _, ok := p.queues[job.Queue]; ok {
-		p.heldQueues[job.Queue]++
-	}
-}
-
-// release uncounts job, which hold counted: the worker no longer holds it.
-// Call it with Worker.mu held.
-func (p *processLimits) release(job *jobs.Job) {
-	if _, ok := p.kinds[job.Kind]; ok {
-		p.heldKinds[job.Kind]--
-	}
-	if _, ok := p.queues[job.Queue]; ok {
-		p.heldQueues[job.Queue]--
+		p.heldQueues[job.Queue] += n
 	}
 }
 
@@ -111,12 +98,12 @@ func (p *processLimits) room(kinds, queues []string) (openKinds, openQueues []st
 }
 
 // processRoom narrows params, for the next claim, to the kinds (of
-// kinds, the registry's) and the worker's queues that are under their
-// process limits, and returns the most jobs the claim may take. When
-// every kind or every queue is at its limit there is nothing to claim: it
-// sends no claim, gives back the slot awaitRoom took for it, waits until
-// a job ends (its goroutine wakes the dispatcher once the job is
-// uncounted: launch) or the worker stops claiming, and returns false.
+// kinds, the registry's) and the worker's queues under their process
+// limits, and returns the most jobs the claim may take. When every kind
+// or every queue is at its limit it sends no claim: it gives back the
+// slot awaitRoom took, waits until a job ends (launch wakes the
+// dispatcher once the job is uncounted) or the worker stops claiming, and
+// returns false.
 func (w *Worker) processRoom(params *store.ClaimParams, kinds []string) (int, bool) {
 	if !w.plimits.limited() {
 		return math.MaxInt, true
@@ -138,9 +125,7 @@ func (w *Worker) processRoom(params *store.ClaimParams, kinds []string) (int, bo
 
 // fitProcessRoom caps a claim's slots at room (see processRoom), giving
 // back the slots beyond it: a batch never brings more jobs than a process
-// limit has room for. It costs no command, only smaller batches while a
-// limited kind or queue has little room (and dispatch does not wait to
-// gather slots that the room would give back).
+// limit has room for.
 func (w *Worker) fitProcessRoom(slots, room int) int {
 	if slots <= room {
 		return slots

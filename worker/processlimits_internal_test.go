@@ -46,20 +46,20 @@ func TestProcessLimitsRoom(t *testing.T) {
 	require.Equal(t, queues, q)
 	require.Equal(t, 2, room, "x's room")
 
-	p.hold(&jobs.Job{Kind: "x", Queue: "a"})
+	p.hold(&jobs.Job{Kind: "x", Queue: "a"}, 1)
 	k, q, room = p.room(kinds, queues)
 	require.Equal(t, kinds, k)
 	require.Equal(t, queues, q)
 	require.Equal(t, 1, room)
 
-	p.hold(&jobs.Job{Kind: "x", Queue: "b"})
+	p.hold(&jobs.Job{Kind: "x", Queue: "b"}, 1)
 	k, _, room = p.room(kinds, queues)
 	require.Equal(t, []string{"y", "z"}, k, "x at its limit is left out")
 	require.Equal(t, 2, room, "a's room, less than y's")
 	require.Equal(t, map[string]int{"kind:x": 2, "queue:a": 1}, p.held())
 
-	p.hold(&jobs.Job{Kind: "z", Queue: "a"})
-	p.hold(&jobs.Job{Kind: "z", Queue: "a"})
+	p.hold(&jobs.Job{Kind: "z", Queue: "a"}, 1)
+	p.hold(&jobs.Job{Kind: "z", Queue: "a"}, 1)
 	k, q, room = p.room(kinds, queues)
 	require.Equal(t, []string{"y", "z"}, k)
 	require.Equal(t, []string{"b"}, q, "a at its limit is left out")
@@ -70,10 +70,10 @@ func TestProcessLimitsRoom(t *testing.T) {
 	require.Equal(t, []string{"b"}, q)
 	require.Equal(t, math.MaxInt, room, "nothing limited kept: no bound")
 
-	p.release(&jobs.Job{Kind: "x", Queue: "a"})
-	p.release(&jobs.Job{Kind: "x", Queue: "b"})
-	p.release(&jobs.Job{Kind: "z", Queue: "a"})
-	p.release(&jobs.Job{Kind: "z", Queue: "a"})
+	p.hold(&jobs.Job{Kind: "x", Queue: "a"}, -1)
+	p.hold(&jobs.Job{Kind: "x", Queue: "b"}, -1)
+	p.hold(&jobs.Job{Kind: "z", Queue: "a"}, -1)
+	p.hold(&jobs.Job{Kind: "z", Queue: "a"}, -1)
 	require.Empty(t, p.held())
 	k, q, room = p.room(kinds, queues)
 	require.Equal(t, kinds, k)
@@ -164,7 +164,7 @@ func concurrentEndsAndClaims(t *testing.T, kinds, queues []string) {
 		for range n {
 			job := &jobs.Job{Kind: params.Kinds[rng.IntN(len(params.Kinds))], Queue: params.Queues[rng.IntN(len(params.Queues))]}
 			w.mu.Lock()
-			w.plimits.hold(job)
+			w.plimits.hold(job, 1)
 			check()
 			w.mu.Unlock()
 			claimed++
@@ -175,7 +175,7 @@ func concurrentEndsAndClaims(t *testing.T, kinds, queues []string) {
 				time.Sleep(d)
 				w.held.Add(-1)
 				w.mu.Lock()
-				w.plimits.release(job)
+				w.plimits.hold(job, -1)
 				w.mu.Unlock()
 				w.signalWake()
 			}()
@@ -205,7 +205,7 @@ func TestProcessRoomWaitsForAnEnd(t *testing.T) {
 	}
 	w.claimingCtx, w.stopClaiming = context.WithCancel(context.Background())
 	job := &jobs.Job{Kind: "x", Queue: "a"}
-	w.plimits.hold(job)
+	w.plimits.hold(job, 1)
 	params := store.ClaimParams{}
 	w.held.Add(1)
 	done := make(chan bool)
@@ -219,7 +219,7 @@ func TestProcessRoomWaitsForAnEnd(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	w.mu.Lock()
-	w.plimits.release(job)
+	w.plimits.hold(job, -1)
 	w.mu.Unlock()
 	w.signalWake()
 	require.False(t, <-done, "nothing claimed: the caller goes round again")
@@ -229,7 +229,7 @@ func TestProcessRoomWaitsForAnEnd(t *testing.T) {
 	require.Equal(t, 1, room)
 	require.Equal(t, []string{"x"}, params.Kinds)
 
-	w.plimits.hold(job)
+	w.plimits.hold(job, 1)
 	go func() {
 		_, ok := w.processRoom(&params, []string{"x"})
 		done <- ok

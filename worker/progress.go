@@ -50,9 +50,8 @@ func (b *progressBox) pending() (jobs.ProgressReport, uint64, bool) {
 }
 
 // wrote records that p, the report of seq, was written, and runs tell
-// (when not nil) unless the attempt has ended: a renewal whose reply comes
-// after the attempt's outcome was told of is not told of after it. tell
-// runs under b's lock, so that ended waits for it.
+// (when not nil) unless the attempt has ended (see progressWritten), under
+// b's lock, so that ended waits for it.
 func (b *progressBox) wrote(p jobs.ProgressReport, seq uint64, tell func()) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -124,16 +123,15 @@ func pendingProgress(part []*beat) (map[store.Lease]jobs.ProgressReport, map[*be
 // observer, unless the attempt has ended meanwhile: its Finished came
 // first, and a subscriber must not hear of the job running after it.
 func (w *Worker) progressWritten(b *beat, p jobs.ProgressReport, seq uint64) {
-	o, ok := w.obs.(ProgressObserver)
-	if !ok {
-		b.r.progress.wrote(p, seq, nil)
-		return
+	var tell func()
+	if o, ok := w.obs.(ProgressObserver); ok {
+		tell = func() {
+			j := *b.r.job
+			j.Progress = &p
+			o.Progressed(&j)
+		}
 	}
-	b.r.progress.wrote(p, seq, func() {
-		j := *b.r.job
-		j.Progress = &p
-		o.Progressed(&j)
-	})
+	b.r.progress.wrote(p, seq, tell)
 }
 
 // Progressed implements ProgressObserver: it tells those of m that

@@ -47,21 +47,11 @@ func (b *bundle) handle(t *testing.T, kind string, fn jobs.HandlerFunc, opts job
 	require.NoError(t, b.reg.Add(kind, fn, opts))
 }
 
+// start starts a worker of cfg on b's queue, with fast polls and, unless
+// cfg sets them, a 2 s lease renewed every 100 ms; it stops at cleanup.
 func (b *bundle) start(t *testing.T, cfg worker.Config) *worker.Worker {
 	t.Helper()
-	cfg.Logger = b.log
-	if cfg.Lease == 0 {
-		cfg.Lease = 2 * time.Second
-	}
-	if cfg.HeartbeatInterval == 0 {
-		cfg.HeartbeatInterval = 100 * time.Millisecond
-	}
-	cfg.PollMin, cfg.PollMax = 5*time.Millisecond, 50*time.Millisecond
-	w, err := worker.New(b.q, b.reg, cfg)
-	require.NoError(t, err)
-	w.Start(context.Background())
-	t.Cleanup(func() { _ = w.StopAndCancel(context.Background()) })
-	return w
+	return b.startOn(t, b.q, cfg, nil)
 }
 
 func (b *bundle) enqueue(t *testing.T, kind string, args any, opts queue.InsertOpts) string {
@@ -84,8 +74,10 @@ func (b *bundle) waitState(t *testing.T, id string, states ...jobs.State) *jobs.
 	return j
 }
 
-func TestRunsJobsOnceEach(t *testing.T) {
-	b := setup(t)
+// runOnceEach runs 200 jobs on two workers of cfg and checks that each
+// ran once, on its first attempt; it returns how many jobs there were.
+func (b *bundle) runOnceEach(t *testing.T, cfg worker.Config) int {
+	t.Helper()
 	var mu sync.Mutex
 	runs := map[string]int{}
 	b.handle(t, "k", func(_ context.Context, j *jobs.Job) error {
@@ -100,8 +92,8 @@ func TestRunsJobsOnceEach(t *testing.T) {
 	}
 	res, err := b.q.EnqueueMany(b.ctx, ins)
 	require.NoError(t, err)
-	b.start(t, worker.Config{Concurrency: 8})
-	b.start(t, worker.Config{Concurrency: 8})
+	b.start(t, cfg)
+	b.start(t, cfg)
 	for _, r := range res {
 		j := b.waitState(t, r.ID, jobs.StateSucceeded)
 		require.Equal(t, 1, j.Attempt)
@@ -112,13 +104,19 @@ func TestRunsJobsOnceEach(t *testing.T) {
 	for id, n := range runs {
 		require.Equal(t, 1, n, "job %s ran %d times", id, n)
 	}
+	return len(res)
+}
+
+func TestRunsJobsOnceEach(t *testing.T) {
+	b := setup(t)
+	n := b.runOnceEach(t, worker.Config{Concurrency: 8})
 	// Every job's start and end are logged with its id, kind and attempt.
 	started := b.logs.FilterMessage("job started").Len()
-	require.Equal(t, len(res), started)
+	require.Equal(t, n, started)
 	// A job is succeeded in the database before its worker logs it.
-	require.Eventually(t, func() bool { return b.logs.FilterMessage("job finished").Len() == len(res) }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return b.logs.FilterMessage("job finished").Len() == n }, 10*time.Second, 10*time.Millisecond)
 	fin := b.logs.FilterMessage("job finished").All()
-	require.Len(t, fin, len(res))
+	require.Len(t, fin, n)
 	ctx := fin[0].ContextMap()
 	for _, k := range []string{"job_id", "kind", "attempt", "queue", "duration", "worker"} {
 		require.Contains(t, ctx, k)
@@ -434,32 +432,7 @@ func TestConfigValidation(t *testing.T) {
 
 func TestBatchModeRunsJobsOnceEach(t *testing.T) {
 	b := setup(t)
-	var mu sync.Mutex
-	runs := map[string]int{}
-	b.handle(t, "k", func(_ context.Context, j *jobs.Job) error {
-		mu.Lock()
-		runs[j.ID]++
-		mu.Unlock()
-		return nil
-	}, jobs.KindOptions{})
-	ins := make([]queue.Insert, 200)
-	for i := range ins {
-		ins[i] = queue.Insert{Kind: "k"}
-	}
-	res, err := b.q.EnqueueMany(b.ctx, ins)
-	require.NoError(t, err)
-	b.start(t, worker.Config{Concurrency: 8, ClaimBatch: 8})
-	b.start(t, worker.Config{Concurrency: 8, ClaimBatch: 8})
-	for _, r := range res {
-		j := b.waitState(t, r.ID, jobs.StateSucceeded)
-		require.Equal(t, 1, j.Attempt)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, runs, len(res))
-	for id, n := range runs {
-		require.Equal(t, 1, n, "job %s ran %d times", id, n)
-	}
+	b.runOnceEach(t, worker.Config{Concurrency: 8, ClaimBatch: 8})
 	require.Zero(t, b.logs.FilterMessageSnippet("lease was lost").Len())
 }
 

@@ -232,8 +232,7 @@ func (e *Elector) Run(ctx context.Context) {
 
 // round renews the lease when leading, or looks at it (and takes it when it
 // has expired) when following. It returns how long to wait before the next.
-// Each command bounds its own wait (see renew, follow and elect); rounds
-// run one after the other, so one renewal at most is in flight.
+// Rounds run one after the other: one renewal at most is in flight.
 func (e *Elector) round(ctx context.Context) time.Duration {
 	e.Leading() // a leader whose machine was suspended stops here, before renewing
 	e.mu.Lock()
@@ -242,8 +241,7 @@ func (e *Elector) round(ctx context.Context) time.Duration {
 	if leading {
 		sent := e.clock()
 		e.renew(ctx, term, version, trusted, renewed)
-		// An interval after the renewal was sent; at once when it took
-		// longer (the server is slow: the term's end is nearer).
+		// At once after a slow reply: the term's end is nearer.
 		return max(0, e.cfg.Interval-e.clock().mono.Sub(sent.mono))
 	}
 	return e.follow(ctx)
@@ -318,8 +316,7 @@ func (e *Elector) renew(ctx context.Context, term Term, version int64, trusted t
 // leader renews. Takeover after a leader's last renewal comes between one
 // TTL and two, plus up to two jitters: the look just before that renewal
 // saw an older version and waits a TTL, the next sees the last version and
-// waits a TTL more. (Looking every Interval, it came within two TTLs too:
-// 1.5 Interval to see the last version, 1.5 Interval past its expiry.)
+// waits a TTL more.
 func (e *Elector) follow(ctx context.Context) time.Duration {
 	// A look may wait as long as a lease lasts: how long it took does not
 	// matter, since the follower counts from the moment its reply came.

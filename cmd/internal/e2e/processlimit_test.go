@@ -151,7 +151,7 @@ func mostRunAtOnce(out, kind string) int {
 }
 
 // givenBack is how many jobs a worker gave back after claims that returned
-// an error: stamped with its id by the server, never run (worker.go's
+// an error: stamped with its id by the server, never run (worker/dispatch.go's
 // sweepLostClaim).
 func givenBack(out string) int {
 	n := 0
