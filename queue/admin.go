@@ -384,8 +384,8 @@ func (c *Client) Purge(ctx context.Context, s jobs.State, age time.Duration) (in
 		return 0, fmt.Errorf("queue: purge: state %q is not a finished state (succeeded, dead, cancelled)", s)
 	}
 	// Jobs whose dependents have not been told of their outcome stay
-	// (notDue, deps.go).
-	res, err := c.coll.DeleteMany(ctx, bson.D{{Key: "state", Value: s}, {Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: c.now().Add(-age)}}}, notDue})
+	// (store.NotDue).
+	res, err := c.coll.DeleteMany(ctx, bson.D{{Key: "state", Value: s}, {Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: c.now().Add(-age)}}}, store.NotDue})
 	if err != nil {
 		return 0, fmt.Errorf("queue: purge %s jobs: %w", s, err)
 	}

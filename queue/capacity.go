@@ -362,7 +362,7 @@ func (c *Client) refuse(ctx context.Context, j *jobs.Job, capacity int, own bool
 // insertSlotted inserts j holding slot. taken is true when the slot was
 // held by another job (nothing inserted: try another slot).
 func (c *Client) insertSlotted(ctx context.Context, j *jobs.Job, slot string) (r Result, taken bool, err error) {
-	_, err = c.coll.InsertOne(ctx, insertSlottedDoc(ctx, slotted{Job: *j, CapacitySlot: slot}))
+	_, err = c.coll.InsertOne(ctx, insertDoc(ctx, j.ID, slotted{Job: *j, CapacitySlot: slot}))
 	if hook, ok := ctx.Value(insertHookKey{}).(func(error) error); ok {
 		err = hook(err)
 	}

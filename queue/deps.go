@@ -185,7 +185,7 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 	if err := c.listAndMark(ctx, ds, parents, seen); err != nil {
 		return err
 	}
-	states, gates, err := c.parentsOf(ctx, parents)
+	states, gates, err := c.statesOf(ctx, parents)
 	if err != nil {
 		return fmt.Errorf("queue: read the parents of %d jobs: %w", len(ds), err)
 	}
@@ -358,14 +358,9 @@ func parentEnded(p string, st jobs.State, found bool) string {
 }
 
 // statesOf reads the state of each of ids that is in the collection (a
-// state of another type reads as "").
-func (c *Client) statesOf(ctx context.Context, ids bson.A) (map[string]jobs.State, error) {
-	out, _, err := c.parentsOf(ctx, ids)
-	return out, err
-}
-
-// parentsOf is statesOf, also saying which of ids are workflows' gates.
-func (c *Client) parentsOf(ctx context.Context, ids bson.A) (map[string]jobs.State, map[string]bool, error) {
+// state of another type reads as ""), and which of them are workflows'
+// gates.
+func (c *Client) statesOf(ctx context.Context, ids bson.A) (map[string]jobs.State, map[string]bool, error) {
 	out := make(map[string]jobs.State, len(ids))
 	gates := map[string]bool{}
 	if len(ids) == 0 {
@@ -499,11 +494,6 @@ func (c *Client) settleNow(ctx context.Context, id any) {
 		c.log.Warn("telling a finished job's dependents failed; the leader's pass does it", zap.Any("job_id", asID(id)), zap.Error(err))
 	}
 }
-
-// notDue matches the jobs whose outcome is not due to dependents:
-// retention and deletes leave the others alone, which would strand the
-// jobs waiting for them.
-var notDue = store.NotDue
 
 // settle tells the dependents of the job with id (of any type) of its
 // outcome st, if it has finished and they have not been told; ok reports

@@ -35,7 +35,7 @@ var ErrWaitingForParents = errors.New("job waits for its parents")
 func retryFilter(r *ActionResult) bson.D {
 	f := bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}, {Key: afterField + ".0", Value: bson.D{{Key: "$exists", Value: false}}}}
 	if r.From == string(jobs.StateSucceeded) {
-		f = append(f, bson.E{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}, notDue)
+		f = append(f, bson.E{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}, store.NotDue)
 	}
 	return f
 }
@@ -88,7 +88,7 @@ func (c *Client) retryWithParents(ctx context.Context, r *ActionResult, t time.T
 	// that success, and would not run again).
 	filter := bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}, {Key: afterField, Value: afterRaw}}
 	if r.From == string(jobs.StateSucceeded) {
-		filter = append(filter, bson.E{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}, notDue)
+		filter = append(filter, bson.E{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}, store.NotDue)
 	}
 	res, err := c.coll.UpdateOne(ctx, filter, update)
 	switch {
@@ -117,9 +117,9 @@ func (c *Client) retryWithParents(ctx context.Context, r *ActionResult, t time.T
 // of the jobs that wait for it may be left waiting for nothing.
 func deletable(s jobs.State) bson.D {
 	if s.Finished() {
-		return bson.D{notDue}
+		return bson.D{store.NotDue}
 	}
-	return bson.D{notDue, {Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}}
+	return bson.D{store.NotDue, {Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}}
 }
 
 // whyNotDeleted says why Delete's write matched nothing for r.
@@ -154,11 +154,7 @@ func (c *Client) Relatives(ctx context.Context, j JobSummary, limit int) (parent
 	after, _ := stringIDs(j.Raw.Lookup(afterField))
 	waiting, _ := stringIDs(j.Raw.Lookup(waitingOnField))
 	if len(after) > 0 {
-		ids := make(bson.A, len(after))
-		for i, p := range after {
-			ids[i] = p
-		}
-		states, err := c.statesOf(ctx, ids)
+		states, _, err := c.statesOf(ctx, bsonA(after))
 		if err != nil {
 			return nil, nil, false, fmt.Errorf("queue: read the parents of job %s: %w", j.ID, err)
 		}

@@ -59,7 +59,7 @@ func (c *Client) settleTogether(ctx context.Context, ids []string, written []bso
 	defer cancel()
 	var p parentsRead
 	unread := p.takeWritten(ids, written)
-	for _, chunk := range idChunks(stringsA(unread)) {
+	for _, chunk := range idChunks(bsonA(unread)) {
 		// At most one job per id: one batch, and no getMore to learn so.
 		cur, err := c.coll.Find(ctx, bson.D{idIn(chunk), {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
 			options.Find().SetProjection(store.SettleFields).SetLimit(int64(len(chunk))).SetBatchSize(int32(len(chunk))))
@@ -303,15 +303,6 @@ func (c *Client) releaseLast(ctx context.Context, m *mongo.UpdateManyModel, n in
 		return false, fmt.Errorf("queue: make ready the jobs whose last parent succeeded: %w", err)
 	}
 	return r.MatchedCount == int64(n), nil
-}
-
-// stringsA is ids as a bson.A.
-func stringsA(ids []string) bson.A {
-	out := make(bson.A, len(ids))
-	for i, id := range ids {
-		out[i] = id
-	}
-	return out
 }
 
 // ClaimNext claims for p the one dependent listed on the job written (as

@@ -37,7 +37,7 @@ const (
 	// (docs/WORKFLOWS.md has the sum): 10,000 ids of 256 bytes take some
 	// 2.7 MB, beside after and waitingOn's 10.7 MB and args' 1 MiB.
 	maxListedDependents = 10_000
-	// idChunk bounds the ids of one {_id: {$in: ids}} filter, so that one
+	// idChunk bounds the ids of one $in of ids, so that one
 	// command reads a bounded number of documents (devdb pushes an $in of
 	// up to 500 ids down to its table's _id lookup).
 	idChunk = 500
@@ -60,6 +60,15 @@ func idChunks(ids bson.A) []bson.A {
 	var out []bson.A
 	for lo := 0; lo < len(ids); lo += idChunk {
 		out = append(out, ids[lo:min(lo+idChunk, len(ids))])
+	}
+	return out
+}
+
+// bsonA is vals as a bson.A.
+func bsonA[T any](vals []T) bson.A {
+	out := make(bson.A, len(vals))
+	for i, v := range vals {
+		out[i] = v
 	}
 	return out
 }

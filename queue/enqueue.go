@@ -493,7 +493,7 @@ func (c *Client) insertChunk(ctx context.Context, docs []*jobs.Job, own []bool, 
 func (c *Client) insertOnce(ctx context.Context, docs []*jobs.Job) error {
 	batch := make([]any, len(docs))
 	for i, d := range docs {
-		batch[i] = insertDoc(ctx, d) // a workflow's task carries its fields (workflow.go)
+		batch[i] = insertDoc(ctx, d.ID, d) // a workflow's task carries its fields (workflow.go)
 	}
 	_, err := c.coll.InsertMany(ctx, batch, options.InsertMany().SetOrdered(false))
 	if hook, ok := ctx.Value(insertHookKey{}).(func(error) error); ok {

@@ -185,44 +185,24 @@ type workflowTag struct {
 	Dependents             []string
 }
 
-// taggedJob is a task's document as inserted (exported fields: the
-// driver encodes no unexported one, embedded or not).
-type taggedJob struct {
-	jobs.Job     `bson:",inline"`
+// tagged is a task's document as inserted: doc (a *jobs.Job, or a
+// slotted job of a bounded queue) with its workflow's fields (exported:
+// the driver encodes no unexported field, embedded or not).
+type tagged[D any] struct {
+	Doc          D        `bson:",inline"`
 	Workflow     string   `bson:"workflow"`
 	WorkflowTask string   `bson:"workflowTask"`
 	DependentIDs []string `bson:"dependentIds,omitempty"`
 }
 
-// taggedSlotted is a task's document inserted holding a slot of a bounded
-// queue's capacity.
-type taggedSlotted struct {
-	jobs.Job     `bson:",inline"`
-	CapacitySlot string   `bson:"capacitySlot"`
-	Workflow     string   `bson:"workflow"`
-	WorkflowTask string   `bson:"workflowTask"`
-	DependentIDs []string `bson:"dependentIds,omitempty"`
-}
-
-// insertDoc is what the insert of j sends under ctx: j, with its
-// workflow's fields when ctx tags it.
-func insertDoc(ctx context.Context, j *jobs.Job) any {
-	if tags, ok := ctx.Value(workflowTagKey{}).(map[string]workflowTag); ok {
-		if tag, ok := tags[j.ID]; ok {
-			return taggedJob{Job: *j, Workflow: tag.Workflow, WorkflowTask: tag.WorkflowTask, DependentIDs: tag.Dependents}
-		}
+// insertDoc is what the insert of doc, the job with id, sends under ctx:
+// doc, with its workflow's fields when ctx tags it.
+func insertDoc[D any](ctx context.Context, id string, doc D) any {
+	tags, _ := ctx.Value(workflowTagKey{}).(map[string]workflowTag)
+	if tag, ok := tags[id]; ok {
+		return tagged[D]{Doc: doc, Workflow: tag.Workflow, WorkflowTask: tag.WorkflowTask, DependentIDs: tag.Dependents}
 	}
-	return j
-}
-
-// insertSlottedDoc is insertDoc for a job holding a capacity slot.
-func insertSlottedDoc(ctx context.Context, s slotted) any {
-	if tags, ok := ctx.Value(workflowTagKey{}).(map[string]workflowTag); ok {
-		if tag, ok := tags[s.ID]; ok {
-			return taggedSlotted{Job: s.Job, CapacitySlot: s.CapacitySlot, Workflow: tag.Workflow, WorkflowTask: tag.WorkflowTask, DependentIDs: tag.Dependents}
-		}
-	}
-	return s
+	return doc
 }
 
 // workflowStepKey is the context key of a test's hook that runs after
@@ -498,7 +478,7 @@ func (c *Client) insertGate(ctx context.Context, id string, t time.Time, tasks [
 	// empty list, which the tasks' links fill up to the bound.
 	list := bson.A{}
 	if len(tasks) <= maxListedDependents {
-		list = stringsA(tasks)
+		list = bsonA(tasks)
 	}
 	_, err := c.coll.InsertOne(ctx, listedGate{Job: *gate, DependentIDs: list})
 	if err == nil {
@@ -554,7 +534,7 @@ func (c *Client) publish(ctx context.Context, id string) error {
 	if r.MatchedCount == 1 {
 		return nil
 	}
-	states, err := c.statesOf(ctx, bson.A{id})
+	states, _, err := c.statesOf(ctx, bson.A{id})
 	if err != nil {
 		return fmt.Errorf("queue: publish workflow %s: read its gate: %w", id, err)
 	}
@@ -646,7 +626,7 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (WorkflowCancelR
 // workflow id found already there, and counts those that are not its tasks
 // (another job holds the id) and, of its tasks, those no longer blocked.
 func (c *Client) classifyFound(ctx context.Context, id string, ids bson.A) (foreign, ended int, err error) {
-	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+	cur, err := c.coll.Find(ctx, bson.D{idIn(ids)},
 		options.Find().SetProjection(bson.D{{Key: workflowField, Value: 1}, {Key: "state", Value: 1}}))
 	if err != nil {
 		return 0, 0, err

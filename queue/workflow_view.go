@@ -37,9 +37,6 @@ const (
 	// defaultWorkflowWalk is how many jobs of a graph WorkflowTasks walks
 	// at most.
 	defaultWorkflowWalk = 10000
-	// viewBatch bounds the ids of one command of the view: longer lists
-	// are sent in batches.
-	viewBatch = 500
 	// maxViewStates bounds the states a view counts apart; jobs in
 	// states past it (which only another application can write) are
 	// counted under "".
