@@ -488,19 +488,16 @@ func (c *Client) insertGate(ctx context.Context, id string, t time.Time, tasks [
 		return jobs.StateBlocked, nil
 	}
 	// Taken, or no answer (it may be in): read what holds the id.
-	raw, ferr := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
-		options.FindOne().SetProjection(bson.D{{Key: "kind", Value: 1}, {Key: "state", Value: 1}})).Raw()
-	if errors.Is(ferr, mongo.ErrNoDocuments) {
+	st, ferr := c.gateState(ctx, id)
+	switch {
+	case errors.Is(ferr, mongo.ErrNoDocuments):
 		return "", fmt.Errorf("queue: insert workflow %s: its gate: %w", id, err)
-	}
-	if ferr != nil {
+	case errors.Is(ferr, ErrWorkflowIDTaken):
+		return "", fmt.Errorf("queue: insert workflow %s: %w", id, ferr)
+	case ferr != nil:
 		return "", fmt.Errorf("queue: insert workflow %s: its gate: %w (and reading it: %w)", id, err, ferr)
 	}
-	if kind, _ := raw.Lookup("kind").StringValueOK(); kind != WorkflowGateKind {
-		return "", fmt.Errorf("queue: insert workflow %s: %w: a job of kind %q has the id", id, ErrWorkflowIDTaken, kind)
-	}
-	st, _ := raw.Lookup("state").StringValueOK()
-	if jobs.State(st) == jobs.StateBlocked {
+	if st == jobs.StateBlocked {
 		// A builder resuming: the leader's pass gives it a grace of its
 		// own from here (a pass that has cancelled it meanwhile wins, and
 		// the publish says so).
@@ -508,6 +505,22 @@ func (c *Client) insertGate(ctx context.Context, id string, t time.Time, tasks [
 			return "", fmt.Errorf("queue: insert workflow %s: resume it: %w", id, err)
 		}
 	}
+	return st, nil
+}
+
+// gateState reads the state of the gate of the workflow with id:
+// mongo.ErrNoDocuments when no job has the id, ErrWorkflowIDTaken when a
+// job of another kind has it.
+func (c *Client) gateState(ctx context.Context, id string) (jobs.State, error) {
+	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
+		options.FindOne().SetProjection(bson.D{{Key: "kind", Value: 1}, {Key: "state", Value: 1}})).Raw()
+	if err != nil {
+		return "", err
+	}
+	if kind, _ := raw.Lookup("kind").StringValueOK(); kind != WorkflowGateKind {
+		return "", fmt.Errorf("%w: a job of kind %q has the id", ErrWorkflowIDTaken, kind)
+	}
+	st, _ := raw.Lookup("state").StringValueOK()
 	return jobs.State(st), nil
 }
 
@@ -571,21 +584,13 @@ type WorkflowCancelResult struct {
 // workflow that has finished, or again, does nothing.
 func (c *Client) CancelWorkflow(ctx context.Context, id string) (WorkflowCancelResult, error) {
 	var res WorkflowCancelResult
-	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
-		options.FindOne().SetProjection(bson.D{{Key: "kind", Value: 1}, {Key: "state", Value: 1}})).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
+	switch _, err := c.gateState(ctx, id); {
+	case errors.Is(err, mongo.ErrNoDocuments):
 		// A workflow inserted by another driver, or whose gate retention
 		// deleted: its tasks are still found by their workflow field.
-		err = nil
-	} else if err == nil {
-		if kind, _ := raw.Lookup("kind").StringValueOK(); kind != WorkflowGateKind {
-			return res, fmt.Errorf("queue: cancel workflow %s: %w: a job of kind %q has the id", id, ErrWorkflowIDTaken, kind)
-		}
-	}
-	if err != nil {
+	case err != nil:
 		return res, fmt.Errorf("queue: cancel workflow %s: %w", id, err)
-	}
-	if raw != nil {
+	default:
 		n, err := c.cancelGate(ctx, []any{id}, nil, "cancelled: the workflow was cancelled before it was published")
 		if err != nil {
 			return res, fmt.Errorf("queue: cancel workflow %s: %w", id, err)
