@@ -2,42 +2,41 @@ package queue
 
 // Dependencies: jobs that wait for other jobs (docs/WORKFLOWS.md).
 //
-// A job enqueued with InsertOpts.After is inserted blocked, which no claim
-// matches, with after (its parents, as given), waitingOn (the parents that
-// have not succeeded yet) and linking: true. Without transactions, three
-// steps keep the documents consistent. Each is a write conditioned on what
-// made it right, each is safe to repeat, and a process may stall or die
-// before any of them, with a pass of the leader to finish what it left:
+// A job enqueued with InsertOpts.After is inserted blocked (no claim
+// matches it) with after (its parents, as given), waitingOn (the parents
+// not succeeded yet) and linking: true. Without transactions, three steps
+// keep the documents consistent. Each is a write conditioned on what made
+// it right and safe to repeat; a process may stall or die before any of
+// them, and a pass of the leader finishes what it left:
 //
 //  1. link (the enqueuer, after the insert; else the leader's pass once the
-//     job has been linking for a grace period): add the job to each parent's
-//     list of dependents (depslist.go), then mark each parent with
-//     dependents: true, moving its updatedAt (a finished one with
-//     dependentsDue too, so that retention keeps it until it is settled),
-//     then read the parents' states and apply those that have finished to
-//     the job, then unset linking. A parent read unfinished was marked
-//     before it was read, so its finishing write sees the mark; one read
-//     running may have been claimed before, and its worker not know of
-//     the mark (depswatch.go).
+//     job has been linking for a grace period): list the job on each parent
+//     (depslist.go), then mark each parent dependents: true, moving its
+//     updatedAt (a finished one dependentsDue too, so that retention keeps
+//     it until it is settled), then read the parents' states, apply those
+//     that have finished to the job, and unset linking. A parent read
+//     unfinished was marked before it was read, so its finishing write sees
+//     the mark; one read running may have been claimed before the mark, its
+//     worker not knowing of it (depswatch.go).
 //  2. the parent's finishing write (finish, lease.go) renames dependents to
-//     dependentsDue: a flag on the jobs that have dependents only, set by
-//     the very write that records the outcome, so nothing falls between.
+//     dependentsDue: set on a job with dependents only, by the very write
+//     that records the outcome, so nothing falls between.
 //  3. settle (the parent's worker right after its finishing write, or the
 //     process that linked a dependent while the parent ran, depswatch.go;
 //     else the leader's pass): apply the parent's outcome to the blocked
-//     jobs of its list (by _id) whose waitingOn holds it ($pull it when it succeeded, or for a job
-//     that runs anyway; cancel the job otherwise), turn available those
-//     whose waitingOn is now empty, then rename dependentsDue back to
-//     dependents, conditioned on the state that was settled.
+//     jobs of its list (by _id) whose waitingOn holds it ($pull it when it
+//     succeeded, or for a job that runs anyway; cancel the job otherwise),
+//     turn available those whose waitingOn is now empty, then rename
+//     dependentsDue back to dependents, conditioned on the state settled.
 //
 // Exactly once: a blocked job turns available only by a write conditioned
-// on state blocked and a waitingOn that is empty or holds only parents
-// that succeeded, the ones settled (releaseLastModel); nothing makes a job
+// on state blocked and a waitingOn that is empty or holds only parents that
+// succeeded, the ones settled (releaseLastModel); nothing makes a job
 // blocked but its insert and an operator's retry; a $pull of one parent's
-// id changes nothing the second time. A dependent cancelled here is finished by
-// finish, so its own dependents are settled the same way: the settle goes
-// on down the graph (settleDown), and whatever a stopped process left is
-// flagged due for the leader's pass.
+// id changes nothing the second time. A dependent cancelled here is
+// finished by finish, so its own dependents are settled the same way: the
+// settle goes on down the graph (settleDown), and whatever a stopped
+// process left is flagged due for the leader's pass.
 
 import (
 	"cmp"
@@ -265,20 +264,18 @@ func parentsOfAll(ds []dependent) (bson.A, map[string]bool) {
 	return parents, seen
 }
 
-// markParents marks parents as having dependents (n jobs of them), before
-// they are read: a parent read unfinished by the link finishes after the
-// mark, and its finishing write flags it due. One that has finished is
-// flagged due at once, so that retention keeps it until it is settled: a
-// parent read missing either never was or was deleted before the mark (or,
-// settled since, the job no longer waits for it). Both marks move
-// updatedAt: a claim that stamps a job read before (matching its updatedAt
-// as read, internal/store) then misses it rather than returning it
-// without the mark, and a settle of a finished parent as read before the
-// flag (settledModels) leaves the flag for the next pass.
+// markParents marks parents as having dependents (n jobs of them), and
+// flags those finished due at once (step 1). A parent the link then reads
+// missing never was, or was deleted before the mark (or, settled since,
+// the job no longer waits for it). Both marks move updatedAt: a claim that
+// stamps a job read before (matching its updatedAt as read, internal/store)
+// then misses it rather than returning it without the mark, and a settle
+// of a finished parent as read before the flag (settledModels) leaves the
+// flag for the next pass.
 func (c *Client) markParents(ctx context.Context, parents bson.A, n int) error {
 	var models []mongo.WriteModel
-	// mark sets field on the parents whose state is (op $in) or is not
-	// ($nin) a finished one and whose field matches unmarked.
+	// mark sets field on the parents whose state is ($in) or is not ($nin)
+	// a finished one and whose field matches unmarked.
 	mark := func(op, field string, unmarked bson.D) {
 		for _, ids := range idChunks(parents) {
 			models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
@@ -289,7 +286,7 @@ func (c *Client) markParents(ctx context.Context, parents bson.A, n int) error {
 	mark("$nin", dependentsField, bson.D{{Key: "$ne", Value: true}})
 	mark("$in", dependentsDueField, bson.D{{Key: "$exists", Value: false}})
 	// Ordered: every unfinished parent is marked before any finished one
-	// is flagged, as two commands did.
+	// is flagged.
 	if _, err := c.coll.BulkWrite(ctx, models); err != nil {
 		return fmt.Errorf("queue: mark the parents of %d jobs: %w", n, err)
 	}

@@ -13,9 +13,9 @@ package queue
 // rename of the parents' flags. A succeeded job's success is final (a
 // succeeded job that others wait for is not retried), so pulling each of
 // them from every dependent listed on any of them pulls only what the
-// settle of each would pull. Each write is conditioned as a settle's, and safe to repeat. The
-// other parents (ended otherwise, workflows' gates, parents without a
-// complete list) are settled one by one, as SettleDependentsOf does.
+// settle of each would pull. Each write is conditioned as a settle's, and
+// safe to repeat. The other parents (ended otherwise, workflows' gates,
+// parents without a complete list) are settled one by one.
 
 import (
 	"context"
@@ -188,12 +188,10 @@ func listedSuccess(d bson.Raw) (bson.A, bool) {
 	return out, true
 }
 
-// settleSucceeded settles the succeeded parents, whose lists hold kids:
-// releases the blocked kids that wait for none but these parents, pulls
-// the parents from the waitingOn of the others, releases those that wait
-// for nothing more, then renames the parents' flags back, all in one
-// ordered command (each write applied after the one before, as separate
-// commands would be: the flags last).
+// settleSucceeded settles the succeeded parents, whose lists hold kids,
+// with the writes the head of this file lists, in one ordered command
+// (each write applied after the one before, as separate commands would
+// be: the flags last).
 func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writtenAt map[string]bson.RawValue) error {
 	t := c.now()
 	lacking := c.srv.ElemMatchNot.Lacking()
@@ -203,9 +201,7 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writ
 		switch {
 		case free == nil:
 		case len(parents) == 1 && len(chunk) > lastInBulk:
-			// A fan-out's children, most waiting for this parent only:
-			// released first, alone, so that when that was all of them
-			// the pull and release after it are not sent at all.
+			// A fan-out's children: released first, alone (lastInBulk).
 			all, err := c.releaseLast(ctx, free, len(chunk))
 			if err != nil {
 				return err
@@ -259,10 +255,11 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writ
 }
 
 // lastInBulk is the most dependents of one succeeded parent whose release
-// (releaseLastModel) rides in the settle's command rather than going
-// first alone: a few, whose pull and release after it cost little when
-// the release took them all; a fan-out's children are released alone
-// first, so that the pull and release over them are not sent at all.
+// (releaseLastModel) rides in the settle's command: a few, whose pull and
+// release after it cost little when the release took them all. More (a
+// fan-out's children, most waiting for this parent only) are released
+// first, alone, so that when that was all of them the pull and release
+// are not sent at all.
 const lastInBulk = 16
 
 // releaseLastModel makes available the blocked jobs of kids that wait for

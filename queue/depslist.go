@@ -13,10 +13,10 @@ package queue
 //
 // A parent is settled through its list only when the list holds every job
 // linked to it: the list is started only on a parent that no link has
-// marked yet (none with dependents or dependentsDue, as left by a version
-// before the list), or added to once started; a parent whose list would
-// pass maxListedDependents is flagged dependentsMany. A parent without a
-// list, or flagged, is settled as before by {after: id} (the after index).
+// marked yet (with neither dependents nor dependentsDue: an older docket
+// marked parents without a list), or added to once started; a parent whose
+// list would pass maxListedDependents is flagged dependentsMany. A parent
+// without a list, or flagged, is settled by {after: id} (the after index).
 
 import (
 	"context"
@@ -37,9 +37,9 @@ const (
 	// (docs/WORKFLOWS.md has the sum): 10,000 ids of 256 bytes take some
 	// 2.7 MB, beside after and waitingOn's 10.7 MB and args' 1 MiB.
 	maxListedDependents = 10_000
-	// idChunk bounds the ids of one $in of ids, so that one
-	// command reads a bounded number of documents (devdb pushes an $in of
-	// up to 500 ids down to its table's _id lookup).
+	// idChunk bounds the ids of one $in, so that one command reads a
+	// bounded number of documents (devdb pushes an $in of up to 500 ids
+	// down to its table's _id lookup).
 	idChunk = 500
 )
 

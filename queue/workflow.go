@@ -463,7 +463,6 @@ func (c *Client) checkFoundTasks(ctx context.Context, id string, ins []Insert, r
 
 // insertGate inserts the gate of the workflow with id, unpublished, or
 // finds it inserted, and returns its state.
-// Inserted, it lists tasks as its dependents (not over maxListedDependents).
 func (c *Client) insertGate(ctx context.Context, id string, t time.Time, tasks []string) (jobs.State, error) {
 	gate := &jobs.Job{
 		ID: id, Kind: WorkflowGateKind, Queue: WorkflowGateQueue, Args: bson.Raw{5, 0, 0, 0, 0},
