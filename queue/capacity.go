@@ -459,10 +459,7 @@ func (c *Client) readmit(ctx context.Context, filter, update bson.D, queue strin
 		}
 		for _, k := range free {
 			slot := store.SlotKey(queue, k)
-			u := append(bson.D{}, update...)
-			u = append(u, bson.E{Key: "$set", Value: bson.D{{Key: capacitySlotField, Value: slot}}})
-			u = mergeSets(u)
-			res, err := c.coll.UpdateOne(ctx, filter, u)
+			res, err := c.coll.UpdateOne(ctx, filter, store.AlsoIn(update, "$set", bson.E{Key: capacitySlotField, Value: slot}))
 			// A duplicate key names the index it broke (E11000's
 			// "index: name dup key"; store.DuplicateIndex reads the
 			// forms servers use).
@@ -489,23 +486,4 @@ func (c *Client) readmit(ctx context.Context, filter, update bson.D, queue strin
 		}
 	}
 	return &QueueFullError{Queue: queue, Capacity: capacity}
-}
-
-// mergeSets folds the $set operators of update into the first.
-func mergeSets(update bson.D) bson.D {
-	var out bson.D
-	at := -1
-	for _, e := range update {
-		if e.Key != "$set" {
-			out = append(out, e)
-			continue
-		}
-		if at < 0 {
-			at = len(out)
-			out = append(out, bson.E{Key: "$set", Value: append(bson.D{}, e.Value.(bson.D)...)})
-			continue
-		}
-		out[at].Value = append(out[at].Value.(bson.D), e.Value.(bson.D)...)
-	}
-	return out
 }
