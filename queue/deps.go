@@ -82,6 +82,13 @@ var unfinishedStates = bson.A{jobs.StateBlocked, jobs.StateAvailable, jobs.State
 // finishedStates are the final states, as a filter's $in.
 var finishedStates = bson.A{jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}
 
+// isDue matches a job whose dependents have not been told of its outcome
+// (store.NotDue the others).
+var isDue = bson.E{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}
+
+// noDependents matches a job that no link has marked.
+var noDependents = bson.E{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}
+
 // depsStepKey is the context key of a test's hook that runs after each
 // write of a link or a settle, named by step; an error it returns stops
 // the link or settle there, as if its process had died.
@@ -473,10 +480,7 @@ func (c *Client) settleDown(ctx context.Context, id any) (bool, error) {
 // cancelled and flagged due to dependents of their own: those a settle of
 // the job with id cancelled, to settle in turn.
 func (c *Client) cancelledDue(ctx context.Context, id any, match bson.E) ([]any, error) {
-	out, err := c.st.IDs(ctx, bson.D{
-		match, {Key: "state", Value: jobs.StateCancelled},
-		{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
-	}, 0)
+	out, err := c.st.IDs(ctx, bson.D{match, {Key: "state", Value: jobs.StateCancelled}, isDue}, 0)
 	if err != nil {
 		return nil, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
 	}
@@ -497,7 +501,7 @@ func (c *Client) settleNow(ctx context.Context, id any) {
 // whether it had, match the filter elements that selected its dependents
 // (depslist.go).
 func (c *Client) settle(ctx context.Context, id any) (st jobs.State, match []bson.E, ok bool, err error) {
-	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
+	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}, isDue},
 		options.FindOne().SetProjection(store.SettleFields)).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return st, nil, false, nil
@@ -522,9 +526,7 @@ func (c *Client) settle(ctx context.Context, id any) (st jobs.State, match []bso
 	}
 	// Done, for this outcome: a retry that finished again since, in
 	// another state, is left due for the next settle.
-	if _, err := c.coll.UpdateOne(ctx, bson.D{
-		{Key: "_id", Value: id}, {Key: "state", Value: st}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
-	}, bson.D{{Key: "$rename", Value: bson.D{{Key: dependentsDueField, Value: dependentsField}}}}); err != nil {
+	if _, err := c.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "state", Value: st}, isDue}, settledUpdate); err != nil {
 		return st, nil, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
 	}
 	return st, match, true, depsStep(ctx, "settle:done")
@@ -625,10 +627,7 @@ func (c *Client) SettleDependents(ctx context.Context, linkGrace time.Duration, 
 // the others: a pass that stopped at it would never reach those after it
 // while its settle kept failing.
 func (c *Client) settleDue(ctx context.Context, limit int) (int, error) {
-	due, err := c.st.IDs(ctx, bson.D{
-		{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
-		{Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}},
-	}, limit)
+	due, err := c.st.IDs(ctx, bson.D{isDue, {Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}}}, limit)
 	if err != nil {
 		return 0, fmt.Errorf("queue: find jobs whose dependents are due: %w", err)
 	}

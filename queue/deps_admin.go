@@ -33,9 +33,15 @@ var ErrWaitingForParents = errors.New("job waits for its parents")
 // it was decided on, without parents (retryWithParents retries those) and,
 // when it succeeded, without dependents.
 func retryFilter(r *ActionResult) bson.D {
-	f := bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}, {Key: afterField + ".0", Value: bson.D{{Key: "$exists", Value: false}}}}
+	return unlessDependents(r, bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}, {Key: afterField + ".0", Value: bson.D{{Key: "$exists", Value: false}}}})
+}
+
+// unlessDependents adds to the filter f of Retry's write, for a job r that
+// succeeded, that it still has no dependents: one linked since was
+// released by that success, and would not run again.
+func unlessDependents(r *ActionResult, f bson.D) bson.D {
 	if r.From == string(jobs.StateSucceeded) {
-		f = append(f, bson.E{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}, store.NotDue)
+		f = append(f, noDependents, store.NotDue)
 	}
 	return f
 }
@@ -83,13 +89,8 @@ func (c *Client) retryWithParents(ctx context.Context, r *ActionResult, t time.T
 	runAnyway, _ := raw.Lookup(runAnywayField).BooleanOK()
 	update := rerun(jobs.StateBlocked, jobs.State(r.From), t,
 		bson.E{Key: waitingOnField, Value: after}, bson.E{Key: linkingField, Value: true})
-	// Conditioned on what was read: its state, its parents and, when it
-	// succeeded, still no dependents (one linked since was released by
-	// that success, and would not run again).
-	filter := bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}, {Key: afterField, Value: afterRaw}}
-	if r.From == string(jobs.StateSucceeded) {
-		filter = append(filter, bson.E{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}, store.NotDue)
-	}
+	// Conditioned on what was read: its state and its parents.
+	filter := unlessDependents(r, bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}, {Key: afterField, Value: afterRaw}})
 	res, err := c.coll.UpdateOne(ctx, filter, update)
 	switch {
 	case mongo.IsDuplicateKeyError(err):
@@ -119,7 +120,7 @@ func deletable(s jobs.State) bson.D {
 	if s.Finished() {
 		return bson.D{store.NotDue}
 	}
-	return bson.D{store.NotDue, {Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}}
+	return bson.D{store.NotDue, noDependents}
 }
 
 // whyNotDeleted says why Delete's write matched nothing for r.

@@ -61,7 +61,7 @@ func (c *Client) settleTogether(ctx context.Context, ids []string, written []bso
 	unread := p.takeWritten(ids, written)
 	for _, chunk := range idChunks(bsonA(unread)) {
 		// At most one job per id: one batch, and no getMore to learn so.
-		cur, err := c.coll.Find(ctx, bson.D{idIn(chunk), {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
+		cur, err := c.coll.Find(ctx, bson.D{idIn(chunk), isDue},
 			options.Find().SetProjection(store.SettleFields).SetLimit(int64(len(chunk))).SetBatchSize(int32(len(chunk))))
 		if err == nil {
 			err = store.EachRaw(ctx, cur, func(d bson.Raw) error { p.take(d); return nil })
@@ -238,7 +238,7 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writ
 	models = append(models, settledModels(ats)...)
 	for _, chunk := range idChunks(read) {
 		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
-			idIn(chunk), {Key: "state", Value: jobs.StateSucceeded}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
+			idIn(chunk), {Key: "state", Value: jobs.StateSucceeded}, isDue,
 		}).SetUpdate(settledUpdate))
 	}
 	_, err := c.coll.BulkWrite(ctx, models)
@@ -388,7 +388,7 @@ func settledModels(ats []settledAt) []mongo.WriteModel {
 		for _, chunk := range idChunks(byAt[string(at.Type)+string(at.Value)]) {
 			models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
 				idIn(chunk), {Key: "state", Value: jobs.StateSucceeded},
-				{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "updatedAt", Value: at},
+				isDue, {Key: "updatedAt", Value: at},
 			}).SetUpdate(settledUpdate))
 		}
 	}

@@ -190,8 +190,8 @@ func listModels(ids, kids bson.A, bound int) []mongo.WriteModel {
 		bson.D{{Key: dependentIdsField, Value: bson.D{{Key: "$type", Value: "array"}}}},
 		bson.D{
 			{Key: dependentIdsField, Value: bson.D{{Key: "$exists", Value: false}}},
-			{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}},
-			{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}},
+			noDependents,
+			store.NotDue,
 		},
 	}}
 	return []mongo.WriteModel{
