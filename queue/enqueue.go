@@ -288,7 +288,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 	limits, err := c.capacityOf(ctx)
 	if err != nil {
 		// Admitting without knowing the limits would break them: nothing
-		// is sent. The Results keep the ids to enqueue again with.
+		// is sent.
 		return noneInserted(results, "reading the queues' capacities failed", err)
 	}
 	bounded := false
@@ -368,29 +368,23 @@ func (c *Client) enqueueBounded(ctx context.Context, docs []*jobs.Job, own []boo
 		results[i], failure = c.admit(ctx, d, capacity, own[i])
 	}
 	if len(plain) > 0 {
-		pd := make([]*jobs.Job, len(plain))
-		po := make([]bool, len(plain))
-		pr := make([]Result, len(plain))
+		pd, po, pr := make([]*jobs.Job, len(plain)), make([]bool, len(plain)), make([]Result, len(plain))
 		for k, i := range plain {
 			pd[k], po[k], pr[k] = docs[i], own[i], results[i]
 		}
-		var err error
-		if failure == nil {
-			_, err = c.enqueueChunks(ctx, pd, po, pr)
-		} else {
+		if failure != nil {
 			for k := range pr {
 				pr[k].Err = errStoppedEarlier
 			}
-		}
-		for k, i := range plain {
-			results[i] = pr[k]
-		}
-		if failure == nil && err != nil {
+		} else if _, err := c.enqueueChunks(ctx, pd, po, pr); err != nil {
 			var ee *EnqueueError
 			if errors.As(err, &ee) {
 				err = ee.Err
 			}
 			failure = err
+		}
+		for k, i := range plain {
+			results[i] = pr[k]
 		}
 	}
 	if failure != nil {
@@ -457,13 +451,10 @@ func enqueueError(results []Result, cause error) error {
 // insertChunk inserts docs with one unordered insert and settles results,
 // one per doc; own[i] is whether docs[i]'s id is the caller's. It returns
 // an error when a doc is not known to be in the collection afterwards;
-// each such result's Err says why.
-//
-// An insert that fails without an answer (a timeout, a lost connection)
-// may have been applied in whole or in part: it is sent again, on a
-// context of its own since ctx may be what expired, and a duplicate id
-// then means the job is there. When that gets no answer either, the jobs
-// are looked up by id.
+// each such result's Err says why. An insert that fails without an answer
+// may have been applied in whole or in part: it is sent again (on a
+// context of its own, settleTimeout), and a duplicate id then means the
+// job is there; when that gets no answer either, the jobs are looked up.
 func (c *Client) insertChunk(ctx context.Context, docs []*jobs.Job, own []bool, results []Result) error {
 	err := c.insertOnce(ctx, docs)
 	if err == nil {
