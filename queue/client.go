@@ -139,8 +139,7 @@ func (c *Client) CollectionName() string { return c.coll.Name() }
 // table is in docs/MONGODB.md). An index whose keys change gets a new
 // name: EnsureIndexes looks indexes up by name, so a changed index under
 // its old name would never be built on an existing deployment. The index
-// it replaces is left in place, never dropped by docket; ClaimIndexV1 names
-// it for the one-line manual drop.
+// it replaces is left in place, never dropped by docket (claimIndexV1).
 func jobIndexes() []mongo.IndexModel {
 	return []mongo.IndexModel{
 		{ // the claim and the batch claim's find:
@@ -212,11 +211,10 @@ func uniqueIndex(field, name string) mongo.IndexModel {
 // claimIndex is the name of the index the claim uses.
 const claimIndex = "claim_v2"
 
-// claimIndexV1 is the name of the claim index before ClaimIndex, keyed
-// {state, queue, priority: -1, runAt}: without kind and _id, a claim on a
-// large backlog sorted in memory. Docket no longer creates it nor drops it;
-// once every worker runs a version that creates ClaimIndex, drop it with
-// db.jobs.dropIndex("claim").
+// claimIndexV1 is the claim index claimIndex replaces, keyed {state,
+// queue, priority: -1, runAt}: without kind and _id, a claim on a large
+// backlog sorted in memory. Docket neither creates nor drops it; once
+// every worker creates claimIndex, drop it with db.jobs.dropIndex("claim").
 const claimIndexV1 = "claim"
 
 // EnsureIndexes creates the indexes the claim, the reaper and unique keys

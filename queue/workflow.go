@@ -19,10 +19,9 @@ package queue
 // anyway too (the gate rule in settle and link): no task of a workflow
 // that was not published ever runs, whatever stopped where, and the
 // dependency protocol's passes finish whatever a stopped builder left.
-// A builder that stops between its writes is resumed by calling
-// InsertWorkflow again with the same id: the gate and the tasks already
-// there are found (the task ids are the workflow's id and the task's
-// name), the rest inserted, and the gate published.
+// InsertWorkflow called again with the same id resumes a builder that
+// stopped: it finds what is there (a task's id is the workflow's id and
+// the task's name) and inserts the rest.
 
 import (
 	"context"
@@ -523,8 +522,8 @@ func (c *Client) gateState(ctx context.Context, id string) (jobs.State, error) {
 	return jobs.State(st), nil
 }
 
-// listedGate is a gate's document as inserted: a job with an empty list
-// of dependents.
+// listedGate is a gate's document as inserted: a job with its list of
+// dependents, an array even when empty, which the tasks' links add to.
 type listedGate struct {
 	jobs.Job     `bson:",inline"`
 	DependentIDs bson.A `bson:"dependentIds"`
