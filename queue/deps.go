@@ -640,9 +640,7 @@ func (c *Client) settleDue(ctx context.Context, limit int) (int, error) {
 		}
 		if err != nil {
 			failed++
-			if first == nil {
-				first = err
-			}
+			first = cmp.Or(first, err)
 			if ctx.Err() != nil {
 				break
 			}

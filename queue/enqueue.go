@@ -517,18 +517,14 @@ func (c *Client) settleAnswered(ctx context.Context, docs []*jobs.Job, own []boo
 		j := docs[i]
 		if we.Code != 11000 {
 			results[i].Err = fmt.Errorf("%w: the server refused it: %w", ErrNotInserted, we)
-			if failed == nil {
-				failed = fmt.Errorf("queue: enqueue job %s (%s): %w", j.ID, j.Kind, we)
-			}
+			failed = cmp.Or(failed, fmt.Errorf("queue: enqueue job %s (%s): %w", j.ID, j.Kind, we))
 			continue
 		}
 		r, err := c.settleHeld(ctx, j)
 		if err != nil {
 			results[i].ID = j.ID
 			results[i].Err = fmt.Errorf("%w: %w", ErrNotInserted, err)
-			if failed == nil {
-				failed = err
-			}
+			failed = cmp.Or(failed, err)
 			continue
 		}
 		if resent && r.Existed {
