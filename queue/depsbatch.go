@@ -57,7 +57,7 @@ type SettleReport struct {
 func (c *Client) settleTogether(ctx context.Context, ids []string, written []bson.Raw) (alone []any, rep SettleReport, err error) {
 	ctx, cancel := context.WithTimeout(ctx, settleEachTimeout)
 	defer cancel()
-	var p parentsRead
+	p := parentsRead{seen: map[string]bool{}, writtenAt: map[string]bson.RawValue{}}
 	unread := p.takeWritten(ids, written)
 	for _, chunk := range idChunks(bsonA(unread)) {
 		// At most one job per id: one batch, and no getMore to learn so.
@@ -128,13 +128,7 @@ func (p *parentsRead) take(d bson.Raw) {
 	}
 	p.together = append(p.together, id)
 	if at := d.Lookup("updatedAt"); at.Type == bson.TypeDateTime {
-		if p.writtenAt == nil {
-			p.writtenAt = map[string]bson.RawValue{}
-		}
 		p.writtenAt[fmt.Sprint(asID(id))] = at
-	}
-	if p.seen == nil {
-		p.seen = map[string]bool{}
 	}
 	for _, k := range listed {
 		if key := fmt.Sprint(asID(k)); !p.seen[key] {
