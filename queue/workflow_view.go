@@ -348,24 +348,20 @@ func topoOrder(tasks []WorkflowTask) []WorkflowTask {
 			}
 		}
 	}
-	// Always take the earliest created ready task: len(tasks) is bounded
-	// by a page, so a scan per step is cheap enough.
+	// Always take the earliest created ready task, or in a cycle the
+	// earliest left: len(tasks) is bounded by a page, so a scan per step
+	// is cheap enough.
 	out := make([]WorkflowTask, 0, len(tasks))
 	done := make([]bool, len(tasks))
 	for len(out) < len(tasks) {
 		next := -1
 		for i := range tasks {
-			if !done[i] && waits[i] == 0 {
-				next = i
-				break
+			if done[i] || (next >= 0 && waits[i] != 0) {
+				continue
 			}
-		}
-		if next < 0 { // a cycle: the earliest left
-			for i := range tasks {
-				if !done[i] {
-					next = i
-					break
-				}
+			next = i
+			if waits[i] == 0 {
+				break
 			}
 		}
 		done[next] = true
