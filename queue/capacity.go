@@ -17,8 +17,8 @@ import (
 )
 
 // Bounded queues: a queue may have a capacity, the most of its jobs that
-// may be unfinished (available, scheduled, retrying or running) when an
-// enqueue is admitted. Past it, an enqueue is refused at once
+// may be unfinished (blocked, available, scheduled, retrying or running)
+// when an enqueue is admitted. Past it, an enqueue is refused at once
 // (ErrQueueFull) instead of growing a backlog.
 //
 // The capacity is stored in the queue's document of the queues collection,
@@ -322,9 +322,7 @@ func (c *Client) admit(ctx context.Context, j *jobs.Job, capacity int, own bool)
 		if hook, ok := ctx.Value(admitHookKey{}).(func()); ok {
 			hook()
 		}
-		// Every unfinished job of the queue counts, slot or not: a
-		// capacity set over jobs already there, or lowered, admits again
-		// only once fewer than it are unfinished.
+		// Every unfinished job counts, slot or not (the overflow, above).
 		free := load.FreeSlots(capacity)
 		if len(free) == 0 {
 			return c.refuse(ctx, j, capacity, own)
