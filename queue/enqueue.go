@@ -46,12 +46,12 @@ type InsertOpts struct {
 	// UniqueFor, when positive, makes UniqueKey hold for a period instead
 	// of while the job is unfinished (River's ByPeriod): time is cut into
 	// periods of this length (aligned on the Unix epoch, so an hour starts
-	// on the hour, 24h at midnight UTC and a week on Thursday), and only the first job with the
-	// key inserted in a period is added, finished or not; the next period
-	// takes a new one, whatever the state of this period's. The period is
-	// the one the inserting client's clock is in. Exact across processes:
-	// the key and the period's start are one value of a unique index.
-	// Requires UniqueKey.
+	// on the hour, 24h at midnight UTC and a week on Thursday), and only
+	// the first job with the key inserted in a period is added, finished
+	// or not; the next period takes a new one, whatever the state of this
+	// period's. The period is the one the inserting client's clock is in.
+	// Exact across processes: the key and the period's start are one value
+	// of a unique index. Requires UniqueKey.
 	UniqueFor time.Duration
 	// After holds the ids of jobs (its parents) this job waits for: it is
 	// enqueued blocked, and runs once every one of them has succeeded. A

@@ -27,7 +27,7 @@ type WorkflowPage struct {
 	// Limit is how many tasks the page holds, at most MaxWorkflowPage.
 	Limit int
 	// Walk bounds a job's graph: at most this many jobs are walked (ids
-	// only). Defaults to defaultWorkflowWalk.
+	// only). Defaults to 10,000.
 	Walk int
 }
 
