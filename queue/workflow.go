@@ -620,7 +620,9 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (WorkflowCancelR
 		}
 	}
 	if res.Unpublished {
-		res.Cancelled, _ = c.countCancelledWithGate(ctx, id)
+		// The tasks the gate's cancel ended (0 when the count fails).
+		n, _ := c.coll.CountDocuments(ctx, bson.D{{Key: workflowField, Value: id}, {Key: "state", Value: jobs.StateCancelled}})
+		res.Cancelled = int(n)
 	}
 	return res, nil
 }
@@ -646,13 +648,6 @@ func (c *Client) classifyFound(ctx context.Context, id string, ids bson.A) (fore
 		return nil
 	})
 	return foreign, ended, err
-}
-
-// countCancelledWithGate counts the tasks of the workflow with id that its
-// gate's cancel ended.
-func (c *Client) countCancelledWithGate(ctx context.Context, id string) (int, error) {
-	n, err := c.coll.CountDocuments(ctx, bson.D{{Key: workflowField, Value: id}, {Key: "state", Value: jobs.StateCancelled}})
-	return int(n), err
 }
 
 // workflowTaskState is one task as CancelWorkflow reads it.
