@@ -767,7 +767,6 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 		Tracestate:  jobs.TraceHeader(o.Tracestate),
 	}
 	if o.UniqueFor > 0 {
-		// The key holds for its period: one job per key and period.
 		start := periodStart(t.UTC(), o.UniqueFor)
 		end := start.Add(o.UniqueFor)
 		job.UniqueKey, job.UniquePeriodKey, job.UniqueUntil = "", o.UniqueKey+"@"+start.Format(periodKeyLayout), &end

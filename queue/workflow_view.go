@@ -167,10 +167,8 @@ func (c *Client) workflowByName(ctx context.Context, wf string, p WorkflowPage) 
 		return WorkflowView{}, false, fmt.Errorf("queue: read workflow %q: %w", wf, err)
 	}
 	if p.Offset == 0 {
-		// The job whose id is the workflow's, when it is not a task: the
-		// builder's gate, which its tasks wait for and whose success
-		// publishes the workflow. Listed with them, it says whether the
-		// workflow was published (or cancelled before).
+		// The gate (WorkflowView.Gate): listed with the tasks, it says
+		// whether the workflow was published (or cancelled before).
 		raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: wf}}, options.FindOne().SetProjection(workflowProjection)).Raw()
 		switch {
 		case err == nil:
