@@ -274,9 +274,9 @@ var nullUniqueKeys = bson.D{{Key: "uniqueKey", Value: bson.D{{Key: "$type", Valu
 // of jobs that no longer hold them. One read finds the jobs that need any
 // of them (up to store.FoundBatch; the next call finds more), and each
 // repair writes by their ids with its own filter repeated, so a job changed
-// meanwhile is left alone; a pass that finds none writes nothing. On devdb
-// each such read is a pass over every job (1-2 s at 20,000), where one
-// does. The reaper runs it every pass.
+// meanwhile is left alone; a pass that finds none writes nothing. One read
+// serves the three repairs: on devdb each read is a pass over every job
+// (1-2 s at 20,000). The reaper runs it every pass.
 func (c *Client) RepairForeignWrites(ctx context.Context) error {
 	ids, err := c.st.FoundIDs(ctx, bson.D{{Key: "$or", Value: bson.A{nullUniqueKeys, strandedCapacitySlots, store.StrandedRunSlotsFilter()}}})
 	if err != nil {
@@ -299,10 +299,10 @@ func (c *Client) RepairForeignWrites(ctx context.Context) error {
 // an explicit null (another app's driver may write one), and returns how
 // many it changed. A null unique key means no unique key; but MongoDB's
 // sparse unique index indexes explicit nulls, so until it is cleared a
-// second document with uniqueKey null is refused (E11000). The reaper runs
-// it every pass, EnsureIndexes before it creates the index. It touches
-// only nulls, so any number may run at any time; it finds them first, a
-// thousand at a time (store.FoundIDs).
+// second document with uniqueKey null is refused (E11000). EnsureIndexes
+// runs it before it creates the index (the reaper's RepairForeignWrites
+// clears the nulls it finds). It touches only nulls, so any number may run
+// at any time; it finds them first, a thousand at a time (store.FoundIDs).
 func (c *Client) clearNullUniqueKeys(ctx context.Context) (int, error) {
 	n := 0
 	for {
