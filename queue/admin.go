@@ -247,17 +247,18 @@ func (c *Client) matching(ctx context.Context, f JobFilter) ([]ActionResult, err
 	return out, nil
 }
 
-// Retry makes the jobs f selects available now, with their attempts reset,
-// their past errors kept and an earlier success's result cleared: dead, cancelled and succeeded jobs run again,
-// an available one runs now. A running job is left alone (ErrJobRunning);
-// so is a finished job whose unique key an unfinished job now holds
-// (ErrUniqueKeyHeld). Each write is conditioned on the state it was decided
-// on. A job enqueued with parents goes back to blocked and waits for them
-// again (those that succeeded release it at once); a blocked job is left
-// alone, and so is a succeeded job that others waited for
-// (ErrHasDependents). A finished job of a bounded queue is admitted again as an enqueue
-// would be, holding a slot of the capacity in the same write; when its
-// queue is full it is left alone with a *QueueFullError.
+// Retry makes the jobs f selects available now, with their attempts
+// reset, their past errors kept and an earlier success's result cleared:
+// dead, cancelled and succeeded jobs run again, an available one runs now.
+// A running job is left alone (ErrJobRunning); so is a finished job whose
+// unique key an unfinished job now holds (ErrUniqueKeyHeld). Each write is
+// conditioned on the state it was decided on. A job enqueued with parents
+// goes back to blocked and waits for them again (those that succeeded
+// release it at once); a blocked job is left alone, and so is a succeeded
+// job that others waited for (ErrHasDependents). A finished job of a
+// bounded queue is admitted again as an enqueue would be, holding a slot
+// of the capacity in the same write; when its queue is full it is left
+// alone with a *QueueFullError.
 func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error) {
 	found, err := c.matching(ctx, f)
 	if err != nil {
@@ -322,9 +323,9 @@ func (c *Client) Retry(ctx context.Context, f JobFilter) ([]ActionResult, error)
 
 // rerun is Retry's update of a job in state from: it runs again from its
 // first attempt, in state s from t, with set's fields besides. What its
-// past run left goes: its lease, its end, its progress and its result (a new attempt's
-// result is only what that attempt sets); a finished job holds its unique
-// key again.
+// past run left goes: its lease, its end, its progress and its result (a
+// new attempt's result is only what that attempt sets); a finished job
+// holds its unique key again.
 func rerun(s, from jobs.State, t time.Time, set ...bson.E) bson.D {
 	update := bson.D{
 		{Key: "$set", Value: append(bson.D{
@@ -384,8 +385,8 @@ func (c *Client) Purge(ctx context.Context, s jobs.State, age time.Duration) (in
 		return 0, fmt.Errorf("queue: purge: state %q is not a finished state (succeeded, dead, cancelled)", s)
 	}
 	// Jobs whose dependents have not been told of their outcome stay
-	// (notDue, deps.go).
-	res, err := c.coll.DeleteMany(ctx, bson.D{{Key: "state", Value: s}, {Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: c.now().Add(-age)}}}, notDue})
+	// (store.NotDue).
+	res, err := c.coll.DeleteMany(ctx, bson.D{{Key: "state", Value: s}, {Key: "finishedAt", Value: bson.D{{Key: "$lt", Value: c.now().Add(-age)}}}, store.NotDue})
 	if err != nil {
 		return 0, fmt.Errorf("queue: purge %s jobs: %w", s, err)
 	}

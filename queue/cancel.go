@@ -18,7 +18,7 @@ type CancelOutcome int
 
 // The outcomes of Cancel.
 const (
-	// Cancelled: the job was available and is now cancelled.
+	// Cancelled: the job was available or blocked and is now cancelled.
 	Cancelled CancelOutcome = iota + 1
 	// CancelRequested: the job is running; its worker stops it at its next
 	// heartbeat.

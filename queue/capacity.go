@@ -17,8 +17,8 @@ import (
 )
 
 // Bounded queues: a queue may have a capacity, the most of its jobs that
-// may be unfinished (available, scheduled, retrying or running) when an
-// enqueue is admitted. Past it, an enqueue is refused at once
+// may be unfinished (blocked, available, scheduled, retrying or running)
+// when an enqueue is admitted. Past it, an enqueue is refused at once
 // (ErrQueueFull) instead of growing a backlog.
 //
 // The capacity is stored in the queue's document of the queues collection,
@@ -322,9 +322,7 @@ func (c *Client) admit(ctx context.Context, j *jobs.Job, capacity int, own bool)
 		if hook, ok := ctx.Value(admitHookKey{}).(func()); ok {
 			hook()
 		}
-		// Every unfinished job of the queue counts, slot or not: a
-		// capacity set over jobs already there, or lowered, admits again
-		// only once fewer than it are unfinished.
+		// Every unfinished job counts, slot or not (the overflow, above).
 		free := load.FreeSlots(capacity)
 		if len(free) == 0 {
 			return c.refuse(ctx, j, capacity, own)
@@ -362,7 +360,7 @@ func (c *Client) refuse(ctx context.Context, j *jobs.Job, capacity int, own bool
 // insertSlotted inserts j holding slot. taken is true when the slot was
 // held by another job (nothing inserted: try another slot).
 func (c *Client) insertSlotted(ctx context.Context, j *jobs.Job, slot string) (r Result, taken bool, err error) {
-	_, err = c.coll.InsertOne(ctx, insertSlottedDoc(ctx, slotted{Job: *j, CapacitySlot: slot}))
+	_, err = c.coll.InsertOne(ctx, insertDoc(ctx, j.ID, slotted{Job: *j, CapacitySlot: slot}))
 	if hook, ok := ctx.Value(insertHookKey{}).(func(error) error); ok {
 		err = hook(err)
 	}
@@ -459,10 +457,7 @@ func (c *Client) readmit(ctx context.Context, filter, update bson.D, queue strin
 		}
 		for _, k := range free {
 			slot := store.SlotKey(queue, k)
-			u := append(bson.D{}, update...)
-			u = append(u, bson.E{Key: "$set", Value: bson.D{{Key: capacitySlotField, Value: slot}}})
-			u = mergeSets(u)
-			res, err := c.coll.UpdateOne(ctx, filter, u)
+			res, err := c.coll.UpdateOne(ctx, filter, store.AlsoIn(update, "$set", bson.E{Key: capacitySlotField, Value: slot}))
 			// A duplicate key names the index it broke (E11000's
 			// "index: name dup key"; store.DuplicateIndex reads the
 			// forms servers use).
@@ -489,23 +484,4 @@ func (c *Client) readmit(ctx context.Context, filter, update bson.D, queue strin
 		}
 	}
 	return &QueueFullError{Queue: queue, Capacity: capacity}
-}
-
-// mergeSets folds the $set operators of update into the first.
-func mergeSets(update bson.D) bson.D {
-	var out bson.D
-	at := -1
-	for _, e := range update {
-		if e.Key != "$set" {
-			out = append(out, e)
-			continue
-		}
-		if at < 0 {
-			at = len(out)
-			out = append(out, bson.E{Key: "$set", Value: append(bson.D{}, e.Value.(bson.D)...)})
-			continue
-		}
-		out[at].Value = append(out[at].Value.(bson.D), e.Value.(bson.D)...)
-	}
-	return out
 }

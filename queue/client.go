@@ -139,8 +139,7 @@ func (c *Client) CollectionName() string { return c.coll.Name() }
 // table is in docs/MONGODB.md). An index whose keys change gets a new
 // name: EnsureIndexes looks indexes up by name, so a changed index under
 // its old name would never be built on an existing deployment. The index
-// it replaces is left in place, never dropped by docket; ClaimIndexV1 names
-// it for the one-line manual drop.
+// it replaces is left in place, never dropped by docket (claimIndexV1).
 func jobIndexes() []mongo.IndexModel {
 	return []mongo.IndexModel{
 		{ // the claim and the batch claim's find:
@@ -212,11 +211,10 @@ func uniqueIndex(field, name string) mongo.IndexModel {
 // claimIndex is the name of the index the claim uses.
 const claimIndex = "claim_v2"
 
-// claimIndexV1 is the name of the claim index before ClaimIndex, keyed
-// {state, queue, priority: -1, runAt}: without kind and _id, a claim on a
-// large backlog sorted in memory. Docket no longer creates it nor drops it;
-// once every worker runs a version that creates ClaimIndex, drop it with
-// db.jobs.dropIndex("claim").
+// claimIndexV1 is the claim index claimIndex replaces, keyed {state,
+// queue, priority: -1, runAt}: without kind and _id, a claim on a large
+// backlog sorted in memory. Docket neither creates nor drops it; once
+// every worker creates claimIndex, drop it with db.jobs.dropIndex("claim").
 const claimIndexV1 = "claim"
 
 // EnsureIndexes creates the indexes the claim, the reaper and unique keys
@@ -276,9 +274,9 @@ var nullUniqueKeys = bson.D{{Key: "uniqueKey", Value: bson.D{{Key: "$type", Valu
 // of jobs that no longer hold them. One read finds the jobs that need any
 // of them (up to store.FoundBatch; the next call finds more), and each
 // repair writes by their ids with its own filter repeated, so a job changed
-// meanwhile is left alone; a pass that finds none writes nothing. On devdb
-// each such read is a pass over every job (1-2 s at 20,000), where one
-// does. The reaper runs it every pass.
+// meanwhile is left alone; a pass that finds none writes nothing. One read
+// serves the three repairs: on devdb each read is a pass over every job
+// (1-2 s at 20,000). The reaper runs it every pass.
 func (c *Client) RepairForeignWrites(ctx context.Context) error {
 	ids, err := c.st.FoundIDs(ctx, bson.D{{Key: "$or", Value: bson.A{nullUniqueKeys, strandedCapacitySlots, store.StrandedRunSlotsFilter()}}})
 	if err != nil {
@@ -301,10 +299,10 @@ func (c *Client) RepairForeignWrites(ctx context.Context) error {
 // an explicit null (another app's driver may write one), and returns how
 // many it changed. A null unique key means no unique key; but MongoDB's
 // sparse unique index indexes explicit nulls, so until it is cleared a
-// second document with uniqueKey null is refused (E11000). The reaper runs
-// it every pass, EnsureIndexes before it creates the index. It touches
-// only nulls, so any number may run at any time; it finds them first, a
-// thousand at a time (store.FoundIDs).
+// second document with uniqueKey null is refused (E11000). EnsureIndexes
+// runs it before it creates the index (the reaper's RepairForeignWrites
+// clears the nulls it finds). It touches only nulls, so any number may run
+// at any time; it finds them first, a thousand at a time (store.FoundIDs).
 func (c *Client) clearNullUniqueKeys(ctx context.Context) (int, error) {
 	n := 0
 	for {

@@ -2,42 +2,41 @@ package queue
 
 // Dependencies: jobs that wait for other jobs (docs/WORKFLOWS.md).
 //
-// A job enqueued with InsertOpts.After is inserted blocked, which no claim
-// matches, with after (its parents, as given), waitingOn (the parents that
-// have not succeeded yet) and linking: true. Without transactions, three
-// steps keep the documents consistent. Each is a write conditioned on what
-// made it right, each is safe to repeat, and a process may stall or die
-// before any of them, with a pass of the leader to finish what it left:
+// A job enqueued with InsertOpts.After is inserted blocked (no claim
+// matches it) with after (its parents, as given), waitingOn (the parents
+// not succeeded yet) and linking: true. Without transactions, three steps
+// keep the documents consistent. Each is a write conditioned on what made
+// it right and safe to repeat; a process may stall or die before any of
+// them, and a pass of the leader finishes what it left:
 //
 //  1. link (the enqueuer, after the insert; else the leader's pass once the
-//     job has been linking for a grace period): add the job to each parent's
-//     list of dependents (depslist.go), then mark each parent with
-//     dependents: true, moving its updatedAt (a finished one with
-//     dependentsDue too, so that retention keeps it until it is settled),
-//     then read the parents' states and apply those that have finished to
-//     the job, then unset linking. A parent read unfinished was marked
-//     before it was read, so its finishing write sees the mark; one read
-//     running may have been claimed before, and its worker not know of
-//     the mark (depswatch.go).
+//     job has been linking for a grace period): list the job on each parent
+//     (depslist.go), then mark each parent dependents: true, moving its
+//     updatedAt (a finished one dependentsDue too, so that retention keeps
+//     it until it is settled), then read the parents' states, apply those
+//     that have finished to the job, and unset linking. A parent read
+//     unfinished was marked before it was read, so its finishing write sees
+//     the mark; one read running may have been claimed before the mark, its
+//     worker not knowing of it (depswatch.go).
 //  2. the parent's finishing write (finish, lease.go) renames dependents to
-//     dependentsDue: a flag on the jobs that have dependents only, set by
-//     the very write that records the outcome, so nothing falls between.
+//     dependentsDue: set on a job with dependents only, by the very write
+//     that records the outcome, so nothing falls between.
 //  3. settle (the parent's worker right after its finishing write, or the
 //     process that linked a dependent while the parent ran, depswatch.go;
 //     else the leader's pass): apply the parent's outcome to the blocked
-//     jobs of its list (by _id) whose waitingOn holds it ($pull it when it succeeded, or for a job
-//     that runs anyway; cancel the job otherwise), turn available those
-//     whose waitingOn is now empty, then rename dependentsDue back to
-//     dependents, conditioned on the state that was settled.
+//     jobs of its list (by _id) whose waitingOn holds it ($pull it when it
+//     succeeded, or for a job that runs anyway; cancel the job otherwise),
+//     turn available those whose waitingOn is now empty, then rename
+//     dependentsDue back to dependents, conditioned on the state settled.
 //
 // Exactly once: a blocked job turns available only by a write conditioned
-// on state blocked and a waitingOn that is empty or holds only parents
-// that succeeded, the ones settled (releaseLastModel); nothing makes a job
+// on state blocked and a waitingOn that is empty or holds only parents that
+// succeeded, the ones settled (releaseLastModel); nothing makes a job
 // blocked but its insert and an operator's retry; a $pull of one parent's
-// id changes nothing the second time. A dependent cancelled here is finished by
-// finish, so its own dependents are settled the same way: the settle goes
-// on down the graph (settleDown), and whatever a stopped process left is
-// flagged due for the leader's pass.
+// id changes nothing the second time. A dependent cancelled here is
+// finished by finish, so its own dependents are settled the same way: the
+// settle goes on down the graph (settleDown), and whatever a stopped
+// process left is flagged due for the leader's pass.
 
 import (
 	"cmp"
@@ -82,6 +81,13 @@ var unfinishedStates = bson.A{jobs.StateBlocked, jobs.StateAvailable, jobs.State
 
 // finishedStates are the final states, as a filter's $in.
 var finishedStates = bson.A{jobs.StateSucceeded, jobs.StateDead, jobs.StateCancelled}
+
+// isDue matches a job whose dependents have not been told of its outcome
+// (store.NotDue the others).
+var isDue = bson.E{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}
+
+// noDependents matches a job that no link has marked.
+var noDependents = bson.E{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}
 
 // depsStepKey is the context key of a test's hook that runs after each
 // write of a link or a settle, named by step; an error it returns stops
@@ -185,7 +191,7 @@ func (c *Client) link(ctx context.Context, ds []dependent) error {
 	if err := c.listAndMark(ctx, ds, parents, seen); err != nil {
 		return err
 	}
-	states, gates, err := c.parentsOf(ctx, parents)
+	states, gates, err := c.statesOf(ctx, parents)
 	if err != nil {
 		return fmt.Errorf("queue: read the parents of %d jobs: %w", len(ds), err)
 	}
@@ -265,20 +271,18 @@ func parentsOfAll(ds []dependent) (bson.A, map[string]bool) {
 	return parents, seen
 }
 
-// markParents marks parents as having dependents (n jobs of them), before
-// they are read: a parent read unfinished by the link finishes after the
-// mark, and its finishing write flags it due. One that has finished is
-// flagged due at once, so that retention keeps it until it is settled: a
-// parent read missing either never was or was deleted before the mark (or,
-// settled since, the job no longer waits for it). Both marks move
-// updatedAt: a claim that stamps a job read before (matching its updatedAt
-// as read, internal/store) then misses it rather than returning it
-// without the mark, and a settle of a finished parent as read before the
-// flag (settledModels) leaves the flag for the next pass.
+// markParents marks parents as having dependents (n jobs of them), and
+// flags those finished due at once (step 1). A parent the link then reads
+// missing never was, or was deleted before the mark (or, settled since,
+// the job no longer waits for it). Both marks move updatedAt: a claim that
+// stamps a job read before (matching its updatedAt as read, internal/store)
+// then misses it rather than returning it without the mark, and a settle
+// of a finished parent as read before the flag (settledModels) leaves the
+// flag for the next pass.
 func (c *Client) markParents(ctx context.Context, parents bson.A, n int) error {
 	var models []mongo.WriteModel
-	// mark sets field on the parents whose state is (op $in) or is not
-	// ($nin) a finished one and whose field matches unmarked.
+	// mark sets field on the parents whose state is ($in) or is not ($nin)
+	// a finished one and whose field matches unmarked.
 	mark := func(op, field string, unmarked bson.D) {
 		for _, ids := range idChunks(parents) {
 			models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
@@ -289,7 +293,7 @@ func (c *Client) markParents(ctx context.Context, parents bson.A, n int) error {
 	mark("$nin", dependentsField, bson.D{{Key: "$ne", Value: true}})
 	mark("$in", dependentsDueField, bson.D{{Key: "$exists", Value: false}})
 	// Ordered: every unfinished parent is marked before any finished one
-	// is flagged, as two commands did.
+	// is flagged.
 	if _, err := c.coll.BulkWrite(ctx, models); err != nil {
 		return fmt.Errorf("queue: mark the parents of %d jobs: %w", n, err)
 	}
@@ -358,14 +362,9 @@ func parentEnded(p string, st jobs.State, found bool) string {
 }
 
 // statesOf reads the state of each of ids that is in the collection (a
-// state of another type reads as "").
-func (c *Client) statesOf(ctx context.Context, ids bson.A) (map[string]jobs.State, error) {
-	out, _, err := c.parentsOf(ctx, ids)
-	return out, err
-}
-
-// parentsOf is statesOf, also saying which of ids are workflows' gates.
-func (c *Client) parentsOf(ctx context.Context, ids bson.A) (map[string]jobs.State, map[string]bool, error) {
+// state of another type reads as ""), and which of them are workflows'
+// gates.
+func (c *Client) statesOf(ctx context.Context, ids bson.A) (map[string]jobs.State, map[string]bool, error) {
 	out := make(map[string]jobs.State, len(ids))
 	gates := map[string]bool{}
 	if len(ids) == 0 {
@@ -481,10 +480,7 @@ func (c *Client) settleDown(ctx context.Context, id any) (bool, error) {
 // cancelled and flagged due to dependents of their own: those a settle of
 // the job with id cancelled, to settle in turn.
 func (c *Client) cancelledDue(ctx context.Context, id any, match bson.E) ([]any, error) {
-	out, err := c.st.IDs(ctx, bson.D{
-		match, {Key: "state", Value: jobs.StateCancelled},
-		{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
-	}, 0)
+	out, err := c.st.IDs(ctx, bson.D{match, {Key: "state", Value: jobs.StateCancelled}, isDue}, 0)
 	if err != nil {
 		return nil, fmt.Errorf("queue: find the cancelled dependents of job %v: %w", asID(id), err)
 	}
@@ -500,17 +496,12 @@ func (c *Client) settleNow(ctx context.Context, id any) {
 	}
 }
 
-// notDue matches the jobs whose outcome is not due to dependents:
-// retention and deletes leave the others alone, which would strand the
-// jobs waiting for them.
-var notDue = store.NotDue
-
 // settle tells the dependents of the job with id (of any type) of its
 // outcome st, if it has finished and they have not been told; ok reports
 // whether it had, match the filter elements that selected its dependents
 // (depslist.go).
 func (c *Client) settle(ctx context.Context, id any) (st jobs.State, match []bson.E, ok bool, err error) {
-	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
+	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}, isDue},
 		options.FindOne().SetProjection(store.SettleFields)).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return st, nil, false, nil
@@ -535,9 +526,7 @@ func (c *Client) settle(ctx context.Context, id any) (st jobs.State, match []bso
 	}
 	// Done, for this outcome: a retry that finished again since, in
 	// another state, is left due for the next settle.
-	if _, err := c.coll.UpdateOne(ctx, bson.D{
-		{Key: "_id", Value: id}, {Key: "state", Value: st}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
-	}, bson.D{{Key: "$rename", Value: bson.D{{Key: dependentsDueField, Value: dependentsField}}}}); err != nil {
+	if _, err := c.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "state", Value: st}, isDue}, settledUpdate); err != nil {
 		return st, nil, false, fmt.Errorf("queue: settle the dependents of job %v: %w", id, err)
 	}
 	return st, match, true, depsStep(ctx, "settle:done")
@@ -638,10 +627,7 @@ func (c *Client) SettleDependents(ctx context.Context, linkGrace time.Duration, 
 // the others: a pass that stopped at it would never reach those after it
 // while its settle kept failing.
 func (c *Client) settleDue(ctx context.Context, limit int) (int, error) {
-	due, err := c.st.IDs(ctx, bson.D{
-		{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
-		{Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}},
-	}, limit)
+	due, err := c.st.IDs(ctx, bson.D{isDue, {Key: "state", Value: bson.D{{Key: "$in", Value: finishedStates}}}}, limit)
 	if err != nil {
 		return 0, fmt.Errorf("queue: find jobs whose dependents are due: %w", err)
 	}
@@ -654,9 +640,7 @@ func (c *Client) settleDue(ctx context.Context, limit int) (int, error) {
 		}
 		if err != nil {
 			failed++
-			if first == nil {
-				first = err
-			}
+			first = cmp.Or(first, err)
 			if ctx.Err() != nil {
 				break
 			}

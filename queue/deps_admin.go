@@ -33,9 +33,15 @@ var ErrWaitingForParents = errors.New("job waits for its parents")
 // it was decided on, without parents (retryWithParents retries those) and,
 // when it succeeded, without dependents.
 func retryFilter(r *ActionResult) bson.D {
-	f := bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}, {Key: afterField + ".0", Value: bson.D{{Key: "$exists", Value: false}}}}
+	return unlessDependents(r, bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}, {Key: afterField + ".0", Value: bson.D{{Key: "$exists", Value: false}}}})
+}
+
+// unlessDependents adds to the filter f of Retry's write, for a job r that
+// succeeded, that it still has no dependents: one linked since was
+// released by that success, and would not run again.
+func unlessDependents(r *ActionResult, f bson.D) bson.D {
 	if r.From == string(jobs.StateSucceeded) {
-		f = append(f, bson.E{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}, notDue)
+		f = append(f, noDependents, store.NotDue)
 	}
 	return f
 }
@@ -83,13 +89,8 @@ func (c *Client) retryWithParents(ctx context.Context, r *ActionResult, t time.T
 	runAnyway, _ := raw.Lookup(runAnywayField).BooleanOK()
 	update := rerun(jobs.StateBlocked, jobs.State(r.From), t,
 		bson.E{Key: waitingOnField, Value: after}, bson.E{Key: linkingField, Value: true})
-	// Conditioned on what was read: its state, its parents and, when it
-	// succeeded, still no dependents (one linked since was released by
-	// that success, and would not run again).
-	filter := bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}, {Key: afterField, Value: afterRaw}}
-	if r.From == string(jobs.StateSucceeded) {
-		filter = append(filter, bson.E{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}, notDue)
-	}
+	// Conditioned on what was read: its state and its parents.
+	filter := unlessDependents(r, bson.D{{Key: "_id", Value: r.JobID.v}, {Key: "state", Value: r.From}, {Key: afterField, Value: afterRaw}})
 	res, err := c.coll.UpdateOne(ctx, filter, update)
 	switch {
 	case mongo.IsDuplicateKeyError(err):
@@ -117,9 +118,9 @@ func (c *Client) retryWithParents(ctx context.Context, r *ActionResult, t time.T
 // of the jobs that wait for it may be left waiting for nothing.
 func deletable(s jobs.State) bson.D {
 	if s.Finished() {
-		return bson.D{notDue}
+		return bson.D{store.NotDue}
 	}
-	return bson.D{notDue, {Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}}}
+	return bson.D{store.NotDue, noDependents}
 }
 
 // whyNotDeleted says why Delete's write matched nothing for r.
@@ -154,11 +155,7 @@ func (c *Client) Relatives(ctx context.Context, j JobSummary, limit int) (parent
 	after, _ := stringIDs(j.Raw.Lookup(afterField))
 	waiting, _ := stringIDs(j.Raw.Lookup(waitingOnField))
 	if len(after) > 0 {
-		ids := make(bson.A, len(after))
-		for i, p := range after {
-			ids[i] = p
-		}
-		states, err := c.statesOf(ctx, ids)
+		states, _, err := c.statesOf(ctx, bsonA(after))
 		if err != nil {
 			return nil, nil, false, fmt.Errorf("queue: read the parents of job %s: %w", j.ID, err)
 		}

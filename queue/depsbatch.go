@@ -13,9 +13,9 @@ package queue
 // rename of the parents' flags. A succeeded job's success is final (a
 // succeeded job that others wait for is not retried), so pulling each of
 // them from every dependent listed on any of them pulls only what the
-// settle of each would pull. Each write is conditioned as a settle's, and safe to repeat. The
-// other parents (ended otherwise, workflows' gates, parents without a
-// complete list) are settled one by one, as SettleDependentsOf does.
+// settle of each would pull. Each write is conditioned as a settle's, and
+// safe to repeat. The other parents (ended otherwise, workflows' gates,
+// parents without a complete list) are settled one by one.
 
 import (
 	"context"
@@ -57,11 +57,11 @@ type SettleReport struct {
 func (c *Client) settleTogether(ctx context.Context, ids []string, written []bson.Raw) (alone []any, rep SettleReport, err error) {
 	ctx, cancel := context.WithTimeout(ctx, settleEachTimeout)
 	defer cancel()
-	var p parentsRead
+	p := parentsRead{seen: map[string]bool{}, writtenAt: map[string]bson.RawValue{}}
 	unread := p.takeWritten(ids, written)
-	for _, chunk := range idChunks(stringsA(unread)) {
+	for _, chunk := range idChunks(bsonA(unread)) {
 		// At most one job per id: one batch, and no getMore to learn so.
-		cur, err := c.coll.Find(ctx, bson.D{idIn(chunk), {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}},
+		cur, err := c.coll.Find(ctx, bson.D{idIn(chunk), isDue},
 			options.Find().SetProjection(store.SettleFields).SetLimit(int64(len(chunk))).SetBatchSize(int32(len(chunk))))
 		if err == nil {
 			err = store.EachRaw(ctx, cur, func(d bson.Raw) error { p.take(d); return nil })
@@ -128,13 +128,7 @@ func (p *parentsRead) take(d bson.Raw) {
 	}
 	p.together = append(p.together, id)
 	if at := d.Lookup("updatedAt"); at.Type == bson.TypeDateTime {
-		if p.writtenAt == nil {
-			p.writtenAt = map[string]bson.RawValue{}
-		}
 		p.writtenAt[fmt.Sprint(asID(id))] = at
-	}
-	if p.seen == nil {
-		p.seen = map[string]bool{}
 	}
 	for _, k := range listed {
 		if key := fmt.Sprint(asID(k)); !p.seen[key] {
@@ -188,12 +182,10 @@ func listedSuccess(d bson.Raw) (bson.A, bool) {
 	return out, true
 }
 
-// settleSucceeded settles the succeeded parents, whose lists hold kids:
-// releases the blocked kids that wait for none but these parents, pulls
-// the parents from the waitingOn of the others, releases those that wait
-// for nothing more, then renames the parents' flags back, all in one
-// ordered command (each write applied after the one before, as separate
-// commands would be: the flags last).
+// settleSucceeded settles the succeeded parents, whose lists hold kids,
+// with the writes the head of this file lists, in one ordered command
+// (each write applied after the one before, as separate commands would
+// be: the flags last).
 func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writtenAt map[string]bson.RawValue) error {
 	t := c.now()
 	lacking := c.srv.ElemMatchNot.Lacking()
@@ -203,9 +195,7 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writ
 		switch {
 		case free == nil:
 		case len(parents) == 1 && len(chunk) > lastInBulk:
-			// A fan-out's children, most waiting for this parent only:
-			// released first, alone, so that when that was all of them
-			// the pull and release after it are not sent at all.
+			// A fan-out's children: released first, alone (lastInBulk).
 			all, err := c.releaseLast(ctx, free, len(chunk))
 			if err != nil {
 				return err
@@ -242,7 +232,7 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writ
 	models = append(models, settledModels(ats)...)
 	for _, chunk := range idChunks(read) {
 		models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
-			idIn(chunk), {Key: "state", Value: jobs.StateSucceeded}, {Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}},
+			idIn(chunk), {Key: "state", Value: jobs.StateSucceeded}, isDue,
 		}).SetUpdate(settledUpdate))
 	}
 	_, err := c.coll.BulkWrite(ctx, models)
@@ -259,10 +249,11 @@ func (c *Client) settleSucceeded(ctx context.Context, parents, kids bson.A, writ
 }
 
 // lastInBulk is the most dependents of one succeeded parent whose release
-// (releaseLastModel) rides in the settle's command rather than going
-// first alone: a few, whose pull and release after it cost little when
-// the release took them all; a fan-out's children are released alone
-// first, so that the pull and release over them are not sent at all.
+// (releaseLastModel) rides in the settle's command: a few, whose pull and
+// release after it cost little when the release took them all. More (a
+// fan-out's children, most waiting for this parent only) are released
+// first, alone, so that when that was all of them the pull and release
+// are not sent at all.
 const lastInBulk = 16
 
 // releaseLastModel makes available the blocked jobs of kids that wait for
@@ -303,15 +294,6 @@ func (c *Client) releaseLast(ctx context.Context, m *mongo.UpdateManyModel, n in
 		return false, fmt.Errorf("queue: make ready the jobs whose last parent succeeded: %w", err)
 	}
 	return r.MatchedCount == int64(n), nil
-}
-
-// stringsA is ids as a bson.A.
-func stringsA(ids []string) bson.A {
-	out := make(bson.A, len(ids))
-	for i, id := range ids {
-		out[i] = id
-	}
-	return out
 }
 
 // ClaimNext claims for p the one dependent listed on the job written (as
@@ -400,7 +382,7 @@ func settledModels(ats []settledAt) []mongo.WriteModel {
 		for _, chunk := range idChunks(byAt[string(at.Type)+string(at.Value)]) {
 			models = append(models, mongo.NewUpdateManyModel().SetFilter(bson.D{
 				idIn(chunk), {Key: "state", Value: jobs.StateSucceeded},
-				{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "updatedAt", Value: at},
+				isDue, {Key: "updatedAt", Value: at},
 			}).SetUpdate(settledUpdate))
 		}
 	}

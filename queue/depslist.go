@@ -13,10 +13,10 @@ package queue
 //
 // A parent is settled through its list only when the list holds every job
 // linked to it: the list is started only on a parent that no link has
-// marked yet (none with dependents or dependentsDue, as left by a version
-// before the list), or added to once started; a parent whose list would
-// pass maxListedDependents is flagged dependentsMany. A parent without a
-// list, or flagged, is settled as before by {after: id} (the after index).
+// marked yet (with neither dependents nor dependentsDue: an older docket
+// marked parents without a list), or added to once started; a parent whose
+// list would pass maxListedDependents is flagged dependentsMany. A parent
+// without a list, or flagged, is settled by {after: id} (the after index).
 
 import (
 	"context"
@@ -37,9 +37,9 @@ const (
 	// (docs/WORKFLOWS.md has the sum): 10,000 ids of 256 bytes take some
 	// 2.7 MB, beside after and waitingOn's 10.7 MB and args' 1 MiB.
 	maxListedDependents = 10_000
-	// idChunk bounds the ids of one {_id: {$in: ids}} filter, so that one
-	// command reads a bounded number of documents (devdb pushes an $in of
-	// up to 500 ids down to its table's _id lookup).
+	// idChunk bounds the ids of one $in, so that one command reads a
+	// bounded number of documents (devdb pushes an $in of up to 500 ids
+	// down to its table's _id lookup).
 	idChunk = 500
 )
 
@@ -60,6 +60,15 @@ func idChunks(ids bson.A) []bson.A {
 	var out []bson.A
 	for lo := 0; lo < len(ids); lo += idChunk {
 		out = append(out, ids[lo:min(lo+idChunk, len(ids))])
+	}
+	return out
+}
+
+// bsonA is vals as a bson.A.
+func bsonA[T any](vals []T) bson.A {
+	out := make(bson.A, len(vals))
+	for i, v := range vals {
+		out[i] = v
 	}
 	return out
 }
@@ -181,8 +190,8 @@ func listModels(ids, kids bson.A, bound int) []mongo.WriteModel {
 		bson.D{{Key: dependentIdsField, Value: bson.D{{Key: "$type", Value: "array"}}}},
 		bson.D{
 			{Key: dependentIdsField, Value: bson.D{{Key: "$exists", Value: false}}},
-			{Key: dependentsField, Value: bson.D{{Key: "$exists", Value: false}}},
-			{Key: dependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}},
+			noDependents,
+			store.NotDue,
 		},
 	}}
 	return []mongo.WriteModel{

@@ -146,7 +146,7 @@ func (w *parentWatch) drop(done []string, stop bool) {
 func (c *Client) settleWatched(ids bson.A) (done []string, stop bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), watchReadTimeout)
 	defer cancel()
-	states, err := c.statesOf(ctx, ids)
+	states, _, err := c.statesOf(ctx, ids)
 	if err != nil {
 		return nil, errors.Is(err, mongo.ErrClientDisconnected)
 	}

@@ -46,12 +46,12 @@ type InsertOpts struct {
 	// UniqueFor, when positive, makes UniqueKey hold for a period instead
 	// of while the job is unfinished (River's ByPeriod): time is cut into
 	// periods of this length (aligned on the Unix epoch, so an hour starts
-	// on the hour, 24h at midnight UTC and a week on Thursday), and only the first job with the
-	// key inserted in a period is added, finished or not; the next period
-	// takes a new one, whatever the state of this period's. The period is
-	// the one the inserting client's clock is in. Exact across processes:
-	// the key and the period's start are one value of a unique index.
-	// Requires UniqueKey.
+	// on the hour, 24h at midnight UTC and a week on Thursday), and only
+	// the first job with the key inserted in a period is added, finished
+	// or not; the next period takes a new one, whatever the state of this
+	// period's. The period is the one the inserting client's clock is in.
+	// Exact across processes: the key and the period's start are one value
+	// of a unique index. Requires UniqueKey.
 	UniqueFor time.Duration
 	// After holds the ids of jobs (its parents) this job waits for: it is
 	// enqueued blocked, and runs once every one of them has succeeded. A
@@ -288,7 +288,7 @@ func (c *Client) EnqueueMany(ctx context.Context, ins []Insert) ([]Result, error
 	limits, err := c.capacityOf(ctx)
 	if err != nil {
 		// Admitting without knowing the limits would break them: nothing
-		// is sent. The Results keep the ids to enqueue again with.
+		// is sent.
 		return noneInserted(results, "reading the queues' capacities failed", err)
 	}
 	bounded := false
@@ -368,29 +368,23 @@ func (c *Client) enqueueBounded(ctx context.Context, docs []*jobs.Job, own []boo
 		results[i], failure = c.admit(ctx, d, capacity, own[i])
 	}
 	if len(plain) > 0 {
-		pd := make([]*jobs.Job, len(plain))
-		po := make([]bool, len(plain))
-		pr := make([]Result, len(plain))
+		pd, po, pr := make([]*jobs.Job, len(plain)), make([]bool, len(plain)), make([]Result, len(plain))
 		for k, i := range plain {
 			pd[k], po[k], pr[k] = docs[i], own[i], results[i]
 		}
-		var err error
-		if failure == nil {
-			_, err = c.enqueueChunks(ctx, pd, po, pr)
-		} else {
+		if failure != nil {
 			for k := range pr {
 				pr[k].Err = errStoppedEarlier
 			}
-		}
-		for k, i := range plain {
-			results[i] = pr[k]
-		}
-		if failure == nil && err != nil {
+		} else if _, err := c.enqueueChunks(ctx, pd, po, pr); err != nil {
 			var ee *EnqueueError
 			if errors.As(err, &ee) {
 				err = ee.Err
 			}
 			failure = err
+		}
+		for k, i := range plain {
+			results[i] = pr[k]
 		}
 	}
 	if failure != nil {
@@ -457,13 +451,10 @@ func enqueueError(results []Result, cause error) error {
 // insertChunk inserts docs with one unordered insert and settles results,
 // one per doc; own[i] is whether docs[i]'s id is the caller's. It returns
 // an error when a doc is not known to be in the collection afterwards;
-// each such result's Err says why.
-//
-// An insert that fails without an answer (a timeout, a lost connection)
-// may have been applied in whole or in part: it is sent again, on a
-// context of its own since ctx may be what expired, and a duplicate id
-// then means the job is there. When that gets no answer either, the jobs
-// are looked up by id.
+// each such result's Err says why. An insert that fails without an answer
+// may have been applied in whole or in part: it is sent again (on a
+// context of its own, settleTimeout), and a duplicate id then means the
+// job is there; when that gets no answer either, the jobs are looked up.
 func (c *Client) insertChunk(ctx context.Context, docs []*jobs.Job, own []bool, results []Result) error {
 	err := c.insertOnce(ctx, docs)
 	if err == nil {
@@ -493,7 +484,7 @@ func (c *Client) insertChunk(ctx context.Context, docs []*jobs.Job, own []bool, 
 func (c *Client) insertOnce(ctx context.Context, docs []*jobs.Job) error {
 	batch := make([]any, len(docs))
 	for i, d := range docs {
-		batch[i] = insertDoc(ctx, d) // a workflow's task carries its fields (workflow.go)
+		batch[i] = insertDoc(ctx, d.ID, d) // a workflow's task carries its fields (workflow.go)
 	}
 	_, err := c.coll.InsertMany(ctx, batch, options.InsertMany().SetOrdered(false))
 	if hook, ok := ctx.Value(insertHookKey{}).(func(error) error); ok {
@@ -526,18 +517,14 @@ func (c *Client) settleAnswered(ctx context.Context, docs []*jobs.Job, own []boo
 		j := docs[i]
 		if we.Code != 11000 {
 			results[i].Err = fmt.Errorf("%w: the server refused it: %w", ErrNotInserted, we)
-			if failed == nil {
-				failed = fmt.Errorf("queue: enqueue job %s (%s): %w", j.ID, j.Kind, we)
-			}
+			failed = cmp.Or(failed, fmt.Errorf("queue: enqueue job %s (%s): %w", j.ID, j.Kind, we))
 			continue
 		}
 		r, err := c.settleHeld(ctx, j)
 		if err != nil {
 			results[i].ID = j.ID
 			results[i].Err = fmt.Errorf("%w: %w", ErrNotInserted, err)
-			if failed == nil {
-				failed = err
-			}
+			failed = cmp.Or(failed, err)
 			continue
 		}
 		if resent && r.Existed {
@@ -780,7 +767,6 @@ func NewJob(in Insert, t time.Time) (*jobs.Job, error) {
 		Tracestate:  jobs.TraceHeader(o.Tracestate),
 	}
 	if o.UniqueFor > 0 {
-		// The key holds for its period: one job per key and period.
 		start := periodStart(t.UTC(), o.UniqueFor)
 		end := start.Add(o.UniqueFor)
 		job.UniqueKey, job.UniquePeriodKey, job.UniqueUntil = "", o.UniqueKey+"@"+start.Format(periodKeyLayout), &end

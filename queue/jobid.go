@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -172,14 +173,7 @@ var storableOnly = map[string]bool{
 // storableOnly lists are left out.
 func afterID(id JobID, fewTypes bool) bson.D {
 	alias := typeAliases[id.v.Type]
-	bracket := len(idBrackets)
-	for i, b := range idBrackets {
-		for _, a := range b {
-			if a == alias {
-				bracket = i
-			}
-		}
-	}
+	bracket := slices.IndexFunc(idBrackets, func(b []string) bool { return slices.Contains(b, alias) })
 	var or bson.A
 	switch id.v.Type {
 	case bson.TypeMinKey, bson.TypeMaxKey, bson.TypeNull, bson.TypeUndefined, bson.TypeArray, bson.TypeRegex:
@@ -196,7 +190,7 @@ func afterID(id JobID, fewTypes bool) bson.D {
 		or = append(or, bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: id.v}}}})
 	}
 	var later bson.A
-	if bracket < len(idBrackets) {
+	if bracket >= 0 {
 		for _, b := range idBrackets[bracket+1:] {
 			for _, a := range b {
 				if !fewTypes || !storableOnly[a] {

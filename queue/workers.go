@@ -83,16 +83,9 @@ func (c *Client) Beat(ctx context.Context, w WorkerInfo) error {
 	if w.ID == "" {
 		return fmt.Errorf("queue: worker beat: the worker id is empty")
 	}
-	queues, kinds := w.Queues, w.Kinds
-	if queues == nil {
-		queues = []string{}
-	}
-	if kinds == nil {
-		kinds = []string{}
-	}
-	// Always an array, an empty one for none, so that a reader finds one
-	// type; in name order, so that a process's beats write the same one.
-	limits := bson.A{}
+	// Always arrays, empty ones for none, so that a reader finds one type;
+	// limits in name order, so that a process's beats write the same one.
+	queues, kinds, limits := append([]string{}, w.Queues...), append([]string{}, w.Kinds...), bson.A{}
 	for _, name := range slices.Sorted(maps.Keys(w.ProcessLimits)) {
 		limits = append(limits, bson.D{{Key: "name", Value: name}, {Key: "n", Value: w.ProcessLimits[name]}})
 	}
@@ -123,7 +116,7 @@ func (c *Client) Unregister(ctx context.Context, id string) error {
 // with all false only those alive, that is seen within ttl, or when ttl is
 // 0 within WorkerMissedBeats of their own beat interval, and not stamped
 // more than store.WorkerClockSkew ahead of the server's clock. It also deletes
-// the documents of processes not seen for WorkerForgetAfter.
+// the documents of processes not seen for workerForgetAfter (an hour).
 func (c *Client) Workers(ctx context.Context, ttl time.Duration, all bool) ([]WorkerInfo, error) {
 	t := c.st.ServerTime(ctx)
 	if _, err := c.st.WorkersColl().DeleteMany(ctx, bson.D{{Key: "lastSeen", Value: bson.D{{Key: "$lt", Value: t.Add(-workerForgetAfter)}}}}); err != nil {

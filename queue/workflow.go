@@ -19,10 +19,9 @@ package queue
 // anyway too (the gate rule in settle and link): no task of a workflow
 // that was not published ever runs, whatever stopped where, and the
 // dependency protocol's passes finish whatever a stopped builder left.
-// A builder that stops between its writes is resumed by calling
-// InsertWorkflow again with the same id: the gate and the tasks already
-// there are found (the task ids are the workflow's id and the task's
-// name), the rest inserted, and the gate published.
+// InsertWorkflow called again with the same id resumes a builder that
+// stopped: it finds what is there (a task's id is the workflow's id and
+// the task's name) and inserts the rest.
 
 import (
 	"context"
@@ -185,44 +184,24 @@ type workflowTag struct {
 	Dependents             []string
 }
 
-// taggedJob is a task's document as inserted (exported fields: the
-// driver encodes no unexported one, embedded or not).
-type taggedJob struct {
-	jobs.Job     `bson:",inline"`
+// tagged is a task's document as inserted: doc (a *jobs.Job, or a
+// slotted job of a bounded queue) with its workflow's fields (exported:
+// the driver encodes no unexported field, embedded or not).
+type tagged[D any] struct {
+	Doc          D        `bson:",inline"`
 	Workflow     string   `bson:"workflow"`
 	WorkflowTask string   `bson:"workflowTask"`
 	DependentIDs []string `bson:"dependentIds,omitempty"`
 }
 
-// taggedSlotted is a task's document inserted holding a slot of a bounded
-// queue's capacity.
-type taggedSlotted struct {
-	jobs.Job     `bson:",inline"`
-	CapacitySlot string   `bson:"capacitySlot"`
-	Workflow     string   `bson:"workflow"`
-	WorkflowTask string   `bson:"workflowTask"`
-	DependentIDs []string `bson:"dependentIds,omitempty"`
-}
-
-// insertDoc is what the insert of j sends under ctx: j, with its
-// workflow's fields when ctx tags it.
-func insertDoc(ctx context.Context, j *jobs.Job) any {
-	if tags, ok := ctx.Value(workflowTagKey{}).(map[string]workflowTag); ok {
-		if tag, ok := tags[j.ID]; ok {
-			return taggedJob{Job: *j, Workflow: tag.Workflow, WorkflowTask: tag.WorkflowTask, DependentIDs: tag.Dependents}
-		}
+// insertDoc is what the insert of doc, the job with id, sends under ctx:
+// doc, with its workflow's fields when ctx tags it.
+func insertDoc[D any](ctx context.Context, id string, doc D) any {
+	tags, _ := ctx.Value(workflowTagKey{}).(map[string]workflowTag)
+	if tag, ok := tags[id]; ok {
+		return tagged[D]{Doc: doc, Workflow: tag.Workflow, WorkflowTask: tag.WorkflowTask, DependentIDs: tag.Dependents}
 	}
-	return j
-}
-
-// insertSlottedDoc is insertDoc for a job holding a capacity slot.
-func insertSlottedDoc(ctx context.Context, s slotted) any {
-	if tags, ok := ctx.Value(workflowTagKey{}).(map[string]workflowTag); ok {
-		if tag, ok := tags[s.ID]; ok {
-			return taggedSlotted{Job: s.Job, CapacitySlot: s.CapacitySlot, Workflow: tag.Workflow, WorkflowTask: tag.WorkflowTask, DependentIDs: tag.Dependents}
-		}
-	}
-	return s
+	return doc
 }
 
 // workflowStepKey is the context key of a test's hook that runs after
@@ -483,7 +462,6 @@ func (c *Client) checkFoundTasks(ctx context.Context, id string, ins []Insert, r
 
 // insertGate inserts the gate of the workflow with id, unpublished, or
 // finds it inserted, and returns its state.
-// Inserted, it lists tasks as its dependents (not over maxListedDependents).
 func (c *Client) insertGate(ctx context.Context, id string, t time.Time, tasks []string) (jobs.State, error) {
 	gate := &jobs.Job{
 		ID: id, Kind: WorkflowGateKind, Queue: WorkflowGateQueue, Args: bson.Raw{5, 0, 0, 0, 0},
@@ -498,7 +476,7 @@ func (c *Client) insertGate(ctx context.Context, id string, t time.Time, tasks [
 	// empty list, which the tasks' links fill up to the bound.
 	list := bson.A{}
 	if len(tasks) <= maxListedDependents {
-		list = stringsA(tasks)
+		list = bsonA(tasks)
 	}
 	_, err := c.coll.InsertOne(ctx, listedGate{Job: *gate, DependentIDs: list})
 	if err == nil {
@@ -508,19 +486,16 @@ func (c *Client) insertGate(ctx context.Context, id string, t time.Time, tasks [
 		return jobs.StateBlocked, nil
 	}
 	// Taken, or no answer (it may be in): read what holds the id.
-	raw, ferr := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
-		options.FindOne().SetProjection(bson.D{{Key: "kind", Value: 1}, {Key: "state", Value: 1}})).Raw()
-	if errors.Is(ferr, mongo.ErrNoDocuments) {
+	st, ferr := c.gateState(ctx, id)
+	switch {
+	case errors.Is(ferr, mongo.ErrNoDocuments):
 		return "", fmt.Errorf("queue: insert workflow %s: its gate: %w", id, err)
-	}
-	if ferr != nil {
+	case errors.Is(ferr, ErrWorkflowIDTaken):
+		return "", fmt.Errorf("queue: insert workflow %s: %w", id, ferr)
+	case ferr != nil:
 		return "", fmt.Errorf("queue: insert workflow %s: its gate: %w (and reading it: %w)", id, err, ferr)
 	}
-	if kind, _ := raw.Lookup("kind").StringValueOK(); kind != WorkflowGateKind {
-		return "", fmt.Errorf("queue: insert workflow %s: %w: a job of kind %q has the id", id, ErrWorkflowIDTaken, kind)
-	}
-	st, _ := raw.Lookup("state").StringValueOK()
-	if jobs.State(st) == jobs.StateBlocked {
+	if st == jobs.StateBlocked {
 		// A builder resuming: the leader's pass gives it a grace of its
 		// own from here (a pass that has cancelled it meanwhile wins, and
 		// the publish says so).
@@ -528,11 +503,27 @@ func (c *Client) insertGate(ctx context.Context, id string, t time.Time, tasks [
 			return "", fmt.Errorf("queue: insert workflow %s: resume it: %w", id, err)
 		}
 	}
+	return st, nil
+}
+
+// gateState reads the state of the gate of the workflow with id:
+// mongo.ErrNoDocuments when no job has the id, ErrWorkflowIDTaken when a
+// job of another kind has it.
+func (c *Client) gateState(ctx context.Context, id string) (jobs.State, error) {
+	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
+		options.FindOne().SetProjection(bson.D{{Key: "kind", Value: 1}, {Key: "state", Value: 1}})).Raw()
+	if err != nil {
+		return "", err
+	}
+	if kind, _ := raw.Lookup("kind").StringValueOK(); kind != WorkflowGateKind {
+		return "", fmt.Errorf("%w: a job of kind %q has the id", ErrWorkflowIDTaken, kind)
+	}
+	st, _ := raw.Lookup("state").StringValueOK()
 	return jobs.State(st), nil
 }
 
-// listedGate is a gate's document as inserted: a job with an empty list
-// of dependents.
+// listedGate is a gate's document as inserted: a job with its list of
+// dependents, an array even when empty, which the tasks' links add to.
 type listedGate struct {
 	jobs.Job     `bson:",inline"`
 	DependentIDs bson.A `bson:"dependentIds"`
@@ -554,7 +545,7 @@ func (c *Client) publish(ctx context.Context, id string) error {
 	if r.MatchedCount == 1 {
 		return nil
 	}
-	states, err := c.statesOf(ctx, bson.A{id})
+	states, _, err := c.statesOf(ctx, bson.A{id})
 	if err != nil {
 		return fmt.Errorf("queue: publish workflow %s: read its gate: %w", id, err)
 	}
@@ -591,21 +582,13 @@ type WorkflowCancelResult struct {
 // workflow that has finished, or again, does nothing.
 func (c *Client) CancelWorkflow(ctx context.Context, id string) (WorkflowCancelResult, error) {
 	var res WorkflowCancelResult
-	raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}},
-		options.FindOne().SetProjection(bson.D{{Key: "kind", Value: 1}, {Key: "state", Value: 1}})).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
+	switch _, err := c.gateState(ctx, id); {
+	case errors.Is(err, mongo.ErrNoDocuments):
 		// A workflow inserted by another driver, or whose gate retention
 		// deleted: its tasks are still found by their workflow field.
-		err = nil
-	} else if err == nil {
-		if kind, _ := raw.Lookup("kind").StringValueOK(); kind != WorkflowGateKind {
-			return res, fmt.Errorf("queue: cancel workflow %s: %w: a job of kind %q has the id", id, ErrWorkflowIDTaken, kind)
-		}
-	}
-	if err != nil {
+	case err != nil:
 		return res, fmt.Errorf("queue: cancel workflow %s: %w", id, err)
-	}
-	if raw != nil {
+	default:
 		n, err := c.cancelGate(ctx, []any{id}, nil, "cancelled: the workflow was cancelled before it was published")
 		if err != nil {
 			return res, fmt.Errorf("queue: cancel workflow %s: %w", id, err)
@@ -637,7 +620,9 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (WorkflowCancelR
 		}
 	}
 	if res.Unpublished {
-		res.Cancelled, _ = c.countCancelledWithGate(ctx, id)
+		// The tasks the gate's cancel ended (0 when the count fails).
+		n, _ := c.coll.CountDocuments(ctx, bson.D{{Key: workflowField, Value: id}, {Key: "state", Value: jobs.StateCancelled}})
+		res.Cancelled = int(n)
 	}
 	return res, nil
 }
@@ -646,7 +631,7 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (WorkflowCancelR
 // workflow id found already there, and counts those that are not its tasks
 // (another job holds the id) and, of its tasks, those no longer blocked.
 func (c *Client) classifyFound(ctx context.Context, id string, ids bson.A) (foreign, ended int, err error) {
-	cur, err := c.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+	cur, err := c.coll.Find(ctx, bson.D{idIn(ids)},
 		options.Find().SetProjection(bson.D{{Key: workflowField, Value: 1}, {Key: "state", Value: 1}}))
 	if err != nil {
 		return 0, 0, err
@@ -663,13 +648,6 @@ func (c *Client) classifyFound(ctx context.Context, id string, ids bson.A) (fore
 		return nil
 	})
 	return foreign, ended, err
-}
-
-// countCancelledWithGate counts the tasks of the workflow with id that its
-// gate's cancel ended.
-func (c *Client) countCancelledWithGate(ctx context.Context, id string) (int, error) {
-	n, err := c.coll.CountDocuments(ctx, bson.D{{Key: workflowField, Value: id}, {Key: "state", Value: jobs.StateCancelled}})
-	return int(n), err
 }
 
 // workflowTaskState is one task as CancelWorkflow reads it.

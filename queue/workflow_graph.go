@@ -28,7 +28,7 @@ func (c *Client) workflowOfJob(ctx context.Context, id JobID, p WorkflowPage) (W
 	}
 	v := WorkflowView{Job: id, Offset: p.Offset, AtLeast: atLeast}
 	counts := map[jobs.State]int{}
-	for batch := range slices.Chunk(order, viewBatch) {
+	for batch := range slices.Chunk(order, idChunk) {
 		if err := c.countStates(ctx, idsIn(batch), counts); err != nil {
 			return WorkflowView{}, fmt.Errorf("queue: count the graph of job %s: %w", id, err)
 		}
@@ -36,7 +36,7 @@ func (c *Client) workflowOfJob(ctx context.Context, id JobID, p WorkflowPage) (W
 	v.setStates(counts)
 	page := order[min(p.Offset, len(order)):min(p.Offset+p.Limit, len(order))]
 	var tasks []WorkflowTask
-	for batch := range slices.Chunk(page, viewBatch) {
+	for batch := range slices.Chunk(page, idChunk) {
 		cur, err := c.coll.Find(ctx, idsIn(batch), options.Find().SetProjection(workflowProjection))
 		if err == nil {
 			tasks, err = readWorkflowTasks(ctx, cur, tasks)
@@ -53,7 +53,7 @@ func (c *Client) workflowOfJob(ctx context.Context, id JobID, p WorkflowPage) (W
 // after, the job first, then level by level (its parents and dependents,
 // theirs, and so on), each level in id order, at most walk of them;
 // atLeast says it stopped there. Each job is asked for once per direction,
-// in batches of at most viewBatch ids, and each reply holds ids alone, at
+// in batches of at most idChunk ids, and each reply holds ids alone, at
 // most walk+1 of them: a graph of many edges costs what its jobs cost.
 func (c *Client) walkGraph(ctx context.Context, id JobID, walk int) (order []bson.RawValue, atLeast bool, err error) {
 	err = c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id.v}}, options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
@@ -67,7 +67,7 @@ func (c *Client) walkGraph(ctx context.Context, id JobID, walk int) (order []bso
 	order = []bson.RawValue{id.v}
 	for level := order; len(level) > 0 && !atLeast; {
 		var next []bson.RawValue
-		for batch := range slices.Chunk(level, viewBatch) {
+		for batch := range slices.Chunk(level, idChunk) {
 			found, err := c.relatives(ctx, batch, walk+1)
 			if err != nil {
 				return nil, false, fmt.Errorf("queue: read the graph of job %s: %w", id, err)
@@ -116,7 +116,7 @@ func (c *Client) relatives(ctx context.Context, ids []bson.RawValue, limit int) 
 	if err := store.EachRaw(ctx, cur, collect); err != nil {
 		return nil, err
 	}
-	cur, err = c.coll.Find(ctx, bson.D{{Key: afterField, Value: bson.D{{Key: "$in", Value: rawValues(ids)}}}},
+	cur, err = c.coll.Find(ctx, bson.D{{Key: afterField, Value: bson.D{{Key: "$in", Value: bsonA(ids)}}}},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)))
 	if err != nil {
 		return nil, err
@@ -125,17 +125,7 @@ func (c *Client) relatives(ctx context.Context, ids []bson.RawValue, limit int) 
 }
 
 // idsIn is the filter of the jobs whose ids are ids.
-func idsIn(ids []bson.RawValue) bson.D {
-	return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: rawValues(ids)}}}}
-}
-
-func rawValues(ids []bson.RawValue) bson.A {
-	a := make(bson.A, len(ids))
-	for i, v := range ids {
-		a[i] = v
-	}
-	return a
-}
+func idsIn(ids []bson.RawValue) bson.D { return bson.D{idIn(bsonA(ids))} }
 
 // compareIDs orders ids by type, strings by their text, others by their
 // bytes.

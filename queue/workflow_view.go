@@ -27,7 +27,7 @@ type WorkflowPage struct {
 	// Limit is how many tasks the page holds, at most MaxWorkflowPage.
 	Limit int
 	// Walk bounds a job's graph: at most this many jobs are walked (ids
-	// only). Defaults to defaultWorkflowWalk.
+	// only). Defaults to 10,000.
 	Walk int
 }
 
@@ -37,9 +37,6 @@ const (
 	// defaultWorkflowWalk is how many jobs of a graph WorkflowTasks walks
 	// at most.
 	defaultWorkflowWalk = 10000
-	// viewBatch bounds the ids of one command of the view: longer lists
-	// are sent in batches.
-	viewBatch = 500
 	// maxViewStates bounds the states a view counts apart; jobs in
 	// states past it (which only another application can write) are
 	// counted under "".
@@ -170,10 +167,8 @@ func (c *Client) workflowByName(ctx context.Context, wf string, p WorkflowPage) 
 		return WorkflowView{}, false, fmt.Errorf("queue: read workflow %q: %w", wf, err)
 	}
 	if p.Offset == 0 {
-		// The job whose id is the workflow's, when it is not a task: the
-		// builder's gate, which its tasks wait for and whose success
-		// publishes the workflow. Listed with them, it says whether the
-		// workflow was published (or cancelled before).
+		// The gate (WorkflowView.Gate): listed with the tasks, it says
+		// whether the workflow was published (or cancelled before).
 		raw, err := c.coll.FindOne(ctx, bson.D{{Key: "_id", Value: wf}}, options.FindOne().SetProjection(workflowProjection)).Raw()
 		switch {
 		case err == nil:
@@ -351,24 +346,20 @@ func topoOrder(tasks []WorkflowTask) []WorkflowTask {
 			}
 		}
 	}
-	// Always take the earliest created ready task: len(tasks) is bounded
-	// by a page, so a scan per step is cheap enough.
+	// Always take the earliest created ready task, or in a cycle the
+	// earliest left: len(tasks) is bounded by a page, so a scan per step
+	// is cheap enough.
 	out := make([]WorkflowTask, 0, len(tasks))
 	done := make([]bool, len(tasks))
 	for len(out) < len(tasks) {
 		next := -1
 		for i := range tasks {
-			if !done[i] && waits[i] == 0 {
-				next = i
-				break
+			if done[i] || (next >= 0 && waits[i] != 0) {
+				continue
 			}
-		}
-		if next < 0 { // a cycle: the earliest left
-			for i := range tasks {
-				if !done[i] {
-					next = i
-					break
-				}
+			next = i
+			if waits[i] == 0 {
+				break
 			}
 		}
 		done[next] = true
