@@ -395,10 +395,12 @@ func (c *Client) Purge(ctx context.Context, s jobs.State, age time.Duration) (in
 
 // QueueStats are the counts of one queue.
 type QueueStats struct {
+	// Queue is the queue's name; for jobs another application wrote
+	// without one, "(missing)", or with one of another type, the type's
+	// name in parentheses ("(32-bit integer)"). So are kinds and states.
 	Queue string
 	// Counts maps kind, then state, to how many jobs there are: the state
-	// as jobs.Job has it (a document another application wrote
-	// with a state of another type is counted under "(TYPE)").
+	// as jobs.Job has it.
 	Counts map[string]map[jobs.State]int64
 	// OldestAvailable is the runAt of the queue's longest-waiting runnable
 	// job; zero when none waits.
@@ -428,16 +430,15 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 		return nil, fmt.Errorf("queue: stats: %w", err)
 	}
 	defer cur.Close(ctx)
-	tally := newStatsTally(c.now())
+	return groupedStats(ctx, cur, c.now())
+}
+
+// groupedStats tallies the groups of Stats's $group, one a document.
+func groupedStats(ctx context.Context, cur *mongo.Cursor, now time.Time) ([]QueueStats, error) {
+	tally := newStatsTally(now)
 	for cur.Next(ctx) {
 		id, _ := cur.Current.Lookup("_id").DocumentOK()
-		str := func(k string) string {
-			if s, ok := id.Lookup(k).StringValueOK(); ok {
-				return s
-			}
-			return "(" + id.Lookup(k).Type.String() + ")"
-		}
-		q, kind, state := str("queue"), str("kind"), str("state")
+		q, kind, state := statsLabel(id.Lookup("queue")), statsLabel(id.Lookup("kind")), statsLabel(id.Lookup("state"))
 		n, _ := cur.Current.Lookup("n").AsInt64OK()
 		oldest, ok := cur.Current.Lookup("oldest").TimeOK()
 		tally.add(q, kind, state, n, oldest, ok)
@@ -508,18 +509,8 @@ func (c *Client) scanStats(ctx context.Context, since time.Time, states []jobs.S
 	for _, s := range states {
 		wanted[string(s)] = true
 	}
-	str := func(d bson.Raw, k string) string {
-		v := d.Lookup(k)
-		if s, ok := v.StringValueOK(); ok {
-			return s
-		}
-		if v.Type == 0 {
-			return "(missing)"
-		}
-		return "(" + v.Type.String() + ")"
-	}
 	err = store.EachRaw(ctx, cur, func(d bson.Raw) error {
-		q, kind, state := str(d, "queue"), str(d, "kind"), str(d, "state")
+		q, kind, state := statsLabel(d.Lookup("queue")), statsLabel(d.Lookup("kind")), statsLabel(d.Lookup("state"))
 		runAt, ok := d.Lookup("runAt").TimeOK()
 		tally.add(q, kind, state, 1, runAt, ok)
 		if wanted[state] {
@@ -533,4 +524,18 @@ func (c *Client) scanStats(ctx context.Context, since time.Time, states []jobs.S
 		return nil, nil, fmt.Errorf("queue: stats: %w", err)
 	}
 	return tally.stats(), finished, nil
+}
+
+// statsLabel is how Stats names a job's queue, kind or state v: the
+// string, or, for a document another application wrote, "(missing)" or
+// the name of the value's type in parentheses ("(32-bit integer)"). A
+// $group key holds no field for a value that is missing.
+func statsLabel(v bson.RawValue) string {
+	if s, ok := v.StringValueOK(); ok {
+		return s
+	}
+	if v.Type == 0 {
+		return "(missing)"
+	}
+	return "(" + v.Type.String() + ")"
 }
