@@ -166,8 +166,9 @@ func (w *Worker) pause(err error, sent time.Time, idle, failing *time.Duration) 
 
 // claimedAhead is how many of the slots taken for a claim are claimed
 // ahead: beyond the run slots that the other jobs held leave free. Those
-// can only free more before the claim's jobs are launched (only the
-// dispatcher adds to held).
+// can only free more before the claim's jobs are launched: only the
+// dispatcher takes new slots (startTaken takes back one that an ended job
+// gave up).
 func (w *Worker) claimedAhead(slots int) int {
 	others := int(w.held.Load()) - slots
 	return max(slots-max(w.cfg.Concurrency-others, 0), 0)
@@ -304,8 +305,10 @@ const stopSweepTimeout = 2 * time.Second
 
 // awaitRoom waits until the worker holds fewer than target jobs, then
 // takes one slot for the next claim. It returns false when the worker
-// stops claiming. Only the dispatcher takes slots, so the count it checks
-// can only fall before it takes one.
+// stops claiming. Only the dispatcher takes new slots, so the count it
+// checks can only fall before it takes one, but for a startTaken taking
+// back the slot its ended job gave up: the worker then holds one job over
+// target until one ends.
 func (w *Worker) awaitRoom(target int) bool {
 	for {
 		if w.claimingCtx.Err() != nil {
