@@ -21,7 +21,7 @@ package queue
 // dependency protocol's passes finish whatever a stopped builder left.
 // InsertWorkflow called again with the same id resumes a builder that
 // stopped: it finds what is there (a task's id is the workflow's id and
-// the task's name) and inserts the rest.
+// the task's name), inserts the rest and publishes the gate.
 
 import (
 	"context"
