@@ -227,7 +227,9 @@ func (l *claimLatency) observe(d time.Duration) {
 // ClaimTimeout, or claimLatencyFactor times the slowest recent claim when
 // that is longer, up to claimStretchLeases leases more; that most for the
 // first claim, when how slow the server is (connections included) is not
-// known yet. A job's first renewal comes a heartbeat interval after its
+// known yet. The worker stamps a lease longer by as much as the deadline
+// passes ClaimTimeout, so a fast server changes neither after the first
+// claim. A job's first renewal comes a heartbeat interval after its
 // claim whatever lease it stamped (Worker.heartbeat), so a stretched lease
 // outlives its worker only if the worker dies within that interval.
 func (l *claimLatency) deadline(c Config) time.Duration {

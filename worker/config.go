@@ -33,8 +33,9 @@ const (
 	// DefaultPrefetch is how many jobs a worker may hold beyond
 	// Concurrency, waiting for a slot (see Config.Prefetch).
 	DefaultPrefetch = 100
-	// DefaultStuckGrace is how long a handler may go on after its context
-	// ended before the worker gives up on it (see Config.StuckGrace).
+	// DefaultStuckGrace is how long a handler may go on after its kind's
+	// timeout, a cancel request or a lost lease before the worker gives up
+	// on it (see Config.StuckGrace).
 	DefaultStuckGrace = 10 * time.Second
 	// maxClaimTimeout bounds one claim round trip; a short lease bounds it
 	// further (see Config.ClaimTimeout).
@@ -112,9 +113,10 @@ type Config struct {
 	// queue.QueueLimit(queue), → the most of its jobs the worker holds,
 	// from 1 to queue.MaxLimit. A job is held from its claim (claimed
 	// ahead and waiting for a slot too) until its outcome is written,
-	// however it ends. A kind or queue at its limit is left out of the
-	// claims until one of its jobs ends, and a claim takes no more jobs
-	// than the least room left among them. Unlike the cluster-wide limits
+	// however it ends, so at most that many of its handlers run at once.
+	// A kind or queue at its limit is left out of the claims until one of
+	// its jobs ends, and a claim takes no more jobs than the least room
+	// left among the limited kinds and queues it claims. Unlike the cluster-wide limits
 	// (queue.Client.SetLimit) they are this process's alone, never read
 	// from the database (docket's registry only shows them). Defaults to
 	// none.

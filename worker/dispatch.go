@@ -41,7 +41,8 @@ func (w *Worker) dispatch() {
 		params.Token = uuid.NewString()
 		// The lease stamped is longer by as much as the deadline
 		// (claimLatency.deadline) passes ClaimTimeout: a claim answered in
-		// time leaves its jobs StartMargin of lease. A stop does not cancel it.
+		// time leaves its jobs StartMargin of lease at least (the lease is
+		// counted from before the send). A stop does not cancel it.
 		timeout := st.took.deadline(w.cfg)
 		params.Lease = w.cfg.Lease + timeout - w.cfg.ClaimTimeout()
 		params.Ahead = w.claimedAhead(slots)

@@ -280,7 +280,8 @@ func (w *Worker) await(ctx context.Context, result <-chan error) (err error, ret
 // a.cause) for Config.StuckGrace, as that field says: the heartbeat has
 // stopped, the outcome is recorded fenced on the lease, the slot is freed
 // when execute returns, and the handler's goroutine is left running (the
-// job may then run elsewhere beside it). It sets what execute reports.
+// job may then run elsewhere beside it: handlers are safe to run beside a
+// stalled attempt, docs/CONCEPTS.md). It sets what execute reports.
 func (w *Worker) giveUp(a *attempt, start time.Time, result <-chan error) {
 	r, log, grace := a.r, a.log, w.cfg.StuckGrace
 	w.stuck.Add(1)

@@ -63,7 +63,7 @@ type Worker struct {
 	handler      handlerTime // how long handlers take, to size claims ahead
 	wake         chan struct{}
 
-	drainedAt atomic.Int64 // unix nanoseconds: when a claim last found the backlog drained (noteDrained)
+	drainedAt atomic.Int64 // unix nanoseconds, 0 when the last claim failed or saw a backlog: when it found the backlog drained (noteDrained)
 	missed    missedNext   // the dependents runNext last found not to take (deps.go)
 
 	stopClaiming context.CancelFunc

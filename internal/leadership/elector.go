@@ -316,7 +316,8 @@ func (e *Elector) renew(ctx context.Context, term Term, version int64, trusted t
 // leader renews. Takeover after a leader's last renewal comes between one
 // TTL and two, plus up to two jitters: the look just before that renewal
 // saw an older version and waits a TTL, the next sees the last version and
-// waits a TTL more.
+// waits a TTL more. Looking every Interval would take over no sooner: it
+// also comes within two TTLs.
 func (e *Elector) follow(ctx context.Context) time.Duration {
 	// A look may wait as long as a lease lasts: how long it took does not
 	// matter, since the follower counts from the moment its reply came.
