@@ -186,7 +186,7 @@ func readMoves(ctx context.Context, coll *mongo.Collection, filter bson.D, now t
 	if err != nil {
 		return nil, false, err
 	}
-	defer cur.Close(ctx)
+	defer store.CloseCursor(ctx, cur)
 	for cur.Next(ctx) {
 		moves, after := jobMoves(cur.Current, now)
 		if moves {

@@ -168,7 +168,7 @@ func (h *addFriendHandler) read(ctx context.Context, ids ...string) (map[string]
 	if err != nil {
 		return nil, fmt.Errorf("look up users %q: %w", ids, err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	found := make(map[string]bson.Raw, len(ids))
 	for cur.Next(ctx) {
 		id, ok := cur.Current.Lookup("_id").StringValueOK()

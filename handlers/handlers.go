@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/docketq/docket/jobs"
 	"github.com/docketq/docket/queue"
@@ -66,4 +67,14 @@ func Setup(ctx context.Context, db *mongo.Database) error {
 		setupTree(ctx, db),
 		setupLedger(ctx, db),
 	)
+}
+
+// closeCursor closes cur even when ctx has ended (a pass stopped by its
+// deadline or a stop), within five seconds: cur.Close(ctx) would then send
+// no killCursors and leave the cursor open on the server until its
+// timeout.
+func closeCursor(ctx context.Context, cur *mongo.Cursor) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = cur.Close(ctx)
 }

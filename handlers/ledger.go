@@ -272,7 +272,7 @@ func readLedgerAccounts(ctx context.Context, c ledgerColls, bad func(id string, 
 	if err != nil {
 		return nil, err
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	accts := map[string]ledgerAccount{}
 	for cur.Next(ctx) {
 		id, ok := cur.Current.Lookup("_id").StringValueOK()
@@ -350,7 +350,7 @@ func readLedgerView(ctx context.Context, c ledgerColls, id string) (*ledgerView,
 	if err != nil {
 		return nil, fmt.Errorf("read the seqIds of ledger account %q: %w", id, err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	var ids bson.A
 	for cur.Next(ctx) {
 		var s ledgerSlot
@@ -387,7 +387,7 @@ func readLedgerTxs(ctx context.Context, c ledgerColls, ids bson.A, into map[stri
 	if err != nil {
 		return fmt.Errorf("read ledger transactions: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	for cur.Next(ctx) {
 		var tx LedgerTx
 		if err := bson.Unmarshal(cur.Current, &tx); err != nil {

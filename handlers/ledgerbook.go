@@ -226,7 +226,7 @@ func ledgerSums(ctx context.Context, c ledgerColls, keep func(ledgerSlot) bool) 
 	if err != nil {
 		return nil, fmt.Errorf("handlers: read the ledger's seqIds: %w", err)
 	}
-	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	defer closeCursor(ctx, cur)
 	var slots []ledgerSlot
 	var ids bson.A
 	for cur.Next(ctx) {

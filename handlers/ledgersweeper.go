@@ -193,7 +193,7 @@ func (s *LedgerSweeper) pending(ctx context.Context, accts map[string]ledgerAcco
 			}
 		}
 		err = cur.Err()
-		_ = cur.Close(ctx)
+		closeCursor(ctx, cur)
 		if err != nil {
 			return nil, nil, fmt.Errorf("ledger sweep: read the next claims: %w", err)
 		}
@@ -314,7 +314,7 @@ func (s *LedgerSweeper) commit(ctx context.Context, accts map[string]ledgerAccou
 	if err != nil {
 		return 0, fmt.Errorf("ledger sweep: find uncommitted transactions: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	var ids bson.A
 	for cur.Next(ctx) {
 		var tx LedgerTx

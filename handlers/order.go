@@ -315,7 +315,7 @@ func SummarizeOrders(ctx context.Context, db *mongo.Database, product string) (O
 	if err != nil {
 		return s, fmt.Errorf("read the orders of %q: %w", product, err)
 	}
-	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	defer closeCursor(ctx, cur)
 	for cur.Next(ctx) {
 		status, _ := cur.Current.Lookup("status").StringValueOK()
 		switch status {

@@ -133,7 +133,7 @@ type dueUser struct {
 // decodeDue reads one page of users, each decoded on its own, and returns
 // those that get a sync job, how many documents it read, and the last _id.
 func (s *RenameSweeper) decodeDue(ctx context.Context, cur *mongo.Cursor) (due []dueUser, read int, last string, err error) {
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	for cur.Next(ctx) {
 		read++
 		doc := cur.Current

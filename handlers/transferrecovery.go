@@ -135,7 +135,7 @@ type stalledTx struct {
 // transfer job names its transaction by a string): it is skipped with a
 // log line, and never stops the pass.
 func (r *TransferRecovery) decodeStalled(ctx context.Context, cur *mongo.Cursor) ([]stalledTx, int, error) {
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	var stalled []stalledTx
 	n := 0
 	for cur.Next(ctx) {

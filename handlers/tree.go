@@ -435,7 +435,7 @@ func resolveTree(ctx context.Context, nodes *mongo.Collection, tree string, st t
 	if err != nil {
 		return nil, fmt.Errorf("tree %q: read version %d: %w", tree, target, err)
 	}
-	defer cur.Close(ctx)
+	defer closeCursor(ctx, cur)
 	newest := map[string]nodeDoc{}
 	for cur.Next(ctx) {
 		if f := treeScanMet.Load(); f != nil && !(*f)(cur.Current) {
@@ -641,7 +641,7 @@ func SweepTrees(ctx context.Context, db *mongo.Database, keep int, log *zap.Logg
 	if err != nil {
 		return 0, fmt.Errorf("handlers: sweep trees: %w", err)
 	}
-	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	defer closeCursor(ctx, cur)
 	var ids []string
 	for cur.Next(ctx) {
 		if id, ok := cur.Current.Lookup("_id").StringValueOK(); ok {
@@ -765,7 +765,7 @@ func removeSuperseded(ctx context.Context, trees, nodes *mongo.Collection, tree 
 	if err != nil {
 		return removed, fmt.Errorf("tree %q: read old versions: %w", tree, err)
 	}
-	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	defer closeCursor(ctx, cur)
 	var docs []nodeDoc
 	for cur.Next(ctx) {
 		var d nodeDoc

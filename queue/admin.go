@@ -164,7 +164,7 @@ func (c *Client) List(ctx context.Context, f JobFilter, after string, limit int)
 	if err != nil {
 		return nil, false, fmt.Errorf("queue: list jobs: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer store.CloseCursor(ctx, cur)
 	var out []JobSummary
 	for cur.Next(ctx) {
 		out = append(out, summarize(append(bson.Raw(nil), cur.Current...)))
@@ -224,7 +224,7 @@ func (c *Client) matching(ctx context.Context, f JobFilter) ([]ActionResult, err
 	if err != nil {
 		return nil, fmt.Errorf("queue: find jobs: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer store.CloseCursor(ctx, cur)
 	found := map[string]bool{} // by token: of the id's type
 	var out []ActionResult
 	for cur.Next(ctx) {
@@ -429,7 +429,7 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	if err != nil {
 		return nil, fmt.Errorf("queue: stats: %w", err)
 	}
-	defer cur.Close(ctx)
+	defer store.CloseCursor(ctx, cur)
 	return groupedStats(ctx, cur, c.now())
 }
 
@@ -458,7 +458,7 @@ func (c *Client) finishedTimes(ctx context.Context, since time.Time, states ...j
 	if err != nil {
 		return nil, fmt.Errorf("queue: jobs finished since %s: %w", since.Format(time.RFC3339), err)
 	}
-	defer cur.Close(ctx)
+	defer store.CloseCursor(ctx, cur)
 	out := map[jobs.State][]time.Time{}
 	for cur.Next(ctx) {
 		s, _ := cur.Current.Lookup("state").StringValueOK()

@@ -623,7 +623,7 @@ func (c *Client) lookUp(ctx context.Context, ids []string) (map[string]time.Time
 	if err != nil {
 		return nil, err
 	}
-	defer cur.Close(ctx)
+	defer store.CloseCursor(ctx, cur)
 	found := make(map[string]time.Time, len(ids))
 	for cur.Next(ctx) {
 		id, ok := cur.Current.Lookup("_id").StringValueOK()

@@ -48,11 +48,11 @@ func (r ReapResult) Add(o ReapResult) ReapResult {
 }
 
 // EachRaw calls fn with every document of cur, one at a time, then closes
-// it, so that a document that does not decode as its caller expects is the
-// caller's to handle and does not fail the others (cur.All into typed
-// values would). An error of fn stops the walk and is returned.
+// it (CloseCursor), so that a document that does not decode as its caller
+// expects is the caller's to handle and does not fail the others (cur.All
+// into typed values would). An error of fn stops the walk and is returned.
 func EachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) error {
-	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	defer CloseCursor(ctx, cur)
 	for cur.Next(ctx) {
 		if err := fn(cur.Current); err != nil {
 			return err
@@ -60,6 +60,20 @@ func EachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) er
 	}
 	return cur.Err()
 }
+
+// CloseCursor closes cur, within CursorCloseTimeout even when ctx has
+// ended: a read stopped by its caller's cancel or deadline sends its
+// killCursors all the same, where cur.Close(ctx) would send nothing and
+// leave the cursor open on the server until the server's cursor timeout
+// (ten minutes on MongoDB).
+func CloseCursor(ctx context.Context, cur *mongo.Cursor) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), CursorCloseTimeout)
+	defer cancel()
+	_ = cur.Close(ctx)
+}
+
+// CursorCloseTimeout bounds CloseCursor's killCursors.
+const CursorCloseTimeout = 5 * time.Second
 
 // MaxSpare bounds how long past its expiry (and the reaper's grace) the
 // reaper leaves a job whose owner is alive in the workers registry.
