@@ -180,10 +180,6 @@ func isTypeMismatch(err error) bool {
 // before it reads.
 const cacheTakes = 2
 
-// claimBatchOnce makes one attempt of ClaimBatch. raced reports that
-// others claimed first all the candidates it found, and that there may be
-// more beyond them. With limits (sp not nil), the candidates of a limit are
-// stamped one by one, each with free slots of sp (limit.go).
 // claimFromCache stamps, under limits, candidates left by an earlier read
 // (candidates.go), at most cacheTakes takes of them: no read when one of
 // them is stamped. Nothing claimed: the caller reads candidates.
@@ -241,6 +237,10 @@ func (s *Store) decodeCandidates(ctx context.Context, docs []bson.Raw, t time.Ti
 	return cs, nil
 }
 
+// claimBatchOnce makes one attempt of ClaimBatch. raced reports that
+// others claimed first all the candidates it found, and that there may be
+// more beyond them. With limits (sp not nil), the candidates of a limit are
+// stamped one by one, each with free slots of sp (limit.go).
 func (s *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, sp *slotPicker) (claimed []*jobs.Job, raced bool, err error) {
 	t := s.Now()
 	window := claimWindow
@@ -411,7 +411,7 @@ func (s *Store) stampUnderLimits(ctx context.Context, p ClaimParams, t time.Time
 		claimed = append(claimed, got...)
 		matched = matched || len(got) > 0
 	}
-	slices.SortStableFunc(claimed, func(a, b *jobs.Job) int { return claimOrder(a, b) })
+	slices.SortStableFunc(claimed, claimOrder)
 	return claimed, matched, nil
 }
 
@@ -498,12 +498,12 @@ func (s *Store) readBack(ctx context.Context, block []*jobs.Job, token string) (
 	return claimed, nil
 }
 
-// rawOrNull is the value of field in d, or null, which matches a field
-// that is missing.
-func rawOrNull(d bson.Raw, field string) any {
+// rawValue is d's field, or a null, which matches it missing: a filter's
+// "as read".
+func rawValue(d bson.Raw, field string) bson.RawValue {
 	v, err := d.LookupErr(field)
 	if err != nil {
-		return nil
+		return bson.RawValue{Type: bson.TypeNull}
 	}
 	return v
 }

@@ -95,8 +95,8 @@ type candidate struct {
 func candidateOf(j *jobs.Job, d bson.Raw) candidate {
 	return candidate{job: j, asRead: bson.D{
 		{Key: "_id", Value: j.ID},
-		{Key: "attempt", Value: rawOrNull(d, "attempt")},
-		{Key: "updatedAt", Value: rawOrNull(d, "updatedAt")},
+		{Key: "attempt", Value: rawValue(d, "attempt")},
+		{Key: "updatedAt", Value: rawValue(d, "updatedAt")},
 	}}
 }
 

@@ -223,7 +223,7 @@ func (s *Store) buryCandidate(ctx context.Context, raw bson.Raw, t time.Time, ca
 	id := raw.Lookup("_id")
 	msg := malformed + cause.Error()
 	_, err := s.coll.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateAvailable}, {Key: "updatedAt", Value: rawOrNull(raw, "updatedAt")}},
+		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateAvailable}, {Key: "updatedAt", Value: rawValue(raw, "updatedAt")}},
 		Finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: msg}}}))
 	if err == nil {
 		s.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))

@@ -111,8 +111,8 @@ func (s *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue s
 			return nil // a claim buries it
 		}
 		out = append(out, &Successor{Job: &j, ReadAt: t, asRead: bson.D{
-			{Key: "attempt", Value: rawOrNull(d, "attempt")},
-			{Key: "updatedAt", Value: rawOrNull(d, "updatedAt")},
+			{Key: "attempt", Value: rawValue(d, "attempt")},
+			{Key: "updatedAt", Value: rawValue(d, "updatedAt")},
 		}})
 		return nil
 	})
@@ -337,7 +337,7 @@ func successorStamp(next *Successor, p ClaimParams, t time.Time, set bson.D) (ma
 // error.
 func (s *Store) handoffOutcome(ctx context.Context, l Lease, j *jobs.Job, p ClaimParams, t time.Time, res *mongo.BulkWriteResult, err error) (*jobs.Job, error) {
 	lost := fmt.Errorf("store: complete job %s: %w", l.JobID, jobs.ErrLeaseLost)
-	ours := func(w *written) bool { return w.State == jobs.StateSucceeded && w.LeaseToken == l.Token }
+	ours := completedBy(l)
 	var bwe mongo.BulkWriteException
 	switch {
 	case err == nil && res.MatchedCount == 3:

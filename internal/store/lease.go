@@ -54,11 +54,8 @@ type Renewal struct {
 // this attempt set: without one in set, an earlier one goes. Every write
 // that finishes a job uses it, package queue's too (a cancel).
 func Finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
-	unset := bson.D{
-		{Key: "leaseExpiresAt", Value: ""}, {Key: CapacitySlotField, Value: ""},
-		{Key: kindRunSlotField, Value: ""}, {Key: queueRunSlotField, Value: ""},
-		{Key: kindPartSlotField, Value: ""}, {Key: queuePartSlotField, Value: ""},
-	}
+	unset := unsetFields("leaseExpiresAt", CapacitySlotField)
+	unset = append(unset, unsetFields(runSlotFields...)...)
 	if !slices.ContainsFunc(set, func(e bson.E) bool { return e.Key == "result" }) {
 		unset = append(unset, bson.E{Key: "result", Value: ""})
 	}
@@ -437,17 +434,18 @@ func requeue(t, runAt time.Time, set ...bson.E) bson.D {
 	)
 	return bson.D{
 		{Key: "$set", Value: bson.D(set)},
-		{Key: "$unset", Value: bson.D{
-			{Key: "leaseToken", Value: ""},
-			{Key: "leaseExpiresAt", Value: ""},
-			{Key: "heartbeatAt", Value: ""},
-			{Key: progressField, Value: ""}, // the attempt's, not the next one's
-			{Key: kindRunSlotField, Value: ""},
-			{Key: queueRunSlotField, Value: ""},
-			{Key: kindPartSlotField, Value: ""},
-			{Key: queuePartSlotField, Value: ""},
-		}},
+		// progress is the attempt's, not the next one's.
+		{Key: "$unset", Value: append(unsetFields("leaseToken", "leaseExpiresAt", "heartbeatAt", progressField), unsetFields(runSlotFields...)...)},
 	}
+}
+
+// unsetFields is what $unset takes to remove fields.
+func unsetFields(fields ...string) bson.D {
+	unset := make(bson.D, len(fields))
+	for i, f := range fields {
+		unset[i] = bson.E{Key: f, Value: ""}
+	}
+	return unset
 }
 
 // releasedTokenField holds the lease token of a job's last release: no

@@ -897,7 +897,7 @@ func StrandedRunSlotsFilter() bson.D {
 func (s *Store) FreeRunSlotsOf(ctx context.Context, ids bson.A) (int, error) {
 	n := 0
 	for _, f := range runSlotFields {
-		k, err := s.UpdateIDs(ctx, ids, strandedRunSlot(f), bson.D{{Key: "$unset", Value: bson.D{{Key: f, Value: ""}}}})
+		k, err := s.UpdateIDs(ctx, ids, strandedRunSlot(f), bson.D{{Key: "$unset", Value: unsetFields(f)}})
 		n += k
 		if err != nil {
 			return n, fmt.Errorf("store: free stranded run slots: %w", err)

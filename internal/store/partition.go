@@ -218,13 +218,9 @@ func (s *Store) ClearPartitionLimit(ctx context.Context, name string) (bool, err
 // document id, deletes it when it then limits nothing (neither a limit
 // nor a partitionBy left), and reports whether the first field was there.
 func (s *Store) unsetLimitsFields(ctx context.Context, id string, fields ...string) (bool, error) {
-	unset := bson.D{}
-	for _, f := range fields {
-		unset = append(unset, bson.E{Key: f, Value: ""})
-	}
 	res, err := s.limitsColl().UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}, {Key: fields[0], Value: bson.D{{Key: "$exists", Value: true}}}},
-		bson.D{{Key: "$unset", Value: unset}})
+		bson.D{{Key: "$unset", Value: unsetFields(fields...)}})
 	if err != nil {
 		return false, err
 	}

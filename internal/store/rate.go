@@ -363,15 +363,6 @@ func badStarts(d bson.Raw) bool {
 	return true
 }
 
-// rawValue is d's field, or a null that matches it missing.
-func rawValue(d bson.Raw, field string) bson.RawValue {
-	v, err := d.LookupErr(field)
-	if err != nil {
-		return bson.RawValue{Type: bson.TypeNull}
-	}
-	return v
-}
-
 // read sets s's tat (raw: as stored) and badStarts from d, its rate's or
 // its partition's document.
 func (s *rateState) read(d bson.Raw) {

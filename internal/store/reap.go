@@ -213,7 +213,7 @@ func (s *Store) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapRes
 	filter := bson.D{
 		{Key: "_id", Value: raw.Lookup("_id")},
 		{Key: "state", Value: jobs.StateRunning},
-		{Key: "leaseToken", Value: rawOrNull(raw, "leaseToken")},
+		{Key: "leaseToken", Value: rawValue(raw, "leaseToken")},
 		{Key: "leaseExpiresAt", Value: raw.Lookup("leaseExpiresAt")},
 	}
 	var j jobs.Job
