@@ -22,45 +22,43 @@ import (
 // Rate limits: at most N starts of a kind's or a queue's jobs per period,
 // with a burst, across every worker process.
 //
-// A rate is stored beside the concurrency limits, in the limits collection,
-// as {_id: "rate:kind:email", rate: 14, periodMs: 1000, burst: 5, tat,
-// starts, rateSetAt, rateSetBy}, so the one read of that collection that
-// every claim makes each LimitRefresh brings the rates too: a process with
-// no rate set pays no command for them.
+// A rate is stored in the limits collection beside the concurrency limits,
+// {_id: "rate:kind:email", rate: 14, periodMs: 1000, burst: 5, tat, tNs,
+// starts, rateSetAt, rateSetBy}, so the read of that collection that every
+// claim makes each LimitRefresh brings the rates too: a process with no
+// rate set pays no command for them.
 //
 // The rate is kept by GCRA (gcra.go): tat is the theoretical arrival time
-// of the next start, stored with the interval it is in (tNs). A claim that may claim jobs under a rate first
-// reserves k starts (at most what it may claim) with one conditional write
-// on the rate's document, matching tat and the rate as last read (a
-// compare-and-set; on a miss it reads the document and tries again), then
-// claims up to k jobs of it, and gives back the starts it did not use with
-// one more write, only when tat is still the one it wrote and the rate the
-// one it read (else they are lost: the rate runs under, never over).
-// starts counts the reservations.
+// of the next start, tNs the interval it was written under. A claim under a
+// rate reserves k starts (at most what it may claim) with one write of the
+// rate's document matching tat and the rate as last read (a
+// compare-and-set; on a miss it reads the document and tries again),
+// claims up to k jobs, and gives back the starts it did not use with one
+// more write, only while tat is still the one it wrote and the rate the
+// one it read (else they are lost: the rate runs under). starts counts the
+// reservations.
 //
-// What "exact" means: the reservations are exact. In any window of one
-// period at most N + burst starts are reserved, whatever the number of
-// processes, because every reservation is a compare-and-set of the one
-// document. A claim stamps its jobs after its reservation; a claim whose
-// reply comes more than RateStartLag after its reservation (the process
-// stalled, the server was slow, the reply was lost) gives its jobs back
-// unstarted, its attempt not counted, and keeps the reservation (the rate
-// runs under). So a job of a rate starts within RateStartLag of its
+// The reservations are exact: in any window of one period at most
+// N + burst starts are reserved, whatever the number of processes, as each
+// is a compare-and-set of the one document; a lost reply of one counts as
+// taken. A claim stamps its jobs after its reservation; one whose reply
+// comes more than RateStartLag after it (a stall, a slow server, a lost
+// reply) gives its jobs back unstarted, attempts not counted, and keeps the
+// reservation. So a job of a rate starts within RateStartLag of its
 // reservation, and in any window of one period at most N + burst jobs of
 // it are claimed, plus those of one RateStartLag (⌈RateStartLag/T⌉) when
 // claims are delayed. Rates assume the processes' clocks agree: a clock
-// ahead by d lets its process start up to d/T early. A lost reply of a
-// reservation counts as taken. Over-running needs a clock that is wrong;
-// every other failure only slows the rate.
+// ahead by d lets its process start up to d/T early. Only a wrong clock
+// over-runs; every other failure slows the rate.
 //
 // A rate bounds handler starts, not only claims: a worker asks for jobs
-// under a rate only for its run slots free now (ClaimParams.Ahead), never
-// for the jobs it holds ahead, and starts them at once.
+// under a rate only for its run slots free now (ClaimParams.Ahead) and
+// starts them at once.
 //
 // A claim leaves out a kind or queue whose rate allows no start now, as
-// last read, until its next start is allowed (NextRateStart tells a worker
-// when), so a rate that binds costs no claim a read of its jobs. Under a
-// backlog it waits for a few starts at once (ratebatch.go).
+// last read, until its next start (NextRateStart tells a worker when), so
+// a rate that binds costs no claim a read of its jobs. Under a backlog it
+// waits for a few starts at once (ratebatch.go).
 
 // RateStartLag bounds how long after its reservation a job of a rate
 // limit may be claimed: a claim answered later gives its jobs of the rate
@@ -97,7 +95,7 @@ type Rate struct {
 
 // gcra is r's arithmetic (gcra.go). r must be valid.
 func (r Rate) gcra() gcra {
-	return gcra{t: time.Duration((int64(r.Per) + int64(r.N) - 1) / int64(r.N)), burst: max(r.Burst, 1)}
+	return gcra{t: time.Duration((int64(r.Per) + int64(r.N) - 1) / int64(r.N)), burst: r.burst()}
 }
 
 func (r Rate) burst() int { return max(r.Burst, 1) }
@@ -156,6 +154,7 @@ func (r Rate) String() string {
 // optionally by " per FIELD", which partitions it by that args field
 // ("10/m burst 2 per customerId").
 func ParseRate(s string) (Rate, error) {
+	usage := fmt.Errorf("rate %q: write N/PERIOD, e.g. 14/s, 600/m burst 20 or 10/m per customerId", s)
 	f := strings.Fields(s)
 	var r Rate
 	if len(f) >= 3 && f[len(f)-2] == "per" {
@@ -174,11 +173,11 @@ func ParseRate(s string) (Rate, error) {
 		}
 		r.Burst = b
 	default:
-		return Rate{}, fmt.Errorf("rate %q: write N/PERIOD, e.g. 14/s, 600/m burst 20 or 10/m per customerId", s)
+		return Rate{}, usage
 	}
 	n, per, ok := strings.Cut(f[0], "/")
 	if !ok {
-		return Rate{}, fmt.Errorf("rate %q: write N/PERIOD, e.g. 14/s, 600/m burst 20 or 10/m per customerId", s)
+		return Rate{}, usage
 	}
 	var err error
 	if r.N, err = strconv.Atoi(n); err != nil {
@@ -719,33 +718,21 @@ func (s *Store) giveBackPlain(ctx context.Context, hs []plainHold, keep int) {
 }
 
 // settleStarts ends a claim of jobs under starts of the rates names
-// reserved at t, plain or partitioned: it gives claimed back, unstarted,
-// when its reply came too late to count as made then (lateUnderRate; the
-// starts stay used, and it returns none), else gives back with giveBack
-// the starts the jobs claimed did not use.
+// reserved at t, plain or partitioned. A claim answered more than
+// RateStartLag after its reservation came too late to count as made then:
+// it gives claimed back, unstarted, the starts staying used, and returns
+// none. Else it gives back with giveBack the starts the jobs did not use.
 func (s *Store) settleStarts(ctx context.Context, names []string, t time.Time, claimed []*jobs.Job, giveBack func(used int)) ([]*jobs.Job, error) {
-	if late, err := s.lateUnderRate(ctx, names, t, claimed); late || err != nil {
-		return nil, err
+	if d := s.instant().Sub(t); d > RateStartLag && len(claimed) > 0 {
+		if err := s.releaseRateJobs(ctx, claimed); err != nil {
+			return nil, err
+		}
+		s.log.Warn("gave back the jobs of a claim under a rate limit answered too late after its reservation: not run, attempts not counted",
+			zap.Strings("rates", names), zap.Duration("late", d), zap.Int("jobs", len(claimed)))
+		return nil, nil
 	}
 	giveBack(len(claimed))
 	return claimed, nil
-}
-
-// lateUnderRate gives claimed back, unstarted, when the claim was answered
-// more than RateStartLag after its reservation at t: it came too late to
-// count as made then. The reservation stays used. late reports that it
-// did.
-func (s *Store) lateUnderRate(ctx context.Context, names []string, t time.Time, claimed []*jobs.Job) (late bool, err error) {
-	d := s.instant().Sub(t)
-	if d <= RateStartLag || len(claimed) == 0 {
-		return false, nil
-	}
-	if err := s.releaseRateJobs(ctx, claimed); err != nil {
-		return true, err
-	}
-	s.log.Warn("gave back the jobs of a claim under a rate limit answered too late after its reservation: not run, attempts not counted",
-		zap.Strings("rates", names), zap.Duration("late", d), zap.Int("jobs", len(claimed)))
-	return true, nil
 }
 
 // reserve takes up to k starts of rate name at t with a compare-and-set on
@@ -781,8 +768,6 @@ func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 			return 0, Rate{}, time.Time{}, nil
 		}
 		if checkFirst {
-			// It lost the last reservation: what it saw is likely stale,
-			// so it reads the rate before a write that would be refused.
 			checkFirst = false
 			if err := s.readRate(ctx, name); err != nil {
 				return 0, Rate{}, time.Time{}, err
@@ -868,16 +853,14 @@ func bsonDateTime(t time.Time) (bson.Type, []byte) {
 }
 
 // yield is how long after the next start of rate r (name) this client
-// waits to try to reserve it when its last reservations found it taken
-// by another process: every process waiting for the next start tries it
-// at that instant, and all but one lose it, each at the cost of a refused
-// write and a read. A client that keeps losing tries later, at random
-// within up to one interval per loss in a row, but never later than
-// the burst less the want starts it waits for allows: starts made that
-// late are not lost, the burst lets them catch up at once. The process that won keeps trying on time
-// (its view of the rate is its own write), and a loser that finds the
-// rate free wins and tries on time again. Zero for a burst of 1, or
-// before any loss.
+// waits to try to reserve it when its last reservations lost to another
+// process (all but one of the processes trying at that instant lose:
+// ratebatch.go): at random within up to one interval per loss in a row,
+// but never later than the burst less the want starts it waits for allows,
+// so that the burst lets starts made that late catch up at once. The
+// winner keeps trying on time (its view is its own write), and a loser
+// that finds the rate free wins and tries on time again. Zero for a burst
+// of 1, or before any loss.
 func (rc *rateCache) yield(name string, r Rate, want int) time.Duration {
 	rc.mu.Lock()
 	lost := rc.lost[name]
