@@ -468,20 +468,15 @@ func (s *Store) readBack(ctx context.Context, block []*jobs.Job, token string) (
 			return nil, fmt.Errorf("store: claim batch: read back claimed jobs: %w", err)
 		}
 	}
-	cur, err := s.coll.Find(ctx, bson.D{
+	// One at a time: a job that does not decode is left running with this
+	// batch's token, which no one will renew, and the reaper buries it.
+	ours := bson.D{
 		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
 		{Key: "state", Value: jobs.StateRunning},
 		{Key: "leaseToken", Value: token},
-	}, options.Find().SetSort(claimSort))
-	if err != nil {
-		// The jobs are ours but we cannot know which: the caller's
-		// ReleaseClaim (or else the reaper) frees them.
-		return nil, fmt.Errorf("store: claim batch: read back claimed jobs: %w", err)
 	}
-	// One at a time: a job that does not decode is left running with this
-	// batch's token, which no one will renew, and the reaper buries it.
 	var claimed []*jobs.Job
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	err := eachFound(ctx, s.coll, ours, options.Find().SetSort(claimSort), func(d bson.Raw) error {
 		var j jobs.Job
 		if err := bson.Unmarshal(d, &j); err != nil {
 			s.log.Warn("claim batch: a claimed job does not decode; the reaper will bury it", zap.Any("job_id", d.Lookup("_id")), zap.Error(err))
@@ -491,8 +486,9 @@ func (s *Store) readBack(ctx context.Context, block []*jobs.Job, token string) (
 		return nil
 	})
 	if err != nil {
-		// Those read so far are ours too, but one call gives all or none:
-		// ReleaseClaim gives them all back.
+		// The jobs are ours but we cannot know which (or, of those read so
+		// far, one call gives all or none): the caller's ReleaseClaim (or
+		// else the reaper) frees them.
 		return nil, fmt.Errorf("store: claim batch: read back claimed jobs: %w", err)
 	}
 	return claimed, nil
@@ -573,13 +569,9 @@ func (s *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.readBackWait())
 	defer cancel()
-	cur, err := s.coll.Find(rctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("store: complete %d jobs: find the lost leases: %w: %w", len(ls), ErrOutcomeUnknown, err)
-	}
 	done := map[string]string{}
-	err = EachRaw(rctx, cur, func(d bson.Raw) error {
+	proj := options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}})
+	err = eachFound(rctx, s.coll, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, proj, func(d bson.Raw) error {
 		id, _ := d.Lookup("_id").StringValueOK()
 		state, _ := d.Lookup("state").StringValueOK()
 		token, _ := d.Lookup("leaseToken").StringValueOK()

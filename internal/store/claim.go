@@ -275,14 +275,9 @@ func (s *Store) ReleaseClaim(ctx context.Context, token string) (int, error) {
 	if token == "" {
 		return 0, errors.New("store: release claim: empty token")
 	}
-	cur, err := s.coll.Find(ctx,
-		bson.D{{Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: token}},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return 0, fmt.Errorf("store: release claim %s: %w", token, err)
-	}
+	ours := bson.D{{Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: token}}
 	var ids []string
-	if err := EachRaw(ctx, cur, func(d bson.Raw) error {
+	if err := eachFound(ctx, s.coll, ours, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}), func(d bson.Raw) error {
 		if id, ok := d.Lookup("_id").StringValueOK(); ok {
 			ids = append(ids, id)
 		}

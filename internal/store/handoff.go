@@ -100,12 +100,9 @@ func (s *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue s
 		return nil, nil
 	}
 	t := s.Now()
-	cur, err := s.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(n)).SetBatchSize(int32(n)).SetComment(SuccessorsComment))
-	if err != nil {
-		return nil, fmt.Errorf("store: read successors: %w", err)
-	}
+	opts := options.Find().SetSort(claimSort).SetLimit(int64(n)).SetBatchSize(int32(n)).SetComment(SuccessorsComment)
 	var out []*Successor
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	err = eachFound(ctx, s.coll, claimFilter(p, t), opts, func(d bson.Raw) error {
 		var j jobs.Job
 		if bson.Unmarshal(d, &j) != nil {
 			return nil // a claim buries it

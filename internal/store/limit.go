@@ -347,13 +347,9 @@ func (s *Store) RunLimits(ctx context.Context) ([]RunLimit, error) {
 
 // readLimits reads the stored limits in name order.
 func (s *Store) readLimits(ctx context.Context) ([]RunLimit, error) {
-	cur, err := s.limitsColl().Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("store: read limits: %w", err)
-	}
 	var out []RunLimit
 	var rates []bson.Raw
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	err := eachFound(ctx, s.limitsColl(), bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}), func(d bson.Raw) error {
 		if isRateDoc(d) { // rate.go
 			rates = append(rates, d)
 			return nil
@@ -530,11 +526,7 @@ func (s *Store) readRunLoad(ctx context.Context, totals map[string]int, parts pa
 	if !ok {
 		return r.totals, r.parts, nil
 	}
-	cur, err := s.coll.Find(ctx, filter, options.Find().SetProjection(proj))
-	if err != nil {
-		return nil, nil, fmt.Errorf("store: read the running jobs of the limits: %w", err)
-	}
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	err := eachFound(ctx, s.coll, filter, options.Find().SetProjection(proj), func(d bson.Raw) error {
 		r.count(d, parts)
 		return nil
 	})

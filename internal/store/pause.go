@@ -145,12 +145,8 @@ func (s *Store) QueueStates(ctx context.Context) ([]QueueState, error) {
 // ReadQueues reads the queues documents matching filter, in name order,
 // each decoded field by field with decode; what names them in errors.
 func ReadQueues[T any](ctx context.Context, c *Store, filter bson.D, what string, decode func(bson.Raw) T) ([]T, error) {
-	cur, err := c.QueuesColl().Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("store: read %s: %w", what, err)
-	}
 	var out []T
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	err := eachFound(ctx, c.QueuesColl(), filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}), func(d bson.Raw) error {
 		out = append(out, decode(d))
 		return nil
 	})

@@ -430,15 +430,10 @@ func (s *Store) ClearRate(ctx context.Context, name string) (bool, error) {
 // RateLimits returns every stored rate limit, in name order, with how much
 // of its burst is used now.
 func (s *Store) RateLimits(ctx context.Context) ([]RateLimit, error) {
-	cur, err := s.limitsColl().Find(ctx,
-		bson.D{{Key: "_id", Value: bson.D{{Key: "$regex", Value: "^" + rateScope}}}},
-		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("store: read rate limits: %w", err)
-	}
 	var out []RateLimit
 	t := s.instant()
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	rates := bson.D{{Key: "_id", Value: bson.D{{Key: "$regex", Value: "^" + rateScope}}}}
+	err := eachFound(ctx, s.limitsColl(), rates, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}), func(d bson.Raw) error {
 		rl, _ := rateLimit(d, t)
 		out = append(out, rl)
 		return nil

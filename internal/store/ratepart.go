@@ -564,11 +564,7 @@ func (s *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, i
 	if len(ids) == 0 {
 		return nil
 	}
-	cur, err := s.ratePartsColl().Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
-	if err != nil {
-		return fmt.Errorf("store: claim: read rate partitions: %w", err)
-	}
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	err := eachFound(ctx, s.ratePartsColl(), bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, options.Find(), func(d bson.Raw) error {
 		id, _ := d.Lookup("_id").StringValueOK()
 		rp := parts[id]
 		if rp == nil {
@@ -800,13 +796,9 @@ func (s *Store) CleanRatePartitions(ctx context.Context, limit int) (int, error)
 	}
 	cutoff := s.Now().Add(-RatePartitionIdle)
 	coll := s.ratePartsColl()
-	cur, err := coll.Find(ctx, bson.D{{Key: "tat", Value: bson.D{{Key: "$lt", Value: cutoff}}}},
-		options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "tat", Value: 1}}))
-	if err != nil {
-		return 0, fmt.Errorf("store: clean rate partitions: %w", err)
-	}
+	opts := options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "tat", Value: 1}})
 	var models []mongo.WriteModel
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	err := eachFound(ctx, coll, bson.D{{Key: "tat", Value: bson.D{{Key: "$lt", Value: cutoff}}}}, opts, func(d bson.Raw) error {
 		models = append(models, mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: d.Lookup("_id")}, {Key: "tat", Value: d.Lookup("tat")}}))
 		return nil
 	})

@@ -61,6 +61,16 @@ func EachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) er
 	return cur.Err()
 }
 
+// eachFound calls fn with each document of coll that filter matches, as
+// EachRaw does; an error is the find's or the read's.
+func eachFound(ctx context.Context, coll *mongo.Collection, filter bson.D, opts *options.FindOptionsBuilder, fn func(bson.Raw) error) error {
+	cur, err := coll.Find(ctx, filter, opts)
+	if err != nil {
+		return err
+	}
+	return EachRaw(ctx, cur, fn)
+}
+
 // MaxSpare bounds how long past its expiry (and the reaper's grace) the
 // reaper leaves a job whose owner is alive in the workers registry.
 const MaxSpare = 10 * time.Minute
