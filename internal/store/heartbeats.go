@@ -255,39 +255,27 @@ func (s *Store) readLeases(ctx context.Context, leases []Lease) (map[Lease]heldL
 		}
 		want[l.JobID] = append(want[l.JobID], l.Token)
 	}
-	cur, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		options.Find().SetProjection(bson.D{
-			{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1},
-			{Key: "leaseExpiresAt", Value: 1}, {Key: "cancelRequestedAt", Value: 1},
-		}))
-	if err != nil {
-		return nil, err
-	}
-	var docs []bson.Raw
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, err
-	}
-	out := make(map[Lease]heldLease, len(docs))
-	for _, doc := range docs {
+	proj := options.Find().SetProjection(bson.D{
+		{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1},
+		{Key: "leaseExpiresAt", Value: 1}, {Key: "cancelRequestedAt", Value: 1},
+	})
+	out := map[Lease]heldLease{}
+	err := eachFound(ctx, s.coll, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, proj, func(doc bson.Raw) error {
 		id, ok := doc.Lookup("_id").StringValueOK()
-		if !ok {
-			continue
-		}
 		state, _ := doc.Lookup("state").StringValueOK()
 		token, _ := doc.Lookup("leaseToken").StringValueOK()
-		if jobs.State(state) != jobs.StateRunning || token == "" {
-			continue
+		if !ok || jobs.State(state) != jobs.StateRunning || token == "" || !slices.Contains(want[id], token) {
+			return nil
 		}
-		for _, tok := range want[id] {
-			if tok != token {
-				continue
-			}
-			var h heldLease
-			h.expires, _ = doc.Lookup("leaseExpiresAt").TimeOK()
-			cr, err := doc.LookupErr("cancelRequestedAt")
-			h.cancel = err == nil && cr.Type != bson.TypeNull // as cancelRequested matches
-			out[Lease{JobID: id, Token: token}] = h
-		}
+		var h heldLease
+		h.expires, _ = doc.Lookup("leaseExpiresAt").TimeOK()
+		cr, err := doc.LookupErr("cancelRequestedAt")
+		h.cancel = err == nil && cr.Type != bson.TypeNull // as cancelRequested matches
+		out[Lease{JobID: id, Token: token}] = h
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
