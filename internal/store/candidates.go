@@ -242,13 +242,8 @@ func (s *Store) cacheable(p ClaimParams) bool {
 	rc := s.rates
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	for _, k := range p.Kinds {
-		if rc.rates[KindLimit(k)] != nil {
-			return false
-		}
-	}
-	for _, q := range p.Queues {
-		if rc.rates[QueueLimit(q)] != nil {
+	for _, name := range claimLimits(p) {
+		if rc.rates[name] != nil {
 			return false
 		}
 	}

@@ -324,9 +324,7 @@ func handoffWrites(ctx context.Context, l Lease, next *Successor, p ClaimParams,
 func successorStamp(next *Successor, p ClaimParams, t time.Time, set bson.D) (match, stamp bson.D) {
 	match = append(bson.D{{Key: "_id", Value: next.Job.ID}}, claimFilter(p, t)...)
 	match = append(match, next.asRead...)
-	stamp = claimUpdate(p, t, p.Token)
-	stamp[0].Value = append(stamp[0].Value.(bson.D), set...)
-	return match, stamp
+	return match, AlsoIn(claimUpdate(p, t, p.Token), "$set", set...)
 }
 
 // handoffOutcome reads what a hand-off's writes did from their reply

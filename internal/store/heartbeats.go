@@ -211,9 +211,7 @@ func leasesFilter(leases []Lease, uncancelled bool) bson.D {
 		}
 		byToken[l.Token] = append(byToken[l.Token], l.JobID)
 	}
-	// The job ids come first: MongoDB plans it on the _id index in any
-	// order; a server that evaluates a filter key by key over every
-	// document (server.go) then rejects all other jobs on the first key.
+	// The job ids first (server.go).
 	var filter bson.D
 	switch {
 	case len(leases) == 1:

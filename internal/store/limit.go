@@ -771,8 +771,7 @@ func limitedStamps(p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A,
 		s.markSent(j.ID)
 		match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
 		match = append(match, asRead[i].(bson.D)[1:]...) // attempt and updatedAt as read
-		update := claimUpdate(p, t, p.Token)
-		update[0].Value = append(update[0].Value.(bson.D), set...)
+		update := AlsoIn(claimUpdate(p, t, p.Token), "$set", set...)
 		models = append(models, mongo.NewUpdateOneModel().SetFilter(match).SetUpdate(update))
 		sent = append(sent, j)
 	}

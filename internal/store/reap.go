@@ -308,9 +308,7 @@ func (s *Store) Clean(ctx context.Context, st jobs.State, age time.Duration, lim
 	if s.hooks != nil {
 		s.hooks.BeforeClean()
 	}
-	// _id first: MongoDB plans it on the _id index in any order; a server
-	// that evaluates a filter key by key (server.go) rules out all but the
-	// batch before it looks at the other keys.
+	// _id first (server.go).
 	r, err := s.coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}, {Key: "state", Value: st}, eligible, periodOver, notDue})
 	if err != nil {
 		return 0, fmt.Errorf("store: clean %s jobs: %w", st, err)
