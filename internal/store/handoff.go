@@ -15,39 +15,36 @@ import (
 
 // Handing a run slot on: under a concurrency limit that binds, the slot
 // of a job that ends goes to the next job of its limit in the round trip
-// of the finishing write itself, rather than in the three round trips in
-// a row of the write, the next claim's read of candidates and its stamp.
+// of the finishing write itself, not in three in a row (the write, the
+// next claim's read of candidates, its stamp).
 //
 // While a job holding run slots runs, its worker reads a few candidates
 // of the job's kind and queue ahead (ReadSuccessors, in claim order).
 // When the job succeeds, CompleteHandingOff sends one ordered bulkWrite:
-// the fenced finishing write that Complete sends, then the claim stamp of
-// one candidate, matched on its id, the claim filter and its attempt and
+// Complete's fenced finishing write, then the claim stamp of one
+// candidate, matched on its id, the claim filter and its attempt and
 // updatedAt as read (as stampLimited stamps), setting the slots the first
-// write frees. The candidate is then claimed with no further round trip.
-// When it had been taken since it was read (its stamp matches nothing),
-// HandOnFreed stamps another into the freed slots: one round trip, not a
-// claim's two.
+// write frees. When the candidate was taken since it was read (its stamp
+// matches nothing), HandOnFreed stamps another into the freed slots: one
+// round trip, not a claim's two.
 //
-// The limit is kept by the unique index on the slots, not by the first
-// write's fence: the stamp takes the slot values the ending job held, so
-// it succeeds only if no running job holds them. When the ending job's
-// lease was lost (it stalled, the reaper re-queued it, which freed its
-// slots), the stamp either takes a slot that is free, which any claim
-// could take, or is refused as a duplicate key when another claim took
-// it since. Either way no slot is held twice, and the number of running
-// jobs of the limit is the number of slots held.
+// The unique index on the slots keeps the limit, not the first write's
+// fence: the stamp takes the slot values the ending job held, so it
+// succeeds only if no running job holds them. When the ending job's lease
+// was lost (it stalled, and the reaper re-queued it, freeing its slots),
+// the stamp either takes a free slot, as any claim could, or is refused
+// as a duplicate key when another claim took it since. Either way no slot
+// is held twice, and the running jobs of the limit are the slots held.
 //
 // A hand-off is made only where a claim would give the candidate the very
 // slots the ending job frees: the candidate is of the same kind and queue
 // (so the same limits apply), no rate applies to them (a start would need
 // a reservation, rate.go), its queue is not paused as read within
-// PauseRefresh, and the
-// limits and the views of their run slots (runload.go) are as trusted as
-// a claim from a view requires: read lately, under the limit as it is
-// now, with no slot held at or above it (a lowered limit is never kept
-// over-full by hand-offs). Otherwise the caller completes as usual and
-// the freed slot goes to its next claim.
+// PauseRefresh, and the limits and the views of their run slots
+// (runload.go) are as trusted as a claim from a view requires: read
+// lately, under the limit as it is now, with no slot held at or above it
+// (a lowered limit is never kept over-full by hand-offs). Otherwise the
+// caller completes as usual and the freed slot goes to its next claim.
 
 // Successor is a job read ahead by ReadSuccessors: a candidate to take,
 // with CompleteHandingOff, the run slots of a job that ends.

@@ -452,7 +452,7 @@ func runLoadQuery(totals map[string]int, parts partSpecs) (filter, proj bson.D, 
 	var or bson.A
 	for _, field := range []string{"kind", "queue"} {
 		if len(targets[field]) > 0 {
-			or = append(or, bson.D{{Key: field, Value: bson.D{{Key: "$in", Value: setKeys(targets[field])}}}})
+			or = append(or, bson.D{{Key: field, Value: bson.D{{Key: "$in", Value: slices.Sorted(maps.Keys(targets[field]))}}}})
 		}
 	}
 	if len(or) == 0 {
