@@ -686,28 +686,26 @@ type plainHold struct {
 func (s *Store) reservePlain(ctx context.Context, names []string, k int, t time.Time) (hs []plainHold, n int, err error) {
 	n = k
 	for _, name := range names {
-		got, r, tat, err := s.reserve(ctx, name, n, t)
-		if err != nil || got == 0 {
+		h, err := s.reserve(ctx, name, n, t)
+		if err != nil || h.n == 0 {
 			// A lost reply keeps what it may have reserved: the rate runs
 			// under.
 			s.giveBackPlain(ctx, hs, 0)
 			return nil, 0, err
 		}
-		if got < n {
-			s.giveBackPlain(ctx, hs, got)
-			n = got
+		if h.n < n {
+			s.giveBackPlain(ctx, hs, h.n)
+			n = h.n
 		}
-		hs = append(hs, plainHold{name, got, r, tat})
+		hs = append(hs, h)
 	}
 	return hs, n, nil
 }
 
-// giveBackPlain gives back the starts of hs beyond keep of each.
+// giveBackPlain gives back the starts of hs beyond keep of each (giveBack).
 func (s *Store) giveBackPlain(ctx context.Context, hs []plainHold, keep int) {
 	for i := range hs {
-		if tat, ok := s.giveBack(ctx, hs[i].name, hs[i].rate, hs[i].n-keep, hs[i].tat); ok {
-			hs[i].tat = tat
-		}
+		s.giveBack(ctx, &hs[i], hs[i].n-keep)
 		hs[i].n = keep
 	}
 }
@@ -732,11 +730,11 @@ func (s *Store) settleStarts(ctx context.Context, names []string, t time.Time, c
 
 // reserve takes up to k starts of rate name at t with a compare-and-set on
 // its document, reading it again when another process changed it. It
-// returns how many it took and the tat it wrote; none when the rate allows
-// no start now (NextRateStart then says when). The write is conditioned on
+// returns what it took (with the rate it read and the tat it wrote); none
+// when the rate allows no start now (NextRateStart then says when). The write is conditioned on
 // the rate as read too, not only on tat: a rate changed since it was read
 // (by an operator, within LimitRefresh or across a stall) is read again.
-func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (int, Rate, time.Time, error) {
+func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (plainHold, error) {
 	rc := s.rates
 	checkFirst := rc.readFirst(name) // likely stale: read before writing (ratebatch.go)
 	for range rateReserveTries {
@@ -744,14 +742,14 @@ func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		held := rc.rates[name]
 		if held == nil { // cleared since the claim planned
 			rc.mu.Unlock()
-			return 0, Rate{}, time.Time{}, nil
+			return plainHold{}, nil
 		}
 		st := *held
 		rc.mu.Unlock()
 		if st.rate.By != "" {
 			// Partitioned since the claim planned: its state is its
 			// partitions', which the next claim reserves.
-			return 0, Rate{}, time.Time{}, nil
+			return plainHold{}, nil
 		}
 		g := st.rate.gcra()
 		n := min(k, st.avail(t))
@@ -760,12 +758,12 @@ func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 			// What this client last saw allows too few starts: it sends
 			// nothing, and tries again when they are allowed.
 			rc.noteNext(g.startsAt(st.tat, t, want).Add(rc.yield(name, st.rate, want)))
-			return 0, Rate{}, time.Time{}, nil
+			return plainHold{}, nil
 		}
 		if checkFirst {
 			checkFirst = false
 			if err := s.readRate(ctx, name); err != nil {
-				return 0, Rate{}, time.Time{}, err
+				return plainHold{}, err
 			}
 			continue
 		}
@@ -777,17 +775,17 @@ func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		}
 		if err != nil {
 			s.limits.forget() // what is stored is unknown: read it again
-			return 0, Rate{}, time.Time{}, fmt.Errorf("store: claim: reserve %d starts of rate %s: %w", n, name, err)
+			return plainHold{}, fmt.Errorf("store: claim: reserve %d starts of rate %s: %w", n, name, err)
 		}
 		if rc.noteReserved(name, tat, res.MatchedCount == 1) {
-			return n, st.rate, tat, nil
+			return plainHold{name, n, st.rate, tat}, nil
 		}
 		// Another process reserved (or the rate changed): read it again.
 		if err := s.readRate(ctx, name); err != nil {
-			return 0, Rate{}, time.Time{}, err
+			return plainHold{}, err
 		}
 	}
-	return 0, Rate{}, time.Time{}, nil
+	return plainHold{}, nil
 }
 
 // noteReserved records whether this client's reservation of rate name,
@@ -897,27 +895,27 @@ func (s *Store) readRate(ctx context.Context, name string) error {
 	return nil
 }
 
-// giveBack returns n unused starts of rate name, reserved under r by a
-// write that set tat, when no one reserved since and the rate is still r:
-// tat goes back by n of r's intervals. Best-effort: when it does not match,
-// the starts are lost (the rate runs under).
-func (s *Store) giveBack(ctx context.Context, name string, r Rate, n int, tat time.Time) (time.Time, bool) {
+// giveBack returns n unused starts of h when no one reserved since its
+// write and the rate is still the one it read: tat goes back by n of the
+// rate's intervals. Best-effort: when it does not match, the starts are
+// lost (the rate runs under).
+func (s *Store) giveBack(ctx context.Context, h *plainHold, n int) {
 	if n <= 0 {
-		return tat, true
+		return
 	}
-	back := r.gcra().giveBack(tat, n)
-	res, err := s.limitsColl().UpdateOne(ctx, rateFilter(name, r, tat), giveBackUpdate(back, n))
+	back := h.rate.gcra().giveBack(h.tat, n)
+	res, err := s.limitsColl().UpdateOne(ctx, rateFilter(h.name, h.rate, h.tat), giveBackUpdate(back, n))
 	if err != nil || res.MatchedCount == 0 {
-		return tat, false
+		return
 	}
 	rc := s.rates
 	rc.mu.Lock()
-	if s := rc.rates[name]; s != nil && s.tat.Equal(tat) {
+	if s := rc.rates[h.name]; s != nil && s.tat.Equal(h.tat) {
 		s.tat = back
 		s.raw.Type, s.raw.Value = bsonDateTime(back)
 	}
 	rc.mu.Unlock()
-	return back, true
+	h.tat = back
 }
 
 // ValidateRates reports the first of rates (limit name → rate) whose name
