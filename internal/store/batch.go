@@ -103,12 +103,12 @@ const (
 // the update is sent and planned once, on the _id index, where a bulkWrite
 // repeats both per job; and a server that looks up only a lone {_id} by
 // its index (server.go) scans the collection once rather than per job.)
-// When only some
-// matched (another worker won a race for the rest), a third query reads
-// back those carrying this batch's token. When none matched, the claim
-// stamps the next block of the candidates it read (it reads claimWindow
-// blocks), so that two workers that read the same candidates split them
-// rather than one of them reading again. k == 1 is Claim.
+// When only some matched (another worker won a race for the rest), a
+// third query reads back those carrying this batch's token. When none
+// matched, the claim stamps the next block of the candidates it read (it
+// reads claimWindow blocks), so that two workers that read the same
+// candidates split them rather than one of them reading again. k == 1 is
+// Claim.
 //
 // Every job the call stamps carries p.Token (or a fresh token). On an
 // error it returns no job, though some may have been stamped (a stamp or a
@@ -525,10 +525,8 @@ func stampClaim(j *jobs.Job, p ClaimParams, t time.Time, token string) {
 // leases gives the outcome one call would have (each fence matches at most
 // once; a job already succeeded with its lease's token is not lost).
 //
-// One updateMany rather than a bulkWrite of fenced updateOnes: the
-// update is sent and planned once, on the _id index, rather than per job;
-// and a server that looks up only a lone {_id} by its index (server.go)
-// scans the collection once rather than per job.
+// One updateMany rather than a bulkWrite of fenced updateOnes, as in
+// ClaimBatch: sent, planned (and on a server that scans, run) once.
 func (s *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err error) {
 	if len(ls) == 0 {
 		return nil, nil
