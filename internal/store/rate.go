@@ -256,25 +256,24 @@ type rateCache struct {
 	full map[string]bool
 	// underRates reports that a rate applied to the last claim.
 	underRates bool
-	// afterReserve, when set (by tests), runs after a reservation the
-	// server applied; its error is taken as the write's (a lost reply).
-	afterReserve func() error
-	// beforeRateClaim, when set (by tests), runs between a reservation
-	// and the claim of its jobs (a process that stalls there).
-	beforeRateClaim func()
 	// spent are the partitions of partitioned rates that claims found
 	// spent, by rate name and partition (ratepart.go).
 	spent map[string]map[string]spentPart
-	// beforePartReserve, when set (by tests), runs when a claim under a
-	// partitioned rate has read its partitions, before it reserves.
-	beforePartReserve func()
-	// beforePartClean, when set (by tests), runs when CleanRatePartitions
-	// has read what to delete, before it deletes.
-	beforePartClean func()
+
+	// Test hooks, nil but in tests (export_rate_test.go): afterReserve
+	// runs after a reservation the server applied, its error taken as the
+	// write's (a lost reply); beforeRateClaim between a reservation and the
+	// claim of its jobs (a stall); beforePartReserve when a claim under a
+	// partitioned rate has read its partitions, before it reserves;
+	// beforePartClean when CleanRatePartitions has read what to delete,
+	// before it deletes.
+	afterReserve                                        func() error
+	beforeRateClaim, beforePartReserve, beforePartClean func()
 }
 
 func newRateCache() *rateCache {
-	return &rateCache{rates: map[string]*rateState{}, warned: map[string]string{}, spent: map[string]map[string]spentPart{}}
+	return &rateCache{rates: map[string]*rateState{}, warned: map[string]string{}, lost: map[string]int{}, full: map[string]bool{},
+		spent: map[string]map[string]spentPart{}}
 }
 
 // isRateDoc reports whether d, a document of the limits collection, is a
@@ -794,9 +793,6 @@ func (rc *rateCache) noteReserved(name string, tat time.Time, won bool) bool {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if !won {
-		if rc.lost == nil {
-			rc.lost = map[string]int{}
-		}
 		rc.lost[name]++
 		return false
 	}
