@@ -328,8 +328,11 @@ func successorStamp(next *Successor, p ClaimParams, t time.Time, set bson.D) (ma
 // (res, err): the successor j claimed, or none, and the completion's
 // error.
 func (s *Store) handoffOutcome(ctx context.Context, l Lease, j *jobs.Job, p ClaimParams, t time.Time, res *mongo.BulkWriteResult, err error) (*jobs.Job, error) {
-	lost := fmt.Errorf("store: complete job %s: %w", l.JobID, jobs.ErrLeaseLost)
-	ours := completedBy(l)
+	// The completion, not known applied, read back: the lease lost unless
+	// the job holds this attempt's completion.
+	lostUnlessDone := func() error {
+		return s.unlessWritten(ctx, "complete", l, fmt.Errorf("store: complete job %s: %w", l.JobID, jobs.ErrLeaseLost), completedBy(l))
+	}
 	var bwe mongo.BulkWriteException
 	switch {
 	case err == nil && res.MatchedCount == 3:
@@ -340,7 +343,7 @@ func (s *Store) handoffOutcome(ctx context.Context, l Lease, j *jobs.Job, p Clai
 		return nil, nil // completed; the successor was taken since it was read
 	case err == nil && res.MatchedCount == 0:
 		// The lease was lost, and the successor taken since it was read.
-		return nil, s.unlessWritten(ctx, "complete", l, lost, ours)
+		return nil, lostUnlessDone()
 	case err == nil:
 		// The stamp alone (or a count no write of this call explains:
 		// the successor, read back, tells whether it is ours). The lease
@@ -351,10 +354,10 @@ func (s *Store) handoffOutcome(ctx context.Context, l Lease, j *jobs.Job, p Clai
 			return nil, fmt.Errorf("store: complete job %s handing its run slots on: %w", l.JobID, rerr)
 		}
 		if len(got) == 0 {
-			return nil, s.unlessWritten(ctx, "complete", l, lost, ours)
+			return nil, lostUnlessDone()
 		}
 		s.limits.loads.handedOn(l.JobID, got[0].ID)
-		return got[0], s.unlessWritten(ctx, "complete", l, lost, ours)
+		return got[0], lostUnlessDone()
 	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0 && bwe.WriteErrors[0].Index == 1:
 		// Answered: the completion was made or matched nothing, and the
 		// stamp was refused (its slot held by another claim: a duplicate
@@ -365,13 +368,13 @@ func (s *Store) handoffOutcome(ctx context.Context, l Lease, j *jobs.Job, p Clai
 		if res != nil && res.MatchedCount == 1 {
 			return nil, nil
 		}
-		return nil, s.unlessWritten(ctx, "complete", l, lost, ours)
+		return nil, lostUnlessDone()
 	case DuplicateCommand(err):
 		// The stamp's duplicate key answered as a command error
 		// (server.go): the stamp was not applied, the completion may
 		// have been.
 		s.limits.loads.forget()
-		return nil, s.unlessWritten(ctx, "complete", l, lost, ours)
+		return nil, lostUnlessDone()
 	}
 	// Not answered, or the completion refused: neither outcome is known.
 	s.limits.loads.forget()
