@@ -119,7 +119,7 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 	}
 	p = p.withToken()
 	if k == 1 {
-		return s.claimAsBatch(ctx, p)
+		return asBatch(s.Claim(ctx, p))
 	}
 	if len(p.Queues) == 0 || len(p.Kinds) == 0 {
 		return nil, errors.New("store: claim needs at least one queue and one kind")
@@ -137,9 +137,8 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 	return claimed, err
 }
 
-// claimAsBatch is Claim as a batch of at most one job.
-func (s *Store) claimAsBatch(ctx context.Context, p ClaimParams) ([]*jobs.Job, error) {
-	j, err := s.Claim(ctx, p)
+// asBatch is the reply of a single claim as a batch claim's.
+func asBatch(j *jobs.Job, err error) ([]*jobs.Job, error) {
 	if j == nil || err != nil {
 		return nil, err
 	}
@@ -154,7 +153,7 @@ func (s *Store) claimBatchTries(ctx context.Context, p ClaimParams, k int) ([]*j
 		if errors.Is(err, errMalformedCandidate) || isTypeMismatch(err) {
 			// A hand-written job with a field of the wrong type is among the
 			// candidates: a single claim buries such jobs and goes on.
-			return s.claimAsBatch(ctx, p)
+			return asBatch(s.Claim(ctx, p))
 		}
 		if err != nil {
 			return nil, err

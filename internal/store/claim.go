@@ -94,11 +94,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 	}
 	p = p.withToken()
 	claimed, err := s.claimUnpaused(ctx, p, func(pq ClaimParams) ([]*jobs.Job, error) {
-		j, err := s.claimOneUnderLimits(ctx, pq)
-		if j == nil {
-			return nil, err
-		}
-		return []*jobs.Job{j}, err
+		return asBatch(s.claimOneUnderLimits(ctx, pq))
 	})
 	if len(claimed) == 0 {
 		return nil, err

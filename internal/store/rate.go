@@ -627,11 +627,7 @@ func (s *Store) claimPlain(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 // claimFree claims up to k jobs by p that no limit applies to.
 func (s *Store) claimFree(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
 	if k == 1 {
-		j, err := s.claimOne(ctx, p)
-		if j == nil || err != nil {
-			return nil, err
-		}
-		return []*jobs.Job{j}, nil
+		return asBatch(s.claimOne(ctx, p))
 	}
 	return s.claimBatchTries(ctx, p, k)
 }
