@@ -71,7 +71,7 @@ func Finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 		{Key: "$rename", Value: bson.D{
 			{Key: "uniqueKey", Value: "finishedUniqueKey"},
 			// A job others wait for: its outcome is now due to them (deps.go).
-			{Key: dependentsField, Value: dependentsDueField},
+			{Key: DependentsField, Value: DependentsDueField},
 		}},
 	}
 }

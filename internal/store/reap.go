@@ -293,12 +293,12 @@ func (s *Store) Clean(ctx context.Context, st jobs.State, age time.Duration, lim
 	// A job whose unique key holds over a period is kept until the period
 	// ends: deleting it would let a second job with the key in. A job whose
 	// dependents have not been told of its outcome is kept until they are
-	// (notDue, deps.go).
+	// (NotDue, deps.go).
 	periodOver := bson.E{Key: "$or", Value: bson.A{
 		bson.D{{Key: "uniqueUntil", Value: bson.D{{Key: "$exists", Value: false}}}},
 		bson.D{{Key: "uniqueUntil", Value: bson.D{{Key: "$lte", Value: t}}}},
 	}}
-	in, err := s.IDs(ctx, bson.D{{Key: "state", Value: st}, eligible, periodOver, notDue}, limit)
+	in, err := s.IDs(ctx, bson.D{{Key: "state", Value: st}, eligible, periodOver, NotDue}, limit)
 	if err != nil {
 		return 0, fmt.Errorf("store: find %s jobs to clean: %w", st, err)
 	}
@@ -309,7 +309,7 @@ func (s *Store) Clean(ctx context.Context, st jobs.State, age time.Duration, lim
 		s.hooks.BeforeClean()
 	}
 	// _id first (server.go).
-	r, err := s.coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}, {Key: "state", Value: st}, eligible, periodOver, notDue})
+	r, err := s.coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}, {Key: "state", Value: st}, eligible, periodOver, NotDue})
 	if err != nil {
 		return 0, fmt.Errorf("store: clean %s jobs: %w", st, err)
 	}
