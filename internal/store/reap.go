@@ -93,9 +93,8 @@ const MaxSpare = 10 * time.Minute
 // not, so a live process never holds a stuck job forever. Only processes
 // that beat in the registry (every started docket.Client does; a program
 // that claims through this package alone does not) are spared for; a job
-// whose owner has no entry, or
-// one that cannot be read, is reaped as before. Spared jobs do not count
-// against limit.
+// whose owner has no entry, or one that cannot be read, is reaped. Spared
+// jobs do not count against limit.
 func (s *Store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapResult, error) {
 	var res ReapResult
 	t := s.Now()
