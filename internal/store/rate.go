@@ -726,9 +726,10 @@ func (s *Store) settleStarts(ctx context.Context, names []string, t time.Time, c
 // reserve takes up to k starts of rate name at t with a compare-and-set on
 // its document, reading it again when another process changed it. It
 // returns what it took (with the rate it read and the tat it wrote); none
-// when the rate allows no start now (NextRateStart then says when). The write is conditioned on
-// the rate as read too, not only on tat: a rate changed since it was read
-// (by an operator, within LimitRefresh or across a stall) is read again.
+// when the rate allows no start now (NextRateStart then says when). The
+// write is conditioned on the rate as read too, not only on tat: a rate
+// changed since it was read (by an operator, within LimitRefresh or across
+// a stall) is read again.
 func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (plainHold, error) {
 	rc := s.rates
 	checkFirst := rc.readFirst(name) // likely stale: read before writing (ratebatch.go)

@@ -156,9 +156,10 @@ const spareBeatMax = time.Minute
 
 // liveWorkers returns the ids of the processes alive in the workers
 // registry now: seen within WorkerMissedBeats of their beat interval, both
-// on the server's clock, and not further ahead of it than WorkerClockSkew. The registry is for people and may hold anything:
-// a document that does not read as a live process is left out, and a
-// registry that cannot be read at all spares no one (logged).
+// on the server's clock, and not further ahead of it than WorkerClockSkew.
+// The registry is for people and may hold anything: a document that does
+// not read as a live process is left out, and a registry that cannot be
+// read at all spares no one (logged).
 func (s *Store) liveWorkers(ctx context.Context) map[string]bool {
 	t := s.ServerTime(ctx)
 	cur, err := s.WorkersColl().Find(ctx,
