@@ -395,11 +395,5 @@ func (cc *candidateCache) forget() {
 // unsent returns the candidates of cands that the claim's picker s sent no
 // stamp.
 func unsent(cands []candidate, s *slotPicker) []candidate {
-	var out []candidate
-	for _, cd := range cands {
-		if !s.sent[cd.job.ID] {
-			out = append(out, cd)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(cands), func(cd candidate) bool { return s.sent[cd.job.ID] })
 }

@@ -454,11 +454,7 @@ func (pc *partClaim) noteReservedSpent(take []*ratePart, t time.Time) {
 func (pc *partClaim) reservedIDs() []string {
 	var ids []string
 	for _, pk := range pc.picks {
-		ok := true
-		for _, rp := range pk.parts {
-			ok = ok && rp.reserved
-		}
-		if ok {
+		if !slices.ContainsFunc(pk.parts, func(rp *ratePart) bool { return !rp.reserved }) {
 			ids = append(ids, pk.id)
 		}
 	}
