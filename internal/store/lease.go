@@ -178,12 +178,9 @@ type written struct {
 // and owner: only that attempt's own final write records it (the reaper's
 // and a cancel's messages are their own).
 func (w *written) hasError(attempt int, owner, msg string) bool {
-	for _, e := range w.Errors {
-		if e.Attempt == attempt && e.Owner == owner && e.Message == msg {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(w.Errors, func(e jobs.AttemptError) bool {
+		return e.Attempt == attempt && e.Owner == owner && e.Message == msg
+	})
 }
 
 // readWritten reads back the fields a finishing write sets in job id, each
