@@ -34,7 +34,7 @@ import (
 // A claim knows its candidates' partitions only once it has read them, so
 // a claim under a partitioned rate (claimRateParts):
 //
-//  1. reads candidates (one find), leaving out by value (partSkip) the
+//  1. reads candidates (one find), leaving out by value ($nin: partSkip) the
 //     partitions it knows spent until their next start and those used up
 //     in this claim (reading again, at most ratePartTries times, when
 //     every candidate read was of such a partition);
