@@ -44,7 +44,7 @@ import (
 // jobs hold none (claimed before the limit was set, by a worker that had
 // not yet read it, or by an older docket). It leaves out of its filter the
 // kinds and queues whose limit is full, so a full limit costs no claim a
-// read of its jobs, and claims the rest: jobs of no limit as before, and
+// read of its jobs, and claims the rest: jobs of no limit as any claim, and
 // each job of a limit with a write of its own that stamps a free slot
 // (a batch cannot stamp k different slots with one updateMany). As with a
 // capacity, a running job holding no slot counts, and a claim takes only
