@@ -396,14 +396,6 @@ func storedTat(d bson.Raw, r Rate, setAt time.Time) (tat time.Time, raw bson.Raw
 	return r.gcra().convert(at.UTC(), setAt, time.Duration(from)), raw
 }
 
-// ceilMs rounds t up to the millisecond, as BSON stores it.
-func ceilMs(t time.Time) time.Time {
-	if r := t.Truncate(time.Millisecond); !r.Equal(t) {
-		return r.Add(time.Millisecond)
-	}
-	return t
-}
-
 // SetRate limits the jobs of name ("kind:KIND", "queue:QUEUE") that start,
 // across every worker process, to r. It applies at once to this client's
 // claims, to every other worker's next reservation under a rate it had
