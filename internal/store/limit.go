@@ -514,9 +514,8 @@ func (r runLoadRead) count(d bson.Raw, parts partSpecs) {
 }
 
 // readRunLoad reads, with one find, the running jobs of the limits totals
-// (name → limit) and of the partitioned ones of parts, and returns each
-// limit's load by name (the slots held and how many running jobs hold
-// none) and each partitioned limit's loads by partition.
+// (name → limit) and of the partitioned ones of parts into their loads
+// (runLoadRead).
 func (s *Store) readRunLoad(ctx context.Context, totals map[string]int, parts partSpecs) (map[string]*QueueLoad, map[string]map[string]*partLoad, error) {
 	r := runLoadRead{totals: map[string]*QueueLoad{}, parts: map[string]map[string]*partLoad{}}
 	for name := range totals {
