@@ -793,12 +793,10 @@ func (s *Store) stampRefused(ctx context.Context, p ClaimParams, t time.Time, er
 		// A slot refused: the views of the run slots are wrong
 		// (runload.go).
 		s.limits.loads.forget()
-		for _, we := range bwe.WriteErrors {
-			if we.Code == errTypeMismatch {
-				if _, berr := s.buryBadAttempts(ctx, claimFilter(p, t), t); berr != nil {
-					s.log.Warn("claim: cannot bury a job whose attempt is not a number", zap.Error(berr))
-				}
-				break
+		badAttempt := func(we mongo.BulkWriteError) bool { return we.Code == errTypeMismatch }
+		if slices.ContainsFunc(bwe.WriteErrors, badAttempt) {
+			if _, berr := s.buryBadAttempts(ctx, claimFilter(p, t), t); berr != nil {
+				s.log.Warn("claim: cannot bury a job whose attempt is not a number", zap.Error(berr))
 			}
 		}
 	case DuplicateCommand(err):
