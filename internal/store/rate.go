@@ -854,8 +854,14 @@ func (rc *rateCache) yield(name string, r Rate, want int) time.Duration {
 func (rc *rateCache) noteNext(at time.Time) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	if rc.next.IsZero() || at.Before(rc.next) {
-		rc.next = at
+	keepEarliest(&rc.next, at)
+}
+
+// keepEarliest sets *next, the earliest of some instants (zero: none yet),
+// to at when at is earlier.
+func keepEarliest(next *time.Time, at time.Time) {
+	if next.IsZero() || at.Before(*next) {
+		*next = at
 	}
 }
 

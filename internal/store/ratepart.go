@@ -166,9 +166,7 @@ func (rc *rateCache) spentSkips(name string, r Rate, t time.Time) (bson.A, time.
 			continue
 		}
 		values = append(values, skipValue(s.value))
-		if next.IsZero() || s.next.Before(next) {
-			next = s.next
-		}
+		keepEarliest(&next, s.next)
 	}
 	return values, next
 }
@@ -309,13 +307,6 @@ func newPartClaim(rc *rateCache, p ClaimParams, parted map[string]rateState, n i
 		parts: map[string]*ratePart{}, usedUp: map[string]map[string]bool{}, candByID: map[string]candidate{}}
 }
 
-// noteNext records that a partition left out allows a start at.
-func (pc *partClaim) noteNext(at time.Time) {
-	if pc.next.IsZero() || at.Before(pc.next) {
-		pc.next = at
-	}
-}
-
 // pickRateParts reads candidates and their partitions, and picks in claim
 // order those whose partitions allow a start at pc.t, reading again past
 // the partitions found spent, at most ratePartTries times.
@@ -346,7 +337,7 @@ func (pc *partClaim) params() ClaimParams {
 	for _, name := range pc.names {
 		values, at := pc.rc.spentSkips(name, pc.parted[name].rate, pc.t)
 		if !at.IsZero() {
-			pc.noteNext(at)
+			keepEarliest(&pc.next, at)
 		}
 		for part := range pc.usedUp[name] {
 			values = append(values, skipValue(pc.parts[ratePartID(name, part)].value))
@@ -424,7 +415,7 @@ func (pc *partClaim) noteUsedUp() {
 		if rp.allows == 0 {
 			at := rp.rate.gcra().nextStart(rp.tat, pc.t)
 			pc.rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, at)
-			pc.noteNext(at)
+			keepEarliest(&pc.next, at)
 		}
 	}
 }
