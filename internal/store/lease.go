@@ -159,7 +159,8 @@ func (s *Store) CompleteReading(ctx context.Context, l Lease) (bson.Raw, error) 
 func (s *Store) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason string) error {
 	t := s.Now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: reason})
-	return s.fencedUpdate(ctx, "cancel", l, withProgress(ctx, Finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs})), func(w *written) bool {
+	update := withProgress(ctx, Finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}))
+	return s.fencedUpdate(ctx, "cancel", l, update, func(w *written) bool {
 		return w.State == jobs.StateCancelled && w.LeaseToken == l.Token && w.hasError(j.Attempt, j.Owner, reason)
 	})
 }
