@@ -103,12 +103,12 @@ const (
 // the update is sent and planned once, on the _id index, where a bulkWrite
 // repeats both per job; and a server that looks up only a lone {_id} by
 // its index (server.go) scans the collection once rather than per job.)
-// When only some
-// matched (another worker won a race for the rest), a third query reads
-// back those carrying this batch's token. When none matched, the claim
-// stamps the next block of the candidates it read (it reads claimWindow
-// blocks), so that two workers that read the same candidates split them
-// rather than one of them reading again. k == 1 is Claim.
+// When only some matched (another worker won a race for the rest), a
+// third query reads back those carrying this batch's token. When none
+// matched, the claim stamps the next block of the candidates it read (it
+// reads claimWindow blocks), so that two workers that read the same
+// candidates split them rather than one of them reading again. k == 1 is
+// Claim.
 //
 // Every job the call stamps carries p.Token (or a fresh token). On an
 // error it returns no job, though some may have been stamped (a stamp or a
@@ -119,7 +119,7 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 	}
 	p = p.withToken()
 	if k == 1 {
-		return s.claimAsBatch(ctx, p)
+		return asBatch(s.Claim(ctx, p))
 	}
 	if len(p.Queues) == 0 || len(p.Kinds) == 0 {
 		return nil, errors.New("store: claim needs at least one queue and one kind")
@@ -137,9 +137,8 @@ func (s *Store) ClaimBatch(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 	return claimed, err
 }
 
-// claimAsBatch is Claim as a batch of at most one job.
-func (s *Store) claimAsBatch(ctx context.Context, p ClaimParams) ([]*jobs.Job, error) {
-	j, err := s.Claim(ctx, p)
+// asBatch is the reply of a single claim as a batch claim's.
+func asBatch(j *jobs.Job, err error) ([]*jobs.Job, error) {
 	if j == nil || err != nil {
 		return nil, err
 	}
@@ -154,7 +153,7 @@ func (s *Store) claimBatchTries(ctx context.Context, p ClaimParams, k int) ([]*j
 		if errors.Is(err, errMalformedCandidate) || isTypeMismatch(err) {
 			// A hand-written job with a field of the wrong type is among the
 			// candidates: a single claim buries such jobs and goes on.
-			return s.claimAsBatch(ctx, p)
+			return asBatch(s.Claim(ctx, p))
 		}
 		if err != nil {
 			return nil, err
@@ -180,10 +179,6 @@ func isTypeMismatch(err error) bool {
 // before it reads.
 const cacheTakes = 2
 
-// claimBatchOnce makes one attempt of ClaimBatch. raced reports that
-// others claimed first all the candidates it found, and that there may be
-// more beyond them. With limits (sp not nil), the candidates of a limit are
-// stamped one by one, each with free slots of sp (limit.go).
 // claimFromCache stamps, under limits, candidates left by an earlier read
 // (candidates.go), at most cacheTakes takes of them: no read when one of
 // them is stamped. Nothing claimed: the caller reads candidates.
@@ -241,6 +236,10 @@ func (s *Store) decodeCandidates(ctx context.Context, docs []bson.Raw, t time.Ti
 	return cs, nil
 }
 
+// claimBatchOnce makes one attempt of ClaimBatch. raced reports that
+// others claimed first all the candidates it found, and that there may be
+// more beyond them. With limits (sp not nil), the candidates of a limit are
+// stamped one by one, each with free slots of sp (limit.go).
 func (s *Store) claimBatchOnce(ctx context.Context, p ClaimParams, k int, sp *slotPicker) (claimed []*jobs.Job, raced bool, err error) {
 	t := s.Now()
 	window := claimWindow
@@ -344,10 +343,8 @@ func (s *Store) stampBlock(ctx context.Context, p ClaimParams, t time.Time, bloc
 	for i, j := range block {
 		ids[i] = j.ID
 	}
-	// The ids first: MongoDB plans it on the _id index in any order; a
-	// server that evaluates a filter key by key over every document
-	// (server.go) rejects all but the block's jobs on the first key rather
-	// than after the $or.
+	// The ids first (server.go: a server that scans then rejects all but
+	// the block's jobs on the first key, not after the $or).
 	match := append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, claimFilter(p, t)...)
 	match = append(match, bson.E{Key: "$or", Value: asRead})
 	res, err := s.coll.UpdateMany(ctx, match, claimUpdate(p, t, token))
@@ -411,7 +408,7 @@ func (s *Store) stampUnderLimits(ctx context.Context, p ClaimParams, t time.Time
 		claimed = append(claimed, got...)
 		matched = matched || len(got) > 0
 	}
-	slices.SortStableFunc(claimed, func(a, b *jobs.Job) int { return claimOrder(a, b) })
+	slices.SortStableFunc(claimed, claimOrder)
 	return claimed, matched, nil
 }
 
@@ -468,20 +465,15 @@ func (s *Store) readBack(ctx context.Context, block []*jobs.Job, token string) (
 			return nil, fmt.Errorf("store: claim batch: read back claimed jobs: %w", err)
 		}
 	}
-	cur, err := s.coll.Find(ctx, bson.D{
+	// One at a time: a job that does not decode is left running with this
+	// batch's token, which no one will renew, and the reaper buries it.
+	ours := bson.D{
 		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
 		{Key: "state", Value: jobs.StateRunning},
 		{Key: "leaseToken", Value: token},
-	}, options.Find().SetSort(claimSort))
-	if err != nil {
-		// The jobs are ours but we cannot know which: the caller's
-		// ReleaseClaim (or else the reaper) frees them.
-		return nil, fmt.Errorf("store: claim batch: read back claimed jobs: %w", err)
 	}
-	// One at a time: a job that does not decode is left running with this
-	// batch's token, which no one will renew, and the reaper buries it.
 	var claimed []*jobs.Job
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	err := eachFound(ctx, s.coll, ours, options.Find().SetSort(claimSort), func(d bson.Raw) error {
 		var j jobs.Job
 		if err := bson.Unmarshal(d, &j); err != nil {
 			s.log.Warn("claim batch: a claimed job does not decode; the reaper will bury it", zap.Any("job_id", d.Lookup("_id")), zap.Error(err))
@@ -491,19 +483,20 @@ func (s *Store) readBack(ctx context.Context, block []*jobs.Job, token string) (
 		return nil
 	})
 	if err != nil {
-		// Those read so far are ours too, but one call gives all or none:
-		// ReleaseClaim gives them all back.
+		// The jobs are ours but we cannot know which (or, of those read so
+		// far, one call gives all or none): the caller's ReleaseClaim (or
+		// else the reaper) frees them.
 		return nil, fmt.Errorf("store: claim batch: read back claimed jobs: %w", err)
 	}
 	return claimed, nil
 }
 
-// rawOrNull is the value of field in d, or null, which matches a field
-// that is missing.
-func rawOrNull(d bson.Raw, field string) any {
+// rawValue is d's field, or a null, which matches it missing: a filter's
+// "as read".
+func rawValue(d bson.Raw, field string) bson.RawValue {
 	v, err := d.LookupErr(field)
 	if err != nil {
-		return nil
+		return bson.RawValue{Type: bson.TypeNull}
 	}
 	return v
 }
@@ -531,10 +524,8 @@ func stampClaim(j *jobs.Job, p ClaimParams, t time.Time, token string) {
 // leases gives the outcome one call would have (each fence matches at most
 // once; a job already succeeded with its lease's token is not lost).
 //
-// One updateMany rather than a bulkWrite of fenced updateOnes: the
-// update is sent and planned once, on the _id index, rather than per job;
-// and a server that looks up only a lone {_id} by its index (server.go)
-// scans the collection once rather than per job.
+// One updateMany rather than a bulkWrite of fenced updateOnes, as in
+// ClaimBatch: sent, planned (and on a server that scans, run) once.
 func (s *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err error) {
 	if len(ls) == 0 {
 		return nil, nil
@@ -546,9 +537,8 @@ func (s *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err
 		fences[i] = fence(l)
 		ids[i] = l.JobID
 	}
-	// The ids first, as in stampBlock: a server that evaluates a filter
-	// key by key then evaluates the $or only for the jobs named (0.9 s
-	// less per flush at 20,000 jobs, server.go).
+	// The ids first (server.go: 0.9 s less per flush at 20,000 jobs on a
+	// server that scans).
 	res, err := s.coll.UpdateMany(ctx, bson.D{
 		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
 		{Key: "$or", Value: fences},
@@ -573,13 +563,9 @@ func (s *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.readBackWait())
 	defer cancel()
-	cur, err := s.coll.Find(rctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("store: complete %d jobs: find the lost leases: %w: %w", len(ls), ErrOutcomeUnknown, err)
-	}
 	done := map[string]string{}
-	err = EachRaw(rctx, cur, func(d bson.Raw) error {
+	proj := options.Find().SetProjection(bson.D{{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1}})
+	err = eachFound(rctx, s.coll, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, proj, func(d bson.Raw) error {
 		id, _ := d.Lookup("_id").StringValueOK()
 		state, _ := d.Lookup("state").StringValueOK()
 		token, _ := d.Lookup("leaseToken").StringValueOK()

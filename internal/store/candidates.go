@@ -13,20 +13,18 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Candidates kept for claims under concurrency limits that bind. A claim
-// under a limit that binds stamps one or a few jobs (as many as the limit has
-// slots free), yet its read of candidates costs what a read of many does:
-// on MongoDB a round trip, on a server that sorts the available jobs for
-// each read (devdb, server.go) a sort of the whole backlog, 1-2 s at
-// 20,000 jobs while every other command waits. So a claim under a limit
-// that binds (one of its limits has fewer slots free than the claim's
-// window, slotPicker.binds, or a partitioned limit applies) reads
-// candidateWindow candidates (or its own window, when wider), and keeps
-// those it did not stamp; the next claims of the same client within
-// the cache's age take their candidates from it, filtered to their
-// (narrowed) kinds and queues, and send no read. A claim whose limits
-// all have room for its window neither uses nor fills it: it is bound by
-// its own size, and reads as it always did.
+// Candidates kept for claims under concurrency limits that bind. Such a
+// claim stamps one or a few jobs (as many as its limits have slots free),
+// yet its read of candidates costs what a read of many does: on MongoDB a
+// round trip, on a server that sorts the available jobs for each read
+// (devdb, server.go) a sort of the whole backlog, 1-2 s at 20,000 jobs
+// while every other command waits. So a claim under a limit that binds
+// (one has fewer slots free than the claim's window, or a partitioned
+// limit applies: slotPicker.binds) reads candidateWindow candidates (or
+// its own window, when wider) and keeps those it did not stamp; the next
+// claims of the same client within the cache's age take theirs from it,
+// filtered to their (narrowed) kinds and queues, and send no read. A claim
+// whose limits all have room for its window neither uses nor fills it.
 //
 // Correctness never depends on the cache: a candidate taken from it is
 // stamped exactly as one just read (stampLimited, stampBlock), matched on
@@ -35,19 +33,18 @@ import (
 // updatedAt as read, with its slots under the unique indexes. One that
 // anyone claimed, changed or removed since it was read matches nothing and
 // is dropped; when none of those a claim took from the cache (its window,
-// twice: cacheTakes) was stamped, the claim reads as it would without it.
+// twice: cacheTakes) was stamped, the claim reads as without it.
 //
 // Only claim order may lag: a job that became runnable after the cache was
 // filled (inserted, retried, its runAt reached), even of a higher
-// priority, is not among its candidates, so it waits until the cache ages
-// out, candidateMaxAge after the read that filled it (or four times that
-// read's time, when longer: a server sorting a big backlog), or until it
-// is drained, or until this client's reaper re-queues a job (Reap drops
-// the cache). A claim whose kinds, queues or skipped partitions the
-// filling read did not cover (a limit or a partition no longer full)
-// reads afresh, so no such job waits behind the cache. Claims under a
-// rate limit neither use nor fill it: their reservations are sized to
-// what they claim at once. Claims naming jobs (ratepart.go) neither.
+// priority, waits until the cache ages out (candidateMaxAge after the read
+// that filled it, or four times that read's time when longer: a server
+// sorting a big backlog), is drained, or is dropped by this client's
+// reaper re-queueing a job (Reap). A claim whose kinds, queues or skipped
+// partitions the filling read did not cover (a limit or a partition no
+// longer full) reads afresh, so no such job waits behind the cache. Claims
+// under a rate limit (their reservations are sized to what they claim at
+// once) and claims naming jobs (ratepart.go) neither use nor fill it.
 //
 // A read that took slowCandidateRead or longer is one of a server that
 // sorts the whole backlog for each read (devdb: about a second per 20,000
@@ -56,13 +53,13 @@ import (
 // claim that finds the cache half drained or three quarters aged starts
 // the next read in the background (refill), so that no claim waits for
 // one: the cache serves claims until it ends, aged or not, and the
-// candidates it finds replace the cache's, less those this client sent a
-// stamp meanwhile. Each such read is a sort of the backlog on that
-// server, so they are made no more often than the cache's age asks. A spread claim (ClaimParams.Spread, as workers claim)
-// takes its candidates at random among the cache's first priority, so
-// that processes holding the same candidates seldom race for the same
-// job; jobs of one priority then start in claim order only within a
-// read's window, as with spread batch claims.
+// candidates the read finds replace the cache's, less those this client
+// sent a stamp meanwhile. Each such read is a sort of the backlog there,
+// so they are made no more often than the cache's age asks. A spread claim
+// (ClaimParams.Spread, as workers claim) takes its candidates at random
+// among the cache's first priority, so that processes holding the same
+// candidates seldom race for one job; jobs of one priority then start in
+// claim order only within a read's window, as with spread batch claims.
 
 // candidateWindow is how many candidates a claim under limits reads at
 // least: as many as a worker's read ahead of successors (handoff.go).
@@ -95,8 +92,8 @@ type candidate struct {
 func candidateOf(j *jobs.Job, d bson.Raw) candidate {
 	return candidate{job: j, asRead: bson.D{
 		{Key: "_id", Value: j.ID},
-		{Key: "attempt", Value: rawOrNull(d, "attempt")},
-		{Key: "updatedAt", Value: rawOrNull(d, "updatedAt")},
+		{Key: "attempt", Value: rawValue(d, "attempt")},
+		{Key: "updatedAt", Value: rawValue(d, "updatedAt")},
 	}}
 }
 
@@ -169,10 +166,9 @@ func (cc *candidateCache) window() int {
 }
 
 // startRefill reports whether a claim that took candidates from the cache
-// should read the next ones in the background: the last read was slow and
-// the cache is half drained or three quarters aged, and no such read runs
-// yet. It
-// then marks one as running, and returns the epoch to fill it with.
+// should read the next ones in the background: the last read was slow, the
+// cache is half drained or three quarters aged, and no such read runs yet.
+// It then marks one as running, and returns the epoch to fill it with.
 func (cc *candidateCache) startRefill() (uint64, bool) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
@@ -246,13 +242,8 @@ func (s *Store) cacheable(p ClaimParams) bool {
 	rc := s.rates
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	for _, k := range p.Kinds {
-		if rc.rates[KindLimit(k)] != nil {
-			return false
-		}
-	}
-	for _, q := range p.Queues {
-		if rc.rates[QueueLimit(q)] != nil {
+	for _, name := range claimLimits(p) {
+		if rc.rates[name] != nil {
 			return false
 		}
 	}
@@ -404,11 +395,5 @@ func (cc *candidateCache) forget() {
 // unsent returns the candidates of cands that the claim's picker s sent no
 // stamp.
 func unsent(cands []candidate, s *slotPicker) []candidate {
-	var out []candidate
-	for _, cd := range cands {
-		if !s.sent[cd.job.ID] {
-			out = append(out, cd)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(cands), func(cd candidate) bool { return s.sent[cd.job.ID] })
 }

@@ -94,11 +94,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (*jobs.Job, error) {
 	}
 	p = p.withToken()
 	claimed, err := s.claimUnpaused(ctx, p, func(pq ClaimParams) ([]*jobs.Job, error) {
-		j, err := s.claimOneUnderLimits(ctx, pq)
-		if j == nil {
-			return nil, err
-		}
-		return []*jobs.Job{j}, err
+		return asBatch(s.claimOneUnderLimits(ctx, pq))
 	})
 	if len(claimed) == 0 {
 		return nil, err
@@ -223,7 +219,7 @@ func (s *Store) buryCandidate(ctx context.Context, raw bson.Raw, t time.Time, ca
 	id := raw.Lookup("_id")
 	msg := malformed + cause.Error()
 	_, err := s.coll.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateAvailable}, {Key: "updatedAt", Value: rawOrNull(raw, "updatedAt")}},
+		bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateAvailable}, {Key: "updatedAt", Value: rawValue(raw, "updatedAt")}},
 		Finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: msg}}}))
 	if err == nil {
 		s.cfg.Logger.Warn("buried a malformed job: dead without running", zap.Any("job_id", id), zap.String("error", msg))
@@ -275,14 +271,9 @@ func (s *Store) ReleaseClaim(ctx context.Context, token string) (int, error) {
 	if token == "" {
 		return 0, errors.New("store: release claim: empty token")
 	}
-	cur, err := s.coll.Find(ctx,
-		bson.D{{Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: token}},
-		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return 0, fmt.Errorf("store: release claim %s: %w", token, err)
-	}
+	ours := bson.D{{Key: "state", Value: jobs.StateRunning}, {Key: "leaseToken", Value: token}}
 	var ids []string
-	if err := EachRaw(ctx, cur, func(d bson.Raw) error {
+	if err := eachFound(ctx, s.coll, ours, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}), func(d bson.Raw) error {
 		if id, ok := d.Lookup("_id").StringValueOK(); ok {
 			ids = append(ids, id)
 		}

@@ -25,17 +25,10 @@ const (
 	LinkingField = "linking"
 )
 
-const (
-	dependentsField    = DependentsField
-	dependentsDueField = DependentsDueField
-)
-
 // NotDue is a filter element that leaves out a finished job whose
 // dependents have not been told of its outcome: retention, purge and
 // delete keep it until they are.
 var NotDue = bson.E{Key: DependentsDueField, Value: bson.D{{Key: "$exists", Value: false}}}
-
-var notDue = NotDue
 
 // resultKey is the context key of a job's result for Complete.
 type resultKey struct{}

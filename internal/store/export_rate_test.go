@@ -41,9 +41,6 @@ func RateLosses(c *Store, name string) int {
 // before trying to reserve it (rateCache.yield), for losses in a row.
 func RateYield(c *Store, name string, r Rate, losses int) time.Duration {
 	c.rates.mu.Lock()
-	if c.rates.lost == nil {
-		c.rates.lost = map[string]int{}
-	}
 	c.rates.lost[name] = losses
 	c.rates.mu.Unlock()
 	return c.rates.yield(name, r, 1)

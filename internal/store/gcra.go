@@ -65,6 +65,14 @@ func (g gcra) take(tat, t time.Time, k int) time.Time {
 	return ceilMs(t.Add(ahead(tat, t) + time.Duration(k)*g.t))
 }
 
+// ceilMs rounds t up to the millisecond, as BSON stores it.
+func ceilMs(t time.Time) time.Time {
+	if r := t.Truncate(time.Millisecond); !r.Equal(t) {
+		return r.Add(time.Millisecond)
+	}
+	return t
+}
+
 // giveBack returns tat, written by a take, with n of its starts returned.
 func (g gcra) giveBack(tat time.Time, n int) time.Time {
 	return ceilMs(tat.Add(-time.Duration(min(n, g.burst)) * g.t))

@@ -15,39 +15,36 @@ import (
 
 // Handing a run slot on: under a concurrency limit that binds, the slot
 // of a job that ends goes to the next job of its limit in the round trip
-// of the finishing write itself, rather than in the three round trips in
-// a row of the write, the next claim's read of candidates and its stamp.
+// of the finishing write itself, not in three in a row (the write, the
+// next claim's read of candidates, its stamp).
 //
 // While a job holding run slots runs, its worker reads a few candidates
 // of the job's kind and queue ahead (ReadSuccessors, in claim order).
 // When the job succeeds, CompleteHandingOff sends one ordered bulkWrite:
-// the fenced finishing write that Complete sends, then the claim stamp of
-// one candidate, matched on its id, the claim filter and its attempt and
+// Complete's fenced finishing write, then the claim stamp of one
+// candidate, matched on its id, the claim filter and its attempt and
 // updatedAt as read (as stampLimited stamps), setting the slots the first
-// write frees. The candidate is then claimed with no further round trip.
-// When it had been taken since it was read (its stamp matches nothing),
-// HandOnFreed stamps another into the freed slots: one round trip, not a
-// claim's two.
+// write frees. When the candidate was taken since it was read (its stamp
+// matches nothing), HandOnFreed stamps another into the freed slots: one
+// round trip, not a claim's two.
 //
-// The limit is kept by the unique index on the slots, not by the first
-// write's fence: the stamp takes the slot values the ending job held, so
-// it succeeds only if no running job holds them. When the ending job's
-// lease was lost (it stalled, the reaper re-queued it, which freed its
-// slots), the stamp either takes a slot that is free, which any claim
-// could take, or is refused as a duplicate key when another claim took
-// it since. Either way no slot is held twice, and the number of running
-// jobs of the limit is the number of slots held.
+// The unique index on the slots keeps the limit, not the first write's
+// fence: the stamp takes the slot values the ending job held, so it
+// succeeds only if no running job holds them. When the ending job's lease
+// was lost (it stalled, and the reaper re-queued it, freeing its slots),
+// the stamp either takes a free slot, as any claim could, or is refused
+// as a duplicate key when another claim took it since. Either way no slot
+// is held twice, and the running jobs of the limit are the slots held.
 //
 // A hand-off is made only where a claim would give the candidate the very
 // slots the ending job frees: the candidate is of the same kind and queue
 // (so the same limits apply), no rate applies to them (a start would need
 // a reservation, rate.go), its queue is not paused as read within
-// PauseRefresh, and the
-// limits and the views of their run slots (runload.go) are as trusted as
-// a claim from a view requires: read lately, under the limit as it is
-// now, with no slot held at or above it (a lowered limit is never kept
-// over-full by hand-offs). Otherwise the caller completes as usual and
-// the freed slot goes to its next claim.
+// PauseRefresh, and the limits and the views of their run slots
+// (runload.go) are as trusted as a claim from a view requires: read
+// lately, under the limit as it is now, with no slot held at or above it
+// (a lowered limit is never kept over-full by hand-offs). Otherwise the
+// caller completes as usual and the freed slot goes to its next claim.
 
 // Successor is a job read ahead by ReadSuccessors: a candidate to take,
 // with CompleteHandingOff, the run slots of a job that ends.
@@ -100,19 +97,16 @@ func (s *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue s
 		return nil, nil
 	}
 	t := s.Now()
-	cur, err := s.coll.Find(ctx, claimFilter(p, t), options.Find().SetSort(claimSort).SetLimit(int64(n)).SetBatchSize(int32(n)).SetComment(SuccessorsComment))
-	if err != nil {
-		return nil, fmt.Errorf("store: read successors: %w", err)
-	}
+	opts := options.Find().SetSort(claimSort).SetLimit(int64(n)).SetBatchSize(int32(n)).SetComment(SuccessorsComment)
 	var out []*Successor
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	err = eachFound(ctx, s.coll, claimFilter(p, t), opts, func(d bson.Raw) error {
 		var j jobs.Job
 		if bson.Unmarshal(d, &j) != nil {
 			return nil // a claim buries it
 		}
 		out = append(out, &Successor{Job: &j, ReadAt: t, asRead: bson.D{
-			{Key: "attempt", Value: rawOrNull(d, "attempt")},
-			{Key: "updatedAt", Value: rawOrNull(d, "updatedAt")},
+			{Key: "attempt", Value: rawValue(d, "attempt")},
+			{Key: "updatedAt", Value: rawValue(d, "updatedAt")},
 		}})
 		return nil
 	})
@@ -327,17 +321,18 @@ func handoffWrites(ctx context.Context, l Lease, next *Successor, p ClaimParams,
 func successorStamp(next *Successor, p ClaimParams, t time.Time, set bson.D) (match, stamp bson.D) {
 	match = append(bson.D{{Key: "_id", Value: next.Job.ID}}, claimFilter(p, t)...)
 	match = append(match, next.asRead...)
-	stamp = claimUpdate(p, t, p.Token)
-	stamp[0].Value = append(stamp[0].Value.(bson.D), set...)
-	return match, stamp
+	return match, AlsoIn(claimUpdate(p, t, p.Token), "$set", set...)
 }
 
 // handoffOutcome reads what a hand-off's writes did from their reply
 // (res, err): the successor j claimed, or none, and the completion's
 // error.
 func (s *Store) handoffOutcome(ctx context.Context, l Lease, j *jobs.Job, p ClaimParams, t time.Time, res *mongo.BulkWriteResult, err error) (*jobs.Job, error) {
-	lost := fmt.Errorf("store: complete job %s: %w", l.JobID, jobs.ErrLeaseLost)
-	ours := func(w *written) bool { return w.State == jobs.StateSucceeded && w.LeaseToken == l.Token }
+	// The completion, not known applied, read back: the lease lost unless
+	// the job holds this attempt's completion.
+	lostUnlessDone := func() error {
+		return s.unlessWritten(ctx, "complete", l, fmt.Errorf("store: complete job %s: %w", l.JobID, jobs.ErrLeaseLost), completedBy(l))
+	}
 	var bwe mongo.BulkWriteException
 	switch {
 	case err == nil && res.MatchedCount == 3:
@@ -348,7 +343,7 @@ func (s *Store) handoffOutcome(ctx context.Context, l Lease, j *jobs.Job, p Clai
 		return nil, nil // completed; the successor was taken since it was read
 	case err == nil && res.MatchedCount == 0:
 		// The lease was lost, and the successor taken since it was read.
-		return nil, s.unlessWritten(ctx, "complete", l, lost, ours)
+		return nil, lostUnlessDone()
 	case err == nil:
 		// The stamp alone (or a count no write of this call explains:
 		// the successor, read back, tells whether it is ours). The lease
@@ -359,10 +354,10 @@ func (s *Store) handoffOutcome(ctx context.Context, l Lease, j *jobs.Job, p Clai
 			return nil, fmt.Errorf("store: complete job %s handing its run slots on: %w", l.JobID, rerr)
 		}
 		if len(got) == 0 {
-			return nil, s.unlessWritten(ctx, "complete", l, lost, ours)
+			return nil, lostUnlessDone()
 		}
 		s.limits.loads.handedOn(l.JobID, got[0].ID)
-		return got[0], s.unlessWritten(ctx, "complete", l, lost, ours)
+		return got[0], lostUnlessDone()
 	case errors.As(err, &bwe) && bwe.WriteConcernError == nil && len(bwe.WriteErrors) > 0 && bwe.WriteErrors[0].Index == 1:
 		// Answered: the completion was made or matched nothing, and the
 		// stamp was refused (its slot held by another claim: a duplicate
@@ -373,13 +368,13 @@ func (s *Store) handoffOutcome(ctx context.Context, l Lease, j *jobs.Job, p Clai
 		if res != nil && res.MatchedCount == 1 {
 			return nil, nil
 		}
-		return nil, s.unlessWritten(ctx, "complete", l, lost, ours)
+		return nil, lostUnlessDone()
 	case DuplicateCommand(err):
 		// The stamp's duplicate key answered as a command error
 		// (server.go): the stamp was not applied, the completion may
 		// have been.
 		s.limits.loads.forget()
-		return nil, s.unlessWritten(ctx, "complete", l, lost, ours)
+		return nil, lostUnlessDone()
 	}
 	// Not answered, or the completion refused: neither outcome is known.
 	s.limits.loads.forget()

@@ -27,17 +27,17 @@ type Beat struct {
 // HeartbeatMany extends each of leases by d from now, with one updateMany
 // for all of them, and returns what it learned of each lease. The caller
 // bounds the leases of a call (a worker sends at most its beatCommand), so
-// that a command stays far below the server's
-// 16 MB and its $or short enough to plan. Each job is matched on its
-// own lease, {_id, state: running, leaseToken}, so a lease that was lost
-// is never renewed, whatever happened to the others.
+// that a command stays far below the server's 16 MB and its $or short
+// enough to plan. Each job is matched on its own lease, {_id, state:
+// running, leaseToken}, so a lease that was lost is never renewed,
+// whatever happened to the others.
 //
 // progress holds, for some of the leases, the progress their handlers
 // reported (jobs.Progress) since their last renewal: it is written into
 // the job's progress field in the same fenced write as the renewal, so a
 // lease that was lost writes nothing, and the renewal still costs one
 // update command (a statement per job with progress, and one for the
-// others). An applied write is idempotent as the renewal is.
+// others).
 //
 // The usual case costs that one command: the updateMany renews only the
 // jobs without a cancel request, and when it matched every lease, every
@@ -47,11 +47,12 @@ type Beat struct {
 // asked to stop, whose handlers are still winding down) are renewed by a
 // second updateMany, read back again only when it did not match them all.
 //
-// A renewal is idempotent (same token, a later expiry): after an error,
-// when the server may have applied the update and lost its reply, calling
-// again is harmless. The error is returned when nothing can be said of any
-// lease (wrapping ErrOutcomeUnknown when the read back failed); a lease
-// whose own outcome is unknown has it in its Beat.
+// A renewal, progress and all, is idempotent (same token, a later
+// expiry): after an error, when the server may have applied the update and
+// lost its reply, calling again is harmless. The error is returned when
+// nothing can be said of any lease (wrapping ErrOutcomeUnknown when the
+// read back failed); a lease whose own outcome is unknown has it in its
+// Beat.
 func (s *Store) HeartbeatMany(ctx context.Context, leases []Lease, progress map[Lease]jobs.ProgressReport, d time.Duration) (map[Lease]Beat, error) {
 	return s.heartbeatMany(ctx, leases, progress, d, nil)
 }
@@ -211,9 +212,7 @@ func leasesFilter(leases []Lease, uncancelled bool) bson.D {
 		}
 		byToken[l.Token] = append(byToken[l.Token], l.JobID)
 	}
-	// The job ids come first: MongoDB plans it on the _id index in any
-	// order; a server that evaluates a filter key by key over every
-	// document (server.go) then rejects all other jobs on the first key.
+	// The job ids first (server.go).
 	var filter bson.D
 	switch {
 	case len(leases) == 1:
@@ -255,39 +254,27 @@ func (s *Store) readLeases(ctx context.Context, leases []Lease) (map[Lease]heldL
 		}
 		want[l.JobID] = append(want[l.JobID], l.Token)
 	}
-	cur, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
-		options.Find().SetProjection(bson.D{
-			{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1},
-			{Key: "leaseExpiresAt", Value: 1}, {Key: "cancelRequestedAt", Value: 1},
-		}))
-	if err != nil {
-		return nil, err
-	}
-	var docs []bson.Raw
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, err
-	}
-	out := make(map[Lease]heldLease, len(docs))
-	for _, doc := range docs {
+	proj := options.Find().SetProjection(bson.D{
+		{Key: "state", Value: 1}, {Key: "leaseToken", Value: 1},
+		{Key: "leaseExpiresAt", Value: 1}, {Key: "cancelRequestedAt", Value: 1},
+	})
+	out := map[Lease]heldLease{}
+	err := eachFound(ctx, s.coll, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, proj, func(doc bson.Raw) error {
 		id, ok := doc.Lookup("_id").StringValueOK()
-		if !ok {
-			continue
-		}
 		state, _ := doc.Lookup("state").StringValueOK()
 		token, _ := doc.Lookup("leaseToken").StringValueOK()
-		if jobs.State(state) != jobs.StateRunning || token == "" {
-			continue
+		if !ok || jobs.State(state) != jobs.StateRunning || token == "" || !slices.Contains(want[id], token) {
+			return nil
 		}
-		for _, tok := range want[id] {
-			if tok != token {
-				continue
-			}
-			var h heldLease
-			h.expires, _ = doc.Lookup("leaseExpiresAt").TimeOK()
-			cr, err := doc.LookupErr("cancelRequestedAt")
-			h.cancel = err == nil && cr.Type != bson.TypeNull // as cancelRequested matches
-			out[Lease{JobID: id, Token: token}] = h
-		}
+		var h heldLease
+		h.expires, _ = doc.Lookup("leaseExpiresAt").TimeOK()
+		cr, err := doc.LookupErr("cancelRequestedAt")
+		h.cancel = err == nil && cr.Type != bson.TypeNull // as cancelRequested matches
+		out[Lease{JobID: id, Token: token}] = h
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

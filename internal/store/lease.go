@@ -23,9 +23,10 @@ func fence(l Lease) bson.D {
 	}
 }
 
-// fencedUpdate applies update to the job l holds; jobs.ErrLeaseLost if it no
-// longer holds it.
-func (s *Store) fencedUpdate(ctx context.Context, op string, l Lease, update bson.D) error {
+// fencedUpdate applies update to the job l holds. When it matches nothing,
+// the job is read back (unlessWritten): nil when ours finds this attempt's
+// own write there, else jobs.ErrLeaseLost.
+func (s *Store) fencedUpdate(ctx context.Context, op string, l Lease, update bson.D, ours func(*written) bool) error {
 	res, err := s.coll.UpdateOne(ctx, fence(l), update)
 	if err == nil {
 		err = s.lostFinishReply(op)
@@ -34,7 +35,7 @@ func (s *Store) fencedUpdate(ctx context.Context, op string, l Lease, update bso
 		return fmt.Errorf("store: %s job %s: %w", op, l.JobID, err)
 	}
 	if res.MatchedCount == 0 {
-		return fmt.Errorf("store: %s job %s: %w", op, l.JobID, jobs.ErrLeaseLost)
+		return s.unlessWritten(ctx, op, l, fmt.Errorf("store: %s job %s: %w", op, l.JobID, jobs.ErrLeaseLost), ours)
 	}
 	return nil
 }
@@ -54,11 +55,8 @@ type Renewal struct {
 // this attempt set: without one in set, an earlier one goes. Every write
 // that finishes a job uses it, package queue's too (a cancel).
 func Finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
-	unset := bson.D{
-		{Key: "leaseExpiresAt", Value: ""}, {Key: CapacitySlotField, Value: ""},
-		{Key: kindRunSlotField, Value: ""}, {Key: queueRunSlotField, Value: ""},
-		{Key: kindPartSlotField, Value: ""}, {Key: queuePartSlotField, Value: ""},
-	}
+	unset := unsetFields("leaseExpiresAt", CapacitySlotField)
+	unset = append(unset, unsetFields(runSlotFields...)...)
 	if !slices.ContainsFunc(set, func(e bson.E) bool { return e.Key == "result" }) {
 		unset = append(unset, bson.E{Key: "result", Value: ""})
 	}
@@ -73,7 +71,7 @@ func Finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 		{Key: "$rename", Value: bson.D{
 			{Key: "uniqueKey", Value: "finishedUniqueKey"},
 			// A job others wait for: its outcome is now due to them (deps.go).
-			{Key: dependentsField, Value: dependentsDueField},
+			{Key: DependentsField, Value: DependentsDueField},
 		}},
 	}
 }
@@ -83,16 +81,12 @@ func Finish(s jobs.State, t time.Time, set ...bson.E) bson.D {
 // made by WithBatchedCompletion, a completion without either joins
 // concurrent ones in one updateMany; the outcome is the same.
 func (s *Store) Complete(ctx context.Context, l Lease) error {
-	result := resultOf(ctx) // results.go: written alone, with its own job
 	if s.batches(ctx) {
 		_, err := s.completions.complete(ctx, l, false)
 		return err
 	}
-	err := s.fencedUpdate(ctx, "complete", l, withProgress(ctx, Finish(jobs.StateSucceeded, s.Now(), result...)))
-	if errors.Is(err, jobs.ErrLeaseLost) {
-		return s.unlessWritten(ctx, "complete", l, err, completedBy(l))
-	}
-	return err
+	update := withProgress(ctx, Finish(jobs.StateSucceeded, s.Now(), resultOf(ctx)...))
+	return s.fencedUpdate(ctx, "complete", l, update, completedBy(l))
 }
 
 // batches reports whether a completion with ctx may join others in one
@@ -165,13 +159,10 @@ func (s *Store) CompleteReading(ctx context.Context, l Lease) (bson.Raw, error) 
 func (s *Store) Cancelled(ctx context.Context, l Lease, j *jobs.Job, reason string) error {
 	t := s.Now()
 	errs := jobs.AppendError(j.Errors, jobs.AttemptError{Attempt: j.Attempt, At: t, Owner: j.Owner, Message: reason})
-	err := s.fencedUpdate(ctx, "cancel", l, withProgress(ctx, Finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs})))
-	if errors.Is(err, jobs.ErrLeaseLost) {
-		return s.unlessWritten(ctx, "cancel", l, err, func(w *written) bool {
-			return w.State == jobs.StateCancelled && w.LeaseToken == l.Token && w.hasError(j.Attempt, j.Owner, reason)
-		})
-	}
-	return err
+	update := withProgress(ctx, Finish(jobs.StateCancelled, t, bson.E{Key: "errors", Value: errs}))
+	return s.fencedUpdate(ctx, "cancel", l, update, func(w *written) bool {
+		return w.State == jobs.StateCancelled && w.LeaseToken == l.Token && w.hasError(j.Attempt, j.Owner, reason)
+	})
 }
 
 // written is what a finishing write leaves in a job, read back to tell
@@ -188,12 +179,9 @@ type written struct {
 // and owner: only that attempt's own final write records it (the reaper's
 // and a cancel's messages are their own).
 func (w *written) hasError(attempt int, owner, msg string) bool {
-	for _, e := range w.Errors {
-		if e.Attempt == attempt && e.Owner == owner && e.Message == msg {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(w.Errors, func(e jobs.AttemptError) bool {
+		return e.Attempt == attempt && e.Owner == owner && e.Message == msg
+	})
 }
 
 // readWritten reads back the fields a finishing write sets in job id, each
@@ -295,13 +283,9 @@ func (s *Store) Fail(ctx context.Context, l Lease, j *jobs.Job, cause error) (Fa
 	msg := cause.Error()
 	ours := func(w *written) bool { return w.hasError(j.Attempt, j.Owner, msg) }
 	if f.State == jobs.StateDead {
-		err := s.fencedUpdate(ctx, "fail", l, withProgress(ctx, update))
-		if errors.Is(err, jobs.ErrLeaseLost) {
-			err = s.unlessWritten(ctx, "fail", l, err, func(w *written) bool {
-				return w.State == jobs.StateDead && w.LeaseToken == l.Token && ours(w)
-			})
-		}
-		return f, err
+		return f, s.fencedUpdate(ctx, "fail", l, withProgress(ctx, update), func(w *written) bool {
+			return w.State == jobs.StateDead && w.LeaseToken == l.Token && ours(w)
+		})
 	}
 	cancelled, err := s.requeueUnlessCancelled(ctx, "fail", fence(l), update, endCancelled(j, t, errs, "retried"))
 	if errors.Is(err, jobs.ErrLeaseLost) {
@@ -437,17 +421,18 @@ func requeue(t, runAt time.Time, set ...bson.E) bson.D {
 	)
 	return bson.D{
 		{Key: "$set", Value: bson.D(set)},
-		{Key: "$unset", Value: bson.D{
-			{Key: "leaseToken", Value: ""},
-			{Key: "leaseExpiresAt", Value: ""},
-			{Key: "heartbeatAt", Value: ""},
-			{Key: progressField, Value: ""}, // the attempt's, not the next one's
-			{Key: kindRunSlotField, Value: ""},
-			{Key: queueRunSlotField, Value: ""},
-			{Key: kindPartSlotField, Value: ""},
-			{Key: queuePartSlotField, Value: ""},
-		}},
+		// progress is the attempt's, not the next one's.
+		{Key: "$unset", Value: append(unsetFields("leaseToken", "leaseExpiresAt", "heartbeatAt", progressField), unsetFields(runSlotFields...)...)},
 	}
+}
+
+// unsetFields is what $unset takes to remove fields.
+func unsetFields(fields ...string) bson.D {
+	unset := make(bson.D, len(fields))
+	for i, f := range fields {
+		unset[i] = bson.E{Key: f, Value: ""}
+	}
+	return unset
 }
 
 // releasedTokenField holds the lease token of a job's last release: no

@@ -44,7 +44,7 @@ import (
 // jobs hold none (claimed before the limit was set, by a worker that had
 // not yet read it, or by an older docket). It leaves out of its filter the
 // kinds and queues whose limit is full, so a full limit costs no claim a
-// read of its jobs, and claims the rest: jobs of no limit as before, and
+// read of its jobs, and claims the rest: jobs of no limit as any claim, and
 // each job of a limit with a write of its own that stamps a free slot
 // (a batch cannot stamp k different slots with one updateMany). As with a
 // capacity, a running job holding no slot counts, and a claim takes only
@@ -347,13 +347,9 @@ func (s *Store) RunLimits(ctx context.Context) ([]RunLimit, error) {
 
 // readLimits reads the stored limits in name order.
 func (s *Store) readLimits(ctx context.Context) ([]RunLimit, error) {
-	cur, err := s.limitsColl().Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("store: read limits: %w", err)
-	}
 	var out []RunLimit
 	var rates []bson.Raw
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	err := eachFound(ctx, s.limitsColl(), bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}), func(d bson.Raw) error {
 		if isRateDoc(d) { // rate.go
 			rates = append(rates, d)
 			return nil
@@ -456,7 +452,7 @@ func runLoadQuery(totals map[string]int, parts partSpecs) (filter, proj bson.D, 
 	var or bson.A
 	for _, field := range []string{"kind", "queue"} {
 		if len(targets[field]) > 0 {
-			or = append(or, bson.D{{Key: field, Value: bson.D{{Key: "$in", Value: setKeys(targets[field])}}}})
+			or = append(or, bson.D{{Key: field, Value: bson.D{{Key: "$in", Value: slices.Sorted(maps.Keys(targets[field]))}}}})
 		}
 	}
 	if len(or) == 0 {
@@ -518,9 +514,8 @@ func (r runLoadRead) count(d bson.Raw, parts partSpecs) {
 }
 
 // readRunLoad reads, with one find, the running jobs of the limits totals
-// (name → limit) and of the partitioned ones of parts, and returns each
-// limit's load by name (the slots held and how many running jobs hold
-// none) and each partitioned limit's loads by partition.
+// (name → limit) and of the partitioned ones of parts into their loads
+// (runLoadRead).
 func (s *Store) readRunLoad(ctx context.Context, totals map[string]int, parts partSpecs) (map[string]*QueueLoad, map[string]map[string]*partLoad, error) {
 	r := runLoadRead{totals: map[string]*QueueLoad{}, parts: map[string]map[string]*partLoad{}}
 	for name := range totals {
@@ -530,11 +525,7 @@ func (s *Store) readRunLoad(ctx context.Context, totals map[string]int, parts pa
 	if !ok {
 		return r.totals, r.parts, nil
 	}
-	cur, err := s.coll.Find(ctx, filter, options.Find().SetProjection(proj))
-	if err != nil {
-		return nil, nil, fmt.Errorf("store: read the running jobs of the limits: %w", err)
-	}
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	err := eachFound(ctx, s.coll, filter, options.Find().SetProjection(proj), func(d bson.Raw) error {
 		r.count(d, parts)
 		return nil
 	})
@@ -779,8 +770,7 @@ func limitedStamps(p ClaimParams, t time.Time, block []*jobs.Job, asRead bson.A,
 		s.markSent(j.ID)
 		match := append(bson.D{{Key: "_id", Value: j.ID}}, claimFilter(p, t)...)
 		match = append(match, asRead[i].(bson.D)[1:]...) // attempt and updatedAt as read
-		update := claimUpdate(p, t, p.Token)
-		update[0].Value = append(update[0].Value.(bson.D), set...)
+		update := AlsoIn(claimUpdate(p, t, p.Token), "$set", set...)
 		models = append(models, mongo.NewUpdateOneModel().SetFilter(match).SetUpdate(update))
 		sent = append(sent, j)
 	}
@@ -803,12 +793,10 @@ func (s *Store) stampRefused(ctx context.Context, p ClaimParams, t time.Time, er
 		// A slot refused: the views of the run slots are wrong
 		// (runload.go).
 		s.limits.loads.forget()
-		for _, we := range bwe.WriteErrors {
-			if we.Code == errTypeMismatch {
-				if _, berr := s.buryBadAttempts(ctx, claimFilter(p, t), t); berr != nil {
-					s.log.Warn("claim: cannot bury a job whose attempt is not a number", zap.Error(berr))
-				}
-				break
+		badAttempt := func(we mongo.BulkWriteError) bool { return we.Code == errTypeMismatch }
+		if slices.ContainsFunc(bwe.WriteErrors, badAttempt) {
+			if _, berr := s.buryBadAttempts(ctx, claimFilter(p, t), t); berr != nil {
+				s.log.Warn("claim: cannot bury a job whose attempt is not a number", zap.Error(berr))
 			}
 		}
 	case DuplicateCommand(err):
@@ -897,7 +885,7 @@ func StrandedRunSlotsFilter() bson.D {
 func (s *Store) FreeRunSlotsOf(ctx context.Context, ids bson.A) (int, error) {
 	n := 0
 	for _, f := range runSlotFields {
-		k, err := s.UpdateIDs(ctx, ids, strandedRunSlot(f), bson.D{{Key: "$unset", Value: bson.D{{Key: f, Value: ""}}}})
+		k, err := s.UpdateIDs(ctx, ids, strandedRunSlot(f), bson.D{{Key: "$unset", Value: unsetFields(f)}})
 		n += k
 		if err != nil {
 			return n, fmt.Errorf("store: free stranded run slots: %w", err)

@@ -218,13 +218,9 @@ func (s *Store) ClearPartitionLimit(ctx context.Context, name string) (bool, err
 // document id, deletes it when it then limits nothing (neither a limit
 // nor a partitionBy left), and reports whether the first field was there.
 func (s *Store) unsetLimitsFields(ctx context.Context, id string, fields ...string) (bool, error) {
-	unset := bson.D{}
-	for _, f := range fields {
-		unset = append(unset, bson.E{Key: f, Value: ""})
-	}
 	res, err := s.limitsColl().UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}, {Key: fields[0], Value: bson.D{{Key: "$exists", Value: true}}}},
-		bson.D{{Key: "$unset", Value: unset}})
+		bson.D{{Key: "$unset", Value: unsetFields(fields...)}})
 	if err != nil {
 		return false, err
 	}
@@ -327,16 +323,6 @@ func appendSkip(skips []partSkip, name, arg string, values bson.A) []partSkip {
 	return append(skips, partSkip{field: field, target: target, arg: arg, values: values[:min(len(values), maxSkippedPartitions)]})
 }
 
-// setKeys returns the members of set in order.
-func setKeys(set map[string]bool) []string {
-	out := make([]string, 0, len(set))
-	for k := range set {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // PartitionLimit is a partition limit as configured: at most N jobs
 // running at once per value of the args field By (see SetPartitionLimit).
 // It reads and prints as "N per FIELD", such as "2 per customerId".
@@ -378,16 +364,14 @@ func ParsePartitionLimit(s string) (PartitionLimit, error) {
 
 // Views of partitioned limits: a worker's claims under a partitioned
 // limit trust, for LimitRefresh, what the last read of its running jobs
-// showed, kept up to date with the client's own claims and finished runs
-// (runload.go does the same for a limit's total). A view that is wrong
-// costs a refused stamp (the unique index on the partition's slots), which
-// drops every view, or a partition left out of claims for at most
-// LimitRefresh, never a job over the limit. As for totals, a view is used
-// only when its read found every running job of the limit holding a
+// showed, kept up to date with the client's own claims and finished runs,
+// as the views of a limit's total are (runload.go), and on their terms:
+// only when the read found every running job of the limit holding a
 // partition slot and came two LimitRefresh after the partition limit was
-// set, and only by a client told of its own frees (RunEnded): a client
-// that ends attempts without telling would trust views of full partitions
-// it freed.
+// set, and only in a client told of its own frees (RunEnded). A wrong view
+// costs a refused stamp (the unique index on the partition's slots),
+// which drops every view, or a partition left out of claims for at most
+// LimitRefresh, never a job over the limit.
 
 // partSetAtKey suffixes a limit's name in runLimits.setAt for when its
 // partition limit was set.

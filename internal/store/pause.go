@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -145,12 +146,8 @@ func (s *Store) QueueStates(ctx context.Context) ([]QueueState, error) {
 // ReadQueues reads the queues documents matching filter, in name order,
 // each decoded field by field with decode; what names them in errors.
 func ReadQueues[T any](ctx context.Context, c *Store, filter bson.D, what string, decode func(bson.Raw) T) ([]T, error) {
-	cur, err := c.QueuesColl().Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("store: read %s: %w", what, err)
-	}
 	var out []T
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	err := eachFound(ctx, c.QueuesColl(), filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}), func(d bson.Raw) error {
 		out = append(out, decode(d))
 		return nil
 	})
@@ -194,31 +191,16 @@ func (s *Store) unpaused(ctx context.Context, qs []string) (out []string, stale 
 	p := s.pauses
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	paused := func(q string) bool { return p.paused[q] }
 	never := p.readAt.IsZero()
 	stale = p.stale()
-	if stale && (never || p.pausesAny(qs)) && s.readPauses(ctx) == nil {
+	if stale && (never || slices.ContainsFunc(qs, paused)) && s.readPauses(ctx) == nil {
 		stale = false
 	}
 	if len(p.paused) == 0 {
 		return qs, stale
 	}
-	out = make([]string, 0, len(qs))
-	for _, q := range qs {
-		if !p.paused[q] {
-			out = append(out, q)
-		}
-	}
-	return out, stale
-}
-
-// pausesAny says whether the cached paused set holds one of qs. p.mu held.
-func (p *pauses) pausesAny(qs []string) bool {
-	for _, q := range qs {
-		if p.paused[q] {
-			return true
-		}
-	}
-	return false
+	return slices.DeleteFunc(slices.Clone(qs), paused), stale
 }
 
 // readPauses reads the paused queues into the cache. s.pauses.mu held.

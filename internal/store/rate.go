@@ -22,45 +22,43 @@ import (
 // Rate limits: at most N starts of a kind's or a queue's jobs per period,
 // with a burst, across every worker process.
 //
-// A rate is stored beside the concurrency limits, in the limits collection,
-// as {_id: "rate:kind:email", rate: 14, periodMs: 1000, burst: 5, tat,
-// starts, rateSetAt, rateSetBy}, so the one read of that collection that
-// every claim makes each LimitRefresh brings the rates too: a process with
-// no rate set pays no command for them.
+// A rate is stored in the limits collection beside the concurrency limits,
+// {_id: "rate:kind:email", rate: 14, periodMs: 1000, burst: 5, tat, tNs,
+// starts, rateSetAt, rateSetBy}, so the read of that collection that every
+// claim makes each LimitRefresh brings the rates too: a process with no
+// rate set pays no command for them.
 //
 // The rate is kept by GCRA (gcra.go): tat is the theoretical arrival time
-// of the next start, stored with the interval it is in (tNs). A claim that may claim jobs under a rate first
-// reserves k starts (at most what it may claim) with one conditional write
-// on the rate's document, matching tat and the rate as last read (a
-// compare-and-set; on a miss it reads the document and tries again), then
-// claims up to k jobs of it, and gives back the starts it did not use with
-// one more write, only when tat is still the one it wrote and the rate the
-// one it read (else they are lost: the rate runs under, never over).
-// starts counts the reservations.
+// of the next start, tNs the interval it was written under. A claim under a
+// rate reserves k starts (at most what it may claim) with one write of the
+// rate's document matching tat and the rate as last read (a
+// compare-and-set; on a miss it reads the document and tries again),
+// claims up to k jobs, and gives back the starts it did not use with one
+// more write, only while tat is still the one it wrote and the rate the
+// one it read (else they are lost: the rate runs under). starts counts the
+// reservations.
 //
-// What "exact" means: the reservations are exact. In any window of one
-// period at most N + burst starts are reserved, whatever the number of
-// processes, because every reservation is a compare-and-set of the one
-// document. A claim stamps its jobs after its reservation; a claim whose
-// reply comes more than RateStartLag after its reservation (the process
-// stalled, the server was slow, the reply was lost) gives its jobs back
-// unstarted, its attempt not counted, and keeps the reservation (the rate
-// runs under). So a job of a rate starts within RateStartLag of its
+// The reservations are exact: in any window of one period at most
+// N + burst starts are reserved, whatever the number of processes, as each
+// is a compare-and-set of the one document; a lost reply of one counts as
+// taken. A claim stamps its jobs after its reservation; one whose reply
+// comes more than RateStartLag after it (a stall, a slow server, a lost
+// reply) gives its jobs back unstarted, attempts not counted, and keeps the
+// reservation. So a job of a rate starts within RateStartLag of its
 // reservation, and in any window of one period at most N + burst jobs of
 // it are claimed, plus those of one RateStartLag (⌈RateStartLag/T⌉) when
 // claims are delayed. Rates assume the processes' clocks agree: a clock
-// ahead by d lets its process start up to d/T early. A lost reply of a
-// reservation counts as taken. Over-running needs a clock that is wrong;
-// every other failure only slows the rate.
+// ahead by d lets its process start up to d/T early. Only a wrong clock
+// over-runs; every other failure slows the rate.
 //
 // A rate bounds handler starts, not only claims: a worker asks for jobs
-// under a rate only for its run slots free now (ClaimParams.Ahead), never
-// for the jobs it holds ahead, and starts them at once.
+// under a rate only for its run slots free now (ClaimParams.Ahead) and
+// starts them at once.
 //
 // A claim leaves out a kind or queue whose rate allows no start now, as
-// last read, until its next start is allowed (NextRateStart tells a worker
-// when), so a rate that binds costs no claim a read of its jobs. Under a
-// backlog it waits for a few starts at once (ratebatch.go).
+// last read, until its next start (NextRateStart tells a worker when), so
+// a rate that binds costs no claim a read of its jobs. Under a backlog it
+// waits for a few starts at once (ratebatch.go).
 
 // RateStartLag bounds how long after its reservation a job of a rate
 // limit may be claimed: a claim answered later gives its jobs of the rate
@@ -97,7 +95,7 @@ type Rate struct {
 
 // gcra is r's arithmetic (gcra.go). r must be valid.
 func (r Rate) gcra() gcra {
-	return gcra{t: time.Duration((int64(r.Per) + int64(r.N) - 1) / int64(r.N)), burst: max(r.Burst, 1)}
+	return gcra{t: time.Duration((int64(r.Per) + int64(r.N) - 1) / int64(r.N)), burst: r.burst()}
 }
 
 func (r Rate) burst() int { return max(r.Burst, 1) }
@@ -156,6 +154,7 @@ func (r Rate) String() string {
 // optionally by " per FIELD", which partitions it by that args field
 // ("10/m burst 2 per customerId").
 func ParseRate(s string) (Rate, error) {
+	usage := fmt.Errorf("rate %q: write N/PERIOD, e.g. 14/s, 600/m burst 20 or 10/m per customerId", s)
 	f := strings.Fields(s)
 	var r Rate
 	if len(f) >= 3 && f[len(f)-2] == "per" {
@@ -174,11 +173,11 @@ func ParseRate(s string) (Rate, error) {
 		}
 		r.Burst = b
 	default:
-		return Rate{}, fmt.Errorf("rate %q: write N/PERIOD, e.g. 14/s, 600/m burst 20 or 10/m per customerId", s)
+		return Rate{}, usage
 	}
 	n, per, ok := strings.Cut(f[0], "/")
 	if !ok {
-		return Rate{}, fmt.Errorf("rate %q: write N/PERIOD, e.g. 14/s, 600/m burst 20 or 10/m per customerId", s)
+		return Rate{}, usage
 	}
 	var err error
 	if r.N, err = strconv.Atoi(n); err != nil {
@@ -257,25 +256,24 @@ type rateCache struct {
 	full map[string]bool
 	// underRates reports that a rate applied to the last claim.
 	underRates bool
-	// afterReserve, when set (by tests), runs after a reservation the
-	// server applied; its error is taken as the write's (a lost reply).
-	afterReserve func() error
-	// beforeRateClaim, when set (by tests), runs between a reservation
-	// and the claim of its jobs (a process that stalls there).
-	beforeRateClaim func()
 	// spent are the partitions of partitioned rates that claims found
 	// spent, by rate name and partition (ratepart.go).
 	spent map[string]map[string]spentPart
-	// beforePartReserve, when set (by tests), runs when a claim under a
-	// partitioned rate has read its partitions, before it reserves.
-	beforePartReserve func()
-	// beforePartClean, when set (by tests), runs when CleanRatePartitions
-	// has read what to delete, before it deletes.
-	beforePartClean func()
+
+	// Test hooks, nil but in tests (export_rate_test.go): afterReserve
+	// runs after a reservation the server applied, its error taken as the
+	// write's (a lost reply); beforeRateClaim between a reservation and the
+	// claim of its jobs (a stall); beforePartReserve when a claim under a
+	// partitioned rate has read its partitions, before it reserves;
+	// beforePartClean when CleanRatePartitions has read what to delete,
+	// before it deletes.
+	afterReserve                                        func() error
+	beforeRateClaim, beforePartReserve, beforePartClean func()
 }
 
 func newRateCache() *rateCache {
-	return &rateCache{rates: map[string]*rateState{}, warned: map[string]string{}, spent: map[string]map[string]spentPart{}}
+	return &rateCache{rates: map[string]*rateState{}, warned: map[string]string{}, lost: map[string]int{}, full: map[string]bool{},
+		spent: map[string]map[string]spentPart{}}
 }
 
 // isRateDoc reports whether d, a document of the limits collection, is a
@@ -363,15 +361,6 @@ func badStarts(d bson.Raw) bool {
 	return true
 }
 
-// rawValue is d's field, or a null that matches it missing.
-func rawValue(d bson.Raw, field string) bson.RawValue {
-	v, err := d.LookupErr(field)
-	if err != nil {
-		return bson.RawValue{Type: bson.TypeNull}
-	}
-	return v
-}
-
 // read sets s's tat (raw: as stored) and badStarts from d, its rate's or
 // its partition's document.
 func (s *rateState) read(d bson.Raw) {
@@ -407,14 +396,6 @@ func storedTat(d bson.Raw, r Rate, setAt time.Time) (tat time.Time, raw bson.Raw
 	return r.gcra().convert(at.UTC(), setAt, time.Duration(from)), raw
 }
 
-// ceilMs rounds t up to the millisecond, as BSON stores it.
-func ceilMs(t time.Time) time.Time {
-	if r := t.Truncate(time.Millisecond); !r.Equal(t) {
-		return r.Add(time.Millisecond)
-	}
-	return t
-}
-
 // SetRate limits the jobs of name ("kind:KIND", "queue:QUEUE") that start,
 // across every worker process, to r. It applies at once to this client's
 // claims, to every other worker's next reservation under a rate it had
@@ -440,15 +421,10 @@ func (s *Store) ClearRate(ctx context.Context, name string) (bool, error) {
 // RateLimits returns every stored rate limit, in name order, with how much
 // of its burst is used now.
 func (s *Store) RateLimits(ctx context.Context) ([]RateLimit, error) {
-	cur, err := s.limitsColl().Find(ctx,
-		bson.D{{Key: "_id", Value: bson.D{{Key: "$regex", Value: "^" + rateScope}}}},
-		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("store: read rate limits: %w", err)
-	}
 	var out []RateLimit
 	t := s.instant()
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	rates := bson.D{{Key: "_id", Value: bson.D{{Key: "$regex", Value: "^" + rateScope}}}}
+	err := eachFound(ctx, s.limitsColl(), rates, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}), func(d bson.Raw) error {
 		rl, _ := rateLimit(d, t)
 		out = append(out, rl)
 		return nil
@@ -643,11 +619,7 @@ func (s *Store) claimPlain(ctx context.Context, p ClaimParams, k int) ([]*jobs.J
 // claimFree claims up to k jobs by p that no limit applies to.
 func (s *Store) claimFree(ctx context.Context, p ClaimParams, k int) ([]*jobs.Job, error) {
 	if k == 1 {
-		j, err := s.claimOne(ctx, p)
-		if j == nil || err != nil {
-			return nil, err
-		}
-		return []*jobs.Job{j}, nil
+		return asBatch(s.claimOne(ctx, p))
 	}
 	return s.claimBatchTries(ctx, p, k)
 }
@@ -701,69 +673,56 @@ type plainHold struct {
 func (s *Store) reservePlain(ctx context.Context, names []string, k int, t time.Time) (hs []plainHold, n int, err error) {
 	n = k
 	for _, name := range names {
-		got, r, tat, err := s.reserve(ctx, name, n, t)
-		if err != nil || got == 0 {
+		h, err := s.reserve(ctx, name, n, t)
+		if err != nil || h.n == 0 {
 			// A lost reply keeps what it may have reserved: the rate runs
 			// under.
 			s.giveBackPlain(ctx, hs, 0)
 			return nil, 0, err
 		}
-		if got < n {
-			s.giveBackPlain(ctx, hs, got)
-			n = got
+		if h.n < n {
+			s.giveBackPlain(ctx, hs, h.n)
+			n = h.n
 		}
-		hs = append(hs, plainHold{name, got, r, tat})
+		hs = append(hs, h)
 	}
 	return hs, n, nil
 }
 
-// giveBackPlain gives back the starts of hs beyond keep of each.
+// giveBackPlain gives back the starts of hs beyond keep of each (giveBack).
 func (s *Store) giveBackPlain(ctx context.Context, hs []plainHold, keep int) {
 	for i := range hs {
-		if tat, ok := s.giveBack(ctx, hs[i].name, hs[i].rate, hs[i].n-keep, hs[i].tat); ok {
-			hs[i].tat = tat
-		}
+		s.giveBack(ctx, &hs[i], hs[i].n-keep)
 		hs[i].n = keep
 	}
 }
 
 // settleStarts ends a claim of jobs under starts of the rates names
-// reserved at t, plain or partitioned: it gives claimed back, unstarted,
-// when its reply came too late to count as made then (lateUnderRate; the
-// starts stay used, and it returns none), else gives back with giveBack
-// the starts the jobs claimed did not use.
+// reserved at t, plain or partitioned. A claim answered more than
+// RateStartLag after its reservation came too late to count as made then:
+// it gives claimed back, unstarted, the starts staying used, and returns
+// none. Else it gives back with giveBack the starts the jobs did not use.
 func (s *Store) settleStarts(ctx context.Context, names []string, t time.Time, claimed []*jobs.Job, giveBack func(used int)) ([]*jobs.Job, error) {
-	if late, err := s.lateUnderRate(ctx, names, t, claimed); late || err != nil {
-		return nil, err
+	if d := s.instant().Sub(t); d > RateStartLag && len(claimed) > 0 {
+		if err := s.releaseRateJobs(ctx, claimed); err != nil {
+			return nil, err
+		}
+		s.log.Warn("gave back the jobs of a claim under a rate limit answered too late after its reservation: not run, attempts not counted",
+			zap.Strings("rates", names), zap.Duration("late", d), zap.Int("jobs", len(claimed)))
+		return nil, nil
 	}
 	giveBack(len(claimed))
 	return claimed, nil
 }
 
-// lateUnderRate gives claimed back, unstarted, when the claim was answered
-// more than RateStartLag after its reservation at t: it came too late to
-// count as made then. The reservation stays used. late reports that it
-// did.
-func (s *Store) lateUnderRate(ctx context.Context, names []string, t time.Time, claimed []*jobs.Job) (late bool, err error) {
-	d := s.instant().Sub(t)
-	if d <= RateStartLag || len(claimed) == 0 {
-		return false, nil
-	}
-	if err := s.releaseRateJobs(ctx, claimed); err != nil {
-		return true, err
-	}
-	s.log.Warn("gave back the jobs of a claim under a rate limit answered too late after its reservation: not run, attempts not counted",
-		zap.Strings("rates", names), zap.Duration("late", d), zap.Int("jobs", len(claimed)))
-	return true, nil
-}
-
 // reserve takes up to k starts of rate name at t with a compare-and-set on
 // its document, reading it again when another process changed it. It
-// returns how many it took and the tat it wrote; none when the rate allows
-// no start now (NextRateStart then says when). The write is conditioned on
-// the rate as read too, not only on tat: a rate changed since it was read
-// (by an operator, within LimitRefresh or across a stall) is read again.
-func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (int, Rate, time.Time, error) {
+// returns what it took (with the rate it read and the tat it wrote); none
+// when the rate allows no start now (NextRateStart then says when). The
+// write is conditioned on the rate as read too, not only on tat: a rate
+// changed since it was read (by an operator, within LimitRefresh or across
+// a stall) is read again.
+func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (plainHold, error) {
 	rc := s.rates
 	checkFirst := rc.readFirst(name) // likely stale: read before writing (ratebatch.go)
 	for range rateReserveTries {
@@ -771,14 +730,14 @@ func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		held := rc.rates[name]
 		if held == nil { // cleared since the claim planned
 			rc.mu.Unlock()
-			return 0, Rate{}, time.Time{}, nil
+			return plainHold{}, nil
 		}
 		st := *held
 		rc.mu.Unlock()
 		if st.rate.By != "" {
 			// Partitioned since the claim planned: its state is its
 			// partitions', which the next claim reserves.
-			return 0, Rate{}, time.Time{}, nil
+			return plainHold{}, nil
 		}
 		g := st.rate.gcra()
 		n := min(k, st.avail(t))
@@ -787,14 +746,12 @@ func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 			// What this client last saw allows too few starts: it sends
 			// nothing, and tries again when they are allowed.
 			rc.noteNext(g.startsAt(st.tat, t, want).Add(rc.yield(name, st.rate, want)))
-			return 0, Rate{}, time.Time{}, nil
+			return plainHold{}, nil
 		}
 		if checkFirst {
-			// It lost the last reservation: what it saw is likely stale,
-			// so it reads the rate before a write that would be refused.
 			checkFirst = false
 			if err := s.readRate(ctx, name); err != nil {
-				return 0, Rate{}, time.Time{}, err
+				return plainHold{}, err
 			}
 			continue
 		}
@@ -806,17 +763,17 @@ func (s *Store) reserve(ctx context.Context, name string, k int, t time.Time) (i
 		}
 		if err != nil {
 			s.limits.forget() // what is stored is unknown: read it again
-			return 0, Rate{}, time.Time{}, fmt.Errorf("store: claim: reserve %d starts of rate %s: %w", n, name, err)
+			return plainHold{}, fmt.Errorf("store: claim: reserve %d starts of rate %s: %w", n, name, err)
 		}
 		if rc.noteReserved(name, tat, res.MatchedCount == 1) {
-			return n, st.rate, tat, nil
+			return plainHold{name, n, st.rate, tat}, nil
 		}
 		// Another process reserved (or the rate changed): read it again.
 		if err := s.readRate(ctx, name); err != nil {
-			return 0, Rate{}, time.Time{}, err
+			return plainHold{}, err
 		}
 	}
-	return 0, Rate{}, time.Time{}, nil
+	return plainHold{}, nil
 }
 
 // noteReserved records whether this client's reservation of rate name,
@@ -825,9 +782,6 @@ func (rc *rateCache) noteReserved(name string, tat time.Time, won bool) bool {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if !won {
-		if rc.lost == nil {
-			rc.lost = map[string]int{}
-		}
 		rc.lost[name]++
 		return false
 	}
@@ -877,16 +831,14 @@ func bsonDateTime(t time.Time) (bson.Type, []byte) {
 }
 
 // yield is how long after the next start of rate r (name) this client
-// waits to try to reserve it when its last reservations found it taken
-// by another process: every process waiting for the next start tries it
-// at that instant, and all but one lose it, each at the cost of a refused
-// write and a read. A client that keeps losing tries later, at random
-// within up to one interval per loss in a row, but never later than
-// the burst less the want starts it waits for allows: starts made that
-// late are not lost, the burst lets them catch up at once. The process that won keeps trying on time
-// (its view of the rate is its own write), and a loser that finds the
-// rate free wins and tries on time again. Zero for a burst of 1, or
-// before any loss.
+// waits to try to reserve it when its last reservations lost to another
+// process (all but one of the processes trying at that instant lose:
+// ratebatch.go): at random within up to one interval per loss in a row,
+// but never later than the burst less the want starts it waits for allows,
+// so that the burst lets starts made that late catch up at once. The
+// winner keeps trying on time (its view is its own write), and a loser
+// that finds the rate free wins and tries on time again. Zero for a burst
+// of 1, or before any loss.
 func (rc *rateCache) yield(name string, r Rate, want int) time.Duration {
 	rc.mu.Lock()
 	lost := rc.lost[name]
@@ -902,8 +854,14 @@ func (rc *rateCache) yield(name string, r Rate, want int) time.Duration {
 func (rc *rateCache) noteNext(at time.Time) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	if rc.next.IsZero() || at.Before(rc.next) {
-		rc.next = at
+	keepEarliest(&rc.next, at)
+}
+
+// keepEarliest sets *next, the earliest of some instants (zero: none yet),
+// to at when at is earlier.
+func keepEarliest(next *time.Time, at time.Time) {
+	if next.IsZero() || at.Before(*next) {
+		*next = at
 	}
 }
 
@@ -928,27 +886,27 @@ func (s *Store) readRate(ctx context.Context, name string) error {
 	return nil
 }
 
-// giveBack returns n unused starts of rate name, reserved under r by a
-// write that set tat, when no one reserved since and the rate is still r:
-// tat goes back by n of r's intervals. Best-effort: when it does not match,
-// the starts are lost (the rate runs under).
-func (s *Store) giveBack(ctx context.Context, name string, r Rate, n int, tat time.Time) (time.Time, bool) {
+// giveBack returns n unused starts of h when no one reserved since its
+// write and the rate is still the one it read: tat goes back by n of the
+// rate's intervals. Best-effort: when it does not match, the starts are
+// lost (the rate runs under).
+func (s *Store) giveBack(ctx context.Context, h *plainHold, n int) {
 	if n <= 0 {
-		return tat, true
+		return
 	}
-	back := r.gcra().giveBack(tat, n)
-	res, err := s.limitsColl().UpdateOne(ctx, rateFilter(name, r, tat), giveBackUpdate(back, n))
+	back := h.rate.gcra().giveBack(h.tat, n)
+	res, err := s.limitsColl().UpdateOne(ctx, rateFilter(h.name, h.rate, h.tat), giveBackUpdate(back, n))
 	if err != nil || res.MatchedCount == 0 {
-		return tat, false
+		return
 	}
 	rc := s.rates
 	rc.mu.Lock()
-	if s := rc.rates[name]; s != nil && s.tat.Equal(tat) {
+	if s := rc.rates[h.name]; s != nil && s.tat.Equal(h.tat) {
 		s.tat = back
 		s.raw.Type, s.raw.Value = bsonDateTime(back)
 	}
 	rc.mu.Unlock()
-	return back, true
+	h.tat = back
 }
 
 // ValidateRates reports the first of rates (limit name → rate) whose name

@@ -49,9 +49,6 @@ func (rc *rateCache) batch(name string, r Rate, k int) int {
 func (rc *rateCache) noteFull(names []string, full bool) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	if rc.full == nil {
-		rc.full = map[string]bool{}
-	}
 	for _, name := range names {
 		rc.full[name] = full
 	}

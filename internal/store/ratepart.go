@@ -25,57 +25,54 @@ import (
 // partitionBy: "customerId" (Rate.By), read with the other limits. Each
 // partition's GCRA state is a document of its own in the rate partitions
 // collection (DefaultRatePartsCollection), {_id: "kind:email/<p>", tat,
-// starts, res}, p naming the partition as a partitioned concurrency limit
-// does (partKey: numbers of one value are one partition, a missing field
-// and null are one). It is inserted by the first reservation of its
-// partition and deleted by CleanRatePartitions (the reaper's pass) once
-// its tat is RatePartitionIdle in the past, when it holds nothing a
-// missing document does not say.
+// tNs, starts, res}, p naming the partition as for a partitioned limit
+// (partKey: numbers of one value are one partition, a missing field and
+// null are one). The first reservation of a partition inserts it;
+// CleanRatePartitions (the reaper's pass) deletes it once its tat is
+// RatePartitionIdle in the past, when it says no more than a missing one.
 //
 // A claim knows its candidates' partitions only once it has read them, so
 // a claim under a partitioned rate (claimRateParts):
 //
-//  1. reads candidates (one find), leaving out by value ($nin, as
-//     partSkip) the partitions it knows to be spent until their next
-//     start, and those it found spent or used up in this claim (reading
-//     again, at most ratePartTries times, when every candidate it read was
-//     of such a partition);
+//  1. reads candidates (one find), leaving out by value ($nin: partSkip) the
+//     partitions it knows spent until their next start and those used up
+//     in this claim (reading again, at most ratePartTries times, when
+//     every candidate read was of such a partition);
 //  2. reads those partitions' documents (one find by _id $in) and picks,
 //     in claim order, the candidates whose partitions allow a start at t,
 //     at most the starts each allows;
 //  3. reserves each partition's starts with a compare-and-set on its tat
 //     as read (one unordered bulkWrite of updates, and one insert of the
-//     partitions that had no document, which fails on a duplicate _id when
-//     another claim inserted first); when not every write matched, it reads
-//     back which did: a partition whose tat and res (a nonce of this
-//     reservation) are still the ones written is reserved, any other is
+//     partitions with no document, which fails on a duplicate _id when
+//     another claim inserted first); when not every write matched, it
+//     reads back which did: a partition whose tat and res (this
+//     reservation's nonce) are the ones written is reserved, any other is
 //     taken as not (the rate runs under);
 //  4. claims exactly the jobs reserved for: a batch stamps them as read
-//     with one updateMany (stampBlock), as a batch claim does; a single
-//     claim, or one under concurrency limits too, claims them as any
-//     claim, restricted to them (ClaimParams.ids);
+//     with one updateMany (stampBlock); a single claim, or one under
+//     concurrency limits too, claims them as any claim restricted to them
+//     (ClaimParams.ids);
 //  5. confirms the rate: one update of the rate's document conditioned on
-//     the rate as read, which adds the starts used to its starts. It
-//     comes after the reservations, so a rate that matched then held when
-//     they were made; one that did not (an operator changed or cleared it
-//     since this process read it) gives the jobs back unstarted, gives the
-//     starts back and claims again under the rate read anew;
+//     the rate as read, adding the starts used to its starts. It comes
+//     after the reservations, so a rate that matched then held when they
+//     were made; one that did not (an operator changed or cleared it
+//     since) gives the jobs and the starts back and claims again under the
+//     rate read anew;
 //  6. gives back the starts it did not use, as a plain rate does.
 //
 // So the guarantee is the plain rate's, per partition: the reservations
-// are exact (every one is a compare-and-set of the partition's document,
-// or an insert that only the first claim wins), the jobs start within
-// RateStartLag of them or are given back unstarted, a lost reply counts as
-// taken, and no failure but a wrong clock over-runs.
+// are exact (each a compare-and-set of the partition's document, or an
+// insert only the first claim wins), the jobs start within RateStartLag of
+// them or go back unstarted, a lost reply counts as taken, and only a
+// wrong clock over-runs.
 //
-// Cost, in commands to the server per claim (TestRatePartitionCost
-// measures it): 5, single or batch (the candidates, the partitions, the
-// reservation, the stamp, the confirmation), so 0.5 a job for batches of
-// 10; one more when some partitions had a document and some none (an
-// update and an insert), one more to read back the reservation when
-// another claim raced it, one more to give starts back when fewer jobs
-// were claimed than reserved for; and those of the concurrency limits'
-// claim when limits apply too.
+// Cost, in commands per claim (TestRatePartitionCost measures it): 5,
+// single or batch (the candidates, the partitions, the reservation, the
+// stamp, the confirmation), so 0.5 a job for batches of 10; one more when
+// some partitions had a document and some none (an update and an insert),
+// one more to read back a reservation another claim raced, one more to
+// give starts back when fewer jobs were claimed than reserved for; and
+// those of the concurrency limits' claim when limits apply too.
 
 // DefaultRatePartsCollection holds the partitions' state of the
 // partitioned rates, beside the default jobs collection; a Store on
@@ -169,9 +166,7 @@ func (rc *rateCache) spentSkips(name string, r Rate, t time.Time) (bson.A, time.
 			continue
 		}
 		values = append(values, skipValue(s.value))
-		if next.IsZero() || s.next.Before(next) {
-			next = s.next
-		}
+		keepEarliest(&next, s.next)
 	}
 	return values, next
 }
@@ -312,13 +307,6 @@ func newPartClaim(rc *rateCache, p ClaimParams, parted map[string]rateState, n i
 		parts: map[string]*ratePart{}, usedUp: map[string]map[string]bool{}, candByID: map[string]candidate{}}
 }
 
-// noteNext records that a partition left out allows a start at.
-func (pc *partClaim) noteNext(at time.Time) {
-	if pc.next.IsZero() || at.Before(pc.next) {
-		pc.next = at
-	}
-}
-
 // pickRateParts reads candidates and their partitions, and picks in claim
 // order those whose partitions allow a start at pc.t, reading again past
 // the partitions found spent, at most ratePartTries times.
@@ -349,7 +337,7 @@ func (pc *partClaim) params() ClaimParams {
 	for _, name := range pc.names {
 		values, at := pc.rc.spentSkips(name, pc.parted[name].rate, pc.t)
 		if !at.IsZero() {
-			pc.noteNext(at)
+			keepEarliest(&pc.next, at)
 		}
 		for part := range pc.usedUp[name] {
 			values = append(values, skipValue(pc.parts[ratePartID(name, part)].value))
@@ -427,7 +415,7 @@ func (pc *partClaim) noteUsedUp() {
 		if rp.allows == 0 {
 			at := rp.rate.gcra().nextStart(rp.tat, pc.t)
 			pc.rc.noteSpent(rp.name, rp.p, rp.value, rp.rate, at)
-			pc.noteNext(at)
+			keepEarliest(&pc.next, at)
 		}
 	}
 }
@@ -457,11 +445,7 @@ func (pc *partClaim) noteReservedSpent(take []*ratePart, t time.Time) {
 func (pc *partClaim) reservedIDs() []string {
 	var ids []string
 	for _, pk := range pc.picks {
-		ok := true
-		for _, rp := range pk.parts {
-			ok = ok && rp.reserved
-		}
-		if ok {
+		if !slices.ContainsFunc(pk.parts, func(rp *ratePart) bool { return !rp.reserved }) {
 			ids = append(ids, pk.id)
 		}
 	}
@@ -567,11 +551,7 @@ func (s *Store) readRateParts(ctx context.Context, parts map[string]*ratePart, i
 	if len(ids) == 0 {
 		return nil
 	}
-	cur, err := s.ratePartsColl().Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
-	if err != nil {
-		return fmt.Errorf("store: claim: read rate partitions: %w", err)
-	}
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	err := eachFound(ctx, s.ratePartsColl(), bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, options.Find(), func(d bson.Raw) error {
 		id, _ := d.Lookup("_id").StringValueOK()
 		rp := parts[id]
 		if rp == nil {
@@ -803,13 +783,9 @@ func (s *Store) CleanRatePartitions(ctx context.Context, limit int) (int, error)
 	}
 	cutoff := s.Now().Add(-RatePartitionIdle)
 	coll := s.ratePartsColl()
-	cur, err := coll.Find(ctx, bson.D{{Key: "tat", Value: bson.D{{Key: "$lt", Value: cutoff}}}},
-		options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "tat", Value: 1}}))
-	if err != nil {
-		return 0, fmt.Errorf("store: clean rate partitions: %w", err)
-	}
+	opts := options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "tat", Value: 1}})
 	var models []mongo.WriteModel
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	err := eachFound(ctx, coll, bson.D{{Key: "tat", Value: bson.D{{Key: "$lt", Value: cutoff}}}}, opts, func(d bson.Raw) error {
 		models = append(models, mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: d.Lookup("_id")}, {Key: "tat", Value: d.Lookup("tat")}}))
 		return nil
 	})

@@ -75,6 +75,16 @@ func CloseCursor(ctx context.Context, cur *mongo.Cursor) {
 // CursorCloseTimeout bounds CloseCursor's killCursors.
 const CursorCloseTimeout = 5 * time.Second
 
+// eachFound calls fn with each document of coll that filter matches, as
+// EachRaw does; an error is the find's or the read's.
+func eachFound(ctx context.Context, coll *mongo.Collection, filter bson.D, opts *options.FindOptionsBuilder, fn func(bson.Raw) error) error {
+	cur, err := coll.Find(ctx, filter, opts)
+	if err != nil {
+		return err
+	}
+	return EachRaw(ctx, cur, fn)
+}
+
 // MaxSpare bounds how long past its expiry (and the reaper's grace) the
 // reaper leaves a job whose owner is alive in the workers registry.
 const MaxSpare = 10 * time.Minute
@@ -97,9 +107,8 @@ const MaxSpare = 10 * time.Minute
 // not, so a live process never holds a stuck job forever. Only processes
 // that beat in the registry (every started docket.Client does; a program
 // that claims through this package alone does not) are spared for; a job
-// whose owner has no entry, or
-// one that cannot be read, is reaped as before. Spared jobs do not count
-// against limit.
+// whose owner has no entry, or one that cannot be read, is reaped. Spared
+// jobs do not count against limit.
 func (s *Store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapResult, error) {
 	var res ReapResult
 	t := s.Now()
@@ -161,9 +170,10 @@ const spareBeatMax = time.Minute
 
 // liveWorkers returns the ids of the processes alive in the workers
 // registry now: seen within WorkerMissedBeats of their beat interval, both
-// on the server's clock, and not further ahead of it than WorkerClockSkew. The registry is for people and may hold anything:
-// a document that does not read as a live process is left out, and a
-// registry that cannot be read at all spares no one (logged).
+// on the server's clock, and not further ahead of it than WorkerClockSkew.
+// The registry is for people and may hold anything: a document that does
+// not read as a live process is left out, and a registry that cannot be
+// read at all spares no one (logged).
 func (s *Store) liveWorkers(ctx context.Context) map[string]bool {
 	t := s.ServerTime(ctx)
 	cur, err := s.WorkersColl().Find(ctx,
@@ -227,7 +237,7 @@ func (s *Store) reapOne(ctx context.Context, raw bson.Raw, t time.Time) (ReapRes
 	filter := bson.D{
 		{Key: "_id", Value: raw.Lookup("_id")},
 		{Key: "state", Value: jobs.StateRunning},
-		{Key: "leaseToken", Value: rawOrNull(raw, "leaseToken")},
+		{Key: "leaseToken", Value: rawValue(raw, "leaseToken")},
 		{Key: "leaseExpiresAt", Value: raw.Lookup("leaseExpiresAt")},
 	}
 	var j jobs.Job
@@ -297,12 +307,12 @@ func (s *Store) Clean(ctx context.Context, st jobs.State, age time.Duration, lim
 	// A job whose unique key holds over a period is kept until the period
 	// ends: deleting it would let a second job with the key in. A job whose
 	// dependents have not been told of its outcome is kept until they are
-	// (notDue, deps.go).
+	// (NotDue, deps.go).
 	periodOver := bson.E{Key: "$or", Value: bson.A{
 		bson.D{{Key: "uniqueUntil", Value: bson.D{{Key: "$exists", Value: false}}}},
 		bson.D{{Key: "uniqueUntil", Value: bson.D{{Key: "$lte", Value: t}}}},
 	}}
-	in, err := s.IDs(ctx, bson.D{{Key: "state", Value: st}, eligible, periodOver, notDue}, limit)
+	in, err := s.IDs(ctx, bson.D{{Key: "state", Value: st}, eligible, periodOver, NotDue}, limit)
 	if err != nil {
 		return 0, fmt.Errorf("store: find %s jobs to clean: %w", st, err)
 	}
@@ -312,10 +322,8 @@ func (s *Store) Clean(ctx context.Context, st jobs.State, age time.Duration, lim
 	if s.hooks != nil {
 		s.hooks.BeforeClean()
 	}
-	// _id first: MongoDB plans it on the _id index in any order; a server
-	// that evaluates a filter key by key (server.go) rules out all but the
-	// batch before it looks at the other keys.
-	r, err := s.coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}, {Key: "state", Value: st}, eligible, periodOver, notDue})
+	// _id first (server.go).
+	r, err := s.coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: in}}}, {Key: "state", Value: st}, eligible, periodOver, NotDue})
 	if err != nil {
 		return 0, fmt.Errorf("store: clean %s jobs: %w", st, err)
 	}

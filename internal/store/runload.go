@@ -100,9 +100,9 @@ func (r *runLoads) forget() {
 }
 
 // slotsFor returns the picker of a claim of up to k jobs under the limits
-// totals (name → limit) and parts: from the views when they may be trusted (see above),
-// else from a read of the running jobs, which it keeps as the new views.
-// fresh forces the read.
+// totals (name → limit) and parts: from the views when they may be trusted
+// (see above), else from a read of the running jobs, which it keeps as the
+// new views. fresh forces the read.
 func (s *Store) slotsFor(ctx context.Context, totals map[string]int, parts partSpecs, k int, fresh bool) (*slotPicker, error) {
 	r := s.limits.loads
 	if !fresh {

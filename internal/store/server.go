@@ -23,10 +23,11 @@ import (
 // nothing), and the command is sent again without it and the feature is
 // lacking from then on (a refusal after it was held too: a server that
 // refuses only what it evaluates, as FerretDB v1 an $elemMatch, answers a
-// command that met nothing to evaluate). Nothing is inferred from the server's name or
-// version (FerretDB reports itself in buildInfo, but a later FerretDB, or
-// another server, may implement what this one lacks). Until a feature is
-// found lacking, the code uses it: on MongoDB detection costs nothing.
+// command that met nothing to evaluate). Nothing is inferred from the
+// server's name or version (FerretDB reports itself in buildInfo, but a
+// later FerretDB, or another server, may implement what this one lacks).
+// Until a feature is found lacking, the code uses it: on MongoDB detection
+// costs nothing.
 //
 // The features (the fields of Server):
 //

@@ -168,12 +168,8 @@ func (s *Store) IDs(ctx context.Context, filter bson.D, limit int) (bson.A, erro
 	if limit != 0 {
 		opts.SetLimit(int64(limit))
 	}
-	cur, err := s.coll.Find(ctx, filter, opts)
-	if err != nil {
-		return nil, err
-	}
 	var ids bson.A
-	err = EachRaw(ctx, cur, func(d bson.Raw) error {
+	err := eachFound(ctx, s.coll, filter, opts, func(d bson.Raw) error {
 		if v, err := d.LookupErr("_id"); err == nil {
 			ids = append(ids, bson.RawValue{Type: v.Type, Value: slices.Clone(v.Value)})
 		}
