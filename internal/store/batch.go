@@ -537,8 +537,8 @@ func (s *Store) CompleteMany(ctx context.Context, ls []Lease) (lost []Lease, err
 		fences[i] = fence(l)
 		ids[i] = l.JobID
 	}
-	// The ids first (server.go: 0.9 s less per flush at 20,000 jobs on a
-	// server that scans).
+	// The ids first: 0.9 s less per flush at 20,000 jobs on a server that
+	// scans (server.go).
 	res, err := s.coll.UpdateMany(ctx, bson.D{
 		{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}},
 		{Key: "$or", Value: fences},

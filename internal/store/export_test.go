@@ -1,9 +1,10 @@
 package store
 
 import (
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"sync/atomic"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // WithRaceBeforeStamp returns a Store like c whose batch claims run f

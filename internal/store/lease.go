@@ -25,7 +25,9 @@ func fence(l Lease) bson.D {
 
 // fencedUpdate applies update to the job l holds. When it matches nothing,
 // the job is read back (unlessWritten): nil when ours finds this attempt's
-// own write there, else jobs.ErrLeaseLost.
+// own write there, else jobs.ErrLeaseLost, or an error wrapping
+// ErrOutcomeUnknown when that read fails. A write error (a reply maybe
+// lost) is returned as is, for the caller to retry.
 func (s *Store) fencedUpdate(ctx context.Context, op string, l Lease, update bson.D, ours func(*written) bool) error {
 	res, err := s.coll.UpdateOne(ctx, fence(l), update)
 	if err == nil {

@@ -365,10 +365,12 @@ func ParsePartitionLimit(s string) (PartitionLimit, error) {
 // Views of partitioned limits: a worker's claims under a partitioned
 // limit trust, for LimitRefresh, what the last read of its running jobs
 // showed, kept up to date with the client's own claims and finished runs,
-// as the views of a limit's total are (runload.go), and on their terms:
-// only when the read found every running job of the limit holding a
-// partition slot and came two LimitRefresh after the partition limit was
-// set, and only in a client told of its own frees (RunEnded). A wrong view
+// as the views of a limit's total are (runload.go): only when the read
+// found every running job of the limit holding a partition slot and came
+// two LimitRefresh after the partition limit was set, and, unlike totals,
+// only in a client told of its own frees (RunEnded): a client that ends
+// attempts without telling would trust views of full partitions it freed.
+// A wrong view
 // costs a refused stamp (the unique index on the partition's slots),
 // which drops every view, or a partition left out of claims for at most
 // LimitRefresh, never a job over the limit.

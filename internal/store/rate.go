@@ -52,8 +52,8 @@ import (
 // over-runs; every other failure slows the rate.
 //
 // A rate bounds handler starts, not only claims: a worker asks for jobs
-// under a rate only for its run slots free now (ClaimParams.Ahead) and
-// starts them at once.
+// under a rate only for its run slots free now (ClaimParams.Ahead), never
+// for the jobs it holds ahead, and starts them at once.
 //
 // A claim leaves out a kind or queue whose rate allows no start now, as
 // last read, until its next start (NextRateStart tells a worker when), so
