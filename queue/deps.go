@@ -736,7 +736,7 @@ func (c *Client) readLinking(ctx context.Context, cutoff time.Time, limit int) (
 		dep, fill, ok := readDependent(d)
 		switch {
 		case !ok:
-			bad = append(bad, slices.Clone(d))
+			bad = append(bad, d)
 		case fill != nil:
 			fills = append(fills, mongo.NewUpdateOneModel().SetFilter(bson.D{
 				{Key: "_id", Value: dep.id}, {Key: "state", Value: jobs.StateBlocked}, {Key: fill[0].Key, Value: nil},

@@ -187,7 +187,7 @@ func (c *Client) workflowByName(ctx context.Context, wf string, p WorkflowPage) 
 // readWorkflowTasks appends to tasks the jobs cur reads.
 func readWorkflowTasks(ctx context.Context, cur *mongo.Cursor, tasks []WorkflowTask) ([]WorkflowTask, error) {
 	err := store.EachRaw(ctx, cur, func(d bson.Raw) error {
-		tasks = append(tasks, readWorkflowTask(slices.Clone(d)))
+		tasks = append(tasks, readWorkflowTask(d))
 		return nil
 	})
 	return tasks, err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -101,7 +100,6 @@ func (s *Store) ReadSuccessors(ctx context.Context, p ClaimParams, kind, queue s
 	opts := options.Find().SetSort(claimSort).SetLimit(int64(n)).SetBatchSize(int32(n)).SetComment(SuccessorsComment)
 	var out []*Successor
 	err = eachFound(ctx, s.coll, claimFilter(p, t), opts, func(d bson.Raw) error {
-		d = slices.Clone(d) // asRead keeps values of it past the cursor's next
 		var j jobs.Job
 		if bson.Unmarshal(d, &j) != nil {
 			return nil // a claim buries it

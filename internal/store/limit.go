@@ -350,8 +350,8 @@ func (s *Store) readLimits(ctx context.Context) ([]RunLimit, error) {
 	var out []RunLimit
 	var rates []bson.Raw
 	err := eachFound(ctx, s.limitsColl(), bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}), func(d bson.Raw) error {
-		if isRateDoc(d) { // rate.go; d is the cursor's until its next document
-			rates = append(rates, slices.Clone(d))
+		if isRateDoc(d) { // rate.go
+			rates = append(rates, d)
 			return nil
 		}
 		out = append(out, runLimit(d))

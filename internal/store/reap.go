@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/docketq/docket/jobs"
@@ -50,11 +51,13 @@ func (r ReapResult) Add(o ReapResult) ReapResult {
 // EachRaw calls fn with every document of cur, one at a time, then closes
 // it (CloseCursor), so that a document that does not decode as its caller
 // expects is the caller's to handle and does not fail the others (cur.All
-// into typed values would). An error of fn stops the walk and is returned.
+// into typed values would). fn gets a copy, which it may keep (the
+// driver's Current is valid only until its next). An error of fn stops
+// the walk and is returned.
 func EachRaw(ctx context.Context, cur *mongo.Cursor, fn func(bson.Raw) error) error {
 	defer CloseCursor(ctx, cur)
 	for cur.Next(ctx) {
-		if err := fn(cur.Current); err != nil {
+		if err := fn(slices.Clone(cur.Current)); err != nil {
 			return err
 		}
 	}
@@ -140,7 +143,7 @@ func (s *Store) Reap(ctx context.Context, grace time.Duration, limit int) (ReapR
 			res.Spared++
 			return nil
 		}
-		expired = append(expired, append(bson.Raw(nil), d...))
+		expired = append(expired, d)
 		return nil
 	}); err != nil && !errors.Is(err, errBatchFull) {
 		return res, fmt.Errorf("store: read expired leases: %w", err)
