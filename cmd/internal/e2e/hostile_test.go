@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"html"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,13 +29,14 @@ import (
 )
 
 // workerWrites are the job fields workers, the reaper and the leader
-// write (README's schema, ENQUEUE.md): a hostile document may see them
-// change. Every other field is the app's and must stay as stored.
+// write (README's schema, ENQUEUE.md, MONGODB.md: a finished parent's
+// dependents flag becomes dependentsDue until the leader settles it): a
+// hostile document may see them change. Every other field is the app's and must stay as stored.
 var workerWrites = map[string]bool{
 	"state": true, "attempt": true, "owner": true, "leaseToken": true, "leaseExpiresAt": true, "heartbeatAt": true,
 	"cancelRequestedAt": true, "errors": true, "updatedAt": true, "finishedAt": true, "uniqueKey": true,
 	"finishedUniqueKey": true, "progress": true, "result": true, "runAt": true, "releasedToken": true,
-	"createdAt": true, "waitingOn": true,
+	"createdAt": true, "waitingOn": true, "dependents": true, "dependentsDue": true, "linking": true,
 }
 
 // TestHostileDocumentsCrashNothing inserts, beside normal jobs, hundreds of
@@ -46,7 +50,9 @@ var workerWrites = map[string]bool{
 // finishes; no hostile document is deleted, nor a field of the app's
 // changed; no terminal output holds a control byte or invalid UTF-8; no
 // page holds a hostile string unescaped or a link with a raw character;
-// the metrics are valid UTF-8.
+// the metrics are valid UTF-8. Each job field is given one in 4 of the
+// values (a key field; one in 11 for the others): DOCKET_HOSTILE_EVERY=1
+// gives every field every value (minutes on devdb).
 func TestHostileDocumentsCrashNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("heavy: hundreds of documents through every process")
@@ -64,10 +70,9 @@ func TestHostileDocumentsCrashNothing(t *testing.T) {
 	metricsURL := w.httpAddr()
 	seedBeside(t, op)
 	waitBeside(t, db)
-	inserted := insertHostileBeside(t, db)
-	t.Logf("%d hostile documents beside the jobs", inserted)
-
-	stored := insertHostileJobs(t, store.Of(q).Collection())
+	every := hostileEvery(t)
+	beside := insertHostileBeside(t, db, every)
+	stored := insertHostileJobs(t, store.Of(q).Collection(), every)
 	t.Logf("set up: %s", time.Since(began).Round(time.Millisecond))
 	var normal []string
 	for i := range 20 {
@@ -91,6 +96,7 @@ func TestHostileDocumentsCrashNothing(t *testing.T) {
 	}
 	t.Logf("normal jobs: %s", time.Since(start).Round(time.Millisecond))
 	checkUnchanged(t, store.Of(q).Collection(), stored)
+	checkBesideUnchanged(t, db, beside)
 
 	for _, p := range []*proc{w, dash} {
 		select {
@@ -106,6 +112,19 @@ func TestHostileDocumentsCrashNothing(t *testing.T) {
 	for _, p := range []*proc{w, dash} {
 		noPanic(t, p.name, p.out.String())
 	}
+}
+
+// hostileEvery is 4, or DOCKET_HOSTILE_EVERY: one in how many hostile
+// values each field is given.
+func hostileEvery(t *testing.T) int {
+	t.Helper()
+	s := os.Getenv("DOCKET_HOSTILE_EVERY")
+	if s == "" {
+		return 4
+	}
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err, "DOCKET_HOSTILE_EVERY")
+	return max(n, 1)
 }
 
 // seedBeside makes one real document in each collection beside the jobs
@@ -144,42 +163,69 @@ func waitBeside(t *testing.T, db *mongo.Database) {
 
 // insertHostileBeside copies each document of the collections beside the
 // jobs with one top-level field given a hostile value, under an _id of
-// its own (the real ones stay: the processes' own work goes on), and
-// adds documents whose _id is of each type.
-func insertHostileBeside(t *testing.T, db *mongo.Database) int {
+// its own (the real ones stay: the processes' own work goes on), adds
+// documents whose _id is of each type, and returns the ones stored, by
+// collection, as read back.
+func insertHostileBeside(t *testing.T, db *mongo.Database, every int) map[string][]bson.Raw {
 	t.Helper()
 	vals := hostileValues()
-	total := 0
+	stored := map[string][]bson.Raw{}
 	for _, name := range besideCollections {
 		coll := db.Collection(name)
 		var docs []bson.D
 		findAll(t, coll, bson.D{}, &docs)
 		var out []any
+		var real bson.A
 		for di, d := range docs {
-			for fi, e := range d {
-				if e.Key == "_id" {
-					continue
-				}
+			real = append(real, d[0].Value)
+			for fi, e := range d[1:] {
 				for vi, hv := range vals {
-					if (vi+fi+di)%16 != 0 {
-						continue
-					}
-					c := setField(d, e.Key, hv)
-					c[0].Value = besideID(d[0].Value, fmt.Sprintf("%d-%d-%d", di, fi, vi), vi)
-					out = append(out, c)
-				}
-			}
-			if len(docs) > 0 {
-				for vi, hv := range vals {
-					if !hv.missing && vi%6 == 0 {
-						out = append(out, setField(docs[0], "_id", hv))
+					if (vi+fi+di)%(4*every) == 0 {
+						c := setField(d, e.Key, hv)
+						c[0].Value = besideID(d[0].Value, fmt.Sprintf("%d-%d-%d", di, fi, vi), vi)
+						out = append(out, c)
 					}
 				}
 			}
 		}
-		total += insertEach(t, coll, out)
+		for vi, hv := range vals {
+			if len(docs) > 0 && !hv.missing && vi%every == 0 {
+				out = append(out, setField(docs[0], "_id", hv))
+			}
+		}
+		insertEach(t, coll, out)
+		var got []bson.Raw
+		findAll(t, coll, bson.D{{Key: "_id", Value: bson.D{{Key: "$nin", Value: real}}}}, &got)
+		stored[name] = got
+		t.Logf("%s: %d hostile documents stored", name, len(got))
 	}
-	return total
+	return stored
+}
+
+// besideKept are the collections beside the jobs whose documents no
+// process deletes or rewrites unless told (the registry drops processes
+// long stopped, the leader rewrites its counts and its lease).
+var besideKept = []string{store.DefaultLimitsCollection, store.DefaultQueuesCollection}
+
+// checkBesideUnchanged checks that the hostile documents of besideKept are
+// there as stored.
+func checkBesideUnchanged(t *testing.T, db *mongo.Database, stored map[string][]bson.Raw) {
+	t.Helper()
+	for _, name := range besideKept {
+		for _, before := range stored[name] {
+			id := before.Lookup("_id")
+			var after bson.Raw
+			err := testdb.Retry(t.Logf, "read a hostile document", func() (err error) {
+				after, err = db.Collection(name).FindOne(context.Background(), bson.D{{Key: "_id", Value: id}}).Raw()
+				return err
+			})
+			if err != nil {
+				t.Errorf("%s %s: %v (before: %.300s)", name, id, err, before)
+			} else if !bytes.Equal(before, after) {
+				t.Errorf("%s %s changed from %.300s to %.300s", name, id, before, after)
+			}
+		}
+	}
 }
 
 // besideID is the _id of a hostile copy of a document whose _id is id: an
@@ -225,9 +271,9 @@ func insertEach(t *testing.T, coll *mongo.Collection, docs []any) int {
 
 // insertHostileJobs inserts hostileJobs and returns each stored one as the
 // server read it back.
-func insertHostileJobs(t *testing.T, coll *mongo.Collection) []bson.Raw {
+func insertHostileJobs(t *testing.T, coll *mongo.Collection, every int) []bson.Raw {
 	t.Helper()
-	hj := hostileJobs(time.Now())
+	hj := hostileJobs(time.Now(), every)
 	docs := make([]any, len(hj))
 	for i, j := range hj {
 		docs[i] = j.doc

@@ -133,14 +133,14 @@ type hostileJob struct {
 // value, on a valid base (kind noop on queue default, so that workers
 // claim the ones whose other fields let them), in a state that varies so
 // that finished, running and blocked jobs carry hostile values too.
-func hostileJobs(now time.Time) []hostileJob {
+func hostileJobs(now time.Time, every int) []hostileJob {
 	vals := hostileValues()
 	bases := []string{"available", "dead", "running", "blocked", "succeeded"}
 	var out []hostileJob
 	n := 0
 	for fi, field := range jobFields {
 		for vi, hv := range vals {
-			if (keyJobFields[field] && (vi+fi)%4 != 0) || (!keyJobFields[field] && (vi+fi)%11 != 0) {
+			if (keyJobFields[field] && (vi+fi)%every != 0) || (!keyJobFields[field] && (vi+fi)%(3*every-1) != 0) {
 				continue
 			}
 			if storeDefectRegexFence && field == "attempt" && hv.name == "regex" {
