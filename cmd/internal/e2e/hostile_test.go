@@ -98,6 +98,7 @@ func TestHostileDocumentsCrashNothing(t *testing.T) {
 	checkUnchanged(t, store.Of(q).Collection(), stored)
 	checkBesideUnchanged(t, db, beside)
 
+	retakeLease(t, db, w)
 	for _, p := range []*proc{w, dash} {
 		select {
 		case <-p.done:
@@ -112,6 +113,23 @@ func TestHostileDocumentsCrashNothing(t *testing.T) {
 	for _, p := range []*proc{w, dash} {
 		noPanic(t, p.name, p.out.String())
 	}
+}
+
+// retakeLease overwrites the leader's lease with fields of types no
+// elector writes (an invalid regex token, a document owner, a string
+// version), and waits for the worker to lead again.
+func retakeLease(t *testing.T, db *mongo.Database, w *proc) {
+	t.Helper()
+	before := strings.Count(w.out.String(), `"msg":"leading"`)
+	must(t, "overwrite the lease", func() error {
+		_, err := db.Collection("leaders").UpdateMany(context.Background(), bson.D{}, bson.D{{Key: "$set", Value: bson.D{
+			{Key: "token", Value: bson.Regex{Pattern: "a[", Options: "i"}}, {Key: "owner", Value: bson.D{{Key: "x", Value: hostileMarker}}},
+			{Key: "version", Value: "\x1b[31m"},
+		}}})
+		return err
+	})
+	require.Eventually(t, func() bool { return strings.Count(w.out.String(), `"msg":"leading"`) > before }, 4*leaderTTL+electionAllowance(t, leaderTTL),
+		50*time.Millisecond, "the worker never led again after another program overwrote the lease")
 }
 
 // hostileEvery is 4, or DOCKET_HOSTILE_EVERY: one in how many hostile
