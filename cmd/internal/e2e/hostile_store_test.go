@@ -14,13 +14,15 @@ import (
 )
 
 // storeDefectRegexFence, while set, skips the cases of a defect in
-// internal/store that this package may not fix: buryBadAttempts
-// (internal/store/claim.go, the UpdateOne fenced on {attempt: <value as
-// read>}) fences on the attempt it read by implicit equality, which for a
-// regex value is a pattern match: it matches nothing (or the server
-// refuses an invalid pattern), nothing is buried, and every claim of the
-// queue fails from then on. Fence instead on what made the write right:
-// {_id, state: available, attempt: {$not: {$type: "number"}}}.
+// internal/store that this package may not fix: writes fenced on a value
+// as read, by implicit equality, read a regex as a pattern (an invalid one
+// fails the write; devdb matches none) and a document with "$" keys as
+// operators. buryBadAttempts (internal/store/claim.go, {attempt: <value
+// as read>}) then buries nothing and every claim of the queue fails from
+// then on; reapOne (internal/store/reap.go, leaseToken through rawOrNull)
+// skips the job at every pass, running forever. Fence instead on what
+// made the write right, {attempt: {$not: {$type: "number"}}}, or on the
+// value's type when it is of a type docket never writes there.
 const storeDefectRegexFence = true
 
 // TestClaimBuriesARegexAttempt: a job another app wrote with an attempt
@@ -55,4 +57,26 @@ func TestClaimBuriesARegexAttempt(t *testing.T) {
 	for _, id := range []string{"re-valid", "re-invalid"} {
 		require.Equal(t, jobs.StateDead, jobState(t, q, id), id)
 	}
+}
+
+// TestReaperBuriesARegexLeaseToken: a running job another app wrote with
+// an expired lease and a lease token that is a regex is re-queued or
+// buried by the reaper, not skipped at every pass.
+func TestReaperBuriesARegexLeaseToken(t *testing.T) {
+	if storeDefectRegexFence {
+		t.Skip("defect in internal/store/reap.go reapOne: see storeDefectRegexFence")
+	}
+	t.Parallel()
+	db := testdb.NewDB(t)
+	q := newQueue(t, db)
+	past := time.Now().Add(-time.Hour)
+	insertDocs(t, store.Of(q).Collection(), []any{bson.D{
+		{Key: "_id", Value: "re"}, {Key: "kind", Value: "noop"}, {Key: "queue", Value: "default"}, {Key: "state", Value: "running"},
+		{Key: "args", Value: bson.D{}}, {Key: "runAt", Value: past}, {Key: "attempt", Value: 1}, {Key: "owner", Value: "gone"},
+		{Key: "maxAttempts", Value: 3}, {Key: "errors", Value: bson.A{}}, {Key: "leaseToken", Value: bson.Regex{Pattern: "a[", Options: "i"}},
+		{Key: "leaseExpiresAt", Value: past}, {Key: "heartbeatAt", Value: past},
+	}})
+	_, err := store.Of(q).Reap(context.Background(), 0, 100)
+	require.NoError(t, err)
+	require.NotEqual(t, jobs.StateRunning, jobState(t, q, "re"), "the reaper skipped it")
 }
