@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/docketq/docket/jobs"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -91,7 +92,9 @@ var errBadJobID = errors.New("not a job id")
 
 // ParseJobID reads a token made by JobID.Token. A token that does not
 // start with "@" is a string id, whatever its characters, so an id typed
-// by hand works too; "" is the zero JobID.
+// by hand works too; "" is the zero JobID. A token of a value no _id can hold
+// that a filter reads as a query (a regex, an array, a document with a
+// "$" key) is refused: it would name the jobs it matches.
 func ParseJobID(token string) (JobID, error) {
 	if token == "" {
 		return JobID{}, nil
@@ -118,7 +121,28 @@ func ParseJobID(token string) (JobID, error) {
 	if err != nil {
 		return JobID{}, fmt.Errorf("%.40q: %w: its bytes are not one BSON value", token, errBadJobID)
 	}
+	if queryLike(v) {
+		return JobID{}, fmt.Errorf("%.40q: %w: no _id is a %s, and a filter would read it as a query", token, errBadJobID, v.Type)
+	}
 	return JobID{v}, nil
+}
+
+// queryLike reports whether v is a value no _id can hold and a filter
+// reads as a query, not a value: a regex (a pattern), an array (any of its
+// elements) or a document with a "$" key (operators).
+func queryLike(v bson.RawValue) bool {
+	switch v.Type {
+	case bson.TypeRegex, bson.TypeArray:
+		return true
+	case bson.TypeEmbeddedDocument:
+		elems, _ := v.Document().Elements()
+		for _, e := range elems {
+			if strings.HasPrefix(e.Key(), "$") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // JobIDOf reads the _id of a stored job document.

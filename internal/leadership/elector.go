@@ -402,11 +402,7 @@ func (e *Elector) elect(ctx context.Context, prev bson.Raw) bool {
 		// wrote since is left alone.
 		filter := bson.D{{Key: "_id", Value: e.cfg.Name}}
 		for _, f := range []string{"token", "version", "owner"} {
-			if v := prev.Lookup(f); v.Type == 0 {
-				filter = append(filter, bson.E{Key: f, Value: bson.D{{Key: "$exists", Value: false}}})
-			} else {
-				filter = append(filter, bson.E{Key: f, Value: v})
-			}
+			filter = append(filter, bson.E{Key: f, Value: asRead(prev.Lookup(f))})
 		}
 		res, err := e.coll.ReplaceOne(ctx, filter, doc)
 		if err != nil {
@@ -432,6 +428,22 @@ func (e *Elector) elect(ctx context.Context, prev bson.Raw) bool {
 	e.log.Info("leading", zap.Int64("term", term.Number))
 	e.notify()
 	return true
+}
+
+// asRead matches a lease field holding v as read (zero: absent). An
+// elector writes strings and numbers, matched by equality. Another
+// program's value of another type is matched by its type, which any
+// elector's write changes: by equality, a regex is read as a pattern (an
+// invalid one fails every take, and the lease is never taken again) and a
+// document with "$" keys as operators.
+func asRead(v bson.RawValue) any {
+	switch v.Type {
+	case 0:
+		return bson.D{{Key: "$exists", Value: false}}
+	case bson.TypeString, bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
+		return v
+	}
+	return bson.D{{Key: "$type", Value: int32(v.Type)}}
 }
 
 func (e *Elector) lose(why string, err error) {

@@ -204,13 +204,20 @@ func TestResignHandsOverAtTheNextLook(t *testing.T) {
 }
 
 // TestForeignLeaseDocuments: a lease document another program wrote, with
-// fields of any type, neither blocks the election nor crashes it.
+// fields of any type (a regex too), neither blocks the election nor
+// crashes it.
 func TestForeignLeaseDocuments(t *testing.T) {
 	t.Parallel()
 	for name, doc := range map[string]bson.D{
 		"odd types":             {{Key: "owner", Value: 5}, {Key: "token", Value: 7}, {Key: "version", Value: "x"}, {Key: "term", Value: nil}},
 		"empty":                 {},
 		"a lease never renewed": {{Key: "owner", Value: "gone"}, {Key: "token", Value: "t"}, {Key: "version", Value: int64(4)}, {Key: "term", Value: int64(9)}},
+		// A filter reads a regex as a pattern: taking the lease must not
+		// match it by equality (an invalid one failed every take).
+		"a regex token":          {{Key: "owner", Value: "x"}, {Key: "token", Value: bson.Regex{Pattern: "^t"}}, {Key: "version", Value: int64(1)}},
+		"an invalid regex token": {{Key: "owner", Value: "x"}, {Key: "token", Value: bson.Regex{Pattern: "a[", Options: "i"}}, {Key: "version", Value: int64(1)}},
+		"a regex owner":          {{Key: "owner", Value: bson.Regex{Pattern: "("}}, {Key: "version", Value: int64(1)}},
+		"a regex version":        {{Key: "token", Value: "t"}, {Key: "version", Value: bson.Regex{Pattern: "["}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -246,7 +246,9 @@ func ctlList(fs *flag.FlagSet) func(*env, []string) error {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintln(e.stdout, string(b))
+				if err := printJSON(e.stdout, b); err != nil {
+					return err
+				}
 			}
 		} else {
 			states, err := e.q.QueueStates(e.ctx)
@@ -302,7 +304,9 @@ func ctlShow(fs *flag.FlagSet) func(*env, []string) error {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintln(e.stdout, string(b))
+				if err := printJSON(e.stdout, b); err != nil {
+					return err
+				}
 				continue
 			}
 			showJob(e.stdout, j)
@@ -700,13 +704,15 @@ func ctlWorkers(fs *flag.FlagSet) func(*env, []string) error {
 				}
 				b, err := json.Marshal(map[string]any{
 					"id": w.ID, "host": w.Host, "pid": w.PID, "version": w.Version, "queues": w.Queues, "kinds": w.Kinds,
-					"concurrency": w.Concurrency, "running": w.Running, "processLimits": limits, "startedAt": w.StartedAt,
-					"lastSeen": w.LastSeen, "alive": w.Alive, "future": w.Future,
+					"concurrency": w.Concurrency, "running": w.Running, "processLimits": limits, "startedAt": jsonTime(w.StartedAt),
+					"lastSeen": jsonTime(w.LastSeen), "alive": w.Alive, "future": w.Future,
 				})
 				if err != nil {
 					return err
 				}
-				fmt.Fprintln(e.stdout, string(b))
+				if err := printJSON(e.stdout, b); err != nil {
+					return err
+				}
 			}
 			return nil
 		}
@@ -846,7 +852,7 @@ type statsJSON struct {
 	// Source is "leader" (the counts the elected leader stored) or
 	// "exact" (counted now).
 	Source       string      `json:"source"`
-	CountedAt    time.Time   `json:"countedAt"`
+	CountedAt    jsonTime    `json:"countedAt"`
 	AgeSeconds   float64     `json:"ageSeconds"`
 	CountedBy    string      `json:"countedBy,omitempty"`
 	EverySeconds float64     `json:"everySeconds,omitempty"`
@@ -887,7 +893,7 @@ type limitJSON struct {
 type queueJSON struct {
 	Queue           string                      `json:"queue"`
 	Counts          map[string]map[string]int64 `json:"counts"`
-	OldestAvailable *time.Time                  `json:"oldestAvailable,omitempty"`
+	OldestAvailable *jsonTime                   `json:"oldestAvailable,omitempty"`
 	Paused          bool                        `json:"paused,omitempty"`
 	Capacity        *int                        `json:"capacity,omitempty"`
 	Occupied        *int                        `json:"occupied,omitempty"`
@@ -895,7 +901,7 @@ type queueJSON struct {
 
 func printStatsJSON(w io.Writer, r statsReport) error {
 	c, served, paused, caps, limits, ls := r.counts, r.served, r.paused, r.caps, r.limits, r.ls
-	out := statsJSON{Source: "leader", CountedAt: c.CountedAt, AgeSeconds: c.Age().Seconds(), CountedBy: c.By,
+	out := statsJSON{Source: "leader", CountedAt: jsonTime(c.CountedAt), AgeSeconds: c.Age().Seconds(), CountedBy: c.By,
 		EverySeconds: c.Every.Seconds(), Stale: c.Stale(), Unreadable: c.Unreadable, Queues: []queueJSON{},
 		WorkersAlive: served.Alive, Unserved: []unservedJSON{}}
 	for _, u := range served.Unserved(c.Queues) {
@@ -925,7 +931,7 @@ func printStatsJSON(w io.Writer, r statsReport) error {
 			}
 		}
 		if !qs.OldestAvailable.IsZero() {
-			t := qs.OldestAvailable
+			t := jsonTime(qs.OldestAvailable)
 			r.OldestAvailable = &t
 		}
 	}
@@ -952,7 +958,5 @@ func printStatsJSON(w io.Writer, r statsReport) error {
 		out.Limits = append(out.Limits, lj)
 	}
 	out.Rates = ls.json()
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return printIndentedJSON(w, out)
 }

@@ -111,14 +111,14 @@ func printRates(w io.Writer, rates []queue.RateLimit) {
 
 // rateJSON is a rate limit in stats --json.
 type rateJSON struct {
-	Name      string     `json:"name"`
-	Rate      string     `json:"rate"`
-	Burst     int        `json:"burst"`
-	BurstUsed int        `json:"burstUsed"`
-	Starts    int64      `json:"starts"`
-	NextStart *time.Time `json:"nextStart,omitempty"`
-	Waiting   int64      `json:"waiting"`
-	Malformed string     `json:"malformed,omitempty"`
+	Name      string    `json:"name"`
+	Rate      string    `json:"rate"`
+	Burst     int       `json:"burst"`
+	BurstUsed int       `json:"burstUsed"`
+	Starts    int64     `json:"starts"`
+	NextStart *jsonTime `json:"nextStart,omitempty"`
+	Waiting   int64     `json:"waiting"`
+	Malformed string    `json:"malformed,omitempty"`
 	// PartitionBy is a partitioned rate's args field; Partitions how many
 	// of its partitions have state, Spent how many allow no start now.
 	PartitionBy string `json:"partitionBy,omitempty"`
@@ -184,7 +184,7 @@ func (s limitStats) json() []rateJSON {
 			j.Rate, j.Burst = "", 0
 		}
 		if !r.NextStart.IsZero() {
-			t := r.NextStart
+			t := jsonTime(r.NextStart)
 			j.NextStart = &t
 		}
 		out = append(out, j)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 
 	"github.com/docketq/docket/handlers"
@@ -112,7 +111,6 @@ func treeShowCommand(fs *flag.FlagSet) func(*env, []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(e.stdout, string(out))
-		return nil
+		return printJSON(e.stdout, out)
 	}
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -243,9 +242,7 @@ func printWorkflowJSON(w io.Writer, v queue.WorkflowView) error {
 		}
 		out.Tasks = append(out.Tasks, tj)
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return printIndentedJSON(w, out)
 }
 
 // tokens are the tokens of ids.
