@@ -384,7 +384,7 @@ func (s *rateState) used(t time.Time) (int, time.Time) { return s.rate.gcra().us
 // replaced by the next reservation. raw is tat as stored, for the
 // compare-and-set, a null matching it missing.
 func storedTat(d bson.Raw, r Rate, setAt time.Time) (tat time.Time, raw bson.RawValue) {
-	raw = rawValue(d, "tat")
+	raw = storedValue(d, "tat")
 	at, ok := raw.TimeOK()
 	if !ok {
 		return time.Time{}, raw
@@ -816,6 +816,9 @@ func giveBackUpdate(back time.Time, n int) bson.D {
 // rate, whose state is its partitions', tat is left out when nil.)
 func rateFilter(name string, r Rate, tat any) bson.D {
 	f := bson.D{{Key: "_id", Value: rateScope + name}}
+	if v, ok := tat.(bson.RawValue); ok {
+		tat = asRead(v)
+	}
 	if tat != nil {
 		f = append(f, bson.E{Key: "tat", Value: tat})
 	}

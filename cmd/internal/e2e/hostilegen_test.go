@@ -143,9 +143,6 @@ func hostileJobs(now time.Time, every int) []hostileJob {
 			if (keyJobFields[field] && (vi+fi)%every != 0) || (!keyJobFields[field] && (vi+fi)%(3*every-1) != 0) {
 				continue
 			}
-			if storeDefectRegexFence && field == "attempt" && hv.name == "regex" {
-				continue // blocks every claim of the queue: TestClaimBuriesARegexAttempt
-			}
 			n++
 			state := bases[n%len(bases)]
 			doc := hostileBase(fmt.Sprintf("hostile-%03d", n), state, now)
