@@ -491,8 +491,8 @@ func (s *Store) readBack(ctx context.Context, block []*jobs.Job, token string) (
 	return claimed, nil
 }
 
-// rawValue is d's field as a filter's "as read" (asRead).
-func rawValue(d bson.Raw, field string) any { return asRead(storedValue(d, field)) }
+// rawValue is d's field as a filter's "as read" (AsRead).
+func rawValue(d bson.Raw, field string) any { return AsRead(storedValue(d, field)) }
 
 // storedValue is d's field, or a null, which matches it missing.
 func storedValue(d bson.Raw, field string) bson.RawValue {
@@ -503,29 +503,37 @@ func storedValue(d bson.Raw, field string) bson.RawValue {
 	return v
 }
 
-// asRead is v, a value a read found, as a filter's value that matches it.
-// A regex, or a document whose first key starts with "$", which another
-// app wrote where docket writes neither, is matched by its type: given as
+// AsRead is v, a value a read found, as a filter's value that matches it.
+// A regex, or a document whose first key starts with "$" (docket writes
+// neither; another app may), is matched by its type: given as
 // it is, a regex would match as a pattern (an invalid one failing every
 // write) and such a document be read as operators, so that the write
 // fenced on it would never match. ({$eq: regex} would be exact on
 // MongoDB, but FerretDB v1 drops the connection on it.) Any write of
 // docket's there changes the type, so the fence holds against docket's
 // own writes; another app's write of another regex passes it.
-func asRead(v bson.RawValue) any {
-	switch {
-	case v.Type == bson.TypeRegex:
-		return bson.D{{Key: "$type", Value: "regex"}}
-	case v.Type == bson.TypeEmbeddedDocument && dollarFirst(v.Document()):
-		return bson.D{{Key: "$type", Value: "object"}}
+func AsRead(v bson.RawValue) any {
+	if literal(v) {
+		return v
 	}
-	return v
+	if v.Type == bson.TypeRegex {
+		return bson.D{{Key: "$type", Value: "regex"}}
+	}
+	return bson.D{{Key: "$type", Value: "object"}}
 }
 
-// dollarFirst reports whether d's first key starts with "$".
-func dollarFirst(d bson.Raw) bool {
-	e, err := d.IndexErr(0)
-	return err == nil && strings.HasPrefix(e.Key(), "$")
+// literal reports whether v, given as a filter's value (or in an $in or
+// $nin list), matches itself: all but a regex (a pattern there) and a
+// document whose first key starts with "$" (operators there).
+func literal(v bson.RawValue) bool {
+	switch v.Type {
+	case bson.TypeRegex:
+		return false
+	case bson.TypeEmbeddedDocument:
+		e, err := v.Document().IndexErr(0)
+		return err != nil || !strings.HasPrefix(e.Key(), "$")
+	}
+	return true
 }
 
 // stampClaim makes j what claimUpdate made of its document.

@@ -245,7 +245,7 @@ func (s *Store) buryBadAttempts(ctx context.Context, filter bson.D, t time.Time)
 		id, attempt := d.Lookup("_id"), d.Lookup("attempt")
 		msg := fmt.Sprintf("%sattempt: %s %s is not a number", malformed, attempt.Type, attempt)
 		res, err := s.coll.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateAvailable}, {Key: "attempt", Value: asRead(attempt)}},
+			bson.D{{Key: "_id", Value: id}, {Key: "state", Value: jobs.StateAvailable}, {Key: "attempt", Value: AsRead(attempt)}},
 			Finish(jobs.StateDead, t, bson.E{Key: "errors", Value: bson.A{jobs.AttemptError{At: t, Message: msg}}}))
 		if err != nil {
 			return n, err

@@ -314,8 +314,12 @@ func (s *slotPicker) saturated(p ClaimParams) []partSkip {
 
 // appendSkip appends to skips what leaves out of a claim's filter the
 // jobs of limit or rate name whose args field arg holds one of values,
-// the first maxSkippedPartitions of them; none when values is empty.
+// the first maxSkippedPartitions of them; none when values is empty. A
+// value that a $nin would not take as itself (a regex, an operator-shaped
+// document: literal) is not left out: its jobs are read, and the picker
+// refuses them while their partition is full.
 func appendSkip(skips []partSkip, name, arg string, values bson.A) []partSkip {
+	values = slices.DeleteFunc(values, func(v any) bool { rv, ok := v.(bson.RawValue); return ok && !literal(rv) })
 	if len(values) == 0 {
 		return skips
 	}

@@ -480,3 +480,33 @@ func TestPartitionLargeValueIsNotSentWithClaims(t *testing.T) {
 	require.Equal(t, []int{1}, store.SkippedPartitionValues(map[string]int{"small": 1, big: 1}, 1),
 		"a full partition's large value is not sent with the claims")
 }
+
+// TestPartitionOfARegexValueLeavesOthersClaimable: a running job whose
+// partition value is a regex (an invalid pattern, or one that matches
+// other values) fills its partition; a claim's filter cannot leave it out
+// by value ($nin would read the regex as a pattern: an invalid one failed
+// every claim, a valid one left out "alice"), so its jobs are read and
+// refused by the picker, and the other partitions' jobs are claimed.
+func TestPartitionOfARegexValueLeavesOthersClaimable(t *testing.T) {
+	for name, re := range map[string]bson.Regex{"invalid": {Pattern: "a["}, "matching": {Pattern: "^a"}} {
+		t.Run(name, func(t *testing.T) {
+			b := setup(t)
+			require.NoError(t, b.q.SetPartitionLimit(b.ctx, queue.KindLimit("k"), "c", 1, ""))
+			_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{{Kind: "k", Args: bson.D{{Key: "c", Value: re}}}, {Kind: "k", Args: bson.D{{Key: "c", Value: re}}}})
+			require.NoError(t, err)
+			s := store.Of(b.q)
+			got, err := s.ClaimBatch(b.ctx, claimAll, 1)
+			require.NoError(t, err)
+			require.Len(t, got, 1, "the first regex job")
+			_, err = b.q.EnqueueMany(b.ctx, []queue.Insert{{Kind: "k", Args: bson.M{"c": "alice"}}, {Kind: "k", Args: bson.M{"c": "bob"}}})
+			require.NoError(t, err)
+			got, err = s.ClaimBatch(b.ctx, claimAll, 5)
+			require.NoError(t, err, "a claim beside a full regex partition")
+			var cs []string
+			for _, j := range got {
+				cs = append(cs, j.Args.Lookup("c").StringValue())
+			}
+			require.ElementsMatch(t, []string{"alice", "bob"}, cs, "the regex partition is full; the others run")
+		})
+	}
+}

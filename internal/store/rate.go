@@ -817,7 +817,7 @@ func giveBackUpdate(back time.Time, n int) bson.D {
 func rateFilter(name string, r Rate, tat any) bson.D {
 	f := bson.D{{Key: "_id", Value: rateScope + name}}
 	if v, ok := tat.(bson.RawValue); ok {
-		tat = asRead(v)
+		tat = AsRead(v)
 	}
 	if tat != nil {
 		f = append(f, bson.E{Key: "tat", Value: tat})

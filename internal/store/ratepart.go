@@ -605,7 +605,7 @@ func partReservations(parts []*ratePart, t time.Time, nonce string) (updates []m
 		}
 		update := reservationUpdate(g, rp.newTat, rp.take, rp.badStarts, bson.E{Key: "res", Value: nonce})
 		updates = append(updates, mongo.NewUpdateOneModel().
-			SetFilter(bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: asRead(rp.raw)}}).SetUpdate(update))
+			SetFilter(bson.D{{Key: "_id", Value: rp.id}, {Key: "tat", Value: AsRead(rp.raw)}}).SetUpdate(update))
 	}
 	return updates, inserts
 }
@@ -786,7 +786,7 @@ func (s *Store) CleanRatePartitions(ctx context.Context, limit int) (int, error)
 	opts := options.Find().SetLimit(int64(limit)).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "tat", Value: 1}})
 	var models []mongo.WriteModel
 	err := eachFound(ctx, coll, bson.D{{Key: "tat", Value: bson.D{{Key: "$lt", Value: cutoff}}}}, opts, func(d bson.Raw) error {
-		models = append(models, mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: d.Lookup("_id")}, {Key: "tat", Value: asRead(d.Lookup("tat"))}}))
+		models = append(models, mongo.NewDeleteOneModel().SetFilter(bson.D{{Key: "_id", Value: d.Lookup("_id")}, {Key: "tat", Value: AsRead(d.Lookup("tat"))}}))
 		return nil
 	})
 	if err != nil {

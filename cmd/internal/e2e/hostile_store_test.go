@@ -14,7 +14,7 @@ import (
 )
 
 // Writes fenced on a value as read must hold for a value of any type
-// (store.asRead): given as it is, a regex is read as a pattern (an invalid
+// (store.AsRead): given as it is, a regex is read as a pattern (an invalid
 // one fails the write) and a document with "$" keys as operators.
 
 // TestClaimBuriesARegexAttempt: a job another app wrote with an attempt
