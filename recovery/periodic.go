@@ -306,7 +306,7 @@ func (p *PeriodicEnqueuer) readState(ctx context.Context, j periodicJob, now tim
 		// the document as read.
 		p.log.Warn("the state of a periodic job is unusable; counting its ticks from now",
 			zap.String("name", j.Name), zap.Stringer("state", raw), zap.NamedError("decode_error", err))
-		var asRead any = raw.Lookup("lastTick")
+		asRead := store.AsRead(raw.Lookup("lastTick"))
 		if raw.Lookup("lastTick").Type == 0 {
 			asRead = bson.D{{Key: "$exists", Value: false}}
 		}
@@ -529,7 +529,7 @@ func (p *PeriodicEnqueuer) holdTickJob(ctx context.Context, j periodicJob, job *
 		// An older gen's (or one another app wrote badly): it can never
 		// be committed, as this gen superseded it first.
 		res, err := jobsColl.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: job.ID}, {Key: "periodicHold", Value: hold}},
+			bson.D{{Key: "_id", Value: job.ID}, {Key: "periodicHold", Value: store.AsRead(hold)}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "periodicHold", Value: mine}}}})
 		if err != nil {
 			return 0, fmt.Errorf("enqueue tick %s: take over the held job: %w", at, err)

@@ -211,19 +211,28 @@ func TestPeriodicResumesATickTakenButNotEnqueued(t *testing.T) {
 	require.NotContains(t, st, "pending")
 }
 
+// TestPeriodicStateWrittenBadly: a state document another program wrote
+// with a lastTick of another type (a string; a regex, which a filter
+// given it as it is reads as a pattern, an invalid one failing the write)
+// is replaced, and the job ticks from then on.
 func TestPeriodicStateWrittenBadly(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db, q, p, clock := periodicSetup(t, recovery.PeriodicJob{Name: "p", Schedule: "@every 1s", Kind: "noop"})
-	_, err := db.Collection(recovery.DefaultPeriodicCollection).InsertOne(ctx, bson.D{{Key: "_id", Value: "p"}, {Key: "lastTick", Value: "yesterday"}})
-	require.NoError(t, err)
-	_, err = p.RunOnce(ctx)
-	require.NoError(t, err, "a bad state document is replaced, not an error forever")
-	clock.add(time.Second)
-	n, err := p.RunOnce(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	require.Len(t, periodicJobs(t, q), 1)
+	for name, lastTick := range map[string]any{"string": "yesterday", "regex": bson.Regex{Pattern: "^y"}, "invalid regex": bson.Regex{Pattern: "a["}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db, q, p, clock := periodicSetup(t, recovery.PeriodicJob{Name: "p", Schedule: "@every 1s", Kind: "noop"})
+			_, err := db.Collection(recovery.DefaultPeriodicCollection).InsertOne(ctx, bson.D{{Key: "_id", Value: "p"}, {Key: "lastTick", Value: lastTick}})
+			require.NoError(t, err)
+			_, err = p.RunOnce(ctx)
+			require.NoError(t, err, "a bad state document is replaced, not an error forever")
+			clock.add(time.Second)
+			n, err := p.RunOnce(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			require.Len(t, periodicJobs(t, q), 1)
+		})
+	}
 }
 
 func TestPeriodicConfigErrorsNameTheJob(t *testing.T) {

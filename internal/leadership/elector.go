@@ -443,6 +443,9 @@ func asRead(v bson.RawValue) any {
 	case bson.TypeString, bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
 		return v
 	}
+	if v.Type == bson.TypeMinKey { // 0xFF in BSON, -1 to $type
+		return bson.D{{Key: "$type", Value: int32(-1)}}
+	}
 	return bson.D{{Key: "$type", Value: int32(v.Type)}}
 }
 
