@@ -529,7 +529,7 @@ func (p *PeriodicEnqueuer) holdTickJob(ctx context.Context, j periodicJob, job *
 		// An older gen's (or one another app wrote badly): it can never
 		// be committed, as this gen superseded it first.
 		res, err := jobsColl.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: job.ID}, {Key: "periodicHold", Value: store.AsRead(hold)}},
+			bson.D{{Key: "_id", Value: job.ID}, {Key: "periodicHold", Value: holdAsRead(hold)}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "periodicHold", Value: mine}}}})
 		if err != nil {
 			return 0, fmt.Errorf("enqueue tick %s: take over the held job: %w", at, err)
@@ -674,4 +674,16 @@ func (p *PeriodicEnqueuer) sweepOrphans(ctx context.Context, j periodicJob) (int
 		p.log.Info("removed held jobs of a periodic job that would never be released", zap.String("name", j.Name), zap.Int("jobs", n))
 	}
 	return n, nil
+}
+
+// holdAsRead matches a periodicHold as read: by value, or, for a regex
+// (another app's: docket writes a document there), by type, which docket's
+// hold of any gen changes. A document with "$" keys is matched by value
+// and refused: matched by type, it would match any gen's hold docket
+// wrote since, where by value the takeover fails until retention.
+func holdAsRead(hold bson.RawValue) any {
+	if hold.Type == bson.TypeRegex {
+		return store.AsRead(hold)
+	}
+	return hold
 }

@@ -516,18 +516,22 @@ func AsRead(v bson.RawValue) any {
 	if literal(v) {
 		return v
 	}
-	if v.Type == bson.TypeRegex {
+	switch v.Type {
+	case bson.TypeRegex:
 		return bson.D{{Key: "$type", Value: "regex"}}
+	case bson.TypeUndefined:
+		return bson.D{{Key: "$type", Value: int32(bson.TypeUndefined)}}
 	}
 	return bson.D{{Key: "$type", Value: "object"}}
 }
 
 // literal reports whether v, given as a filter's value (or in an $in or
-// $nin list), matches itself: all but a regex (a pattern there) and a
-// document whose first key starts with "$" (operators there).
+// $nin list), matches itself: all but a regex (a pattern there), a
+// document whose first key starts with "$" (operators there) and
+// undefined (which MongoDB refuses to compare).
 func literal(v bson.RawValue) bool {
 	switch v.Type {
-	case bson.TypeRegex:
+	case bson.TypeRegex, bson.TypeUndefined:
 		return false
 	case bson.TypeEmbeddedDocument:
 		e, err := v.Document().IndexErr(0)

@@ -40,7 +40,9 @@ import (
 // other running jobs), and leaves out of its filter the partitions with
 // no free slot, by their values: {$or: [{kind: {$ne: K}}, {"args.F":
 // {$nin: [values]}}]}. Its candidates are then jobs it may run, however
-// many jobs of saturated partitions come first in claim order, and a
+// many jobs of saturated partitions come first in claim order (but for a
+// value over maxSkippedValueBytes, or a document whose first key starts
+// with "$", which are read and refused by the picker), and a
 // partition that frees a slot is claimed from again by the next claim. At
 // most maxSkippedPartitions values are left out per limit; past that, a
 // claim may read candidates it cannot stamp and takes the others it read.
@@ -184,13 +186,18 @@ type partSkip struct {
 	target string
 	arg    string
 	values bson.A
+	regex  bool // a saturated partition's value is a regex: leave out every regex
 }
 
 // filter is the condition matching every job but those of s's partitions.
 func (s partSkip) filter() bson.D {
+	cond := bson.D{{Key: "$nin", Value: s.values}}
+	if s.regex {
+		cond = append(cond, bson.E{Key: "$not", Value: bson.D{{Key: "$type", Value: "regex"}}})
+	}
 	return bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: s.field, Value: bson.D{{Key: "$ne", Value: s.target}}}},
-		bson.D{{Key: "args." + s.arg, Value: bson.D{{Key: "$nin", Value: s.values}}}},
+		bson.D{{Key: "args." + s.arg, Value: cond}},
 	}}}
 }
 
@@ -315,16 +322,18 @@ func (s *slotPicker) saturated(p ClaimParams) []partSkip {
 // appendSkip appends to skips what leaves out of a claim's filter the
 // jobs of limit or rate name whose args field arg holds one of values,
 // the first maxSkippedPartitions of them; none when values is empty. A
-// value that a $nin would not take as itself (a regex, an operator-shaped
-// document: literal) is not left out: its jobs are read, and the picker
-// refuses them while their partition is full.
+// $nin would not take a regex or an operator-shaped document as itself
+// (literal): a regex (another app's) leaves out every regex value of arg
+// instead, and such a document is not left out (its jobs are read, and
+// the picker refuses them while their partition is full).
 func appendSkip(skips []partSkip, name, arg string, values bson.A) []partSkip {
+	regex := slices.ContainsFunc(values, func(v any) bool { rv, ok := v.(bson.RawValue); return ok && rv.Type == bson.TypeRegex })
 	values = slices.DeleteFunc(values, func(v any) bool { rv, ok := v.(bson.RawValue); return ok && !literal(rv) })
-	if len(values) == 0 {
+	if len(values) == 0 && !regex {
 		return skips
 	}
 	field, target := limitScope(name)
-	return append(skips, partSkip{field: field, target: target, arg: arg, values: values[:min(len(values), maxSkippedPartitions)]})
+	return append(skips, partSkip{field: field, target: target, arg: arg, values: append(bson.A{}, values[:min(len(values), maxSkippedPartitions)]...), regex: regex})
 }
 
 // PartitionLimit is a partition limit as configured: at most N jobs

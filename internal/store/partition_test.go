@@ -485,14 +485,19 @@ func TestPartitionLargeValueIsNotSentWithClaims(t *testing.T) {
 // partition value is a regex (an invalid pattern, or one that matches
 // other values) fills its partition; a claim's filter cannot leave it out
 // by value ($nin would read the regex as a pattern: an invalid one failed
-// every claim, a valid one left out "alice"), so its jobs are read and
-// refused by the picker, and the other partitions' jobs are claimed.
+// every claim, a valid one left out "alice"): every regex value is left
+// out while it is full, and the other partitions' jobs are claimed, past
+// more of its jobs than a claim reads at once.
 func TestPartitionOfARegexValueLeavesOthersClaimable(t *testing.T) {
 	for name, re := range map[string]bson.Regex{"invalid": {Pattern: "a["}, "matching": {Pattern: "^a"}} {
 		t.Run(name, func(t *testing.T) {
 			b := setup(t)
 			require.NoError(t, b.q.SetPartitionLimit(b.ctx, queue.KindLimit("k"), "c", 1, ""))
-			_, err := b.q.EnqueueMany(b.ctx, []queue.Insert{{Kind: "k", Args: bson.D{{Key: "c", Value: re}}}, {Kind: "k", Args: bson.D{{Key: "c", Value: re}}}})
+			var ins []queue.Insert
+			for i := range 200 { // more than a claim's window of candidates
+				ins = append(ins, queue.Insert{Kind: "k", Args: bson.D{{Key: "c", Value: re}, {Key: "i", Value: i}}})
+			}
+			_, err := b.q.EnqueueMany(b.ctx, ins)
 			require.NoError(t, err)
 			s := store.Of(b.q)
 			got, err := s.ClaimBatch(b.ctx, claimAll, 1)
