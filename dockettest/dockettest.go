@@ -48,8 +48,9 @@ type TB interface {
 //
 // The handler's context carries a result slot and a progress reporter, as
 // a worker's does, so jobs.SetResult and jobs.Progress work in it (WorkJob
-// returns what they stored); a slot or reporter already in ctx
-// (jobs.WithResultSlot, jobs.WithProgressReporter) receives them too.
+// returns what they stored); a reporter already in ctx
+// (jobs.WithProgressReporter) receives the reports too, and a slot
+// (jobs.WithResultSlot) the result of a handler that succeeded.
 func Work(ctx context.Context, client *docket.Client, args jobs.Args, opts ...docket.InsertOpts) error {
 	_, err := WorkJob(ctx, client, args, opts...)
 	return err
@@ -92,27 +93,35 @@ func WorkJob(ctx context.Context, client *docket.Client, args jobs.Args, opts ..
 }
 
 // asWorker gives ctx the result slot and progress reporter a worker gives
-// a handler; finish stores in job what they received (the progress, and
-// the result when the handler succeeded) and passes both on to a slot or
-// reporter of ctx's own (jobs.WithResultSlot, jobs.WithProgressReporter).
+// a handler; finish stores in job what they received (the last progress,
+// and the result when the handler succeeded) and passes the result on to
+// a slot of ctx's own (jobs.WithResultSlot) when it succeeded, as each
+// report is passed on to a reporter of ctx's own (jobs.WithProgressReporter)
+// while the handler runs. Reports after finish are dropped, as a worker
+// drops those of an attempt that ended.
 func asWorker(ctx context.Context, job *jobs.Job) (_ context.Context, finish func(succeeded bool)) {
 	outer := ctx
 	slot := &jobs.ResultSlot{}
 	var mu sync.Mutex
+	var last *jobs.ProgressReport
+	done := false
 	ctx = jobs.WithProgressReporter(jobs.WithResultSlot(ctx, slot), func(r jobs.ProgressReport) {
 		mu.Lock()
 		defer mu.Unlock()
-		job.Progress = &r
+		if done {
+			return
+		}
+		last = &r
 		_ = jobs.Progress(outer, r.Fraction, r.Message) // ErrNoProgressHere: none of its own
 	})
 	return ctx, func(succeeded bool) {
-		res := slot.Result()
-		if res == nil {
-			return
-		}
-		_ = jobs.SetResult(outer, res) // as checked when set; ErrNoResultHere: none of its own
-		if succeeded {
+		mu.Lock()
+		done = true
+		job.Progress = last
+		mu.Unlock()
+		if res := slot.Result(); res != nil && succeeded {
 			job.Result = res
+			_ = jobs.SetResult(outer, res) // as checked when set; ErrNoResultHere: none of its own
 		}
 	}
 }

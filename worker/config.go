@@ -113,13 +113,14 @@ type Config struct {
 	// queue.QueueLimit(queue), → the most of its jobs the worker holds,
 	// from 1 to queue.MaxLimit. A job is held from its claim (claimed
 	// ahead and waiting for a slot too) until its outcome is written,
-	// however it ends, so at most that many of its handlers run at once.
-	// A kind or queue at its limit is left out of the claims until one of
-	// its jobs ends, and a claim takes no more jobs than the least room
-	// left among the limited kinds and queues it claims. Unlike the cluster-wide limits
-	// (queue.Client.SetLimit) they are this process's alone, never read
-	// from the database (docket's registry only shows them). Defaults to
-	// none.
+	// however it ends, so at most that many of its handlers run at once
+	// (but for one the worker gave up on as stuck: StuckGrace). A kind or
+	// queue at its limit is left out of the claims until one of its jobs
+	// ends, and a claim takes no more jobs than the least room left among
+	// the limited kinds and queues it claims. Unlike the cluster-wide
+	// limits (queue.Client.SetLimit) they are this process's alone, never
+	// read from the database (docket's registry only shows them).
+	// Defaults to none.
 	ProcessLimits map[string]int
 	// Logger receives the worker's logs. Defaults to a no-op logger.
 	Logger *zap.Logger

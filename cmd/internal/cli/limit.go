@@ -89,7 +89,8 @@ func ctlPartition(e *env, name, val, per, by string) error {
 }
 
 // trailingFlag takes --NAME VALUE or --NAME=VALUE (one dash or two) out of
-// rest, where it may follow the arguments, into *value.
+// rest, where it may follow the arguments, into *value; an empty
+// --NAME= is refused.
 func trailingFlag(rest []string, name string, value *string) ([]string, error) {
 	var out []string
 	for i := 0; i < len(rest); i++ {
@@ -102,7 +103,9 @@ func trailingFlag(rest []string, name string, value *string) ([]string, error) {
 			i++
 			*value = rest[i]
 		case strings.HasPrefix(a, "--"+name+"=") || strings.HasPrefix(a, "-"+name+"="):
-			_, *value, _ = strings.Cut(a, "=")
+			if _, *value, _ = strings.Cut(a, "="); *value == "" {
+				return nil, badInput("--%s needs a value", name)
+			}
 		default:
 			out = append(out, a)
 		}

@@ -68,7 +68,7 @@ func TestRateCommandsPartitioned(t *testing.T) {
 	out, errs, code = runCtl(t, uri, db, "limit", "rate", "kind:k", "1/h", "--burst", "2", "--per", "customerId")
 	require.Zero(t, code, errs)
 	require.Contains(t, out, "kind:k\trate 1/h burst 2 per customerId")
-	for _, bad := range [][]string{{"limit", "rate", "kind:k", "1/h", "--per", "$x"}, {"limit", "rate", "kind:k", "off", "--per", "c"}, {"limit", "rate", "kind:k", "1/h", "--per"}} {
+	for _, bad := range [][]string{{"limit", "rate", "kind:k", "1/h", "--per", "$x"}, {"limit", "rate", "kind:k", "off", "--per", "c"}, {"limit", "rate", "kind:k", "1/h", "--per"}, {"limit", "rate", "kind:k", "1/h", "--per="}, {"limit", "rate", "kind:k", "1/h", "--burst="}} {
 		_, errs, code = runCtl(t, uri, db, bad...)
 		require.Equal(t, 2, code, "%v: %s", bad, errs)
 	}

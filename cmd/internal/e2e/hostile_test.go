@@ -41,18 +41,23 @@ var workerWrites = map[string]bool{
 
 // TestHostileDocumentsCrashNothing inserts, beside normal jobs, hundreds of
 // job documents each with one field of another BSON type or an odd value
-// (hostilegen_test.go), hostile _ids of every type, and hostile documents
-// in the collections beside the jobs (workers, limits, queues, rates,
-// stats, leaders); then runs a worker (claims, reaper, leader passes),
-// docketctl's reading commands in text and --json, the dashboard's pages
-// (every page linked, each hostile job's page and workflow page) and the
-// metrics endpoint. No process panics or exits; every normal job
-// finishes; no hostile document is deleted, nor a field of the app's
-// changed; no terminal output holds a control byte or invalid UTF-8; no
-// page holds a hostile string unescaped or a link with a raw character;
-// the metrics are valid UTF-8. Each job field is given one in 4 of the
-// values (a key field; one in 11 for the others): DOCKET_HOSTILE_EVERY=1
-// gives every field every value (minutes on devdb).
+// (hostilegen_test.go), hostile _ids of every type, and hostile copies of
+// the documents in the collections beside the jobs (workers, limits,
+// queues, rates, stats, leaders; none in rate_partitions, which holds no
+// document to copy when they are made); then runs a worker (claims,
+// reaper, leader passes), docketctl's reading commands in text and --json
+// (show --json for one batch of ids in 3, workflow for some of the jobs
+// with a workflow field), at most 400 of the dashboard's pages (each
+// hostile job's page first, a workflow page for one job in 10, then the
+// pages they link) and the metrics endpoint. No process panics or exits;
+// every normal job finishes; no hostile document is deleted, nor a field
+// of the app's changed; no docketctl output holds a control byte or
+// invalid UTF-8 (the worker's and dashboard's logs are checked for panics
+// only); no page holds a hostile string unescaped or a link with a raw
+// character; the metrics are valid UTF-8 and parse. Each key job field is
+// given one in 4 of the values and the others one in 11;
+// DOCKET_HOSTILE_EVERY=1 gives key fields every value and the others one
+// in 2 (minutes on devdb).
 func TestHostileDocumentsCrashNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("heavy: hundreds of documents through every process")
