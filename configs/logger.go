@@ -9,7 +9,8 @@ import (
 )
 
 // NewLogger returns a zap logger writing to w in the configured format
-// (JSON, or human-readable console lines) and level.
+// (JSON, or human-readable console lines) and level, with every control
+// character but a tab and a newline escaped (controlSafe).
 func (l LogConfig) NewLogger(w io.Writer) (*zap.Logger, error) {
 	level, err := zapcore.ParseLevel(l.Level)
 	if err != nil {
@@ -28,6 +29,6 @@ func (l LogConfig) NewLogger(w io.Writer) (*zap.Logger, error) {
 	default:
 		return nil, fmt.Errorf("log.format: %q must be \"json\" or \"console\"", l.Format)
 	}
-	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), level)
+	core := zapcore.NewCore(controlSafe{enc}, zapcore.Lock(zapcore.AddSync(w)), level)
 	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), nil
 }
