@@ -66,7 +66,7 @@ func (c *Client) ParentResults(ctx context.Context, job *jobs.Job) ([]ParentResu
 		case ok && id == job.ID:
 			gate, _ = d.Lookup(workflowField).StringValueOK() // of another type: no gate
 		case ok && isDoc:
-			results[id] = slices.Clone(r)
+			results[id] = r
 		}
 		return nil
 	})

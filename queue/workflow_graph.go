@@ -109,8 +109,7 @@ func (c *Client) relatives(ctx context.Context, ids []bson.RawValue, limit int) 
 	}
 	var out []bson.RawValue
 	collect := func(d bson.Raw) error {
-		v := d.Lookup("_id")
-		out = append(out, bson.RawValue{Type: v.Type, Value: slices.Clone(v.Value)})
+		out = append(out, d.Lookup("_id"))
 		return nil
 	}
 	if err := store.EachRaw(ctx, cur, collect); err != nil {

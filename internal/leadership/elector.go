@@ -50,6 +50,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docketq/docket/internal/store"
 	"github.com/google/uuid"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -430,23 +431,14 @@ func (e *Elector) elect(ctx context.Context, prev bson.Raw) bool {
 	return true
 }
 
-// asRead matches a lease field holding v as read (zero: absent). An
-// elector writes strings and numbers, matched by equality. Another
-// program's value of another type is matched by its type, which any
-// elector's write changes: by equality, a regex is read as a pattern (an
-// invalid one fails every take, and the lease is never taken again) and a
-// document with "$" keys as operators.
+// asRead matches a lease field holding v as read: absent, or as
+// store.AsRead matches a value (by its type a regex or an operator-shaped
+// document another program wrote, which an elector's write changes).
 func asRead(v bson.RawValue) any {
-	switch v.Type {
-	case 0:
+	if v.Type == 0 {
 		return bson.D{{Key: "$exists", Value: false}}
-	case bson.TypeString, bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
-		return v
 	}
-	if v.Type == bson.TypeMinKey { // 0xFF in BSON, -1 to $type
-		return bson.D{{Key: "$type", Value: int32(-1)}}
-	}
-	return bson.D{{Key: "$type", Value: int32(v.Type)}}
+	return store.AsRead(v)
 }
 
 func (e *Elector) lose(why string, err error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -161,8 +160,7 @@ func (s *Store) FoundIDs(ctx context.Context, filter bson.D) (bson.A, error) {
 
 // IDs returns the _id of each job filter matches, up to limit (0: no
 // limit; a negative one is the find's, as its callers' callers may pass
-// it), each copied out of the cursor (a cursor's document is valid only
-// until its next one is read).
+// it).
 func (s *Store) IDs(ctx context.Context, filter bson.D, limit int) (bson.A, error) {
 	opts := options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}})
 	if limit != 0 {
@@ -171,7 +169,7 @@ func (s *Store) IDs(ctx context.Context, filter bson.D, limit int) (bson.A, erro
 	var ids bson.A
 	err := eachFound(ctx, s.coll, filter, opts, func(d bson.Raw) error {
 		if v, err := d.LookupErr("_id"); err == nil {
-			ids = append(ids, bson.RawValue{Type: v.Type, Value: slices.Clone(v.Value)})
+			ids = append(ids, v)
 		}
 		return nil
 	})

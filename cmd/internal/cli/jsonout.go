@@ -2,29 +2,18 @@ package cli
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"time"
-	"unicode/utf8"
+
+	"github.com/docketq/docket/internal/printable"
 )
 
-// printJSON writes b, one JSON value, and a newline to w. The JSON
-// encoders leave DEL and the C1 controls (U+0080 to U+009F) raw in strings,
-// and a terminal acts on them (U+009B starts an escape sequence as ESC [
-// does): another app's document may hold them, so they are written as
-// \u escapes, which read back as the same value.
+// printJSON writes b, one JSON value, and a newline to w, with DEL and
+// the C1 controls, which JSON encoders leave raw and another app's
+// document may hold, as \u escapes (printable.EscapeControls): they read
+// back as the same value.
 func printJSON(w io.Writer, b []byte) error {
-	out := make([]byte, 0, len(b)+1)
-	for len(b) > 0 {
-		r, size := utf8.DecodeRune(b)
-		if r == 0x7f || (r >= 0x80 && r <= 0x9f) {
-			out = fmt.Appendf(out, `\u%04x`, r)
-		} else {
-			out = append(out, b[:size]...)
-		}
-		b = b[size:]
-	}
-	_, err := w.Write(append(out, '\n'))
+	_, err := w.Write(append(printable.EscapeControls(nil, b), '\n'))
 	return err
 }
 
